@@ -1,0 +1,76 @@
+/* kvpack.h - libkvpack, the client API an inference engine uses to talk to kvpackd nodes.
+ *
+ * A client holds one UCX worker and endpoints to nodes. Pages are produced by kvp_page_encode
+ * (codec.h) and shipped as-is: quantized codes with their scales and CRC, end to end. Every call
+ * has a deadline (params timeout_ms); a dead or silent peer yields KVP_ERR_TIMEOUT /
+ * KVP_ERR_PEER_GONE / KVP_ERR_PEER_UNREACHABLE, never a hang. Statuses from the node (unknown
+ * session, bad CRC, malformed message) come back as the node's kvp_status_t.
+ * Thread-safety: one client per thread. */
+#ifndef KVPACK_KVPACK_H
+#define KVPACK_KVPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/codec.h"
+#include "kvpack/page.h"
+#include "kvpack/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvp_client *kvp_client_h;
+
+enum kvp_client_params_field {
+    KVP_CLIENT_PARAM_SERVER     = KVP_BIT(0),
+    KVP_CLIENT_PARAM_TIMEOUT_MS = KVP_BIT(1),
+};
+
+typedef struct kvp_client_params {
+    uint64_t    field_mask; /* MUST be first */
+    const char *server;     /* "host:port" of the node (borrowed) */
+    uint32_t    timeout_ms; /* per-request deadline; default 10000 */
+} kvp_client_params_t;
+
+/* Node statistics as reported by STAT. */
+typedef struct {
+    uint64_t dram_bytes, dram_pages, dram_budget;
+    uint64_t sessions, sessions_on_disk;
+    uint64_t spills, restores, crc_failures, disk_errors;
+    uint64_t uptime_ms;
+} kvp_node_stat_t;
+
+/* A fetched session: record plus every page, in order page[chunk * layers + layer]. */
+typedef struct {
+    kvp_session_desc_t desc;
+    uint32_t           n_pages;
+    uint8_t          **pages;     /* each CRC-verified by the client before return */
+    size_t            *page_lens;
+    uint64_t           wire_bytes; /* bytes received for this session */
+} kvp_session_pages_t;
+
+kvp_status_t kvp_client_create(const kvp_client_params_t *params, kvp_client_h *client_p);
+void         kvp_client_destroy(kvp_client_h client); /* NULL is a no-op */
+
+/* Ship n pages (borrowed) to the node in batches; returns the first error the node reported. */
+kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *const *pages,
+                                  const size_t *lens, size_t n);
+/* Set (create or replace) a session record; its pages must have been put. */
+kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                    const kvp_session_desc_t *desc);
+/* Fetch a session and all its pages; free with kvp_session_pages_free. */
+kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                    kvp_session_pages_t **out_p);
+void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op */
+/* How many leading chunks of keys[0..n) the node holds on all layers. */
+kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,
+                               uint32_t n, uint32_t layers, uint32_t *hit_chunks_p);
+/* Ask the node to spill a session to its SSD tier now (operators, demo, tests). */
+kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid);
+kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+/* codec_fp16.c - the "fp16" codec: K then V as raw IEEE half, [valid][H][D] each.
+ * Payload: offset 0, 2*valid*H*D bytes K; then 2*valid*H*D bytes V. Used for session tails
+ * and as the uncompressed baseline. */
+#include "codec_ops.h"
+
+static kvp_status_t fp16_check(const kvp_codec_geom_t *g)
+{
+    (void)g;
+    return KVP_OK;
+}
+
+static size_t fp16_payload_bytes(const kvp_codec_geom_t *g)
+{
+    return (size_t)2 * 2 * g->valid * g->heads * g->head_dim;
+}
+
+static kvp_status_t fp16_encode(const kvp_codec_geom_t *g, const float *k, const float *v,
+                                kvp_page_info_t *info, uint8_t *payload)
+{
+    size_t    n = (size_t)g->valid * g->heads * g->head_dim;
+    uint16_t *h = (uint16_t *)(void *)payload;
+
+    info->bits_k = info->bits_v = 16;
+    for (size_t i = 0; i < n; i++) {
+        h[i]     = kvp_f32_to_f16(k[i]);
+        h[n + i] = kvp_f32_to_f16(v[i]);
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t fp16_decode(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
+                                const uint8_t *payload, kvp_frame_t frame, float *k_out,
+                                float *v_out)
+{
+    size_t          n = (size_t)g->valid * g->heads * g->head_dim;
+    const uint16_t *h = (const uint16_t *)(const void *)payload;
+
+    (void)info;
+    (void)frame;
+    for (size_t i = 0; i < n; i++) {
+        if (k_out != NULL) {
+            k_out[i] = kvp_f16_to_f32(h[i]);
+        }
+        if (v_out != NULL) {
+            v_out[i] = kvp_f16_to_f32(h[n + i]);
+        }
+    }
+    return KVP_OK;
+}
+
+const kvp_codec_ops_t kvp_codec_fp16_ref = {
+    .name = "fp16", .impl = "ref", .check = fp16_check, .payload_bytes = fp16_payload_bytes,
+    .encode = fp16_encode, .decode = fp16_decode,
+};

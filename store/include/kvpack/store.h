@@ -1,0 +1,106 @@
+/* store.h - a node's page store: DRAM page pool with a byte budget and watermarks, the
+ * (namespace, chunk key, layer) page index, session records, and the RocksDB SSD tier.
+ *
+ * Pages are opaque bytes to the store except for their header: every page put is verified with
+ * kvp_page_parse (CRC included) and indexed under (ns, header chunk key, header layer). Pages read
+ * back from disk are CRC-checked again; a corrupt page is reported and dropped, never served.
+ *
+ * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
+ * under write-through/sync); eviction spills least-recently-used sessions to RocksDB; a get of a
+ * cold session restores it (MultiGet). kvp_store_open on an existing directory is a warm restart.
+ * Thread-safety: every call may be made from any thread (one internal lock). */
+#ifndef KVPACK_STORE_H
+#define KVPACK_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/page.h"
+#include "kvpack/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvp_store    *kvp_store_h;
+typedef struct kvp_page_ref *kvp_page_ref_h;
+
+typedef enum {
+    KVP_DURABILITY_SPILL         = 0, /* only evicted (or explicitly spilled) sessions reach disk */
+    KVP_DURABILITY_WRITE_THROUGH = 1, /* every session put also reaches disk (WAL, no fsync) */
+    KVP_DURABILITY_SYNC          = 2  /* write-through with an fsync'd WAL before the ack */
+} kvp_durability_t;
+
+enum kvp_store_params_field {
+    KVP_STORE_PARAM_DRAM_BUDGET = KVP_BIT(0),
+    KVP_STORE_PARAM_HIGH_WM     = KVP_BIT(1),
+    KVP_STORE_PARAM_LOW_WM      = KVP_BIT(2),
+    KVP_STORE_PARAM_DB_PATH     = KVP_BIT(3),
+    KVP_STORE_PARAM_DURABILITY  = KVP_BIT(4),
+    KVP_STORE_PARAM_IDLE_TTL    = KVP_BIT(5),
+    KVP_STORE_PARAM_NODE_ID     = KVP_BIT(6),
+};
+
+typedef struct kvp_store_params {
+    uint64_t         field_mask;     /* MUST be first; unset fields take defaults */
+    size_t           dram_budget;    /* bytes of page data in DRAM; default 1 GiB */
+    double           high_watermark; /* fraction of budget that starts eviction; default 0.90 */
+    double           low_watermark;  /* eviction stops below this fraction; default 0.70 */
+    const char      *db_path;        /* RocksDB directory (borrowed); NULL = DRAM only */
+    kvp_durability_t durability;     /* default KVP_DURABILITY_SPILL */
+    uint32_t         idle_ttl_s;     /* sessions idle this long expire entirely; 0 = never */
+    const char      *node_id;        /* stored in the meta column family; default "kvpackd" */
+} kvp_store_params_t;
+
+typedef struct {
+    uint64_t dram_bytes;      /* page bytes resident in DRAM */
+    uint64_t dram_pages;
+    uint64_t dram_budget;
+    uint64_t sessions;        /* known sessions (DRAM or disk) */
+    uint64_t sessions_on_disk;
+    uint64_t spills;          /* sessions written to disk by eviction or request */
+    uint64_t restores;        /* sessions read back from disk */
+    uint64_t spill_bytes;
+    uint64_t restore_bytes;
+    uint64_t crc_failures;    /* pages dropped because they failed their CRC on read */
+    uint64_t disk_errors;     /* I/O or disk-full errors from the SSD tier */
+    uint64_t expired;         /* sessions removed by the idle TTL */
+} kvp_store_stats_t;
+
+kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
+void         kvp_store_close(kvp_store_h store); /* NULL is a no-op */
+
+/* Pages. page is borrowed (copied into the pool). KVP_ERR_CORRUPT / KVP_ERR_BAD_PAGE on a bad
+ * page; KVP_ERR_NO_SPACE when the budget cannot be met even after eviction. Re-putting an
+ * identical key is a no-op (prefix sharing). */
+kvp_status_t kvp_store_page_put(kvp_store_h store, uint64_t ns, const void *page, size_t len);
+/* Reference a page (DRAM, or restored from disk). The bytes stay valid until the ref is released. */
+kvp_status_t kvp_store_page_get(kvp_store_h store, uint64_t ns, kvp_key128_t key, uint32_t layer,
+                                kvp_page_ref_h *ref_p);
+const void  *kvp_page_ref_data(kvp_page_ref_h ref, size_t *len_p);
+void         kvp_page_ref_release(kvp_page_ref_h ref); /* NULL is a no-op */
+
+/* Sessions. desc is borrowed. Every (chunk key, layer) page the record names must already be in
+ * the store (else KVP_ERR_NOT_FOUND). Under write-through/sync the record and its pages reach
+ * disk in one WriteBatch before this returns. */
+kvp_status_t kvp_store_session_put(kvp_store_h store, uint64_t ns, const char *sid,
+                                   const kvp_session_desc_t *desc);
+/* Deep copy of the record into *desc (kvp_session_desc_clear frees it); restores a spilled
+ * session's pages into DRAM first. */
+kvp_status_t kvp_store_session_get(kvp_store_h store, uint64_t ns, const char *sid,
+                                   kvp_session_desc_t *desc);
+/* Write the session (record + its pages) to disk in one WriteBatch and drop unshared pages from
+ * DRAM. KVP_ERR_UNSUPPORTED without a db_path. */
+kvp_status_t kvp_store_session_spill(kvp_store_h store, uint64_t ns, const char *sid);
+kvp_status_t kvp_store_session_delete(kvp_store_h store, uint64_t ns, const char *sid);
+
+/* Leading chunks (of keys[0..n)) present for all `layers` layers, in DRAM or on disk. */
+kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t *keys, uint32_t n,
+                              uint32_t layers, uint32_t *hit_chunks_p);
+
+void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
