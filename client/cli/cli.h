@@ -1,0 +1,55 @@
+/* cli.h - shared pieces of the kvpack CLI: the subcommand table entry points, option parsing
+ * helpers, a tiny JSON writer, and a progress line. Every subcommand lives in its own cmd_*.c,
+ * prints --help, and returns a process exit status (0 ok, 1 failed check, 2 usage error). */
+#ifndef KVPACK_CLI_H
+#define KVPACK_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvpack/status.h"
+
+/* ---- subcommands (one cmd_*.c each) ---- */
+int kvp_cmd_demo(int argc, char **argv);
+int kvp_cmd_serve(int argc, char **argv);
+int kvp_cmd_eval(int argc, char **argv);
+int kvp_cmd_model(int argc, char **argv);
+int kvp_cmd_bench_codec(int argc, char **argv);
+int kvp_cmd_bench_store(int argc, char **argv);
+int kvp_cmd_bench_transfer(int argc, char **argv);
+int kvp_cmd_stat(int argc, char **argv);
+
+/* ---- option helpers: "--name value" or "--name=value" ---- */
+/* If argv[*i] is --name, store its value (advancing *i) and return true. Missing value: exits 2. */
+bool kvp_opt_str(int argc, char **argv, int *i, const char *name, const char **val_p);
+bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_p);
+bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p);
+bool kvp_opt_flag(char **argv, int i, const char *name); /* exact match, no value */
+bool kvp_opt_help(int argc, char **argv);               /* any -h/--help present */
+/* Report an unknown option and return exit status 2. */
+int  kvp_opt_unknown(const char *cmd, const char *arg);
+
+/* ---- JSON writer (one object tree to a FILE, commas handled) ---- */
+typedef struct {
+    FILE *out;
+    int   depth;
+    bool  need_comma[16];
+    char  closer[16];
+} kvp_json_t;
+
+void kvp_json_begin(kvp_json_t *j, FILE *out);   /* starts the top-level object */
+void kvp_json_end(kvp_json_t *j);                /* closes it and writes a newline */
+void kvp_json_obj(kvp_json_t *j, const char *key);   /* nested object; key NULL inside arrays */
+void kvp_json_arr(kvp_json_t *j, const char *key);
+void kvp_json_close(kvp_json_t *j);              /* closes the innermost object or array */
+void kvp_json_num(kvp_json_t *j, const char *key, double v); /* non-finite -> null */
+void kvp_json_int(kvp_json_t *j, const char *key, int64_t v);
+void kvp_json_str(kvp_json_t *j, const char *key, const char *v);
+void kvp_json_bool(kvp_json_t *j, const char *key, bool v);
+
+/* ---- progress line on stderr (only when stderr is a terminal or KVP_PROGRESS=1) ---- */
+void kvp_progress(const char *what, uint64_t done, uint64_t total);
+void kvp_progress_done(void);
+
+#endif

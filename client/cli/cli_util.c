@@ -1,0 +1,232 @@
+/* cli_util.c - option parsing, JSON writer and progress line shared by all subcommands. */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- options ---- */
+
+static const char *opt_match(int argc, char **argv, int *i, const char *name)
+{
+    const char *a = argv[*i];
+    size_t      n = strlen(name);
+
+    if (strncmp(a, name, n) != 0) {
+        return NULL;
+    }
+    if (a[n] == '=') {
+        return a + n + 1;
+    }
+    if (a[n] != '\0') {
+        return NULL;
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvpack: option %s needs a value\n", name);
+        exit(2);
+    }
+    (*i)++;
+    return argv[*i];
+}
+
+bool kvp_opt_str(int argc, char **argv, int *i, const char *name, const char **val_p)
+{
+    const char *v = opt_match(argc, argv, i, name);
+
+    if (v == NULL) {
+        return false;
+    }
+    *val_p = v;
+    return true;
+}
+
+bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_p)
+{
+    const char *v = opt_match(argc, argv, i, name);
+    char       *end;
+
+    if (v == NULL) {
+        return false;
+    }
+    *val_p = strtoull(v, &end, 0);
+    if (end == v || (*end != '\0' && strchr("kKmMgG", *end) == NULL)) {
+        fprintf(stderr, "kvpack: option %s expects a number, got '%s'\n", name, v);
+        exit(2);
+    }
+    switch (*end) {
+    case 'k': case 'K': *val_p <<= 10; break;
+    case 'm': case 'M': *val_p <<= 20; break;
+    case 'g': case 'G': *val_p <<= 30; break;
+    default: break;
+    }
+    return true;
+}
+
+bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p)
+{
+    const char *v = opt_match(argc, argv, i, name);
+    char       *end;
+
+    if (v == NULL) {
+        return false;
+    }
+    *val_p = strtod(v, &end);
+    if (end == v || *end != '\0') {
+        fprintf(stderr, "kvpack: option %s expects a number, got '%s'\n", name, v);
+        exit(2);
+    }
+    return true;
+}
+
+bool kvp_opt_flag(char **argv, int i, const char *name)
+{
+    return strcmp(argv[i], name) == 0;
+}
+
+bool kvp_opt_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int kvp_opt_unknown(const char *cmd, const char *arg)
+{
+    fprintf(stderr, "kvpack %s: unknown option '%s' (see kvpack %s --help)\n", cmd, arg, cmd);
+    return 2;
+}
+
+/* ---- JSON ---- */
+
+static void json_key(kvp_json_t *j, const char *key)
+{
+    if (j->need_comma[j->depth]) {
+        fputc(',', j->out);
+    }
+    j->need_comma[j->depth] = true;
+    if (key != NULL) {
+        fprintf(j->out, "\"%s\":", key);
+    }
+}
+
+static void json_escaped(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '"' || c == '\\') {
+            fprintf(out, "\\%c", c);
+        } else if (c < 0x20) {
+            fprintf(out, "\\u%04x", c);
+        } else {
+            fputc(c, out);
+        }
+    }
+    fputc('"', out);
+}
+
+void kvp_json_begin(kvp_json_t *j, FILE *out)
+{
+    memset(j, 0, sizeof(*j));
+    j->out = out;
+    fputc('{', out);
+}
+
+void kvp_json_end(kvp_json_t *j)
+{
+    while (j->depth > 0) {
+        kvp_json_close(j);
+    }
+    fputs("}\n", j->out);
+    fflush(j->out);
+}
+
+static void json_open(kvp_json_t *j, const char *key, char open, char close)
+{
+    json_key(j, key);
+    fputc(open, j->out);
+    if (j->depth < 15) {
+        j->depth++;
+    }
+    j->need_comma[j->depth] = false;
+    j->closer[j->depth]     = close;
+}
+
+void kvp_json_obj(kvp_json_t *j, const char *key) { json_open(j, key, '{', '}'); }
+void kvp_json_arr(kvp_json_t *j, const char *key) { json_open(j, key, '[', ']'); }
+
+void kvp_json_close(kvp_json_t *j)
+{
+    if (j->depth > 0) {
+        fputc(j->closer[j->depth], j->out);
+        j->depth--;
+    }
+}
+
+void kvp_json_num(kvp_json_t *j, const char *key, double v)
+{
+    json_key(j, key);
+    if (isfinite(v)) {
+        fprintf(j->out, "%.6g", v);
+    } else {
+        fputs("null", j->out);
+    }
+}
+
+void kvp_json_int(kvp_json_t *j, const char *key, int64_t v)
+{
+    json_key(j, key);
+    fprintf(j->out, "%lld", (long long)v);
+}
+
+void kvp_json_str(kvp_json_t *j, const char *key, const char *v)
+{
+    json_key(j, key);
+    json_escaped(j->out, v);
+}
+
+void kvp_json_bool(kvp_json_t *j, const char *key, bool v)
+{
+    json_key(j, key);
+    fputs(v ? "true" : "false", j->out);
+}
+
+/* ---- progress ---- */
+
+static int progress_enabled(void)
+{
+    static int enabled = -1;
+
+    if (enabled < 0) {
+        const char *e = getenv("KVP_PROGRESS");
+
+        enabled = (e != NULL) ? (strcmp(e, "0") != 0) : isatty(2);
+    }
+    return enabled;
+}
+
+void kvp_progress(const char *what, uint64_t done, uint64_t total)
+{
+    if (!progress_enabled()) {
+        return;
+    }
+    if (total > 0) {
+        fprintf(stderr, "\r%s: %llu/%llu (%.0f%%)   ", what, (unsigned long long)done,
+                (unsigned long long)total, 100.0 * (double)done / (double)total);
+    } else {
+        fprintf(stderr, "\r%s: %llu   ", what, (unsigned long long)done);
+    }
+    fflush(stderr);
+}
+
+void kvp_progress_done(void)
+{
+    if (progress_enabled()) {
+        fputc('\n', stderr);
+    }
+}

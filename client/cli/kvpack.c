@@ -1,0 +1,69 @@
+/* kvpack.c - the kvpack command line: a table of subcommands, each in its own cmd_*.c.
+ * main() is last. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+} cli_cmd_t;
+
+static const cli_cmd_t commands[] = {
+    {"demo",  "run a local prefill -> node -> decode round trip, restart the node, resume", kvp_cmd_demo},
+    {"serve", "run a node (same as kvpackd)", kvp_cmd_serve},
+    {"stat",  "print a node's statistics", kvp_cmd_stat},
+    {"eval",  "measure codec quality on synthetic or .kvd KV", kvp_cmd_eval},
+    {"model", "run a real Llama-family model with its KV through the cache", kvp_cmd_model},
+    {"bench", "benchmarks: codec | store | transfer (JSON, with same-run baselines)", NULL},
+};
+
+static const cli_cmd_t bench_commands[] = {
+    {"codec",    "encode/decode GB/s per codec and twin vs memcpy", kvp_cmd_bench_codec},
+    {"store",    "spill/restore GB/s vs raw disk, index ops/s", kvp_cmd_bench_store},
+    {"transfer", "page shipping GB/s vs ucx_perftest-style raw UCX and fp16 shipping", kvp_cmd_bench_transfer},
+};
+
+#define NCMD(t) (sizeof(t) / sizeof((t)[0]))
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: kvpack <command> [options]   (kvpack <command> --help for details)\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < NCMD(commands); i++) {
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    }
+    for (size_t i = 0; i < NCMD(bench_commands); i++) {
+        fprintf(out, "  bench %-8s %s\n", bench_commands[i].name, bench_commands[i].summary);
+    }
+}
+
+static int run_table(const cli_cmd_t *table, size_t n, int argc, char **argv)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(argv[0], table[i].name) == 0) {
+            return table[i].main(argc, argv);
+        }
+    }
+    fprintf(stderr, "kvpack: unknown command '%s'\n", argv[0]);
+    usage(stderr);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "bench") == 0) {
+        if (argc < 3 || strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0) {
+            usage(argc < 3 ? stderr : stdout);
+            return argc < 3 ? 2 : 0;
+        }
+        return run_table(bench_commands, NCMD(bench_commands), argc - 2, argv + 2);
+    }
+    return run_table(commands, NCMD(commands) - 1, argc - 1, argv + 1);
+}
