@@ -1,0 +1,97 @@
+/* wire.h - kvpack control messages in plain C structs, and their protobuf encoding.
+ * proto/wire.c is the only code that sees the generated Kvp__* types: it packs these structs into
+ * protobuf (the UCX active-message header) and unpacks + validates received headers against the
+ * length of the AM data that came with them (page lengths must sum to it, counts must match).
+ * Any unpack or validation failure is KVP_ERR_PROTOCOL. Bulk bytes never pass through here. */
+#ifndef KVPACK_WIRE_H
+#define KVPACK_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/page.h"
+#include "kvpack/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVP_WIRE_VERSION    1u
+#define KVP_WIRE_MAX_PAGES  4096u /* pages per PUT_PAGES / GET_PAGES message */
+#define KVP_WIRE_MAX_KEYS   4096u /* keys per GET_PAGES / LOOKUP message */
+#define KVP_WIRE_MAX_LAYERS 4096u
+#define KVP_WIRE_MSG_MAX    256u  /* bytes of a reply message, NUL included */
+
+typedef enum {
+    KVP_WIRE_OP_NONE        = 0,
+    KVP_WIRE_OP_PUT_PAGES   = 1,
+    KVP_WIRE_OP_PUT_SESSION = 2,
+    KVP_WIRE_OP_GET_SESSION = 3,
+    KVP_WIRE_OP_GET_PAGES   = 4,
+    KVP_WIRE_OP_LOOKUP      = 5,
+    KVP_WIRE_OP_SPILL       = 6,
+    KVP_WIRE_OP_STAT        = 7,
+    KVP_WIRE_OP_MAX         = 8
+} kvp_wire_op_t;
+
+/* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and
+ * freed by kvp_wire_req_clear. Fields not used by op are zero. */
+typedef struct {
+    kvp_wire_op_t op;
+    uint64_t      req_id;
+    uint32_t      deadline_ms;        /* time budget left when sent */
+    uint64_t      ns;                 /* all ops but STAT */
+    char          sid[KVP_SID_MAX];   /* PUT_SESSION, GET_SESSION, SPILL */
+    uint32_t      n_pages;            /* PUT_PAGES: page count and lengths (sum = data bytes) */
+    uint32_t     *page_lens;
+    uint32_t      record_len;         /* PUT_SESSION: record bytes (= data bytes) */
+    uint32_t      n_keys;             /* GET_PAGES, LOOKUP */
+    kvp_key128_t *keys;
+    uint32_t      layers;             /* GET_PAGES, LOOKUP */
+    uint32_t      start;              /* GET_PAGES: first item (key index * layers + layer) */
+    uint32_t      max_bytes;          /* GET_PAGES: reply data budget */
+} kvp_wire_req_t;
+
+typedef struct {
+    uint64_t dram_bytes, dram_pages, dram_budget;
+    uint64_t sessions, sessions_on_disk;
+    uint64_t spills, restores, crc_failures, disk_errors;
+    uint64_t uptime_ms, requests, bad_requests;
+} kvp_wire_stat_t;
+
+/* A reply. Same ownership rules as kvp_wire_req_t. */
+typedef struct {
+    kvp_wire_op_t   op;
+    uint64_t        req_id;
+    kvp_status_t    status;
+    char            message[KVP_WIRE_MSG_MAX];
+    uint32_t        accepted;       /* PUT_PAGES */
+    uint32_t        first_bad;      /* PUT_PAGES */
+    uint32_t        record_len;     /* GET_SESSION (= data bytes) */
+    uint32_t        n_pages;        /* GET_PAGES (sum of lengths = data bytes) */
+    uint32_t       *page_lens;
+    uint32_t        hit_chunks;     /* LOOKUP */
+    kvp_wire_stat_t stat;           /* STAT */
+} kvp_wire_rep_t;
+
+const char *kvp_wire_op_name(kvp_wire_op_t op); /* never NULL */
+
+/* Pack into a fresh kvp_malloc'd buffer (*buf_p, transferred to the caller). Reply bodies are
+ * packed only for status KVP_OK. KVP_ERR_INVALID for a struct that would not validate. */
+kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_t *len_p);
+kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_t *len_p);
+
+/* Unpack len bytes of header that arrived with data_len bytes of AM data, and validate.
+ * KVP_ERR_PROTOCOL for anything malformed; req_id is filled in whenever the protobuf itself
+ * decoded, so an error reply can still be matched. Clear the struct even after a failure. */
+kvp_status_t kvp_wire_req_unpack(const void *buf, size_t len, uint64_t data_len,
+                                 kvp_wire_req_t *req);
+kvp_status_t kvp_wire_rep_unpack(const void *buf, size_t len, uint64_t data_len,
+                                 kvp_wire_rep_t *rep);
+void         kvp_wire_req_clear(kvp_wire_req_t *req);
+void         kvp_wire_rep_clear(kvp_wire_rep_t *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

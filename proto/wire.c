@@ -1,0 +1,522 @@
+/* wire.c - the only code that sees protobuf-c's generated Kvp__* types: packs kvp_wire_req_t /
+ * kvp_wire_rep_t into protobuf and unpacks + validates received headers against the AM data
+ * length that came with them. Unpacked protobuf is copied into our structs and freed here.
+ * Main flow: kvp_wire_req_unpack -> kvp__request__unpack -> req_from_pb (validates) -> free. */
+#include "kvpack/wire.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include "kvpack.pb-c.h"
+
+#include <string.h>
+
+#define MOD "wire"
+
+/* ---- allocator: protobuf-c allocations go through kvp_malloc too ---- */
+
+static void *pb_alloc(void *data, size_t size)
+{
+    (void)data;
+    return kvp_malloc(size == 0 ? 1 : size, "protobuf");
+}
+
+static void pb_free(void *data, void *ptr)
+{
+    (void)data;
+    kvp_free(ptr);
+}
+
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+static const char *const op_names[KVP_WIRE_OP_MAX] = {
+    "none", "put_pages", "put_session", "get_session", "get_pages", "lookup", "spill", "stat",
+};
+
+const char *kvp_wire_op_name(kvp_wire_op_t op)
+{
+    return ((unsigned)op < KVP_WIRE_OP_MAX) ? op_names[op] : "unknown";
+}
+
+/* ---- shared checks ---- */
+
+static int sid_ok(const char *sid)
+{
+    size_t n;
+
+    if (sid == NULL) {
+        return 0;
+    }
+    n = strnlen(sid, KVP_SID_MAX);
+    return n > 0 && n < KVP_SID_MAX;
+}
+
+/* Page lengths: 1..KVP_WIRE_MAX_PAGES entries, each a plausible page, summing to data_len. */
+static int page_lens_ok(const uint32_t *lens, size_t n, uint64_t data_len)
+{
+    uint64_t sum = 0;
+
+    if (n == 0 || n > KVP_WIRE_MAX_PAGES) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (lens[i] < KVP_PAGE_HDR_BYTES || lens[i] > KVP_PAGE_HDR_BYTES + KVP_PAGE_MAX_PAYLOAD) {
+            return 0;
+        }
+        sum += lens[i];
+    }
+    return sum == data_len;
+}
+
+static int keys_ok(size_t n_lo, size_t n_hi, uint32_t layers)
+{
+    return n_lo == n_hi && n_lo > 0 && n_lo <= KVP_WIRE_MAX_KEYS && layers > 0 &&
+           layers <= KVP_WIRE_MAX_LAYERS;
+}
+
+static kvp_status_t keys_copy(const uint64_t *lo, const uint64_t *hi, size_t n,
+                              kvp_key128_t **keys_p)
+{
+    kvp_key128_t *k = kvp_malloc(n * sizeof(*k), "wire keys");
+
+    if (k == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) {
+        k[i].lo = lo[i];
+        k[i].hi = hi[i];
+    }
+    *keys_p = k;
+    return KVP_OK;
+}
+
+static kvp_status_t lens_copy(const uint32_t *src, size_t n, uint32_t **lens_p)
+{
+    uint32_t *l = kvp_malloc(n * sizeof(*l), "wire lens");
+
+    if (l == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    memcpy(l, src, n * sizeof(*l));
+    *lens_p = l;
+    return KVP_OK;
+}
+
+/* Key arrays for packing: split kvp_key128_t into the lo/hi packed fields. */
+static kvp_status_t keys_split(const kvp_key128_t *keys, uint32_t n, uint64_t **lo_p,
+                               uint64_t **hi_p)
+{
+    uint64_t *lo = kvp_malloc((size_t)n * 2 * sizeof(uint64_t), "wire key split");
+
+    if (lo == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        lo[i]     = keys[i].lo;
+        lo[n + i] = keys[i].hi;
+    }
+    *lo_p = lo;
+    *hi_p = lo + n;
+    return KVP_OK;
+}
+
+static kvp_status_t pack_msg(const ProtobufCMessage *m, uint8_t **buf_p, size_t *len_p)
+{
+    size_t   len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = kvp_malloc(len == 0 ? 1 : len, "wire pack");
+
+    if (buf == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    protobuf_c_message_pack(m, buf);
+    *buf_p = buf;
+    *len_p = len;
+    return KVP_OK;
+}
+
+/* ---- requests ---- */
+
+kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_t *len_p)
+{
+    Kvp__Request       r   = KVP__REQUEST__INIT;
+    Kvp__PutPagesReq   pp  = KVP__PUT_PAGES_REQ__INIT;
+    Kvp__PutSessionReq ps  = KVP__PUT_SESSION_REQ__INIT;
+    Kvp__SessionReq    sr  = KVP__SESSION_REQ__INIT;
+    Kvp__GetPagesReq   gp  = KVP__GET_PAGES_REQ__INIT;
+    Kvp__LookupReq     lk  = KVP__LOOKUP_REQ__INIT;
+    Kvp__StatReq       st  = KVP__STAT_REQ__INIT;
+    uint64_t          *lo  = NULL, *hi = NULL;
+    kvp_status_t       status;
+
+    r.version     = KVP_WIRE_VERSION;
+    r.req_id      = req->req_id;
+    r.deadline_ms = req->deadline_ms;
+    switch (req->op) {
+    case KVP_WIRE_OP_PUT_PAGES:
+        pp.ns         = req->ns;
+        pp.n_page_len = req->n_pages;
+        pp.page_len   = req->page_lens;
+        r.body_case   = KVP__REQUEST__BODY_PUT_PAGES;
+        r.put_pages   = &pp;
+        break;
+    case KVP_WIRE_OP_PUT_SESSION:
+        ps.ns          = req->ns;
+        ps.sid         = (char *)req->sid;
+        ps.record_len  = req->record_len;
+        r.body_case    = KVP__REQUEST__BODY_PUT_SESSION;
+        r.put_session  = &ps;
+        break;
+    case KVP_WIRE_OP_GET_SESSION:
+    case KVP_WIRE_OP_SPILL:
+        sr.ns  = req->ns;
+        sr.sid = (char *)req->sid;
+        if (req->op == KVP_WIRE_OP_SPILL) {
+            r.body_case = KVP__REQUEST__BODY_SPILL;
+            r.spill     = &sr;
+        } else {
+            r.body_case   = KVP__REQUEST__BODY_GET_SESSION;
+            r.get_session = &sr;
+        }
+        break;
+    case KVP_WIRE_OP_GET_PAGES:
+    case KVP_WIRE_OP_LOOKUP:
+        if (req->n_keys == 0 || req->n_keys > KVP_WIRE_MAX_KEYS) {
+            KVP_LOG_ERROR(MOD, "%s with %u keys (1..%u allowed)", kvp_wire_op_name(req->op),
+                          req->n_keys, KVP_WIRE_MAX_KEYS);
+            return KVP_ERR_INVALID;
+        }
+        status = keys_split(req->keys, req->n_keys, &lo, &hi);
+        if (status != KVP_OK) {
+            return status;
+        }
+        if (req->op == KVP_WIRE_OP_GET_PAGES) {
+            gp.ns        = req->ns;
+            gp.n_key_lo  = gp.n_key_hi = req->n_keys;
+            gp.key_lo    = lo;
+            gp.key_hi    = hi;
+            gp.layers    = req->layers;
+            gp.start     = req->start;
+            gp.max_bytes = req->max_bytes;
+            r.body_case  = KVP__REQUEST__BODY_GET_PAGES;
+            r.get_pages  = &gp;
+        } else {
+            lk.ns       = req->ns;
+            lk.n_key_lo = lk.n_key_hi = req->n_keys;
+            lk.key_lo   = lo;
+            lk.key_hi   = hi;
+            lk.layers   = req->layers;
+            r.body_case = KVP__REQUEST__BODY_LOOKUP;
+            r.lookup    = &lk;
+        }
+        break;
+    case KVP_WIRE_OP_STAT:
+        r.body_case = KVP__REQUEST__BODY_STAT;
+        r.stat      = &st;
+        break;
+    default:
+        KVP_LOG_ERROR(MOD, "cannot pack request op %d", (int)req->op);
+        return KVP_ERR_INVALID;
+    }
+    status = pack_msg(&r.base, buf_p, len_p);
+    kvp_free(lo);
+    return status;
+}
+
+static kvp_status_t req_bad(kvp_wire_req_t *req, const char *why)
+{
+    KVP_LOG_WARN(MOD, "malformed %s request %llu: %s", kvp_wire_op_name(req->op),
+                 (unsigned long long)req->req_id, why);
+    return KVP_ERR_PROTOCOL;
+}
+
+static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wire_req_t *req)
+{
+    req->req_id      = r->req_id;
+    req->deadline_ms = r->deadline_ms;
+    if (r->version != KVP_WIRE_VERSION) {
+        return req_bad(req, "unsupported wire version");
+    }
+    switch (r->body_case) {
+    case KVP__REQUEST__BODY_PUT_PAGES:
+        req->op = KVP_WIRE_OP_PUT_PAGES;
+        req->ns = r->put_pages->ns;
+        if (!page_lens_ok(r->put_pages->page_len, r->put_pages->n_page_len, data_len)) {
+            return req_bad(req, "page lengths do not match the data");
+        }
+        req->n_pages = (uint32_t)r->put_pages->n_page_len;
+        return lens_copy(r->put_pages->page_len, req->n_pages, &req->page_lens);
+    case KVP__REQUEST__BODY_PUT_SESSION:
+        req->op = KVP_WIRE_OP_PUT_SESSION;
+        req->ns = r->put_session->ns;
+        if (!sid_ok(r->put_session->sid)) {
+            return req_bad(req, "bad session id");
+        }
+        if (r->put_session->record_len == 0 || r->put_session->record_len != data_len) {
+            return req_bad(req, "record length does not match the data");
+        }
+        strcpy(req->sid, r->put_session->sid);
+        req->record_len = r->put_session->record_len;
+        return KVP_OK;
+    case KVP__REQUEST__BODY_GET_SESSION:
+    case KVP__REQUEST__BODY_SPILL: {
+        const Kvp__SessionReq *s = (r->body_case == KVP__REQUEST__BODY_SPILL) ? r->spill
+                                                                              : r->get_session;
+
+        req->op = (r->body_case == KVP__REQUEST__BODY_SPILL) ? KVP_WIRE_OP_SPILL
+                                                             : KVP_WIRE_OP_GET_SESSION;
+        req->ns = s->ns;
+        if (!sid_ok(s->sid)) {
+            return req_bad(req, "bad session id");
+        }
+        if (data_len != 0) {
+            return req_bad(req, "unexpected data");
+        }
+        strcpy(req->sid, s->sid);
+        return KVP_OK;
+    }
+    case KVP__REQUEST__BODY_GET_PAGES: {
+        const Kvp__GetPagesReq *g = r->get_pages;
+
+        req->op = KVP_WIRE_OP_GET_PAGES;
+        req->ns = g->ns;
+        if (!keys_ok(g->n_key_lo, g->n_key_hi, g->layers) || data_len != 0 ||
+            (uint64_t)g->start >= (uint64_t)g->n_key_lo * g->layers || g->max_bytes == 0) {
+            return req_bad(req, "bad keys, layers, start or data");
+        }
+        req->n_keys    = (uint32_t)g->n_key_lo;
+        req->layers    = g->layers;
+        req->start     = g->start;
+        req->max_bytes = g->max_bytes;
+        return keys_copy(g->key_lo, g->key_hi, req->n_keys, &req->keys);
+    }
+    case KVP__REQUEST__BODY_LOOKUP: {
+        const Kvp__LookupReq *l = r->lookup;
+
+        req->op = KVP_WIRE_OP_LOOKUP;
+        req->ns = l->ns;
+        if (!keys_ok(l->n_key_lo, l->n_key_hi, l->layers) || data_len != 0) {
+            return req_bad(req, "bad keys, layers or data");
+        }
+        req->n_keys = (uint32_t)l->n_key_lo;
+        req->layers = l->layers;
+        return keys_copy(l->key_lo, l->key_hi, req->n_keys, &req->keys);
+    }
+    case KVP__REQUEST__BODY_STAT:
+        req->op = KVP_WIRE_OP_STAT;
+        if (data_len != 0) {
+            return req_bad(req, "unexpected data");
+        }
+        return KVP_OK;
+    default:
+        return req_bad(req, "no body");
+    }
+}
+
+kvp_status_t kvp_wire_req_unpack(const void *buf, size_t len, uint64_t data_len,
+                                 kvp_wire_req_t *req)
+{
+    Kvp__Request *r;
+    kvp_status_t  status;
+
+    memset(req, 0, sizeof(*req));
+    r = kvp__request__unpack(&pb_allocator, len, buf);
+    if (r == NULL) {
+        KVP_LOG_WARN(MOD, "undecodable request header of %zu bytes", len);
+        return KVP_ERR_PROTOCOL;
+    }
+    status = req_from_pb(r, data_len, req);
+    kvp__request__free_unpacked(r, &pb_allocator);
+    return status;
+}
+
+void kvp_wire_req_clear(kvp_wire_req_t *req)
+{
+    if (req != NULL) {
+        kvp_free(req->page_lens);
+        kvp_free(req->keys);
+        memset(req, 0, sizeof(*req));
+    }
+}
+
+/* ---- replies ---- */
+
+kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_t *len_p)
+{
+    Kvp__Reply         r  = KVP__REPLY__INIT;
+    Kvp__PutPagesRep   pp = KVP__PUT_PAGES_REP__INIT;
+    Kvp__GetSessionRep gs = KVP__GET_SESSION_REP__INIT;
+    Kvp__GetPagesRep   gp = KVP__GET_PAGES_REP__INIT;
+    Kvp__LookupRep     lk = KVP__LOOKUP_REP__INIT;
+    Kvp__StatRep       st = KVP__STAT_REP__INIT;
+
+    r.version = KVP_WIRE_VERSION;
+    r.req_id  = rep->req_id;
+    r.op      = (uint32_t)rep->op;
+    r.status  = (int32_t)rep->status;
+    if (rep->message[0] != '\0') {
+        r.message = (char *)rep->message;
+    }
+    if (rep->status == KVP_OK) {
+        switch (rep->op) {
+        case KVP_WIRE_OP_PUT_PAGES:
+            pp.accepted  = rep->accepted;
+            pp.first_bad = rep->first_bad;
+            r.body_case  = KVP__REPLY__BODY_PUT_PAGES;
+            r.put_pages  = &pp;
+            break;
+        case KVP_WIRE_OP_GET_SESSION:
+            gs.record_len = rep->record_len;
+            r.body_case   = KVP__REPLY__BODY_GET_SESSION;
+            r.get_session = &gs;
+            break;
+        case KVP_WIRE_OP_GET_PAGES:
+            gp.n_page_len = rep->n_pages;
+            gp.page_len   = rep->page_lens;
+            r.body_case   = KVP__REPLY__BODY_GET_PAGES;
+            r.get_pages   = &gp;
+            break;
+        case KVP_WIRE_OP_LOOKUP:
+            lk.hit_chunks = rep->hit_chunks;
+            r.body_case   = KVP__REPLY__BODY_LOOKUP;
+            r.lookup      = &lk;
+            break;
+        case KVP_WIRE_OP_STAT:
+            st.dram_bytes       = rep->stat.dram_bytes;
+            st.dram_pages       = rep->stat.dram_pages;
+            st.dram_budget      = rep->stat.dram_budget;
+            st.sessions         = rep->stat.sessions;
+            st.sessions_on_disk = rep->stat.sessions_on_disk;
+            st.spills           = rep->stat.spills;
+            st.restores         = rep->stat.restores;
+            st.crc_failures     = rep->stat.crc_failures;
+            st.disk_errors      = rep->stat.disk_errors;
+            st.uptime_ms        = rep->stat.uptime_ms;
+            st.requests         = rep->stat.requests;
+            st.bad_requests     = rep->stat.bad_requests;
+            r.body_case         = KVP__REPLY__BODY_STAT;
+            r.stat              = &st;
+            break;
+        case KVP_WIRE_OP_PUT_SESSION:
+        case KVP_WIRE_OP_SPILL:
+            break;
+        default:
+            KVP_LOG_ERROR(MOD, "cannot pack reply op %d", (int)rep->op);
+            return KVP_ERR_INVALID;
+        }
+    }
+    return pack_msg(&r.base, buf_p, len_p);
+}
+
+static kvp_status_t rep_bad(kvp_wire_rep_t *rep, const char *why)
+{
+    KVP_LOG_WARN(MOD, "malformed %s reply %llu: %s", kvp_wire_op_name(rep->op),
+                 (unsigned long long)rep->req_id, why);
+    return KVP_ERR_PROTOCOL;
+}
+
+static int status_known(int32_t s)
+{
+    return s <= 0 && strcmp(kvp_status_name((kvp_status_t)s), "UNKNOWN") != 0;
+}
+
+/* Which body case an OK reply to op must carry. */
+static Kvp__Reply__BodyCase rep_body_for(kvp_wire_op_t op)
+{
+    switch (op) {
+    case KVP_WIRE_OP_PUT_PAGES:   return KVP__REPLY__BODY_PUT_PAGES;
+    case KVP_WIRE_OP_GET_SESSION: return KVP__REPLY__BODY_GET_SESSION;
+    case KVP_WIRE_OP_GET_PAGES:   return KVP__REPLY__BODY_GET_PAGES;
+    case KVP_WIRE_OP_LOOKUP:      return KVP__REPLY__BODY_LOOKUP;
+    case KVP_WIRE_OP_STAT:        return KVP__REPLY__BODY_STAT;
+    default:                      return KVP__REPLY__BODY__NOT_SET;
+    }
+}
+
+static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire_rep_t *rep)
+{
+    rep->req_id = r->req_id;
+    if (r->version != KVP_WIRE_VERSION) {
+        return rep_bad(rep, "unsupported wire version");
+    }
+    if (r->op == KVP_WIRE_OP_NONE || r->op >= KVP_WIRE_OP_MAX) {
+        return rep_bad(rep, "unknown op");
+    }
+    rep->op = (kvp_wire_op_t)r->op;
+    if (!status_known(r->status)) {
+        return rep_bad(rep, "unknown status code");
+    }
+    rep->status = (kvp_status_t)r->status;
+    if (r->message != NULL) {
+        strncpy(rep->message, r->message, sizeof(rep->message) - 1);
+    }
+    if (rep->status != KVP_OK) {
+        if (r->body_case != KVP__REPLY__BODY__NOT_SET || data_len != 0) {
+            return rep_bad(rep, "error reply with a body or data");
+        }
+        return KVP_OK;
+    }
+    if (r->body_case != rep_body_for(rep->op)) {
+        return rep_bad(rep, "body does not match op");
+    }
+    switch (r->body_case) {
+    case KVP__REPLY__BODY_PUT_PAGES:
+        rep->accepted  = r->put_pages->accepted;
+        rep->first_bad = r->put_pages->first_bad;
+        return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
+    case KVP__REPLY__BODY_GET_SESSION:
+        if (r->get_session->record_len == 0 || r->get_session->record_len != data_len) {
+            return rep_bad(rep, "record length does not match the data");
+        }
+        rep->record_len = r->get_session->record_len;
+        return KVP_OK;
+    case KVP__REPLY__BODY_GET_PAGES:
+        if (!page_lens_ok(r->get_pages->page_len, r->get_pages->n_page_len, data_len)) {
+            return rep_bad(rep, "page lengths do not match the data");
+        }
+        rep->n_pages = (uint32_t)r->get_pages->n_page_len;
+        return lens_copy(r->get_pages->page_len, rep->n_pages, &rep->page_lens);
+    case KVP__REPLY__BODY_LOOKUP:
+        rep->hit_chunks = r->lookup->hit_chunks;
+        return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
+    case KVP__REPLY__BODY_STAT:
+        rep->stat.dram_bytes       = r->stat->dram_bytes;
+        rep->stat.dram_pages       = r->stat->dram_pages;
+        rep->stat.dram_budget      = r->stat->dram_budget;
+        rep->stat.sessions         = r->stat->sessions;
+        rep->stat.sessions_on_disk = r->stat->sessions_on_disk;
+        rep->stat.spills           = r->stat->spills;
+        rep->stat.restores         = r->stat->restores;
+        rep->stat.crc_failures     = r->stat->crc_failures;
+        rep->stat.disk_errors      = r->stat->disk_errors;
+        rep->stat.uptime_ms        = r->stat->uptime_ms;
+        rep->stat.requests         = r->stat->requests;
+        rep->stat.bad_requests     = r->stat->bad_requests;
+        return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
+    default:
+        return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
+    }
+}
+
+kvp_status_t kvp_wire_rep_unpack(const void *buf, size_t len, uint64_t data_len,
+                                 kvp_wire_rep_t *rep)
+{
+    Kvp__Reply  *r;
+    kvp_status_t status;
+
+    memset(rep, 0, sizeof(*rep));
+    r = kvp__reply__unpack(&pb_allocator, len, buf);
+    if (r == NULL) {
+        KVP_LOG_WARN(MOD, "undecodable reply header of %zu bytes", len);
+        return KVP_ERR_PROTOCOL;
+    }
+    status = rep_from_pb(r, data_len, rep);
+    kvp__reply__free_unpacked(r, &pb_allocator);
+    return status;
+}
+
+void kvp_wire_rep_clear(kvp_wire_rep_t *rep)
+{
+    if (rep != NULL) {
+        kvp_free(rep->page_lens);
+        memset(rep, 0, sizeof(*rep));
+    }
+}
