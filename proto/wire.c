@@ -437,12 +437,15 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
     if (r->version != KVP_WIRE_VERSION) {
         return rep_bad(rep, "unsupported wire version");
     }
-    if (r->op == KVP_WIRE_OP_NONE || r->op >= KVP_WIRE_OP_MAX) {
+    if (r->op >= KVP_WIRE_OP_MAX) {
         return rep_bad(rep, "unknown op");
     }
     rep->op = (kvp_wire_op_t)r->op;
     if (!status_known(r->status)) {
         return rep_bad(rep, "unknown status code");
+    }
+    if (rep->op == KVP_WIRE_OP_NONE && r->status == KVP_OK) {
+        return rep_bad(rep, "success reply without an op"); /* op NONE: answer to garbage */
     }
     rep->status = (kvp_status_t)r->status;
     if (r->message != NULL) {

@@ -1,0 +1,52 @@
+/* node.h - the kvpack node: one store (DRAM pool + RocksDB directory) served over the transfer
+ * layer. kvpackd and `kvpack serve` both call kvp_node_main, so there is one way to run a node.
+ * Main flow: kvp_node_main (options, signals) -> kvp_node_run -> kvp_xfer_wait loop -> node_recv
+ *            -> kvp_wire_req_unpack -> store call -> reply. */
+#ifndef KVPACK_NODE_H
+#define KVPACK_NODE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/status.h"
+#include "kvpack/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kvp_node_params_field {
+    KVP_NODE_PARAM_HOST        = KVP_BIT(0),
+    KVP_NODE_PARAM_PORT        = KVP_BIT(1),
+    KVP_NODE_PARAM_DATA_DIR    = KVP_BIT(2),
+    KVP_NODE_PARAM_DRAM_BUDGET = KVP_BIT(3),
+    KVP_NODE_PARAM_DURABILITY  = KVP_BIT(4),
+    KVP_NODE_PARAM_READY_FILE  = KVP_BIT(5),
+    KVP_NODE_PARAM_MAX_MSG     = KVP_BIT(6),
+};
+
+typedef struct kvp_node_params {
+    uint64_t         field_mask;    /* MUST be first */
+    const char      *host;          /* listen address; default "127.0.0.1" */
+    uint16_t         port;          /* 0 = pick a free port (default) */
+    const char      *data_dir;      /* RocksDB directory; NULL = DRAM only */
+    size_t           dram_budget;   /* default: the store's default */
+    kvp_durability_t durability;    /* default KVP_DURABILITY_SPILL */
+    const char      *ready_file;    /* the bound port is written here once listening */
+    size_t           max_msg_bytes; /* largest request data accepted; default 256 MiB */
+} kvp_node_params_t;
+
+/* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on
+ * stdout and writes the port to ready_file once listening. */
+kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop);
+
+/* The node command line (kvpackd and `kvpack serve`): parses options, installs SIGTERM/SIGINT
+ * handlers for a clean shutdown, runs the node. prog names the command in messages. Returns a
+ * process exit status (0 clean shutdown, 1 failure, 2 usage). */
+int kvp_node_main(const char *prog, int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

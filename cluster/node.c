@@ -1,0 +1,422 @@
+/* node.c - a kvpack node: serves one store over the transfer layer. Every request is unpacked and
+ * validated by proto/wire, executed against the store, and answered with a reply that carries a
+ * kvp_status_t (and page or record bytes as AM data). A malformed request gets KVP_ERR_PROTOCOL
+ * and the node keeps serving; a client that dies only loses its own connection.
+ * Deadlines are enforced by the client; the node answers in arrival order on one thread.
+ * Main flow: kvp_node_run -> kvp_xfer_wait -> node_recv -> handle_<op> -> reply_send. */
+#include "kvpack/node.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+#include "kvpack/wire.h"
+#include "kvpack/xfer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MOD "node"
+
+typedef struct {
+    kvp_xfer_h  x;
+    kvp_store_h store;
+    uint64_t    start_ns;
+    uint64_t    requests;
+    uint64_t    bad_requests;
+    uint32_t    max_reply_pages; /* bounded by the transport's header limit */
+} node_t;
+
+/* Everything a reply pins until its send completes. */
+typedef struct {
+    uint8_t        *hdr;
+    uint8_t        *blob;       /* GET_SESSION record */
+    kvp_page_ref_h *refs;       /* GET_PAGES pages */
+    uint32_t        n_refs;
+    kvp_xfer_iov_t *iov;
+} reply_ctx_t;
+
+/* ---- private: replies ---- */
+
+static void reply_ctx_free(reply_ctx_t *rc)
+{
+    for (uint32_t i = 0; i < rc->n_refs; i++) {
+        kvp_page_ref_release(rc->refs[i]);
+    }
+    kvp_free(rc->refs);
+    kvp_free(rc->iov);
+    kvp_free(rc->blob);
+    kvp_free(rc->hdr);
+    kvp_free(rc);
+}
+
+static void reply_done(void *arg, kvp_status_t status)
+{
+    if (status != KVP_OK) {
+        KVP_LOG_DEBUG(MOD, "reply not delivered: %s", kvp_status_str(status));
+    }
+    reply_ctx_free(arg);
+}
+
+/* Send rep with the data in rc (iov), then free rc when the transport is done with it. */
+static void reply_send(kvp_xfer_conn_h conn, const kvp_wire_rep_t *rep, reply_ctx_t *rc, int iovcnt)
+{
+    size_t       len;
+    kvp_status_t s = kvp_wire_rep_pack(rep, &rc->hdr, &len);
+
+    if (s == KVP_OK) {
+        s = kvp_xfer_send(conn, rc->hdr, len, rc->iov, iovcnt, reply_done, rc);
+    }
+    if (s == KVP_INPROGRESS) {
+        return;
+    }
+    if (s != KVP_OK) {
+        KVP_LOG_INFO(MOD, "reply %s to %s failed: %s", kvp_wire_op_name(rep->op),
+                     kvp_xfer_conn_peer(conn), kvp_status_str(s));
+    }
+    reply_ctx_free(rc);
+}
+
+static void reply_status(kvp_xfer_conn_h conn, kvp_wire_rep_t *rep, kvp_status_t status,
+                         const char *what)
+{
+    reply_ctx_t *rc = kvp_calloc(1, sizeof(*rc), "node reply");
+
+    if (rc == NULL) {
+        return;
+    }
+    rep->status = status;
+    if (status != KVP_OK && what != NULL) {
+        snprintf(rep->message, sizeof(rep->message), "%s: %s", what, kvp_status_str(status));
+    }
+    reply_send(conn, rep, rc, 0);
+}
+
+/* ---- private: one handler per op ---- */
+
+static void handle_put_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+                             const uint8_t *data, kvp_wire_rep_t *rep)
+{
+    kvp_status_t first = KVP_OK;
+    size_t       off   = 0;
+
+    rep->first_bad = req->n_pages;
+    for (uint32_t i = 0; i < req->n_pages; i++) {
+        kvp_status_t s = kvp_store_page_put(n->store, req->ns, data + off, req->page_lens[i]);
+
+        off += req->page_lens[i];
+        if (s == KVP_OK) {
+            rep->accepted++;
+        } else if (first == KVP_OK) {
+            first          = s;
+            rep->first_bad = i;
+        }
+    }
+    if (first != KVP_OK) {
+        char what[64];
+
+        snprintf(what, sizeof(what), "page %u of %u", rep->first_bad, req->n_pages);
+        reply_status(conn, rep, first, what);
+        return;
+    }
+    reply_status(conn, rep, KVP_OK, NULL);
+}
+
+static void handle_put_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+                               const uint8_t *data, kvp_wire_rep_t *rep)
+{
+    kvp_session_desc_t desc;
+    kvp_status_t       s = kvp_session_desc_unpack(data, req->record_len, &desc);
+
+    if (s != KVP_OK) {
+        KVP_LOG_WARN(MOD, "session %s record from %s rejected: %s", req->sid,
+                     kvp_xfer_conn_peer(conn), kvp_status_str(s));
+        reply_status(conn, rep, s, "session record");
+        return;
+    }
+    s = kvp_store_session_put(n->store, req->ns, req->sid, &desc);
+    kvp_session_desc_clear(&desc);
+    reply_status(conn, rep, s, "session put");
+}
+
+static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+                               kvp_wire_rep_t *rep)
+{
+    kvp_session_desc_t desc;
+    reply_ctx_t       *rc;
+    size_t             len;
+    kvp_status_t       s = kvp_store_session_get(n->store, req->ns, req->sid, &desc);
+
+    if (s != KVP_OK) {
+        reply_status(conn, rep, s, req->sid);
+        return;
+    }
+    rc = kvp_calloc(1, sizeof(*rc), "node reply");
+    if (rc == NULL) {
+        kvp_session_desc_clear(&desc);
+        return;
+    }
+    s = kvp_session_desc_pack(&desc, &rc->blob, &len);
+    kvp_session_desc_clear(&desc);
+    rc->iov = kvp_calloc(1, sizeof(*rc->iov), "node reply iov");
+    if (s != KVP_OK || rc->iov == NULL || len > UINT32_MAX) {
+        reply_ctx_free(rc);
+        reply_status(conn, rep, (s != KVP_OK) ? s : KVP_ERR_NO_MEMORY, "session record");
+        return;
+    }
+    rc->iov[0].buf  = rc->blob;
+    rc->iov[0].len  = len;
+    rep->record_len = (uint32_t)len;
+    rep->status     = KVP_OK;
+    reply_send(conn, rep, rc, 1);
+}
+
+static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+                             kvp_wire_rep_t *rep)
+{
+    uint32_t     total = req->n_keys * req->layers;
+    uint32_t     room  = total - req->start;
+    uint64_t     bytes = 0;
+    reply_ctx_t *rc    = kvp_calloc(1, sizeof(*rc), "node reply");
+    kvp_status_t s     = KVP_OK;
+
+    if (room > n->max_reply_pages) {
+        room = n->max_reply_pages;
+    }
+    if (rc == NULL || (rc->refs = kvp_calloc(room, sizeof(*rc->refs), "node refs")) == NULL ||
+        (rc->iov = kvp_calloc(room, sizeof(*rc->iov), "node iov")) == NULL ||
+        (rep->page_lens = kvp_calloc(room, sizeof(uint32_t), "node lens")) == NULL) {
+        if (rc != NULL) {
+            reply_ctx_free(rc);
+        }
+        reply_status(conn, rep, KVP_ERR_NO_MEMORY, "get pages");
+        return;
+    }
+    for (uint32_t i = 0; i < room; i++) {
+        uint32_t       item = req->start + i;
+        kvp_key128_t   key  = req->keys[item / req->layers];
+        kvp_page_ref_h ref;
+        const void    *p;
+        size_t         len;
+
+        s = kvp_store_page_get(n->store, req->ns, key, item % req->layers, &ref);
+        if (s != KVP_OK) {
+            KVP_LOG_INFO(MOD, "page %016llx%016llx layer %u: %s", (unsigned long long)key.hi,
+                         (unsigned long long)key.lo, item % req->layers, kvp_status_str(s));
+            break;
+        }
+        p = kvp_page_ref_data(ref, &len);
+        if (i > 0 && bytes + len > req->max_bytes) {
+            kvp_page_ref_release(ref);
+            break;
+        }
+        rc->refs[rc->n_refs]   = ref;
+        rc->iov[rc->n_refs]    = (kvp_xfer_iov_t){p, len};
+        rep->page_lens[rc->n_refs] = (uint32_t)len;
+        rc->n_refs++;
+        bytes += len;
+    }
+    if (s != KVP_OK) {
+        reply_ctx_free(rc);
+        kvp_free(rep->page_lens);
+        rep->page_lens = NULL;
+        reply_status(conn, rep, s, "page");
+        return;
+    }
+    rep->n_pages = rc->n_refs;
+    rep->status  = KVP_OK;
+    reply_send(conn, rep, rc, (int)rc->n_refs);
+    kvp_free(rep->page_lens);
+    rep->page_lens = NULL;
+}
+
+static void handle_stat(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep)
+{
+    kvp_store_stats_t st;
+
+    memset(&st, 0, sizeof(st));
+    kvp_store_stats(n->store, &st);
+    rep->stat.dram_bytes       = st.dram_bytes;
+    rep->stat.dram_pages       = st.dram_pages;
+    rep->stat.dram_budget      = st.dram_budget;
+    rep->stat.sessions         = st.sessions;
+    rep->stat.sessions_on_disk = st.sessions_on_disk;
+    rep->stat.spills           = st.spills;
+    rep->stat.restores         = st.restores;
+    rep->stat.crc_failures     = st.crc_failures;
+    rep->stat.disk_errors      = st.disk_errors;
+    rep->stat.uptime_ms        = (kvp_time_ns() - n->start_ns) / 1000000u;
+    rep->stat.requests         = n->requests;
+    rep->stat.bad_requests     = n->bad_requests;
+    reply_status(conn, rep, KVP_OK, NULL);
+}
+
+static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    node_t        *n = arg;
+    kvp_wire_req_t req;
+    kvp_wire_rep_t rep;
+    size_t         hl, dl;
+    const void    *h    = kvp_xfer_msg_hdr(msg, &hl);
+    const uint8_t *data = kvp_xfer_msg_data(msg, &dl);
+    kvp_status_t   s    = kvp_xfer_msg_status(msg);
+
+    n->requests++;
+    memset(&rep, 0, sizeof(rep));
+    if (s != KVP_OK) {
+        /* the data never arrived whole; answer with the header's req_id if it decodes */
+        kvp_wire_req_unpack(h, hl, 0, &req);
+        rep.req_id = req.req_id;
+        rep.op     = req.op;
+        kvp_wire_req_clear(&req);
+        n->bad_requests++;
+        reply_status(conn, &rep, s, "request data");
+        kvp_xfer_msg_release(msg);
+        return;
+    }
+    s          = kvp_wire_req_unpack(h, hl, dl, &req);
+    rep.req_id = req.req_id;
+    rep.op     = req.op;
+    if (s != KVP_OK) {
+        n->bad_requests++;
+        KVP_LOG_WARN(MOD, "malformed request from %s (%zu header, %zu data bytes)",
+                     kvp_xfer_conn_peer(conn), hl, dl);
+        reply_status(conn, &rep, s, "malformed request");
+    } else {
+        KVP_LOG_DEBUG(MOD, "%s %llu from %s, %zu data bytes", kvp_wire_op_name(req.op),
+                      (unsigned long long)req.req_id, kvp_xfer_conn_peer(conn), dl);
+        switch (req.op) {
+        case KVP_WIRE_OP_PUT_PAGES:
+            handle_put_pages(n, conn, &req, data, &rep);
+            break;
+        case KVP_WIRE_OP_PUT_SESSION:
+            handle_put_session(n, conn, &req, data, &rep);
+            break;
+        case KVP_WIRE_OP_GET_SESSION:
+            handle_get_session(n, conn, &req, &rep);
+            break;
+        case KVP_WIRE_OP_GET_PAGES:
+            handle_get_pages(n, conn, &req, &rep);
+            break;
+        case KVP_WIRE_OP_LOOKUP:
+            s = kvp_store_lookup(n->store, req.ns, req.keys, req.n_keys, req.layers,
+                                 &rep.hit_chunks);
+            reply_status(conn, &rep, s, "lookup");
+            break;
+        case KVP_WIRE_OP_SPILL:
+            s = kvp_store_session_spill(n->store, req.ns, req.sid);
+            reply_status(conn, &rep, s, req.sid);
+            break;
+        case KVP_WIRE_OP_STAT:
+            handle_stat(n, conn, &rep);
+            break;
+        default:
+            reply_status(conn, &rep, KVP_ERR_PROTOCOL, "op");
+            break;
+        }
+    }
+    kvp_wire_req_clear(&req);
+    kvp_xfer_msg_release(msg);
+}
+
+static void node_conn_failed(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
+{
+    (void)arg;
+    KVP_LOG_INFO(MOD, "client %s gone: %s", kvp_xfer_conn_peer(conn), kvp_status_str(status));
+}
+
+static kvp_status_t write_ready_file(const char *path, uint16_t port)
+{
+    char  tmp[4096];
+    FILE *f;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL) {
+        KVP_LOG_ERROR(MOD, "cannot write ready file %s: %s", tmp, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    fprintf(f, "%u\n", port);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        KVP_LOG_ERROR(MOD, "cannot write ready file %s: %s", path, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    return KVP_OK;
+}
+
+/* ---- API ---- */
+
+kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop)
+{
+    uint64_t           fm = params->field_mask;
+    kvp_store_params_t sp;
+    kvp_xfer_params_t  xp;
+    node_t             n;
+    const char        *host = (fm & KVP_NODE_PARAM_HOST) ? params->host : "127.0.0.1";
+    uint16_t           port = (fm & KVP_NODE_PARAM_PORT) ? params->port : 0;
+    uint16_t           bound;
+    kvp_status_t       s;
+    size_t             hdr;
+
+    memset(&n, 0, sizeof(n));
+    memset(&sp, 0, sizeof(sp));
+    n.start_ns = kvp_time_ns();
+    if ((fm & KVP_NODE_PARAM_DATA_DIR) && params->data_dir != NULL) {
+        sp.field_mask |= KVP_STORE_PARAM_DB_PATH;
+        sp.db_path     = params->data_dir;
+    }
+    if (fm & KVP_NODE_PARAM_DRAM_BUDGET) {
+        sp.field_mask |= KVP_STORE_PARAM_DRAM_BUDGET;
+        sp.dram_budget = params->dram_budget;
+    }
+    if (fm & KVP_NODE_PARAM_DURABILITY) {
+        sp.field_mask |= KVP_STORE_PARAM_DURABILITY;
+        sp.durability  = params->durability;
+    }
+    s = kvp_store_open(&sp, &n.store);
+    if (s != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "cannot open store %s: %s", sp.db_path ? sp.db_path : "(dram)",
+                      kvp_status_str(s));
+        return s;
+    }
+    memset(&xp, 0, sizeof(xp));
+    xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG;
+    xp.recv_cb    = node_recv;
+    xp.conn_cb    = node_conn_failed;
+    xp.cb_arg     = &n;
+    if (fm & KVP_NODE_PARAM_MAX_MSG) {
+        xp.field_mask   |= KVP_XFER_PARAM_MAX_MSG;
+        xp.max_msg_bytes = params->max_msg_bytes;
+    }
+    s = kvp_xfer_create(&xp, &n.x);
+    if (s != KVP_OK) {
+        goto err_store;
+    }
+    /* a page length is at most 5 bytes of packed varint; leave room for the rest */
+    hdr               = kvp_xfer_max_hdr(n.x);
+    n.max_reply_pages = (hdr > 128) ? (uint32_t)((hdr - 128) / 5) : 1;
+    if (n.max_reply_pages > KVP_WIRE_MAX_PAGES) {
+        n.max_reply_pages = KVP_WIRE_MAX_PAGES;
+    }
+    s = kvp_xfer_listen(n.x, host, port, &bound);
+    if (s != KVP_OK) {
+        goto err_xfer;
+    }
+    printf("kvpackd listening on %s:%u\n", host, bound);
+    fflush(stdout);
+    KVP_LOG_INFO(MOD, "serving %s on %s:%u", sp.db_path ? sp.db_path : "(dram only)", host, bound);
+    if ((fm & KVP_NODE_PARAM_READY_FILE) && params->ready_file != NULL) {
+        s = write_ready_file(params->ready_file, bound);
+        if (s != KVP_OK) {
+            goto err_xfer;
+        }
+    }
+    while (!*stop) {
+        kvp_xfer_wait(n.x, 100);
+    }
+    KVP_LOG_INFO(MOD, "shutting down after %llu requests", (unsigned long long)n.requests);
+    s = KVP_OK;
+err_xfer:
+    kvp_xfer_destroy(n.x);
+err_store:
+    kvp_store_close(n.store);
+    return s;
+}

@@ -1,0 +1,166 @@
+/* node_main.c - the node command line shared by kvpackd and `kvpack serve`: options, signal
+ * handling for a clean shutdown on SIGTERM/SIGINT, then kvp_node_run. */
+#include "kvpack/node.h"
+#include "kvpack/log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpack/xfer.h"
+
+static volatile sig_atomic_t node_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    node_stop = 1;
+}
+
+static void usage(const char *prog, FILE *out)
+{
+    fprintf(out,
+            "usage: %s [options]\n"
+            "Serve one kvpack store (DRAM pool + RocksDB directory) over UCX.\n\n"
+            "  --listen HOST:PORT      address to listen on (port 0 picks a free port and prints it;\n"
+            "                          default 127.0.0.1:0)\n"
+            "  --data-dir DIR          RocksDB directory for the SSD tier (default: DRAM only)\n"
+            "  --dram-budget BYTES     DRAM page budget, suffixes K M G allowed (default 1G)\n"
+            "  --durability MODE       spill | write-through | sync (default spill)\n"
+            "  --ready-file FILE       write the bound port to FILE once listening\n"
+            "  --max-msg BYTES         largest request accepted (default 256M)\n"
+            "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
+            "  -h, --help              this text\n",
+            prog);
+}
+
+static int parse_bytes(const char *s, size_t *out)
+{
+    char              *end;
+    unsigned long long v = strtoull(s, &end, 10);
+
+    if (end == s) {
+        return -1;
+    }
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') {
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    }
+    if (*end != '\0' || v == 0) {
+        return -1;
+    }
+    *out = (size_t)v;
+    return 0;
+}
+
+/* "--name value" or "--name=value"; returns the value or NULL when argv[*i] is not --name. */
+static const char *opt(int argc, char **argv, int *i, const char *name, int *missing)
+{
+    size_t n = strlen(name);
+
+    if (strncmp(argv[*i], name, n) != 0) {
+        return NULL;
+    }
+    if (argv[*i][n] == '=') {
+        return argv[*i] + n + 1;
+    }
+    if (argv[*i][n] != '\0') {
+        return NULL;
+    }
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int kvp_node_main(const char *prog, int argc, char **argv)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
+    kvp_node_params_t        p;
+    struct sigaction         sa;
+    char                     host[256] = "127.0.0.1";
+    const char              *v;
+    int                      missing = 0;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_NODE_PARAM_HOST | KVP_NODE_PARAM_PORT;
+    p.host       = host;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(prog, stdout);
+            return 0;
+        } else if ((v = opt(argc, argv, &i, "--listen", &missing)) != NULL) {
+            if (kvp_xfer_parse_addr(v, host, sizeof(host), &p.port) != KVP_OK) {
+                fprintf(stderr, "%s: --listen wants HOST:PORT, got '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--data-dir", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_DATA_DIR;
+            p.data_dir    = v;
+        } else if ((v = opt(argc, argv, &i, "--dram-budget", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_DRAM_BUDGET;
+            if (parse_bytes(v, &p.dram_budget) != 0) {
+                fprintf(stderr, "%s: bad --dram-budget '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--max-msg", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_MAX_MSG;
+            if (parse_bytes(v, &p.max_msg_bytes) != 0) {
+                fprintf(stderr, "%s: bad --max-msg '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--durability", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_DURABILITY;
+            if (strcmp(v, "spill") == 0) {
+                p.durability = KVP_DURABILITY_SPILL;
+            } else if (strcmp(v, "write-through") == 0) {
+                p.durability = KVP_DURABILITY_WRITE_THROUGH;
+            } else if (strcmp(v, "sync") == 0) {
+                p.durability = KVP_DURABILITY_SYNC;
+            } else {
+                fprintf(stderr, "%s: --durability wants spill|write-through|sync, got '%s'\n",
+                        prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--ready-file", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_READY_FILE;
+            p.ready_file  = v;
+        } else if ((v = opt(argc, argv, &i, "--log-level", &missing)) != NULL) {
+            int lvl = -1;
+
+            for (int k = 0; k < 5; k++) {
+                if (strcmp(v, levels[k]) == 0) {
+                    lvl = k;
+                }
+            }
+            if (lvl < 0) {
+                fprintf(stderr, "%s: --log-level wants error|warn|info|debug|trace\n", prog);
+                return 2;
+            }
+            kvp_log_set_level((kvp_log_level_t)lvl);
+        } else {
+            if (missing) {
+                fprintf(stderr, "%s: option %s needs a value\n", prog, argv[i]);
+            } else {
+                fprintf(stderr, "%s: unknown option '%s'\n", prog, argv[i]);
+                usage(prog, stderr);
+            }
+            return 2;
+        }
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal; /* no SA_RESTART: the poll in the loop returns at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    node_stop = 0;
+    return (kvp_node_run(&p, &node_stop) == KVP_OK) ? 0 : 1;
+}

@@ -1,0 +1,291 @@
+/* test_wire.c - proto/wire.c: every message type round-trips; truncated, bit-flipped and random
+ * headers, and headers whose counts disagree with the data length, give KVP_ERR_PROTOCOL (or a
+ * valid struct), never a crash; no allocation leaks. */
+#include "kvpack/wire.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(c)                                                                   \
+    do {                                                                           \
+        if (!(c)) {                                                                \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);           \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static kvp_key128_t keys[5] = {{1, 2}, {3, 4}, {5, 6}, {~0ull, 7}, {8, ~0ull}};
+static uint32_t     lens[3] = {100, 64, 70000};
+
+/* One request of every op, with the data length that goes with it. */
+static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
+{
+    memset(r, 0, sizeof(*r));
+    r->req_id      = 1000 + (uint64_t)i;
+    r->deadline_ms = 5000;
+    r->ns          = 0xABCDEF0123456789ull;
+    *data_len      = 0;
+    switch (i) {
+    case 0:
+        r->op = KVP_WIRE_OP_PUT_PAGES;
+        r->n_pages = 3;
+        r->page_lens = lens;
+        *data_len = 100 + 64 + 70000;
+        return 1;
+    case 1:
+        r->op = KVP_WIRE_OP_PUT_SESSION;
+        strcpy(r->sid, "session-1");
+        r->record_len = 777;
+        *data_len = 777;
+        return 1;
+    case 2:
+        r->op = KVP_WIRE_OP_GET_SESSION;
+        strcpy(r->sid, "s2");
+        return 1;
+    case 3:
+        r->op = KVP_WIRE_OP_GET_PAGES;
+        r->n_keys = 5;
+        r->keys = keys;
+        r->layers = 4;
+        r->start = 7;
+        r->max_bytes = 1 << 20;
+        return 1;
+    case 4:
+        r->op = KVP_WIRE_OP_LOOKUP;
+        r->n_keys = 5;
+        r->keys = keys;
+        r->layers = 32;
+        return 1;
+    case 5:
+        r->op = KVP_WIRE_OP_SPILL;
+        strcpy(r->sid, "s3");
+        return 1;
+    case 6:
+        r->op = KVP_WIRE_OP_STAT;
+        r->ns = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
+{
+    CHECK(a->op == b->op && a->req_id == b->req_id && a->deadline_ms == b->deadline_ms);
+    CHECK(a->ns == b->ns && strcmp(a->sid, b->sid) == 0);
+    CHECK(a->n_pages == b->n_pages && a->record_len == b->record_len);
+    CHECK(a->n_keys == b->n_keys && a->layers == b->layers && a->start == b->start);
+    CHECK(a->max_bytes == b->max_bytes);
+    for (uint32_t i = 0; i < a->n_pages; i++) {
+        CHECK(a->page_lens[i] == b->page_lens[i]);
+    }
+    for (uint32_t i = 0; i < a->n_keys; i++) {
+        CHECK(a->keys[i].lo == b->keys[i].lo && a->keys[i].hi == b->keys[i].hi);
+    }
+}
+
+static void test_req_roundtrip(void)
+{
+    kvp_wire_req_t r, u;
+    uint64_t       dl;
+    uint8_t       *buf;
+    size_t         len;
+
+    for (int i = 0; make_req(i, &r, &dl); i++) {
+        CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+        CHECK(kvp_wire_req_unpack(buf, len, dl, &u) == KVP_OK);
+        check_req_equal(&r, &u);
+        kvp_wire_req_clear(&u);
+        /* the data length must match what the header describes */
+        if (r.op != KVP_WIRE_OP_PUT_PAGES && r.op != KVP_WIRE_OP_PUT_SESSION) {
+            CHECK(kvp_wire_req_unpack(buf, len, 1, &u) == KVP_ERR_PROTOCOL);
+        } else {
+            CHECK(kvp_wire_req_unpack(buf, len, dl - 1, &u) == KVP_ERR_PROTOCOL);
+            CHECK(u.req_id == r.req_id); /* still matched for the error reply */
+            kvp_wire_req_clear(&u);
+            CHECK(kvp_wire_req_unpack(buf, len, dl + 1, &u) == KVP_ERR_PROTOCOL);
+        }
+        kvp_wire_req_clear(&u);
+        /* every truncation is an error, never a crash */
+        for (size_t t = 0; t < len; t++) {
+            kvp_status_t s = kvp_wire_req_unpack(buf, t, dl, &u);
+            CHECK(s == KVP_ERR_PROTOCOL);
+            kvp_wire_req_clear(&u);
+        }
+        /* flipped bytes: either a consistent message or KVP_ERR_PROTOCOL */
+        for (int k = 0; k < 2000; k++) {
+            uint8_t *cp = kvp_malloc(len, "t");
+            memcpy(cp, buf, len);
+            cp[rnd() % len] ^= (uint8_t)(1u + rnd() % 255u);
+            kvp_status_t s = kvp_wire_req_unpack(cp, len, dl, &u);
+            CHECK(s == KVP_OK || s == KVP_ERR_PROTOCOL);
+            if (s == KVP_OK && u.op == KVP_WIRE_OP_PUT_PAGES) {
+                uint64_t sum = 0;
+                for (uint32_t p = 0; p < u.n_pages; p++) {
+                    sum += u.page_lens[p];
+                }
+                CHECK(sum == dl);
+            }
+            kvp_wire_req_clear(&u);
+            kvp_free(cp);
+        }
+        kvp_free(buf);
+    }
+}
+
+static void test_req_invalid(void)
+{
+    kvp_wire_req_t r, u;
+    uint64_t       dl;
+    uint8_t       *buf;
+    size_t         len;
+    uint32_t       small[2] = {10, 64};
+
+    /* a page shorter than a page header */
+    make_req(0, &r, &dl);
+    r.n_pages   = 2;
+    r.page_lens = small;
+    CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_req_unpack(buf, len, 74, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_req_clear(&u);
+    kvp_free(buf);
+    /* zero pages */
+    r.n_pages = 0;
+    CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_req_clear(&u);
+    kvp_free(buf);
+    /* empty session id */
+    make_req(2, &r, &dl);
+    r.sid[0] = '\0';
+    CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_req_clear(&u);
+    kvp_free(buf);
+    /* get_pages start past the end, zero layers */
+    make_req(3, &r, &dl);
+    r.start = 5 * 4;
+    CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_req_clear(&u);
+    kvp_free(buf);
+    make_req(4, &r, &dl);
+    r.layers = 0;
+    CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_req_clear(&u);
+    kvp_free(buf);
+    /* zero keys cannot even be packed */
+    r.n_keys = 0;
+    CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_ERR_INVALID);
+    /* random garbage of every length up to 300 */
+    for (size_t n = 0; n < 300; n++) {
+        uint8_t g[300];
+        for (size_t i = 0; i < n; i++) {
+            g[i] = (uint8_t)rnd();
+        }
+        kvp_status_t s = kvp_wire_req_unpack(g, n, rnd() % 4096, &u);
+        CHECK(s == KVP_OK || s == KVP_ERR_PROTOCOL);
+        kvp_wire_req_clear(&u);
+        s = kvp_wire_req_unpack(NULL, 0, 0, &u);
+        CHECK(s == KVP_ERR_PROTOCOL);
+    }
+}
+
+static void test_rep(void)
+{
+    kvp_wire_rep_t r, u;
+    uint8_t       *buf;
+    size_t         len;
+    uint32_t       pl[2] = {64, 1000};
+
+    /* get_pages OK */
+    memset(&r, 0, sizeof(r));
+    r.op = KVP_WIRE_OP_GET_PAGES;
+    r.req_id = 9;
+    r.n_pages = 2;
+    r.page_lens = pl;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 1064, &u) == KVP_OK);
+    CHECK(u.op == r.op && u.req_id == 9 && u.status == KVP_OK && u.n_pages == 2);
+    CHECK(u.page_lens[0] == 64 && u.page_lens[1] == 1000);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 1063, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    for (size_t t = 0; t < len; t++) {
+        CHECK(kvp_wire_rep_unpack(buf, t, 1064, &u) == KVP_ERR_PROTOCOL);
+        kvp_wire_rep_clear(&u);
+    }
+    kvp_free(buf);
+    /* an error reply carries status and message, no body */
+    memset(&r, 0, sizeof(r));
+    r.op = KVP_WIRE_OP_GET_SESSION;
+    r.req_id = 10;
+    r.status = KVP_ERR_NOT_FOUND;
+    strcpy(r.message, "no session s9");
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
+    CHECK(u.status == KVP_ERR_NOT_FOUND && strcmp(u.message, "no session s9") == 0);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 5, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    /* an unknown status code is a protocol error */
+    r.status = (kvp_status_t)-33;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    /* stat round trip */
+    memset(&r, 0, sizeof(r));
+    r.op = KVP_WIRE_OP_STAT;
+    r.stat.dram_bytes = 123456789012ull;
+    r.stat.spills = 7;
+    r.stat.uptime_ms = 42;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
+    CHECK(u.stat.dram_bytes == 123456789012ull && u.stat.spills == 7 && u.stat.uptime_ms == 42);
+    kvp_wire_rep_clear(&u);
+    /* a request header is not a reply */
+    kvp_free(buf);
+    memset(&r, 0, sizeof(r));
+    r.op = KVP_WIRE_OP_LOOKUP;
+    r.hit_chunks = 3;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK && u.hit_chunks == 3);
+    kvp_wire_rep_clear(&u);
+    for (int k = 0; k < 3000; k++) {
+        uint8_t cp[256];
+        memcpy(cp, buf, len);
+        cp[rnd() % len] ^= (uint8_t)(1u + rnd() % 255u);
+        kvp_status_t s = kvp_wire_rep_unpack(cp, len, 0, &u);
+        CHECK(s == KVP_OK || s == KVP_ERR_PROTOCOL);
+        kvp_wire_rep_clear(&u);
+    }
+    kvp_free(buf);
+}
+
+int main(void)
+{
+    int64_t live0;
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    live0 = kvp_alloc_live_count();
+    test_req_roundtrip();
+    test_req_invalid();
+    test_rep();
+    CHECK(kvp_alloc_live_count() == live0);
+    printf("test_wire: ok\n");
+    return 0;
+}

@@ -1,0 +1,98 @@
+/* xfer.h - kvpack's message transport: one UCX context + worker per kvp_xfer_h, a listener,
+ * connections, and messages = (small header, bulk data) sent as UCX active messages (eager for
+ * small data, rendezvous for large). Nothing above this header sees a ucp_* type.
+ * Error mode: endpoints use UCX peer-failure handling (UCP_ERR_HANDLING_MODE_PEER) by default so
+ * a dead peer becomes an error on the connection instead of a hang or abort; in UCX 1.13 that
+ * disables shared-memory transports (traffic goes over tcp). KVP_XFER_PARAM_PEER_ERRORS = 0 trades
+ * failure detection for shm speed on a trusted single host.
+ * Threading: one thread per kvp_xfer_h; callbacks run inside kvp_xfer_progress/kvp_xfer_wait. */
+#ifndef KVPACK_XFER_H
+#define KVPACK_XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvp_xfer      *kvp_xfer_h;
+typedef struct kvp_xfer_conn *kvp_xfer_conn_h;
+typedef struct kvp_xfer_msg  *kvp_xfer_msg_h;
+
+typedef struct {
+    const void *buf;
+    size_t      len;
+} kvp_xfer_iov_t;
+
+/* A message arrived (header and data complete, or status != KVP_OK when its data could not be
+ * received). The callee owns msg and must kvp_xfer_msg_release it, now or later. */
+typedef void (*kvp_xfer_recv_cb_t)(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg);
+/* A connection failed (peer gone, unreachable). Server-side connections are closed by the
+ * transport right after this returns; client connections stay until kvp_xfer_conn_close. */
+typedef void (*kvp_xfer_conn_cb_t)(void *arg, kvp_xfer_conn_h conn, kvp_status_t status);
+/* A send finished; status is KVP_OK or why it failed (peer gone, canceled by close). */
+typedef void (*kvp_xfer_send_cb_t)(void *arg, kvp_status_t status);
+
+enum kvp_xfer_params_field {
+    KVP_XFER_PARAM_MAX_MSG     = KVP_BIT(0),
+    KVP_XFER_PARAM_RECV_CB     = KVP_BIT(1),
+    KVP_XFER_PARAM_CONN_CB     = KVP_BIT(2),
+    KVP_XFER_PARAM_CB_ARG      = KVP_BIT(3),
+    KVP_XFER_PARAM_PEER_ERRORS = KVP_BIT(4),
+};
+
+typedef struct kvp_xfer_params {
+    uint64_t           field_mask;    /* MUST be first */
+    size_t             max_msg_bytes; /* data bytes accepted per message; default 256 MiB */
+    kvp_xfer_recv_cb_t recv_cb;       /* default: drop messages */
+    kvp_xfer_conn_cb_t conn_cb;       /* default: none */
+    void              *cb_arg;
+    int                peer_errors;   /* default 1: UCP_ERR_HANDLING_MODE_PEER */
+} kvp_xfer_params_t;
+
+kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
+/* Force-closes every connection and releases everything. NULL is a no-op. */
+void         kvp_xfer_destroy(kvp_xfer_h x);
+
+/* Listen on host:port (port 0 picks a free one); *port_p gets the bound port. One per xfer. */
+kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint16_t *port_p);
+/* Start connecting to host:port. Returns at once; sends queue until the connection is up, and a
+ * failure to connect surfaces as a connection error (KVP_ERR_PEER_UNREACHABLE). */
+kvp_status_t kvp_xfer_connect(kvp_xfer_h x, const char *host, uint16_t port,
+                              kvp_xfer_conn_h *conn_p);
+/* Force-close a connection: outstanding sends complete with KVP_ERR_CANCELED before this
+ * returns. NULL is a no-op. */
+void         kvp_xfer_conn_close(kvp_xfer_conn_h conn);
+kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn); /* KVP_OK while usable */
+const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
+
+/* Send hdr (copied) plus the data described by iov (pinned until completion). Returns KVP_OK when
+ * the send completed at once (cb is not called), KVP_INPROGRESS when cb will be called from a
+ * later progress call, or an error (cb is not called). */
+kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len,
+                           const kvp_xfer_iov_t *iov, int iovcnt, kvp_xfer_send_cb_t cb,
+                           void *arg);
+
+/* Received message accessors; pointers are valid until kvp_xfer_msg_release. */
+const void  *kvp_xfer_msg_hdr(kvp_xfer_msg_h msg, size_t *len_p);
+const void  *kvp_xfer_msg_data(kvp_xfer_msg_h msg, size_t *len_p);
+kvp_status_t kvp_xfer_msg_status(kvp_xfer_msg_h msg);
+void         kvp_xfer_msg_release(kvp_xfer_msg_h msg); /* NULL is a no-op */
+
+/* Drive communication and run callbacks; returns the number of events handled (0 = idle). */
+unsigned     kvp_xfer_progress(kvp_xfer_h x);
+/* Progress, and if idle sleep on the worker's event fd for up to timeout_ms. */
+void         kvp_xfer_wait(kvp_xfer_h x, int timeout_ms);
+/* Largest header kvp_xfer_send accepts. */
+size_t       kvp_xfer_max_hdr(kvp_xfer_h x);
+
+/* Split "host:port" into host (NUL-terminated, at most host_cap bytes) and port. */
+kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,910 @@
+/* xfer_ucx.c - the UCX wrapper behind xfer.h; the only file that sees ucp_* types.
+ * One UCP context + worker (single-threaded, wakeup fd) per kvp_xfer_h; AM id 1 carries every
+ * message. The AM callback copies the (unaligned) header and keeps the data descriptor
+ * (UCS_INPROGRESS); rendezvous data is received with ucp_am_recv_data_nbx from the progress loop,
+ * and finished messages are handed to recv_cb from there too, never from inside UCX callbacks.
+ * Main flow: kvp_xfer_progress -> ucp_worker_progress (am_recv_cb, ep_err_cb, send_done_cb)
+ *            -> accept_pending -> rndv_start -> deliver_ready. */
+#include "kvpack/xfer.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <ucp/api/ucp.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define MOD            "xfer"
+#define XFER_AM_ID     1
+#define XFER_HDR_LIMIT (64u << 10)
+#define CLOSE_WAIT_NS  (3ull * 1000000000ull)
+
+/* ---- types ---- */
+
+typedef enum {
+    MSG_NEED_RECV, /* rendezvous: descriptor held, receive not started */
+    MSG_RECVING,   /* ucp_am_recv_data_nbx in flight */
+    MSG_READY      /* complete (or failed), queued for recv_cb */
+} msg_state_t;
+
+struct kvp_xfer_msg {
+    struct kvp_xfer_msg *next;
+    kvp_xfer_h           x;
+    kvp_xfer_conn_h      conn;       /* ref held */
+    uint8_t             *hdr;        /* copy of the AM header */
+    size_t               hdr_len;
+    void                *data;
+    size_t               data_len;
+    void                *desc;       /* UCX descriptor to release (eager) or receive (rndv) */
+    int                  own_data;   /* data was kvp_malloc'd */
+    msg_state_t          state;
+    kvp_status_t         status;
+};
+
+struct kvp_xfer_conn {
+    struct kvp_xfer_conn *next;      /* in x->conns while open */
+    kvp_xfer_h            x;
+    ucp_ep_h              ep;        /* NULL once closed */
+    int                   refs;      /* owner + messages */
+    int                   server;    /* accepted by our listener */
+    int                   dead_queued;
+    kvp_status_t          status;
+    char                  peer[64];
+    struct kvp_xfer_conn *dead_next;
+};
+
+struct kvp_xfer {
+    ucp_context_h         ctx;
+    ucp_worker_h          worker;
+    ucp_listener_h        listener;
+    int                   efd;
+    size_t                max_msg;
+    size_t                max_hdr;
+    int                   peer_errors;
+    kvp_xfer_recv_cb_t    recv_cb;
+    kvp_xfer_conn_cb_t    conn_cb;
+    void                 *cb_arg;
+    struct kvp_xfer_conn *conns;
+    struct kvp_xfer_conn *dead;      /* failed connections to report */
+    struct kvp_xfer_msg  *pending;   /* MSG_NEED_RECV */
+    struct kvp_xfer_msg  *ready_head, *ready_tail;
+    ucp_conn_request_h    accept_q[64];
+    unsigned              n_accept;
+    int                   delivering;
+};
+
+typedef struct {
+    kvp_xfer_h         x;
+    kvp_xfer_conn_h    conn;
+    kvp_xfer_send_cb_t cb;
+    void              *arg;
+    uint8_t           *hdr;
+    int                iovcnt;
+    ucp_dt_iov_t       iov[];
+} send_req_t;
+
+/* ---- private: status mapping and small helpers ---- */
+
+static kvp_status_t status_from_ucs(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK:                   return KVP_OK;
+    case UCS_INPROGRESS:           return KVP_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:        return KVP_ERR_NO_MEMORY;
+    case UCS_ERR_INVALID_PARAM:    return KVP_ERR_INVALID;
+    case UCS_ERR_CANCELED:         return KVP_ERR_CANCELED;
+    case UCS_ERR_TIMED_OUT:        return KVP_ERR_TIMEOUT;
+    case UCS_ERR_EXCEEDS_LIMIT:
+    case UCS_ERR_MESSAGE_TRUNCATED:return KVP_ERR_TOO_LARGE;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:    return KVP_ERR_PEER_UNREACHABLE;
+    case UCS_ERR_BUSY:             return KVP_ERR_BUSY;
+    case UCS_ERR_UNSUPPORTED:      return KVP_ERR_UNSUPPORTED;
+    default:                       return KVP_ERR_PEER_GONE;
+    }
+}
+
+static void conn_unref(kvp_xfer_conn_h conn)
+{
+    if (--conn->refs == 0) {
+        kvp_free(conn);
+    }
+}
+
+static kvp_xfer_conn_h conn_find(kvp_xfer_h x, ucp_ep_h ep)
+{
+    for (kvp_xfer_conn_h c = x->conns; c != NULL; c = c->next) {
+        if (c->ep == ep) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+static void conn_unlink(kvp_xfer_conn_h conn)
+{
+    kvp_xfer_conn_h *pp = &conn->x->conns;
+
+    while (*pp != NULL && *pp != conn) {
+        pp = &(*pp)->next;
+    }
+    if (*pp == conn) {
+        *pp = conn->next;
+    }
+}
+
+static void ready_push(kvp_xfer_h x, struct kvp_xfer_msg *m)
+{
+    m->state = MSG_READY;
+    m->next  = NULL;
+    if (x->ready_tail != NULL) {
+        x->ready_tail->next = m;
+    } else {
+        x->ready_head = m;
+    }
+    x->ready_tail = m;
+}
+
+static void sockaddr_str(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int  port = 0;
+
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(out, cap, "%s:%d", host, port);
+}
+
+/* Blocking progress until a request completes, or the time limit passes. */
+static ucs_status_t wait_request(kvp_xfer_h x, void *req, uint64_t limit_ns)
+{
+    uint64_t     end = kvp_time_ns() + limit_ns;
+    ucs_status_t st;
+
+    if (req == NULL) {
+        return UCS_OK;
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+        return UCS_PTR_STATUS(req);
+    }
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && kvp_time_ns() < end) {
+        ucp_worker_progress(x->worker);
+    }
+    if (st == UCS_INPROGRESS) {
+        ucp_request_cancel(x->worker, req);
+        while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+            ucp_worker_progress(x->worker);
+        }
+    }
+    ucp_request_free(req);
+    return st;
+}
+
+static void ep_close(kvp_xfer_conn_h conn)
+{
+    ucp_request_param_t prm;
+    ucs_status_t        st;
+    void               *req;
+
+    if (conn->ep == NULL) {
+        return;
+    }
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(conn->ep, &prm);
+    st  = wait_request(conn->x, req, CLOSE_WAIT_NS);
+    if (st != UCS_OK && st != UCS_ERR_CANCELED && st != UCS_ERR_CONNECTION_RESET &&
+        st != UCS_ERR_ENDPOINT_TIMEOUT && st != UCS_ERR_NOT_CONNECTED) {
+        KVP_LOG_DEBUG(MOD, "close of %s: %s", conn->peer, ucs_status_string(st));
+    }
+    conn->ep = NULL;
+}
+
+/* ---- UCX callbacks (run inside ucp_worker_progress) ---- */
+
+static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    kvp_xfer_conn_h conn = arg;
+
+    (void)ep;
+    if (conn->status == KVP_OK) {
+        conn->status = status_from_ucs(st);
+        if (conn->status == KVP_OK || conn->status == KVP_INPROGRESS ||
+            conn->status == KVP_ERR_CANCELED) {
+            conn->status = KVP_ERR_PEER_GONE;
+        }
+        KVP_LOG_INFO(MOD, "connection %s failed: %s", conn->peer, ucs_status_string(st));
+    }
+    if (!conn->dead_queued) {
+        conn->dead_queued = 1;
+        conn->refs++;
+        conn->dead_next = conn->x->dead;
+        conn->x->dead   = conn;
+    }
+}
+
+static void conn_request_cb(ucp_conn_request_h req, void *arg)
+{
+    kvp_xfer_h x = arg;
+
+    if (x->n_accept == sizeof(x->accept_q) / sizeof(x->accept_q[0])) {
+        KVP_LOG_WARN(MOD, "too many pending connection requests; rejecting one");
+        ucp_listener_reject(x->listener, req);
+        return;
+    }
+    x->accept_q[x->n_accept++] = req;
+}
+
+static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    kvp_xfer_h           x    = arg;
+    kvp_xfer_conn_h      conn = NULL;
+    struct kvp_xfer_msg *m;
+    int                  rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        conn = conn_find(x, param->reply_ep);
+    }
+    if (conn == NULL || conn->status != KVP_OK) {
+        KVP_LOG_WARN(MOD, "message from an unknown or failed endpoint dropped");
+        return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
+    }
+    if (header_length > XFER_HDR_LIMIT) {
+        KVP_LOG_WARN(MOD, "header of %zu bytes from %s dropped", header_length, conn->peer);
+        return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
+    }
+    if (length > x->max_msg) {
+        KVP_LOG_WARN(MOD, "message of %zu data bytes from %s over the %zu limit: rejected",
+                     length, conn->peer, x->max_msg);
+        return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
+    }
+    m = kvp_calloc(1, sizeof(*m) + header_length + 1, "xfer msg");
+    if (m == NULL) {
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    m->x        = x;
+    m->conn     = conn;
+    m->hdr      = (uint8_t *)(m + 1);
+    m->hdr_len  = header_length;
+    m->data_len = length;
+    m->status   = KVP_OK;
+    conn->refs++;
+    if (header_length > 0) {
+        memcpy(m->hdr, header, header_length); /* the header pointer is not aligned */
+    }
+    if (rndv) {
+        m->desc  = data;
+        m->state = MSG_NEED_RECV;
+        m->next  = x->pending;
+        x->pending = m;
+        return UCS_INPROGRESS;
+    }
+    if (length > 0 && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
+        m->desc = data;
+        m->data = data;
+        ready_push(x, m);
+        return UCS_INPROGRESS;
+    }
+    if (length > 0) {
+        m->data = kvp_malloc(length, "xfer msg data");
+        if (m->data == NULL) {
+            m->status = KVP_ERR_NO_MEMORY;
+        } else {
+            memcpy(m->data, data, length);
+            m->own_data = 1;
+        }
+    }
+    ready_push(x, m);
+    return UCS_OK;
+}
+
+static void rndv_done_cb(void *request, ucs_status_t st, size_t length, void *user_data)
+{
+    struct kvp_xfer_msg *m = user_data;
+
+    if (st != UCS_OK) {
+        m->status = status_from_ucs(st);
+    } else if (length != m->data_len) {
+        m->status = KVP_ERR_PROTOCOL;
+    }
+    ready_push(m->x, m);
+    ucp_request_free(request);
+}
+
+static void send_done_cb(void *request, ucs_status_t st, void *user_data)
+{
+    send_req_t *s = user_data;
+
+    if (s->cb != NULL) {
+        s->cb(s->arg, status_from_ucs(st));
+    }
+    conn_unref(s->conn);
+    kvp_free(s->hdr);
+    kvp_free(s);
+    ucp_request_free(request);
+}
+
+/* ---- private: progress steps ---- */
+
+static kvp_status_t ep_create(kvp_xfer_h x, kvp_xfer_conn_h conn, ucp_ep_params_t *ep_params)
+{
+    ucs_status_t st;
+
+    ep_params->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params->err_mode       = x->peer_errors ? UCP_ERR_HANDLING_MODE_PEER
+                                               : UCP_ERR_HANDLING_MODE_NONE;
+    ep_params->err_handler.cb  = ep_err_cb;
+    ep_params->err_handler.arg = conn;
+    st = ucp_ep_create(x->worker, ep_params, &conn->ep);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "endpoint to %s: %s", conn->peer, ucs_status_string(st));
+        conn->ep = NULL;
+        return status_from_ucs(st);
+    }
+    return KVP_OK;
+}
+
+static unsigned accept_pending(kvp_xfer_h x)
+{
+    unsigned n = x->n_accept;
+
+    for (unsigned i = 0; i < n; i++) {
+        ucp_conn_request_h   req = x->accept_q[i];
+        ucp_conn_request_attr_t attr;
+        ucp_ep_params_t      ep_params;
+        kvp_xfer_conn_h      conn = kvp_calloc(1, sizeof(*conn), "xfer conn");
+
+        if (conn == NULL) {
+            ucp_listener_reject(x->listener, req);
+            continue;
+        }
+        conn->x      = x;
+        conn->refs   = 1;
+        conn->server = 1;
+        conn->status = KVP_OK;
+        attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+        if (ucp_conn_request_query(req, &attr) == UCS_OK) {
+            sockaddr_str(&attr.client_address, conn->peer, sizeof(conn->peer));
+        } else {
+            snprintf(conn->peer, sizeof(conn->peer), "client");
+        }
+        memset(&ep_params, 0, sizeof(ep_params));
+        ep_params.field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+        ep_params.conn_request = req;
+        if (ep_create(x, conn, &ep_params) != KVP_OK) {
+            kvp_free(conn);
+            continue;
+        }
+        conn->next = x->conns;
+        x->conns   = conn;
+        KVP_LOG_DEBUG(MOD, "accepted %s", conn->peer);
+    }
+    x->n_accept = 0;
+    return n;
+}
+
+static unsigned rndv_start(kvp_xfer_h x)
+{
+    unsigned n = 0;
+
+    while (x->pending != NULL) {
+        struct kvp_xfer_msg *m = x->pending;
+        ucp_request_param_t  prm;
+        void                *req;
+
+        x->pending = m->next;
+        n++;
+        m->data = kvp_malloc(m->data_len ? m->data_len : 1, "xfer rndv data");
+        if (m->data == NULL) {
+            ucp_am_data_release(x->worker, m->desc);
+            m->status = KVP_ERR_NO_MEMORY;
+            ready_push(x, m);
+            continue;
+        }
+        m->own_data = 1;
+        memset(&prm, 0, sizeof(prm));
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        prm.cb.recv_am   = rndv_done_cb;
+        prm.user_data    = m;
+        m->state         = MSG_RECVING;
+        req = ucp_am_recv_data_nbx(x->worker, m->desc, m->data, m->data_len, &prm);
+        m->desc = NULL;
+        if (req == NULL) {
+            ready_push(x, m);
+        } else if (UCS_PTR_IS_ERR(req)) {
+            m->status = status_from_ucs(UCS_PTR_STATUS(req));
+            ready_push(x, m);
+        }
+    }
+    return n;
+}
+
+static unsigned report_dead(kvp_xfer_h x)
+{
+    unsigned n = 0;
+
+    while (x->dead != NULL) {
+        kvp_xfer_conn_h conn = x->dead;
+
+        x->dead = conn->dead_next;
+        n++;
+        if (x->conn_cb != NULL) {
+            x->conn_cb(x->cb_arg, conn, conn->status);
+        }
+        if (conn->server && conn->ep != NULL) {
+            conn_unlink(conn);
+            ep_close(conn);
+            conn_unref(conn); /* the listener's ownership */
+        }
+        conn_unref(conn);     /* the dead-queue reference */
+    }
+    return n;
+}
+
+static unsigned deliver_ready(kvp_xfer_h x)
+{
+    unsigned n = 0;
+
+    if (x->delivering) {
+        return 0;
+    }
+    x->delivering = 1;
+    while (x->ready_head != NULL) {
+        struct kvp_xfer_msg *m = x->ready_head;
+
+        x->ready_head = m->next;
+        if (x->ready_head == NULL) {
+            x->ready_tail = NULL;
+        }
+        m->next = NULL;
+        n++;
+        if (x->recv_cb != NULL) {
+            x->recv_cb(x->cb_arg, m->conn, m);
+        } else {
+            kvp_xfer_msg_release(m);
+        }
+    }
+    x->delivering = 0;
+    return n;
+}
+
+/* ---- API ---- */
+
+kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
+{
+    ucp_params_t        cp;
+    ucp_worker_params_t wp;
+    ucp_worker_attr_t   wa;
+    ucp_am_handler_param_t hp;
+    ucp_config_t       *cfg;
+    ucs_status_t        st;
+    kvp_status_t        status;
+    kvp_xfer_h          x;
+    uint64_t            fm = (params != NULL) ? params->field_mask : 0;
+
+    x = kvp_calloc(1, sizeof(*x), "xfer");
+    if (x == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
+    x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
+    x->conn_cb     = (fm & KVP_XFER_PARAM_CONN_CB) ? params->conn_cb : NULL;
+    x->cb_arg      = (fm & KVP_XFER_PARAM_CB_ARG) ? params->cb_arg : NULL;
+    x->peer_errors = (fm & KVP_XFER_PARAM_PEER_ERRORS) ? params->peer_errors : 1;
+    x->efd         = -1;
+
+    /* A restarted node must be able to rebind its port while old sockets sit in TIME_WAIT. */
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+    st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "ucp_config_read: %s", ucs_status_string(st));
+        status = KVP_ERR_IO;
+        goto err_free;
+    }
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    cp.features   = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    st = ucp_init(&cp, cfg, &x->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "ucp_init: %s", ucs_status_string(st));
+        status = KVP_ERR_IO;
+        goto err_free;
+    }
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    st = ucp_worker_create(x->ctx, &wp, &x->worker);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "ucp_worker_create: %s", ucs_status_string(st));
+        status = KVP_ERR_IO;
+        goto err_cleanup;
+    }
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    x->max_hdr = (ucp_worker_query(x->worker, &wa) == UCS_OK) ? wa.max_am_header : 4096;
+    if (x->max_hdr > XFER_HDR_LIMIT) {
+        x->max_hdr = XFER_HDR_LIMIT;
+    }
+    st = ucp_worker_get_efd(x->worker, &x->efd);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "ucp_worker_get_efd: %s", ucs_status_string(st));
+        status = KVP_ERR_IO;
+        goto err_worker;
+    }
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hp.id    = XFER_AM_ID;
+    hp.cb    = am_recv_cb;
+    hp.arg   = x;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+    st = ucp_worker_set_am_recv_handler(x->worker, &hp);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
+        status = KVP_ERR_IO;
+        goto err_worker;
+    }
+    *x_p = x;
+    return KVP_OK;
+
+err_worker:
+    ucp_worker_destroy(x->worker);
+err_cleanup:
+    ucp_cleanup(x->ctx);
+err_free:
+    kvp_free(x);
+    return status;
+}
+
+void kvp_xfer_destroy(kvp_xfer_h x)
+{
+    if (x == NULL) {
+        return;
+    }
+    for (unsigned i = 0; i < x->n_accept; i++) {
+        ucp_listener_reject(x->listener, x->accept_q[i]);
+    }
+    x->n_accept = 0;
+    if (x->listener != NULL) {
+        ucp_listener_destroy(x->listener);
+        x->listener = NULL;
+    }
+    while (x->conns != NULL) {
+        kvp_xfer_conn_h conn = x->conns;
+
+        x->conns = conn->next;
+        ep_close(conn);
+        conn_unref(conn);
+    }
+    /* Finish or drop whatever is still in flight; no callbacks reach the user any more. */
+    x->recv_cb = NULL;
+    x->conn_cb = NULL;
+    for (int i = 0; i < 100 && ucp_worker_progress(x->worker) != 0; i++) {
+    }
+    while (x->pending != NULL) {
+        struct kvp_xfer_msg *m = x->pending;
+
+        x->pending = m->next;
+        ucp_am_data_release(x->worker, m->desc);
+        m->desc = NULL;
+        kvp_xfer_msg_release(m);
+    }
+    deliver_ready(x);
+    while (x->dead != NULL) {
+        kvp_xfer_conn_h conn = x->dead;
+
+        x->dead = conn->dead_next;
+        conn_unref(conn);
+    }
+    ucp_worker_destroy(x->worker);
+    ucp_cleanup(x->ctx);
+    kvp_free(x);
+}
+
+kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint16_t *port_p)
+{
+    ucp_listener_params_t lp;
+    ucp_listener_attr_t   la;
+    struct addrinfo       hints, *ai = NULL;
+    char                  portstr[16];
+    ucs_status_t          st;
+    int                   rc;
+
+    if (x->listener != NULL) {
+        KVP_LOG_ERROR(MOD, "already listening");
+        return KVP_ERR_EXISTS;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    rc = getaddrinfo(host, portstr, &hints, &ai);
+    if (rc != 0 || ai == NULL) {
+        KVP_LOG_ERROR(MOD, "cannot resolve listen address %s: %s", host ? host : "*",
+                      gai_strerror(rc));
+        return KVP_ERR_INVALID;
+    }
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask         = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                            UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr      = ai->ai_addr;
+    lp.sockaddr.addrlen   = ai->ai_addrlen;
+    lp.conn_handler.cb    = conn_request_cb;
+    lp.conn_handler.arg   = x;
+    st = ucp_listener_create(x->worker, &lp, &x->listener);
+    freeaddrinfo(ai);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "listen on %s:%u: %s", host ? host : "*", port, ucs_status_string(st));
+        x->listener = NULL;
+        return (st == UCS_ERR_BUSY) ? KVP_ERR_BUSY : KVP_ERR_IO;
+    }
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    st = ucp_listener_query(x->listener, &la);
+    if (st != UCS_OK) {
+        KVP_LOG_ERROR(MOD, "ucp_listener_query: %s", ucs_status_string(st));
+        ucp_listener_destroy(x->listener);
+        x->listener = NULL;
+        return KVP_ERR_IO;
+    }
+    if (port_p != NULL) {
+        *port_p = (la.sockaddr.ss_family == AF_INET6)
+                      ? ntohs(((struct sockaddr_in6 *)&la.sockaddr)->sin6_port)
+                      : ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_xfer_connect(kvp_xfer_h x, const char *host, uint16_t port,
+                              kvp_xfer_conn_h *conn_p)
+{
+    ucp_ep_params_t  ep_params;
+    struct addrinfo  hints, *ai = NULL;
+    char             portstr[16];
+    kvp_xfer_conn_h  conn;
+    kvp_status_t     status;
+    int              rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = AI_NUMERICSERV;
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    rc = getaddrinfo(host, portstr, &hints, &ai);
+    if (rc != 0 || ai == NULL) {
+        KVP_LOG_ERROR(MOD, "cannot resolve %s: %s", host, gai_strerror(rc));
+        return KVP_ERR_PEER_UNREACHABLE;
+    }
+    conn = kvp_calloc(1, sizeof(*conn), "xfer conn");
+    if (conn == NULL) {
+        freeaddrinfo(ai);
+        return KVP_ERR_NO_MEMORY;
+    }
+    conn->x      = x;
+    conn->refs   = 1;
+    conn->status = KVP_OK;
+    snprintf(conn->peer, sizeof(conn->peer), "%s:%u", host, port);
+    memset(&ep_params, 0, sizeof(ep_params));
+    ep_params.field_mask       = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    ep_params.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep_params.sockaddr.addr    = ai->ai_addr;
+    ep_params.sockaddr.addrlen = ai->ai_addrlen;
+    status = ep_create(x, conn, &ep_params);
+    freeaddrinfo(ai);
+    if (status != KVP_OK) {
+        kvp_free(conn);
+        return KVP_ERR_PEER_UNREACHABLE;
+    }
+    conn->next = x->conns;
+    x->conns   = conn;
+    *conn_p    = conn;
+    return KVP_OK;
+}
+
+void kvp_xfer_conn_close(kvp_xfer_conn_h conn)
+{
+    if (conn == NULL) {
+        return;
+    }
+    conn_unlink(conn);
+    ep_close(conn);
+    if (conn->status == KVP_OK) {
+        conn->status = KVP_ERR_CANCELED;
+    }
+    conn_unref(conn);
+}
+
+kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn)
+{
+    return conn->status;
+}
+
+const char *kvp_xfer_conn_peer(kvp_xfer_conn_h conn)
+{
+    return conn->peer;
+}
+
+kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len,
+                           const kvp_xfer_iov_t *iov, int iovcnt, kvp_xfer_send_cb_t cb,
+                           void *arg)
+{
+    kvp_xfer_h          x = conn->x;
+    ucp_request_param_t prm;
+    send_req_t         *s;
+    void               *req;
+    const void         *buf   = NULL;
+    size_t              count = 0;
+
+    if (conn->status != KVP_OK || conn->ep == NULL) {
+        return (conn->status != KVP_OK) ? conn->status : KVP_ERR_PEER_GONE;
+    }
+    if (hdr_len > x->max_hdr || iovcnt < 0) {
+        KVP_LOG_ERROR(MOD, "header of %zu bytes over the %zu limit", hdr_len, x->max_hdr);
+        return KVP_ERR_TOO_LARGE;
+    }
+    s = kvp_malloc(sizeof(*s) + (size_t)iovcnt * sizeof(ucp_dt_iov_t), "xfer send");
+    if (s == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    s->hdr = kvp_malloc(hdr_len ? hdr_len : 1, "xfer send hdr");
+    if (s->hdr == NULL) {
+        kvp_free(s);
+        return KVP_ERR_NO_MEMORY;
+    }
+    memcpy(s->hdr, hdr, hdr_len);
+    s->x      = x;
+    s->conn   = conn;
+    s->cb     = cb;
+    s->arg    = arg;
+    s->iovcnt = iovcnt;
+    for (int i = 0; i < iovcnt; i++) {
+        s->iov[i].buffer = (void *)iov[i].buf;
+        s->iov[i].length = iov[i].len;
+    }
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send      = send_done_cb;
+    prm.user_data    = s;
+    prm.flags        = UCP_AM_SEND_FLAG_REPLY;
+    if (iovcnt == 1) {
+        buf   = iov[0].buf;
+        count = iov[0].len;
+    } else if (iovcnt > 1) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype      = ucp_dt_make_iov();
+        buf               = s->iov;
+        count             = (size_t)iovcnt;
+    }
+    conn->refs++;
+    req = ucp_am_send_nbx(conn->ep, XFER_AM_ID, s->hdr, hdr_len, buf, count, &prm);
+    if (req == NULL || UCS_PTR_IS_ERR(req)) {
+        kvp_status_t status = (req == NULL) ? KVP_OK : status_from_ucs(UCS_PTR_STATUS(req));
+
+        conn->refs--;
+        kvp_free(s->hdr);
+        kvp_free(s);
+        if (status != KVP_OK) {
+            KVP_LOG_INFO(MOD, "send to %s: %s", conn->peer, kvp_status_str(status));
+        }
+        return status;
+    }
+    return KVP_INPROGRESS;
+}
+
+const void *kvp_xfer_msg_hdr(kvp_xfer_msg_h msg, size_t *len_p)
+{
+    *len_p = msg->hdr_len;
+    return msg->hdr;
+}
+
+const void *kvp_xfer_msg_data(kvp_xfer_msg_h msg, size_t *len_p)
+{
+    *len_p = (msg->status == KVP_OK) ? msg->data_len : 0;
+    return (msg->status == KVP_OK) ? msg->data : NULL;
+}
+
+kvp_status_t kvp_xfer_msg_status(kvp_xfer_msg_h msg)
+{
+    return msg->status;
+}
+
+void kvp_xfer_msg_release(kvp_xfer_msg_h msg)
+{
+    if (msg == NULL) {
+        return;
+    }
+    if (msg->desc != NULL) {
+        ucp_am_data_release(msg->x->worker, msg->desc);
+    }
+    if (msg->own_data) {
+        kvp_free(msg->data);
+    }
+    conn_unref(msg->conn);
+    kvp_free(msg);
+}
+
+unsigned kvp_xfer_progress(kvp_xfer_h x)
+{
+    unsigned n = 0, k;
+
+    while ((k = ucp_worker_progress(x->worker)) != 0) {
+        n += k;
+    }
+    n += accept_pending(x);
+    n += rndv_start(x);
+    n += report_dead(x);
+    n += deliver_ready(x);
+    return n;
+}
+
+void kvp_xfer_wait(kvp_xfer_h x, int timeout_ms)
+{
+    struct pollfd pfd;
+    uint64_t      spin_end = kvp_time_ns() + 20000; /* spin 20 us before sleeping */
+    ucs_status_t  st;
+
+    do {
+        if (kvp_xfer_progress(x) != 0) {
+            return;
+        }
+    } while (kvp_time_ns() < spin_end);
+    st = ucp_worker_arm(x->worker);
+    if (st == UCS_ERR_BUSY) {
+        kvp_xfer_progress(x);
+        return;
+    }
+    pfd.fd      = x->efd;
+    pfd.events  = POLLIN;
+    pfd.revents = 0;
+    (void)poll(&pfd, 1, timeout_ms);
+    kvp_xfer_progress(x);
+}
+
+size_t kvp_xfer_max_hdr(kvp_xfer_h x)
+{
+    return x->max_hdr;
+}
+
+kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p)
+{
+    const char   *colon;
+    char         *end;
+    unsigned long port;
+    size_t        hlen;
+
+    if (addr == NULL || (colon = strrchr(addr, ':')) == NULL) {
+        KVP_LOG_ERROR(MOD, "address '%s' is not host:port", addr ? addr : "(null)");
+        return KVP_ERR_INVALID;
+    }
+    hlen = (size_t)(colon - addr);
+    if (hlen > 1 && addr[0] == '[' && addr[hlen - 1] == ']') { /* [v6]:port */
+        addr++;
+        hlen -= 2;
+    }
+    port = strtoul(colon + 1, &end, 10);
+    if (hlen == 0 || hlen >= host_cap || *end != '\0' || colon[1] == '\0' || port > 65535) {
+        KVP_LOG_ERROR(MOD, "address '%s' is not host:port", addr);
+        return KVP_ERR_INVALID;
+    }
+    memcpy(host, addr, hlen);
+    host[hlen] = '\0';
+    *port_p    = (uint16_t)port;
+    return KVP_OK;
+}
