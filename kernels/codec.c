@@ -6,7 +6,6 @@
 #include "kvpack/log.h"
 #include "codec_ops.h"
 
-#include <math.h>
 #include <string.h>
 
 static const char *const codec_names[KVP_CODEC_MAX] = {
@@ -86,37 +85,48 @@ size_t kvp_page_max_bytes(const kvp_page_params_t *params)
                                                         params->page_tokens);
 }
 
-/* Convert input to fp32 scratch and reject NaN/Inf. */
-static kvp_status_t load_f32(kvp_dtype_t dtype, const void *in, size_t n, float *out)
+/* Header fields the codec writes for this geometry: a page whose CRC is fine but whose bits,
+ * groups, rotation flags or aux disagree is malformed (it was not written by this codec). */
+static kvp_status_t fields_check(const kvp_page_info_t *in)
 {
-    if (dtype == KVP_DTYPE_F32) {
-        memcpy(out, in, n * sizeof(float));
-    } else {
-        const uint16_t *h = in;
+    uint32_t D = in->head_dim, bits = in->codec == KVP_CODEC_FP16 ? 16 : 2;
+    uint32_t gk = 0, gv = 0, rot = 0, aux = 0;
 
-        for (size_t i = 0; i < n; i++) {
-            out[i] = kvp_f16_to_f32(h[i]);
-        }
+    switch (in->codec) {
+    case KVP_CODEC_FP16:    gk = 0;   gv = 0; break;
+    case KVP_CODEC_KIVI:    gk = 32;  gv = D < 32 ? D : 32; break;
+    case KVP_CODEC_KIVI128: gk = 128; gv = D < 128 ? D : 128; break;
+    case KVP_CODEC_NAIVE2:  gk = D;   gv = D; break;
+    case KVP_CODEC_OSCAR:   gk = 32;  gv = D < 32 ? D : 32; rot = 1; break;
+    case KVP_CODEC_KVARN:   gk = in->valid; gv = D; rot = 1; aux = in->aux; break;
+    default: break;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(out[i])) {
-            return KVP_ERR_BAD_INPUT_DATA;
+    if (in->bits_k != bits || in->bits_v != bits || in->group_k != gk || in->group_v != gv) {
+        KVP_LOG_DEBUG("codec", "page bits %u/%u groups %u/%u do not match codec %s", in->bits_k,
+                      in->bits_v, in->group_k, in->group_v, kvp_codec_name(in->codec));
+        return KVP_ERR_BAD_PAGE;
+    }
+    if (in->codec == KVP_CODEC_KVARN && (aux == 0 || aux > 64)) {
+        KVP_LOG_DEBUG("codec", "kvarn page with %u varn iterations", aux);
+        return KVP_ERR_BAD_PAGE;
+    }
+    if (in->codec != KVP_CODEC_KVARN && in->aux != 0) {
+        KVP_LOG_DEBUG("codec", "page aux %u must be 0 for codec %s", in->aux,
+                      kvp_codec_name(in->codec));
+        return KVP_ERR_BAD_PAGE;
+    }
+    {
+        uint32_t want_k = rot ? KVP_PAGE_F_K_ROTATED : 0;
+        uint32_t want_v = rot && !(in->flags & KVP_PAGE_F_V_PREROT) ? KVP_PAGE_F_V_ROTATED : 0;
+
+        if ((in->flags & KVP_PAGE_F_K_ROTATED) != want_k ||
+            (in->flags & KVP_PAGE_F_V_ROTATED) != want_v) {
+            KVP_LOG_DEBUG("codec", "page rotation flags 0x%x do not match codec %s", in->flags,
+                          kvp_codec_name(in->codec));
+            return KVP_ERR_BAD_PAGE;
         }
     }
     return KVP_OK;
-}
-
-static void store_out(kvp_dtype_t dtype, const float *in, size_t n, void *out)
-{
-    if (dtype == KVP_DTYPE_F32) {
-        memcpy(out, in, n * sizeof(float));
-    } else {
-        uint16_t *h = out;
-
-        for (size_t i = 0; i < n; i++) {
-            h[i] = kvp_f32_to_f16(in[i]);
-        }
-    }
 }
 
 kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype, const void *k,
@@ -124,12 +134,16 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
                              size_t *len_p)
 {
     const kvp_codec_ops_t *ops;
+    const kvp_cvt_ops_t   *cvt = kvp_cvt_ops();
     kvp_codec_geom_t       g;
     kvp_page_info_t        info;
     kvp_status_t           status;
     size_t                 n, payload;
-    float                 *kf, *vf;
+    const float           *kf, *vf;
 
+    if (params == NULL) {
+        return KVP_ERR_INVALID;
+    }
     status = kvp_codec_check(params);
     if (status != KVP_OK) {
         KVP_LOG_DEBUG("codec", "codec %s rejects heads %u head_dim %u page_tokens %u",
@@ -138,53 +152,83 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
         return status;
     }
     if (ntok == 0 || ntok > params->page_tokens || k == NULL || v == NULL || out == NULL ||
-        (params->flags & ~(uint32_t)(KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL)) != 0) {
+        len_p == NULL || (dtype != KVP_DTYPE_F32 && dtype != KVP_DTYPE_F16) ||
+        (params->flags & ~(uint32_t)(KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL)) != 0 ||
+        params->kvarn_iters > KVP_CODEC_KVARN_MAX_ITERS) {
+        KVP_LOG_DEBUG("codec", "encode: bad arguments (ntok %u of %u, flags 0x%x)", ntok,
+                      params->page_tokens, params->flags);
         return KVP_ERR_INVALID;
     }
     ops     = codec_ops(params->codec);
     g       = (kvp_codec_geom_t){params->heads, params->head_dim, params->page_tokens, ntok};
     payload = ops->payload_bytes(&g);
     if (out_cap < KVP_PAGE_HDR_BYTES + payload) {
+        KVP_LOG_DEBUG("codec", "encode: output of %zu bytes, page needs %zu", out_cap,
+                      KVP_PAGE_HDR_BYTES + payload);
         return KVP_ERR_TOO_LARGE;
     }
-    n  = (size_t)ntok * params->heads * params->head_dim;
-    kf = kvp_malloc(2 * n * sizeof(float), "codec input");
-    if (kf == NULL) {
-        return KVP_ERR_NO_MEMORY;
-    }
-    vf     = kf + n;
-    status = load_f32(dtype, k, n, kf);
-    if (status == KVP_OK) {
-        status = load_f32(dtype, v, n, vf);
+    n = (size_t)ntok * params->heads * params->head_dim;
+    if (dtype == KVP_DTYPE_F32) {
+        kf     = k;
+        vf     = v;
+        status = cvt->check_f32(kf, n);
+        if (status == KVP_OK) {
+            status = cvt->check_f32(vf, n);
+        }
+    } else {
+        float *ks = kvp_codec_scratch(0, n * sizeof(float));
+        float *vs = kvp_codec_scratch(1, n * sizeof(float));
+
+        if (ks == NULL || vs == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        status = cvt->load_f16(k, n, ks);
+        if (status == KVP_OK) {
+            status = cvt->load_f16(v, n, vs);
+        }
+        kf = ks;
+        vf = vs;
     }
     if (status != KVP_OK) {
-        goto out;
+        KVP_LOG_DEBUG("codec", "encode: input has NaN, Inf or |x| > 65504 (layer %u)",
+                      params->layer);
+        return status;
     }
 
     memset(&info, 0, sizeof(info));
-    info.codec     = params->codec;
-    info.flags     = params->flags & (KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL);
-    info.valid     = ntok;
-    info.capacity  = params->page_tokens;
-    info.heads     = params->heads;
-    info.head_dim  = params->head_dim;
-    info.layer     = params->layer;
-    info.first_pos = params->first_pos;
-    info.chunk_key = params->chunk_key;
+    info.codec       = params->codec;
+    info.flags       = params->flags & (KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL);
+    info.valid       = ntok;
+    info.capacity    = params->page_tokens;
+    info.heads       = params->heads;
+    info.head_dim    = params->head_dim;
+    info.layer       = params->layer;
+    info.first_pos   = params->first_pos;
+    info.chunk_key   = params->chunk_key;
     info.payload_len = (uint32_t)payload;
-    info.aux       = params->kvarn_iters;
+    if (params->codec == KVP_CODEC_KVARN) {
+        info.aux = params->kvarn_iters != 0 ? params->kvarn_iters : KVP_CODEC_KVARN_ITERS;
+    }
     if (ntok < params->page_tokens) {
         info.flags |= KVP_PAGE_F_PARTIAL;
     }
     status = ops->encode(&g, kf, vf, &info, (uint8_t *)out + KVP_PAGE_HDR_BYTES);
     if (status != KVP_OK) {
-        goto out;
+        return status;
     }
     kvp_page_hdr_write(&info, out);
     kvp_page_seal(out);
     *len_p = KVP_PAGE_HDR_BYTES + payload;
-out:
-    kvp_free(kf);
+    return KVP_OK;
+}
+
+static kvp_status_t decode_parse(const void *page, size_t len, kvp_page_info_t *info)
+{
+    kvp_status_t status = kvp_page_parse(page, len, info);
+
+    if (status == KVP_OK) {
+        status = fields_check(info);
+    }
     return status;
 }
 
@@ -198,36 +242,58 @@ kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kv
     size_t                 n;
     float                 *kf, *vf;
 
-    status = kvp_page_parse(page, len, &info);
+    if ((dtype != KVP_DTYPE_F32 && dtype != KVP_DTYPE_F16) ||
+        (frame != KVP_FRAME_ORIGINAL && frame != KVP_FRAME_ROTATED)) {
+        return KVP_ERR_INVALID;
+    }
+    status = decode_parse(page, len, &info);
     if (status != KVP_OK) {
         return status;
     }
     ops = codec_ops((kvp_codec_id_t)info.codec);
     g   = (kvp_codec_geom_t){info.heads, info.head_dim, info.capacity, info.valid};
-    n   = (size_t)info.valid * info.heads * info.head_dim;
+    if (ops->check(&g) != KVP_OK) {
+        return KVP_ERR_BAD_PAGE; /* payload_bytes already returned 0 in parse; defensive */
+    }
+    n = (size_t)info.valid * info.heads * info.head_dim;
     if (dtype == KVP_DTYPE_F32) {
         kf = k_out;
         vf = v_out;
     } else {
-        kf = kvp_malloc(2 * n * sizeof(float), "codec output");
-        if (kf == NULL) {
+        kf = k_out != NULL ? kvp_codec_scratch(0, n * sizeof(float)) : NULL;
+        vf = v_out != NULL ? kvp_codec_scratch(1, n * sizeof(float)) : NULL;
+        if ((k_out != NULL && kf == NULL) || (v_out != NULL && vf == NULL)) {
             return KVP_ERR_NO_MEMORY;
         }
-        vf = kf + n;
     }
-    status = ops->decode(&g, &info, (const uint8_t *)page + KVP_PAGE_HDR_BYTES, frame,
-                         k_out != NULL ? kf : NULL, v_out != NULL ? vf : NULL);
-    if (dtype != KVP_DTYPE_F32) {
-        if (status == KVP_OK && k_out != NULL) {
-            store_out(dtype, kf, n, k_out);
+    status = ops->decode(&g, &info, (const uint8_t *)page + KVP_PAGE_HDR_BYTES, frame, kf, vf);
+    if (status == KVP_OK && dtype == KVP_DTYPE_F16) {
+        if (k_out != NULL) {
+            kvp_cvt_ops()->store_f16(kf, n, k_out);
         }
-        if (status == KVP_OK && v_out != NULL) {
-            store_out(dtype, vf, n, v_out);
+        if (v_out != NULL) {
+            kvp_cvt_ops()->store_f16(vf, n, v_out);
         }
-        kvp_free(kf);
     }
     if (status == KVP_OK && info_p != NULL) {
         *info_p = info;
     }
     return status;
+}
+
+kvp_status_t kvp_page_token_norms(const void *page, size_t len, float *norms)
+{
+    kvp_page_info_t info;
+    kvp_status_t    status = decode_parse(page, len, &info);
+
+    if (status != KVP_OK) {
+        return status;
+    }
+    for (uint32_t t = 0; t < info.valid; t++) {
+        norms[t] = 1.0f;
+        if (info.codec == KVP_CODEC_OSCAR) {
+            memcpy(&norms[t], (const uint8_t *)page + KVP_PAGE_HDR_BYTES + 4 * (size_t)t, 4);
+        }
+    }
+    return KVP_OK;
 }

@@ -25,10 +25,23 @@ typedef enum {
     KVP_DTYPE_F16 = 1
 } kvp_dtype_t;
 
+/* What decode returns, per codec (Hd = normalized Walsh-Hadamard of one head, its own inverse):
+ *   fp16, kivi, kivi128, naive2: both frames are the same (no rotation).
+ *   oscar  ORIGINAL: K = Hd(norm_t * Khat''), V = Hd(Vhat) (V as stored when the page has
+ *                    KVP_PAGE_F_V_PREROT: it was given rotated, so that is its original frame).
+ *          ROTATED:  K = Khat'', the rotated and normalised K (each token on the unit sphere in
+ *                    R^(H*D)); the attention kernel rotates q and multiplies score t by norm_t
+ *                    (kvp_page_token_norms). V = Vhat, the rotated V (out = Hd(attn . Vhat)).
+ *   kvarn  ORIGINAL: K = Hd(Khat), V = Hd(Vhat) (V as stored under KVP_PAGE_F_V_PREROT).
+ *          ROTATED:  K = Khat, V = Vhat in the Hadamard frame, VarN scales already applied
+ *                    (Khat[t][d] = (q*s_col_K[d] + zp_K[d]) * s_row_K[t]). */
 typedef enum {
     KVP_FRAME_ORIGINAL = 0, /* undo rotation and norm scaling: K/V as they were given */
-    KVP_FRAME_ROTATED  = 1  /* leave K/V in the stored (Hadamard, norm-scaled) frame */
+    KVP_FRAME_ROTATED  = 1  /* leave K/V in the stored (Hadamard, norm-scaled) frame, see above */
 } kvp_frame_t;
+
+#define KVP_CODEC_KVARN_ITERS     8u  /* default VarN iterations (kvp_page_params_t.kvarn_iters 0) */
+#define KVP_CODEC_KVARN_MAX_ITERS 64u
 
 typedef struct {
     kvp_codec_id_t codec;
@@ -52,7 +65,11 @@ kvp_status_t kvp_codec_check(const kvp_page_params_t *params);
 /* Bytes of a full page (header + payload) for these params. 0 if unsupported. */
 size_t kvp_page_max_bytes(const kvp_page_params_t *params);
 
-/* Encode ntok (1..P) tokens of K and V into out. NaN/Inf input -> KVP_ERR_BAD_INPUT_DATA.
+/* Encode ntok (1..P) tokens of K and V into out. NaN/Inf input, or |x| > 65504 (not
+ * representable in the fp16 scales every codec stores) -> KVP_ERR_BAD_INPUT_DATA.
+ * Geometry: kivi needs D % 32 == 0 or D < 32 (kivi128: 128); oscar and kvarn need D a power of
+ * two >= 8. Partial pages (ntok < P) quantize over the valid tokens only (groups may be short).
+ * No allocation per call: conversions use per-thread scratch (grown on first use).
  * out needs kvp_page_max_bytes(params) bytes; *len_p gets the page length. */
 kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype, const void *k,
                              const void *v, uint32_t ntok, void *out, size_t out_cap,
@@ -65,6 +82,15 @@ kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kv
 
 /* Name of the implementation in use for a codec ("ref", "avx2", ...). */
 const char *kvp_codec_impl_name(kvp_codec_id_t codec);
+/* Implementations available on this CPU, "ref" first; returns the count (names filled up to max). */
+size_t kvp_codec_impls(kvp_codec_id_t codec, const char **names, size_t max);
+/* Switch a codec's implementation (tests, benchmarks). Not safe while other threads encode or
+ * decode. KVP_ERR_UNSUPPORTED when that implementation is not available here. */
+kvp_status_t kvp_codec_set_impl(kvp_codec_id_t codec, const char *impl);
+
+/* Verify a page and write its per-token norms (valid floats): the OScaR K norms, 1.0 for every
+ * other codec. Needed to use KVP_FRAME_ROTATED oscar K (scores are multiplied by norm_t). */
+kvp_status_t kvp_page_token_norms(const void *page, size_t len, float *norms);
 
 /* fp16 conversion helpers (round to nearest even, IEEE binary16). */
 uint16_t kvp_f32_to_f16(float f);

@@ -1,0 +1,158 @@
+/* codec_kivi.c - the "kivi" (G = 32), "kivi128" (G = 128) and "naive2" codecs (CODECS.md 3).
+ * K per channel in groups of G tokens, V per token in groups of gv = min(G, D) channels (D must
+ * be a multiple of gv); fp16 scale and min; a constant group (scale 0) stores code 0 and decodes
+ * to min (KIVI itself would divide 0/0). naive2 quantizes K and V per token with one group of D
+ * channels (the naive baseline of realdata/README.md). No rotation: both frames are the same.
+ *
+ * Payload (T = valid tokens, rt = ceil(T/4), ngk = ceil(T/G), rd = ceil(D/4), ngv = D/gv):
+ *   section   size             layout
+ *   K codes   H*D*rt           [h][d] runs along tokens, code t at bits 2(t%4) of byte t/4
+ *   K scale   2*H*ngk*D        fp16 [h][group][d], (max - min) / 3
+ *   K min     2*H*ngk*D        fp16 [h][group][d]
+ *   V codes   T*H*rd           [t][h] runs along channels
+ *   V scale   2*T*H*ngv        fp16 [t][h][group]
+ *   V min     2*T*H*ngv        fp16 [t][h][group]
+ * naive2: K uses the V layout (codes [t][h] runs of D, scale/min [t][h]), then V the same. */
+#include "codec_ops.h"
+#include "quant_hd.h"
+
+typedef struct {
+    uint32_t G;  /* K group, tokens (0: per-token K, naive2) */
+    uint32_t gv; /* V group, channels */
+    size_t   k_codes, k_scale, k_min, v_codes, v_scale, v_min, total; /* section offsets */
+} kivi_layout_t;
+
+static uint32_t kivi_gv(uint32_t G, uint32_t D) { return G == 0 || D < G ? D : G; }
+
+static void kivi_layout(const kvp_codec_geom_t *g, uint32_t G, kivi_layout_t *l)
+{
+    size_t   H = g->heads, D = g->head_dim, T = g->valid;
+    size_t   rows = T * H, rd = kvp_hd_run_bytes(g->head_dim);
+    uint32_t gv = kivi_gv(G, g->head_dim);
+
+    l->G       = G;
+    l->gv      = gv;
+    l->k_codes = 0;
+    if (G == 0) {
+        l->k_scale = rows * rd;
+        l->k_min   = l->k_scale + 2 * rows;
+        l->v_codes = l->k_min + 2 * rows;
+    } else {
+        size_t ngk = (T + G - 1) / G;
+
+        l->k_scale = H * D * kvp_hd_run_bytes(g->valid);
+        l->k_min   = l->k_scale + 2 * H * ngk * D;
+        l->v_codes = l->k_min + 2 * H * ngk * D;
+    }
+    l->v_scale = l->v_codes + rows * rd;
+    l->v_min   = l->v_scale + 2 * rows * (D / gv);
+    l->total   = l->v_min + 2 * rows * (D / gv);
+}
+
+static kvp_status_t kivi_check_g(const kvp_codec_geom_t *g, uint32_t G)
+{
+    if (g->head_dim % kivi_gv(G, g->head_dim) != 0) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t kivi_encode_g(const kvp_codec_geom_t *g, const float *k, const float *v,
+                                  kvp_page_info_t *info, uint8_t *p, uint32_t G,
+                                  const kvp_q2_kern_t *kk)
+{
+    kivi_layout_t l;
+    size_t        rows = (size_t)g->valid * g->heads;
+    uint32_t      D = g->head_dim, H = g->heads;
+
+    kivi_layout(g, G, &l);
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = G == 0 ? D : G;
+    info->group_v = l.gv;
+    if (G == 0) {
+        kk->tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
+                       p + l.k_min);
+    } else {
+        uint32_t ngk = (g->valid + G - 1) / G;
+        size_t   rt  = kvp_hd_run_bytes(g->valid);
+
+        for (uint32_t h = 0; h < H; h++) {
+            kk->chan_encode(k + (size_t)h * D, (size_t)H * D, g->valid, D, G, KVP_Q2_RULE_KIVI,
+                            p + l.k_codes + (size_t)h * D * rt,
+                            p + l.k_scale + 2 * (size_t)h * ngk * D,
+                            p + l.k_min + 2 * (size_t)h * ngk * D);
+        }
+    }
+    kk->tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes, p + l.v_scale,
+                   p + l.v_min);
+    return KVP_OK;
+}
+
+static kvp_status_t kivi_decode_g(const kvp_codec_geom_t *g, const uint8_t *p, float *k_out,
+                                  float *v_out, uint32_t G, const kvp_q2_kern_t *kk)
+{
+    kivi_layout_t l;
+    size_t        rows = (size_t)g->valid * g->heads;
+    uint32_t      D = g->head_dim, H = g->heads;
+
+    kivi_layout(g, G, &l);
+    if (k_out != NULL && G == 0) {
+        kk->tok_decode(p + l.k_codes, p + l.k_scale, p + l.k_min, rows, D, D, k_out);
+    } else if (k_out != NULL) {
+        uint32_t ngk = (g->valid + G - 1) / G;
+        size_t   rt  = kvp_hd_run_bytes(g->valid);
+
+        for (uint32_t h = 0; h < H; h++) {
+            kk->chan_decode(p + l.k_codes + (size_t)h * D * rt,
+                            p + l.k_scale + 2 * (size_t)h * ngk * D,
+                            p + l.k_min + 2 * (size_t)h * ngk * D, g->valid, D, G,
+                            k_out + (size_t)h * D, (size_t)H * D);
+        }
+    }
+    if (v_out != NULL) {
+        kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_min, rows, D, l.gv, v_out);
+    }
+    return KVP_OK;
+}
+
+/* ---- one ops table per (codec, implementation) ---- */
+
+#define KIVI_OPS(_name, _cname, _G, _impl, _kern)                                                \
+    static kvp_status_t _name##_##_impl##_check(const kvp_codec_geom_t *g)                      \
+    {                                                                                            \
+        return kivi_check_g(g, _G);                                                              \
+    }                                                                                            \
+    static size_t _name##_##_impl##_bytes(const kvp_codec_geom_t *g)                            \
+    {                                                                                            \
+        kivi_layout_t l;                                                                         \
+        kivi_layout(g, _G, &l);                                                                  \
+        return l.total;                                                                          \
+    }                                                                                            \
+    static kvp_status_t _name##_##_impl##_encode(const kvp_codec_geom_t *g, const float *k,     \
+                                                 const float *v, kvp_page_info_t *info,          \
+                                                 uint8_t *payload)                               \
+    {                                                                                            \
+        return kivi_encode_g(g, k, v, info, payload, _G, &(_kern));                              \
+    }                                                                                            \
+    static kvp_status_t _name##_##_impl##_decode(const kvp_codec_geom_t *g,                     \
+                                                 const kvp_page_info_t *info,                    \
+                                                 const uint8_t *payload, kvp_frame_t frame,      \
+                                                 float *k_out, float *v_out)                     \
+    {                                                                                            \
+        (void)info;                                                                              \
+        (void)frame;                                                                             \
+        return kivi_decode_g(g, payload, k_out, v_out, _G, &(_kern));                            \
+    }                                                                                            \
+    const kvp_codec_ops_t kvp_codec_##_name##_##_impl = {                                       \
+        .name = _cname, .impl = #_impl, .check = _name##_##_impl##_check,                        \
+        .payload_bytes = _name##_##_impl##_bytes, .encode = _name##_##_impl##_encode,            \
+        .decode = _name##_##_impl##_decode,                                                      \
+    };
+
+KIVI_OPS(kivi, "kivi", 32, ref, kvp_q2_ref)
+KIVI_OPS(kivi, "kivi", 32, avx2, kvp_q2_avx2)
+KIVI_OPS(kivi128, "kivi128", 128, ref, kvp_q2_ref)
+KIVI_OPS(kivi128, "kivi128", 128, avx2, kvp_q2_avx2)
+KIVI_OPS(naive2, "naive2", 0, ref, kvp_q2_ref)
+KIVI_OPS(naive2, "naive2", 0, avx2, kvp_q2_avx2)

@@ -1,0 +1,173 @@
+/* codec_kvarn.c - the "kvarn" codec (CODECS.md 2): one tile per (page x head) over the valid
+ * tokens. K and V are rotated by the normalized Walsh-Hadamard transform and rounded to fp16
+ * (the reference's fp16 GEMM; V skipped under KVP_PAGE_F_V_PREROT). VarN (2.2) balances each
+ * tile X [R][C] (K: rows = channels, cols = tokens; V: rows = tokens, cols = channels), then
+ * per-row 2-bit RTN on X/Sc/Sr with the RTN parameters absorbed into the scales:
+ *   Xhat[r][c] = (q[r][c] * A[r] + Z[r]) * B[c],  A = Sr*s, Z = Sr*lo, B = Sc  (all fp16).
+ * VarN iterations: header aux (default 8). D: power of two >= 8.
+ *
+ * Payload: H tile records back to back, record h (T = valid, rt = ceil(T/4), rd = D/4):
+ *   offset                     size    field
+ *   0                          D*rt    K codes, row d (channel) runs along tokens
+ *   D*rt                       2*D     K A = s_col_K [d]  (absorbed per-channel scale)
+ *   D*rt + 2D                  2*D     K Z = zp_K [d]
+ *   D*rt + 4D                  2*T     K B = s_row_K [t]  (per-token VarN scale)
+ *   kv = D*rt + 4D + 2T        T*rd    V codes, row t (token) runs along channels
+ *   kv + T*rd                  2*T     V A = s_row_V [t]  (absorbed per-token scale)
+ *   kv + T*rd + 2T             2*T     V Z = zp_V [t]
+ *   kv + T*rd + 4T             2*D     V B = s_col_V [d]  (per-channel VarN scale)
+ * record size = D*rt + T*rd + 6D + 6T bytes (9728 at D = T = 128: 2.375 bits/elem). */
+#include "codec_ops.h"
+#include "quant_hd.h"
+
+#include <string.h>
+
+typedef struct {
+    size_t k_codes, k_a, k_z, k_b, v_codes, v_a, v_z, v_b, rec;
+} kvarn_layout_t;
+
+static void kvarn_layout(const kvp_codec_geom_t *g, kvarn_layout_t *l)
+{
+    size_t D = g->head_dim, T = g->valid;
+
+    l->k_codes = 0;
+    l->k_a     = D * kvp_hd_run_bytes(g->valid);
+    l->k_z     = l->k_a + 2 * D;
+    l->k_b     = l->k_z + 2 * D;
+    l->v_codes = l->k_b + 2 * T;
+    l->v_a     = l->v_codes + T * kvp_hd_run_bytes(g->head_dim);
+    l->v_z     = l->v_a + 2 * T;
+    l->v_b     = l->v_z + 2 * T;
+    l->rec     = l->v_b + 2 * D;
+}
+
+static kvp_status_t kvarn_check(const kvp_codec_geom_t *g)
+{
+    if (g->head_dim < 8 || (g->head_dim & (g->head_dim - 1)) != 0) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    return KVP_OK;
+}
+
+static size_t kvarn_bytes(const kvp_codec_geom_t *g)
+{
+    kvarn_layout_t l;
+
+    kvarn_layout(g, &l);
+    return l.rec * g->heads;
+}
+
+static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
+                                   kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
+{
+    kvarn_layout_t l;
+    uint32_t       H = g->heads, D = g->head_dim, T = g->valid, iters = info->aux;
+    size_t         n = (size_t)T * H * D, tile = (size_t)T * D;
+    float         *kr = kvp_codec_scratch(2, n * sizeof(float));
+    float         *X  = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
+    float         *Sc, *Sr, *work;
+    const float   *vr = v;
+
+    if (kr == NULL || X == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    if (iters == 0 || iters > KVP_VARN_MAX_ITERS) {
+        iters = KVP_VARN_ITERS;
+    }
+    Sc   = X + tile;
+    Sr   = Sc + T + D;
+    work = Sr + T + D;
+    kvarn_layout(g, &l);
+    memcpy(kr, k, n * sizeof(float));
+    kk->rot_rows(kr, (size_t)T * H, D, 1);
+    if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
+        float *vs = kvp_codec_scratch(3, n * sizeof(float));
+
+        if (vs == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        memcpy(vs, v, n * sizeof(float));
+        kk->rot_rows(vs, (size_t)T * H, D, 1);
+        vr = vs;
+        info->flags |= KVP_PAGE_F_V_ROTATED;
+    }
+    for (uint32_t h = 0; h < H; h++) {
+        uint8_t *rec = p + (size_t)h * l.rec;
+
+        /* K tile [D][T] */
+        for (uint32_t t = 0; t < T; t++) {
+            const float *src = kr + ((size_t)t * H + h) * D;
+
+            for (uint32_t d = 0; d < D; d++) {
+                X[(size_t)d * T + t] = src[d];
+            }
+        }
+        kk->varn(X, D, T, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
+        /* V tile [T][D] */
+        for (uint32_t t = 0; t < T; t++) {
+            memcpy(X + (size_t)t * D, vr + ((size_t)t * H + h) * D, D * sizeof(float));
+        }
+        kk->varn(X, T, D, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
+    }
+    info->flags |= KVP_PAGE_F_K_ROTATED;
+    info->aux     = iters;
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = T;
+    info->group_v = D;
+    return KVP_OK;
+}
+
+static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
+                                   const uint8_t *p, kvp_frame_t frame, float *k_out,
+                                   float *v_out, const kvp_q2_kern_t *kk)
+{
+    kvarn_layout_t l;
+    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
+    size_t         HD = (size_t)H * D;
+
+    kvarn_layout(g, &l);
+    for (uint32_t h = 0; h < H; h++) {
+        const uint8_t *rec = p + (size_t)h * l.rec;
+
+        if (k_out != NULL) {
+            kk->kvarn_deq(rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b, D, T,
+                          k_out + (size_t)h * D, 1, HD);
+        }
+        if (v_out != NULL) {
+            kk->kvarn_deq(rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b, T, D,
+                          v_out + (size_t)h * D, HD, 1);
+        }
+    }
+    if (frame == KVP_FRAME_ORIGINAL) {
+        if (k_out != NULL) {
+            kk->rot_rows(k_out, (size_t)T * H, D, 0);
+        }
+        if (v_out != NULL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
+            kk->rot_rows(v_out, (size_t)T * H, D, 0);
+        }
+    }
+    return KVP_OK;
+}
+
+#define KVARN_OPS(_impl, _kern)                                                                  \
+    static kvp_status_t kvarn_encode_##_impl(const kvp_codec_geom_t *g, const float *k,         \
+                                             const float *v, kvp_page_info_t *info, uint8_t *p)  \
+    {                                                                                            \
+        return kvarn_encode_k(g, k, v, info, p, &(_kern));                                       \
+    }                                                                                            \
+    static kvp_status_t kvarn_decode_##_impl(const kvp_codec_geom_t *g,                         \
+                                             const kvp_page_info_t *info, const uint8_t *p,      \
+                                             kvp_frame_t frame, float *k_out, float *v_out)      \
+    {                                                                                            \
+        return kvarn_decode_k(g, info, p, frame, k_out, v_out, &(_kern));                        \
+    }                                                                                            \
+    const kvp_codec_ops_t kvp_codec_kvarn_##_impl = {                                           \
+        .name = "kvarn", .impl = #_impl, .check = kvarn_check, .payload_bytes = kvarn_bytes,     \
+        .encode = kvarn_encode_##_impl, .decode = kvarn_decode_##_impl,                          \
+    };
+
+KVARN_OPS(ref, kvp_q2_ref)
+KVARN_OPS(avx2, kvp_q2_avx2)

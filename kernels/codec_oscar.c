@@ -1,0 +1,161 @@
+/* codec_oscar.c - the "oscar" codec (CODECS.md 1): K rotated per head by the normalized
+ * Walsh-Hadamard transform (fp32), one L2 norm per token over ALL the page's heads (fp32, zero or
+ * NaN -> 1), K'' = f16(f16(K')/norm) as in the reference's fp16 model path, then per-channel
+ * 2-bit groups of 32 tokens with the OScaR integer zero point (quant_hd.h kvp_hd_oscar_*).
+ * V: Hadamard (skipped under KVP_PAGE_F_V_PREROT: the engine folded it into W_v/W_o), rounded to
+ * fp16, then per-token groups of gv = min(32, D) channels, same rule. D: power of two >= 8.
+ * Our choices where the reference is GPU-specific: a plain layout instead of the MMA fragment
+ * order, groups over the page's valid tokens (the reference only packs 256-token tiles).
+ *
+ * Payload (T = valid, rt = ceil(T/4), ngk = ceil(T/32), rd = D/4, ngv = D/gv):
+ *   section   size             layout
+ *   norms     4*T              fp32 [t], little-endian
+ *   K codes   H*D*rt           [h][d] runs along tokens
+ *   K scale   2*H*ngk*D        fp16 [h][group][d]
+ *   K zd      2*H*ngk*D        fp16 [h][group][d]; dequant = q*scale + zd
+ *   V codes   T*H*rd           [t][h] runs along channels
+ *   V scale   2*T*H*ngv        fp16 [t][h][group]
+ *   V zd      2*T*H*ngv        fp16 [t][h][group] */
+#include "codec_ops.h"
+#include "quant_hd.h"
+
+#include <string.h>
+
+#define OSCAR_G 32u
+
+typedef struct {
+    size_t   norms, k_codes, k_scale, k_zd, v_codes, v_scale, v_zd, total;
+    uint32_t gv, ngk;
+} oscar_layout_t;
+
+static void oscar_layout(const kvp_codec_geom_t *g, oscar_layout_t *l)
+{
+    size_t H = g->heads, D = g->head_dim, T = g->valid, rows = T * H;
+
+    l->gv      = g->head_dim < OSCAR_G ? g->head_dim : OSCAR_G;
+    l->ngk     = (g->valid + OSCAR_G - 1) / OSCAR_G;
+    l->norms   = 0;
+    l->k_codes = 4 * T;
+    l->k_scale = l->k_codes + H * D * kvp_hd_run_bytes(g->valid);
+    l->k_zd    = l->k_scale + 2 * H * l->ngk * D;
+    l->v_codes = l->k_zd + 2 * H * l->ngk * D;
+    l->v_scale = l->v_codes + rows * kvp_hd_run_bytes(g->head_dim);
+    l->v_zd    = l->v_scale + 2 * rows * (D / l->gv);
+    l->total   = l->v_zd + 2 * rows * (D / l->gv);
+}
+
+static kvp_status_t oscar_check(const kvp_codec_geom_t *g)
+{
+    if (g->head_dim < 8 || (g->head_dim & (g->head_dim - 1)) != 0) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    return KVP_OK;
+}
+
+static size_t oscar_bytes(const kvp_codec_geom_t *g)
+{
+    oscar_layout_t l;
+
+    oscar_layout(g, &l);
+    return l.total;
+}
+
+static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
+                                   kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
+{
+    oscar_layout_t l;
+    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
+    size_t         n = (size_t)T * H * D, rt = kvp_hd_run_bytes(T);
+    float         *kr = kvp_codec_scratch(2, n * sizeof(float));
+    float         *norms = kvp_codec_scratch(4, T * sizeof(float));
+    const float   *vr = v;
+
+    if (kr == NULL || norms == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    oscar_layout(g, &l);
+    memcpy(kr, k, n * sizeof(float));
+    kk->rot_rows(kr, (size_t)T * H, D, 0);
+    kk->oscar_norm(kr, T, H * D, norms);
+    memcpy(p + l.norms, norms, 4 * (size_t)T);
+    for (uint32_t h = 0; h < H; h++) {
+        kk->chan_encode(kr + (size_t)h * D, (size_t)H * D, T, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
+                        p + l.k_codes + (size_t)h * D * rt, p + l.k_scale + 2 * (size_t)h * l.ngk * D,
+                        p + l.k_zd + 2 * (size_t)h * l.ngk * D);
+    }
+    if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
+        float *vs = kvp_codec_scratch(3, n * sizeof(float));
+
+        if (vs == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        memcpy(vs, v, n * sizeof(float));
+        kk->rot_rows(vs, (size_t)T * H, D, 1);
+        vr = vs;
+        info->flags |= KVP_PAGE_F_V_ROTATED;
+    }
+    kk->tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes, p + l.v_scale,
+                   p + l.v_zd);
+    info->flags |= KVP_PAGE_F_K_ROTATED;
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = OSCAR_G;
+    info->group_v = l.gv;
+    return KVP_OK;
+}
+
+static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
+                                   const uint8_t *p, kvp_frame_t frame, float *k_out,
+                                   float *v_out, const kvp_q2_kern_t *kk)
+{
+    oscar_layout_t l;
+    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
+    size_t         rt = kvp_hd_run_bytes(T);
+
+    oscar_layout(g, &l);
+    if (k_out != NULL) {
+        for (uint32_t h = 0; h < H; h++) {
+            kk->chan_decode(p + l.k_codes + (size_t)h * D * rt,
+                            p + l.k_scale + 2 * (size_t)h * l.ngk * D,
+                            p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G,
+                            k_out + (size_t)h * D, (size_t)H * D);
+        }
+        if (frame == KVP_FRAME_ORIGINAL) {
+            float *norms = kvp_codec_scratch(4, T * sizeof(float));
+
+            if (norms == NULL) {
+                return KVP_ERR_NO_MEMORY;
+            }
+            memcpy(norms, p + l.norms, 4 * (size_t)T);
+            kk->scale_rows(k_out, T, H * D, norms);
+            kk->rot_rows(k_out, (size_t)T * H, D, 0);
+        }
+    }
+    if (v_out != NULL) {
+        kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D, l.gv, v_out);
+        if (frame == KVP_FRAME_ORIGINAL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
+            kk->rot_rows(v_out, (size_t)T * H, D, 0);
+        }
+    }
+    return KVP_OK;
+}
+
+#define OSCAR_OPS(_impl, _kern)                                                                  \
+    static kvp_status_t oscar_encode_##_impl(const kvp_codec_geom_t *g, const float *k,         \
+                                             const float *v, kvp_page_info_t *info, uint8_t *p)  \
+    {                                                                                            \
+        return oscar_encode_k(g, k, v, info, p, &(_kern));                                       \
+    }                                                                                            \
+    static kvp_status_t oscar_decode_##_impl(const kvp_codec_geom_t *g,                         \
+                                             const kvp_page_info_t *info, const uint8_t *p,      \
+                                             kvp_frame_t frame, float *k_out, float *v_out)      \
+    {                                                                                            \
+        return oscar_decode_k(g, info, p, frame, k_out, v_out, &(_kern));                        \
+    }                                                                                            \
+    const kvp_codec_ops_t kvp_codec_oscar_##_impl = {                                           \
+        .name = "oscar", .impl = #_impl, .check = oscar_check, .payload_bytes = oscar_bytes,     \
+        .encode = oscar_encode_##_impl, .decode = oscar_decode_##_impl,                          \
+    };
+
+OSCAR_OPS(ref, kvp_q2_ref)
+OSCAR_OPS(avx2, kvp_q2_avx2)
