@@ -65,6 +65,7 @@ typedef struct {
     uint64_t crc_failures;    /* pages dropped because they failed their CRC on read */
     uint64_t disk_errors;     /* I/O or disk-full errors from the SSD tier */
     uint64_t expired;         /* sessions removed by the idle TTL */
+    uint64_t dropped;         /* sessions evicted without an SSD tier (gone, not spilled) */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
@@ -99,6 +100,10 @@ kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t
                               uint32_t layers, uint32_t *hit_chunks_p);
 
 void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
+
+/* Test hook: the next n writes to the SSD tier fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO)
+ * as a full or failing disk would; nothing is written. No-op without a db_path. */
+void kvp_store_inject_disk_fail(kvp_store_h store, uint32_t n, kvp_status_t status);
 
 #ifdef __cplusplus
 }

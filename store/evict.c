@@ -1,0 +1,421 @@
+/* evict.c - session life on and off DRAM: writing a session to the SSD tier (one WriteBatch with
+ * its record and every page not yet on disk), spilling (write, then unpin its pages and free its
+ * tail), restoring (record + batched MultiGet of missing pages, CRC-checked), removing, the idle
+ * TTL, and eviction between the watermarks: clean cached pages first, then least-recently-used
+ * sessions, then loose pages (put but named by no session). Pages pinned by a hot session or a
+ * reader are never freed. Main flow: kvp_store_evict_if_needed -> kvp_store_make_room -> spill. */
+#include "store_int.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <string.h>
+
+#define MOD "store"
+
+/* Sessions at least this large are written without the WAL and flushed to SST files, so each
+ * byte reaches the disk once; smaller ones go through the WAL. Both are durable on return. */
+#define NOWAL_MIN_BYTES (4u << 20)
+
+size_t kvp_store_sess_page_count(const kvp_sess_t *s)
+{
+    return (size_t)s->desc.n_chunks * s->desc.layers;
+}
+
+static kvp_tier_mode_t write_mode(kvp_store_h st, size_t bytes, bool sync)
+{
+    if (bytes >= NOWAL_MIN_BYTES) {
+        return KVP_TIER_NOWAL_FLUSH;
+    }
+    return sync || st->durability == KVP_DURABILITY_SYNC ? KVP_TIER_SYNC : KVP_TIER_WAL;
+}
+
+kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
+{
+    kvp_tier_batch_t *b;
+    uint8_t          *blob;
+    size_t            blen, n = kvp_store_sess_page_count(s);
+    kvp_status_t      status;
+
+    b = kvp_tier_batch_create();
+    if (b == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    status = kvp_session_desc_pack(&s->desc, &blob, &blen);
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session %s: cannot pack its record: %s", s->sid,
+                      kvp_status_str(status));
+        kvp_tier_batch_destroy(b);
+        return status;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvp_page_t *p = s->pages[i];
+
+        if (!p->on_disk && p->slot.ptr != NULL) {
+            kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};
+
+            kvp_tier_batch_put_page(st->tier, b, &pk, p->slot.ptr, p->len);
+        }
+    }
+    kvp_tier_batch_put_session(st->tier, b, s->ns, s->sid, blob, blen);
+    kvp_free(blob);
+    status = kvp_tier_batch_commit(st->tier, b, write_mode(st, kvp_tier_batch_bytes(b), sync));
+    if (status == KVP_OK) {
+        for (size_t i = 0; i < n; i++) {
+            s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
+        }
+        s->on_disk = true;
+        s->dirty   = false;
+        st->stats.spill_bytes += kvp_tier_batch_bytes(b);
+    } else {
+        st->stats.disk_errors++;
+    }
+    kvp_tier_batch_destroy(b);
+    return status;
+}
+
+static void sess_make_cold(kvp_store_h st, kvp_sess_t *s)
+{
+    kvp_pool_free(&st->pool, &s->tail_slot);
+    s->tail_slot.ptr = NULL;
+    s->desc.tail     = NULL;
+    s->hot           = false;
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        kvp_store_page_unpin(st, s->pages[i]);
+    }
+    kvp_list_del(&s->lru);
+    kvp_list_push_tail(&st->cold_lru, &s->lru);
+}
+
+kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
+{
+    kvp_status_t status = KVP_OK;
+
+    if (!s->hot) {
+        return KVP_OK;
+    }
+    if (s->dirty || !s->on_disk) {
+        status = kvp_store_sess_write(st, s, false);
+        if (status != KVP_OK) {
+            return status;
+        }
+    }
+    st->stats.spills++;
+    sess_make_cold(st, s);
+    return KVP_OK;
+}
+
+/* The in-memory part of removing a session: page refs, tail, lists, table. */
+void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
+{
+    size_t n = kvp_store_sess_page_count(s);
+
+    kvp_index_sess_remove(&st->sessions, s);
+    kvp_list_del(&s->lru);
+    kvp_pool_free(&st->pool, &s->tail_slot);
+    for (size_t i = 0; i < n; i++) {
+        kvp_page_t *p = s->pages[i];
+
+        p->nsess--;
+        if (s->hot) {
+            kvp_store_page_unpin(st, p);
+        } else if (p->pins == 0 && p->slot.ptr == NULL && !p->on_disk) {
+            kvp_store_page_forget(st, p);
+        }
+    }
+    kvp_free(s->pages);
+    kvp_free(s->desc.chunk_keys);
+    kvp_free(s);
+}
+
+kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s)
+{
+    size_t        n     = kvp_store_sess_page_count(s);
+    kvp_page_t  **gone  = kvp_malloc((n ? n : 1) * sizeof(*gone), "session remove");
+    size_t        ngone = 0;
+    kvp_status_t  status = KVP_OK;
+
+    if (gone == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) { /* pages only this session names */
+        if (s->pages[i]->nsess == 1) {
+            gone[ngone++] = s->pages[i];
+        }
+    }
+    if (st->tier != NULL) {
+        kvp_tier_batch_t *b = kvp_tier_batch_create();
+        bool              any = s->on_disk;
+
+        if (b == NULL) {
+            kvp_free(gone);
+            KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->sid);
+            return KVP_ERR_NO_MEMORY;
+        }
+        if (s->on_disk) {
+            kvp_tier_batch_del_session(st->tier, b, s->ns, s->sid);
+        }
+        for (size_t i = 0; i < ngone; i++) {
+            if (gone[i]->on_disk) {
+                kvp_tier_pkey_t pk = {gone[i]->ns, gone[i]->key, gone[i]->layer};
+
+                kvp_tier_batch_del_page(st->tier, b, &pk);
+                any = true;
+            }
+        }
+        if (any) {
+            status = kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
+                                                            ? KVP_TIER_SYNC : KVP_TIER_WAL);
+        }
+        kvp_tier_batch_destroy(b);
+        if (status != KVP_OK) {
+            st->stats.disk_errors++;
+            kvp_free(gone);
+            return status;
+        }
+    }
+    for (size_t i = 0; i < ngone; i++) {
+        gone[i]->on_disk = false;
+    }
+    for (size_t i = 0; i < ngone; i++) {
+        gone[i]->pins++; /* keep the entries alive across the release */
+    }
+    kvp_store_sess_release(st, s);
+    for (size_t i = 0; i < ngone; i++) {
+        gone[i]->pins--;
+        if (gone[i]->nsess == 0 && gone[i]->pins == 0) {
+            kvp_store_page_forget(st, gone[i]);
+        }
+    }
+    kvp_free(gone);
+    return KVP_OK;
+}
+
+void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)
+{
+    s->last_ns = kvp_time_ns();
+    kvp_list_del(&s->lru);
+    kvp_list_push_tail(s->hot ? &st->hot_lru : &st->cold_lru, &s->lru);
+}
+
+kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
+{
+    size_t       n = kvp_store_sess_page_count(s), nmiss = 0;
+    kvp_page_t **miss;
+    kvp_status_t status;
+    uint64_t     bytes = 0;
+
+    miss = kvp_malloc((n ? n : 1) * sizeof(*miss), "session restore");
+    if (miss == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to restore session %s", s->sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s->pages[i]->slot.ptr == NULL) {
+            if (!s->pages[i]->on_disk) {
+                KVP_LOG_ERROR(MOD, "session %s: chunk %zu layer %zu was lost (failed its crc "
+                              "earlier)", s->sid, i / s->desc.layers, i % s->desc.layers);
+                kvp_free(miss);
+                return KVP_ERR_CORRUPT;
+            }
+            miss[nmiss++] = s->pages[i];
+        }
+    }
+    if (nmiss > 0 && st->tier == NULL) {
+        kvp_free(miss);
+        return KVP_ERR_NOT_FOUND;
+    }
+    status = kvp_store_pages_load(st, miss, nmiss, s, &bytes);
+    kvp_free(miss);
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->sid, kvp_status_str(status));
+        return status;
+    }
+    if (!s->hot && s->desc.n_tail > 0) {
+        uint8_t           *blob;
+        size_t             blen;
+        kvp_session_desc_t d;
+
+        status = kvp_tier_session_get(st->tier, s->ns, s->sid, &blob, &blen);
+        if (status == KVP_OK) {
+            status = kvp_session_desc_unpack(blob, blen, &d);
+            kvp_free(blob);
+            if (status == KVP_OK) {
+                if (d.n_chunks != s->desc.n_chunks || d.tail_len != s->desc.tail_len ||
+                    memcmp(d.chunk_keys, s->desc.chunk_keys, d.n_chunks * sizeof(kvp_key128_t))) {
+                    status = KVP_ERR_CORRUPT;
+                }
+            }
+            if (status != KVP_OK) {
+                KVP_LOG_ERROR(MOD, "session %s record on disk is unusable: %s", s->sid,
+                              kvp_status_str(status));
+                st->stats.crc_failures += status == KVP_ERR_CORRUPT;
+            } else {
+                status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
+                if (status == KVP_ERR_NO_SPACE) {
+                    status = kvp_store_make_room(st, kvp_pool_slot_size(d.tail_len), s);
+                    if (status == KVP_OK) {
+                        status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
+                    }
+                }
+                if (status == KVP_OK) {
+                    memcpy(s->tail_slot.ptr, d.tail, d.tail_len);
+                    s->desc.tail = s->tail_slot.ptr;
+                    bytes += d.tail_len;
+                } else {
+                    KVP_LOG_ERROR(MOD, "no room for the tail of session %s", s->sid);
+                }
+            }
+            kvp_session_desc_clear(&d);
+        } else {
+            st->stats.disk_errors += status != KVP_ERR_NOT_FOUND;
+            KVP_LOG_ERROR(MOD, "session %s record could not be read: %s", s->sid,
+                          kvp_status_str(status));
+        }
+        if (status != KVP_OK) {
+            return status;
+        }
+    }
+    if (!s->hot) {
+        for (size_t i = 0; i < n; i++) {
+            kvp_store_page_pin(st, s->pages[i]);
+        }
+        s->hot = true;
+        kvp_list_del(&s->lru);
+        kvp_list_push_tail(&st->hot_lru, &s->lru);
+        st->stats.restores++;
+        st->stats.restore_bytes += bytes;
+    }
+    return KVP_OK;
+}
+
+/* ---- eviction ---- */
+
+static bool over(const kvp_store_h st, size_t target)
+{
+    return st->pool.used > target;
+}
+
+kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *keep)
+{
+    size_t       target;
+    kvp_list_t  *e, *next;
+    kvp_status_t status = KVP_OK;
+
+    if (need > st->pool.budget) {
+        KVP_LOG_ERROR(MOD, "an object of %zu bytes cannot fit a dram budget of %zu", need,
+                      st->pool.budget);
+        return KVP_ERR_NO_SPACE;
+    }
+    target = st->pool.budget - need < st->low_bytes ? st->pool.budget - need : st->low_bytes;
+
+    /* 1. cached copies of pages that are on disk and pinned by nobody */
+    for (e = st->idle_pages.next; e != &st->idle_pages && over(st, target); e = next) {
+        kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
+
+        next = e->next;
+        if (p->on_disk) {
+            kvp_store_page_drop_dram(st, p);
+        }
+    }
+    /* 2. least-recently-used sessions */
+    for (e = st->hot_lru.next; e != &st->hot_lru && over(st, target); e = next) {
+        kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
+
+        next = e->next;
+        if (s == keep) {
+            continue;
+        }
+        if (st->tier != NULL) {
+            status = kvp_store_sess_spill(st, s);
+            if (status != KVP_OK) {
+                KVP_LOG_ERROR(MOD, "eviction stopped: session %s could not be spilled (%s)",
+                              s->sid, kvp_status_str(status));
+                return status;
+            }
+        } else {
+            KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->sid);
+            st->stats.dropped++;
+            kvp_store_sess_remove(st, s);
+        }
+        next = st->hot_lru.next; /* the spill may have unlinked its neighbours' pages, not them */
+    }
+    /* 3. loose pages (named by no session): to disk when there is one, else dropped */
+    if (over(st, target)) {
+        kvp_tier_batch_t *b = st->tier != NULL ? kvp_tier_batch_create() : NULL;
+        size_t            freed = 0, excess = st->pool.used - target;
+
+        for (e = st->idle_pages.next; e != &st->idle_pages && freed < excess; e = e->next) {
+            kvp_page_t     *p  = KVP_CONTAINER_OF(e, kvp_page_t, idle);
+            kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};
+
+            if (b != NULL && !p->on_disk) {
+                kvp_tier_batch_put_page(st->tier, b, &pk, p->slot.ptr, p->len);
+            }
+            freed += kvp_pool_slot_size(p->len);
+        }
+        if (b != NULL) {
+            status = kvp_tier_batch_commit(st->tier, b, write_mode(st, kvp_tier_batch_bytes(b),
+                                                                   false));
+            if (status != KVP_OK) {
+                st->stats.disk_errors++;
+            } else {
+                st->stats.spill_bytes += kvp_tier_batch_bytes(b);
+            }
+            kvp_tier_batch_destroy(b);
+        }
+        freed = 0;
+        for (e = st->idle_pages.next; e != &st->idle_pages && freed < excess && status == KVP_OK;
+             e = next) {
+            kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
+
+            next = e->next;
+            freed += kvp_pool_slot_size(p->len);
+            if (st->tier != NULL) {
+                p->on_disk = true;
+                kvp_store_page_drop_dram(st, p);
+            } else {
+                KVP_LOG_DEBUG(MOD, "no ssd tier: dropping a loose page of layer %u", p->layer);
+                kvp_store_page_forget(st, p);
+            }
+        }
+    }
+    if (status != KVP_OK) {
+        return status;
+    }
+    return st->pool.used + need <= st->pool.budget ? KVP_OK : KVP_ERR_NO_SPACE;
+}
+
+void kvp_store_evict_if_needed(kvp_store_h st)
+{
+    if (st->pool.used > st->high_bytes) {
+        (void)kvp_store_make_room(st, 0, NULL); /* errors are logged and counted where detected */
+    }
+}
+
+void kvp_store_expire_idle(kvp_store_h st)
+{
+    uint64_t now = kvp_time_ns();
+
+    if (now - st->last_sweep_ns < 1000000ull) { /* at most once a millisecond */
+        return;
+    }
+    st->last_sweep_ns = now;
+    for (int which = 0; which < 2; which++) {
+        kvp_list_t *h = which == 0 ? &st->hot_lru : &st->cold_lru;
+
+        while (!kvp_list_empty(h)) {
+            kvp_sess_t *s = KVP_CONTAINER_OF(h->next, kvp_sess_t, lru);
+
+            if (now - s->last_ns < st->ttl_ns) {
+                break;
+            }
+            KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->sid);
+            if (kvp_store_sess_remove(st, s) != KVP_OK) {
+                break;
+            }
+            st->stats.expired++;
+        }
+    }
+}

@@ -1,0 +1,224 @@
+/* pool.c - the DRAM page pool: size-class slabs carved from mmap'd regions, with a byte budget.
+ * A class is the page length rounded up (64 B below 4 KiB, 4 KiB above); a slab holds up to 512
+ * slots of one class (about 2 MiB). Allocation pops a free slot or bumps into a fresh one: no
+ * malloc once a class has a slab. A slab that empties is unmapped, except one spare per class
+ * that is kept mapped but released to the kernel (MADV_DONTNEED), so resident memory follows use.
+ * The budget counts slot bytes in use; eviction policy lives in evict.c, not here. */
+#include "store_int.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#define MOD            "store"
+#define SLAB_TARGET    (2u << 20)
+#define SLAB_MAX_SLOTS 512u
+
+struct kvp_slab {
+    kvp_slab_t *next;      /* in the class's partial list */
+    kvp_slab_t *prev;
+    uint8_t    *base;
+    size_t      bytes;     /* mapped */
+    uint32_t    cls;       /* index in pool->classes */
+    uint32_t    nfree;     /* free slots (free list + never used) */
+    uint32_t    nfresh;    /* slots handed out at least once (bump pointer) */
+    bool        partial;   /* on the partial list */
+    void       *free_head; /* freed slots, linked through their first 8 bytes */
+};
+
+size_t kvp_pool_slot_size(size_t len)
+{
+    if (len <= 4096) {
+        return (len + 63) & ~(size_t)63;
+    }
+    return (len + 4095) & ~(size_t)4095;
+}
+
+void kvp_pool_init(kvp_pool_t *pool, size_t budget)
+{
+    memset(pool, 0, sizeof(*pool));
+    pool->budget = budget;
+}
+
+static void slab_unmap(kvp_pool_t *pool, kvp_slab_t *slab)
+{
+    munmap(slab->base, slab->bytes);
+    pool->mapped -= slab->bytes;
+    kvp_free(slab);
+}
+
+static void partial_add(kvp_pool_class_t *c, kvp_slab_t *s)
+{
+    s->prev = NULL;
+    s->next = c->partial;
+    if (c->partial != NULL) {
+        c->partial->prev = s;
+    }
+    c->partial = s;
+    s->partial = true;
+}
+
+static void partial_del(kvp_pool_class_t *c, kvp_slab_t *s)
+{
+    if (s->prev != NULL) {
+        s->prev->next = s->next;
+    } else {
+        c->partial = s->next;
+    }
+    if (s->next != NULL) {
+        s->next->prev = s->prev;
+    }
+    s->next = s->prev = NULL;
+    s->partial = false;
+}
+
+void kvp_pool_cleanup(kvp_pool_t *pool)
+{
+    for (uint32_t i = 0; i < pool->nclasses; i++) {
+        kvp_pool_class_t *c = &pool->classes[i];
+
+        while (c->partial != NULL) {
+            kvp_slab_t *s = c->partial;
+
+            partial_del(c, s);
+            slab_unmap(pool, s);
+        }
+        if (c->spare != NULL) {
+            slab_unmap(pool, c->spare);
+        }
+    }
+    /* full slabs are not listed: their pages are freed by the store before cleanup */
+    kvp_free(pool->classes);
+    memset(pool, 0, sizeof(*pool));
+}
+
+static kvp_status_t class_get(kvp_pool_t *pool, size_t slot_bytes, uint32_t *cls_p)
+{
+    for (uint32_t i = 0; i < pool->nclasses; i++) {
+        if (pool->classes[i].slot_bytes == slot_bytes) {
+            *cls_p = i;
+            return KVP_OK;
+        }
+    }
+    if (pool->nclasses == pool->cap_classes) {
+        uint32_t          cap = pool->cap_classes ? pool->cap_classes * 2 : 8;
+        kvp_pool_class_t *c   = kvp_realloc(pool->classes, cap * sizeof(*c), "pool classes");
+
+        if (c == NULL) {
+            KVP_LOG_ERROR(MOD, "no memory for pool class of %zu bytes", slot_bytes);
+            return KVP_ERR_NO_MEMORY;
+        }
+        pool->classes     = c;
+        pool->cap_classes = cap;
+    }
+    memset(&pool->classes[pool->nclasses], 0, sizeof(pool->classes[0]));
+    pool->classes[pool->nclasses].slot_bytes = slot_bytes;
+    pool->classes[pool->nclasses].slots =
+        slot_bytes >= SLAB_TARGET ? 1u
+                                  : (uint32_t)(SLAB_TARGET / slot_bytes < SLAB_MAX_SLOTS
+                                                   ? SLAB_TARGET / slot_bytes
+                                                   : SLAB_MAX_SLOTS);
+    *cls_p = pool->nclasses++;
+    return KVP_OK;
+}
+
+static kvp_status_t slab_map(kvp_pool_t *pool, uint32_t cls, kvp_slab_t **slab_p)
+{
+    kvp_pool_class_t *c = &pool->classes[cls];
+    kvp_slab_t       *s = kvp_calloc(1, sizeof(*s), "pool slab");
+
+    if (s == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for a slab header");
+        return KVP_ERR_NO_MEMORY;
+    }
+    s->bytes = c->slot_bytes * c->slots;
+    s->base  = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->base == MAP_FAILED) {
+        KVP_LOG_ERROR(MOD, "mmap of a %zu-byte slab failed: %m", s->bytes);
+        kvp_free(s);
+        return KVP_ERR_NO_MEMORY;
+    }
+    s->cls   = cls;
+    s->nfree = c->slots;
+    pool->mapped += s->bytes;
+    *slab_p = s;
+    return KVP_OK;
+}
+
+kvp_status_t kvp_pool_alloc(kvp_pool_t *pool, size_t len, kvp_pool_slot_t *slot_p)
+{
+    size_t            slot_bytes = kvp_pool_slot_size(len);
+    uint32_t          cls;
+    kvp_pool_class_t *c;
+    kvp_slab_t       *s;
+    void             *p;
+    kvp_status_t      status;
+
+    if (pool->used + slot_bytes > pool->budget) {
+        return KVP_ERR_NO_SPACE; /* the caller evicts and retries, and logs if it gives up */
+    }
+    status = class_get(pool, slot_bytes, &cls);
+    if (status != KVP_OK) {
+        return status;
+    }
+    c = &pool->classes[cls];
+    if (c->partial == NULL) {
+        if (c->spare != NULL) {
+            s        = c->spare;
+            c->spare = NULL;
+        } else {
+            status = slab_map(pool, cls, &s);
+            if (status != KVP_OK) {
+                return status;
+            }
+        }
+        partial_add(c, s);
+    }
+    s = c->partial;
+    if (s->free_head != NULL) {
+        p            = s->free_head;
+        s->free_head = *(void **)p;
+    } else {
+        p = s->base + (size_t)s->nfresh * slot_bytes;
+        s->nfresh++;
+    }
+    if (--s->nfree == 0) {
+        partial_del(c, s);
+    }
+    pool->used += slot_bytes;
+    pool->nslots++;
+    slot_p->ptr  = p;
+    slot_p->slab = s;
+    return KVP_OK;
+}
+
+void kvp_pool_free(kvp_pool_t *pool, const kvp_pool_slot_t *slot)
+{
+    kvp_slab_t       *s = slot->slab;
+    kvp_pool_class_t *c;
+
+    if (slot->ptr == NULL) {
+        return;
+    }
+    c = &pool->classes[s->cls];
+    *(void **)slot->ptr = s->free_head;
+    s->free_head        = slot->ptr;
+    s->nfree++;
+    pool->used -= c->slot_bytes;
+    pool->nslots--;
+    if (!s->partial) {
+        partial_add(c, s);
+    }
+    if (s->nfree == c->slots) {
+        partial_del(c, s);
+        if (c->spare == NULL) {
+            madvise(s->base, s->bytes, MADV_DONTNEED);
+            s->free_head = NULL;
+            s->nfresh    = 0;
+            c->spare     = s;
+        } else {
+            slab_unmap(pool, s);
+        }
+    }
+}

@@ -1,0 +1,823 @@
+/* store.c - the node store API (kvpack/store.h): open/close with warm restart, page put/get and
+ * references, session put/get/spill/delete, prefix lookup, stats. One mutex guards everything.
+ * Page entries live while a session names them, a reader pins them, or they hold bytes (DRAM or
+ * disk); the page-state helpers at the top keep the idle list and counters consistent.
+ * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
+ * under write-through/sync) -> evict.c when past the high watermark. */
+#include "store_int.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <string.h>
+
+#define MOD "store"
+
+#define DEFAULT_BUDGET (1ull << 30)
+
+/* ---- page state ---- */
+
+static void page_idle_update(kvp_store_h st, kvp_page_t *p)
+{
+    bool want = p->slot.ptr != NULL && p->pins == 0;
+
+    if (want && !kvp_list_linked(&p->idle)) {
+        kvp_list_push_tail(&st->idle_pages, &p->idle);
+    } else if (!want && kvp_list_linked(&p->idle)) {
+        kvp_list_del(&p->idle);
+    }
+}
+
+static kvp_page_t *page_new(kvp_store_h st, uint64_t ns, kvp_key128_t key, uint32_t layer)
+{
+    kvp_page_t *p = kvp_calloc(1, sizeof(*p), "page entry");
+
+    if (p == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for a page entry");
+        return NULL;
+    }
+    p->store = st;
+    p->ns    = ns;
+    p->key   = key;
+    p->layer = layer;
+    kvp_index_page_insert(&st->pages, p);
+    return p;
+}
+
+void kvp_store_page_drop_dram(kvp_store_h st, kvp_page_t *p)
+{
+    if (p->slot.ptr != NULL) {
+        kvp_pool_free(&st->pool, &p->slot);
+        p->slot.ptr = NULL;
+        st->stats.dram_pages--;
+    }
+    page_idle_update(st, p);
+}
+
+/* Free the entry if nothing needs it any more: no pin, no session, no bytes anywhere. */
+static void page_maybe_free(kvp_store_h st, kvp_page_t *p)
+{
+    if (p->pins == 0 && p->nsess == 0 && p->slot.ptr == NULL && !p->on_disk) {
+        if (p->indexed) {
+            kvp_index_page_remove(&st->pages, p);
+        }
+        kvp_free(p);
+    }
+}
+
+/* Drop a page everywhere in memory (its disk copy, if any, was deleted by the caller). */
+void kvp_store_page_forget(kvp_store_h st, kvp_page_t *p)
+{
+    p->on_disk = false;
+    if (p->pins == 0) {
+        kvp_store_page_drop_dram(st, p);
+    }
+    page_maybe_free(st, p);
+}
+
+void kvp_store_page_pin(kvp_store_h st, kvp_page_t *p)
+{
+    p->pins++;
+    page_idle_update(st, p);
+}
+
+void kvp_store_page_unpin(kvp_store_h st, kvp_page_t *p)
+{
+    p->pins--;
+    if (p->pins == 0 && p->slot.ptr != NULL && p->on_disk && p->nsess > 0) {
+        /* a cold session's page: its copy on disk is the one to keep */
+        kvp_store_page_drop_dram(st, p);
+    }
+    page_idle_update(st, p);
+    page_maybe_free(st, p);
+}
+
+static bool page_present(const kvp_page_t *p)
+{
+    return p->slot.ptr != NULL || p->on_disk;
+}
+
+/* Copy validated page bytes into a pool slot, evicting if needed. */
+static kvp_status_t page_fill(kvp_store_h st, kvp_page_t *p, const void *data, size_t len,
+                              const kvp_sess_t *keep)
+{
+    kvp_status_t status = kvp_pool_alloc(&st->pool, len, &p->slot);
+
+    if (status == KVP_ERR_NO_SPACE) {
+        status = kvp_store_make_room(st, kvp_pool_slot_size(len), keep);
+        if (status == KVP_OK) {
+            status = kvp_pool_alloc(&st->pool, len, &p->slot);
+        }
+        if (status == KVP_ERR_NO_SPACE) {
+            KVP_LOG_ERROR(MOD, "dram budget %zu bytes exhausted (%zu in use, nothing evictable) "
+                          "for a %zu-byte page", st->pool.budget, st->pool.used, len);
+        }
+    }
+    if (status != KVP_OK) {
+        p->slot.ptr = NULL;
+        return status;
+    }
+    memcpy(p->slot.ptr, data, len);
+    p->len = (uint32_t)len;
+    st->stats.dram_pages++;
+    page_idle_update(st, p);
+    return KVP_OK;
+}
+
+/* Load a disk-only page into DRAM; a page failing its CRC is dropped (and deleted on disk). */
+typedef struct {
+    kvp_store_h   st;
+    kvp_page_t  **pages;
+    const kvp_sess_t *keep;
+    kvp_status_t  status;
+    uint64_t      bytes;
+} load_ctx_t;
+
+static void load_cb(void *arg, size_t i, kvp_status_t status, const void *data, size_t len)
+{
+    load_ctx_t      *c = arg;
+    kvp_page_t      *p = c->pages[i];
+    kvp_page_info_t  info;
+
+    if (status == KVP_OK) {
+        status = kvp_page_parse(data, len, &info);
+        if (status == KVP_OK && (info.layer != p->layer || info.chunk_key.lo != p->key.lo ||
+                                 info.chunk_key.hi != p->key.hi)) {
+            status = KVP_ERR_CORRUPT;
+        }
+        if (status != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u read from disk failed its check "
+                          "(%s); dropped", (unsigned long long)p->key.hi,
+                          (unsigned long long)p->key.lo, p->layer, kvp_status_str(status));
+            status = KVP_ERR_CORRUPT;
+        } else {
+            status = page_fill(c->st, p, data, len, c->keep);
+            c->bytes += len;
+        }
+    } else if (status == KVP_ERR_NOT_FOUND) {
+        KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u is indexed on disk but missing; dropped",
+                      (unsigned long long)p->key.hi, (unsigned long long)p->key.lo, p->layer);
+    }
+    if (status == KVP_ERR_CORRUPT) {
+        kvp_tier_batch_t *b = kvp_tier_batch_create();
+        kvp_tier_pkey_t   pk = {p->ns, p->key, p->layer};
+
+        c->st->stats.crc_failures++;
+        if (b != NULL) {
+            kvp_tier_batch_del_page(c->st->tier, b, &pk);
+            if (kvp_tier_batch_commit(c->st->tier, b, KVP_TIER_WAL) != KVP_OK) {
+                c->st->stats.disk_errors++;
+            }
+            kvp_tier_batch_destroy(b);
+        }
+    }
+    if (status == KVP_ERR_CORRUPT || status == KVP_ERR_NOT_FOUND) {
+        p->on_disk = false;
+    }
+    if (status != KVP_OK && c->status == KVP_OK) {
+        c->status = status;
+    }
+}
+
+/* Read n disk-only pages back (one batched MultiGet). Entries stay valid: a dropped page just
+ * loses its bytes. */
+kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
+                                  const kvp_sess_t *keep, uint64_t *bytes_p)
+{
+    kvp_tier_pkey_t *pks;
+    load_ctx_t       c = {st, pages, keep, KVP_OK, 0};
+    kvp_status_t     status;
+    size_t           need = 0;
+
+    if (n == 0) {
+        return KVP_OK;
+    }
+    pks = kvp_malloc(n * sizeof(*pks), "page load keys");
+    if (pks == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to load %zu pages", n);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pks[i] = (kvp_tier_pkey_t){pages[i]->ns, pages[i]->key, pages[i]->layer};
+        need += pages[i]->len ? kvp_pool_slot_size(pages[i]->len) : 0;
+        kvp_store_page_pin(st, pages[i]); /* not evicted by the room we make for the others */
+    }
+    if (st->pool.used + need > st->high_bytes) {
+        kvp_store_make_room(st, need, keep); /* best effort; page_fill retries per page */
+    }
+    status = kvp_tier_pages_get(st->tier, n, pks, load_cb, &c);
+    if (status != KVP_OK) {
+        st->stats.disk_errors++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvp_store_page_unpin_keep(st, pages[i]);
+    }
+    kvp_free(pks);
+    if (bytes_p != NULL) {
+        *bytes_p = c.bytes;
+    }
+    return status != KVP_OK ? status : c.status;
+}
+
+/* Like unpin, but never drops the bytes of an on-disk page (the caller pins it right after). */
+void kvp_store_page_unpin_keep(kvp_store_h st, kvp_page_t *p)
+{
+    p->pins--;
+    page_idle_update(st, p);
+}
+
+/* ---- open / close / warm restart ---- */
+
+static kvp_status_t sess_alloc(uint64_t ns, const char *sid, kvp_sess_t **sess_p)
+{
+    kvp_sess_t *s = kvp_calloc(1, sizeof(*s), "session");
+
+    if (s == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for session %s", sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    s->ns = ns;
+    strcpy(s->sid, sid);
+    *sess_p = s;
+    return KVP_OK;
+}
+
+/* Point a session at its (chunk, layer) page entries; create == true makes disk-only entries for
+ * missing ones (warm restart), false fails with KVP_ERR_NOT_FOUND. Each entry gains one nsess. */
+static kvp_status_t sess_bind_pages(kvp_store_h st, kvp_sess_t *s, bool create)
+{
+    size_t n = kvp_store_sess_page_count(s);
+
+    s->pages = kvp_calloc(n ? n : 1, sizeof(*s->pages), "session pages");
+    if (s->pages == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for the page list of session %s", s->sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t c = 0; c < s->desc.n_chunks; c++) {
+        for (uint32_t l = 0; l < s->desc.layers; l++) {
+            kvp_page_t *p = kvp_index_page_find(&st->pages, s->ns, s->desc.chunk_keys[c], l);
+
+            if (p == NULL && create) {
+                p = page_new(st, s->ns, s->desc.chunk_keys[c], l);
+                if (p != NULL) {
+                    p->on_disk = true;
+                }
+            }
+            if (p == NULL || !page_present(p)) {
+                if (!create) {
+                    KVP_LOG_ERROR(MOD, "session %s names chunk %u layer %u, which is not in the "
+                                  "store", s->sid, c, l);
+                }
+                for (size_t i = 0; i < (size_t)c * s->desc.layers + l; i++) {
+                    s->pages[i]->nsess--;
+                    page_maybe_free(st, s->pages[i]);
+                }
+                kvp_free(s->pages);
+                s->pages = NULL;
+                return p == NULL && create ? KVP_ERR_NO_MEMORY : KVP_ERR_NOT_FOUND;
+            }
+            p->nsess++;
+            s->pages[(size_t)c * s->desc.layers + l] = p;
+        }
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const uint8_t *blob,
+                               size_t len)
+{
+    kvp_store_h        st = arg;
+    kvp_session_desc_t desc;
+    kvp_sess_t        *s;
+    kvp_status_t       status;
+
+    status = kvp_session_desc_unpack(blob, len, &desc);
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session %s record on disk is unreadable (%s); skipped", sid,
+                      kvp_status_str(status));
+        st->stats.crc_failures += status == KVP_ERR_CORRUPT;
+        return KVP_OK;
+    }
+    kvp_free(desc.tail); /* cold: the tail stays on disk until the session is used */
+    desc.tail = NULL;
+    status    = sess_alloc(ns, sid, &s);
+    if (status != KVP_OK) {
+        kvp_session_desc_clear(&desc);
+        return status;
+    }
+    s->desc = desc;
+    status  = sess_bind_pages(st, s, true);
+    if (status != KVP_OK) {
+        kvp_session_desc_clear(&s->desc);
+        kvp_free(s);
+        return status;
+    }
+    s->on_disk = true;
+    s->last_ns = kvp_time_ns();
+    kvp_index_sess_insert(&st->sessions, s);
+    kvp_list_push_tail(&st->cold_lru, &s->lru);
+    return KVP_OK;
+}
+
+kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p)
+{
+    kvp_store_h  st;
+    kvp_status_t status;
+    uint64_t     m      = params != NULL ? params->field_mask : 0;
+    size_t       budget = (m & KVP_STORE_PARAM_DRAM_BUDGET) ? params->dram_budget : DEFAULT_BUDGET;
+    double       high   = (m & KVP_STORE_PARAM_HIGH_WM) ? params->high_watermark : 0.90;
+    double       low    = (m & KVP_STORE_PARAM_LOW_WM) ? params->low_watermark : 0.70;
+    const char  *path   = (m & KVP_STORE_PARAM_DB_PATH) ? params->db_path : NULL;
+    const char  *node   = (m & KVP_STORE_PARAM_NODE_ID) && params->node_id ? params->node_id
+                                                                           : "kvpackd";
+    kvp_durability_t dur = (m & KVP_STORE_PARAM_DURABILITY) ? params->durability
+                                                            : KVP_DURABILITY_SPILL;
+
+    if (store_p == NULL || budget < 4096 || !(low > 0.0 && low <= high && high <= 1.0) ||
+        (unsigned)dur > KVP_DURABILITY_SYNC) {
+        KVP_LOG_ERROR(MOD, "invalid store params: budget %zu watermarks %.2f/%.2f durability %d",
+                      budget, low, high, (int)dur);
+        return KVP_ERR_INVALID;
+    }
+    if (dur != KVP_DURABILITY_SPILL && path == NULL) {
+        KVP_LOG_ERROR(MOD, "durability %d needs a db_path", (int)dur);
+        return KVP_ERR_INVALID;
+    }
+    st = kvp_calloc(1, sizeof(*st), "store");
+    if (st == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for the store");
+        return KVP_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&st->lock, NULL);
+    kvp_pool_init(&st->pool, budget);
+    kvp_list_init(&st->hot_lru);
+    kvp_list_init(&st->cold_lru);
+    kvp_list_init(&st->idle_pages);
+    st->durability  = dur;
+    st->high_bytes  = (size_t)(high * (double)budget);
+    st->low_bytes   = (size_t)(low * (double)budget);
+    st->ttl_ns      = (m & KVP_STORE_PARAM_IDLE_TTL) ? params->idle_ttl_s * 1000000000ull : 0;
+    st->stats.dram_budget = budget;
+    status = kvp_index_init(&st->pages, &st->sessions);
+    if (status != KVP_OK) {
+        goto err_free;
+    }
+    if (path != NULL) {
+        size_t            wb = budget / 8;
+        kvp_tier_params_t tp = {path, node, wb < (4u << 20) ? (4u << 20)
+                                            : (wb > (64u << 20) ? (64u << 20) : wb)};
+
+        status = kvp_tier_open(&tp, &st->tier);
+        if (status != KVP_OK) {
+            goto err_index;
+        }
+        status = kvp_tier_session_scan(st->tier, restart_cb, st);
+        if (status != KVP_OK) {
+            goto err_close;
+        }
+        if (st->sessions.count > 0) {
+            KVP_LOG_INFO(MOD, "warm restart from %s: %zu sessions, %zu pages on disk", path,
+                         st->sessions.count, st->pages.count);
+        }
+    }
+    st->last_sweep_ns = kvp_time_ns();
+    *store_p          = st;
+    return KVP_OK;
+
+err_close:
+    kvp_store_close(st);
+    return status;
+err_index:
+    kvp_index_cleanup(&st->pages, &st->sessions);
+err_free:
+    pthread_mutex_destroy(&st->lock);
+    kvp_free(st);
+    return status;
+}
+
+void kvp_store_close(kvp_store_h st)
+{
+    if (st == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < st->sessions.nbuckets; i++) {
+        while (st->sessions.buckets[i] != NULL) {
+            kvp_sess_t *s = st->sessions.buckets[i];
+
+            kvp_index_sess_remove(&st->sessions, s);
+            kvp_pool_free(&st->pool, &s->tail_slot);
+            kvp_free(s->desc.chunk_keys);
+            kvp_free(s->pages);
+            kvp_free(s);
+        }
+    }
+    for (size_t i = 0; i < st->pages.nbuckets; i++) {
+        while (st->pages.buckets[i] != NULL) {
+            kvp_page_t *p = st->pages.buckets[i];
+
+            if (p->pins > 0) {
+                KVP_LOG_WARN(MOD, "closing the store with page layer %u still referenced", p->layer);
+            }
+            kvp_index_page_remove(&st->pages, p);
+            kvp_pool_free(&st->pool, &p->slot);
+            kvp_free(p);
+        }
+    }
+    kvp_tier_close(st->tier);
+    kvp_index_cleanup(&st->pages, &st->sessions);
+    kvp_pool_cleanup(&st->pool);
+    pthread_mutex_destroy(&st->lock);
+    kvp_free(st);
+}
+
+/* ---- pages ---- */
+
+static void store_enter(kvp_store_h st)
+{
+    pthread_mutex_lock(&st->lock);
+    if (st->ttl_ns != 0) {
+        kvp_store_expire_idle(st);
+    }
+}
+
+static void store_leave(kvp_store_h st)
+{
+    pthread_mutex_unlock(&st->lock);
+}
+
+kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, size_t len)
+{
+    kvp_page_info_t info;
+    kvp_page_t     *p;
+    kvp_status_t    status;
+    bool            created = false;
+
+    if (st == NULL || page == NULL) {
+        KVP_LOG_ERROR(MOD, "page put with a NULL %s", st == NULL ? "store" : "page");
+        return KVP_ERR_INVALID;
+    }
+    status = kvp_page_parse(page, len, &info);
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "page put of %zu bytes rejected: %s", len, kvp_status_str(status));
+        return status;
+    }
+    store_enter(st);
+    p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
+    if (p != NULL && page_present(p)) {
+        if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
+            kvp_list_del(&p->idle);
+            kvp_list_push_tail(&st->idle_pages, &p->idle);
+        }
+        store_leave(st);
+        return KVP_OK;
+    }
+    if (p == NULL) {
+        p = page_new(st, ns, info.chunk_key, info.layer);
+        if (p == NULL) {
+            store_leave(st);
+            return KVP_ERR_NO_MEMORY;
+        }
+        created = true;
+    }
+    status = page_fill(st, p, page, len, NULL);
+    if (status != KVP_OK) {
+        if (created) {
+            page_maybe_free(st, p);
+        }
+        store_leave(st);
+        return status;
+    }
+    kvp_store_evict_if_needed(st);
+    store_leave(st);
+    return KVP_OK;
+}
+
+kvp_status_t kvp_store_page_get(kvp_store_h st, uint64_t ns, kvp_key128_t key, uint32_t layer,
+                                kvp_page_ref_h *ref_p)
+{
+    kvp_page_t  *p;
+    kvp_status_t status = KVP_OK;
+
+    if (st == NULL || ref_p == NULL) {
+        KVP_LOG_ERROR(MOD, "page get with a NULL argument");
+        return KVP_ERR_INVALID;
+    }
+    store_enter(st);
+    p = kvp_index_page_find(&st->pages, ns, key, layer);
+    if (p == NULL || !page_present(p)) {
+        store_leave(st);
+        return KVP_ERR_NOT_FOUND;
+    }
+    if (p->slot.ptr == NULL) {
+        kvp_page_t *pp = p;
+
+        status = kvp_store_pages_load(st, &pp, 1, NULL, NULL);
+        if (status == KVP_OK && p->slot.ptr == NULL) {
+            status = KVP_ERR_NOT_FOUND;
+        }
+    }
+    if (status == KVP_OK) {
+        kvp_store_page_pin(st, p);
+        *ref_p = p;
+    } else {
+        page_maybe_free(st, p);
+    }
+    store_leave(st);
+    return status;
+}
+
+const void *kvp_page_ref_data(kvp_page_ref_h ref, size_t *len_p)
+{
+    if (ref == NULL) {
+        return NULL;
+    }
+    if (len_p != NULL) {
+        *len_p = ref->len;
+    }
+    return ref->slot.ptr;
+}
+
+void kvp_page_ref_release(kvp_page_ref_h ref)
+{
+    kvp_store_h st;
+
+    if (ref == NULL) {
+        return;
+    }
+    st = ref->store;
+    pthread_mutex_lock(&st->lock);
+    kvp_store_page_unpin(st, ref);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* ---- sessions ---- */
+
+static uint32_t ld32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d)
+{
+    size_t off = 0;
+
+    if (d->layers == 0 || d->layers > 65535 || d->page_tokens == 0 ||
+        d->page_tokens > KVP_PAGE_MAX_TOKENS || d->tail_tokens >= d->page_tokens ||
+        (d->n_chunks > 0 && d->chunk_keys == NULL) ||
+        (d->n_tail != 0 && d->n_tail != d->layers) || ((d->n_tail == 0) != (d->tail_len == 0)) ||
+        (d->tail_len > 0 && d->tail == NULL) || ((d->tail_tokens == 0) != (d->n_tail == 0))) {
+        KVP_LOG_ERROR(MOD, "session %s record is inconsistent (layers %u P %u chunks %u tail %u "
+                      "tokens, %u pages, %zu bytes)", sid, d->layers, d->page_tokens, d->n_chunks,
+                      d->tail_tokens, d->n_tail, d->tail_len);
+        return KVP_ERR_INVALID;
+    }
+    for (uint32_t l = 0; l < d->n_tail; l++) {
+        kvp_page_info_t info;
+        size_t          len;
+        kvp_status_t    status;
+
+        if (d->tail_len - off < KVP_PAGE_HDR_BYTES) {
+            KVP_LOG_ERROR(MOD, "session %s tail is truncated at layer %u", sid, l);
+            return KVP_ERR_BAD_PAGE;
+        }
+        len    = KVP_PAGE_HDR_BYTES + (size_t)ld32le(d->tail + off + 48);
+        status = len <= d->tail_len - off ? kvp_page_parse(d->tail + off, len, &info)
+                                          : KVP_ERR_BAD_PAGE;
+        if (status == KVP_OK && (info.layer != l || info.valid != d->tail_tokens)) {
+            status = KVP_ERR_BAD_PAGE;
+        }
+        if (status != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "session %s tail page %u rejected: %s", sid, l,
+                          kvp_status_str(status));
+            return status;
+        }
+        off += len;
+    }
+    if (off != d->tail_len) {
+        KVP_LOG_ERROR(MOD, "session %s tail has %zu trailing bytes", sid, d->tail_len - off);
+        return KVP_ERR_BAD_PAGE;
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t sid_check(const char *sid)
+{
+    if (sid == NULL || sid[0] == 0 || strnlen(sid, KVP_SID_MAX) >= KVP_SID_MAX) {
+        KVP_LOG_ERROR(MOD, "session id is empty or longer than %d bytes", KVP_SID_MAX - 1);
+        return KVP_ERR_INVALID;
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
+                                   const kvp_session_desc_t *desc)
+{
+    kvp_sess_t  *s, *old;
+    kvp_status_t status;
+
+    if (st == NULL || desc == NULL) {
+        KVP_LOG_ERROR(MOD, "session put with a NULL argument");
+        return KVP_ERR_INVALID;
+    }
+    status = sid_check(sid);
+    if (status == KVP_OK) {
+        status = desc_check(sid, desc);
+    }
+    if (status != KVP_OK) {
+        return status;
+    }
+    store_enter(st);
+    status = sess_alloc(ns, sid, &s);
+    if (status != KVP_OK) {
+        goto out;
+    }
+    s->desc      = *desc;
+    s->desc.tail = NULL;
+    s->desc.chunk_keys = kvp_malloc((desc->n_chunks ? desc->n_chunks : 1) * sizeof(kvp_key128_t),
+                                    "session keys");
+    if (s->desc.chunk_keys == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for the keys of session %s", sid);
+        status = KVP_ERR_NO_MEMORY;
+        goto err_sess;
+    }
+    memcpy(s->desc.chunk_keys, desc->chunk_keys, desc->n_chunks * sizeof(kvp_key128_t));
+    status = sess_bind_pages(st, s, false);
+    if (status != KVP_OK) {
+        goto err_keys;
+    }
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        kvp_store_page_pin(st, s->pages[i]);
+    }
+    s->hot = true;
+    if (desc->tail_len > 0) {
+        status = kvp_pool_alloc(&st->pool, desc->tail_len, &s->tail_slot);
+        if (status == KVP_ERR_NO_SPACE) {
+            status = kvp_store_make_room(st, kvp_pool_slot_size(desc->tail_len), s);
+            if (status == KVP_OK) {
+                status = kvp_pool_alloc(&st->pool, desc->tail_len, &s->tail_slot);
+            }
+        }
+        if (status != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "no room for the %zu-byte tail of session %s: %s", desc->tail_len,
+                          sid, kvp_status_str(status));
+            goto err_pages;
+        }
+        memcpy(s->tail_slot.ptr, desc->tail, desc->tail_len);
+        s->desc.tail = s->tail_slot.ptr;
+    }
+    s->dirty = true;
+    if (st->durability != KVP_DURABILITY_SPILL) {
+        status = kvp_store_sess_write(st, s, st->durability == KVP_DURABILITY_SYNC);
+        if (status != KVP_OK) {
+            goto err_pages;
+        }
+    }
+    old = kvp_index_sess_find(&st->sessions, ns, sid);
+    if (old != NULL) {
+        s->on_disk = s->on_disk || old->on_disk;
+        kvp_store_sess_release(st, old); /* drops its page refs; its disk record is overwritten */
+    }
+    kvp_index_sess_insert(&st->sessions, s);
+    s->last_ns = kvp_time_ns();
+    kvp_list_push_tail(&st->hot_lru, &s->lru);
+    kvp_store_evict_if_needed(st);
+    store_leave(st);
+    return KVP_OK;
+
+err_pages:
+    kvp_pool_free(&st->pool, &s->tail_slot);
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        s->pages[i]->nsess--;
+        kvp_store_page_unpin(st, s->pages[i]);
+    }
+    kvp_free(s->pages);
+err_keys:
+    kvp_free(s->desc.chunk_keys);
+err_sess:
+    kvp_free(s);
+out:
+    store_leave(st);
+    return status;
+}
+
+kvp_status_t kvp_store_session_get(kvp_store_h st, uint64_t ns, const char *sid,
+                                   kvp_session_desc_t *desc)
+{
+    kvp_sess_t  *s;
+    kvp_status_t status;
+
+    if (st == NULL || desc == NULL || sid_check(sid) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session get with an invalid argument");
+        return KVP_ERR_INVALID;
+    }
+    store_enter(st);
+    s = kvp_index_sess_find(&st->sessions, ns, sid);
+    if (s == NULL) {
+        store_leave(st);
+        return KVP_ERR_NOT_FOUND;
+    }
+    status = kvp_store_sess_restore(st, s);
+    if (status == KVP_OK) {
+        status = kvp_session_desc_copy(&s->desc, desc);
+        if (status != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "no memory to copy session %s", sid);
+        }
+        kvp_store_sess_touch(st, s);
+        kvp_store_evict_if_needed(st);
+    }
+    store_leave(st);
+    return status;
+}
+
+kvp_status_t kvp_store_session_spill(kvp_store_h st, uint64_t ns, const char *sid)
+{
+    kvp_sess_t  *s;
+    kvp_status_t status;
+
+    if (st == NULL || sid_check(sid) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session spill with an invalid argument");
+        return KVP_ERR_INVALID;
+    }
+    if (st->tier == NULL) {
+        KVP_LOG_ERROR(MOD, "session %s spill: the store has no db_path", sid);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    store_enter(st);
+    s      = kvp_index_sess_find(&st->sessions, ns, sid);
+    status = s == NULL ? KVP_ERR_NOT_FOUND : kvp_store_sess_spill(st, s);
+    store_leave(st);
+    return status;
+}
+
+kvp_status_t kvp_store_session_delete(kvp_store_h st, uint64_t ns, const char *sid)
+{
+    kvp_sess_t  *s;
+    kvp_status_t status;
+
+    if (st == NULL || sid_check(sid) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session delete with an invalid argument");
+        return KVP_ERR_INVALID;
+    }
+    store_enter(st);
+    s      = kvp_index_sess_find(&st->sessions, ns, sid);
+    status = s == NULL ? KVP_ERR_NOT_FOUND : kvp_store_sess_remove(st, s);
+    store_leave(st);
+    return status;
+}
+
+kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *keys, uint32_t n,
+                              uint32_t layers, uint32_t *hit_chunks_p)
+{
+    uint32_t hit = 0;
+
+    if (st == NULL || hit_chunks_p == NULL || (keys == NULL && n > 0) || layers == 0) {
+        KVP_LOG_ERROR(MOD, "lookup with an invalid argument");
+        return KVP_ERR_INVALID;
+    }
+    store_enter(st);
+    for (; hit < n; hit++) {
+        uint32_t l = 0;
+
+        for (; l < layers; l++) {
+            kvp_page_t *p = kvp_index_page_find(&st->pages, ns, keys[hit], l);
+
+            if (p == NULL || !page_present(p)) {
+                break;
+            }
+        }
+        if (l < layers) {
+            break;
+        }
+    }
+    store_leave(st);
+    *hit_chunks_p = hit;
+    return KVP_OK;
+}
+
+void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
+{
+    uint64_t on_disk = 0;
+
+    if (st == NULL || stats == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    for (size_t i = 0; i < st->sessions.nbuckets; i++) {
+        for (kvp_sess_t *s = st->sessions.buckets[i]; s != NULL; s = s->hnext) {
+            on_disk += s->on_disk;
+        }
+    }
+    *stats                  = st->stats;
+    stats->dram_bytes       = st->pool.used;
+    stats->sessions         = st->sessions.count;
+    stats->sessions_on_disk = on_disk;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void kvp_store_inject_disk_fail(kvp_store_h st, uint32_t n, kvp_status_t status)
+{
+    if (st != NULL && st->tier != NULL) {
+        pthread_mutex_lock(&st->lock);
+        kvp_tier_inject_fail(st->tier, n, status);
+        pthread_mutex_unlock(&st->lock);
+    }
+}

@@ -1,0 +1,171 @@
+/* store_int.h - internals shared by the store's files (pool.c, index.c, evict.c, store.c):
+ * the page entry (also the kvp_page_ref_h handed to readers), the session entry, the slab pool,
+ * the two hash tables and the store object. Nothing here is visible outside store/.
+ * Locking: every function below runs under kvp_store.lock unless it says otherwise. */
+#ifndef KVPACK_STORE_INT_H
+#define KVPACK_STORE_INT_H
+
+#include "kvpack/store.h"
+#include "tier.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+/* ---- doubly linked list (intrusive, circular with a sentinel) ---- */
+typedef struct kvp_list {
+    struct kvp_list *prev;
+    struct kvp_list *next;
+} kvp_list_t;
+
+static inline void kvp_list_init(kvp_list_t *h) { h->prev = h->next = h; }
+static inline bool kvp_list_empty(const kvp_list_t *h) { return h->next == h; }
+static inline bool kvp_list_linked(const kvp_list_t *e) { return e->next != NULL; }
+static inline void kvp_list_del(kvp_list_t *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e->next = NULL;
+}
+static inline void kvp_list_push_tail(kvp_list_t *h, kvp_list_t *e) /* tail = most recent */
+{
+    e->prev       = h->prev;
+    e->next       = h;
+    h->prev->next = e;
+    h->prev       = e;
+}
+#define KVP_CONTAINER_OF(_ptr, _type, _member) \
+    ((_type *)(void *)((char *)(_ptr) - offsetof(_type, _member)))
+
+/* ---- slab pool (pool.c) ---- */
+typedef struct kvp_slab kvp_slab_t;
+
+typedef struct {
+    size_t      slot_bytes;   /* size class */
+    uint32_t    slots;        /* slots per slab */
+    kvp_slab_t *partial;      /* slabs with at least one free slot */
+    kvp_slab_t *spare;        /* one fully free slab kept mapped (hysteresis) */
+} kvp_pool_class_t;
+
+typedef struct {
+    size_t            budget;     /* bytes of slots that may be in use */
+    size_t            used;       /* bytes of slots in use */
+    size_t            mapped;     /* bytes of slabs mapped */
+    uint64_t          nslots;     /* slots in use */
+    kvp_pool_class_t *classes;
+    uint32_t          nclasses;
+    uint32_t          cap_classes;
+} kvp_pool_t;
+
+typedef struct {
+    void       *ptr;
+    kvp_slab_t *slab;
+} kvp_pool_slot_t;
+
+void         kvp_pool_init(kvp_pool_t *pool, size_t budget);
+void         kvp_pool_cleanup(kvp_pool_t *pool);
+size_t       kvp_pool_slot_size(size_t len); /* the class a len falls in */
+/* KVP_ERR_NO_SPACE when used + class size would pass the budget; no malloc once a class has a slab */
+kvp_status_t kvp_pool_alloc(kvp_pool_t *pool, size_t len, kvp_pool_slot_t *slot_p);
+void         kvp_pool_free(kvp_pool_t *pool, const kvp_pool_slot_t *slot);
+
+/* ---- entries ---- */
+struct kvp_store;
+
+/* A page known to the store: in DRAM (data != NULL), on disk (on_disk), or both. Handed to
+ * readers as kvp_page_ref_h: a reader holds one pin. */
+typedef struct kvp_page_ref {
+    struct kvp_page_ref *hnext;    /* page-table chain */
+    struct kvp_store    *store;
+    uint64_t             ns;
+    kvp_key128_t         key;
+    uint32_t             layer;
+    uint32_t             len;      /* page bytes */
+    kvp_pool_slot_t      slot;     /* slot.ptr = page bytes when in DRAM, NULL otherwise */
+    uint32_t             pins;     /* readers + hot sessions naming it: never freed while > 0 */
+    uint32_t             nsess;    /* sessions (hot or cold) naming it */
+    bool                 on_disk;  /* a copy is in the pages column family */
+    bool                 indexed;  /* in the page table (false once deleted while pinned) */
+    kvp_list_t           idle;     /* on store->idle_pages while in DRAM with pins == 0 */
+} kvp_page_t;
+
+/* A session (ns, sid). chunk keys and page pointers are always in memory; the tail is in a pool
+ * slot while hot and only on disk while cold. */
+typedef struct kvp_sess {
+    struct kvp_sess    *hnext;     /* session-table chain */
+    uint64_t            ns;
+    char                sid[KVP_SID_MAX];
+    kvp_session_desc_t  desc;      /* desc.tail points into tail_slot while hot, NULL when cold */
+    kvp_pool_slot_t     tail_slot;
+    kvp_page_t        **pages;     /* n_chunks * layers, chunk-major; each holds one nsess */
+    bool                hot;       /* pins its pages, tail in DRAM */
+    bool                on_disk;   /* a record is in the sessions column family */
+    bool                dirty;     /* DRAM copy is newer than the disk record */
+    uint64_t            last_ns;   /* last access */
+    kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
+} kvp_sess_t;
+
+/* ---- hash tables (index.c) ---- */
+typedef struct {
+    kvp_page_t **buckets;
+    size_t       nbuckets; /* power of two */
+    size_t       count;
+} kvp_page_table_t;
+
+typedef struct {
+    kvp_sess_t **buckets;
+    size_t       nbuckets;
+    size_t       count;
+} kvp_sess_table_t;
+
+kvp_status_t kvp_index_init(kvp_page_table_t *pt, kvp_sess_table_t *st);
+void         kvp_index_cleanup(kvp_page_table_t *pt, kvp_sess_table_t *st);
+kvp_page_t  *kvp_index_page_find(kvp_page_table_t *pt, uint64_t ns, kvp_key128_t key, uint32_t layer);
+kvp_status_t kvp_index_page_insert(kvp_page_table_t *pt, kvp_page_t *page);
+void         kvp_index_page_remove(kvp_page_table_t *pt, kvp_page_t *page);
+kvp_sess_t  *kvp_index_sess_find(kvp_sess_table_t *st, uint64_t ns, const char *sid);
+kvp_status_t kvp_index_sess_insert(kvp_sess_table_t *st, kvp_sess_t *sess);
+void         kvp_index_sess_remove(kvp_sess_table_t *st, kvp_sess_t *sess);
+
+/* ---- the store ---- */
+struct kvp_store {
+    pthread_mutex_t    lock;
+    kvp_pool_t         pool;
+    kvp_page_table_t   pages;
+    kvp_sess_table_t   sessions;
+    kvp_list_t         hot_lru;     /* hot sessions, least recently used first */
+    kvp_list_t         cold_lru;    /* sessions only on disk, oldest first */
+    kvp_list_t         idle_pages;  /* DRAM pages with no pin, oldest first */
+    kvp_tier_t        *tier;        /* NULL = DRAM only */
+    kvp_durability_t   durability;
+    size_t             high_bytes;  /* eviction starts above this */
+    size_t             low_bytes;   /* and stops at or below this */
+    uint64_t           ttl_ns;      /* 0 = never expire */
+    uint64_t           last_sweep_ns;
+    kvp_store_stats_t  stats;
+};
+
+/* pages (store.c) */
+void kvp_store_page_unpin(struct kvp_store *st, kvp_page_t *page);
+void kvp_store_page_pin(struct kvp_store *st, kvp_page_t *page);
+void kvp_store_page_drop_dram(struct kvp_store *st, kvp_page_t *page);
+void kvp_store_page_forget(struct kvp_store *st, kvp_page_t *page);
+void kvp_store_page_unpin_keep(struct kvp_store *st, kvp_page_t *page);
+/* Read disk-only pages back (one batched MultiGet, CRC-checked); keep is not evicted meanwhile.
+ * KVP_ERR_CORRUPT if any page failed its check (that page is dropped on disk and in memory). */
+kvp_status_t kvp_store_pages_load(struct kvp_store *st, kvp_page_t **pages, size_t n,
+                                  const struct kvp_sess *keep, uint64_t *bytes_p);
+
+/* sessions, eviction, spill, restore, expiry (evict.c) */
+size_t       kvp_store_sess_page_count(const kvp_sess_t *sess);
+kvp_status_t kvp_store_sess_write(struct kvp_store *st, kvp_sess_t *sess, bool force_sync);
+kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess);
+kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess);
+kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess);
+void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
+void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
+/* Evict until the pool has room for need more bytes at or below target (0 = low watermark). */
+kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);
+void         kvp_store_evict_if_needed(struct kvp_store *st);
+void         kvp_store_expire_idle(struct kvp_store *st);
+
+#endif

@@ -1,0 +1,247 @@
+/* store_test_util.h - helpers shared by the store tests: deterministic fp16 test pages and
+ * sessions (content is a function of (chunk key, layer), so sessions sharing a prefix share
+ * pages byte for byte), putting a session into a store, and checking one back byte for byte.
+ * Header-only (static functions) so each test program stays one file plus this. */
+#ifndef KVP_STORE_TEST_UTIL_H
+#define KVP_STORE_TEST_UTIL_H
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+#include "kvpack/page.h"
+#include "kvpack/store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(_cond)                                                                       \
+    do {                                                                                   \
+        if (!(_cond)) {                                                                    \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #_cond);      \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK_OK(_expr)                                                                    \
+    do {                                                                                   \
+        kvp_status_t _s = (_expr);                                                         \
+        if (_s != KVP_OK) {                                                                \
+            fprintf(stderr, "%s:%d: %s returned %s\n", __FILE__, __LINE__, #_expr,         \
+                    kvp_status_name(_s));                                                  \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK_ST(_expr, _want)                                                             \
+    do {                                                                                   \
+        kvp_status_t _s = (_expr);                                                         \
+        if (_s != (_want)) {                                                               \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s\n", __FILE__, __LINE__,    \
+                    #_expr, kvp_status_name(_s), kvp_status_name(_want));                  \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+/* Geometry of test sessions. */
+typedef struct {
+    uint32_t layers, heads, head_dim, page_tokens;
+} tgeom_t;
+
+static uint64_t t_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t t_fingerprint(const tgeom_t *g)
+{
+    return kvp_ns_fingerprint("store-test", g->layers, g->heads, g->head_dim, g->page_tokens,
+                              KVP_CODEC_FP16);
+}
+
+/* One fp16 page (valid tokens, tail flag) whose payload is a function of (key, layer). Returns
+ * a kvp_malloc'd page; *len_p gets its length. */
+static uint8_t *t_page(const tgeom_t *g, kvp_key128_t key, uint32_t layer, uint64_t first_pos,
+                       uint32_t valid, int tail, size_t *len_p)
+{
+    kvp_page_info_t info;
+    size_t   payload = kvp_codec_payload_bytes(KVP_CODEC_FP16, g->heads, g->head_dim,
+                                               g->page_tokens, valid);
+    uint8_t *p       = kvp_malloc(KVP_PAGE_HDR_BYTES + payload, "test page");
+    uint64_t s       = key.lo ^ (key.hi * 31) ^ ((uint64_t)layer << 40) ^ (uint64_t)tail;
+
+    CHECK(p != NULL && payload > 0);
+    memset(&info, 0, sizeof(info));
+    info.codec       = KVP_CODEC_FP16;
+    info.bits_k      = 16;
+    info.bits_v      = 16;
+    info.flags       = (valid < g->page_tokens ? KVP_PAGE_F_PARTIAL : 0) |
+                       (tail ? KVP_PAGE_F_TAIL : 0);
+    info.valid       = valid;
+    info.capacity    = g->page_tokens;
+    info.heads       = g->heads;
+    info.head_dim    = g->head_dim;
+    info.layer       = layer;
+    info.first_pos   = first_pos;
+    info.chunk_key   = key;
+    info.payload_len = (uint32_t)payload;
+    for (size_t i = 0; i < payload; i += 8) {
+        uint64_t r = t_splitmix(&s) & 0x3bff3bff3bff3bffull; /* finite halves */
+
+        memcpy(p + KVP_PAGE_HDR_BYTES + i, &r, payload - i < 8 ? payload - i : 8);
+    }
+    kvp_page_hdr_write(&info, p);
+    kvp_page_seal(p);
+    *len_p = KVP_PAGE_HDR_BYTES + payload;
+    return p;
+}
+
+/* A session of n_chunks full chunks + tail_tokens tail tokens. Token ids of chunk c come from
+ * prefix_seed for c < shared, from seed after, so sessions with the same prefix_seed share their
+ * first `shared` chunk keys. desc is filled (kvp_session_desc_clear frees it). */
+static void t_session(const tgeom_t *g, uint64_t prefix_seed, uint32_t shared, uint64_t seed,
+                      uint32_t n_chunks, uint32_t tail_tokens, kvp_session_desc_t *desc)
+{
+    uint64_t      fp = t_fingerprint(g);
+    uint32_t     *tok = kvp_malloc(g->page_tokens * sizeof(uint32_t), "test tokens");
+    kvp_key128_t  prev;
+    size_t        off = 0;
+
+    memset(desc, 0, sizeof(*desc));
+    desc->layers      = g->layers;
+    desc->page_tokens = g->page_tokens;
+    desc->n_chunks    = n_chunks;
+    desc->chunk_keys  = kvp_malloc((n_chunks + 1) * sizeof(kvp_key128_t), "test keys");
+    CHECK(tok != NULL && desc->chunk_keys != NULL);
+    for (uint32_t c = 0; c <= n_chunks; c++) {
+        uint64_t s = (c < shared ? prefix_seed : seed) * 1000003ull + c;
+
+        for (uint32_t t = 0; t < g->page_tokens; t++) {
+            tok[t] = (uint32_t)(t_splitmix(&s) % 32000);
+        }
+        if (c == n_chunks) {
+            if (tail_tokens == 0) {
+                break;
+            }
+            prev = kvp_chunk_key(c ? &desc->chunk_keys[c - 1] : NULL, fp, tok, tail_tokens);
+            desc->tail_tokens = tail_tokens;
+            desc->n_tail      = g->layers;
+            for (uint32_t l = 0; l < g->layers; l++) {
+                size_t   len;
+                uint8_t *p = t_page(g, prev, l, (uint64_t)c * g->page_tokens, tail_tokens, 1, &len);
+
+                desc->tail = kvp_realloc(desc->tail, off + len, "test tail");
+                CHECK(desc->tail != NULL);
+                memcpy(desc->tail + off, p, len);
+                off += len;
+                kvp_free(p);
+            }
+            desc->tail_len = off;
+            break;
+        }
+        desc->chunk_keys[c] = kvp_chunk_key(c ? &desc->chunk_keys[c - 1] : NULL, fp, tok,
+                                            g->page_tokens);
+    }
+    kvp_free(tok);
+}
+
+static kvp_status_t t_put_pages(kvp_store_h st, uint64_t ns, const tgeom_t *g,
+                                const kvp_session_desc_t *d)
+{
+    for (uint32_t c = 0; c < d->n_chunks; c++) {
+        for (uint32_t l = 0; l < g->layers; l++) {
+            size_t       len;
+            uint8_t     *p = t_page(g, d->chunk_keys[c], l, (uint64_t)c * g->page_tokens,
+                                    g->page_tokens, 0, &len);
+            kvp_status_t s = kvp_store_page_put(st, ns, p, len);
+
+            kvp_free(p);
+            if (s != KVP_OK) {
+                return s;
+            }
+        }
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t t_put_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,
+                                  const kvp_session_desc_t *d)
+{
+    kvp_status_t s = t_put_pages(st, ns, g, d);
+
+    return s != KVP_OK ? s : kvp_store_session_put(st, ns, sid, d);
+}
+
+/* Get the session and every page; compare with the expected record and regenerated pages.
+ * Returns the first failing status, or KVP_ERR_CORRUPT on any byte mismatch (with a message). */
+static kvp_status_t t_check_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,
+                                    const kvp_session_desc_t *want)
+{
+    kvp_session_desc_t got;
+    kvp_status_t       s = kvp_store_session_get(st, ns, sid, &got);
+
+    if (s != KVP_OK) {
+        return s;
+    }
+    if (got.n_chunks != want->n_chunks || got.layers != want->layers ||
+        got.tail_tokens != want->tail_tokens || got.tail_len != want->tail_len ||
+        memcmp(got.chunk_keys, want->chunk_keys, want->n_chunks * sizeof(kvp_key128_t)) != 0 ||
+        (want->tail_len && memcmp(got.tail, want->tail, want->tail_len) != 0)) {
+        fprintf(stderr, "session %s: record differs\n", sid);
+        kvp_session_desc_clear(&got);
+        return KVP_ERR_CORRUPT;
+    }
+    kvp_session_desc_clear(&got);
+    for (uint32_t c = 0; c < want->n_chunks; c++) {
+        for (uint32_t l = 0; l < g->layers; l++) {
+            kvp_page_ref_h ref;
+            size_t         len, glen;
+            uint8_t       *p;
+            const void    *data;
+
+            s = kvp_store_page_get(st, ns, want->chunk_keys[c], l, &ref);
+            if (s != KVP_OK) {
+                fprintf(stderr, "session %s chunk %u layer %u: %s\n", sid, c, l,
+                        kvp_status_name(s));
+                return s;
+            }
+            p    = t_page(g, want->chunk_keys[c], l, (uint64_t)c * g->page_tokens,
+                          g->page_tokens, 0, &len);
+            data = kvp_page_ref_data(ref, &glen);
+            if (glen != len || memcmp(data, p, len) != 0) {
+                fprintf(stderr, "session %s chunk %u layer %u: bytes differ\n", sid, c, l);
+                s = KVP_ERR_CORRUPT;
+            }
+            kvp_free(p);
+            kvp_page_ref_release(ref);
+            if (s != KVP_OK) {
+                return s;
+            }
+        }
+    }
+    return KVP_OK;
+}
+
+/* A fresh empty directory under $TMPDIR (or /tmp); the caller removes it with t_rmrf. */
+static void t_tmpdir(char *buf, size_t n, const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+
+    snprintf(buf, n, "%s/kvp-%s-XXXXXX", base ? base : "/tmp", tag);
+    CHECK(mkdtemp(buf) != NULL);
+}
+
+static void t_rmrf(const char *dir)
+{
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+#endif

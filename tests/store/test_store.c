@@ -1,0 +1,527 @@
+/* test_store.c - unit tests of the node store: page validation and refs, sessions and prefix
+ * sharing, lookup, spill/restore, warm restart, eviction between watermarks, idle TTL, CRC on
+ * disk reads (bytes flipped inside an SST file), injected disk-full, DRAM-only mode.
+ * Run one case: test_store <case>; ctest registers each case as store.<case>. */
+#include "store_test_util.h"
+
+#include "kvpack/log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const tgeom_t G = {4, 2, 64, 16}; /* layers, heads, head_dim, P: 8 KiB pages */
+#define NS 0x1234u
+
+static kvp_store_h open_store(const char *dir, size_t budget, kvp_durability_t dur)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+
+    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DURABILITY;
+    p.dram_budget = budget;
+    p.durability  = dur;
+    if (dir != NULL) {
+        p.field_mask |= KVP_STORE_PARAM_DB_PATH;
+        p.db_path = dir;
+    }
+    CHECK_OK(kvp_store_open(&p, &st));
+    return st;
+}
+
+static kvp_store_stats_t stats_of(kvp_store_h st)
+{
+    kvp_store_stats_t s;
+
+    kvp_store_stats(st, &s);
+    return s;
+}
+
+/* ---- cases ---- */
+
+static void case_page_put_get(void)
+{
+    kvp_store_h        st = open_store(NULL, 8u << 20, KVP_DURABILITY_SPILL);
+    kvp_session_desc_t d;
+    size_t             len, glen;
+    uint8_t           *p;
+    kvp_page_ref_h     ref;
+
+    t_session(&G, 1, 0, 1, 2, 0, &d);
+    p = t_page(&G, d.chunk_keys[0], 1, 0, G.page_tokens, 0, &len);
+    CHECK_OK(kvp_store_page_put(st, NS, p, len));
+    CHECK_OK(kvp_store_page_put(st, NS, p, len)); /* identical key: no-op */
+    CHECK(stats_of(st).dram_pages == 1);
+    CHECK_OK(kvp_store_page_get(st, NS, d.chunk_keys[0], 1, &ref));
+    CHECK(memcmp(kvp_page_ref_data(ref, &glen), p, len) == 0 && glen == len);
+    kvp_page_ref_release(ref);
+    CHECK_ST(kvp_store_page_get(st, NS + 1, d.chunk_keys[0], 1, &ref), KVP_ERR_NOT_FOUND);
+    CHECK_ST(kvp_store_page_get(st, NS, d.chunk_keys[0], 0, &ref), KVP_ERR_NOT_FOUND);
+    /* a flipped payload byte fails the CRC; a truncated page is malformed */
+    p[len - 3] ^= 0x10;
+    CHECK_ST(kvp_store_page_put(st, NS, p, len), KVP_ERR_CORRUPT);
+    p[len - 3] ^= 0x10;
+    CHECK_ST(kvp_store_page_put(st, NS, p, len - 1), KVP_ERR_BAD_PAGE);
+    CHECK_ST(kvp_store_page_put(st, NS, p, 10), KVP_ERR_BAD_PAGE);
+    CHECK(stats_of(st).dram_pages == 1);
+    /* a real fp16 page from the codec is accepted as well */
+    {
+        kvp_page_params_t pp = {KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens, 3, 0,
+                                d.chunk_keys[1], 0, 0};
+        size_t            n  = (size_t)G.page_tokens * G.heads * G.head_dim;
+        float            *kv = kvp_calloc(n, sizeof(float), "test kv");
+        uint8_t          *out = kvp_malloc(kvp_page_max_bytes(&pp), "test page");
+        size_t            olen;
+
+        for (size_t i = 0; i < n; i++) {
+            kv[i] = (float)((int)(i % 97) - 48) / 64.0f;
+        }
+        CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, kv, kv, G.page_tokens, out,
+                                 kvp_page_max_bytes(&pp), &olen));
+        CHECK_OK(kvp_store_page_put(st, NS, out, olen));
+        CHECK_OK(kvp_store_page_get(st, NS, d.chunk_keys[1], 3, &ref));
+        CHECK(memcmp(kvp_page_ref_data(ref, NULL), out, olen) == 0);
+        kvp_page_ref_release(ref);
+        kvp_free(kv);
+        kvp_free(out);
+    }
+    kvp_free(p);
+    kvp_session_desc_clear(&d);
+    kvp_store_close(st);
+}
+
+static void case_session_roundtrip(void)
+{
+    kvp_store_h        st = open_store(NULL, 8u << 20, KVP_DURABILITY_SPILL);
+    kvp_session_desc_t d, bad;
+    uint32_t           hit;
+
+    t_session(&G, 7, 0, 7, 5, 9, &d);
+    /* pages missing -> NOT_FOUND, nothing registered */
+    CHECK_ST(kvp_store_session_put(st, NS, "s1", &d), KVP_ERR_NOT_FOUND);
+    CHECK_ST(t_check_session(st, NS, "s1", &G, &d), KVP_ERR_NOT_FOUND);
+    CHECK_OK(t_put_session(st, NS, "s1", &G, &d));
+    CHECK_OK(t_check_session(st, NS, "s1", &G, &d));
+    CHECK_ST(t_check_session(st, NS + 1, "s1", &G, &d), KVP_ERR_NOT_FOUND);
+    /* lookup: all 5 chunks; a wrong key in position 3 stops there; more layers than stored -> 0 */
+    CHECK_OK(kvp_store_lookup(st, NS, d.chunk_keys, 5, G.layers, &hit));
+    CHECK(hit == 5);
+    CHECK_OK(kvp_session_desc_copy(&d, &bad));
+    bad.chunk_keys[3].lo ^= 1;
+    CHECK_OK(kvp_store_lookup(st, NS, bad.chunk_keys, 5, G.layers, &hit));
+    CHECK(hit == 3);
+    CHECK_OK(kvp_store_lookup(st, NS, d.chunk_keys, 5, G.layers + 1, &hit));
+    CHECK(hit == 0);
+    /* malformed records are rejected with a clear status */
+    bad.tail[70] ^= 1; /* tail page CRC */
+    CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_CORRUPT);
+    bad.tail[70] ^= 1;
+    bad.tail_tokens = G.page_tokens;
+    CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_INVALID);
+    CHECK_ST(kvp_store_session_put(st, NS, "", &d), KVP_ERR_INVALID);
+    kvp_session_desc_clear(&bad);
+    /* delete */
+    CHECK_OK(kvp_store_session_delete(st, NS, "s1"));
+    CHECK_ST(kvp_store_session_delete(st, NS, "s1"), KVP_ERR_NOT_FOUND);
+    CHECK(stats_of(st).sessions == 0 && stats_of(st).dram_pages == 0);
+    CHECK(stats_of(st).dram_bytes == 0);
+    kvp_session_desc_clear(&d);
+    kvp_store_close(st);
+}
+
+static void case_prefix_sharing(void)
+{
+    char               dir[256];
+    kvp_store_h        st;
+    kvp_session_desc_t a, b;
+    uint32_t           hit;
+    uint64_t           pages_both;
+
+    t_tmpdir(dir, sizeof(dir), "prefix");
+    st = open_store(dir, 8u << 20, KVP_DURABILITY_SPILL);
+    t_session(&G, 42, 3, 1, 5, 0, &a); /* a and b share their first 3 chunks */
+    t_session(&G, 42, 3, 2, 6, 4, &b);
+    CHECK(memcmp(&a.chunk_keys[2], &b.chunk_keys[2], sizeof(kvp_key128_t)) == 0);
+    CHECK(memcmp(&a.chunk_keys[3], &b.chunk_keys[3], sizeof(kvp_key128_t)) != 0);
+    CHECK_OK(t_put_session(st, NS, "a", &G, &a));
+    CHECK_OK(t_put_session(st, NS, "b", &G, &b));
+    pages_both = stats_of(st).dram_pages;
+    CHECK(pages_both == (uint64_t)(5 + 6 - 3) * G.layers);
+    /* lookup of b's keys from a's perspective: the shared prefix, on all layers */
+    CHECK_OK(kvp_store_lookup(st, NS, b.chunk_keys, 6, G.layers, &hit));
+    CHECK(hit == 6);
+    /* spilling a keeps the pages b still uses in DRAM */
+    CHECK_OK(kvp_store_session_spill(st, NS, "a"));
+    CHECK(stats_of(st).dram_pages == (uint64_t)6 * G.layers);
+    CHECK(stats_of(st).spills == 1);
+    CHECK_OK(t_check_session(st, NS, "b", &G, &b));
+    CHECK_OK(t_check_session(st, NS, "a", &G, &a)); /* restores a's 2 own chunks */
+    CHECK(stats_of(st).restores == 1);
+    CHECK(stats_of(st).restore_bytes > 0);
+    /* deleting b leaves a whole */
+    CHECK_OK(kvp_store_session_delete(st, NS, "b"));
+    CHECK(stats_of(st).dram_pages == (uint64_t)5 * G.layers);
+    CHECK_OK(t_check_session(st, NS, "a", &G, &a));
+    CHECK_OK(kvp_store_lookup(st, NS, b.chunk_keys, 6, G.layers, &hit));
+    CHECK(hit == 3);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+    kvp_session_desc_clear(&b);
+    t_rmrf(dir);
+}
+
+static void case_spill_restore_reopen(void)
+{
+    char               dir[256];
+    kvp_store_h        st;
+    kvp_session_desc_t d[6];
+    char               sid[32];
+    kvp_store_stats_t  s;
+    uint32_t           hit;
+
+    for (int dur = 0; dur <= 2; dur++) {
+        t_tmpdir(dir, sizeof(dir), "reopen");
+        st = open_store(dir, 16u << 20, (kvp_durability_t)dur);
+        for (int i = 0; i < 6; i++) {
+            snprintf(sid, sizeof(sid), "d%d-s%d", dur, i);
+            t_session(&G, 100 + i, 0, 100 + i + 10 * dur, 3 + i, i % 3 ? 5 : 0, &d[i]);
+            CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+        }
+        /* spill half explicitly (under SPILL only those reach disk) */
+        for (int i = 0; i < 6; i += 2) {
+            snprintf(sid, sizeof(sid), "d%d-s%d", dur, i);
+            CHECK_OK(kvp_store_session_spill(st, NS, sid));
+        }
+        s = stats_of(st);
+        CHECK(s.spills == 3);
+        CHECK(s.sessions_on_disk == (dur == 0 ? 3u : 6u));
+        snprintf(sid, sizeof(sid), "d%d-s%d", dur, 2);
+        CHECK_OK(t_check_session(st, NS, sid, &G, &d[2]));
+        CHECK(stats_of(st).restores == 1);
+        kvp_store_close(st);
+
+        /* warm restart: indexes rebuilt from the sessions column family, no page read */
+        st = open_store(dir, 16u << 20, (kvp_durability_t)dur);
+        s  = stats_of(st);
+        CHECK(s.dram_pages == 0 && s.restores == 0);
+        for (int i = 0; i < 6; i++) {
+            snprintf(sid, sizeof(sid), "d%d-s%d", dur, i);
+            if (dur == 0 && i % 2 == 1) {
+                CHECK_ST(t_check_session(st, NS, sid, &G, &d[i]), KVP_ERR_NOT_FOUND);
+                continue;
+            }
+            CHECK_OK(kvp_store_lookup(st, NS, d[i].chunk_keys, d[i].n_chunks, G.layers, &hit));
+            CHECK(hit == d[i].n_chunks);
+            CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
+        }
+        CHECK(stats_of(st).restores == (dur == 0 ? 3u : 6u));
+        kvp_store_close(st);
+        for (int i = 0; i < 6; i++) {
+            kvp_session_desc_clear(&d[i]);
+        }
+        t_rmrf(dir);
+    }
+}
+
+static void case_evict_watermarks(void)
+{
+    char               dir[256];
+    kvp_store_h        st;
+    kvp_store_params_t p = {0};
+    kvp_session_desc_t d[40];
+    char               sid[32];
+    kvp_store_stats_t  s;
+    size_t             budget = 2u << 20; /* 256 pages of 8 KiB; each session is 32-64 pages */
+
+    t_tmpdir(dir, sizeof(dir), "evict");
+    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                    KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM;
+    p.dram_budget = budget;
+    p.db_path     = dir;
+    p.high_watermark = 0.8;
+    p.low_watermark  = 0.5;
+    CHECK_OK(kvp_store_open(&p, &st));
+    for (int i = 0; i < 40; i++) {
+        snprintf(sid, sizeof(sid), "e%d", i);
+        t_session(&G, 500 + i, 0, 500 + i, 8 + i % 8, 3, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+        s = stats_of(st);
+        CHECK(s.dram_bytes <= budget * 8 / 10 + 64 * 1024); /* high watermark + one session */
+    }
+    s = stats_of(st);
+    CHECK(s.spills > 0 && s.sessions == 40);
+    /* the most recent session is hot; the oldest went to disk and comes back byte-identical */
+    CHECK_OK(t_check_session(st, NS, "e39", &G, &d[39]));
+    for (int i = 0; i < 40; i++) {
+        snprintf(sid, sizeof(sid), "e%d", i);
+        CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
+        CHECK(stats_of(st).dram_bytes <= budget);
+    }
+    s = stats_of(st);
+    CHECK(s.restores > 0);
+    fprintf(stderr, "evict: spills %llu restores %llu spill_bytes %llu\n",
+            (unsigned long long)s.spills, (unsigned long long)s.restores,
+            (unsigned long long)s.spill_bytes);
+    kvp_store_close(st);
+    for (int i = 0; i < 40; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+    t_rmrf(dir);
+}
+
+static void case_idle_ttl(void)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+    kvp_session_desc_t a, b;
+
+    p.field_mask = KVP_STORE_PARAM_IDLE_TTL;
+    p.idle_ttl_s = 1;
+    CHECK_OK(kvp_store_open(&p, &st));
+    t_session(&G, 1, 0, 1, 2, 0, &a);
+    t_session(&G, 2, 0, 2, 2, 0, &b);
+    CHECK_OK(t_put_session(st, NS, "old", &G, &a));
+    usleep(700 * 1000);
+    CHECK_OK(t_put_session(st, NS, "young", &G, &b));
+    usleep(600 * 1000); /* old idle 1.3 s, young 0.6 s */
+    CHECK_ST(t_check_session(st, NS, "old", &G, &a), KVP_ERR_NOT_FOUND);
+    CHECK_OK(t_check_session(st, NS, "young", &G, &b));
+    CHECK(stats_of(st).expired == 1);
+    CHECK(stats_of(st).dram_pages == (uint64_t)2 * G.layers);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+    kvp_session_desc_clear(&b);
+}
+
+/* Find the file under dir containing needle; returns its offset or -1. */
+static long find_in_dir(const char *dir, const uint8_t *needle, size_t n, char *path, size_t plen)
+{
+    DIR           *dp = opendir(dir);
+    struct dirent *e;
+    long           found = -1;
+
+    CHECK(dp != NULL);
+    while (found < 0 && (e = readdir(dp)) != NULL) {
+        struct stat sb;
+        uint8_t    *buf;
+        FILE       *f;
+
+        snprintf(path, plen, "%s/%s", dir, e->d_name);
+        if (strstr(e->d_name, ".sst") == NULL || stat(path, &sb) != 0 || sb.st_size < (off_t)n) {
+            continue;
+        }
+        buf = kvp_malloc((size_t)sb.st_size, "test file");
+        f   = fopen(path, "rb");
+        CHECK(buf != NULL && f != NULL);
+        CHECK(fread(buf, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size);
+        fclose(f);
+        for (size_t i = 0; i + n <= (size_t)sb.st_size; i++) {
+            if (memcmp(buf + i, needle, n) == 0) {
+                found = (long)i;
+                break;
+            }
+        }
+        kvp_free(buf);
+    }
+    closedir(dp);
+    return found;
+}
+
+static void case_corrupt_on_disk(void)
+{
+    char               dir[256], path[600];
+    kvp_store_h        st;
+    kvp_session_desc_t a, b;
+    uint8_t           *page;
+    size_t             len;
+    long               off;
+    int                fd;
+    uint8_t            byte;
+    uint32_t           hit;
+
+    t_tmpdir(dir, sizeof(dir), "corrupt");
+    st = open_store(dir, 8u << 20, KVP_DURABILITY_SPILL);
+    t_session(&G, 11, 0, 11, 4, 0, &a);
+    t_session(&G, 12, 0, 12, 4, 0, &b);
+    CHECK_OK(t_put_session(st, NS, "victim", &G, &a));
+    CHECK_OK(t_put_session(st, NS, "bystander", &G, &b));
+    CHECK_OK(kvp_store_session_spill(st, NS, "victim"));
+    CHECK_OK(kvp_store_session_spill(st, NS, "bystander"));
+    kvp_store_close(st); /* everything is in SST files now (flushed on recovery at the latest) */
+    st = open_store(dir, 8u << 20, KVP_DURABILITY_SPILL);
+    kvp_store_close(st);
+
+    /* flip one payload byte of the victim's chunk 2, layer 1, inside the SST file */
+    page = t_page(&G, a.chunk_keys[2], 1, 2 * G.page_tokens, G.page_tokens, 0, &len);
+    off  = find_in_dir(dir, page + 64, 256, path, sizeof(path));
+    CHECK(off >= 0);
+    fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    CHECK(pread(fd, &byte, 1, off + 100) == 1);
+    byte ^= 0x40;
+    CHECK(pwrite(fd, &byte, 1, off + 100) == 1);
+    close(fd);
+
+    st = open_store(dir, 8u << 20, KVP_DURABILITY_SPILL);
+    CHECK_ST(t_check_session(st, NS, "victim", &G, &a), KVP_ERR_CORRUPT);
+    CHECK(stats_of(st).crc_failures == 1);
+    CHECK_OK(t_check_session(st, NS, "bystander", &G, &b));
+    /* the bad page is dropped, never served: lookup stops before chunk 2, get says corrupt */
+    CHECK_OK(kvp_store_lookup(st, NS, a.chunk_keys, 4, G.layers, &hit));
+    CHECK(hit == 2);
+    {
+        kvp_page_ref_h ref;
+
+        CHECK_ST(kvp_store_page_get(st, NS, a.chunk_keys[2], 1, &ref), KVP_ERR_NOT_FOUND);
+        CHECK_OK(kvp_store_page_get(st, NS, a.chunk_keys[2], 0, &ref));
+        kvp_page_ref_release(ref);
+    }
+    CHECK_ST(t_check_session(st, NS, "victim", &G, &a), KVP_ERR_CORRUPT);
+    kvp_store_close(st);
+    /* after a restart the dropped page stays dropped */
+    st = open_store(dir, 8u << 20, KVP_DURABILITY_SPILL);
+    CHECK(t_check_session(st, NS, "victim", &G, &a) != KVP_OK);
+    CHECK_OK(t_check_session(st, NS, "bystander", &G, &b));
+    kvp_store_close(st);
+    kvp_free(page);
+    kvp_session_desc_clear(&a);
+    kvp_session_desc_clear(&b);
+    t_rmrf(dir);
+}
+
+static void case_disk_full(void)
+{
+    char               dir[256];
+    kvp_store_h        st;
+    kvp_session_desc_t d[8];
+    char               sid[32];
+    kvp_store_stats_t  s;
+    kvp_status_t       status = KVP_OK;
+    int                n      = 0;
+
+    t_tmpdir(dir, sizeof(dir), "full");
+    /* write-through: the failing put reports the disk error; DRAM keeps serving */
+    st = open_store(dir, 4u << 20, KVP_DURABILITY_WRITE_THROUGH);
+    t_session(&G, 1, 0, 1, 3, 2, &d[0]);
+    t_session(&G, 2, 0, 2, 3, 0, &d[1]);
+    CHECK_OK(t_put_session(st, NS, "ok", &G, &d[0]));
+    kvp_store_inject_disk_fail(st, 1, KVP_ERR_NO_SPACE);
+    CHECK_ST(t_put_session(st, NS, "full", &G, &d[1]), KVP_ERR_NO_SPACE);
+    CHECK(stats_of(st).disk_errors == 1);
+    CHECK_OK(t_check_session(st, NS, "ok", &G, &d[0]));
+    CHECK_OK(kvp_store_session_put(st, NS, "full", &d[1])); /* disk is back */
+    kvp_store_close(st);
+    st = open_store(dir, 4u << 20, KVP_DURABILITY_SPILL);
+    CHECK_OK(t_check_session(st, NS, "full", &G, &d[1]));
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d[0]);
+    kvp_session_desc_clear(&d[1]);
+    t_rmrf(dir);
+
+    /* spill: eviction cannot write; puts past the budget fail with the disk status, nothing
+     * already stored is lost, and it recovers when the disk does */
+    t_tmpdir(dir, sizeof(dir), "full");
+    st = open_store(dir, 1u << 20, KVP_DURABILITY_SPILL); /* 128 pages */
+    kvp_store_inject_disk_fail(st, 1000, KVP_ERR_IO);
+    for (int i = 0; i < 8 && status == KVP_OK; i++) {
+        snprintf(sid, sizeof(sid), "f%d", i);
+        t_session(&G, 70 + i, 0, 70 + i, 8, 0, &d[i]); /* 32 pages each */
+        status = t_put_session(st, NS, sid, &G, &d[i]);
+        if (status != KVP_OK) {
+            CHECK(i >= 2);
+            CHECK(status == KVP_ERR_IO);
+            s = stats_of(st);
+            CHECK(s.disk_errors > 0 && s.dram_bytes <= (1u << 20));
+            for (int j = 0; j < i; j++) {
+                snprintf(sid, sizeof(sid), "f%d", j);
+                CHECK_OK(t_check_session(st, NS, sid, &G, &d[j]));
+            }
+            kvp_store_inject_disk_fail(st, 0, KVP_OK);
+            snprintf(sid, sizeof(sid), "f%d", i);
+            CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+            CHECK(stats_of(st).spills > 0);
+            for (int j = 0; j <= i; j++) {
+                snprintf(sid, sizeof(sid), "f%d", j);
+                CHECK_OK(t_check_session(st, NS, sid, &G, &d[j]));
+            }
+            n = i + 1;
+        }
+    }
+    CHECK(status != KVP_OK);
+    for (int i = 0; i < n; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+    kvp_store_close(st);
+    t_rmrf(dir);
+}
+
+static void case_dram_only(void)
+{
+    kvp_store_h        st = open_store(NULL, 1u << 20, KVP_DURABILITY_SPILL);
+    kvp_session_desc_t d[8];
+    char               sid[32];
+    kvp_store_stats_t  s;
+
+    CHECK_ST(kvp_store_session_spill(st, NS, "x"), KVP_ERR_UNSUPPORTED);
+    for (int i = 0; i < 8; i++) {
+        snprintf(sid, sizeof(sid), "m%d", i);
+        t_session(&G, 90 + i, 0, 90 + i, 8, 0, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+    }
+    s = stats_of(st);
+    CHECK(s.dropped > 0 && s.dram_bytes <= (1u << 20));
+    CHECK(s.sessions == 8 - s.dropped);
+    CHECK_ST(t_check_session(st, NS, "m0", &G, &d[0]), KVP_ERR_NOT_FOUND);
+    CHECK_OK(t_check_session(st, NS, "m7", &G, &d[7]));
+    for (int i = 0; i < 8; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+    kvp_store_close(st);
+}
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} tcase_t;
+
+static const tcase_t cases[] = {
+    {"page_put_get", case_page_put_get},
+    {"session_roundtrip", case_session_roundtrip},
+    {"prefix_sharing", case_prefix_sharing},
+    {"spill_restore_reopen", case_spill_restore_reopen},
+    {"evict_watermarks", case_evict_watermarks},
+    {"idle_ttl", case_idle_ttl},
+    {"corrupt_on_disk", case_corrupt_on_disk},
+    {"disk_full", case_disk_full},
+    {"dram_only", case_dram_only},
+};
+
+int main(int argc, char **argv)
+{
+    int ran = 0;
+
+    if (getenv("KVP_LOG_LEVEL") == NULL) {
+        kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (argc < 2 || strcmp(argv[1], cases[i].name) == 0) {
+            int64_t live = kvp_alloc_live_count();
+
+            fprintf(stderr, "[ RUN ] %s\n", cases[i].name);
+            cases[i].fn();
+            if (kvp_alloc_live_count() != live) {
+                fprintf(stderr, "%s: %lld allocations leaked\n", cases[i].name,
+                        (long long)(kvp_alloc_live_count() - live));
+                return 1;
+            }
+            fprintf(stderr, "[  OK ] %s\n", cases[i].name);
+            ran++;
+        }
+    }
+    if (ran == 0) {
+        fprintf(stderr, "unknown case %s\n", argv[1]);
+        return 2;
+    }
+    return 0;
+}
