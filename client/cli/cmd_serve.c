@@ -1,10 +1,10 @@
-/* cmd_serve.c - placeholder for "kvpack serve" until its module lands; reports that plainly. */
+/* cmd_serve.c - "kvpack serve": run a node in the foreground; the same code as kvpackd
+ * (cluster/node_main.c), so options and behaviour are identical. */
 #include "cli.h"
+
+#include "kvpack/node.h"
 
 int kvp_cmd_serve(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvpack: 'serve' is not built yet\n");
-    return 2;
+    return kvp_node_main("kvpack serve", argc, argv);
 }

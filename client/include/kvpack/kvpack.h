@@ -25,12 +25,16 @@ typedef struct kvp_client *kvp_client_h;
 enum kvp_client_params_field {
     KVP_CLIENT_PARAM_SERVER     = KVP_BIT(0),
     KVP_CLIENT_PARAM_TIMEOUT_MS = KVP_BIT(1),
+    KVP_CLIENT_PARAM_BATCH      = KVP_BIT(2),
+    KVP_CLIENT_PARAM_INFLIGHT   = KVP_BIT(3),
 };
 
 typedef struct kvp_client_params {
-    uint64_t    field_mask; /* MUST be first */
-    const char *server;     /* "host:port" of the node (borrowed) */
-    uint32_t    timeout_ms; /* per-request deadline; default 10000 */
+    uint64_t    field_mask;   /* MUST be first */
+    const char *server;       /* "host:port" of the node (borrowed) */
+    uint32_t    timeout_ms;   /* per-request deadline; default 10000 */
+    size_t      batch_bytes;  /* page bytes per PUT_PAGES / GET_PAGES message; default 4 MiB */
+    uint32_t    max_inflight; /* PUT_PAGES messages in flight at once, 1..8; default 4 */
 } kvp_client_params_t;
 
 /* Node statistics as reported by STAT. */

@@ -1,0 +1,252 @@
+/* node_harness.h - test helpers shared by tests/cluster and tests/integ: start a real kvpackd
+ * child on a loopback port 0 with a temp data dir (waiting on its --ready-file), stop it, and
+ * build small fp16 pages + session records with known contents. Header-only (static). */
+#ifndef KVP_TEST_NODE_HARNESS_H
+#define KVP_TEST_NODE_HARNESS_H
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+#include "kvpack/kvpack.h"
+#include "kvpack/page.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK(c)                                                                   \
+    do {                                                                           \
+        if (!(c)) {                                                                \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);           \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+#define CHECK_ST(expr, want)                                                       \
+    do {                                                                           \
+        kvp_status_t _s = (expr);                                                  \
+        if (_s != (want)) {                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s = %s, want %s\n", __FILE__, __LINE__,  \
+                    #expr, kvp_status_name(_s), kvp_status_name(want));            \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+typedef struct {
+    pid_t    pid;
+    uint16_t port;
+    char     addr[64];
+    char     dir[256];   /* temp dir: data/ and the ready file live here */
+} test_node_t;
+
+/* A fresh temp directory for one node (kept across restarts). */
+static void test_node_mkdir(test_node_t *n)
+{
+    snprintf(n->dir, sizeof(n->dir), "/tmp/kvp_node_XXXXXX");
+    CHECK(mkdtemp(n->dir) != NULL);
+}
+
+/* Start kvpackd on 127.0.0.1:0 with data in n->dir/data; waits up to 30 s for its ready file. */
+static void test_node_start(test_node_t *n, const char *extra_arg)
+{
+    char   ready[300], data[300];
+    double end;
+    FILE  *f;
+
+    snprintf(ready, sizeof(ready), "%s/ready", n->dir);
+    snprintf(data, sizeof(data), "%s/data", n->dir);
+    unlink(ready);
+    n->pid = fork();
+    CHECK(n->pid >= 0);
+    if (n->pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, 1); /* the "listening on" line */
+        }
+        execl(KVPACKD_PATH, "kvpackd", "--listen", "127.0.0.1:0", "--data-dir", data,
+              "--ready-file", ready, "--dram-budget", "256M", extra_arg, (char *)NULL);
+        _exit(127);
+    }
+    end = kvp_time_s() + 30;
+    while ((f = fopen(ready, "r")) == NULL) {
+        int st;
+        CHECK(waitpid(n->pid, &st, WNOHANG) == 0); /* kvpackd died during start-up */
+        CHECK(kvp_time_s() < end);
+        usleep(20000);
+    }
+    CHECK(fscanf(f, "%hu", &n->port) == 1);
+    fclose(f);
+    CHECK(n->port != 0);
+    snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%u", n->port);
+}
+
+/* SIGTERM and wait; returns the exit status (or 128 + signal). */
+static int test_node_stop(test_node_t *n, int sig)
+{
+    int st = 0;
+
+    if (n->pid <= 0) {
+        return -1;
+    }
+    kill(n->pid, SIGCONT);
+    kill(n->pid, sig);
+    CHECK(waitpid(n->pid, &st, 0) == n->pid);
+    n->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_node_rmdir(test_node_t *n)
+{
+    char cmd[400];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", n->dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "warning: could not remove %s\n", n->dir);
+    }
+}
+
+static kvp_client_h test_client(const char *addr, uint32_t timeout_ms)
+{
+    kvp_client_params_t p;
+    kvp_client_h        c;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+    p.server     = addr;
+    p.timeout_ms = timeout_ms;
+    CHECK_ST(kvp_client_create(&p, &c), KVP_OK);
+    return c;
+}
+
+/* ---- synthetic session: n_chunks sealed fp16 pages per layer + a tail ---- */
+
+#define TS_HEADS 2
+#define TS_DIM   64
+#define TS_P     32
+
+typedef struct {
+    uint32_t           layers, n_chunks, n_pages;
+    uint8_t          **pages;  /* [chunk * layers + layer] */
+    size_t            *lens;
+    kvp_session_desc_t desc;
+} test_session_t;
+
+static uint8_t *test_page(uint32_t layer, uint32_t chunk, kvp_key128_t key, uint32_t ntok,
+                          uint32_t flags, uint32_t seed, size_t *len_p)
+{
+    kvp_page_params_t pp;
+    size_t            n = (size_t)ntok * TS_HEADS * TS_DIM;
+    float            *k = kvp_malloc(n * sizeof(float), "t"), *v = kvp_malloc(n * sizeof(float), "t");
+    uint8_t          *out;
+    size_t            cap;
+
+    memset(&pp, 0, sizeof(pp));
+    pp.codec       = KVP_CODEC_FP16;
+    pp.heads       = TS_HEADS;
+    pp.head_dim    = TS_DIM;
+    pp.page_tokens = TS_P;
+    pp.layer       = layer;
+    pp.first_pos   = (uint64_t)chunk * TS_P;
+    pp.chunk_key   = key;
+    pp.flags       = flags;
+    for (size_t i = 0; i < n; i++) {
+        k[i] = (float)((i * 7 + layer * 131 + chunk * 17 + seed) % 97) / 13.0f - 3.0f;
+        v[i] = (float)((i * 11 + layer * 37 + chunk * 5 + seed) % 89) / 11.0f - 4.0f;
+    }
+    cap = kvp_page_max_bytes(&pp);
+    CHECK(cap > 0);
+    out = kvp_malloc(cap, "t page");
+    CHECK_ST(kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, ntok, out, cap, len_p), KVP_OK);
+    kvp_free(k);
+    kvp_free(v);
+    return out;
+}
+
+static void test_session_make(test_session_t *ts, uint32_t layers, uint32_t n_chunks,
+                              uint32_t tail_tokens, uint32_t seed)
+{
+    uint32_t tokens[TS_P];
+    size_t   off = 0;
+
+    memset(ts, 0, sizeof(*ts));
+    ts->layers   = layers;
+    ts->n_chunks = n_chunks;
+    ts->n_pages  = layers * n_chunks;
+    ts->pages    = kvp_calloc(ts->n_pages + 1, sizeof(*ts->pages), "t");
+    ts->lens     = kvp_calloc(ts->n_pages + 1, sizeof(*ts->lens), "t");
+    ts->desc.layers      = layers;
+    ts->desc.page_tokens = TS_P;
+    ts->desc.n_chunks    = n_chunks;
+    ts->desc.chunk_keys  = kvp_calloc(n_chunks + 1, sizeof(kvp_key128_t), "t");
+    for (uint32_t c = 0; c < n_chunks; c++) {
+        for (uint32_t t = 0; t < TS_P; t++) {
+            tokens[t] = seed * 1000003u + c * TS_P + t;
+        }
+        ts->desc.chunk_keys[c] = kvp_chunk_key(c ? &ts->desc.chunk_keys[c - 1] : NULL,
+                                               0x1234, tokens, TS_P);
+        for (uint32_t l = 0; l < layers; l++) {
+            ts->pages[c * layers + l] = test_page(l, c, ts->desc.chunk_keys[c], TS_P, 0, seed,
+                                                  &ts->lens[c * layers + l]);
+        }
+    }
+    if (tail_tokens > 0) {
+        size_t   plen;
+        uint8_t *p;
+
+        ts->desc.tail_tokens = tail_tokens;
+        ts->desc.n_tail      = layers;
+        for (uint32_t l = 0; l < layers; l++) {
+            kvp_key128_t zero = {0, 0};
+
+            p = test_page(l, n_chunks, zero, tail_tokens, KVP_PAGE_F_TAIL, seed + 1, &plen);
+            ts->desc.tail = kvp_realloc(ts->desc.tail, off + plen, "t tail");
+            memcpy(ts->desc.tail + off, p, plen);
+            off += plen;
+            kvp_free(p);
+        }
+        ts->desc.tail_len = off;
+    }
+}
+
+static void test_session_free(test_session_t *ts)
+{
+    for (uint32_t i = 0; i < ts->n_pages; i++) {
+        kvp_free(ts->pages[i]);
+    }
+    kvp_free(ts->pages);
+    kvp_free(ts->lens);
+    kvp_session_desc_clear(&ts->desc);
+}
+
+static kvp_status_t test_session_put(kvp_client_h c, uint64_t ns, const char *sid,
+                                     const test_session_t *ts)
+{
+    kvp_status_t s = kvp_client_put_pages(c, ns, (const void *const *)ts->pages, ts->lens,
+                                          ts->n_pages);
+    return (s == KVP_OK) ? kvp_client_put_session(c, ns, sid, &ts->desc) : s;
+}
+
+/* A fetched session must be byte-identical to what was put. */
+static void test_session_check(const test_session_t *ts, const kvp_session_pages_t *sp)
+{
+    CHECK(sp->desc.layers == ts->layers && sp->desc.n_chunks == ts->n_chunks);
+    CHECK(sp->n_pages == ts->n_pages);
+    for (uint32_t c = 0; c < ts->n_chunks; c++) {
+        CHECK(sp->desc.chunk_keys[c].lo == ts->desc.chunk_keys[c].lo);
+        CHECK(sp->desc.chunk_keys[c].hi == ts->desc.chunk_keys[c].hi);
+    }
+    for (uint32_t i = 0; i < ts->n_pages; i++) {
+        CHECK(sp->page_lens[i] == ts->lens[i]);
+        CHECK(memcmp(sp->pages[i], ts->pages[i], ts->lens[i]) == 0);
+    }
+    CHECK(sp->desc.tail_tokens == ts->desc.tail_tokens && sp->desc.n_tail == ts->desc.n_tail);
+    CHECK(sp->desc.tail_len == ts->desc.tail_len);
+    CHECK(ts->desc.tail_len == 0 || memcmp(sp->desc.tail, ts->desc.tail, ts->desc.tail_len) == 0);
+}
+
+#endif

@@ -1,0 +1,244 @@
+/* test_node.c - libkvpack against a real kvpackd child on a loopback port 0: put/get round trip
+ * (byte-identical, CRC-verified), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
+ * CORRUPT from the node, malformed and truncated requests -> PROTOCOL while the node keeps
+ * serving, a client killed mid-put, a stopped node -> TIMEOUT at the deadline, and a node killed
+ * while the client waits -> PEER_GONE before the deadline. */
+#include "node_harness.h"
+
+#include "kvpack/log.h"
+#include "kvpack/wire.h"
+#include "kvpack/xfer.h"
+
+#define NS 0x5eed5eed5eed5eedull
+
+/* ---- raw transport: hand-made (bad) requests ---- */
+
+typedef struct {
+    kvp_wire_rep_t rep;
+    kvp_status_t   unpack;
+    int            got;
+} raw_t;
+
+static void raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    raw_t      *r = arg;
+    size_t      hl, dl;
+    const void *h = kvp_xfer_msg_hdr(msg, &hl);
+
+    (void)conn;
+    kvp_xfer_msg_data(msg, &dl);
+    r->unpack = kvp_wire_rep_unpack(h, hl, dl, &r->rep);
+    r->got    = 1;
+    kvp_xfer_msg_release(msg);
+}
+
+/* Send a raw header + data, wait for the node's reply. */
+static void raw_call(kvp_xfer_h x, kvp_xfer_conn_h c, raw_t *r, const void *hdr, size_t hl,
+                     const void *data, size_t dl)
+{
+    kvp_xfer_iov_t iov = {data, dl};
+    double         end = kvp_time_s() + 20;
+    kvp_status_t   s;
+
+    kvp_wire_rep_clear(&r->rep);
+    r->got = 0;
+    s = kvp_xfer_send(c, hdr, hl, &iov, dl ? 1 : 0, NULL, NULL);
+    CHECK(s == KVP_OK || s == KVP_INPROGRESS);
+    while (!r->got && kvp_time_s() < end) {
+        kvp_xfer_wait(x, 50);
+    }
+    CHECK(r->got);
+}
+
+static void test_malformed(const test_node_t *n)
+{
+    raw_t             r;
+    kvp_xfer_params_t p;
+    kvp_xfer_h        x;
+    kvp_xfer_conn_h   c;
+    kvp_wire_req_t    req;
+    uint8_t           garbage[200], *hdr, data[300];
+    size_t            hl;
+    uint32_t          lens[2] = {128, 128};
+
+    memset(&r, 0, sizeof(r));
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+    p.recv_cb    = raw_recv;
+    p.cb_arg     = &r;
+    CHECK_ST(kvp_xfer_create(&p, &x), KVP_OK);
+    CHECK_ST(kvp_xfer_connect(x, "127.0.0.1", n->port, &c), KVP_OK);
+
+    /* garbage header: PROTOCOL, req_id unknown (0) */
+    for (size_t i = 0; i < sizeof(garbage); i++) {
+        garbage[i] = (uint8_t)(i * 37 + 11);
+    }
+    raw_call(x, c, &r, garbage, sizeof(garbage), NULL, 0);
+    CHECK_ST(r.unpack, KVP_OK);
+    CHECK_ST(r.rep.status, KVP_ERR_PROTOCOL);
+
+    /* truncated: the header describes 256 bytes of pages, 100 arrive */
+    memset(&req, 0, sizeof(req));
+    req.op        = KVP_WIRE_OP_PUT_PAGES;
+    req.req_id    = 77;
+    req.ns        = NS;
+    req.n_pages   = 2;
+    req.page_lens = lens;
+    CHECK_ST(kvp_wire_req_pack(&req, &hdr, &hl), KVP_OK);
+    memset(data, 0xA5, sizeof(data));
+    raw_call(x, c, &r, hdr, hl, data, 100);
+    CHECK_ST(r.unpack, KVP_OK);
+    CHECK(r.rep.req_id == 77);
+    CHECK_ST(r.rep.status, KVP_ERR_PROTOCOL);
+    /* the header cut short by one byte */
+    raw_call(x, c, &r, hdr, hl - 1, data, 256);
+    CHECK_ST(r.rep.status, KVP_ERR_PROTOCOL);
+    /* lengths right, but the bytes are not pages */
+    raw_call(x, c, &r, hdr, hl, data, 256);
+    CHECK(r.rep.req_id == 77);
+    CHECK(r.rep.status == KVP_ERR_BAD_PAGE || r.rep.status == KVP_ERR_CORRUPT);
+    kvp_free(hdr);
+    kvp_wire_rep_clear(&r.rep);
+    kvp_xfer_conn_close(c);
+    kvp_xfer_destroy(x);
+}
+
+/* A child client starts a large put and is SIGKILLed part-way. */
+static void test_client_dies(const test_node_t *n)
+{
+    pid_t pid = fork();
+    int   st;
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        test_session_t ts;
+        kvp_client_h   c = test_client(n->addr, 20000);
+
+        test_session_make(&ts, 4, 200, 0, 99);
+        for (;;) {
+            kvp_client_put_pages(c, NS + 1, (const void *const *)ts.pages, ts.lens, ts.n_pages);
+        }
+    }
+    usleep(400000);
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, &st, 0) == pid);
+}
+
+int main(void)
+{
+    test_node_t          n;
+    test_session_t       ts, other;
+    kvp_session_pages_t *sp = NULL;
+    kvp_node_stat_t      st;
+    kvp_client_h         c;
+    kvp_key128_t         keys[6];
+    uint32_t             hits;
+    uint8_t             *bad;
+    double               t0;
+    pid_t                killer;
+    kvp_status_t         s;
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    setenv("KVP_LOG_LEVEL", "error", 1);
+    test_node_mkdir(&n);
+    test_node_start(&n, "--durability=spill");
+    c = test_client(n.addr, 10000);
+
+    /* put + get: byte-identical, every page CRC-verified by the client */
+    test_session_make(&ts, 3, 7, 5, 1);
+    CHECK_ST(test_session_put(c, NS, "alpha", &ts), KVP_OK);
+    CHECK_ST(kvp_client_get_session(c, NS, "alpha", &sp), KVP_OK);
+    test_session_check(&ts, sp);
+    CHECK(sp->wire_bytes > 0);
+    kvp_session_pages_free(sp);
+    sp = NULL;
+
+    /* lookup: full prefix, then a prefix broken at chunk 3 */
+    memcpy(keys, ts.desc.chunk_keys, 6 * sizeof(keys[0]));
+    CHECK_ST(kvp_client_lookup(c, NS, keys, 6, 3, &hits), KVP_OK);
+    CHECK(hits == 6);
+    keys[3].lo ^= 1;
+    CHECK_ST(kvp_client_lookup(c, NS, keys, 6, 3, &hits), KVP_OK);
+    CHECK(hits == 3);
+    CHECK_ST(kvp_client_lookup(c, NS + 7, ts.desc.chunk_keys, 6, 3, &hits), KVP_OK);
+    CHECK(hits == 0); /* other namespace */
+
+    /* unknown session */
+    CHECK_ST(kvp_client_get_session(c, NS, "no-such-session", &sp), KVP_ERR_NOT_FOUND);
+    CHECK(sp == NULL);
+    /* a session naming pages that were never put */
+    test_session_make(&other, 2, 3, 0, 2);
+    CHECK_ST(kvp_client_put_session(c, NS, "dangling", &other.desc), KVP_ERR_NOT_FOUND);
+    /* a page with a flipped payload byte: the node rejects it with CORRUPT */
+    bad = kvp_malloc(other.lens[0], "t");
+    memcpy(bad, other.pages[0], other.lens[0]);
+    bad[other.lens[0] / 2] ^= 0x40;
+    {
+        const void *pp[2] = {other.pages[1], bad};
+        size_t      ll[2] = {other.lens[1], other.lens[0]};
+        CHECK_ST(kvp_client_put_pages(c, NS, pp, ll, 2), KVP_ERR_CORRUPT);
+    }
+    kvp_free(bad);
+
+    /* malformed / truncated requests: PROTOCOL, and the node keeps serving */
+    test_malformed(&n);
+    CHECK_ST(kvp_client_get_session(c, NS, "alpha", &sp), KVP_OK);
+    test_session_check(&ts, sp);
+    kvp_session_pages_free(sp);
+    sp = NULL;
+
+    /* a client dies mid-put; the node keeps serving */
+    test_client_dies(&n);
+    CHECK_ST(kvp_client_stat(c, &st), KVP_OK);
+    CHECK(st.sessions >= 1 && st.dram_pages >= ts.n_pages);
+
+    /* a stopped node: the request ends at its deadline with TIMEOUT, not a hang */
+    {
+        kvp_client_h quick = test_client(n.addr, 1000);
+
+        CHECK_ST(kvp_client_stat(quick, &st), KVP_OK);
+        CHECK(kill(n.pid, SIGSTOP) == 0);
+        t0 = kvp_time_s();
+        s  = kvp_client_get_session(quick, NS, "alpha", &sp);
+        fprintf(stderr, "stopped node: %s after %.2f s (deadline 1 s)\n", kvp_status_name(s),
+                kvp_time_s() - t0);
+        CHECK_ST(s, KVP_ERR_TIMEOUT);
+        CHECK(kvp_time_s() - t0 < 30);
+        CHECK(kill(n.pid, SIGCONT) == 0);
+        /* the client reconnects on its next call */
+        CHECK_ST(kvp_client_stat(quick, &st), KVP_OK);
+        kvp_client_destroy(quick);
+    }
+
+    /* the node dies while the client waits (deadline 20 s): PEER_GONE well before it */
+    CHECK(kill(n.pid, SIGSTOP) == 0);
+    killer = fork();
+    CHECK(killer >= 0);
+    if (killer == 0) {
+        usleep(300000);
+        kill(n.pid, SIGKILL);
+        _exit(0);
+    }
+    {
+        kvp_client_h slow = test_client(n.addr, 20000);
+
+        t0 = kvp_time_s();
+        s  = kvp_client_get_session(slow, NS, "alpha", &sp);
+        fprintf(stderr, "killed node: %s after %.2f s (deadline 20 s)\n", kvp_status_name(s),
+                kvp_time_s() - t0);
+        CHECK(s == KVP_ERR_PEER_GONE || s == KVP_ERR_PEER_UNREACHABLE);
+        CHECK(kvp_time_s() - t0 < 15);
+        kvp_client_destroy(slow);
+    }
+    CHECK(waitpid(killer, NULL, 0) == killer);
+    CHECK(test_node_stop(&n, SIGKILL) == 128 + SIGKILL);
+    /* and a call to a node that is not there at all */
+    CHECK(kvp_client_stat(c, &st) != KVP_OK);
+
+    kvp_client_destroy(c);
+    test_session_free(&ts);
+    test_session_free(&other);
+    test_node_rmdir(&n);
+    printf("test_node: ok\n");
+    return 0;
+}
