@@ -8,6 +8,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
+#include <malloc.h>
 #include <string.h>
 
 #define MOD "store"
@@ -366,6 +367,10 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         kvp_tier_params_t tp = {path, node, wb < (4u << 20) ? (4u << 20)
                                             : (wb > (64u << 20) ? (64u << 20) : wb)};
 
+        /* RocksDB's write batches, memtables and read buffers for spills are large and short
+         * lived; glibc's adaptive mmap threshold would otherwise move them onto the heap after
+         * the first free and keep them resident. A fixed threshold returns them to the kernel. */
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
         status = kvp_tier_open(&tp, &st->tier);
         if (status != KVP_OK) {
             goto err_index;

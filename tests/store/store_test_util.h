@@ -47,7 +47,7 @@ typedef struct {
     uint32_t layers, heads, head_dim, page_tokens;
 } tgeom_t;
 
-static uint64_t t_splitmix(uint64_t *s)
+static inline uint64_t t_splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
 
@@ -56,7 +56,7 @@ static uint64_t t_splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static uint64_t t_fingerprint(const tgeom_t *g)
+static inline uint64_t t_fingerprint(const tgeom_t *g)
 {
     return kvp_ns_fingerprint("store-test", g->layers, g->heads, g->head_dim, g->page_tokens,
                               KVP_CODEC_FP16);
@@ -102,7 +102,7 @@ static uint8_t *t_page(const tgeom_t *g, kvp_key128_t key, uint32_t layer, uint6
 /* A session of n_chunks full chunks + tail_tokens tail tokens. Token ids of chunk c come from
  * prefix_seed for c < shared, from seed after, so sessions with the same prefix_seed share their
  * first `shared` chunk keys. desc is filled (kvp_session_desc_clear frees it). */
-static void t_session(const tgeom_t *g, uint64_t prefix_seed, uint32_t shared, uint64_t seed,
+static inline void t_session(const tgeom_t *g, uint64_t prefix_seed, uint32_t shared, uint64_t seed,
                       uint32_t n_chunks, uint32_t tail_tokens, kvp_session_desc_t *desc)
 {
     uint64_t      fp = t_fingerprint(g);
@@ -148,7 +148,7 @@ static void t_session(const tgeom_t *g, uint64_t prefix_seed, uint32_t shared, u
     kvp_free(tok);
 }
 
-static kvp_status_t t_put_pages(kvp_store_h st, uint64_t ns, const tgeom_t *g,
+static inline kvp_status_t t_put_pages(kvp_store_h st, uint64_t ns, const tgeom_t *g,
                                 const kvp_session_desc_t *d)
 {
     for (uint32_t c = 0; c < d->n_chunks; c++) {
@@ -167,7 +167,7 @@ static kvp_status_t t_put_pages(kvp_store_h st, uint64_t ns, const tgeom_t *g,
     return KVP_OK;
 }
 
-static kvp_status_t t_put_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,
+static inline kvp_status_t t_put_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,
                                   const kvp_session_desc_t *d)
 {
     kvp_status_t s = t_put_pages(st, ns, g, d);
@@ -177,7 +177,7 @@ static kvp_status_t t_put_session(kvp_store_h st, uint64_t ns, const char *sid, 
 
 /* Get the session and every page; compare with the expected record and regenerated pages.
  * Returns the first failing status, or KVP_ERR_CORRUPT on any byte mismatch (with a message). */
-static kvp_status_t t_check_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,
+static inline kvp_status_t t_check_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,
                                     const kvp_session_desc_t *want)
 {
     kvp_session_desc_t got;
@@ -226,7 +226,7 @@ static kvp_status_t t_check_session(kvp_store_h st, uint64_t ns, const char *sid
 }
 
 /* A fresh empty directory under $TMPDIR (or /tmp); the caller removes it with t_rmrf. */
-static void t_tmpdir(char *buf, size_t n, const char *tag)
+static inline void t_tmpdir(char *buf, size_t n, const char *tag)
 {
     const char *base = getenv("TMPDIR");
 
@@ -234,7 +234,7 @@ static void t_tmpdir(char *buf, size_t n, const char *tag)
     CHECK(mkdtemp(buf) != NULL);
 }
 
-static void t_rmrf(const char *dir)
+static inline void t_rmrf(const char *dir)
 {
     char cmd[600];
 

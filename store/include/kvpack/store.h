@@ -8,7 +8,9 @@
  * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
  * under write-through/sync); eviction spills least-recently-used sessions to RocksDB; a get of a
  * cold session restores it (MultiGet). kvp_store_open on an existing directory is a warm restart.
- * Thread-safety: every call may be made from any thread (one internal lock). */
+ * Thread-safety: every call may be made from any thread (one internal lock).
+ * Memory: with a db_path, kvp_store_open fixes glibc's mmap threshold at 128 KiB (mallopt) so the
+ * tier's large transient buffers go back to the kernel and resident memory tracks the budget. */
 #ifndef KVPACK_STORE_H
 #define KVPACK_STORE_H
 

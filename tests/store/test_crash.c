@@ -1,0 +1,229 @@
+/* test_crash.c - crash safety of the store under durability sync. Each round starts crash_child
+ * (a stand-in for kvpackd) on the same RocksDB directory, streams session puts to it (new
+ * sessions, multi-turn extensions of earlier ones, shared prefixes), and SIGKILLs it at a random
+ * point: after a random number of acks plus a random delay, or during start-up/recovery. Then it
+ * opens the store itself and checks that every acknowledged session is resumable and
+ * byte-identical (pages and tail), and that an unacknowledged put is either absent or complete
+ * (never a record without its pages). usage: test_crash <crash_child> [rounds] [seed] */
+#include "store_test_util.h"
+
+#include "kvpack/log.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const tgeom_t G = {4, 2, 64, 16};
+#define NS        0x77u
+#define MAX_SIDS  512
+#define MAX_VERS  16
+
+typedef struct {
+    uint32_t chunks, tail;
+    uint64_t seed;
+} ver_t;
+
+typedef struct {
+    uint64_t pseed;
+    ver_t    v[MAX_VERS];
+    int      nv;        /* versions sent so far */
+    int      acked;     /* index of the newest version known durable, -1 none */
+} sid_t;
+
+static sid_t    sids[MAX_SIDS];
+static int      nsids;
+static uint64_t rng;
+
+static uint32_t rnd(uint32_t n)
+{
+    return (uint32_t)(t_splitmix(&rng) % n);
+}
+
+static void sid_name(int i, char *buf, size_t n)
+{
+    snprintf(buf, n, "sess-%d", i);
+}
+
+/* Check one session against the versions that may legally be visible; return the visible one. */
+static int verify_sid(kvp_store_h st, int i)
+{
+    char               name[32];
+    kvp_session_desc_t got;
+    kvp_status_t       s;
+    sid_t             *e = &sids[i];
+
+    sid_name(i, name, sizeof(name));
+    s = kvp_store_session_get(st, NS, name, &got);
+    if (s == KVP_ERR_NOT_FOUND) {
+        if (e->acked >= 0) {
+            fprintf(stderr, "%s: acknowledged version %d is missing\n", name, e->acked);
+            exit(1);
+        }
+        return -1;
+    }
+    CHECK_OK(s);
+    for (int v = e->acked >= 0 ? e->acked : 0; v < e->nv; v++) {
+        if (got.n_chunks == e->v[v].chunks && got.tail_tokens == e->v[v].tail) {
+            kvp_session_desc_t want;
+
+            t_session(&G, e->pseed, e->v[v].chunks, e->v[v].seed, e->v[v].chunks, e->v[v].tail,
+                      &want);
+            s = t_check_session(st, NS, name, &G, &want);
+            kvp_session_desc_clear(&want);
+            kvp_session_desc_clear(&got);
+            if (s != KVP_OK) {
+                fprintf(stderr, "%s: visible version %d is not intact: %s\n", name, v,
+                        kvp_status_name(s));
+                exit(1);
+            }
+            return v;
+        }
+    }
+    fprintf(stderr, "%s: visible record (%u chunks, %u tail) matches no legal version\n", name,
+            got.n_chunks, got.tail_tokens);
+    exit(1);
+}
+
+static void make_command(char *buf, size_t n)
+{
+    int    i;
+    sid_t *e;
+    ver_t  v;
+    char   name[32];
+
+    if (nsids > 0 && (rnd(10) < 4 || nsids == MAX_SIDS)) { /* extend an existing session */
+        i = (int)rnd((uint32_t)nsids);
+        e = &sids[i];
+        if (e->nv == MAX_VERS) {
+            i = -1;
+        }
+    } else {
+        i = -1;
+    }
+    if (i < 0) {
+        i        = nsids++;
+        e        = &sids[i];
+        e->pseed = 1000 + rnd(8); /* 8 prefix groups: sessions share leading chunks */
+        e->acked = -1;
+        v.chunks = 1 + rnd(6);
+    } else {
+        v.chunks = e->v[e->nv - 1].chunks + 1 + rnd(3);
+    }
+    v.tail            = rnd(G.page_tokens);
+    v.seed            = t_splitmix(&rng) >> 16;
+    e->v[e->nv++]     = v;
+    sid_name(i, name, sizeof(name));
+    snprintf(buf, n, "put %s %llu %llu %u %u\n", name, (unsigned long long)e->pseed,
+             (unsigned long long)v.seed, v.chunks, v.tail);
+}
+
+static int round_first[MAX_SIDS]; /* versions sent before this round, per sid */
+static int round_acks[MAX_SIDS];  /* acks received this round, per sid */
+
+/* The child handles commands in order, so the k-th ack of a sid this round is the k-th version
+ * of that sid sent this round. */
+static void ack(const char *line)
+{
+    int i;
+
+    if (sscanf(line, "ack sess-%d", &i) == 1 && i >= 0 && i < nsids) {
+        sids[i].acked = round_first[i] + round_acks[i]++;
+        CHECK(sids[i].acked < sids[i].nv);
+    } else if (strncmp(line, "ready", 5) != 0) {
+        fprintf(stderr, "child said: %s", line);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int      rounds = argc > 2 ? atoi(argv[2]) : 24;
+    char     dir[256];
+    uint64_t acked_total = 0, killed_early = 0;
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed]\n");
+        return 2;
+    }
+    rng = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    signal(SIGPIPE, SIG_IGN);
+    t_tmpdir(dir, sizeof(dir), "crash");
+    for (int r = 0; r < rounds; r++) {
+        int      in[2], out[2], status;
+        pid_t    pid;
+        FILE    *from;
+        char     line[256];
+        int      ncmd = 10 + (int)rnd(30), kill_after = (int)rnd((uint32_t)ncmd + 1);
+        int      nack = 0, early = rnd(8) == 0;
+        kvp_store_params_t p = {0};
+        kvp_store_h        st;
+
+        CHECK(pipe(in) == 0 && pipe(out) == 0);
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            dup2(in[0], 0);
+            dup2(out[1], 1);
+            close(in[1]);
+            close(out[0]);
+            execl(argv[1], argv[1], dir, (char *)NULL);
+            _exit(127);
+        }
+        close(in[0]);
+        close(out[1]);
+        from = fdopen(out[0], "r");
+        for (int i = 0; i < MAX_SIDS; i++) {
+            round_first[i] = sids[i].nv;
+            round_acks[i]  = 0;
+        }
+        for (int c = 0; c < ncmd; c++) {
+            char cmd[160];
+
+            make_command(cmd, sizeof(cmd));
+            if (write(in[1], cmd, strlen(cmd)) < 0) {
+                break;
+            }
+        }
+        if (early) {
+            usleep(rnd(20000));
+        } else {
+            while (nack < kill_after && fgets(line, sizeof(line), from) != NULL) {
+                ack(line);
+                nack += strncmp(line, "ack", 3) == 0;
+            }
+            usleep(rnd(3000));
+        }
+        kill(pid, SIGKILL);
+        CHECK(waitpid(pid, &status, 0) == pid);
+        close(in[1]);
+        while (fgets(line, sizeof(line), from) != NULL) { /* acks written before the kill count */
+            ack(line);
+            nack += strncmp(line, "ack", 3) == 0;
+        }
+        fclose(from);
+        acked_total += (uint64_t)nack;
+        killed_early += (uint64_t)early;
+
+        /* restart and check every session ever sent */
+        p.field_mask = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY;
+        p.db_path    = dir;
+        p.durability = KVP_DURABILITY_SYNC;
+        CHECK_OK(kvp_store_open(&p, &st));
+        for (int i = 0; i < nsids; i++) {
+            int v = verify_sid(st, i);
+
+            if (v >= 0) {
+                sids[i].acked = v; /* visible after a restart: durable from now on */
+            }
+        }
+        kvp_store_close(st);
+        fprintf(stderr, "round %d: %d commands, %d acked, kill %s, %d sessions checked\n", r,
+                ncmd, nack, early ? "during start-up" : "mid-stream", nsids);
+    }
+    fprintf(stderr, "crash test: %d rounds, %llu acknowledged puts, %llu start-up kills, %d "
+            "sessions all intact\n", rounds, (unsigned long long)acked_total,
+            (unsigned long long)killed_early, nsids);
+    t_rmrf(dir);
+    return 0;
+}
