@@ -1,10 +1,438 @@
-/* cmd_bench_transfer.c - placeholder for "kvpack bench transfer" until its module lands; reports that plainly. */
+/* cmd_bench_transfer.c - "kvpack bench transfer": ship one session of 2-bit pages client -> node
+ * over UCX and report GB/s and fp16-equivalent GB/s, against shipping the same KV as fp16 pages
+ * and against ucx_perftest (ucp_am_bw, same message size, same error-handling mode) run on
+ * loopback in the same run. Ratios go in the JSON. Never asserts on speed.
+ * Flow: encode pages -> fork a node (kvp_node_main, same code as kvpackd) -> put kivi / fp16 pages
+ * per repetition (fresh namespace each) -> get the session back -> ucx_perftest pair -> JSON. */
 #include "cli.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+#include "kvpack/kvpack.h"
+#include "kvpack/node.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct {
+    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps, batch, inflight;
+    const char *codec;
+    bool        json, perftest;
+} bt_opts_t;
+
+typedef struct {
+    uint32_t           n;
+    uint8_t          **pages;
+    size_t            *lens;
+    uint64_t           bytes;
+    kvp_session_desc_t desc;
+} bt_set_t;
+
+static uint64_t bt_rng = 0x2545F4914F6CDD1Dull;
+
+static float bt_gauss(void)
+{
+    double u1, u2;
+
+    bt_rng ^= bt_rng << 13, bt_rng ^= bt_rng >> 7, bt_rng ^= bt_rng << 17;
+    u1 = ((double)(bt_rng >> 11) + 1.0) / 9007199254740993.0;
+    bt_rng ^= bt_rng << 13, bt_rng ^= bt_rng >> 7, bt_rng ^= bt_rng << 17;
+    u2 = (double)(bt_rng >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack bench transfer [options]\n"
+            "Ship a session of 2-bit pages to a local node over UCX; compare with fp16 pages and\n"
+            "with ucx_perftest ucp_am_bw at the same message size. Prints JSON with --json.\n\n"
+            "  --codec NAME        2-bit codec to ship (default kivi)\n"
+            "  --layers N          (default 8)     --heads N       (default 8)\n"
+            "  --head-dim N        (default 128)   --tokens N      (default 4096)\n"
+            "  --page-tokens N     (default 128)   --reps N        (default 3)\n"
+            "  --batch-bytes N     bytes per PUT_PAGES message (default 4194304)\n"
+            "  --inflight N        messages in flight (default 4)\n"
+            "  --no-perftest       skip the ucx_perftest baseline\n"
+            "  --json              one JSON object on stdout\n");
+}
+
+/* Encode the synthetic KV of every layer into pages of codec; chunk-major order. */
+static kvp_status_t bt_encode(const bt_opts_t *o, kvp_codec_id_t codec, bt_set_t *set)
+{
+    uint32_t          P = (uint32_t)o->page_tokens, chunks = (uint32_t)(o->tokens / P);
+    size_t            row = (size_t)o->heads * o->head_dim, n = (size_t)P * row;
+    float            *k = kvp_malloc(n * sizeof(float), "bench k");
+    float            *v = kvp_malloc(n * sizeof(float), "bench v");
+    kvp_page_params_t pp;
+    kvp_status_t      s = KVP_OK;
+    uint32_t          tokens[4096];
+
+    memset(set, 0, sizeof(*set));
+    memset(&pp, 0, sizeof(pp));
+    pp.codec       = codec;
+    pp.heads       = (uint32_t)o->heads;
+    pp.head_dim    = (uint32_t)o->head_dim;
+    pp.page_tokens = P;
+    set->n         = chunks * (uint32_t)o->layers;
+    set->pages     = kvp_calloc(set->n, sizeof(*set->pages), "bench pages");
+    set->lens      = kvp_calloc(set->n, sizeof(*set->lens), "bench lens");
+    set->desc.layers      = (uint32_t)o->layers;
+    set->desc.page_tokens = P;
+    set->desc.n_chunks    = chunks;
+    set->desc.chunk_keys  = kvp_calloc(chunks, sizeof(kvp_key128_t), "bench keys");
+    if (k == NULL || v == NULL || set->pages == NULL || set->lens == NULL ||
+        set->desc.chunk_keys == NULL) {
+        s = KVP_ERR_NO_MEMORY;
+    }
+    bt_rng = 0x2545F4914F6CDD1Dull; /* the same KV for every codec */
+    for (uint32_t c = 0; s == KVP_OK && c < chunks; c++) {
+        for (uint32_t t = 0; t < P; t++) {
+            tokens[t] = c * P + t;
+        }
+        set->desc.chunk_keys[c] = kvp_chunk_key(c ? &set->desc.chunk_keys[c - 1] : NULL,
+                                                (uint64_t)codec, tokens, P);
+        pp.chunk_key = set->desc.chunk_keys[c];
+        pp.first_pos = (uint64_t)c * P;
+        for (uint32_t l = 0; s == KVP_OK && l < o->layers; l++) {
+            size_t cap = kvp_page_max_bytes(&pp);
+            size_t idx = (size_t)c * o->layers + l;
+
+            for (size_t i = 0; i < n; i++) { /* a few outlier K channels, like real models */
+                size_t ch = i % o->head_dim;
+                k[i] = bt_gauss() * ((ch % 37 == 3) ? 8.0f : 1.0f) + ((ch % 53 == 5) ? 4.0f : 0.f);
+                v[i] = bt_gauss();
+            }
+            pp.layer        = l;
+            set->pages[idx] = kvp_malloc(cap ? cap : 1, "bench page");
+            if (cap == 0 || set->pages[idx] == NULL) {
+                s = (cap == 0) ? KVP_ERR_UNSUPPORTED : KVP_ERR_NO_MEMORY;
+                break;
+            }
+            s = kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, P, set->pages[idx], cap,
+                                &set->lens[idx]);
+            set->bytes += set->lens[idx];
+        }
+    }
+    kvp_free(k);
+    kvp_free(v);
+    return s;
+}
+
+static void bt_free(bt_set_t *set)
+{
+    for (uint32_t i = 0; set->pages != NULL && i < set->n; i++) {
+        kvp_free(set->pages[i]);
+    }
+    kvp_free(set->pages);
+    kvp_free(set->lens);
+    kvp_session_desc_clear(&set->desc);
+}
+
+/* Start a node in a child (the same kvp_node_main as kvpackd); returns its port or 0. */
+static uint16_t bt_node_start(const char *dir, pid_t *pid_p)
+{
+    char   ready[300];
+    double end = kvp_time_s() + 30;
+    FILE  *f;
+    unsigned port = 0;
+
+    snprintf(ready, sizeof(ready), "%s/ready", dir);
+    *pid_p = fork();
+    if (*pid_p < 0) {
+        return 0;
+    }
+    if (*pid_p == 0) {
+        char *argv[] = {"node", "--listen", "127.0.0.1:0", "--dram-budget", "8G",
+                        "--ready-file", ready, NULL};
+
+        if (freopen("/dev/null", "w", stdout) == NULL) {
+            _exit(1);
+        }
+        _exit(kvp_node_main("kvpack bench node", 7, argv));
+    }
+    while ((f = fopen(ready, "r")) == NULL) {
+        if (waitpid(*pid_p, NULL, WNOHANG) != 0 || kvp_time_s() > end) {
+            return 0;
+        }
+        usleep(20000);
+    }
+    if (fscanf(f, "%u", &port) != 1) {
+        port = 0;
+    }
+    fclose(f);
+    unlink(ready);
+    return (uint16_t)port;
+}
+
+static int bt_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t          len = sizeof(a);
+    int                fd  = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return port;
+}
+
+/* ucx_perftest ucp_am_bw server + client on loopback; returns GB/s (1e9 B/s) or NaN. */
+static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
+{
+    char   cmd[512], line[512];
+    double mbs = NAN;
+    int    port = bt_free_port();
+    pid_t  srv;
+    FILE  *p;
+
+    if (port <= 0) {
+        return NAN;
+    }
+    srv = fork();
+    if (srv < 0) {
+        return NAN;
+    }
+    if (srv == 0) {
+        char portstr[16];
+        int  fd = open("/dev/null", O_WRONLY);
+
+        snprintf(portstr, sizeof(portstr), "%d", port);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execlp("ucx_perftest", "ucx_perftest", "-p", portstr, (char *)NULL);
+        _exit(127);
+    }
+    usleep(300000);
+    snprintf(cmd, sizeof(cmd),
+             "timeout 120 ucx_perftest 127.0.0.1 -p %d -t ucp_am_bw -s %zu -n %u -w %u %s -f "
+             "2>/dev/null",
+             port, msg, iters, iters / 10 + 1, err_mode ? "-e" : "");
+    p = popen(cmd, "r");
+    while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
+        double it, l50, lavg, lall, bwavg, bwall;
+
+        /* "Final:" style row: iters, 3 latencies, bw avg, bw overall, 2 message rates */
+        if (sscanf(line, " %lf %lf %lf %lf %lf %lf", &it, &l50, &lavg, &lall, &bwavg, &bwall) ==
+                6 && it == iters) {
+            mbs = bwall;
+        }
+    }
+    if (p != NULL) {
+        pclose(p);
+    }
+    kill(srv, SIGTERM);
+    waitpid(srv, NULL, 0);
+    return mbs * 1048576.0 / 1e9; /* perftest's MB is 2^20 bytes */
+}
+
+/* Ship set into reps fresh namespaces; returns the median seconds per repetition. */
+static kvp_status_t bt_ship(kvp_client_h c, const bt_set_t *set, uint64_t ns0, uint64_t reps,
+                            double *sec_p)
+{
+    double t[64];
+
+    for (uint64_t r = 0; r < reps; r++) {
+        double       t0 = kvp_time_s();
+        kvp_status_t s  = kvp_client_put_pages(c, ns0 + r, (const void *const *)set->pages,
+                                               set->lens, set->n);
+
+        if (s != KVP_OK) {
+            return s;
+        }
+        t[r] = kvp_time_s() - t0;
+        kvp_progress("bench transfer", r + 1, reps);
+    }
+    for (uint64_t i = 1; i < reps; i++) { /* insertion sort for the median */
+        for (uint64_t j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j]     = t[j - 1];
+            t[j - 1] = x;
+        }
+    }
+    *sec_p = t[reps / 2];
+    return KVP_OK;
+}
 
 int kvp_cmd_bench_transfer(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvpack: 'bench transfer' is not built yet\n");
-    return 2;
+    bt_opts_t            o = {8, 8, 128, 4096, 128, 3, 4u << 20, 4, "kivi", false, true};
+    kvp_client_params_t  cp;
+    kvp_client_h         c = NULL;
+    kvp_codec_id_t       codec;
+    bt_set_t             q, f;
+    kvp_session_pages_t *sp = NULL;
+    char                 dir[] = "/tmp/kvp_bench_xfer_XXXXXX", addr[64];
+    double               t_q = 0, t_f = 0, t_get = 0, pt = NAN, pt_shm = NAN, fp16_equiv;
+    pid_t                node = -1;
+    uint16_t             port;
+    kvp_status_t         s;
+
+    if (kvp_opt_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
+            kvp_opt_u64(argc, argv, &i, "--layers", &o.layers) ||
+            kvp_opt_u64(argc, argv, &i, "--heads", &o.heads) ||
+            kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
+            kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o.page_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--reps", &o.reps) ||
+            kvp_opt_u64(argc, argv, &i, "--batch-bytes", &o.batch) ||
+            kvp_opt_u64(argc, argv, &i, "--inflight", &o.inflight)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o.json = true;
+        } else if (kvp_opt_flag(argv, i, "--no-perftest")) {
+            o.perftest = false;
+        } else {
+            return kvp_opt_unknown("bench transfer", argv[i]);
+        }
+    }
+    if (kvp_codec_from_name(o.codec, &codec) != KVP_OK || o.reps < 1 || o.reps > 64 ||
+        o.page_tokens < 1 || o.page_tokens > 4096 || o.tokens < o.page_tokens ||
+        o.layers < 1 || o.layers > 1024 || o.inflight < 1 || o.inflight > 8 || o.batch < 4096) {
+        fprintf(stderr, "kvpack bench transfer: bad options (see --help)\n");
+        return 2;
+    }
+    s = bt_encode(&o, codec, &q);
+    if (s == KVP_OK) {
+        s = bt_encode(&o, KVP_CODEC_FP16, &f);
+    }
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack bench transfer: encoding failed: %s\n", kvp_status_str(s));
+        return 1;
+    }
+    fp16_equiv = (double)o.layers * (double)(o.tokens / o.page_tokens) * o.page_tokens *
+                 (double)o.heads * (double)o.head_dim * 2.0 /* K,V */ * 2.0 /* bytes */;
+    if (mkdtemp(dir) == NULL || (port = bt_node_start(dir, &node)) == 0) {
+        fprintf(stderr, "kvpack bench transfer: could not start a node\n");
+        s = KVP_ERR_IO;
+        goto out;
+    }
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask   = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS |
+                      KVP_CLIENT_PARAM_BATCH | KVP_CLIENT_PARAM_INFLIGHT;
+    cp.server       = addr;
+    cp.timeout_ms   = 60000;
+    cp.batch_bytes  = o.batch;
+    cp.max_inflight = (uint32_t)o.inflight;
+    s = kvp_client_create(&cp, &c);
+    /* warm-up: connection set-up and first-touch of the node's pool */
+    if (s == KVP_OK) {
+        s = kvp_client_put_pages(c, 1, (const void *const *)q.pages, q.lens, q.n);
+    }
+    if (s == KVP_OK) {
+        s = bt_ship(c, &q, 1000, o.reps, &t_q);
+    }
+    if (s == KVP_OK) {
+        s = bt_ship(c, &f, 2000, o.reps, &t_f);
+    }
+    if (s == KVP_OK) {
+        double t0;
+
+        s  = kvp_client_put_session(c, 1000, "bench", &q.desc);
+        t0 = kvp_time_s();
+        if (s == KVP_OK) {
+            s = kvp_client_get_session(c, 1000, "bench", &sp);
+        }
+        t_get = kvp_time_s() - t0;
+        kvp_session_pages_free(sp);
+    }
+    kvp_progress_done();
+    kvp_client_destroy(c);
+    kill(node, SIGTERM);
+    waitpid(node, NULL, 0);
+    node = -1;
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack bench transfer: %s\n", kvp_status_str(s));
+        goto out;
+    }
+    if (o.perftest) {
+        unsigned iters = (unsigned)(q.bytes * o.reps / o.batch) + 50;
+
+        pt     = bt_perftest(o.batch, iters, true);   /* peer error handling, like kvpack */
+        pt_shm = bt_perftest(o.batch, iters, false);  /* no error handling: shm allowed */
+    }
+    if (o.json) {
+        kvp_json_t j;
+
+        kvp_json_begin(&j, stdout);
+        kvp_json_str(&j, "bench", "transfer");
+        kvp_json_str(&j, "codec", o.codec);
+        kvp_json_obj(&j, "geometry");
+        kvp_json_int(&j, "layers", (int64_t)o.layers);
+        kvp_json_int(&j, "heads", (int64_t)o.heads);
+        kvp_json_int(&j, "head_dim", (int64_t)o.head_dim);
+        kvp_json_int(&j, "tokens", (int64_t)(o.tokens / o.page_tokens * o.page_tokens));
+        kvp_json_int(&j, "page_tokens", (int64_t)o.page_tokens);
+        kvp_json_close(&j);
+        kvp_json_int(&j, "pages", q.n);
+        kvp_json_int(&j, "batch_bytes", (int64_t)o.batch);
+        kvp_json_int(&j, "inflight", (int64_t)o.inflight);
+        kvp_json_int(&j, "reps", (int64_t)o.reps);
+        kvp_json_int(&j, "codec_bytes", (int64_t)q.bytes);
+        kvp_json_int(&j, "fp16_page_bytes", (int64_t)f.bytes);
+        kvp_json_num(&j, "fp16_equiv_bytes", fp16_equiv);
+        kvp_json_num(&j, "compression_ratio", (double)f.bytes / (double)q.bytes);
+        kvp_json_num(&j, "put_gbps", q.bytes / t_q / 1e9);
+        kvp_json_num(&j, "put_fp16_equiv_gbps", fp16_equiv / t_q / 1e9);
+        kvp_json_num(&j, "put_fp16_pages_gbps", f.bytes / t_f / 1e9);
+        kvp_json_num(&j, "get_gbps", q.bytes / t_get / 1e9);
+        kvp_json_num(&j, "get_fp16_equiv_gbps", fp16_equiv / t_get / 1e9);
+        kvp_json_obj(&j, "perftest");
+        kvp_json_str(&j, "test", "ucp_am_bw");
+        kvp_json_int(&j, "msg_bytes", (int64_t)o.batch);
+        kvp_json_num(&j, "gbps_peer_err", pt);
+        kvp_json_num(&j, "gbps_no_err", pt_shm);
+        kvp_json_close(&j);
+        kvp_json_obj(&j, "ratios");
+        kvp_json_num(&j, "fp16_equiv_vs_fp16_shipping", (fp16_equiv / t_q) / (f.bytes / t_f));
+        kvp_json_num(&j, "put_vs_perftest", (q.bytes / t_q / 1e9) / pt);
+        kvp_json_num(&j, "fp16_pages_vs_perftest", (f.bytes / t_f / 1e9) / pt);
+        kvp_json_num(&j, "fp16_equiv_vs_perftest", (fp16_equiv / t_q / 1e9) / pt);
+        kvp_json_close(&j);
+        kvp_json_str(&j, "transport", "UCX AM over tcp (peer error handling disables shm in "
+                                      "UCX 1.13); perftest run with -e to match");
+        kvp_json_end(&j);
+    } else {
+        printf("%s pages: %u pages, %.1f MB (fp16 pages %.1f MB, ratio %.2f)\n", o.codec, q.n,
+               q.bytes / 1e6, f.bytes / 1e6, (double)f.bytes / q.bytes);
+        printf("put %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.codec,
+               q.bytes / t_q / 1e9, fp16_equiv / t_q / 1e9);
+        printf("put fp16 pages:  %.2f GB/s\n", f.bytes / t_f / 1e9);
+        printf("get %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.codec,
+               q.bytes / t_get / 1e9, fp16_equiv / t_get / 1e9);
+        printf("ucx_perftest ucp_am_bw %llu B: %.2f GB/s with -e, %.2f GB/s without\n",
+               (unsigned long long)o.batch, pt, pt_shm);
+    }
+out:
+    if (node > 0) {
+        kill(node, SIGTERM);
+        waitpid(node, NULL, 0);
+    }
+    rmdir(dir);
+    bt_free(&q);
+    bt_free(&f);
+    return (s == KVP_OK) ? 0 : 1;
 }
