@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,14 +46,14 @@ typedef struct {
 } test_node_t;
 
 /* A fresh temp directory for one node (kept across restarts). */
-static void test_node_mkdir(test_node_t *n)
+static inline void test_node_mkdir(test_node_t *n)
 {
     snprintf(n->dir, sizeof(n->dir), "/tmp/kvp_node_XXXXXX");
     CHECK(mkdtemp(n->dir) != NULL);
 }
 
 /* Start kvpackd on 127.0.0.1:0 with data in n->dir/data; waits up to 30 s for its ready file. */
-static void test_node_start(test_node_t *n, const char *extra_arg)
+static inline void test_node_start(test_node_t *n, const char *extra_arg)
 {
     char   ready[300], data[300];
     double end;
@@ -86,7 +87,7 @@ static void test_node_start(test_node_t *n, const char *extra_arg)
 }
 
 /* SIGTERM and wait; returns the exit status (or 128 + signal). */
-static int test_node_stop(test_node_t *n, int sig)
+static inline int test_node_stop(test_node_t *n, int sig)
 {
     int st = 0;
 
@@ -100,7 +101,7 @@ static int test_node_stop(test_node_t *n, int sig)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static void test_node_rmdir(test_node_t *n)
+static inline void test_node_rmdir(test_node_t *n)
 {
     char cmd[400];
 
@@ -110,7 +111,7 @@ static void test_node_rmdir(test_node_t *n)
     }
 }
 
-static kvp_client_h test_client(const char *addr, uint32_t timeout_ms)
+static inline kvp_client_h test_client(const char *addr, uint32_t timeout_ms)
 {
     kvp_client_params_t p;
     kvp_client_h        c;
@@ -136,7 +137,7 @@ typedef struct {
     kvp_session_desc_t desc;
 } test_session_t;
 
-static uint8_t *test_page(uint32_t layer, uint32_t chunk, kvp_key128_t key, uint32_t ntok,
+static inline uint8_t *test_page(uint32_t layer, uint32_t chunk, kvp_key128_t key, uint32_t ntok,
                           uint32_t flags, uint32_t seed, size_t *len_p)
 {
     kvp_page_params_t pp;
@@ -167,7 +168,7 @@ static uint8_t *test_page(uint32_t layer, uint32_t chunk, kvp_key128_t key, uint
     return out;
 }
 
-static void test_session_make(test_session_t *ts, uint32_t layers, uint32_t n_chunks,
+static inline void test_session_make(test_session_t *ts, uint32_t layers, uint32_t n_chunks,
                               uint32_t tail_tokens, uint32_t seed)
 {
     uint32_t tokens[TS_P];
@@ -213,7 +214,7 @@ static void test_session_make(test_session_t *ts, uint32_t layers, uint32_t n_ch
     }
 }
 
-static void test_session_free(test_session_t *ts)
+static inline void test_session_free(test_session_t *ts)
 {
     for (uint32_t i = 0; i < ts->n_pages; i++) {
         kvp_free(ts->pages[i]);
@@ -223,7 +224,7 @@ static void test_session_free(test_session_t *ts)
     kvp_session_desc_clear(&ts->desc);
 }
 
-static kvp_status_t test_session_put(kvp_client_h c, uint64_t ns, const char *sid,
+static inline kvp_status_t test_session_put(kvp_client_h c, uint64_t ns, const char *sid,
                                      const test_session_t *ts)
 {
     kvp_status_t s = kvp_client_put_pages(c, ns, (const void *const *)ts->pages, ts->lens,
@@ -232,7 +233,7 @@ static kvp_status_t test_session_put(kvp_client_h c, uint64_t ns, const char *si
 }
 
 /* A fetched session must be byte-identical to what was put. */
-static void test_session_check(const test_session_t *ts, const kvp_session_pages_t *sp)
+static inline void test_session_check(const test_session_t *ts, const kvp_session_pages_t *sp)
 {
     CHECK(sp->desc.layers == ts->layers && sp->desc.n_chunks == ts->n_chunks);
     CHECK(sp->n_pages == ts->n_pages);

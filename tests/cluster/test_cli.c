@@ -1,0 +1,90 @@
+/* test_cli.c - the node-facing CLI: `kvpack stat --node ADDR --json` against a real kvpackd
+ * reports the session that was put; `kvpack serve --help` and a bad option behave; a smoke run of
+ * `kvpack bench transfer --json` (tiny geometry) exits 0 with finite figures. */
+#include "node_harness.h"
+
+#include "kvpack/log.h"
+
+#define NS 0xFEEDull
+
+/* Run a command, capture stdout into buf; returns the exit status. */
+static int run(const char *cmd, char *buf, size_t cap)
+{
+    FILE  *p = popen(cmd, "r");
+    size_t n = 0;
+    int    st;
+
+    CHECK(p != NULL);
+    while (n + 1 < cap && fgets(buf + n, (int)(cap - n), p) != NULL) {
+        n += strlen(buf + n);
+    }
+    buf[n] = '\0';
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Value of "key":<number> in a flat JSON text; NaN when absent. */
+static double json_num(const char *json, const char *key)
+{
+    char        pat[128];
+    const char *at;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    at = strstr(json, pat);
+    return at ? strtod(at + strlen(pat), NULL) : NAN;
+}
+
+int main(void)
+{
+    test_node_t    n;
+    test_session_t ts;
+    kvp_client_h   c;
+    char           cmd[512], out[8192];
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    setenv("KVP_LOG_LEVEL", "error", 1);
+    test_node_mkdir(&n);
+    test_node_start(&n, "--durability=spill");
+    c = test_client(n.addr, 10000);
+    test_session_make(&ts, 2, 3, 0, 5);
+    CHECK_ST(test_session_put(c, NS, "cli", &ts), KVP_OK);
+    kvp_client_destroy(c);
+
+    snprintf(cmd, sizeof(cmd), "%s stat --node %s --json", KVPACK_PATH, n.addr);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    fprintf(stderr, "%s", out);
+    CHECK(json_num(out, "sessions") == 1);
+    CHECK(json_num(out, "dram_pages") == ts.n_pages);
+    snprintf(cmd, sizeof(cmd), "%s stat --node %s", KVPACK_PATH, n.addr);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && strstr(out, "sessions") != NULL);
+    CHECK(test_node_stop(&n, SIGTERM) == 0);
+    /* the node is gone: stat fails with a message, not a hang */
+    snprintf(cmd, sizeof(cmd), "%s stat --node %s --timeout-ms 2000 2>/dev/null", KVPACK_PATH,
+             n.addr);
+    CHECK(run(cmd, out, sizeof(out)) == 1);
+    snprintf(cmd, sizeof(cmd), "%s stat 2>/dev/null", KVPACK_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 2);
+    snprintf(cmd, sizeof(cmd), "%s serve --help", KVPACK_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && strstr(out, "--data-dir") != NULL);
+    snprintf(cmd, sizeof(cmd), "%s serve --bogus 2>/dev/null", KVPACK_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 2);
+    snprintf(cmd, sizeof(cmd), "%s --durability never 2>/dev/null", KVPACKD_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 2);
+
+    snprintf(cmd, sizeof(cmd),
+             "%s bench transfer --json --layers 2 --tokens 512 --reps 2 --batch-bytes 65536",
+             KVPACK_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    fprintf(stderr, "%s", out);
+    CHECK(json_num(out, "pages") == 8);
+    CHECK(json_num(out, "compression_ratio") > 1.0);
+    CHECK(isfinite(json_num(out, "put_gbps")) && json_num(out, "put_gbps") > 0);
+    CHECK(isfinite(json_num(out, "put_fp16_pages_gbps")));
+    CHECK(isfinite(json_num(out, "fp16_equiv_vs_fp16_shipping")));
+    CHECK(strstr(out, "\"perftest\"") != NULL);
+
+    test_session_free(&ts);
+    test_node_rmdir(&n);
+    printf("test_cli: ok\n");
+    return 0;
+}
