@@ -283,6 +283,9 @@ kvp_status_t kvp_client_create(const kvp_client_params_t *params, kvp_client_h *
     c->batch_bytes  = (fm & KVP_CLIENT_PARAM_BATCH) && params->batch_bytes ? params->batch_bytes
                                                                            : (4u << 20);
     c->max_inflight = (fm & KVP_CLIENT_PARAM_INFLIGHT) ? params->max_inflight : 4;
+    if (c->batch_bytes > (64u << 20)) {
+        c->batch_bytes = 64u << 20; /* the node's message limit is larger; keep replies sane */
+    }
     if (c->max_inflight < 1 || c->max_inflight > MAX_INFLIGHT) {
         KVP_LOG_ERROR(MOD, "max_inflight %u outside 1..%d", c->max_inflight, MAX_INFLIGHT);
         s = KVP_ERR_INVALID;

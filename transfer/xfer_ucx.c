@@ -43,6 +43,7 @@ struct kvp_xfer_msg {
     size_t               data_len;
     void                *desc;       /* UCX descriptor to release (eager) or receive (rndv) */
     int                  own_data;   /* data was kvp_malloc'd */
+    size_t               reserved;   /* bytes counted in x->rx_reserved */
     msg_state_t          state;
     kvp_status_t         status;
 };
@@ -65,6 +66,8 @@ struct kvp_xfer {
     ucp_listener_h        listener;
     int                   efd;
     size_t                max_msg;
+    size_t                max_rx;    /* data bytes of unreleased received messages, at most */
+    size_t                rx_reserved;
     size_t                max_hdr;
     int                   peer_errors;
     kvp_xfer_recv_cb_t    recv_cb;
@@ -274,6 +277,11 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
                      length, conn->peer, x->max_msg);
         return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
     }
+    if (rndv && x->rx_reserved + length > x->max_rx) {
+        KVP_LOG_WARN(MOD, "%zu bytes already being received: message from %s refused (busy)",
+                     x->rx_reserved, conn->peer);
+        return UCS_ERR_BUSY;
+    }
     m = kvp_calloc(1, sizeof(*m) + header_length + 1, "xfer msg");
     if (m == NULL) {
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
@@ -289,6 +297,8 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         memcpy(m->hdr, header, header_length); /* the header pointer is not aligned */
     }
     if (rndv) {
+        m->reserved     = length;
+        x->rx_reserved += length;
         m->desc  = data;
         m->state = MSG_NEED_RECV;
         m->next  = x->pending;
@@ -503,6 +513,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
         return KVP_ERR_NO_MEMORY;
     }
     x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
+    x->max_rx      = 4 * x->max_msg;
     x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
     x->conn_cb     = (fm & KVP_XFER_PARAM_CONN_CB) ? params->conn_cb : NULL;
     x->cb_arg      = (fm & KVP_XFER_PARAM_CB_ARG) ? params->cb_arg : NULL;
@@ -836,6 +847,7 @@ void kvp_xfer_msg_release(kvp_xfer_msg_h msg)
     if (msg->own_data) {
         kvp_free(msg->data);
     }
+    msg->x->rx_reserved -= msg->reserved;
     conn_unref(msg->conn);
     kvp_free(msg);
 }
