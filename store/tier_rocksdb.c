@@ -116,6 +116,12 @@ static rocksdb_options_t *cf_options(kvp_tier_t *t, const char *name, size_t wri
         rocksdb_options_set_target_file_size_base(o, 64ull << 20);
         rocksdb_options_set_max_bytes_for_level_base(o, 512ull << 20);
         rocksdb_options_set_block_based_table_factory(o, t->bbt);
+        /* page bytes go to blob files, written once at flush in key order: compaction moves
+         * only keys, and a spilled session's pages sit together in one file */
+        rocksdb_options_set_enable_blob_files(o, 1);
+        rocksdb_options_set_min_blob_size(o, 1024);
+        rocksdb_options_set_blob_file_size(o, 256ull << 20);
+        rocksdb_options_set_enable_blob_gc(o, 1);
     } else {
         rocksdb_options_set_write_buffer_size(o, 4u << 20);
     }
@@ -188,7 +194,9 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_options_set_max_log_file_size(t->db_opts, 4u << 20);
     rocksdb_options_set_info_log_level(t->db_opts, 2); /* warn */
     rocksdb_options_set_compression(t->db_opts, rocksdb_no_compression);
+    rocksdb_options_set_advise_random_on_open(t->db_opts, 0); /* let restores read ahead */
     t->bbt = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_filter_policy(t->bbt, rocksdb_filterpolicy_create_bloom_full(10));
     rocksdb_block_based_options_set_no_block_cache(t->bbt, 1);
     rocksdb_block_based_options_set_block_size(t->bbt, 64u << 10);
 

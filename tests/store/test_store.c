@@ -308,7 +308,7 @@ static long find_in_dir(const char *dir, const uint8_t *needle, size_t n, char *
         FILE       *f;
 
         snprintf(path, plen, "%s/%s", dir, e->d_name);
-        if (strstr(e->d_name, ".sst") == NULL || stat(path, &sb) != 0 || sb.st_size < (off_t)n) {
+        if ((strstr(e->d_name, ".sst") == NULL && strstr(e->d_name, ".blob") == NULL) || stat(path, &sb) != 0 || sb.st_size < (off_t)n) {
             continue;
         }
         buf = kvp_malloc((size_t)sb.st_size, "test file");
