@@ -1,0 +1,24 @@
+/* proc.h - child-process helpers for CLI commands that run nodes and client roles (see proc.c). */
+#ifndef KVPACK_CLI_PROC_H
+#define KVPACK_CLI_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* fork + execv(argv[0], argv), stdout and stderr appended to log_path when it is not NULL;
+ * returns the pid or -1. */
+pid_t kvp_proc_spawn(char *const argv[], const char *log_path);
+/* Exit status (0..255, 128+signal), -1 on error, -2 when timeout_ms passed (child left running). */
+int   kvp_proc_wait(pid_t pid, unsigned timeout_ms);
+/* SIGTERM, wait up to timeout_ms, then SIGKILL. Returns the exit status as kvp_proc_wait. */
+int   kvp_proc_stop(pid_t pid, unsigned timeout_ms);
+/* Path of a binary next to the running executable (e.g. "kvpackd"); 0 when it exists. */
+int   kvp_proc_sibling(const char *name, char *out, size_t out_len);
+/* Wait until path holds a complete line (ends in '\n'); copy it to buf. -1 if pid exits first,
+ * -2 on timeout. */
+int   kvp_proc_wait_file(const char *path, pid_t pid, unsigned timeout_ms, char *buf, size_t buf_len);
+/* "key value" result files: the last line starting with key. -1 when absent. */
+int    kvp_kv_file_get(const char *path, const char *key, char *val, size_t val_len);
+double kvp_kv_file_num(const char *path, const char *key); /* NaN when absent */
+
+#endif
