@@ -203,6 +203,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     existing = rocksdb_list_column_families(t->db_opts, params->path, &nexisting, &err);
     if (err != NULL) { /* a new directory: no CURRENT file yet */
         rocksdb_free(err);
+        rocksdb_free(existing); /* 7.8 returns an empty malloc'd array even on error */
         err       = NULL;
         existing  = NULL;
         nexisting = 0;
