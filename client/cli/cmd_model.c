@@ -1,10 +1,404 @@
-/* cmd_model.c - placeholder for "kvpack model" until its module lands; reports that plainly. */
+/* cmd_model.c - `kvpack model`: run a real Llama-family model (llama2.c .bin or GGUF) with every
+ * layer's KV going through kvpack pages, and report what the codecs cost in model quality:
+ * teacher-forced perplexity, KL and top-1 agreement against the fp16 reference, bits/element and
+ * speed (--text or --sample), greedy text (--generate), the fp32 KV as .kvd (--dump-kv), and the
+ * prefill -> node -> decode round trip through a kvpackd (--node, model_node.c).
+ * Main flow: kvp_cmd_model -> parse -> kvp_model_load -> cmd_ppl | cmd_generate | node mode. */
 #include "cli.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+#include "kvpack/log.h"
+#include "model/model_node.h"
+#include "model/run.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char    *model, *tokenizer, *codec, *ref, *text, *prompt, *dump, *node, *session;
+    uint64_t       tokens, offset, page_tokens, steps, sample, seed;
+    double         temp;
+    int            json;
+    kvp_codec_id_t lanes[KVP_RUN_MAX_LANES];
+    uint32_t       n_lanes;
+    const char    *argv0;
+} opts_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: kvpack model --model FILE [--tokenizer FILE] [--codec LIST|all] [options]\n"
+        "  --model FILE        llama2.c .bin or GGUF v3 (F32/F16/Q4_0/Q4_1/Q8_0/Q6_K tensors)\n"
+        "  --tokenizer FILE    llama2.c tokenizer.bin (GGUF carries its own)\n"
+        "  --codec LIST        comma-separated codecs (fp16 kivi kivi128 oscar kvarn naive2 fp32)\n"
+        "                      or 'all' (every codec the geometry allows); default all\n"
+        "  --ref fp16|fp32     reference lane for KL/top-1 (default fp16)\n"
+        "  --page-tokens P     tokens per page; the tail of < P tokens stays fp16 (default 128)\n"
+        "  --text FILE         teacher-forced perplexity over the text's first --tokens tokens\n"
+        "  --offset BYTES      start reading the text at this byte (default 0)\n"
+        "  --sample N          instead of --text: N tokens sampled from the model (fp32 KV)\n"
+        "  --seed S --temp T   sampling seed (default 42) and temperature (default 1.0)\n"
+        "  --tokens N          tokens scored, BOS included where the model uses one (default 512)\n"
+        "  --generate PROMPT   greedy text per codec ('' = from BOS); --steps N tokens (default 64)\n"
+        "  --dump-kv FILE.kvd  write the fp32 post-RoPE K/V of every layer for the text\n"
+        "  --node HOST:PORT    with --generate: prefill here, put the pages to a kvpackd node, decode\n"
+        "                      in a second kvpack process that fetches them (one codec)\n"
+        "  --json              machine-readable output\n");
+}
+
+static int parse_codecs(opts_t *o, const kvp_model_t *m)
+{
+    kvp_codec_id_t ref;
+    char           buf[256], *save = NULL, *tok;
+
+    if (strcmp(o->ref, "fp32") == 0) {
+        ref = KVP_KVC_FP32;
+    } else if (strcmp(o->ref, "fp16") == 0) {
+        ref = KVP_CODEC_FP16;
+    } else {
+        fprintf(stderr, "kvpack model: --ref must be fp16 or fp32\n");
+        return 2;
+    }
+    o->lanes[0] = ref;
+    o->n_lanes  = 1;
+    if (strcmp(o->codec, "all") == 0) {
+        for (int c = 1; c < KVP_CODEC_MAX && o->n_lanes < KVP_RUN_MAX_LANES; c++) {
+            kvp_page_params_t pp = {.codec = (kvp_codec_id_t)c, .heads = m->cfg.kv_heads,
+                                    .head_dim = m->cfg.head_dim,
+                                    .page_tokens = (uint32_t)o->page_tokens};
+
+            if ((kvp_codec_id_t)c != ref && kvp_codec_check(&pp) == KVP_OK) {
+                o->lanes[o->n_lanes++] = (kvp_codec_id_t)c;
+            }
+        }
+        return 0;
+    }
+    snprintf(buf, sizeof(buf), "%s", o->codec);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        kvp_codec_id_t c;
+
+        if (strcmp(tok, "fp32") == 0) {
+            c = KVP_KVC_FP32;
+        } else if (kvp_codec_from_name(tok, &c) != KVP_OK) {
+            fprintf(stderr, "kvpack model: unknown codec '%s'\n", tok);
+            return 2;
+        }
+        if (c == ref) {
+            continue;
+        }
+        if (o->n_lanes == KVP_RUN_MAX_LANES) {
+            fprintf(stderr, "kvpack model: too many codecs\n");
+            return 2;
+        }
+        o->lanes[o->n_lanes++] = c;
+    }
+    return 0;
+}
+
+/* Tokenize the start of a text file until it yields at least n tokens (or the file ends). */
+static kvp_status_t text_tokens(const kvp_model_t *m, const char *path, uint64_t offset,
+                                uint32_t n, uint32_t **ids_p, uint32_t *n_p)
+{
+    FILE        *f = fopen(path, "rb");
+    size_t       want = (size_t)n * 8 + 256, got;
+    char        *buf;
+    uint32_t    *ids;
+    size_t       nids;
+    kvp_status_t status;
+
+    if (f == NULL) {
+        KVP_LOG_ERROR("model", "cannot open %s: %m", path);
+        return KVP_ERR_IO;
+    }
+    for (;;) {
+        buf = kvp_malloc(want, "text");
+        if (buf == NULL) {
+            fclose(f);
+            return KVP_ERR_NO_MEMORY;
+        }
+        if (fseek(f, (long)offset, SEEK_SET) != 0) {
+            KVP_LOG_ERROR("model", "cannot seek %s to %llu", path, (unsigned long long)offset);
+            kvp_free(buf);
+            fclose(f);
+            return KVP_ERR_IO;
+        }
+        got    = fread(buf, 1, want, f);
+        status = kvp_tok_encode(m->tok, buf, got, kvp_tok_add_bos(m->tok), &ids, &nids);
+        kvp_free(buf);
+        if (status != KVP_OK) {
+            fclose(f);
+            return status;
+        }
+        if (nids > n || got < want) {
+            break;
+        }
+        kvp_free(ids);
+        want *= 2;
+    }
+    fclose(f);
+    /* a cut in the middle of a word may change the last token: only keep complete ones */
+    *n_p   = nids > n ? n : (uint32_t)nids;
+    *ids_p = ids;
+    return KVP_OK;
+}
+
+static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *run, uint32_t n,
+                        const char *src)
+{
+    const kvp_lane_stat_t *ref = &run->stat[0];
+
+    if (o->json) {
+        kvp_json_t j;
+
+        kvp_json_begin(&j, stdout);
+        kvp_json_str(&j, "model", m->name);
+        kvp_json_str(&j, "format", m->format);
+        kvp_json_int(&j, "layers", m->cfg.layers);
+        kvp_json_int(&j, "kv_heads", m->cfg.kv_heads);
+        kvp_json_int(&j, "head_dim", m->cfg.head_dim);
+        kvp_json_str(&j, "text", src);
+        kvp_json_int(&j, "tokens", n);
+        kvp_json_int(&j, "page_tokens", (int64_t)o->page_tokens);
+        kvp_json_str(&j, "reference", ref->name);
+        kvp_json_num(&j, "ppl_fp16", ref->ppl);
+        kvp_json_str(&j, "matmul", kvp_mm_impl());
+        kvp_json_num(&j, "wall_s", run->wall_s);
+        kvp_json_arr(&j, "codecs");
+        for (uint32_t l = 0; l < run->lanes; l++) {
+            const kvp_lane_stat_t *s = &run->stat[l];
+
+            kvp_json_obj(&j, NULL);
+            kvp_json_str(&j, "codec", s->name);
+            kvp_json_num(&j, "ppl", s->ppl);
+            kvp_json_num(&j, "ppl_fp16", ref->ppl);
+            kvp_json_num(&j, "kl_mean", s->kl_mean);
+            kvp_json_num(&j, "top1_agree", s->top1_agree);
+            kvp_json_num(&j, "bits_per_elem", s->bits_per_elem);
+            kvp_json_num(&j, "bits_per_elem_payload", s->bits_payload);
+            kvp_json_num(&j, "tokens_per_s", s->tokens_per_s);
+            kvp_json_num(&j, "codec_s", s->codec_s);
+            kvp_json_close(&j);
+        }
+        kvp_json_close(&j);
+        kvp_json_end(&j);
+        return;
+    }
+    printf("model %s (%s, %u layers, %u kv heads x %u, vocab %u), %u tokens of %s, P=%llu, "
+           "matmul %s, %.1f s\n", m->name, m->format, m->cfg.layers, m->cfg.kv_heads,
+           m->cfg.head_dim, m->cfg.vocab, n, src, (unsigned long long)o->page_tokens,
+           kvp_mm_impl(), run->wall_s);
+    printf("%-8s %10s %10s %9s %7s %10s %9s\n", "codec", "ppl", "ppl_ref", "kl_mean", "top1",
+           "bits/elem", "tok/s");
+    for (uint32_t l = 0; l < run->lanes; l++) {
+        const kvp_lane_stat_t *s = &run->stat[l];
+
+        printf("%-8s %10.3f %10.3f %9.4f %7.3f %10.3f %9.1f\n", s->name, s->ppl, ref->ppl,
+               s->kl_mean, s->top1_agree, s->bits_per_elem, s->tokens_per_s);
+    }
+}
+
+static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
+{
+    uint32_t    *ids = NULL, n = 0;
+    kvp_run_t   *run = NULL;
+    kvp_status_t status;
+    char         src[160];
+
+    if (o->sample) {
+        status = kvp_run_sample(m, (uint32_t)o->sample, o->seed, (float)o->temp, &ids);
+        n      = (uint32_t)o->sample;
+        snprintf(src, sizeof(src), "self-sampled text (seed %llu, temp %.2f)",
+                 (unsigned long long)o->seed, o->temp);
+    } else {
+        const char *b = strrchr(o->text, '/');
+
+        status = text_tokens(m, o->text, o->offset, (uint32_t)o->tokens, &ids, &n);
+        snprintf(src, sizeof(src), "%s", b ? b + 1 : o->text);
+    }
+    if (status != KVP_OK) {
+        goto out;
+    }
+    if (n < 2) {
+        fprintf(stderr, "kvpack model: the text gives fewer than 2 tokens\n");
+        status = KVP_ERR_INVALID;
+        goto out;
+    }
+    if (o->dump != NULL) {
+        status = kvp_run_dump_kvd(m, ids, n, o->dump);
+        if (status != KVP_OK) {
+            goto out;
+        }
+        fprintf(stderr, "kvpack model: wrote %u tokens of fp32 KV to %s\n", n, o->dump);
+    }
+    status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, n, 0, &run);
+    if (status == KVP_OK) {
+        status = kvp_run_ppl(run, ids, n);
+    }
+    if (status == KVP_OK) {
+        kvp_run_finish(run);
+        print_table(o, m, run, n, src);
+    }
+out:
+    kvp_run_destroy(run);
+    kvp_free(ids);
+    if (status != KVP_OK) {
+        fprintf(stderr, "kvpack model: %s\n", kvp_status_str(status));
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_generate(const opts_t *o, const kvp_model_t *m)
+{
+    uint32_t    *prompt = NULL, np = 0, *out = NULL, steps = (uint32_t)o->steps;
+    kvp_run_t   *run = NULL;
+    kvp_status_t status;
+
+    status = kvp_run_prompt(m, o->prompt, &prompt, &np);
+    if (status != KVP_OK) {
+        goto done;
+    }
+    out = kvp_malloc((size_t)o->n_lanes * steps * sizeof(*out), "gen out");
+    if (out == NULL) {
+        status = KVP_ERR_NO_MEMORY;
+        goto done;
+    }
+    status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, np + steps, 0,
+                            &run);
+    if (status == KVP_OK) {
+        status = kvp_run_generate(run, prompt, np, steps, out);
+    }
+    if (status != KVP_OK) {
+        goto done;
+    }
+    kvp_run_finish(run);
+    if (o->json) {
+        kvp_json_t j;
+
+        kvp_json_begin(&j, stdout);
+        kvp_json_str(&j, "model", m->name);
+        kvp_json_str(&j, "prompt", o->prompt);
+        kvp_json_int(&j, "prompt_tokens", np);
+        kvp_json_int(&j, "steps", steps);
+        kvp_json_arr(&j, "codecs");
+        for (uint32_t l = 0; l < run->lanes; l++) {
+            char  *txt = NULL;
+            size_t tl  = 0;
+            FILE  *ms  = open_memstream(&txt, &tl);
+            uint32_t same = 0;
+
+            while (same < steps && out[l * steps + same] == out[same]) {
+                same++;
+            }
+            if (ms != NULL) {
+                kvp_run_print(ms, m, prompt[np - 1], out + (size_t)l * steps, steps);
+                fclose(ms);
+            }
+            kvp_json_obj(&j, NULL);
+            kvp_json_str(&j, "codec", run->stat[l].name);
+            kvp_json_str(&j, "text", txt != NULL ? txt : "");
+            kvp_json_int(&j, "tokens_same_as_ref", same);
+            kvp_json_num(&j, "tokens_per_s", run->stat[l].tokens_per_s);
+            kvp_json_close(&j);
+            free(txt);
+        }
+        kvp_json_close(&j);
+        kvp_json_end(&j);
+    } else {
+        for (uint32_t l = 0; l < run->lanes; l++) {
+            printf("[%s] %s", run->stat[l].name, o->prompt);
+            kvp_run_print(stdout, m, prompt[np - 1], out + (size_t)l * steps, steps);
+            printf("\n");
+        }
+    }
+done:
+    kvp_run_destroy(run);
+    kvp_free(prompt);
+    kvp_free(out);
+    if (status != KVP_OK) {
+        fprintf(stderr, "kvpack model: %s\n", kvp_status_str(status));
+        return 1;
+    }
+    return 0;
+}
 
 int kvp_cmd_model(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvpack: 'model' is not built yet\n");
-    return 2;
+    opts_t       o = {.codec = "all", .ref = "fp16", .tokens = 512, .page_tokens = 128,
+                      .steps = 64, .seed = 42, .temp = 1.0, .argv0 = argv[0]};
+    kvp_model_t *m = NULL;
+    kvp_status_t status;
+    int          rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--model", &o.model) ||
+            kvp_opt_str(argc, argv, &i, "--tokenizer", &o.tokenizer) ||
+            kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
+            kvp_opt_str(argc, argv, &i, "--ref", &o.ref) ||
+            kvp_opt_str(argc, argv, &i, "--text", &o.text) ||
+            kvp_opt_str(argc, argv, &i, "--generate", &o.prompt) ||
+            kvp_opt_str(argc, argv, &i, "--dump-kv", &o.dump) ||
+            kvp_opt_str(argc, argv, &i, "--node", &o.node) ||
+            kvp_opt_str(argc, argv, &i, "--decode-session", &o.session) ||
+            kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--offset", &o.offset) ||
+            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o.page_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--steps", &o.steps) ||
+            kvp_opt_u64(argc, argv, &i, "--sample", &o.sample) ||
+            kvp_opt_u64(argc, argv, &i, "--seed", &o.seed) ||
+            kvp_opt_f64(argc, argv, &i, "--temp", &o.temp)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o.json = 1;
+            continue;
+        }
+        return kvp_opt_unknown("model", argv[i]);
+    }
+    if (o.model == NULL || (o.text == NULL && o.prompt == NULL && o.sample == 0)) {
+        fprintf(stderr, "kvpack model: needs --model and one of --text, --sample, --generate\n");
+        usage(stderr);
+        return 2;
+    }
+    if (o.page_tokens == 0 || o.page_tokens > KVP_PAGE_MAX_TOKENS || o.tokens < 2 ||
+        o.tokens > (1u << 20) || o.steps == 0 || o.steps > (1u << 20) || o.sample > (1u << 20) ||
+        !(o.temp > 0.0)) {
+        fprintf(stderr, "kvpack model: --page-tokens 1..%u, --tokens >= 2, --steps >= 1, "
+                "--temp > 0\n", KVP_PAGE_MAX_TOKENS);
+        return 2;
+    }
+    status = kvp_model_load(o.model, o.tokenizer, &m);
+    if (status != KVP_OK) {
+        fprintf(stderr, "kvpack model: cannot load %s: %s\n", o.model, kvp_status_str(status));
+        return 1;
+    }
+    rc = parse_codecs(&o, m);
+    if (rc == 0) {
+        if ((o.node != NULL || o.session != NULL) && (strchr(o.codec, ',') != NULL ||
+            strcmp(o.codec, "all") == 0)) {
+            fprintf(stderr, "kvpack model: --node takes one codec (--codec NAME)\n");
+            rc = 2;
+        } else if (o.node != NULL || o.session != NULL) {
+            kvp_model_node_params_t np = {
+                .model = o.model, .tokenizer = o.tokenizer, .node = o.node,
+                .session = o.session, .prompt = o.prompt, .codec = o.lanes[o.n_lanes - 1],
+                .page_tokens = (uint32_t)o.page_tokens, .steps = (uint32_t)o.steps,
+                .json = o.json, .self_exe = "/proc/self/exe",
+            };
+
+            rc = kvp_model_node_run(m, &np);
+        } else if (o.prompt != NULL) {
+            rc = cmd_generate(&o, m);
+        } else {
+            rc = cmd_ppl(&o, m);
+        }
+    }
+    kvp_model_free(m);
+    return rc;
 }

@@ -1,0 +1,360 @@
+/* model_load.c - build a kvp_model_t from a llama2.c .bin (7-int header, fp32 tensors in a fixed
+ * order, optional legacy RoPE block and classifier) or from GGUF v3 ("llama" architecture;
+ * tensors dequantized to fp32 at load, shapes checked against the metadata). All weights live in
+ * one allocation. Main flow: kvp_model_load -> load_llama2c | load_gguf -> model_alloc. */
+#include "model.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Carve every weight out of one fp32 block; tied classifiers share tok_emb. */
+static kvp_status_t model_alloc(kvp_model_t *m, int tied)
+{
+    const kvp_model_config_t *c  = &m->cfg;
+    size_t                    qd = (size_t)c->heads * c->head_dim;
+    size_t                    kd = (size_t)c->kv_heads * c->head_dim;
+    size_t per = 2 * (size_t)c->dim + 2 * qd * c->dim + 2 * kd * c->dim + 3 * (size_t)c->hidden * c->dim;
+    size_t total = (size_t)c->vocab * c->dim * (tied ? 1 : 2) + c->dim + per * c->layers;
+    float *p;
+
+    m->layer = kvp_calloc(c->layers, sizeof(*m->layer), "model layers");
+    m->mem   = kvp_malloc(total * sizeof(float), "model weights");
+    if (m->layer == NULL || m->mem == NULL) {
+        KVP_LOG_ERROR("model", "cannot allocate %zu MB of weights", total * 4 >> 20);
+        return KVP_ERR_NO_MEMORY;
+    }
+    m->n_params = total;
+    p           = m->mem;
+    m->tok_emb  = p, p += (size_t)c->vocab * c->dim;
+    m->cls      = tied ? m->tok_emb : p;
+    p += tied ? 0 : (size_t)c->vocab * c->dim;
+    m->final_norm = p, p += c->dim;
+    for (uint32_t l = 0; l < c->layers; l++) {
+        kvp_model_layer_t *w = &m->layer[l];
+
+        w->att_norm = p, p += c->dim;
+        w->ffn_norm = p, p += c->dim;
+        w->wq       = p, p += qd * c->dim;
+        w->wo       = p, p += qd * c->dim;
+        w->wk       = p, p += kd * c->dim;
+        w->wv       = p, p += kd * c->dim;
+        w->w1       = p, p += (size_t)c->hidden * c->dim;
+        w->w2       = p, p += (size_t)c->hidden * c->dim;
+        w->w3       = p, p += (size_t)c->hidden * c->dim;
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t check_config(const kvp_model_config_t *c, const char *path)
+{
+    if (c->dim == 0 || c->hidden == 0 || c->layers == 0 || c->heads == 0 || c->kv_heads == 0 ||
+        c->vocab == 0 || c->dim > 65536 || c->hidden > 262144 || c->layers > 1024 ||
+        c->vocab > (1u << 22) || c->heads > 1024 || c->heads % c->kv_heads != 0 ||
+        c->head_dim == 0 || c->head_dim % 2 != 0 || c->head_dim > 1024) {
+        KVP_LOG_ERROR("model", "%s: implausible model shape (dim %u hidden %u layers %u heads %u "
+                      "kv_heads %u head_dim %u vocab %u)", path, c->dim, c->hidden, c->layers,
+                      c->heads, c->kv_heads, c->head_dim, c->vocab);
+        return KVP_ERR_INVALID;
+    }
+    return KVP_OK;
+}
+
+/* ---- llama2.c ---- */
+
+static int read_f32(FILE *f, float *dst, size_t n)
+{
+    return fread(dst, sizeof(float), n, f) == n ? 0 : -1;
+}
+
+static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long fsize)
+{
+    kvp_model_config_t *c = &m->cfg;
+    int32_t             h[7];
+    int                 tied;
+    size_t              qd, kd, need;
+    kvp_status_t        status;
+
+    if (fread(h, 4, 7, f) != 7) {
+        KVP_LOG_ERROR("model", "%s: truncated llama2.c header", path);
+        return KVP_ERR_INVALID;
+    }
+    for (int i = 0; i < 7; i++) {
+        if (h[i] == 0 || (i != 5 && h[i] < 0)) {
+            KVP_LOG_ERROR("model", "%s: bad llama2.c header field %d (%d)", path, i, h[i]);
+            return KVP_ERR_INVALID;
+        }
+    }
+    tied         = h[5] > 0;
+    c->dim       = (uint32_t)h[0];
+    c->hidden    = (uint32_t)h[1];
+    c->layers    = (uint32_t)h[2];
+    c->heads     = (uint32_t)h[3];
+    c->kv_heads  = (uint32_t)h[4];
+    c->vocab     = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
+    c->seq_len   = (uint32_t)h[6];
+    c->head_dim  = c->heads ? c->dim / c->heads : 0;
+    c->rope_theta = 10000.0f;
+    c->norm_eps  = 1e-5f;
+    if (c->heads == 0 || c->dim % c->heads != 0 || c->seq_len > (1u << 20)) {
+        KVP_LOG_ERROR("model", "%s: dim %u is not a multiple of heads %u", path, c->dim, c->heads);
+        return KVP_ERR_INVALID;
+    }
+    status = check_config(c, path);
+    if (status != KVP_OK) {
+        return status;
+    }
+    qd   = (size_t)c->heads * c->head_dim;
+    kd   = (size_t)c->kv_heads * c->head_dim;
+    need = 28 + 4 * ((size_t)c->vocab * c->dim * (tied ? 1 : 2) + (size_t)c->seq_len * c->head_dim +
+                     c->dim + c->layers * (2 * (size_t)c->dim + 2 * qd * c->dim + 2 * kd * c->dim +
+                                           3 * (size_t)c->hidden * c->dim));
+    if ((size_t)fsize != need) {
+        KVP_LOG_ERROR("model", "%s: %ld bytes, but the header implies %zu", path, fsize, need);
+        return KVP_ERR_INVALID;
+    }
+    status = model_alloc(m, tied);
+    if (status != KVP_OK) {
+        return status;
+    }
+    /* file order: emb, rms_att[L], wq[L], wk[L], wv[L], wo[L], rms_ffn[L], w1[L], w2[L], w3[L],
+     * rms_final, legacy rope block, classifier */
+#define RD(field, n)                                                  \
+    for (uint32_t l = 0; l < c->layers; l++) {                        \
+        if (read_f32(f, m->layer[l].field, (n)) != 0) {               \
+            goto short_read;                                          \
+        }                                                             \
+    }
+    if (read_f32(f, m->tok_emb, (size_t)c->vocab * c->dim) != 0) {
+        goto short_read;
+    }
+    RD(att_norm, c->dim)
+    RD(wq, qd * c->dim)
+    RD(wk, kd * c->dim)
+    RD(wv, kd * c->dim)
+    RD(wo, qd * c->dim)
+    RD(ffn_norm, c->dim)
+    RD(w1, (size_t)c->hidden * c->dim)
+    RD(w2, (size_t)c->hidden * c->dim)
+    RD(w3, (size_t)c->hidden * c->dim)
+#undef RD
+    if (read_f32(f, m->final_norm, c->dim) != 0 ||
+        fseek(f, (long)c->seq_len * c->head_dim * 4, SEEK_CUR) != 0 ||
+        (!tied && read_f32(f, m->cls, (size_t)c->vocab * c->dim) != 0)) {
+        goto short_read;
+    }
+    m->format = "llama2c";
+    return KVP_OK;
+short_read:
+    KVP_LOG_ERROR("model", "%s: short read", path);
+    return KVP_ERR_IO;
+}
+
+/* ---- GGUF ---- */
+
+static kvp_status_t gguf_tensor(const kvp_gguf_t *g, const char *name, uint64_t ne0, uint64_t ne1,
+                                float *dst)
+{
+    const kvp_gguf_tensor_t *t = kvp_gguf_find(g, name);
+
+    if (t == NULL) {
+        KVP_LOG_ERROR("model", "gguf lacks tensor %s", name);
+        return KVP_ERR_INVALID;
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        KVP_LOG_ERROR("model", "gguf tensor %s has shape %llux%llu, expected %llux%llu", name,
+                      (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                      (unsigned long long)ne0, (unsigned long long)ne1);
+        return KVP_ERR_INVALID;
+    }
+    return kvp_gguf_tensor_f32(t, dst, ne0 * ne1);
+}
+
+static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, const char *path)
+{
+    const char *arch;
+    size_t      alen;
+    uint32_t    rope_dims = 0;
+
+    if (kvp_gguf_get_str(g, "general.architecture", &arch, &alen) != KVP_OK || alen != 5 ||
+        memcmp(arch, "llama", 5) != 0) {
+        KVP_LOG_ERROR("model", "%s: only general.architecture \"llama\" is supported", path);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_get_u32(g, "llama.embedding_length", &c->dim) != KVP_OK ||
+        kvp_gguf_get_u32(g, "llama.feed_forward_length", &c->hidden) != KVP_OK ||
+        kvp_gguf_get_u32(g, "llama.block_count", &c->layers) != KVP_OK ||
+        kvp_gguf_get_u32(g, "llama.attention.head_count", &c->heads) != KVP_OK) {
+        KVP_LOG_ERROR("model", "%s: missing llama.* shape metadata", path);
+        return KVP_ERR_INVALID;
+    }
+    if (kvp_gguf_get_u32(g, "llama.attention.head_count_kv", &c->kv_heads) != KVP_OK) {
+        c->kv_heads = c->heads;
+    }
+    if (kvp_gguf_get_u32(g, "llama.context_length", &c->seq_len) != KVP_OK) {
+        c->seq_len = 2048;
+    }
+    if (kvp_gguf_get_f32(g, "llama.rope.freq_base", &c->rope_theta) != KVP_OK) {
+        c->rope_theta = 10000.0f;
+    }
+    if (kvp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &c->norm_eps) != KVP_OK) {
+        c->norm_eps = 1e-5f;
+    }
+    c->head_dim = c->heads ? c->dim / c->heads : 0;
+    if (c->heads == 0 || c->dim % c->heads != 0) {
+        KVP_LOG_ERROR("model", "%s: embedding %u is not a multiple of heads %u", path, c->dim,
+                      c->heads);
+        return KVP_ERR_INVALID;
+    }
+    if (kvp_gguf_get_u32(g, "llama.rope.dimension_count", &rope_dims) == KVP_OK &&
+        rope_dims != c->head_dim) {
+        KVP_LOG_ERROR("model", "%s: partial rope (%u of %u dims) is not supported", path,
+                      rope_dims, c->head_dim);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t load_gguf(kvp_model_t *m, const char *path)
+{
+    kvp_model_config_t      *c = &m->cfg;
+    kvp_gguf_t              *g;
+    const kvp_gguf_tensor_t *emb, *out;
+    kvp_status_t             status;
+    char                     name[96];
+    size_t                   qd, kd;
+
+    status = kvp_gguf_open(path, &g);
+    if (status != KVP_OK) {
+        return status;
+    }
+    status = gguf_config(c, g, path);
+    if (status != KVP_OK) {
+        goto out;
+    }
+    emb = kvp_gguf_find(g, "token_embd.weight");
+    if (emb == NULL || emb->ne[0] != c->dim || emb->ne[1] == 0 || emb->ne[1] > (1u << 22)) {
+        KVP_LOG_ERROR("model", "%s: token_embd.weight is missing or not [vocab x %u]", path, c->dim);
+        status = KVP_ERR_INVALID;
+        goto out;
+    }
+    c->vocab = (uint32_t)emb->ne[1];
+    status   = check_config(c, path);
+    if (status != KVP_OK) {
+        goto out;
+    }
+    status = kvp_tok_load_gguf(g, &m->tok);
+    if (status != KVP_OK) {
+        goto out;
+    }
+    if (kvp_tok_vocab(m->tok) != c->vocab) {
+        KVP_LOG_ERROR("model", "%s: tokenizer has %u tokens, embedding %u", path,
+                      kvp_tok_vocab(m->tok), c->vocab);
+        status = KVP_ERR_INVALID;
+        goto out;
+    }
+    out    = kvp_gguf_find(g, "output.weight");
+    status = model_alloc(m, out == NULL);
+    if (status != KVP_OK) {
+        goto out;
+    }
+    qd     = (size_t)c->heads * c->head_dim;
+    kd     = (size_t)c->kv_heads * c->head_dim;
+    status = gguf_tensor(g, "token_embd.weight", c->dim, c->vocab, m->tok_emb);
+    if (status == KVP_OK && out != NULL) {
+        status = gguf_tensor(g, "output.weight", c->dim, c->vocab, m->cls);
+    }
+    if (status == KVP_OK) {
+        status = gguf_tensor(g, "output_norm.weight", c->dim, 1, m->final_norm);
+    }
+    for (uint32_t l = 0; l < c->layers && status == KVP_OK; l++) {
+        kvp_model_layer_t *w = &m->layer[l];
+        struct {
+            const char *n;
+            uint64_t    ne0, ne1;
+            float      *dst;
+        } t[] = {
+            {"attn_norm", c->dim, 1, w->att_norm},       {"ffn_norm", c->dim, 1, w->ffn_norm},
+            {"attn_q", c->dim, qd, w->wq},               {"attn_k", c->dim, kd, w->wk},
+            {"attn_v", c->dim, kd, w->wv},               {"attn_output", qd, c->dim, w->wo},
+            {"ffn_gate", c->dim, c->hidden, w->w1},      {"ffn_up", c->dim, c->hidden, w->w3},
+            {"ffn_down", c->hidden, c->dim, w->w2},
+        };
+
+        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]) && status == KVP_OK; i++) {
+            snprintf(name, sizeof(name), "blk.%u.%s.weight", l, t[i].n);
+            status = gguf_tensor(g, name, t[i].ne0, t[i].ne1, t[i].dst);
+        }
+    }
+    m->format = "gguf";
+out:
+    kvp_gguf_close(g);
+    return status;
+}
+
+/* ---- front door ---- */
+
+kvp_status_t kvp_model_load(const char *path, const char *tokenizer_path, kvp_model_t **m_p)
+{
+    kvp_model_t *m;
+    kvp_status_t status;
+    FILE        *f;
+    uint32_t     magic = 0;
+    long         fsize;
+    const char  *base = strrchr(path, '/');
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        KVP_LOG_ERROR("model", "cannot open model %s: %m", path);
+        return KVP_ERR_IO;
+    }
+    m = kvp_calloc(1, sizeof(*m), "model");
+    if (m == NULL) {
+        fclose(f);
+        return KVP_ERR_NO_MEMORY;
+    }
+    snprintf(m->name, sizeof(m->name), "%s", base != NULL ? base + 1 : path);
+    if (fseek(f, 0, SEEK_END) != 0 || (fsize = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+        fread(&magic, 4, 1, f) != 1 || fseek(f, 0, SEEK_SET) != 0) {
+        KVP_LOG_ERROR("model", "%s: cannot read", path);
+        status = KVP_ERR_INVALID;
+        fclose(f);
+        goto err;
+    }
+    if (magic == 0x46554747u) {
+        fclose(f);
+        status = load_gguf(m, path);
+    } else {
+        status = load_llama2c(m, path, f, fsize);
+        fclose(f);
+        if (status == KVP_OK) {
+            if (tokenizer_path == NULL) {
+                KVP_LOG_ERROR("model", "%s is a llama2.c model: it needs --tokenizer", path);
+                status = KVP_ERR_INVALID;
+            } else {
+                status = kvp_tok_load_llama2c(tokenizer_path, m->cfg.vocab, &m->tok);
+            }
+        }
+    }
+    if (status != KVP_OK) {
+        goto err;
+    }
+    *m_p = m;
+    return KVP_OK;
+err:
+    kvp_model_free(m);
+    return status;
+}
+
+void kvp_model_free(kvp_model_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    kvp_tok_free(m->tok);
+    kvp_free(m->layer);
+    kvp_free(m->mem);
+    kvp_free(m);
+}
