@@ -1,0 +1,219 @@
+/* kv.c - KV tensors for evaluation: allocation, the documented synthetic generator (eval.h) and
+ * the .kvd reader/writer (header validated against the file size before any allocation). */
+#include "eval.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define KVD_MAGIC   0x3144564Bu /* "KVD1" */
+#define KVD_VERSION 1u
+#define KVD_HDR     24u
+#define KVD_MAX_ELEMS (1ull << 32) /* per tensor: 16 GiB of fp32 */
+
+kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
+                          uint32_t head_dim)
+{
+    uint64_t n = (uint64_t)layers * tokens * heads * head_dim;
+
+    memset(kv, 0, sizeof(*kv));
+    if (n == 0 || n > KVD_MAX_ELEMS) {
+        KVP_LOG_ERROR("eval", "kv of %u x %u x %u x %u elements is empty or too large", layers,
+                      tokens, heads, head_dim);
+        return KVP_ERR_INVALID;
+    }
+    kv->k = kvp_malloc(n * sizeof(float), "eval kv");
+    kv->v = kvp_malloc(n * sizeof(float), "eval kv");
+    if (kv->k == NULL || kv->v == NULL) {
+        KVP_LOG_ERROR("eval", "out of memory for kv of %llu elements", (unsigned long long)n);
+        kvp_kv_free(kv);
+        return KVP_ERR_NO_MEMORY;
+    }
+    kv->layers   = layers;
+    kv->tokens   = tokens;
+    kv->heads    = heads;
+    kv->head_dim = head_dim;
+    return KVP_OK;
+}
+
+void kvp_kv_free(kvp_kv_t *kv)
+{
+    if (kv == NULL) {
+        return;
+    }
+    kvp_free(kv->k);
+    kvp_free(kv->v);
+    memset(kv, 0, sizeof(*kv));
+}
+
+/* ---- synthetic ---- */
+
+typedef struct {
+    uint64_t s;
+} rng_t;
+
+static uint64_t rng_next(rng_t *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unif(rng_t *r) { return ((double)(rng_next(r) >> 11) + 0.5) / 9007199254740992.0; }
+
+static double rng_gauss(rng_t *r)
+{
+    return sqrt(-2.0 * log(rng_unif(r))) * cos(6.283185307179586 * rng_unif(r));
+}
+
+kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
+                              uint32_t head_dim, uint64_t seed)
+{
+    kvp_status_t st = kvp_kv_alloc(kv, layers, tokens, heads, head_dim);
+    uint32_t     D = head_dim, nsink = tokens / 256 > 1 ? tokens / 256 : 1;
+    uint32_t     jump = (uint32_t)(0.55 * tokens) + 3, nout = D / 32 > 1 ? D / 32 : 1;
+    rng_t        r = {seed * 0x2545F4914F6CDD1Dull + 1};
+    double      *mu, *sg, *nu, *tau, *nt, *mt;
+
+    if (st != KVP_OK) {
+        return st;
+    }
+    mu = kvp_malloc(sizeof(double) * (4 * (size_t)D + 2 * (size_t)tokens), "eval synth");
+    if (mu == NULL) {
+        kvp_kv_free(kv);
+        return KVP_ERR_NO_MEMORY;
+    }
+    sg = mu + D, nu = sg + D, tau = nu + D, nt = tau + D, mt = nt + tokens;
+    for (uint32_t l = 0; l < layers; l++) {
+        for (uint32_t t = 0; t < tokens; t++) {
+            nt[t] = exp(0.2 * rng_gauss(&r));
+            mt[t] = exp(0.2 * rng_gauss(&r));
+            if (t < nsink) {
+                nt[t] *= 0.1;
+                mt[t] *= 0.1;
+            }
+            if (t >= jump) {
+                nt[t] *= 2.5;
+                mt[t] *= 1.5;
+            }
+        }
+        for (uint32_t h = 0; h < heads; h++) {
+            for (uint32_t d = 0; d < D; d++) {
+                sg[d]  = exp(0.5 * rng_gauss(&r));
+                mu[d]  = 0.3 * sg[d] * rng_gauss(&r);
+                tau[d] = exp(0.5 * rng_gauss(&r));
+                nu[d]  = 0.2 * tau[d] * rng_gauss(&r);
+            }
+            for (uint32_t o = 0; o < nout; o++) {
+                uint32_t d = (uint32_t)(rng_next(&r) % D);
+                double   f = 10.0 + 40.0 * rng_unif(&r);
+
+                mu[d] = (rng_next(&r) & 1 ? f : -f) * sg[d]; /* magnitude x f, noise as is */
+            }
+            for (uint32_t t = 0; t < tokens; t++) {
+                size_t base = (((size_t)l * tokens + t) * heads + h) * D;
+
+                for (uint32_t d = 0; d < D; d++) {
+                    kv->k[base + d] = (float)(nt[t] * (mu[d] + sg[d] * rng_gauss(&r)));
+                    kv->v[base + d] = (float)(mt[t] * (nu[d] + tau[d] * rng_gauss(&r)));
+                }
+            }
+        }
+    }
+    kvp_free(mu);
+    return KVP_OK;
+}
+
+/* ---- .kvd ---- */
+
+static uint32_t ld32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void st32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
+kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
+{
+    uint8_t      hdr[KVD_HDR];
+    FILE        *f = fopen(path, "rb");
+    struct stat  stt;
+    uint64_t     n;
+    kvp_status_t st;
+
+    memset(kv, 0, sizeof(*kv));
+    if (f == NULL) {
+        KVP_LOG_ERROR("eval", "cannot open %s: %s", path, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    if (fstat(fileno(f), &stt) != 0 || fread(hdr, 1, KVD_HDR, f) != KVD_HDR) {
+        KVP_LOG_ERROR("eval", "%s: shorter than the 24-byte kvd header", path);
+        fclose(f);
+        return KVP_ERR_BAD_PAGE;
+    }
+    if (ld32(hdr) != KVD_MAGIC || ld32(hdr + 4) != KVD_VERSION) {
+        KVP_LOG_ERROR("eval", "%s: not a kvd v1 file (magic 0x%08x version %u)", path, ld32(hdr),
+                      ld32(hdr + 4));
+        fclose(f);
+        return KVP_ERR_BAD_PAGE;
+    }
+    n = (uint64_t)ld32(hdr + 8) * ld32(hdr + 12) * ld32(hdr + 16) * ld32(hdr + 20);
+    if (ld32(hdr + 8) == 0 || ld32(hdr + 12) == 0 || ld32(hdr + 16) == 0 || ld32(hdr + 20) == 0 ||
+        ld32(hdr + 8) > 65536 || ld32(hdr + 12) > (1u << 24) || ld32(hdr + 16) > 4096 ||
+        ld32(hdr + 20) > 65536 || n > KVD_MAX_ELEMS ||
+        (uint64_t)stt.st_size != KVD_HDR + 8 * n) {
+        KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u does not match the file size %lld",
+                      path, ld32(hdr + 8), ld32(hdr + 12), ld32(hdr + 16), ld32(hdr + 20),
+                      (long long)stt.st_size);
+        fclose(f);
+        return KVP_ERR_BAD_PAGE;
+    }
+    st = kvp_kv_alloc(kv, ld32(hdr + 8), ld32(hdr + 12), ld32(hdr + 16), ld32(hdr + 20));
+    if (st != KVP_OK) {
+        fclose(f);
+        return st;
+    }
+    if (fread(kv->k, sizeof(float), n, f) != n || fread(kv->v, sizeof(float), n, f) != n) {
+        KVP_LOG_ERROR("eval", "%s: short read", path);
+        kvp_kv_free(kv);
+        fclose(f);
+        return KVP_ERR_IO;
+    }
+    fclose(f);
+    return KVP_OK;
+}
+
+kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
+{
+    uint8_t  hdr[KVD_HDR];
+    uint64_t n = (uint64_t)kv->layers * kv->tokens * kv->heads * kv->head_dim;
+    FILE    *f = fopen(path, "wb");
+    int      ok;
+
+    if (f == NULL) {
+        KVP_LOG_ERROR("eval", "cannot create %s: %s", path, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    st32(hdr, KVD_MAGIC);
+    st32(hdr + 4, KVD_VERSION);
+    st32(hdr + 8, kv->layers);
+    st32(hdr + 12, kv->tokens);
+    st32(hdr + 16, kv->heads);
+    st32(hdr + 20, kv->head_dim);
+    ok = fwrite(hdr, 1, KVD_HDR, f) == KVD_HDR && fwrite(kv->k, sizeof(float), n, f) == n &&
+         fwrite(kv->v, sizeof(float), n, f) == n;
+    if (fclose(f) != 0 || !ok) {
+        KVP_LOG_ERROR("eval", "write %s failed: %s", path, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    return KVP_OK;
+}

@@ -1,0 +1,143 @@
+/* test_codecs.c - every codec's round trip through kvp_page_encode/decode, for every available
+ * implementation: relative error within each codec's budget on Gaussian KV with outlier
+ * channels, full and partial pages, fp16 round trip exact for "fp16", the ROTATED frame equal to
+ * the ORIGINAL one after the documented inverse (norm, Hadamard), KVP_PAGE_F_V_PREROT, header
+ * fields and flags, and the bits per element at H=8, D=128, P=128. */
+#include "tk.h"
+#include "quant_hd.h"
+
+static void gen(tk_rng_t *rng, float *x, uint32_t T, uint32_t H, uint32_t D, int outliers)
+{
+    for (uint32_t t = 0; t < T; t++) {
+        float tn = 0.5f + (float)tk_unif(rng);
+        for (uint32_t h = 0; h < H; h++) {
+            for (uint32_t d = 0; d < D; d++) {
+                float s = (outliers && d % 17 == 3) ? 12.0f : 1.0f;
+                x[((size_t)t * H + h) * D + d] = tn * s * tk_gauss(rng) + (outliers && d % 17 == 3 ? 5.0f : 0.0f);
+            }
+        }
+    }
+}
+
+/* Walsh-Hadamard of each head of each token in place (reference butterfly). */
+static void rotate_all(float *x, uint32_t T, uint32_t H, uint32_t D)
+{
+    for (size_t r = 0; r < (size_t)T * H; r++) {
+        kvp_hd_fwht(x + r * D, D);
+    }
+}
+
+static double budget(kvp_codec_id_t c)
+{
+    switch (c) {
+    /* 2-bit RTN of a Gaussian has a relative error near 0.4 (4 levels over ~4 sigma) */
+    case KVP_CODEC_FP16: return 1e-3;
+    case KVP_CODEC_KIVI: return 0.5;
+    case KVP_CODEC_OSCAR: return 0.5;
+    case KVP_CODEC_NAIVE2: return 1.5; /* per-token K with outlier channels: bad by design */
+    default: return 0.6;               /* kivi128, kvarn: groups of 128 */
+    }
+}
+
+static void run(kvp_codec_id_t c, const char *impl, uint32_t H, uint32_t D, uint32_t P, uint32_t T,
+                uint32_t flags, tk_rng_t *rng)
+{
+    size_t            n = (size_t)T * H * D, len = 0;
+    float            *k = malloc(n * 4), *v = malloc(n * 4), *kh = malloc(n * 4), *vh = malloc(n * 4);
+    float            *kr = malloc(n * 4), *vr = malloc(n * 4), *norms = malloc(T * 4);
+    kvp_page_params_t p = tk_params(c, H, D, P);
+    uint8_t          *page = NULL;
+    kvp_page_info_t   info;
+    kvp_status_t      st;
+    double            ek, ev;
+    int               rot = c == KVP_CODEC_OSCAR || c == KVP_CODEC_KVARN;
+
+    p.flags = flags;
+    gen(rng, k, T, H, D, 1);
+    gen(rng, v, T, H, D, 0);
+    st = tk_roundtrip(&p, k, v, T, KVP_FRAME_ORIGINAL, kh, vh, &page, &len);
+    CHECK(st == KVP_OK, "%s/%s H %u D %u P %u T %u: %s", kvp_codec_name(c), impl, H, D, P, T,
+          kvp_status_name(st));
+    if (st != KVP_OK) {
+        goto out;
+    }
+    ek = tk_rel(kh, k, n);
+    ev = tk_rel(vh, v, n);
+    CHECK(ek < budget(c) && ev < budget(c), "%s/%s H %u D %u T %u: rel err K %.4f V %.4f",
+          kvp_codec_name(c), impl, H, D, T, ek, ev);
+    CHECK(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ROTATED, kr, vr, &info) == KVP_OK,
+          "rotated decode");
+    CHECK(kvp_page_token_norms(page, len, norms) == KVP_OK, "norms");
+    CHECK(info.valid == T && info.capacity == P && info.heads == H && info.head_dim == D &&
+              info.layer == 3 && info.first_pos == 1024 && info.chunk_key.lo == 0x1234 &&
+              info.chunk_key.hi == 0x5678, "header fields");
+    CHECK(((info.flags & KVP_PAGE_F_PARTIAL) != 0) == (T < P), "partial flag");
+    CHECK(((info.flags & KVP_PAGE_F_K_ROTATED) != 0) == rot, "K rotated flag");
+    CHECK(((info.flags & KVP_PAGE_F_V_ROTATED) != 0) == (rot && !(flags & KVP_PAGE_F_V_PREROT)),
+          "V rotated flag 0x%x", info.flags);
+    if (c == KVP_CODEC_OSCAR) {
+        for (uint32_t t = 0; t < T; t++) {
+            for (size_t i = 0; i < (size_t)H * D; i++) {
+                kr[(size_t)t * H * D + i] *= norms[t];
+            }
+        }
+    }
+    if (rot) {
+        rotate_all(kr, T, H, D);
+        if (!(flags & KVP_PAGE_F_V_PREROT)) {
+            rotate_all(vr, T, H, D);
+        }
+    } else {
+        for (uint32_t t = 0; t < T; t++) {
+            CHECK(norms[t] == 1.0f, "norm of a non-oscar page");
+        }
+    }
+    CHECK(tk_rel(kr, kh, n) < 1e-5 && tk_rel(vr, vh, n) < 1e-5,
+          "%s: ROTATED frame + inverse != ORIGINAL (K %.3g V %.3g)", kvp_codec_name(c),
+          tk_rel(kr, kh, n), tk_rel(vr, vh, n));
+    /* a flipped payload byte must fail the CRC */
+    page[len - 1] ^= 0x40;
+    CHECK(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) ==
+              KVP_ERR_CORRUPT, "corrupt page decoded");
+out:
+    free(page); free(k); free(v); free(kh); free(vh); free(kr); free(vr); free(norms);
+}
+
+static void bits(void)
+{
+    const struct { kvp_codec_id_t c; double want; } w[] = {
+        {KVP_CODEC_FP16, 16.0}, {KVP_CODEC_KIVI, 3.0}, {KVP_CODEC_KIVI128, 2.25},
+        {KVP_CODEC_OSCAR, 3.0 + 32.0 / (2 * 8 * 128)}, {KVP_CODEC_KVARN, 2.375},
+        {KVP_CODEC_NAIVE2, 2.25},
+    };
+
+    for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+        kvp_page_params_t p = tk_params(w[i].c, 8, 128, 128);
+        double            b = (double)(kvp_page_max_bytes(&p) - KVP_PAGE_HDR_BYTES) * 8 /
+                              (2.0 * 8 * 128 * 128);
+
+        CHECK(fabs(b - w[i].want) < 1e-9, "%s bits %.4f want %.4f", kvp_codec_name(w[i].c), b,
+              w[i].want);
+    }
+}
+
+int main(void)
+{
+    tk_rng_t rng = {7};
+
+    bits();
+    for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) {
+        const char *impls[4];
+        size_t      ni = kvp_codec_impls((kvp_codec_id_t)c, impls, 4);
+
+        for (size_t ii = 0; ii < ni; ii++) {
+            kvp_codec_set_impl((kvp_codec_id_t)c, impls[ii]);
+            run((kvp_codec_id_t)c, impls[ii], 8, 128, 128, 128, 0, &rng);
+            run((kvp_codec_id_t)c, impls[ii], 4, 64, 128, 77, 0, &rng);
+            run((kvp_codec_id_t)c, impls[ii], 2, 32, 64, 1, 0, &rng);
+            run((kvp_codec_id_t)c, impls[ii], 3, 256, 32, 32, KVP_PAGE_F_V_PREROT, &rng);
+            run((kvp_codec_id_t)c, impls[ii], 1, 16, 16, 5, 0, &rng);
+        }
+    }
+    TK_DONE();
+}
