@@ -6,6 +6,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
+#include "eval/eval.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -339,22 +340,18 @@ kvp_status_t kvp_run_sample(const kvp_model_t *m, uint32_t n, uint64_t seed, flo
     return KVP_OK;
 }
 
-/* ---- .kvd dump ---- */
-
-typedef struct {
-    float   *k, *v; /* [layer][token][row] */
-    uint32_t n, row;
-} dump_t;
+/* ---- .kvd dump (format and writer: eval/eval.h) ---- */
 
 static void dump_cb(void *arg, uint32_t lane, uint32_t layer, uint32_t pos, const float *k,
                     const float *v)
 {
-    dump_t *d   = arg;
-    size_t  off = ((size_t)layer * d->n + pos) * d->row;
+    kvp_kv_t *kv  = arg;
+    size_t    row = (size_t)kv->heads * kv->head_dim;
+    size_t    off = ((size_t)layer * kv->tokens + pos) * row;
 
-    if (lane == 0 && pos < d->n) {
-        memcpy(d->k + off, k, d->row * sizeof(float));
-        memcpy(d->v + off, v, d->row * sizeof(float));
+    if (lane == 0 && pos < kv->tokens) {
+        memcpy(kv->k + off, k, row * sizeof(float));
+        memcpy(kv->v + off, v, row * sizeof(float));
     }
 }
 
@@ -363,45 +360,22 @@ kvp_status_t kvp_run_dump_kvd(const kvp_model_t *m, const uint32_t *ids, uint32_
 {
     kvp_codec_id_t codec = KVP_KVC_FP32;
     kvp_run_t     *run   = NULL;
-    dump_t         d     = {NULL, NULL, n, m->cfg.kv_heads * m->cfg.head_dim};
-    size_t         total = (size_t)m->cfg.layers * n * d.row;
-    uint32_t       hdr[6] = {0x3144564Bu, 1, m->cfg.layers, n, m->cfg.kv_heads, m->cfg.head_dim};
+    kvp_kv_t       kv;
     kvp_status_t   status;
-    FILE          *f;
 
-    d.k = kvp_malloc(total * sizeof(float), "kvd k");
-    d.v = kvp_malloc(total * sizeof(float), "kvd v");
-    if (d.k == NULL || d.v == NULL) {
-        status = KVP_ERR_NO_MEMORY;
-        goto out;
+    memset(&kv, 0, sizeof(kv));
+    status = kvp_kv_alloc(&kv, m->cfg.layers, n, m->cfg.kv_heads, m->cfg.head_dim);
+    if (status == KVP_OK) {
+        status = kvp_run_create(m, &codec, 1, 1, n, 0, &run);
     }
-    status = kvp_run_create(m, &codec, 1, 1, n, 0, &run);
-    if (status != KVP_OK) {
-        goto out;
+    if (status == KVP_OK) {
+        kvp_fwd_set_kv_cb(run->fwd, dump_cb, &kv);
+        status = kvp_run_feed(run, ids, n);
     }
-    kvp_fwd_set_kv_cb(run->fwd, dump_cb, &d);
-    status = kvp_run_feed(run, ids, n);
-    if (status != KVP_OK) {
-        goto out;
+    if (status == KVP_OK) {
+        status = kvp_kvd_write(path, &kv);
     }
-    f = fopen(path, "wb");
-    if (f == NULL) {
-        KVP_LOG_ERROR("model", "cannot create %s: %m", path);
-        status = KVP_ERR_IO;
-        goto out;
-    }
-    if (fwrite(hdr, 4, 6, f) != 6 || fwrite(d.k, sizeof(float), total, f) != total ||
-        fwrite(d.v, sizeof(float), total, f) != total) {
-        KVP_LOG_ERROR("model", "writing %s failed: %m", path);
-        status = KVP_ERR_IO;
-    }
-    if (fclose(f) != 0 && status == KVP_OK) {
-        KVP_LOG_ERROR("model", "closing %s failed: %m", path);
-        status = KVP_ERR_IO;
-    }
-out:
     kvp_run_destroy(run);
-    kvp_free(d.k);
-    kvp_free(d.v);
+    kvp_kv_free(&kv);
     return status;
 }

@@ -77,12 +77,8 @@ void kvp_run_print(FILE *out, const kvp_model_t *m, uint32_t prev, const uint32_
 kvp_status_t kvp_run_sample(const kvp_model_t *m, uint32_t n, uint64_t seed, float temp,
                             uint32_t **ids_p);
 
-/* Teacher-forced fp32 run of ids that writes every layer's fp32 post-RoPE K and V to a .kvd file:
- *   offset size field
- *     0     4  magic "KVD1" (0x3144564B little-endian)
- *     4     4  version 1
- *     8     4  layers      12  4  tokens     16  4  kv_heads     20  4  head_dim
- *    24     .  K[layer][token][head][dim] fp32 LE, then V in the same order */
+/* Teacher-forced fp32 run of ids that writes every layer's fp32 post-RoPE K and V to a .kvd file
+ * (format in eval/eval.h: "KVD1", version, layers, tokens, kv_heads, head_dim, K[l][t][h][d], V). */
 kvp_status_t kvp_run_dump_kvd(const kvp_model_t *m, const uint32_t *ids, uint32_t n,
                               const char *path);
 

@@ -1,0 +1,456 @@
+/* test_gguf.c - the GGUF reader, block dequantization and the byte-level BPE tokenizer on files
+ * crafted here: a tiny valid "llama" model (tokenizer included) loads and runs; every block type
+ * dequantizes to values derived independently in this file; malformed files (bad magic, bad
+ * version, truncation at every byte, a string or tensor past the end, too many dims, an
+ * unsupported tensor type, a shape mismatch) fail with a clear status and never crash. */
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/run.h"
+#include "model/tokenizer.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+#include "kvpack/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            failures++;                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fprintf(stderr, "\n");                                        \
+        }                                                                 \
+    } while (0)
+
+/* ---- a growable byte buffer to write GGUF files ---- */
+
+typedef struct {
+    uint8_t *p;
+    size_t   n, cap;
+} buf_t;
+
+static void put(buf_t *b, const void *d, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p   = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+
+static void put_u32(buf_t *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(buf_t *b, uint64_t v) { put(b, &v, 8); }
+static void put_f32(buf_t *b, float v) { put(b, &v, 4); }
+static void put_str(buf_t *b, const char *s) { put_u64(b, strlen(s)); put(b, s, strlen(s)); }
+
+static void kv_u32(buf_t *b, const char *k, uint32_t v) { put_str(b, k); put_u32(b, 4); put_u32(b, v); }
+static void kv_f32(buf_t *b, const char *k, float v) { put_str(b, k); put_u32(b, 6); put_f32(b, v); }
+static void kv_str(buf_t *b, const char *k, const char *v) { put_str(b, k); put_u32(b, 8); put_str(b, v); }
+
+static void kv_strs(buf_t *b, const char *k, char **v, uint32_t n)
+{
+    put_str(b, k);
+    put_u32(b, 9);
+    put_u32(b, 8);
+    put_u64(b, n);
+    for (uint32_t i = 0; i < n; i++) {
+        put_str(b, v[i]);
+    }
+}
+
+static void kv_i32s(buf_t *b, const char *k, const int32_t *v, uint32_t n)
+{
+    put_str(b, k);
+    put_u32(b, 9);
+    put_u32(b, 5);
+    put_u64(b, n);
+    put(b, v, 4 * (size_t)n);
+}
+
+/* ---- tiny model: dim 32, 2 heads (head_dim 16), 1 kv head, hidden 32, 1 layer ---- */
+
+#define TV 262 /* 256 byte tokens + "ab", "abc", "Ġabc", "<|im_start|>", "lo", "Ġlo" */
+
+typedef struct {
+    const char *name;
+    uint64_t    ne0, ne1;
+    uint32_t    type;
+} tdesc_t;
+
+static size_t utf8_of(uint32_t cp, char *o)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    o[0] = (char)(0xC0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* GPT-2 byte-level alphabet, derived from its definition. */
+static uint32_t byte_cp(uint32_t b)
+{
+    uint32_t n = 0;
+
+    for (uint32_t x = 0; x < 256; x++) {
+        int keep = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174;
+
+        if (x == b) {
+            return keep ? x : 256 + n;
+        }
+        n += !keep;
+    }
+    return 0;
+}
+
+/* Build a tiny GGUF; `bad_type` replaces the type of blk.0.attn_q (0 = keep q8_0). */
+static void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
+{
+    static char    tokbuf[TV][16];
+    char          *toks[TV];
+    int32_t        types[TV];
+    char          *merges[] = {"a b", "ab c", "Ġ abc", "l o", "Ġ lo"};
+    const tdesc_t  t[] = {
+        {"token_embd.weight", 32, TV, KVP_GGML_F32}, {"output_norm.weight", 32, 1, KVP_GGML_F32},
+        {"blk.0.attn_norm.weight", 32, 1, KVP_GGML_F32},
+        {"blk.0.ffn_norm.weight", 32, 1, KVP_GGML_F32},
+        {"blk.0.attn_q.weight", 32, q_rows, KVP_GGML_Q8_0},
+        {"blk.0.attn_k.weight", 32, 16, KVP_GGML_F16}, {"blk.0.attn_v.weight", 32, 16, KVP_GGML_F16},
+        {"blk.0.attn_output.weight", 32, 32, KVP_GGML_F32},
+        {"blk.0.ffn_gate.weight", 32, 32, KVP_GGML_F32}, {"blk.0.ffn_up.weight", 32, 32, KVP_GGML_F32},
+        {"blk.0.ffn_down.weight", 32, 32, KVP_GGML_F32},
+    };
+    size_t nt = sizeof(t) / sizeof(t[0]), off = 0, data_start;
+    uint32_t seed = 12345;
+
+    for (uint32_t i = 0; i < 256; i++) {
+        size_t l = utf8_of(byte_cp(i), tokbuf[i]);
+
+        tokbuf[i][l] = '\0';
+    }
+    strcpy(tokbuf[256], "ab");
+    strcpy(tokbuf[257], "abc");
+    strcpy(tokbuf[258], "\xC4\xA0" "abc"); /* "Ġabc" */
+    strcpy(tokbuf[259], "<|im_start|>");
+    strcpy(tokbuf[260], "lo");
+    strcpy(tokbuf[261], "\xC4\xA0" "lo");
+    for (uint32_t i = 0; i < TV; i++) {
+        toks[i]  = tokbuf[i];
+        types[i] = i == 259 ? 3 : 1;
+    }
+    put_u32(b, 0x46554747u);
+    put_u32(b, 3);
+    put_u64(b, nt);
+    put_u64(b, 14);
+    kv_str(b, "general.architecture", "llama");
+    kv_u32(b, "llama.embedding_length", 32);
+    kv_u32(b, "llama.feed_forward_length", 32);
+    kv_u32(b, "llama.block_count", 1);
+    kv_u32(b, "llama.attention.head_count", 2);
+    kv_u32(b, "llama.attention.head_count_kv", 1);
+    kv_u32(b, "llama.context_length", 64);
+    kv_f32(b, "llama.rope.freq_base", 10000.0f);
+    kv_f32(b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_str(b, "tokenizer.ggml.model", "gpt2");
+    kv_strs(b, "tokenizer.ggml.tokens", toks, TV);
+    kv_i32s(b, "tokenizer.ggml.token_type", types, TV);
+    kv_strs(b, "tokenizer.ggml.merges", merges, 5);
+    kv_u32(b, "tokenizer.ggml.bos_token_id", 259);
+    for (size_t i = 0; i < nt; i++) {
+        uint32_t type = (i == 4 && bad_type) ? bad_type : t[i].type;
+        size_t   bytes = type == KVP_GGML_F32 ? 4 * t[i].ne0 * t[i].ne1
+                       : type == KVP_GGML_F16 ? 2 * t[i].ne0 * t[i].ne1
+                                              : t[i].ne0 / 32 * 34 * t[i].ne1;
+
+        put_str(b, t[i].name);
+        put_u32(b, t[i].ne1 > 1 ? 2 : 1);
+        put_u64(b, t[i].ne0);
+        if (t[i].ne1 > 1) {
+            put_u64(b, t[i].ne1);
+        }
+        put_u32(b, type);
+        put_u64(b, off);
+        off += (bytes + 31) / 32 * 32;
+    }
+    while (b->n % 32) {
+        put(b, "", 1);
+    }
+    data_start = b->n;
+    for (size_t i = 0; i < nt; i++) {
+        size_t n = t[i].ne0 * t[i].ne1;
+
+        while (b->n < data_start + (b->n - data_start + 31) / 32 * 32) {
+            put(b, "", 1);
+        }
+        if (t[i].type == KVP_GGML_F32) {
+            for (size_t j = 0; j < n; j++) {
+                seed = seed * 1103515245u + 12345u;
+                put_f32(b, strstr(t[i].name, "norm") ? 1.0f
+                                                     : ((float)((seed >> 16) % 200) - 100.0f) / 200.0f);
+            }
+        } else if (t[i].type == KVP_GGML_F16) {
+            for (size_t j = 0; j < n; j++) {
+                uint16_t h = kvp_f32_to_f16((float)((int)(j % 7) - 3) * 0.125f);
+
+                put(b, &h, 2);
+            }
+        } else {
+            for (size_t blk = 0; blk < n / 32; blk++) {
+                uint16_t d = kvp_f32_to_f16(0.01f);
+
+                put(b, &d, 2);
+                for (int j = 0; j < 32; j++) {
+                    int8_t q = (int8_t)((int)((blk * 7 + (size_t)j * 5) % 41) - 20);
+
+                    put(b, &q, 1);
+                }
+            }
+        }
+    }
+    while (b->n % 32) {
+        put(b, "", 1);
+    }
+}
+
+static const char *write_tmp(const buf_t *b, const char *tag)
+{
+    static char path[8][256];
+    static int  slot;
+    char       *p = path[slot++ % 8];
+    FILE       *f;
+
+    snprintf(p, 256, "/tmp/kvp_test_gguf_%d_%s.gguf", (int)getpid(), tag);
+    f = fopen(p, "wb");
+    fwrite(b->p, 1, b->n, f);
+    fclose(f);
+    return p;
+}
+
+/* ---- tests ---- */
+
+static void test_dequant_blocks(void)
+{
+    uint8_t blk[210];
+    float   y[256];
+    float   want;
+    uint8_t v6[256];
+
+    /* Q8_0: d = 0.5, q_j = j - 16 */
+    uint16_t d = kvp_f32_to_f16(0.5f), m = kvp_f32_to_f16(-1.0f);
+
+    memcpy(blk, &d, 2);
+    for (int j = 0; j < 32; j++) {
+        blk[2 + j] = (uint8_t)(int8_t)(j - 16);
+    }
+    CHECK(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 32) == KVP_OK, "q8_0");
+    for (int j = 0; j < 32; j++) {
+        CHECK(y[j] == 0.5f * (float)(j - 16), "q8_0 elem %d %g", j, y[j]);
+    }
+    /* Q4_0 / Q4_1: element j < 16 is the low nibble of byte j, element j + 16 the high nibble;
+     * choose q_j = j % 16 (low) and 15 - j % 16 (high) */
+    for (int type = 0; type < 2; type++) {
+        int off = type == 0 ? 2 : 4;
+
+        memcpy(blk, &d, 2);
+        memcpy(blk + 2, &m, 2);
+        for (int j = 0; j < 16; j++) {
+            blk[off + j] = (uint8_t)((j & 15) | ((15 - j) << 4));
+        }
+        CHECK(kvp_ggml_dequant(type == 0 ? KVP_GGML_Q4_0 : KVP_GGML_Q4_1, blk, y, 32) == KVP_OK,
+              "q4");
+        for (int j = 0; j < 32; j++) {
+            int q = j < 16 ? j : 15 - (j - 16);
+
+            want = type == 0 ? 0.5f * (float)(q - 8) : 0.5f * (float)q - 1.0f;
+            CHECK(y[j] == want, "q4_%d elem %d: %g want %g", type, j, y[j], want);
+        }
+    }
+    /* Q6_K: 256 6-bit values v_j, scales s_k (one per 16 values), d; pack them as the format
+     * defines (two halves of 128: ql low nibbles for j%128 < 64 at ql[j%64], high nibbles for
+     * >= 64; the top 2 bits in qh[j%32] at shift 2*((j%128)/32)). */
+    memset(blk, 0, sizeof(blk));
+    for (int j = 0; j < 256; j++) {
+        int h = j / 128, r = j % 128, l = r % 32, quarter = r / 32;
+        int qlidx = h * 64 + (quarter & 1) * 32 + l;
+
+        v6[j] = (uint8_t)((j * 37 + 11) % 64);
+        if (quarter < 2) {
+            blk[qlidx] |= v6[j] & 0xF;
+        } else {
+            blk[qlidx] |= (uint8_t)((v6[j] & 0xF) << 4);
+        }
+        blk[128 + h * 32 + l] |= (uint8_t)((v6[j] >> 4) << (2 * quarter));
+    }
+    for (int k = 0; k < 16; k++) {
+        blk[192 + k] = (uint8_t)(int8_t)(k - 5);
+    }
+    d = kvp_f32_to_f16(0.25f);
+    memcpy(blk + 208, &d, 2);
+    CHECK(kvp_ggml_dequant(KVP_GGML_Q6_K, blk, y, 256) == KVP_OK, "q6_k");
+    for (int j = 0; j < 256; j++) {
+        want = 0.25f * (float)((j / 16) - 5) * (float)((int)v6[j] - 32);
+        CHECK(y[j] == want, "q6_k elem %d: %g want %g", j, y[j], want);
+    }
+    /* unsupported type and a partial block */
+    CHECK(kvp_ggml_dequant(12 /* q4_k */, blk, y, 256) == KVP_ERR_UNSUPPORTED, "q4_k");
+    CHECK(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 31) == KVP_ERR_INVALID, "partial block");
+}
+
+static void test_tiny_model(void)
+{
+    buf_t        b = {0};
+    kvp_model_t *m = NULL;
+    kvp_status_t st;
+    uint32_t    *ids;
+    size_t       n;
+    const char  *path;
+
+    tiny_gguf(&b, 0, 32);
+    path = write_tmp(&b, "ok");
+    st   = kvp_model_load(path, NULL, &m);
+    CHECK(st == KVP_OK, "tiny model load: %s", kvp_status_str(st));
+    if (st == KVP_OK) {
+        const char *text = "abc abc<|im_start|>lo lo\xFF";
+        kvp_codec_id_t codec = KVP_KVC_FP32;
+        kvp_run_t     *run;
+        uint32_t       out[4];
+        const uint32_t want[] = {257, 258, 259, 260, 261};
+
+        CHECK(m->cfg.dim == 32 && m->cfg.heads == 2 && m->cfg.kv_heads == 1 &&
+              m->cfg.head_dim == 16 && m->cfg.vocab == TV && m->cls == m->tok_emb,
+              "tiny config");
+        /* the q8_0 attn_q: row r, element j of block blk: 0.01 * (((blk*7 + j*5) % 41) - 20) */
+        CHECK(fabsf(m->layer[0].wq[0] - kvp_f16_to_f32(kvp_f32_to_f16(0.01f)) * -20.0f) < 1e-6f,
+              "wq[0] = %g", m->layer[0].wq[0]);
+        st = kvp_tok_encode(m->tok, text, strlen(text), 0, &ids, &n);
+        CHECK(st == KVP_OK && n == 6, "bpe encode: %zu tokens", n);
+        for (size_t i = 0; st == KVP_OK && i < 5 && i < n; i++) {
+            CHECK(ids[i] == want[i], "bpe token %zu is %u, want %u", i, ids[i], want[i]);
+        }
+        if (st == KVP_OK && n == 6) {
+            size_t      len;
+            const char *s = kvp_tok_decode(m->tok, 0, ids[5], &len);
+
+            /* invalid UTF-8 byte 0xFF: its own pre-token, the byte-level token of 0xFF */
+            CHECK(len == 1 && (uint8_t)s[0] == 0xFF, "byte 0xff decodes to itself");
+            kvp_free(ids);
+        }
+        st = kvp_run_create(m, &codec, 1, 1, 16, 0, &run);
+        CHECK(st == KVP_OK, "run create");
+        if (st == KVP_OK) {
+            uint32_t prompt[2] = {257, 258};
+
+            st = kvp_run_generate(run, prompt, 2, 4, out);
+            CHECK(st == KVP_OK, "tiny generate: %s", kvp_status_str(st));
+            for (uint32_t i = 0; i < 4 && st == KVP_OK; i++) {
+                CHECK(out[i] < TV, "generated id %u", out[i]);
+            }
+            kvp_run_destroy(run);
+        }
+        kvp_model_free(m);
+    }
+    unlink(path);
+    free(b.p);
+}
+
+static void expect_fail(const buf_t *b, const char *tag, kvp_status_t want)
+{
+    kvp_model_t *m    = NULL;
+    const char  *path = write_tmp(b, tag);
+    kvp_status_t st   = kvp_model_load(path, NULL, &m);
+
+    CHECK(st == want, "%s: got %s, want %s", tag, kvp_status_name(st), kvp_status_name(want));
+    kvp_model_free(m);
+    unlink(path);
+}
+
+static void test_malformed(void)
+{
+    buf_t    good = {0}, b;
+    uint64_t huge = (uint64_t)1 << 40;
+    int      crashes_would_abort = 0;
+
+    tiny_gguf(&good, 0, 32);
+    b = (buf_t){malloc(good.n), good.n, good.n};
+
+    memcpy(b.p, good.p, good.n);
+    memcpy(b.p, "GGUX", 4);
+    expect_fail(&b, "magic", KVP_ERR_INVALID);
+
+    memcpy(b.p, good.p, good.n);
+    b.p[4] = 9;
+    expect_fail(&b, "version", KVP_ERR_UNSUPPORTED);
+
+    /* first key's string length points past the end */
+    memcpy(b.p, good.p, good.n);
+    memcpy(b.p + 24, &huge, 8);
+    expect_fail(&b, "string", KVP_ERR_INVALID);
+
+    /* tensor count larger than the file */
+    memcpy(b.p, good.p, good.n);
+    memcpy(b.p + 8, &huge, 8);
+    expect_fail(&b, "count", KVP_ERR_INVALID);
+
+    /* truncated tensor data: the last tensor's data is past the end */
+    memcpy(b.p, good.p, good.n);
+    b.n = good.n - 64;
+    expect_fail(&b, "data_eof", KVP_ERR_INVALID);
+    b.n = good.n;
+
+    /* an unsupported tensor type (q4_k = 12) -> unsupported, a shape mismatch -> invalid */
+    {
+        buf_t t = {0};
+
+        tiny_gguf(&t, 12, 32);
+        expect_fail(&t, "type", KVP_ERR_UNSUPPORTED);
+        free(t.p);
+        t = (buf_t){0};
+        tiny_gguf(&t, 0, 33);
+        expect_fail(&t, "shape", KVP_ERR_INVALID);
+        free(t.p);
+    }
+    /* every truncation of the header and tables fails cleanly through the parser */
+    kvp_log_level_current = -1; /* thousands of expected error lines: silence them */
+    for (size_t cut = 0; cut < good.n; cut += (cut < 8192 ? 1 : 97)) {
+        uint8_t    *img = kvp_malloc(cut + 1, "t");
+        kvp_gguf_t *g   = NULL;
+        kvp_status_t st;
+
+        memcpy(img, good.p, cut);
+        st = kvp_gguf_parse(img, cut, &g);
+        if (st == KVP_OK) {
+            /* a cut inside tensor data beyond the last tensor can still parse; nothing else */
+            CHECK(cut >= good.n - 32, "truncated at %zu parsed", cut);
+            kvp_gguf_close(g);
+        }
+        crashes_would_abort++;
+    }
+    kvp_log_level_current = KVP_LOG_LVL_ERROR;
+    CHECK(crashes_would_abort > 100, "truncation loop ran");
+    free(b.p);
+    free(good.p);
+}
+
+int main(void)
+{
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    test_dequant_blocks();
+    test_tiny_model();
+    test_malformed();
+    if (failures) {
+        fprintf(stderr, "test_gguf: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_gguf: ok\n");
+    return 0;
+}
