@@ -1,0 +1,102 @@
+/* test_twins.c - every SIMD twin against the portable reference (skips with 77 when the CPU has
+ * no AVX2). Decode: the same page decoded by both must give bit-identical floats (both frames).
+ * Encode: kivi, kivi128, naive2 and oscar pages must be byte-identical (the twin performs the
+ * same IEEE operations in the same order). kvarn's VarN twin uses reciprocal scales and one-pass
+ * statistics (documented in q2_avx2.c), so its pages may differ: its dequantized output must stay
+ * within 2% (relative) of the reference's and at most 2% of the codes may differ. */
+#include "tk.h"
+
+static size_t encode_with(kvp_codec_id_t c, const char *impl, const kvp_page_params_t *p,
+                          const float *k, const float *v, uint32_t T, uint8_t *page, size_t cap)
+{
+    size_t len = 0;
+
+    kvp_codec_set_impl(c, impl);
+    CHECK(kvp_page_encode(p, KVP_DTYPE_F32, k, v, T, page, cap, &len) == KVP_OK, "%s encode",
+          impl);
+    return len;
+}
+
+static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T, uint32_t flags,
+                tk_rng_t *rng)
+{
+    kvp_page_params_t p = tk_params(c, H, D, P);
+    size_t            n = (size_t)T * H * D, cap, l1, l2, diff = 0;
+    float            *k = malloc(n * 4), *v = malloc(n * 4);
+    float            *a = malloc(4 * n * 4), *b = a + 2 * n;
+    uint8_t          *p1, *p2;
+
+    p.flags = flags;
+    cap     = kvp_page_max_bytes(&p);
+    p1      = malloc(cap);
+    p2      = malloc(cap);
+    for (size_t i = 0; i < n; i++) {
+        k[i] = tk_gauss(rng) * (i % 13 == 0 ? 8.0f : 1.0f) + (i % 29 == 0 ? 3.0f : 0.0f);
+        v[i] = tk_gauss(rng) * (float)(1 + (i / (H * D)) % 5);
+    }
+    l1 = encode_with(c, "ref", &p, k, v, T, p1, cap);
+    l2 = encode_with(c, "avx2", &p, k, v, T, p2, cap);
+    CHECK(l1 == l2, "lengths %zu %zu", l1, l2);
+    for (size_t i = 0; i < l1; i++) {
+        diff += p1[i] != p2[i];
+    }
+    for (int fr = 0; fr < 2; fr++) { /* decode the ref page with both */
+        kvp_codec_set_impl(c, "ref");
+        CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "dec");
+        kvp_codec_set_impl(c, "avx2");
+        CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, b, b + n, NULL) == KVP_OK, "dec");
+        CHECK(memcmp(a, b, 2 * n * 4) == 0, "%s H %u D %u T %u frame %d: twin decode differs",
+              kvp_codec_name(c), H, D, T, fr);
+    }
+    if (c != KVP_CODEC_KVARN) {
+        CHECK(diff == 0, "%s H %u D %u T %u: %zu page bytes differ", kvp_codec_name(c), H, D, T, diff);
+    } else {
+        kvp_page_info_t info;
+        size_t          codes = 0, cdiff = 0;
+        uint32_t        rt = (T + 3) / 4, rd = D / 4;
+        size_t          rec = (size_t)D * rt + (size_t)T * rd + 6 * (size_t)(D + T);
+
+        kvp_codec_set_impl(c, "ref");
+        CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, a, a + n, &info) == KVP_OK, "kvarn decode");
+        CHECK(kvp_page_decode(p2, l2, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, b, b + n, NULL) == KVP_OK, "kvarn decode");
+        for (uint32_t h = 0; h < H; h++) {
+            const uint8_t *r1 = p1 + KVP_PAGE_HDR_BYTES + h * rec, *r2 = p2 + KVP_PAGE_HDR_BYTES + h * rec;
+            size_t         kv = (size_t)D * rt + 4 * (size_t)D + 2 * (size_t)T;
+
+            for (size_t i = 0; i < (size_t)D * T; i++) { /* K codes, row d along tokens */
+                size_t off = (i / T) * rt + (i % T) / 4, sh = 2 * (i % 4);
+                cdiff += ((r1[off] >> sh) & 3) != ((r2[off] >> sh) & 3);
+                codes++;
+            }
+            for (size_t i = 0; i < (size_t)D * T; i++) { /* V codes */
+                size_t off = kv + (i / D) * rd + (i % D) / 4, sh = 2 * (i % 4);
+                cdiff += ((r1[off] >> sh) & 3) != ((r2[off] >> sh) & 3);
+                codes++;
+            }
+        }
+        CHECK(tk_rel(b, a, 2 * n) < 0.02, "kvarn twin dequant differs by %.4f", tk_rel(b, a, 2 * n));
+        CHECK(cdiff * 50 <= codes, "kvarn twin: %zu of %zu codes differ", cdiff, codes);
+        printf("kvarn H %u D %u T %u: %zu/%zu codes differ, dequant rel diff %.2e\n", H, D, T,
+               cdiff, codes, tk_rel(b, a, 2 * n));
+    }
+    free(k); free(v); free(a); free(p1); free(p2);
+}
+
+int main(void)
+{
+    tk_rng_t rng = {99};
+    const char *names[4];
+
+    if (kvp_codec_impls(KVP_CODEC_KIVI, names, 4) < 2) {
+        printf("no AVX2 twin on this CPU\n");
+        return 77;
+    }
+    for (int c = KVP_CODEC_KIVI; c < KVP_CODEC_MAX; c++) {
+        run((kvp_codec_id_t)c, 8, 128, 128, 128, 0, &rng);
+        run((kvp_codec_id_t)c, 4, 64, 128, 93, 0, &rng);
+        run((kvp_codec_id_t)c, 2, 256, 64, 64, KVP_PAGE_F_V_PREROT, &rng);
+        run((kvp_codec_id_t)c, 3, 32, 32, 5, 0, &rng);
+        run((kvp_codec_id_t)c, 1, 8, 16, 13, 0, &rng);
+    }
+    TK_DONE();
+}
