@@ -2,8 +2,9 @@
  * embedding -> per layer [RMSNorm, Q/K/V, RoPE on adjacent pairs, K/V into the lane's paged cache,
  * grouped-query attention over the cache rows, output projection, RMSNorm, SwiGLU] -> final
  * RMSNorm -> classifier. Weight matmuls are batched over lanes (kvp_mm); attention runs per lane
- * with its heads across OpenMP threads. Main flow: kvp_fwd_step -> fwd_layer -> fwd_attention. */
+ * with its heads shared out by par.c. Main flow: kvp_fwd_step -> fwd_layer -> fwd_attention. */
 #include "model.h"
+#include "par.h"
 
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -145,41 +146,54 @@ static void rope(float *x, uint32_t nheads, uint32_t hd, uint32_t pos, float the
     }
 }
 
-/* Attention of one lane at position pos over cache rows [0, pos]. */
+/* Attention of one lane at position pos over cache rows [0, pos], one task per query head. */
+typedef struct {
+    kvp_fwd_t       *f;
+    const kvp_kvc_t *c;
+    uint32_t         layer, pos;
+    const float     *q;
+    float           *out;
+} attn_job_t;
+
+static void attn_head(void *arg, uint32_t h)
+{
+    const attn_job_t         *j     = arg;
+    const kvp_model_config_t *cfg   = &j->f->m->cfg;
+    uint32_t                  hd    = cfg->head_dim, pos = j->pos;
+    size_t                    off   = (size_t)(h / (cfg->heads / cfg->kv_heads)) * hd;
+    const float              *qh    = j->q + (size_t)h * hd;
+    float                    *att   = j->f->att + (size_t)h * j->f->max_tokens;
+    float                    *oh    = j->out + (size_t)h * hd;
+    float                     scale = 1.0f / sqrtf((float)hd), mx = -INFINITY, sum = 0.0f;
+
+    kvp_attn_scores(qh, kvp_kvc_k(j->c, j->layer) + off, j->c->row, hd, pos + 1, att);
+    for (uint32_t t = 0; t <= pos; t++) {
+        att[t] *= scale;
+        mx = att[t] > mx ? att[t] : mx;
+    }
+    for (uint32_t t = 0; t <= pos; t++) {
+        att[t] = expf(att[t] - mx);
+        sum += att[t];
+    }
+    for (uint32_t t = 0; t <= pos; t++) {
+        att[t] /= sum;
+    }
+    memset(oh, 0, hd * sizeof(float));
+    kvp_attn_mix(att, kvp_kvc_v(j->c, j->layer) + off, j->c->row, hd, pos + 1, oh);
+}
+
 static void fwd_attention(kvp_fwd_t *f, const kvp_kvc_t *c, uint32_t layer, const float *q,
                           float *out, uint32_t pos)
 {
-    const kvp_model_config_t *cfg   = &f->m->cfg;
-    uint32_t                  hd    = cfg->head_dim;
-    uint32_t                  group = cfg->heads / cfg->kv_heads;
-    const float              *kc    = kvp_kvc_k(c, layer);
-    const float              *vc    = kvp_kvc_v(c, layer);
-    float                     scale = 1.0f / sqrtf((float)hd);
-    long                      nh    = (long)cfg->heads;
+    attn_job_t j = {f, c, layer, pos, q, out};
 
-#pragma omp parallel for schedule(static) if ((size_t)(pos + 1) * cfg->heads * hd > (1u << 18))
-    for (long h = 0; h < nh; h++) {
-        const float *qh  = q + (size_t)h * hd;
-        float       *att = f->att + (size_t)h * f->max_tokens;
-        float       *oh  = out + (size_t)h * hd;
-        size_t       off = (size_t)(h / group) * hd;
-        float        mx  = -INFINITY, sum = 0.0f;
-
-        kvp_attn_scores(qh, kc + off, c->row, hd, pos + 1, att);
-        for (uint32_t t = 0; t <= pos; t++) {
-            att[t] *= scale;
-            mx = att[t] > mx ? att[t] : mx;
+    if ((size_t)(pos + 1) * f->m->cfg.heads * f->m->cfg.head_dim < ((size_t)1 << 15)) {
+        for (uint32_t h = 0; h < f->m->cfg.heads; h++) {
+            attn_head(&j, h);
         }
-        for (uint32_t t = 0; t <= pos; t++) {
-            att[t] = expf(att[t] - mx);
-            sum += att[t];
-        }
-        for (uint32_t t = 0; t <= pos; t++) {
-            att[t] /= sum;
-        }
-        memset(oh, 0, hd * sizeof(float));
-        kvp_attn_mix(att, vc + off, c->row, hd, pos + 1, oh);
+        return;
     }
+    kvp_par_for(f->m->cfg.heads, attn_head, &j);
 }
 
 static void fwd_layer(kvp_fwd_t *f, kvp_kvc_t *const *caches, uint32_t l)

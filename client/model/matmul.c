@@ -1,16 +1,17 @@
 /* matmul.c - the runner's only heavy kernel: W[rows][n] times up to KVP_MM_MAXB vectors at once,
  * so each weight row is loaded once per step for every lane. Written with GCC vector types; an
  * AVX2+FMA build of the same kernel (function target attribute) is chosen once at run time by
- * cpuid, else 4-wide SSE. Rows are split across OpenMP threads; each row's sum is computed by one
+ * cpuid, else 4-wide SSE. Row blocks are shared out by par.c; each row's sum is computed by one
  * thread in a fixed order, so results do not depend on the thread count. */
 #include "model.h"
+#include "par.h"
 
 #include <string.h>
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 
-#define MM_ROWS_PER_TASK 16
+#define MM_ROWS_PER_TASK 32
 
 #define LD(VT, p) ({ VT v_; memcpy(&v_, (p), sizeof(v_)); v_; })
 
@@ -133,18 +134,34 @@ void kvp_attn_mix(const float *a, const float *v, size_t stride, uint32_t hd, ui
     (mm_row() == row_avx2 ? mix_avx2 : mix_generic)(a, v, stride, hd, nt, out);
 }
 
+typedef struct {
+    row_fn_t     fn;
+    float       *y;
+    const float *x, *w;
+    uint32_t     rows, n, nb;
+} mm_job_t;
+
+static void mm_task(void *arg, uint32_t t)
+{
+    const mm_job_t *j  = arg;
+    uint32_t        r0 = t * MM_ROWS_PER_TASK;
+    uint32_t        r1 = r0 + MM_ROWS_PER_TASK < j->rows ? r0 + MM_ROWS_PER_TASK : j->rows;
+
+    for (uint32_t r = r0; r < r1; r++) {
+        j->fn(j->y + r, j->rows, j->x, j->w + (size_t)r * j->n, j->n, j->nb);
+    }
+}
+
 void kvp_mm(float *y, const float *x, const float *w, uint32_t rows, uint32_t n, uint32_t nb)
 {
-    row_fn_t fn     = mm_row();
-    long     ntasks = (long)((rows + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK);
+    mm_job_t j      = {mm_row(), y, x, w, rows, n, nb};
+    uint32_t ntasks = (rows + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
 
-#pragma omp parallel for schedule(static) if (ntasks > 1 && (size_t)rows * n * nb > (1u << 20))
-    for (long t = 0; t < ntasks; t++) {
-        uint32_t r0 = (uint32_t)t * MM_ROWS_PER_TASK;
-        uint32_t r1 = r0 + MM_ROWS_PER_TASK < rows ? r0 + MM_ROWS_PER_TASK : rows;
-
-        for (uint32_t r = r0; r < r1; r++) {
-            fn(y + r, rows, x, w + (size_t)r * n, n, nb);
+    if ((size_t)rows * n * nb < ((size_t)1 << 16)) {
+        for (uint32_t t = 0; t < ntasks; t++) {
+            mm_task(&j, t);
         }
+        return;
     }
+    kvp_par_for(ntasks, mm_task, &j);
 }

@@ -2,7 +2,7 @@
  * v3) and the one-token forward pass (RMSNorm, adjacent-pair RoPE, grouped-query attention over a
  * kvp_kvc_t cache, SwiGLU, tied or separate classifier). The forward pass runs several "lanes" in
  * lockstep - independent sequences, each with its own KV cache (one per codec) - so the weights
- * are read once per step for all of them. Not thread-safe per handle; OpenMP inside.
+ * are read once per step for all of them. Not thread-safe per handle; worker threads inside (par.c).
  * Main flow: kvp_model_load -> kvp_fwd_create -> kvp_fwd_step (per token) -> kvp_fwd_destroy. */
 #ifndef KVPACK_MODEL_MODEL_H
 #define KVPACK_MODEL_MODEL_H
