@@ -1,0 +1,193 @@
+/* test_page.c - page header validation: a good page parses and decodes; every truncation, a
+ * trailing byte and every single-bit flip anywhere in the page is an error (never a decode or a
+ * crash); each header field set to a bad value and re-sealed with a valid CRC is rejected by
+ * kvp_page_parse or, for the codec-owned fields (bits, groups, rotation flags, aux), by
+ * kvp_page_decode; random garbage never decodes. */
+#include "tk.h"
+
+#define PAD 4096
+
+static uint8_t *good_page(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T,
+                          size_t *len_p)
+{
+    kvp_page_params_t p = tk_params(c, H, D, P);
+    size_t            n = (size_t)T * H * D, cap = kvp_page_max_bytes(&p);
+    float            *k = malloc(n * 4), *v = malloc(n * 4);
+    uint8_t          *page = calloc(1, cap + PAD);
+    tk_rng_t          rng = {5};
+
+    for (size_t i = 0; i < n; i++) {
+        k[i] = tk_gauss(&rng);
+        v[i] = tk_gauss(&rng);
+    }
+    CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, len_p) == KVP_OK, "encode");
+    free(k);
+    free(v);
+    return page;
+}
+
+static int decodes(const uint8_t *page, size_t len, float *buf)
+{
+    return kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, buf, buf, NULL) == KVP_OK;
+}
+
+static void st16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void st32(uint8_t *p, uint32_t v) { st16(p, v); st16(p + 2, v >> 16); }
+
+typedef struct {
+    const char *what;
+    int         off, size;
+    uint32_t    val;
+    int         parse_ok; /* 1: parse accepts (the codec layer must reject at decode) */
+} mut_t;
+
+static void mutations(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T,
+                      const mut_t *m, size_t nm)
+{
+    size_t   len;
+    uint8_t *good = good_page(c, H, D, P, T, &len);
+    uint8_t *page = malloc(len + PAD);
+    float   *buf  = malloc((size_t)P * H * D * 4 + 64);
+
+    CHECK(kvp_page_parse(good, len, NULL) == KVP_OK, "good page rejected");
+    CHECK(decodes(good, len, buf), "good page does not decode");
+    for (size_t i = 0; i < nm; i++) {
+        kvp_status_t st;
+
+        memcpy(page, good, len + PAD);
+        if (m[i].size == 1) {
+            page[m[i].off] = (uint8_t)m[i].val;
+        } else if (m[i].size == 2) {
+            st16(page + m[i].off, m[i].val);
+        } else {
+            st32(page + m[i].off, m[i].val);
+        }
+        if ((uint32_t)(page[48] | page[49] << 8 | page[50] << 16 | (uint32_t)page[51] << 24) <=
+            len - 64 + PAD) {
+            kvp_page_seal(page); /* a valid CRC: the field check itself must catch it */
+        }
+        st = kvp_page_parse(page, len, NULL);
+        if (m[i].parse_ok) {
+            CHECK(st == KVP_OK, "%s/%s: parse %s", kvp_codec_name(c), m[i].what, kvp_status_name(st));
+        } else {
+            CHECK(st == KVP_ERR_BAD_PAGE, "%s/%s: parse gave %s", kvp_codec_name(c), m[i].what,
+                  kvp_status_name(st));
+        }
+        CHECK(!decodes(page, len, buf), "%s/%s: bad page decoded", kvp_codec_name(c), m[i].what);
+    }
+    free(good);
+    free(page);
+    free(buf);
+}
+
+static void truncations_and_flips(kvp_codec_id_t c)
+{
+    size_t   len;
+    uint8_t *good = good_page(c, 2, 32, 32, 20, &len);
+    uint8_t *page = malloc(len + 1);
+    float   *buf  = malloc(32 * 2 * 32 * 4);
+
+    for (size_t l = 0; l < len; l++) {
+        CHECK(kvp_page_parse(good, l, NULL) == KVP_ERR_BAD_PAGE, "truncated to %zu accepted", l);
+        CHECK(!decodes(good, l, buf), "truncated page decoded");
+    }
+    memcpy(page, good, len);
+    page[len] = 0;
+    CHECK(kvp_page_parse(page, len + 1, NULL) == KVP_ERR_BAD_PAGE, "trailing byte accepted");
+    for (size_t i = 0; i < len; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            kvp_status_t st;
+
+            memcpy(page, good, len);
+            page[i] ^= (uint8_t)(1u << bit);
+            st = kvp_page_parse(page, len, NULL);
+            if (st == KVP_OK || decodes(page, len, buf)) {
+                CHECK(0, "%s: flip byte %zu bit %d accepted", kvp_codec_name(c), i, bit);
+                i = len;
+                break;
+            }
+        }
+    }
+    CHECK(kvp_page_parse(NULL, 64, NULL) == KVP_ERR_BAD_PAGE, "NULL page");
+    free(good);
+    free(page);
+    free(buf);
+}
+
+static void garbage(void)
+{
+    tk_rng_t rng = {77};
+    uint8_t *buf = malloc(1 << 16);
+    float   *out = malloc(1 << 22);
+
+    for (int it = 0; it < 20000; it++) {
+        size_t len = tk_range(&rng, 0, 1 << 12);
+
+        for (size_t i = 0; i < len; i++) {
+            buf[i] = (uint8_t)tk_next(&rng);
+        }
+        if (len >= 8 && (it & 1)) { /* plausible magic and version */
+            st32(buf, KVP_PAGE_MAGIC);
+            st16(buf + 4, 1);
+            buf[6] = (uint8_t)tk_range(&rng, 1, 6);
+        }
+        if (len >= 64 && (it % 4) == 1) {
+            st32(buf + 48, (uint32_t)tk_range(&rng, 0, (uint32_t)(len - 64)));
+            kvp_page_seal(buf); /* seal trusts payload_len: keep it inside the buffer */
+        }
+        CHECK(kvp_page_decode(buf, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, out, out, NULL) != KVP_OK,
+              "garbage of %zu bytes decoded", len);
+    }
+    free(buf);
+    free(out);
+}
+
+int main(void)
+{
+    const mut_t common[] = {
+        {"magic", 0, 4, 0x4750564C, 0},     {"version 0", 4, 2, 0, 0},
+        {"version 2", 4, 2, 2, 0},          {"codec 0", 6, 1, 0, 0},
+        {"codec 7", 6, 1, 7, 0},            {"codec 255", 6, 1, 255, 0},
+        {"flags unknown", 7, 1, 0x20, 0},   {"flags not partial", 7, 1, 0x00, 0},
+        {"valid 0", 14, 2, 0, 0},           {"valid > capacity", 16, 2, 19, 0},
+        {"capacity 0", 16, 2, 0, 0},        {"capacity > max", 16, 2, 5000, 0},
+        {"heads 0", 18, 2, 0, 0},           {"heads > max", 18, 2, 300, 0},
+        {"heads other", 18, 2, 3, 0},       {"head_dim 0", 20, 2, 0, 0},
+        {"head_dim > max", 20, 2, 2048, 0}, {"head_dim other", 20, 2, 64, 0},
+        {"payload_len +1", 48, 4, 0, 0},    {"payload_len huge", 48, 4, 0x7FFFFFFF, 0},
+        {"reserved", 60, 4, 1, 0},          {"bits_k", 8, 1, 4, 1},
+        {"bits_v", 9, 1, 16, 1},            {"group_k", 10, 2, 64, 1},
+        {"group_v", 12, 2, 8, 1},           {"aux", 52, 4, 3, 1},
+        {"k rotated flag", 7, 1, 0x05, 1},  {"v rotated flag", 7, 1, 0x06, 1},
+    };
+    mut_t m[sizeof(common) / sizeof(common[0])];
+    size_t len;
+    uint8_t *p = good_page(KVP_CODEC_KIVI, 2, 32, 32, 20, &len);
+
+    memcpy(m, common, sizeof(common));
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        if (strcmp(m[i].what, "payload_len +1") == 0) {
+            m[i].val = (uint32_t)(len - 64 + 1);
+        }
+    }
+    free(p);
+    mutations(KVP_CODEC_KIVI, 2, 32, 32, 20, m, sizeof(m) / sizeof(m[0]));
+    {
+        const mut_t rot[] = {
+            {"oscar no k rotated", 7, 1, 0x06, 1}, {"oscar no v rotated", 7, 1, 0x05, 1},
+            {"oscar group_k", 10, 2, 128, 1},      {"oscar aux", 52, 4, 8, 1},
+        };
+        const mut_t kv[] = {
+            {"kvarn aux 0", 52, 4, 0, 1},          {"kvarn aux 65", 52, 4, 65, 1},
+            {"kvarn group_k", 10, 2, 32, 1},       {"kvarn no k rotated", 7, 1, 0x06, 1},
+        };
+
+        mutations(KVP_CODEC_OSCAR, 2, 32, 32, 20, rot, 4);
+        mutations(KVP_CODEC_KVARN, 2, 32, 32, 20, kv, 4);
+    }
+    for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) {
+        truncations_and_flips((kvp_codec_id_t)c);
+    }
+    garbage();
+    TK_DONE();
+}
