@@ -12,20 +12,13 @@
 
 #define MOD "store"
 
-/* Sessions at least this large are written without the WAL and flushed to SST files, so each
- * byte reaches the disk once; smaller ones go through the WAL. Both are durable on return. */
-#define NOWAL_MIN_BYTES (4u << 20)
-
 size_t kvp_store_sess_page_count(const kvp_sess_t *s)
 {
     return (size_t)s->desc.n_chunks * s->desc.layers;
 }
 
-static kvp_tier_mode_t write_mode(kvp_store_h st, size_t bytes, bool sync)
+static kvp_tier_mode_t write_mode(kvp_store_h st, bool sync)
 {
-    if (bytes >= NOWAL_MIN_BYTES) {
-        return KVP_TIER_NOWAL_FLUSH;
-    }
     return sync || st->durability == KVP_DURABILITY_SYNC ? KVP_TIER_SYNC : KVP_TIER_WAL;
 }
 
@@ -59,8 +52,9 @@ kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
     }
     kvp_tier_batch_put_session(st->tier, b, s->ns, s->sid, blob, blen);
     kvp_free(blob);
-    status = kvp_tier_batch_commit(st->tier, b, write_mode(st, kvp_tier_batch_bytes(b), sync));
+    status = kvp_tier_batch_commit(st->tier, b, write_mode(st, sync));
     if (status == KVP_OK) {
+        s->unsynced = write_mode(st, sync) != KVP_TIER_SYNC;
         for (size_t i = 0; i < n; i++) {
             s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
         }
@@ -94,11 +88,18 @@ kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
     if (!s->hot) {
         return KVP_OK;
     }
-    if (s->dirty || !s->on_disk) {
-        status = kvp_store_sess_write(st, s, false);
-        if (status != KVP_OK) {
-            return status;
+    if (s->dirty || !s->on_disk) { /* durable when the spill returns */
+        status = kvp_store_sess_write(st, s, true);
+    } else if (s->unsynced) {        /* written through the WAL without an fsync */
+        status = kvp_tier_sync(st->tier);
+        if (status == KVP_OK) {
+            s->unsynced = false;
+        } else {
+            st->stats.disk_errors++;
         }
+    }
+    if (status != KVP_OK) {
+        return status;
     }
     st->stats.spills++;
     sess_make_cold(st, s);
@@ -356,8 +357,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             freed += kvp_pool_slot_size(p->len);
         }
         if (b != NULL) {
-            status = kvp_tier_batch_commit(st->tier, b, write_mode(st, kvp_tier_batch_bytes(b),
-                                                                   false));
+            status = kvp_tier_batch_commit(st->tier, b, KVP_TIER_WAL);
             if (status != KVP_OK) {
                 st->stats.disk_errors++;
             } else {

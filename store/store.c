@@ -97,16 +97,17 @@ static bool page_present(const kvp_page_t *p)
     return p->slot.ptr != NULL || p->on_disk;
 }
 
-/* Copy validated page bytes into a pool slot, evicting if needed. */
-static kvp_status_t page_fill(kvp_store_h st, kvp_page_t *p, const void *data, size_t len,
-                              const kvp_sess_t *keep)
+/* A pool slot for a page of len bytes, evicting if needed. Slots of pages over 4 KiB are 4 KiB
+ * aligned with kvp_tier_span(len) bytes, so the tier reads and writes them with O_DIRECT. */
+static kvp_status_t page_slot_alloc(kvp_store_h st, size_t len, const kvp_sess_t *keep,
+                                    kvp_pool_slot_t *slot)
 {
-    kvp_status_t status = kvp_pool_alloc(&st->pool, len, &p->slot);
+    kvp_status_t status = kvp_pool_alloc(&st->pool, len, slot);
 
     if (status == KVP_ERR_NO_SPACE) {
         status = kvp_store_make_room(st, kvp_pool_slot_size(len), keep);
         if (status == KVP_OK) {
-            status = kvp_pool_alloc(&st->pool, len, &p->slot);
+            status = kvp_pool_alloc(&st->pool, len, slot);
         }
         if (status == KVP_ERR_NO_SPACE) {
             KVP_LOG_ERROR(MOD, "dram budget %zu bytes exhausted (%zu in use, nothing evictable) "
@@ -114,109 +115,158 @@ static kvp_status_t page_fill(kvp_store_h st, kvp_page_t *p, const void *data, s
         }
     }
     if (status != KVP_OK) {
+        slot->ptr = NULL;
+    }
+    return status;
+}
+
+/* Install bytes already in slot as the page's DRAM copy. */
+static void page_install(kvp_store_h st, kvp_page_t *p, const kvp_pool_slot_t *slot, size_t len)
+{
+    size_t cap = kvp_pool_slot_size(len);
+
+    if (cap > len) { /* the padding a segment write carries: zeros, not stale bytes */
+        memset((uint8_t *)slot->ptr + len, 0, cap - len);
+    }
+    p->slot = *slot;
+    p->len  = (uint32_t)len;
+    st->stats.dram_pages++;
+    page_idle_update(st, p);
+}
+
+/* Copy validated page bytes into a pool slot, evicting if needed. */
+static kvp_status_t page_fill(kvp_store_h st, kvp_page_t *p, const void *data, size_t len,
+                              const kvp_sess_t *keep)
+{
+    kvp_pool_slot_t slot;
+    kvp_status_t    status = page_slot_alloc(st, len, keep, &slot);
+
+    if (status != KVP_OK) {
         p->slot.ptr = NULL;
         return status;
     }
-    memcpy(p->slot.ptr, data, len);
-    p->len = (uint32_t)len;
-    st->stats.dram_pages++;
-    page_idle_update(st, p);
+    memcpy(slot.ptr, data, len);
+    page_install(st, p, &slot, len);
     return KVP_OK;
 }
 
-/* Load a disk-only page into DRAM; a page failing its CRC is dropped (and deleted on disk). */
-typedef struct {
-    kvp_store_h   st;
-    kvp_page_t  **pages;
-    const kvp_sess_t *keep;
-    kvp_status_t  status;
-    uint64_t      bytes;
-} load_ctx_t;
-
-static void load_cb(void *arg, size_t i, kvp_status_t status, const void *data, size_t len)
+/* A page whose disk copy failed its check or is missing: dropped on disk and in memory. */
+static void page_drop_bad(kvp_store_h st, kvp_page_t *p, kvp_status_t why)
 {
-    load_ctx_t      *c = arg;
-    kvp_page_t      *p = c->pages[i];
-    kvp_page_info_t  info;
+    kvp_tier_batch_t *b  = kvp_tier_batch_create();
+    kvp_tier_pkey_t   pk = {p->ns, p->key, p->layer};
 
-    if (status == KVP_OK) {
-        status = kvp_page_parse(data, len, &info);
-        if (status == KVP_OK && (info.layer != p->layer || info.chunk_key.lo != p->key.lo ||
-                                 info.chunk_key.hi != p->key.hi)) {
-            status = KVP_ERR_CORRUPT;
+    if (why == KVP_ERR_CORRUPT) {
+        st->stats.crc_failures++;
+    }
+    if (b != NULL) {
+        kvp_tier_batch_del_page(st->tier, b, &pk);
+        if (kvp_tier_batch_commit(st->tier, b, KVP_TIER_WAL) != KVP_OK) {
+            st->stats.disk_errors++;
         }
-        if (status != KVP_OK) {
-            KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u read from disk failed its check "
-                          "(%s); dropped", (unsigned long long)p->key.hi,
-                          (unsigned long long)p->key.lo, p->layer, kvp_status_str(status));
-            status = KVP_ERR_CORRUPT;
-        } else {
-            status = page_fill(c->st, p, data, len, c->keep);
-            c->bytes += len;
-        }
-    } else if (status == KVP_ERR_NOT_FOUND) {
-        KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u is indexed on disk but missing; dropped",
-                      (unsigned long long)p->key.hi, (unsigned long long)p->key.lo, p->layer);
+        kvp_tier_batch_destroy(b);
     }
-    if (status == KVP_ERR_CORRUPT) {
-        kvp_tier_batch_t *b = kvp_tier_batch_create();
-        kvp_tier_pkey_t   pk = {p->ns, p->key, p->layer};
-
-        c->st->stats.crc_failures++;
-        if (b != NULL) {
-            kvp_tier_batch_del_page(c->st->tier, b, &pk);
-            if (kvp_tier_batch_commit(c->st->tier, b, KVP_TIER_WAL) != KVP_OK) {
-                c->st->stats.disk_errors++;
-            }
-            kvp_tier_batch_destroy(b);
-        }
-    }
-    if (status == KVP_ERR_CORRUPT || status == KVP_ERR_NOT_FOUND) {
-        p->on_disk = false;
-    }
-    if (status != KVP_OK && c->status == KVP_OK) {
-        c->status = status;
-    }
+    p->on_disk = false;
 }
 
-/* Read n disk-only pages back (one batched MultiGet). Entries stay valid: a dropped page just
- * loses its bytes. */
+/* Read n disk-only pages back: one MultiGet of their locators, pool slots for all of them, then
+ * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. Entries
+ * stay valid: a dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check,
+ * KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped). */
 kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                   const kvp_sess_t *keep, uint64_t *bytes_p)
 {
-    kvp_tier_pkey_t *pks;
-    load_ctx_t       c = {st, pages, keep, KVP_OK, 0};
-    kvp_status_t     status;
-    size_t           need = 0;
+    kvp_tier_pkey_t *pks   = kvp_malloc((n ? n : 1) * sizeof(*pks), "page load keys");
+    kvp_tier_loc_t  *locs  = kvp_calloc(n ? n : 1, sizeof(*locs), "page load locs");
+    kvp_pool_slot_t *slots = kvp_calloc(n ? n : 1, sizeof(*slots), "page load slots");
+    void           **dst   = kvp_calloc(n ? n : 1, sizeof(*dst), "page load dst");
+    kvp_status_t     status = KVP_OK, first = KVP_OK;
+    size_t           need   = 0;
+    uint64_t         bytes  = 0;
 
-    if (n == 0) {
-        return KVP_OK;
-    }
-    pks = kvp_malloc(n * sizeof(*pks), "page load keys");
-    if (pks == NULL) {
+    if (pks == NULL || locs == NULL || slots == NULL || dst == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to load %zu pages", n);
-        return KVP_ERR_NO_MEMORY;
+        status = KVP_ERR_NO_MEMORY;
+        goto out;
     }
     for (size_t i = 0; i < n; i++) {
         pks[i] = (kvp_tier_pkey_t){pages[i]->ns, pages[i]->key, pages[i]->layer};
-        need += pages[i]->len ? kvp_pool_slot_size(pages[i]->len) : 0;
         kvp_store_page_pin(st, pages[i]); /* not evicted by the room we make for the others */
     }
-    if (st->pool.used + need > st->high_bytes) {
-        kvp_store_make_room(st, need, keep); /* best effort; page_fill retries per page */
-    }
-    status = kvp_tier_pages_get(st->tier, n, pks, load_cb, &c);
+    status = kvp_tier_pages_locate(st->tier, n, pks, locs);
     if (status != KVP_OK) {
         st->stats.disk_errors++;
+        goto unpin;
     }
+    for (size_t i = 0; i < n; i++) {
+        need += locs[i].status == KVP_OK ? kvp_pool_slot_size(locs[i].len) : 0;
+    }
+    if (st->pool.used + need > st->high_bytes) {
+        kvp_store_make_room(st, need, keep); /* best effort; the per-page allocation retries */
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (locs[i].status != KVP_OK || pages[i]->slot.ptr != NULL) {
+            continue;
+        }
+        locs[i].status = page_slot_alloc(st, locs[i].len, keep, &slots[i]);
+        dst[i]         = slots[i].ptr;
+    }
+    kvp_tier_pages_read(st->tier, n, locs, dst);
+    for (size_t i = 0; i < n; i++) {
+        kvp_page_t     *p = pages[i];
+        kvp_page_info_t info;
+        kvp_status_t    ps = locs[i].status;
+
+        if (ps == KVP_OK && dst[i] != NULL) {
+            ps = kvp_page_parse(dst[i], locs[i].len, &info);
+            if (ps == KVP_OK && (info.layer != p->layer || info.chunk_key.lo != p->key.lo ||
+                                 info.chunk_key.hi != p->key.hi)) {
+                ps = KVP_ERR_CORRUPT;
+            }
+            if (ps != KVP_OK) {
+                KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u read from disk failed its check "
+                              "(%s); dropped", (unsigned long long)p->key.hi,
+                              (unsigned long long)p->key.lo, p->layer, kvp_status_str(ps));
+                ps = KVP_ERR_CORRUPT;
+            } else if (p->slot.ptr == NULL) {
+                page_install(st, p, &slots[i], locs[i].len);
+                slots[i].ptr = NULL;
+                bytes += locs[i].len;
+            }
+        } else if (ps == KVP_ERR_NOT_FOUND) {
+            KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u is indexed on disk but missing; "
+                          "dropped", (unsigned long long)p->key.hi, (unsigned long long)p->key.lo,
+                          p->layer);
+        } else if (ps != KVP_OK) {
+            st->stats.disk_errors += ps != KVP_ERR_NO_SPACE;
+        }
+        if (slots[i].ptr != NULL) {
+            kvp_pool_free(&st->pool, &slots[i]);
+        }
+        if (ps == KVP_ERR_CORRUPT || ps == KVP_ERR_NOT_FOUND) {
+            page_drop_bad(st, p, ps);
+        }
+        if (ps != KVP_OK && first == KVP_OK) {
+            first = ps;
+        }
+    }
+    status = first;
+unpin:
     for (size_t i = 0; i < n; i++) {
         kvp_store_page_unpin_keep(st, pages[i]);
     }
+out:
+    if (locs != NULL) {
+        kvp_tier_locs_clear(locs, n);
+    }
+    kvp_free(dst);
+    kvp_free(slots);
+    kvp_free(locs);
     kvp_free(pks);
     if (bytes_p != NULL) {
-        *bytes_p = c.bytes;
+        *bytes_p = bytes;
     }
-    return status != KVP_OK ? status : c.status;
+    return status;
 }
 
 /* Like unpin, but never drops the bytes of an on-disk page (the caller pins it right after). */
@@ -319,6 +369,14 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
     return KVP_OK;
 }
 
+/* Open-time sweep: a page on disk survives only if a session record names it. */
+static bool sweep_keep(void *arg, const kvp_tier_pkey_t *pk)
+{
+    kvp_store_h st = arg;
+
+    return kvp_index_page_find(&st->pages, pk->ns, pk->key, pk->layer) != NULL;
+}
+
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p)
 {
     kvp_store_h  st;
@@ -376,8 +434,15 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
             goto err_index;
         }
         status = kvp_tier_session_scan(st->tier, restart_cb, st);
+        if (status == KVP_OK) {
+            status = kvp_tier_pages_sweep(st->tier, sweep_keep, st, &st->stats.swept_pages);
+        }
         if (status != KVP_OK) {
             goto err_close;
+        }
+        if (st->stats.swept_pages > 0) {
+            KVP_LOG_INFO(MOD, "db %s: removed %llu pages no session names", path,
+                         (unsigned long long)st->stats.swept_pages);
         }
         if (st->sessions.count > 0) {
             KVP_LOG_INFO(MOD, "warm restart from %s: %zu sessions, %zu pages on disk", path,
@@ -409,6 +474,9 @@ void kvp_store_close(kvp_store_h st)
             kvp_sess_t *s = st->sessions.buckets[i];
 
             kvp_index_sess_remove(&st->sessions, s);
+            for (size_t k = 0; s->hot && k < kvp_store_sess_page_count(s); k++) {
+                s->pages[k]->pins--; /* the session's own pins, not a reader's */
+            }
             kvp_pool_free(&st->pool, &s->tail_slot);
             kvp_free(s->desc.chunk_keys);
             kvp_free(s->pages);
@@ -812,6 +880,10 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         }
     }
     *stats                  = st->stats;
+    if (st->tier != NULL) {
+        kvp_tier_disk_stats(st->tier, &stats->disk_files, &stats->disk_bytes,
+                            &stats->disk_live_bytes);
+    }
     stats->dram_bytes       = st->pool.used;
     stats->sessions         = st->sessions.count;
     stats->sessions_on_disk = on_disk;

@@ -100,6 +100,7 @@ typedef struct kvp_sess {
     bool                hot;       /* pins its pages, tail in DRAM */
     bool                on_disk;   /* a record is in the sessions column family */
     bool                dirty;     /* DRAM copy is newer than the disk record */
+    bool                unsynced;  /* disk record written without an fsync (write-through) */
     uint64_t            last_ns;   /* last access */
     kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
 } kvp_sess_t;

@@ -1,9 +1,10 @@
 /* tier.h - the SSD tier as the store sees it: column families `pages` (ns | chunk key | layer ->
- * page bytes), `sessions` (ns | sid -> packed session record) and `meta` (format version, node id).
+ * a 24-byte locator into a segment file (seg.h), or the page bytes inline for pages of 4 KiB or
+ * less), `sessions` (ns | sid -> packed session record) and `meta` (format version, node id).
  * Implemented over the RocksDB C API in tier_rocksdb.c, the only file that sees rocksdb_* types.
  * Errors are logged where they are detected and mapped to kvp_status_t (Corruption ->
- * KVP_ERR_CORRUPT, NoSpace -> KVP_ERR_NO_SPACE, IOError -> KVP_ERR_IO). Not thread-safe: the
- * store calls it under its lock. */
+ * KVP_ERR_CORRUPT, NoSpace -> KVP_ERR_NO_SPACE, IOError -> KVP_ERR_IO). Thread-safe: commits and
+ * segment I/O are serialised by the tier's own mutex, so the store may call it unlocked. */
 #ifndef KVPACK_STORE_TIER_H
 #define KVPACK_STORE_TIER_H
 
@@ -17,7 +18,7 @@
 typedef struct kvp_tier       kvp_tier_t;
 typedef struct kvp_tier_batch kvp_tier_batch_t;
 
-#define KVP_TIER_FORMAT_VERSION 1u
+#define KVP_TIER_FORMAT_VERSION 2u /* 1: page bytes inline (still read); 2: segment locators */
 
 typedef struct {
     const char *path;          /* directory, created if missing */
@@ -26,10 +27,10 @@ typedef struct {
 } kvp_tier_params_t;
 
 typedef enum {
-    KVP_TIER_WAL       = 0, /* WAL on, no fsync: survives a process crash */
-    KVP_TIER_SYNC      = 1, /* WAL on and fsync'd before commit returns */
-    KVP_TIER_NOWAL_FLUSH = 2 /* no WAL; the pages, then the sessions memtables are flushed to
-                              * fsync'd SST files before commit returns (each byte written once) */
+    KVP_TIER_WAL  = 0, /* segment data written (O_DIRECT), WAL on, no fsync: survives a process
+                        * crash */
+    KVP_TIER_SYNC = 1  /* segment data fdatasync'd, then the batch with an fsync'd WAL: durable
+                        * when commit returns */
 } kvp_tier_mode_t;
 
 /* Key of one page in the pages column family. */
@@ -44,6 +45,9 @@ void         kvp_tier_close(kvp_tier_t *tier); /* NULL is a no-op */
 
 kvp_tier_batch_t *kvp_tier_batch_create(void); /* NULL on allocation failure */
 void              kvp_tier_batch_destroy(kvp_tier_batch_t *batch);
+/* A page longer than 4 KiB at a 4 KiB-aligned address (a pool slot, with kvp_tier_span(len)
+ * readable bytes) is written to a segment file at commit straight from page, which must stay
+ * valid and unchanged until the commit returns; other pages are copied into the batch inline. */
 void kvp_tier_batch_put_page(kvp_tier_t *tier, kvp_tier_batch_t *batch, const kvp_tier_pkey_t *pk,
                              const void *page, size_t len);
 void kvp_tier_batch_del_page(kvp_tier_t *tier, kvp_tier_batch_t *batch, const kvp_tier_pkey_t *pk);
@@ -52,15 +56,45 @@ void kvp_tier_batch_put_session(kvp_tier_t *tier, kvp_tier_batch_t *batch, uint6
 void kvp_tier_batch_del_session(kvp_tier_t *tier, kvp_tier_batch_t *batch, uint64_t ns,
                                 const char *sid);
 size_t       kvp_tier_batch_bytes(const kvp_tier_batch_t *batch);
-/* Atomic: every operation of the batch becomes visible, or none. */
+/* Atomic: every operation of the batch becomes visible, or none. Segment data is written (and
+ * under KVP_TIER_SYNC fdatasync'd) before the batch naming it, so a crash never leaves a
+ * locator without its bytes; segment bytes no locator names are garbage reclaimed by the sweep. */
 kvp_status_t kvp_tier_batch_commit(kvp_tier_t *tier, kvp_tier_batch_t *batch, kvp_tier_mode_t mode);
+/* Make everything committed so far durable (segment fdatasync + WAL fsync). */
+kvp_status_t kvp_tier_sync(kvp_tier_t *tier);
 
-/* Read n pages. cb gets each result (status KVP_OK with the bytes, borrowed for the call;
- * KVP_ERR_NOT_FOUND; or an error). Returns the first error that is not per key. */
-typedef void (*kvp_tier_page_cb_t)(void *arg, size_t i, kvp_status_t status, const void *data,
-                                   size_t len);
-kvp_status_t kvp_tier_pages_get(kvp_tier_t *tier, size_t n, const kvp_tier_pkey_t *pks,
-                                kvp_tier_page_cb_t cb, void *arg);
+/* Bytes a buffer must hold to receive a page of len bytes from kvp_tier_pages_read. */
+static inline size_t kvp_tier_span(size_t len)
+{
+    return (len + 4095) & ~(size_t)4095;
+}
+
+/* Where a page is on disk: found by kvp_tier_pages_locate, read by kvp_tier_pages_read. */
+typedef struct {
+    kvp_status_t status;     /* KVP_OK, KVP_ERR_NOT_FOUND, or the error of this key */
+    uint32_t     len;        /* page bytes */
+    uint64_t     seg, off;   /* segment locator (seg != 0) */
+    uint8_t     *inline_buf; /* the bytes when stored inline (seg == 0); kvp_tier_locs_clear */
+} kvp_tier_loc_t;
+
+/* One batched MultiGet of n locators (small values: no page bytes move yet). Returns the first
+ * error that is not per key. */
+kvp_status_t kvp_tier_pages_locate(kvp_tier_t *tier, size_t n, const kvp_tier_pkey_t *pks,
+                                   kvp_tier_loc_t *locs);
+/* Read the located pages (locs[i].status == KVP_OK and dst[i] != NULL) into dst[i], which holds
+ * kvp_tier_span(len) bytes and is 4 KiB-aligned (else it is read through a bounce buffer):
+ * sorted and coalesced into large O_DIRECT reads. Sets locs[i].status per page. */
+void kvp_tier_pages_read(kvp_tier_t *tier, size_t n, kvp_tier_loc_t *locs, void *const *dst);
+void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n);
+
+/* Garbage sweep (open time): walk the pages column family, delete every page keep() rejects (no
+ * session names it), count the live bytes of every segment and unlink segments nobody names. */
+typedef bool (*kvp_tier_keep_cb_t)(void *arg, const kvp_tier_pkey_t *pk);
+kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *tier, kvp_tier_keep_cb_t keep, void *arg,
+                                  uint64_t *dropped_p);
+/* Segment files, their bytes, and the bytes durable locators name. */
+void kvp_tier_disk_stats(kvp_tier_t *tier, uint64_t *files_p, uint64_t *file_bytes_p,
+                         uint64_t *live_bytes_p);
 
 /* Session record: *blob_p is kvp_malloc'd (kvp_free). */
 kvp_status_t kvp_tier_session_get(kvp_tier_t *tier, uint64_t ns, const char *sid, uint8_t **blob_p,

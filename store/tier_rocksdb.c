@@ -1,15 +1,19 @@
 /* tier_rocksdb.c - the SSD tier over the RocksDB C API (the only file that sees rocksdb_* types).
- * Opens every existing column family plus `pages`, `sessions`, `meta`; pages are stored
- * uncompressed (2-bit codes do not compress) and read with RocksDB's block checksums off, so the
- * page CRC is what judges them (the store re-parses every page read). RocksDB error strings are
- * logged, freed with rocksdb_free and mapped to kvp_status_t here.
- * Main flow: kvp_tier_open -> batch_put_* -> batch_commit (WAL | SYNC | NOWAL_FLUSH) ->
- * kvp_tier_pages_get (batched MultiGet) / kvp_tier_session_scan (warm restart). */
+ * Opens every existing column family plus `pages`, `sessions`, `meta`. Page bytes larger than
+ * 4 KiB go to segment files (seg.c, O_DIRECT, no copy) and the pages column family keeps a
+ * 24-byte locator; smaller pages are stored inline, uncompressed. The page CRC is what judges a
+ * page read back (the store re-parses every one). RocksDB error strings are logged, freed with
+ * rocksdb_free and mapped to kvp_status_t here.
+ * Main flow: kvp_tier_open -> batch_put_* -> batch_commit (segments, then one WriteBatch) ->
+ * kvp_tier_pages_locate (MultiGet) + kvp_tier_pages_read (coalesced preadv) / session_scan. */
 #include "tier.h"
+#include "seg.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
 #include <rocksdb/c.h>
+
+#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,15 +38,29 @@ struct kvp_tier {
     rocksdb_readoptions_t           *ro_pages;   /* no block checksum, no cache fill */
     rocksdb_readoptions_t           *ro;
     rocksdb_flushoptions_t          *fo;
+    kvp_segs_t                      *segs;       /* segment files (seg.c) */
+    pthread_mutex_t                  mu;         /* commits, segment I/O and accounting */
     char                            *path;
     uint32_t                         fail_n;     /* test hook */
     kvp_status_t                     fail_status;
 };
 
+typedef struct {
+    kvp_tier_pkey_t pk;
+    kvp_seg_ext_t   ext;
+} seg_put_t;
+
 struct kvp_tier_batch {
     rocksdb_writebatch_t *wb;
     size_t                bytes;
+    seg_put_t            *puts;  /* pages for segment files, written at commit */
+    size_t                nputs, cap_puts;
+    kvp_tier_pkey_t      *dels;  /* deleted pages: their old locators die at commit */
+    size_t                ndels, cap_dels;
 };
+
+/* Locator value: "KVSL" | segment id (8 B BE) | offset (8 B BE) | page length (4 B BE). */
+#define LOC_BYTES 24
 
 /* ---- private ---- */
 
@@ -116,12 +134,8 @@ static rocksdb_options_t *cf_options(kvp_tier_t *t, const char *name, size_t wri
         rocksdb_options_set_target_file_size_base(o, 64ull << 20);
         rocksdb_options_set_max_bytes_for_level_base(o, 512ull << 20);
         rocksdb_options_set_block_based_table_factory(o, t->bbt);
-        /* page bytes go to blob files, written once at flush in key order: compaction moves
-         * only keys, and a spilled session's pages sit together in one file */
-        rocksdb_options_set_enable_blob_files(o, 1);
-        rocksdb_options_set_min_blob_size(o, 1024);
-        rocksdb_options_set_blob_file_size(o, 256ull << 20);
-        rocksdb_options_set_enable_blob_gc(o, 1);
+        /* values are locators or small inline pages: large page bytes live in segment files
+         * (a version-1 db's blob files stay readable without enable_blob_files) */
     } else {
         rocksdb_options_set_write_buffer_size(o, 4u << 20);
     }
@@ -149,8 +163,8 @@ static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
         }
         return map_err("put meta", &err);
     }
-    if (len >= sizeof(buf) || (memcpy(buf, v, len), buf[len] = 0, (unsigned)atoi(buf)) !=
-                                   KVP_TIER_FORMAT_VERSION) {
+    if (len >= sizeof(buf) || (memcpy(buf, v, len), buf[len] = 0, atoi(buf)) < 1 ||
+        (unsigned)atoi(buf) > KVP_TIER_FORMAT_VERSION) {
         KVP_LOG_ERROR(MOD, "db %s has format version %.*s, this build reads %u", t->path,
                       (int)(len < 16 ? len : 16), v, KVP_TIER_FORMAT_VERSION);
         rocksdb_free(v);
@@ -184,6 +198,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     if (t == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
+    pthread_mutex_init(&t->mu, NULL);
     t->path    = kvp_strdup(params->path, "tier path");
     t->db_opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(t->db_opts, 1);
@@ -194,11 +209,10 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_options_set_max_log_file_size(t->db_opts, 4u << 20);
     rocksdb_options_set_info_log_level(t->db_opts, 2); /* warn */
     rocksdb_options_set_compression(t->db_opts, rocksdb_no_compression);
-    rocksdb_options_set_advise_random_on_open(t->db_opts, 0); /* let restores read ahead */
     t->bbt = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_filter_policy(t->bbt, rocksdb_filterpolicy_create_bloom_full(10));
     rocksdb_block_based_options_set_no_block_cache(t->bbt, 1);
-    rocksdb_block_based_options_set_block_size(t->bbt, 64u << 10);
+    rocksdb_block_based_options_set_block_size(t->bbt, 16u << 10);
 
     existing = rocksdb_list_column_families(t->db_opts, params->path, &nexisting, &err);
     if (err != NULL) { /* a new directory: no CURRENT file yet */
@@ -257,6 +271,9 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_flushoptions_set_wait(t->fo, 1);
 
     status = meta_check(t, params->node_id);
+    if (status == KVP_OK) {
+        status = kvp_segs_open(params->path, &t->segs);
+    }
     if (status != KVP_OK) {
         goto err_close;
     }
@@ -300,6 +317,8 @@ void kvp_tier_close(kvp_tier_t *t)
     }
     rocksdb_block_based_options_destroy(t->bbt);
     rocksdb_options_destroy(t->db_opts);
+    kvp_segs_close(t->segs);
+    pthread_mutex_destroy(&t->mu);
     kvp_free(t->cf_opts);
     kvp_free(t->cfs);
     kvp_free(t->path);
@@ -320,8 +339,34 @@ void kvp_tier_batch_destroy(kvp_tier_batch_t *b)
 {
     if (b != NULL) {
         rocksdb_writebatch_destroy(b->wb);
+        kvp_free(b->puts);
+        kvp_free(b->dels);
         kvp_free(b);
     }
+}
+
+static void loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v)
+{
+    memcpy(v, "KVSL", 4);
+    be64(v + 4, seg);
+    be64(v + 12, off);
+    v[20] = (uint8_t)(len >> 24);
+    v[21] = (uint8_t)(len >> 16);
+    v[22] = (uint8_t)(len >> 8);
+    v[23] = (uint8_t)len;
+}
+
+static bool loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off, uint32_t *len)
+{
+    const uint8_t *v = val;
+
+    if (vlen != LOC_BYTES || memcmp(v, "KVSL", 4) != 0) {
+        return false;
+    }
+    *seg = ld_be64(v + 4);
+    *off = ld_be64(v + 12);
+    *len = (uint32_t)v[20] << 24 | (uint32_t)v[21] << 16 | (uint32_t)v[22] << 8 | v[23];
+    return true;
 }
 
 void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_pkey_t *pk,
@@ -329,15 +374,45 @@ void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
 {
     uint8_t k[PKEY_BYTES];
 
+    b->bytes += len;
+    if (len > 4096 && len <= UINT32_MAX && ((uintptr_t)page & 4095) == 0) {
+        if (b->nputs == b->cap_puts) {
+            size_t     cap = b->cap_puts ? b->cap_puts * 2 : 64;
+            seg_put_t *p   = kvp_realloc(b->puts, cap * sizeof(*p), "tier batch pages");
+
+            if (p != NULL) {
+                b->puts     = p;
+                b->cap_puts = cap;
+            }
+        }
+        if (b->nputs < b->cap_puts) {
+            b->puts[b->nputs].pk  = *pk;
+            b->puts[b->nputs].ext = (kvp_seg_ext_t){(void *)page, (uint32_t)len, 0, 0, KVP_OK};
+            b->nputs++;
+            return;
+        }
+        /* no memory for the list: fall back to storing it inline */
+    }
     page_key(pk, k);
     rocksdb_writebatch_put_cf(b->wb, t->cf[CF_PAGES], (const char *)k, sizeof(k), page, len);
-    b->bytes += len;
 }
 
 void kvp_tier_batch_del_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_pkey_t *pk)
 {
     uint8_t k[PKEY_BYTES];
 
+    if (b->ndels == b->cap_dels) {
+        size_t           cap = b->cap_dels ? b->cap_dels * 2 : 16;
+        kvp_tier_pkey_t *d   = kvp_realloc(b->dels, cap * sizeof(*d), "tier batch dels");
+
+        if (d != NULL) {
+            b->dels     = d;
+            b->cap_dels = cap;
+        }
+    }
+    if (b->ndels < b->cap_dels) { /* else its segment bytes stay counted live: a leak, not a loss */
+        b->dels[b->ndels++] = *pk;
+    }
     page_key(pk, k);
     rocksdb_writebatch_delete_cf(b->wb, t->cf[CF_PAGES], (const char *)k, sizeof(k));
 }
@@ -365,38 +440,113 @@ size_t kvp_tier_batch_bytes(const kvp_tier_batch_t *b)
     return b->bytes;
 }
 
-kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
+/* The segment extent a stored page key names now, if any (for live-byte accounting). */
+static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uint32_t *len)
 {
-    char                         *err = NULL;
-    const rocksdb_writeoptions_t *wo;
+    uint8_t  k[PKEY_BYTES];
+    char    *err = NULL, *v;
+    size_t   vlen = 0;
+    uint64_t off;
+    bool     found;
 
-    if (t->fail_n > 0) {
-        t->fail_n--;
-        KVP_LOG_ERROR(MOD, "db %s write of %zu bytes failed: %s (injected)", t->path, b->bytes,
-                      kvp_status_str(t->fail_status));
-        return t->fail_status;
-    }
-    wo = mode == KVP_TIER_SYNC ? t->wo_sync : (mode == KVP_TIER_WAL ? t->wo_wal : t->wo_nowal);
-    rocksdb_write(t->db, wo, b->wb, &err);
+    page_key(pk, k);
+    v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_PAGES], (const char *)k, sizeof(k), &vlen, &err);
     if (err != NULL) {
-        return map_err("write", &err);
+        rocksdb_free(err);
+        return false;
     }
-    if (mode == KVP_TIER_NOWAL_FLUSH) {
-        /* pages first: a crash between the two flushes leaves pages without a record (invisible),
-         * never a record without its pages */
-        rocksdb_flush_cf(t->db, t->fo, t->cf[CF_PAGES], &err);
-        if (err == NULL) {
-            rocksdb_flush_cf(t->db, t->fo, t->cf[CF_SESSIONS], &err);
-        }
-        if (err != NULL) {
-            return map_err("flush", &err);
-        }
-    }
-    return KVP_OK;
+    found = v != NULL && loc_decode(v, vlen, seg, &off, len);
+    rocksdb_free(v);
+    return found;
 }
 
-kvp_status_t kvp_tier_pages_get(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
-                                kvp_tier_page_cb_t cb, void *arg)
+kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
+{
+    char        *err = NULL;
+    kvp_status_t status;
+    size_t       nold = 0;
+    struct { uint64_t seg; uint32_t len; } *old = NULL;
+
+    pthread_mutex_lock(&t->mu);
+    if (t->fail_n > 0) {
+        status = t->fail_status;
+        t->fail_n--;
+        pthread_mutex_unlock(&t->mu);
+        KVP_LOG_ERROR(MOD, "db %s write of %zu bytes failed: %s (injected)", t->path, b->bytes,
+                      kvp_status_str(status));
+        return status;
+    }
+    /* 1. page bytes to the active segment, durable before any locator names them */
+    if (b->nputs > 0) {
+        kvp_seg_ext_t *ext = kvp_malloc(b->nputs * sizeof(*ext), "tier commit extents");
+
+        if (ext == NULL) {
+            pthread_mutex_unlock(&t->mu);
+            KVP_LOG_ERROR(MOD, "no memory to write %zu pages", b->nputs);
+            return KVP_ERR_NO_MEMORY;
+        }
+        for (size_t i = 0; i < b->nputs; i++) {
+            ext[i] = b->puts[i].ext;
+        }
+        status = kvp_segs_append(t->segs, ext, b->nputs, mode == KVP_TIER_SYNC);
+        for (size_t i = 0; i < b->nputs && status == KVP_OK; i++) {
+            uint8_t k[PKEY_BYTES], v[LOC_BYTES];
+
+            b->puts[i].ext = ext[i];
+            page_key(&b->puts[i].pk, k);
+            loc_encode(ext[i].seg, ext[i].off, ext[i].len, v);
+            rocksdb_writebatch_put_cf(b->wb, t->cf[CF_PAGES], (const char *)k, sizeof(k),
+                                      (const char *)v, sizeof(v));
+        }
+        kvp_free(ext);
+        if (status != KVP_OK) {
+            pthread_mutex_unlock(&t->mu);
+            return status;
+        }
+    }
+    /* 2. locators this batch replaces or deletes: their segment bytes die with the commit */
+    if (b->nputs + b->ndels > 0) {
+        old = kvp_malloc((b->nputs + b->ndels) * sizeof(*old), "tier commit old");
+        for (size_t i = 0; old != NULL && i < b->nputs + b->ndels; i++) {
+            const kvp_tier_pkey_t *pk = i < b->nputs ? &b->puts[i].pk : &b->dels[i - b->nputs];
+
+            nold += old_loc(t, pk, &old[nold].seg, &old[nold].len);
+        }
+    }
+    /* 3. one WriteBatch: locators, inline pages, records */
+    rocksdb_write(t->db, mode == KVP_TIER_SYNC ? t->wo_sync : t->wo_wal, b->wb, &err);
+    status = map_err("write", &err);
+    if (status == KVP_OK) {
+        for (size_t i = 0; i < b->nputs; i++) {
+            kvp_segs_live_add(t->segs, b->puts[i].ext.seg,
+                              (int64_t)kvp_seg_span(b->puts[i].ext.len));
+        }
+        for (size_t i = 0; i < nold; i++) {
+            kvp_segs_live_add(t->segs, old[i].seg, -(int64_t)kvp_seg_span(old[i].len));
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    kvp_free(old);
+    return status;
+}
+
+kvp_status_t kvp_tier_sync(kvp_tier_t *t)
+{
+    char        *err = NULL;
+    kvp_status_t status;
+
+    pthread_mutex_lock(&t->mu);
+    status = kvp_segs_sync(t->segs);
+    if (status == KVP_OK) {
+        rocksdb_flush_wal(t->db, 1, &err);
+        status = map_err("flush wal", &err);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return status;
+}
+
+kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
+                                   kvp_tier_loc_t *locs)
 {
     uint8_t                  *kbuf;
     const char              **keys;
@@ -408,12 +558,14 @@ kvp_status_t kvp_tier_pages_get(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *
     if (n == 0) {
         return KVP_OK;
     }
+    memset(locs, 0, n * sizeof(*locs));
     kbuf  = kvp_malloc(n * PKEY_BYTES, "tier mget keys");
     keys  = kvp_malloc(n * sizeof(*keys), "tier mget keys");
     klens = kvp_malloc(n * sizeof(*klens), "tier mget keys");
     vals  = kvp_calloc(n, sizeof(*vals), "tier mget vals");
     errs  = kvp_calloc(n, sizeof(*errs), "tier mget errs");
     if (kbuf == NULL || keys == NULL || klens == NULL || vals == NULL || errs == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to locate %zu pages", n);
         status = KVP_ERR_NO_MEMORY;
         goto out;
     }
@@ -426,16 +578,21 @@ kvp_status_t kvp_tier_pages_get(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *
                                  false);
     for (size_t i = 0; i < n; i++) {
         if (errs[i] != NULL) {
-            kvp_status_t s = map_err("multiget page", &errs[i]);
-
-            cb(arg, i, s, NULL, 0);
+            locs[i].status = map_err("multiget page", &errs[i]);
         } else if (vals[i] == NULL) {
-            cb(arg, i, KVP_ERR_NOT_FOUND, NULL, 0);
+            locs[i].status = KVP_ERR_NOT_FOUND;
         } else {
             size_t      len;
             const char *v = rocksdb_pinnableslice_value(vals[i], &len);
 
-            cb(arg, i, KVP_OK, v, len);
+            if (!loc_decode(v, len, &locs[i].seg, &locs[i].off, &locs[i].len)) {
+                locs[i].inline_buf = kvp_malloc(len ? len : 1, "tier inline page");
+                locs[i].status     = locs[i].inline_buf != NULL ? KVP_OK : KVP_ERR_NO_MEMORY;
+                locs[i].len        = (uint32_t)len;
+                if (locs[i].inline_buf != NULL) {
+                    memcpy(locs[i].inline_buf, v, len);
+                }
+            }
         }
         if (vals[i] != NULL) {
             rocksdb_pinnableslice_destroy(vals[i]);
@@ -448,6 +605,111 @@ out:
     kvp_free(keys);
     kvp_free(kbuf);
     return status;
+}
+
+void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *const *dst)
+{
+    kvp_seg_ext_t *ext = kvp_malloc((n ? n : 1) * sizeof(*ext), "tier read extents");
+    size_t        *idx = kvp_malloc((n ? n : 1) * sizeof(*idx), "tier read extents");
+    size_t         m   = 0;
+
+    if (ext == NULL || idx == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to read %zu pages", n);
+        for (size_t i = 0; i < n; i++) {
+            locs[i].status = locs[i].status == KVP_OK ? KVP_ERR_NO_MEMORY : locs[i].status;
+        }
+        kvp_free(ext);
+        kvp_free(idx);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (locs[i].status != KVP_OK || dst[i] == NULL) {
+            continue;
+        }
+        if (locs[i].seg == 0) {
+            memcpy(dst[i], locs[i].inline_buf, locs[i].len);
+        } else {
+            ext[m]   = (kvp_seg_ext_t){dst[i], locs[i].len, locs[i].seg, locs[i].off, KVP_OK};
+            idx[m++] = i;
+        }
+    }
+    if (m > 0) {
+        pthread_mutex_lock(&t->mu); /* segment fds and table; the I/O itself is the run */
+        kvp_segs_read(t->segs, ext, m);
+        pthread_mutex_unlock(&t->mu);
+        for (size_t j = 0; j < m; j++) {
+            locs[idx[j]].status = ext[j].status;
+        }
+    }
+    kvp_free(ext);
+    kvp_free(idx);
+}
+
+void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvp_free(locs[i].inline_buf);
+        locs[i].inline_buf = NULL;
+    }
+}
+
+kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *arg,
+                                  uint64_t *dropped_p)
+{
+    rocksdb_iterator_t   *it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_PAGES]);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    kvp_status_t          status;
+    char                 *err = NULL;
+    uint64_t              dropped = 0;
+
+    pthread_mutex_lock(&t->mu);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t          kl, vl;
+        const uint8_t  *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        const char     *v;
+        kvp_tier_pkey_t pk;
+        uint64_t        seg, off;
+        uint32_t        len;
+
+        if (kl != PKEY_BYTES) {
+            continue;
+        }
+        pk.ns     = ld_be64(k);
+        pk.key.hi = ld_be64(k + 8);
+        pk.key.lo = ld_be64(k + 16);
+        pk.layer  = (uint32_t)k[24] << 24 | (uint32_t)k[25] << 16 | (uint32_t)k[26] << 8 | k[27];
+        if (!keep(arg, &pk)) {
+            rocksdb_writebatch_delete_cf(wb, t->cf[CF_PAGES], (const char *)k, kl);
+            dropped++;
+            continue;
+        }
+        v = rocksdb_iter_value(it, &vl);
+        if (loc_decode(v, vl, &seg, &off, &len)) {
+            kvp_segs_live_add(t->segs, seg, (int64_t)kvp_seg_span(len));
+        }
+    }
+    rocksdb_iter_get_error(it, &err);
+    status = map_err("sweep pages", &err);
+    if (status == KVP_OK && dropped > 0) {
+        rocksdb_write(t->db, t->wo_sync, wb, &err);
+        status = map_err("sweep write", &err);
+    }
+    if (status == KVP_OK) { /* only a complete walk may unlink segments */
+        kvp_segs_reap(t->segs);
+    }
+    pthread_mutex_unlock(&t->mu);
+    rocksdb_writebatch_destroy(wb);
+    rocksdb_iter_destroy(it);
+    *dropped_p = dropped;
+    return status;
+}
+
+void kvp_tier_disk_stats(kvp_tier_t *t, uint64_t *files_p, uint64_t *file_bytes_p,
+                         uint64_t *live_bytes_p)
+{
+    pthread_mutex_lock(&t->mu);
+    kvp_segs_stats(t->segs, files_p, file_bytes_p, live_bytes_p);
+    pthread_mutex_unlock(&t->mu);
 }
 
 kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, uint8_t **blob_p,
@@ -513,6 +775,8 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
 
 void kvp_tier_inject_fail(kvp_tier_t *t, uint32_t n, kvp_status_t status)
 {
+    pthread_mutex_lock(&t->mu);
     t->fail_n      = n;
     t->fail_status = status;
+    pthread_mutex_unlock(&t->mu);
 }

@@ -294,21 +294,26 @@ static void case_idle_ttl(void)
     kvp_session_desc_clear(&b);
 }
 
-/* Find the file under dir containing needle; returns its offset or -1. */
-static long find_in_dir(const char *dir, const uint8_t *needle, size_t n, char *path, size_t plen)
+/* The file directly under dir containing needle; returns its offset or -1. */
+static long find_in_files(const char *dir, const uint8_t *needle, size_t n, char *path,
+                          size_t plen)
 {
     DIR           *dp = opendir(dir);
     struct dirent *e;
     long           found = -1;
 
-    CHECK(dp != NULL);
+    if (dp == NULL) {
+        return -1;
+    }
     while (found < 0 && (e = readdir(dp)) != NULL) {
         struct stat sb;
         uint8_t    *buf;
         FILE       *f;
 
         snprintf(path, plen, "%s/%s", dir, e->d_name);
-        if ((strstr(e->d_name, ".sst") == NULL && strstr(e->d_name, ".blob") == NULL) || stat(path, &sb) != 0 || sb.st_size < (off_t)n) {
+        if ((strstr(e->d_name, ".sst") == NULL && strstr(e->d_name, ".blob") == NULL &&
+             strstr(e->d_name, ".seg") == NULL) || stat(path, &sb) != 0 ||
+            sb.st_size < (off_t)n) {
             continue;
         }
         buf = kvp_malloc((size_t)sb.st_size, "test file");
@@ -326,6 +331,18 @@ static long find_in_dir(const char *dir, const uint8_t *needle, size_t n, char *
     }
     closedir(dp);
     return found;
+}
+
+/* Find the file under dir (or dir/seg, where segment files live) containing needle; returns its
+ * offset or -1. */
+static long find_in_dir(const char *dir, const uint8_t *needle, size_t n, char *path, size_t plen)
+{
+    char sub[600];
+    long found;
+
+    snprintf(sub, sizeof(sub), "%s/seg", dir);
+    found = find_in_files(sub, needle, n, path, plen);
+    return found >= 0 ? found : find_in_files(dir, needle, n, path, plen);
 }
 
 static void case_corrupt_on_disk(void)

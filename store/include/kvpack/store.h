@@ -68,6 +68,10 @@ typedef struct {
     uint64_t disk_errors;     /* I/O or disk-full errors from the SSD tier */
     uint64_t expired;         /* sessions removed by the idle TTL */
     uint64_t dropped;         /* sessions evicted without an SSD tier (gone, not spilled) */
+    uint64_t disk_files;      /* segment files holding page bytes */
+    uint64_t disk_bytes;      /* their size */
+    uint64_t disk_live_bytes; /* bytes of those that pages on disk still name (rest: garbage) */
+    uint64_t swept_pages;     /* pages no session named, removed from disk at open */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);

@@ -1,0 +1,495 @@
+/* seg.c - segment files for page bytes: one active file appended with O_DIRECT pwritev straight
+ * from pool slots (rolled at SEG_ROLL bytes), reads sorted and coalesced into preadv runs straight
+ * into pool slots, live-byte accounting and unlinking of dead segments. Falls back to buffered
+ * I/O where the filesystem refuses O_DIRECT (tmpfs). Errors are logged here with %m and mapped:
+ * ENOSPC -> KVP_ERR_NO_SPACE, a missing file or short read -> KVP_ERR_NOT_FOUND, else KVP_ERR_IO.
+ * Main flow: kvp_segs_append (spill) / kvp_segs_read (restore) / kvp_segs_live_add (delete). */
+#define _GNU_SOURCE /* O_DIRECT */
+#include "seg.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MOD       "store"
+#define SEG_ROLL  (256ull << 20) /* start a new segment once the active one is this large */
+#define RUN_MAX   (16u << 20)    /* bytes per preadv/pwritev call */
+#define IOV_CAP   1024           /* IOV_MAX on Linux */
+
+typedef struct {
+    uint64_t id;
+    uint64_t size; /* bytes written (a multiple of KVP_SEG_ALIGN) */
+    int64_t  live; /* bytes named by durable locators */
+    int      rfd;  /* read fd, opened on first read; -1 */
+    bool     rdirect;
+} seg_file_t;
+
+struct kvp_segs {
+    char       *dir;
+    int         dirfd;
+    seg_file_t *files;   /* sorted by id */
+    size_t      nfiles, cap;
+    uint64_t    next_id;
+    uint64_t    active;  /* id of the file being appended, 0 = none yet */
+    int         wfd;
+};
+
+static kvp_status_t errno_status(int e)
+{
+    return e == ENOSPC || e == EDQUOT ? KVP_ERR_NO_SPACE : (e == ENOENT ? KVP_ERR_NOT_FOUND
+                                                                       : KVP_ERR_IO);
+}
+
+static seg_file_t *seg_find(kvp_segs_t *s, uint64_t id)
+{
+    size_t lo = 0, hi = s->nfiles;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (s->files[mid].id == id) {
+            return &s->files[mid];
+        }
+        if (s->files[mid].id < id) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
+static void seg_path(const kvp_segs_t *s, uint64_t id, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%016" PRIx64 ".seg", s->dir, id);
+}
+
+/* Append an entry (ids only grow, so the array stays sorted). */
+static seg_file_t *seg_add(kvp_segs_t *s, uint64_t id, uint64_t size)
+{
+    if (s->nfiles == s->cap) {
+        size_t      cap = s->cap ? s->cap * 2 : 16;
+        seg_file_t *f   = kvp_realloc(s->files, cap * sizeof(*f), "segment table");
+
+        if (f == NULL) {
+            KVP_LOG_ERROR(MOD, "no memory for the segment table");
+            return NULL;
+        }
+        s->files = f;
+        s->cap   = cap;
+    }
+    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false};
+    return &s->files[s->nfiles++];
+}
+
+static void seg_unlink(kvp_segs_t *s, seg_file_t *f)
+{
+    char   path[PATH_MAX];
+    size_t i = (size_t)(f - s->files);
+
+    seg_path(s, f->id, path, sizeof(path));
+    if (f->rfd >= 0) {
+        close(f->rfd);
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        KVP_LOG_WARN(MOD, "cannot remove dead segment %s: %m", path);
+    } else {
+        KVP_LOG_DEBUG(MOD, "removed dead segment %s (%" PRIu64 " bytes)", path, f->size);
+    }
+    memmove(&s->files[i], &s->files[i + 1], (s->nfiles - i - 1) * sizeof(*f));
+    s->nfiles--;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+kvp_status_t kvp_segs_open(const char *db_path, kvp_segs_t **segs_p)
+{
+    kvp_segs_t    *s = kvp_calloc(1, sizeof(*s), "segments");
+    size_t         n = strlen(db_path) + 8;
+    DIR           *dp;
+    struct dirent *e;
+    uint64_t      *ids = NULL;
+    size_t         nids = 0, capids = 0;
+
+    if (s == NULL || (s->dir = kvp_malloc(n, "segment dir")) == NULL) {
+        kvp_free(s);
+        KVP_LOG_ERROR(MOD, "no memory for the segment files of %s", db_path);
+        return KVP_ERR_NO_MEMORY;
+    }
+    snprintf(s->dir, n, "%s/seg", db_path);
+    s->wfd   = -1;
+    s->dirfd = -1;
+    if (mkdir(s->dir, 0700) != 0 && errno != EEXIST) {
+        KVP_LOG_ERROR(MOD, "cannot create segment directory %s: %m", s->dir);
+        kvp_segs_close(s);
+        return errno_status(errno);
+    }
+    s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY);
+    dp       = opendir(s->dir);
+    if (s->dirfd < 0 || dp == NULL) {
+        KVP_LOG_ERROR(MOD, "cannot open segment directory %s: %m", s->dir);
+        if (dp != NULL) {
+            closedir(dp);
+        }
+        kvp_segs_close(s);
+        return KVP_ERR_IO;
+    }
+    while ((e = readdir(dp)) != NULL) {
+        char    *end;
+        uint64_t id = strtoull(e->d_name, &end, 16);
+
+        if (end == e->d_name + 16 && strcmp(end, ".seg") == 0 && id != 0) {
+            if (nids == capids) {
+                uint64_t *t = kvp_realloc(ids, (capids ? capids * 2 : 64) * sizeof(*t), "seg ids");
+
+                if (t == NULL) {
+                    closedir(dp);
+                    kvp_free(ids);
+                    kvp_segs_close(s);
+                    return KVP_ERR_NO_MEMORY;
+                }
+                ids    = t;
+                capids = capids ? capids * 2 : 64;
+            }
+            ids[nids++] = id;
+        }
+    }
+    closedir(dp);
+    qsort(ids, nids, sizeof(*ids), cmp_u64);
+    s->next_id = 1;
+    for (size_t i = 0; i < nids; i++) {
+        char        path[PATH_MAX];
+        struct stat sb;
+
+        seg_path(s, ids[i], path, sizeof(path));
+        if (stat(path, &sb) != 0 || seg_add(s, ids[i], (uint64_t)sb.st_size) == NULL) {
+            KVP_LOG_ERROR(MOD, "cannot stat segment %s: %m", path);
+            kvp_free(ids);
+            kvp_segs_close(s);
+            return KVP_ERR_IO;
+        }
+        s->next_id = ids[i] + 1;
+    }
+    kvp_free(ids);
+    *segs_p = s;
+    return KVP_OK;
+}
+
+void kvp_segs_close(kvp_segs_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < s->nfiles; i++) {
+        if (s->files[i].rfd >= 0) {
+            close(s->files[i].rfd);
+        }
+    }
+    if (s->wfd >= 0) {
+        close(s->wfd);
+    }
+    if (s->dirfd >= 0) {
+        close(s->dirfd);
+    }
+    kvp_free(s->files);
+    kvp_free(s->dir);
+    kvp_free(s);
+}
+
+/* Start a new active segment; the old one is unlinked if nothing names it. */
+static kvp_status_t seg_roll(kvp_segs_t *s)
+{
+    char        path[PATH_MAX];
+    uint64_t    id = s->next_id;
+    seg_file_t *old;
+    int         fd;
+
+    seg_path(s, id, path, sizeof(path));
+    fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) {
+        fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    }
+    if (fd < 0) {
+        KVP_LOG_ERROR(MOD, "cannot create segment %s: %m", path);
+        return errno_status(errno);
+    }
+    if (fsync(s->dirfd) != 0 || seg_add(s, id, 0) == NULL) { /* the new name is durable */
+        KVP_LOG_ERROR(MOD, "cannot record segment %s: %m", path);
+        close(fd);
+        unlink(path);
+        return KVP_ERR_IO;
+    }
+    if (s->wfd >= 0) {
+        close(s->wfd);
+    }
+    old       = s->active ? seg_find(s, s->active) : NULL;
+    s->wfd    = fd;
+    s->active = id;
+    s->next_id++;
+    if (old != NULL && old->live <= 0) {
+        seg_unlink(s, old);
+    }
+    return KVP_OK;
+}
+
+/* pwritev/preadv all of iov at off, resuming after partial transfers. */
+static ssize_t xfer_all(int fd, struct iovec *iov, int cnt, uint64_t off, bool wr)
+{
+    size_t done = 0;
+
+    while (cnt > 0) {
+        ssize_t r = wr ? pwritev(fd, iov, cnt, (off_t)(off + done))
+                       : preadv(fd, iov, cnt, (off_t)(off + done));
+
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            return r < 0 ? -1 : (ssize_t)done; /* 0 = end of file */
+        }
+        done += (size_t)r;
+        while (cnt > 0 && (size_t)r >= iov->iov_len) {
+            r -= (ssize_t)iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + r;
+            iov->iov_len -= (size_t)r;
+        }
+    }
+    return (ssize_t)done;
+}
+
+kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool sync)
+{
+    struct iovec iov[IOV_CAP];
+    size_t       i = 0;
+    seg_file_t  *f;
+
+    for (size_t k = 0; k < n; k++) {
+        if (((uintptr_t)ext[k].buf & (KVP_SEG_ALIGN - 1)) != 0) {
+            KVP_LOG_ERROR(MOD, "segment append: page buffer %p is not %u-aligned", ext[k].buf,
+                          KVP_SEG_ALIGN);
+            return KVP_ERR_INVALID;
+        }
+    }
+    if (s->active == 0 || seg_find(s, s->active)->size >= SEG_ROLL) {
+        kvp_status_t status = seg_roll(s);
+
+        if (status != KVP_OK) {
+            return status;
+        }
+    }
+    f = seg_find(s, s->active);
+    while (i < n) {
+        uint64_t off   = f->size;
+        size_t   bytes = 0;
+        int      cnt   = 0;
+
+        while (i + (size_t)cnt < n && cnt < IOV_CAP && (cnt == 0 || bytes < RUN_MAX)) {
+            kvp_seg_ext_t *e = &ext[i + (size_t)cnt];
+
+            e->seg = f->id;
+            e->off = off + bytes;
+            iov[cnt].iov_base = e->buf;
+            iov[cnt].iov_len  = kvp_seg_span(e->len);
+            bytes += iov[cnt].iov_len;
+            cnt++;
+        }
+        if (xfer_all(s->wfd, iov, cnt, off, true) != (ssize_t)bytes) {
+            int e = errno;
+
+            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " write of %zu bytes at %" PRIu64
+                          " failed: %m", f->id, bytes, off);
+            return errno_status(e ? e : EIO);
+        }
+        f->size += bytes;
+        i += (size_t)cnt;
+    }
+    if (sync && fdatasync(s->wfd) != 0) {
+        int e = errno;
+
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", f->id);
+        return errno_status(e);
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_segs_sync(kvp_segs_t *s)
+{
+    if (s->wfd >= 0 && fdatasync(s->wfd) != 0) {
+        int e = errno;
+
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
+        return errno_status(e);
+    }
+    return KVP_OK;
+}
+
+static int seg_rfd(kvp_segs_t *s, seg_file_t *f)
+{
+    if (f->rfd < 0) {
+        char path[PATH_MAX];
+
+        seg_path(s, f->id, path, sizeof(path));
+        f->rfd     = open(path, O_RDONLY | O_DIRECT);
+        f->rdirect = f->rfd >= 0;
+        if (f->rfd < 0 && errno == EINVAL) {
+            f->rfd = open(path, O_RDONLY);
+        }
+        if (f->rfd < 0) {
+            KVP_LOG_ERROR(MOD, "cannot open segment %s: %m", path);
+        }
+    }
+    return f->rfd;
+}
+
+static int cmp_ext(const void *a, const void *b)
+{
+    const kvp_seg_ext_t *x = *(kvp_seg_ext_t *const *)a, *y = *(kvp_seg_ext_t *const *)b;
+
+    if (x->seg != y->seg) {
+        return x->seg < y->seg ? -1 : 1;
+    }
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Read one extent into its (unaligned) buffer through an aligned bounce buffer. */
+static kvp_status_t read_bounce(kvp_segs_t *s, seg_file_t *f, kvp_seg_ext_t *e)
+{
+    size_t       span = kvp_seg_span(e->len);
+    void        *b    = kvp_aligned_alloc(KVP_SEG_ALIGN, span, "segment bounce");
+    struct iovec v    = {b, span};
+    ssize_t      r;
+
+    if (b == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    r = xfer_all(seg_rfd(s, f), &v, 1, e->off, false);
+    if (r >= (ssize_t)e->len) {
+        memcpy(e->buf, b, e->len);
+    }
+    kvp_free(b);
+    return r < 0 ? KVP_ERR_IO : (r < (ssize_t)e->len ? KVP_ERR_NOT_FOUND : KVP_OK);
+}
+
+void kvp_segs_read(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
+{
+    kvp_seg_ext_t **ord = kvp_malloc((n ? n : 1) * sizeof(*ord), "segment read order");
+    struct iovec    iov[IOV_CAP];
+    size_t          i = 0;
+
+    if (ord == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to read %zu pages", n);
+        for (size_t k = 0; k < n; k++) {
+            ext[k].status = KVP_ERR_NO_MEMORY;
+        }
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        ord[k] = &ext[k];
+    }
+    qsort(ord, n, sizeof(*ord), cmp_ext);
+    while (i < n) {
+        seg_file_t *f   = seg_find(s, ord[i]->seg);
+        int         fd  = f != NULL ? seg_rfd(s, f) : -1;
+        uint64_t    off = ord[i]->off;
+        size_t      bytes = 0;
+        int         cnt   = 0;
+        ssize_t     r;
+
+        if (fd < 0) {
+            if (f == NULL) {
+                KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " named by a page is missing",
+                              ord[i]->seg);
+            }
+            ord[i++]->status = KVP_ERR_NOT_FOUND;
+            continue;
+        }
+        if (f->rdirect && ((uintptr_t)ord[i]->buf & (KVP_SEG_ALIGN - 1)) != 0) {
+            ord[i]->status = read_bounce(s, f, ord[i]);
+            i++;
+            continue;
+        }
+        /* a run: same segment, back to back, aligned buffers */
+        while (i + (size_t)cnt < n && cnt < IOV_CAP && bytes < RUN_MAX) {
+            kvp_seg_ext_t *e = ord[i + (size_t)cnt];
+
+            if (e->seg != f->id || e->off != off + bytes ||
+                (f->rdirect && ((uintptr_t)e->buf & (KVP_SEG_ALIGN - 1)) != 0)) {
+                break;
+            }
+            iov[cnt].iov_base = e->buf;
+            iov[cnt].iov_len  = kvp_seg_span(e->len);
+            bytes += iov[cnt].iov_len;
+            cnt++;
+        }
+        r = xfer_all(fd, iov, cnt, off, false);
+        if (r < 0) {
+            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " read of %zu bytes at %" PRIu64
+                          " failed: %m", f->id, bytes, off);
+        }
+        for (int k = 0; k < cnt; k++) {
+            kvp_seg_ext_t *e = ord[i + (size_t)k];
+
+            e->status = r < 0 ? KVP_ERR_IO
+                              : (e->off + e->len <= off + (uint64_t)r ? KVP_OK : KVP_ERR_NOT_FOUND);
+        }
+        i += (size_t)cnt;
+    }
+    kvp_free(ord);
+}
+
+void kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
+{
+    seg_file_t *f = seg_find(s, seg);
+
+    if (f == NULL) {
+        return;
+    }
+    f->live += bytes;
+    if (f->live <= 0 && f->id != s->active) {
+        seg_unlink(s, f);
+    }
+}
+
+void kvp_segs_reap(kvp_segs_t *s)
+{
+    for (size_t i = 0; i < s->nfiles;) {
+        if (s->files[i].live <= 0 && s->files[i].id != s->active) {
+            seg_unlink(s, &s->files[i]);
+        } else {
+            i++;
+        }
+    }
+}
+
+void kvp_segs_stats(kvp_segs_t *s, uint64_t *files_p, uint64_t *file_bytes_p,
+                    uint64_t *live_bytes_p)
+{
+    uint64_t bytes = 0, live = 0;
+
+    for (size_t i = 0; i < s->nfiles; i++) {
+        bytes += s->files[i].size;
+        live += s->files[i].live > 0 ? (uint64_t)s->files[i].live : 0;
+    }
+    *files_p      = s->nfiles;
+    *file_bytes_p = bytes;
+    *live_bytes_p = live;
+}

@@ -1,0 +1,54 @@
+/* seg.h - append-only segment files holding page bytes for the SSD tier (<db>/seg/NNNNNNNN.seg).
+ * Pages are written and read with O_DIRECT straight from and into the caller's 4 KiB-aligned
+ * buffers (pool slots), each page at a 4 KiB-aligned offset, so a spill or restore is one
+ * large pwritev/preadv per run, like a raw sequential write or read. RocksDB keeps only the
+ * locators (pages column family); this file keeps per-segment live bytes and unlinks a segment
+ * once nothing on disk names it. Not thread-safe: the tier serialises calls with its mutex. */
+#ifndef KVPACK_STORE_SEG_H
+#define KVPACK_STORE_SEG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/status.h"
+
+#define KVP_SEG_ALIGN 4096u
+
+typedef struct kvp_segs kvp_segs_t;
+
+static inline size_t kvp_seg_span(size_t len)
+{
+    return (len + KVP_SEG_ALIGN - 1) & ~(size_t)(KVP_SEG_ALIGN - 1);
+}
+
+/* One extent: a page's bytes (kvp_seg_span(len) readable/writable at buf) and its place. */
+typedef struct {
+    void    *buf;
+    uint32_t len;
+    uint64_t seg; /* filled by append, given to read */
+    uint64_t off;
+    kvp_status_t status; /* read result per extent */
+} kvp_seg_ext_t;
+
+kvp_status_t kvp_segs_open(const char *db_path, kvp_segs_t **segs_p);
+void         kvp_segs_close(kvp_segs_t *segs); /* NULL is a no-op */
+
+/* Append n extents back to back (each at a 4 KiB-aligned offset) to the active segment, rolling
+ * to a new one when it is full; sync = fdatasync before returning. Fills ext[i].seg/off. */
+kvp_status_t kvp_segs_append(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, bool sync);
+/* Read n extents (any order; sorted and coalesced into large preadv runs here). Sets
+ * ext[i].status: KVP_OK, KVP_ERR_NOT_FOUND (segment missing or short), KVP_ERR_IO. */
+void kvp_segs_read(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n);
+/* fdatasync the active segment (data written without sync before). */
+kvp_status_t kvp_segs_sync(kvp_segs_t *segs);
+
+/* Live-byte accounting: +span when a locator naming (seg, len) becomes durable, -span when it is
+ * deleted. A segment that is not the active one and reaches zero is unlinked. */
+void kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* After the open-time sweep: unlink every non-active segment with no live bytes. */
+void kvp_segs_reap(kvp_segs_t *segs);
+void kvp_segs_stats(kvp_segs_t *segs, uint64_t *files_p, uint64_t *file_bytes_p,
+                    uint64_t *live_bytes_p);
+
+#endif
