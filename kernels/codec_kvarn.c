@@ -19,6 +19,7 @@
  * record size = D*rt + T*rd + 6D + 6T bytes (9728 at D = T = 128: 2.375 bits/elem). */
 #include "codec_ops.h"
 #include "quant_hd.h"
+#include "kvpack/log.h"
 
 #include <string.h>
 
@@ -57,6 +58,20 @@ static size_t kvarn_bytes(const kvp_codec_geom_t *g)
     return l.rec * g->heads;
 }
 
+/* Every fp16 scale of every tile record is finite. */
+static int params_finite(const uint8_t *p, const kvp_codec_geom_t *g, const kvarn_layout_t *l)
+{
+    for (uint32_t h = 0; h < g->heads; h++) {
+        const uint8_t *rec = p + (size_t)h * l->rec;
+
+        if (!kvp_hd_f16_all_finite(rec + l->k_a, (l->v_codes - l->k_a) / 2) ||
+            !kvp_hd_f16_all_finite(rec + l->v_a, (l->rec - l->v_a) / 2)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
                                    kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
 {
@@ -80,6 +95,10 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
     kvarn_layout(g, &l);
     memcpy(kr, k, n * sizeof(float));
     kk->rot_rows(kr, (size_t)T * H, D, 1);
+    if (kvp_cvt_ops()->check_f32(kr, n) != KVP_OK) {
+        KVP_LOG_DEBUG("codec", "kvarn: rotated K exceeds the fp16 range (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         float *vs = kvp_codec_scratch(3, n * sizeof(float));
 
@@ -88,6 +107,10 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
         }
         memcpy(vs, v, n * sizeof(float));
         kk->rot_rows(vs, (size_t)T * H, D, 1);
+        if (kvp_cvt_ops()->check_f32(vs, n) != KVP_OK) {
+            KVP_LOG_DEBUG("codec", "kvarn: rotated V exceeds the fp16 range (layer %u)", info->layer);
+            return KVP_ERR_BAD_INPUT_DATA;
+        }
         vr = vs;
         info->flags |= KVP_PAGE_F_V_ROTATED;
     }
@@ -110,6 +133,11 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
         }
         kk->varn(X, T, D, iters, Sc, Sr, work);
         kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
+    }
+    /* absorbed scales Sr*s, Sr*lo can exceed the data range (Sc >= e^-0.3): must stay fp16 */
+    if (!params_finite(p, g, &l)) {
+        KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
     }
     info->flags |= KVP_PAGE_F_K_ROTATED;
     info->aux     = iters;

@@ -18,6 +18,7 @@
  *   V zd      2*T*H*ngv        fp16 [t][h][group] */
 #include "codec_ops.h"
 #include "quant_hd.h"
+#include "kvpack/log.h"
 
 #include <string.h>
 
@@ -76,6 +77,10 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
     oscar_layout(g, &l);
     memcpy(kr, k, n * sizeof(float));
     kk->rot_rows(kr, (size_t)T * H, D, 0);
+    if (kvp_cvt_ops()->check_f32(kr, n) != KVP_OK) {
+        KVP_LOG_DEBUG("codec", "oscar: rotated K exceeds the fp16 range (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
     kk->oscar_norm(kr, T, H * D, norms);
     memcpy(p + l.norms, norms, 4 * (size_t)T);
     for (uint32_t h = 0; h < H; h++) {
@@ -91,11 +96,20 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
         }
         memcpy(vs, v, n * sizeof(float));
         kk->rot_rows(vs, (size_t)T * H, D, 1);
+        if (kvp_cvt_ops()->check_f32(vs, n) != KVP_OK) {
+            KVP_LOG_DEBUG("codec", "oscar: rotated V exceeds the fp16 range (layer %u)", info->layer);
+            return KVP_ERR_BAD_INPUT_DATA;
+        }
         vr = vs;
         info->flags |= KVP_PAGE_F_V_ROTATED;
     }
     kk->tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes, p + l.v_scale,
                    p + l.v_zd);
+    /* |zd| = zq*s can exceed the V range by s/2: beyond 65504 it is not storable in fp16 */
+    if (!kvp_hd_f16_all_finite(p + l.v_zd, (size_t)T * H * (D / l.gv))) {
+        KVP_LOG_DEBUG("codec", "oscar: V zero point overflows fp16 (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
     info->flags |= KVP_PAGE_F_K_ROTATED;
     info->bits_k  = 2;
     info->bits_v  = 2;

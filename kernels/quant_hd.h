@@ -126,6 +126,17 @@ KVP_HD void kvp_hd_st16(uint8_t *p, uint16_t v)
 KVP_HD float kvp_hd_ldh(const uint8_t *p) { return kvp_hd_f32(kvp_hd_ld16(p)); }
 KVP_HD void  kvp_hd_sth(uint8_t *p, float f) { kvp_hd_st16(p, kvp_hd_f16(f)); }
 
+/* 1 when none of n fp16 slots at p is Inf/NaN (a stored scale or zero that overflowed). */
+KVP_HD int kvp_hd_f16_all_finite(const uint8_t *p, size_t n)
+{
+    uint32_t bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        bad |= (uint32_t)((kvp_hd_ld16(p + 2 * i) & 0x7C00u) == 0x7C00u);
+    }
+    return bad == 0;
+}
+
 /* ---- 2-bit codes: code i of a run at bits [2i, 2i+1] of byte i/4 ---- */
 
 KVP_HD uint32_t kvp_hd_run_bytes(uint32_t n) { return (n + 3u) / 4u; }

@@ -66,7 +66,11 @@ kvp_status_t kvp_codec_check(const kvp_page_params_t *params);
 size_t kvp_page_max_bytes(const kvp_page_params_t *params);
 
 /* Encode ntok (1..P) tokens of K and V into out. NaN/Inf input, or |x| > 65504 (not
- * representable in the fp16 scales every codec stores) -> KVP_ERR_BAD_INPUT_DATA.
+ * representable in the fp16 scales every codec stores) -> KVP_ERR_BAD_INPUT_DATA; so does, for
+ * oscar and kvarn, a Hadamard-rotated value beyond 65504 (the references round the rotated
+ * K/V to fp16; only possible when some |x| > 65504/sqrt(D)), and a page whose stored fp16
+ * parameters would overflow (oscar's integer V zero point, kvarn's absorbed scales: only for
+ * values within a factor ~1.5 of the fp16 limit).
  * Geometry: kivi needs D % 32 == 0 or D < 32 (kivi128: 128); oscar and kvarn need D a power of
  * two >= 8. Partial pages (ntok < P) quantize over the valid tokens only (groups may be short).
  * No allocation per call: conversions use per-thread scratch (grown on first use).
