@@ -1,8 +1,10 @@
 /* pool.c - the DRAM page pool: size-class slabs carved from mmap'd regions, with a byte budget.
  * A class is the page length rounded up (64 B below 4 KiB, 4 KiB above); a slab holds up to 512
  * slots of one class (about 2 MiB). Allocation pops a free slot or bumps into a fresh one: no
- * malloc once a class has a slab. A slab that empties is unmapped, except one spare per class
- * that is kept mapped but released to the kernel (MADV_DONTNEED), so resident memory follows use.
+ * malloc once a class has a slab. A slab that empties stays mapped and resident (refilling it
+ * costs no page faults, which on this VM are as slow as the disk) while mapped bytes stay within
+ * pool->retain (the store sets its high watermark); beyond it, and before a new slab would pass
+ * it, empty slabs are unmapped.
  * The budget counts slot bytes in use; eviction policy lives in evict.c, not here. */
 #include "store_int.h"
 #include "kvpack/alloc.h"
@@ -39,6 +41,7 @@ void kvp_pool_init(kvp_pool_t *pool, size_t budget)
 {
     memset(pool, 0, sizeof(*pool));
     pool->budget = budget;
+    pool->retain = budget;
 }
 
 static void slab_unmap(kvp_pool_t *pool, kvp_slab_t *slab)
@@ -84,8 +87,11 @@ void kvp_pool_cleanup(kvp_pool_t *pool)
             partial_del(c, s);
             slab_unmap(pool, s);
         }
-        if (c->spare != NULL) {
-            slab_unmap(pool, c->spare);
+        while (c->empty != NULL) {
+            kvp_slab_t *e = c->empty;
+
+            c->empty = e->next;
+            slab_unmap(pool, e);
         }
     }
     /* full slabs are not listed: their pages are freed by the store before cleanup */
@@ -146,6 +152,21 @@ static kvp_status_t slab_map(kvp_pool_t *pool, uint32_t cls, kvp_slab_t **slab_p
     return KVP_OK;
 }
 
+/* Unmap empty slabs of any class until a new slab of bytes keeps mapped within the retain cap. */
+static void release_empty(kvp_pool_t *pool, size_t bytes)
+{
+    for (uint32_t i = 0; i < pool->nclasses && pool->mapped + bytes > pool->retain; i++) {
+        kvp_pool_class_t *c = &pool->classes[i];
+
+        while (c->empty != NULL && pool->mapped + bytes > pool->retain) {
+            kvp_slab_t *e = c->empty;
+
+            c->empty = e->next;
+            slab_unmap(pool, e);
+        }
+    }
+}
+
 kvp_status_t kvp_pool_alloc(kvp_pool_t *pool, size_t len, kvp_pool_slot_t *slot_p)
 {
     size_t            slot_bytes = kvp_pool_slot_size(len);
@@ -164,10 +185,12 @@ kvp_status_t kvp_pool_alloc(kvp_pool_t *pool, size_t len, kvp_pool_slot_t *slot_
     }
     c = &pool->classes[cls];
     if (c->partial == NULL) {
-        if (c->spare != NULL) {
-            s        = c->spare;
-            c->spare = NULL;
+        if (c->empty != NULL) {
+            s        = c->empty;
+            c->empty = s->next;
+            s->next  = NULL;
         } else {
+            release_empty(pool, c->slot_bytes * c->slots);
             status = slab_map(pool, cls, &s);
             if (status != KVP_OK) {
                 return status;
@@ -212,11 +235,11 @@ void kvp_pool_free(kvp_pool_t *pool, const kvp_pool_slot_t *slot)
     }
     if (s->nfree == c->slots) {
         partial_del(c, s);
-        if (c->spare == NULL) {
-            madvise(s->base, s->bytes, MADV_DONTNEED);
+        if (pool->mapped <= pool->retain) { /* stays resident: the next fill is warm */
             s->free_head = NULL;
             s->nfresh    = 0;
-            c->spare     = s;
+            s->next      = c->empty;
+            c->empty     = s;
         } else {
             slab_unmap(pool, s);
         }

@@ -414,6 +414,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     st->durability  = dur;
     st->high_bytes  = (size_t)(high * (double)budget);
     st->low_bytes   = (size_t)(low * (double)budget);
+    st->pool.retain = st->high_bytes;
     st->ttl_ns      = (m & KVP_STORE_PARAM_IDLE_TTL) ? params->idle_ttl_s * 1000000000ull : 0;
     st->stats.dram_budget = budget;
     status = kvp_index_init(&st->pages, &st->sessions);

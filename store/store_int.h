@@ -43,13 +43,14 @@ typedef struct {
     size_t      slot_bytes;   /* size class */
     uint32_t    slots;        /* slots per slab */
     kvp_slab_t *partial;      /* slabs with at least one free slot */
-    kvp_slab_t *spare;        /* one fully free slab kept mapped (hysteresis) */
+    kvp_slab_t *empty;        /* fully free slabs kept resident while mapped <= budget */
 } kvp_pool_class_t;
 
 typedef struct {
     size_t            budget;     /* bytes of slots that may be in use */
     size_t            used;       /* bytes of slots in use */
     size_t            mapped;     /* bytes of slabs mapped */
+    size_t            retain;     /* empty slabs stay resident while mapped <= this */
     uint64_t          nslots;     /* slots in use */
     kvp_pool_class_t *classes;
     uint32_t          nclasses;
