@@ -1,0 +1,67 @@
+/* test_cuda.c - the CUDA twins against the C reference (exits 77 when no GPU is usable, e.g.
+ * cudaGetDeviceCount fails with "insufficient driver"). kivi, kivi128 and oscar pages must be
+ * byte-identical to the reference's (same scalar math, --fmad=false); kvarn's VarN uses the
+ * device expf/logf, so its pages may differ: dequant within 2% and at most 2% of the payload
+ * bytes differing. Decoding a reference page on the GPU must match the CPU decode to 1e-6
+ * (both frames), and GPU pages must decode on the CPU. */
+#include "tk.h"
+#include "kvpack/codec_cuda.h"
+
+static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T, uint32_t flags,
+                tk_rng_t *rng)
+{
+    kvp_page_params_t p = tk_params(c, H, D, P);
+    size_t            n = (size_t)T * H * D, cap, l1 = 0, l2 = 0, diff = 0;
+    float            *k = malloc(n * 4), *v = malloc(n * 4), *a = malloc(2 * n * 4), *b = malloc(2 * n * 4);
+    uint8_t          *p1, *p2;
+    kvp_status_t      st;
+
+    p.flags = flags;
+    cap = kvp_page_max_bytes(&p);
+    p1 = malloc(cap), p2 = malloc(cap);
+    for (size_t i = 0; i < n; i++) {
+        k[i] = tk_gauss(rng) * (i % 11 == 0 ? 6.0f : 1.0f);
+        v[i] = tk_gauss(rng);
+    }
+    kvp_codec_set_impl(c, "ref");
+    CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, p1, cap, &l1) == KVP_OK, "cpu encode");
+    st = kvp_cuda_page_encode(&p, k, v, T, p2, cap, &l2);
+    CHECK(st == KVP_OK && l1 == l2, "%s: cuda encode %s", kvp_codec_name(c), kvp_status_name(st));
+    for (size_t i = 0; i < l1 && st == KVP_OK; i++) {
+        diff += p1[i] != p2[i];
+    }
+    if (c != KVP_CODEC_KVARN) {
+        CHECK(diff == 0, "%s H %u D %u T %u: %zu bytes differ", kvp_codec_name(c), H, D, T, diff);
+    } else {
+        CHECK(diff * 50 <= l1, "kvarn: %zu of %zu bytes differ", diff, l1);
+    }
+    for (int fr = 0; fr < 2; fr++) {
+        CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "cpu decode");
+        CHECK(kvp_cuda_page_decode(p1, l1, (kvp_frame_t)fr, b, b + n) == KVP_OK, "cuda decode");
+        CHECK(tk_rel(b, a, 2 * n) < 1e-6, "%s frame %d: cuda decode differs %g", kvp_codec_name(c), fr,
+              tk_rel(b, a, 2 * n));
+    }
+    CHECK(kvp_page_decode(p2, l2, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, b, b + n, NULL) == KVP_OK,
+          "gpu page does not decode on the cpu");
+    kvp_page_decode(p1, l1, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, a, a + n, NULL);
+    CHECK(tk_rel(b, a, 2 * n) < 0.02, "%s: gpu page dequant differs %g", kvp_codec_name(c), tk_rel(b, a, 2 * n));
+    free(k); free(v); free(a); free(b); free(p1); free(p2);
+}
+
+int main(void)
+{
+    const kvp_codec_id_t cs[] = {KVP_CODEC_KIVI, KVP_CODEC_KIVI128, KVP_CODEC_OSCAR, KVP_CODEC_KVARN};
+    tk_rng_t             rng = {31};
+
+    if (!kvp_cuda_available()) {
+        printf("no usable CUDA device: skipped\n");
+        return 77;
+    }
+    for (size_t i = 0; i < 4; i++) {
+        run(cs[i], 8, 128, 128, 128, 0, &rng);
+        run(cs[i], 4, 64, 128, 77, 0, &rng);
+        run(cs[i], 2, 256, 64, 64, KVP_PAGE_F_V_PREROT, &rng);
+        run(cs[i], 3, 16, 32, 5, 0, &rng);
+    }
+    TK_DONE();
+}
