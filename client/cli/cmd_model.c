@@ -33,7 +33,7 @@ static void usage(FILE *out)
         "  --model FILE        llama2.c .bin or GGUF v3 (F32/F16/Q4_0/Q4_1/Q8_0/Q6_K tensors)\n"
         "  --tokenizer FILE    llama2.c tokenizer.bin (GGUF carries its own)\n"
         "  --codec LIST        comma-separated codecs (fp16 kivi kivi128 oscar kvarn naive2 fp32)\n"
-        "                      or 'all' (every codec the geometry allows); default all\n"
+        "                      and/or 'all' (every codec the geometry allows); default all\n"
         "  --ref fp16|fp32     reference lane for KL/top-1 (default fp16)\n"
         "  --page-tokens P     tokens per page; the tail of < P tokens stays fp16 (default 128)\n"
         "  --text FILE         teacher-forced perplexity over the text's first --tokens tokens\n"
@@ -46,6 +46,22 @@ static void usage(FILE *out)
         "  --node HOST:PORT    with --generate: prefill here, put the pages to a kvpackd node, decode\n"
         "                      in a second kvpack process that fetches them (one codec)\n"
         "  --json              machine-readable output\n");
+}
+
+/* Add a lane unless that codec already has one. */
+static int add_lane(opts_t *o, kvp_codec_id_t c)
+{
+    for (uint32_t l = 0; l < o->n_lanes; l++) {
+        if (o->lanes[l] == c) {
+            return 0;
+        }
+    }
+    if (o->n_lanes == KVP_RUN_MAX_LANES) {
+        fprintf(stderr, "kvpack model: too many codecs\n");
+        return -1;
+    }
+    o->lanes[o->n_lanes++] = c;
+    return 0;
 }
 
 static int parse_codecs(opts_t *o, const kvp_model_t *m)
@@ -63,36 +79,31 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
     }
     o->lanes[0] = ref;
     o->n_lanes  = 1;
-    if (strcmp(o->codec, "all") == 0) {
-        for (int c = 1; c < KVP_CODEC_MAX && o->n_lanes < KVP_RUN_MAX_LANES; c++) {
-            kvp_page_params_t pp = {.codec = (kvp_codec_id_t)c, .heads = m->cfg.kv_heads,
-                                    .head_dim = m->cfg.head_dim,
-                                    .page_tokens = (uint32_t)o->page_tokens};
-
-            if ((kvp_codec_id_t)c != ref && kvp_codec_check(&pp) == KVP_OK) {
-                o->lanes[o->n_lanes++] = (kvp_codec_id_t)c;
-            }
-        }
-        return 0;
-    }
     snprintf(buf, sizeof(buf), "%s", o->codec);
     for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         kvp_codec_id_t c;
 
+        if (strcmp(tok, "all") == 0) {
+            for (int a = 1; a < KVP_CODEC_MAX; a++) {
+                kvp_page_params_t pp = {.codec = (kvp_codec_id_t)a, .heads = m->cfg.kv_heads,
+                                        .head_dim = m->cfg.head_dim,
+                                        .page_tokens = (uint32_t)o->page_tokens};
+
+                if (kvp_codec_check(&pp) == KVP_OK && add_lane(o, (kvp_codec_id_t)a) != 0) {
+                    return 2;
+                }
+            }
+            continue;
+        }
         if (strcmp(tok, "fp32") == 0) {
             c = KVP_KVC_FP32;
         } else if (kvp_codec_from_name(tok, &c) != KVP_OK) {
             fprintf(stderr, "kvpack model: unknown codec '%s'\n", tok);
             return 2;
         }
-        if (c == ref) {
-            continue;
-        }
-        if (o->n_lanes == KVP_RUN_MAX_LANES) {
-            fprintf(stderr, "kvpack model: too many codecs\n");
+        if (add_lane(o, c) != 0) {
             return 2;
         }
-        o->lanes[o->n_lanes++] = c;
     }
     return 0;
 }
@@ -199,6 +210,11 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
     }
 }
 
+static void ppl_progress(uint64_t done, uint64_t total)
+{
+    kvp_progress("tokens", done, total);
+}
+
 static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
 {
     uint32_t    *ids = NULL, n = 0;
@@ -234,7 +250,9 @@ static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
     }
     status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, n, 0, &run);
     if (status == KVP_OK) {
-        status = kvp_run_ppl(run, ids, n);
+        run->progress = ppl_progress;
+        status        = kvp_run_ppl(run, ids, n);
+        kvp_progress_done();
     }
     if (status == KVP_OK) {
         kvp_run_finish(run);

@@ -165,6 +165,9 @@ kvp_status_t kvp_run_ppl(kvp_run_t *run, const uint32_t *ids, uint32_t n)
         if (t + 1 < n) {
             score_lanes(run, ids[t + 1]);
         }
+        if (run->progress != NULL) {
+            run->progress(t + 1, n);
+        }
     }
     return KVP_OK;
 }

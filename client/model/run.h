@@ -43,6 +43,7 @@ typedef struct {
     float             *logits;    /* [lanes][vocab] */
     float             *lp_ref;    /* reference log-probs */
     double             wall_s;
+    void             (*progress)(uint64_t done, uint64_t total); /* optional, per step */
 } kvp_run_t;
 
 /* Namespace fingerprint of a model + codec + P (for chunk keys and node sessions). */
