@@ -497,6 +497,184 @@ static void case_dram_only(void)
     kvp_store_close(st);
 }
 
+/* Random K/V for n tokens of every layer, [layers][n][H][D] f32, finite and fp16-representable
+ * after rounding; ids random. */
+static float *t_kv(uint32_t n, uint64_t seed)
+{
+    size_t   cnt = (size_t)G.layers * n * G.heads * G.head_dim;
+    float   *x   = kvp_malloc(cnt * sizeof(float), "test kv");
+
+    CHECK(x != NULL);
+    for (size_t i = 0; i < cnt; i++) {
+        x[i] = (float)((int64_t)(t_splitmix(&seed) % 2001) - 1000) / 250.0f;
+    }
+    return x;
+}
+
+/* Layer l, tokens [from, from + n) of a [layers][total][H][D] array, as a [n][H][D] fp16 copy. */
+static uint16_t *t_slice16(const float *x, uint32_t total, uint32_t l, uint32_t from, uint32_t n)
+{
+    size_t    row = (size_t)G.heads * G.head_dim;
+    uint16_t *o   = kvp_malloc((size_t)n * row * 2 + 2, "test slice");
+
+    CHECK(o != NULL);
+    for (size_t i = 0; i < (size_t)n * row; i++) {
+        o[i] = kvp_f32_to_f16(x[((size_t)l * total + from) * row + i]);
+    }
+    return o;
+}
+
+/* Append tokens [from, from + n) of the big arrays (total tokens) to sid. */
+static kvp_status_t t_append(kvp_store_h st, const char *sid, const float *k, const float *v,
+                             uint32_t total, const uint32_t *ids, uint32_t tail, uint32_t from,
+                             uint32_t n, uint32_t *sealed)
+{
+    size_t             row = (size_t)G.heads * G.head_dim;
+    float             *kk  = kvp_malloc((size_t)G.layers * n * row * sizeof(float), "test k");
+    float             *vv  = kvp_malloc((size_t)G.layers * n * row * sizeof(float), "test v");
+    kvp_store_append_t a   = {0};
+    kvp_status_t       s;
+
+    CHECK(kk != NULL && vv != NULL);
+    for (uint32_t l = 0; l < G.layers; l++) {
+        memcpy(kk + (size_t)l * n * row, k + ((size_t)l * total + from) * row, n * row * 4);
+        memcpy(vv + (size_t)l * n * row, v + ((size_t)l * total + from) * row, n * row * 4);
+    }
+    a.codec          = KVP_CODEC_KIVI;
+    a.ns_fingerprint = t_fingerprint(&G);
+    a.layers         = G.layers;
+    a.heads          = G.heads;
+    a.head_dim       = G.head_dim;
+    a.page_tokens    = G.page_tokens;
+    a.dtype          = KVP_DTYPE_F32;
+    a.k              = kk;
+    a.v              = vv;
+    a.ntok           = n;
+    a.ids            = ids + from - tail;
+    a.n_ids          = tail + n;
+    s                = kvp_store_session_append(st, NS, sid, &a, sealed);
+    kvp_free(kk);
+    kvp_free(vv);
+    return s;
+}
+
+/* The session's record and pages match what appending tokens [0, n) should have produced:
+ * chained keys over the ids, kivi pages byte-identical to encoding the fp16-rounded input, an
+ * fp16 tail holding the last n % P tokens exactly, and lookup covering every sealed chunk. */
+static void t_check_appended(kvp_store_h st, const char *sid, const float *k, const float *v,
+                             uint32_t total, const uint32_t *ids, uint32_t n)
+{
+    uint32_t           P = G.page_tokens, nch = n / P, rem = n % P, hit;
+    size_t             row = (size_t)G.heads * G.head_dim, off = 0;
+    uint64_t           fp  = t_fingerprint(&G);
+    kvp_session_desc_t d;
+    uint8_t           *page = kvp_malloc(1u << 20, "test page");
+
+    CHECK(page != NULL);
+    CHECK_OK(kvp_store_session_get(st, NS, sid, &d));
+    CHECK(d.n_chunks == nch && d.tail_tokens == rem && d.n_tail == (rem ? G.layers : 0u));
+    for (uint32_t c = 0; c < nch; c++) {
+        kvp_key128_t want = kvp_chunk_key(c ? &d.chunk_keys[c - 1] : NULL, fp, ids + c * P, P);
+
+        CHECK(d.chunk_keys[c].lo == want.lo && d.chunk_keys[c].hi == want.hi);
+        for (uint32_t l = 0; l < G.layers; l++) {
+            kvp_page_params_t pp = {KVP_CODEC_KIVI, G.heads, G.head_dim, P, l, (uint64_t)c * P,
+                                    want, 0, 0};
+            uint16_t         *k16 = t_slice16(k, total, l, c * P, P);
+            uint16_t         *v16 = t_slice16(v, total, l, c * P, P);
+            kvp_page_ref_h    ref;
+            size_t            len, glen;
+            const void       *got;
+
+            CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F16, k16, v16, P, page, 1u << 20, &len));
+            CHECK_OK(kvp_store_page_get(st, NS, want, l, &ref));
+            got = kvp_page_ref_data(ref, &glen);
+            CHECK(glen == len && memcmp(got, page, len) == 0);
+            kvp_page_ref_release(ref);
+            kvp_free(k16);
+            kvp_free(v16);
+        }
+    }
+    for (uint32_t l = 0; rem > 0 && l < G.layers; l++) {
+        kvp_page_info_t info;
+        uint16_t       *k16 = t_slice16(k, total, l, nch * P, rem);
+        uint16_t       *got = kvp_malloc((size_t)rem * row * 2, "test tail k");
+        size_t          len;
+
+        CHECK(got != NULL);
+        len = KVP_PAGE_HDR_BYTES + (size_t)(d.tail[off + 48] | d.tail[off + 49] << 8 |
+                                            d.tail[off + 50] << 16 | (uint32_t)d.tail[off + 51] << 24);
+        CHECK_OK(kvp_page_decode(d.tail + off, len, KVP_DTYPE_F16, KVP_FRAME_ORIGINAL, got, NULL,
+                                 &info));
+        CHECK((info.flags & KVP_PAGE_F_TAIL) && info.valid == rem && info.layer == l &&
+              info.first_pos == (uint64_t)nch * P);
+        CHECK(memcmp(got, k16, (size_t)rem * row * 2) == 0); /* fp16 tail: exact */
+        off += len;
+        kvp_free(k16);
+        kvp_free(got);
+    }
+    CHECK(off == d.tail_len);
+    CHECK_OK(kvp_store_lookup(st, NS, d.chunk_keys, d.n_chunks, G.layers, &hit));
+    CHECK(hit == nch);
+    kvp_session_desc_clear(&d);
+    kvp_free(page);
+}
+
+static void case_tail_append(void)
+{
+    char        dir[256];
+    uint32_t    total = 64, ids[64], sealed = 99, P = G.page_tokens;
+    float      *k = t_kv(total, 1), *v = t_kv(total, 2);
+    uint64_t    seed = 3;
+    kvp_store_h st;
+
+    for (uint32_t i = 0; i < total; i++) {
+        ids[i] = (uint32_t)(t_splitmix(&seed) % 32000);
+    }
+    t_tmpdir(dir, sizeof(dir), "append");
+    st = open_store(dir, 16u << 20, KVP_DURABILITY_WRITE_THROUGH);
+    /* 10 tokens: all tail, nothing sealed */
+    CHECK_OK(t_append(st, "a", k, v, total, ids, 0, 0, 10, &sealed));
+    CHECK(sealed == 0);
+    t_check_appended(st, "a", k, v, total, ids, 10);
+    /* 10 more: the tail crosses P = 16, one chunk sealed with kivi, 4 tokens stay in the tail */
+    CHECK_OK(t_append(st, "a", k, v, total, ids, 10, 10, 10, &sealed));
+    CHECK(sealed == 1);
+    t_check_appended(st, "a", k, v, total, ids, 20);
+    /* 28 more (tail 4 + 28 = 32): two chunks sealed, each chained from the previous key; the
+     * tail empties exactly */
+    CHECK_OK(t_append(st, "a", k, v, total, ids, 4, 20, 28, &sealed));
+    CHECK(sealed == 2);
+    t_check_appended(st, "a", k, v, total, ids, 48);
+    /* wrong number of ids, wrong geometry: rejected, session unchanged */
+    CHECK_ST(t_append(st, "a", k, v, total, ids, 3, 48, 5, &sealed), KVP_ERR_INVALID);
+    {
+        kvp_store_append_t a = {0};
+
+        a.codec = KVP_CODEC_KIVI, a.layers = G.layers + 1, a.heads = G.heads;
+        a.head_dim = G.head_dim, a.page_tokens = P, a.dtype = KVP_DTYPE_F32;
+        a.k = k, a.v = v, a.ntok = 1, a.ids = ids, a.n_ids = 1;
+        CHECK_ST(kvp_store_session_append(st, NS, "a", &a, NULL), KVP_ERR_INVALID);
+    }
+    t_check_appended(st, "a", k, v, total, ids, 48);
+    /* a second session with the same first 20 tokens shares the sealed chunk's pages */
+    CHECK_OK(t_append(st, "b", k, v, total, ids, 0, 0, 20, &sealed));
+    CHECK(sealed == 1 && stats_of(st).dram_pages == 3u * G.layers);
+    /* spill, restart (write-through: everything is on disk), continue appending */
+    CHECK_OK(kvp_store_session_spill(st, NS, "a"));
+    kvp_store_close(st);
+    st = open_store(dir, 16u << 20, KVP_DURABILITY_WRITE_THROUGH);
+    t_check_appended(st, "a", k, v, total, ids, 48);
+    t_check_appended(st, "b", k, v, total, ids, 20);
+    CHECK_OK(t_append(st, "a", k, v, total, ids, 0, 48, 16, &sealed));
+    CHECK(sealed == 1);
+    t_check_appended(st, "a", k, v, total, ids, 64);
+    kvp_store_close(st);
+    kvp_free(k);
+    kvp_free(v);
+    t_rmrf(dir);
+}
+
 typedef struct {
     const char *name;
     void (*fn)(void);
@@ -512,6 +690,7 @@ static const tcase_t cases[] = {
     {"corrupt_on_disk", case_corrupt_on_disk},
     {"disk_full", case_disk_full},
     {"dram_only", case_dram_only},
+    {"tail_append", case_tail_append},
 };
 
 int main(int argc, char **argv)

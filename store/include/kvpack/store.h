@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvpack/codec.h"
 #include "kvpack/page.h"
 #include "kvpack/status.h"
 
@@ -106,6 +107,40 @@ kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t
                               uint32_t layers, uint32_t *hit_chunks_p);
 
 void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
+
+/* ---- tail append and sealing (append.c) ----
+ * A session's last < P tokens live in its fp16 tail (one KVP_PAGE_F_TAIL page per layer). An
+ * append adds tokens' K/V to the tail; every time the tail reaches P tokens, those P tokens are
+ * sealed: encoded per layer with the codec given here into a page stored under the next chunk key,
+ * kvp_chunk_key(previous key, ns_fingerprint, the chunk's P token ids), and appended to the
+ * session's chunk list, so lookup grows and other sessions with the same tokens share the pages.
+ * The codec comes with each append (the store keeps no namespace table): pass the namespace's
+ * codec, the one its fingerprint was made with. The store keeps K/V, not token ids, so ids holds
+ * the ids of the session's current tail tokens followed by the ntok new ones. The first append
+ * creates the session. Tail tokens are held as fp16 (f32 input is rounded once, on append).
+ * Appends to one session must not run concurrently with each other or with a put of it. */
+typedef struct kvp_store_append {
+    uint64_t        field_mask;     /* MUST be first; no optional fields yet: set 0 */
+    kvp_codec_id_t  codec;          /* codec of sealed pages (the namespace's) */
+    uint64_t        ns_fingerprint; /* chained into chunk keys */
+    uint32_t        layers;         /* geometry: must match an existing session */
+    uint32_t        heads;
+    uint32_t        head_dim;
+    uint32_t        page_tokens;    /* P */
+    kvp_dtype_t     dtype;          /* of k and v */
+    const void     *k;              /* [layers][ntok][heads][head_dim] */
+    const void     *v;
+    uint32_t        ntok;           /* >= 1 */
+    const uint32_t *ids;            /* tail_tokens + ntok token ids (see above) */
+    uint32_t        n_ids;
+} kvp_store_append_t;
+
+/* Append (and seal full chunks). *sealed_p (may be NULL) gets the number of chunks sealed.
+ * KVP_ERR_INVALID for a geometry mismatch or a wrong number of ids; codec errors pass through
+ * (KVP_ERR_BAD_INPUT_DATA for NaN/Inf input). On error the session is unchanged (sealed pages
+ * may remain in the store as loose pages). */
+kvp_status_t kvp_store_session_append(kvp_store_h store, uint64_t ns, const char *sid,
+                                      const kvp_store_append_t *append, uint32_t *sealed_p);
 
 /* Test hook: the next n writes to the SSD tier fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO)
  * as a full or failing disk would; nothing is written. No-op without a db_path. */
