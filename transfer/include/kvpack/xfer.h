@@ -3,8 +3,13 @@
  * small data, rendezvous for large). Nothing above this header sees a ucp_* type.
  * Error mode: endpoints use UCX peer-failure handling (UCP_ERR_HANDLING_MODE_PEER) by default so
  * a dead peer becomes an error on the connection instead of a hang or abort; in UCX 1.13 that
- * disables shared-memory transports (traffic goes over tcp). KVP_XFER_PARAM_PEER_ERRORS = 0 trades
- * failure detection for shm speed on a trusted single host.
+ * disables shared-memory transports (traffic goes over tcp). KVP_XFER_PARAM_PEER_ERRORS = 0, or
+ * KVP_UCX_ERR_MODE=none in the environment when the param is not set, selects
+ * UCP_ERR_HANDLING_MODE_NONE: shm (sysv/posix/cma) on one host, dead peers still reported through
+ * the connection manager, but UCX 1.13 was seen to segfault when a peer died mid-connect and
+ * leaks the requests of sends to a dead peer - a trusted single host only.
+ * Bulk data: several iov pieces are copied into one contiguous staging buffer (UCX 1.13 has no
+ * zero-copy rendezvous for iov data); staging and rendezvous receive buffers are reused.
  * Threading: one thread per kvp_xfer_h; callbacks run inside kvp_xfer_progress/kvp_xfer_wait. */
 #ifndef KVPACK_XFER_H
 #define KVPACK_XFER_H
@@ -52,7 +57,9 @@ typedef struct kvp_xfer_params {
     kvp_xfer_recv_cb_t recv_cb;       /* default: drop messages */
     kvp_xfer_conn_cb_t conn_cb;       /* default: none */
     void              *cb_arg;
-    int                peer_errors;   /* default 1: UCP_ERR_HANDLING_MODE_PEER */
+    int                peer_errors;   /* default 1 (UCP_ERR_HANDLING_MODE_PEER), or 0 when
+                                         KVP_UCX_ERR_MODE=none; KVP_UCX_ERR_MODE other than
+                                         peer|none makes kvp_xfer_create fail (INVALID) */
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
@@ -71,7 +78,8 @@ void         kvp_xfer_conn_close(kvp_xfer_conn_h conn);
 kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn); /* KVP_OK while usable */
 const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
 
-/* Send hdr (copied) plus the data described by iov (pinned until completion). Returns KVP_OK when
+/* Send hdr (copied) plus the data described by iov (pinned until completion; more than one piece
+ * is copied into a staging buffer at once, one piece is sent zero-copy). Returns KVP_OK when
  * the send completed at once (cb is not called), KVP_INPROGRESS when cb will be called from a
  * later progress call, or an error (cb is not called). */
 kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len,
