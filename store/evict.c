@@ -193,6 +193,43 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s)
     return KVP_OK;
 }
 
+/* Pages that just lost a session's name (a put replaced it): those no session names any more
+ * are deleted on disk, so an update never leaves unreachable pages behind. The caller pins them. */
+void kvp_store_pages_unnamed(kvp_store_h st, kvp_page_t **pages, size_t n)
+{
+    kvp_tier_batch_t *b;
+    size_t            ndel = 0;
+    kvp_status_t      status;
+
+    if (st->tier == NULL || (b = kvp_tier_batch_create()) == NULL) {
+        return; /* without memory for the batch the open-time sweep removes them */
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvp_page_t *p = pages[i];
+
+        if (p->nsess == 0 && p->on_disk && !p->deleting) {
+            kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};
+
+            kvp_tier_batch_del_page(st->tier, b, &pk);
+            p->deleting = true;
+            ndel++;
+        }
+    }
+    status = ndel == 0 ? KVP_OK
+                       : kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
+                                                                ? KVP_TIER_SYNC : KVP_TIER_WAL);
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i]->deleting) {
+            pages[i]->deleting = false;
+            pages[i]->on_disk  = status != KVP_OK;
+        }
+    }
+    if (status != KVP_OK) {
+        st->stats.disk_errors++;
+    }
+    kvp_tier_batch_destroy(b);
+}
+
 void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)
 {
     s->last_ns = kvp_time_ns();
@@ -229,6 +266,9 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
     }
     status = kvp_store_pages_load(st, miss, nmiss, s, &bytes);
     kvp_free(miss);
+    if (status == KVP_ERR_NOT_FOUND) { /* the record names a page the disk lost: never partial */
+        status = KVP_ERR_CORRUPT;
+    }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->sid, kvp_status_str(status));
         return status;

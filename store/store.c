@@ -373,8 +373,32 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
 static bool sweep_keep(void *arg, const kvp_tier_pkey_t *pk)
 {
     kvp_store_h st = arg;
+    kvp_page_t *p  = kvp_index_page_find(&st->pages, pk->ns, pk->key, pk->layer);
 
-    return kvp_index_page_find(&st->pages, pk->ns, pk->key, pk->layer) != NULL;
+    if (p != NULL) {
+        p->swept = true;
+    }
+    return p != NULL;
+}
+
+/* After the sweep: pages records name but the disk does not have are not present, so lookup
+ * stops before them and their sessions fail with KVP_ERR_CORRUPT instead of resuming partly. */
+static void sweep_missing(kvp_store_h st)
+{
+    size_t missing = 0;
+
+    for (size_t i = 0; i < st->pages.nbuckets; i++) {
+        for (kvp_page_t *p = st->pages.buckets[i]; p != NULL; p = p->hnext) {
+            if (p->on_disk && !p->swept) {
+                p->on_disk = false;
+                missing++;
+            }
+        }
+    }
+    if (missing > 0) {
+        KVP_LOG_ERROR(MOD, "%zu pages named by sessions on disk are missing (dropped after a "
+                      "failed check, or lost); those sessions are not resumable", missing);
+    }
 }
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p)
@@ -437,6 +461,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         status = kvp_tier_session_scan(st->tier, restart_cb, st);
         if (status == KVP_OK) {
             status = kvp_tier_pages_sweep(st->tier, sweep_keep, st, &st->stats.swept_pages);
+        }
+        if (status == KVP_OK) {
+            sweep_missing(st);
         }
         if (status != KVP_OK) {
             goto err_close;
@@ -747,8 +774,22 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
     }
     old = kvp_index_sess_find(&st->sessions, ns, sid);
     if (old != NULL) {
+        size_t       n     = kvp_store_sess_page_count(old);
+        kvp_page_t **named = kvp_malloc((n ? n : 1) * sizeof(*named), "session put old pages");
+
         s->on_disk = s->on_disk || old->on_disk;
+        for (size_t i = 0; named != NULL && i < n; i++) {
+            named[i] = old->pages[i];
+            kvp_store_page_pin(st, named[i]); /* alive across the release */
+        }
         kvp_store_sess_release(st, old); /* drops its page refs; its disk record is overwritten */
+        if (named != NULL) {
+            kvp_store_pages_unnamed(st, named, n); /* pages nobody names leave the disk too */
+            for (size_t i = 0; i < n; i++) {
+                kvp_store_page_unpin(st, named[i]);
+            }
+            kvp_free(named);
+        }
     }
     kvp_index_sess_insert(&st->sessions, s);
     s->last_ns = kvp_time_ns();

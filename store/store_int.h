@@ -86,6 +86,8 @@ typedef struct kvp_page_ref {
     uint32_t             nsess;    /* sessions (hot or cold) naming it */
     bool                 on_disk;  /* a copy is in the pages column family */
     bool                 indexed;  /* in the page table (false once deleted while pinned) */
+    bool                 deleting; /* in a delete batch being built (evict.c) */
+    bool                 swept;    /* seen on disk by the open-time sweep */
     kvp_list_t           idle;     /* on store->idle_pages while in DRAM with pins == 0 */
 } kvp_page_t;
 
@@ -165,6 +167,7 @@ kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess);
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
+void         kvp_store_pages_unnamed(struct kvp_store *st, kvp_page_t **pages, size_t n);
 /* Evict until the pool has room for need more bytes at or below target (0 = low watermark). */
 kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);
 void         kvp_store_evict_if_needed(struct kvp_store *st);
