@@ -22,7 +22,9 @@ static kvp_tier_mode_t write_mode(kvp_store_h st, bool sync)
     return sync || st->durability == KVP_DURABILITY_SYNC ? KVP_TIER_SYNC : KVP_TIER_WAL;
 }
 
-kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
+/* The session's WriteBatch: its record and every page of it not on disk yet (segment pages are
+ * referenced, not copied: they stay pinned by the hot session until the commit returns). */
+static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t **b_p)
 {
     kvp_tier_batch_t *b;
     uint8_t          *blob;
@@ -52,10 +54,16 @@ kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
     }
     kvp_tier_batch_put_session(st->tier, b, s->ns, s->sid, blob, blen);
     kvp_free(blob);
-    status = kvp_tier_batch_commit(st->tier, b, write_mode(st, sync));
+    *b_p = b;
+    return KVP_OK;
+}
+
+static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
+                            kvp_tier_mode_t mode, kvp_status_t status)
+{
     if (status == KVP_OK) {
-        s->unsynced = write_mode(st, sync) != KVP_TIER_SYNC;
-        for (size_t i = 0; i < n; i++) {
+        s->unsynced = mode != KVP_TIER_SYNC;
+        for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
             s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
         }
         s->on_disk = true;
@@ -65,6 +73,19 @@ kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
         st->stats.disk_errors++;
     }
     kvp_tier_batch_destroy(b);
+}
+
+kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
+{
+    kvp_tier_batch_t *b;
+    kvp_tier_mode_t   mode   = write_mode(st, sync);
+    kvp_status_t      status = sess_batch_build(st, s, &b);
+
+    if (status != KVP_OK) {
+        return status;
+    }
+    status = kvp_tier_batch_commit(st->tier, b, mode);
+    sess_write_done(st, s, b, mode, status);
     return status;
 }
 
@@ -100,6 +121,50 @@ kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
     }
     if (status != KVP_OK) {
         return status;
+    }
+    st->stats.spills++;
+    sess_make_cold(st, s);
+    return KVP_OK;
+}
+
+void kvp_store_sess_idle(kvp_store_h st, kvp_sess_t *s)
+{
+    s->busy = false;
+    pthread_cond_broadcast(&st->io_done);
+}
+
+kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
+{
+    kvp_tier_batch_t *b      = NULL;
+    bool              write  = s->dirty || !s->on_disk;
+    kvp_status_t      status = KVP_OK;
+
+    if (!s->hot || s->busy) {
+        return KVP_OK;
+    }
+    if (write) {
+        status = sess_batch_build(st, s, &b);
+        if (status != KVP_OK) {
+            return status;
+        }
+    }
+    if (write || s->unsynced) {
+        s->busy = true; /* pinned: nobody releases, replaces or evicts it meanwhile */
+        pthread_mutex_unlock(&st->lock);
+        status = write ? kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC)
+                       : kvp_tier_sync(st->tier);
+        pthread_mutex_lock(&st->lock);
+        kvp_store_sess_idle(st, s);
+        if (write) {
+            sess_write_done(st, s, b, KVP_TIER_SYNC, status);
+        } else if (status == KVP_OK) {
+            s->unsynced = false;
+        } else {
+            st->stats.disk_errors++;
+        }
+        if (status != KVP_OK) {
+            return status;
+        }
     }
     st->stats.spills++;
     sess_make_cold(st, s);
@@ -237,12 +302,62 @@ void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)
     kvp_list_push_tail(s->hot ? &st->hot_lru : &st->cold_lru, &s->lru);
 }
 
+/* The cold session's tail, from its record on disk (read with the store lock dropped). */
+static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *bytes)
+{
+    uint8_t           *blob;
+    size_t             blen;
+    kvp_session_desc_t d;
+    kvp_status_t       status;
+
+    pthread_mutex_unlock(&st->lock);
+    status = kvp_tier_session_get(st->tier, s->ns, s->sid, &blob, &blen);
+    pthread_mutex_lock(&st->lock);
+    if (status != KVP_OK) {
+        st->stats.disk_errors += status != KVP_ERR_NOT_FOUND;
+        KVP_LOG_ERROR(MOD, "session %s record could not be read: %s", s->sid,
+                      kvp_status_str(status));
+        return status;
+    }
+    status = kvp_session_desc_unpack(blob, blen, &d);
+    kvp_free(blob);
+    if (status == KVP_OK && (d.n_chunks != s->desc.n_chunks || d.tail_len != s->desc.tail_len ||
+                             memcmp(d.chunk_keys, s->desc.chunk_keys,
+                                    d.n_chunks * sizeof(kvp_key128_t)) != 0)) {
+        kvp_session_desc_clear(&d);
+        status = KVP_ERR_CORRUPT;
+    }
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session %s record on disk is unusable: %s", s->sid,
+                      kvp_status_str(status));
+        st->stats.crc_failures += status == KVP_ERR_CORRUPT;
+        return status;
+    }
+    status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
+    if (status == KVP_ERR_NO_SPACE) {
+        status = kvp_store_make_room(st, kvp_pool_slot_size(d.tail_len), s);
+        if (status == KVP_OK) {
+            status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
+        }
+    }
+    if (status == KVP_OK) {
+        memcpy(s->tail_slot.ptr, d.tail, d.tail_len);
+        s->desc.tail = s->tail_slot.ptr;
+        *bytes += d.tail_len;
+    } else {
+        s->tail_slot.ptr = NULL;
+        KVP_LOG_ERROR(MOD, "no room for the tail of session %s", s->sid);
+    }
+    kvp_session_desc_clear(&d);
+    return status;
+}
+
 kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
 {
     size_t       n = kvp_store_sess_page_count(s), nmiss = 0;
     kvp_page_t **miss;
-    kvp_status_t status;
-    uint64_t     bytes = 0;
+    kvp_status_t status = KVP_OK;
+    uint64_t     bytes  = 0;
 
     miss = kvp_malloc((n ? n : 1) * sizeof(*miss), "session restore");
     if (miss == NULL) {
@@ -264,61 +379,22 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
         kvp_free(miss);
         return KVP_ERR_NOT_FOUND;
     }
-    status = kvp_store_pages_load(st, miss, nmiss, s, &bytes);
-    kvp_free(miss);
-    if (status == KVP_ERR_NOT_FOUND) { /* the record names a page the disk lost: never partial */
-        status = KVP_ERR_CORRUPT;
-    }
-    if (status != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->sid, kvp_status_str(status));
-        return status;
-    }
+    s->busy = true; /* the disk reads below run with the store lock dropped */
     if (!s->hot && s->desc.n_tail > 0) {
-        uint8_t           *blob;
-        size_t             blen;
-        kvp_session_desc_t d;
-
-        status = kvp_tier_session_get(st->tier, s->ns, s->sid, &blob, &blen);
-        if (status == KVP_OK) {
-            status = kvp_session_desc_unpack(blob, blen, &d);
-            kvp_free(blob);
-            if (status == KVP_OK) {
-                if (d.n_chunks != s->desc.n_chunks || d.tail_len != s->desc.tail_len ||
-                    memcmp(d.chunk_keys, s->desc.chunk_keys, d.n_chunks * sizeof(kvp_key128_t))) {
-                    status = KVP_ERR_CORRUPT;
-                }
-            }
-            if (status != KVP_OK) {
-                KVP_LOG_ERROR(MOD, "session %s record on disk is unusable: %s", s->sid,
-                              kvp_status_str(status));
-                st->stats.crc_failures += status == KVP_ERR_CORRUPT;
-            } else {
-                status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
-                if (status == KVP_ERR_NO_SPACE) {
-                    status = kvp_store_make_room(st, kvp_pool_slot_size(d.tail_len), s);
-                    if (status == KVP_OK) {
-                        status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
-                    }
-                }
-                if (status == KVP_OK) {
-                    memcpy(s->tail_slot.ptr, d.tail, d.tail_len);
-                    s->desc.tail = s->tail_slot.ptr;
-                    bytes += d.tail_len;
-                } else {
-                    KVP_LOG_ERROR(MOD, "no room for the tail of session %s", s->sid);
-                }
-            }
-            kvp_session_desc_clear(&d);
-        } else {
-            st->stats.disk_errors += status != KVP_ERR_NOT_FOUND;
-            KVP_LOG_ERROR(MOD, "session %s record could not be read: %s", s->sid,
-                          kvp_status_str(status));
+        status = sess_tail_load(st, s, &bytes);
+    }
+    if (status == KVP_OK) {
+        status = kvp_store_pages_load(st, miss, nmiss, s, &bytes);
+        if (status == KVP_ERR_NOT_FOUND) { /* the record names a page the disk lost */
+            status = KVP_ERR_CORRUPT;
         }
         if (status != KVP_OK) {
-            return status;
+            KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->sid,
+                          kvp_status_str(status));
         }
     }
-    if (!s->hot) {
+    kvp_free(miss);
+    if (status == KVP_OK && !s->hot) {
         for (size_t i = 0; i < n; i++) {
             kvp_store_page_pin(st, s->pages[i]);
         }
@@ -327,8 +403,13 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
         kvp_list_push_tail(&st->hot_lru, &s->lru);
         st->stats.restores++;
         st->stats.restore_bytes += bytes;
+    } else if (status != KVP_OK && !s->hot) { /* never half restored */
+        kvp_pool_free(&st->pool, &s->tail_slot);
+        s->tail_slot.ptr = NULL;
+        s->desc.tail     = NULL;
     }
-    return KVP_OK;
+    kvp_store_sess_idle(st, s);
+    return status;
 }
 
 /* ---- eviction ---- */
@@ -365,7 +446,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
 
         next = e->next;
-        if (s == keep) {
+        if (s == keep || s->busy) {
             continue;
         }
         if (st->tier != NULL) {
@@ -427,10 +508,41 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
     return st->pool.used + need <= st->pool.budget ? KVP_OK : KVP_ERR_NO_SPACE;
 }
 
+/* Past the high watermark at the end of a call: cached on-disk pages go first, then least
+ * recently used sessions are spilled with the store lock dropped for their disk writes (other
+ * sessions keep being served from DRAM meanwhile), then make_room handles the rest. */
 void kvp_store_evict_if_needed(kvp_store_h st)
 {
+    if (st->pool.used <= st->high_bytes) {
+        return;
+    }
+    if (st->tier != NULL) {
+        kvp_list_t *e, *next;
+
+        for (e = st->idle_pages.next; e != &st->idle_pages && st->pool.used > st->low_bytes;
+             e = next) {
+            kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
+
+            next = e->next;
+            if (p->on_disk) {
+                kvp_store_page_drop_dram(st, p);
+            }
+        }
+        while (st->pool.used > st->low_bytes) {
+            kvp_sess_t *victim = NULL;
+
+            for (e = st->hot_lru.next; e != &st->hot_lru && victim == NULL; e = e->next) {
+                kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
+
+                victim = s->busy ? NULL : s;
+            }
+            if (victim == NULL || kvp_store_sess_spill_unlocked(st, victim) != KVP_OK) {
+                break; /* errors are logged and counted where detected */
+            }
+        }
+    }
     if (st->pool.used > st->high_bytes) {
-        (void)kvp_store_make_room(st, 0, NULL); /* errors are logged and counted where detected */
+        (void)kvp_store_make_room(st, 0, NULL);
     }
 }
 
@@ -448,7 +560,7 @@ void kvp_store_expire_idle(kvp_store_h st)
         while (!kvp_list_empty(h)) {
             kvp_sess_t *s = KVP_CONTAINER_OF(h->next, kvp_sess_t, lru);
 
-            if (now - s->last_ns < st->ttl_ns) {
+            if (now - s->last_ns < st->ttl_ns || s->busy) {
                 break;
             }
             KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->sid);

@@ -1,7 +1,9 @@
 /* store.c - the node store API (kvpack/store.h): open/close with warm restart, page put/get and
- * references, session put/get/spill/delete, prefix lookup, stats. One mutex guards everything.
+ * references, session put/get/spill/delete, prefix lookup, stats. One mutex guards the state.
  * Page entries live while a session names them, a reader pins them, or they hold bytes (DRAM or
  * disk); the page-state helpers at the top keep the idle list and counters consistent.
+ * Spills, restores and page loads drop the mutex for their disk I/O (the session is busy, its
+ * pages pinned), so DRAM hits of other sessions are not stalled by them.
  * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
  * under write-through/sync) -> evict.c when past the high watermark. */
 #include "store_int.h"
@@ -170,8 +172,9 @@ static void page_drop_bad(kvp_store_h st, kvp_page_t *p, kvp_status_t why)
 }
 
 /* Read n disk-only pages back: one MultiGet of their locators, pool slots for all of them, then
- * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. Entries
- * stay valid: a dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check,
+ * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. The store
+ * lock is dropped for the MultiGet and the reads (the entries are pinned). Entries stay valid: a
+ * dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check,
  * KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped). */
 kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                   const kvp_sess_t *keep, uint64_t *bytes_p)
@@ -193,7 +196,9 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
         pks[i] = (kvp_tier_pkey_t){pages[i]->ns, pages[i]->key, pages[i]->layer};
         kvp_store_page_pin(st, pages[i]); /* not evicted by the room we make for the others */
     }
+    pthread_mutex_unlock(&st->lock); /* the entries are pinned; other calls go on meanwhile */
     status = kvp_tier_pages_locate(st->tier, n, pks, locs);
+    pthread_mutex_lock(&st->lock);
     if (status != KVP_OK) {
         st->stats.disk_errors++;
         goto unpin;
@@ -211,7 +216,9 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
         locs[i].status = page_slot_alloc(st, locs[i].len, keep, &slots[i]);
         dst[i]         = slots[i].ptr;
     }
+    pthread_mutex_unlock(&st->lock); /* slots are ours until installed below */
     kvp_tier_pages_read(st->tier, n, locs, dst);
+    pthread_mutex_lock(&st->lock);
     for (size_t i = 0; i < n; i++) {
         kvp_page_t     *p = pages[i];
         kvp_page_info_t info;
@@ -431,6 +438,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         return KVP_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->io_done, NULL);
     kvp_pool_init(&st->pool, budget);
     kvp_list_init(&st->hot_lru);
     kvp_list_init(&st->cold_lru);
@@ -487,6 +495,7 @@ err_close:
 err_index:
     kvp_index_cleanup(&st->pages, &st->sessions);
 err_free:
+    pthread_cond_destroy(&st->io_done);
     pthread_mutex_destroy(&st->lock);
     kvp_free(st);
     return status;
@@ -526,6 +535,7 @@ void kvp_store_close(kvp_store_h st)
     kvp_tier_close(st->tier);
     kvp_index_cleanup(&st->pages, &st->sessions);
     kvp_pool_cleanup(&st->pool);
+    pthread_cond_destroy(&st->io_done);
     pthread_mutex_destroy(&st->lock);
     kvp_free(st);
 }
@@ -543,6 +553,17 @@ static void store_enter(kvp_store_h st)
 static void store_leave(kvp_store_h st)
 {
     pthread_mutex_unlock(&st->lock);
+}
+
+/* The session (ns, sid) once no spill or restore holds it busy; NULL if there is none. */
+static kvp_sess_t *sess_find_idle(kvp_store_h st, uint64_t ns, const char *sid)
+{
+    kvp_sess_t *s;
+
+    while ((s = kvp_index_sess_find(&st->sessions, ns, sid)) != NULL && s->busy) {
+        pthread_cond_wait(&st->io_done, &st->lock);
+    }
+    return s;
 }
 
 kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, size_t len)
@@ -727,6 +748,7 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
         return status;
     }
     store_enter(st);
+    (void)sess_find_idle(st, ns, sid); /* an older version's disk write lands before ours */
     status = sess_alloc(ns, sid, &s);
     if (status != KVP_OK) {
         goto out;
@@ -825,7 +847,7 @@ kvp_status_t kvp_store_session_get(kvp_store_h st, uint64_t ns, const char *sid,
         return KVP_ERR_INVALID;
     }
     store_enter(st);
-    s = kvp_index_sess_find(&st->sessions, ns, sid);
+    s = sess_find_idle(st, ns, sid);
     if (s == NULL) {
         store_leave(st);
         return KVP_ERR_NOT_FOUND;
@@ -857,8 +879,8 @@ kvp_status_t kvp_store_session_spill(kvp_store_h st, uint64_t ns, const char *si
         return KVP_ERR_UNSUPPORTED;
     }
     store_enter(st);
-    s      = kvp_index_sess_find(&st->sessions, ns, sid);
-    status = s == NULL ? KVP_ERR_NOT_FOUND : kvp_store_sess_spill(st, s);
+    s      = sess_find_idle(st, ns, sid);
+    status = s == NULL ? KVP_ERR_NOT_FOUND : kvp_store_sess_spill_unlocked(st, s);
     store_leave(st);
     return status;
 }
@@ -873,7 +895,7 @@ kvp_status_t kvp_store_session_delete(kvp_store_h st, uint64_t ns, const char *s
         return KVP_ERR_INVALID;
     }
     store_enter(st);
-    s      = kvp_index_sess_find(&st->sessions, ns, sid);
+    s      = sess_find_idle(st, ns, sid);
     status = s == NULL ? KVP_ERR_NOT_FOUND : kvp_store_sess_remove(st, s);
     store_leave(st);
     return status;

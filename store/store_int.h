@@ -1,7 +1,10 @@
 /* store_int.h - internals shared by the store's files (pool.c, index.c, evict.c, store.c):
  * the page entry (also the kvp_page_ref_h handed to readers), the session entry, the slab pool,
  * the two hash tables and the store object. Nothing here is visible outside store/.
- * Locking: every function below runs under kvp_store.lock unless it says otherwise. */
+ * Locking: every function below runs under kvp_store.lock unless it says otherwise. The disk I/O
+ * of unlocked spills, restores and page loads runs with the lock dropped; the session is marked
+ * busy and its pages pinned meanwhile, and anything that would release or replace a busy session
+ * waits on io_done first. */
 #ifndef KVPACK_STORE_INT_H
 #define KVPACK_STORE_INT_H
 
@@ -104,6 +107,8 @@ typedef struct kvp_sess {
     bool                on_disk;   /* a record is in the sessions column family */
     bool                dirty;     /* DRAM copy is newer than the disk record */
     bool                unsynced;  /* disk record written without an fsync (write-through) */
+    bool                busy;      /* a spill or restore has the store lock dropped for its disk
+                                    * I/O: not released, replaced or evicted until it clears */
     uint64_t            last_ns;   /* last access */
     kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
 } kvp_sess_t;
@@ -133,6 +138,7 @@ void         kvp_index_sess_remove(kvp_sess_table_t *st, kvp_sess_t *sess);
 /* ---- the store ---- */
 struct kvp_store {
     pthread_mutex_t    lock;
+    pthread_cond_t     io_done;     /* broadcast when a session stops being busy */
     kvp_pool_t         pool;
     kvp_page_table_t   pages;
     kvp_sess_table_t   sessions;
@@ -162,7 +168,10 @@ kvp_status_t kvp_store_pages_load(struct kvp_store *st, kvp_page_t **pages, size
 /* sessions, eviction, spill, restore, expiry (evict.c) */
 size_t       kvp_store_sess_page_count(const kvp_sess_t *sess);
 kvp_status_t kvp_store_sess_write(struct kvp_store *st, kvp_sess_t *sess, bool force_sync);
-kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess);
+kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess); /* I/O under the lock */
+/* Spill with the store lock dropped during the disk write; called and returns with it held. */
+kvp_status_t kvp_store_sess_spill_unlocked(struct kvp_store *st, kvp_sess_t *sess);
+void         kvp_store_sess_idle(struct kvp_store *st, kvp_sess_t *sess); /* clear busy, wake */
 kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess);
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);

@@ -8,7 +8,10 @@
  * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
  * under write-through/sync); eviction spills least-recently-used sessions to RocksDB; a get of a
  * cold session restores it (MultiGet). kvp_store_open on an existing directory is a warm restart.
- * Thread-safety: every call may be made from any thread (one internal lock).
+ * Thread-safety: every call may be made from any thread (one internal lock). Spills (explicit
+ * and by eviction at the end of a call) and restores drop it for their disk I/O, with the session
+ * held busy, so DRAM hits of other sessions go on; a call on that same session waits. Disk writes
+ * of write-through/sync puts and of evictions forced by a failed allocation run under the lock.
  * Memory: with a db_path, kvp_store_open fixes glibc's mmap threshold at 128 KiB (mallopt) so the
  * tier's large transient buffers go back to the kernel and resident memory tracks the budget. */
 #ifndef KVPACK_STORE_H
