@@ -93,9 +93,7 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
     Sr   = Sc + T + D;
     work = Sr + T + D;
     kvarn_layout(g, &l);
-    memcpy(kr, k, n * sizeof(float));
-    kk->rot_rows(kr, (size_t)T * H, D, 1);
-    if (kvp_cvt_ops()->check_f32(kr, n) != KVP_OK) {
+    if (!kk->rot_rows(k, kr, (size_t)T * H, D, 1)) {
         KVP_LOG_DEBUG("codec", "kvarn: rotated K exceeds the fp16 range (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
@@ -105,9 +103,7 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
         if (vs == NULL) {
             return KVP_ERR_NO_MEMORY;
         }
-        memcpy(vs, v, n * sizeof(float));
-        kk->rot_rows(vs, (size_t)T * H, D, 1);
-        if (kvp_cvt_ops()->check_f32(vs, n) != KVP_OK) {
+        if (!kk->rot_rows(v, vs, (size_t)T * H, D, 1)) {
             KVP_LOG_DEBUG("codec", "kvarn: rotated V exceeds the fp16 range (layer %u)", info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
@@ -171,10 +167,10 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
     }
     if (frame == KVP_FRAME_ORIGINAL) {
         if (k_out != NULL) {
-            kk->rot_rows(k_out, (size_t)T * H, D, 0);
+            kk->rot_rows(k_out, k_out, (size_t)T * H, D, 0);
         }
         if (v_out != NULL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
-            kk->rot_rows(v_out, (size_t)T * H, D, 0);
+            kk->rot_rows(v_out, v_out, (size_t)T * H, D, 0);
         }
     }
     return KVP_OK;

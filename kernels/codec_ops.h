@@ -63,9 +63,10 @@ typedef struct {
                        uint8_t *codes, uint8_t *scale, uint8_t *zero);
     void (*tok_decode)(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                        size_t rows, uint32_t D, uint32_t G, float *dst);
-    /* Normalized Walsh-Hadamard of each row of D (power of two >= 8); round16: round the
-     * results through fp16 (the model dtype of the references). */
-    void (*rot_rows)(float *x, size_t rows, uint32_t D, int round16);
+    /* dst = normalized Walsh-Hadamard of each row of D of src (power of two >= 8; dst may be
+     * src); round16: round the results through fp16 (the model dtype of the references).
+     * Returns 1 when every result is within the fp16 range (|x| <= 65504), else 0. */
+    int (*rot_rows)(const float *src, float *dst, size_t rows, uint32_t D, int round16);
     /* OScaR K scaling of rotated fp32 K [T][H*D]: norm_t over the row (8-lane striped sum),
      * then x = f16(f16(x) / norm_t). */
     void (*oscar_norm)(float *x, uint32_t T, uint32_t HD, float *norms);

@@ -75,9 +75,7 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
         return KVP_ERR_NO_MEMORY;
     }
     oscar_layout(g, &l);
-    memcpy(kr, k, n * sizeof(float));
-    kk->rot_rows(kr, (size_t)T * H, D, 0);
-    if (kvp_cvt_ops()->check_f32(kr, n) != KVP_OK) {
+    if (!kk->rot_rows(k, kr, (size_t)T * H, D, 0)) {
         KVP_LOG_DEBUG("codec", "oscar: rotated K exceeds the fp16 range (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
@@ -94,9 +92,7 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
         if (vs == NULL) {
             return KVP_ERR_NO_MEMORY;
         }
-        memcpy(vs, v, n * sizeof(float));
-        kk->rot_rows(vs, (size_t)T * H, D, 1);
-        if (kvp_cvt_ops()->check_f32(vs, n) != KVP_OK) {
+        if (!kk->rot_rows(v, vs, (size_t)T * H, D, 1)) {
             KVP_LOG_DEBUG("codec", "oscar: rotated V exceeds the fp16 range (layer %u)", info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
@@ -142,13 +138,13 @@ static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
             }
             memcpy(norms, p + l.norms, 4 * (size_t)T);
             kk->scale_rows(k_out, T, H * D, norms);
-            kk->rot_rows(k_out, (size_t)T * H, D, 0);
+            kk->rot_rows(k_out, k_out, (size_t)T * H, D, 0);
         }
     }
     if (v_out != NULL) {
         kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D, l.gv, v_out);
         if (frame == KVP_FRAME_ORIGINAL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
-            kk->rot_rows(v_out, (size_t)T * H, D, 0);
+            kk->rot_rows(v_out, v_out, (size_t)T * H, D, 0);
         }
     }
     return KVP_OK;

@@ -2,8 +2,9 @@
  * ${KVP_AVX2_FLAGS} and -ffp-contract=off, selected at run time (codec_dispatch.c).
  * Bit-exact with q2_ref.c for the group quantizers, Hadamard rows, OScaR norm and the KVarN RTN
  * (same operations in the same order: mul then add, IEEE div, round-half-even). VarN is the one
- * deliberate difference: it multiplies by reciprocal scales and takes row/column statistics in
- * one shifted pass, deriving the post-update row std analytically, so its fp32 scales differ
+ * deliberate difference: it tracks exp(L) instead of L (no logf/expf), multiplies by reciprocal
+ * scales and takes row/column statistics in one shifted pass, deriving the post-update row std
+ * analytically, so its fp32 scales differ
  * from the reference by a few ulps (and a near-tie in the best-iteration choice may pick a
  * neighbouring iteration); tests bound the effect on codes and values.
  * Shapes the twin does not vectorise (D % 8 != 0) fall back to the reference. */
@@ -45,6 +46,20 @@ static inline void pack8(__m256i q, uint8_t *out)
     s = _mm256_hadd_epi32(s, s);
     out[0] = (uint8_t)_mm256_extract_epi32(s, 0);
     out[1] = (uint8_t)_mm256_extract_epi32(s, 4);
+}
+
+/* 32 codes (4 x 8 int32 lanes, values 0..3, consecutive along the run) -> 8 bytes at out. */
+static inline void pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_t *out)
+{
+    /* bytes per 128-bit lane: q0[0..3] q1[0..3] q2[0..3] q3[0..3] | q0[4..7] q1[4..7] ... */
+    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q0, q1), _mm256_packus_epi32(q2, q3));
+    __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_set1_epi32(0x40100401)),
+                                  _mm256_set1_epi16(1)); /* c0 + 4c1 + 16c2 + 64c3 per dword */
+    __m256i y = _mm256_packus_epi16(_mm256_packus_epi32(w, w), _mm256_setzero_si256());
+    __m128i lo = _mm256_castsi256_si128(y), hi = _mm256_extracti128_si256(y, 1);
+
+    /* lo holds bytes 0, 2, 4, 6 of the run, hi bytes 1, 3, 5, 7 */
+    _mm_storel_epi64((__m128i *)(void *)out, _mm_unpacklo_epi8(lo, hi));
 }
 
 /* 2 bytes of a run (8 codes) -> 8 floats. */
@@ -111,43 +126,57 @@ static inline __m256i codes8(kvp_q2_rule_t rule, const params8_t *p, __m256 x)
 
 /* ---- per-channel groups along tokens, 8 channels per vector ---- */
 
+#define CHAN_MAX_VEC 128 /* D <= 1024 */
+
 static void avx2_chan_encode(const float *src, size_t stride, uint32_t T, uint32_t D, uint32_t G,
                              kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
 {
-    uint32_t run = kvp_hd_run_bytes(T);
+    uint32_t  run = kvp_hd_run_bytes(T), nv = D / 8;
+    __m256    mn[CHAN_MAX_VEC], mx[CHAN_MAX_VEC];
+    params8_t p[CHAN_MAX_VEC];
 
-    if (D % 8 != 0 || G % 4 != 0) {
+    if (D % 8 != 0 || G % 4 != 0 || nv > CHAN_MAX_VEC) {
         kvp_q2_ref_chan_encode(src, stride, T, D, G, rule, codes, scale, zero);
         return;
     }
+    /* token-major loops: rows of the page are read in order (a channel-major walk would
+     * stride H*D floats, 4 KiB at H*D = 1024, and thrash one L1 set) */
     for (uint32_t t0 = 0, g = 0; t0 < T; t0 += G, g++) {
         uint32_t t1 = t0 + G < T ? t0 + G : T;
 
-        for (uint32_t d = 0; d < D; d += 8) {
-            __m256    mn = _mm256_loadu_ps(src + (size_t)t0 * stride + d), mx = mn;
-            params8_t p;
+        for (uint32_t c = 0; c < nv; c++) {
+            mn[c] = mx[c] = _mm256_loadu_ps(src + (size_t)t0 * stride + 8 * c);
+        }
+        for (uint32_t t = t0 + 1; t < t1; t++) {
+            const float *row = src + (size_t)t * stride;
 
-            for (uint32_t t = t0 + 1; t < t1; t++) {
-                __m256 x = _mm256_loadu_ps(src + (size_t)t * stride + d);
+            for (uint32_t c = 0; c < nv; c++) {
+                __m256 x = _mm256_loadu_ps(row + 8 * c);
 
-                mn = _mm256_min_ps(mn, x);
-                mx = _mm256_max_ps(mx, x);
+                mn[c] = _mm256_min_ps(mn[c], x);
+                mx[c] = _mm256_max_ps(mx[c], x);
             }
-            p = params8(rule, mn, mx);
-            st_h8(scale + 2 * ((size_t)g * D + d), p.s);
-            st_h8(zero + 2 * ((size_t)g * D + d), p.z);
-            for (uint32_t t = t0; t < t1; t += 4) {
-                __m256i byte = _mm256_setzero_si256();
+        }
+        for (uint32_t c = 0; c < nv; c++) {
+            p[c] = params8(rule, mn[c], mx[c]);
+            st_h8(scale + 2 * ((size_t)g * D + 8 * c), p[c].s);
+            st_h8(zero + 2 * ((size_t)g * D + 8 * c), p[c].z);
+        }
+        for (uint32_t t = t0; t < t1; t += 4) {
+            uint32_t nj = t1 - t < 4 ? t1 - t : 4;
+
+            for (uint32_t c = 0; c < nv; c++) {
+                __m256i byte = codes8(rule, &p[c], _mm256_loadu_ps(src + (size_t)t * stride + 8 * c));
                 uint8_t b[32];
 
-                for (uint32_t j = 0; j < 4 && t + j < t1; j++) {
-                    __m256i q = codes8(rule, &p, _mm256_loadu_ps(src + (size_t)(t + j) * stride + d));
+                for (uint32_t j = 1; j < nj; j++) {
+                    __m256i q = codes8(rule, &p[c], _mm256_loadu_ps(src + (size_t)(t + j) * stride + 8 * c));
 
-                    byte = _mm256_or_si256(byte, _mm256_slli_epi32(q, (int)(2 * j)));
+                    byte = _mm256_or_si256(byte, _mm256_sllv_epi32(q, _mm256_set1_epi32((int)(2 * j))));
                 }
                 _mm256_storeu_si256((__m256i *)(void *)b, byte);
                 for (uint32_t i = 0; i < 8; i++) {
-                    codes[(size_t)(d + i) * run + t / 4] = b[4 * i];
+                    codes[(size_t)(8 * c + i) * run + t / 4] = b[4 * i];
                 }
             }
         }
@@ -165,29 +194,33 @@ static inline __m256i gather_bytes(const uint8_t *codes, size_t run, size_t cb)
 static void avx2_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                              uint32_t T, uint32_t D, uint32_t G, float *dst, size_t stride)
 {
-    uint32_t run = kvp_hd_run_bytes(T);
+    uint32_t run = kvp_hd_run_bytes(T), nv = D / 8;
     __m256i  m3  = _mm256_set1_epi32(3);
+    __m256   s[CHAN_MAX_VEC], z[CHAN_MAX_VEC];
 
-    if (D % 8 != 0 || G % 4 != 0) {
+    if (D % 8 != 0 || G % 4 != 0 || nv > CHAN_MAX_VEC) {
         kvp_q2_ref_chan_decode(codes, scale, zero, T, D, G, dst, stride);
         return;
     }
-    for (uint32_t d = 0; d < D; d += 8) {
-        const uint8_t *c8 = codes + (size_t)d * run;
+    for (uint32_t t0 = 0, g = 0; t0 < T; t0 += G, g++) {
+        uint32_t t1 = t0 + G < T ? t0 + G : T;
 
-        for (uint32_t t0 = 0, g = 0; t0 < T; t0 += G, g++) {
-            uint32_t t1 = t0 + G < T ? t0 + G : T;
-            __m256   s  = ld_h8(scale + 2 * ((size_t)g * D + d));
-            __m256   z  = ld_h8(zero + 2 * ((size_t)g * D + d));
+        for (uint32_t c = 0; c < nv; c++) {
+            s[c] = ld_h8(scale + 2 * ((size_t)g * D + 8 * c));
+            z[c] = ld_h8(zero + 2 * ((size_t)g * D + 8 * c));
+        }
+        for (uint32_t t = t0; t < t1; t += 4) {
+            uint32_t nj = t1 - t < 4 ? t1 - t : 4;
 
-            for (uint32_t t = t0; t < t1; t += 4) {
-                __m256i b = gather_bytes(c8, run, t / 4);
+            for (uint32_t c = 0; c < nv; c++) {
+                __m256i b = gather_bytes(codes + (size_t)8 * c * run, run, t / 4);
 
-                for (uint32_t j = 0; j < 4 && t + j < t1; j++) {
-                    __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b, (int)(2 * j)), m3));
+                for (uint32_t j = 0; j < nj; j++) {
+                    __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(
+                        _mm256_srlv_epi32(b, _mm256_set1_epi32((int)(2 * j))), m3));
 
-                    _mm256_storeu_ps(dst + (size_t)(t + j) * stride + d,
-                                     _mm256_add_ps(_mm256_mul_ps(q, s), z));
+                    _mm256_storeu_ps(dst + (size_t)(t + j) * stride + 8 * c,
+                                     _mm256_add_ps(_mm256_mul_ps(q, s[c]), z[c]));
                 }
             }
         }
@@ -220,60 +253,136 @@ static inline float hmax8(__m256 v)
     return m;
 }
 
+/* r[i] = min (or max) over the 8 lanes of v[i]: a transpose-reduce of 8 vectors. */
+static inline __m256 reduce8(const __m256 *v, int is_max)
+{
+#define RED(a, b) (is_max ? _mm256_max_ps((a), (b)) : _mm256_min_ps((a), (b)))
+    __m256 s01 = RED(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
+    __m256 s23 = RED(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
+    __m256 s45 = RED(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
+    __m256 s67 = RED(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
+    __m256 a = RED(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE));
+    __m256 b = RED(_mm256_shuffle_ps(s45, s67, 0x44), _mm256_shuffle_ps(s45, s67, 0xEE));
+
+    return RED(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+#undef RED
+}
+
+static inline __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
+
+static inline params8_t params_lane(const params8_t *p, int j)
+{
+    params8_t q;
+
+    q.s = lane(p->s, j), q.z = lane(p->z, j), q.inv = lane(p->inv, j), q.zq = lane(p->zq, j);
+    q.mn = lane(p->mn, j), q.zero_mask = lane(p->zero_mask, j);
+    return q;
+}
+
+/* One group of G channels at x (scalar params path, for tails). */
+static void tok_group(const float *x, uint32_t G, kvp_q2_rule_t rule, uint8_t *codes,
+                      uint8_t *scale, uint8_t *zero)
+{
+    __m256    vmn = _mm256_loadu_ps(x), vmx = vmn;
+    float     sv[8], zv[8];
+    params8_t p;
+
+    for (uint32_t i = 8; i < G; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+
+        vmn = _mm256_min_ps(vmn, v);
+        vmx = _mm256_max_ps(vmx, v);
+    }
+    p = params8(rule, _mm256_set1_ps(hmin8(vmn)), _mm256_set1_ps(hmax8(vmx)));
+    _mm256_storeu_ps(sv, p.s);
+    _mm256_storeu_ps(zv, p.z);
+    kvp_hd_sth(scale, sv[0]);
+    kvp_hd_sth(zero, zv[0]);
+    for (uint32_t i = 0; i < G; i += 8) {
+        pack8(codes8(rule, &p, _mm256_loadu_ps(x + i)), codes + i / 4);
+    }
+}
+
+/* Groups are numbered gi = row * (D/G) + g; with D % 8 == 0 group gi's values start at
+ * src + gi*G, its codes at codes + gi*G/4 and its params at slot gi: 8 groups per batch. */
 static void avx2_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t G,
                             kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
 {
-    uint32_t run = kvp_hd_run_bytes(D), ng = D / G;
+    size_t ngr = rows * (D / G), gi = 0;
 
     if (G % 8 != 0) {
         kvp_q2_ref_tok_encode(src, rows, D, G, rule, codes, scale, zero);
         return;
     }
-    for (size_t r = 0; r < rows; r++) {
-        const float *x = src + r * D;
+    for (; gi + 8 <= ngr; gi += 8) {
+        __m256    mn[8], mx[8];
+        params8_t p;
 
-        for (uint32_t g = 0; g < ng; g++) {
-            __m256    vmn = _mm256_loadu_ps(x + g * G), vmx = vmn;
-            float     mn, mx, sv[8], zv[8];
-            params8_t p;
+        for (int j = 0; j < 8; j++) {
+            const float *x = src + (gi + j) * G;
 
-            for (uint32_t i = g * G + 8; i < (g + 1) * G; i += 8) {
+            mn[j] = mx[j] = _mm256_loadu_ps(x);
+            for (uint32_t i = 8; i < G; i += 8) {
                 __m256 v = _mm256_loadu_ps(x + i);
 
-                vmn = _mm256_min_ps(vmn, v);
-                vmx = _mm256_max_ps(vmx, v);
-            }
-            mn = hmin8(vmn);
-            mx = hmax8(vmx);
-            p  = params8(rule, _mm256_set1_ps(mn), _mm256_set1_ps(mx));
-            _mm256_storeu_ps(sv, p.s);
-            _mm256_storeu_ps(zv, p.z);
-            kvp_hd_sth(scale + 2 * (r * ng + g), sv[0]);
-            kvp_hd_sth(zero + 2 * (r * ng + g), zv[0]);
-            for (uint32_t i = g * G; i < (g + 1) * G; i += 8) {
-                pack8(codes8(rule, &p, _mm256_loadu_ps(x + i)), codes + r * run + i / 4);
+                mn[j] = _mm256_min_ps(mn[j], v);
+                mx[j] = _mm256_max_ps(mx[j], v);
             }
         }
+        p = params8(rule, reduce8(mn, 0), reduce8(mx, 1));
+        st_h8(scale + 2 * gi, p.s);
+        st_h8(zero + 2 * gi, p.z);
+        for (int j = 0; j < 8; j++) {
+            params8_t    q = params_lane(&p, j);
+            const float *x = src + (gi + j) * G;
+            uint8_t     *c = codes + (gi + j) * G / 4;
+
+            uint32_t     i = 0;
+
+            for (; i + 32 <= G; i += 32) {
+                pack32(codes8(rule, &q, _mm256_loadu_ps(x + i)), codes8(rule, &q, _mm256_loadu_ps(x + i + 8)),
+                       codes8(rule, &q, _mm256_loadu_ps(x + i + 16)),
+                       codes8(rule, &q, _mm256_loadu_ps(x + i + 24)), c + i / 4);
+            }
+            for (; i < G; i += 8) {
+                pack8(codes8(rule, &q, _mm256_loadu_ps(x + i)), c + i / 4);
+            }
+        }
+    }
+    for (; gi < ngr; gi++) {
+        tok_group(src + gi * G, G, rule, codes + gi * G / 4, scale + 2 * gi, zero + 2 * gi);
     }
 }
 
 static void avx2_tok_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                             size_t rows, uint32_t D, uint32_t G, float *dst)
 {
-    uint32_t run = kvp_hd_run_bytes(D), ng = D / G;
+    size_t ngr = rows * (D / G), gi = 0;
 
     if (G % 8 != 0) {
         kvp_q2_ref_tok_decode(codes, scale, zero, rows, D, G, dst);
         return;
     }
-    for (size_t r = 0; r < rows; r++) {
-        for (uint32_t g = 0; g < ng; g++) {
-            __m256 s = _mm256_set1_ps(kvp_hd_ldh(scale + 2 * (r * ng + g)));
-            __m256 z = _mm256_set1_ps(kvp_hd_ldh(zero + 2 * (r * ng + g)));
+    for (; gi < ngr; gi += 8) {
+        float sv[8], zv[8];
+        int   nb = ngr - gi >= 8 ? 8 : (int)(ngr - gi);
 
-            for (uint32_t i = g * G; i < (g + 1) * G; i += 8) {
-                _mm256_storeu_ps(dst + r * D + i,
-                                 _mm256_add_ps(_mm256_mul_ps(unpack8(codes + r * run + i / 4), s), z));
+        if (nb == 8) {
+            _mm256_storeu_ps(sv, ld_h8(scale + 2 * gi));
+            _mm256_storeu_ps(zv, ld_h8(zero + 2 * gi));
+        } else {
+            for (int j = 0; j < nb; j++) {
+                sv[j] = kvp_hd_ldh(scale + 2 * (gi + j));
+                zv[j] = kvp_hd_ldh(zero + 2 * (gi + j));
+            }
+        }
+        for (int j = 0; j < nb; j++) {
+            __m256         s = _mm256_set1_ps(sv[j]), z = _mm256_set1_ps(zv[j]);
+            const uint8_t *c = codes + (gi + j) * G / 4;
+            float         *o = dst + (gi + j) * G;
+
+            for (uint32_t i = 0; i < G; i += 8) {
+                _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_mul_ps(unpack8(c + i / 4), s), z));
             }
         }
     }
@@ -293,19 +402,68 @@ static inline __m256 fwht8(__m256 v)
     return _mm256_blend_ps(_mm256_add_ps(v, sw), _mm256_sub_ps(sw, v), 0xF0);
 }
 
-static void avx2_rot_rows(float *x, size_t rows, uint32_t D, int round16)
+#define BF(a, b)                          \
+    do {                                  \
+        __m256 t_ = (a);                  \
+        (a)       = _mm256_add_ps(t_, (b)); \
+        (b)       = _mm256_sub_ps(t_, (b)); \
+    } while (0)
+
+/* D = 128 with the row in 16 registers; same pairs and stage order as the generic path. */
+static inline __m256 fwht128(const float *in, float *out, __m256 c, int round16)
 {
-    __m256 c = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m256 v[16], mx = _mm256_setzero_ps(), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+
+    for (int i = 0; i < 16; i++) {
+        v[i] = fwht8(_mm256_loadu_ps(in + 8 * i));
+    }
+    for (int i = 0; i < 16; i += 2) { /* h = 8 */
+        BF(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* h = 16 */
+        BF(v[i], v[i + 2]);
+        BF(v[i + 1], v[i + 3]);
+    }
+    for (int i = 0; i < 16; i += 8) { /* h = 32 */
+        BF(v[i], v[i + 4]);
+        BF(v[i + 1], v[i + 5]);
+        BF(v[i + 2], v[i + 6]);
+        BF(v[i + 3], v[i + 7]);
+    }
+    for (int i = 0; i < 8; i++) { /* h = 64 */
+        BF(v[i], v[i + 8]);
+    }
+    for (int i = 0; i < 16; i++) {
+        __m256 x = _mm256_mul_ps(v[i], c);
+
+        if (round16) {
+            x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        }
+        mx = _mm256_max_ps(mx, _mm256_and_ps(x, absm));
+        _mm256_storeu_ps(out + 8 * i, x);
+    }
+    return mx;
+}
+
+static int avx2_rot_rows(const float *src, float *dst, size_t rows, uint32_t D, int round16)
+{
+    __m256 c = _mm256_set1_ps(kvp_hd_fwht_norm(D)), mx = _mm256_setzero_ps();
+    __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
 
     if (D < 8 || (D & (D - 1)) != 0) {
-        kvp_q2_ref_rot_rows(x, rows, D, round16);
-        return;
+        return kvp_q2_ref_rot_rows(src, dst, rows, D, round16);
+    }
+    if (D == 128) {
+        for (size_t r = 0; r < rows; r++) {
+            mx = _mm256_max_ps(mx, fwht128(src + r * D, dst + r * D, c, round16));
+        }
+        return _mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_set1_ps(65504.0f), _CMP_LE_OQ)) == 0xFF;
     }
     for (size_t r = 0; r < rows; r++) {
-        float *row = x + r * D;
+        float *row = dst + r * D;
 
         for (uint32_t i = 0; i < D; i += 8) {
-            _mm256_storeu_ps(row + i, fwht8(_mm256_loadu_ps(row + i)));
+            _mm256_storeu_ps(row + i, fwht8(_mm256_loadu_ps(src + r * D + i)));
         }
         for (uint32_t h = 8; h < D; h <<= 1) {
             for (uint32_t i = 0; i < D; i += 2 * h) {
@@ -323,9 +481,11 @@ static void avx2_rot_rows(float *x, size_t rows, uint32_t D, int round16)
             if (round16) {
                 v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
             }
+            mx = _mm256_max_ps(mx, _mm256_and_ps(v, absm));
             _mm256_storeu_ps(row + i, v);
         }
     }
+    return _mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_set1_ps(65504.0f), _CMP_LE_OQ)) == 0xFF;
 }
 
 static void avx2_oscar_norm(float *x, uint32_t T, uint32_t HD, float *norms)
@@ -480,22 +640,20 @@ static float imb_of(const float *colstd, uint32_t C, const float *rowstd, uint32
     return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
 }
 
+/* The scales are tracked as E = exp(L) directly: exp(clamp(L + ln sd)) = clamp(E * sd) with
+ * the clamp bounds exponentiated, so the loop needs no logf/expf per element of a scale. */
 static void avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
                       float *Sr, float *work)
 {
-    float *Lc = work, *Lr = Lc + C, *ic = Lr + R, *ir = ic + C;
+    float *Ec = work, *Er = Ec + C, *ic = Er + R, *ir = ic + C;
     float *colstd = ir + R, *rowstd = colstd + C, *raw = rowstd + R, *rawc = raw + R;
-    float  best;
+    float  best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
 
     for (uint32_t c = 0; c < C; c++) {
-        Lc[c] = 0.0f;
-        ic[c] = 1.0f;
-        Sc[c] = 1.0f;
+        Ec[c] = ic[c] = Sc[c] = 1.0f;
     }
     for (uint32_t r = 0; r < R; r++) {
-        Lr[r] = 0.0f;
-        ir[r] = 1.0f;
-        Sr[r] = 1.0f;
+        Er[r] = ir[r] = Sr[r] = 1.0f;
     }
     col_pass(X, R, C, ir, colstd);
     row_pass(X, R, C, ic, rowstd);
@@ -504,13 +662,15 @@ static void avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
         float imb;
 
         for (uint32_t c = 0; c < C; c++) {
-            Lc[c] = kvp_hd_varn_step(Lc[c], colstd[c]);
-            ic[c] = expf(-Lc[c]);
+            Ec[c] = kvp_hd_clamp(Ec[c] * kvp_hd_clamp(colstd[c], KVP_VARN_STD_LO, KVP_VARN_STD_HI),
+                                 e_lo, e_hi);
+            ic[c] = 1.0f / Ec[c];
         }
         row_pass(X, R, C, ic, raw); /* std of X*ic per row; times ir = std of cur */
         for (uint32_t r = 0; r < R; r++) {
-            Lr[r] = kvp_hd_varn_step(Lr[r], raw[r] * ir[r]);
-            ir[r] = expf(-Lr[r]);
+            Er[r] = kvp_hd_clamp(Er[r] * kvp_hd_clamp(raw[r] * ir[r], KVP_VARN_STD_LO, KVP_VARN_STD_HI),
+                                 e_lo, e_hi);
+            ir[r]     = 1.0f / Er[r];
             rowstd[r] = raw[r] * ir[r];
         }
         col_pass(X, R, C, ir, rawc);
@@ -520,12 +680,8 @@ static void avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
         imb = imb_of(colstd, C, rowstd, R);
         if (imb <= best) {
             best = imb;
-            for (uint32_t c = 0; c < C; c++) {
-                Sc[c] = expf(Lc[c]);
-            }
-            for (uint32_t r = 0; r < R; r++) {
-                Sr[r] = expf(Lr[r]);
-            }
+            memcpy(Sc, Ec, C * sizeof(float));
+            memcpy(Sr, Er, R * sizeof(float));
         }
     }
 }
@@ -536,8 +692,10 @@ static void avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
                            const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B)
 {
     uint32_t run = kvp_hd_run_bytes(C);
+    float   *bal = kvp_codec_scratch(5, (size_t)C * 2 * sizeof(float)); /* a balanced row */
+    int32_t *qb  = (int32_t *)(void *)(bal + C);                         /* and its codes */
 
-    if (C % 8 != 0) {
+    if (C % 8 != 0 || bal == NULL) {
         kvp_q2_ref_kvarn_rtn(X, R, C, Sc, Sr, codes, A, Z, B);
         return;
     }
@@ -546,10 +704,12 @@ static void avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
         __m256       sr = _mm256_set1_ps(Sr[r]), vmn, vmx, vlo, vs;
         float        lo, hi, s;
 
-        vmn = vmx = _mm256_div_ps(_mm256_div_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(Sc)), sr);
-        for (uint32_t c = 8; c < C; c += 8) {
+        vmn = _mm256_set1_ps(INFINITY);
+        vmx = _mm256_set1_ps(-INFINITY);
+        for (uint32_t c = 0; c < C; c += 8) { /* X / Sc / Sr, exactly as the reference */
             __m256 b = _mm256_div_ps(_mm256_div_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(Sc + c)), sr);
 
+            _mm256_storeu_ps(bal + c, b);
             vmn = _mm256_min_ps(vmn, b);
             vmx = _mm256_max_ps(vmx, b);
         }
@@ -559,10 +719,21 @@ static void avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
         vlo = _mm256_set1_ps(lo);
         vs  = _mm256_set1_ps(s);
         for (uint32_t c = 0; c < C; c += 8) {
-            __m256 b = _mm256_div_ps(_mm256_div_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(Sc + c)), sr);
-            __m256 q = clamp03(rint8(_mm256_div_ps(_mm256_sub_ps(b, vlo), vs)));
+            __m256 q = clamp03(rint8(_mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(bal + c), vlo), vs)));
 
-            pack8(_mm256_cvttps_epi32(q), codes + (size_t)r * run + c / 4);
+            _mm256_storeu_si256((__m256i *)(void *)(qb + c), _mm256_cvttps_epi32(q));
+        }
+        for (uint32_t c = 0; c < C; c += (c + 32 <= C ? 32 : 8)) {
+            if (c + 32 <= C) {
+                pack32(_mm256_loadu_si256((const __m256i *)(const void *)(qb + c)),
+                       _mm256_loadu_si256((const __m256i *)(const void *)(qb + c + 8)),
+                       _mm256_loadu_si256((const __m256i *)(const void *)(qb + c + 16)),
+                       _mm256_loadu_si256((const __m256i *)(const void *)(qb + c + 24)),
+                       codes + (size_t)r * run + c / 4);
+            } else {
+                pack8(_mm256_loadu_si256((const __m256i *)(const void *)(qb + c)),
+                      codes + (size_t)r * run + c / 4);
+            }
         }
         kvp_hd_sth(A + 2 * (size_t)r, Sr[r] * s);
         kvp_hd_sth(Z + 2 * (size_t)r, Sr[r] * lo);

@@ -13,7 +13,7 @@ void kvp_q2_ref_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t G
                            kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero);
 void kvp_q2_ref_tok_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                            size_t rows, uint32_t D, uint32_t G, float *dst);
-void kvp_q2_ref_rot_rows(float *x, size_t rows, uint32_t D, int round16);
+int  kvp_q2_ref_rot_rows(const float *src, float *dst, size_t rows, uint32_t D, int round16);
 void kvp_q2_ref_oscar_norm(float *x, uint32_t T, uint32_t HD, float *norms);
 void kvp_q2_ref_scale_rows(float *x, uint32_t T, uint32_t HD, const float *norms);
 void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,

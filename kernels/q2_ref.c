@@ -119,16 +119,25 @@ void kvp_q2_ref_tok_decode(const uint8_t *codes, const uint8_t *scale, const uin
     }
 }
 
-void kvp_q2_ref_rot_rows(float *x, size_t rows, uint32_t D, int round16)
+int kvp_q2_ref_rot_rows(const float *src, float *dst, size_t rows, uint32_t D, int round16)
 {
+    int ok = 1;
+
     for (size_t r = 0; r < rows; r++) {
-        kvp_hd_fwht(x + r * D, D);
-        if (round16) {
-            for (uint32_t i = 0; i < D; i++) {
-                x[r * D + i] = kvp_hd_h(x[r * D + i]);
+        float *x = dst + r * D;
+
+        if (src != dst) {
+            memcpy(x, src + r * D, D * sizeof(float));
+        }
+        kvp_hd_fwht(x, D);
+        for (uint32_t i = 0; i < D; i++) {
+            if (round16) {
+                x[i] = kvp_hd_h(x[i]);
             }
+            ok &= fabsf(x[i]) <= 65504.0f;
         }
     }
+    return ok;
 }
 
 void kvp_q2_ref_oscar_norm(float *x, uint32_t T, uint32_t HD, float *norms)
