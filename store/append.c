@@ -158,7 +158,9 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         status = KVP_ERR_NO_MEMORY;
         goto out;
     }
-    memcpy(nd.chunk_keys, cur.chunk_keys, cur.n_chunks * sizeof(kvp_key128_t));
+    if (cur.n_chunks > 0) {
+        memcpy(nd.chunk_keys, cur.chunk_keys, cur.n_chunks * sizeof(kvp_key128_t));
+    }
     for (uint32_t c = 0; c < nseal; c++) {
         uint32_t i = cur.n_chunks + c;
 

@@ -170,7 +170,9 @@ kvp_status_t kvp_segs_open(const char *db_path, kvp_segs_t **segs_p)
         }
     }
     closedir(dp);
-    qsort(ids, nids, sizeof(*ids), cmp_u64);
+    if (nids > 1) {
+        qsort(ids, nids, sizeof(*ids), cmp_u64);
+    }
     s->next_id = 1;
     for (size_t i = 0; i < nids; i++) {
         char        path[PATH_MAX];
