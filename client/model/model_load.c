@@ -83,7 +83,8 @@ static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long
     }
     for (int i = 0; i < 7; i++) {
         if (h[i] == 0 || (i != 5 && h[i] < 0)) {
-            KVP_LOG_ERROR("model", "%s: bad llama2.c header field %d (%d)", path, i, h[i]);
+            KVP_LOG_ERROR("model", "%s: not a GGUF file, and not a llama2.c model either "
+                          "(header field %d is %d)", path, i, h[i]);
             return KVP_ERR_INVALID;
         }
     }
@@ -99,7 +100,8 @@ static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long
     c->rope_theta = 10000.0f;
     c->norm_eps  = 1e-5f;
     if (c->heads == 0 || c->dim % c->heads != 0 || c->seq_len > (1u << 20)) {
-        KVP_LOG_ERROR("model", "%s: dim %u is not a multiple of heads %u", path, c->dim, c->heads);
+        KVP_LOG_ERROR("model", "%s: not a GGUF file, and not a llama2.c model either (dim %u, "
+                      "heads %u, seq_len %u)", path, c->dim, c->heads, c->seq_len);
         return KVP_ERR_INVALID;
     }
     status = check_config(c, path);
