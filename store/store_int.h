@@ -1,10 +1,8 @@
-/* store_int.h - internals shared by the store's files (pool.c, index.c, evict.c, store.c):
- * the page entry (also the kvp_page_ref_h handed to readers), the session entry, the slab pool,
- * the two hash tables and the store object. Nothing here is visible outside store/.
- * Locking: every function below runs under kvp_store.lock unless it says otherwise. The disk I/O
- * of unlocked spills, restores and page loads runs with the lock dropped; the session is marked
- * busy and its pages pinned meanwhile, and anything that would release or replace a busy session
- * waits on io_done first. */
+/* store_int.h - internals shared by the store's files: the page entry (also the kvp_page_ref_h
+ * handed to readers), the session entry, the slab pool, the two hash tables and the store object.
+ * Locking: everything below runs under kvp_store.lock unless it says otherwise. Unlocked spills,
+ * restores and page loads drop it for their disk I/O with the session busy and its pages pinned;
+ * whatever would release or replace a busy session waits on io_done first. */
 #ifndef KVPACK_STORE_INT_H
 #define KVPACK_STORE_INT_H
 
