@@ -1,7 +1,9 @@
 /* cmd_bench_transfer.c - "kvpack bench transfer": ship one session of 2-bit pages client -> node
  * over UCX and report GB/s and fp16-equivalent GB/s, against shipping the same KV as fp16 pages
- * and against ucx_perftest (ucp_am_bw, same message size, same error-handling mode) run on
- * loopback in the same run. Ratios go in the JSON. Never asserts on speed.
+ * and against ucx_perftest (ucp_am_bw, same message size, both error-handling modes) run on
+ * loopback in the same run; ratios use the perftest of the mode kvpack ran in (--err-mode).
+ * CPU seconds per byte of client and node are reported too: on a shared machine they move far
+ * less than wall-clock GB/s. Never asserts on speed.
  * Flow: encode pages -> fork a node (kvp_node_main, same code as kvpackd) -> put kivi / fp16 pages
  * per repetition (fresh namespace each) -> get the session back -> ucx_perftest pair -> JSON. */
 #include "cli.h"
@@ -17,13 +19,14 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct {
     uint64_t    layers, heads, head_dim, tokens, page_tokens, reps, batch, inflight;
-    const char *codec;
+    const char *codec, *err_mode;
     bool        json, perftest;
 } bt_opts_t;
 
@@ -60,6 +63,8 @@ static void usage(FILE *out)
             "  --page-tokens N     (default 128)   --reps N        (default 3)\n"
             "  --batch-bytes N     bytes per PUT_PAGES message (default 4194304)\n"
             "  --inflight N        messages in flight (default 4)\n"
+            "  --err-mode MODE     UCX error handling, peer (tcp only) or none (shm allowed);\n"
+            "                      default $KVP_UCX_ERR_MODE, else peer\n"
             "  --no-perftest       skip the ucx_perftest baseline\n"
             "  --json              one JSON object on stdout\n");
 }
@@ -242,6 +247,34 @@ static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
     return mbs * 1048576.0 / 1e9; /* perftest's MB is 2^20 bytes */
 }
 
+/* CPU seconds (user + system) used so far by this process, or by process pid (from /proc). */
+static double bt_cpu_s(pid_t pid)
+{
+    char               path[64];
+    unsigned long long ut = 0, st = 0;
+    long               hz = sysconf(_SC_CLK_TCK);
+    FILE              *f;
+    struct rusage      ru;
+
+    if (pid == 0) {
+        getrusage(RUSAGE_SELF, &ru);
+        return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return NAN;
+    }
+    /* fields 14 and 15 (utime, stime) follow the ")" that closes the command name */
+    if (fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+               &st) != 2) {
+        ut = st = 0;
+    }
+    fclose(f);
+    return (hz > 0) ? (double)(ut + st) / (double)hz : NAN;
+}
+
 /* Ship set into reps fresh namespaces; returns the median seconds per repetition. */
 static kvp_status_t bt_ship(kvp_client_h c, const bt_set_t *set, uint64_t ns0, uint64_t reps,
                             double *sec_p)
@@ -272,7 +305,7 @@ static kvp_status_t bt_ship(kvp_client_h c, const bt_set_t *set, uint64_t ns0, u
 
 int kvp_cmd_bench_transfer(int argc, char **argv)
 {
-    bt_opts_t            o = {8, 8, 128, 4096, 128, 3, 4u << 20, 4, "kivi", false, true};
+    bt_opts_t            o = {8, 8, 128, 4096, 128, 3, 4u << 20, 4, "kivi", NULL, false, true};
     kvp_client_params_t  cp;
     kvp_client_h         c = NULL;
     kvp_codec_id_t       codec;
@@ -280,6 +313,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     kvp_session_pages_t *sp = NULL;
     char                 dir[] = "/tmp/kvp_bench_xfer_XXXXXX", addr[64];
     double               t_q = 0, t_f = 0, t_get = 0, pt = NAN, pt_shm = NAN, fp16_equiv;
+    double               cpu_c = NAN, cpu_n = NAN, pt_same;
+    bool                 none;
     pid_t                node = -1;
     uint16_t             port;
     kvp_status_t         s;
@@ -290,6 +325,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         if (kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
+            kvp_opt_str(argc, argv, &i, "--err-mode", &o.err_mode) ||
             kvp_opt_u64(argc, argv, &i, "--layers", &o.layers) ||
             kvp_opt_u64(argc, argv, &i, "--heads", &o.heads) ||
             kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
@@ -314,6 +350,17 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         fprintf(stderr, "kvpack bench transfer: bad options (see --help)\n");
         return 2;
     }
+    if (o.err_mode == NULL) {
+        o.err_mode = getenv("KVP_UCX_ERR_MODE");
+        o.err_mode = (o.err_mode != NULL && o.err_mode[0] != '\0') ? o.err_mode : "peer";
+    }
+    if (strcmp(o.err_mode, "peer") != 0 && strcmp(o.err_mode, "none") != 0) {
+        fprintf(stderr, "kvpack bench transfer: --err-mode wants peer or none, got '%s'\n",
+                o.err_mode);
+        return 2;
+    }
+    none = strcmp(o.err_mode, "none") == 0;
+    setenv("KVP_UCX_ERR_MODE", o.err_mode, 1); /* the node child and the client both read it */
     s = bt_encode(&o, codec, &q);
     if (s == KVP_OK) {
         s = bt_encode(&o, KVP_CODEC_FP16, &f);
@@ -343,7 +390,11 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         s = kvp_client_put_pages(c, 1, (const void *const *)q.pages, q.lens, q.n);
     }
     if (s == KVP_OK) {
-        s = bt_ship(c, &q, 1000, o.reps, &t_q);
+        double c0 = bt_cpu_s(0), n0 = bt_cpu_s(node);
+
+        s     = bt_ship(c, &q, 1000, o.reps, &t_q);
+        cpu_c = (bt_cpu_s(0) - c0) / ((double)q.bytes * o.reps) * 1e9;
+        cpu_n = (bt_cpu_s(node) - n0) / ((double)q.bytes * o.reps) * 1e9;
     }
     if (s == KVP_OK) {
         s = bt_ship(c, &f, 2000, o.reps, &t_f);
@@ -371,9 +422,10 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     if (o.perftest) {
         unsigned iters = (unsigned)(q.bytes * o.reps / o.batch) + 50;
 
-        pt     = bt_perftest(o.batch, iters, true);   /* peer error handling, like kvpack */
+        pt     = bt_perftest(o.batch, iters, true);   /* peer error handling: tcp only */
         pt_shm = bt_perftest(o.batch, iters, false);  /* no error handling: shm allowed */
     }
+    pt_same = none ? pt_shm : pt;
     if (o.json) {
         kvp_json_t j;
 
@@ -391,6 +443,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         kvp_json_int(&j, "batch_bytes", (int64_t)o.batch);
         kvp_json_int(&j, "inflight", (int64_t)o.inflight);
         kvp_json_int(&j, "reps", (int64_t)o.reps);
+        kvp_json_str(&j, "err_mode", o.err_mode);
         kvp_json_int(&j, "codec_bytes", (int64_t)q.bytes);
         kvp_json_int(&j, "fp16_page_bytes", (int64_t)f.bytes);
         kvp_json_num(&j, "fp16_equiv_bytes", fp16_equiv);
@@ -400,6 +453,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         kvp_json_num(&j, "put_fp16_pages_gbps", f.bytes / t_f / 1e9);
         kvp_json_num(&j, "get_gbps", q.bytes / t_get / 1e9);
         kvp_json_num(&j, "get_fp16_equiv_gbps", fp16_equiv / t_get / 1e9);
+        kvp_json_num(&j, "put_client_cpu_ns_per_byte", cpu_c);
+        kvp_json_num(&j, "put_node_cpu_ns_per_byte", cpu_n);
         kvp_json_obj(&j, "perftest");
         kvp_json_str(&j, "test", "ucp_am_bw");
         kvp_json_int(&j, "msg_bytes", (int64_t)o.batch);
@@ -408,12 +463,16 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         kvp_json_close(&j);
         kvp_json_obj(&j, "ratios");
         kvp_json_num(&j, "fp16_equiv_vs_fp16_shipping", (fp16_equiv / t_q) / (f.bytes / t_f));
-        kvp_json_num(&j, "put_vs_perftest", (q.bytes / t_q / 1e9) / pt);
-        kvp_json_num(&j, "fp16_pages_vs_perftest", (f.bytes / t_f / 1e9) / pt);
-        kvp_json_num(&j, "fp16_equiv_vs_perftest", (fp16_equiv / t_q / 1e9) / pt);
+        kvp_json_num(&j, "put_vs_perftest", (q.bytes / t_q / 1e9) / pt_same);
+        kvp_json_num(&j, "fp16_pages_vs_perftest", (f.bytes / t_f / 1e9) / pt_same);
+        kvp_json_num(&j, "fp16_equiv_vs_perftest", (fp16_equiv / t_q / 1e9) / pt_same);
+        kvp_json_num(&j, "put_vs_perftest_no_err", (q.bytes / t_q / 1e9) / pt_shm);
         kvp_json_close(&j);
-        kvp_json_str(&j, "transport", "UCX AM over tcp (peer error handling disables shm in "
-                                      "UCX 1.13); perftest run with -e to match");
+        kvp_json_str(&j, "transport",
+                     none ? "UCX AM, err_mode none: shm (sysv/posix/cma) on one host; ratios "
+                            "against perftest without -e"
+                          : "UCX AM, err_mode peer: tcp only (peer error handling disables shm "
+                            "in UCX 1.13); ratios against perftest with -e");
         kvp_json_end(&j);
     } else {
         printf("%s pages: %u pages, %.1f MB (fp16 pages %.1f MB, ratio %.2f)\n", o.codec, q.n,
@@ -423,6 +482,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         printf("put fp16 pages:  %.2f GB/s\n", f.bytes / t_f / 1e9);
         printf("get %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.codec,
                q.bytes / t_get / 1e9, fp16_equiv / t_get / 1e9);
+        printf("put cpu:         %.2f ns/B client, %.2f ns/B node (err_mode %s)\n", cpu_c,
+               cpu_n, o.err_mode);
         printf("ucx_perftest ucp_am_bw %llu B: %.2f GB/s with -e, %.2f GB/s without\n",
                (unsigned long long)o.batch, pt, pt_shm);
     }

@@ -1,0 +1,65 @@
+/* test_errmode.c - the KVP_UCX_ERR_MODE setting of the transport: peer and none create a
+ * transport, anything else is refused with KVP_ERR_INVALID (and one log line), and an explicit
+ * KVP_XFER_PARAM_PEER_ERRORS wins over the environment. */
+#include "kvpack/log.h"
+#include "kvpack/xfer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK_ST(expr, want)                                                       \
+    do {                                                                           \
+        kvp_status_t _s = (expr);                                                  \
+        if (_s != (want)) {                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s = %s, want %s\n", __FILE__, __LINE__,  \
+                    #expr, kvp_status_name(_s), kvp_status_name(want));            \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+static kvp_status_t create_with(const char *env, int explicit_mode, int peer_errors)
+{
+    kvp_xfer_params_t p;
+    kvp_xfer_h        x = NULL;
+    kvp_status_t      s;
+
+    if (env != NULL) {
+        setenv("KVP_UCX_ERR_MODE", env, 1);
+    } else {
+        unsetenv("KVP_UCX_ERR_MODE");
+    }
+    memset(&p, 0, sizeof(p));
+    if (explicit_mode) {
+        p.field_mask  = KVP_XFER_PARAM_PEER_ERRORS;
+        p.peer_errors = peer_errors;
+    }
+    s = kvp_xfer_create(&p, &x);
+    if (s == KVP_OK) {
+        uint16_t port = 0;
+
+        /* a usable transport: it can listen */
+        CHECK_ST(kvp_xfer_listen(x, "127.0.0.1", 0, &port), KVP_OK);
+        if (port == 0) {
+            fprintf(stderr, "FAIL: no port bound\n");
+            exit(1);
+        }
+        kvp_xfer_destroy(x);
+    }
+    return s;
+}
+
+int main(void)
+{
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    CHECK_ST(create_with(NULL, 0, 0), KVP_OK);
+    CHECK_ST(create_with("", 0, 0), KVP_OK);
+    CHECK_ST(create_with("peer", 0, 0), KVP_OK);
+    CHECK_ST(create_with("none", 0, 0), KVP_OK);
+    CHECK_ST(create_with("PEER!", 0, 0), KVP_ERR_INVALID);
+    CHECK_ST(create_with("nonee", 0, 0), KVP_ERR_INVALID);
+    CHECK_ST(create_with("bogus", 1, 1), KVP_OK); /* the explicit param wins */
+    CHECK_ST(create_with("bogus", 1, 0), KVP_OK);
+    printf("test_errmode: ok\n");
+    return 0;
+}
