@@ -2,7 +2,8 @@
  * layer's KV going through kvpack pages, and report what the codecs cost in model quality:
  * teacher-forced perplexity, KL and top-1 agreement against the fp16 reference, bits/element and
  * speed (--text or --sample), greedy text (--generate), the fp32 KV as .kvd (--dump-kv), and the
- * prefill -> node -> decode round trip through a kvpackd (--node, model_node.c).
+ * prefill -> node -> decode round trip through a kvpackd (--node, model_node.c). Each lane is a
+ * codec plus its cache regions (NAME@SPEC; default: the codec's reference regions).
  * Main flow: kvp_cmd_model -> parse -> kvp_model_load -> cmd_ppl | cmd_generate | node mode. */
 #include "cli.h"
 
@@ -18,10 +19,12 @@
 
 typedef struct {
     const char    *model, *tokenizer, *codec, *ref, *text, *prompt, *dump, *node, *session;
+    const char    *regions;       /* default region spec for lanes without @SPEC */
     uint64_t       tokens, offset, page_tokens, steps, sample, seed;
     double         temp;
     int            json;
     kvp_codec_id_t lanes[KVP_RUN_MAX_LANES];
+    char           spec[KVP_RUN_MAX_LANES][24]; /* region spec per lane ("" = reference lane) */
     uint32_t       n_lanes;
     const char    *argv0;
 } opts_t;
@@ -33,9 +36,17 @@ static void usage(FILE *out)
         "  --model FILE        llama2.c .bin or GGUF v3 (F32/F16/Q4_0/Q4_1/Q8_0/Q6_K tensors)\n"
         "  --tokenizer FILE    llama2.c tokenizer.bin (GGUF carries its own)\n"
         "  --codec LIST        comma-separated codecs (fp16 kivi kivi128 oscar kvarn naive2 fp32)\n"
-        "                      and/or 'all' (every codec the geometry allows); default all\n"
+        "                      and/or 'all' (every codec the geometry allows); default all.\n"
+        "                      NAME@SPEC gives that lane its own cache regions\n"
+        "  --regions SPEC      cache regions of lanes without @SPEC (default ref):\n"
+        "                      ref = each codec's reference (kivi: K flushed per 128, V last 128\n"
+        "                      fp16; oscar: residual evicted at 256; kvarn: first 128 tokens sink),\n"
+        "                      bare = only the open tail of < P tokens is fp16, a codec name = that\n"
+        "                      codec's reference regions, or any of sN (first N pages fp16), rR\n"
+        "                      (last R tokens fp16), eE (seal in batches of E tokens), vR (V of the\n"
+        "                      last R tokens fp16), e.g. s1r128\n"
         "  --ref fp16|fp32     reference lane for KL/top-1 (default fp16)\n"
-        "  --page-tokens P     tokens per page; the tail of < P tokens stays fp16 (default 128)\n"
+        "  --page-tokens P     tokens per page (default 128)\n"
         "  --text FILE         teacher-forced perplexity over the text's first --tokens tokens\n"
         "  --offset BYTES      start reading the text at this byte (default 0)\n"
         "  --sample N          instead of --text: N tokens sampled from the model (fp32 KV)\n"
@@ -44,15 +55,55 @@ static void usage(FILE *out)
         "  --generate PROMPT   greedy text per codec ('' = from BOS); --steps N tokens (default 64)\n"
         "  --dump-kv FILE.kvd  write the fp32 post-RoPE K/V of every layer for the text\n"
         "  --node HOST:PORT    with --generate: prefill here, put the pages to a kvpackd node, decode\n"
-        "                      in a second kvpack process that fetches them (one codec)\n"
+        "                      in a second kvpack process that fetches them (one codec, bare regions)\n"
         "  --json              machine-readable output\n");
 }
 
-/* Add a lane unless that codec already has one. */
-static int add_lane(opts_t *o, kvp_codec_id_t c)
+/* Regions from a spec: ref (the lane codec's own), bare, a codec name, or sN rR eE vR items. */
+static int parse_regions(const char *spec, kvp_codec_id_t codec, uint32_t P,
+                         kvp_kvc_regions_t *r)
 {
+    kvp_codec_id_t other;
+    const char    *p = spec;
+
+    memset(r, 0, sizeof(*r));
+    if (strcmp(spec, "ref") == 0) {
+        *r = kvp_kvc_regions_ref(codec, P);
+        return 0;
+    }
+    if (strcmp(spec, "bare") == 0) {
+        return 0;
+    }
+    if (kvp_codec_from_name(spec, &other) == KVP_OK) {
+        *r = kvp_kvc_regions_ref(other, P);
+        return 0;
+    }
+    while (*p != '\0') {
+        char              kind = *p++;
+        char             *end;
+        unsigned long     v = strtoul(p, &end, 10);
+        uint32_t         *f = kind == 's' ? &r->sink_pages : kind == 'r' ? &r->residual
+                            : kind == 'e' ? &r->evict : kind == 'v' ? &r->v_residual : NULL;
+
+        if (f == NULL || end == p || v > (1ul << 20)) {
+            fprintf(stderr, "kvpack model: bad region spec '%s' (ref, bare, a codec name, or "
+                    "sN rR eE vR items such as s1r128)\n", spec);
+            return -1;
+        }
+        *f = (uint32_t)v;
+        p  = end;
+    }
+    return kvp_kvc_regions_check(r, P) == KVP_OK ? 0 : -1;
+}
+
+/* Add a lane unless that codec with that region spec already has one. */
+static int add_lane(opts_t *o, kvp_codec_id_t c, const char *spec)
+{
+    if (c == KVP_KVC_FP32 || c == KVP_CODEC_FP16) {
+        spec = ""; /* nothing is quantized: one lane whatever the regions */
+    }
     for (uint32_t l = 0; l < o->n_lanes; l++) {
-        if (o->lanes[l] == c) {
+        if (o->lanes[l] == c && strcmp(o->spec[l], spec) == 0) {
             return 0;
         }
     }
@@ -60,8 +111,36 @@ static int add_lane(opts_t *o, kvp_codec_id_t c)
         fprintf(stderr, "kvpack model: too many codecs\n");
         return -1;
     }
+    if (strlen(spec) >= sizeof(o->spec[0])) {
+        fprintf(stderr, "kvpack model: region spec '%s' is too long\n", spec);
+        return -1;
+    }
+    snprintf(o->spec[o->n_lanes], sizeof(o->spec[0]), "%s", spec);
     o->lanes[o->n_lanes++] = c;
     return 0;
+}
+
+/* Apply each lane's region spec to the run (lane 0, the reference, stays bare). */
+static kvp_status_t apply_regions(const opts_t *o, kvp_run_t *run)
+{
+    for (uint32_t l = 1; l < o->n_lanes; l++) {
+        kvp_kvc_regions_t r;
+        char              label[48];
+        kvp_status_t      status;
+
+        if (o->lanes[l] == KVP_KVC_FP32 || o->lanes[l] == KVP_CODEC_FP16) {
+            continue; /* nothing is quantized: regions change nothing */
+        }
+        if (parse_regions(o->spec[l], o->lanes[l], (uint32_t)o->page_tokens, &r) != 0) {
+            return KVP_ERR_INVALID;
+        }
+        snprintf(label, sizeof(label), "%s@%s", kvp_codec_name(o->lanes[l]), o->spec[l]);
+        status = kvp_run_set_regions(run, l, &r, strcmp(o->spec[l], "ref") ? label : NULL);
+        if (status != KVP_OK) {
+            return status;
+        }
+    }
+    return KVP_OK;
 }
 
 static int parse_codecs(opts_t *o, const kvp_model_t *m)
@@ -77,19 +156,30 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
         fprintf(stderr, "kvpack model: --ref must be fp16 or fp32\n");
         return 2;
     }
-    o->lanes[0] = ref;
-    o->n_lanes  = 1;
+    o->lanes[0]   = ref;
+    o->spec[0][0] = '\0';
+    o->n_lanes    = 1;
     snprintf(buf, sizeof(buf), "%s", o->codec);
     for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        kvp_codec_id_t c;
+        kvp_codec_id_t    c;
+        kvp_kvc_regions_t r;
+        char             *at   = strchr(tok, '@');
+        const char       *spec = o->regions;
 
+        if (at != NULL) {
+            *at  = '\0';
+            spec = at + 1;
+        }
+        if (parse_regions(spec, KVP_CODEC_FP16, (uint32_t)o->page_tokens, &r) != 0) {
+            return 2;
+        }
         if (strcmp(tok, "all") == 0) {
             for (int a = 1; a < KVP_CODEC_MAX; a++) {
                 kvp_page_params_t pp = {.codec = (kvp_codec_id_t)a, .heads = m->cfg.kv_heads,
                                         .head_dim = m->cfg.head_dim,
                                         .page_tokens = (uint32_t)o->page_tokens};
 
-                if (kvp_codec_check(&pp) == KVP_OK && add_lane(o, (kvp_codec_id_t)a) != 0) {
+                if (kvp_codec_check(&pp) == KVP_OK && add_lane(o, (kvp_codec_id_t)a, spec) != 0) {
                     return 2;
                 }
             }
@@ -101,7 +191,7 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
             fprintf(stderr, "kvpack model: unknown codec '%s'\n", tok);
             return 2;
         }
-        if (add_lane(o, c) != 0) {
+        if (add_lane(o, c, spec) != 0) {
             return 2;
         }
     }
@@ -187,7 +277,15 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
             kvp_json_num(&j, "kl_mean", s->kl_mean);
             kvp_json_num(&j, "top1_agree", s->top1_agree);
             kvp_json_num(&j, "bits_per_elem", s->bits_per_elem);
-            kvp_json_num(&j, "bits_per_elem_payload", s->bits_payload);
+            kvp_json_num(&j, "bits_page", s->bits_page);
+            kvp_json_num(&j, "bits_page_payload", s->bits_payload);
+            kvp_json_obj(&j, "regions");
+            kvp_json_int(&j, "sink_pages", s->regions.sink_pages);
+            kvp_json_int(&j, "residual", s->regions.residual);
+            kvp_json_int(&j, "evict", s->regions.evict ? s->regions.evict
+                                                        : (int64_t)o->page_tokens);
+            kvp_json_int(&j, "v_residual", s->regions.v_residual);
+            kvp_json_close(&j);
             kvp_json_num(&j, "tokens_per_s", s->tokens_per_s);
             kvp_json_num(&j, "codec_s", s->codec_s);
             kvp_json_close(&j);
@@ -200,13 +298,19 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
            "matmul %s, %.1f s\n", m->name, m->format, m->cfg.layers, m->cfg.kv_heads,
            m->cfg.head_dim, m->cfg.vocab, n, src, (unsigned long long)o->page_tokens,
            kvp_mm_impl(), run->wall_s);
-    printf("%-8s %10s %10s %9s %7s %10s %9s\n", "codec", "ppl", "ppl_ref", "kl_mean", "top1",
-           "bits/elem", "tok/s");
+    printf("%-16s %10s %10s %9s %7s %10s %10s %-18s %9s\n", "codec", "ppl", "ppl_ref",
+           "kl_mean", "top1", "bits/elem", "bits_page", "regions", "tok/s");
     for (uint32_t l = 0; l < run->lanes; l++) {
         const kvp_lane_stat_t *s = &run->stat[l];
+        char                   reg[64];
 
-        printf("%-8s %10.3f %10.3f %9.4f %7.3f %10.3f %9.1f\n", s->name, s->ppl, ref->ppl,
-               s->kl_mean, s->top1_agree, s->bits_per_elem, s->tokens_per_s);
+        snprintf(reg, sizeof(reg), "s%u r%u e%u v%u", s->regions.sink_pages,
+                 s->regions.residual,
+                 s->regions.evict ? s->regions.evict : (uint32_t)o->page_tokens,
+                 s->regions.v_residual);
+        printf("%-16s %10.3f %10.3f %9.4f %7.3f %10.3f %10.3f %-18s %9.1f\n", s->name, s->ppl,
+               ref->ppl, s->kl_mean, s->top1_agree, s->bits_per_elem, s->bits_page, reg,
+               s->tokens_per_s);
     }
 }
 
@@ -250,6 +354,9 @@ static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
     }
     status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, n, 0, &run);
     if (status == KVP_OK) {
+        status = apply_regions(o, run);
+    }
+    if (status == KVP_OK) {
         run->progress = ppl_progress;
         status        = kvp_run_ppl(run, ids, n);
         kvp_progress_done();
@@ -285,6 +392,9 @@ static int cmd_generate(const opts_t *o, const kvp_model_t *m)
     }
     status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, np + steps, 0,
                             &run);
+    if (status == KVP_OK) {
+        status = apply_regions(o, run);
+    }
     if (status == KVP_OK) {
         status = kvp_run_generate(run, prompt, np, steps, out);
     }
@@ -344,7 +454,8 @@ done:
 
 int kvp_cmd_model(int argc, char **argv)
 {
-    opts_t       o = {.codec = "all", .ref = "fp16", .tokens = 512, .page_tokens = 128,
+    opts_t       o = {.codec = "all", .ref = "fp16", .regions = "ref", .tokens = 512,
+                      .page_tokens = 128,
                       .steps = 64, .seed = 42, .temp = 1.0, .argv0 = argv[0]};
     kvp_model_t *m = NULL;
     kvp_status_t status;
@@ -359,6 +470,7 @@ int kvp_cmd_model(int argc, char **argv)
             kvp_opt_str(argc, argv, &i, "--tokenizer", &o.tokenizer) ||
             kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
             kvp_opt_str(argc, argv, &i, "--ref", &o.ref) ||
+            kvp_opt_str(argc, argv, &i, "--regions", &o.regions) ||
             kvp_opt_str(argc, argv, &i, "--text", &o.text) ||
             kvp_opt_str(argc, argv, &i, "--generate", &o.prompt) ||
             kvp_opt_str(argc, argv, &i, "--dump-kv", &o.dump) ||

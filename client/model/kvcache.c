@@ -1,5 +1,6 @@
-/* kvcache.c - the runner's paged KV cache: fp16-rounded tail rows, sealing full chunks through
- * kvp_page_encode/kvp_page_decode (pseudo-decode), chunk keys, page accounting, and the
+/* kvcache.c - the runner's paged KV cache: fp16-rounded rows, sealing full chunks through
+ * kvp_page_encode/kvp_page_decode (pseudo-decode) when the cache regions (sink, residual window,
+ * batched eviction, V window) allow, chunk keys, page and held-bytes accounting, and the
  * tail-pack / restore pair used to move a session through a node.
  * Main flow: kvp_kvc_put -> kvp_kvc_commit -> kvc_seal (encode, decode into the rows). */
 #include "kvcache.h"
@@ -24,6 +25,52 @@ static kvp_page_params_t page_params(const kvp_kvc_t *c, kvp_codec_id_t codec, u
     return pp;
 }
 
+static uint32_t round_up(uint32_t x, uint32_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+kvp_kvc_regions_t kvp_kvc_regions_ref(kvp_codec_id_t codec, uint32_t page_tokens)
+{
+    kvp_kvc_regions_t r;
+
+    memset(&r, 0, sizeof(r));
+    if (page_tokens == 0) {
+        return r;
+    }
+    switch (codec) {
+    case KVP_CODEC_KIVI:
+    case KVP_CODEC_KIVI128: /* KIVI R=128: K flushed per R-block, V keeps the last R */
+        r.evict      = round_up(128, page_tokens);
+        r.v_residual = 128;
+        break;
+    case KVP_CODEC_OSCAR: /* residual buffer packed when it reaches 256 tokens */
+        r.evict = round_up(256, page_tokens);
+        break;
+    case KVP_CODEC_KVARN: /* the request's first 128-token block is never quantized */
+        r.sink_pages = round_up(128, page_tokens) / page_tokens;
+        break;
+    default:
+        break;
+    }
+    return r;
+}
+
+kvp_status_t kvp_kvc_regions_check(const kvp_kvc_regions_t *r, uint32_t page_tokens)
+{
+    if (page_tokens == 0 || r->evict % page_tokens != 0) {
+        KVP_LOG_ERROR("model", "evict size %u is not a multiple of the page size %u", r->evict,
+                      page_tokens);
+        return KVP_ERR_INVALID;
+    }
+    return KVP_OK;
+}
+
+double kvp_kvc_bits_effective(const kvp_kvc_t *c)
+{
+    return c->held_elems_sum > 0.0 ? 8.0 * c->held_bytes_sum / c->held_elems_sum : 0.0;
+}
+
 kvp_status_t kvp_kvc_create(const kvp_kvc_params_t *params, kvp_kvc_t **c_p)
 {
     kvp_kvc_t        *c;
@@ -35,6 +82,9 @@ kvp_status_t kvp_kvc_create(const kvp_kvc_params_t *params, kvp_kvc_t **c_p)
     if (params->layers == 0 || params->heads == 0 || params->head_dim == 0 ||
         params->max_tokens == 0 || params->page_tokens == 0) {
         KVP_LOG_ERROR("model", "kv cache geometry must be non-zero");
+        return KVP_ERR_INVALID;
+    }
+    if (kvp_kvc_regions_check(&params->regions, params->page_tokens) != KVP_OK) {
         return KVP_ERR_INVALID;
     }
     c = kvp_calloc(1, sizeof(*c), "kvc");
@@ -66,6 +116,15 @@ kvp_status_t kvp_kvc_create(const kvp_kvc_params_t *params, kvp_kvc_t **c_p)
     c->tokens  = kvp_calloc(params->max_tokens, sizeof(uint32_t), "kvc tokens");
     c->keys    = kvp_calloc(chunks, sizeof(kvp_key128_t), "kvc keys");
     c->scratch = kvp_malloc(c->page_cap + 1, "kvc scratch");
+    if (params->codec == KVP_KVC_FP32) {
+        memset(&c->p.regions, 0, sizeof(c->p.regions));
+    } else if (params->regions.v_residual > 0) {
+        c->v_stash = kvp_calloc(n, sizeof(float), "kvc v stash");
+        if (c->v_stash == NULL) {
+            kvp_kvc_destroy(c);
+            return KVP_ERR_NO_MEMORY;
+        }
+    }
     if (params->keep_pages) {
         c->pages     = kvp_calloc((size_t)chunks * params->layers, sizeof(uint8_t *), "kvc pages");
         c->page_lens = kvp_calloc((size_t)chunks * params->layers, sizeof(size_t), "kvc lens");
@@ -97,6 +156,7 @@ void kvp_kvc_destroy(kvp_kvc_t *c)
     kvp_free(c->tokens);
     kvp_free(c->keys);
     kvp_free(c->scratch);
+    kvp_free(c->v_stash);
     kvp_free(c);
 }
 
@@ -121,38 +181,47 @@ void kvp_kvc_put(kvp_kvc_t *c, uint32_t layer, const float *k, const float *v)
     }
 }
 
-/* Encode rows [sealed, sealed+P) of every layer and replace them with the decoded page. */
+/* Encode rows [sealed, sealed+P) of every layer and replace them with the decoded page (sink
+ * chunks as fp16 pages; with a V window the decoded V goes to the stash, see v_window_move). */
 static kvp_status_t kvc_seal(kvp_kvc_t *c)
 {
-    uint32_t     P     = c->p.page_tokens;
-    uint32_t     chunk = c->sealed / P;
-    double       t0    = kvp_time_s();
-    kvp_status_t status;
+    uint32_t       P     = c->p.page_tokens;
+    uint32_t       chunk = c->sealed / P;
+    int            sink  = chunk < c->p.regions.sink_pages;
+    kvp_codec_id_t codec = sink ? KVP_CODEC_FP16 : c->p.codec;
+    double         t0    = kvp_time_s();
+    kvp_status_t   status;
 
     c->keys[chunk] = kvp_chunk_key(chunk > 0 ? &c->keys[chunk - 1] : NULL, c->p.ns,
                                    c->tokens + c->sealed, P);
     for (uint32_t l = 0; l < c->p.layers; l++) {
-        kvp_page_params_t pp = page_params(c, c->p.codec, l, c->sealed);
-        float            *kr = kvp_kvc_k(c, l) + (size_t)c->sealed * c->row;
-        float            *vr = kvp_kvc_v(c, l) + (size_t)c->sealed * c->row;
+        kvp_page_params_t pp  = page_params(c, codec, l, c->sealed);
+        size_t            off = ((size_t)l * c->p.max_tokens + c->sealed) * c->row;
+        float            *kr  = c->k + off;
+        float            *vr  = c->v + off;
+        float            *vd  = (c->v_stash != NULL ? c->v_stash : c->v) + off;
         size_t            len;
 
         pp.chunk_key = c->keys[chunk];
         status = kvp_page_encode(&pp, KVP_DTYPE_F32, kr, vr, P, c->scratch, c->page_cap, &len);
         if (status != KVP_OK) {
             KVP_LOG_ERROR("model", "encoding layer %u chunk %u with %s failed: %s", l, chunk,
-                          kvp_codec_name(c->p.codec), kvp_status_str(status));
+                          kvp_codec_name(codec), kvp_status_str(status));
             return status;
         }
-        status = kvp_page_decode(c->scratch, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kr, vr, NULL);
+        status = kvp_page_decode(c->scratch, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kr, vd, NULL);
         if (status != KVP_OK) {
             KVP_LOG_ERROR("model", "decoding layer %u chunk %u with %s failed: %s", l, chunk,
-                          kvp_codec_name(c->p.codec), kvp_status_str(status));
+                          kvp_codec_name(codec), kvp_status_str(status));
             return status;
         }
-        c->page_bytes += len;
-        c->payload_bytes += len - KVP_PAGE_HDR_BYTES;
-        c->page_elems += 2ull * P * c->row;
+        if (sink) {
+            c->sink_bytes += len;
+        } else {
+            c->page_bytes += len;
+            c->payload_bytes += len - KVP_PAGE_HDR_BYTES;
+            c->page_elems += 2ull * P * c->row;
+        }
         if (c->pages != NULL) {
             size_t i = (size_t)chunk * c->p.layers + l;
 
@@ -169,16 +238,68 @@ static kvp_status_t kvc_seal(kvp_kvc_t *c)
     return KVP_OK;
 }
 
+/* V window: sealed tokens that left the last v_residual tokens get their decoded V rows. */
+static void v_window_move(kvp_kvc_t *c)
+{
+    uint32_t rv     = c->p.regions.v_residual;
+    uint32_t target = c->ntok > rv ? c->ntok - rv : 0;
+
+    target = target < c->sealed ? target : c->sealed;
+    if (c->v_stash == NULL || target <= c->v_swapped) {
+        return;
+    }
+    for (uint32_t l = 0; l < c->p.layers; l++) {
+        size_t off = ((size_t)l * c->p.max_tokens + c->v_swapped) * c->row;
+
+        memcpy(c->v + off, c->v_stash + off, (size_t)(target - c->v_swapped) * c->row *
+               sizeof(float));
+    }
+    c->v_swapped = target;
+}
+
+/* Bytes the cache holds now: codec and sink pages, fp16 rows not yet sealed (as tail pages with
+ * headers) and the fp16 copies of sealed V rows still inside the V window. */
+static void account_held(kvp_kvc_t *c)
+{
+    uint32_t P     = c->p.page_tokens;
+    uint32_t open  = c->ntok - c->sealed;
+    uint32_t sinkt = c->p.regions.sink_pages * P;
+    uint32_t vfrom = c->v_swapped > sinkt ? c->v_swapped : sinkt;
+    uint64_t vdup  = c->v_stash != NULL && c->sealed > vfrom ? c->sealed - vfrom : 0;
+    uint64_t per_layer;
+
+    per_layer = (uint64_t)(open + P - 1) / P * KVP_PAGE_HDR_BYTES + (uint64_t)open * c->row * 4 +
+                vdup * c->row * 2;
+    c->held_bytes_sum += (double)(c->page_bytes + c->sink_bytes + per_layer * c->p.layers);
+    c->held_elems_sum += 2.0 * c->ntok * c->row * c->p.layers;
+}
+
 kvp_status_t kvp_kvc_commit(kvp_kvc_t *c, uint32_t token)
 {
+    const kvp_kvc_regions_t *r = &c->p.regions;
+    uint32_t                 P = c->p.page_tokens;
+    uint32_t                 evict = r->evict ? r->evict : P, outside;
+    kvp_status_t             status;
+
     if (c->ntok >= c->p.max_tokens) {
         KVP_LOG_ERROR("model", "kv cache is full (%u tokens)", c->p.max_tokens);
         return KVP_ERR_NO_SPACE;
     }
     c->tokens[c->ntok++] = token;
-    if (c->p.codec != KVP_KVC_FP32 && c->ntok - c->sealed == c->p.page_tokens) {
-        return kvc_seal(c);
+    if (c->p.codec == KVP_KVC_FP32) {
+        return KVP_OK;
     }
+    outside = c->ntok > r->residual ? c->ntok - r->residual : 0;
+    while (outside >= c->sealed + evict) {
+        for (uint32_t i = 0; i < evict / P; i++) {
+            status = kvc_seal(c);
+            if (status != KVP_OK) {
+                return status;
+            }
+        }
+    }
+    v_window_move(c);
+    account_held(c);
     return KVP_OK;
 }
 
@@ -193,6 +314,10 @@ kvp_status_t kvp_kvc_tail_pack(const kvp_kvc_t *c, uint8_t **blob_p, size_t *len
     *blob_p = NULL;
     *len_p  = 0;
     *n_p    = 0;
+    if (c->p.regions.sink_pages || c->p.regions.v_residual || nt > c->p.page_tokens) {
+        KVP_LOG_ERROR("model", "only a bare-region cache packs into one tail page per layer");
+        return KVP_ERR_UNSUPPORTED;
+    }
     if (nt == 0) {
         return KVP_OK;
     }
@@ -260,6 +385,8 @@ kvp_status_t kvp_kvc_restore(kvp_kvc_t *c, const uint32_t *tokens, uint32_t ntok
     kvp_status_t status;
 
     if (c->ntok != 0 || ntok > c->p.max_tokens || c->p.codec == KVP_KVC_FP32 ||
+        c->p.regions.sink_pages || c->p.regions.residual || c->p.regions.v_residual ||
+        (c->p.regions.evict && c->p.regions.evict != P) ||
         n_pages != chunks * c->p.layers || n_tail != (nt ? c->p.layers : 0)) {
         KVP_LOG_ERROR("model", "session does not fit this cache: %u tokens, %u pages, %u tail "
                       "pages", ntok, n_pages, n_tail);

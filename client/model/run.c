@@ -73,6 +73,33 @@ err:
     return status;
 }
 
+kvp_status_t kvp_run_set_regions(kvp_run_t *run, uint32_t lane, const kvp_kvc_regions_t *r,
+                                 const char *label)
+{
+    kvp_kvc_t       *c;
+    kvp_kvc_params_t p;
+    kvp_status_t     status;
+
+    if (lane >= run->lanes || run->steps != 0) {
+        KVP_LOG_ERROR("model", "regions of lane %u can only be set before the first step", lane);
+        return KVP_ERR_INVALID;
+    }
+    p         = run->cache[lane]->p;
+    p.regions = *r;
+    status    = kvp_kvc_create(&p, &c);
+    if (status != KVP_OK) {
+        return status;
+    }
+    kvp_kvc_destroy(run->cache[lane]);
+    run->cache[lane]         = c;
+    run->stat[lane].regions  = c->p.regions;
+    if (label != NULL) {
+        snprintf(run->stat[lane].label, sizeof(run->stat[lane].label), "%s", label);
+        run->stat[lane].name = run->stat[lane].label;
+    }
+    return KVP_OK;
+}
+
 void kvp_run_destroy(kvp_run_t *run)
 {
     if (run == NULL) {
@@ -235,10 +262,11 @@ void kvp_run_finish(kvp_run_t *run)
         s->ppl           = s->n ? exp(s->nll_sum / (double)s->n) : NAN;
         s->kl_mean       = s->n ? s->kl_sum / (double)s->n : NAN;
         s->top1_agree    = s->n ? (double)s->top1_same / (double)s->n : NAN;
-        s->bits_per_elem = c->page_elems ? 8.0 * (double)c->page_bytes / (double)c->page_elems
+        s->bits_page     = c->page_elems ? 8.0 * (double)c->page_bytes / (double)c->page_elems
                                          : (s->codec == KVP_KVC_FP32 ? 32.0 : NAN);
         s->bits_payload  = c->page_elems ? 8.0 * (double)c->payload_bytes / (double)c->page_elems
-                                         : s->bits_per_elem;
+                                         : s->bits_page;
+        s->bits_per_elem = s->codec == KVP_KVC_FP32 ? 32.0 : kvp_kvc_bits_effective(c);
         s->tokens_per_s  = t > 0.0 ? (double)run->steps / t : 0.0;
         s->codec_s       = c->codec_s;
     }

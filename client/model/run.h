@@ -18,14 +18,20 @@
 
 typedef struct {
     kvp_codec_id_t codec;         /* KVP_KVC_FP32 or a kvpack codec */
-    const char    *name;          /* "fp32", "fp16", "kivi", ... */
+    const char    *name;          /* "fp32", "fp16", "kivi", ... or label (kvp_run_set_regions) */
+    char           label[48];
+    kvp_kvc_regions_t regions;    /* which tokens stay fp16 (zero = bare codec) */
     double         nll_sum;       /* -log p(next) summed over predictions */
     double         kl_sum;        /* KL(ref || lane) summed */
     uint64_t       top1_same;     /* argmax equal to the reference's */
     uint64_t       n;             /* predictions */
     /* filled by kvp_run_finish */
     double         ppl, kl_mean, top1_agree;
-    double         bits_per_elem;  /* 8 * sealed page bytes (headers included) / K+V elements */
+    double         bits_per_elem;  /* effective: 8 * every byte the cache held (codec pages,
+                                    * fp16 sink pages, fp16 rows of the residual/tail, V window
+                                    * copies; headers included) / K+V elements held, summed over
+                                    * the commits of the run */
+    double         bits_page;      /* 8 * codec page bytes (headers included) / their elements */
     double         bits_payload;   /* same without the 64-byte headers */
     double         tokens_per_s;   /* steps / (shared matmul time / lanes + own time) */
     double         codec_s;        /* encode + decode seconds */
@@ -54,6 +60,10 @@ kvp_status_t kvp_run_create(const kvp_model_t *m, const kvp_codec_id_t *codecs, 
                             uint32_t page_tokens, uint32_t max_tokens, int keep_pages,
                             kvp_run_t **run_p);
 void         kvp_run_destroy(kvp_run_t *run); /* NULL is a no-op */
+/* Give lane its cache regions (before the first step; the lane's cache is rebuilt) and, when
+ * label is not NULL, a display name such as "kivi@oscar". */
+kvp_status_t kvp_run_set_regions(kvp_run_t *run, uint32_t lane, const kvp_kvc_regions_t *r,
+                                 const char *label);
 
 /* Teacher-forced: feed ids[0..n-1], scoring predictions of ids[1..n-1]. */
 kvp_status_t kvp_run_ppl(kvp_run_t *run, const uint32_t *ids, uint32_t n);

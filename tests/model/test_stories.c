@@ -146,8 +146,8 @@ static void test_codecs(const kvp_model_t *m, const uint32_t *ids, uint32_t n)
         CHECK(isfinite(s->ppl) && s->ppl > 1.0 && isfinite(s->kl_mean) && s->kl_mean >= 0.0 &&
               s->top1_agree >= 0.0 && s->top1_agree <= 1.0, "%s figures", s->name);
         CHECK(s->n == n - 1, "%s scored %llu predictions", s->name, (unsigned long long)s->n);
-        CHECK(fabs(s->bits_per_elem - want_bits) < 1e-9, "%s bits %.6f, pages say %.6f", s->name,
-              s->bits_per_elem, want_bits);
+        CHECK(fabs(s->bits_page - want_bits) < 1e-9, "%s bits %.6f, pages say %.6f", s->name,
+              s->bits_page, want_bits);
         if (l == 0) {
             CHECK(s->kl_mean == 0.0 && s->top1_agree == 1.0, "reference lane agrees with itself");
         } else if (l != naive && naive != 0) {
