@@ -26,7 +26,7 @@
 #define CLOSE_WAIT_NS  (3ull * 1000000000ull)
 #define BUF_MIN        (64u << 10) /* smallest cached bulk buffer (power-of-two classes) */
 #define BUF_KEEP       16          /* free bulk buffers kept for reuse ... */
-#define BUF_KEEP_BYTES (96u << 20) /* ... holding at most this many bytes */
+#define BUF_KEEP_BYTES (64u << 20) /* ... holding at most this many bytes */
 
 /* ---- types ---- */
 
