@@ -245,6 +245,12 @@ static kvp_status_t text_tokens(const kvp_model_t *m, const char *path, uint64_t
     return KVP_OK;
 }
 
+/* What the matmul reads: the GGUF blocks (dequantized a row at a time) or the fp32 copies. */
+static const char *weights_kind(const kvp_model_t *m)
+{
+    return kvp_mm_quant_enabled() && m->layer[0].qwq.data != NULL ? "gguf-blocks" : "fp32";
+}
+
 static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *run, uint32_t n,
                         const char *src)
 {
@@ -265,6 +271,7 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
         kvp_json_str(&j, "reference", ref->name);
         kvp_json_num(&j, "ppl_fp16", ref->ppl);
         kvp_json_str(&j, "matmul", kvp_mm_impl());
+        kvp_json_str(&j, "weights", weights_kind(m));
         kvp_json_num(&j, "wall_s", run->wall_s);
         kvp_json_arr(&j, "codecs");
         for (uint32_t l = 0; l < run->lanes; l++) {
@@ -295,9 +302,9 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
         return;
     }
     printf("model %s (%s, %u layers, %u kv heads x %u, vocab %u), %u tokens of %s, P=%llu, "
-           "matmul %s, %.1f s\n", m->name, m->format, m->cfg.layers, m->cfg.kv_heads,
-           m->cfg.head_dim, m->cfg.vocab, n, src, (unsigned long long)o->page_tokens,
-           kvp_mm_impl(), run->wall_s);
+           "matmul %s on %s weights, %.1f s\n", m->name, m->format, m->cfg.layers,
+           m->cfg.kv_heads, m->cfg.head_dim, m->cfg.vocab, n, src,
+           (unsigned long long)o->page_tokens, kvp_mm_impl(), weights_kind(m), run->wall_s);
     printf("%-16s %10s %10s %9s %7s %10s %10s %-18s %9s\n", "codec", "ppl", "ppl_ref",
            "kl_mean", "top1", "bits/elem", "bits_page", "regions", "tok/s");
     for (uint32_t l = 0; l < run->lanes; l++) {

@@ -105,13 +105,13 @@ double kvp_fwd_lane_s(const kvp_fwd_t *f, uint32_t lane)
 /* ---- pieces ---- */
 
 /* Batched matmul over all lanes (kvp_mm takes at most KVP_MM_MAXB at once). */
-static void mm_lanes(const kvp_fwd_t *f, float *y, const float *x, const float *w, uint32_t rows,
-                     uint32_t n)
+static void mm_lanes(const kvp_fwd_t *f, float *y, const float *x, const float *w,
+                     const kvp_qmat_t *q, uint32_t rows, uint32_t n)
 {
     for (uint32_t b = 0; b < f->lanes; b += KVP_MM_MAXB) {
         uint32_t nb = f->lanes - b < KVP_MM_MAXB ? f->lanes - b : KVP_MM_MAXB;
 
-        kvp_mm(y + (size_t)b * rows, x + (size_t)b * n, w, rows, n, nb);
+        kvp_mm_q(y + (size_t)b * rows, x + (size_t)b * n, w, q, rows, n, nb);
     }
 }
 
@@ -209,9 +209,9 @@ static void fwd_layer(kvp_fwd_t *f, kvp_kvc_t *const *caches, uint32_t l)
         rmsnorm(f->xb + (size_t)b * c->dim, f->x + (size_t)b * c->dim, w->att_norm, c->dim,
                 c->norm_eps);
     }
-    mm_lanes(f, f->q, f->xb, w->wq, qd, c->dim);
-    mm_lanes(f, f->k, f->xb, w->wk, kd, c->dim);
-    mm_lanes(f, f->v, f->xb, w->wv, kd, c->dim);
+    mm_lanes(f, f->q, f->xb, w->wq, &w->qwq, qd, c->dim);
+    mm_lanes(f, f->k, f->xb, w->wk, &w->qwk, kd, c->dim);
+    mm_lanes(f, f->v, f->xb, w->wv, &w->qwv, kd, c->dim);
     t1 = kvp_time_s();
     f->shared_s += t1 - t0;
     for (uint32_t b = 0; b < f->lanes; b++) {
@@ -232,7 +232,7 @@ static void fwd_layer(kvp_fwd_t *f, kvp_kvc_t *const *caches, uint32_t l)
         f->lane_s[b] += t0 - t1;
         t1 = t0;
     }
-    mm_lanes(f, f->xb2, f->att_out, w->wo, c->dim, qd);
+    mm_lanes(f, f->xb2, f->att_out, w->wo, &w->qwo, c->dim, qd);
     for (size_t i = 0; i < (size_t)f->lanes * c->dim; i++) {
         f->x[i] += f->xb2[i];
     }
@@ -240,14 +240,14 @@ static void fwd_layer(kvp_fwd_t *f, kvp_kvc_t *const *caches, uint32_t l)
         rmsnorm(f->xb + (size_t)b * c->dim, f->x + (size_t)b * c->dim, w->ffn_norm, c->dim,
                 c->norm_eps);
     }
-    mm_lanes(f, f->hb, f->xb, w->w1, c->hidden, c->dim);
-    mm_lanes(f, f->hb2, f->xb, w->w3, c->hidden, c->dim);
+    mm_lanes(f, f->hb, f->xb, w->w1, &w->qw1, c->hidden, c->dim);
+    mm_lanes(f, f->hb2, f->xb, w->w3, &w->qw3, c->hidden, c->dim);
     for (size_t i = 0; i < (size_t)f->lanes * c->hidden; i++) {
         float g = f->hb[i];
 
         f->hb[i] = g / (1.0f + expf(-g)) * f->hb2[i];
     }
-    mm_lanes(f, f->xb2, f->hb, w->w2, c->dim, c->hidden);
+    mm_lanes(f, f->xb2, f->hb, w->w2, &w->qw2, c->dim, c->hidden);
     for (size_t i = 0; i < (size_t)f->lanes * c->dim; i++) {
         f->x[i] += f->xb2[i];
     }
@@ -284,7 +284,7 @@ kvp_status_t kvp_fwd_step(kvp_fwd_t *f, kvp_kvc_t *const *caches, const uint32_t
         rmsnorm(f->xb + (size_t)b * c->dim, f->x + (size_t)b * c->dim, m->final_norm, c->dim,
                 c->norm_eps);
     }
-    mm_lanes(f, logits, f->xb, m->cls, c->vocab, c->dim);
+    mm_lanes(f, logits, f->xb, m->cls, &m->qcls, c->vocab, c->dim);
     f->shared_s += kvp_time_s() - t0;
     for (uint32_t b = 0; b < f->lanes; b++) {
         t0     = kvp_time_s();

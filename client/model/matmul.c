@@ -2,10 +2,16 @@
  * so each weight row is loaded once per step for every lane. Written with GCC vector types; an
  * AVX2+FMA build of the same kernel (function target attribute) is chosen once at run time by
  * cpuid, else 4-wide SSE. Row blocks are shared out by par.c; each row's sum is computed by one
- * thread in a fixed order, so results do not depend on the thread count. */
+ * thread in a fixed order, so results do not depend on the thread count. Quantized GGUF weights
+ * (kvp_mm_q) are dequantized a row at a time into a per-thread L1 buffer (AVX2 for Q4_0/Q4_1/
+ * Q8_0) and then go through the same row kernel: same values, same sums, fewer bytes read. */
 #include "model.h"
 #include "par.h"
 
+#include "gguf.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -134,11 +140,112 @@ void kvp_attn_mix(const float *a, const float *v, size_t stride, uint32_t hd, ui
     (mm_row() == row_avx2 ? mix_avx2 : mix_generic)(a, v, stride, hd, nt, out);
 }
 
+/* ---- quantized rows: dequantize into an L1 buffer, values exactly as kvp_ggml_dequant ---- */
+
+#define MM_QROW_MAX 16384 /* longest row dequantized on the fly (floats per thread) */
+
+static _Thread_local float qrow_buf[MM_QROW_MAX];
+
+typedef void (*dq_fn_t)(const uint8_t *src, float *dst, uint32_t n);
+
+/* fp16 -> fp32 by F16C (exact, as kvp_f16_to_f32) */
+__attribute__((target("f16c"))) static inline float h2f(const uint8_t *p)
+{
+    uint16_t h;
+
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* q*d is exact for 4- and 8-bit q and an fp16 d, so fma(q, d, m) equals the scalar q*d + m. */
+__attribute__((target("avx2,fma,f16c"))) static void dq_q4_avx2(const uint8_t *b, float *y,
+                                                           int has_min)
+{
+    __m256 d  = _mm256_set1_ps(h2f(b));
+    __m256 m  = _mm256_set1_ps(has_min ? h2f(b + 2) : 0.0f);
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + (has_min ? 4 : 2)));
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    __m256i off = _mm256_set1_epi32(has_min ? 0 : 8);
+    __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+
+    for (int i = 0; i < 4; i++) {
+        __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(part[i]), off);
+
+        _mm256_storeu_ps(y + 8 * i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m));
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void dq_row_q4_0_avx2(const uint8_t *src,
+                                                                 float *dst, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i += 32, src += 18) {
+        dq_q4_avx2(src, dst + i, 0);
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void dq_row_q4_1_avx2(const uint8_t *src,
+                                                                 float *dst, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i += 32, src += 20) {
+        dq_q4_avx2(src, dst + i, 1);
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void dq_row_q8_0_avx2(const uint8_t *src,
+                                                                 float *dst, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i += 32, src += 34) {
+        __m256 d = _mm256_set1_ps(h2f(src));
+
+        for (int k = 0; k < 4; k++) {
+            __m128i q = _mm_loadl_epi64((const __m128i *)(src + 2 + 8 * k));
+
+            _mm256_storeu_ps(dst + i + 8 * k,
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+        }
+    }
+}
+
+/* AVX2 row dequantizer for the type; NULL (use the fp32 copy) for other types or CPUs. */
+static dq_fn_t dq_row(uint32_t type)
+{
+    if (mm_row() == row_avx2 && __builtin_cpu_supports("f16c")) {
+        switch (type) {
+        case KVP_GGML_Q4_0: return dq_row_q4_0_avx2;
+        case KVP_GGML_Q4_1: return dq_row_q4_1_avx2;
+        case KVP_GGML_Q8_0: return dq_row_q8_0_avx2;
+        default:            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static int quant_on = -1;
+
+int kvp_mm_quant_enabled(void)
+{
+    if (quant_on < 0) {
+        const char *e = getenv("KVP_MM_QUANT");
+
+        quant_on = !(e != NULL && strcmp(e, "0") == 0);
+    }
+    return quant_on;
+}
+
+void kvp_mm_set_quant(int on)
+{
+    quant_on = on != 0;
+}
+
 typedef struct {
-    row_fn_t     fn;
-    float       *y;
-    const float *x, *w;
-    uint32_t     rows, n, nb;
+    row_fn_t       fn;
+    float         *y;
+    const float   *x, *w;
+    const uint8_t *q;        /* quantized rows or NULL */
+    size_t         q_row;    /* bytes per quantized row */
+    dq_fn_t        dq;
+    uint32_t       rows, n, nb;
 } mm_job_t;
 
 static void mm_task(void *arg, uint32_t t)
@@ -148,20 +255,49 @@ static void mm_task(void *arg, uint32_t t)
     uint32_t        r1 = r0 + MM_ROWS_PER_TASK < j->rows ? r0 + MM_ROWS_PER_TASK : j->rows;
 
     for (uint32_t r = r0; r < r1; r++) {
-        j->fn(j->y + r, j->rows, j->x, j->w + (size_t)r * j->n, j->n, j->nb);
+        const float *w = j->w + (size_t)r * j->n;
+
+        if (j->q != NULL) {
+            j->dq(j->q + (size_t)r * j->q_row, qrow_buf, j->n);
+            w = qrow_buf;
+        }
+        j->fn(j->y + r, j->rows, j->x, w, j->n, j->nb);
     }
+}
+
+static void mm_run(mm_job_t *j);
+
+void kvp_mm_q(float *y, const float *x, const float *w, const kvp_qmat_t *q, uint32_t rows,
+              uint32_t n, uint32_t nb)
+{
+    mm_job_t j = {mm_row(), y, x, w, NULL, 0, NULL, rows, n, nb};
+
+    if (q != NULL && q->data != NULL && n <= MM_QROW_MAX && kvp_mm_quant_enabled()) {
+        j.dq = dq_row(q->type);
+        if (j.dq != NULL) {
+            j.q     = q->data;
+            j.q_row = q->row_bytes;
+        }
+    }
+    mm_run(&j);
 }
 
 void kvp_mm(float *y, const float *x, const float *w, uint32_t rows, uint32_t n, uint32_t nb)
 {
-    mm_job_t j      = {mm_row(), y, x, w, rows, n, nb};
-    uint32_t ntasks = (rows + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
+    mm_job_t j = {mm_row(), y, x, w, NULL, 0, NULL, rows, n, nb};
 
-    if ((size_t)rows * n * nb < ((size_t)1 << 16)) {
+    mm_run(&j);
+}
+
+static void mm_run(mm_job_t *j)
+{
+    uint32_t ntasks = (j->rows + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
+
+    if ((size_t)j->rows * j->n * j->nb < ((size_t)1 << 16)) {
         for (uint32_t t = 0; t < ntasks; t++) {
-            mm_task(&j, t);
+            mm_task(j, t);
         }
         return;
     }
-    kvp_par_for(ntasks, mm_task, &j);
+    kvp_par_for(ntasks, mm_task, j);
 }

@@ -1,6 +1,7 @@
 /* model_load.c - build a kvp_model_t from a llama2.c .bin (7-int header, fp32 tensors in a fixed
  * order, optional legacy RoPE block and classifier) or from GGUF v3 ("llama" architecture;
- * tensors dequantized to fp32 at load, shapes checked against the metadata). All weights live in
+ * tensors dequantized to fp32 at load, shapes checked against the metadata; Q4_0/Q4_1/Q8_0
+ * matrices also keep a kvp_qmat_t into the file image for the matmul). All fp32 weights live in
  * one allocation. Main flow: kvp_model_load -> load_llama2c | load_gguf -> model_alloc. */
 #include "model.h"
 
@@ -219,6 +220,18 @@ static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, cons
     return KVP_OK;
 }
 
+/* Point q at a tensor's blocks when the matmul can read them directly (shape already checked). */
+static void qmat_set(kvp_qmat_t *q, const kvp_gguf_tensor_t *t)
+{
+    if (t == NULL || t->ne[0] % 32 != 0 || (t->type != KVP_GGML_Q4_0 &&
+        t->type != KVP_GGML_Q4_1 && t->type != KVP_GGML_Q8_0)) {
+        return;
+    }
+    q->data      = t->data;
+    q->type      = t->type;
+    q->row_bytes = (size_t)(t->nbytes / t->ne[1]);
+}
+
 static kvp_status_t load_gguf(kvp_model_t *m, const char *path)
 {
     kvp_model_config_t      *c = &m->cfg;
@@ -285,12 +298,23 @@ static kvp_status_t load_gguf(kvp_model_t *m, const char *path)
             {"ffn_down", c->hidden, c->dim, w->w2},
         };
 
+        kvp_qmat_t *qm[] = {NULL, NULL, &w->qwq, &w->qwk, &w->qwv, &w->qwo, &w->qw1, &w->qw3,
+                            &w->qw2};
+
         for (size_t i = 0; i < sizeof(t) / sizeof(t[0]) && status == KVP_OK; i++) {
             snprintf(name, sizeof(name), "blk.%u.%s.weight", l, t[i].n);
             status = gguf_tensor(g, name, t[i].ne0, t[i].ne1, t[i].dst);
+            if (status == KVP_OK && qm[i] != NULL) {
+                qmat_set(qm[i], kvp_gguf_find(g, name));
+            }
         }
     }
-    m->format = "gguf";
+    if (status == KVP_OK) {
+        qmat_set(&m->qcls, out != NULL ? out : emb);
+        m->format = "gguf";
+        m->gguf   = g; /* the quantized twins point into its image */
+        return KVP_OK;
+    }
 out:
     kvp_gguf_close(g);
     return status;
@@ -356,6 +380,7 @@ void kvp_model_free(kvp_model_t *m)
         return;
     }
     kvp_tok_free(m->tok);
+    kvp_gguf_close(m->gguf);
     kvp_free(m->layer);
     kvp_free(m->mem);
     kvp_free(m);

@@ -1,6 +1,7 @@
 /* test_gguf.c - the GGUF reader, block dequantization and the byte-level BPE tokenizer on files
  * crafted here: a tiny valid "llama" model (tokenizer included) loads and runs; every block type
- * dequantizes to values derived independently in this file; malformed files (bad magic, bad
+ * dequantizes to values derived independently in this file; the matmul reading quantized rows
+ * directly equals the fp32 copy bit for bit; malformed files (bad magic, bad
  * version, truncation at every byte, a string or tensor past the end, too many dims, an
  * unsupported tensor type, a shape mismatch) fail with a clear status and never crash. */
 #include "model/gguf.h"
@@ -306,6 +307,61 @@ static void test_dequant_blocks(void)
     CHECK(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 31) == KVP_ERR_INVALID, "partial block");
 }
 
+/* The matmul reading Q4_0/Q4_1/Q8_0 rows directly gives bit-identical results to the fp32 copy
+ * made by kvp_ggml_dequant (random codes, random finite fp16 scales and mins of both signs). */
+static void test_mm_quant(void)
+{
+    const uint32_t types[3] = {KVP_GGML_Q4_0, KVP_GGML_Q4_1, KVP_GGML_Q8_0};
+    const uint32_t bsize[3] = {18, 20, 34};
+    uint32_t       rows = 300, n = 96, nb = 3, seed = 777;
+
+    for (int t = 0; t < 3; t++) {
+        size_t     rb = n / 32 * bsize[t];
+        uint8_t   *q  = malloc(rows * rb);
+        float     *w  = malloc((size_t)rows * n * sizeof(float));
+        float     *z  = calloc((size_t)rows * n, sizeof(float));
+        float     *x  = malloc((size_t)nb * n * sizeof(float));
+        float     *y1 = malloc((size_t)nb * rows * sizeof(float));
+        float     *y2 = malloc((size_t)nb * rows * sizeof(float));
+        kvp_qmat_t qm = {q, types[t], rb};
+
+        for (size_t i = 0; i < rows * rb; i++) {
+            seed = seed * 1103515245u + 12345u;
+            q[i] = (uint8_t)(seed >> 16);
+        }
+        for (size_t blk = 0; blk < rows * n / 32; blk++) {
+            for (int h = 0; h < (types[t] == KVP_GGML_Q4_1 ? 2 : 1); h++) {
+                uint16_t f;
+
+                seed = seed * 1103515245u + 12345u;
+                f    = kvp_f32_to_f16(((float)((seed >> 16) % 2001) - 1000.0f) / 3000.0f);
+                memcpy(q + blk * bsize[t] + 2 * h, &f, 2);
+            }
+        }
+        for (size_t i = 0; i < (size_t)nb * n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            x[i] = ((float)((seed >> 16) % 2001) - 1000.0f) / 700.0f;
+        }
+        CHECK(kvp_ggml_dequant(types[t], q, w, (uint64_t)rows * n) == KVP_OK, "dequant");
+        kvp_mm(y1, x, w, rows, n, nb);
+        kvp_mm_set_quant(1);
+        /* the fp32 argument is all zeros: only the quantized rows can give y1 */
+        kvp_mm_q(y2, x, strcmp(kvp_mm_impl(), "avx2") == 0 ? z : w, &qm, rows, n, nb);
+        CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0,
+              "%s rows read directly differ from the fp32 copy", kvp_ggml_type_name(types[t]));
+        kvp_mm_set_quant(0);
+        kvp_mm_q(y2, x, w, &qm, rows, n, nb);
+        CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "KVP_MM_QUANT=0 path");
+        kvp_mm_set_quant(1);
+        free(q);
+        free(w);
+        free(z);
+        free(x);
+        free(y1);
+        free(y2);
+    }
+}
+
 static void test_tiny_model(void)
 {
     buf_t        b = {0};
@@ -445,6 +501,7 @@ int main(void)
 {
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     test_dequant_blocks();
+    test_mm_quant();
     test_tiny_model();
     test_malformed();
     if (failures) {
