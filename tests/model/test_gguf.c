@@ -352,6 +352,13 @@ static void test_mm_quant(void)
         kvp_mm_set_quant(0);
         kvp_mm_q(y2, x, w, &qm, rows, n, nb);
         CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "KVP_MM_QUANT=0 path");
+        /* a lane's sums do not depend on how many lanes share the call (lanes go in pairs);
+         * n - 4 leaves a vector tail and a scalar tail */
+        kvp_mm(y1, x, w, rows, n - 4, nb);
+        for (uint32_t b = 0; b < nb; b++) {
+            kvp_mm(y2 + (size_t)b * rows, x + (size_t)b * (n - 4), w, rows, n - 4, 1);
+        }
+        CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "lanes one at a time");
         kvp_mm_set_quant(1);
         free(q);
         free(w);
