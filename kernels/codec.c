@@ -129,17 +129,53 @@ static kvp_status_t fields_check(const kvp_page_info_t *in)
     return KVP_OK;
 }
 
+/* The fp32 path: check or convert the input (per-thread scratch), then the codec's encode. */
+static kvp_status_t encode_f32(const kvp_codec_ops_t *ops, const kvp_codec_geom_t *g,
+                               kvp_dtype_t dtype, const void *k, const void *v, size_t n,
+                               kvp_page_info_t *info, uint8_t *payload)
+{
+    const kvp_cvt_ops_t *cvt = kvp_cvt_ops();
+    const float         *kf, *vf;
+    kvp_status_t         status;
+    if (dtype == KVP_DTYPE_F32) {
+        kf     = k;
+        vf     = v;
+        status = cvt->check_f32(kf, n);
+        if (status == KVP_OK) {
+            status = cvt->check_f32(vf, n);
+        }
+    } else {
+        float *ks = kvp_codec_scratch(0, n * sizeof(float));
+        float *vs = kvp_codec_scratch(1, n * sizeof(float));
+
+        if (ks == NULL || vs == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        status = cvt->load_f16(k, n, ks);
+        if (status == KVP_OK) {
+            status = cvt->load_f16(v, n, vs);
+        }
+        kf = ks;
+        vf = vs;
+    }
+    if (status != KVP_OK) {
+        KVP_LOG_DEBUG("codec", "encode: input has NaN, Inf or |x| > 65504 (layer %u)",
+                      info->layer);
+        return status;
+    }
+
+    return ops->encode(g, kf, vf, info, payload);
+}
+
 kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype, const void *k,
                              const void *v, uint32_t ntok, void *out, size_t out_cap,
                              size_t *len_p)
 {
     const kvp_codec_ops_t *ops;
-    const kvp_cvt_ops_t   *cvt = kvp_cvt_ops();
     kvp_codec_geom_t       g;
     kvp_page_info_t        info;
     kvp_status_t           status;
     size_t                 n, payload;
-    const float           *kf, *vf;
 
     if (params == NULL) {
         return KVP_ERR_INVALID;
@@ -167,34 +203,6 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
                       KVP_PAGE_HDR_BYTES + payload);
         return KVP_ERR_TOO_LARGE;
     }
-    n = (size_t)ntok * params->heads * params->head_dim;
-    if (dtype == KVP_DTYPE_F32) {
-        kf     = k;
-        vf     = v;
-        status = cvt->check_f32(kf, n);
-        if (status == KVP_OK) {
-            status = cvt->check_f32(vf, n);
-        }
-    } else {
-        float *ks = kvp_codec_scratch(0, n * sizeof(float));
-        float *vs = kvp_codec_scratch(1, n * sizeof(float));
-
-        if (ks == NULL || vs == NULL) {
-            return KVP_ERR_NO_MEMORY;
-        }
-        status = cvt->load_f16(k, n, ks);
-        if (status == KVP_OK) {
-            status = cvt->load_f16(v, n, vs);
-        }
-        kf = ks;
-        vf = vs;
-    }
-    if (status != KVP_OK) {
-        KVP_LOG_DEBUG("codec", "encode: input has NaN, Inf or |x| > 65504 (layer %u)",
-                      params->layer);
-        return status;
-    }
-
     memset(&info, 0, sizeof(info));
     info.codec       = params->codec;
     info.flags       = params->flags & (KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL);
@@ -212,7 +220,14 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
     if (ntok < params->page_tokens) {
         info.flags |= KVP_PAGE_F_PARTIAL;
     }
-    status = ops->encode(&g, kf, vf, &info, (uint8_t *)out + KVP_PAGE_HDR_BYTES);
+    n      = (size_t)ntok * params->heads * params->head_dim;
+    status = KVP_ERR_UNSUPPORTED;
+    if (dtype == KVP_DTYPE_F16 && ops->encode_h != NULL) {
+        status = ops->encode_h(&g, k, v, &info, (uint8_t *)out + KVP_PAGE_HDR_BYTES);
+    }
+    if (status == KVP_ERR_UNSUPPORTED) {
+        status = encode_f32(ops, &g, dtype, k, v, n, &info, (uint8_t *)out + KVP_PAGE_HDR_BYTES);
+    }
     if (status != KVP_OK) {
         return status;
     }
@@ -256,6 +271,16 @@ kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kv
         return KVP_ERR_BAD_PAGE; /* payload_bytes already returned 0 in parse; defensive */
     }
     n = (size_t)info.valid * info.heads * info.head_dim;
+    if (dtype == KVP_DTYPE_F16 && ops->decode_h != NULL) {
+        status = ops->decode_h(&g, &info, (const uint8_t *)page + KVP_PAGE_HDR_BYTES, frame,
+                               k_out, v_out);
+        if (status != KVP_ERR_UNSUPPORTED) {
+            if (status == KVP_OK && info_p != NULL) {
+                *info_p = info;
+            }
+            return status;
+        }
+    }
     if (dtype == KVP_DTYPE_F32) {
         kf = k_out;
         vf = v_out;

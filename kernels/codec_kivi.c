@@ -14,6 +14,8 @@
  *   V min     2*T*H*ngv        fp16 [t][h][group]
  * naive2: K uses the V layout (codes [t][h] runs of D, scale/min [t][h]), then V the same. */
 #include "codec_ops.h"
+#include "kvpack/log.h"
+#include "q2h_int.h"
 #include "quant_hd.h"
 
 typedef struct {
@@ -116,9 +118,109 @@ static kvp_status_t kivi_decode_g(const kvp_codec_geom_t *g, const uint8_t *p, f
     return KVP_OK;
 }
 
+/* ---- fp16 in/out (AVX2 only): the same sections straight from/to fp16 ---- */
+
+static int kivi_h_ok(const kvp_codec_geom_t *g, uint32_t G)
+{
+    uint32_t D = g->head_dim;
+
+    return kvp_cpu_has_avx2() && kvp_q2h_tok_ok(D, kivi_gv(G, D)) &&
+           (G == 0 || kvp_q2h_chan_ok(D, G));
+}
+
+static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
+                                  const uint16_t *v, kvp_page_info_t *info, uint8_t *p,
+                                  uint32_t G)
+{
+    kivi_layout_t l;
+    size_t        rows = (size_t)g->valid * g->heads;
+    uint32_t      D = g->head_dim, H = g->heads;
+    int           ok = 1;
+
+    if (!kivi_h_ok(g, G)) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    kivi_layout(g, G, &l);
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = G == 0 ? D : G;
+    info->group_v = l.gv;
+    if (G == 0) {
+        ok &= kvp_q2h_tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
+                                 p + l.k_min);
+    } else {
+        uint32_t ngk = (g->valid + G - 1) / G;
+        size_t   rt  = kvp_hd_run_bytes(g->valid);
+
+        for (uint32_t h = 0; h < H; h++) {
+            ok &= kvp_q2h_chan_encode(k + (size_t)h * D, (size_t)H * D, g->valid, D, G,
+                                      KVP_Q2_RULE_KIVI, p + l.k_codes + (size_t)h * D * rt,
+                                      p + l.k_scale + 2 * (size_t)h * ngk * D,
+                                      p + l.k_min + 2 * (size_t)h * ngk * D);
+        }
+    }
+    ok &= kvp_q2h_tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes, p + l.v_scale,
+                             p + l.v_min);
+    if (!ok) {
+        KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    return KVP_OK;
+}
+
+static kvp_status_t kivi_dec_h(const kvp_codec_geom_t *g, const uint8_t *p, uint16_t *k_out,
+                                  uint16_t *v_out, uint32_t G)
+{
+    kivi_layout_t l;
+    size_t        rows = (size_t)g->valid * g->heads;
+    uint32_t      D = g->head_dim, H = g->heads;
+
+    if (!kivi_h_ok(g, G)) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    kivi_layout(g, G, &l);
+    if (k_out != NULL && G == 0) {
+        kvp_q2h_tok_decode(p + l.k_codes, p + l.k_scale, p + l.k_min, rows, D, D, k_out);
+    } else if (k_out != NULL) {
+        uint32_t ngk = (g->valid + G - 1) / G;
+        size_t   rt  = kvp_hd_run_bytes(g->valid);
+
+        for (uint32_t h = 0; h < H; h++) {
+            kvp_q2h_chan_decode(p + l.k_codes + (size_t)h * D * rt,
+                                p + l.k_scale + 2 * (size_t)h * ngk * D,
+                                p + l.k_min + 2 * (size_t)h * ngk * D, g->valid, D, G,
+                                k_out + (size_t)h * D, (size_t)H * D);
+        }
+    }
+    if (v_out != NULL) {
+        kvp_q2h_tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_min, rows, D, l.gv, v_out);
+    }
+    return KVP_OK;
+}
+
+#define KIVI_H_OPS(_name, _G)                                                                    \
+    static kvp_status_t _name##_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,          \
+                                         const uint16_t *v, kvp_page_info_t *info,               \
+                                         uint8_t *payload)                                       \
+    {                                                                                            \
+        return kivi_enc_h(g, k, v, info, payload, _G);                                          \
+    }                                                                                            \
+    static kvp_status_t _name##_decode_h(const kvp_codec_geom_t *g, const kvp_page_info_t *info, \
+                                         const uint8_t *payload, kvp_frame_t frame,              \
+                                         uint16_t *k_out, uint16_t *v_out)                       \
+    {                                                                                            \
+        (void)info;                                                                              \
+        (void)frame;                                                                             \
+        return kivi_dec_h(g, payload, k_out, v_out, _G);                                        \
+    }
+
+KIVI_H_OPS(kivi, 32)
+KIVI_H_OPS(kivi128, 128)
+KIVI_H_OPS(naive2, 0)
+
 /* ---- one ops table per (codec, implementation) ---- */
 
-#define KIVI_OPS(_name, _cname, _G, _impl, _kern)                                                \
+#define KIVI_OPS(_name, _cname, _G, _impl, _kern, _ench, _dech)                                   \
     static kvp_status_t _name##_##_impl##_check(const kvp_codec_geom_t *g)                      \
     {                                                                                            \
         return kivi_check_g(g, _G);                                                              \
@@ -147,12 +249,12 @@ static kvp_status_t kivi_decode_g(const kvp_codec_geom_t *g, const uint8_t *p, f
     const kvp_codec_ops_t kvp_codec_##_name##_##_impl = {                                       \
         .name = _cname, .impl = #_impl, .check = _name##_##_impl##_check,                        \
         .payload_bytes = _name##_##_impl##_bytes, .encode = _name##_##_impl##_encode,            \
-        .decode = _name##_##_impl##_decode,                                                      \
+        .decode = _name##_##_impl##_decode, .encode_h = _ench, .decode_h = _dech,                \
     };
 
-KIVI_OPS(kivi, "kivi", 32, ref, kvp_q2_ref)
-KIVI_OPS(kivi, "kivi", 32, avx2, kvp_q2_avx2)
-KIVI_OPS(kivi128, "kivi128", 128, ref, kvp_q2_ref)
-KIVI_OPS(kivi128, "kivi128", 128, avx2, kvp_q2_avx2)
-KIVI_OPS(naive2, "naive2", 0, ref, kvp_q2_ref)
-KIVI_OPS(naive2, "naive2", 0, avx2, kvp_q2_avx2)
+KIVI_OPS(kivi, "kivi", 32, ref, kvp_q2_ref, NULL, NULL)
+KIVI_OPS(kivi, "kivi", 32, avx2, kvp_q2_avx2, kivi_encode_h, kivi_decode_h)
+KIVI_OPS(kivi128, "kivi128", 128, ref, kvp_q2_ref, NULL, NULL)
+KIVI_OPS(kivi128, "kivi128", 128, avx2, kvp_q2_avx2, kivi128_encode_h, kivi128_decode_h)
+KIVI_OPS(naive2, "naive2", 0, ref, kvp_q2_ref, NULL, NULL)
+KIVI_OPS(naive2, "naive2", 0, avx2, kvp_q2_avx2, naive2_encode_h, naive2_decode_h)

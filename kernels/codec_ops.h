@@ -29,6 +29,15 @@ typedef struct {
     /* k_out / v_out may be NULL. */
     kvp_status_t (*decode)(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
                            const uint8_t *payload, kvp_frame_t frame, float *k_out, float *v_out);
+    /* Optional fp16 twins (NULL: the front door converts through fp32 scratch): encode from
+     * fp16 input (NaN/Inf: KVP_ERR_BAD_INPUT_DATA, logged by the codec) and decode to fp16,
+     * with the bytes and values of the fp32 path. KVP_ERR_UNSUPPORTED before touching anything
+     * when the geometry is not one they take: the front door then uses the fp32 path. */
+    kvp_status_t (*encode_h)(const kvp_codec_geom_t *g, const uint16_t *k, const uint16_t *v,
+                             kvp_page_info_t *info, uint8_t *payload);
+    kvp_status_t (*decode_h)(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
+                             const uint8_t *payload, kvp_frame_t frame, uint16_t *k_out,
+                             uint16_t *v_out);
 } kvp_codec_ops_t;
 
 /* Table indexed by kvp_codec_id_t, chosen once (CPU features, KVPACK_CODEC_IMPL=ref). */

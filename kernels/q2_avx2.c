@@ -153,8 +153,8 @@ static void avx2_chan_encode(const float *src, size_t stride, uint32_t T, uint32
             for (uint32_t c = 0; c < nv; c++) {
                 __m256 x = _mm256_loadu_ps(row + 8 * c);
 
-                mn[c] = _mm256_min_ps(mn[c], x);
-                mx[c] = _mm256_max_ps(mx[c], x);
+                mn[c] = _mm256_min_ps(x, mn[c]); /* x < mn ? x : mn, as the reference */
+                mx[c] = _mm256_max_ps(x, mx[c]);
             }
         }
         for (uint32_t c = 0; c < nv; c++) {
@@ -268,6 +268,32 @@ static inline __m256 reduce8(const __m256 *v, int is_max)
 #undef RED
 }
 
+/* The reference keeps the first of equal values, so a zero min (max) has the sign of the
+ * group's first zero; lane j of m is the group of n values at x + j*step. */
+static __m256 fix_zeros(__m256 m, const float *x, size_t step, uint32_t n, int is_max)
+{
+    int   z = _mm256_movemask_ps(_mm256_cmp_ps(m, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    float a[8];
+
+    if (z == 0) {
+        return m;
+    }
+    _mm256_storeu_ps(a, m);
+    for (int j = 0; j < 8; j++) {
+        if (z & (1 << j)) {
+            float r = x[(size_t)j * step];
+
+            for (uint32_t i = 1; i < n; i++) {
+                float y = x[(size_t)j * step + i];
+
+                r = is_max ? (y > r ? y : r) : (y < r ? y : r);
+            }
+            a[j] = r;
+        }
+    }
+    return _mm256_loadu_ps(a);
+}
+
 static inline __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
 
 static inline params8_t params_lane(const params8_t *p, int j)
@@ -293,7 +319,8 @@ static void tok_group(const float *x, uint32_t G, kvp_q2_rule_t rule, uint8_t *c
         vmn = _mm256_min_ps(vmn, v);
         vmx = _mm256_max_ps(vmx, v);
     }
-    p = params8(rule, _mm256_set1_ps(hmin8(vmn)), _mm256_set1_ps(hmax8(vmx)));
+    p = params8(rule, fix_zeros(_mm256_set1_ps(hmin8(vmn)), x, 0, G, 0),
+                fix_zeros(_mm256_set1_ps(hmax8(vmx)), x, 0, G, 1));
     _mm256_storeu_ps(sv, p.s);
     _mm256_storeu_ps(zv, p.z);
     kvp_hd_sth(scale, sv[0]);
@@ -329,7 +356,8 @@ static void avx2_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t 
                 mx[j] = _mm256_max_ps(mx[j], v);
             }
         }
-        p = params8(rule, reduce8(mn, 0), reduce8(mx, 1));
+        p = params8(rule, fix_zeros(reduce8(mn, 0), src + gi * G, G, G, 0),
+                    fix_zeros(reduce8(mx, 1), src + gi * G, G, G, 1));
         st_h8(scale + 2 * gi, p.s);
         st_h8(zero + 2 * gi, p.z);
         for (int j = 0; j < 8; j++) {

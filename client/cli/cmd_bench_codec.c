@@ -17,6 +17,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvpack bench codec [options]\n"
             "  --codec NAME       fp16|kivi|kivi128|oscar|kvarn|naive2|all (default all)\n"
+            "  --impl NAME        only this implementation (ref|avx2; default every one)\n"
             "  --heads N --head-dim N --page-tokens N   geometry (8 128 128)\n"
             "  --mib N            fp16 KV working set in MiB (default 256, > LLC)\n"
             "  --repeat N         passes, best kept (default 3)\n"
@@ -120,7 +121,7 @@ static void fill(bench_t *b)
 
 int kvp_cmd_bench_codec(int argc, char **argv)
 {
-    const char    *codec_s = "all";
+    const char    *codec_s = "all", *impl_s = NULL;
     uint64_t       heads = 8, dim = 128, P = 128, mib = 256, rep = 3;
     double         max_s = 1.5, mc;
     bool           json = false;
@@ -135,6 +136,7 @@ int kvp_cmd_bench_codec(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         if (kvp_opt_str(argc, argv, &i, "--codec", &codec_s) ||
+            kvp_opt_str(argc, argv, &i, "--impl", &impl_s) ||
             kvp_opt_u64(argc, argv, &i, "--heads", &heads) ||
             kvp_opt_u64(argc, argv, &i, "--head-dim", &dim) ||
             kvp_opt_u64(argc, argv, &i, "--page-tokens", &P) ||
@@ -224,6 +226,9 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         for (size_t ii = 0; ii < ni && !err; ii++) {
             double enc, dec, decr;
 
+            if (impl_s != NULL && strcmp(impl_s, impls[ii]) != 0) {
+                continue;
+            }
             kvp_codec_set_impl(list[c], impls[ii]);
             b.nenc = 0;
             enc  = best_of(&b, &pp, 0, KVP_FRAME_ORIGINAL, (int)rep, &err);

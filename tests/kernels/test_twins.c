@@ -3,8 +3,12 @@
  * Encode: kivi, kivi128, naive2 and oscar pages must be byte-identical (the twin performs the
  * same IEEE operations in the same order). kvarn's VarN twin uses reciprocal scales and one-pass
  * statistics (documented in q2_avx2.c), so its pages may differ: its dequantized output must stay
- * within 2% (relative) of the reference's and at most 2% of the codes may differ. */
+ * within 2% (relative) of the reference's and at most 2% of the codes may differ.
+ * fp16 in/out (the twins' own fp16 paths): same rules, on Gaussian data and on adversarial fp16
+ * (signed zeros, constant groups, subnormals, values on the code thresholds, +-65504), and
+ * NaN/Inf fp16 input is rejected by both. */
 #include "tk.h"
+#include "quant_hd.h"
 
 static size_t encode_with(kvp_codec_id_t c, const char *impl, const kvp_page_params_t *p,
                           const float *k, const float *v, uint32_t T, uint8_t *page, size_t cap)
@@ -82,6 +86,89 @@ static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T
     free(k); free(v); free(a); free(p1); free(p2);
 }
 
+/* fp16 data: mode 0 Gaussian with outliers, mode 1 adversarial */
+static void gen_h(tk_rng_t *rng, uint16_t *x, size_t n, uint32_t D, int mode)
+{
+    static const float pick[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 1.5f, 2.5f, 3.0f, 0.25f, 0.75f,
+                                 -2.0f, 6e-8f, -6e-8f, 1e-5f, 65504.0f, -65504.0f};
+
+    for (size_t i = 0; i < n; i++) {
+        float f = tk_gauss(rng) * (i % D == 5 ? 9.0f : 1.0f);
+
+        if (mode == 1) {
+            uint32_t r = tk_range(rng, 0, 99), blk = (uint32_t)((i / D / 7) % 4);
+
+            if (blk == 0) {
+                f = (r & 1) ? 0.0f : -0.0f; /* zero rows, both signs */
+            } else if (blk == 1) {
+                f = pick[r % 16] * (r < 50 ? 1.0f : 1e-3f);
+            } else if (blk == 2) {
+                f = (float)(r % 4) * 0.125f - 0.5f; /* few distinct values: ties */
+            } else if (r < 10) {
+                f = pick[r];
+            }
+        }
+        x[i] = kvp_hd_f16(f);
+    }
+}
+
+static void run_h(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T, uint32_t flags,
+                  int mode, tk_rng_t *rng)
+{
+    kvp_page_params_t p = tk_params(c, H, D, P);
+    size_t            n = (size_t)T * H * D, cap, l1 = 0, l2 = 0, diff = 0;
+    uint16_t         *k = malloc(n * 2), *v = malloc(n * 2), *a = malloc(4 * n * 2), *b = a + 2 * n;
+    uint8_t          *p1, *p2;
+    kvp_status_t      s1, s2;
+
+    p.flags = flags;
+    cap     = kvp_page_max_bytes(&p);
+    p1      = malloc(cap);
+    p2      = malloc(cap);
+    gen_h(rng, k, n, D, mode);
+    gen_h(rng, v, n, D, mode);
+    kvp_codec_set_impl(c, "ref");
+    s1 = kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p1, cap, &l1);
+    kvp_codec_set_impl(c, "avx2");
+    s2 = kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p2, cap, &l2);
+    CHECK(s1 == s2, "%s mode %d: ref %s avx2 %s", kvp_codec_name(c), mode, kvp_status_name(s1),
+          kvp_status_name(s2));
+    if (s1 == KVP_OK && s2 == KVP_OK) {
+        CHECK(l1 == l2, "lengths %zu %zu", l1, l2);
+        for (size_t i = 0; i < l1 && l1 == l2; i++) {
+            diff += p1[i] != p2[i];
+        }
+        if (c != KVP_CODEC_KVARN) {
+            CHECK(diff == 0, "%s H %u D %u T %u mode %d fp16 in: %zu page bytes differ",
+                  kvp_codec_name(c), H, D, T, mode, diff);
+        }
+        for (int fr = 0; fr < 2; fr++) {
+            kvp_codec_set_impl(c, "ref");
+            CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "dec");
+            kvp_codec_set_impl(c, "avx2");
+            CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, b, b + n, NULL) == KVP_OK, "dec");
+            CHECK(memcmp(a, b, 2 * n * 2) == 0, "%s H %u D %u T %u mode %d frame %d: fp16 decode differs",
+                  kvp_codec_name(c), H, D, T, mode, fr);
+            CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, NULL, b + n, NULL) == KVP_OK, "dec V only");
+            CHECK(memcmp(a + n, b + n, n * 2) == 0, "%s V-only decode differs", kvp_codec_name(c));
+        }
+    }
+    for (int bad = 0; bad < 2; bad++) { /* NaN / Inf fp16 input */
+        size_t at = tk_range(rng, 0, (uint32_t)n - 1);
+
+        (bad ? v : k)[at] = bad ? 0xFC00 : 0x7E01;
+        for (int im = 0; im < 2; im++) {
+            size_t len = 0;
+
+            kvp_codec_set_impl(c, im ? "avx2" : "ref");
+            CHECK(kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p2, cap, &len) == KVP_ERR_BAD_INPUT_DATA,
+                  "%s %s: fp16 %s accepted", kvp_codec_name(c), im ? "avx2" : "ref", bad ? "-Inf" : "NaN");
+        }
+        (bad ? v : k)[at] = 0;
+    }
+    free(k); free(v); free(a); free(p1); free(p2);
+}
+
 int main(void)
 {
     tk_rng_t rng = {99};
@@ -97,6 +184,14 @@ int main(void)
         run((kvp_codec_id_t)c, 2, 256, 64, 64, KVP_PAGE_F_V_PREROT, &rng);
         run((kvp_codec_id_t)c, 3, 32, 32, 5, 0, &rng);
         run((kvp_codec_id_t)c, 1, 8, 16, 13, 0, &rng);
+        for (int mode = 0; mode < 2; mode++) {
+            run_h((kvp_codec_id_t)c, 8, 128, 128, 128, 0, mode, &rng);
+            run_h((kvp_codec_id_t)c, 4, 64, 128, 93, 0, mode, &rng);
+            run_h((kvp_codec_id_t)c, 2, 256, 256, 250, KVP_PAGE_F_V_PREROT, mode, &rng);
+            run_h((kvp_codec_id_t)c, 3, 32, 32, 5, 0, mode, &rng);
+            run_h((kvp_codec_id_t)c, 1, 16, 64, 37, 0, mode, &rng);
+            run_h((kvp_codec_id_t)c, 1, 8, 16, 13, 0, mode, &rng);
+        }
     }
     TK_DONE();
 }
