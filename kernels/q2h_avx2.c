@@ -26,13 +26,15 @@ static inline uint16_t key_h(int k) { return (uint16_t)((uint16_t)k ^ (k < 0 ? 0
 #define KEY_MAX_FINITE 0x7BFF   /* +65504 */
 #define KEY_MIN_FINITE (-31744) /* key of -65504 (0xFBFF) */
 
-/* 8 int32 keys -> the 8 fp32 values */
+/* 8 int32 keys of finite fp16 -> the 8 fp32 values, in integer ops: the 15 magnitude bits
+ * shifted into an fp32 exponent/mantissa and scaled by 2^112 (exact, subnormals included) */
 static inline __m256 keyf(__m256i k)
 {
-    __m256i h = _mm256_xor_si256(k, _mm256_and_si256(_mm256_srai_epi32(k, 31), _mm256_set1_epi32(0x7FFF)));
+    __m256i sg  = _mm256_srai_epi32(k, 31);
+    __m256i mag = _mm256_slli_epi32(_mm256_and_si256(_mm256_xor_si256(k, sg), _mm256_set1_epi32(0x7FFF)), 13);
+    __m256  v   = _mm256_mul_ps(_mm256_castsi256_ps(mag), _mm256_set1_ps(0x1p112f));
 
-    h = _mm256_permute4x64_epi64(_mm256_packs_epi32(h, h), 0x08);
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    return _mm256_or_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(sg, 31)));
 }
 
 /* 8 fp32 (finite or not) -> int32 keys of their fp16 rounding */
@@ -310,6 +312,10 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
                 for (uint32_t t = 0; t < n; t++) {
                     const uint16_t *x = col + (size_t)t * stride;
                     __m256i         k0 = key16(_mm256_loadu_si256((const __m256i *)(const void *)x));
+
+                    if (t0 + G + t < T) { /* the same line of the next group */
+                        _mm_prefetch((const char *)(x + (size_t)G * stride), _MM_HINT_T0);
+                    }
 
                     kb[t] = k0;
                     mn0   = _mm256_min_epi16(mn0, k0);
