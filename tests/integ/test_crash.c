@@ -42,6 +42,16 @@ static kvp_key128_t g_keys[N_FAM][MAX_CHUNKS];
 static sess_t       g_sess[MAX_SESS];
 static uint32_t     g_n_sess;
 static uint64_t     g_rng;
+static test_node_t *g_node; /* killed at exit, so a failed CHECK leaves no kvpackd behind */
+
+static void node_reap(void)
+{
+    if (g_node != NULL && g_node->pid > 0) {
+        kill(g_node->pid, SIGKILL);
+        waitpid(g_node->pid, NULL, 0);
+        g_node->pid = 0;
+    }
+}
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -421,6 +431,9 @@ int main(void)
             (unsigned long long)seed, rounds);
     make_families();
     test_node_mkdir(&n);
+    n.pid  = 0;
+    g_node = &n;
+    atexit(node_reap);
     test_node_start(&n, "--durability=sync");
     for (uint32_t r = 0; r < rounds; r++) {
         /* cold rounds time the kill from connect, warm ones from the first acknowledged put;
