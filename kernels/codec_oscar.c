@@ -17,8 +17,9 @@
  *   V scale   2*T*H*ngv        fp16 [t][h][group]
  *   V zd      2*T*H*ngv        fp16 [t][h][group] */
 #include "codec_ops.h"
-#include "quant_hd.h"
 #include "kvpack/log.h"
+#include "q2h_int.h"
+#include "quant_hd.h"
 
 #include <string.h>
 
@@ -150,7 +151,132 @@ static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
     return KVP_OK;
 }
 
-#define OSCAR_OPS(_impl, _kern)                                                                  \
+/* ---- fp16 in/out (AVX2 only): rotation, norm and fp16 rounding fused, no fp32 copies ---- */
+
+static int oscar_h_ok(const kvp_codec_geom_t *g)
+{
+    uint32_t D = g->head_dim;
+
+    return kvp_cpu_has_avx2() && kvp_q2h_rot_ok(D) && kvp_q2h_chan_ok(D, OSCAR_G) &&
+           kvp_q2h_tok_ok(D, D < OSCAR_G ? D : OSCAR_G);
+}
+
+/* which input was bad: NaN/Inf in it, or its rotation overflows fp16 */
+static void oscar_h_log(const uint16_t *x, size_t n, const char *what, uint32_t layer)
+{
+    for (size_t i = 0; i < n; i++) {
+        if ((x[i] & 0x7C00u) == 0x7C00u) {
+            KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", layer);
+            return;
+        }
+    }
+    KVP_LOG_DEBUG("codec", "oscar: rotated %s exceeds the fp16 range (layer %u)", what, layer);
+}
+
+static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
+                                   const uint16_t *v, kvp_page_info_t *info, uint8_t *p)
+{
+    oscar_layout_t  l;
+    uint32_t        H = g->heads, D = g->head_dim, T = g->valid;
+    size_t          n = (size_t)T * H * D, rt = kvp_hd_run_bytes(T);
+    uint16_t       *kr, *vs;
+    float          *norms, *row;
+    const uint16_t *vr = v;
+
+    if (!oscar_h_ok(g)) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    kr    = kvp_codec_scratch(2, n * sizeof(uint16_t));
+    vs    = kvp_codec_scratch(3, n * sizeof(uint16_t));
+    norms = kvp_codec_scratch(4, T * sizeof(float));
+    row   = kvp_codec_scratch(5, (size_t)H * D * sizeof(float));
+    if (kr == NULL || vs == NULL || norms == NULL || row == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    oscar_layout(g, &l);
+    if (!kvp_q2h_oscar_rot_norm(k, T, H, D, row, kr, norms)) {
+        oscar_h_log(k, n, "K", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    memcpy(p + l.norms, norms, 4 * (size_t)T);
+    for (uint32_t h = 0; h < H; h++) { /* finite by now */
+        kvp_q2h_chan_encode(kr + (size_t)h * D, (size_t)H * D, T, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
+                            p + l.k_codes + (size_t)h * D * rt,
+                            p + l.k_scale + 2 * (size_t)h * l.ngk * D,
+                            p + l.k_zd + 2 * (size_t)h * l.ngk * D);
+    }
+    if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
+        if (!kvp_q2h_rot16(v, (size_t)T * H, D, vs)) {
+            oscar_h_log(v, n, "V", info->layer);
+            return KVP_ERR_BAD_INPUT_DATA;
+        }
+        vr = vs;
+        info->flags |= KVP_PAGE_F_V_ROTATED;
+    }
+    if (!kvp_q2h_tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes,
+                            p + l.v_scale, p + l.v_zd)) {
+        KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    if (!kvp_hd_f16_all_finite(p + l.v_zd, (size_t)T * H * (D / l.gv))) {
+        KVP_LOG_DEBUG("codec", "oscar: V zero point overflows fp16 (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    info->flags |= KVP_PAGE_F_K_ROTATED;
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = OSCAR_G;
+    info->group_v = l.gv;
+    return KVP_OK;
+}
+
+static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
+                                   const uint8_t *p, kvp_frame_t frame, uint16_t *k_out,
+                                   uint16_t *v_out)
+{
+    oscar_layout_t l;
+    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
+    size_t         rt = kvp_hd_run_bytes(T);
+
+    if (!oscar_h_ok(g)) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    oscar_layout(g, &l);
+    if (k_out != NULL && frame == KVP_FRAME_ORIGINAL) {
+        float *norms = kvp_codec_scratch(4, T * sizeof(float));
+        float *tile  = kvp_codec_scratch(5, 32 * (size_t)D * sizeof(float));
+
+        if (norms == NULL || tile == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        memcpy(norms, p + l.norms, 4 * (size_t)T);
+        for (uint32_t h = 0; h < H; h++) {
+            kvp_q2h_chan_decode_rot(p + l.k_codes + (size_t)h * D * rt,
+                                    p + l.k_scale + 2 * (size_t)h * l.ngk * D,
+                                    p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G, norms,
+                                    tile, k_out + (size_t)h * D, (size_t)H * D);
+        }
+    } else if (k_out != NULL) {
+        for (uint32_t h = 0; h < H; h++) {
+            kvp_q2h_chan_decode(p + l.k_codes + (size_t)h * D * rt,
+                                p + l.k_scale + 2 * (size_t)h * l.ngk * D,
+                                p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G,
+                                k_out + (size_t)h * D, (size_t)H * D);
+        }
+    }
+    if (v_out != NULL) {
+        if (frame == KVP_FRAME_ORIGINAL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
+            kvp_q2h_tok_decode_rot(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D,
+                                   l.gv, v_out);
+        } else {
+            kvp_q2h_tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D, l.gv,
+                               v_out);
+        }
+    }
+    return KVP_OK;
+}
+
+#define OSCAR_OPS(_impl, _kern, _ench, _dech)                                                                  \
     static kvp_status_t oscar_encode_##_impl(const kvp_codec_geom_t *g, const float *k,         \
                                              const float *v, kvp_page_info_t *info, uint8_t *p)  \
     {                                                                                            \
@@ -164,8 +290,9 @@ static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
     }                                                                                            \
     const kvp_codec_ops_t kvp_codec_oscar_##_impl = {                                           \
         .name = "oscar", .impl = #_impl, .check = oscar_check, .payload_bytes = oscar_bytes,     \
-        .encode = oscar_encode_##_impl, .decode = oscar_decode_##_impl,                          \
+        .encode = oscar_encode_##_impl, .decode = oscar_decode_##_impl, .encode_h = _ench,       \
+        .decode_h = _dech,                                                                       \
     };
 
-OSCAR_OPS(ref, kvp_q2_ref)
-OSCAR_OPS(avx2, kvp_q2_avx2)
+OSCAR_OPS(ref, kvp_q2_ref, NULL, NULL)
+OSCAR_OPS(avx2, kvp_q2_avx2, oscar_encode_h, oscar_decode_h)

@@ -527,7 +527,7 @@ static inline void values8(const uint8_t *sc, const uint8_t *zr, __m128i v[4])
 
 /* 8 bytes per channel for 16 channels (channel c at in + c*run) -> 8 vectors, vector i holds
  * byte i of each channel in 16-bit lanes. Bytes past nb read as 0. */
-static void load_quads(const uint8_t *in, size_t run, uint32_t nb, __m256i q[8])
+void kvp_q2h_load_quads(const uint8_t *in, size_t run, uint32_t nb, __m256i q[8])
 {
     __m128i r[16];
 
@@ -618,7 +618,7 @@ void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8
             uint32_t s1 = s0 + 32 < t1 ? s0 + 32 : t1, nb = (s1 - s0 + 3) / 4;
 
             for (uint32_t b = 0; b < nblk; b++) {
-                load_quads(codes + (size_t)16 * b * run + s0 / 4, run, nb, cq[b]);
+                kvp_q2h_load_quads(codes + (size_t)16 * b * run + s0 / 4, run, nb, cq[b]);
             }
             for (uint32_t t = s0; t < s1; t++) {
                 uint16_t *row = dst + (size_t)t * stride;

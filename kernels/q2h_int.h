@@ -19,4 +19,27 @@ int  kvp_q2h_tok_encode(const uint16_t *src, size_t rows, uint32_t D, uint32_t G
 void kvp_q2h_tok_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                         size_t rows, uint32_t D, uint32_t G, uint16_t *dst);
 
+/* h_avx2.c: D a power of two, 8 <= D <= 1024 (kvp_q2h_rot_ok). */
+int  kvp_q2h_rot_ok(uint32_t D);
+/* OScaR K from fp16: per token, rotate each head (fp32), norm over the row, out = f16(f16(x)/n);
+ * row: H*D floats of scratch. 0 when a rotated value is beyond 65504 (or NaN). */
+int  kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D, float *row,
+                            uint16_t *out, float *norms);
+/* out = f16(Hd(row)) for each row of D; 0 when a result overflows fp16 (or is NaN). */
+int  kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out);
+/* chan_decode of one head, rows times norms[t] (NULL: 1), rotated back, fp16 out; tile: 32*D
+ * floats of scratch. D % 16 == 0. */
+void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
+                             uint32_t T, uint32_t D, uint32_t G, const float *norms, float *tile,
+                             uint16_t *dst, size_t stride);
+/* tok_decode with each row rotated back, fp16 out (G % 8 == 0). */
+void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
+                            size_t rows, uint32_t D, uint32_t G, uint16_t *dst);
+#ifdef __AVX2__
+#include <immintrin.h>
+/* 8 code bytes per channel of 16 channels (channel c at in + c*run, nb valid) -> q[i] holds byte
+ * i of each channel in 16-bit lanes */
+void kvp_q2h_load_quads(const uint8_t *in, size_t run, uint32_t nb, __m256i q[8]);
+#endif
+
 #endif

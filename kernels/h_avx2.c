@@ -1,0 +1,320 @@
+/* h_avx2.c - fused fp16 stages of the rotating codecs (AVX2+F16C): Walsh-Hadamard straight
+ * from fp16 input (fp32 math, the reference's stage order; the OScaR token norm and the fp16
+ * rounding fused in), and the ORIGINAL-frame decoders that dequantize, undo the norm and the
+ * rotation in registers and store fp16. Same IEEE operations in the same order as q2_ref.c, so
+ * results are bit-identical; D = 128 keeps a head in 16 registers, other powers of two >= 8
+ * run through a row buffer. */
+#include "codec_ops.h"
+#include "q2h_int.h"
+#include "quant_hd.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AINL inline __attribute__((always_inline))
+#define ROW_MAX_VEC 128 /* D <= 1024 */
+
+/* Stages h = 1, 2, 4 inside one vector: x[j] + x[j+h] and x[j] - x[j+h] as one fma with +-1
+ * (the product by 1 is exact, so each lane is the same single rounding as the add or sub);
+ * fmas run on the multiply pipes, leaving the add pipes to the cross-vector stages. */
+static AINL __m256 fwht8(__m256 v)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    __m256 s2  = _mm256_setr_ps(1.0f, 1.0f, -1.0f, -1.0f, 1.0f, 1.0f, -1.0f, -1.0f);
+    __m256 s4  = _mm256_setr_ps(1.0f, 1.0f, 1.0f, 1.0f, -1.0f, -1.0f, -1.0f, -1.0f);
+
+    v = _mm256_fmsubadd_ps(_mm256_permute_ps(v, 0xB1), one, v); /* even: sw + v, odd: sw - v */
+    v = _mm256_fmadd_ps(v, s2, _mm256_permute_ps(v, 0x4E));
+    return _mm256_fmadd_ps(v, s4, _mm256_permute2f128_ps(v, v, 0x01));
+}
+
+/* a, b = a + b, a - b; FM: the sub on an fma pipe */
+#define BFM(a, b)                                                          \
+    do {                                                                   \
+        __m256 t_ = (a);                                                   \
+        (a)       = _mm256_add_ps(t_, (b));                                \
+        (b)       = _mm256_fnmadd_ps((b), _mm256_set1_ps(1.0f), t_);       \
+    } while (0)
+
+/* the cross-vector stages h = 8 .. 64 of a 128-row in 16 registers, then * c */
+static AINL void fwht128_v(__m256 v[16], __m256 c)
+{
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+        v[i] = fwht8(v[i]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 2) {
+        BFM(v[i], v[i + 1]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 4) {
+        BFM(v[i], v[i + 2]);
+        BFM(v[i + 1], v[i + 3]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 8) {
+        BFM(v[i], v[i + 4]);
+        BFM(v[i + 1], v[i + 5]);
+        BFM(v[i + 2], v[i + 6]);
+        BFM(v[i + 3], v[i + 7]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 8; i++) {
+        BFM(v[i], v[i + 8]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+        v[i] = _mm256_mul_ps(v[i], c);
+    }
+}
+
+/* any D = 8 * nv (nv a power of two) in memory */
+static void fwht_n(__m256 *v, uint32_t nv, __m256 c)
+{
+    for (uint32_t i = 0; i < nv; i++) {
+        v[i] = fwht8(v[i]);
+    }
+    for (uint32_t h = 1; h < nv; h <<= 1) {
+        for (uint32_t i = 0; i < nv; i += 2 * h) {
+            for (uint32_t j = i; j < i + h; j++) {
+                BFM(v[j], v[j + h]);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < nv; i++) {
+        v[i] = _mm256_mul_ps(v[i], c);
+    }
+}
+
+static AINL __m256 ldh(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+static AINL __m128i f16x8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
+
+static AINL void sth(uint16_t *p, __m256 v)
+{
+    _mm_storeu_si128((__m128i *)(void *)p, f16x8(v));
+}
+
+int kvp_q2h_rot_ok(uint32_t D) { return D >= 8 && D <= 8 * ROW_MAX_VEC && (D & (D - 1)) == 0; }
+
+/* ---- encode side ---- */
+
+int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D, float *row,
+                           uint16_t *out, float *norms)
+{
+    __m256   c    = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m256   absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), lim = _mm256_set1_ps(65504.0f);
+    __m256   ok   = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    uint32_t nv = D / 8, HD = H * D;
+
+    for (uint32_t t = 0; t < T; t++) {
+        const uint16_t *x   = k + (size_t)t * HD;
+        __m256          acc = _mm256_setzero_ps(), vn;
+        float           a[8], n;
+
+        for (uint32_t h = 0; h < H; h++) {
+            if (D == 128) { /* in registers */
+                __m256 r[16];
+
+                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                    r[i] = ldh(x + (size_t)h * D + 8 * i);
+                }
+                fwht128_v(r, c);
+                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                    ok  = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_and_ps(r[i], absm), lim, _CMP_LE_OQ));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(r[i], r[i]));
+                    _mm256_storeu_ps(row + (size_t)h * D + 8 * i, r[i]);
+                }
+                continue;
+            }
+            {
+                __m256 v[ROW_MAX_VEC];
+
+                for (uint32_t i = 0; i < nv; i++) {
+                    v[i] = ldh(x + (size_t)h * D + 8 * i);
+                }
+                fwht_n(v, nv, c);
+                for (uint32_t i = 0; i < nv; i++) { /* |x| <= 65504 (NaN fails), striped sumsq */
+                    ok  = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_and_ps(v[i], absm), lim, _CMP_LE_OQ));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(v[i], v[i]));
+                    _mm256_storeu_ps(row + (size_t)h * D + 8 * i, v[i]);
+                }
+            }
+        }
+        _mm256_storeu_ps(a, acc);
+        n        = kvp_hd_oscar_norm(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+        norms[t] = n;
+        vn       = _mm256_set1_ps(n);
+        for (uint32_t i = 0; i < HD; i += 8) { /* f16(f16(x) / n) */
+            __m256 v = _mm256_cvtph_ps(f16x8(_mm256_loadu_ps(row + i)));
+
+            sth(out + (size_t)t * HD + i, _mm256_div_ps(v, vn));
+        }
+    }
+    return _mm256_movemask_ps(ok) == 0xFF;
+}
+
+int kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out)
+{
+    __m256   c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m128i  bad = _mm_setzero_si128(), em = _mm_set1_epi16(0x7C00);
+    uint32_t nv  = D / 8;
+
+    if (D == 128) { /* in registers */
+        for (size_t r = 0; r < rows; r++) {
+            __m256 v[16];
+
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                v[i] = ldh(in + r * D + 8 * i);
+            }
+            fwht128_v(v, c);
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                __m128i h = f16x8(v[i]);
+
+                bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+                _mm_storeu_si128((__m128i *)(void *)(out + r * D + 8 * i), h);
+            }
+        }
+        return _mm_testz_si128(bad, bad);
+    }
+    for (size_t r = 0; r < rows; r++) {
+        __m256 v[ROW_MAX_VEC];
+
+        for (uint32_t i = 0; i < nv; i++) {
+            v[i] = ldh(in + r * D + 8 * i);
+        }
+        fwht_n(v, nv, c);
+        for (uint32_t i = 0; i < nv; i++) { /* rounded to fp16: Inf/NaN means out of range */
+            __m128i h = f16x8(v[i]);
+
+            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+            _mm_storeu_si128((__m128i *)(void *)(out + r * D + 8 * i), h);
+        }
+    }
+    return _mm_testz_si128(bad, bad);
+}
+
+/* ---- decode side: dequantize, (norm), inverse rotation, fp16 ---- */
+
+/* One head of per-channel groups along tokens; row t of the head at dst + t*stride. norms NULL:
+ * no scaling. The fp32 dequant of a group of 32 tokens is staged in tile (32*D floats). */
+void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
+                             uint32_t T, uint32_t D, uint32_t G, const float *norms, float *tile,
+                             uint16_t *dst, size_t stride)
+{
+    uint32_t run = kvp_hd_run_bytes(T), nv = D / 8;
+    __m256   c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m256i  m3  = _mm256_set1_epi32(3);
+
+    for (uint32_t t0 = 0, g = 0; t0 < T; t0 += G, g++) {
+        uint32_t t1 = t0 + G < T ? t0 + G : T;
+
+        for (uint32_t s0 = t0; s0 < t1; s0 += 32) {
+            uint32_t s1 = s0 + 32 < t1 ? s0 + 32 : t1, nb = (s1 - s0 + 3) / 4;
+
+            for (uint32_t b = 0; b < D / 16; b++) { /* dequant 16 channels x up to 32 tokens */
+                __m256i q[8];
+                size_t  p  = 2 * ((size_t)g * D + 16 * b);
+                __m256  sl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(scale + p)));
+                __m256  sh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(scale + p + 16)));
+                __m256  zl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(zero + p)));
+                __m256  zh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(zero + p + 16)));
+
+                kvp_q2h_load_quads(codes + (size_t)16 * b * run + s0 / 4, run, nb, q);
+                for (uint32_t t = s0; t < s1; t++) {
+                    __m256i cq = q[(t - s0) / 4];
+                    __m128i sh2 = _mm_cvtsi32_si128((int)(2 * ((t - s0) % 4)));
+                    __m256i lo = _mm256_and_si256(_mm256_srl_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(cq)), sh2), m3);
+                    __m256i hi = _mm256_and_si256(_mm256_srl_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(cq, 1)), sh2), m3);
+                    float  *o  = tile + (size_t)(t - s0) * D + 16 * b;
+
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), sl), zl));
+                    _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), sh), zh));
+                }
+            }
+            for (uint32_t t = s0; t < s1; t++) {
+                const float *x = tile + (size_t)(t - s0) * D;
+                __m256       n = _mm256_set1_ps(norms != NULL ? norms[t] : 1.0f);
+
+                if (D == 128) { /* in registers */
+                    __m256 r[16];
+
+                    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                        r[i] = _mm256_loadu_ps(x + 8 * i);
+                        if (norms != NULL) {
+                            r[i] = _mm256_mul_ps(r[i], n);
+                        }
+                    }
+                    fwht128_v(r, c);
+                    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                        sth(dst + (size_t)t * stride + 8 * i, r[i]);
+                    }
+                } else {
+                    __m256 v[ROW_MAX_VEC];
+
+                    for (uint32_t i = 0; i < nv; i++) {
+                        v[i] = _mm256_loadu_ps(x + 8 * i);
+                        if (norms != NULL) {
+                            v[i] = _mm256_mul_ps(v[i], n);
+                        }
+                    }
+                    fwht_n(v, nv, c);
+                    for (uint32_t i = 0; i < nv; i++) {
+                        sth(dst + (size_t)t * stride + 8 * i, v[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Per-row groups of G channels (G % 8 == 0), each row rotated back. */
+void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
+                            size_t rows, uint32_t D, uint32_t G, uint16_t *dst)
+{
+    uint32_t nv = D / 8, ng = D / G;
+    __m256   c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m256i  m3 = _mm256_set1_epi32(3), sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+
+    if (D == 128 && G == 32) { /* in registers */
+        for (size_t r = 0; r < rows; r++) {
+            const uint8_t *cr = codes + r * 32;
+            __m256         v[16];
+
+            _Pragma("GCC unroll 4") for (int gi = 0; gi < 4; gi++) {
+                __m256 s = _mm256_set1_ps(kvp_hd_ldh(scale + 2 * (r * 4 + gi)));
+                __m256 z = _mm256_set1_ps(kvp_hd_ldh(zero + 2 * (r * 4 + gi)));
+
+                _Pragma("GCC unroll 4") for (int i = 4 * gi; i < 4 * gi + 4; i++) {
+                    __m256i w = _mm256_set1_epi32(cr[2 * i] | (cr[2 * i + 1] << 8));
+                    __m256  q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(w, sh), m3));
+
+                    v[i] = _mm256_add_ps(_mm256_mul_ps(q, s), z);
+                }
+            }
+            fwht128_v(v, c);
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                sth(dst + r * D + 8 * i, v[i]);
+            }
+        }
+        return;
+    }
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *cr = codes + r * (D / 4);
+        __m256         v[ROW_MAX_VEC];
+
+        for (uint32_t gi = 0; gi < ng; gi++) {
+            __m256 s = _mm256_set1_ps(kvp_hd_ldh(scale + 2 * (r * ng + gi)));
+            __m256 z = _mm256_set1_ps(kvp_hd_ldh(zero + 2 * (r * ng + gi)));
+
+            for (uint32_t i = gi * G / 8; i < (gi + 1) * G / 8; i++) {
+                __m256i w = _mm256_set1_epi32(cr[2 * i] | (cr[2 * i + 1] << 8));
+                __m256  q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(w, sh), m3));
+
+                v[i] = _mm256_add_ps(_mm256_mul_ps(q, s), z);
+            }
+        }
+        fwht_n(v, nv, c);
+        for (uint32_t i = 0; i < nv; i++) {
+            sth(dst + r * D + 8 * i, v[i]);
+        }
+    }
+}
