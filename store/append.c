@@ -4,7 +4,7 @@
  * the public store calls (session_get/page_put/session_put), so durability and eviction are theirs.
  * Main flow: check -> current record -> per layer: tail + new tokens -> sealed pages + new tail
  * page -> kvp_store_session_put. */
-#include "kvpack/store.h"
+#include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
@@ -125,6 +125,11 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
                       sid, cur.layers, cur.page_tokens, a->layers, P);
         kvp_session_desc_clear(&cur);
         return KVP_ERR_INVALID;
+    }
+    status = kvp_store_ns_check_append(st, ns, sid, a);
+    if (status != KVP_OK) {
+        kvp_session_desc_clear(&cur);
+        return status;
     }
     total = cur.tail_tokens + a->ntok;
     if (a->n_ids != total || total < a->ntok) {

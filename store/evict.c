@@ -22,9 +22,11 @@ static kvp_tier_mode_t write_mode(kvp_store_h st, bool sync)
     return sync || st->durability == KVP_DURABILITY_SYNC ? KVP_TIER_SYNC : KVP_TIER_WAL;
 }
 
-/* The session's WriteBatch: its record and every page of it not on disk yet (segment pages are
- * referenced, not copied: they stay pinned by the hot session until the commit returns). */
-static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t **b_p)
+/* The session's WriteBatch: its record, every page of it not on disk yet (segment pages are
+ * referenced, not copied: they stay pinned by the hot session until the commit returns) and its
+ * namespace profile unless already saved (*gen_p, for sess_write_done). */
+static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t **b_p,
+                                     uint32_t *gen_p)
 {
     kvp_tier_batch_t *b;
     uint8_t          *blob;
@@ -53,15 +55,17 @@ static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_bat
         }
     }
     kvp_tier_batch_put_session(st->tier, b, s->ns, s->sid, blob, blen);
+    kvp_store_ns_batch_add(st, s->ns, b, gen_p);
     kvp_free(blob);
     *b_p = b;
     return KVP_OK;
 }
 
 static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
-                            kvp_tier_mode_t mode, kvp_status_t status)
+                            kvp_tier_mode_t mode, uint32_t gen, kvp_status_t status)
 {
     if (status == KVP_OK) {
+        kvp_store_ns_batch_done(st, s->ns, gen);
         s->unsynced = mode != KVP_TIER_SYNC;
         for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
             s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
@@ -78,14 +82,15 @@ static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
 kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
 {
     kvp_tier_batch_t *b;
+    uint32_t          gen;
     kvp_tier_mode_t   mode   = write_mode(st, sync);
-    kvp_status_t      status = sess_batch_build(st, s, &b);
+    kvp_status_t      status = sess_batch_build(st, s, &b, &gen);
 
     if (status != KVP_OK) {
         return status;
     }
     status = kvp_tier_batch_commit(st->tier, b, mode);
-    sess_write_done(st, s, b, mode, status);
+    sess_write_done(st, s, b, mode, gen, status);
     return status;
 }
 
@@ -136,6 +141,7 @@ void kvp_store_sess_idle(kvp_store_h st, kvp_sess_t *s)
 kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
 {
     kvp_tier_batch_t *b      = NULL;
+    uint32_t          gen    = 0;
     bool              write  = s->dirty || !s->on_disk;
     kvp_status_t      status = KVP_OK;
 
@@ -143,7 +149,7 @@ kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
         return KVP_OK;
     }
     if (write) {
-        status = sess_batch_build(st, s, &b);
+        status = sess_batch_build(st, s, &b, &gen);
         if (status != KVP_OK) {
             return status;
         }
@@ -156,7 +162,7 @@ kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
         pthread_mutex_lock(&st->lock);
         kvp_store_sess_idle(st, s);
         if (write) {
-            sess_write_done(st, s, b, KVP_TIER_SYNC, status);
+            sess_write_done(st, s, b, KVP_TIER_SYNC, gen, status);
         } else if (status == KVP_OK) {
             s->unsynced = false;
         } else {

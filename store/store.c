@@ -230,7 +230,12 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                  info.chunk_key.hi != p->key.hi)) {
                 ps = KVP_ERR_CORRUPT;
             }
-            if (ps != KVP_OK) {
+            if (ps == KVP_OK) {
+                ps = kvp_store_ns_page_loaded(st, p, &info); /* kept on disk, never served */
+            }
+            if (ps == KVP_ERR_WRONG_CODEC) {
+                /* logged by the check */
+            } else if (ps != KVP_OK) {
                 KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u read from disk failed its check "
                               "(%s); dropped", (unsigned long long)p->key.hi,
                               (unsigned long long)p->key.lo, p->layer, kvp_status_str(ps));
@@ -466,7 +471,10 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         if (status != KVP_OK) {
             goto err_index;
         }
-        status = kvp_tier_session_scan(st->tier, restart_cb, st);
+        status = kvp_store_ns_load(st);
+        if (status == KVP_OK) {
+            status = kvp_tier_session_scan(st->tier, restart_cb, st);
+        }
         if (status == KVP_OK) {
             status = kvp_tier_pages_sweep(st->tier, sweep_keep, st, &st->stats.swept_pages);
         }
@@ -533,6 +541,7 @@ void kvp_store_close(kvp_store_h st)
         }
     }
     kvp_tier_close(st->tier);
+    kvp_nsprof_cleanup(&st->profiles);
     kvp_index_cleanup(&st->pages, &st->sessions);
     kvp_pool_cleanup(&st->pool);
     pthread_cond_destroy(&st->io_done);
@@ -570,6 +579,7 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
 {
     kvp_page_info_t info;
     kvp_page_t     *p;
+    kvp_nsprof_t   *prof;
     kvp_status_t    status;
     bool            created = false;
 
@@ -583,6 +593,12 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         return status;
     }
     store_enter(st);
+    prof   = kvp_nsprof_find(&st->profiles, ns);
+    status = kvp_nsprof_check_page(prof, &info, "page put");
+    if (status != KVP_OK) {
+        store_leave(st);
+        return status;
+    }
     p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
     if (p != NULL && page_present(p)) {
         if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
@@ -601,6 +617,16 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         created = true;
     }
     status = page_fill(st, p, page, len, NULL);
+    if (status == KVP_OK) {
+        p->codec = (uint8_t)info.codec;
+        p->tail  = (info.flags & KVP_PAGE_F_TAIL) != 0;
+        if (prof == NULL && !p->tail) { /* the namespace's first sealed page fixes its profile */
+            status = kvp_nsprof_create(&st->profiles, ns, &info, &prof);
+            if (status != KVP_OK) {
+                kvp_store_page_drop_dram(st, p);
+            }
+        }
+    }
     if (status != KVP_OK) {
         if (created) {
             page_maybe_free(st, p);
@@ -678,7 +704,9 @@ static uint32_t ld32le(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d)
+/* Validate a record; *tail_p gets the header of its first tail page (heads 0 when none). Tail
+ * pages are fp16 of one geometry with capacity P (else KVP_ERR_WRONG_CODEC). */
+static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp_page_info_t *tail_p)
 {
     size_t off = 0;
 
@@ -692,6 +720,7 @@ static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d)
                       d->tail_tokens, d->n_tail, d->tail_len);
         return KVP_ERR_INVALID;
     }
+    memset(tail_p, 0, sizeof(*tail_p));
     for (uint32_t l = 0; l < d->n_tail; l++) {
         kvp_page_info_t info;
         size_t          len;
@@ -707,10 +736,22 @@ static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d)
         if (status == KVP_OK && (info.layer != l || info.valid != d->tail_tokens)) {
             status = KVP_ERR_BAD_PAGE;
         }
+        if (status == KVP_OK &&
+            (info.codec != KVP_CODEC_FP16 || info.capacity != d->page_tokens ||
+             (l > 0 && (info.heads != tail_p->heads || info.head_dim != tail_p->head_dim)))) {
+            KVP_LOG_ERROR(MOD, "session %s tail page %u is %s %u x %u with P %u; tails are fp16 "
+                          "of one geometry with the record's P %u", sid, l,
+                          kvp_codec_name((kvp_codec_id_t)info.codec), info.heads, info.head_dim,
+                          info.capacity, d->page_tokens);
+            return KVP_ERR_WRONG_CODEC;
+        }
         if (status != KVP_OK) {
             KVP_LOG_ERROR(MOD, "session %s tail page %u rejected: %s", sid, l,
                           kvp_status_str(status));
             return status;
+        }
+        if (l == 0) {
+            *tail_p = info;
         }
         off += len;
     }
@@ -733,8 +774,11 @@ static kvp_status_t sid_check(const char *sid)
 kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
                                    const kvp_session_desc_t *desc)
 {
-    kvp_sess_t  *s, *old;
-    kvp_status_t status;
+    kvp_sess_t     *s, *old;
+    kvp_nsprof_t   *prof;
+    kvp_page_info_t tail;
+    bool            fixed_layers = false;
+    kvp_status_t    status;
 
     if (st == NULL || desc == NULL) {
         KVP_LOG_ERROR(MOD, "session put with a NULL argument");
@@ -742,7 +786,7 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
     }
     status = sid_check(sid);
     if (status == KVP_OK) {
-        status = desc_check(sid, desc);
+        status = desc_check(sid, desc, &tail);
     }
     if (status != KVP_OK) {
         return status;
@@ -771,6 +815,15 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
         kvp_store_page_pin(st, s->pages[i]);
     }
     s->hot = true;
+    status = kvp_store_ns_check_session(st, s, desc->n_tail ? &tail : NULL, &prof);
+    if (status != KVP_OK) {
+        goto err_pages;
+    }
+    if (prof != NULL && prof->layers == 0) { /* the namespace's first record fixes its layers */
+        prof->layers = desc->layers;
+        prof->gen++;
+        fixed_layers = true;
+    }
     if (desc->tail_len > 0) {
         status = kvp_pool_alloc(&st->pool, desc->tail_len, &s->tail_slot);
         if (status == KVP_ERR_NO_SPACE) {
@@ -821,6 +874,10 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
     return KVP_OK;
 
 err_pages:
+    if (fixed_layers) {
+        prof->layers = 0;
+        prof->gen++;
+    }
     kvp_pool_free(&st->pool, &s->tail_slot);
     for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
         s->pages[i]->nsess--;

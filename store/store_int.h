@@ -89,6 +89,8 @@ typedef struct kvp_page_ref {
     bool                 indexed;  /* in the page table (false once deleted while pinned) */
     bool                 deleting; /* in a delete batch being built (evict.c) */
     bool                 swept;    /* seen on disk by the open-time sweep */
+    bool                 tail;     /* header has KVP_PAGE_F_TAIL (valid while codec != 0) */
+    uint8_t              codec;    /* header codec; 0 = not read yet (disk-only since open) */
     kvp_list_t           idle;     /* on store->idle_pages while in DRAM with pins == 0 */
 } kvp_page_t;
 
@@ -133,6 +135,43 @@ kvp_sess_t  *kvp_index_sess_find(kvp_sess_table_t *st, uint64_t ns, const char *
 kvp_status_t kvp_index_sess_insert(kvp_sess_table_t *st, kvp_sess_t *sess);
 void         kvp_index_sess_remove(kvp_sess_table_t *st, kvp_sess_t *sess);
 
+/* ---- namespace codec profiles (nsprof.c) ---- */
+typedef struct kvp_nsprof {
+    struct kvp_nsprof *hnext;
+    uint64_t           ns;
+    uint8_t            codec;     /* of sealed pages */
+    uint8_t            rot;       /* K_ROTATED | V_ROTATED | V_PREROT of sealed pages */
+    uint16_t           heads, head_dim, capacity;
+    uint32_t           layers;    /* fixed by the first session record; 0 until then */
+    uint32_t           gen;       /* bumped on every change */
+    uint32_t           saved_gen; /* gen of the copy in the meta column family (0: none) */
+} kvp_nsprof_t;
+
+typedef struct {
+    kvp_nsprof_t **buckets;
+    size_t         nbuckets; /* power of two */
+    size_t         count;
+} kvp_nsprof_table_t;
+
+#define KVP_NSPROF_KEY_MAX   24 /* "ns/" + 16 hex + NUL */
+#define KVP_NSPROF_VAL_BYTES 24
+
+void          kvp_nsprof_cleanup(kvp_nsprof_table_t *t);
+kvp_nsprof_t *kvp_nsprof_find(const kvp_nsprof_table_t *t, uint64_t ns);
+/* A profile from a sealed page's header (layers 0, not saved). */
+kvp_status_t  kvp_nsprof_create(kvp_nsprof_table_t *t, uint64_t ns, const kvp_page_info_t *info,
+                                kvp_nsprof_t **prof_p);
+/* KVP_ERR_WRONG_CODEC (logged, naming `what`) when the page does not fit prof (NULL: only the
+ * rule that tail pages are fp16 applies): sealed pages must match codec, rotation flags and
+ * geometry; tail pages are fp16 of the same H, D, P; layer < layers once fixed. */
+kvp_status_t  kvp_nsprof_check_page(const kvp_nsprof_t *prof, const kvp_page_info_t *info,
+                                    const char *what);
+void          kvp_nsprof_key(uint64_t ns, char *key); /* KVP_NSPROF_KEY_MAX bytes */
+void          kvp_nsprof_pack(const kvp_nsprof_t *prof, uint8_t *val); /* KVP_NSPROF_VAL_BYTES */
+/* Insert a profile read from the meta column family; KVP_ERR_CORRUPT (logged) if unreadable. */
+kvp_status_t  kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen,
+                              const uint8_t *val, size_t vlen);
+
 /* ---- the store ---- */
 struct kvp_store {
     pthread_mutex_t    lock;
@@ -140,6 +179,7 @@ struct kvp_store {
     kvp_pool_t         pool;
     kvp_page_table_t   pages;
     kvp_sess_table_t   sessions;
+    kvp_nsprof_table_t profiles;    /* namespace codec profiles */
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */
     kvp_list_t         cold_lru;    /* sessions only on disk, oldest first */
     kvp_list_t         idle_pages;  /* DRAM pages with no pin, oldest first */
@@ -162,6 +202,27 @@ void kvp_store_page_unpin_keep(struct kvp_store *st, kvp_page_t *page);
  * KVP_ERR_CORRUPT if any page failed its check (that page is dropped on disk and in memory). */
 kvp_status_t kvp_store_pages_load(struct kvp_store *st, kvp_page_t **pages, size_t n,
                                   const struct kvp_sess *keep, uint64_t *bytes_p);
+
+/* Check a page read back from disk against its namespace profile (learning the profile from it
+ * when the namespace has none: a db written before profiles existed). */
+kvp_status_t kvp_store_ns_page_loaded(struct kvp_store *st, kvp_page_t *page,
+                                      const kvp_page_info_t *info);
+/* Check an append's codec and geometry against the namespace profile (append.c). */
+kvp_status_t kvp_store_ns_check_append(struct kvp_store *st, uint64_t ns, const char *sid,
+                                       const kvp_store_append_t *append);
+
+/* Check a bound session (its pages, its record, the geometry of its tail pages: tail may be NULL)
+ * against each other and the namespace profile (*prof_p, may be NULL). KVP_ERR_WRONG_CODEC. */
+kvp_status_t kvp_store_ns_check_session(struct kvp_store *st, const struct kvp_sess *sess,
+                                        const kvp_page_info_t *tail, kvp_nsprof_t **prof_p);
+/* Add the namespace profile to a session's WriteBatch unless the meta column family has it;
+ * *gen_p = the generation written (0: none). batch_done marks it saved once committed. */
+void         kvp_store_ns_batch_add(struct kvp_store *st, uint64_t ns, kvp_tier_batch_t *batch,
+                                    uint32_t *gen_p);
+void         kvp_store_ns_batch_done(struct kvp_store *st, uint64_t ns, uint32_t gen);
+/* Open: load every profile from the meta column family (unreadable ones are skipped, counted in
+ * crc_failures). */
+kvp_status_t kvp_store_ns_load(struct kvp_store *st);
 
 /* sessions, eviction, spill, restore, expiry (evict.c) */
 size_t       kvp_store_sess_page_count(const kvp_sess_t *sess);

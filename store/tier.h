@@ -54,6 +54,9 @@ void kvp_tier_batch_put_session(kvp_tier_t *tier, kvp_tier_batch_t *batch, uint6
                                 const char *sid, const void *blob, size_t len);
 void kvp_tier_batch_del_session(kvp_tier_t *tier, kvp_tier_batch_t *batch, uint64_t ns,
                                 const char *sid);
+/* A small record in the meta column family (namespace codec profiles: key "ns/<16 hex>"). */
+void kvp_tier_batch_put_meta(kvp_tier_t *tier, kvp_tier_batch_t *batch, const char *key,
+                             const void *val, size_t len);
 size_t       kvp_tier_batch_bytes(const kvp_tier_batch_t *batch);
 /* Atomic: every operation of the batch becomes visible, or none. Segment data is written (and
  * under KVP_TIER_SYNC fdatasync'd) before the batch naming it, so a crash never leaves a
@@ -102,6 +105,13 @@ kvp_status_t kvp_tier_session_get(kvp_tier_t *tier, uint64_t ns, const char *sid
 typedef kvp_status_t (*kvp_tier_session_cb_t)(void *arg, uint64_t ns, const char *sid,
                                               const uint8_t *blob, size_t len);
 kvp_status_t kvp_tier_session_scan(kvp_tier_t *tier, kvp_tier_session_cb_t cb, void *arg);
+
+/* Walk the meta column family's keys that start with prefix, in key order. cb returns non-OK to
+ * stop (that status is returned). */
+typedef kvp_status_t (*kvp_tier_meta_cb_t)(void *arg, const char *key, size_t klen,
+                                           const uint8_t *val, size_t vlen);
+kvp_status_t kvp_tier_meta_scan(kvp_tier_t *tier, const char *prefix, kvp_tier_meta_cb_t cb,
+                                void *arg);
 
 /* Test hook: the next n commits fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO) without writing. */
 void kvp_tier_inject_fail(kvp_tier_t *tier, uint32_t n, kvp_status_t status);

@@ -435,6 +435,12 @@ void kvp_tier_batch_del_session(kvp_tier_t *t, kvp_tier_batch_t *b, uint64_t ns,
     rocksdb_writebatch_delete_cf(b->wb, t->cf[CF_SESSIONS], (const char *)k, kl);
 }
 
+void kvp_tier_batch_put_meta(kvp_tier_t *t, kvp_tier_batch_t *b, const char *key, const void *val,
+                             size_t len)
+{
+    rocksdb_writebatch_put_cf(b->wb, t->cf[CF_META], key, strlen(key), val, len);
+}
+
 size_t kvp_tier_batch_bytes(const kvp_tier_batch_t *b)
 {
     return b->bytes;
@@ -767,6 +773,36 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
     rocksdb_iter_get_error(it, &err);
     if (err != NULL && status == KVP_OK) {
         status = map_err("scan sessions", &err);
+    }
+    rocksdb_free(err);
+    rocksdb_iter_destroy(it);
+    return status;
+}
+
+kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta_cb_t cb,
+                                void *arg)
+{
+    rocksdb_iterator_t *it     = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_META]);
+    size_t              plen   = strlen(prefix);
+    kvp_status_t        status = KVP_OK;
+    char               *err    = NULL;
+
+    for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t         kl, vl;
+        const char    *k = rocksdb_iter_key(it, &kl);
+        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
+
+        if (kl < plen || memcmp(k, prefix, plen) != 0) {
+            break;
+        }
+        status = cb(arg, k, kl, v, vl);
+        if (status != KVP_OK) {
+            break;
+        }
+    }
+    rocksdb_iter_get_error(it, &err);
+    if (err != NULL && status == KVP_OK) {
+        status = map_err("scan meta", &err);
     }
     rocksdb_free(err);
     rocksdb_iter_destroy(it);
