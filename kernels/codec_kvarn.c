@@ -18,8 +18,9 @@
  *   kv + T*rd + 4T             2*D     V B = s_col_V [d]  (per-channel VarN scale)
  * record size = D*rt + T*rd + 6D + 6T bytes (9728 at D = T = 128: 2.375 bits/elem). */
 #include "codec_ops.h"
-#include "quant_hd.h"
 #include "kvpack/log.h"
+#include "q2h_int.h"
+#include "quant_hd.h"
 
 #include <string.h>
 
@@ -176,7 +177,77 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
     return KVP_OK;
 }
 
-#define KVARN_OPS(_impl, _kern)                                                                  \
+/* ---- fp16 in (AVX2 only): rotation from fp16 and vector tile builders around the same VarN
+ * and RTN primitives (T % 8 == 0 for the transposed K tile; else the fp32 path) ---- */
+
+static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
+                                   const uint16_t *v, kvp_page_info_t *info, uint8_t *p)
+{
+    const kvp_q2_kern_t *kk = &kvp_q2_avx2;
+    kvarn_layout_t       l;
+    uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters = info->aux;
+    size_t               n = (size_t)T * H * D, tile = (size_t)T * D;
+    uint16_t            *kr, *vs;
+    const uint16_t      *vr = v;
+    float               *X, *Sc, *Sr, *work;
+
+    if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || T % 8 != 0) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    kr = kvp_codec_scratch(2, n * sizeof(uint16_t));
+    vs = kvp_codec_scratch(3, n * sizeof(uint16_t));
+    X  = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
+    if (kr == NULL || vs == NULL || X == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    if (iters == 0 || iters > KVP_VARN_MAX_ITERS) {
+        iters = KVP_VARN_ITERS;
+    }
+    Sc   = X + tile;
+    Sr   = Sc + T + D;
+    work = Sr + T + D;
+    kvarn_layout(g, &l);
+    if (!kvp_q2h_rot16(k, (size_t)T * H, D, kr)) { /* NaN/Inf input shows up here too */
+        KVP_LOG_DEBUG("codec", "kvarn: K has NaN/Inf or its rotation exceeds the fp16 range (layer %u)",
+                      info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
+        if (!kvp_q2h_rot16(v, (size_t)T * H, D, vs)) {
+            KVP_LOG_DEBUG("codec", "kvarn: V has NaN/Inf or its rotation exceeds the fp16 range (layer %u)",
+                          info->layer);
+            return KVP_ERR_BAD_INPUT_DATA;
+        }
+        vr = vs;
+        info->flags |= KVP_PAGE_F_V_ROTATED;
+    }
+    for (uint32_t h = 0; h < H; h++) {
+        uint8_t *rec = p + (size_t)h * l.rec;
+
+        kvp_q2h_tile_t(kr + (size_t)h * D, (size_t)H * D, T, D, X); /* K tile [D][T] */
+        kk->varn(X, D, T, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
+        if (!kvp_q2h_tile(vr + (size_t)h * D, (size_t)H * D, T, D, X)) { /* V tile [T][D] */
+            KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
+            return KVP_ERR_BAD_INPUT_DATA;
+        }
+        kk->varn(X, T, D, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
+    }
+    if (!params_finite(p, g, &l)) {
+        KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    info->flags |= KVP_PAGE_F_K_ROTATED;
+    info->aux     = iters;
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = T;
+    info->group_v = D;
+    return KVP_OK;
+}
+
+#define KVARN_OPS(_impl, _kern, _ench)                                                                  \
     static kvp_status_t kvarn_encode_##_impl(const kvp_codec_geom_t *g, const float *k,         \
                                              const float *v, kvp_page_info_t *info, uint8_t *p)  \
     {                                                                                            \
@@ -190,8 +261,8 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
     }                                                                                            \
     const kvp_codec_ops_t kvp_codec_kvarn_##_impl = {                                           \
         .name = "kvarn", .impl = #_impl, .check = kvarn_check, .payload_bytes = kvarn_bytes,     \
-        .encode = kvarn_encode_##_impl, .decode = kvarn_decode_##_impl,                          \
+        .encode = kvarn_encode_##_impl, .decode = kvarn_decode_##_impl, .encode_h = _ench,       \
     };
 
-KVARN_OPS(ref, kvp_q2_ref)
-KVARN_OPS(avx2, kvp_q2_avx2)
+KVARN_OPS(ref, kvp_q2_ref, NULL)
+KVARN_OPS(avx2, kvp_q2_avx2, kvarn_encode_h)

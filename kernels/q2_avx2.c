@@ -1,13 +1,10 @@
 /* q2_avx2.c - AVX2+F16C twin of the 2-bit primitives (kvp_q2_avx2), compiled with
  * ${KVP_AVX2_FLAGS} and -ffp-contract=off, selected at run time (codec_dispatch.c).
- * Bit-exact with q2_ref.c for the group quantizers, Hadamard rows, OScaR norm and the KVarN RTN
- * (same operations in the same order: mul then add, IEEE div, round-half-even). VarN is the one
- * deliberate difference: it tracks exp(L) instead of L (no logf/expf), multiplies by reciprocal
- * scales and takes row/column statistics in one shifted pass, deriving the post-update row std
- * analytically, so its fp32 scales differ
- * from the reference by a few ulps (and a near-tie in the best-iteration choice may pick a
- * neighbouring iteration); tests bound the effect on codes and values.
- * Shapes the twin does not vectorise (D % 8 != 0) fall back to the reference. */
+ * Bit-exact with q2_ref.c for the group quantizers, Hadamard rows, OScaR norm and the KVarN
+ * dequant (same operations in the same order: mul then add, IEEE div, round-half-even, the
+ * first of equal min/max values). KVarN's VarN and row RTN (kvarn_avx2.c) are the deliberate
+ * difference: exp-domain scales, sums-of-squares statistics and reciprocal products, within the
+ * documented tolerance. Shapes the twin does not vectorise (D % 8 != 0) use the reference. */
 #include "codec_ops.h"
 #include "quant_hd.h"
 #include "q2_int.h"
@@ -561,215 +558,7 @@ static void avx2_scale_rows(float *x, uint32_t T, uint32_t HD, const float *norm
     }
 }
 
-/* ---- VarN: one shifted pass per axis, reciprocal scales ---- */
-
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float shifted_std(float sum, float sq, uint32_t n)
-{
-    float var;
-
-    if (n < 2) {
-        return 0.0f;
-    }
-    var = (sq - sum * sum / (float)n) / (float)(n - 1);
-    return sqrtf(var > 0.0f ? var : 0.0f);
-}
-
-/* out[r] = std over c of X[r][c] * ic[c] */
-static void row_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *out)
-{
-    for (uint32_t r = 0; r < R; r++) {
-        const float *x = X + (size_t)r * C;
-        float        k = x[0] * ic[0], sum, sq;
-        __m256       vk = _mm256_set1_ps(k), vs = _mm256_setzero_ps(), vq = vs;
-        uint32_t     c = 0;
-
-        for (; c + 8 <= C; c += 8) {
-            __m256 d = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(ic + c)), vk);
-
-            vs = _mm256_add_ps(vs, d);
-            vq = _mm256_add_ps(vq, _mm256_mul_ps(d, d));
-        }
-        sum = hsum8(vs);
-        sq  = hsum8(vq);
-        for (; c < C; c++) {
-            float d = x[c] * ic[c] - k;
-
-            sum += d;
-            sq += d * d;
-        }
-        out[r] = shifted_std(sum, sq, C);
-    }
-}
-
-/* out[c] = std over r of X[r][c] * ir[r] */
-static void col_pass(const float *X, uint32_t R, uint32_t C, const float *ir, float *out)
-{
-    uint32_t c = 0;
-
-    for (; c + 16 <= C; c += 16) {
-        __m256 k0 = _mm256_mul_ps(_mm256_loadu_ps(X + c), _mm256_set1_ps(ir[0]));
-        __m256 k1 = _mm256_mul_ps(_mm256_loadu_ps(X + c + 8), _mm256_set1_ps(ir[0]));
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
-        float  a[8], b[8], e[8], f[8];
-
-        for (uint32_t r = 0; r < R; r++) {
-            __m256 w  = _mm256_set1_ps(ir[r]);
-            __m256 d0 = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(X + (size_t)r * C + c), w), k0);
-            __m256 d1 = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(X + (size_t)r * C + c + 8), w), k1);
-
-            s0 = _mm256_add_ps(s0, d0);
-            s1 = _mm256_add_ps(s1, d1);
-            q0 = _mm256_add_ps(q0, _mm256_mul_ps(d0, d0));
-            q1 = _mm256_add_ps(q1, _mm256_mul_ps(d1, d1));
-        }
-        _mm256_storeu_ps(a, s0);
-        _mm256_storeu_ps(b, s1);
-        _mm256_storeu_ps(e, q0);
-        _mm256_storeu_ps(f, q1);
-        for (int i = 0; i < 8; i++) {
-            out[c + i]     = shifted_std(a[i], e[i], R);
-            out[c + 8 + i] = shifted_std(b[i], f[i], R);
-        }
-    }
-    for (; c < C; c++) {
-        float k = X[c] * ir[0], sum = 0.0f, sq = 0.0f;
-
-        for (uint32_t r = 0; r < R; r++) {
-            float d = X[(size_t)r * C + c] * ir[r] - k;
-
-            sum += d;
-            sq += d * d;
-        }
-        out[c] = shifted_std(sum, sq, R);
-    }
-}
-
-static float imb_of(const float *colstd, uint32_t C, const float *rowstd, uint32_t R)
-{
-    float cmx = colstd[0], cmn = colstd[0], rmx = rowstd[0], rmn = rowstd[0];
-
-    for (uint32_t c = 1; c < C; c++) {
-        cmx = colstd[c] > cmx ? colstd[c] : cmx;
-        cmn = colstd[c] < cmn ? colstd[c] : cmn;
-    }
-    for (uint32_t r = 1; r < R; r++) {
-        rmx = rowstd[r] > rmx ? rowstd[r] : rmx;
-        rmn = rowstd[r] < rmn ? rowstd[r] : rmn;
-    }
-    return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
-}
-
-/* The scales are tracked as E = exp(L) directly: exp(clamp(L + ln sd)) = clamp(E * sd) with
- * the clamp bounds exponentiated, so the loop needs no logf/expf per element of a scale. */
-static void avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                      float *Sr, float *work)
-{
-    float *Ec = work, *Er = Ec + C, *ic = Er + R, *ir = ic + C;
-    float *colstd = ir + R, *rowstd = colstd + C, *raw = rowstd + R, *rawc = raw + R;
-    float  best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
-
-    for (uint32_t c = 0; c < C; c++) {
-        Ec[c] = ic[c] = Sc[c] = 1.0f;
-    }
-    for (uint32_t r = 0; r < R; r++) {
-        Er[r] = ir[r] = Sr[r] = 1.0f;
-    }
-    col_pass(X, R, C, ir, colstd);
-    row_pass(X, R, C, ic, rowstd);
-    best = imb_of(colstd, C, rowstd, R);
-    for (uint32_t it = 0; it < iters; it++) {
-        float imb;
-
-        for (uint32_t c = 0; c < C; c++) {
-            Ec[c] = kvp_hd_clamp(Ec[c] * kvp_hd_clamp(colstd[c], KVP_VARN_STD_LO, KVP_VARN_STD_HI),
-                                 e_lo, e_hi);
-            ic[c] = 1.0f / Ec[c];
-        }
-        row_pass(X, R, C, ic, raw); /* std of X*ic per row; times ir = std of cur */
-        for (uint32_t r = 0; r < R; r++) {
-            Er[r] = kvp_hd_clamp(Er[r] * kvp_hd_clamp(raw[r] * ir[r], KVP_VARN_STD_LO, KVP_VARN_STD_HI),
-                                 e_lo, e_hi);
-            ir[r]     = 1.0f / Er[r];
-            rowstd[r] = raw[r] * ir[r];
-        }
-        col_pass(X, R, C, ir, rawc);
-        for (uint32_t c = 0; c < C; c++) {
-            colstd[c] = rawc[c] * ic[c];
-        }
-        imb = imb_of(colstd, C, rowstd, R);
-        if (imb <= best) {
-            best = imb;
-            memcpy(Sc, Ec, C * sizeof(float));
-            memcpy(Sr, Er, R * sizeof(float));
-        }
-    }
-}
-
-/* ---- KVarN RTN and dequant ---- */
-
-static void avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
-                           const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B)
-{
-    uint32_t run = kvp_hd_run_bytes(C);
-    float   *bal = kvp_codec_scratch(5, (size_t)C * 2 * sizeof(float)); /* a balanced row */
-    int32_t *qb  = (int32_t *)(void *)(bal + C);                         /* and its codes */
-
-    if (C % 8 != 0 || bal == NULL) {
-        kvp_q2_ref_kvarn_rtn(X, R, C, Sc, Sr, codes, A, Z, B);
-        return;
-    }
-    for (uint32_t r = 0; r < R; r++) {
-        const float *x = X + (size_t)r * C;
-        __m256       sr = _mm256_set1_ps(Sr[r]), vmn, vmx, vlo, vs;
-        float        lo, hi, s;
-
-        vmn = _mm256_set1_ps(INFINITY);
-        vmx = _mm256_set1_ps(-INFINITY);
-        for (uint32_t c = 0; c < C; c += 8) { /* X / Sc / Sr, exactly as the reference */
-            __m256 b = _mm256_div_ps(_mm256_div_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(Sc + c)), sr);
-
-            _mm256_storeu_ps(bal + c, b);
-            vmn = _mm256_min_ps(vmn, b);
-            vmx = _mm256_max_ps(vmx, b);
-        }
-        lo  = hmin8(vmn);
-        hi  = hmax8(vmx);
-        s   = kvp_hd_kvarn_scale(lo, hi);
-        vlo = _mm256_set1_ps(lo);
-        vs  = _mm256_set1_ps(s);
-        for (uint32_t c = 0; c < C; c += 8) {
-            __m256 q = clamp03(rint8(_mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(bal + c), vlo), vs)));
-
-            _mm256_storeu_si256((__m256i *)(void *)(qb + c), _mm256_cvttps_epi32(q));
-        }
-        for (uint32_t c = 0; c < C; c += (c + 32 <= C ? 32 : 8)) {
-            if (c + 32 <= C) {
-                pack32(_mm256_loadu_si256((const __m256i *)(const void *)(qb + c)),
-                       _mm256_loadu_si256((const __m256i *)(const void *)(qb + c + 8)),
-                       _mm256_loadu_si256((const __m256i *)(const void *)(qb + c + 16)),
-                       _mm256_loadu_si256((const __m256i *)(const void *)(qb + c + 24)),
-                       codes + (size_t)r * run + c / 4);
-            } else {
-                pack8(_mm256_loadu_si256((const __m256i *)(const void *)(qb + c)),
-                      codes + (size_t)r * run + c / 4);
-            }
-        }
-        kvp_hd_sth(A + 2 * (size_t)r, Sr[r] * s);
-        kvp_hd_sth(Z + 2 * (size_t)r, Sr[r] * lo);
-    }
-    for (uint32_t c = 0; c < C; c += 8) {
-        st_h8(B + 2 * (size_t)c, _mm256_loadu_ps(Sc + c));
-    }
-}
+/* ---- KVarN: VarN and the row RTN live in kvarn_avx2.c; the dequant is here ---- */
 
 static void avx2_kvarn_deq(const uint8_t *codes, const uint8_t *A, const uint8_t *Z,
                            const uint8_t *B, uint32_t R, uint32_t C, float *dst, size_t rs,
@@ -821,7 +610,7 @@ const kvp_q2_kern_t kvp_q2_avx2 = {
     .rot_rows    = avx2_rot_rows,
     .oscar_norm  = avx2_oscar_norm,
     .scale_rows  = avx2_scale_rows,
-    .varn        = avx2_varn,
-    .kvarn_rtn   = avx2_kvarn_rtn,
+    .varn        = kvp_q2_avx2_varn,
+    .kvarn_rtn   = kvp_q2_avx2_kvarn_rtn,
     .kvarn_deq   = avx2_kvarn_deq,
 };

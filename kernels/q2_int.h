@@ -24,4 +24,10 @@ void kvp_q2_ref_kvarn_deq(const uint8_t *codes, const uint8_t *A, const uint8_t 
                           const uint8_t *B, uint32_t R, uint32_t C, float *dst, size_t rs,
                           size_t cs);
 
+/* kvarn_avx2.c (AVX2 only) */
+void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
+                      float *Sr, float *work);
+void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
+                           const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B);
+
 #endif

@@ -1,0 +1,397 @@
+/* kvarn_avx2.c - AVX2 KVarN pieces: VarN with one fused pass over the tile per iteration, the
+ * per-row RTN with reciprocal scales, and the fp16 tile builders of the fp16 encode path.
+ * VarN tracks E = exp(L) (exp(clamp(L + ln sd)) = clamp(E * sd) with the bounds exponentiated)
+ * and takes std from sums and sums of squares (var = (s2 - s1^2/n) / (n-1)), so statistics are
+ * mat-vec products: row r of the current matrix X*ic*ir has std ir_r * std(X_r . ic), column c
+ * has ic_c * std over r of X_rc * ir_r. A row block's stds set its new ir, and the same rows,
+ * still in L1, add their X_rc*ir_r terms to the column sums: one pass per iteration. Results
+ * differ from q2_ref.c by rounding (documented tolerance); the selection rule (best imbalance,
+ * later ties win) and every clamp are the reference's. */
+#include "codec_ops.h"
+#include "q2_int.h"
+#include "q2h_int.h"
+#include "quant_hd.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+/* sums of 4 vectors each -> one vector of the 4 sums */
+static inline __m128 hsum4x(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* unbiased std from sums, 8 or 4 lanes: sqrt(max(0, (s2 - s1^2/n) / (n-1))), n < 2 -> 0 */
+static inline __m256 std8(__m256 s1, __m256 s2, uint32_t n)
+{
+    __m256 v;
+
+    if (n < 2) {
+        return _mm256_setzero_ps();
+    }
+    v = _mm256_div_ps(_mm256_sub_ps(s2, _mm256_div_ps(_mm256_mul_ps(s1, s1), _mm256_set1_ps((float)n))),
+                      _mm256_set1_ps((float)(n - 1)));
+    return _mm256_sqrt_ps(_mm256_max_ps(v, _mm256_setzero_ps()));
+}
+
+static inline __m128 std4(__m128 s1, __m128 s2, uint32_t n)
+{
+    __m128 v;
+
+    if (n < 2) {
+        return _mm_setzero_ps();
+    }
+    v = _mm_div_ps(_mm_sub_ps(s2, _mm_div_ps(_mm_mul_ps(s1, s1), _mm_set1_ps((float)n))),
+                   _mm_set1_ps((float)(n - 1)));
+    return _mm_sqrt_ps(_mm_max_ps(v, _mm_setzero_ps()));
+}
+
+/* E = clamp(E * clamp(sd, STD_LO, STD_HI), e_lo, e_hi) */
+static inline __m128 estep4(__m128 e, __m128 sd, float e_lo, float e_hi)
+{
+    sd = _mm_min_ps(_mm_max_ps(sd, _mm_set1_ps(KVP_VARN_STD_LO)), _mm_set1_ps(KVP_VARN_STD_HI));
+    return _mm_min_ps(_mm_max_ps(_mm_mul_ps(e, sd), _mm_set1_ps(e_lo)), _mm_set1_ps(e_hi));
+}
+
+static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
+{
+    sd = _mm256_min_ps(_mm256_max_ps(sd, _mm256_set1_ps(KVP_VARN_STD_LO)), _mm256_set1_ps(KVP_VARN_STD_HI));
+    return _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(e, sd), _mm256_set1_ps(e_lo)), _mm256_set1_ps(e_hi));
+}
+
+/* column sums of rows r0..r0+3 (rows past R have weight 0 and point at row r0) */
+static inline void col_part(const float *X, uint32_t R, uint32_t C, uint32_t r0, const float *wv,
+                            float *S1, float *S2)
+{
+    const float *x0 = X + (size_t)r0 * C;
+    const float *x1 = r0 + 1 < R ? x0 + C : x0, *x2 = r0 + 2 < R ? x0 + 2 * C : x0;
+    const float *x3 = r0 + 3 < R ? x0 + 3 * C : x0;
+    __m256       w0 = _mm256_set1_ps(wv[0]), w1 = _mm256_set1_ps(wv[1]);
+    __m256       w2 = _mm256_set1_ps(wv[2]), w3 = _mm256_set1_ps(wv[3]);
+
+    for (uint32_t c = 0; c < C; c += 8) {
+        __m256 z0 = _mm256_mul_ps(_mm256_loadu_ps(x0 + c), w0);
+        __m256 z1 = _mm256_mul_ps(_mm256_loadu_ps(x1 + c), w1);
+        __m256 z2 = _mm256_mul_ps(_mm256_loadu_ps(x2 + c), w2);
+        __m256 z3 = _mm256_mul_ps(_mm256_loadu_ps(x3 + c), w3);
+        __m256 a  = _mm256_add_ps(_mm256_add_ps(z0, z1), _mm256_add_ps(z2, z3));
+        __m256 b  = _mm256_fmadd_ps(z0, z0, _mm256_mul_ps(z1, z1));
+
+        b = _mm256_add_ps(b, _mm256_fmadd_ps(z2, z2, _mm256_mul_ps(z3, z3)));
+        _mm256_storeu_ps(S1 + c, _mm256_add_ps(_mm256_loadu_ps(S1 + c), a));
+        _mm256_storeu_ps(S2 + c, _mm256_add_ps(_mm256_loadu_ps(S2 + c), b));
+    }
+}
+
+/* One pass: for each row r, raw_r = std over c of X_rc * ic_c; then (upd) Er/ir/rowstd of the
+ * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. R rows
+ * padded to a multiple of 4 in Er/ir/rowstd (the pad rows are never read back). The column
+ * part of a block runs after the next block's row part, so the std -> scale latency of one
+ * block overlaps the other's arithmetic. */
+static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
+                       float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
+                       float e_hi)
+{
+    float    wv[2][4];
+    uint32_t prev = 0, have = 0;
+
+    memset(S1, 0, C * sizeof(float));
+    memset(S2, 0, C * sizeof(float));
+    for (uint32_t r0 = 0; r0 < R; r0 += 4) {
+        uint32_t     nr = R - r0 < 4 ? R - r0 : 4, cur = (r0 / 4) & 1;
+        const float *x0 = X + (size_t)r0 * C;
+        const float *x1 = nr > 1 ? x0 + C : x0, *x2 = nr > 2 ? x0 + 2 * C : x0;
+        const float *x3 = nr > 3 ? x0 + 3 * C : x0;
+        __m256       s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        __m256       q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+        __m128       raw, w, e;
+
+        for (uint32_t c = 0; c < C; c += 8) {
+            __m256 k  = _mm256_loadu_ps(ic + c);
+            __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(x0 + c), k);
+            __m256 y1 = _mm256_mul_ps(_mm256_loadu_ps(x1 + c), k);
+            __m256 y2 = _mm256_mul_ps(_mm256_loadu_ps(x2 + c), k);
+            __m256 y3 = _mm256_mul_ps(_mm256_loadu_ps(x3 + c), k);
+
+            s0 = _mm256_add_ps(s0, y0);
+            s1 = _mm256_add_ps(s1, y1);
+            s2 = _mm256_add_ps(s2, y2);
+            s3 = _mm256_add_ps(s3, y3);
+            q0 = _mm256_fmadd_ps(y0, y0, q0);
+            q1 = _mm256_fmadd_ps(y1, y1, q1);
+            q2 = _mm256_fmadd_ps(y2, y2, q2);
+            q3 = _mm256_fmadd_ps(y3, y3, q3);
+        }
+        raw = std4(hsum4x(s0, s1, s2, s3), hsum4x(q0, q1, q2, q3), C);
+        w   = _mm_loadu_ps(ir + r0);
+        if (upd) { /* std of the current rows = raw * ir (old); then the new row scale */
+            e = estep4(_mm_loadu_ps(Er + r0), _mm_mul_ps(raw, w), e_lo, e_hi);
+            w = _mm_div_ps(_mm_set1_ps(1.0f), e);
+            _mm_storeu_ps(Er + r0, e);
+            _mm_storeu_ps(ir + r0, w);
+            _mm_storeu_ps(rowstd + r0, _mm_mul_ps(raw, w));
+        } else {
+            _mm_storeu_ps(rowstd + r0, raw);
+        }
+        _mm_storeu_ps(wv[cur], w);
+        for (uint32_t j = nr; j < 4; j++) {
+            wv[cur][j] = 0.0f; /* rows past R add nothing */
+        }
+        if (have) {
+            col_part(X, R, C, prev, wv[cur ^ 1], S1, S2);
+        }
+        prev = r0;
+        have = 1;
+    }
+    col_part(X, R, C, prev, wv[(prev / 4) & 1], S1, S2);
+}
+
+/* max/min of n floats (n % 8 == 0) */
+static inline void minmax(const float *v, uint32_t n, float *mn, float *mx)
+{
+    __m256 a = _mm256_loadu_ps(v), b = a;
+    float  t[8], u[8];
+
+    for (uint32_t i = 8; i < n; i += 8) {
+        a = _mm256_min_ps(a, _mm256_loadu_ps(v + i));
+        b = _mm256_max_ps(b, _mm256_loadu_ps(v + i));
+    }
+    _mm256_storeu_ps(t, a);
+    _mm256_storeu_ps(u, b);
+    *mn = t[0];
+    *mx = u[0];
+    for (int i = 1; i < 8; i++) {
+        *mn = t[i] < *mn ? t[i] : *mn;
+        *mx = u[i] > *mx ? u[i] : *mx;
+    }
+}
+
+static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_t R)
+{
+    float cmn, cmx, rmn, rmx;
+
+    minmax(colstd, C, &cmn, &cmx);
+    if (R % 8 == 0) {
+        minmax(rowstd, R, &rmn, &rmx);
+    } else {
+        rmn = rmx = rowstd[0];
+        for (uint32_t r = 1; r < R; r++) {
+            rmx = rowstd[r] > rmx ? rowstd[r] : rmx;
+            rmn = rowstd[r] < rmn ? rowstd[r] : rmn;
+        }
+    }
+    return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
+}
+
+/* work: 8*(R+C) + 16 floats at least (the kernel contract gives R*C + 4*(R+C)) */
+void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
+                      float *Sr, float *work)
+{
+    uint32_t Rp = (R + 3) & ~3u;
+    float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
+    float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
+    float    best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
+
+    if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 3 * (size_t)Rp) {
+        kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work);
+        return;
+    }
+    for (uint32_t c = 0; c < C; c++) {
+        Ec[c] = ic[c] = Sc[c] = 1.0f;
+    }
+    for (uint32_t r = 0; r < Rp; r++) {
+        Er[r] = ir[r] = 1.0f;
+    }
+    for (uint32_t r = 0; r < R; r++) {
+        Sr[r] = 1.0f;
+    }
+    fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 0, e_lo, e_hi);
+    for (uint32_t c = 0; c < C; c += 8) {
+        _mm256_storeu_ps(colstd + c, std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R));
+    }
+    best = imb_v(colstd, C, rowstd, R);
+    for (uint32_t it = 0; it < iters; it++) {
+        float imb;
+
+        for (uint32_t c = 0; c < C; c += 8) {
+            __m256 e = estep8(_mm256_loadu_ps(Ec + c), _mm256_loadu_ps(colstd + c), e_lo, e_hi);
+
+            _mm256_storeu_ps(Ec + c, e);
+            _mm256_storeu_ps(ic + c, _mm256_div_ps(_mm256_set1_ps(1.0f), e));
+        }
+        fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi);
+        for (uint32_t c = 0; c < C; c += 8) {
+            __m256 sd = std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R);
+
+            _mm256_storeu_ps(colstd + c, _mm256_mul_ps(sd, _mm256_loadu_ps(ic + c)));
+        }
+        imb = imb_v(colstd, C, rowstd, R);
+        if (imb <= best) { /* later ties win */
+            best = imb;
+            memcpy(Sc, Ec, C * sizeof(float));
+            memcpy(Sr, Er, R * sizeof(float));
+        }
+    }
+}
+
+static inline void st_h8(uint8_t *p, __m256 v)
+{
+    _mm_storeu_si128((__m128i *)(void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* 32 codes (4 x 8 int32 lanes, 0..3, consecutive) -> 8 bytes */
+static inline void pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_t *out)
+{
+    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q0, q1), _mm256_packus_epi32(q2, q3));
+    __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_set1_epi32(0x40100401)),
+                                  _mm256_set1_epi16(1));
+    __m256i y = _mm256_packus_epi16(_mm256_packus_epi32(w, w), _mm256_setzero_si256());
+
+    _mm_storel_epi64((__m128i *)(void *)out,
+                     _mm_unpacklo_epi8(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1)));
+}
+
+/* r[i] = min (or max) over the 8 lanes of v[i] */
+static inline __m256 reduce8(const __m256 *v, int is_max)
+{
+#define RED(a, b) (is_max ? _mm256_max_ps((a), (b)) : _mm256_min_ps((a), (b)))
+    __m256 s01 = RED(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
+    __m256 s23 = RED(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
+    __m256 s45 = RED(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
+    __m256 s67 = RED(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
+    __m256 a   = RED(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE));
+    __m256 b   = RED(_mm256_shuffle_ps(s45, s67, 0x44), _mm256_shuffle_ps(s45, s67, 0xEE));
+
+    return RED(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+#undef RED
+}
+
+/* Per-row RTN of X/Sc/Sr as reciprocal products, 8 rows at a time (C % 32 == 0 here; else the
+ * reference). Balanced rows are staged in scratch (8*C floats). */
+void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
+                           const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B)
+{
+    uint32_t run = kvp_hd_run_bytes(C);
+    float   *rc  = kvp_codec_scratch(5, (size_t)C * 9 * sizeof(float));
+    float   *bal = rc + C;
+    __m256   three = _mm256_set1_ps(KVP_Q2_MAX);
+
+    if (C % 32 != 0 || rc == NULL) {
+        kvp_q2_ref_kvarn_rtn(X, R, C, Sc, Sr, codes, A, Z, B);
+        return;
+    }
+    for (uint32_t c = 0; c < C; c += 8) {
+        _mm256_storeu_ps(rc + c, _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_loadu_ps(Sc + c)));
+        st_h8(B + 2 * (size_t)c, _mm256_loadu_ps(Sc + c));
+    }
+    for (uint32_t r0 = 0; r0 < R; r0 += 8) {
+        uint32_t nr = R - r0 < 8 ? R - r0 : 8;
+        __m256   vmn[8], vmx[8], lo, s, is, sr;
+        float    srv[8], lov[8], isv[8], av[8], zv[8];
+
+        for (uint32_t j = 0; j < 8; j++) {
+            srv[j] = Sr[r0 + (j < nr ? j : 0)];
+        }
+        sr = _mm256_loadu_ps(srv);
+        for (uint32_t j = 0; j < 8; j++) {
+            const float *x  = X + (size_t)(r0 + (j < nr ? j : 0)) * C;
+            float       *bj = bal + (size_t)j * C;
+            __m256       rr = _mm256_set1_ps(1.0f / srv[j]), mn, mx;
+
+            mn = mx = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(rc)), rr);
+            _mm256_storeu_ps(bj, mn);
+            for (uint32_t c = 8; c < C; c += 8) {
+                __m256 b = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(rc + c)), rr);
+
+                _mm256_storeu_ps(bj + c, b);
+                mn = _mm256_min_ps(mn, b);
+                mx = _mm256_max_ps(mx, b);
+            }
+            vmn[j] = mn;
+            vmx[j] = mx;
+        }
+        lo = reduce8(vmn, 0);
+        s  = _mm256_div_ps(_mm256_sub_ps(reduce8(vmx, 1), lo), three); /* kvp_hd_kvarn_scale */
+        s  = _mm256_max_ps(s, _mm256_set1_ps(1e-10f));
+        is = _mm256_div_ps(_mm256_set1_ps(1.0f), s);
+        _mm256_storeu_ps(lov, lo);
+        _mm256_storeu_ps(isv, is);
+        for (uint32_t j = 0; j < nr; j++) {
+            const float *bj = bal + (size_t)j * C;
+            __m256       vlo = _mm256_set1_ps(lov[j]), vis = _mm256_set1_ps(isv[j]);
+
+            for (uint32_t c = 0; c < C; c += 32) {
+                __m256i q[4];
+
+                for (int i = 0; i < 4; i++) {
+                    __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(bj + c + 8 * i), vlo), vis);
+
+                    t    = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    q[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), three));
+                }
+                pack32(q[0], q[1], q[2], q[3], codes + (size_t)(r0 + j) * run + c / 4);
+            }
+        }
+        if (nr == 8) {
+            st_h8(A + 2 * (size_t)r0, _mm256_mul_ps(sr, s));
+            st_h8(Z + 2 * (size_t)r0, _mm256_mul_ps(sr, lo));
+        } else {
+            _mm256_storeu_ps(av, _mm256_mul_ps(sr, s));
+            _mm256_storeu_ps(zv, _mm256_mul_ps(sr, lo));
+            for (uint32_t j = 0; j < nr; j++) {
+                kvp_hd_sth(A + 2 * (size_t)(r0 + j), av[j]);
+                kvp_hd_sth(Z + 2 * (size_t)(r0 + j), zv[j]);
+            }
+        }
+    }
+}
+
+/* ---- fp16 tiles of one head: X[t][d] (rows of D) or its transpose X[d][t] ---- */
+
+int kvp_q2h_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X)
+{
+    __m128i bad = _mm_setzero_si128(), em = _mm_set1_epi16(0x7C00);
+
+    for (uint32_t t = 0; t < T; t++) {
+        for (uint32_t d = 0; d < D; d += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)t * stride + d));
+
+            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+            _mm256_storeu_ps(X + (size_t)t * D + d, _mm256_cvtph_ps(h));
+        }
+    }
+    return _mm_testz_si128(bad, bad);
+}
+
+/* T % 8 == 0, D % 8 == 0; 8x8 blocks through registers */
+void kvp_q2h_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X)
+{
+    for (uint32_t t = 0; t < T; t += 8) {
+        for (uint32_t d = 0; d < D; d += 8) {
+            __m256 r[8], a[8], b[8];
+
+            for (int i = 0; i < 8; i++) {
+                r[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)(t + i) * stride + d)));
+            }
+            for (int i = 0; i < 8; i += 2) {
+                a[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            b[0] = _mm256_shuffle_ps(a[0], a[2], 0x44);
+            b[1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
+            b[2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
+            b[3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
+            b[4] = _mm256_shuffle_ps(a[4], a[6], 0x44);
+            b[5] = _mm256_shuffle_ps(a[4], a[6], 0xEE);
+            b[6] = _mm256_shuffle_ps(a[5], a[7], 0x44);
+            b[7] = _mm256_shuffle_ps(a[5], a[7], 0xEE);
+            for (int i = 0; i < 4; i++) { /* column d+i and d+4+i */
+                _mm256_storeu_ps(X + (size_t)(d + i) * T + t, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
+                _mm256_storeu_ps(X + (size_t)(d + 4 + i) * T + t, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
+            }
+        }
+    }
+}
