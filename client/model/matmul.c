@@ -149,7 +149,7 @@ static _Thread_local float qrow_buf[MM_QROW_MAX];
 typedef void (*dq_fn_t)(const uint8_t *src, float *dst, uint32_t n);
 
 /* fp16 -> fp32 by F16C (exact, as kvp_f16_to_f32) */
-__attribute__((target("f16c"))) static inline float h2f(const uint8_t *p)
+__attribute__((target("f16c"))) static inline __attribute__((always_inline)) float h2f(const uint8_t *p)
 {
     uint16_t h;
 
@@ -158,42 +158,51 @@ __attribute__((target("f16c"))) static inline float h2f(const uint8_t *p)
 }
 
 /* q*d is exact for 4- and 8-bit q and an fp16 d, so fma(q, d, m) equals the scalar q*d + m. */
-__attribute__((target("avx2,fma,f16c"))) static void dq_q4_avx2(const uint8_t *b, float *y,
-                                                           int has_min)
+#define DQ_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* 8 codes (low bytes of c) - off, times d plus m, to y[0..7] */
+DQ_AVX2 static inline __attribute__((always_inline)) void dq8(__m128i c, int off, __m256 d,
+                                                             __m256 m, float *y)
 {
-    __m256 d  = _mm256_set1_ps(h2f(b));
-    __m256 m  = _mm256_set1_ps(has_min ? h2f(b + 2) : 0.0f);
-    __m128i v = _mm_loadu_si128((const __m128i *)(b + (has_min ? 4 : 2)));
-    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-    __m256i off = _mm256_set1_epi32(has_min ? 0 : 8);
-    __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    __m256i q = _mm256_cvtepu8_epi32(c);
 
-    for (int i = 0; i < 4; i++) {
-        __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(part[i]), off);
-
-        _mm256_storeu_ps(y + 8 * i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m));
+    if (off != 0) {
+        q = _mm256_sub_epi32(q, _mm256_set1_epi32(off));
     }
+    _mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m));
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void dq_row_q4_0_avx2(const uint8_t *src,
-                                                                 float *dst, uint32_t n)
+DQ_AVX2 static inline __attribute__((always_inline)) void dq_q4_avx2(const uint8_t *b, float *y,
+                                                                    int has_min)
+{
+    __m256  d   = _mm256_set1_ps(h2f(b));
+    __m256  m   = _mm256_set1_ps(has_min ? h2f(b + 2) : 0.0f);
+    __m128i v   = _mm_loadu_si128((const __m128i *)(b + (has_min ? 4 : 2)));
+    __m128i lo  = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    __m128i hi  = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    int     off = has_min ? 0 : 8;
+
+    dq8(lo, off, d, m, y);
+    dq8(_mm_srli_si128(lo, 8), off, d, m, y + 8);
+    dq8(hi, off, d, m, y + 16);
+    dq8(_mm_srli_si128(hi, 8), off, d, m, y + 24);
+}
+
+DQ_AVX2 static void dq_row_q4_0_avx2(const uint8_t *src, float *dst, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i += 32, src += 18) {
         dq_q4_avx2(src, dst + i, 0);
     }
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void dq_row_q4_1_avx2(const uint8_t *src,
-                                                                 float *dst, uint32_t n)
+DQ_AVX2 static void dq_row_q4_1_avx2(const uint8_t *src, float *dst, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i += 32, src += 20) {
         dq_q4_avx2(src, dst + i, 1);
     }
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void dq_row_q8_0_avx2(const uint8_t *src,
-                                                                 float *dst, uint32_t n)
+DQ_AVX2 static void dq_row_q8_0_avx2(const uint8_t *src, float *dst, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i += 32, src += 34) {
         __m256 d = _mm256_set1_ps(h2f(src));
