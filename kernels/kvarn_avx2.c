@@ -37,116 +37,124 @@ static inline __m256 std8(__m256 s1, __m256 s2, uint32_t n)
     return _mm256_sqrt_ps(_mm256_max_ps(v, _mm256_setzero_ps()));
 }
 
-static inline __m128 std4(__m128 s1, __m128 s2, uint32_t n)
-{
-    __m128 v;
-
-    if (n < 2) {
-        return _mm_setzero_ps();
-    }
-    v = _mm_div_ps(_mm_sub_ps(s2, _mm_div_ps(_mm_mul_ps(s1, s1), _mm_set1_ps((float)n))),
-                   _mm_set1_ps((float)(n - 1)));
-    return _mm_sqrt_ps(_mm_max_ps(v, _mm_setzero_ps()));
-}
-
-/* E = clamp(E * clamp(sd, STD_LO, STD_HI), e_lo, e_hi) */
-static inline __m128 estep4(__m128 e, __m128 sd, float e_lo, float e_hi)
-{
-    sd = _mm_min_ps(_mm_max_ps(sd, _mm_set1_ps(KVP_VARN_STD_LO)), _mm_set1_ps(KVP_VARN_STD_HI));
-    return _mm_min_ps(_mm_max_ps(_mm_mul_ps(e, sd), _mm_set1_ps(e_lo)), _mm_set1_ps(e_hi));
-}
-
 static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
 {
     sd = _mm256_min_ps(_mm256_max_ps(sd, _mm256_set1_ps(KVP_VARN_STD_LO)), _mm256_set1_ps(KVP_VARN_STD_HI));
     return _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(e, sd), _mm256_set1_ps(e_lo)), _mm256_set1_ps(e_hi));
 }
 
-/* column sums of rows r0..r0+3 (rows past R have weight 0 and point at row r0) */
-static inline void col_part(const float *X, uint32_t R, uint32_t C, uint32_t r0, const float *wv,
-                            float *S1, float *S2)
+/* column sums of the 8 rows at x[0..7] with weights w (0 for rows past R) */
+static inline void col_part(const float *const *x, __m256 w, uint32_t C, float *S1, float *S2)
 {
-    const float *x0 = X + (size_t)r0 * C;
-    const float *x1 = r0 + 1 < R ? x0 + C : x0, *x2 = r0 + 2 < R ? x0 + 2 * C : x0;
-    const float *x3 = r0 + 3 < R ? x0 + 3 * C : x0;
-    __m256       w0 = _mm256_set1_ps(wv[0]), w1 = _mm256_set1_ps(wv[1]);
-    __m256       w2 = _mm256_set1_ps(wv[2]), w3 = _mm256_set1_ps(wv[3]);
+    __m256 w0 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(0));
+    __m256 w1 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(1));
+    __m256 w2 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(2));
+    __m256 w3 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(3));
+    __m256 w4 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(4));
+    __m256 w5 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(5));
+    __m256 w6 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(6));
+    __m256 w7 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(7));
 
     for (uint32_t c = 0; c < C; c += 8) {
-        __m256 z0 = _mm256_mul_ps(_mm256_loadu_ps(x0 + c), w0);
-        __m256 z1 = _mm256_mul_ps(_mm256_loadu_ps(x1 + c), w1);
-        __m256 z2 = _mm256_mul_ps(_mm256_loadu_ps(x2 + c), w2);
-        __m256 z3 = _mm256_mul_ps(_mm256_loadu_ps(x3 + c), w3);
-        __m256 a  = _mm256_add_ps(_mm256_add_ps(z0, z1), _mm256_add_ps(z2, z3));
-        __m256 b  = _mm256_fmadd_ps(z0, z0, _mm256_mul_ps(z1, z1));
+        __m256 z0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), w0);
+        __m256 z1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), w1);
+        __m256 z2 = _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), w2);
+        __m256 z3 = _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), w3);
+        __m256 z4 = _mm256_mul_ps(_mm256_loadu_ps(x[4] + c), w4);
+        __m256 z5 = _mm256_mul_ps(_mm256_loadu_ps(x[5] + c), w5);
+        __m256 z6 = _mm256_mul_ps(_mm256_loadu_ps(x[6] + c), w6);
+        __m256 z7 = _mm256_mul_ps(_mm256_loadu_ps(x[7] + c), w7);
+        __m256 a  = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z0, z1), _mm256_add_ps(z2, z3)),
+                                  _mm256_add_ps(_mm256_add_ps(z4, z5), _mm256_add_ps(z6, z7)));
+        __m256 b0 = _mm256_fmadd_ps(z0, z0, _mm256_mul_ps(z1, z1));
+        __m256 b1 = _mm256_fmadd_ps(z2, z2, _mm256_mul_ps(z3, z3));
+        __m256 b2 = _mm256_fmadd_ps(z4, z4, _mm256_mul_ps(z5, z5));
+        __m256 b3 = _mm256_fmadd_ps(z6, z6, _mm256_mul_ps(z7, z7));
 
-        b = _mm256_add_ps(b, _mm256_fmadd_ps(z2, z2, _mm256_mul_ps(z3, z3)));
         _mm256_storeu_ps(S1 + c, _mm256_add_ps(_mm256_loadu_ps(S1 + c), a));
-        _mm256_storeu_ps(S2 + c, _mm256_add_ps(_mm256_loadu_ps(S2 + c), b));
+        _mm256_storeu_ps(S2 + c, _mm256_add_ps(_mm256_loadu_ps(S2 + c),
+                                               _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3))));
     }
 }
 
+/* sums and sums of squares of 4 rows of x . k -> lanes of s, q */
+static inline void row_dots4(const float *const *x, const float *k, uint32_t C, __m128 *s, __m128 *q)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m256 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+
+    for (uint32_t c = 0; c < C; c += 8) {
+        __m256 kk = _mm256_loadu_ps(k + c);
+        __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), kk);
+        __m256 y1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), kk);
+        __m256 y2 = _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), kk);
+        __m256 y3 = _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), kk);
+
+        s0 = _mm256_add_ps(s0, y0);
+        s1 = _mm256_add_ps(s1, y1);
+        s2 = _mm256_add_ps(s2, y2);
+        s3 = _mm256_add_ps(s3, y3);
+        q0 = _mm256_fmadd_ps(y0, y0, q0);
+        q1 = _mm256_fmadd_ps(y1, y1, q1);
+        q2 = _mm256_fmadd_ps(y2, y2, q2);
+        q3 = _mm256_fmadd_ps(y3, y3, q3);
+    }
+    *s = hsum4x(s0, s1, s2, s3);
+    *q = hsum4x(q0, q1, q2, q3);
+}
+
 /* One pass: for each row r, raw_r = std over c of X_rc * ic_c; then (upd) Er/ir/rowstd of the
- * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. R rows
- * padded to a multiple of 4 in Er/ir/rowstd (the pad rows are never read back). The column
- * part of a block runs after the next block's row part, so the std -> scale latency of one
- * block overlaps the other's arithmetic. */
+ * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. Rows go
+ * 8 at a time (Er/ir/rowstd padded to a multiple of 8; pad rows have weight 0); a block's
+ * column part runs after the next block's row part, so the std -> scale latency of one block
+ * overlaps the other's arithmetic. */
 static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
                        float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
                        float e_hi)
 {
-    float    wv[2][4];
-    uint32_t prev = 0, have = 0;
+    const float *xp[2][8];
+    __m256       wp = _mm256_setzero_ps();
+    int          have = 0;
+    __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
+    __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
 
     memset(S1, 0, C * sizeof(float));
     memset(S2, 0, C * sizeof(float));
-    for (uint32_t r0 = 0; r0 < R; r0 += 4) {
-        uint32_t     nr = R - r0 < 4 ? R - r0 : 4, cur = (r0 / 4) & 1;
-        const float *x0 = X + (size_t)r0 * C;
-        const float *x1 = nr > 1 ? x0 + C : x0, *x2 = nr > 2 ? x0 + 2 * C : x0;
-        const float *x3 = nr > 3 ? x0 + 3 * C : x0;
-        __m256       s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-        __m256       q0 = s0, q1 = s0, q2 = s0, q3 = s0;
-        __m128       raw, w, e;
+    for (uint32_t r0 = 0; r0 < R; r0 += 8) {
+        const float **x = xp[(r0 / 8) & 1];
+        __m128        sa, qa, sb, qb;
+        __m256        s, q, var, raw, w, e, valid;
 
-        for (uint32_t c = 0; c < C; c += 8) {
-            __m256 k  = _mm256_loadu_ps(ic + c);
-            __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(x0 + c), k);
-            __m256 y1 = _mm256_mul_ps(_mm256_loadu_ps(x1 + c), k);
-            __m256 y2 = _mm256_mul_ps(_mm256_loadu_ps(x2 + c), k);
-            __m256 y3 = _mm256_mul_ps(_mm256_loadu_ps(x3 + c), k);
-
-            s0 = _mm256_add_ps(s0, y0);
-            s1 = _mm256_add_ps(s1, y1);
-            s2 = _mm256_add_ps(s2, y2);
-            s3 = _mm256_add_ps(s3, y3);
-            q0 = _mm256_fmadd_ps(y0, y0, q0);
-            q1 = _mm256_fmadd_ps(y1, y1, q1);
-            q2 = _mm256_fmadd_ps(y2, y2, q2);
-            q3 = _mm256_fmadd_ps(y3, y3, q3);
+        for (uint32_t j = 0; j < 8; j++) {
+            x[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
         }
-        raw = std4(hsum4x(s0, s1, s2, s3), hsum4x(q0, q1, q2, q3), C);
-        w   = _mm_loadu_ps(ir + r0);
+        row_dots4(x, ic, C, &sa, &qa);
+        row_dots4(x + 4, ic, C, &sb, &qb);
+        s     = _mm256_set_m128(sb, sa);
+        q     = _mm256_set_m128(qb, qa);
+        var   = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
+        raw   = _mm256_sqrt_ps(_mm256_max_ps(var, _mm256_setzero_ps()));
+        w     = _mm256_loadu_ps(ir + r0);
+        valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(R - r0)),
+                                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
         if (upd) { /* std of the current rows = raw * ir (old); then the new row scale */
-            e = estep4(_mm_loadu_ps(Er + r0), _mm_mul_ps(raw, w), e_lo, e_hi);
-            w = _mm_div_ps(_mm_set1_ps(1.0f), e);
-            _mm_storeu_ps(Er + r0, e);
-            _mm_storeu_ps(ir + r0, w);
-            _mm_storeu_ps(rowstd + r0, _mm_mul_ps(raw, w));
+            e = estep8(_mm256_loadu_ps(Er + r0), _mm256_mul_ps(raw, w), e_lo, e_hi);
+            w = _mm256_div_ps(_mm256_set1_ps(1.0f), e);
+            _mm256_storeu_ps(Er + r0, e);
+            _mm256_storeu_ps(ir + r0, w);
+            _mm256_storeu_ps(rowstd + r0, _mm256_mul_ps(raw, w));
         } else {
-            _mm_storeu_ps(rowstd + r0, raw);
-        }
-        _mm_storeu_ps(wv[cur], w);
-        for (uint32_t j = nr; j < 4; j++) {
-            wv[cur][j] = 0.0f; /* rows past R add nothing */
+            _mm256_storeu_ps(rowstd + r0, raw);
         }
         if (have) {
-            col_part(X, R, C, prev, wv[cur ^ 1], S1, S2);
+            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2);
         }
-        prev = r0;
+        wp   = _mm256_and_ps(w, valid); /* rows past R add nothing */
         have = 1;
+        if (r0 + 8 >= R) {
+            col_part(xp[(r0 / 8) & 1], wp, C, S1, S2);
+        }
     }
-    col_part(X, R, C, prev, wv[(prev / 4) & 1], S1, S2);
 }
 
 /* max/min of n floats (n % 8 == 0) */
@@ -190,7 +198,7 @@ static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_
 void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
                       float *Sr, float *work)
 {
-    uint32_t Rp = (R + 3) & ~3u;
+    uint32_t Rp = (R + 7) & ~7u;
     float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
     float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
     float    best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
@@ -270,13 +278,13 @@ static inline __m256 reduce8(const __m256 *v, int is_max)
 }
 
 /* Per-row RTN of X/Sc/Sr as reciprocal products, 8 rows at a time (C % 32 == 0 here; else the
- * reference). Balanced rows are staged in scratch (8*C floats). */
+ * reference): y = X * (1/Sc); row min/max of y times 1/Sr are lo/hi (scaling by a positive
+ * number keeps the order); code = rint(clamp(y * (1/(Sr*s)) - lo/s)). */
 void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
                            const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B)
 {
     uint32_t run = kvp_hd_run_bytes(C);
-    float   *rc  = kvp_codec_scratch(5, (size_t)C * 9 * sizeof(float));
-    float   *bal = rc + C;
+    float   *rc  = kvp_codec_scratch(5, (size_t)C * sizeof(float));
     __m256   three = _mm256_set1_ps(KVP_Q2_MAX);
 
     if (C % 32 != 0 || rc == NULL) {
@@ -288,48 +296,45 @@ void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
         st_h8(B + 2 * (size_t)c, _mm256_loadu_ps(Sc + c));
     }
     for (uint32_t r0 = 0; r0 < R; r0 += 8) {
-        uint32_t nr = R - r0 < 8 ? R - r0 : 8;
-        __m256   vmn[8], vmx[8], lo, s, is, sr;
-        float    srv[8], lov[8], isv[8], av[8], zv[8];
+        uint32_t     nr = R - r0 < 8 ? R - r0 : 8;
+        const float *x[8];
+        __m256       vmn[8], vmx[8], lo, s, sr, rr, mul, off;
+        float        srv[8], av[8], zv[8];
 
         for (uint32_t j = 0; j < 8; j++) {
+            x[j]   = X + (size_t)(r0 + (j < nr ? j : 0)) * C;
             srv[j] = Sr[r0 + (j < nr ? j : 0)];
         }
-        sr = _mm256_loadu_ps(srv);
         for (uint32_t j = 0; j < 8; j++) {
-            const float *x  = X + (size_t)(r0 + (j < nr ? j : 0)) * C;
-            float       *bj = bal + (size_t)j * C;
-            __m256       rr = _mm256_set1_ps(1.0f / srv[j]), mn, mx;
+            __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x[j]), _mm256_loadu_ps(rc));
+            __m256 mn = y, mx = y;
 
-            mn = mx = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(rc)), rr);
-            _mm256_storeu_ps(bj, mn);
             for (uint32_t c = 8; c < C; c += 8) {
-                __m256 b = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(rc + c)), rr);
-
-                _mm256_storeu_ps(bj + c, b);
-                mn = _mm256_min_ps(mn, b);
-                mx = _mm256_max_ps(mx, b);
+                y  = _mm256_mul_ps(_mm256_loadu_ps(x[j] + c), _mm256_loadu_ps(rc + c));
+                mn = _mm256_min_ps(mn, y);
+                mx = _mm256_max_ps(mx, y);
             }
             vmn[j] = mn;
             vmx[j] = mx;
         }
-        lo = reduce8(vmn, 0);
-        s  = _mm256_div_ps(_mm256_sub_ps(reduce8(vmx, 1), lo), three); /* kvp_hd_kvarn_scale */
-        s  = _mm256_max_ps(s, _mm256_set1_ps(1e-10f));
-        is = _mm256_div_ps(_mm256_set1_ps(1.0f), s);
-        _mm256_storeu_ps(lov, lo);
-        _mm256_storeu_ps(isv, is);
+        sr  = _mm256_loadu_ps(srv);
+        rr  = _mm256_div_ps(_mm256_set1_ps(1.0f), sr);
+        lo  = _mm256_mul_ps(reduce8(vmn, 0), rr);
+        s   = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(reduce8(vmx, 1), rr), lo), three);
+        s   = _mm256_max_ps(s, _mm256_set1_ps(1e-10f)); /* kvp_hd_kvarn_scale */
+        mul = _mm256_div_ps(rr, s);                     /* code = y * rr / s - lo / s */
+        off = _mm256_xor_ps(_mm256_div_ps(lo, s), _mm256_set1_ps(-0.0f));
         for (uint32_t j = 0; j < nr; j++) {
-            const float *bj = bal + (size_t)j * C;
-            __m256       vlo = _mm256_set1_ps(lov[j]), vis = _mm256_set1_ps(isv[j]);
+            __m256 m = _mm256_permutevar8x32_ps(mul, _mm256_set1_epi32((int)j));
+            __m256 o = _mm256_permutevar8x32_ps(off, _mm256_set1_epi32((int)j));
 
             for (uint32_t c = 0; c < C; c += 32) {
                 __m256i q[4];
 
                 for (int i = 0; i < 4; i++) {
-                    __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(bj + c + 8 * i), vlo), vis);
+                    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x[j] + c + 8 * i), _mm256_loadu_ps(rc + c + 8 * i));
+                    __m256 t = _mm256_round_ps(_mm256_fmadd_ps(y, m, o), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 
-                    t    = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                     q[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), three));
                 }
                 pack32(q[0], q[1], q[2], q[3], codes + (size_t)(r0 + j) * run + c / 4);
