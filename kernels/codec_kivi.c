@@ -149,15 +149,8 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
         ok &= kvp_q2h_tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
                                  p + l.k_min);
     } else {
-        uint32_t ngk = (g->valid + G - 1) / G;
-        size_t   rt  = kvp_hd_run_bytes(g->valid);
-
-        for (uint32_t h = 0; h < H; h++) {
-            ok &= kvp_q2h_chan_encode(k + (size_t)h * D, (size_t)H * D, g->valid, D, G,
-                                      KVP_Q2_RULE_KIVI, p + l.k_codes + (size_t)h * D * rt,
-                                      p + l.k_scale + 2 * (size_t)h * ngk * D,
-                                      p + l.k_min + 2 * (size_t)h * ngk * D);
-        }
+        ok &= kvp_q2h_chan_encode(k, (size_t)H * D, g->valid, H * D, D, G, KVP_Q2_RULE_KIVI,
+                                  p + l.k_codes, p + l.k_scale, p + l.k_min); /* all heads */
     }
     ok &= kvp_q2h_tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes, p + l.v_scale,
                              p + l.v_min);
@@ -184,11 +177,12 @@ static kvp_status_t kivi_dec_h(const kvp_codec_geom_t *g, const uint8_t *p, uint
     } else if (k_out != NULL) {
         uint32_t ngk = (g->valid + G - 1) / G;
         size_t   rt  = kvp_hd_run_bytes(g->valid);
+        uint32_t hb  = (uint32_t)H * D <= 1024 ? H : 1; /* heads per call */
 
-        for (uint32_t h = 0; h < H; h++) {
+        for (uint32_t h = 0; h < H; h += hb) {
             kvp_q2h_chan_decode(p + l.k_codes + (size_t)h * D * rt,
                                 p + l.k_scale + 2 * (size_t)h * ngk * D,
-                                p + l.k_min + 2 * (size_t)h * ngk * D, g->valid, D, G,
+                                p + l.k_min + 2 * (size_t)h * ngk * D, g->valid, hb * D, D, G,
                                 k_out + (size_t)h * D, (size_t)H * D);
         }
     }

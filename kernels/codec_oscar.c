@@ -199,12 +199,9 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
         return KVP_ERR_BAD_INPUT_DATA;
     }
     memcpy(p + l.norms, norms, 4 * (size_t)T);
-    for (uint32_t h = 0; h < H; h++) { /* finite by now */
-        kvp_q2h_chan_encode(kr + (size_t)h * D, (size_t)H * D, T, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
-                            p + l.k_codes + (size_t)h * D * rt,
-                            p + l.k_scale + 2 * (size_t)h * l.ngk * D,
-                            p + l.k_zd + 2 * (size_t)h * l.ngk * D);
-    }
+    (void)rt; /* all heads at once; finite by now */
+    kvp_q2h_chan_encode(kr, (size_t)H * D, T, H * D, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
+                        p + l.k_codes, p + l.k_scale, p + l.k_zd);
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         if (!kvp_q2h_rot16(v, (size_t)T * H, D, vs)) {
             oscar_h_log(v, n, "V", info->layer);
@@ -257,10 +254,12 @@ static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_inf
                                     tile, k_out + (size_t)h * D, (size_t)H * D);
         }
     } else if (k_out != NULL) {
-        for (uint32_t h = 0; h < H; h++) {
+        uint32_t hb = (uint32_t)H * D <= 1024 ? H : 1; /* heads per call */
+
+        for (uint32_t h = 0; h < H; h += hb) {
             kvp_q2h_chan_decode(p + l.k_codes + (size_t)h * D * rt,
                                 p + l.k_scale + 2 * (size_t)h * l.ngk * D,
-                                p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G,
+                                p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, hb * D, D, OSCAR_G,
                                 k_out + (size_t)h * D, (size_t)H * D);
         }
     }

@@ -284,10 +284,17 @@ static void store_quads(const __m256i q[8], uint8_t *out, size_t run, uint32_t n
  * source rows are H*D apart, and walking a column of them would hit only a few cache sets. */
 #define CHE_BUF_KEYS 8192 /* 16 KiB */
 
-static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t G,
-                         kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
+/* fp16 slot of channel c's parameters in group g: [head][group][channel of the head] */
+static inline size_t pslot(uint32_t c, uint32_t g, uint32_t hd, uint32_t ngk)
 {
-    uint32_t run = kvp_hd_run_bytes(T), gl = G < T ? G : T;
+    return ((size_t)(c / hd) * ngk + g) * hd + c % hd;
+}
+
+static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t hd,
+                         uint32_t G, kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale,
+                         uint8_t *zero)
+{
+    uint32_t run = kvp_hd_run_bytes(T), gl = G < T ? G : T, ngk = (T + G - 1) / G;
     uint32_t cw  = CHE_BUF_KEYS / gl / 64 * 64; /* channels per chunk, multiple of 64 */
     __m256i  buf[CHE_BUF_KEYS / 16];
     int      bad = 0;
@@ -330,7 +337,7 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
                 }
                 for (uint32_t j = 0; j <= two; j++) {
                     __m256i kmn = j ? mn1 : mn0, kmx = j ? mx1 : mx0;
-                    size_t  pp  = 2 * ((size_t)g * D + c0 + 16 * (b + j));
+                    size_t  pp  = 2 * pslot(c0 + 16 * (b + j), g, hd, ngk);
                     thr16_t th;
 
                     bad |= bad16(kmn, kmx);
@@ -392,13 +399,14 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
     return !bad;
 }
 
-int kvp_q2h_chan_encode(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t G,
-                        kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
+int kvp_q2h_chan_encode(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t hd,
+                        uint32_t G, kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale,
+                        uint8_t *zero)
 {
     if (rule == KVP_Q2_RULE_KIVI) {
-        return chan_enc(src, stride, T, D, G, KVP_Q2_RULE_KIVI, codes, scale, zero);
+        return chan_enc(src, stride, T, D, hd, G, KVP_Q2_RULE_KIVI, codes, scale, zero);
     }
-    return chan_enc(src, stride, T, D, G, KVP_Q2_RULE_OSCAR, codes, scale, zero);
+    return chan_enc(src, stride, T, D, hd, G, KVP_Q2_RULE_OSCAR, codes, scale, zero);
 }
 
 /* ---- per-row groups of G channels (G % 32 == 0) ---- */
@@ -596,9 +604,10 @@ static inline __m256i sel16(__m256i c, int j, const __m256i v[4])
 #define CHD_MAX_BLK 64 /* D <= 1024 */
 
 void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
-                         uint32_t T, uint32_t D, uint32_t G, uint16_t *dst, size_t stride)
+                         uint32_t T, uint32_t D, uint32_t hd, uint32_t G, uint16_t *dst,
+                         size_t stride)
 {
-    uint32_t run = kvp_hd_run_bytes(T), nblk = D / 16;
+    uint32_t run = kvp_hd_run_bytes(T), nblk = D / 16, ngk = (T + G - 1) / G;
     __m256i  val[CHD_MAX_BLK][4], cq[CHD_MAX_BLK][8];
 
     for (uint32_t t0 = 0, g = 0; t0 < T; t0 += G, g++) {
@@ -606,7 +615,7 @@ void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8
 
         for (uint32_t b = 0; b < nblk; b++) {
             __m128i lo[4], hi[4];
-            size_t  p = 2 * ((size_t)g * D + 16 * b);
+            size_t  p = 2 * pslot(16 * b, g, hd, ngk);
 
             values8(scale + p, zero + p, lo);
             values8(scale + p + 16, zero + p + 16, hi);

@@ -8,11 +8,16 @@
 
 #include "codec_ops.h"
 
+/* chan: D channels (all heads of a row at once when D = H*hd) whose codes runs follow each
+ * other; parameters of channel c, group g at fp16 slot ((c/hd)*ngroups + g)*hd + c%hd (the
+ * per-head [group][channel] layout; hd = D for one head). hd % 16 == 0. Decode: D <= 1024. */
 int  kvp_q2h_chan_ok(uint32_t D, uint32_t G);
-int  kvp_q2h_chan_encode(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t G,
-                         kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero);
+int  kvp_q2h_chan_encode(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t hd,
+                         uint32_t G, kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale,
+                         uint8_t *zero);
 void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
-                         uint32_t T, uint32_t D, uint32_t G, uint16_t *dst, size_t stride);
+                         uint32_t T, uint32_t D, uint32_t hd, uint32_t G, uint16_t *dst,
+                         size_t stride);
 int  kvp_q2h_tok_ok(uint32_t D, uint32_t G);
 int  kvp_q2h_tok_encode(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
                         kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero);
