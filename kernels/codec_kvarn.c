@@ -186,18 +186,15 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     const kvp_q2_kern_t *kk = &kvp_q2_avx2;
     kvarn_layout_t       l;
     uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters = info->aux;
-    size_t               n = (size_t)T * H * D, tile = (size_t)T * D;
-    uint16_t            *kr, *vs;
-    const uint16_t      *vr = v;
-    float               *X, *Sc, *Sr, *work;
+    size_t               tile = (size_t)T * D;
+    float               *buf, *X, *Sc, *Sr, *work;
 
     if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || T % 8 != 0) {
         return KVP_ERR_UNSUPPORTED;
     }
-    kr = kvp_codec_scratch(2, n * sizeof(uint16_t));
-    vs = kvp_codec_scratch(3, n * sizeof(uint16_t));
-    X  = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
-    if (kr == NULL || vs == NULL || X == NULL) {
+    buf = kvp_codec_scratch(3, 8 * (size_t)D * sizeof(float));
+    X   = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
+    if (buf == NULL || X == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
     if (iters == 0 || iters > KVP_VARN_MAX_ITERS) {
@@ -207,32 +204,34 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     Sr   = Sc + T + D;
     work = Sr + T + D;
     kvarn_layout(g, &l);
-    if (!kvp_q2h_rot16(k, (size_t)T * H, D, kr)) { /* NaN/Inf input shows up here too */
-        KVP_LOG_DEBUG("codec", "kvarn: K has NaN/Inf or its rotation exceeds the fp16 range (layer %u)",
-                      info->layer);
-        return KVP_ERR_BAD_INPUT_DATA;
-    }
-    if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
-        if (!kvp_q2h_rot16(v, (size_t)T * H, D, vs)) {
+    for (uint32_t h = 0; h < H; h++) {
+        uint8_t *rec = p + (size_t)h * l.rec;
+        int      ok;
+
+        /* K tile [D][T]: rotated rows transposed (NaN/Inf input shows up as overflow) */
+        if (!kvp_q2h_rot_tile_t(k + (size_t)h * D, (size_t)H * D, T, D, buf, X)) {
+            KVP_LOG_DEBUG("codec", "kvarn: K has NaN/Inf or its rotation exceeds the fp16 range (layer %u)",
+                          info->layer);
+            return KVP_ERR_BAD_INPUT_DATA;
+        }
+        kk->varn(X, D, T, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
+        /* V tile [T][D] */
+        if (info->flags & KVP_PAGE_F_V_PREROT) {
+            ok = kvp_q2h_tile(v + (size_t)h * D, (size_t)H * D, T, D, X);
+        } else {
+            ok = kvp_q2h_rot_tile(v + (size_t)h * D, (size_t)H * D, T, D, X);
+        }
+        if (!ok) {
             KVP_LOG_DEBUG("codec", "kvarn: V has NaN/Inf or its rotation exceeds the fp16 range (layer %u)",
                           info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
-        vr = vs;
-        info->flags |= KVP_PAGE_F_V_ROTATED;
-    }
-    for (uint32_t h = 0; h < H; h++) {
-        uint8_t *rec = p + (size_t)h * l.rec;
-
-        kvp_q2h_tile_t(kr + (size_t)h * D, (size_t)H * D, T, D, X); /* K tile [D][T] */
-        kk->varn(X, D, T, iters, Sc, Sr, work);
-        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
-        if (!kvp_q2h_tile(vr + (size_t)h * D, (size_t)H * D, T, D, X)) { /* V tile [T][D] */
-            KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
-            return KVP_ERR_BAD_INPUT_DATA;
-        }
         kk->varn(X, T, D, iters, Sc, Sr, work);
         kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
+    }
+    if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
+        info->flags |= KVP_PAGE_F_V_ROTATED;
     }
     if (!params_finite(p, g, &l)) {
         KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);

@@ -187,7 +187,7 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
         return KVP_ERR_UNSUPPORTED;
     }
     kr    = kvp_codec_scratch(2, n * sizeof(uint16_t));
-    vs    = kvp_codec_scratch(3, n * sizeof(uint16_t));
+    vs    = kvp_codec_scratch(3, 16384 * sizeof(uint16_t));
     norms = kvp_codec_scratch(4, T * sizeof(float));
     row   = kvp_codec_scratch(5, (size_t)H * D * sizeof(float));
     if (kr == NULL || vs == NULL || norms == NULL || row == NULL) {
@@ -203,15 +203,21 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     kvp_q2h_chan_encode(kr, (size_t)H * D, T, H * D, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
                         p + l.k_codes, p + l.k_scale, p + l.k_zd);
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
-        if (!kvp_q2h_rot16(v, (size_t)T * H, D, vs)) {
-            oscar_h_log(v, n, "V", info->layer);
-            return KVP_ERR_BAD_INPUT_DATA;
+        size_t rows = (size_t)T * H, chunk = 16384 / D; /* rotated rows staged in 32 KiB */
+
+        for (size_t r0 = 0; r0 < rows; r0 += chunk) {
+            size_t nr = rows - r0 < chunk ? rows - r0 : chunk, ng = D / l.gv;
+
+            if (!kvp_q2h_rot16(v + r0 * D, nr, D, vs)) {
+                oscar_h_log(v, n, "V", info->layer);
+                return KVP_ERR_BAD_INPUT_DATA;
+            }
+            kvp_q2h_tok_encode(vs, nr, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes + r0 * (D / 4),
+                               p + l.v_scale + 2 * r0 * ng, p + l.v_zd + 2 * r0 * ng);
         }
-        vr = vs;
         info->flags |= KVP_PAGE_F_V_ROTATED;
-    }
-    if (!kvp_q2h_tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes,
-                            p + l.v_scale, p + l.v_zd)) {
+    } else if (!kvp_q2h_tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR,
+                                   p + l.v_codes, p + l.v_scale, p + l.v_zd)) {
         KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }

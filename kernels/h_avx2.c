@@ -318,3 +318,88 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
         }
     }
 }
+
+/* ---- KVarN tiles: one head's rows rotated, rounded to fp16, kept as fp32 ---- */
+
+/* rotate row x (fp16) into out (fp32, rounded to fp16); returns a mask of lanes that overflowed */
+static AINL __m128i rot_row16(const uint16_t *x, uint32_t D, __m256 c, float *out)
+{
+    __m128i bad = _mm_setzero_si128(), em = _mm_set1_epi16(0x7C00);
+
+    if (D == 128) {
+        __m256 v[16];
+
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+            v[i] = ldh(x + 8 * i);
+        }
+        fwht128_v(v, c);
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+            __m128i h = f16x8(v[i]);
+
+            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+            _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(h));
+        }
+    } else {
+        __m256 v[ROW_MAX_VEC];
+
+        for (uint32_t i = 0; i < D / 8; i++) {
+            v[i] = ldh(x + 8 * i);
+        }
+        fwht_n(v, D / 8, c);
+        for (uint32_t i = 0; i < D / 8; i++) {
+            __m128i h = f16x8(v[i]);
+
+            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+            _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(h));
+        }
+    }
+    return bad;
+}
+
+int kvp_q2h_rot_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X)
+{
+    __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m128i bad = _mm_setzero_si128();
+
+    for (uint32_t t = 0; t < T; t++) {
+        bad = _mm_or_si128(bad, rot_row16(src + (size_t)t * stride, D, c, X + (size_t)t * D));
+    }
+    return _mm_testz_si128(bad, bad);
+}
+
+int kvp_q2h_rot_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *buf,
+                       float *X)
+{
+    __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m128i bad = _mm_setzero_si128();
+
+    for (uint32_t t = 0; t < T; t += 8) {
+        for (uint32_t i = 0; i < 8; i++) {
+            bad = _mm_or_si128(bad, rot_row16(src + (size_t)(t + i) * stride, D, c, buf + (size_t)i * D));
+        }
+        for (uint32_t d = 0; d < D; d += 8) { /* 8x8 blocks: X[d + j][t .. t + 7] */
+            __m256 r[8], a[8], b[8];
+
+            for (int i = 0; i < 8; i++) {
+                r[i] = _mm256_loadu_ps(buf + (size_t)i * D + d);
+            }
+            for (int i = 0; i < 8; i += 2) {
+                a[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            b[0] = _mm256_shuffle_ps(a[0], a[2], 0x44);
+            b[1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
+            b[2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
+            b[3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
+            b[4] = _mm256_shuffle_ps(a[4], a[6], 0x44);
+            b[5] = _mm256_shuffle_ps(a[4], a[6], 0xEE);
+            b[6] = _mm256_shuffle_ps(a[5], a[7], 0x44);
+            b[7] = _mm256_shuffle_ps(a[5], a[7], 0xEE);
+            for (int i = 0; i < 4; i++) {
+                _mm256_storeu_ps(X + (size_t)(d + i) * T + t, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
+                _mm256_storeu_ps(X + (size_t)(d + 4 + i) * T + t, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
+            }
+        }
+    }
+    return _mm_testz_si128(bad, bad);
+}

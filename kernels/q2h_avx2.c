@@ -429,62 +429,84 @@ static inline void pack_row32(__m256i n0, __m256i n1, uint8_t *out)
     _mm_storel_epi64((__m128i *)(void *)out, _mm256_castsi256_si128(y));
 }
 
-static inline int hmin_key(__m256i v)
+/* out lane j = min (max) over the 16 lanes of v[j], j < 16: a transpose-reduce */
+static AINL __m256i hred16(const __m256i *v, int is_max)
 {
-    __m128i m = _mm_min_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+#define R16(a, b) (is_max ? _mm256_max_epi16((a), (b)) : _mm256_min_epi16((a), (b)))
+    __m256i t[8], u[4], w[2];
 
-    return (int16_t)(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, _mm_set1_epi16((short)0x8000)))) ^ 0x8000);
+    for (int i = 0; i < 8; i++) {
+        t[i] = R16(_mm256_unpacklo_epi16(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_epi16(v[2 * i], v[2 * i + 1]));
+    }
+    for (int i = 0; i < 4; i++) {
+        u[i] = R16(_mm256_unpacklo_epi32(t[2 * i], t[2 * i + 1]), _mm256_unpackhi_epi32(t[2 * i], t[2 * i + 1]));
+    }
+    for (int i = 0; i < 2; i++) {
+        w[i] = R16(_mm256_unpacklo_epi64(u[2 * i], u[2 * i + 1]), _mm256_unpackhi_epi64(u[2 * i], u[2 * i + 1]));
+    }
+    return R16(_mm256_permute2x128_si256(w[0], w[1], 0x20), _mm256_permute2x128_si256(w[0], w[1], 0x31));
+#undef R16
 }
 
-static inline int hmax_key(__m256i v)
-{
-    __m128i m = _mm_max_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-
-    return (int16_t)(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, _mm_set1_epi16(0x7FFF)))) ^ 0x7FFF);
-}
+#define TOK_KEYS 2048 /* keys of 16 groups staged for the code pass: G <= 128 */
 
 static AINL int tok_enc(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
                         kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
 {
     size_t  ngr = rows * (D / G);
-    int     bad = 0;
-    int16_t mn[16], mx[16], rn[16], rx[16], th[3][16];
+    int     bad = 0, stage = G <= TOK_KEYS / 16;
+    int16_t th[3][16];
+    __m256i keys[TOK_KEYS / 16];
 
     for (size_t g0 = 0; g0 < ngr; g0 += 16) {
         size_t  nb = ngr - g0 < 16 ? ngr - g0 : 16;
+        __m256i vmn[16], vmx[16], kmn, kmx, rmn, rmx, fix;
         thr16_t t16;
         uint8_t sc[32], zr[32];
 
         for (size_t j = 0; j < 16; j++) {
             const uint16_t *x = src + (g0 + (j < nb ? j : 0)) * G;
-            __m256i         vmn, vmx;
+            __m256i         k = key16(_mm256_loadu_si256((const __m256i *)(const void *)x));
+            __m256i         mn = k, mx = k;
 
-            vmn = vmx = key16(_mm256_loadu_si256((const __m256i *)(const void *)x));
+            if (stage) {
+                keys[j * (G / 16)] = k;
+            }
             for (uint32_t i = 16; i < G; i += 16) {
-                __m256i k = key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)));
-
-                vmn = _mm256_min_epi16(vmn, k);
-                vmx = _mm256_max_epi16(vmx, k);
+                k  = key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)));
+                mn = _mm256_min_epi16(mn, k);
+                mx = _mm256_max_epi16(mx, k);
+                if (stage) {
+                    keys[j * (G / 16) + i / 16] = k;
+                }
             }
-            rn[j] = mn[j] = (int16_t)hmin_key(vmn);
-            rx[j] = mx[j] = (int16_t)hmax_key(vmx);
-            if (mn[j] == -1 || mx[j] == 0) {
-                int z = first_zero_key(x, G, 1);
+            vmn[j] = mn;
+            vmx[j] = mx;
+        }
+        rmn = kmn = hred16(vmn, 0);
+        rmx = kmx = hred16(vmx, 1);
+        bad |= bad16(rmn, rmx);
+        fix = _mm256_or_si256(_mm256_cmpeq_epi16(kmn, _mm256_set1_epi16(-1)),
+                              _mm256_cmpeq_epi16(kmx, _mm256_setzero_si256()));
+        if (!_mm256_testz_si256(fix, fix)) { /* zero min/max: the sign of the first zero */
+            int16_t m0[16], m1[16];
 
-                mn[j] = mn[j] == -1 ? (int16_t)z : mn[j];
-                mx[j] = mx[j] == 0 ? (int16_t)z : mx[j];
+            _mm256_storeu_si256((__m256i *)(void *)m0, kmn);
+            _mm256_storeu_si256((__m256i *)(void *)m1, kmx);
+            for (size_t j = 0; j < 16; j++) {
+                const uint16_t *x = src + (g0 + (j < nb ? j : 0)) * G;
+
+                if (m0[j] == -1 || m1[j] == 0) {
+                    int z = first_zero_key(x, G, 1);
+
+                    m0[j] = m0[j] == -1 ? (int16_t)z : m0[j];
+                    m1[j] = m1[j] == 0 ? (int16_t)z : m1[j];
+                }
             }
+            kmn = _mm256_loadu_si256((const __m256i *)(const void *)m0);
+            kmx = _mm256_loadu_si256((const __m256i *)(const void *)m1);
         }
-        {
-            __m256i kmn = _mm256_loadu_si256((const __m256i *)(const void *)mn);
-            __m256i kmx = _mm256_loadu_si256((const __m256i *)(const void *)mx);
-
-            __m256i rmn = _mm256_loadu_si256((const __m256i *)(const void *)rn);
-            __m256i rmx = _mm256_loadu_si256((const __m256i *)(const void *)rx);
-
-            bad |= bad16(rmn, rmx);
-            params16(rule, kmn, kmx, rmn, rmx, sc, zr, &t16);
-        }
+        params16(rule, kmn, kmx, rmn, rmx, sc, zr, &t16);
         memcpy(scale + 2 * g0, sc, 2 * nb);
         memcpy(zero + 2 * g0, zr, 2 * nb);
         for (int k = 0; k < 3; k++) {
@@ -499,10 +521,16 @@ static AINL int tok_enc(const uint16_t *src, size_t rows, uint32_t D, uint32_t G
             tj.t[1] = _mm256_set1_epi16(th[1][j]);
             tj.t[2] = _mm256_set1_epi16(th[2][j]);
             for (uint32_t i = 0; i < G; i += 32) {
-                __m256i n0 = ncode16(key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + i))), &tj);
-                __m256i n1 = ncode16(key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 16))), &tj);
+                __m256i k0, k1;
 
-                pack_row32(n0, n1, c + i / 4);
+                if (stage) {
+                    k0 = keys[j * (G / 16) + i / 16];
+                    k1 = keys[j * (G / 16) + i / 16 + 1];
+                } else {
+                    k0 = key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)));
+                    k1 = key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 16)));
+                }
+                pack_row32(ncode16(k0, &tj), ncode16(k1, &tj), c + i / 4);
             }
         }
     }
