@@ -86,6 +86,12 @@ static AINL __m256 ldh(const uint16_t *p)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
+/* one fp16 at an unaligned address (F16C) */
+static AINL float ldh1(const uint8_t *p)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | (p[1] << 8))));
+}
+
 static AINL __m128i f16x8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
 
 static AINL void sth(uint16_t *p, __m256 v)
@@ -274,20 +280,34 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
     __m256   c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
     __m256i  m3 = _mm256_set1_epi32(3), sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
 
-    if (D == 128 && G == 32) { /* in registers */
+    if (D == 128 && G == 32) { /* in registers; the 4 values of a group looked up by code */
+        __m256 qv = _mm256_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f);
+
         for (size_t r = 0; r < rows; r++) {
             const uint8_t *cr = codes + r * 32;
             __m256         v[16];
+            __m128         s4, z4;
+            uint64_t       w8;
 
+            memcpy(&w8, scale + 8 * r, 8);
+            s4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)w8));
+            memcpy(&w8, zero + 8 * r, 8);
+            z4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)w8));
             _Pragma("GCC unroll 4") for (int gi = 0; gi < 4; gi++) {
-                __m256 s = _mm256_set1_ps(kvp_hd_ldh(scale + 2 * (r * 4 + gi)));
-                __m256 z = _mm256_set1_ps(kvp_hd_ldh(zero + 2 * (r * 4 + gi)));
+                __m256  s   = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s4), _mm256_set1_epi32(gi));
+                __m256  z   = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(z4), _mm256_set1_epi32(gi));
+                __m256  tbl = _mm256_add_ps(_mm256_mul_ps(qv, s), z); /* q*s + z, q = lane % 4 */
+                __m256i cw;
+                uint64_t c8;
 
-                _Pragma("GCC unroll 4") for (int i = 4 * gi; i < 4 * gi + 4; i++) {
-                    __m256i w = _mm256_set1_epi32(cr[2 * i] | (cr[2 * i + 1] << 8));
-                    __m256  q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(w, sh), m3));
+                memcpy(&c8, cr + 8 * gi, 8);
+                cw = _mm256_set1_epi64x((long long)c8);
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) { /* bytes 2i, 2i+1 -> 8 codes */
+                    __m256i b = _mm256_shuffle_epi8(cw, _mm256_set1_epi32((int)(0x80800000u | (uint32_t)(2 * i) |
+                                                                                (uint32_t)(2 * i + 1) << 8)));
 
-                    v[i] = _mm256_add_ps(_mm256_mul_ps(q, s), z);
+                    /* the index uses 3 bits: bit 2 is the next code's, the table repeats */
+                    v[4 * gi + i] = _mm256_permutevar8x32_ps(tbl, _mm256_srlv_epi32(b, sh));
                 }
             }
             fwht128_v(v, c);
@@ -302,8 +322,8 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
         __m256         v[ROW_MAX_VEC];
 
         for (uint32_t gi = 0; gi < ng; gi++) {
-            __m256 s = _mm256_set1_ps(kvp_hd_ldh(scale + 2 * (r * ng + gi)));
-            __m256 z = _mm256_set1_ps(kvp_hd_ldh(zero + 2 * (r * ng + gi)));
+            __m256 s = _mm256_set1_ps(ldh1(scale + 2 * (r * ng + gi)));
+            __m256 z = _mm256_set1_ps(ldh1(zero + 2 * (r * ng + gi)));
 
             for (uint32_t i = gi * G / 8; i < (gi + 1) * G / 8; i++) {
                 __m256i w = _mm256_set1_epi32(cr[2 * i] | (cr[2 * i + 1] << 8));
