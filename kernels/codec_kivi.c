@@ -150,7 +150,8 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                  p + l.k_min);
     } else {
         ok &= kvp_q2h_chan_encode(k, (size_t)H * D, g->valid, H * D, D, G, KVP_Q2_RULE_KIVI,
-                                  p + l.k_codes, p + l.k_scale, p + l.k_min); /* all heads */
+                                  p + l.k_codes, p + l.k_scale, p + l.k_min, v,
+                                  rows * D * sizeof(uint16_t)); /* all heads; V fetched meanwhile */
     }
     ok &= kvp_q2h_tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes, p + l.v_scale,
                              p + l.v_min);

@@ -201,7 +201,7 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     memcpy(p + l.norms, norms, 4 * (size_t)T);
     (void)rt; /* all heads at once; finite by now */
     kvp_q2h_chan_encode(kr, (size_t)H * D, T, H * D, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
-                        p + l.k_codes, p + l.k_scale, p + l.k_zd);
+                        p + l.k_codes, p + l.k_scale, p + l.k_zd, v, n * sizeof(uint16_t));
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         size_t rows = (size_t)T * H, chunk = 16384 / D; /* rotated rows staged in 32 KiB */
 

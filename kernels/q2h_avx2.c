@@ -184,24 +184,76 @@ static inline __m256i half32(__m256i v, int half)
 
 /* kmn/kmx: the reference's min/max (zero signs fixed); rmn/rmx: min/max of the keys, the range
  * the thresholds live in (a +0 element above a -0 max has the same code) */
-static AINL void params16(kvp_q2_rule_t rule, __m256i kmn, __m256i kmx, __m256i rmn, __m256i rmx,
-                     uint8_t *sc, uint8_t *zr, thr16_t *th)
+/* 16 keys -> fp16 bits -> the two halves as fp32 */
+static AINL void key16f(__m256i k, __m256 *lo, __m256 *hi)
 {
-    __m256i t[2][3];
+    __m256i h = _mm256_xor_si256(k, _mm256_and_si256(_mm256_srai_epi16(k, 15), _mm256_set1_epi16(0x7FFF)));
 
-    for (int half = 0; half < 2; half++) {
-        __m256i klo = half32(rmn, half), khi = half32(rmx, half);
-        par8_t  p   = par8(rule, keyf(half32(kmn, half)), keyf(half32(kmx, half)));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
 
-        st_h8(sc + 16 * half, p.s);
-        st_h8(zr + 16 * half, p.z);
-        t[half][0] = _mm256_sub_epi32(thr8(rule, &p, klo, khi, 1), _mm256_set1_epi32(1));
-        t[half][1] = _mm256_sub_epi32(thr8(rule, &p, klo, khi, 2), _mm256_set1_epi32(1));
-        t[half][2] = _mm256_sub_epi32(thr8(rule, &p, klo, khi, 3), _mm256_set1_epi32(1));
+/* two 8-lane int32 masks -> one 16-lane int16 mask in lane order */
+static AINL __m256i mask16(__m256i lo, __m256i hi)
+{
+    return _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+}
+
+/* code(e) >= k for 16 keys, with the sentinels: true at keys > khi, false below klo */
+static AINL __m256i pred16(kvp_q2_rule_t rule, const par8_t *p, __m256i e, __m256i klo,
+                           __m256i khi, int k)
+{
+    __m256 xl, xh;
+    __m256i m;
+
+    key16f(e, &xl, &xh);
+    m = mask16(pred8(rule, &p[0], xl, k), pred8(rule, &p[1], xh, k));
+    return _mm256_andnot_si256(_mm256_cmpgt_epi16(klo, e), _mm256_or_si256(m, _mm256_cmpgt_epi16(e, khi)));
+}
+
+/* thresholds of 16 groups for one k, in 16-bit lanes: the fp16 rounding e0 of the estimate is
+ * the answer or one below it, and code(e0) picks the neighbour that confirms it (thr8, the
+ * 8-lane search with bisection, takes the rare lanes where that fails) */
+static AINL __m256i thr16(kvp_q2_rule_t rule, const par8_t *p, __m256i rmn, __m256i rmx, int k)
+{
+    __m256  kk = _mm256_set1_ps((float)k - 0.5f);
+    __m256i one = _mm256_set1_epi16(1), e, p0, pn, hb;
+    __m256  est[2];
+
+    for (int h = 0; h < 2; h++) {
+        est[h] = rule == KVP_Q2_RULE_KIVI ? _mm256_add_ps(p[h].mn, _mm256_mul_ps(kk, p[h].s))
+                                          : _mm256_mul_ps(_mm256_sub_ps(kk, p[h].zq), p[h].s);
     }
-    for (int k = 0; k < 3; k++) {
-        th->t[k] = _mm256_permute4x64_epi64(_mm256_packs_epi32(t[0][k], t[1][k]), 0xD8);
+    hb = _mm256_set_m128i(_mm256_cvtps_ph(est[1], _MM_FROUND_TO_NEAREST_INT),
+                          _mm256_cvtps_ph(est[0], _MM_FROUND_TO_NEAREST_INT));
+    e  = key16(hb);
+    e  = _mm256_max_epi16(_mm256_min_epi16(e, _mm256_add_epi16(rmx, one)), rmn);
+    p0 = pred16(rule, p, e, rmn, rmx, k);
+    pn = pred16(rule, p, _mm256_add_epi16(e, _mm256_or_si256(p0, one)), rmn, rmx, k);
+    if (_mm256_movemask_epi8(_mm256_xor_si256(p0, pn)) == -1) {
+        return _mm256_add_epi16(e, _mm256_andnot_si256(p0, one));
     }
+    return mask16(thr8(rule, &p[0], half32(rmn, 0), half32(rmx, 0), k),
+                  thr8(rule, &p[1], half32(rmn, 1), half32(rmx, 1), k));
+}
+
+static AINL void params16(kvp_q2_rule_t rule, __m256i kmn, __m256i kmx, __m256i rmn, __m256i rmx,
+                          uint8_t *sc, uint8_t *zr, thr16_t *th)
+{
+    __m256 ml, mh, xl, xh;
+    par8_t p[2];
+
+    key16f(kmn, &ml, &mh);
+    key16f(kmx, &xl, &xh);
+    p[0] = par8(rule, ml, xl);
+    p[1] = par8(rule, mh, xh);
+    st_h8(sc, p[0].s);
+    st_h8(zr, p[0].z);
+    st_h8(sc + 16, p[1].s);
+    st_h8(zr + 16, p[1].z);
+    th->t[0] = _mm256_sub_epi16(thr16(rule, p, rmn, rmx, 1), _mm256_set1_epi16(1));
+    th->t[1] = _mm256_sub_epi16(thr16(rule, p, rmn, rmx, 2), _mm256_set1_epi16(1));
+    th->t[2] = _mm256_sub_epi16(thr16(rule, p, rmn, rmx, 3), _mm256_set1_epi16(1));
 }
 
 /* -code of 16 keys (sum of the three threshold masks) */
@@ -292,8 +344,9 @@ static inline size_t pslot(uint32_t c, uint32_t g, uint32_t hd, uint32_t ngk)
 
 static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t hd,
                          uint32_t G, kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale,
-                         uint8_t *zero)
+                         uint8_t *zero, const char *pf, size_t pf_bytes)
 {
+    size_t   pf_off = 0;
     uint32_t run = kvp_hd_run_bytes(T), gl = G < T ? G : T, ngk = (T + G - 1) / G;
     uint32_t cw  = CHE_BUF_KEYS / gl / 64 * 64; /* channels per chunk, multiple of 64 */
     __m256i  buf[CHE_BUF_KEYS / 16];
@@ -322,6 +375,10 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
 
                     if (t0 + G + t < T) { /* the same line of the next group */
                         _mm_prefetch((const char *)(x + (size_t)G * stride), _MM_HINT_T0);
+                    }
+                    if (pf_off < pf_bytes) { /* what the caller reads next, a line a row */
+                        _mm_prefetch(pf + pf_off, _MM_HINT_T1);
+                        pf_off += 64;
                     }
 
                     kb[t] = k0;
@@ -401,12 +458,12 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
 
 int kvp_q2h_chan_encode(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t hd,
                         uint32_t G, kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale,
-                        uint8_t *zero)
+                        uint8_t *zero, const void *pf, size_t pf_bytes)
 {
     if (rule == KVP_Q2_RULE_KIVI) {
-        return chan_enc(src, stride, T, D, hd, G, KVP_Q2_RULE_KIVI, codes, scale, zero);
+        return chan_enc(src, stride, T, D, hd, G, KVP_Q2_RULE_KIVI, codes, scale, zero, pf, pf_bytes);
     }
-    return chan_enc(src, stride, T, D, hd, G, KVP_Q2_RULE_OSCAR, codes, scale, zero);
+    return chan_enc(src, stride, T, D, hd, G, KVP_Q2_RULE_OSCAR, codes, scale, zero, pf, pf_bytes);
 }
 
 /* ---- per-row groups of G channels (G % 32 == 0) ---- */

@@ -10,11 +10,13 @@
 
 /* chan: D channels (all heads of a row at once when D = H*hd) whose codes runs follow each
  * other; parameters of channel c, group g at fp16 slot ((c/hd)*ngroups + g)*hd + c%hd (the
- * per-head [group][channel] layout; hd = D for one head). hd % 16 == 0. Decode: D <= 1024. */
+ * per-head [group][channel] layout; hd = D for one head). hd % 16 == 0. Decode: D <= 1024.
+ * pf/pf_bytes (may be NULL/0): memory the caller reads next, prefetched a line per input row
+ * read, so it arrives while this runs. */
 int  kvp_q2h_chan_ok(uint32_t D, uint32_t G);
 int  kvp_q2h_chan_encode(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, uint32_t hd,
                          uint32_t G, kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale,
-                         uint8_t *zero);
+                         uint8_t *zero, const void *pf, size_t pf_bytes);
 void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                          uint32_t T, uint32_t D, uint32_t hd, uint32_t G, uint16_t *dst,
                          size_t stride);
