@@ -3,8 +3,11 @@
  * transfer layer; replies are matched by request id. Every call has a deadline: when it passes,
  * the connection is force-closed (cancelling whatever is in flight) and the call returns
  * KVP_ERR_TIMEOUT; the next call reconnects. PUT_PAGES is batched and pipelined (bounded bytes
- * per message and messages in flight). get_session verifies every page's CRC before returning.
- * Main flow: kvp_client_get_session -> call_start(GET_SESSION) -> call_wait -> get_pages_range. */
+ * per message and messages in flight); so is GET_PAGES, each reply copied once into one block its
+ * pages point into. get_session verifies every page (CRC, key, layer, one codec and geometry
+ * matching the record and, with _expect, the caller) before returning.
+ * Main flow: kvp_client_get_session -> GET_SESSION -> verify_tail -> get_pages (get_issue /
+ * get_take, up to max_inflight in flight) -> check_shape per page. */
 #include "kvpack/kvpack.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -459,121 +462,327 @@ kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char
     return s;
 }
 
-/* Check that a tail blob is n_tail valid pages back to back. */
-static kvp_status_t verify_tail(const kvp_session_desc_t *d)
+/* ---- get: the record, then pipelined GET_PAGES ---- */
+
+#define GET_ROT   (KVP_PAGE_F_K_ROTATED | KVP_PAGE_F_V_ROTATED | KVP_PAGE_F_V_PREROT)
+#define GET_ALIGN 64u /* pages start at this alignment inside a reply block */
+
+/* A fetched session: the public struct plus the blocks (one per reply) its pages point into. */
+typedef struct {
+    kvp_session_pages_t pub;
+    uint8_t           **blocks;
+    uint32_t            nblocks, cap_blocks;
+} sp_impl_t;
+
+/* One GET_PAGES in flight: items [first, end) (item = chunk * layers + layer). */
+typedef struct {
+    call_t  *call;
+    uint32_t first, end;
+} get_req_t;
+
+typedef struct {
+    kvp_client_h             c;
+    uint64_t                 ns;
+    const char              *sid;
+    sp_impl_t               *sp;
+    const kvp_page_params_t *expect;   /* may be NULL */
+    kvp_page_info_t          ref;      /* the first sealed page: every other one must match */
+    int                      have_ref;
+    uint32_t                 tail_heads, tail_dim; /* of the fp16 tail; 0 when none */
+    size_t                   page_len; /* sizes the requests; 0 until known */
+} get_ctx_t;
+
+static const char *codec_str(uint32_t codec)
 {
-    size_t off = 0;
+    return codec > 0 && codec < KVP_CODEC_MAX ? kvp_codec_name((kvp_codec_id_t)codec) : "?";
+}
+
+/* A tail blob is n_tail valid fp16 pages back to back, of one geometry, with the record's P
+ * (and the caller's expectation, if any). */
+static kvp_status_t verify_tail(get_ctx_t *g)
+{
+    const kvp_session_desc_t *d   = &g->sp->pub.desc;
+    size_t                    off = 0;
 
     for (uint32_t i = 0; i < d->n_tail; i++) {
-        const uint8_t *p = d->tail + off;
-        size_t         len;
-        kvp_status_t   s;
+        const uint8_t  *p = d->tail + off;
+        kvp_page_info_t info;
+        size_t          len;
+        kvp_status_t    s;
 
         if (d->tail_len - off < KVP_PAGE_HDR_BYTES) {
-            KVP_LOG_ERROR(MOD, "session tail truncated at page %u", i);
+            KVP_LOG_ERROR(MOD, "session %s tail truncated at page %u", g->sid, i);
             return KVP_ERR_BAD_PAGE;
         }
         len = KVP_PAGE_HDR_BYTES + ((size_t)p[48] | (size_t)p[49] << 8 | (size_t)p[50] << 16 |
                                     (size_t)p[51] << 24);
         if (len > d->tail_len - off) {
-            KVP_LOG_ERROR(MOD, "session tail page %u overruns the tail", i);
+            KVP_LOG_ERROR(MOD, "session %s tail page %u overruns the tail", g->sid, i);
             return KVP_ERR_BAD_PAGE;
         }
-        s = kvp_page_parse(p, len, NULL);
+        s = kvp_page_parse(p, len, &info);
         if (s != KVP_OK) {
-            KVP_LOG_ERROR(MOD, "session tail page %u: %s", i, kvp_status_str(s));
+            KVP_LOG_ERROR(MOD, "session %s tail page %u: %s", g->sid, i, kvp_status_str(s));
             return s;
+        }
+        if (i == 0) {
+            g->tail_heads = info.heads;
+            g->tail_dim   = info.head_dim;
+        }
+        if (info.codec != KVP_CODEC_FP16 || info.capacity != d->page_tokens ||
+            info.heads != g->tail_heads || info.head_dim != g->tail_dim ||
+            (g->expect != NULL &&
+             (info.heads != g->expect->heads || info.head_dim != g->expect->head_dim))) {
+            KVP_LOG_ERROR(MOD, "session %s tail page %u is %s %u x %u with P %u; wanted fp16 "
+                          "%u x %u with P %u", g->sid, i, codec_str(info.codec), info.heads,
+                          info.head_dim, info.capacity,
+                          g->expect ? g->expect->heads : g->tail_heads,
+                          g->expect ? g->expect->head_dim : g->tail_dim, d->page_tokens);
+            return KVP_ERR_WRONG_CODEC;
         }
         off += len;
     }
     if (off != d->tail_len) {
-        KVP_LOG_ERROR(MOD, "session tail has %zu stray bytes", d->tail_len - off);
+        KVP_LOG_ERROR(MOD, "session %s tail has %zu stray bytes", g->sid, d->tail_len - off);
         return KVP_ERR_BAD_PAGE;
     }
     return KVP_OK;
 }
 
-/* Fetch pages for keys[0..nk) x layers into sp->pages[base ...], verifying each. */
-static kvp_status_t get_pages_range(kvp_client_h c, uint64_t ns, const kvp_key128_t *keys,
-                                    uint32_t nk, uint32_t layers, kvp_session_pages_t *sp,
-                                    uint32_t base)
+/* A sealed page must match the caller's expectation, the record (P, not a tail), the tail's
+ * geometry and the session's first page (codec, rotation flags, H, D). */
+static kvp_status_t check_shape(get_ctx_t *g, const kvp_page_info_t *info, uint32_t item)
 {
-    uint32_t total = nk * layers, start = 0;
+    const kvp_page_params_t *e   = g->expect;
+    const kvp_page_info_t   *r   = &g->ref;
+    uint32_t                 P   = g->sp->pub.desc.page_tokens;
+    const char              *why = NULL;
 
-    while (start < total) {
-        kvp_wire_req_t req;
-        call_t        *call;
-        const uint8_t *data;
-        size_t         dl, off = 0;
-        kvp_status_t   s;
-
-        memset(&req, 0, sizeof(req));
-        req.op        = KVP_WIRE_OP_GET_PAGES;
-        req.ns        = ns;
-        req.n_keys    = nk;
-        req.keys      = (kvp_key128_t *)keys;
-        req.layers    = layers;
-        req.start     = start;
-        req.max_bytes = (uint32_t)c->batch_bytes;
-        s = call_simple(c, &req, &call);
-        if (s == KVP_OK && (call->rep.n_pages == 0 || call->rep.n_pages > total - start)) {
-            KVP_LOG_ERROR(MOD, "get_pages reply with %u pages for %u wanted", call->rep.n_pages,
-                          total - start);
-            s = KVP_ERR_PROTOCOL;
-        }
-        if (s != KVP_OK) {
-            call_release(call);
-            return s;
-        }
-        data = kvp_xfer_msg_data(call->msg, &dl);
-        for (uint32_t k = 0; k < call->rep.n_pages && s == KVP_OK; k++) {
-            uint32_t        item = start + k, len = call->rep.page_lens[k];
-            kvp_page_info_t info;
-            uint8_t        *p;
-
-            s = kvp_page_parse(data + off, len, &info);
-            if (s == KVP_OK && (info.chunk_key.lo != keys[item / layers].lo ||
-                                info.chunk_key.hi != keys[item / layers].hi ||
-                                info.layer != item % layers)) {
-                KVP_LOG_ERROR(MOD, "node sent the wrong page for item %u", item);
-                s = KVP_ERR_PROTOCOL;
-            }
-            if (s == KVP_OK && (p = kvp_malloc(len, "session page")) == NULL) {
-                s = KVP_ERR_NO_MEMORY;
-            }
-            if (s == KVP_OK) {
-                memcpy(p, data + off, len);
-                sp->pages[base + item]     = p;
-                sp->page_lens[base + item] = len;
-            } else {
-                KVP_LOG_ERROR(MOD, "page for chunk %u layer %u failed verification: %s",
-                              (base + item) / layers, item % layers, kvp_status_str(s));
-            }
-            off += len;
-        }
-        start += call->rep.n_pages;
-        call_release(call);
-        if (s != KVP_OK) {
-            return s;
-        }
+    if (e != NULL && (info->codec != (uint32_t)e->codec || info->heads != e->heads ||
+                      info->head_dim != e->head_dim || info->capacity != e->page_tokens ||
+                      (info->flags & KVP_PAGE_F_V_PREROT) != (e->flags & KVP_PAGE_F_V_PREROT))) {
+        KVP_LOG_ERROR(MOD, "session %s chunk %u layer %u is %s %u x %u, P %u, flags 0x%x; the "
+                      "caller expects %s %u x %u, P %u, flags 0x%x", g->sid,
+                      item / g->sp->pub.desc.layers, info->layer, codec_str(info->codec),
+                      info->heads, info->head_dim, info->capacity, info->flags & GET_ROT,
+                      codec_str(e->codec), e->heads, e->head_dim, e->page_tokens,
+                      e->flags & KVP_PAGE_F_V_PREROT);
+        return KVP_ERR_WRONG_CODEC;
+    }
+    if ((info->flags & KVP_PAGE_F_TAIL) != 0) {
+        why = "is a tail page";
+    } else if (info->capacity != P) {
+        why = "has another P than the record";
+    } else if (g->tail_heads != 0 &&
+               (info->heads != g->tail_heads || info->head_dim != g->tail_dim)) {
+        why = "has another geometry than the tail";
+    } else if (g->have_ref &&
+               (info->codec != r->codec || (info->flags & GET_ROT) != (r->flags & GET_ROT) ||
+                info->heads != r->heads || info->head_dim != r->head_dim)) {
+        why = "has another codec or geometry than chunk 0";
+    }
+    if (why != NULL) {
+        KVP_LOG_ERROR(MOD, "session %s chunk %u layer %u %s (%s %u x %u, P %u; record P %u)",
+                      g->sid, item / g->sp->pub.desc.layers, info->layer, why,
+                      codec_str(info->codec), info->heads, info->head_dim, info->capacity, P);
+        return KVP_ERR_WRONG_CODEC;
+    }
+    if (!g->have_ref) {
+        g->ref      = *info;
+        g->have_ref = 1;
     }
     return KVP_OK;
 }
 
-kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char *sid,
-                                    kvp_session_pages_t **out_p)
+/* Send GET_PAGES for items [first, end) (end is cut so the keys fit one request). */
+static kvp_status_t get_issue(get_ctx_t *g, uint32_t first, uint32_t end, get_req_t *r)
 {
-    kvp_wire_req_t       req;
-    kvp_session_pages_t *sp;
-    call_t              *call;
-    const uint8_t       *data;
-    size_t               dl;
-    uint64_t             rx0 = client->rx_bytes;
-    uint64_t             n_pages;
-    kvp_status_t         s   = check_sid(sid);
+    const kvp_session_desc_t *d  = &g->sp->pub.desc;
+    uint32_t                  c0 = first / d->layers, c1 = (end - 1) / d->layers + 1;
+    kvp_wire_req_t            req;
+    uint64_t                  want;
+
+    if (c1 - c0 > g->c->max_keys) {
+        c1  = c0 + g->c->max_keys;
+        end = c1 * d->layers;
+    }
+    want = g->page_len ? (uint64_t)(end - first) * g->page_len : g->c->batch_bytes;
+    memset(&req, 0, sizeof(req));
+    req.op        = KVP_WIRE_OP_GET_PAGES;
+    req.ns        = g->ns;
+    req.n_keys    = c1 - c0;
+    req.keys      = d->chunk_keys + c0;
+    req.layers    = d->layers;
+    req.start     = first - c0 * d->layers;
+    req.max_bytes = want > UINT32_MAX ? UINT32_MAX : (uint32_t)want;
+    r->first      = first;
+    r->end        = end;
+    return call_start(g->c, &req, NULL, 0, &r->call);
+}
+
+/* Wait for r's reply; copy its pages (at most r->end - r->first) into one block, verify each
+ * (CRC, key, layer, shape) and point the session's page slots at them. *took_p = pages taken. */
+static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
+{
+    sp_impl_t     *sp     = g->sp;
+    uint32_t       layers = sp->pub.desc.layers, k, took = 0;
+    kvp_status_t   s      = call_wait(g->c, r->call);
+    call_t        *call   = r->call;
+    const uint8_t *data;
+    size_t         dl, off = 0, boff = 0, need = 0;
+    uint8_t       *block;
+
+    if (s == KVP_OK && (call->rep.n_pages == 0 || call->rep.n_pages > r->end - r->first + layers)) {
+        KVP_LOG_ERROR(MOD, "get_pages reply with %u pages for %u wanted", call->rep.n_pages,
+                      r->end - r->first);
+        s = KVP_ERR_PROTOCOL;
+    }
+    if (s != KVP_OK) {
+        call_release(call);
+        return s;
+    }
+    k = call->rep.n_pages < r->end - r->first ? call->rep.n_pages : r->end - r->first;
+    for (uint32_t i = 0; i < k; i++) {
+        need += ((size_t)call->rep.page_lens[i] + GET_ALIGN - 1) & ~(size_t)(GET_ALIGN - 1);
+    }
+    if (sp->nblocks == sp->cap_blocks) {
+        uint32_t  cap = sp->cap_blocks ? sp->cap_blocks * 2 : 16;
+        uint8_t **b   = kvp_realloc(sp->blocks, cap * sizeof(*b), "session blocks");
+
+        if (b == NULL) {
+            call_release(call);
+            return KVP_ERR_NO_MEMORY;
+        }
+        sp->blocks     = b;
+        sp->cap_blocks = cap;
+    }
+    block = kvp_aligned_alloc(GET_ALIGN, need, "session pages");
+    if (block == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for %zu bytes of session %s pages", need, g->sid);
+        call_release(call);
+        return KVP_ERR_NO_MEMORY;
+    }
+    sp->blocks[sp->nblocks++] = block;
+    data = kvp_xfer_msg_data(call->msg, &dl);
+    for (; took < k && s == KVP_OK; took++) {
+        uint32_t        item = r->first + took, len = call->rep.page_lens[took];
+        kvp_key128_t    key  = sp->pub.desc.chunk_keys[item / layers];
+        kvp_page_info_t info;
+        uint8_t        *p    = block + boff;
+
+        memcpy(p, data + off, len); /* verified below: what is returned is what was checked */
+        s = kvp_page_parse(p, len, &info);
+        if (s == KVP_OK && (info.chunk_key.lo != key.lo || info.chunk_key.hi != key.hi ||
+                            info.layer != item % layers)) {
+            KVP_LOG_ERROR(MOD, "node sent the wrong page for chunk %u layer %u", item / layers,
+                          item % layers);
+            s = KVP_ERR_PROTOCOL;
+        } else if (s != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "page for chunk %u layer %u failed verification: %s",
+                          item / layers, item % layers, kvp_status_str(s));
+        }
+        if (s == KVP_OK) {
+            s = check_shape(g, &info, item);
+        }
+        if (s == KVP_OK) {
+            sp->pub.pages[item]     = p;
+            sp->pub.page_lens[item] = len;
+            if (g->page_len == 0) {
+                g->page_len = len;
+            }
+        }
+        off += len;
+        boff += ((size_t)len + GET_ALIGN - 1) & ~(size_t)(GET_ALIGN - 1);
+    }
+    call_release(call);
+    *took_p = took;
+    return s;
+}
+
+/* Fetch every page of the record with up to max_inflight GET_PAGES in flight. Until the page
+ * size is known (no expectation given) one chunk is fetched alone to learn it. */
+static kvp_status_t get_pages(get_ctx_t *g)
+{
+    kvp_client_h c     = g->c;
+    uint32_t     total = g->sp->pub.n_pages, next = 0, head = 0, count = 0, nrem = 0;
+    uint32_t     rem_first[2 * MAX_INFLIGHT], rem_end[2 * MAX_INFLIGHT];
+    get_req_t    q[MAX_INFLIGHT];
+    kvp_status_t s = KVP_OK;
+
+    while (s == KVP_OK && (next < total || nrem > 0 || count > 0)) {
+        uint32_t room = g->page_len ? c->max_inflight : 1;
+        uint32_t per  = g->page_len ? (uint32_t)(c->batch_bytes / g->page_len)
+                                    : g->sp->pub.desc.layers;
+
+        per = per < 1 ? 1 : (per > c->max_pages ? c->max_pages : per);
+        while (s == KVP_OK && count < room && (nrem > 0 || next < total)) {
+            get_req_t *r = &q[(head + count) % MAX_INFLIGHT];
+            uint32_t   f, e;
+
+            if (nrem > 0) {
+                nrem--;
+                f = rem_first[nrem];
+                e = rem_end[nrem];
+            } else {
+                f    = next;
+                e    = total - next > per ? next + per : total;
+                next = e;
+            }
+            s = get_issue(g, f, e, r);
+            if (s != KVP_OK) {
+                break;
+            }
+            count++;
+            if (r->end < e) { /* cut to the key limit: the rest goes next */
+                rem_first[nrem] = r->end;
+                rem_end[nrem++] = e;
+            }
+        }
+        if (count == 0 || s != KVP_OK) {
+            break;
+        }
+        {
+            get_req_t *r = &q[head];
+            uint32_t   took;
+
+            head = (head + 1) % MAX_INFLIGHT;
+            count--;
+            s = get_take(g, r, &took);
+            if (s == KVP_OK && r->first + took < r->end) { /* a short reply: ask for the rest */
+                rem_first[nrem] = r->first + took;
+                rem_end[nrem++] = r->end;
+            }
+        }
+    }
+    while (count > 0) { /* after an error: let the calls in flight finish, drop their replies */
+        call_wait(c, q[head].call);
+        call_release(q[head].call);
+        head = (head + 1) % MAX_INFLIGHT;
+        count--;
+    }
+    return s;
+}
+
+static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                const kvp_page_params_t *expect, kvp_session_pages_t **out_p)
+{
+    kvp_wire_req_t req;
+    get_ctx_t      g;
+    sp_impl_t     *sp;
+    call_t        *call;
+    const uint8_t *data;
+    size_t         dl;
+    uint64_t       rx0 = client->rx_bytes;
+    uint64_t       n_pages;
+    kvp_status_t   s   = check_sid(sid);
 
     if (s != KVP_OK) {
         return s;
+    }
+    if (out_p == NULL || (expect != NULL && kvp_codec_check(expect) != KVP_OK)) {
+        KVP_LOG_ERROR(MOD, "get of session %s: %s", sid,
+                      out_p == NULL ? "no output pointer" : "the expected codec params are invalid");
+        return KVP_ERR_INVALID;
     }
     memset(&req, 0, sizeof(req));
     req.op = KVP_WIRE_OP_GET_SESSION;
@@ -590,56 +799,83 @@ kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char
         return KVP_ERR_NO_MEMORY;
     }
     data = kvp_xfer_msg_data(call->msg, &dl);
-    s    = kvp_session_desc_unpack(data, dl, &sp->desc);
+    s    = kvp_session_desc_unpack(data, dl, &sp->pub.desc);
     call_release(call);
     if (s != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s record from the node: %s", sid, kvp_status_str(s));
         kvp_free(sp);
         return s;
     }
-    s = verify_tail(&sp->desc);
-    n_pages = (uint64_t)sp->desc.n_chunks * sp->desc.layers;
+    memset(&g, 0, sizeof(g));
+    g.c        = client;
+    g.ns       = ns;
+    g.sid      = sid;
+    g.sp       = sp;
+    g.expect   = expect;
+    g.page_len = expect != NULL ? kvp_page_max_bytes(expect) : 0;
+    if (expect != NULL && sp->pub.desc.page_tokens != expect->page_tokens) {
+        KVP_LOG_ERROR(MOD, "session %s has P %u; the caller expects %u", sid,
+                      sp->pub.desc.page_tokens, expect->page_tokens);
+        s = KVP_ERR_WRONG_CODEC;
+    }
+    if (s == KVP_OK) {
+        s = verify_tail(&g);
+    }
+    n_pages = (uint64_t)sp->pub.desc.n_chunks * sp->pub.desc.layers;
     if (s == KVP_OK && n_pages > UINT32_MAX / 2) {
         s = KVP_ERR_TOO_LARGE;
     }
     if (s == KVP_OK && n_pages > 0) {
-        sp->n_pages   = (uint32_t)n_pages;
-        sp->pages     = kvp_calloc(n_pages, sizeof(*sp->pages), "session page ptrs");
-        sp->page_lens = kvp_calloc(n_pages, sizeof(*sp->page_lens), "session page lens");
-        if (sp->pages == NULL || sp->page_lens == NULL) {
+        sp->pub.n_pages   = (uint32_t)n_pages;
+        sp->pub.pages     = kvp_calloc(n_pages, sizeof(*sp->pub.pages), "session page ptrs");
+        sp->pub.page_lens = kvp_calloc(n_pages, sizeof(*sp->pub.page_lens), "session page lens");
+        if (sp->pub.pages == NULL || sp->pub.page_lens == NULL) {
             s = KVP_ERR_NO_MEMORY;
         }
     }
-    /* keys in groups the request header can hold; pages come back in chunk-major order */
-    for (uint32_t k = 0; s == KVP_OK && k < sp->desc.n_chunks; k += client->max_keys) {
-        uint32_t nk = sp->desc.n_chunks - k;
-
-        if (nk > client->max_keys) {
-            nk = client->max_keys;
-        }
-        s = get_pages_range(client, ns, sp->desc.chunk_keys + k, nk, sp->desc.layers, sp,
-                            k * sp->desc.layers);
+    if (s == KVP_OK && n_pages > 0) {
+        s = get_pages(&g);
     }
-    sp->wire_bytes = client->rx_bytes - rx0;
+    sp->pub.wire_bytes = client->rx_bytes - rx0;
     if (s != KVP_OK) {
-        kvp_session_pages_free(sp);
+        kvp_session_pages_free(&sp->pub);
         return s;
     }
-    *out_p = sp;
+    *out_p = &sp->pub;
     return KVP_OK;
 }
 
-void kvp_session_pages_free(kvp_session_pages_t *sp)
+kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                    kvp_session_pages_t **out_p)
 {
-    if (sp == NULL) {
+    return get_session(client, ns, sid, NULL, out_p);
+}
+
+kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, const char *sid,
+                                           const kvp_page_params_t *expect,
+                                           kvp_session_pages_t **out_p)
+{
+    if (expect == NULL) {
+        KVP_LOG_ERROR(MOD, "get of session %s: no expected codec params", sid ? sid : "(null)");
+        return KVP_ERR_INVALID;
+    }
+    return get_session(client, ns, sid, expect, out_p);
+}
+
+void kvp_session_pages_free(kvp_session_pages_t *pub)
+{
+    sp_impl_t *sp = (sp_impl_t *)(void *)pub; /* pub is the first member */
+
+    if (pub == NULL) {
         return;
     }
-    for (uint32_t i = 0; sp->pages != NULL && i < sp->n_pages; i++) {
-        kvp_free(sp->pages[i]);
+    for (uint32_t i = 0; i < sp->nblocks; i++) {
+        kvp_free(sp->blocks[i]);
     }
-    kvp_free(sp->pages);
-    kvp_free(sp->page_lens);
-    kvp_session_desc_clear(&sp->desc);
+    kvp_free(sp->blocks);
+    kvp_free(pub->pages);
+    kvp_free(pub->page_lens);
+    kvp_session_desc_clear(&pub->desc);
     kvp_free(sp);
 }
 

@@ -49,7 +49,8 @@ typedef struct {
 typedef struct {
     kvp_session_desc_t desc;
     uint32_t           n_pages;
-    uint8_t          **pages;     /* each CRC-verified by the client before return */
+    uint8_t          **pages;     /* each CRC-verified by the client before return; they point
+                                   * into blocks owned by this struct (read-only, 16-byte aligned) */
     size_t            *page_lens;
     uint64_t           wire_bytes; /* bytes received for this session */
 } kvp_session_pages_t;
@@ -63,9 +64,19 @@ kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *
 /* Set (create or replace) a session record; its pages must have been put. */
 kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char *sid,
                                     const kvp_session_desc_t *desc);
-/* Fetch a session and all its pages; free with kvp_session_pages_free. */
+/* Fetch a session and all its pages; free with kvp_session_pages_free. Every sealed page is
+ * checked (CRC, chunk key, layer) and all must share one codec, rotation flags and geometry that
+ * agree with the record (P) and its fp16 tail, else KVP_ERR_WRONG_CODEC (KVP_ERR_CORRUPT for a
+ * bad CRC). Pages are fetched with up to max_inflight GET_PAGES in flight. */
 kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char *sid,
                                     kvp_session_pages_t **out_p);
+/* As kvp_client_get_session, and the caller states what it can decode: expect->codec, heads,
+ * head_dim, page_tokens and (flags & KVP_PAGE_F_V_PREROT) must match every sealed page (the
+ * tail: fp16 of that H, D, P), else KVP_ERR_WRONG_CODEC and nothing is returned. Other fields
+ * of expect are ignored. KVP_ERR_INVALID when expect is NULL or not a valid codec geometry. */
+kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, const char *sid,
+                                           const kvp_page_params_t *expect,
+                                           kvp_session_pages_t **out_p);
 void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op */
 /* How many leading chunks of keys[0..n) the node holds on all layers. */
 kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,
