@@ -81,9 +81,16 @@ typedef struct {
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
 void         kvp_store_close(kvp_store_h store); /* NULL is a no-op */
 
+/* Namespace profiles: a namespace's first sealed (non-tail) page fixes its codec, rotation flags,
+ * heads, head_dim and P, and its first session record fixes its layer count; they are persisted
+ * (meta column family, with the first session write) and survive restarts. Pages, records and
+ * appends that disagree are refused with KVP_ERR_WRONG_CODEC and change nothing; tail pages must
+ * be fp16 of the namespace's H, D, P. */
+
 /* Pages. page is borrowed (copied into the pool). KVP_ERR_CORRUPT / KVP_ERR_BAD_PAGE on a bad
- * page; KVP_ERR_NO_SPACE when the budget cannot be met even after eviction. Re-putting an
- * identical key is a no-op (prefix sharing). */
+ * page; KVP_ERR_WRONG_CODEC when it does not fit the namespace's profile; KVP_ERR_NO_SPACE when
+ * the budget cannot be met even after eviction. Re-putting an identical key is a no-op (prefix
+ * sharing). */
 kvp_status_t kvp_store_page_put(kvp_store_h store, uint64_t ns, const void *page, size_t len);
 /* Reference a page (DRAM, or restored from disk). The bytes stay valid until the ref is released. */
 kvp_status_t kvp_store_page_get(kvp_store_h store, uint64_t ns, kvp_key128_t key, uint32_t layer,
@@ -92,8 +99,10 @@ const void  *kvp_page_ref_data(kvp_page_ref_h ref, size_t *len_p);
 void         kvp_page_ref_release(kvp_page_ref_h ref); /* NULL is a no-op */
 
 /* Sessions. desc is borrowed. Every (chunk key, layer) page the record names must already be in
- * the store (else KVP_ERR_NOT_FOUND). Under write-through/sync the record and its pages reach
- * disk in one WriteBatch before this returns. */
+ * the store (else KVP_ERR_NOT_FOUND), be a sealed page of the namespace's codec, and the record's
+ * P, layers and fp16 tail must fit the profile (else KVP_ERR_WRONG_CODEC; an existing session of
+ * that id is left as it was). Under write-through/sync the record and its pages reach disk in
+ * one WriteBatch before this returns. */
 kvp_status_t kvp_store_session_put(kvp_store_h store, uint64_t ns, const char *sid,
                                    const kvp_session_desc_t *desc);
 /* Deep copy of the record into *desc (kvp_session_desc_clear frees it); restores a spilled
@@ -117,8 +126,8 @@ void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
  * sealed: encoded per layer with the codec given here into a page stored under the next chunk key,
  * kvp_chunk_key(previous key, ns_fingerprint, the chunk's P token ids), and appended to the
  * session's chunk list, so lookup grows and other sessions with the same tokens share the pages.
- * The codec comes with each append (the store keeps no namespace table): pass the namespace's
- * codec, the one its fingerprint was made with. The store keeps K/V, not token ids, so ids holds
+ * The codec comes with each append: pass the namespace's codec, the one its fingerprint was made
+ * with (once the namespace has a profile, another one is refused with KVP_ERR_WRONG_CODEC). The store keeps K/V, not token ids, so ids holds
  * the ids of the session's current tail tokens followed by the ntok new ones. The first append
  * creates the session. Tail tokens are held as fp16 (f32 input is rounded once, on append).
  * Appends to one session must not run concurrently with each other or with a put of it. */
@@ -139,7 +148,8 @@ typedef struct kvp_store_append {
 } kvp_store_append_t;
 
 /* Append (and seal full chunks). *sealed_p (may be NULL) gets the number of chunks sealed.
- * KVP_ERR_INVALID for a geometry mismatch or a wrong number of ids; codec errors pass through
+ * KVP_ERR_INVALID for a geometry mismatch with the session or a wrong number of ids,
+ * KVP_ERR_WRONG_CODEC when codec or geometry differ from the namespace's; codec errors pass through
  * (KVP_ERR_BAD_INPUT_DATA for NaN/Inf input). On error the session is unchanged (sealed pages
  * may remain in the store as loose pages). */
 kvp_status_t kvp_store_session_append(kvp_store_h store, uint64_t ns, const char *sid,
