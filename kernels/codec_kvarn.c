@@ -122,6 +122,10 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
                 X[(size_t)d * T + t] = src[d];
             }
         }
+        if (h + 1 < H) { /* the next head's rows (strided) arrive during this head's VarN */
+            kvp_q2h_prefetch_rows(k + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
+            kvp_q2h_prefetch_rows(v + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
+        }
         kk->varn(X, D, T, iters, Sc, Sr, work);
         kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
         /* V tile [T][D] */
@@ -213,6 +217,10 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
             KVP_LOG_DEBUG("codec", "kvarn: K has NaN/Inf or its rotation exceeds the fp16 range (layer %u)",
                           info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
+        }
+        if (h + 1 < H) { /* the next head's rows (strided) arrive during this head's VarN */
+            kvp_q2h_prefetch_rows(k + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
+            kvp_q2h_prefetch_rows(v + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
         }
         kk->varn(X, D, T, iters, Sc, Sr, work);
         kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
