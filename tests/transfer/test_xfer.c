@@ -6,20 +6,14 @@
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
+#include "check.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define CHECK(c)                                                                   \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);           \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
 
 #define MAX_MSG (8u << 20)
 

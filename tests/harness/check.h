@@ -1,0 +1,59 @@
+/* check.h - the one set of test assertions every C test in tests/ uses.
+ *   CHECK(cond)            fatal: print file:line and the condition, exit 1
+ *   CHECK_ST(expr, want)   fatal: expr must return the kvp_status_t want (names printed)
+ *   CHECK_OK(expr)         fatal: expr must return KVP_OK
+ *   EXPECT(cond[, "fmt", ...]) non-fatal: print and count; kvp_test_result() turns the count into an
+ *                          exit status at the end of main
+ * Header-only (static state per test binary), C11 with GNU variadic comma elision. */
+#ifndef KVPACK_TEST_CHECK_H
+#define KVPACK_TEST_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kvpack/status.h"
+
+static int kvp_test_failures;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_ST(expr, want)                                                         \
+    do {                                                                             \
+        kvp_status_t _st = (expr);                                                   \
+        if (_st != (want)) {                                                         \
+            fprintf(stderr, "FAIL %s:%d: %s = %s, want %s\n", __FILE__, __LINE__,     \
+                    #expr, kvp_status_name(_st), kvp_status_name(want));             \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_ST(expr, KVP_OK)
+
+#define EXPECT(cond, ...)                                                            \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            kvp_test_failures++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s:", __FILE__, __LINE__, #cond);           \
+            fprintf(stderr, " " __VA_ARGS__);                                        \
+            fprintf(stderr, "\n");                                                   \
+        }                                                                            \
+    } while (0)
+
+/* Exit status for main: 0 when no EXPECT failed; prints a one-line summary either way. */
+static inline int kvp_test_result(const char *name)
+{
+    if (kvp_test_failures != 0) {
+        fprintf(stderr, "%s: %d check(s) failed\n", name, kvp_test_failures);
+        return 1;
+    }
+    printf("%s: all checks passed\n", name);
+    return 0;
+}
+
+#endif
