@@ -12,6 +12,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,17 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            failures++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-        }                                                                 \
-    } while (0)
 
 /* ---- a growable byte buffer to write GGUF files ---- */
 
@@ -253,9 +243,9 @@ static void test_dequant_blocks(void)
     for (int j = 0; j < 32; j++) {
         blk[2 + j] = (uint8_t)(int8_t)(j - 16);
     }
-    CHECK(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 32) == KVP_OK, "q8_0");
+    EXPECT(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 32) == KVP_OK, "q8_0");
     for (int j = 0; j < 32; j++) {
-        CHECK(y[j] == 0.5f * (float)(j - 16), "q8_0 elem %d %g", j, y[j]);
+        EXPECT(y[j] == 0.5f * (float)(j - 16), "q8_0 elem %d %g", j, y[j]);
     }
     /* Q4_0 / Q4_1: element j < 16 is the low nibble of byte j, element j + 16 the high nibble;
      * choose q_j = j % 16 (low) and 15 - j % 16 (high) */
@@ -267,13 +257,13 @@ static void test_dequant_blocks(void)
         for (int j = 0; j < 16; j++) {
             blk[off + j] = (uint8_t)((j & 15) | ((15 - j) << 4));
         }
-        CHECK(kvp_ggml_dequant(type == 0 ? KVP_GGML_Q4_0 : KVP_GGML_Q4_1, blk, y, 32) == KVP_OK,
+        EXPECT(kvp_ggml_dequant(type == 0 ? KVP_GGML_Q4_0 : KVP_GGML_Q4_1, blk, y, 32) == KVP_OK,
               "q4");
         for (int j = 0; j < 32; j++) {
             int q = j < 16 ? j : 15 - (j - 16);
 
             want = type == 0 ? 0.5f * (float)(q - 8) : 0.5f * (float)q - 1.0f;
-            CHECK(y[j] == want, "q4_%d elem %d: %g want %g", type, j, y[j], want);
+            EXPECT(y[j] == want, "q4_%d elem %d: %g want %g", type, j, y[j], want);
         }
     }
     /* Q6_K: 256 6-bit values v_j, scales s_k (one per 16 values), d; pack them as the format
@@ -297,14 +287,14 @@ static void test_dequant_blocks(void)
     }
     d = kvp_f32_to_f16(0.25f);
     memcpy(blk + 208, &d, 2);
-    CHECK(kvp_ggml_dequant(KVP_GGML_Q6_K, blk, y, 256) == KVP_OK, "q6_k");
+    EXPECT(kvp_ggml_dequant(KVP_GGML_Q6_K, blk, y, 256) == KVP_OK, "q6_k");
     for (int j = 0; j < 256; j++) {
         want = 0.25f * (float)((j / 16) - 5) * (float)((int)v6[j] - 32);
-        CHECK(y[j] == want, "q6_k elem %d: %g want %g", j, y[j], want);
+        EXPECT(y[j] == want, "q6_k elem %d: %g want %g", j, y[j], want);
     }
     /* unsupported type and a partial block */
-    CHECK(kvp_ggml_dequant(12 /* q4_k */, blk, y, 256) == KVP_ERR_UNSUPPORTED, "q4_k");
-    CHECK(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 31) == KVP_ERR_INVALID, "partial block");
+    EXPECT(kvp_ggml_dequant(12 /* q4_k */, blk, y, 256) == KVP_ERR_UNSUPPORTED, "q4_k");
+    EXPECT(kvp_ggml_dequant(KVP_GGML_Q8_0, blk, y, 31) == KVP_ERR_INVALID, "partial block");
 }
 
 /* The matmul reading Q4_0/Q4_1/Q8_0 rows directly gives bit-identical results to the fp32 copy
@@ -342,23 +332,23 @@ static void test_mm_quant(void)
             seed = seed * 1103515245u + 12345u;
             x[i] = ((float)((seed >> 16) % 2001) - 1000.0f) / 700.0f;
         }
-        CHECK(kvp_ggml_dequant(types[t], q, w, (uint64_t)rows * n) == KVP_OK, "dequant");
+        EXPECT(kvp_ggml_dequant(types[t], q, w, (uint64_t)rows * n) == KVP_OK, "dequant");
         kvp_mm(y1, x, w, rows, n, nb);
         kvp_mm_set_quant(1);
         /* the fp32 argument is all zeros: only the quantized rows can give y1 */
         kvp_mm_q(y2, x, strcmp(kvp_mm_impl(), "avx2") == 0 ? z : w, &qm, rows, n, nb);
-        CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0,
+        EXPECT(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0,
               "%s rows read directly differ from the fp32 copy", kvp_ggml_type_name(types[t]));
         kvp_mm_set_quant(0);
         kvp_mm_q(y2, x, w, &qm, rows, n, nb);
-        CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "KVP_MM_QUANT=0 path");
+        EXPECT(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "KVP_MM_QUANT=0 path");
         /* a lane's sums do not depend on how many lanes share the call (lanes go in pairs);
          * n - 4 leaves a vector tail and a scalar tail */
         kvp_mm(y1, x, w, rows, n - 4, nb);
         for (uint32_t b = 0; b < nb; b++) {
             kvp_mm(y2 + (size_t)b * rows, x + (size_t)b * (n - 4), w, rows, n - 4, 1);
         }
-        CHECK(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "lanes one at a time");
+        EXPECT(memcmp(y1, y2, (size_t)nb * rows * sizeof(float)) == 0, "lanes one at a time");
         kvp_mm_set_quant(1);
         free(q);
         free(w);
@@ -381,7 +371,7 @@ static void test_tiny_model(void)
     tiny_gguf(&b, 0, 32);
     path = write_tmp(&b, "ok");
     st   = kvp_model_load(path, NULL, &m);
-    CHECK(st == KVP_OK, "tiny model load: %s", kvp_status_str(st));
+    EXPECT(st == KVP_OK, "tiny model load: %s", kvp_status_str(st));
     if (st == KVP_OK) {
         const char *text = "abc abc<|im_start|>lo lo\xFF";
         kvp_codec_id_t codec = KVP_KVC_FP32;
@@ -389,34 +379,34 @@ static void test_tiny_model(void)
         uint32_t       out[4];
         const uint32_t want[] = {257, 258, 259, 260, 261};
 
-        CHECK(m->cfg.dim == 32 && m->cfg.heads == 2 && m->cfg.kv_heads == 1 &&
+        EXPECT(m->cfg.dim == 32 && m->cfg.heads == 2 && m->cfg.kv_heads == 1 &&
               m->cfg.head_dim == 16 && m->cfg.vocab == TV && m->cls == m->tok_emb,
               "tiny config");
         /* the q8_0 attn_q: row r, element j of block blk: 0.01 * (((blk*7 + j*5) % 41) - 20) */
-        CHECK(fabsf(m->layer[0].wq[0] - kvp_f16_to_f32(kvp_f32_to_f16(0.01f)) * -20.0f) < 1e-6f,
+        EXPECT(fabsf(m->layer[0].wq[0] - kvp_f16_to_f32(kvp_f32_to_f16(0.01f)) * -20.0f) < 1e-6f,
               "wq[0] = %g", m->layer[0].wq[0]);
         st = kvp_tok_encode(m->tok, text, strlen(text), 0, &ids, &n);
-        CHECK(st == KVP_OK && n == 6, "bpe encode: %zu tokens", n);
+        EXPECT(st == KVP_OK && n == 6, "bpe encode: %zu tokens", n);
         for (size_t i = 0; st == KVP_OK && i < 5 && i < n; i++) {
-            CHECK(ids[i] == want[i], "bpe token %zu is %u, want %u", i, ids[i], want[i]);
+            EXPECT(ids[i] == want[i], "bpe token %zu is %u, want %u", i, ids[i], want[i]);
         }
         if (st == KVP_OK && n == 6) {
             size_t      len;
             const char *s = kvp_tok_decode(m->tok, 0, ids[5], &len);
 
             /* invalid UTF-8 byte 0xFF: its own pre-token, the byte-level token of 0xFF */
-            CHECK(len == 1 && (uint8_t)s[0] == 0xFF, "byte 0xff decodes to itself");
+            EXPECT(len == 1 && (uint8_t)s[0] == 0xFF, "byte 0xff decodes to itself");
             kvp_free(ids);
         }
         st = kvp_run_create(m, &codec, 1, 1, 16, 0, &run);
-        CHECK(st == KVP_OK, "run create");
+        EXPECT(st == KVP_OK, "run create");
         if (st == KVP_OK) {
             uint32_t prompt[2] = {257, 258};
 
             st = kvp_run_generate(run, prompt, 2, 4, out);
-            CHECK(st == KVP_OK, "tiny generate: %s", kvp_status_str(st));
+            EXPECT(st == KVP_OK, "tiny generate: %s", kvp_status_str(st));
             for (uint32_t i = 0; i < 4 && st == KVP_OK; i++) {
-                CHECK(out[i] < TV, "generated id %u", out[i]);
+                EXPECT(out[i] < TV, "generated id %u", out[i]);
             }
             kvp_run_destroy(run);
         }
@@ -432,7 +422,7 @@ static void expect_fail(const buf_t *b, const char *tag, kvp_status_t want)
     const char  *path = write_tmp(b, tag);
     kvp_status_t st   = kvp_model_load(path, NULL, &m);
 
-    CHECK(st == want, "%s: got %s, want %s", tag, kvp_status_name(st), kvp_status_name(want));
+    EXPECT(st == want, "%s: got %s, want %s", tag, kvp_status_name(st), kvp_status_name(want));
     kvp_model_free(m);
     unlink(path);
 }
@@ -493,13 +483,13 @@ static void test_malformed(void)
         st = kvp_gguf_parse(img, cut, &g);
         if (st == KVP_OK) {
             /* a cut inside tensor data beyond the last tensor can still parse; nothing else */
-            CHECK(cut >= good.n - 32, "truncated at %zu parsed", cut);
+            EXPECT(cut >= good.n - 32, "truncated at %zu parsed", cut);
             kvp_gguf_close(g);
         }
         crashes_would_abort++;
     }
     kvp_log_level_current = KVP_LOG_LVL_ERROR;
-    CHECK(crashes_would_abort > 100, "truncation loop ran");
+    EXPECT(crashes_would_abort > 100, "truncation loop ran");
     free(b.p);
     free(good.p);
 }
@@ -511,10 +501,5 @@ int main(void)
     test_mm_quant();
     test_tiny_model();
     test_malformed();
-    if (failures) {
-        fprintf(stderr, "test_gguf: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_gguf: ok\n");
-    return 0;
+    return kvp_test_result("test_gguf");
 }

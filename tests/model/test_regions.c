@@ -10,6 +10,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,17 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 #define P   32u
 #define N   300u
@@ -39,20 +29,20 @@ static void test_defaults(void)
     kvp_kvc_regions_t r, bad = {.evict = 48};
 
     r = kvp_kvc_regions_ref(KVP_CODEC_KIVI, 128);
-    CHECK(r.sink_pages == 0 && r.residual == 0 && r.evict == 128 && r.v_residual == 128,
+    EXPECT(r.sink_pages == 0 && r.residual == 0 && r.evict == 128 && r.v_residual == 128,
           "kivi reference: K flushed per 128, V window 128");
     r = kvp_kvc_regions_ref(KVP_CODEC_KIVI128, 64);
-    CHECK(r.evict == 128 && r.v_residual == 128, "kivi128 at P=64: evict %u", r.evict);
+    EXPECT(r.evict == 128 && r.v_residual == 128, "kivi128 at P=64: evict %u", r.evict);
     r = kvp_kvc_regions_ref(KVP_CODEC_KIVI, 256);
-    CHECK(r.evict == 256, "evict rounds up to a multiple of P (%u)", r.evict);
+    EXPECT(r.evict == 256, "evict rounds up to a multiple of P (%u)", r.evict);
     r = kvp_kvc_regions_ref(KVP_CODEC_OSCAR, 128);
-    CHECK(r.evict == 256 && r.sink_pages == 0 && r.v_residual == 0, "oscar evicts at 256");
+    EXPECT(r.evict == 256 && r.sink_pages == 0 && r.v_residual == 0, "oscar evicts at 256");
     r = kvp_kvc_regions_ref(KVP_CODEC_KVARN, 32);
-    CHECK(r.sink_pages == 4 && r.evict == 0 && r.residual == 0, "kvarn sink is 128 tokens");
+    EXPECT(r.sink_pages == 4 && r.evict == 0 && r.residual == 0, "kvarn sink is 128 tokens");
     r = kvp_kvc_regions_ref(KVP_CODEC_NAIVE2, 128);
-    CHECK(r.sink_pages == 0 && r.residual == 0 && r.evict == 0 && r.v_residual == 0,
+    EXPECT(r.sink_pages == 0 && r.residual == 0 && r.evict == 0 && r.v_residual == 0,
           "naive2 is bare");
-    CHECK(kvp_kvc_regions_check(&bad, P) == KVP_ERR_INVALID, "evict 48 at P=32 is refused");
+    EXPECT(kvp_kvc_regions_check(&bad, P) == KVP_ERR_INVALID, "evict 48 at P=32 is refused");
 }
 
 /* Sealed tokens after n commits, derived from the region rules independently of kvcache.c. */
@@ -109,12 +99,12 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
                                 .head_dim = m->cfg.head_dim, .page_tokens = P};
 
         if (kvp_codec_check(&pp) != KVP_OK) {
-            CHECK(0, "%s accepts stories260K at P=%u", kvp_codec_name(lanes[l]), P);
+            EXPECT(0, "%s accepts stories260K at P=%u", kvp_codec_name(lanes[l]), P);
             return;
         }
     }
     st = kvp_run_create(m, lanes, NL, P, N, 0, &run);
-    CHECK(st == KVP_OK, "run create: %s", kvp_status_str(st));
+    EXPECT(st == KVP_OK, "run create: %s", kvp_status_str(st));
     if (st != KVP_OK) {
         return;
     }
@@ -131,19 +121,19 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
     if (st == KVP_OK) {
         st = kvp_run_set_regions(run, L_KIVI_SALL, &sall, "kivi@s100");
     }
-    CHECK(st == KVP_OK, "set regions: %s", kvp_status_str(st));
-    CHECK(strcmp(run->stat[L_KIVI_S2].name, "kivi@s2") == 0 &&
+    EXPECT(st == KVP_OK, "set regions: %s", kvp_status_str(st));
+    EXPECT(strcmp(run->stat[L_KIVI_S2].name, "kivi@s2") == 0 &&
           strcmp(run->stat[L_KIVI_REF].name, "kivi") == 0, "lane labels");
     g_run         = run;
     run->progress = check_schedule;
     if (st == KVP_OK) {
         st = kvp_run_ppl(run, ids, N);
     }
-    CHECK(st == KVP_OK, "ppl: %s", kvp_status_str(st));
-    CHECK(g_bad == 0, "%u lane-steps sealed a different number of tokens than the rules say",
+    EXPECT(st == KVP_OK, "ppl: %s", kvp_status_str(st));
+    EXPECT(g_bad == 0, "%u lane-steps sealed a different number of tokens than the rules say",
           g_bad);
     st = kvp_run_set_regions(run, L_KIVI_S2, &s2, NULL);
-    CHECK(st == KVP_ERR_INVALID, "regions cannot change after the first step");
+    EXPECT(st == KVP_ERR_INVALID, "regions cannot change after the first step");
     row = run->cache[0]->row;
 
     /* layer 0 K/V depend only on token and position: compare lanes with the fp16 lane */
@@ -153,37 +143,37 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
         const kvp_kvc_t *w = run->cache[L_KIVI_R100];
         size_t           sink = 2 * P * row, quant = (N / P * P - 2 * P) * row;
 
-        CHECK(memcmp(kvp_kvc_k(s, 0), kvp_kvc_k(f, 0), sink * sizeof(float)) == 0 &&
+        EXPECT(memcmp(kvp_kvc_k(s, 0), kvp_kvc_k(f, 0), sink * sizeof(float)) == 0 &&
               memcmp(kvp_kvc_v(s, 0), kvp_kvc_v(f, 0), sink * sizeof(float)) == 0,
               "sink rows are fp16");
-        CHECK(count_diff(kvp_kvc_k(s, 0) + sink, kvp_kvc_k(f, 0) + sink, quant) > quant / 2,
+        EXPECT(count_diff(kvp_kvc_k(s, 0) + sink, kvp_kvc_k(f, 0) + sink, quant) > quant / 2,
               "rows after the sink are quantized");
-        CHECK(s->sink_bytes > 0 && s->page_elems == 2ull * (N / P - 2) * P * row * s->p.layers,
+        EXPECT(s->sink_bytes > 0 && s->page_elems == 2ull * (N / P - 2) * P * row * s->p.layers,
               "sink pages are not counted as codec pages");
         /* kivi reference: V of the last 128 tokens fp16 although 256 tokens are sealed */
-        CHECK(k->sealed == 256 && k->v_swapped == N - 128, "kivi sealed %u, V swapped %u",
+        EXPECT(k->sealed == 256 && k->v_swapped == N - 128, "kivi sealed %u, V swapped %u",
               k->sealed, k->v_swapped);
-        CHECK(memcmp(kvp_kvc_v(k, 0) + (N - 128) * row, kvp_kvc_v(f, 0) + (N - 128) * row,
+        EXPECT(memcmp(kvp_kvc_v(k, 0) + (N - 128) * row, kvp_kvc_v(f, 0) + (N - 128) * row,
                      128 * row * sizeof(float)) == 0, "V window rows are fp16");
-        CHECK(count_diff(kvp_kvc_v(k, 0), kvp_kvc_v(f, 0), (N - 128) * row) > (N - 128) * row / 2,
+        EXPECT(count_diff(kvp_kvc_v(k, 0), kvp_kvc_v(f, 0), (N - 128) * row) > (N - 128) * row / 2,
               "V rows older than the window are quantized");
-        CHECK(count_diff(kvp_kvc_k(k, 0) + (N - 128) * row, kvp_kvc_k(f, 0) + (N - 128) * row,
+        EXPECT(count_diff(kvp_kvc_k(k, 0) + (N - 128) * row, kvp_kvc_k(f, 0) + (N - 128) * row,
                          (256 - (N - 128)) * row) > (256 - (N - 128)) * row / 2,
               "sealed K rows inside the V window are quantized");
         /* oscar evicted once: tokens 256.. are residual fp16 */
-        CHECK(memcmp(kvp_kvc_k(o, 0) + 256 * row, kvp_kvc_k(f, 0) + 256 * row,
+        EXPECT(memcmp(kvp_kvc_k(o, 0) + 256 * row, kvp_kvc_k(f, 0) + 256 * row,
                      (N - 256) * row * sizeof(float)) == 0, "oscar residual rows are fp16");
         /* residual window 100: the last 100 tokens are fp16 */
-        CHECK(memcmp(kvp_kvc_k(w, 0) + (N - 100) * row, kvp_kvc_k(f, 0) + (N - 100) * row,
+        EXPECT(memcmp(kvp_kvc_k(w, 0) + (N - 100) * row, kvp_kvc_k(f, 0) + (N - 100) * row,
                      100 * row * sizeof(float)) == 0, "residual window rows are fp16");
     }
     kvp_run_finish(run);
 
     /* a sink covering the whole context is the fp16 lane */
-    CHECK(run->stat[L_KIVI_SALL].kl_sum == 0.0 && run->stat[L_KIVI_SALL].top1_agree == 1.0 &&
+    EXPECT(run->stat[L_KIVI_SALL].kl_sum == 0.0 && run->stat[L_KIVI_SALL].top1_agree == 1.0 &&
           run->stat[L_KIVI_SALL].nll_sum == run->stat[L_FP16].nll_sum,
           "all-sink lane equals fp16 (kl %g)", run->stat[L_KIVI_SALL].kl_sum);
-    CHECK(run->stat[L_KIVI_SALL].bits_per_elem == run->stat[L_FP16].bits_per_elem,
+    EXPECT(run->stat[L_KIVI_SALL].bits_per_elem == run->stat[L_FP16].bits_per_elem,
           "all-sink bits %.6f, fp16 %.6f", run->stat[L_KIVI_SALL].bits_per_elem,
           run->stat[L_FP16].bits_per_elem);
 
@@ -202,10 +192,10 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
             elems += 2.0 * n * row * m->cfg.layers;
         }
         want = 8.0 * held / elems;
-        CHECK(fabs(got - want) < 1e-9, "bare effective bits %.9f, counted %.9f", got, want);
-        CHECK(fabs(run->stat[L_KIVI_BARE].bits_page - 8.0 * page / (2.0 * P * row)) < 1e-9,
+        EXPECT(fabs(got - want) < 1e-9, "bare effective bits %.9f, counted %.9f", got, want);
+        EXPECT(fabs(run->stat[L_KIVI_BARE].bits_page - 8.0 * page / (2.0 * P * row)) < 1e-9,
               "bare page bits %.6f", run->stat[L_KIVI_BARE].bits_page);
-        CHECK(run->stat[L_KIVI_REF].bits_per_elem > got &&
+        EXPECT(run->stat[L_KIVI_REF].bits_per_elem > got &&
               run->stat[L_KIVI_REF].bits_page == run->stat[L_KIVI_BARE].bits_page,
               "the V window costs effective bits, not page bits");
     }
@@ -222,9 +212,9 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
         size_t   len;
         uint32_t nt;
 
-        CHECK(kvp_kvc_tail_pack(run->cache[L_KIVI_REF], &blob, &len, &nt) ==
+        EXPECT(kvp_kvc_tail_pack(run->cache[L_KIVI_REF], &blob, &len, &nt) ==
                   KVP_ERR_UNSUPPORTED, "tail pack of a V-window cache is refused");
-        CHECK(kvp_kvc_tail_pack(run->cache[L_KIVI_S2], &blob, &len, &nt) ==
+        EXPECT(kvp_kvc_tail_pack(run->cache[L_KIVI_S2], &blob, &len, &nt) ==
                   KVP_ERR_UNSUPPORTED, "tail pack of a sink cache is refused");
         kvp_free(blob);
     }
@@ -266,14 +256,9 @@ int main(int argc, char **argv)
         test_run(m, ids);
         kvp_free(ids);
     } else {
-        CHECK(0, "emma excerpt tokenizes to >= %u tokens", N);
+        EXPECT(0, "emma excerpt tokenizes to >= %u tokens", N);
     }
     free(emma);
     kvp_model_free(m);
-    if (failures) {
-        fprintf(stderr, "test_regions: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_regions: ok\n");
-    return 0;
+    return kvp_test_result("test_regions");
 }

@@ -10,6 +10,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,17 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 static char *ids_text(const kvp_model_t *m, const uint32_t *ids, size_t n)
 {
@@ -51,31 +41,31 @@ static void test_tokenizer(const kvp_model_t *m, const char *emma)
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char *txt;
 
-        CHECK(kvp_tok_encode(m->tok, cases[c], strlen(cases[c]), 0, &ids, &n) == KVP_OK,
+        EXPECT(kvp_tok_encode(m->tok, cases[c], strlen(cases[c]), 0, &ids, &n) == KVP_OK,
               "encode %zu", c);
         txt = ids_text(m, ids, n);
-        CHECK(strcmp(txt, cases[c]) == 0, "round trip of case %zu: \"%.60s\"", c, txt);
+        EXPECT(strcmp(txt, cases[c]) == 0, "round trip of case %zu: \"%.60s\"", c, txt);
         if (c == 4) {
-            CHECK(n < strlen(cases[c]) / 3, "emma: %zu tokens for %zu bytes", n, strlen(cases[c]));
+            EXPECT(n < strlen(cases[c]) / 3, "emma: %zu tokens for %zu bytes", n, strlen(cases[c]));
         }
         free(txt);
         kvp_free(ids);
     }
     /* "Hello world" -> "Hello" + "Ġworld"; "2024" -> four digits */
-    CHECK(kvp_tok_encode(m->tok, "Hello world", 11, 0, &ids, &n) == KVP_OK && n == 2,
+    EXPECT(kvp_tok_encode(m->tok, "Hello world", 11, 0, &ids, &n) == KVP_OK && n == 2,
           "hello world: %zu tokens", n);
     if (n == 2) {
         const char *a = kvp_tok_decode(m->tok, 0, ids[0], &len);
 
-        CHECK(len == 5 && memcmp(a, "Hello", 5) == 0, "first piece");
+        EXPECT(len == 5 && memcmp(a, "Hello", 5) == 0, "first piece");
         a = kvp_tok_decode(m->tok, 0, ids[1], &len);
-        CHECK(len == 6 && memcmp(a, " world", 6) == 0, "second piece");
+        EXPECT(len == 6 && memcmp(a, " world", 6) == 0, "second piece");
     }
     kvp_free(ids);
-    CHECK(kvp_tok_encode(m->tok, "2024", 4, 0, &ids, &n) == KVP_OK && n == 4, "digits: %zu", n);
+    EXPECT(kvp_tok_encode(m->tok, "2024", 4, 0, &ids, &n) == KVP_OK && n == 4, "digits: %zu", n);
     kvp_free(ids);
     /* special tokens written literally become their own id */
-    CHECK(kvp_tok_encode(m->tok, "<|im_start|>user", 16, 0, &ids, &n) == KVP_OK && n >= 2 &&
+    EXPECT(kvp_tok_encode(m->tok, "<|im_start|>user", 16, 0, &ids, &n) == KVP_OK && n >= 2 &&
           ids[0] == kvp_tok_bos(m->tok), "special token");
     kvp_free(ids);
 }
@@ -89,13 +79,13 @@ static void test_generate(const kvp_model_t *m)
 
     if (kvp_run_prompt(m, "The capital of France is", &prompt, &np) != KVP_OK ||
         kvp_run_create(m, &codec, 1, 64, np + 10, 0, &run) != KVP_OK) {
-        CHECK(0, "generation setup");
+        EXPECT(0, "generation setup");
         return;
     }
-    CHECK(kvp_run_generate(run, prompt, np, 10, out) == KVP_OK, "generate");
+    EXPECT(kvp_run_generate(run, prompt, np, 10, out) == KVP_OK, "generate");
     txt = ids_text(m, out, 10);
     printf("  The capital of France is%s\n", txt);
-    CHECK(strstr(txt, "Paris") != NULL, "greedy answer \"%s\"", txt);
+    EXPECT(strstr(txt, "Paris") != NULL, "greedy answer \"%s\"", txt);
     free(txt);
     kvp_run_destroy(run);
     kvp_free(prompt);
@@ -118,13 +108,13 @@ static void test_codecs(const kvp_model_t *m, const char *emma)
             lanes[nl++] = want[i];
         }
     }
-    CHECK(nl >= 3 && naive > 0, "fp16, naive2 and a 2-bit codec are available");
+    EXPECT(nl >= 3 && naive > 0, "fp16, naive2 and a 2-bit codec are available");
     if (kvp_tok_encode(m->tok, emma, strlen(emma), 0, &ids, &nids) != KVP_OK || nids < n ||
         kvp_run_create(m, lanes, nl, P, n, 0, &run) != KVP_OK) {
-        CHECK(0, "codec run setup");
+        EXPECT(0, "codec run setup");
         return;
     }
-    CHECK(kvp_run_ppl(run, ids, n) == KVP_OK, "ppl");
+    EXPECT(kvp_run_ppl(run, ids, n) == KVP_OK, "ppl");
     kvp_run_finish(run);
     for (uint32_t l = 0; l < nl; l++) {
         const kvp_lane_stat_t *s  = &run->stat[l];
@@ -135,11 +125,11 @@ static void test_codecs(const kvp_model_t *m, const char *emma)
 
         printf("  %-8s ppl %8.3f kl %.4f top1 %.3f bits %.3f\n", s->name, s->ppl, s->kl_mean,
                s->top1_agree, s->bits_per_elem);
-        CHECK(isfinite(s->ppl) && s->ppl > 1.0 && s->ppl < 1000.0, "%s ppl %g", s->name, s->ppl);
-        CHECK(fabs(s->bits_page - bits) < 1e-9, "%s bits %.6f want %.6f", s->name,
+        EXPECT(isfinite(s->ppl) && s->ppl > 1.0 && s->ppl < 1000.0, "%s ppl %g", s->name, s->ppl);
+        EXPECT(fabs(s->bits_page - bits) < 1e-9, "%s bits %.6f want %.6f", s->name,
               s->bits_page, bits);
         if (l > 0 && l != naive) {
-            CHECK(s->ppl < run->stat[naive].ppl && s->kl_mean < run->stat[naive].kl_mean,
+            EXPECT(s->ppl < run->stat[naive].ppl && s->kl_mean < run->stat[naive].kl_mean,
                   "%s does not beat naive2", s->name);
         }
     }
@@ -184,7 +174,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: cannot load %s\n", path);
         return 1;
     }
-    CHECK(m->cfg.layers == 30 && m->cfg.dim == 576 && m->cfg.kv_heads == 3 &&
+    EXPECT(m->cfg.layers == 30 && m->cfg.dim == 576 && m->cfg.kv_heads == 3 &&
           m->cfg.head_dim == 64 && m->cfg.vocab == 49152 && m->cls == m->tok_emb,
           "SmolLM2 shape");
     test_tokenizer(m, emma);
@@ -192,10 +182,5 @@ int main(int argc, char **argv)
     test_codecs(m, emma);
     kvp_model_free(m);
     free(emma);
-    if (failures) {
-        fprintf(stderr, "test_smollm2: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_smollm2: ok\n");
-    return 0;
+    return kvp_test_result("test_smollm2");
 }

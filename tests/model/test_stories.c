@@ -11,6 +11,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,17 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 static const char *published =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
@@ -66,16 +56,16 @@ static void test_greedy(const kvp_model_t *m)
     kvp_run_t     *run;
     kvp_status_t   st = kvp_run_create(m, lanes, 2, 128, 64, 0, &run);
 
-    CHECK(st == KVP_OK, "run create");
+    EXPECT(st == KVP_OK, "run create");
     if (st != KVP_OK) {
         return;
     }
     st = kvp_run_generate(run, &bos, 1, 48, out);
-    CHECK(st == KVP_OK, "generate: %s", kvp_status_str(st));
+    EXPECT(st == KVP_OK, "generate: %s", kvp_status_str(st));
     for (int l = 0; l < 2 && st == KVP_OK; l++) {
         char *txt = gen_text(m, out + l * 48, 48);
 
-        CHECK(strncmp(txt, published, strlen(published)) == 0, "%s lane wrote \"%s\"",
+        EXPECT(strncmp(txt, published, strlen(published)) == 0, "%s lane wrote \"%s\"",
               l ? "fp16" : "fp32", txt);
         free(txt);
     }
@@ -93,16 +83,16 @@ static void test_tokenizer(const kvp_model_t *m, const char *emma)
         kvp_status_t st = kvp_tok_encode(m->tok, cases[c], strlen(cases[c]), 1, &ids, &n);
         char        *txt;
 
-        CHECK(st == KVP_OK && n >= 1 && ids[0] == kvp_tok_bos(m->tok), "encode case %zu", c);
+        EXPECT(st == KVP_OK && n >= 1 && ids[0] == kvp_tok_bos(m->tok), "encode case %zu", c);
         if (st != KVP_OK) {
             continue;
         }
         if (c == 0) {
-            CHECK(n < strlen(cases[c]), "merges happened: %zu tokens for %zu bytes", n,
+            EXPECT(n < strlen(cases[c]), "merges happened: %zu tokens for %zu bytes", n,
                   strlen(cases[c]));
         }
         txt = gen_text(m, ids + 1, (uint32_t)n - 1);
-        CHECK(strcmp(txt, cases[c]) == 0, "round trip of case %zu: \"%.60s\"", c, txt);
+        EXPECT(strcmp(txt, cases[c]) == 0, "round trip of case %zu: \"%.60s\"", c, txt);
         free(txt);
         kvp_free(ids);
     }
@@ -125,14 +115,14 @@ static void test_codecs(const kvp_model_t *m, const uint32_t *ids, uint32_t n)
             lanes[nl++]    = (kvp_codec_id_t)c;
         }
     }
-    CHECK(naive != 0, "naive2 is available for stories260K");
+    EXPECT(naive != 0, "naive2 is available for stories260K");
     st = kvp_run_create(m, lanes, nl, P, n, 0, &run);
-    CHECK(st == KVP_OK, "run create: %s", kvp_status_str(st));
+    EXPECT(st == KVP_OK, "run create: %s", kvp_status_str(st));
     if (st != KVP_OK) {
         return;
     }
     st = kvp_run_ppl(run, ids, n);
-    CHECK(st == KVP_OK, "ppl: %s", kvp_status_str(st));
+    EXPECT(st == KVP_OK, "ppl: %s", kvp_status_str(st));
     kvp_run_finish(run);
     for (uint32_t l = 0; l < nl && st == KVP_OK; l++) {
         const kvp_lane_stat_t *s  = &run->stat[l];
@@ -143,22 +133,22 @@ static void test_codecs(const kvp_model_t *m, const uint32_t *ids, uint32_t n)
 
         printf("  %-8s ppl %8.3f kl %.4f top1 %.3f bits %.3f\n", s->name, s->ppl, s->kl_mean,
                s->top1_agree, s->bits_per_elem);
-        CHECK(isfinite(s->ppl) && s->ppl > 1.0 && isfinite(s->kl_mean) && s->kl_mean >= 0.0 &&
+        EXPECT(isfinite(s->ppl) && s->ppl > 1.0 && isfinite(s->kl_mean) && s->kl_mean >= 0.0 &&
               s->top1_agree >= 0.0 && s->top1_agree <= 1.0, "%s figures", s->name);
-        CHECK(s->n == n - 1, "%s scored %llu predictions", s->name, (unsigned long long)s->n);
-        CHECK(fabs(s->bits_page - want_bits) < 1e-9, "%s bits %.6f, pages say %.6f", s->name,
+        EXPECT(s->n == n - 1, "%s scored %llu predictions", s->name, (unsigned long long)s->n);
+        EXPECT(fabs(s->bits_page - want_bits) < 1e-9, "%s bits %.6f, pages say %.6f", s->name,
               s->bits_page, want_bits);
         if (l == 0) {
-            CHECK(s->kl_mean == 0.0 && s->top1_agree == 1.0, "reference lane agrees with itself");
+            EXPECT(s->kl_mean == 0.0 && s->top1_agree == 1.0, "reference lane agrees with itself");
         } else if (l != naive && naive != 0) {
             const kvp_lane_stat_t *nv = &run->stat[naive];
 
-            CHECK(s->ppl < nv->ppl && s->kl_mean < nv->kl_mean,
+            EXPECT(s->ppl < nv->ppl && s->kl_mean < nv->kl_mean,
                   "%s (ppl %.2f kl %.3f) does not beat naive2 (ppl %.2f kl %.3f)", s->name,
                   s->ppl, s->kl_mean, nv->ppl, nv->kl_mean);
         }
         if (l > 0) {
-            CHECK(s->kl_mean > 0.0, "%s changes the distribution at all", s->name);
+            EXPECT(s->kl_mean > 0.0, "%s changes the distribution at all", s->name);
         }
     }
     kvp_run_destroy(run);
@@ -181,23 +171,23 @@ static void test_pages(const kvp_model_t *m, const uint32_t *ids)
     if (st == KVP_OK) {
         st = kvp_run_create(m, &ref, 1, P, np, 0, &f);
     }
-    CHECK(st == KVP_OK, "runs: %s", kvp_status_str(st));
+    EXPECT(st == KVP_OK, "runs: %s", kvp_status_str(st));
     if (st != KVP_OK) {
         goto out;
     }
-    CHECK(kvp_run_feed(a, ids, np - 1) == KVP_OK && kvp_run_feed(f, ids, np - 1) == KVP_OK,
+    EXPECT(kvp_run_feed(a, ids, np - 1) == KVP_OK && kvp_run_feed(f, ids, np - 1) == KVP_OK,
           "feed");
     ca = a->cache[0];
-    CHECK(ca->sealed == 128 && ca->ntok == np - 1, "sealed %u of %u", ca->sealed, ca->ntok);
+    EXPECT(ca->sealed == 128 && ca->ntok == np - 1, "sealed %u of %u", ca->sealed, ca->ntok);
     /* page 1 of layer 2 decodes to exactly the rows attention read */
     {
         size_t   row = ca->row, i = 1 * ca->p.layers + 2;
         float   *k   = malloc(P * row * sizeof(float)), *v = malloc(P * row * sizeof(float));
         uint32_t diff = 0;
 
-        CHECK(kvp_page_decode(ca->pages[i], ca->page_lens[i], KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, k,
+        EXPECT(kvp_page_decode(ca->pages[i], ca->page_lens[i], KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, k,
                               v, NULL) == KVP_OK, "decode kept page");
-        CHECK(memcmp(k, kvp_kvc_k(ca, 2) + (size_t)P * row, P * row * sizeof(float)) == 0 &&
+        EXPECT(memcmp(k, kvp_kvc_k(ca, 2) + (size_t)P * row, P * row * sizeof(float)) == 0 &&
               memcmp(v, kvp_kvc_v(ca, 2) + (size_t)P * row, P * row * sizeof(float)) == 0,
               "sealed rows are the decoded page");
         /* layer 0 K/V depend only on the token and position, so they can be compared with the
@@ -205,11 +195,11 @@ static void test_pages(const kvp_model_t *m, const uint32_t *ids)
         for (size_t j = 0; j < P * row; j++) {
             diff += kvp_kvc_k(ca, 0)[P * row + j] != kvp_kvc_k(f->cache[0], 0)[P * row + j];
         }
-        CHECK(diff > P * row / 2, "sealed rows are quantized (%u of %zu differ)", diff, P * row);
+        EXPECT(diff > P * row / 2, "sealed rows are quantized (%u of %zu differ)", diff, P * row);
         for (size_t j = 0; j < row; j++) {
             float x = kvp_kvc_v(f->cache[0], 0)[140 * row + j];
 
-            CHECK(kvp_kvc_v(ca, 0)[140 * row + j] == kvp_f16_to_f32(kvp_f32_to_f16(x)),
+            EXPECT(kvp_kvc_v(ca, 0)[140 * row + j] == kvp_f16_to_f32(kvp_f32_to_f16(x)),
                   "tail row %zu is fp16", j);
         }
         free(k);
@@ -217,7 +207,7 @@ static void test_pages(const kvp_model_t *m, const uint32_t *ids)
     }
     /* restore into a fresh run, then both continue */
     st = kvp_kvc_tail_pack(ca, &tail, &tail_len, &n_tail);
-    CHECK(st == KVP_OK && n_tail == m->cfg.layers, "tail pack");
+    EXPECT(st == KVP_OK && n_tail == m->cfg.layers, "tail pack");
     st = kvp_run_create(m, &codec, 1, P, np + steps, 0, &b);
     if (st == KVP_OK) {
         uint32_t n_pages = ca->sealed / P * ca->p.layers;
@@ -228,7 +218,7 @@ static void test_pages(const kvp_model_t *m, const uint32_t *ids)
         ca->pages[3][100] ^= 0x10;
         st = kvp_kvc_restore(b->cache[0], ids, np - 1, (const uint8_t *const *)ca->pages,
                              ca->page_lens, n_pages, tail, tail_len, n_tail);
-        CHECK(st == KVP_ERR_CORRUPT, "corrupt page gives %s", kvp_status_name(st));
+        EXPECT(st == KVP_ERR_CORRUPT, "corrupt page gives %s", kvp_status_name(st));
         ca->pages[3][100] = save;
         kvp_run_destroy(b);
         b  = NULL;
@@ -237,12 +227,12 @@ static void test_pages(const kvp_model_t *m, const uint32_t *ids)
             st = kvp_kvc_restore(b->cache[0], ids, np - 1, (const uint8_t *const *)ca->pages,
                                  ca->page_lens, n_pages, tail, tail_len, n_tail);
         }
-        CHECK(st == KVP_OK, "restore: %s", kvp_status_name(st));
+        EXPECT(st == KVP_OK, "restore: %s", kvp_status_name(st));
     }
     if (st == KVP_OK) {
-        CHECK(kvp_run_generate(a, ids + np - 1, 1, steps, outa) == KVP_OK &&
+        EXPECT(kvp_run_generate(a, ids + np - 1, 1, steps, outa) == KVP_OK &&
               kvp_run_generate(b, ids + np - 1, 1, steps, outb) == KVP_OK, "generate");
-        CHECK(memcmp(outa, outb, sizeof(outa)) == 0, "restored session decodes identically");
+        EXPECT(memcmp(outa, outb, sizeof(outa)) == 0, "restored session decodes identically");
     }
 out:
     kvp_free(tail);
@@ -261,16 +251,16 @@ static void test_kvd(const kvp_model_t *m, const uint32_t *ids)
 
     snprintf(path, sizeof(path), "/tmp/kvp_test_stories_%d.kvd", (int)getpid());
     memset(&kv, 0, sizeof(kv));
-    CHECK(kvp_run_dump_kvd(m, ids, n, path) == KVP_OK, "dump");
-    CHECK(kvp_kvd_read(path, &kv) == KVP_OK, "read back");
-    CHECK(kv.layers == m->cfg.layers && kv.tokens == n && kv.heads == m->cfg.kv_heads &&
+    EXPECT(kvp_run_dump_kvd(m, ids, n, path) == KVP_OK, "dump");
+    EXPECT(kvp_kvd_read(path, &kv) == KVP_OK, "read back");
+    EXPECT(kv.layers == m->cfg.layers && kv.tokens == n && kv.heads == m->cfg.kv_heads &&
           kv.head_dim == m->cfg.head_dim, "kvd header");
     if (kv.k != NULL && kvp_run_create(m, &ref, 1, 1, n, 0, &f) == KVP_OK) {
         size_t per = (size_t)n * kv.heads * kv.head_dim;
 
         kvp_run_feed(f, ids, n);
         for (uint32_t l = 0; l < kv.layers; l++) {
-            CHECK(memcmp(kv.k + l * per, kvp_kvc_k(f->cache[0], l), per * sizeof(float)) == 0 &&
+            EXPECT(memcmp(kv.k + l * per, kvp_kvc_k(f->cache[0], l), per * sizeof(float)) == 0 &&
                   memcmp(kv.v + l * per, kvp_kvc_v(f->cache[0], l), per * sizeof(float)) == 0,
                   "layer %u of the dump equals the fp32 cache", l);
         }
@@ -313,14 +303,9 @@ int main(int argc, char **argv)
         test_kvd(m, ids);
         kvp_free(ids);
     } else {
-        CHECK(0, "emma excerpt tokenizes to >= 512 tokens");
+        EXPECT(0, "emma excerpt tokenizes to >= 512 tokens");
     }
     free(emma);
     kvp_model_free(m);
-    if (failures) {
-        fprintf(stderr, "test_stories: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_stories: ok\n");
-    return 0;
+    return kvp_test_result("test_stories");
 }
