@@ -490,6 +490,7 @@ typedef struct {
     int                      have_ref;
     uint32_t                 tail_heads, tail_dim; /* of the fp16 tail; 0 when none */
     size_t                   page_len; /* sizes the requests; 0 until known */
+    size_t                   req_bytes; /* page bytes per GET_PAGES */
 } get_ctx_t;
 
 static const char *codec_str(uint32_t codec)
@@ -606,7 +607,7 @@ static kvp_status_t get_issue(get_ctx_t *g, uint32_t first, uint32_t end, get_re
         c1  = c0 + g->c->max_keys;
         end = c1 * d->layers;
     }
-    want = g->page_len ? (uint64_t)(end - first) * g->page_len : g->c->batch_bytes;
+    want = g->page_len ? (uint64_t)(end - first) * g->page_len : g->req_bytes;
     memset(&req, 0, sizeof(req));
     req.op        = KVP_WIRE_OP_GET_PAGES;
     req.ns        = g->ns;
@@ -699,8 +700,10 @@ static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
     return s;
 }
 
-/* Fetch every page of the record with up to max_inflight GET_PAGES in flight. Until the page
- * size is known (no expectation given) one chunk is fetched alone to learn it. */
+/* Fetch every page of the record with up to max_inflight GET_PAGES of batch_bytes/max_inflight
+ * page bytes each in flight. Until the page size is known (no expectation given) one chunk is
+ * fetched alone to learn it. Short replies (node header or byte limits) are asked again for the
+ * rest of their range. */
 static kvp_status_t get_pages(get_ctx_t *g)
 {
     kvp_client_h c     = g->c;
@@ -711,7 +714,7 @@ static kvp_status_t get_pages(get_ctx_t *g)
 
     while (s == KVP_OK && (next < total || nrem > 0 || count > 0)) {
         uint32_t room = g->page_len ? c->max_inflight : 1;
-        uint32_t per  = g->page_len ? (uint32_t)(c->batch_bytes / g->page_len)
+        uint32_t per  = g->page_len ? (uint32_t)(g->req_bytes / g->page_len)
                                     : g->sp->pub.desc.layers;
 
         per = per < 1 ? 1 : (per > c->max_pages ? c->max_pages : per);
@@ -813,6 +816,9 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     g.sp       = sp;
     g.expect   = expect;
     g.page_len = expect != NULL ? kvp_page_max_bytes(expect) : 0;
+    /* batch_bytes in flight, split over max_inflight requests: the same footprint as one batch
+     * (measured: 4 x 1 MiB beats 4 x 4 MiB on the shared VM, cache-bound), latency hidden */
+    g.req_bytes = client->batch_bytes / client->max_inflight;
     if (expect != NULL && sp->pub.desc.page_tokens != expect->page_tokens) {
         KVP_LOG_ERROR(MOD, "session %s has P %u; the caller expects %u", sid,
                       sp->pub.desc.page_tokens, expect->page_tokens);

@@ -33,8 +33,11 @@ typedef struct kvp_client_params {
     uint64_t    field_mask;   /* MUST be first */
     const char *server;       /* "host:port" of the node (borrowed) */
     uint32_t    timeout_ms;   /* per-request deadline; default 10000 */
-    size_t      batch_bytes;  /* page bytes per PUT_PAGES / GET_PAGES message; default 4 MiB */
-    uint32_t    max_inflight; /* PUT_PAGES messages in flight at once, 1..8; default 4 */
+    size_t      batch_bytes;  /* page bytes per PUT_PAGES message, and in flight per get
+                               * (max_inflight GET_PAGES of batch_bytes / max_inflight each);
+                               * default 4 MiB */
+    uint32_t    max_inflight; /* PUT_PAGES / GET_PAGES messages in flight at once, 1..8;
+                               * default 4 */
 } kvp_client_params_t;
 
 /* Node statistics as reported by STAT. */
