@@ -8,6 +8,7 @@
 #include "kvpack/codec.h"
 #include "kvpack/kvpack.h"
 #include "kvpack/page.h"
+#include "check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,24 +20,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define CHECK(c)                                                                   \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);           \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-#define CHECK_ST(expr, want)                                                       \
-    do {                                                                           \
-        kvp_status_t _s = (expr);                                                  \
-        if (_s != (want)) {                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s = %s, want %s\n", __FILE__, __LINE__,  \
-                    #expr, kvp_status_name(_s), kvp_status_name(want));            \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
 
 typedef struct {
     pid_t    pid;

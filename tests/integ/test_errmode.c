@@ -3,20 +3,11 @@
  * KVP_XFER_PARAM_PEER_ERRORS wins over the environment. */
 #include "kvpack/log.h"
 #include "kvpack/xfer.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK_ST(expr, want)                                                       \
-    do {                                                                           \
-        kvp_status_t _s = (expr);                                                  \
-        if (_s != (want)) {                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s = %s, want %s\n", __FILE__, __LINE__,  \
-                    #expr, kvp_status_name(_s), kvp_status_name(want));            \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
 
 static kvp_status_t create_with(const char *env, int explicit_mode, int peer_errors)
 {

@@ -9,38 +9,11 @@
 #include "kvpack/codec.h"
 #include "kvpack/page.h"
 #include "kvpack/store.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(_cond)                                                                       \
-    do {                                                                                   \
-        if (!(_cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #_cond);      \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-#define CHECK_OK(_expr)                                                                    \
-    do {                                                                                   \
-        kvp_status_t _s = (_expr);                                                         \
-        if (_s != KVP_OK) {                                                                \
-            fprintf(stderr, "%s:%d: %s returned %s\n", __FILE__, __LINE__, #_expr,         \
-                    kvp_status_name(_s));                                                  \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-#define CHECK_ST(_expr, _want)                                                             \
-    do {                                                                                   \
-        kvp_status_t _s = (_expr);                                                         \
-        if (_s != (_want)) {                                                               \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s\n", __FILE__, __LINE__,    \
-                    #_expr, kvp_status_name(_s), kvp_status_name(_want));                  \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* Geometry of test sessions. */
 typedef struct {
