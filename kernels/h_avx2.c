@@ -240,6 +240,12 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
                 const float *x = tile + (size_t)(t - s0) * D;
                 __m256       n = _mm256_set1_ps(norms != NULL ? norms[t] : 1.0f);
 
+                if (t + 4 < T) { /* own the output lines before they are written */
+                    for (uint32_t i = 0; i < D; i += 32) {
+                        __builtin_prefetch(dst + (size_t)(t + 4) * stride + i, 1, 3);
+                    }
+                }
+
                 if (D == 128) { /* in registers */
                     __m256 r[16];
 
@@ -288,6 +294,12 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
             __m256         v[16];
             __m128         s4, z4;
             uint64_t       w8;
+
+            if (r + 8 < rows) { /* own the output lines before they are written */
+                for (int i = 0; i < 4; i++) {
+                    __builtin_prefetch(dst + (r + 8) * D + 32 * i, 1, 3);
+                }
+            }
 
             memcpy(&w8, scale + 8 * r, 8);
             s4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)w8));

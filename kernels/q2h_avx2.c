@@ -718,6 +718,12 @@ void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8
                 uint16_t *row = dst + (size_t)t * stride;
                 uint32_t  qi = (t - s0) / 4, j = (t - s0) % 4;
 
+                if (t + 4 < T) { /* own the output lines before they are written */
+                    for (uint32_t i = 0; i < D; i += 32) {
+                        __builtin_prefetch(row + 4 * stride + i, 1, 3);
+                    }
+                }
+
                 for (uint32_t b = 0; b < nblk; b++) {
                     _mm256_storeu_si256((__m256i *)(void *)(row + 16 * b), sel16(cq[b][qi], (int)j, val[b]));
                 }
@@ -784,6 +790,11 @@ void kvp_q2h_tok_decode(const uint8_t *codes, const uint8_t *scale, const uint8_
             __m256i  lo, hi;
 
             group_lut(w, &lo, &hi);
+            if (g0 + 16 + j < ngr) { /* own the output lines before they are written */
+                for (uint32_t i = 0; i < G; i += 32) {
+                    __builtin_prefetch(dst + (g0 + 16 + j) * G + i, 1, 3);
+                }
+            }
             for (uint32_t i = 0; i < G; i += 32) {
                 lut_row32(codes + (g0 + j) * G / 4 + i / 4, lo, hi, dst + (g0 + j) * G + i);
             }
