@@ -1,12 +1,8 @@
-/* kvarn_avx2.c - AVX2 KVarN pieces: VarN with one fused pass over the tile per iteration, the
- * per-row RTN with reciprocal scales, and the fp16 tile builders of the fp16 encode path.
- * VarN tracks E = exp(L) (exp(clamp(L + ln sd)) = clamp(E * sd) with the bounds exponentiated)
- * and takes std from sums and sums of squares (var = (s2 - s1^2/n) / (n-1)), so statistics are
- * mat-vec products: row r of the current matrix X*ic*ir has std ir_r * std(X_r . ic), column c
- * has ic_c * std over r of X_rc * ir_r. A row block's stds set its new ir, and the same rows,
- * still in L1, add their X_rc*ir_r terms to the column sums: one pass per iteration. Results
- * differ from q2_ref.c by rounding (documented tolerance); the selection rule (best imbalance,
- * later ties win) and every clamp are the reference's. */
+/* kvarn_avx2.c - AVX2 KVarN: VarN with one fused pass per iteration (exp-domain scales, std from
+ * sums and sums of squares: a row block's stds set its new row scales, and the same rows, still
+ * in L1, add their terms to the column sums), the per-row RTN with reciprocal products, and the
+ * fp16 tile builders. Differs from q2_ref.c by rounding only (documented tolerance); the
+ * selection rule (best imbalance, later ties win) and every clamp are the reference's. */
 #include "codec_ops.h"
 #include "q2_int.h"
 #include "q2h_int.h"

@@ -1,10 +1,8 @@
-/* q2_avx2.c - AVX2+F16C twin of the 2-bit primitives (kvp_q2_avx2), compiled with
- * ${KVP_AVX2_FLAGS} and -ffp-contract=off, selected at run time (codec_dispatch.c).
- * Bit-exact with q2_ref.c for the group quantizers, Hadamard rows, OScaR norm and the KVarN
- * dequant (same operations in the same order: mul then add, IEEE div, round-half-even, the
- * first of equal min/max values). KVarN's VarN and row RTN (kvarn_avx2.c) are the deliberate
- * difference: exp-domain scales, sums-of-squares statistics and reciprocal products, within the
- * documented tolerance. Shapes the twin does not vectorise (D % 8 != 0) use the reference. */
+/* q2_avx2.c - AVX2+F16C twin of the 2-bit fp32 primitives (kvp_q2_avx2), built with
+ * ${KVP_AVX2_FLAGS} -ffp-contract=off, picked at run time (codec_dispatch.c). Bit-exact with
+ * q2_ref.c (same operations in the same order, the first of equal min/max values) except KVarN's
+ * VarN and RTN (kvarn_avx2.c, documented tolerance). Shapes it does not vectorise (D % 8 != 0)
+ * use the reference. */
 #include "codec_ops.h"
 #include "quant_hd.h"
 #include "q2_int.h"
