@@ -56,24 +56,24 @@ static void run(kvp_codec_id_t c, const char *impl, uint32_t H, uint32_t D, uint
     gen(rng, k, T, H, D, 1);
     gen(rng, v, T, H, D, 0);
     st = tk_roundtrip(&p, k, v, T, KVP_FRAME_ORIGINAL, kh, vh, &page, &len);
-    CHECK(st == KVP_OK, "%s/%s H %u D %u P %u T %u: %s", kvp_codec_name(c), impl, H, D, P, T,
+    EXPECT(st == KVP_OK, "%s/%s H %u D %u P %u T %u: %s", kvp_codec_name(c), impl, H, D, P, T,
           kvp_status_name(st));
     if (st != KVP_OK) {
         goto out;
     }
     ek = tk_rel(kh, k, n);
     ev = tk_rel(vh, v, n);
-    CHECK(ek < budget(c) && ev < budget(c), "%s/%s H %u D %u T %u: rel err K %.4f V %.4f",
+    EXPECT(ek < budget(c) && ev < budget(c), "%s/%s H %u D %u T %u: rel err K %.4f V %.4f",
           kvp_codec_name(c), impl, H, D, T, ek, ev);
-    CHECK(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ROTATED, kr, vr, &info) == KVP_OK,
+    EXPECT(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ROTATED, kr, vr, &info) == KVP_OK,
           "rotated decode");
-    CHECK(kvp_page_token_norms(page, len, norms) == KVP_OK, "norms");
-    CHECK(info.valid == T && info.capacity == P && info.heads == H && info.head_dim == D &&
+    EXPECT(kvp_page_token_norms(page, len, norms) == KVP_OK, "norms");
+    EXPECT(info.valid == T && info.capacity == P && info.heads == H && info.head_dim == D &&
               info.layer == 3 && info.first_pos == 1024 && info.chunk_key.lo == 0x1234 &&
               info.chunk_key.hi == 0x5678, "header fields");
-    CHECK(((info.flags & KVP_PAGE_F_PARTIAL) != 0) == (T < P), "partial flag");
-    CHECK(((info.flags & KVP_PAGE_F_K_ROTATED) != 0) == rot, "K rotated flag");
-    CHECK(((info.flags & KVP_PAGE_F_V_ROTATED) != 0) == (rot && !(flags & KVP_PAGE_F_V_PREROT)),
+    EXPECT(((info.flags & KVP_PAGE_F_PARTIAL) != 0) == (T < P), "partial flag");
+    EXPECT(((info.flags & KVP_PAGE_F_K_ROTATED) != 0) == rot, "K rotated flag");
+    EXPECT(((info.flags & KVP_PAGE_F_V_ROTATED) != 0) == (rot && !(flags & KVP_PAGE_F_V_PREROT)),
           "V rotated flag 0x%x", info.flags);
     if (c == KVP_CODEC_OSCAR) {
         for (uint32_t t = 0; t < T; t++) {
@@ -89,15 +89,15 @@ static void run(kvp_codec_id_t c, const char *impl, uint32_t H, uint32_t D, uint
         }
     } else {
         for (uint32_t t = 0; t < T; t++) {
-            CHECK(norms[t] == 1.0f, "norm of a non-oscar page");
+            EXPECT(norms[t] == 1.0f, "norm of a non-oscar page");
         }
     }
-    CHECK(tk_rel(kr, kh, n) < 1e-5 && tk_rel(vr, vh, n) < 1e-5,
+    EXPECT(tk_rel(kr, kh, n) < 1e-5 && tk_rel(vr, vh, n) < 1e-5,
           "%s: ROTATED frame + inverse != ORIGINAL (K %.3g V %.3g)", kvp_codec_name(c),
           tk_rel(kr, kh, n), tk_rel(vr, vh, n));
     /* a flipped payload byte must fail the CRC */
     page[len - 1] ^= 0x40;
-    CHECK(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) ==
+    EXPECT(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) ==
               KVP_ERR_CORRUPT, "corrupt page decoded");
 out:
     free(page); free(k); free(v); free(kh); free(vh); free(kr); free(vr); free(norms);
@@ -116,7 +116,7 @@ static void bits(void)
         double            b = (double)(kvp_page_max_bytes(&p) - KVP_PAGE_HDR_BYTES) * 8 /
                               (2.0 * 8 * 128 * 128);
 
-        CHECK(fabs(b - w[i].want) < 1e-9, "%s bits %.4f want %.4f", kvp_codec_name(w[i].c), b,
+        EXPECT(fabs(b - w[i].want) < 1e-9, "%s bits %.4f want %.4f", kvp_codec_name(w[i].c), b,
               w[i].want);
     }
 }
@@ -139,5 +139,5 @@ int main(void)
             run((kvp_codec_id_t)c, impls[ii], 1, 16, 16, 5, 0, &rng);
         }
     }
-    TK_DONE();
+    return kvp_test_result("test_codecs");
 }

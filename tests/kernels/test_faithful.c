@@ -198,7 +198,7 @@ static size_t compare(const char *what, const float *a, const float *b, size_t n
     for (size_t i = 0; i < n; i++) rms += (double)b[i] * b[i];
     rms = sqrt(rms / n);
     for (size_t i = 0; i < n; i++) bad += fabs((double)a[i] - b[i]) > 1e-3 * rms;
-    CHECK(bad <= max_frac * n, "%s: %zu of %zu elements differ from the formulas", what, bad, n);
+    EXPECT(bad <= max_frac * n, "%s: %zu of %zu elements differ from the formulas", what, bad, n);
     return bad;
 }
 
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
         for (uint32_t t0 = 0; t0 < T; t0 += P) { /* pages of P tokens */
             size_t off = (size_t)t0 * H * D, m = (size_t)P * H * D;
 
-            CHECK(tk_roundtrip(&(kvp_page_params_t){.codec = c, .heads = H, .head_dim = D, .page_tokens = P},
+            EXPECT(tk_roundtrip(&(kvp_page_params_t){.codec = c, .heads = H, .head_dim = D, .page_tokens = P},
                                k + off, v + off, P, rot ? KVP_FRAME_ROTATED : KVP_FRAME_ORIGINAL,
                                ka + off, va + off, NULL, NULL) == KVP_OK, "encode %s", kvp_codec_name(c));
             model(c, k + off, v + off, P, H, D, rot, km + off, vm + off);
@@ -243,16 +243,16 @@ int main(int argc, char **argv)
             uint32_t hdr[6] = {0x3144564Bu, 1, 1, T, H, D};
             float   *dq = malloc(2 * n * 4 + 24);
 
-            CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+            EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
             snprintf(in, sizeof(in), "%s/in.kvd", dir);
             snprintf(out, sizeof(out), "%s/out.kvd", dir);
             f = fopen(in, "wb");
             fwrite(hdr, 4, 6, f); fwrite(k, 4, n, f); fwrite(v, 4, n, f); fclose(f);
             snprintf(cmd, sizeof(cmd), "KVPACK_CODEC_IMPL=ref %s eval --input %s --codec %s --page-tokens %u "
                      "--queries 4 --dequant-out %s > /dev/null", argv[1], in, kvp_codec_name(c), P, out);
-            CHECK(system(cmd) == 0, "%s failed", cmd);
+            EXPECT(system(cmd) == 0, "%s failed", cmd);
             f = fopen(out, "rb");
-            CHECK(f != NULL && fread(dq, 1, 2 * n * 4 + 24, f) == 2 * n * 4 + 24, "read %s", out);
+            EXPECT(f != NULL && fread(dq, 1, 2 * n * 4 + 24, f) == 2 * n * 4 + 24, "read %s", out);
             if (f) fclose(f);
             for (uint32_t t0 = 0; t0 < T; t0 += P) {
                 size_t off = (size_t)t0 * H * D;
@@ -262,12 +262,12 @@ int main(int argc, char **argv)
             compare(what, dq + 6, km, n, rot ? 0.05 : 1e-3); /* one flipped code spreads over D */
             snprintf(what, sizeof(what), "dequant-out %s V", kvp_codec_name(c));
             compare(what, dq + 6 + n, vm, n, rot ? 0.05 : 1e-3);
-            CHECK(tk_rel(dq + 6, km, n) < 1e-2 && tk_rel(dq + 6 + n, vm, n) < 1e-2,
+            EXPECT(tk_rel(dq + 6, km, n) < 1e-2 && tk_rel(dq + 6 + n, vm, n) < 1e-2,
                   "dequant-out %s far from the formulas", kvp_codec_name(c));
             unlink(in); unlink(out); rmdir(dir);
             free(dq);
         }
     }
     free(k); free(v); free(ka); free(va); free(km); free(vm);
-    TK_DONE();
+    return kvp_test_result("test_faithful");
 }

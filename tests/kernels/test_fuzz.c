@@ -47,7 +47,7 @@ int main(int argc, char **argv)
         p.flags       = (tk_next(&rng) & 1) ? KVP_PAGE_F_V_PREROT : 0;
         p.kvarn_iters = tk_range(&rng, 0, 12);
         if (kvp_codec_check(&p) != KVP_OK) {
-            CHECK(kvp_page_max_bytes(&p) == 0, "unsupported geometry has a size");
+            EXPECT(kvp_page_max_bytes(&p) == 0, "unsupported geometry has a size");
             refused++;
             continue;
         }
@@ -82,16 +82,16 @@ int main(int argc, char **argv)
                 for (size_t i = 0; i < n; i++) {
                     mx = fmaxf(mx, fmaxf(fabsf(k[i]), fabsf(v[i])));
                 }
-                CHECK(mx * sqrtf((float)D) > 65504.0f || mx > 30000.0f, "%s refused max %g", kvp_codec_name(c), mx);
+                EXPECT(mx * sqrtf((float)D) > 65504.0f || mx > 30000.0f, "%s refused max %g", kvp_codec_name(c), mx);
                 continue;
             }
-            CHECK(st == KVP_OK, "%s/%s H %u D %u P %u T %u kind %d: encode %s", kvp_codec_name(c),
+            EXPECT(st == KVP_OK, "%s/%s H %u D %u P %u T %u kind %d: encode %s", kvp_codec_name(c),
                   impls[ii], H, D, P, T, kind, kvp_status_name(st));
             if (st != KVP_OK) {
                 continue;
             }
             st = kvp_page_decode(page, len, KVP_DTYPE_F32, (kvp_frame_t)(it & 1), kh, vh, NULL);
-            CHECK(st == KVP_OK, "decode %s", kvp_status_name(st));
+            EXPECT(st == KVP_OK, "decode %s", kvp_status_name(st));
             st = kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL);
             ek = tk_rel(kh, k, n);
             ev = tk_rel(vh, v, n);
@@ -99,20 +99,20 @@ int main(int argc, char **argv)
              * column scales that amplify the row step; test_faithful shows the formulas do the
              * same, so only finiteness and a loose bound are required of it here. */
             lim = c == KVP_CODEC_KVARN ? 50.0 : 2.5;
-            CHECK(st == KVP_OK && ek == ek && ev == ev && ek < lim && ev < lim,
+            EXPECT(st == KVP_OK && ek == ek && ev == ev && ek < lim && ev < lim,
                   "%s/%s H %u D %u P %u T %u kind %d/%d flags %u: rel err %g %g", kvp_codec_name(c),
                   impls[ii], H, D, P, T, kind, vkind, p.flags, ek, ev);
             if (kind == 1 && c != KVP_CODEC_OSCAR && c != KVP_CODEC_KVARN) {
-                CHECK(kh[n - 1] == kvp_f16_to_f32(kvp_f32_to_f16(k[n - 1])),
+                EXPECT(kh[n - 1] == kvp_f16_to_f32(kvp_f32_to_f16(k[n - 1])),
                       "%s constant group not exact: %g vs %g", kvp_codec_name(c), kh[n - 1], k[n - 1]);
             }
             page[tk_range(&rng, 0, (uint32_t)len - 1)] ^= (uint8_t)(1u << tk_range(&rng, 0, 7));
-            CHECK(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) != KVP_OK,
+            EXPECT(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) != KVP_OK,
                   "corrupted page decoded");
             done++;
         }
         free(k); free(v); free(kh); free(vh); free(k16); free(v16); free(page);
     }
     printf("%d round trips, %d geometries refused\n", done, refused);
-    TK_DONE();
+    return kvp_test_result("test_fuzz");
 }

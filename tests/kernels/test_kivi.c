@@ -34,7 +34,7 @@ static void check_bounds(const char *what, uint32_t G, uint32_t H, uint32_t D, u
                 for (uint32_t t = t0; t < t1; t++) {
                     size_t i = ((size_t)t * H + h) * D + d;
                     if (!(fabs((double)kh[i] - k[i]) <= kivi_bound(mn, mx)) && bad++ < 5) {
-                        CHECK(0, "%s K t %u h %u d %u: %g vs %g (range %g..%g)", what, t, h, d,
+                        EXPECT(0, "%s K t %u h %u d %u: %g vs %g (range %g..%g)", what, t, h, d,
                               kh[i], k[i], mn, mx);
                     }
                 }
@@ -52,7 +52,7 @@ static void check_bounds(const char *what, uint32_t G, uint32_t H, uint32_t D, u
             for (uint32_t i = g0; i < g0 + gv; i++) {
                 if (!(fabs((double)vh[r * D + i] - v[r * D + i]) <= kivi_bound(mn, mx)) &&
                     bad++ < 5) {
-                    CHECK(0, "%s V row %zu ch %u: %g vs %g", what, r, i, vh[r * D + i],
+                    EXPECT(0, "%s V row %zu ch %u: %g vs %g", what, r, i, vh[r * D + i],
                           v[r * D + i]);
                 }
             }
@@ -81,11 +81,11 @@ static void run_case(const char *what, kvp_codec_id_t c, uint32_t H, uint32_t D,
         }
     }
     st = tk_roundtrip(&p, k, v, T, KVP_FRAME_ORIGINAL, kh, vh, NULL, NULL);
-    CHECK(st == KVP_OK, "%s: round trip status %s", what, kvp_status_name(st));
+    EXPECT(st == KVP_OK, "%s: round trip status %s", what, kvp_status_name(st));
     if (st == KVP_OK) {
         check_bounds(what, G, H, D, T, k, v, kh, vh);
         if (kind == 1) {
-            CHECK(kh[0] == 3.25f && vh[n - 1] == -7.0f, "%s: constant group not exact", what);
+            EXPECT(kh[0] == 3.25f && vh[n - 1] == -7.0f, "%s: constant group not exact", what);
         }
     }
     free(k); free(v); free(kh); free(vh);
@@ -104,29 +104,29 @@ static void run_reject(kvp_codec_id_t c)
 
     for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
         k[n / 2] = bad[b];
-        CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, &len) ==
+        EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, &len) ==
                   KVP_ERR_BAD_INPUT_DATA, "value %g in K accepted", bad[b]);
         k[n / 2] = 0;
         v[n - 1] = bad[b];
-        CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, &len) ==
+        EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, &len) ==
                   KVP_ERR_BAD_INPUT_DATA, "value %g in V accepted", bad[b]);
         v[n - 1] = 0;
     }
     h16[5] = 0x7E00; /* fp16 NaN */
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F16, h16, h16 + 0, T, page, cap, &len) ==
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F16, h16, h16 + 0, T, page, cap, &len) ==
               KVP_ERR_BAD_INPUT_DATA, "fp16 NaN accepted");
     h16[5] = 0x7C00; /* fp16 Inf */
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F16, h16, h16, T, page, cap, &len) ==
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F16, h16, h16, T, page, cap, &len) ==
               KVP_ERR_BAD_INPUT_DATA, "fp16 Inf accepted");
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, 0, page, cap, &len) == KVP_ERR_INVALID,
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, 0, page, cap, &len) == KVP_ERR_INVALID,
           "ntok 0 accepted");
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T + 1, page, cap, &len) == KVP_ERR_INVALID,
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T + 1, page, cap, &len) == KVP_ERR_INVALID,
           "ntok > P accepted");
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap - 1, &len) == KVP_ERR_TOO_LARGE,
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap - 1, &len) == KVP_ERR_TOO_LARGE,
           "short output accepted");
     p.head_dim = c == KVP_CODEC_KIVI ? 48 : 192; /* not a multiple of the group */
-    CHECK(kvp_codec_check(&p) == KVP_ERR_UNSUPPORTED, "D %u accepted", p.head_dim);
-    CHECK(kvp_page_max_bytes(&p) == 0, "D %u has a size", p.head_dim);
+    EXPECT(kvp_codec_check(&p) == KVP_ERR_UNSUPPORTED, "D %u accepted", p.head_dim);
+    EXPECT(kvp_page_max_bytes(&p) == 0, "D %u has a size", p.head_dim);
     free(k); free(v); free(page); free(h16);
 }
 
@@ -148,15 +148,15 @@ static void run_f16(kvp_codec_id_t c, tk_rng_t *rng)
     }
     cap  = kvp_page_max_bytes(&p);
     page = malloc(cap);
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F16, k16, v16, T, page, cap, &len) == KVP_OK, "f16 encode");
-    CHECK(kvp_page_decode(page, len, KVP_DTYPE_F16, KVP_FRAME_ORIGINAL, ko, vo, &info) == KVP_OK,
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F16, k16, v16, T, page, cap, &len) == KVP_OK, "f16 encode");
+    EXPECT(kvp_page_decode(page, len, KVP_DTYPE_F16, KVP_FRAME_ORIGINAL, ko, vo, &info) == KVP_OK,
           "f16 decode");
-    CHECK(info.valid == T && info.capacity == P && (info.flags & KVP_PAGE_F_PARTIAL), "info");
-    CHECK(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) == KVP_OK,
+    EXPECT(info.valid == T && info.capacity == P && (info.flags & KVP_PAGE_F_PARTIAL), "info");
+    EXPECT(kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, kh, vh, NULL) == KVP_OK,
           "f32 decode");
     for (size_t i = 0; i < n; i++) {
         if (ko[i] != kvp_f32_to_f16(kh[i]) || vo[i] != kvp_f32_to_f16(vh[i])) {
-            CHECK(0, "fp16 output %zu differs from rounded fp32 output", i);
+            EXPECT(0, "fp16 output %zu differs from rounded fp32 output", i);
             break;
         }
     }
@@ -177,7 +177,7 @@ int main(void)
             tk_rng_t rng = {42 + ci};
             char     what[64];
 
-            CHECK(kvp_codec_set_impl(c, impls[ii]) == KVP_OK, "set impl %s", impls[ii]);
+            EXPECT(kvp_codec_set_impl(c, impls[ii]) == KVP_OK, "set impl %s", impls[ii]);
             for (int kind = 0; kind < 5; kind++) {
                 snprintf(what, sizeof(what), "%s/%s kind %d", kvp_codec_name(c), impls[ii], kind);
                 run_case(what, c, 8, 128, 128, 128, &rng, kind);
@@ -189,5 +189,5 @@ int main(void)
             run_f16(c, &rng);
         }
     }
-    TK_DONE();
+    return kvp_test_result("test_kivi");
 }

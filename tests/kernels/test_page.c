@@ -20,7 +20,7 @@ static uint8_t *good_page(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, 
         k[i] = tk_gauss(&rng);
         v[i] = tk_gauss(&rng);
     }
-    CHECK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, len_p) == KVP_OK, "encode");
+    EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, len_p) == KVP_OK, "encode");
     free(k);
     free(v);
     return page;
@@ -49,8 +49,8 @@ static void mutations(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint
     uint8_t *page = malloc(len + PAD);
     float   *buf  = malloc((size_t)P * H * D * 4 + 64);
 
-    CHECK(kvp_page_parse(good, len, NULL) == KVP_OK, "good page rejected");
-    CHECK(decodes(good, len, buf), "good page does not decode");
+    EXPECT(kvp_page_parse(good, len, NULL) == KVP_OK, "good page rejected");
+    EXPECT(decodes(good, len, buf), "good page does not decode");
     for (size_t i = 0; i < nm; i++) {
         kvp_status_t st;
 
@@ -68,12 +68,12 @@ static void mutations(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint
         }
         st = kvp_page_parse(page, len, NULL);
         if (m[i].parse_ok) {
-            CHECK(st == KVP_OK, "%s/%s: parse %s", kvp_codec_name(c), m[i].what, kvp_status_name(st));
+            EXPECT(st == KVP_OK, "%s/%s: parse %s", kvp_codec_name(c), m[i].what, kvp_status_name(st));
         } else {
-            CHECK(st == KVP_ERR_BAD_PAGE, "%s/%s: parse gave %s", kvp_codec_name(c), m[i].what,
+            EXPECT(st == KVP_ERR_BAD_PAGE, "%s/%s: parse gave %s", kvp_codec_name(c), m[i].what,
                   kvp_status_name(st));
         }
-        CHECK(!decodes(page, len, buf), "%s/%s: bad page decoded", kvp_codec_name(c), m[i].what);
+        EXPECT(!decodes(page, len, buf), "%s/%s: bad page decoded", kvp_codec_name(c), m[i].what);
     }
     free(good);
     free(page);
@@ -88,12 +88,12 @@ static void truncations_and_flips(kvp_codec_id_t c)
     float   *buf  = malloc(32 * 2 * 32 * 4);
 
     for (size_t l = 0; l < len; l++) {
-        CHECK(kvp_page_parse(good, l, NULL) == KVP_ERR_BAD_PAGE, "truncated to %zu accepted", l);
-        CHECK(!decodes(good, l, buf), "truncated page decoded");
+        EXPECT(kvp_page_parse(good, l, NULL) == KVP_ERR_BAD_PAGE, "truncated to %zu accepted", l);
+        EXPECT(!decodes(good, l, buf), "truncated page decoded");
     }
     memcpy(page, good, len);
     page[len] = 0;
-    CHECK(kvp_page_parse(page, len + 1, NULL) == KVP_ERR_BAD_PAGE, "trailing byte accepted");
+    EXPECT(kvp_page_parse(page, len + 1, NULL) == KVP_ERR_BAD_PAGE, "trailing byte accepted");
     for (size_t i = 0; i < len; i++) {
         for (int bit = 0; bit < 8; bit++) {
             kvp_status_t st;
@@ -102,13 +102,13 @@ static void truncations_and_flips(kvp_codec_id_t c)
             page[i] ^= (uint8_t)(1u << bit);
             st = kvp_page_parse(page, len, NULL);
             if (st == KVP_OK || decodes(page, len, buf)) {
-                CHECK(0, "%s: flip byte %zu bit %d accepted", kvp_codec_name(c), i, bit);
+                EXPECT(0, "%s: flip byte %zu bit %d accepted", kvp_codec_name(c), i, bit);
                 i = len;
                 break;
             }
         }
     }
-    CHECK(kvp_page_parse(NULL, 64, NULL) == KVP_ERR_BAD_PAGE, "NULL page");
+    EXPECT(kvp_page_parse(NULL, 64, NULL) == KVP_ERR_BAD_PAGE, "NULL page");
     free(good);
     free(page);
     free(buf);
@@ -135,7 +135,7 @@ static void garbage(void)
             st32(buf + 48, (uint32_t)tk_range(&rng, 0, (uint32_t)(len - 64)));
             kvp_page_seal(buf); /* seal trusts payload_len: keep it inside the buffer */
         }
-        CHECK(kvp_page_decode(buf, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, out, out, NULL) != KVP_OK,
+        EXPECT(kvp_page_decode(buf, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, out, out, NULL) != KVP_OK,
               "garbage of %zu bytes decoded", len);
     }
     free(buf);
@@ -189,5 +189,5 @@ int main(void)
         truncations_and_flips((kvp_codec_id_t)c);
     }
     garbage();
-    TK_DONE();
+    return kvp_test_result("test_page");
 }

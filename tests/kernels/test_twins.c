@@ -16,7 +16,7 @@ static size_t encode_with(kvp_codec_id_t c, const char *impl, const kvp_page_par
     size_t len = 0;
 
     kvp_codec_set_impl(c, impl);
-    CHECK(kvp_page_encode(p, KVP_DTYPE_F32, k, v, T, page, cap, &len) == KVP_OK, "%s encode",
+    EXPECT(kvp_page_encode(p, KVP_DTYPE_F32, k, v, T, page, cap, &len) == KVP_OK, "%s encode",
           impl);
     return len;
 }
@@ -31,8 +31,8 @@ static void kvarn_compare(const uint8_t *p1, size_t l1, const uint8_t *p2, size_
     size_t   rec = (size_t)D * rt + (size_t)T * rd + 6 * (size_t)(D + T);
 
     kvp_codec_set_impl(KVP_CODEC_KVARN, "ref");
-    CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, a, a + n, NULL) == KVP_OK, "kvarn decode");
-    CHECK(kvp_page_decode(p2, l2, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, b, b + n, NULL) == KVP_OK, "kvarn decode");
+    EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, a, a + n, NULL) == KVP_OK, "kvarn decode");
+    EXPECT(kvp_page_decode(p2, l2, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, b, b + n, NULL) == KVP_OK, "kvarn decode");
     for (uint32_t h = 0; h < H; h++) {
         const uint8_t *r1 = p1 + KVP_PAGE_HDR_BYTES + h * rec, *r2 = p2 + KVP_PAGE_HDR_BYTES + h * rec;
         size_t         kv = (size_t)D * rt + 4 * (size_t)D + 2 * (size_t)T;
@@ -48,8 +48,8 @@ static void kvarn_compare(const uint8_t *p1, size_t l1, const uint8_t *p2, size_
             codes++;
         }
     }
-    CHECK(tk_rel(b, a, 2 * n) < 0.02, "kvarn twin dequant differs by %.4f", tk_rel(b, a, 2 * n));
-    CHECK(cdiff * 50 <= codes, "kvarn twin: %zu of %zu codes differ", cdiff, codes);
+    EXPECT(tk_rel(b, a, 2 * n) < 0.02, "kvarn twin dequant differs by %.4f", tk_rel(b, a, 2 * n));
+    EXPECT(cdiff * 50 <= codes, "kvarn twin: %zu of %zu codes differ", cdiff, codes);
     printf("kvarn H %u D %u T %u: %zu/%zu codes differ, dequant rel diff %.2e\n", H, D, T, cdiff,
            codes, tk_rel(b, a, 2 * n));
 }
@@ -73,20 +73,20 @@ static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T
     }
     l1 = encode_with(c, "ref", &p, k, v, T, p1, cap);
     l2 = encode_with(c, "avx2", &p, k, v, T, p2, cap);
-    CHECK(l1 == l2, "lengths %zu %zu", l1, l2);
+    EXPECT(l1 == l2, "lengths %zu %zu", l1, l2);
     for (size_t i = 0; i < l1; i++) {
         diff += p1[i] != p2[i];
     }
     for (int fr = 0; fr < 2; fr++) { /* decode the ref page with both */
         kvp_codec_set_impl(c, "ref");
-        CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "dec");
+        EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "dec");
         kvp_codec_set_impl(c, "avx2");
-        CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, b, b + n, NULL) == KVP_OK, "dec");
-        CHECK(memcmp(a, b, 2 * n * 4) == 0, "%s H %u D %u T %u frame %d: twin decode differs",
+        EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, b, b + n, NULL) == KVP_OK, "dec");
+        EXPECT(memcmp(a, b, 2 * n * 4) == 0, "%s H %u D %u T %u frame %d: twin decode differs",
               kvp_codec_name(c), H, D, T, fr);
     }
     if (c != KVP_CODEC_KVARN) {
-        CHECK(diff == 0, "%s H %u D %u T %u: %zu page bytes differ", kvp_codec_name(c), H, D, T, diff);
+        EXPECT(diff == 0, "%s H %u D %u T %u: %zu page bytes differ", kvp_codec_name(c), H, D, T, diff);
     } else {
         kvarn_compare(p1, l1, p2, l2, H, D, T, a, b);
     }
@@ -138,15 +138,15 @@ static void run_h(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t
     s1 = kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p1, cap, &l1);
     kvp_codec_set_impl(c, "avx2");
     s2 = kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p2, cap, &l2);
-    CHECK(s1 == s2, "%s mode %d: ref %s avx2 %s", kvp_codec_name(c), mode, kvp_status_name(s1),
+    EXPECT(s1 == s2, "%s mode %d: ref %s avx2 %s", kvp_codec_name(c), mode, kvp_status_name(s1),
           kvp_status_name(s2));
     if (s1 == KVP_OK && s2 == KVP_OK) {
-        CHECK(l1 == l2, "lengths %zu %zu", l1, l2);
+        EXPECT(l1 == l2, "lengths %zu %zu", l1, l2);
         for (size_t i = 0; i < l1 && l1 == l2; i++) {
             diff += p1[i] != p2[i];
         }
         if (c != KVP_CODEC_KVARN) {
-            CHECK(diff == 0, "%s H %u D %u T %u mode %d fp16 in: %zu page bytes differ",
+            EXPECT(diff == 0, "%s H %u D %u T %u mode %d fp16 in: %zu page bytes differ",
                   kvp_codec_name(c), H, D, T, mode, diff);
         } else if (mode == 0) { /* adversarial data has near-ties everywhere: only Gaussian */
             float *fa = malloc(4 * n * sizeof(float));
@@ -156,13 +156,13 @@ static void run_h(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t
         }
         for (int fr = 0; fr < 2; fr++) {
             kvp_codec_set_impl(c, "ref");
-            CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "dec");
+            EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "dec");
             kvp_codec_set_impl(c, "avx2");
-            CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, b, b + n, NULL) == KVP_OK, "dec");
-            CHECK(memcmp(a, b, 2 * n * 2) == 0, "%s H %u D %u T %u mode %d frame %d: fp16 decode differs",
+            EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, b, b + n, NULL) == KVP_OK, "dec");
+            EXPECT(memcmp(a, b, 2 * n * 2) == 0, "%s H %u D %u T %u mode %d frame %d: fp16 decode differs",
                   kvp_codec_name(c), H, D, T, mode, fr);
-            CHECK(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, NULL, b + n, NULL) == KVP_OK, "dec V only");
-            CHECK(memcmp(a + n, b + n, n * 2) == 0, "%s V-only decode differs", kvp_codec_name(c));
+            EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F16, (kvp_frame_t)fr, NULL, b + n, NULL) == KVP_OK, "dec V only");
+            EXPECT(memcmp(a + n, b + n, n * 2) == 0, "%s V-only decode differs", kvp_codec_name(c));
         }
     }
     for (int bad = 0; bad < 2; bad++) { /* NaN / Inf fp16 input */
@@ -173,7 +173,7 @@ static void run_h(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t
             size_t len = 0;
 
             kvp_codec_set_impl(c, im ? "avx2" : "ref");
-            CHECK(kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p2, cap, &len) == KVP_ERR_BAD_INPUT_DATA,
+            EXPECT(kvp_page_encode(&p, KVP_DTYPE_F16, k, v, T, p2, cap, &len) == KVP_ERR_BAD_INPUT_DATA,
                   "%s %s: fp16 %s accepted", kvp_codec_name(c), im ? "avx2" : "ref", bad ? "-Inf" : "NaN");
         }
         (bad ? v : k)[at] = 0;
@@ -205,5 +205,5 @@ int main(void)
             run_h((kvp_codec_id_t)c, 1, 8, 16, 13, 0, mode, &rng);
         }
     }
-    TK_DONE();
+    return kvp_test_result("test_twins");
 }

@@ -1,4 +1,4 @@
-/* tk.h - tiny helpers shared by the kernels tests: CHECK (prints what failed, counts failures),
+/* tk.h - tiny helpers shared by the kernels tests (assertions come from tests/harness/check.h):
  * a deterministic RNG (splitmix64) with uniform and Gaussian draws, and page encode/decode
  * wrappers that allocate. Header-only; each test is its own program. */
 #ifndef KVP_TK_H
@@ -12,27 +12,8 @@
 
 #include "kvpack/codec.h"
 
-static int tk_failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            tk_failures++;                                                        \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fprintf(stderr, "\n");                                                \
-        }                                                                         \
-    } while (0)
-
-#define TK_DONE()                                                                 \
-    do {                                                                          \
-        if (tk_failures != 0) {                                                   \
-            fprintf(stderr, "%d check(s) failed\n", tk_failures);                 \
-            return 1;                                                             \
-        }                                                                         \
-        printf("ok\n");                                                           \
-        return 0;                                                                 \
-    } while (0)
 
 typedef struct {
     uint64_t s;
