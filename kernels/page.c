@@ -1,6 +1,7 @@
 /* page.c - page header v1: write, seal (CRC32C) and parse/validate. Chunk keys and namespace
  * fingerprints (XXH3). The codec payloads are the codec layer's business (codec.c); this file
  * only asks it how many payload bytes a geometry needs. */
+#include "kvpack/bytes.h"
 #include "kvpack/page.h"
 #include "kvpack/log.h"
 
@@ -10,12 +11,6 @@
 
 /* ---- little-endian field access ---- */
 
-static uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t ld32(const uint8_t *p) { return (uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16); }
-static uint64_t ld64(const uint8_t *p) { return (uint64_t)ld32(p) | ((uint64_t)ld32(p + 4) << 32); }
-static void st16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void st32(uint8_t *p, uint32_t v) { st16(p, v & 0xFFFF); st16(p + 2, v >> 16); }
-static void st64(uint8_t *p, uint64_t v) { st32(p, (uint32_t)v); st32(p + 4, (uint32_t)(v >> 32)); }
 
 enum {
     OFF_MAGIC = 0, OFF_VERSION = 4, OFF_CODEC = 6, OFF_FLAGS = 7, OFF_BITS_K = 8, OFF_BITS_V = 9,
@@ -35,24 +30,24 @@ void kvp_page_hdr_write(const kvp_page_info_t *info, void *out)
     uint8_t *p = out;
 
     memset(p, 0, KVP_PAGE_HDR_BYTES);
-    st32(p + OFF_MAGIC, KVP_PAGE_MAGIC);
-    st16(p + OFF_VERSION, KVP_PAGE_VERSION);
+    kvp_st32(p + OFF_MAGIC, KVP_PAGE_MAGIC);
+    kvp_st16(p + OFF_VERSION, KVP_PAGE_VERSION);
     p[OFF_CODEC]  = (uint8_t)info->codec;
     p[OFF_FLAGS]  = (uint8_t)info->flags;
     p[OFF_BITS_K] = (uint8_t)info->bits_k;
     p[OFF_BITS_V] = (uint8_t)info->bits_v;
-    st16(p + OFF_GROUP_K, info->group_k);
-    st16(p + OFF_GROUP_V, info->group_v);
-    st16(p + OFF_VALID, info->valid);
-    st16(p + OFF_CAPACITY, info->capacity);
-    st16(p + OFF_HEADS, info->heads);
-    st16(p + OFF_HEAD_DIM, info->head_dim);
-    st16(p + OFF_LAYER, info->layer);
-    st64(p + OFF_FIRST_POS, info->first_pos);
-    st64(p + OFF_KEY_LO, info->chunk_key.lo);
-    st64(p + OFF_KEY_HI, info->chunk_key.hi);
-    st32(p + OFF_PAYLOAD_LEN, info->payload_len);
-    st32(p + OFF_AUX, info->aux);
+    kvp_st16(p + OFF_GROUP_K, info->group_k);
+    kvp_st16(p + OFF_GROUP_V, info->group_v);
+    kvp_st16(p + OFF_VALID, info->valid);
+    kvp_st16(p + OFF_CAPACITY, info->capacity);
+    kvp_st16(p + OFF_HEADS, info->heads);
+    kvp_st16(p + OFF_HEAD_DIM, info->head_dim);
+    kvp_st16(p + OFF_LAYER, info->layer);
+    kvp_st64(p + OFF_FIRST_POS, info->first_pos);
+    kvp_st64(p + OFF_KEY_LO, info->chunk_key.lo);
+    kvp_st64(p + OFF_KEY_HI, info->chunk_key.hi);
+    kvp_st32(p + OFF_PAYLOAD_LEN, info->payload_len);
+    kvp_st32(p + OFF_AUX, info->aux);
 }
 
 static uint32_t page_crc(const uint8_t *p, size_t payload_len)
@@ -70,7 +65,7 @@ void kvp_page_seal(void *page)
 {
     uint8_t *p = page;
 
-    st32(p + OFF_CRC, page_crc(p, ld32(p + OFF_PAYLOAD_LEN)));
+    kvp_st32(p + OFF_CRC, page_crc(p, kvp_ld32(p + OFF_PAYLOAD_LEN)));
 }
 
 #define PAGE_BAD(...)                                  \
@@ -88,28 +83,28 @@ kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_
     if (page == NULL || len < KVP_PAGE_HDR_BYTES) {
         PAGE_BAD("page of %zu bytes is shorter than its header", len);
     }
-    if (ld32(p + OFF_MAGIC) != KVP_PAGE_MAGIC) {
-        PAGE_BAD("bad magic 0x%08x", ld32(p + OFF_MAGIC));
+    if (kvp_ld32(p + OFF_MAGIC) != KVP_PAGE_MAGIC) {
+        PAGE_BAD("bad magic 0x%08x", kvp_ld32(p + OFF_MAGIC));
     }
     memset(&in, 0, sizeof(in));
-    in.version     = ld16(p + OFF_VERSION);
+    in.version     = kvp_ld16(p + OFF_VERSION);
     in.codec       = p[OFF_CODEC];
     in.flags       = p[OFF_FLAGS];
     in.bits_k      = p[OFF_BITS_K];
     in.bits_v      = p[OFF_BITS_V];
-    in.group_k     = ld16(p + OFF_GROUP_K);
-    in.group_v     = ld16(p + OFF_GROUP_V);
-    in.valid       = ld16(p + OFF_VALID);
-    in.capacity    = ld16(p + OFF_CAPACITY);
-    in.heads       = ld16(p + OFF_HEADS);
-    in.head_dim    = ld16(p + OFF_HEAD_DIM);
-    in.layer       = ld16(p + OFF_LAYER);
-    in.first_pos   = ld64(p + OFF_FIRST_POS);
-    in.chunk_key.lo = ld64(p + OFF_KEY_LO);
-    in.chunk_key.hi = ld64(p + OFF_KEY_HI);
-    in.payload_len = ld32(p + OFF_PAYLOAD_LEN);
-    in.aux         = ld32(p + OFF_AUX);
-    in.crc         = ld32(p + OFF_CRC);
+    in.group_k     = kvp_ld16(p + OFF_GROUP_K);
+    in.group_v     = kvp_ld16(p + OFF_GROUP_V);
+    in.valid       = kvp_ld16(p + OFF_VALID);
+    in.capacity    = kvp_ld16(p + OFF_CAPACITY);
+    in.heads       = kvp_ld16(p + OFF_HEADS);
+    in.head_dim    = kvp_ld16(p + OFF_HEAD_DIM);
+    in.layer       = kvp_ld16(p + OFF_LAYER);
+    in.first_pos   = kvp_ld64(p + OFF_FIRST_POS);
+    in.chunk_key.lo = kvp_ld64(p + OFF_KEY_LO);
+    in.chunk_key.hi = kvp_ld64(p + OFF_KEY_HI);
+    in.payload_len = kvp_ld32(p + OFF_PAYLOAD_LEN);
+    in.aux         = kvp_ld32(p + OFF_AUX);
+    in.crc         = kvp_ld32(p + OFF_CRC);
 
     if (in.version != KVP_PAGE_VERSION) {
         PAGE_BAD("unsupported page version %u", in.version);
@@ -120,7 +115,7 @@ kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_
     if ((in.flags & ~KVP_PAGE_F_ALL) != 0) {
         PAGE_BAD("unknown flags 0x%x", in.flags);
     }
-    if (ld32(p + OFF_RESERVED) != 0) {
+    if (kvp_ld32(p + OFF_RESERVED) != 0) {
         PAGE_BAD("reserved field is not zero");
     }
     if (in.capacity == 0 || in.capacity > KVP_PAGE_MAX_TOKENS || in.valid == 0 ||
@@ -172,19 +167,19 @@ kvp_key128_t kvp_chunk_key(const kvp_key128_t *prev, uint64_t ns_fingerprint,
      * the next, which keeps the key a pure function of (prev, fingerprint, tokens). */
     memset(buf, 0, 24);
     if (prev != NULL) {
-        st64(buf, prev->lo);
-        st64(buf + 8, prev->hi);
+        kvp_st64(buf, prev->lo);
+        kvp_st64(buf + 8, prev->hi);
     }
-    st64(buf + 16, ns_fingerprint);
+    kvp_st64(buf + 16, ns_fingerprint);
     do {
         size_t n = ntokens < 512 ? ntokens : 512;
 
         for (size_t i = 0; i < n; i++) {
-            st32(buf + off + 4 * i, tokens[i]);
+            kvp_st32(buf + off + 4 * i, tokens[i]);
         }
         h = XXH3_128bits(buf, off + 4 * n);
-        st64(buf, h.low64);
-        st64(buf + 8, h.high64);
+        kvp_st64(buf, h.low64);
+        kvp_st64(buf + 8, h.high64);
         tokens += n;
         ntokens -= n;
     } while (ntokens > 0);
@@ -199,11 +194,11 @@ uint64_t kvp_ns_fingerprint(const char *model_id, uint32_t layers, uint32_t head
     uint8_t  buf[20];
     uint64_t seed;
 
-    st32(buf, layers);
-    st32(buf + 4, heads);
-    st32(buf + 8, head_dim);
-    st32(buf + 12, page_tokens);
-    st32(buf + 16, (uint32_t)codec);
+    kvp_st32(buf, layers);
+    kvp_st32(buf + 4, heads);
+    kvp_st32(buf + 8, head_dim);
+    kvp_st32(buf + 12, page_tokens);
+    kvp_st32(buf + 16, (uint32_t)codec);
     seed = XXH3_64bits(model_id, strlen(model_id));
     return XXH3_64bits_withSeed(buf, sizeof(buf), seed);
 }

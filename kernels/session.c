@@ -13,6 +13,7 @@
  *     40    16*n_chunks    chunk keys (lo, hi)
  *      .     tail_len      tail pages back to back
  *      .       4           CRC32C of all bytes before it */
+#include "kvpack/bytes.h"
 #include "kvpack/page.h"
 #include "kvpack/alloc.h"
 
@@ -21,10 +22,6 @@
 #define SESSION_MAGIC 0x5353564Bu
 #define SESSION_HDR   40u
 
-static void st32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void st64(uint8_t *p, uint64_t v) { st32(p, (uint32_t)v); st32(p + 4, (uint32_t)(v >> 32)); }
-static uint32_t ld32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static uint64_t ld64(const uint8_t *p) { return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32; }
 
 kvp_status_t kvp_session_desc_copy(const kvp_session_desc_t *src, kvp_session_desc_t *dst)
 {
@@ -69,24 +66,24 @@ kvp_status_t kvp_session_desc_pack(const kvp_session_desc_t *desc, uint8_t **blo
     if (b == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
-    st32(b, SESSION_MAGIC);
+    kvp_st32(b, SESSION_MAGIC);
     b[4] = 1;
-    st32(b + 8, desc->layers);
-    st32(b + 12, desc->page_tokens);
-    st32(b + 16, desc->n_chunks);
-    st32(b + 20, desc->tail_tokens);
-    st32(b + 24, desc->n_tail);
-    st64(b + 32, desc->tail_len);
+    kvp_st32(b + 8, desc->layers);
+    kvp_st32(b + 12, desc->page_tokens);
+    kvp_st32(b + 16, desc->n_chunks);
+    kvp_st32(b + 20, desc->tail_tokens);
+    kvp_st32(b + 24, desc->n_tail);
+    kvp_st64(b + 32, desc->tail_len);
     p = b + SESSION_HDR;
     for (uint32_t i = 0; i < desc->n_chunks; i++, p += 16) {
-        st64(p, desc->chunk_keys[i].lo);
-        st64(p + 8, desc->chunk_keys[i].hi);
+        kvp_st64(p, desc->chunk_keys[i].lo);
+        kvp_st64(p + 8, desc->chunk_keys[i].hi);
     }
     if (desc->tail_len > 0) {
         memcpy(p, desc->tail, desc->tail_len);
         p += desc->tail_len;
     }
-    st32(p, kvp_crc32c(0, b, len - 4));
+    kvp_st32(p, kvp_crc32c(0, b, len - 4));
     *blob_p = b;
     *len_p  = len;
     return KVP_OK;
@@ -99,22 +96,22 @@ kvp_status_t kvp_session_desc_unpack(const uint8_t *blob, size_t len, kvp_sessio
     uint64_t           need;
 
     memset(&d, 0, sizeof(d));
-    if (blob == NULL || len < SESSION_HDR + 4 || ld32(blob) != SESSION_MAGIC || blob[4] != 1) {
+    if (blob == NULL || len < SESSION_HDR + 4 || kvp_ld32(blob) != SESSION_MAGIC || blob[4] != 1) {
         return KVP_ERR_BAD_PAGE;
     }
-    d.layers      = ld32(blob + 8);
-    d.page_tokens = ld32(blob + 12);
-    d.n_chunks    = ld32(blob + 16);
-    d.tail_tokens = ld32(blob + 20);
-    d.n_tail      = ld32(blob + 24);
-    d.tail_len    = (size_t)ld64(blob + 32);
-    need = (uint64_t)SESSION_HDR + 16ull * d.n_chunks + (uint64_t)ld64(blob + 32) + 4;
+    d.layers      = kvp_ld32(blob + 8);
+    d.page_tokens = kvp_ld32(blob + 12);
+    d.n_chunks    = kvp_ld32(blob + 16);
+    d.tail_tokens = kvp_ld32(blob + 20);
+    d.n_tail      = kvp_ld32(blob + 24);
+    d.tail_len    = (size_t)kvp_ld64(blob + 32);
+    need = (uint64_t)SESSION_HDR + 16ull * d.n_chunks + (uint64_t)kvp_ld64(blob + 32) + 4;
     if (need != len || d.layers == 0 || d.layers > 65535 || d.page_tokens == 0 ||
         d.page_tokens > KVP_PAGE_MAX_TOKENS || d.tail_tokens >= d.page_tokens ||
         (d.n_tail != 0 && d.n_tail != d.layers) || ((d.n_tail == 0) != (d.tail_len == 0))) {
         return KVP_ERR_BAD_PAGE;
     }
-    if (kvp_crc32c(0, blob, len - 4) != ld32(blob + len - 4)) {
+    if (kvp_crc32c(0, blob, len - 4) != kvp_ld32(blob + len - 4)) {
         return KVP_ERR_CORRUPT;
     }
     p = blob + SESSION_HDR;
@@ -124,8 +121,8 @@ kvp_status_t kvp_session_desc_unpack(const uint8_t *blob, size_t len, kvp_sessio
             return KVP_ERR_NO_MEMORY;
         }
         for (uint32_t i = 0; i < d.n_chunks; i++, p += 16) {
-            d.chunk_keys[i].lo = ld64(p);
-            d.chunk_keys[i].hi = ld64(p + 8);
+            d.chunk_keys[i].lo = kvp_ld64(p);
+            d.chunk_keys[i].hi = kvp_ld64(p + 8);
         }
     }
     if (d.tail_len > 0) {

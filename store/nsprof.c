@@ -5,6 +5,7 @@
  * ("ns/<16 hex>", 24-byte value below) in the WriteBatch of the namespace's first session write;
  * kvp_store_open loads them back without reading a page. */
 #include "store_int.h"
+#include "kvpack/bytes.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
@@ -35,28 +36,6 @@
 static size_t prof_hash(uint64_t ns, size_t nbuckets)
 {
     return (size_t)((ns * 0x9E3779B97F4A7C15ull) >> 32) & (nbuckets - 1);
-}
-
-static void st16(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void st32(uint8_t *p, uint32_t v)
-{
-    st16(p, v);
-    st16(p + 2, v >> 16);
-}
-
-static uint32_t ld16(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
-
-static uint32_t ld32(const uint8_t *p)
-{
-    return ld16(p) | ld16(p + 2) << 16;
 }
 
 static kvp_status_t table_grow(kvp_nsprof_table_t *t)
@@ -207,15 +186,15 @@ void kvp_nsprof_key(uint64_t ns, char *key)
 void kvp_nsprof_pack(const kvp_nsprof_t *p, uint8_t *val)
 {
     memset(val, 0, KVP_NSPROF_VAL_BYTES);
-    st32(val, PROF_MAGIC);
+    kvp_st32(val, PROF_MAGIC);
     val[4] = PROF_VERSION;
     val[5] = p->codec;
     val[6] = p->rot;
-    st16(val + 8, p->heads);
-    st16(val + 10, p->head_dim);
-    st16(val + 12, p->capacity);
-    st32(val + 16, p->layers);
-    st32(val + 20, kvp_crc32c(0, val, 20));
+    kvp_st16(val + 8, p->heads);
+    kvp_st16(val + 10, p->head_dim);
+    kvp_st16(val + 12, p->capacity);
+    kvp_st32(val + 16, p->layers);
+    kvp_st32(val + 20, kvp_crc32c(0, val, 20));
 }
 
 kvp_status_t kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen,
@@ -232,8 +211,8 @@ kvp_status_t kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen
                       (int)(klen < 40 ? klen : 40), key);
         return KVP_ERR_CORRUPT;
     }
-    if (vlen != KVP_NSPROF_VAL_BYTES || ld32(val) != PROF_MAGIC || val[4] != PROF_VERSION ||
-        ld32(val + 20) != kvp_crc32c(0, val, 20) || val[5] == 0 || val[5] >= KVP_CODEC_MAX) {
+    if (vlen != KVP_NSPROF_VAL_BYTES || kvp_ld32(val) != PROF_MAGIC || val[4] != PROF_VERSION ||
+        kvp_ld32(val + 20) != kvp_crc32c(0, val, 20) || val[5] == 0 || val[5] >= KVP_CODEC_MAX) {
         KVP_LOG_ERROR(MOD, "profile of namespace %016llx on disk is unreadable (%zu bytes); "
                       "its next sealed page fixes it again", ns, vlen);
         return KVP_ERR_CORRUPT;
@@ -241,12 +220,12 @@ kvp_status_t kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen
     memset(&info, 0, sizeof(info));
     info.codec    = val[5];
     info.flags    = val[6];
-    info.heads    = ld16(val + 8);
-    info.head_dim = ld16(val + 10);
-    info.capacity = ld16(val + 12);
+    info.heads    = kvp_ld16(val + 8);
+    info.head_dim = kvp_ld16(val + 10);
+    info.capacity = kvp_ld16(val + 12);
     status        = kvp_nsprof_create(t, ns, &info, &p);
     if (status == KVP_OK) {
-        p->layers    = ld32(val + 16);
+        p->layers    = kvp_ld32(val + 16);
         p->saved_gen = p->gen;
     }
     return status;

@@ -8,6 +8,7 @@
  * kvp_tier_pages_locate (MultiGet) + kvp_tier_pages_read (coalesced preadv) / session_scan. */
 #include "tier.h"
 #include "seg.h"
+#include "kvpack/bytes.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
@@ -84,40 +85,20 @@ static kvp_status_t map_err(const char *what, char **err)
     return status;
 }
 
-static void be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) {
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-    }
-}
-
-static uint64_t ld_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 0; i < 8; i++) {
-        v = v << 8 | p[i];
-    }
-    return v;
-}
-
 #define PKEY_BYTES 28
 static void page_key(const kvp_tier_pkey_t *pk, uint8_t *k)
 {
-    be64(k, pk->ns);
-    be64(k + 8, pk->key.hi);
-    be64(k + 16, pk->key.lo);
-    k[24] = (uint8_t)(pk->layer >> 24);
-    k[25] = (uint8_t)(pk->layer >> 16);
-    k[26] = (uint8_t)(pk->layer >> 8);
-    k[27] = (uint8_t)pk->layer;
+    kvp_st_be64(k, pk->ns);
+    kvp_st_be64(k + 8, pk->key.hi);
+    kvp_st_be64(k + 16, pk->key.lo);
+    kvp_st_be32(k + 24, pk->layer);
 }
 
 static size_t sess_key(uint64_t ns, const char *sid, uint8_t *k)
 {
     size_t n = strlen(sid);
 
-    be64(k, ns);
+    kvp_st_be64(k, ns);
     memcpy(k + 8, sid, n);
     return 8 + n;
 }
@@ -348,12 +329,9 @@ void kvp_tier_batch_destroy(kvp_tier_batch_t *b)
 static void loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v)
 {
     memcpy(v, "KVSL", 4);
-    be64(v + 4, seg);
-    be64(v + 12, off);
-    v[20] = (uint8_t)(len >> 24);
-    v[21] = (uint8_t)(len >> 16);
-    v[22] = (uint8_t)(len >> 8);
-    v[23] = (uint8_t)len;
+    kvp_st_be64(v + 4, seg);
+    kvp_st_be64(v + 12, off);
+    kvp_st_be32(v + 20, len);
 }
 
 static bool loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off, uint32_t *len)
@@ -363,9 +341,9 @@ static bool loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *of
     if (vlen != LOC_BYTES || memcmp(v, "KVSL", 4) != 0) {
         return false;
     }
-    *seg = ld_be64(v + 4);
-    *off = ld_be64(v + 12);
-    *len = (uint32_t)v[20] << 24 | (uint32_t)v[21] << 16 | (uint32_t)v[22] << 8 | v[23];
+    *seg = kvp_ld_be64(v + 4);
+    *off = kvp_ld_be64(v + 12);
+    *len = kvp_ld_be32(v + 20);
     return true;
 }
 
@@ -680,9 +658,9 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
         if (kl != PKEY_BYTES) {
             continue;
         }
-        pk.ns     = ld_be64(k);
-        pk.key.hi = ld_be64(k + 8);
-        pk.key.lo = ld_be64(k + 16);
+        pk.ns     = kvp_ld_be64(k);
+        pk.key.hi = kvp_ld_be64(k + 8);
+        pk.key.lo = kvp_ld_be64(k + 16);
         pk.layer  = (uint32_t)k[24] << 24 | (uint32_t)k[25] << 16 | (uint32_t)k[26] << 8 | k[27];
         if (!keep(arg, &pk)) {
             rocksdb_writebatch_delete_cf(wb, t->cf[CF_PAGES], (const char *)k, kl);
@@ -765,7 +743,7 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
         }
         memcpy(sid, k + 8, kl - 8);
         sid[kl - 8] = 0;
-        status = cb(arg, ld_be64(k), sid, v, vl);
+        status = cb(arg, kvp_ld_be64(k), sid, v, vl);
         if (status != KVP_OK) {
             break;
         }

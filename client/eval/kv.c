@@ -1,6 +1,7 @@
 /* kv.c - KV tensors for evaluation: allocation, the documented synthetic generator (eval.h) and
  * the .kvd reader/writer (header validated against the file size before any allocation). */
 #include "eval.h"
+#include "kvpack/bytes.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
@@ -132,16 +133,6 @@ kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, ui
 
 /* ---- .kvd ---- */
 
-static uint32_t ld32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static void st32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
-}
-
 kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
 {
     uint8_t      hdr[KVD_HDR];
@@ -160,24 +151,24 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
-    if (ld32(hdr) != KVD_MAGIC || ld32(hdr + 4) != KVD_VERSION) {
-        KVP_LOG_ERROR("eval", "%s: not a kvd v1 file (magic 0x%08x version %u)", path, ld32(hdr),
-                      ld32(hdr + 4));
+    if (kvp_ld32(hdr) != KVD_MAGIC || kvp_ld32(hdr + 4) != KVD_VERSION) {
+        KVP_LOG_ERROR("eval", "%s: not a kvd v1 file (magic 0x%08x version %u)", path, kvp_ld32(hdr),
+                      kvp_ld32(hdr + 4));
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
-    n = (uint64_t)ld32(hdr + 8) * ld32(hdr + 12) * ld32(hdr + 16) * ld32(hdr + 20);
-    if (ld32(hdr + 8) == 0 || ld32(hdr + 12) == 0 || ld32(hdr + 16) == 0 || ld32(hdr + 20) == 0 ||
-        ld32(hdr + 8) > 65536 || ld32(hdr + 12) > (1u << 24) || ld32(hdr + 16) > 4096 ||
-        ld32(hdr + 20) > 65536 || n > KVD_MAX_ELEMS ||
+    n = (uint64_t)kvp_ld32(hdr + 8) * kvp_ld32(hdr + 12) * kvp_ld32(hdr + 16) * kvp_ld32(hdr + 20);
+    if (kvp_ld32(hdr + 8) == 0 || kvp_ld32(hdr + 12) == 0 || kvp_ld32(hdr + 16) == 0 || kvp_ld32(hdr + 20) == 0 ||
+        kvp_ld32(hdr + 8) > 65536 || kvp_ld32(hdr + 12) > (1u << 24) || kvp_ld32(hdr + 16) > 4096 ||
+        kvp_ld32(hdr + 20) > 65536 || n > KVD_MAX_ELEMS ||
         (uint64_t)stt.st_size != KVD_HDR + 8 * n) {
         KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u does not match the file size %lld",
-                      path, ld32(hdr + 8), ld32(hdr + 12), ld32(hdr + 16), ld32(hdr + 20),
+                      path, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16), kvp_ld32(hdr + 20),
                       (long long)stt.st_size);
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
-    st = kvp_kv_alloc(kv, ld32(hdr + 8), ld32(hdr + 12), ld32(hdr + 16), ld32(hdr + 20));
+    st = kvp_kv_alloc(kv, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16), kvp_ld32(hdr + 20));
     if (st != KVP_OK) {
         fclose(f);
         return st;
@@ -203,12 +194,12 @@ kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
         KVP_LOG_ERROR("eval", "cannot create %s: %s", path, strerror(errno));
         return KVP_ERR_IO;
     }
-    st32(hdr, KVD_MAGIC);
-    st32(hdr + 4, KVD_VERSION);
-    st32(hdr + 8, kv->layers);
-    st32(hdr + 12, kv->tokens);
-    st32(hdr + 16, kv->heads);
-    st32(hdr + 20, kv->head_dim);
+    kvp_st32(hdr, KVD_MAGIC);
+    kvp_st32(hdr + 4, KVD_VERSION);
+    kvp_st32(hdr + 8, kv->layers);
+    kvp_st32(hdr + 12, kv->tokens);
+    kvp_st32(hdr + 16, kv->heads);
+    kvp_st32(hdr + 20, kv->head_dim);
     ok = fwrite(hdr, 1, KVD_HDR, f) == KVD_HDR && fwrite(kv->k, sizeof(float), n, f) == n &&
          fwrite(kv->v, sizeof(float), n, f) == n;
     if (fclose(f) != 0 || !ok) {

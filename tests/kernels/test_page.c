@@ -3,6 +3,7 @@
  * crash); each header field set to a bad value and re-sealed with a valid CRC is rejected by
  * kvp_page_parse or, for the codec-owned fields (bits, groups, rotation flags, aux), by
  * kvp_page_decode; random garbage never decodes. */
+#include "kvpack/bytes.h"
 #include "tk.h"
 
 #define PAD 4096
@@ -31,8 +32,6 @@ static int decodes(const uint8_t *page, size_t len, float *buf)
     return kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, buf, buf, NULL) == KVP_OK;
 }
 
-static void st16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void st32(uint8_t *p, uint32_t v) { st16(p, v); st16(p + 2, v >> 16); }
 
 typedef struct {
     const char *what;
@@ -58,9 +57,9 @@ static void mutations(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint
         if (m[i].size == 1) {
             page[m[i].off] = (uint8_t)m[i].val;
         } else if (m[i].size == 2) {
-            st16(page + m[i].off, m[i].val);
+            kvp_st16(page + m[i].off, m[i].val);
         } else {
-            st32(page + m[i].off, m[i].val);
+            kvp_st32(page + m[i].off, m[i].val);
         }
         if ((uint32_t)(page[48] | page[49] << 8 | page[50] << 16 | (uint32_t)page[51] << 24) <=
             len - 64 + PAD) {
@@ -127,12 +126,12 @@ static void garbage(void)
             buf[i] = (uint8_t)tk_next(&rng);
         }
         if (len >= 8 && (it & 1)) { /* plausible magic and version */
-            st32(buf, KVP_PAGE_MAGIC);
-            st16(buf + 4, 1);
+            kvp_st32(buf, KVP_PAGE_MAGIC);
+            kvp_st16(buf + 4, 1);
             buf[6] = (uint8_t)tk_range(&rng, 1, 6);
         }
         if (len >= 64 && (it % 4) == 1) {
-            st32(buf + 48, (uint32_t)tk_range(&rng, 0, (uint32_t)(len - 64)));
+            kvp_st32(buf + 48, (uint32_t)tk_range(&rng, 0, (uint32_t)(len - 64)));
             kvp_page_seal(buf); /* seal trusts payload_len: keep it inside the buffer */
         }
         EXPECT(kvp_page_decode(buf, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, out, out, NULL) != KVP_OK,
