@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- options ---- */
@@ -196,37 +197,69 @@ void kvp_json_bool(kvp_json_t *j, const char *key, bool v)
     fputs(v ? "true" : "false", j->out);
 }
 
-/* ---- progress ---- */
+/* ---- progress ----
+ * On a terminal: one line rewritten in place. Otherwise (logs, CI): a plain line at most every
+ * 5 s and at the end, so long runs still show they are alive without flooding the log.
+ * KVP_PROGRESS=0 silences it, KVP_PROGRESS=1 forces the terminal style. */
 
-static int progress_enabled(void)
+static int progress_mode(void)
 {
-    static int enabled = -1;
+    static int mode = -1; /* 0 off, 1 terminal, 2 plain lines */
 
-    if (enabled < 0) {
+    if (mode < 0) {
         const char *e = getenv("KVP_PROGRESS");
 
-        enabled = (e != NULL) ? (strcmp(e, "0") != 0) : isatty(2);
+        if (e != NULL) {
+            mode = strcmp(e, "0") == 0 ? 0 : 1;
+        } else {
+            mode = isatty(2) ? 1 : 2;
+        }
     }
-    return enabled;
+    return mode;
 }
+
+static uint64_t progress_last_ns;
+static int      progress_open;
 
 void kvp_progress(const char *what, uint64_t done, uint64_t total)
 {
-    if (!progress_enabled()) {
+    int             mode = progress_mode();
+    struct timespec ts;
+    uint64_t        now;
+
+    if (mode == 0) {
         return;
     }
-    if (total > 0) {
-        fprintf(stderr, "\r%s: %llu/%llu (%.0f%%)   ", what, (unsigned long long)done,
-                (unsigned long long)total, 100.0 * (double)done / (double)total);
-    } else {
-        fprintf(stderr, "\r%s: %llu   ", what, (unsigned long long)done);
+    if (mode == 2) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        if (progress_last_ns == 0) {
+            progress_last_ns = now; /* first call: start the clock, print nothing yet */
+        }
+        if (now - progress_last_ns < 5000000000ull && !(total > 0 && done == total &&
+                                                        progress_open)) {
+            return;
+        }
+        progress_last_ns = now;
+        progress_open    = 1;
     }
+    if (total > 0) {
+        fprintf(stderr, "%s%s: %llu/%llu (%.0f%%)%s", mode == 1 ? "\r" : "", what,
+                (unsigned long long)done, (unsigned long long)total,
+                100.0 * (double)done / (double)total, mode == 1 ? "   " : "\n");
+    } else {
+        fprintf(stderr, "%s%s: %llu%s", mode == 1 ? "\r" : "", what, (unsigned long long)done,
+                mode == 1 ? "   " : "\n");
+    }
+    progress_open = 1;
     fflush(stderr);
 }
 
 void kvp_progress_done(void)
 {
-    if (progress_enabled()) {
+    if (progress_mode() == 1 && progress_open) {
         fputc('\n', stderr);
     }
+    progress_open    = 0;
+    progress_last_ns = 0;
 }
