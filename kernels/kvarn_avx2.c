@@ -39,67 +39,76 @@ static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
     return _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(e, sd), _mm256_set1_ps(e_lo)), _mm256_set1_ps(e_hi));
 }
 
-/* column sums of the 8 rows at x[0..7] (squares at x2[0..7]) with weights w (0 for rows past
- * R): S1 += sum x*w, S2 += sum x^2 * w^2, two FMA chains per column vector */
-static inline void col_part(const float *const *x, const float *const *x2, __m256 w, uint32_t C,
-                            float *S1, float *S2)
+/* column sums of the 8 rows at x[0..7] with weights w (0 for rows past R) */
+static inline void col_part(const float *const *x, __m256 w, uint32_t C, float *S1, float *S2)
 {
-    __m256 wv[8], uv[8], u = _mm256_mul_ps(w, w);
+    __m256 w0 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(0));
+    __m256 w1 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(1));
+    __m256 w2 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(2));
+    __m256 w3 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(3));
+    __m256 w4 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(4));
+    __m256 w5 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(5));
+    __m256 w6 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(6));
+    __m256 w7 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(7));
 
-    for (int j = 0; j < 8; j++) {
-        wv[j] = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(j));
-        uv[j] = _mm256_permutevar8x32_ps(u, _mm256_set1_epi32(j));
-    }
     for (uint32_t c = 0; c < C; c += 8) {
-        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), wv[0]);
-        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), wv[1]);
-        __m256 b0 = _mm256_mul_ps(_mm256_loadu_ps(x2[0] + c), uv[0]);
-        __m256 b1 = _mm256_mul_ps(_mm256_loadu_ps(x2[1] + c), uv[1]);
+        __m256 z0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), w0);
+        __m256 z1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), w1);
+        __m256 z2 = _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), w2);
+        __m256 z3 = _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), w3);
+        __m256 z4 = _mm256_mul_ps(_mm256_loadu_ps(x[4] + c), w4);
+        __m256 z5 = _mm256_mul_ps(_mm256_loadu_ps(x[5] + c), w5);
+        __m256 z6 = _mm256_mul_ps(_mm256_loadu_ps(x[6] + c), w6);
+        __m256 z7 = _mm256_mul_ps(_mm256_loadu_ps(x[7] + c), w7);
+        __m256 a  = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z0, z1), _mm256_add_ps(z2, z3)),
+                                  _mm256_add_ps(_mm256_add_ps(z4, z5), _mm256_add_ps(z6, z7)));
+        __m256 b0 = _mm256_fmadd_ps(z0, z0, _mm256_mul_ps(z1, z1));
+        __m256 b1 = _mm256_fmadd_ps(z2, z2, _mm256_mul_ps(z3, z3));
+        __m256 b2 = _mm256_fmadd_ps(z4, z4, _mm256_mul_ps(z5, z5));
+        __m256 b3 = _mm256_fmadd_ps(z6, z6, _mm256_mul_ps(z7, z7));
 
-        for (int j = 2; j < 8; j += 2) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x[j] + c), wv[j], a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x[j + 1] + c), wv[j + 1], a1);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(x2[j] + c), uv[j], b0);
-            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(x2[j + 1] + c), uv[j + 1], b1);
-        }
-        _mm256_storeu_ps(S1 + c, _mm256_add_ps(_mm256_loadu_ps(S1 + c), _mm256_add_ps(a0, a1)));
-        _mm256_storeu_ps(S2 + c, _mm256_add_ps(_mm256_loadu_ps(S2 + c), _mm256_add_ps(b0, b1)));
+        _mm256_storeu_ps(S1 + c, _mm256_add_ps(_mm256_loadu_ps(S1 + c), a));
+        _mm256_storeu_ps(S2 + c, _mm256_add_ps(_mm256_loadu_ps(S2 + c),
+                                               _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3))));
     }
 }
 
-/* sums of 4 rows of x . k and of x^2 . k2 (k2 = k^2, x2 = x^2 precomputed) -> lanes of s, q */
-static inline void row_dots4(const float *const *x, const float *const *x2, const float *k,
-                             const float *k2, uint32_t C, __m128 *s, __m128 *q)
+/* sums and sums of squares of 4 rows of x . k -> lanes of s, q */
+static inline void row_dots4(const float *const *x, const float *k, uint32_t C, __m128 *s, __m128 *q)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m256 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
 
     for (uint32_t c = 0; c < C; c += 8) {
-        __m256 kk = _mm256_loadu_ps(k + c), kq = _mm256_loadu_ps(k2 + c);
+        __m256 kk = _mm256_loadu_ps(k + c);
+        __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), kk);
+        __m256 y1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), kk);
+        __m256 y2 = _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), kk);
+        __m256 y3 = _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), kk);
 
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x[0] + c), kk, s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x[1] + c), kk, s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x[2] + c), kk, s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x[3] + c), kk, s3);
-        q0 = _mm256_fmadd_ps(_mm256_loadu_ps(x2[0] + c), kq, q0);
-        q1 = _mm256_fmadd_ps(_mm256_loadu_ps(x2[1] + c), kq, q1);
-        q2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2[2] + c), kq, q2);
-        q3 = _mm256_fmadd_ps(_mm256_loadu_ps(x2[3] + c), kq, q3);
+        s0 = _mm256_add_ps(s0, y0);
+        s1 = _mm256_add_ps(s1, y1);
+        s2 = _mm256_add_ps(s2, y2);
+        s3 = _mm256_add_ps(s3, y3);
+        q0 = _mm256_fmadd_ps(y0, y0, q0);
+        q1 = _mm256_fmadd_ps(y1, y1, q1);
+        q2 = _mm256_fmadd_ps(y2, y2, q2);
+        q3 = _mm256_fmadd_ps(y3, y3, q3);
     }
     *s = hsum4x(s0, s1, s2, s3);
     *q = hsum4x(q0, q1, q2, q3);
 }
 
 /* One pass: for each row r, raw_r = std over c of X_rc * ic_c; then (upd) Er/ir/rowstd of the
- * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. X2 holds
- * X^2 and ic2 = ic^2, so every term is one FMA. Rows go 8 at a time (Er/ir/rowstd padded to a
- * multiple of 8; pad rows have weight 0); a block's column part runs after the next block's
- * row part, so the std -> scale latency of one block overlaps the other's arithmetic. */
-static void fused_pass(const float *X, const float *X2, uint32_t R, uint32_t C, const float *ic,
-                       const float *ic2, float *Er, float *ir, float *rowstd, float *S1,
-                       float *S2, int upd, float e_lo, float e_hi)
+ * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. Rows go
+ * 8 at a time (Er/ir/rowstd padded to a multiple of 8; pad rows have weight 0); a block's
+ * column part runs after the next block's row part, so the std -> scale latency of one block
+ * overlaps the other's arithmetic. */
+static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
+                       float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
+                       float e_hi)
 {
-    const float *xp[2][8], *xq[2][8];
+    const float *xp[2][8];
     __m256       wp = _mm256_setzero_ps();
     int          have = 0;
     __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
@@ -108,18 +117,15 @@ static void fused_pass(const float *X, const float *X2, uint32_t R, uint32_t C, 
     memset(S1, 0, C * sizeof(float));
     memset(S2, 0, C * sizeof(float));
     for (uint32_t r0 = 0; r0 < R; r0 += 8) {
-        const float **x = xp[(r0 / 8) & 1], **x2 = xq[(r0 / 8) & 1];
+        const float **x = xp[(r0 / 8) & 1];
         __m128        sa, qa, sb, qb;
         __m256        s, q, var, raw, w, e, valid;
 
         for (uint32_t j = 0; j < 8; j++) {
-            size_t o = (size_t)(r0 + j < R ? r0 + j : r0) * C;
-
-            x[j]  = X + o;
-            x2[j] = X2 + o;
+            x[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
         }
-        row_dots4(x, x2, ic, ic2, C, &sa, &qa);
-        row_dots4(x + 4, x2 + 4, ic, ic2, C, &sb, &qb);
+        row_dots4(x, ic, C, &sa, &qa);
+        row_dots4(x + 4, ic, C, &sb, &qb);
         s     = _mm256_set_m128(sb, sa);
         q     = _mm256_set_m128(qb, qa);
         var   = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
@@ -137,12 +143,12 @@ static void fused_pass(const float *X, const float *X2, uint32_t R, uint32_t C, 
             _mm256_storeu_ps(rowstd + r0, raw);
         }
         if (have) {
-            col_part(xp[((r0 / 8) & 1) ^ 1], xq[((r0 / 8) & 1) ^ 1], wp, C, S1, S2);
+            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2);
         }
         wp   = _mm256_and_ps(w, valid); /* rows past R add nothing */
         have = 1;
         if (r0 + 8 >= R) {
-            col_part(x, x2, wp, C, S1, S2);
+            col_part(xp[(r0 / 8) & 1], wp, C, S1, S2);
         }
     }
 }
@@ -192,23 +198,13 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
     float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
     float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
     float    best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
-    float   *X2 = NULL, *ic2;
 
-    if (C % 8 == 0) { /* X^2 and ic^2 in scratch slot 5 (free until the RTN that follows) */
-        X2 = kvp_codec_scratch(5, ((size_t)R * C + C) * sizeof(float));
-    }
-    if (X2 == NULL || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 3 * (size_t)Rp) {
+    if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 3 * (size_t)Rp) {
         kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work);
         return;
     }
-    ic2 = X2 + (size_t)R * C;
-    for (size_t i = 0; i < (size_t)R * C; i += 8) {
-        __m256 v = _mm256_loadu_ps(X + i);
-
-        _mm256_storeu_ps(X2 + i, _mm256_mul_ps(v, v));
-    }
     for (uint32_t c = 0; c < C; c++) {
-        Ec[c] = ic[c] = ic2[c] = Sc[c] = 1.0f;
+        Ec[c] = ic[c] = Sc[c] = 1.0f;
     }
     for (uint32_t r = 0; r < Rp; r++) {
         Er[r] = ir[r] = 1.0f;
@@ -216,7 +212,7 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
     for (uint32_t r = 0; r < R; r++) {
         Sr[r] = 1.0f;
     }
-    fused_pass(X, X2, R, C, ic, ic2, Er, ir, rowstd, S1, S2, 0, e_lo, e_hi);
+    fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 0, e_lo, e_hi);
     for (uint32_t c = 0; c < C; c += 8) {
         _mm256_storeu_ps(colstd + c, std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R));
     }
@@ -226,13 +222,11 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
 
         for (uint32_t c = 0; c < C; c += 8) {
             __m256 e = estep8(_mm256_loadu_ps(Ec + c), _mm256_loadu_ps(colstd + c), e_lo, e_hi);
-            __m256 i = _mm256_div_ps(_mm256_set1_ps(1.0f), e);
 
             _mm256_storeu_ps(Ec + c, e);
-            _mm256_storeu_ps(ic + c, i);
-            _mm256_storeu_ps(ic2 + c, _mm256_mul_ps(i, i));
+            _mm256_storeu_ps(ic + c, _mm256_div_ps(_mm256_set1_ps(1.0f), e));
         }
-        fused_pass(X, X2, R, C, ic, ic2, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi);
+        fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi);
         for (uint32_t c = 0; c < C; c += 8) {
             __m256 sd = std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R);
 
