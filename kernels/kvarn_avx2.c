@@ -329,9 +329,11 @@ void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
 
                 for (int i = 0; i < 4; i++) {
                     __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x[j] + c + 8 * i), _mm256_loadu_ps(rc + c + 8 * i));
-                    __m256 t = _mm256_round_ps(_mm256_fmadd_ps(y, m, o), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    __m256 t = _mm256_fmadd_ps(y, m, o);
 
-                    q[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), three));
+                    /* clamp to [0, 3] then round to nearest even (MXCSR default): the bounds are
+                     * integers, so this equals the reference's rint then clamp */
+                    q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), three));
                 }
                 pack32(q[0], q[1], q[2], q[3], codes + (size_t)(r0 + j) * run + c / 4);
             }
