@@ -123,8 +123,9 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
             }
         }
         if (h + 1 < H) { /* the next head's rows (strided) arrive during this head's VarN */
-            kvp_q2h_prefetch_rows(k + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
-            kvp_q2h_prefetch_rows(v + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
+            /* rows are the rotated fp32 copies this loop reads: stride H*D floats */
+            kvp_q2h_prefetch_rows(kr + (size_t)(h + 1) * D, 4 * (size_t)H * D, T, 4 * (size_t)D);
+            kvp_q2h_prefetch_rows(vr + (size_t)(h + 1) * D, 4 * (size_t)H * D, T, 4 * (size_t)D);
         }
         kk->varn(X, D, T, iters, Sc, Sr, work);
         kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
