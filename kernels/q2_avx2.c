@@ -6,6 +6,7 @@
 #include "codec_ops.h"
 #include "quant_hd.h"
 #include "q2_int.h"
+#include "q2_par8_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -20,11 +21,6 @@ static inline __m256 ld_h8(const uint8_t *p) /* 8 fp16 at an unaligned byte addr
 static inline void st_h8(uint8_t *p, __m256 v)
 {
     _mm_storeu_si128((__m128i *)(void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-
-static inline __m256 rint8(__m256 x)
-{
-    return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 static inline __m256 clamp03(__m256 x)
@@ -66,55 +62,15 @@ static inline __m256 unpack8(const uint8_t *in)
     return _mm256_cvtepi32_ps(_mm256_and_si256(w, _mm256_set1_epi32(3)));
 }
 
-/* Group parameters of 8 lanes (mn, mx) under a rule: scale s, zero z (both as stored before fp16
- * rounding) and what the code needs (a = inv or 1/ks path, b = zq or mn). */
-typedef struct {
-    __m256 s, z, inv, zq, mn, zero_mask;
-} params8_t;
-
-static inline params8_t params8(kvp_q2_rule_t rule, __m256 mn, __m256 mx)
-{
-    params8_t p;
-    __m256    three = _mm256_set1_ps(KVP_Q2_MAX), zero = _mm256_setzero_ps();
-
-    if (rule == KVP_Q2_RULE_KIVI) {
-        p.s         = _mm256_div_ps(_mm256_sub_ps(mx, mn), three);
-        p.z         = mn;
-        p.mn        = mn;
-        p.zero_mask = _mm256_cmp_ps(p.s, zero, _CMP_EQ_OQ);
-        p.inv = p.zq = zero;
-    } else {
-        __m256 eq = _mm256_cmp_ps(mn, mx, _CMP_EQ_OQ);
-        __m256 z0 = _mm256_and_ps(eq, _mm256_cmp_ps(mn, zero, _CMP_EQ_OQ));
-        __m256 cst = _mm256_andnot_ps(z0, eq);
-        __m256 lo = _mm256_blendv_ps(mn, _mm256_set1_ps(-1.0f), z0);
-        __m256 hi = _mm256_blendv_ps(mx, _mm256_set1_ps(1.0f), z0);
-        __m256 rg = _mm256_sub_ps(hi, lo);
-        __m256 s = _mm256_div_ps(rg, three);
-        __m256 inv = _mm256_div_ps(three, rg);
-        __m256 neg = _mm256_set1_ps(-0.0f); /* unary minus as in C: flip the sign bit */
-        __m256 zq = rint8(_mm256_div_ps(_mm256_xor_ps(lo, neg), s));
-        __m256 zd = _mm256_mul_ps(_mm256_xor_ps(zq, neg), s);
-
-        p.s   = _mm256_blendv_ps(s, zero, cst);
-        p.inv = _mm256_blendv_ps(inv, zero, cst);
-        p.zq  = _mm256_blendv_ps(zq, zero, cst);
-        p.z   = _mm256_blendv_ps(zd, mn, cst);
-        p.mn  = mn;
-        p.zero_mask = zero; /* codes of a constant group come out 0 from inv = zq = 0 */
-    }
-    return p;
-}
-
-static inline __m256i codes8(kvp_q2_rule_t rule, const params8_t *p, __m256 x)
+static inline __m256i codes8(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256 x)
 {
     __m256 t;
 
     if (rule == KVP_Q2_RULE_KIVI) {
-        t = rint8(clamp03(_mm256_div_ps(_mm256_sub_ps(x, p->mn), p->s)));
+        t = kvp_rint8(clamp03(_mm256_div_ps(_mm256_sub_ps(x, p->mn), p->s)));
         t = _mm256_andnot_ps(p->zero_mask, t);
     } else {
-        t = clamp03(rint8(_mm256_add_ps(_mm256_mul_ps(x, p->inv), p->zq)));
+        t = clamp03(kvp_rint8(_mm256_add_ps(_mm256_mul_ps(x, p->inv), p->zq)));
     }
     return _mm256_cvttps_epi32(t);
 }
@@ -128,7 +84,7 @@ static void avx2_chan_encode(const float *src, size_t stride, uint32_t T, uint32
 {
     uint32_t  run = kvp_hd_run_bytes(T), nv = D / 8;
     __m256    mn[CHAN_MAX_VEC], mx[CHAN_MAX_VEC];
-    params8_t p[CHAN_MAX_VEC];
+    kvp_q2_par8_t p[CHAN_MAX_VEC];
 
     if (D % 8 != 0 || G % 4 != 0 || nv > CHAN_MAX_VEC) {
         kvp_q2_ref_chan_encode(src, stride, T, D, G, rule, codes, scale, zero);
@@ -153,7 +109,7 @@ static void avx2_chan_encode(const float *src, size_t stride, uint32_t T, uint32
             }
         }
         for (uint32_t c = 0; c < nv; c++) {
-            p[c] = params8(rule, mn[c], mx[c]);
+            p[c] = kvp_q2_par8(rule, mn[c], mx[c]);
             st_h8(scale + 2 * ((size_t)g * D + 8 * c), p[c].s);
             st_h8(zero + 2 * ((size_t)g * D + 8 * c), p[c].z);
         }
@@ -291,9 +247,9 @@ static __m256 fix_zeros(__m256 m, const float *x, size_t step, uint32_t n, int i
 
 static inline __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
 
-static inline params8_t params_lane(const params8_t *p, int j)
+static inline kvp_q2_par8_t params_lane(const kvp_q2_par8_t *p, int j)
 {
-    params8_t q;
+    kvp_q2_par8_t q;
 
     q.s = lane(p->s, j), q.z = lane(p->z, j), q.inv = lane(p->inv, j), q.zq = lane(p->zq, j);
     q.mn = lane(p->mn, j), q.zero_mask = lane(p->zero_mask, j);
@@ -306,7 +262,7 @@ static void tok_group(const float *x, uint32_t G, kvp_q2_rule_t rule, uint8_t *c
 {
     __m256    vmn = _mm256_loadu_ps(x), vmx = vmn;
     float     sv[8], zv[8];
-    params8_t p;
+    kvp_q2_par8_t p;
 
     for (uint32_t i = 8; i < G; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
@@ -314,7 +270,7 @@ static void tok_group(const float *x, uint32_t G, kvp_q2_rule_t rule, uint8_t *c
         vmn = _mm256_min_ps(vmn, v);
         vmx = _mm256_max_ps(vmx, v);
     }
-    p = params8(rule, fix_zeros(_mm256_set1_ps(hmin8(vmn)), x, 0, G, 0),
+    p = kvp_q2_par8(rule, fix_zeros(_mm256_set1_ps(hmin8(vmn)), x, 0, G, 0),
                 fix_zeros(_mm256_set1_ps(hmax8(vmx)), x, 0, G, 1));
     _mm256_storeu_ps(sv, p.s);
     _mm256_storeu_ps(zv, p.z);
@@ -338,7 +294,7 @@ static void avx2_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t 
     }
     for (; gi + 8 <= ngr; gi += 8) {
         __m256    mn[8], mx[8];
-        params8_t p;
+        kvp_q2_par8_t p;
 
         for (int j = 0; j < 8; j++) {
             const float *x = src + (gi + j) * G;
@@ -351,12 +307,12 @@ static void avx2_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t 
                 mx[j] = _mm256_max_ps(mx[j], v);
             }
         }
-        p = params8(rule, fix_zeros(reduce8(mn, 0), src + gi * G, G, G, 0),
+        p = kvp_q2_par8(rule, fix_zeros(reduce8(mn, 0), src + gi * G, G, G, 0),
                     fix_zeros(reduce8(mx, 1), src + gi * G, G, G, 1));
         st_h8(scale + 2 * gi, p.s);
         st_h8(zero + 2 * gi, p.z);
         for (int j = 0; j < 8; j++) {
-            params8_t    q = params_lane(&p, j);
+            kvp_q2_par8_t    q = params_lane(&p, j);
             const float *x = src + (gi + j) * G;
             uint8_t     *c = codes + (gi + j) * G / 4;
 

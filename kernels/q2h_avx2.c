@@ -7,6 +7,7 @@
 #include "codec_ops.h"
 #include "q2h_int.h"
 #include "quant_hd.h"
+#include "q2_par8_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -47,53 +48,13 @@ static inline __m256i fkey(__m256 x)
 
 /* ---- group parameters (same operations as q2_ref.c put_params) ---- */
 
-typedef struct {
-    __m256 s, z, inv, zq, mn, zmask;
-} par8_t;
-
-static inline __m256 rint8(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-
-static AINL par8_t par8(kvp_q2_rule_t rule, __m256 mn, __m256 mx)
-{
-    par8_t p;
-    __m256 three = _mm256_set1_ps(KVP_Q2_MAX), zero = _mm256_setzero_ps();
-
-    if (rule == KVP_Q2_RULE_KIVI) {
-        p.s     = _mm256_div_ps(_mm256_sub_ps(mx, mn), three);
-        p.z     = mn;
-        p.mn    = mn;
-        p.zmask = _mm256_cmp_ps(p.s, zero, _CMP_EQ_OQ);
-        p.inv = p.zq = zero;
-    } else {
-        __m256 eq  = _mm256_cmp_ps(mn, mx, _CMP_EQ_OQ);
-        __m256 z0  = _mm256_and_ps(eq, _mm256_cmp_ps(mn, zero, _CMP_EQ_OQ));
-        __m256 cst = _mm256_andnot_ps(z0, eq);
-        __m256 lo  = _mm256_blendv_ps(mn, _mm256_set1_ps(-1.0f), z0);
-        __m256 hi  = _mm256_blendv_ps(mx, _mm256_set1_ps(1.0f), z0);
-        __m256 rg  = _mm256_sub_ps(hi, lo);
-        __m256 s   = _mm256_div_ps(rg, three);
-        __m256 inv = _mm256_div_ps(three, rg);
-        __m256 neg = _mm256_set1_ps(-0.0f);
-        __m256 zq  = rint8(_mm256_div_ps(_mm256_xor_ps(lo, neg), s));
-        __m256 zd  = _mm256_mul_ps(_mm256_xor_ps(zq, neg), s);
-
-        p.s     = _mm256_blendv_ps(s, zero, cst);
-        p.inv   = _mm256_blendv_ps(inv, zero, cst);
-        p.zq    = _mm256_blendv_ps(zq, zero, cst);
-        p.z     = _mm256_blendv_ps(zd, mn, cst);
-        p.mn    = mn;
-        p.zmask = zero;
-    }
-    return p;
-}
-
 /* code(x) >= k as an int32 mask, k = 1, 2, 3. OScaR: rint(clamp(y)) >= k is y > 0.5, y >= 1.5,
  * y > 2.5 (half to even), y = x * inv + zq. KIVI: q = fl(d / s), d = fl(x - mn), and
  * fl(q) > 0.5, >= 1.5, > 2.5 are q > 0.5 + 2^-25, q >= 1.5 - 2^-24, q > 2.5 + 2^-23 (the
  * rounding midpoints), i.e. d - m*s against +-s*2^-n, where one fma gives d - m*s exactly near
  * the boundary (d and m*s within a factor 2, m*s on a grid of ulp(s)/2). fp16 input keeps d and
  * s normal (d = 0 or >= 2^-24, s >= 2^-24/3). s == 0 gives code 0. */
-static AINL __m256i pred8(kvp_q2_rule_t rule, const par8_t *p, __m256 x, int k)
+static AINL __m256i pred8(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256 x, int k)
 {
     __m256 c;
 
@@ -110,7 +71,7 @@ static AINL __m256i pred8(kvp_q2_rule_t rule, const par8_t *p, __m256 x, int k)
             c = _mm256_cmp_ps(_mm256_fmadd_ps(_mm256_set1_ps(-2.5f), p->s, d),
                               _mm256_mul_ps(p->s, _mm256_set1_ps(0x1p-23f)), _CMP_GT_OQ);
         }
-        c = _mm256_andnot_ps(p->zmask, c);
+        c = _mm256_andnot_ps(p->zero_mask, c);
     } else {
         __m256 y = _mm256_add_ps(_mm256_mul_ps(x, p->inv), p->zq);
 
@@ -124,7 +85,7 @@ static AINL __m256i pred8(kvp_q2_rule_t rule, const par8_t *p, __m256 x, int k)
 }
 
 /* pred8 extended by the sentinels: true at keys >= hi1, false below klo */
-static AINL __m256i predx(kvp_q2_rule_t rule, const par8_t *p, __m256i e, __m256i klo,
+static AINL __m256i predx(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256i e, __m256i klo,
                             __m256i hi1, int k)
 {
     __m256i above = _mm256_cmpgt_epi32(e, _mm256_sub_epi32(hi1, _mm256_set1_epi32(1)));
@@ -136,7 +97,7 @@ static AINL __m256i predx(kvp_q2_rule_t rule, const par8_t *p, __m256i e, __m256
 /* Smallest key e in [klo, khi + 1] with code(e) >= k (khi + 1: no value of the group reaches
  * k); the code is monotone in the key. The fp16 rounding e0 of the estimate is the answer or
  * one below it: code(e0) picks the neighbour that confirms it, else bisection. */
-static AINL __m256i thr8(kvp_q2_rule_t rule, const par8_t *p, __m256i klo, __m256i khi, int k)
+static AINL __m256i thr8(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256i klo, __m256i khi, int k)
 {
     __m256i one = _mm256_set1_epi32(1), hi1 = _mm256_add_epi32(khi, one), e, lo, hi, p0, pn, ok;
     __m256  kk  = _mm256_set1_ps((float)k - 0.5f);
@@ -200,7 +161,7 @@ static AINL __m256i mask16(__m256i lo, __m256i hi)
 }
 
 /* code(e) >= k for 16 keys, with the sentinels: true at keys > khi, false below klo */
-static AINL __m256i pred16(kvp_q2_rule_t rule, const par8_t *p, __m256i e, __m256i klo,
+static AINL __m256i pred16(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256i e, __m256i klo,
                            __m256i khi, int k)
 {
     __m256 xl, xh;
@@ -214,7 +175,7 @@ static AINL __m256i pred16(kvp_q2_rule_t rule, const par8_t *p, __m256i e, __m25
 /* thresholds of 16 groups for one k, in 16-bit lanes: the fp16 rounding e0 of the estimate is
  * the answer or one below it, and code(e0) picks the neighbour that confirms it (thr8, the
  * 8-lane search with bisection, takes the rare lanes where that fails) */
-static AINL __m256i thr16(kvp_q2_rule_t rule, const par8_t *p, __m256i rmn, __m256i rmx, int k)
+static AINL __m256i thr16(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256i rmn, __m256i rmx, int k)
 {
     __m256  kk = _mm256_set1_ps((float)k - 0.5f);
     __m256i one = _mm256_set1_epi16(1), e, p0, pn, hb;
@@ -241,12 +202,12 @@ static AINL void params16(kvp_q2_rule_t rule, __m256i kmn, __m256i kmx, __m256i 
                           uint8_t *sc, uint8_t *zr, thr16_t *th)
 {
     __m256 ml, mh, xl, xh;
-    par8_t p[2];
+    kvp_q2_par8_t p[2];
 
     key16f(kmn, &ml, &mh);
     key16f(kmx, &xl, &xh);
-    p[0] = par8(rule, ml, xl);
-    p[1] = par8(rule, mh, xh);
+    p[0] = kvp_q2_par8(rule, ml, xl);
+    p[1] = kvp_q2_par8(rule, mh, xh);
     st_h8(sc, p[0].s);
     st_h8(zr, p[0].z);
     st_h8(sc + 16, p[1].s);
