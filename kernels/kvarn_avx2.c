@@ -7,6 +7,7 @@
 #include "q2_int.h"
 #include "q2h_int.h"
 #include "quant_hd.h"
+#include "avx2_int.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -374,27 +375,12 @@ void kvp_q2h_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, 
 {
     for (uint32_t t = 0; t < T; t += 8) {
         for (uint32_t d = 0; d < D; d += 8) {
-            __m256 r[8], a[8], b[8];
+            __m256 r[8];
 
             for (int i = 0; i < 8; i++) {
                 r[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)(t + i) * stride + d)));
             }
-            for (int i = 0; i < 8; i += 2) {
-                a[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
-                a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-            }
-            b[0] = _mm256_shuffle_ps(a[0], a[2], 0x44);
-            b[1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
-            b[2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
-            b[3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
-            b[4] = _mm256_shuffle_ps(a[4], a[6], 0x44);
-            b[5] = _mm256_shuffle_ps(a[4], a[6], 0xEE);
-            b[6] = _mm256_shuffle_ps(a[5], a[7], 0x44);
-            b[7] = _mm256_shuffle_ps(a[5], a[7], 0xEE);
-            for (int i = 0; i < 4; i++) { /* column d+i and d+4+i */
-                _mm256_storeu_ps(X + (size_t)(d + i) * T + t, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
-                _mm256_storeu_ps(X + (size_t)(d + 4 + i) * T + t, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
-            }
+            kvp_tr8x8_store(r, X + (size_t)d * T + t, T);
         }
     }
 }

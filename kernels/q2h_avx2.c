@@ -7,7 +7,7 @@
 #include "codec_ops.h"
 #include "q2h_int.h"
 #include "quant_hd.h"
-#include "q2_par8_avx2.h"
+#include "avx2_int.h"
 
 #include <immintrin.h>
 #include <string.h>

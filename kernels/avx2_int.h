@@ -1,11 +1,13 @@
-/* q2_par8_avx2.h - internal, AVX2 files only: the 2-bit group parameters of 8 lanes at once
- * (scale, zero and what coding needs) under the KIVI or OScaR rule, the same operations as
- * q2_ref.c put_params. Shared by the fp32 twin (q2_avx2.c) and the fp16 twin (q2h_avx2.c) so
- * both stay bit-identical to the reference through one piece of code. */
-#ifndef KVPACK_Q2_PAR8_AVX2_H
-#define KVPACK_Q2_PAR8_AVX2_H
+/* avx2_int.h - internal, for the *_avx2.c files only: building blocks the AVX2 twins share.
+ * kvp_q2_par8: the 2-bit group parameters of 8 lanes at once (scale, zero and what coding needs)
+ * under the KIVI or OScaR rule, the same operations as q2_ref.c put_params, used by the fp32
+ * (q2_avx2.c) and fp16 (q2h_avx2.c) twins so both stay bit-identical to the reference.
+ * kvp_tr8x8_store: transpose 8 rows of 8 floats into 8 columns of a row-major tile. */
+#ifndef KVPACK_AVX2_INT_H
+#define KVPACK_AVX2_INT_H
 
 #include <immintrin.h>
+#include <stddef.h>
 
 #include "codec_ops.h"
 #include "quant_hd.h"
@@ -53,6 +55,29 @@ static inline kvp_q2_par8_t kvp_q2_par8(kvp_q2_rule_t rule, __m256 mn, __m256 mx
         p.zero_mask = zero; /* codes of a constant group come out 0 from inv = zq = 0 */
     }
     return p;
+}
+
+/* r[i] holds row i (8 floats); writes column j of that 8x8 block to dst[j * ld .. + 7]. */
+static inline void kvp_tr8x8_store(const __m256 r[8], float *dst, size_t ld)
+{
+    __m256 a[8], b[8];
+
+    for (int i = 0; i < 8; i += 2) {
+        a[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    b[0] = _mm256_shuffle_ps(a[0], a[2], 0x44);
+    b[1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
+    b[2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
+    b[3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
+    b[4] = _mm256_shuffle_ps(a[4], a[6], 0x44);
+    b[5] = _mm256_shuffle_ps(a[4], a[6], 0xEE);
+    b[6] = _mm256_shuffle_ps(a[5], a[7], 0x44);
+    b[7] = _mm256_shuffle_ps(a[5], a[7], 0xEE);
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + (size_t)i * ld, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (size_t)(4 + i) * ld, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
+    }
 }
 
 #endif
