@@ -73,6 +73,24 @@ static int params_finite(const uint8_t *p, const kvp_codec_geom_t *g, const kvar
     return 1;
 }
 
+/* Common end of both encoders: the absorbed scales Sr*s, Sr*lo can exceed the data range
+ * (Sc >= e^-0.3) and must stay fp16; then the header fields. */
+static kvp_status_t kvarn_finish(const kvp_codec_geom_t *g, kvp_page_info_t *info, const uint8_t *p,
+                                 const kvarn_layout_t *l, uint32_t iters)
+{
+    if (!params_finite(p, g, l)) {
+        KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    info->flags |= KVP_PAGE_F_K_ROTATED;
+    info->aux     = iters;
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = g->valid;
+    info->group_v = g->head_dim;
+    return KVP_OK;
+}
+
 static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
                                    kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
 {
@@ -136,18 +154,7 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
         kk->varn(X, T, D, iters, Sc, Sr, work);
         kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
     }
-    /* absorbed scales Sr*s, Sr*lo can exceed the data range (Sc >= e^-0.3): must stay fp16 */
-    if (!params_finite(p, g, &l)) {
-        KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
-        return KVP_ERR_BAD_INPUT_DATA;
-    }
-    info->flags |= KVP_PAGE_F_K_ROTATED;
-    info->aux     = iters;
-    info->bits_k  = 2;
-    info->bits_v  = 2;
-    info->group_k = T;
-    info->group_v = D;
-    return KVP_OK;
+    return kvarn_finish(g, info, p, &l, iters);
 }
 
 static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
@@ -242,17 +249,7 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         info->flags |= KVP_PAGE_F_V_ROTATED;
     }
-    if (!params_finite(p, g, &l)) {
-        KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
-        return KVP_ERR_BAD_INPUT_DATA;
-    }
-    info->flags |= KVP_PAGE_F_K_ROTATED;
-    info->aux     = iters;
-    info->bits_k  = 2;
-    info->bits_v  = 2;
-    info->group_k = T;
-    info->group_v = D;
-    return KVP_OK;
+    return kvarn_finish(g, info, p, &l, iters);
 }
 
 #define KVARN_OPS(_impl, _kern, _ench)                                                                  \
