@@ -62,6 +62,23 @@ static size_t oscar_bytes(const kvp_codec_geom_t *g)
     return l.total;
 }
 
+/* Common end of both encoders: |zd| = zq*s can exceed the V range by s/2, and beyond 65504 it is
+ * not storable in fp16; then the header fields. */
+static kvp_status_t oscar_finish(const kvp_codec_geom_t *g, kvp_page_info_t *info, const uint8_t *p,
+                                 const oscar_layout_t *l)
+{
+    if (!kvp_hd_f16_all_finite(p + l->v_zd, (size_t)g->valid * g->heads * (g->head_dim / l->gv))) {
+        KVP_LOG_DEBUG("codec", "oscar: V zero point overflows fp16 (layer %u)", info->layer);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    info->flags |= KVP_PAGE_F_K_ROTATED;
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = OSCAR_G;
+    info->group_v = l->gv;
+    return KVP_OK;
+}
+
 static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
                                    kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
 {
@@ -102,17 +119,7 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
     }
     kk->tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes, p + l.v_scale,
                    p + l.v_zd);
-    /* |zd| = zq*s can exceed the V range by s/2: beyond 65504 it is not storable in fp16 */
-    if (!kvp_hd_f16_all_finite(p + l.v_zd, (size_t)T * H * (D / l.gv))) {
-        KVP_LOG_DEBUG("codec", "oscar: V zero point overflows fp16 (layer %u)", info->layer);
-        return KVP_ERR_BAD_INPUT_DATA;
-    }
-    info->flags |= KVP_PAGE_F_K_ROTATED;
-    info->bits_k  = 2;
-    info->bits_v  = 2;
-    info->group_k = OSCAR_G;
-    info->group_v = l.gv;
-    return KVP_OK;
+    return oscar_finish(g, info, p, &l);
 }
 
 static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
@@ -221,16 +228,7 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
         KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
-    if (!kvp_hd_f16_all_finite(p + l.v_zd, (size_t)T * H * (D / l.gv))) {
-        KVP_LOG_DEBUG("codec", "oscar: V zero point overflows fp16 (layer %u)", info->layer);
-        return KVP_ERR_BAD_INPUT_DATA;
-    }
-    info->flags |= KVP_PAGE_F_K_ROTATED;
-    info->bits_k  = 2;
-    info->bits_v  = 2;
-    info->group_k = OSCAR_G;
-    info->group_v = l.gv;
-    return KVP_OK;
+    return oscar_finish(g, info, p, &l);
 }
 
 static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
