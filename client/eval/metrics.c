@@ -142,7 +142,7 @@ static double attn_err(const float *k, const float *v, const float *k_hat, const
     qrng_t  r = {seed ^ 0xA5A5A5A5DEADBEEFull};
     size_t  n = (size_t)tokens * heads * D;
     double *buf = kvp_malloc(sizeof(double) * (3 * (size_t)D + tokens), "eval attn");
-    float  *k16 = kvp_malloc(2 * n * sizeof(float), "eval attn"), *v16 = k16 + n;
+    float  *k16 = kvp_malloc(2 * n * sizeof(float), "eval attn"), *v16;
     double *q, *o, *oh, *logit, num = 0.0, den = 0.0;
     int     accum = page_tokens != 0;
 
@@ -151,6 +151,7 @@ static double attn_err(const float *k, const float *v, const float *k_hat, const
         kvp_free(k16);
         return NAN;
     }
+    v16 = k16 + n;
     for (size_t i = 0; i < n; i++) { /* the open page (tail) stays fp16 */
         k16[i] = kvp_f16_to_f32(kvp_f32_to_f16(k[i]));
         v16[i] = kvp_f16_to_f32(kvp_f32_to_f16(v[i]));
