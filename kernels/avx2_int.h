@@ -2,7 +2,8 @@
  * kvp_q2_par8: the 2-bit group parameters of 8 lanes at once (scale, zero and what coding needs)
  * under the KIVI or OScaR rule, the same operations as q2_ref.c put_params, used by the fp32
  * (q2_avx2.c) and fp16 (q2h_avx2.c) twins so both stay bit-identical to the reference.
- * kvp_tr8x8_store: transpose 8 rows of 8 floats into 8 columns of a row-major tile. */
+ * kvp_tr8x8_store: transpose 8 rows of 8 floats into 8 columns of a row-major tile.
+ * kvp_reduce8: lane i of the result is the min (or max) over the 8 lanes of v[i]. */
 #ifndef KVPACK_AVX2_INT_H
 #define KVPACK_AVX2_INT_H
 
@@ -78,6 +79,20 @@ static inline void kvp_tr8x8_store(const __m256 r[8], float *dst, size_t ld)
         _mm256_storeu_ps(dst + (size_t)i * ld, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
         _mm256_storeu_ps(dst + (size_t)(4 + i) * ld, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
     }
+}
+
+static inline __m256 kvp_reduce8(const __m256 *v, int is_max)
+{
+#define RED(a, b) (is_max ? _mm256_max_ps((a), (b)) : _mm256_min_ps((a), (b)))
+    __m256 s01 = RED(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
+    __m256 s23 = RED(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
+    __m256 s45 = RED(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
+    __m256 s67 = RED(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
+    __m256 a   = RED(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE));
+    __m256 b   = RED(_mm256_shuffle_ps(s45, s67, 0x44), _mm256_shuffle_ps(s45, s67, 0xEE));
+
+    return RED(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+#undef RED
 }
 
 #endif

@@ -189,21 +189,6 @@ __device__ static float tile_at(const float *src, uint32_t H, uint32_t D, uint32
     return kt ? src[((size_t)c * H + h) * D + r] : src[((size_t)r * H + h) * D + c];
 }
 
-__device__ static float imb_dev(const float *colstd, uint32_t C, const float *rowstd, uint32_t R)
-{
-    float cmx = colstd[0], cmn = colstd[0], rmx = rowstd[0], rmn = rowstd[0];
-
-    for (uint32_t c = 1; c < C; c++) {
-        cmx = colstd[c] > cmx ? colstd[c] : cmx;
-        cmn = colstd[c] < cmn ? colstd[c] : cmn;
-    }
-    for (uint32_t r = 1; r < R; r++) {
-        rmx = rowstd[r] > rmx ? rowstd[r] : rmx;
-        rmn = rowstd[r] < rmn ? rowstd[r] : rmn;
-    }
-    return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
-}
-
 /* grid (H, 2): y = 0 K tile, 1 V tile. work per block: 2*R*C + 8*(R+C) floats at
  * work + (h*2+y)*wsz. Writes the tile record sections of head h. */
 __global__ void k_kvarn(const float *k, const float *v, uint32_t T, uint32_t H, uint32_t D,
@@ -239,7 +224,7 @@ __global__ void k_kvarn(const float *k, const float *v, uint32_t T, uint32_t H, 
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        best = imb_dev(colstd, C, rowstd, R);
+        best = kvp_hd_varn_imb(colstd, C, rowstd, R);
     }
     __syncthreads();
     for (uint32_t it = 0; it < iters; it++) {
@@ -269,7 +254,7 @@ __global__ void k_kvarn(const float *k, const float *v, uint32_t T, uint32_t H, 
         }
         __syncthreads();
         if (threadIdx.x == 0) {
-            float imb = imb_dev(colstd, C, rowstd, R);
+            float imb = kvp_hd_varn_imb(colstd, C, rowstd, R);
 
             take = imb <= best;
             if (take) {

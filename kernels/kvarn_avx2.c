@@ -259,21 +259,6 @@ static inline void pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_
                      _mm_unpacklo_epi8(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1)));
 }
 
-/* r[i] = min (or max) over the 8 lanes of v[i] */
-static inline __m256 reduce8(const __m256 *v, int is_max)
-{
-#define RED(a, b) (is_max ? _mm256_max_ps((a), (b)) : _mm256_min_ps((a), (b)))
-    __m256 s01 = RED(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
-    __m256 s23 = RED(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
-    __m256 s45 = RED(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
-    __m256 s67 = RED(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
-    __m256 a   = RED(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE));
-    __m256 b   = RED(_mm256_shuffle_ps(s45, s67, 0x44), _mm256_shuffle_ps(s45, s67, 0xEE));
-
-    return RED(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-#undef RED
-}
-
 /* Per-row RTN of X/Sc/Sr as reciprocal products, 8 rows at a time (C % 32 == 0 here; else the
  * reference): y = X * (1/Sc); row min/max of y times 1/Sr are lo/hi (scaling by a positive
  * number keeps the order); code = rint(clamp(y * (1/(Sr*s)) - lo/s)). */
@@ -316,8 +301,8 @@ void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
         }
         sr  = _mm256_loadu_ps(srv);
         rr  = _mm256_div_ps(_mm256_set1_ps(1.0f), sr);
-        lo  = _mm256_mul_ps(reduce8(vmn, 0), rr);
-        s   = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(reduce8(vmx, 1), rr), lo), three);
+        lo  = _mm256_mul_ps(kvp_reduce8(vmn, 0), rr);
+        s   = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(kvp_reduce8(vmx, 1), rr), lo), three);
         s   = _mm256_max_ps(s, _mm256_set1_ps(1e-10f)); /* kvp_hd_kvarn_scale */
         mul = _mm256_div_ps(rr, s);                     /* code = y * rr / s - lo / s */
         off = _mm256_xor_ps(_mm256_div_ps(lo, s), _mm256_set1_ps(-0.0f));

@@ -204,21 +204,6 @@ static inline float hmax8(__m256 v)
     return m;
 }
 
-/* r[i] = min (or max) over the 8 lanes of v[i]: a transpose-reduce of 8 vectors. */
-static inline __m256 reduce8(const __m256 *v, int is_max)
-{
-#define RED(a, b) (is_max ? _mm256_max_ps((a), (b)) : _mm256_min_ps((a), (b)))
-    __m256 s01 = RED(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
-    __m256 s23 = RED(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
-    __m256 s45 = RED(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
-    __m256 s67 = RED(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
-    __m256 a = RED(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE));
-    __m256 b = RED(_mm256_shuffle_ps(s45, s67, 0x44), _mm256_shuffle_ps(s45, s67, 0xEE));
-
-    return RED(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-#undef RED
-}
-
 /* The reference keeps the first of equal values, so a zero min (max) has the sign of the
  * group's first zero; lane j of m is the group of n values at x + j*step. */
 static __m256 fix_zeros(__m256 m, const float *x, size_t step, uint32_t n, int is_max)
@@ -307,8 +292,8 @@ static void avx2_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t 
                 mx[j] = _mm256_max_ps(mx[j], v);
             }
         }
-        p = kvp_q2_par8(rule, fix_zeros(reduce8(mn, 0), src + gi * G, G, G, 0),
-                    fix_zeros(reduce8(mx, 1), src + gi * G, G, G, 1));
+        p = kvp_q2_par8(rule, fix_zeros(kvp_reduce8(mn, 0), src + gi * G, G, G, 0),
+                    fix_zeros(kvp_reduce8(mx, 1), src + gi * G, G, G, 1));
         st_h8(scale + 2 * gi, p.s);
         st_h8(zero + 2 * gi, p.z);
         for (int j = 0; j < 8; j++) {

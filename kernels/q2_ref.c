@@ -185,21 +185,6 @@ static void varn_stds(const float *cur, uint32_t R, uint32_t C, float *colstd, f
     }
 }
 
-static float varn_imb(const float *colstd, uint32_t C, const float *rowstd, uint32_t R)
-{
-    float cmx = colstd[0], cmn = colstd[0], rmx = rowstd[0], rmn = rowstd[0];
-
-    for (uint32_t c = 1; c < C; c++) {
-        cmx = colstd[c] > cmx ? colstd[c] : cmx;
-        cmn = colstd[c] < cmn ? colstd[c] : cmn;
-    }
-    for (uint32_t r = 1; r < R; r++) {
-        rmx = rowstd[r] > rmx ? rowstd[r] : rmx;
-        rmn = rowstd[r] < rmn ? rowstd[r] : rmn;
-    }
-    return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
-}
-
 void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
                      float *Sr, float *work)
 {
@@ -221,7 +206,7 @@ void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
         Sr[r] = 1.0f;
     }
     varn_stds(X, R, C, colstd, rowstd);
-    best = varn_imb(colstd, C, rowstd, R);
+    best = kvp_hd_varn_imb(colstd, C, rowstd, R);
     memcpy(cur, X, (size_t)R * C * sizeof(float));
     for (uint32_t it = 0; it < iters; it++) {
         float imb;
@@ -239,7 +224,7 @@ void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
         }
         varn_apply(X, R, C, ec, er, cur);
         varn_stds(cur, R, C, colstd, rowstd);
-        imb = varn_imb(colstd, C, rowstd, R);
+        imb = kvp_hd_varn_imb(colstd, C, rowstd, R);
         if (imb <= best) { /* later ties win */
             best = imb;
             memcpy(Sc, ec, C * sizeof(float));

@@ -316,4 +316,21 @@ KVP_HD float kvp_hd_ratio(float mx, float mn)
     return mx / (mn > KVP_VARN_IMB_EPS ? mn : KVP_VARN_IMB_EPS);
 }
 
+/* VarN imbalance (CODECS.md 2.2, the code's std form):
+ * max(colstd)/max(min(colstd),1e-8) + max(rowstd)/max(min(rowstd),1e-8). */
+KVP_HD float kvp_hd_varn_imb(const float *colstd, uint32_t C, const float *rowstd, uint32_t R)
+{
+    float cmx = colstd[0], cmn = colstd[0], rmx = rowstd[0], rmn = rowstd[0];
+
+    for (uint32_t c = 1; c < C; c++) {
+        cmx = colstd[c] > cmx ? colstd[c] : cmx;
+        cmn = colstd[c] < cmn ? colstd[c] : cmn;
+    }
+    for (uint32_t r = 1; r < R; r++) {
+        rmx = rowstd[r] > rmx ? rowstd[r] : rmx;
+        rmn = rowstd[r] < rmn ? rowstd[r] : rmn;
+    }
+    return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
+}
+
 #endif
