@@ -204,7 +204,7 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || T % 8 != 0) {
         return KVP_ERR_UNSUPPORTED;
     }
-    buf = kvp_codec_scratch(3, 8 * (size_t)D * sizeof(float));
+    buf = kvp_codec_scratch(3, 16 * (size_t)D * sizeof(float));
     X   = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
     if (buf == NULL || X == NULL) {
         return KVP_ERR_NO_MEMORY;

@@ -389,37 +389,213 @@ static AINL __m128i rot_row16(const uint16_t *x, uint32_t D, __m256 c, float *ou
     return bad;
 }
 
+/* rows of D fp16 into L1 (the strided rows of a head defeat the hardware prefetchers) */
+static AINL void pf_rows(const uint16_t *p, size_t stride, uint32_t rows, uint32_t D)
+{
+    for (uint32_t i = 0; i < rows; i++) {
+        for (uint32_t o = 0; o < D; o += 32) {
+            _mm_prefetch((const char *)(p + i * stride + o), _MM_HINT_T0);
+        }
+    }
+}
+
 int kvp_q2h_rot_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X)
 {
     __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
     __m128i bad = _mm_setzero_si128();
 
     for (uint32_t t = 0; t < T; t++) {
+        if (t + 8 < T) { /* 8 rows ahead */
+            pf_rows(src + (size_t)(t + 8) * stride, stride, 1, D);
+        }
         bad = _mm_or_si128(bad, rot_row16(src + (size_t)t * stride, D, c, X + (size_t)t * D));
     }
     return _mm_testz_si128(bad, bad);
 }
 
+/* Transposed tile, 8 tokens at a time: 8x8 fp16 blocks are transposed first, so the vector of
+ * channel d holds 8 tokens and every FWHT stage h adds/subtracts whole vectors d and d + h (the
+ * reference's stage order, so the same single rounding per value as the row path, bit for bit):
+ * stages h = 1..8 on 16 channels in registers into buf, the rest on groups of 8 at a stride,
+ * rounded to fp16 and stored straight into X[d][t .. t + 7]. */
+
+/* butterflies of stages h = 1 .. n/2 over v[0 .. n-1] (n a power of two <= 16) */
+static AINL void vstages(__m256 *v, int n)
+{
+    _Pragma("GCC unroll 4") for (int h = 1; h < n; h <<= 1) {
+        _Pragma("GCC unroll 16") for (int i = 0; i < n; i += 2 * h) {
+            _Pragma("GCC unroll 16") for (int j = i; j < i + h; j++) {
+                __m256 a = v[j];
+
+                v[j]     = _mm256_add_ps(a, v[j + h]);
+                v[j + h] = _mm256_sub_ps(a, v[j + h]);
+            }
+        }
+    }
+}
+
+/* 8 rows of 16 fp16 (row i at p + i*stride) -> the 16 columns as fp32 vectors of 8 rows */
+static AINL void ld_tr16(const uint16_t *p, size_t stride, __m256 v[16])
+{
+    __m256i r[8], a[8], b[8];
+
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        r[i] = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)i * stride));
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 8; i += 2) { /* per 128-bit lane: two 8x8 blocks */
+        a[i]     = _mm256_unpacklo_epi16(r[i], r[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi16(r[i], r[i + 1]);
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < 8; i += 4) {
+        b[i]     = _mm256_unpacklo_epi32(a[i], a[i + 2]);
+        b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 2]);
+        b[i + 2] = _mm256_unpacklo_epi32(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm256_unpackhi_epi32(a[i + 1], a[i + 3]);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) { /* column 2i, 2i+1 of both blocks */
+        __m256i lo = _mm256_unpacklo_epi64(b[i], b[i + 4]), hi = _mm256_unpackhi_epi64(b[i], b[i + 4]);
+
+        v[2 * i]         = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
+        v[2 * i + 1]     = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
+        v[8 + 2 * i]     = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
+        v[8 + 2 * i + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+    }
+}
+
+/* 8 rows of 8 fp16 -> the 8 columns as fp32 vectors */
+static AINL void ld_tr8(const uint16_t *p, size_t stride, __m256 v[8])
+{
+    __m128i r[8], a[8], b[8];
+
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        r[i] = _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)i * stride));
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 8; i += 2) {
+        a[i]     = _mm_unpacklo_epi16(r[i], r[i + 1]);
+        a[i + 1] = _mm_unpackhi_epi16(r[i], r[i + 1]);
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < 8; i += 4) {
+        b[i]     = _mm_unpacklo_epi32(a[i], a[i + 2]);
+        b[i + 1] = _mm_unpackhi_epi32(a[i], a[i + 2]);
+        b[i + 2] = _mm_unpacklo_epi32(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm_unpackhi_epi32(a[i + 1], a[i + 3]);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        v[2 * i]     = _mm256_cvtph_ps(_mm_unpacklo_epi64(b[i], b[i + 4]));
+        v[2 * i + 1] = _mm256_cvtph_ps(_mm_unpackhi_epi64(b[i], b[i + 4]));
+    }
+}
+
+/* x * c rounded to fp16, kept as fp32 */
+static AINL __m256 fin16(__m256 x, __m256 c) { return _mm256_cvtph_ps(f16x8(_mm256_mul_ps(x, c))); }
+
+/* n results -> *chk turns NaN for good once one is Inf/NaN (r * 0 is NaN exactly then); two
+ * short chains per group so the check is off the critical path */
+static AINL void chk_n(const __m256 *r, int n, __m256 *chk)
+{
+    __m256 z = _mm256_setzero_ps(), a = _mm256_mul_ps(r[0], z), b = n > 1 ? _mm256_mul_ps(r[1], z) : z;
+
+    _Pragma("GCC unroll 8") for (int i = 2; i < n; i += 2) {
+        a = _mm256_fmadd_ps(r[i], z, a);
+        b = _mm256_fmadd_ps(r[i + 1], z, b);
+    }
+    *chk = _mm256_or_ps(*chk, _mm256_add_ps(a, b));
+}
+
+/* stages 1 .. D/16 of 8 tokens (rows at p) into buf (D vectors of 8), D >= 16 */
+static AINL void rot_t_first(const uint16_t *p, size_t stride, uint32_t D, float *buf)
+{
+    for (uint32_t d = 0; d < D; d += 16) { /* stages 1 .. 8 in registers */
+        __m256 v[16];
+
+        ld_tr16(p + d, stride, v);
+        vstages(v, 16);
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+            _mm256_storeu_ps(buf + 8 * ((size_t)d + i), v[i]);
+        }
+    }
+    for (uint32_t h = 16; h < D / 8; h <<= 1) { /* D >= 256: in memory until 3 stages are left */
+        for (uint32_t i = 0; i < D; i += 2 * h) {
+            for (uint32_t j = i; j < i + h; j++) {
+                __m256 a = _mm256_loadu_ps(buf + 8 * (size_t)j), b = _mm256_loadu_ps(buf + 8 * ((size_t)j + h));
+
+                _mm256_storeu_ps(buf + 8 * (size_t)j, _mm256_add_ps(a, b));
+                _mm256_storeu_ps(buf + 8 * ((size_t)j + h), _mm256_sub_ps(a, b));
+            }
+        }
+    }
+}
+
+/* the last stages on groups of n vectors (stride s = D/n) of nb blocks of 8 tokens (buf, the
+ * next block 8*D floats on), rounded into X[d][t ..]; the blocks of one group go out back to
+ * back, so each line of X is whole while it is in L1 (X's rows are a power of two apart and
+ * share few L1 sets) */
+static AINL void rot_t_last(const float *buf, uint32_t D, int n, int nb, size_t T, __m256 c,
+                            float *Xt, __m256 *chk)
+{
+    uint32_t s = D / (uint32_t)n;
+
+    for (uint32_t j = 0; j < s; j++) {
+        _Pragma("GCC unroll 2") for (int b = 0; b < nb; b++) {
+            const float *bb = buf + (size_t)b * 8 * D;
+            __m256       v[8];
+
+            _Pragma("GCC unroll 8") for (int i = 0; i < n; i++) {
+                v[i] = _mm256_loadu_ps(bb + 8 * (j + (size_t)i * s));
+            }
+            vstages(v, n);
+            _Pragma("GCC unroll 8") for (int i = 0; i < n; i++) {
+                v[i] = fin16(v[i], c);
+                _mm256_storeu_ps(Xt + (j + (size_t)i * s) * T + 8 * b, v[i]);
+            }
+            chk_n(v, n, chk);
+        }
+    }
+}
+
+static AINL void rot_t_lastd(const float *buf, uint32_t D, int nb, size_t T, __m256 c, float *Xt,
+                             __m256 *chk)
+{
+    switch (D) {
+    case 16: rot_t_last(buf, D, 1, nb, T, c, Xt, chk); break;
+    case 32: rot_t_last(buf, D, 2, nb, T, c, Xt, chk); break;
+    case 64: rot_t_last(buf, D, 4, nb, T, c, Xt, chk); break;
+    default: rot_t_last(buf, D, 8, nb, T, c, Xt, chk); break;
+    }
+}
+
 int kvp_q2h_rot_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *buf,
                        float *X)
 {
-    __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
-    __m128i bad = _mm_setzero_si128();
+    __m256   c = _mm256_set1_ps(kvp_hd_fwht_norm(D)), chk = _mm256_setzero_ps();
+    uint32_t t = 0;
 
-    for (uint32_t t = 0; t < T; t += 8) {
-        for (uint32_t i = 0; i < 8; i++) {
-            bad = _mm_or_si128(bad, rot_row16(src + (size_t)(t + i) * stride, D, c, buf + (size_t)i * D));
-        }
-        for (uint32_t d = 0; d < D; d += 8) { /* 8x8 blocks: X[d + j][t .. t + 7] */
-            __m256 r[8];
+    if (D == 8) {
+        for (; t < T; t += 8) {
+            __m256 v[8];
 
-            for (int i = 0; i < 8; i++) {
-                r[i] = _mm256_loadu_ps(buf + (size_t)i * D + d);
+            ld_tr8(src + (size_t)t * stride, stride, v);
+            vstages(v, 8);
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+                v[i] = fin16(v[i], c);
+                _mm256_storeu_ps(X + t + (size_t)i * T, v[i]);
             }
-            kvp_tr8x8_store(r, X + (size_t)d * T + t, T);
+            chk_n(v, 8, &chk);
         }
     }
-    return _mm_testz_si128(bad, bad);
+    for (; t + 16 <= T; t += 16) { /* 16 tokens: whole 64-byte lines of X */
+        if (t + 32 <= T) { /* the next 16 rows arrive while these run */
+            pf_rows(src + (size_t)(t + 16) * stride, stride, 16, D);
+        }
+        rot_t_first(src + (size_t)t * stride, stride, D, buf);
+        rot_t_first(src + (size_t)(t + 8) * stride, stride, D, buf + 8 * (size_t)D);
+        rot_t_lastd(buf, D, 2, T, c, X + t, &chk);
+    }
+    if (t < T) {
+        rot_t_first(src + (size_t)t * stride, stride, D, buf);
+        rot_t_lastd(buf, D, 1, T, c, X + t, &chk);
+    }
+    return _mm256_movemask_ps(_mm256_cmp_ps(chk, chk, _CMP_UNORD_Q)) == 0;
 }
 
 void kvp_q2h_prefetch_rows(const void *base, size_t stride, size_t rows, size_t row_bytes)
