@@ -247,10 +247,12 @@ static inline void st_h8(uint8_t *p, __m256 v)
     _mm_storeu_si128((__m128i *)(void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-/* 32 codes (4 x 8 int32 lanes, 0..3, consecutive) -> 8 bytes */
+/* 32 codes (4 x 8 int32 lanes, consecutive) -> 8 bytes, each lane clamped to [0, 3] (the packs
+ * saturate negatives to 0, the byte min takes the rest to 3) */
 static inline void pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_t *out)
 {
-    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q0, q1), _mm256_packus_epi32(q2, q3));
+    __m256i b = _mm256_min_epu8(_mm256_packus_epi16(_mm256_packus_epi32(q0, q1), _mm256_packus_epi32(q2, q3)),
+                                _mm256_set1_epi8(3));
     __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_set1_epi32(0x40100401)),
                                   _mm256_set1_epi16(1));
     __m256i y = _mm256_packus_epi16(_mm256_packus_epi32(w, w), _mm256_setzero_si256());
@@ -259,14 +261,40 @@ static inline void pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_
                      _mm_unpacklo_epi8(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1)));
 }
 
+/* rint(y * m + o) as int32 lanes (clampf: clamped to [0, 3] in float first) */
+static inline __attribute__((always_inline)) __m256i code8(const float *y, __m256 m, __m256 o,
+                                                           int clampf)
+{
+    __m256 t = _mm256_fmadd_ps(_mm256_load_ps(y), m, o);
+
+    if (clampf) {
+        t = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), _mm256_set1_ps(KVP_Q2_MAX));
+    }
+    return _mm256_cvtps_epi32(t); /* round to nearest even (MXCSR default) */
+}
+
+/* codes of one row, clamped to [0, 3] by pack32 */
+static inline __attribute__((always_inline)) void code_row(const float *y, uint32_t C, __m256 m,
+                                                           __m256 o, uint8_t *out, int clampf)
+{
+    for (uint32_t c = 0; c < C; c += 32) {
+        pack32(code8(y + c, m, o, clampf), code8(y + c + 8, m, o, clampf),
+               code8(y + c + 16, m, o, clampf), code8(y + c + 24, m, o, clampf), out + c / 4);
+    }
+}
+
 /* Per-row RTN of X/Sc/Sr as reciprocal products, 8 rows at a time (C % 32 == 0 here; else the
- * reference): y = X * (1/Sc); row min/max of y times 1/Sr are lo/hi (scaling by a positive
- * number keeps the order); code = rint(clamp(y * (1/(Sr*s)) - lo/s)). */
+ * reference): y = X * (1/Sc), kept in an L1 buffer for the code pass; row min/max of y times
+ * 1/Sr are lo/hi (scaling by a positive number keeps the order); code = rint(clamp(t)), t =
+ * y * (1/(Sr*s)) - lo/s. When every |t| of the 8 rows is below 2^30 (|t| <= 2 max(|lo|, |hi|) / s)
+ * the clamp is done on the integers by pack32: the same codes, since the bounds are integers;
+ * otherwise (huge lo/s, NaN) t is clamped in float first, as before. */
 void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
                            const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B)
 {
     uint32_t run = kvp_hd_run_bytes(C);
-    float   *rc  = kvp_codec_scratch(5, (size_t)C * sizeof(float));
+    float   *rc  = kvp_codec_scratch(5, 9 * (size_t)C * sizeof(float));
+    float   *yb  = rc + C;
     __m256   three = _mm256_set1_ps(KVP_Q2_MAX);
 
     if (C % 32 != 0 || rc == NULL) {
@@ -278,23 +306,24 @@ void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
         st_h8(B + 2 * (size_t)c, _mm256_loadu_ps(Sc + c));
     }
     for (uint32_t r0 = 0; r0 < R; r0 += 8) {
-        uint32_t     nr = R - r0 < 8 ? R - r0 : 8;
-        const float *x[8];
-        __m256       vmn[8], vmx[8], lo, s, sr, rr, mul, off;
-        float        srv[8], av[8], zv[8];
+        uint32_t nr = R - r0 < 8 ? R - r0 : 8;
+        __m256   vmn[8], vmx[8], lo, hi, s, sr, rr, mul, off, big;
+        float    srv[8], av[8], zv[8];
+        int      fast;
 
         for (uint32_t j = 0; j < 8; j++) {
-            x[j]   = X + (size_t)(r0 + (j < nr ? j : 0)) * C;
+            const float *x  = X + (size_t)(r0 + (j < nr ? j : 0)) * C;
+            float       *y  = yb + (size_t)j * C;
+            __m256       t  = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(rc));
+            __m256       mn = t, mx = t;
+
             srv[j] = Sr[r0 + (j < nr ? j : 0)];
-        }
-        for (uint32_t j = 0; j < 8; j++) {
-            __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x[j]), _mm256_loadu_ps(rc));
-            __m256 mn = y, mx = y;
-
+            _mm256_store_ps(y, t);
             for (uint32_t c = 8; c < C; c += 8) {
-                y  = _mm256_mul_ps(_mm256_loadu_ps(x[j] + c), _mm256_loadu_ps(rc + c));
-                mn = _mm256_min_ps(mn, y);
-                mx = _mm256_max_ps(mx, y);
+                t  = _mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(rc + c));
+                mn = _mm256_min_ps(mn, t);
+                mx = _mm256_max_ps(mx, t);
+                _mm256_store_ps(y + c, t);
             }
             vmn[j] = mn;
             vmx[j] = mx;
@@ -302,26 +331,22 @@ void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *
         sr  = _mm256_loadu_ps(srv);
         rr  = _mm256_div_ps(_mm256_set1_ps(1.0f), sr);
         lo  = _mm256_mul_ps(kvp_reduce8(vmn, 0), rr);
-        s   = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(kvp_reduce8(vmx, 1), rr), lo), three);
+        hi  = _mm256_mul_ps(kvp_reduce8(vmx, 1), rr);
+        s   = _mm256_div_ps(_mm256_sub_ps(hi, lo), three);
         s   = _mm256_max_ps(s, _mm256_set1_ps(1e-10f)); /* kvp_hd_kvarn_scale */
         mul = _mm256_div_ps(rr, s);                     /* code = y * rr / s - lo / s */
         off = _mm256_xor_ps(_mm256_div_ps(lo, s), _mm256_set1_ps(-0.0f));
+        big = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), lo), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), hi));
+        fast = _mm256_movemask_ps(_mm256_cmp_ps(big, _mm256_mul_ps(s, _mm256_set1_ps(0x1p29f)), _CMP_LT_OQ)) == 0xFF;
         for (uint32_t j = 0; j < nr; j++) {
-            __m256 m = _mm256_permutevar8x32_ps(mul, _mm256_set1_epi32((int)j));
-            __m256 o = _mm256_permutevar8x32_ps(off, _mm256_set1_epi32((int)j));
+            __m256   m   = _mm256_permutevar8x32_ps(mul, _mm256_set1_epi32((int)j));
+            __m256   o   = _mm256_permutevar8x32_ps(off, _mm256_set1_epi32((int)j));
+            uint8_t *out = codes + (size_t)(r0 + j) * run;
 
-            for (uint32_t c = 0; c < C; c += 32) {
-                __m256i q[4];
-
-                for (int i = 0; i < 4; i++) {
-                    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x[j] + c + 8 * i), _mm256_loadu_ps(rc + c + 8 * i));
-                    __m256 t = _mm256_fmadd_ps(y, m, o);
-
-                    /* clamp to [0, 3] then round to nearest even (MXCSR default): the bounds are
-                     * integers, so this equals the reference's rint then clamp */
-                    q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), three));
-                }
-                pack32(q[0], q[1], q[2], q[3], codes + (size_t)(r0 + j) * run + c / 4);
+            if (fast) {
+                code_row(yb + (size_t)j * C, C, m, o, out, 0);
+            } else {
+                code_row(yb + (size_t)j * C, C, m, o, out, 1);
             }
         }
         if (nr == 8) {
