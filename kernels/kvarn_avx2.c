@@ -40,9 +40,14 @@ static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
     return _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(e, sd), _mm256_set1_ps(e_lo)), _mm256_set1_ps(e_hi));
 }
 
-/* column sums of the 8 rows at x[0..7] with weights w (0 for rows past R) */
-static inline void col_part(const float *const *x, __m256 w, uint32_t C, float *S1, float *S2)
+/* column sums of the 8 rows at x[0..7] with weights w (0 for rows past R; unit: all 1, no
+ * multiplies): per column vector z_j = x_j w_j, a += z_j, b += z_j^2 in two chains of 4 rows
+ * (the first seeded with S1/S2), so the 8 products need not be live at once (no ymm spills in
+ * the tree sum) and each chain is 4 deep */
+static inline __attribute__((always_inline)) void col_part(const float *const *x, __m256 w, uint32_t C,
+                                                           float *S1, float *S2, int unit)
 {
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5], *x6 = x[6], *x7 = x[7];
     __m256 w0 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(0));
     __m256 w1 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(1));
     __m256 w2 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(2));
@@ -53,39 +58,42 @@ static inline void col_part(const float *const *x, __m256 w, uint32_t C, float *
     __m256 w7 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(7));
 
     for (uint32_t c = 0; c < C; c += 8) {
-        __m256 z0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), w0);
-        __m256 z1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), w1);
-        __m256 z2 = _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), w2);
-        __m256 z3 = _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), w3);
-        __m256 z4 = _mm256_mul_ps(_mm256_loadu_ps(x[4] + c), w4);
-        __m256 z5 = _mm256_mul_ps(_mm256_loadu_ps(x[5] + c), w5);
-        __m256 z6 = _mm256_mul_ps(_mm256_loadu_ps(x[6] + c), w6);
-        __m256 z7 = _mm256_mul_ps(_mm256_loadu_ps(x[7] + c), w7);
-        __m256 a  = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z0, z1), _mm256_add_ps(z2, z3)),
-                                  _mm256_add_ps(_mm256_add_ps(z4, z5), _mm256_add_ps(z6, z7)));
-        __m256 b0 = _mm256_fmadd_ps(z0, z0, _mm256_mul_ps(z1, z1));
-        __m256 b1 = _mm256_fmadd_ps(z2, z2, _mm256_mul_ps(z3, z3));
-        __m256 b2 = _mm256_fmadd_ps(z4, z4, _mm256_mul_ps(z5, z5));
-        __m256 b3 = _mm256_fmadd_ps(z6, z6, _mm256_mul_ps(z7, z7));
+        __m256 z = unit ? _mm256_loadu_ps(x0 + c) : _mm256_mul_ps(_mm256_loadu_ps(x0 + c), w0);
+        __m256 u = unit ? _mm256_loadu_ps(x4 + c) : _mm256_mul_ps(_mm256_loadu_ps(x4 + c), w4);
+        __m256 a = _mm256_add_ps(_mm256_loadu_ps(S1 + c), z), a1 = u;
+        __m256 b = _mm256_fmadd_ps(z, z, _mm256_loadu_ps(S2 + c)), b1 = _mm256_mul_ps(u, u);
 
-        _mm256_storeu_ps(S1 + c, _mm256_add_ps(_mm256_loadu_ps(S1 + c), a));
-        _mm256_storeu_ps(S2 + c, _mm256_add_ps(_mm256_loadu_ps(S2 + c),
-                                               _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3))));
+#define COLT(xj, wj, a, b) \
+        z = unit ? _mm256_loadu_ps(xj + c) : _mm256_mul_ps(_mm256_loadu_ps(xj + c), wj); \
+        a = _mm256_add_ps(a, z); \
+        b = _mm256_fmadd_ps(z, z, b);
+        COLT(x1, w1, a, b)
+        COLT(x5, w5, a1, b1)
+        COLT(x2, w2, a, b)
+        COLT(x6, w6, a1, b1)
+        COLT(x3, w3, a, b)
+        COLT(x7, w7, a1, b1)
+#undef COLT
+        a = _mm256_add_ps(a, a1);
+        b = _mm256_add_ps(b, b1);
+        _mm256_storeu_ps(S1 + c, a);
+        _mm256_storeu_ps(S2 + c, b);
     }
 }
 
-/* sums and sums of squares of 4 rows of x . k -> lanes of s, q */
-static inline void row_dots4(const float *const *x, const float *k, uint32_t C, __m128 *s, __m128 *q)
+/* sums and sums of squares of 4 rows of x . k -> lanes of s, q (unit: k = 1, no multiplies) */
+static inline __attribute__((always_inline)) void row_dots4(const float *const *x, const float *k, uint32_t C,
+                                                            __m128 *s, __m128 *q, int unit)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m256 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
 
     for (uint32_t c = 0; c < C; c += 8) {
-        __m256 kk = _mm256_loadu_ps(k + c);
-        __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), kk);
-        __m256 y1 = _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), kk);
-        __m256 y2 = _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), kk);
-        __m256 y3 = _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), kk);
+        __m256 kk = unit ? _mm256_setzero_ps() : _mm256_loadu_ps(k + c);
+        __m256 y0 = unit ? _mm256_loadu_ps(x[0] + c) : _mm256_mul_ps(_mm256_loadu_ps(x[0] + c), kk);
+        __m256 y1 = unit ? _mm256_loadu_ps(x[1] + c) : _mm256_mul_ps(_mm256_loadu_ps(x[1] + c), kk);
+        __m256 y2 = unit ? _mm256_loadu_ps(x[2] + c) : _mm256_mul_ps(_mm256_loadu_ps(x[2] + c), kk);
+        __m256 y3 = unit ? _mm256_loadu_ps(x[3] + c) : _mm256_mul_ps(_mm256_loadu_ps(x[3] + c), kk);
 
         s0 = _mm256_add_ps(s0, y0);
         s1 = _mm256_add_ps(s1, y1);
@@ -125,8 +133,13 @@ static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, 
         for (uint32_t j = 0; j < 8; j++) {
             x[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
         }
-        row_dots4(x, ic, C, &sa, &qa);
-        row_dots4(x + 4, ic, C, &sb, &qb);
+        if (upd) {
+            row_dots4(x, ic, C, &sa, &qa, 0);
+            row_dots4(x + 4, ic, C, &sb, &qb, 0);
+        } else { /* first pass: ic = 1 */
+            row_dots4(x, ic, C, &sa, &qa, 1);
+            row_dots4(x + 4, ic, C, &sb, &qb, 1);
+        }
         s     = _mm256_set_m128(sb, sa);
         q     = _mm256_set_m128(qb, qa);
         var   = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
@@ -143,13 +156,15 @@ static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, 
         } else {
             _mm256_storeu_ps(rowstd + r0, raw);
         }
-        if (have) {
-            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2);
+        if (have && upd) {
+            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 0);
+        } else if (have) { /* first pass: the weights of a full block are 1 */
+            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 1);
         }
         wp   = _mm256_and_ps(w, valid); /* rows past R add nothing */
         have = 1;
         if (r0 + 8 >= R) {
-            col_part(xp[(r0 / 8) & 1], wp, C, S1, S2);
+            col_part(xp[(r0 / 8) & 1], wp, C, S1, S2, !upd && r0 + 8 == R);
         }
     }
 }
