@@ -140,6 +140,13 @@ static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, 
             row_dots4(x, ic, C, &sa, &qa, 1);
             row_dots4(x + 4, ic, C, &sb, &qb, 1);
         }
+        /* the previous block's column part before this block's std -> scale chain (sqrt, div):
+         * the chain then overlaps the next block's row part instead of stalling retirement */
+        if (have && upd) {
+            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 0);
+        } else if (have) { /* first pass: the weights of a full block are 1 */
+            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 1);
+        }
         s     = _mm256_set_m128(sb, sa);
         q     = _mm256_set_m128(qb, qa);
         var   = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
@@ -155,11 +162,6 @@ static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, 
             _mm256_storeu_ps(rowstd + r0, _mm256_mul_ps(raw, w));
         } else {
             _mm256_storeu_ps(rowstd + r0, raw);
-        }
-        if (have && upd) {
-            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 0);
-        } else if (have) { /* first pass: the weights of a full block are 1 */
-            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 1);
         }
         wp   = _mm256_and_ps(w, valid); /* rows past R add nothing */
         have = 1;
