@@ -108,65 +108,87 @@ static inline __attribute__((always_inline)) void row_dots4(const float *const *
     *q = hsum4x(q0, q1, q2, q3);
 }
 
+/* row stds of 8 rows from sums s, q; (upd) new Er/ir; rowstd; returns the column weights (ir,
+ * 0 for rows past R) */
+static inline __attribute__((always_inline)) __m256 row_scale(__m256 s, __m256 q, __m256 inv_n,
+    __m256 inv_n1, float *Er, float *ir, float *rowstd, uint32_t r0, uint32_t R, int upd,
+    float e_lo, float e_hi)
+{
+    __m256 var = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
+    __m256 raw = _mm256_sqrt_ps(_mm256_max_ps(var, _mm256_setzero_ps()));
+    __m256 w   = _mm256_loadu_ps(ir + r0);
+    __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)R - (int)r0),
+                                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+
+    if (upd) { /* std of the current rows = raw * ir (old); then the new row scale */
+        __m256 e = estep8(_mm256_loadu_ps(Er + r0), _mm256_mul_ps(raw, w), e_lo, e_hi);
+
+        w = _mm256_div_ps(_mm256_set1_ps(1.0f), e);
+        _mm256_storeu_ps(Er + r0, e);
+        _mm256_storeu_ps(ir + r0, w);
+        _mm256_storeu_ps(rowstd + r0, _mm256_mul_ps(raw, w));
+    } else {
+        _mm256_storeu_ps(rowstd + r0, raw);
+    }
+    return _mm256_and_ps(w, valid); /* rows past R add nothing */
+}
+
 /* One pass: for each row r, raw_r = std over c of X_rc * ic_c; then (upd) Er/ir/rowstd of the
  * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. Rows go
- * 8 at a time (Er/ir/rowstd padded to a multiple of 8; pad rows have weight 0); a block's
+ * 16 at a time (Er/ir/rowstd padded to a multiple of 16; pad rows have weight 0); a block's
  * column part runs after the next block's row part, so the std -> scale latency of one block
- * overlaps the other's arithmetic. */
+ * overlaps the other's arithmetic (and 16 rows give two independent chains per block). */
 static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
                        float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
                        float e_hi)
 {
-    const float *xp[2][8];
-    __m256       wp = _mm256_setzero_ps();
+    const float *xp[2][16];
+    __m256       wp0 = _mm256_setzero_ps(), wp1 = wp0;
     int          have = 0;
     __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
     __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
 
     memset(S1, 0, C * sizeof(float));
     memset(S2, 0, C * sizeof(float));
-    for (uint32_t r0 = 0; r0 < R; r0 += 8) {
-        const float **x = xp[(r0 / 8) & 1];
-        __m128        sa, qa, sb, qb;
-        __m256        s, q, var, raw, w, e, valid;
+    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
+        const float **x = xp[(r0 / 16) & 1];
+        const float **xq = xp[((r0 / 16) & 1) ^ 1];
+        __m128        s0, q0, s1, q1, s2, q2, s3, q3;
+        __m256        w0, w1;
 
-        for (uint32_t j = 0; j < 8; j++) {
+        for (uint32_t j = 0; j < 16; j++) {
             x[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
         }
         if (upd) {
-            row_dots4(x, ic, C, &sa, &qa, 0);
-            row_dots4(x + 4, ic, C, &sb, &qb, 0);
+            row_dots4(x, ic, C, &s0, &q0, 0);
+            row_dots4(x + 4, ic, C, &s1, &q1, 0);
+            row_dots4(x + 8, ic, C, &s2, &q2, 0);
+            row_dots4(x + 12, ic, C, &s3, &q3, 0);
         } else { /* first pass: ic = 1 */
-            row_dots4(x, ic, C, &sa, &qa, 1);
-            row_dots4(x + 4, ic, C, &sb, &qb, 1);
+            row_dots4(x, ic, C, &s0, &q0, 1);
+            row_dots4(x + 4, ic, C, &s1, &q1, 1);
+            row_dots4(x + 8, ic, C, &s2, &q2, 1);
+            row_dots4(x + 12, ic, C, &s3, &q3, 1);
         }
-        /* the previous block's column part before this block's std -> scale chain (sqrt, div):
-         * the chain then overlaps the next block's row part instead of stalling retirement */
+        /* the previous block's column part before this block's std -> scale chains (sqrt, div):
+         * the chains then overlap the next row part instead of stalling retirement */
         if (have && upd) {
-            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 0);
+            col_part(xq, wp0, C, S1, S2, 0);
+            col_part(xq + 8, wp1, C, S1, S2, 0);
         } else if (have) { /* first pass: the weights of a full block are 1 */
-            col_part(xp[((r0 / 8) & 1) ^ 1], wp, C, S1, S2, 1);
+            col_part(xq, wp0, C, S1, S2, 1);
+            col_part(xq + 8, wp1, C, S1, S2, 1);
         }
-        s     = _mm256_set_m128(sb, sa);
-        q     = _mm256_set_m128(qb, qa);
-        var   = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
-        raw   = _mm256_sqrt_ps(_mm256_max_ps(var, _mm256_setzero_ps()));
-        w     = _mm256_loadu_ps(ir + r0);
-        valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(R - r0)),
-                                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-        if (upd) { /* std of the current rows = raw * ir (old); then the new row scale */
-            e = estep8(_mm256_loadu_ps(Er + r0), _mm256_mul_ps(raw, w), e_lo, e_hi);
-            w = _mm256_div_ps(_mm256_set1_ps(1.0f), e);
-            _mm256_storeu_ps(Er + r0, e);
-            _mm256_storeu_ps(ir + r0, w);
-            _mm256_storeu_ps(rowstd + r0, _mm256_mul_ps(raw, w));
-        } else {
-            _mm256_storeu_ps(rowstd + r0, raw);
-        }
-        wp   = _mm256_and_ps(w, valid); /* rows past R add nothing */
+        w0 = row_scale(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1, Er, ir,
+                       rowstd, r0, R, upd, e_lo, e_hi);
+        w1 = row_scale(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1, Er, ir,
+                       rowstd, r0 + 8, R, upd, e_lo, e_hi);
+        wp0  = w0;
+        wp1  = w1;
         have = 1;
-        if (r0 + 8 >= R) {
-            col_part(xp[(r0 / 8) & 1], wp, C, S1, S2, !upd && r0 + 8 == R);
+        if (r0 + 16 >= R) {
+            col_part(x, wp0, C, S1, S2, !upd && r0 + 8 <= R);
+            col_part(x + 8, wp1, C, S1, S2, !upd && r0 + 16 == R);
         }
     }
 }
@@ -208,11 +230,12 @@ static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_
     return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
 }
 
-/* work: 8*(R+C) + 16 floats at least (the kernel contract gives R*C + 4*(R+C)) */
+/* work: 5*C + 3*Rp floats, Rp = R rounded up to 16 (the kernel contract gives R*C + 4*(R+C);
+ * tiles too small for that take the reference) */
 void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
                       float *Sr, float *work)
 {
-    uint32_t Rp = (R + 7) & ~7u;
+    uint32_t Rp = (R + 15) & ~15u;
     float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
     float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
     float    best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
