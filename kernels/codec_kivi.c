@@ -148,13 +148,15 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
     if (G == 0) {
         ok &= kvp_q2h_tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
                                  p + l.k_min);
-    } else {
+        ok &= kvp_q2h_tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes,
+                                 p + l.v_scale, p + l.v_min);
+    } else { /* V first: its rows stream in order (the hardware prefetchers follow) while K,
+              * read a column block at a time across rows, is fetched into L2 meanwhile */
+        ok &= kvp_q2h_tok_encode_pf(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes,
+                                    p + l.v_scale, p + l.v_min, k, rows * D * sizeof(uint16_t));
         ok &= kvp_q2h_chan_encode(k, (size_t)H * D, g->valid, H * D, D, G, KVP_Q2_RULE_KIVI,
-                                  p + l.k_codes, p + l.k_scale, p + l.k_min, v,
-                                  rows * D * sizeof(uint16_t)); /* all heads; V fetched meanwhile */
+                                  p + l.k_codes, p + l.k_scale, p + l.k_min, NULL, 0); /* all heads */
     }
-    ok &= kvp_q2h_tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes, p + l.v_scale,
-                             p + l.v_min);
     if (!ok) {
         KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;

@@ -477,9 +477,10 @@ static AINL __m256i hred16(const __m256i *v, int is_max)
 #define TOK_KEYS 2048 /* keys of 16 groups staged for the code pass: G <= 128 */
 
 static AINL int tok_enc(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
-                        kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
+                        kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero,
+                        const char *pf, size_t pf_bytes)
 {
-    size_t  ngr = rows * (D / G);
+    size_t  ngr = rows * (D / G), pf_off = 0;
     int     bad = 0, stage = G <= TOK_KEYS / 16;
     int16_t th[3][16];
     __m256i keys[TOK_KEYS / 16];
@@ -494,6 +495,11 @@ static AINL int tok_enc(const uint16_t *src, size_t rows, uint32_t D, uint32_t G
             const uint16_t *x = src + (g0 + (j < nb ? j : 0)) * G;
             __m256i         k = key16(_mm256_loadu_si256((const __m256i *)(const void *)x));
             __m256i         mn = k, mx = k;
+
+            for (uint32_t i = 0; i < G && pf_off < pf_bytes; i += 32) { /* a line a line read */
+                _mm_prefetch(pf + pf_off, _MM_HINT_T1);
+                pf_off += 64;
+            }
 
             if (stage) {
                 keys[j * (G / 16)] = k;
@@ -563,13 +569,20 @@ static AINL int tok_enc(const uint16_t *src, size_t rows, uint32_t D, uint32_t G
     return !bad;
 }
 
+int kvp_q2h_tok_encode_pf(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
+                          kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero,
+                          const void *pf, size_t pf_bytes)
+{
+    if (rule == KVP_Q2_RULE_KIVI) {
+        return tok_enc(src, rows, D, G, KVP_Q2_RULE_KIVI, codes, scale, zero, pf, pf_bytes);
+    }
+    return tok_enc(src, rows, D, G, KVP_Q2_RULE_OSCAR, codes, scale, zero, pf, pf_bytes);
+}
+
 int kvp_q2h_tok_encode(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
                        kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero)
 {
-    if (rule == KVP_Q2_RULE_KIVI) {
-        return tok_enc(src, rows, D, G, KVP_Q2_RULE_KIVI, codes, scale, zero);
-    }
-    return tok_enc(src, rows, D, G, KVP_Q2_RULE_OSCAR, codes, scale, zero);
+    return kvp_q2h_tok_encode_pf(src, rows, D, G, rule, codes, scale, zero, NULL, 0);
 }
 
 /* ---- decoders to fp16 ---- */

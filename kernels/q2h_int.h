@@ -23,6 +23,10 @@ void kvp_q2h_chan_decode(const uint8_t *codes, const uint8_t *scale, const uint8
 int  kvp_q2h_tok_ok(uint32_t D, uint32_t G);
 int  kvp_q2h_tok_encode(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
                         kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero);
+/* tok_encode that also prefetches pf/pf_bytes into L2, a line per input line read */
+int  kvp_q2h_tok_encode_pf(const uint16_t *src, size_t rows, uint32_t D, uint32_t G,
+                           kvp_q2_rule_t rule, uint8_t *codes, uint8_t *scale, uint8_t *zero,
+                           const void *pf, size_t pf_bytes);
 void kvp_q2h_tok_decode(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                         size_t rows, uint32_t D, uint32_t G, uint16_t *dst);
 
