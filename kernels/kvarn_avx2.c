@@ -40,14 +40,22 @@ static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
     return _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(e, sd), _mm256_set1_ps(e_lo)), _mm256_set1_ps(e_hi));
 }
 
-/* column sums of the 8 rows at x[0..7] with weights w (0 for rows past R; unit: all 1, no
+#define KVP_AI static inline __attribute__((always_inline))
+
+/* Row j of a block: xa[j] (a pointer list, for a partial block whose missing rows repeat its
+ * first) or xb + j * ld (xa NULL: a full block, constant offsets when ld is a constant) */
+#define KVP_ROW(j) (xa != NULL ? xa[j] : xb + (size_t)(j) * ld)
+
+/* column sums of the 8 rows of a block with weights w (0 for rows past R; unit: all 1, no
  * multiplies): per column vector z_j = x_j w_j, a += z_j, b += z_j^2 in two chains of 4 rows
  * (the first seeded with S1/S2), so the 8 products need not be live at once (no ymm spills in
  * the tree sum) and each chain is 4 deep */
-static inline __attribute__((always_inline)) void col_part(const float *const *x, __m256 w, uint32_t C,
+static inline __attribute__((always_inline)) void col_part(const float *const *xa, const float *xb,
+                                                           size_t ld, __m256 w, uint32_t C,
                                                            float *S1, float *S2, int unit)
 {
-    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5], *x6 = x[6], *x7 = x[7];
+    const float *x0 = KVP_ROW(0), *x1 = KVP_ROW(1), *x2 = KVP_ROW(2), *x3 = KVP_ROW(3);
+    const float *x4 = KVP_ROW(4), *x5 = KVP_ROW(5), *x6 = KVP_ROW(6), *x7 = KVP_ROW(7);
     __m256 w0 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(0));
     __m256 w1 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(1));
     __m256 w2 = _mm256_permutevar8x32_ps(w, _mm256_set1_epi32(2));
@@ -82,11 +90,13 @@ static inline __attribute__((always_inline)) void col_part(const float *const *x
 }
 
 /* sums and sums of squares of 4 rows of x . k -> lanes of s, q (unit: k = 1, no multiplies) */
-static inline __attribute__((always_inline)) void row_dots4(const float *const *x, const float *k, uint32_t C,
+static inline __attribute__((always_inline)) void row_dots4(const float *const *xa, const float *xb,
+                                                            size_t ld, const float *k, uint32_t C,
                                                             __m128 *s, __m128 *q, int unit)
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    __m256 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+    const float *x[4] = {KVP_ROW(0), KVP_ROW(1), KVP_ROW(2), KVP_ROW(3)};
+    __m256       s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m256       q0 = s0, q1 = s0, q2 = s0, q3 = s0;
 
     for (uint32_t c = 0; c < C; c += 8) {
         __m256 kk = unit ? _mm256_setzero_ps() : _mm256_loadu_ps(k + c);
@@ -133,6 +143,75 @@ static inline __attribute__((always_inline)) __m256 row_scale(__m256 s, __m256 q
     return _mm256_and_ps(w, valid); /* rows past R add nothing */
 }
 
+/* the row parts of a 16-row block (4 x row_dots4); unit when !upd (the first pass: ic = 1) */
+KVP_AI void row4x4(const float *const *xa, const float *xb, size_t ld, const float *ic, uint32_t C,
+                   __m128 *s0, __m128 *q0, __m128 *s1, __m128 *q1, __m128 *s2, __m128 *q2,
+                   __m128 *s3, __m128 *q3, int upd)
+{
+    if (upd) {
+        row_dots4(xa, xb, ld, ic, C, s0, q0, 0);
+        row_dots4(xa ? xa + 4 : NULL, xb + 4 * ld, ld, ic, C, s1, q1, 0);
+        row_dots4(xa ? xa + 8 : NULL, xb + 8 * ld, ld, ic, C, s2, q2, 0);
+        row_dots4(xa ? xa + 12 : NULL, xb + 12 * ld, ld, ic, C, s3, q3, 0);
+    } else {
+        row_dots4(xa, xb, ld, ic, C, s0, q0, 1);
+        row_dots4(xa ? xa + 4 : NULL, xb + 4 * ld, ld, ic, C, s1, q1, 1);
+        row_dots4(xa ? xa + 8 : NULL, xb + 8 * ld, ld, ic, C, s2, q2, 1);
+        row_dots4(xa ? xa + 12 : NULL, xb + 12 * ld, ld, ic, C, s3, q3, 1);
+    }
+}
+
+KVP_AI void pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er, float *ir,
+                      float *rowstd, float *S1, float *S2, int upd, float e_lo, float e_hi)
+{
+    const float *xl[16]; /* rows of a partial last block */
+    const float *xq = NULL;
+    __m256       wp0 = _mm256_setzero_ps(), wp1 = wp0;
+    __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
+    __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
+
+    memset(S1, 0, C * sizeof(float));
+    memset(S2, 0, C * sizeof(float));
+    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
+        const float  *xb = X + (size_t)r0 * C;
+        const float **xa = NULL;
+        __m128        s0, q0, s1, q1, s2, q2, s3, q3;
+
+        if (r0 + 16 > R) {
+            for (uint32_t j = 0; j < 16; j++) {
+                xl[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
+            }
+            xa = xl;
+        }
+        if (xa == NULL) { /* full block: xa is a known NULL in these calls */
+            row4x4(NULL, xb, C, ic, C, &s0, &q0, &s1, &q1, &s2, &q2, &s3, &q3, upd);
+        } else {
+            row4x4(xa, xb, C, ic, C, &s0, &q0, &s1, &q1, &s2, &q2, &s3, &q3, upd);
+        }
+        /* the previous (full) block's column part before this block's std -> scale chains
+         * (sqrt, div): the chains then overlap the next row part instead of stalling retirement */
+        if (xq != NULL && upd) {
+            col_part(NULL, xq, C, wp0, C, S1, S2, 0);
+            col_part(NULL, xq + 8 * (size_t)C, C, wp1, C, S1, S2, 0);
+        } else if (xq != NULL) { /* first pass: the weights of a full block are 1 */
+            col_part(NULL, xq, C, wp0, C, S1, S2, 1);
+            col_part(NULL, xq + 8 * (size_t)C, C, wp1, C, S1, S2, 1);
+        }
+        wp0 = row_scale(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1, Er, ir,
+                        rowstd, r0, R, upd, e_lo, e_hi);
+        wp1 = row_scale(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1, Er, ir,
+                        rowstd, r0 + 8, R, upd, e_lo, e_hi);
+        xq  = xb;
+        if (r0 + 16 >= R && xa == NULL) {
+            col_part(NULL, xb, C, wp0, C, S1, S2, !upd);
+            col_part(NULL, xb + 8 * (size_t)C, C, wp1, C, S1, S2, !upd);
+        } else if (r0 + 16 >= R) { /* partial: weights of the missing rows are 0 */
+            col_part(xa, xb, C, wp0, C, S1, S2, 0);
+            col_part(xa + 8, xb, C, wp1, C, S1, S2, 0);
+        }
+    }
+}
+
 /* One pass: for each row r, raw_r = std over c of X_rc * ic_c; then (upd) Er/ir/rowstd of the
  * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. Rows go
  * 16 at a time (Er/ir/rowstd padded to a multiple of 16; pad rows have weight 0); a block's
@@ -142,54 +221,10 @@ static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, 
                        float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
                        float e_hi)
 {
-    const float *xp[2][16];
-    __m256       wp0 = _mm256_setzero_ps(), wp1 = wp0;
-    int          have = 0;
-    __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
-    __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
-
-    memset(S1, 0, C * sizeof(float));
-    memset(S2, 0, C * sizeof(float));
-    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
-        const float **x = xp[(r0 / 16) & 1];
-        const float **xq = xp[((r0 / 16) & 1) ^ 1];
-        __m128        s0, q0, s1, q1, s2, q2, s3, q3;
-        __m256        w0, w1;
-
-        for (uint32_t j = 0; j < 16; j++) {
-            x[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
-        }
-        if (upd) {
-            row_dots4(x, ic, C, &s0, &q0, 0);
-            row_dots4(x + 4, ic, C, &s1, &q1, 0);
-            row_dots4(x + 8, ic, C, &s2, &q2, 0);
-            row_dots4(x + 12, ic, C, &s3, &q3, 0);
-        } else { /* first pass: ic = 1 */
-            row_dots4(x, ic, C, &s0, &q0, 1);
-            row_dots4(x + 4, ic, C, &s1, &q1, 1);
-            row_dots4(x + 8, ic, C, &s2, &q2, 1);
-            row_dots4(x + 12, ic, C, &s3, &q3, 1);
-        }
-        /* the previous block's column part before this block's std -> scale chains (sqrt, div):
-         * the chains then overlap the next row part instead of stalling retirement */
-        if (have && upd) {
-            col_part(xq, wp0, C, S1, S2, 0);
-            col_part(xq + 8, wp1, C, S1, S2, 0);
-        } else if (have) { /* first pass: the weights of a full block are 1 */
-            col_part(xq, wp0, C, S1, S2, 1);
-            col_part(xq + 8, wp1, C, S1, S2, 1);
-        }
-        w0 = row_scale(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1, Er, ir,
-                       rowstd, r0, R, upd, e_lo, e_hi);
-        w1 = row_scale(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1, Er, ir,
-                       rowstd, r0 + 8, R, upd, e_lo, e_hi);
-        wp0  = w0;
-        wp1  = w1;
-        have = 1;
-        if (r0 + 16 >= R) {
-            col_part(x, wp0, C, S1, S2, !upd && r0 + 8 <= R);
-            col_part(x + 8, wp1, C, S1, S2, !upd && r0 + 16 == R);
-        }
+    if (C == 128) { /* the page shape: rows at constant offsets */
+        pass_impl(X, R, 128, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi);
+    } else {
+        pass_impl(X, R, C, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi);
     }
 }
 
