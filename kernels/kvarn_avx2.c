@@ -48,8 +48,9 @@ static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
 
 /* column sums of the 8 rows of a block with weights w (0 for rows past R; unit: all 1, no
  * multiplies): per column vector z_j = x_j w_j, a += z_j, b += z_j^2 in two chains of 4 rows
- * (the first seeded with S1/S2), so the 8 products need not be live at once (no ymm spills in
- * the tree sum) and each chain is 4 deep */
+ * (the first seeded with S1/S2), so the 8 products need not be live at once and each chain is
+ * 4 deep; the empty asm after each step keeps GCC from hoisting all 8 multiplies (which spilled
+ * two of the 8 weights) */
 static inline __attribute__((always_inline)) void col_part(const float *const *xa, const float *xb,
                                                            size_t ld, __m256 w, uint32_t C,
                                                            float *S1, float *S2, int unit)
@@ -74,7 +75,8 @@ static inline __attribute__((always_inline)) void col_part(const float *const *x
 #define COLT(xj, wj, a, b) \
         z = unit ? _mm256_loadu_ps(xj + c) : _mm256_mul_ps(_mm256_loadu_ps(xj + c), wj); \
         a = _mm256_add_ps(a, z); \
-        b = _mm256_fmadd_ps(z, z, b);
+        b = _mm256_fmadd_ps(z, z, b); \
+        __asm__("" : "+x"(a), "+x"(b));
         COLT(x1, w1, a, b)
         COLT(x5, w5, a1, b1)
         COLT(x2, w2, a, b)
