@@ -286,11 +286,14 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
         kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work);
         return;
     }
-    for (uint32_t c = 0; c < C; c++) {
-        Ec[c] = ic[c] = Sc[c] = 1.0f;
+    for (uint32_t c = 0; c < C; c += 8) { /* C % 8 == 0, Rp % 16 == 0 */
+        _mm256_storeu_ps(Ec + c, _mm256_set1_ps(1.0f));
+        _mm256_storeu_ps(ic + c, _mm256_set1_ps(1.0f));
+        _mm256_storeu_ps(Sc + c, _mm256_set1_ps(1.0f));
     }
-    for (uint32_t r = 0; r < Rp; r++) {
-        Er[r] = ir[r] = 1.0f;
+    for (uint32_t r = 0; r < Rp; r += 8) {
+        _mm256_storeu_ps(Er + r, _mm256_set1_ps(1.0f));
+        _mm256_storeu_ps(ir + r, _mm256_set1_ps(1.0f));
     }
     for (uint32_t r = 0; r < R; r++) {
         Sr[r] = 1.0f;
