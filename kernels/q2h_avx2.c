@@ -322,47 +322,41 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
         for (uint32_t c0 = 0; c0 < D; c0 += cw) {
             uint32_t nb = (D - c0 < cw ? D - c0 : cw) / 16;
 
-            /* keys of the chunk staged row by row (rows in address order, which the hardware
-             * prefetchers follow; a column walk of rows 2^k bytes apart also thrashes a few L1
-             * sets) */
-            for (uint32_t t = 0; t < n; t++) {
-                const uint16_t *x = src + (size_t)(t0 + t) * stride + c0;
-
-                for (uint32_t b = 0; b < nb; b++) {
-                    if ((b & 1) == 0) { /* a line: the same one of the next group, and the caller's */
-                        if (t0 + G + t < T) {
-                            _mm_prefetch((const char *)(x + 16 * b + (size_t)G * stride), _MM_HINT_T0);
-                        }
-                        if (pf_off < pf_bytes) {
-                            _mm_prefetch(pf + pf_off, _MM_HINT_T1);
-                            pf_off += 64;
-                        }
-                    }
-                    buf[(size_t)b * n + t] = key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + 16 * b)));
-                }
-            }
-            for (uint32_t b = 0; b < nb; b += 2) { /* two blocks of 16 channels at a time */
+            for (uint32_t b = 0; b < nb; b += 2) { /* one 64-byte line of each row at a time */
                 uint32_t        two = b + 1 < nb;
                 const uint16_t *col = src + (size_t)t0 * stride + c0 + 16 * b;
                 __m256i        *kb  = buf + (size_t)b * n;
                 __m256i         mn0, mx0, mn1, mx1, rmn, rmx, fix;
-                thr16_t         th[2];
 
                 mn0 = mn1 = _mm256_set1_epi16(0x7FFF);
                 mx0 = mx1 = _mm256_set1_epi16(-0x8000);
                 for (uint32_t t = 0; t < n; t++) {
-                    mn0 = _mm256_min_epi16(mn0, kb[t]);
-                    mx0 = _mm256_max_epi16(mx0, kb[t]);
+                    const uint16_t *x = col + (size_t)t * stride;
+                    __m256i         k0 = key16(_mm256_loadu_si256((const __m256i *)(const void *)x));
+
+                    if (t0 + G + t < T) { /* the same line of the next group */
+                        _mm_prefetch((const char *)(x + (size_t)G * stride), _MM_HINT_T0);
+                    }
+                    if (pf_off < pf_bytes) { /* what the caller reads next, a line a row */
+                        _mm_prefetch(pf + pf_off, _MM_HINT_T1);
+                        pf_off += 64;
+                    }
+
+                    kb[t] = k0;
+                    mn0   = _mm256_min_epi16(mn0, k0);
+                    mx0   = _mm256_max_epi16(mx0, k0);
                     if (two) {
-                        mn1 = _mm256_min_epi16(mn1, kb[n + t]);
-                        mx1 = _mm256_max_epi16(mx1, kb[n + t]);
+                        __m256i k1 = key16(_mm256_loadu_si256((const __m256i *)(const void *)(x + 16)));
+
+                        kb[n + t] = k1;
+                        mn1       = _mm256_min_epi16(mn1, k1);
+                        mx1       = _mm256_max_epi16(mx1, k1);
                     }
                 }
-                /* both blocks' parameters first: the code pass of block 0 runs while the
-                 * (latency-bound) threshold search of block 1 is in flight */
                 for (uint32_t j = 0; j <= two; j++) {
                     __m256i kmn = j ? mn1 : mn0, kmx = j ? mx1 : mx0;
                     size_t  pp  = 2 * pslot(c0 + 16 * (b + j), g, hd, ngk);
+                    thr16_t th;
 
                     bad |= bad16(kmn, kmx);
                     rmn = kmn;
@@ -387,9 +381,7 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
                         kmn = _mm256_loadu_si256((const __m256i *)(const void *)m0);
                         kmx = _mm256_loadu_si256((const __m256i *)(const void *)m1);
                     }
-                    params16(rule, kmn, kmx, rmn, rmx, scale + pp, zero + pp, &th[j]);
-                }
-                for (uint32_t j = 0; j <= two; j++) {
+                    params16(rule, kmn, kmx, rmn, rmx, scale + pp, zero + pp, &th);
                     for (uint32_t s0 = 0; s0 < n; s0 += 32) { /* 8 code bytes per channel */
                         uint32_t       s1 = s0 + 32 < n ? s0 + 32 : n, nq = (s1 - s0 + 3) / 4;
                         const __m256i *kt = kb + (size_t)j * n;
@@ -403,14 +395,14 @@ static AINL int chan_enc(const uint16_t *src, size_t stride, uint32_t T, uint32_
                                 q[qi] = _mm256_setzero_si256();
                                 continue;
                             }
-                            acc = ncode16(kt[t], &th[j]);
+                            acc = ncode16(kt[t], &th);
                             if (t + 4 <= s1) {
-                                acc = _mm256_add_epi16(acc, _mm256_slli_epi16(ncode16(kt[t + 1], &th[j]), 2));
-                                acc = _mm256_add_epi16(acc, _mm256_slli_epi16(ncode16(kt[t + 2], &th[j]), 4));
-                                acc = _mm256_add_epi16(acc, _mm256_slli_epi16(ncode16(kt[t + 3], &th[j]), 6));
+                                acc = _mm256_add_epi16(acc, _mm256_slli_epi16(ncode16(kt[t + 1], &th), 2));
+                                acc = _mm256_add_epi16(acc, _mm256_slli_epi16(ncode16(kt[t + 2], &th), 4));
+                                acc = _mm256_add_epi16(acc, _mm256_slli_epi16(ncode16(kt[t + 3], &th), 6));
                             } else {
                                 for (uint32_t jj = 1; t + jj < s1; jj++) {
-                                    acc = _mm256_add_epi16(acc, _mm256_sll_epi16(ncode16(kt[t + jj], &th[j]),
+                                    acc = _mm256_add_epi16(acc, _mm256_sll_epi16(ncode16(kt[t + jj], &th),
                                                                                  _mm_cvtsi32_si128((int)(2 * jj))));
                                 }
                             }
