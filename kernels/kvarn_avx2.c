@@ -145,21 +145,22 @@ static inline __attribute__((always_inline)) __m256 row_scale(__m256 s, __m256 q
     return _mm256_and_ps(w, valid); /* rows past R add nothing */
 }
 
-/* the row parts of a 16-row block (4 x row_dots4); unit when !upd (the first pass: ic = 1) */
+/* the row parts of a 16-row block (4 x row_dots4; xb is not offset when the rows come from xa,
+ * a partial block, so no pointer leaves X); unit when !upd (the first pass: ic = 1) */
 KVP_AI void row4x4(const float *const *xa, const float *xb, size_t ld, const float *ic, uint32_t C,
                    __m128 *s0, __m128 *q0, __m128 *s1, __m128 *q1, __m128 *s2, __m128 *q2,
                    __m128 *s3, __m128 *q3, int upd)
 {
     if (upd) {
         row_dots4(xa, xb, ld, ic, C, s0, q0, 0);
-        row_dots4(xa ? xa + 4 : NULL, xb + 4 * ld, ld, ic, C, s1, q1, 0);
-        row_dots4(xa ? xa + 8 : NULL, xb + 8 * ld, ld, ic, C, s2, q2, 0);
-        row_dots4(xa ? xa + 12 : NULL, xb + 12 * ld, ld, ic, C, s3, q3, 0);
+        row_dots4(xa ? xa + 4 : NULL, xa ? xb : xb + 4 * ld, ld, ic, C, s1, q1, 0);
+        row_dots4(xa ? xa + 8 : NULL, xa ? xb : xb + 8 * ld, ld, ic, C, s2, q2, 0);
+        row_dots4(xa ? xa + 12 : NULL, xa ? xb : xb + 12 * ld, ld, ic, C, s3, q3, 0);
     } else {
         row_dots4(xa, xb, ld, ic, C, s0, q0, 1);
-        row_dots4(xa ? xa + 4 : NULL, xb + 4 * ld, ld, ic, C, s1, q1, 1);
-        row_dots4(xa ? xa + 8 : NULL, xb + 8 * ld, ld, ic, C, s2, q2, 1);
-        row_dots4(xa ? xa + 12 : NULL, xb + 12 * ld, ld, ic, C, s3, q3, 1);
+        row_dots4(xa ? xa + 4 : NULL, xa ? xb : xb + 4 * ld, ld, ic, C, s1, q1, 1);
+        row_dots4(xa ? xa + 8 : NULL, xa ? xb : xb + 8 * ld, ld, ic, C, s2, q2, 1);
+        row_dots4(xa ? xa + 12 : NULL, xa ? xb : xb + 12 * ld, ld, ic, C, s3, q3, 1);
     }
 }
 
