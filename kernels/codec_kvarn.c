@@ -19,7 +19,6 @@
  * record size = D*rt + T*rd + 6D + 6T bytes (9728 at D = T = 128: 2.375 bits/elem). */
 #include "codec_ops.h"
 #include "kvpack/log.h"
-#include "q2_int.h"
 #include "q2h_int.h"
 #include "quant_hd.h"
 
@@ -196,6 +195,7 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
 static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                    const uint16_t *v, kvp_page_info_t *info, uint8_t *p)
 {
+    const kvp_q2_kern_t *kk = &kvp_q2_avx2;
     kvarn_layout_t       l;
     uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters = info->aux;
     size_t               tile = (size_t)T * D;
@@ -230,8 +230,8 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
             kvp_q2h_prefetch_rows(k + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
             kvp_q2h_prefetch_rows(v + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
         }
-        kvp_q2_avx2_varn_rtn(X, D, T, iters, Sc, Sr, work, rec + l.k_codes, rec + l.k_a,
-                             rec + l.k_z, rec + l.k_b);
+        kk->varn(X, D, T, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
         /* V tile [T][D] */
         if (info->flags & KVP_PAGE_F_V_PREROT) {
             ok = kvp_q2h_tile(v + (size_t)h * D, (size_t)H * D, T, D, X);
@@ -243,8 +243,8 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                           info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
-        kvp_q2_avx2_varn_rtn(X, T, D, iters, Sc, Sr, work, rec + l.v_codes, rec + l.v_a,
-                             rec + l.v_z, rec + l.v_b);
+        kk->varn(X, T, D, iters, Sc, Sr, work);
+        kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
     }
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         info->flags |= KVP_PAGE_F_V_ROTATED;

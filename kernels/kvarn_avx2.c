@@ -236,156 +236,6 @@ static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, 
     }
 }
 
-/* ---- VarN's last pass with the RTN of the same rows (speculative: right when that pass turns
- * out best, the usual case) ---- */
-
-typedef struct {
-    uint8_t *codes, *A, *Z;
-    uint32_t run;
-} rtn_out_t;
-
-static inline void st_h8(uint8_t *p, __m256 v);
-static inline void pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_t *out);
-
-/* row part of 2 rows (x . k): lane sums a[0..1], squares a[2..3] as row_dots4 keeps them, and
- * the row min/max of y = x . k in RTN's order (min(mn, y) column by column; from +-inf the
- * first step gives y itself, so even the sign of a zero min is RTN's) */
-KVP_AI void row_dots2mm(const float *x0, const float *x1, const float *k, uint32_t C, __m256 *s,
-                        __m256 *q, __m256 *mn, __m256 *mx)
-{
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
-    __m256 n0 = _mm256_set1_ps(INFINITY), n1 = n0, m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
-
-    for (uint32_t c = 0; c < C; c += 8) {
-        __m256 kk = _mm256_loadu_ps(k + c);
-        __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(x0 + c), kk);
-        __m256 y1 = _mm256_mul_ps(_mm256_loadu_ps(x1 + c), kk);
-
-        s0 = _mm256_add_ps(s0, y0);
-        s1 = _mm256_add_ps(s1, y1);
-        q0 = _mm256_fmadd_ps(y0, y0, q0);
-        q1 = _mm256_fmadd_ps(y1, y1, q1);
-        n0 = _mm256_min_ps(n0, y0);
-        n1 = _mm256_min_ps(n1, y1);
-        m0 = _mm256_max_ps(m0, y0);
-        m1 = _mm256_max_ps(m1, y1);
-    }
-    s[0] = s0, s[1] = s1, q[0] = q0, q[1] = q1, mn[0] = n0, mn[1] = n1, mx[0] = m0, mx[1] = m1;
-}
-
-/* rint(x * ic * m + o) of 8 columns as int32 lanes (clampf: clamped to [0, 3] in float first) */
-KVP_AI __m256i code8_x(const float *x, const float *ic, __m256 m, __m256 o, int clampf)
-{
-    __m256 t = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(ic)), m, o);
-
-    if (clampf) {
-        t = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), _mm256_set1_ps(KVP_Q2_MAX));
-    }
-    return _mm256_cvtps_epi32(t);
-}
-
-/* codes of one row from x (y = x . ic recomputed, the value RTN's pass keeps) */
-KVP_AI void code_row_x(const float *x, const float *ic, uint32_t C, __m256 m, __m256 o,
-                       uint8_t *out, int clampf)
-{
-    for (uint32_t c = 0; c < C; c += 32) {
-        pack32(code8_x(x + c, ic + c, m, o, clampf), code8_x(x + c + 8, ic + c + 8, m, o, clampf),
-               code8_x(x + c + 16, ic + c + 16, m, o, clampf),
-               code8_x(x + c + 24, ic + c + 24, m, o, clampf), out + c / 4);
-    }
-}
-
-/* RTN codes, A, Z of the 8 rows x (C apart) starting at row r0, with Sr = Er and 1/Sc = ic:
- * the operations of kvp_q2_avx2_kvarn_rtn on the same values (y recomputed as x . ic) */
-KVP_AI void rtn_rows8(const float *x, uint32_t r0, uint32_t C, const float *ic, const float *Er,
-                      __m256 mn, __m256 mx, const rtn_out_t *o)
-{
-    __m256 sr = _mm256_loadu_ps(Er + r0), rr = _mm256_div_ps(_mm256_set1_ps(1.0f), sr);
-    __m256 lo = _mm256_mul_ps(mn, rr), hi = _mm256_mul_ps(mx, rr), s, mul, off, big;
-    int    fast;
-
-    s    = _mm256_div_ps(_mm256_sub_ps(hi, lo), _mm256_set1_ps(KVP_Q2_MAX));
-    s    = _mm256_max_ps(s, _mm256_set1_ps(1e-10f)); /* kvp_hd_kvarn_scale */
-    mul  = _mm256_div_ps(rr, s);
-    off  = _mm256_xor_ps(_mm256_div_ps(lo, s), _mm256_set1_ps(-0.0f));
-    big  = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), lo), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), hi));
-    fast = _mm256_movemask_ps(_mm256_cmp_ps(big, _mm256_mul_ps(s, _mm256_set1_ps(0x1p29f)), _CMP_LT_OQ)) == 0xFF;
-    for (uint32_t j = 0; j < 8; j++) {
-        __m256       m   = _mm256_permutevar8x32_ps(mul, _mm256_set1_epi32((int)j));
-        __m256       of  = _mm256_permutevar8x32_ps(off, _mm256_set1_epi32((int)j));
-        const float *xr  = x + (size_t)j * C;
-        uint8_t     *out = o->codes + (size_t)(r0 + j) * o->run;
-
-        if (fast) {
-            code_row_x(xr, ic, C, m, of, out, 0);
-        } else {
-            code_row_x(xr, ic, C, m, of, out, 1);
-        }
-    }
-    st_h8(o->A + 2 * (size_t)r0, _mm256_mul_ps(sr, s));
-    st_h8(o->Z + 2 * (size_t)r0, _mm256_mul_ps(sr, lo));
-}
-
-/* pass_impl (upd) for R % 16 == 0, C % 32 == 0, plus RTN: the row part also keeps the row
- * min/max of y; a block's codes are written after its column part, one block behind (rows
- * still in L1, the block's new Er long computed). Same sums in the same order as pass_impl. */
-KVP_AI void pass_rtn_impl(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
-                          float *ir, float *rowstd, float *S1, float *S2, float e_lo, float e_hi,
-                          const rtn_out_t *o)
-{
-    const float *xq = NULL;
-    __m256       wp0 = _mm256_setzero_ps(), wp1 = wp0, pn0 = wp0, pn1 = wp0, px0 = wp0, px1 = wp0;
-    __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
-    __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
-
-    for (uint32_t c = 0; c < C; c += 8) {
-        _mm256_storeu_ps(S1 + c, _mm256_setzero_ps());
-        _mm256_storeu_ps(S2 + c, _mm256_setzero_ps());
-    }
-    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
-        const float *xb = X + (size_t)r0 * C;
-        __m256       sa[16], qa[16], na[16], ma[16];
-        __m128       s0, q0, s1, q1, s2, q2, s3, q3;
-
-        for (uint32_t j = 0; j < 16; j += 2) {
-            row_dots2mm(xb + (size_t)j * C, xb + (size_t)(j + 1) * C, ic, C, sa + j, qa + j, na + j,
-                        ma + j);
-        }
-        s0 = hsum4x(sa[0], sa[1], sa[2], sa[3]), q0 = hsum4x(qa[0], qa[1], qa[2], qa[3]);
-        s1 = hsum4x(sa[4], sa[5], sa[6], sa[7]), q1 = hsum4x(qa[4], qa[5], qa[6], qa[7]);
-        s2 = hsum4x(sa[8], sa[9], sa[10], sa[11]), q2 = hsum4x(qa[8], qa[9], qa[10], qa[11]);
-        s3 = hsum4x(sa[12], sa[13], sa[14], sa[15]), q3 = hsum4x(qa[12], qa[13], qa[14], qa[15]);
-        if (xq != NULL) {
-            col_part(NULL, xq, C, wp0, C, S1, S2, 0);
-            col_part(NULL, xq + 8 * (size_t)C, C, wp1, C, S1, S2, 0);
-            rtn_rows8(xq, r0 - 16, C, ic, Er, pn0, px0, o);
-            rtn_rows8(xq + 8 * (size_t)C, r0 - 8, C, ic, Er, pn1, px1, o);
-        }
-        pn0 = kvp_reduce8(na, 0), pn1 = kvp_reduce8(na + 8, 0);
-        px0 = kvp_reduce8(ma, 1), px1 = kvp_reduce8(ma + 8, 1);
-        wp0 = row_scale(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1, Er, ir,
-                        rowstd, r0, R, 1, e_lo, e_hi);
-        wp1 = row_scale(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1, Er, ir,
-                        rowstd, r0 + 8, R, 1, e_lo, e_hi);
-        xq  = xb;
-    }
-    col_part(NULL, xq, C, wp0, C, S1, S2, 0);
-    col_part(NULL, xq + 8 * (size_t)C, C, wp1, C, S1, S2, 0);
-    rtn_rows8(xq, R - 16, C, ic, Er, pn0, px0, o);
-    rtn_rows8(xq + 8 * (size_t)C, R - 8, C, ic, Er, pn1, px1, o);
-}
-
-static void fused_pass_rtn(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
-                           float *ir, float *rowstd, float *S1, float *S2, float e_lo, float e_hi,
-                           const rtn_out_t *o)
-{
-    if (C == 128) {
-        pass_rtn_impl(X, R, 128, ic, Er, ir, rowstd, S1, S2, e_lo, e_hi, o);
-    } else {
-        pass_rtn_impl(X, R, C, ic, Er, ir, rowstd, S1, S2, e_lo, e_hi, o);
-    }
-}
-
 /* max/min of n floats (n % 8 == 0) */
 static inline void minmax(const float *v, uint32_t n, float *mn, float *mx)
 {
@@ -425,12 +275,9 @@ static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_
 
 /* work: 5*C + 3*Rp floats, Rp = R rounded up to 16 (the kernel contract gives R*C + 4*(R+C);
  * tiles too small for that take the reference) */
-/* VarN; o != NULL (R % 16 == 0, C % 32 == 0, iters > 0): the last pass also writes o's RTN
- * for its scales; returns 1 when that pass is the best, i.e. o's codes, A, Z are final */
-static int varn_core(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc, float *Sr,
-                     float *work, const rtn_out_t *o)
+void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
+                      float *Sr, float *work)
 {
-    int      spec = 0;
     uint32_t Rp = (R + 15) & ~15u;
     float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
     float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
@@ -438,7 +285,7 @@ static int varn_core(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
 
     if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 3 * (size_t)Rp) {
         kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work);
-        return 0;
+        return;
     }
     for (uint32_t c = 0; c < C; c += 8) { /* C % 8 == 0, Rp % 16 == 0 */
         _mm256_storeu_ps(Ec + c, _mm256_set1_ps(1.0f));
@@ -466,54 +313,19 @@ static int varn_core(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
             _mm256_storeu_ps(Ec + c, e);
             _mm256_storeu_ps(ic + c, _mm256_div_ps(_mm256_set1_ps(1.0f), e));
         }
-        if (o != NULL && it + 1 == iters) {
-            fused_pass_rtn(X, R, C, ic, Er, ir, rowstd, S1, S2, e_lo, e_hi, o);
-        } else {
-            fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi);
-        }
+        fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi);
         for (uint32_t c = 0; c < C; c += 8) {
             __m256 sd = std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R);
 
             _mm256_storeu_ps(colstd + c, _mm256_mul_ps(sd, _mm256_loadu_ps(ic + c)));
         }
         imb = imb_v(colstd, C, rowstd, R);
-        spec = imb <= best;
         if (imb <= best) { /* later ties win */
             best = imb;
             memcpy(Sc, Ec, C * sizeof(float));
             memcpy(Sr, Er, R * sizeof(float));
         }
     }
-    return o != NULL && spec;
-}
-
-void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                      float *Sr, float *work)
-{
-    (void)varn_core(X, R, C, iters, Sc, Sr, work, NULL);
-}
-
-/* VarN then kvarn_rtn, the same output as the two calls: when the tile allows, the RTN is done
- * in VarN's last pass and kept if that pass is the best (else redone with the best scales) */
-void kvp_q2_avx2_varn_rtn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                          float *Sr, float *work, uint8_t *codes, uint8_t *A, uint8_t *Z,
-                          uint8_t *B)
-{
-    rtn_out_t o   = {codes, A, Z, kvp_hd_run_bytes(C)};
-    uint32_t  Rp  = (R + 15) & ~15u;
-    int       can = R % 16 == 0 && R > 0 && C % 32 == 0 && iters > 0 &&
-                    (size_t)R * C + 4 * (size_t)(R + C) >= 5 * (size_t)C + 3 * (size_t)Rp;
-
-    if (can && varn_core(X, R, C, iters, Sc, Sr, work, &o)) {
-        for (uint32_t c = 0; c < C; c += 8) {
-            st_h8(B + 2 * (size_t)c, _mm256_loadu_ps(Sc + c));
-        }
-        return;
-    }
-    if (!can) {
-        kvp_q2_avx2_varn(X, R, C, iters, Sc, Sr, work);
-    }
-    kvp_q2_avx2_kvarn_rtn(X, R, C, Sc, Sr, codes, A, Z, B); /* Sc, Sr: the best scales */
 }
 
 static inline void st_h8(uint8_t *p, __m256 v)

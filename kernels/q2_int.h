@@ -29,9 +29,5 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
                       float *Sr, float *work);
 void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
                            const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B);
-/* varn then kvarn_rtn (same output), the RTN fused into VarN's last pass where it can be */
-void kvp_q2_avx2_varn_rtn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                          float *Sr, float *work, uint8_t *codes, uint8_t *A, uint8_t *Z,
-                          uint8_t *B);
 
 #endif
