@@ -190,7 +190,7 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
 }
 
 /* ---- fp16 in (AVX2 only): rotation from fp16 and vector tile builders around the same VarN
- * and RTN primitives (T % 8 == 0 for the transposed K tile; else the fp32 path) ---- */
+ * and RTN primitives (T % 8 == 0 and D >= 16 for the transposed K tile; else the fp32 path) ---- */
 
 static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                    const uint16_t *v, kvp_page_info_t *info, uint8_t *p)
@@ -201,8 +201,8 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     size_t               tile = (size_t)T * D;
     float               *buf, *X, *Sc, *Sr, *work;
 
-    if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || T % 8 != 0) {
-        return KVP_ERR_UNSUPPORTED;
+    if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || D < 16 || T % 8 != 0) {
+        return KVP_ERR_UNSUPPORTED; /* the fp32 path */
     }
     buf = kvp_codec_scratch(3, 16 * (size_t)D * sizeof(float));
     X   = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));

@@ -462,30 +462,6 @@ static AINL void ld_tr16(const uint16_t *p, size_t stride, __m256 v[16])
     }
 }
 
-/* 8 rows of 8 fp16 -> the 8 columns as fp32 vectors */
-static AINL void ld_tr8(const uint16_t *p, size_t stride, __m256 v[8])
-{
-    __m128i r[8], a[8], b[8];
-
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-        r[i] = _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)i * stride));
-    }
-    _Pragma("GCC unroll 4") for (int i = 0; i < 8; i += 2) {
-        a[i]     = _mm_unpacklo_epi16(r[i], r[i + 1]);
-        a[i + 1] = _mm_unpackhi_epi16(r[i], r[i + 1]);
-    }
-    _Pragma("GCC unroll 2") for (int i = 0; i < 8; i += 4) {
-        b[i]     = _mm_unpacklo_epi32(a[i], a[i + 2]);
-        b[i + 1] = _mm_unpackhi_epi32(a[i], a[i + 2]);
-        b[i + 2] = _mm_unpacklo_epi32(a[i + 1], a[i + 3]);
-        b[i + 3] = _mm_unpackhi_epi32(a[i + 1], a[i + 3]);
-    }
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-        v[2 * i]     = _mm256_cvtph_ps(_mm_unpacklo_epi64(b[i], b[i + 4]));
-        v[2 * i + 1] = _mm256_cvtph_ps(_mm_unpackhi_epi64(b[i], b[i + 4]));
-    }
-}
-
 /* x * c rounded to fp16, kept as fp32 */
 static AINL __m256 fin16(__m256 x, __m256 c) { return _mm256_cvtph_ps(f16x8(_mm256_mul_ps(x, c))); }
 
@@ -570,19 +546,6 @@ int kvp_q2h_rot_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t 
     __m256   c = _mm256_set1_ps(kvp_hd_fwht_norm(D)), chk = _mm256_setzero_ps();
     uint32_t t = 0;
 
-    if (D == 8) {
-        for (; t < T; t += 8) {
-            __m256 v[8];
-
-            ld_tr8(src + (size_t)t * stride, stride, v);
-            vstages(v, 8);
-            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-                v[i] = fin16(v[i], c);
-                _mm256_storeu_ps(X + t + (size_t)i * T, v[i]);
-            }
-            chk_n(v, 8, &chk);
-        }
-    }
     for (; t + 16 <= T; t += 16) { /* 16 tokens: whole 64-byte lines of X */
         if (t + 32 <= T) { /* the next 16 rows arrive while these run */
             pf_rows(src + (size_t)(t + 16) * stride, stride, 16, D);

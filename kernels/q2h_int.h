@@ -47,7 +47,8 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
 void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
                             size_t rows, uint32_t D, uint32_t G, uint16_t *dst);
 /* h_avx2.c: one head's rows (fp16, stride apart) rotated and rounded to fp16 as fp32 tiles,
- * X[t][d] or X[d][t] (T % 8 == 0; buf: 16*D floats); 0 when a value overflows (or is NaN). */
+ * X[t][d] or X[d][t] (T % 8 == 0; X[d][t] needs D >= 16, buf: 16*D floats); 0 when a value
+ * overflows (or is NaN). */
 int  kvp_q2h_rot_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X);
 int  kvp_q2h_rot_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *buf,
                         float *X);
