@@ -486,8 +486,10 @@ typedef struct {
     const char              *sid;
     sp_impl_t               *sp;
     const kvp_page_params_t *expect;   /* may be NULL */
-    kvp_page_info_t          ref;      /* the first sealed page: every other one must match */
+    kvp_page_info_t          ref;      /* the first codec page: every other one must match */
     int                      have_ref;
+    uint32_t                 sink_end;   /* 1 + the last chunk seen holding an fp16 sink page */
+    uint32_t                 codec_min;  /* the first chunk seen holding a codec page */
     uint32_t                 tail_heads, tail_dim; /* of the fp16 tail; 0 when none */
     size_t                   page_len; /* sizes the requests; 0 until known */
     size_t                   req_bytes; /* page bytes per GET_PAGES */
@@ -551,14 +553,38 @@ static kvp_status_t verify_tail(get_ctx_t *g)
 }
 
 /* A sealed page must match the caller's expectation, the record (P, not a tail), the tail's
- * geometry and the session's first page (codec, rotation flags, H, D). */
+ * geometry and the session's first codec page (codec, rotation flags, H, D). fp16 sink pages
+ * (KVP_PAGE_F_SINK) are exempt from the codec checks but must all come before the codec chunks. */
 static kvp_status_t check_shape(get_ctx_t *g, const kvp_page_info_t *info, uint32_t item)
 {
-    const kvp_page_params_t *e   = g->expect;
-    const kvp_page_info_t   *r   = &g->ref;
-    uint32_t                 P   = g->sp->pub.desc.page_tokens;
-    const char              *why = NULL;
+    const kvp_page_params_t *e     = g->expect;
+    const kvp_page_info_t   *r     = &g->ref;
+    uint32_t                 P     = g->sp->pub.desc.page_tokens;
+    uint32_t                 chunk = item / g->sp->pub.desc.layers;
+    const char              *why   = NULL;
 
+    if ((info->flags & KVP_PAGE_F_SINK) != 0) {
+        g->sink_end = chunk + 1 > g->sink_end ? chunk + 1 : g->sink_end;
+        if (info->capacity != P || (e != NULL && (info->heads != e->heads ||
+                                                  info->head_dim != e->head_dim)) ||
+            (g->tail_heads != 0 && (info->heads != g->tail_heads || info->head_dim != g->tail_dim))) {
+            why = "is an fp16 sink page of another geometry";
+        } else if (g->sink_end > g->codec_min) {
+            why = "is an fp16 sink page after a codec chunk";
+        }
+        if (why != NULL) {
+            KVP_LOG_ERROR(MOD, "session %s chunk %u layer %u %s (%u x %u, P %u; record P %u)", g->sid,
+                          chunk, info->layer, why, info->heads, info->head_dim, info->capacity, P);
+            return KVP_ERR_WRONG_CODEC;
+        }
+        return KVP_OK;
+    }
+    g->codec_min = chunk < g->codec_min ? chunk : g->codec_min;
+    if (g->sink_end > g->codec_min) {
+        KVP_LOG_ERROR(MOD, "session %s chunk %u layer %u is a codec page before an fp16 sink chunk",
+                      g->sid, chunk, info->layer);
+        return KVP_ERR_WRONG_CODEC;
+    }
     if (e != NULL && (info->codec != (uint32_t)e->codec || info->heads != e->heads ||
                       info->head_dim != e->head_dim || info->capacity != e->page_tokens ||
                       (info->flags & KVP_PAGE_F_V_PREROT) != (e->flags & KVP_PAGE_F_V_PREROT))) {
@@ -814,8 +840,9 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     g.ns       = ns;
     g.sid      = sid;
     g.sp       = sp;
-    g.expect   = expect;
-    g.page_len = expect != NULL ? kvp_page_max_bytes(expect) : 0;
+    g.expect    = expect;
+    g.page_len  = expect != NULL ? kvp_page_max_bytes(expect) : 0;
+    g.codec_min = UINT32_MAX;
     /* batch_bytes in flight, split over max_inflight requests: the same footprint as one batch
      * (measured: 4 x 1 MiB beats 4 x 4 MiB on the shared VM, cache-bound), latency hidden */
     g.req_bytes = client->batch_bytes / client->max_inflight;

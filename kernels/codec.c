@@ -189,7 +189,10 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
     }
     if (ntok == 0 || ntok > params->page_tokens || k == NULL || v == NULL || out == NULL ||
         len_p == NULL || (dtype != KVP_DTYPE_F32 && dtype != KVP_DTYPE_F16) ||
-        (params->flags & ~(uint32_t)(KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL)) != 0 ||
+        (params->flags & ~(uint32_t)(KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL | KVP_PAGE_F_SINK)) != 0 ||
+        ((params->flags & KVP_PAGE_F_SINK) != 0 &&
+         (params->codec != KVP_CODEC_FP16 || ntok != params->page_tokens ||
+          (params->flags & KVP_PAGE_F_TAIL) != 0)) ||
         params->kvarn_iters > KVP_CODEC_KVARN_MAX_ITERS) {
         KVP_LOG_DEBUG("codec", "encode: bad arguments (ntok %u of %u, flags 0x%x)", ntok,
                       params->page_tokens, params->flags);
@@ -205,7 +208,7 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
     }
     memset(&info, 0, sizeof(info));
     info.codec       = params->codec;
-    info.flags       = params->flags & (KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL);
+    info.flags       = params->flags & (KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL | KVP_PAGE_F_SINK);
     info.valid       = ntok;
     info.capacity    = params->page_tokens;
     info.heads       = params->heads;

@@ -115,6 +115,11 @@ kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_
     if ((in.flags & ~KVP_PAGE_F_ALL) != 0) {
         PAGE_BAD("unknown flags 0x%x", in.flags);
     }
+    if ((in.flags & KVP_PAGE_F_SINK) != 0 &&
+        (in.codec != KVP_CODEC_FP16 || (in.flags & (KVP_PAGE_F_TAIL | KVP_PAGE_F_PARTIAL)) != 0)) {
+        PAGE_BAD("sink flag on a page that is not a full sealed fp16 page (codec %u flags 0x%x)",
+                 in.codec, in.flags);
+    }
     if (kvp_ld32(p + OFF_RESERVED) != 0) {
         PAGE_BAD("reserved field is not zero");
     }

@@ -148,6 +148,7 @@ kvp_status_t kvp_nsprof_check_page(const kvp_nsprof_t *prof, const kvp_page_info
                                    const char *what)
 {
     bool        tail = (info->flags & KVP_PAGE_F_TAIL) != 0;
+    bool        sink = (info->flags & KVP_PAGE_F_SINK) != 0; /* fp16 by kvp_page_parse */
     const char *why  = NULL;
 
     if (tail && info->codec != KVP_CODEC_FP16) {
@@ -157,7 +158,8 @@ kvp_status_t kvp_nsprof_check_page(const kvp_nsprof_t *prof, const kvp_page_info
     } else if (info->heads != prof->heads || info->head_dim != prof->head_dim ||
                info->capacity != prof->capacity) {
         why = "geometry differs";
-    } else if (!tail && (info->codec != prof->codec || (info->flags & PROF_ROT) != prof->rot)) {
+    } else if (!tail && !sink &&
+               (info->codec != prof->codec || (info->flags & PROF_ROT) != prof->rot)) {
         why = "codec differs";
     } else if (prof->layers != 0 && info->layer >= prof->layers) {
         why = "layer index beyond the namespace's layers";
@@ -240,8 +242,9 @@ kvp_status_t kvp_store_ns_page_loaded(kvp_store_h st, kvp_page_t *page, const kv
 
     page->codec = (uint8_t)info->codec;
     page->tail  = (info->flags & KVP_PAGE_F_TAIL) != 0;
+    page->sink  = (info->flags & KVP_PAGE_F_SINK) != 0;
     status      = kvp_nsprof_check_page(prof, info, "page read from disk");
-    if (status == KVP_OK && prof == NULL && !page->tail) {
+    if (status == KVP_OK && prof == NULL && !page->tail && !page->sink) {
         status = kvp_nsprof_create(&st->profiles, page->ns, info, &prof); /* an older db */
     }
     return status;
@@ -275,6 +278,7 @@ kvp_status_t kvp_store_ns_check_session(kvp_store_h st, const kvp_sess_t *s,
     kvp_nsprof_t *prof = kvp_nsprof_find(&st->profiles, s->ns);
     const char   *why  = NULL;
     uint32_t      bad  = 0, codec = 0;
+    size_t        codec_from = SIZE_MAX; /* first page of a codec (non-sink) chunk */
 
     *prof_p = prof;
     for (size_t i = 0; i < kvp_store_sess_page_count(s) && why == NULL; i++) {
@@ -286,10 +290,16 @@ kvp_status_t kvp_store_ns_check_session(kvp_store_h st, const kvp_sess_t *s,
         }
         if (p->tail) {
             why = "names a tail page as a sealed chunk";
+        } else if (p->sink) { /* fp16 sink chunks only before the codec chunks */
+            if (i / s->desc.layers >= codec_from / s->desc.layers && codec_from != SIZE_MAX) {
+                why = "names an fp16 sink page after a codec page";
+            }
+            continue;
         } else if ((prof != NULL && p->codec != prof->codec) || (codec != 0 && p->codec != codec)) {
             why = "names pages of another codec";
         }
-        codec = p->codec;
+        codec      = p->codec;
+        codec_from = codec_from == SIZE_MAX ? i : codec_from;
     }
     if (why != NULL) {
         KVP_LOG_ERROR(MOD, "session %s refused: it %s (chunk %u layer %u is %s)", s->sid, why,

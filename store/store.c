@@ -620,7 +620,8 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
     if (status == KVP_OK) {
         p->codec = (uint8_t)info.codec;
         p->tail  = (info.flags & KVP_PAGE_F_TAIL) != 0;
-        if (prof == NULL && !p->tail) { /* the namespace's first sealed page fixes its profile */
+        p->sink  = (info.flags & KVP_PAGE_F_SINK) != 0;
+        if (prof == NULL && !p->tail && !p->sink) { /* the first codec page fixes the profile */
             status = kvp_nsprof_create(&st->profiles, ns, &info, &prof);
             if (status != KVP_OK) {
                 kvp_store_page_drop_dram(st, p);

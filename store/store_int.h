@@ -90,6 +90,7 @@ typedef struct kvp_page_ref {
     bool                 deleting; /* in a delete batch being built (evict.c) */
     bool                 swept;    /* seen on disk by the open-time sweep */
     bool                 tail;     /* header has KVP_PAGE_F_TAIL (valid while codec != 0) */
+    bool                 sink;     /* header has KVP_PAGE_F_SINK (valid while codec != 0) */
     uint8_t              codec;    /* header codec; 0 = not read yet (disk-only since open) */
     kvp_list_t           idle;     /* on store->idle_pages while in DRAM with pins == 0 */
 } kvp_page_t;

@@ -55,7 +55,8 @@ static void usage(FILE *out)
         "  --generate PROMPT   greedy text per codec ('' = from BOS); --steps N tokens (default 64)\n"
         "  --dump-kv FILE.kvd  write the fp32 post-RoPE K/V of every layer for the text\n"
         "  --node HOST:PORT    with --generate: prefill here, put the pages to a kvpackd node, decode\n"
-        "                      in a second kvpack process that fetches them (one codec, bare regions)\n"
+        "                      in a second kvpack process that fetches them (one codec; regions bare\n"
+        "                      or an fp16 sink sN, e.g. --codec oscar@s1)\n"
         "  --json              machine-readable output\n");
 }
 
@@ -117,6 +118,29 @@ static int add_lane(opts_t *o, kvp_codec_id_t c, const char *spec)
     }
     snprintf(o->spec[o->n_lanes], sizeof(o->spec[0]), "%s", spec);
     o->lanes[o->n_lanes++] = c;
+    return 0;
+}
+
+/* --node: the lane's regions may only be bare or an fp16 sink (sN); "ref" (the default) means
+ * bare there, since a stored session carries one tail page per layer. */
+static int node_regions(const opts_t *o, uint32_t *sink_pages_p)
+{
+    const char       *spec = o->spec[o->n_lanes - 1];
+    kvp_kvc_regions_t r;
+
+    *sink_pages_p = 0;
+    if (strcmp(spec, "ref") == 0 || spec[0] == '\0') {
+        return 0;
+    }
+    if (parse_regions(spec, o->lanes[o->n_lanes - 1], (uint32_t)o->page_tokens, &r) != 0) {
+        return 2;
+    }
+    if (r.residual || r.v_residual || (r.evict && r.evict != o->page_tokens)) {
+        fprintf(stderr, "kvpack model: --node takes bare regions or a sink only (e.g. s1), not "
+                "'%s'\n", spec);
+        return 2;
+    }
+    *sink_pages_p = r.sink_pages;
     return 0;
 }
 
@@ -529,7 +553,10 @@ int kvp_cmd_model(int argc, char **argv)
                 .json = o.json, .self_exe = "/proc/self/exe",
             };
 
-            rc = kvp_model_node_run(m, &np);
+            rc = node_regions(&o, &np.sink_pages);
+            if (rc == 0) {
+                rc = kvp_model_node_run(m, &np);
+            }
         } else if (o.prompt != NULL) {
             rc = cmd_generate(&o, m);
         } else {

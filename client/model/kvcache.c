@@ -203,6 +203,7 @@ static kvp_status_t kvc_seal(kvp_kvc_t *c)
         size_t            len;
 
         pp.chunk_key = c->keys[chunk];
+        pp.flags |= sink ? KVP_PAGE_F_SINK : 0;
         status = kvp_page_encode(&pp, KVP_DTYPE_F32, kr, vr, P, c->scratch, c->page_cap, &len);
         if (status != KVP_OK) {
             KVP_LOG_ERROR("model", "encoding layer %u chunk %u with %s failed: %s", l, chunk,
@@ -314,8 +315,9 @@ kvp_status_t kvp_kvc_tail_pack(const kvp_kvc_t *c, uint8_t **blob_p, size_t *len
     *blob_p = NULL;
     *len_p  = 0;
     *n_p    = 0;
-    if (c->p.regions.sink_pages || c->p.regions.v_residual || nt > c->p.page_tokens) {
-        KVP_LOG_ERROR("model", "only a bare-region cache packs into one tail page per layer");
+    if (c->p.regions.v_residual || nt > c->p.page_tokens) {
+        KVP_LOG_ERROR("model", "only a bare-region cache (a sink allowed) packs into one tail page "
+                      "per layer");
         return KVP_ERR_UNSUPPORTED;
     }
     if (nt == 0) {
@@ -365,6 +367,8 @@ static kvp_status_t restore_page(kvp_kvc_t *c, const uint8_t *page, size_t len, 
     if (info.codec != codec || info.layer != layer || info.first_pos != first ||
         info.valid != ntok || info.heads != c->p.heads || info.head_dim != c->p.head_dim ||
         info.capacity != c->p.page_tokens || (tail && !(info.flags & KVP_PAGE_F_TAIL)) ||
+        ((info.flags & KVP_PAGE_F_SINK) != 0) != (!tail && first / c->p.page_tokens <
+                                                   c->p.regions.sink_pages) ||
         (!tail && info.chunk_key.lo != c->keys[first / c->p.page_tokens].lo) ||
         (!tail && info.chunk_key.hi != c->keys[first / c->p.page_tokens].hi)) {
         KVP_LOG_ERROR("model", "fetched page layer %u pos %u does not match the session "
@@ -385,7 +389,7 @@ kvp_status_t kvp_kvc_restore(kvp_kvc_t *c, const uint32_t *tokens, uint32_t ntok
     kvp_status_t status;
 
     if (c->ntok != 0 || ntok > c->p.max_tokens || c->p.codec == KVP_KVC_FP32 ||
-        c->p.regions.sink_pages || c->p.regions.residual || c->p.regions.v_residual ||
+        c->p.regions.residual || c->p.regions.v_residual ||
         (c->p.regions.evict && c->p.regions.evict != P) ||
         n_pages != chunks * c->p.layers || n_tail != (nt ? c->p.layers : 0)) {
         KVP_LOG_ERROR("model", "session does not fit this cache: %u tokens, %u pages, %u tail "
@@ -398,9 +402,16 @@ kvp_status_t kvp_kvc_restore(kvp_kvc_t *c, const uint32_t *tokens, uint32_t ntok
         for (uint32_t l = 0; l < c->p.layers; l++) {
             size_t i = (size_t)ch * c->p.layers + l;
 
-            status = restore_page(c, pages[i], lens[i], c->p.codec, l, ch * P, P, 0);
+            int sink = ch < c->p.regions.sink_pages;
+
+            status = restore_page(c, pages[i], lens[i], sink ? KVP_CODEC_FP16 : c->p.codec, l,
+                                  ch * P, P, 0);
             if (status != KVP_OK) {
                 return status;
+            }
+            if (sink) {
+                c->sink_bytes += lens[i];
+                continue;
             }
             c->page_bytes += lens[i];
             c->payload_bytes += lens[i] - KVP_PAGE_HDR_BYTES;

@@ -96,7 +96,8 @@ kvp_status_t kvp_kvc_commit(kvp_kvc_t *c, uint32_t token);
  * a kvp_malloc'ed blob (*blob_p, *len_p); *n_p = layers, or 0 pages when the tail is empty. */
 kvp_status_t kvp_kvc_tail_pack(const kvp_kvc_t *c, uint8_t **blob_p, size_t *len_p,
                                uint32_t *n_p);
-/* Pack and restore handle bare regions only (one tail page of < P tokens per layer). */
+/* Pack and restore handle bare regions plus a sink (one tail page of < P tokens per layer; sink
+ * chunks are fp16 pages flagged KVP_PAGE_F_SINK). */
 /* Rebuild an empty cache from fetched pages (page[chunk*layers + layer]) and tail pages, checking
  * each page's codec, geometry, layer, position and chunk key (recomputed from tokens). */
 kvp_status_t kvp_kvc_restore(kvp_kvc_t *c, const uint32_t *tokens, uint32_t ntok,

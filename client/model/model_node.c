@@ -1,5 +1,6 @@
 /* model_node.c - disaggregated prefill/decode of a real model through a kvpackd node.
- * Prefill role: run prompt[0..n-2] with one codec, put every sealed page and a session record
+ * Prefill role: run prompt[0..n-2] with one codec (bare cache regions, or an fp16 sink whose
+ * pages carry KVP_PAGE_F_SINK), put every sealed page and a session record
  * (chunk keys + fp16 tail pages) to the node, start a second kvpack process (decode role) that
  * fetches the session, rebuilds its cache from the pages, feeds prompt[n-1] and decodes greedily;
  * then decode in-process with the same codec and compare the two texts.
@@ -25,6 +26,20 @@ static kvp_status_t node_connect(const char *node, kvp_client_h *cl_p)
 
     if (status != KVP_OK) {
         KVP_LOG_ERROR("model", "cannot reach node %s: %s", node, kvp_status_str(status));
+    }
+    return status;
+}
+
+/* One lane of p->codec with p's cache regions (bare, or an fp16 sink of p->sink_pages chunks). */
+static kvp_status_t node_run_create(const kvp_model_t *m, const kvp_model_node_params_t *p,
+                                    uint32_t max_tokens, int keep_pages, kvp_run_t **run_p)
+{
+    kvp_kvc_regions_t r = {.sink_pages = p->sink_pages};
+    kvp_status_t      status;
+
+    status = kvp_run_create(m, &p->codec, 1, p->page_tokens, max_tokens, keep_pages, run_p);
+    if (status == KVP_OK && p->sink_pages > 0) {
+        status = kvp_run_set_regions(*run_p, 0, &r, NULL);
     }
     return status;
 }
@@ -91,7 +106,7 @@ static int node_decode(const kvp_model_t *m, const kvp_model_node_params_t *p)
         status = KVP_ERR_INVALID;
         goto out;
     }
-    status = kvp_run_create(m, &p->codec, 1, p->page_tokens, np + p->steps, 0, &run);
+    status = node_run_create(m, p, np + p->steps, 0, &run);
     if (status == KVP_OK) {
         status = kvp_kvc_restore(run->cache[0], ids, ntok, (const uint8_t *const *)sp->pages,
                                  sp->page_lens, sp->n_pages, sp->desc.tail, sp->desc.tail_len,
@@ -134,7 +149,7 @@ static kvp_status_t node_prefill(const kvp_model_t *m, const kvp_model_node_para
     uint32_t           n_pages;
 
     memset(&d, 0, sizeof(d));
-    status = kvp_run_create(m, &p->codec, 1, p->page_tokens, np, 1, &run);
+    status = node_run_create(m, p, np, 1, &run);
     if (status == KVP_OK) {
         status = kvp_run_feed(run, ids, np - 1);
     }
@@ -163,7 +178,7 @@ static kvp_status_t node_prefill(const kvp_model_t *m, const kvp_model_node_para
         KVP_LOG_ERROR("model", "putting session %s to %s failed: %s", sid, p->node,
                       kvp_status_str(status));
     }
-    *bytes_p = c->page_bytes + d.tail_len;
+    *bytes_p = c->page_bytes + c->sink_bytes + d.tail_len;
 out:
     kvp_free(d.tail);
     kvp_client_destroy(cl);
@@ -175,7 +190,7 @@ out:
 static kvp_status_t node_spawn_decode(const kvp_model_node_params_t *p, const char *sid,
                                       char **text_p)
 {
-    char   pstr[24], sstr[24];
+    char   pstr[24], sstr[24], rstr[24];
     char  *argv[24];
     int    a = 0, fds[2], st;
     pid_t  pid;
@@ -197,6 +212,10 @@ static kvp_status_t node_spawn_decode(const kvp_model_node_params_t *p, const ch
     argv[a++] = "--steps", argv[a++] = sstr;
     argv[a++] = "--node", argv[a++] = (char *)p->node;
     argv[a++] = "--decode-session", argv[a++] = (char *)sid;
+    if (p->sink_pages > 0) {
+        snprintf(rstr, sizeof(rstr), "s%u", p->sink_pages);
+        argv[a++] = "--regions", argv[a++] = rstr;
+    }
     argv[a++] = "--generate", argv[a++] = (char *)p->prompt;
     argv[a]   = NULL;
     if (pipe(fds) != 0) {
@@ -272,7 +291,7 @@ static int node_prefill_role(const kvp_model_t *m, const kvp_model_node_params_t
         status = node_spawn_decode(p, sid, &remote);
     }
     if (status == KVP_OK) {
-        status = kvp_run_create(m, &p->codec, 1, p->page_tokens, np + p->steps, 0, &run);
+        status = node_run_create(m, p, np + p->steps, 0, &run);
     }
     if (status == KVP_OK) {
         status = kvp_run_feed(run, ids, np - 1);

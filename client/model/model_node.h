@@ -17,6 +17,7 @@ typedef struct {
     const char    *prompt;
     kvp_codec_id_t codec;
     uint32_t       page_tokens;
+    uint32_t       sink_pages;        /* first chunks kept as fp16 sink pages (0 = bare) */
     uint32_t       steps;
     int            json;
     const char    *self_exe;          /* the kvpack binary to run for the decode process */

@@ -206,16 +206,25 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
                s->kl_mean, s->top1_agree, s->bits_per_elem, s->bits_page);
     }
 
-    /* one-tail-page packing is for bare caches only */
+    /* one-tail-page packing is for bare caches, a sink allowed (its chunks are sealed pages) */
     {
-        uint8_t *blob = NULL;
-        size_t   len;
-        uint32_t nt;
+        uint8_t        *blob = NULL;
+        size_t          len;
+        uint32_t        nt;
+        kvp_page_info_t info;
 
         EXPECT(kvp_kvc_tail_pack(run->cache[L_KIVI_REF], &blob, &len, &nt) ==
                   KVP_ERR_UNSUPPORTED, "tail pack of a V-window cache is refused");
-        EXPECT(kvp_kvc_tail_pack(run->cache[L_KIVI_S2], &blob, &len, &nt) ==
-                  KVP_ERR_UNSUPPORTED, "tail pack of a sink cache is refused");
+        EXPECT(kvp_kvc_tail_pack(run->cache[L_KIVI_S2], &blob, &len, &nt) == KVP_OK &&
+                  (nt == 0 || nt == m->cfg.layers), "tail pack of a sink cache");
+        if (nt > 0) { /* the first tail page parses on its own length */
+            uint32_t pl;
+
+            memcpy(&pl, blob + 48, 4);
+            EXPECT(kvp_page_parse(blob, KVP_PAGE_HDR_BYTES + pl, &info) == KVP_OK &&
+                      info.codec == KVP_CODEC_FP16 && (info.flags & KVP_PAGE_F_TAIL) &&
+                      !(info.flags & KVP_PAGE_F_SINK), "sink cache tail page is an fp16 tail");
+        }
         kvp_free(blob);
     }
     kvp_run_destroy(run);

@@ -2,7 +2,8 @@
  * A namespace's profile (codec, rotation flags, H, D, P from its first sealed page, layers from
  * its first record) is enforced on page puts, session puts (record, tails, named pages) and
  * appends with KVP_ERR_WRONG_CODEC; a refused put loses and changes nothing; the profile
- * survives a reopen (loaded from meta, no page read) and other namespaces are independent. */
+ * survives a reopen (loaded from meta, no page read) and other namespaces are independent.
+ * fp16 sink pages may lead a session in a codec namespace (sinks()). */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -257,6 +258,84 @@ static void refuse_all(kvp_store_h st, const ksess_t *a, int reopened)
     CHECK(after.sessions == before.sessions);
 }
 
+/* fp16 sink pages (KVP_PAGE_F_SINK) in a codec namespace: accepted before the codec chunks, and
+ * never fixing the profile; a plain fp16 sealed page, a sink after a codec chunk, and a sink flag
+ * on a codec or partial page are refused; the session survives a reopen byte for byte. */
+static void sinks(const char *dir)
+{
+    const uint64_t ns = NS + 3;
+    ksess_t        s, bad;
+    kvp_store_h    st;
+    uint8_t       *p;
+    size_t         len;
+
+    ksess_make(&s, 21, 3);
+    for (uint32_t l = 0; l < G.layers; l++) { /* chunk 0 becomes the sink */
+        kvp_free(s.pages[l]);
+        s.pages[l] = enc_page(KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens,
+                              s.d.chunk_keys[0], l, G.page_tokens, KVP_PAGE_F_SINK, &s.lens[l]);
+    }
+    st = open_store(dir);
+    CHECK_OK(kvp_store_page_put(st, ns, s.pages[0], s.lens[0])); /* first page: sink, no profile */
+    CHECK_OK(ksess_put(st, ns, "sink", &s));                       /* profile: kivi */
+    ksess_check(st, ns, "sink", &s);
+    /* a plain fp16 sealed page is still another codec there */
+    p = enc_page(KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens, s.d.chunk_keys[2], 0,
+                 G.page_tokens, 0, &len);
+    CHECK_ST(kvp_store_page_put(st, ns, p, len), KVP_ERR_WRONG_CODEC);
+    kvp_free(p);
+    /* a session whose sink chunk comes after a codec chunk */
+    ksess_make(&bad, 22, 2);
+    for (uint32_t l = 0; l < G.layers; l++) {
+        kvp_free(bad.pages[G.layers + l]);
+        bad.pages[G.layers + l] = enc_page(KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens,
+                                           bad.d.chunk_keys[1], l, G.page_tokens,
+                                           KVP_PAGE_F_SINK, &bad.lens[G.layers + l]);
+    }
+    CHECK_ST(ksess_put(st, ns, "late-sink", &bad), KVP_ERR_WRONG_CODEC);
+    {
+        kvp_session_desc_t got;
+
+        CHECK_ST(kvp_store_session_get(st, ns, "late-sink", &got), KVP_ERR_NOT_FOUND);
+    }
+    /* the sink flag only goes on full fp16 pages (encode refuses it elsewhere) */
+    {
+        kvp_page_params_t kp = {KVP_CODEC_KIVI, G.heads, G.head_dim, G.page_tokens, 0, 0,
+                                s.d.chunk_keys[0], KVP_PAGE_F_SINK, 0};
+        kvp_page_params_t hp = {KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens, 0, 0,
+                                s.d.chunk_keys[0], KVP_PAGE_F_SINK, 0};
+        float             z[2 * 64 * 16] = {0};
+        uint8_t           buf[16384];
+
+        CHECK_ST(kvp_page_encode(&kp, KVP_DTYPE_F32, z, z, G.page_tokens, buf, sizeof(buf), &len),
+                 KVP_ERR_INVALID);
+        CHECK_ST(kvp_page_encode(&hp, KVP_DTYPE_F32, z, z, 5, buf, sizeof(buf), &len),
+                 KVP_ERR_INVALID);
+    }
+    /* and parse refuses a sink-flagged codec page (header flag set by hand, CRC resealed) */
+    {
+        kvp_page_info_t info;
+        uint8_t        *q = kvp_malloc(s.lens[G.layers], "test page");
+
+        CHECK(q != NULL);
+        memcpy(q, s.pages[G.layers], s.lens[G.layers]);
+        CHECK_OK(kvp_page_parse(q, s.lens[G.layers], &info));
+        info.flags |= KVP_PAGE_F_SINK;
+        kvp_page_hdr_write(&info, q);
+        kvp_page_seal(q);
+        CHECK_ST(kvp_page_parse(q, s.lens[G.layers], &info), KVP_ERR_BAD_PAGE);
+        CHECK_ST(kvp_store_page_put(st, ns, q, s.lens[G.layers]), KVP_ERR_BAD_PAGE);
+        kvp_free(q);
+    }
+    kvp_store_close(st);
+    st = open_store(dir); /* the sink chunk and the profile come back from disk */
+    ksess_check(st, ns, "sink", &s);
+    CHECK_ST(kvp_store_page_put(st, ns, bad.pages[0], bad.lens[0]), KVP_OK); /* kivi: fine */
+    kvp_store_close(st);
+    ksess_free(&s);
+    ksess_free(&bad);
+}
+
 int main(void)
 {
     char              dir[256];
@@ -316,6 +395,7 @@ int main(void)
     ksess_check(st, NS, "b", &b);
     kvp_store_close(st);
 
+    sinks(dir);
     ksess_free(&a);
     ksess_free(&b);
     t_rmrf(dir);

@@ -51,7 +51,8 @@ typedef struct {
     uint32_t       layer;
     uint64_t       first_pos;
     kvp_key128_t   chunk_key;
-    uint32_t       flags;       /* KVP_PAGE_F_V_PREROT and/or KVP_PAGE_F_TAIL; others are set by the codec */
+    uint32_t       flags;       /* KVP_PAGE_F_V_PREROT, KVP_PAGE_F_TAIL, KVP_PAGE_F_SINK (fp16, full page
+                                 * only); the rotation and partial flags are set by the codec */
     uint32_t       kvarn_iters; /* 0 = default (8) */
 } kvp_page_params_t;
 

@@ -54,8 +54,10 @@ enum kvp_page_flags {
     KVP_PAGE_F_PARTIAL   = KVP_BIT(2), /* valid < capacity */
     KVP_PAGE_F_TAIL      = KVP_BIT(3), /* an fp16 session tail, not a sealed page */
     KVP_PAGE_F_V_PREROT  = KVP_BIT(4), /* engine folded the V Hadamard into W_v/W_o: codec skips it */
+    KVP_PAGE_F_SINK      = KVP_BIT(5), /* a full fp16 page of a session's first chunks, kept
+                                        * unquantized (attention sink) in a codec namespace */
 };
-#define KVP_PAGE_F_ALL 0x1Fu
+#define KVP_PAGE_F_ALL 0x3Fu
 
 typedef enum {
     KVP_CODEC_FP16    = 1,
