@@ -1,6 +1,7 @@
 /* node_harness.h - test helpers shared by tests/cluster and tests/integ: start a real kvpackd
  * child on a loopback port 0 with a temp data dir (waiting on its --ready-file), stop it, and
- * build small fp16 pages + session records with known contents. Header-only (static). */
+ * build small fp16 pages + session records with known contents, and talk to it over a raw
+ * transport connection (hand-made requests). Header-only (static inline). */
 #ifndef KVP_TEST_NODE_HARNESS_H
 #define KVP_TEST_NODE_HARNESS_H
 
@@ -8,6 +9,8 @@
 #include "kvpack/codec.h"
 #include "kvpack/kvpack.h"
 #include "kvpack/page.h"
+#include "kvpack/wire.h"
+#include "kvpack/xfer.h"
 #include "check.h"
 
 #include <errno.h>
@@ -231,6 +234,67 @@ static inline void test_session_check(const test_session_t *ts, const kvp_sessio
     CHECK(sp->desc.tail_tokens == ts->desc.tail_tokens && sp->desc.n_tail == ts->desc.n_tail);
     CHECK(sp->desc.tail_len == ts->desc.tail_len);
     CHECK(ts->desc.tail_len == 0 || memcmp(sp->desc.tail, ts->desc.tail, ts->desc.tail_len) == 0);
+}
+
+/* ---- raw transport connection: hand-made (possibly bad) requests, replies unpacked ---- */
+
+typedef struct {
+    kvp_xfer_h      x;
+    kvp_xfer_conn_h conn;
+    kvp_wire_rep_t  rep;    /* the last reply */
+    kvp_status_t    unpack; /* how it unpacked */
+    int             got;
+} test_raw_t;
+
+static inline void test_raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    test_raw_t *r = arg;
+    size_t      hl, dl;
+    const void *h = kvp_xfer_msg_hdr(msg, &hl);
+
+    (void)conn;
+    kvp_xfer_msg_data(msg, &dl);
+    r->unpack = kvp_wire_rep_unpack(h, hl, dl, &r->rep);
+    r->got    = 1;
+    kvp_xfer_msg_release(msg);
+}
+
+static inline void test_raw_open(test_raw_t *r, uint16_t port)
+{
+    kvp_xfer_params_t p;
+
+    memset(r, 0, sizeof(*r));
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+    p.recv_cb    = test_raw_recv;
+    p.cb_arg     = r;
+    CHECK_ST(kvp_xfer_create(&p, &r->x), KVP_OK);
+    CHECK_ST(kvp_xfer_connect(r->x, "127.0.0.1", port, &r->conn), KVP_OK);
+}
+
+/* Send a raw header + data, wait (up to 20 s) for the node's reply in r->rep. */
+static inline void test_raw_call(test_raw_t *r, const void *hdr, size_t hl, const void *data,
+                                 size_t dl)
+{
+    kvp_xfer_iov_t iov = {data, dl};
+    double         end = kvp_time_s() + 20;
+    kvp_status_t   s;
+
+    kvp_wire_rep_clear(&r->rep);
+    r->got = 0;
+    s = kvp_xfer_send(r->conn, hdr, hl, &iov, dl ? 1 : 0, NULL, NULL);
+    CHECK(s == KVP_OK || s == KVP_INPROGRESS);
+    while (!r->got && kvp_time_s() < end) {
+        kvp_xfer_wait(r->x, 50);
+    }
+    CHECK(r->got);
+}
+
+static inline void test_raw_close(test_raw_t *r)
+{
+    kvp_wire_rep_clear(&r->rep);
+    kvp_xfer_conn_close(r->conn);
+    kvp_xfer_destroy(r->x);
 }
 
 #endif

@@ -13,67 +13,21 @@
 
 /* ---- raw transport: hand-made (bad) requests ---- */
 
-typedef struct {
-    kvp_wire_rep_t rep;
-    kvp_status_t   unpack;
-    int            got;
-} raw_t;
-
-static void raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
-{
-    raw_t      *r = arg;
-    size_t      hl, dl;
-    const void *h = kvp_xfer_msg_hdr(msg, &hl);
-
-    (void)conn;
-    kvp_xfer_msg_data(msg, &dl);
-    r->unpack = kvp_wire_rep_unpack(h, hl, dl, &r->rep);
-    r->got    = 1;
-    kvp_xfer_msg_release(msg);
-}
-
-/* Send a raw header + data, wait for the node's reply. */
-static void raw_call(kvp_xfer_h x, kvp_xfer_conn_h c, raw_t *r, const void *hdr, size_t hl,
-                     const void *data, size_t dl)
-{
-    kvp_xfer_iov_t iov = {data, dl};
-    double         end = kvp_time_s() + 20;
-    kvp_status_t   s;
-
-    kvp_wire_rep_clear(&r->rep);
-    r->got = 0;
-    s = kvp_xfer_send(c, hdr, hl, &iov, dl ? 1 : 0, NULL, NULL);
-    CHECK(s == KVP_OK || s == KVP_INPROGRESS);
-    while (!r->got && kvp_time_s() < end) {
-        kvp_xfer_wait(x, 50);
-    }
-    CHECK(r->got);
-}
-
 static void test_malformed(const test_node_t *n)
 {
-    raw_t             r;
-    kvp_xfer_params_t p;
-    kvp_xfer_h        x;
-    kvp_xfer_conn_h   c;
+    test_raw_t        r;
     kvp_wire_req_t    req;
     uint8_t           garbage[200], *hdr, data[300];
     size_t            hl;
     uint32_t          lens[2] = {128, 128};
 
-    memset(&r, 0, sizeof(r));
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
-    p.recv_cb    = raw_recv;
-    p.cb_arg     = &r;
-    CHECK_ST(kvp_xfer_create(&p, &x), KVP_OK);
-    CHECK_ST(kvp_xfer_connect(x, "127.0.0.1", n->port, &c), KVP_OK);
+    test_raw_open(&r, n->port);
 
     /* garbage header: PROTOCOL, req_id unknown (0) */
     for (size_t i = 0; i < sizeof(garbage); i++) {
         garbage[i] = (uint8_t)(i * 37 + 11);
     }
-    raw_call(x, c, &r, garbage, sizeof(garbage), NULL, 0);
+    test_raw_call(&r, garbage, sizeof(garbage), NULL, 0);
     CHECK_ST(r.unpack, KVP_OK);
     CHECK_ST(r.rep.status, KVP_ERR_PROTOCOL);
 
@@ -86,21 +40,19 @@ static void test_malformed(const test_node_t *n)
     req.page_lens = lens;
     CHECK_ST(kvp_wire_req_pack(&req, &hdr, &hl), KVP_OK);
     memset(data, 0xA5, sizeof(data));
-    raw_call(x, c, &r, hdr, hl, data, 100);
+    test_raw_call(&r, hdr, hl, data, 100);
     CHECK_ST(r.unpack, KVP_OK);
     CHECK(r.rep.req_id == 77);
     CHECK_ST(r.rep.status, KVP_ERR_PROTOCOL);
     /* the header cut short by one byte */
-    raw_call(x, c, &r, hdr, hl - 1, data, 256);
+    test_raw_call(&r, hdr, hl - 1, data, 256);
     CHECK_ST(r.rep.status, KVP_ERR_PROTOCOL);
     /* lengths right, but the bytes are not pages */
-    raw_call(x, c, &r, hdr, hl, data, 256);
+    test_raw_call(&r, hdr, hl, data, 256);
     CHECK(r.rep.req_id == 77);
     CHECK(r.rep.status == KVP_ERR_BAD_PAGE || r.rep.status == KVP_ERR_CORRUPT);
     kvp_free(hdr);
-    kvp_wire_rep_clear(&r.rep);
-    kvp_xfer_conn_close(c);
-    kvp_xfer_destroy(x);
+    test_raw_close(&r);
 }
 
 /* A child client starts a large put and is SIGKILLed part-way. */

@@ -209,43 +209,15 @@ static void sess_check_same(const sess_t *s, const kvp_session_pages_t *sp)
 
 /* ---- raw GET_SESSION: does the node hold the record itself? ---- */
 
-typedef struct {
-    kvp_wire_rep_t rep;
-    int            got;
-} raw_t;
-
-static void raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
-{
-    raw_t      *r = arg;
-    size_t      hl, dl;
-    const void *h = kvp_xfer_msg_hdr(msg, &hl);
-
-    (void)conn;
-    kvp_xfer_msg_data(msg, &dl);
-    CHECK_ST(kvp_wire_rep_unpack(h, hl, dl, &r->rep), KVP_OK);
-    r->got = 1;
-    kvp_xfer_msg_release(msg);
-}
-
 static kvp_status_t raw_get_record(uint16_t port, const char *sid)
 {
-    kvp_xfer_params_t p;
-    kvp_xfer_h        x;
-    kvp_xfer_conn_h   conn;
-    kvp_wire_req_t    req;
-    raw_t             r;
-    uint8_t          *hdr;
-    size_t            hl;
-    double            end = kvp_time_s() + 20;
-    kvp_status_t      s;
+    test_raw_t     r;
+    kvp_wire_req_t req;
+    uint8_t       *hdr;
+    size_t         hl;
+    kvp_status_t   s;
 
-    memset(&r, 0, sizeof(r));
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
-    p.recv_cb    = raw_recv;
-    p.cb_arg     = &r;
-    CHECK_ST(kvp_xfer_create(&p, &x), KVP_OK);
-    CHECK_ST(kvp_xfer_connect(x, "127.0.0.1", port, &conn), KVP_OK);
+    test_raw_open(&r, port);
     memset(&req, 0, sizeof(req));
     req.op     = KVP_WIRE_OP_GET_SESSION;
     req.req_id = 1;
@@ -253,17 +225,12 @@ static kvp_status_t raw_get_record(uint16_t port, const char *sid)
     CHECK(strlen(sid) < sizeof(req.sid));
     memcpy(req.sid, sid, strlen(sid) + 1);
     CHECK_ST(kvp_wire_req_pack(&req, &hdr, &hl), KVP_OK);
-    s = kvp_xfer_send(conn, hdr, hl, NULL, 0, NULL, NULL);
-    CHECK(s == KVP_OK || s == KVP_INPROGRESS);
-    while (!r.got && kvp_time_s() < end) {
-        kvp_xfer_wait(x, 50);
-    }
-    CHECK(r.got && r.rep.req_id == 1);
+    test_raw_call(&r, hdr, hl, NULL, 0);
+    CHECK_ST(r.unpack, KVP_OK);
+    CHECK(r.rep.req_id == 1);
     s = r.rep.status;
-    kvp_wire_rep_clear(&r.rep);
     kvp_free(hdr);
-    kvp_xfer_conn_close(conn);
-    kvp_xfer_destroy(x);
+    test_raw_close(&r);
     return s;
 }
 

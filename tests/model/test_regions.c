@@ -11,6 +11,7 @@
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
 #include "check.h"
+#include "stories_data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -232,35 +233,16 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
 
 int main(int argc, char **argv)
 {
-    char         model[512], tok[512], emma_path[512], *emma;
     kvp_model_t *m;
-    FILE        *f;
+    char        *emma;
     size_t       elen, n;
     uint32_t    *ids;
+    int          rc = kvp_test_stories_load(argc, argv, "test_regions", 4000, &m, &emma, &elen);
 
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_regions REALDATA_DIR\n");
-        return 2;
+    if (rc >= 0) {
+        return rc;
     }
-    snprintf(model, sizeof(model), "%s/stories260K.bin", argv[1]);
-    snprintf(tok, sizeof(tok), "%s/tok512.bin", argv[1]);
-    snprintf(emma_path, sizeof(emma_path), "%s/emma.txt", argv[1]);
-    if (access(model, R_OK) != 0 || access(tok, R_OK) != 0 || access(emma_path, R_OK) != 0) {
-        printf("SKIP: %s has no stories260K.bin / tok512.bin / emma.txt\n", argv[1]);
-        return 77;
-    }
-    kvp_log_set_level(KVP_LOG_LVL_ERROR);
     test_defaults();
-    if (kvp_model_load(model, tok, &m) != KVP_OK) {
-        fprintf(stderr, "FAIL: cannot load %s\n", model);
-        return 1;
-    }
-    emma = calloc(1, 4001);
-    f    = fopen(emma_path, "rb");
-    elen = f ? fread(emma, 1, 4000, f) : 0;
-    if (f) {
-        fclose(f);
-    }
     if (kvp_tok_encode(m->tok, emma, elen, 1, &ids, &n) == KVP_OK && n >= N) {
         test_run(m, ids);
         kvp_free(ids);

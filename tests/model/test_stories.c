@@ -12,6 +12,7 @@
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
 #include "check.h"
+#include "stories_data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,20 +24,6 @@
 static const char *published =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
     "One day, she saw a big, red ball.";
-
-static char *read_text(const char *path, size_t max, size_t *len_p)
-{
-    FILE  *f   = fopen(path, "rb");
-    char  *buf = malloc(max + 1);
-    size_t n   = f ? fread(buf, 1, max, f) : 0;
-
-    if (f) {
-        fclose(f);
-    }
-    buf[n] = '\0';
-    *len_p = n;
-    return buf;
-}
 
 static char *gen_text(const kvp_model_t *m, const uint32_t *ids, uint32_t n)
 {
@@ -272,29 +259,15 @@ static void test_kvd(const kvp_model_t *m, const uint32_t *ids)
 
 int main(int argc, char **argv)
 {
-    char         model[512], tok[512], emma_path[512];
     kvp_model_t *m;
     char        *emma;
     size_t       elen, n;
     uint32_t    *ids;
+    int          rc = kvp_test_stories_load(argc, argv, "test_stories", 6000, &m, &emma, &elen);
 
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_stories REALDATA_DIR\n");
-        return 2;
+    if (rc >= 0) {
+        return rc;
     }
-    snprintf(model, sizeof(model), "%s/stories260K.bin", argv[1]);
-    snprintf(tok, sizeof(tok), "%s/tok512.bin", argv[1]);
-    snprintf(emma_path, sizeof(emma_path), "%s/emma.txt", argv[1]);
-    if (access(model, R_OK) != 0 || access(tok, R_OK) != 0 || access(emma_path, R_OK) != 0) {
-        printf("SKIP: %s has no stories260K.bin / tok512.bin / emma.txt\n", argv[1]);
-        return 77;
-    }
-    kvp_log_set_level(KVP_LOG_LVL_ERROR);
-    if (kvp_model_load(model, tok, &m) != KVP_OK) {
-        fprintf(stderr, "FAIL: cannot load %s\n", model);
-        return 1;
-    }
-    emma = read_text(emma_path, 6000, &elen);
     test_greedy(m);
     test_tokenizer(m, emma);
     if (kvp_tok_encode(m->tok, emma, elen, 1, &ids, &n) == KVP_OK && n >= 512) {
