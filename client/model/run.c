@@ -176,7 +176,8 @@ static void score_lanes(kvp_run_t *run, uint32_t next)
     }
 }
 
-kvp_status_t kvp_run_ppl(kvp_run_t *run, const uint32_t *ids, uint32_t n)
+/* Feed ids[0..n-1] to every lane; with score, each prediction of ids[t+1] is scored. */
+static kvp_status_t feed(kvp_run_t *run, const uint32_t *ids, uint32_t n, int score)
 {
     uint32_t     tok[KVP_RUN_MAX_LANES];
     kvp_status_t status;
@@ -189,31 +190,24 @@ kvp_status_t kvp_run_ppl(kvp_run_t *run, const uint32_t *ids, uint32_t n)
         if (status != KVP_OK) {
             return status;
         }
-        if (t + 1 < n) {
+        if (score && t + 1 < n) {
             score_lanes(run, ids[t + 1]);
         }
-        if (run->progress != NULL) {
+        if (score && run->progress != NULL) {
             run->progress(t + 1, n);
         }
     }
     return KVP_OK;
 }
 
+kvp_status_t kvp_run_ppl(kvp_run_t *run, const uint32_t *ids, uint32_t n)
+{
+    return feed(run, ids, n, 1);
+}
+
 kvp_status_t kvp_run_feed(kvp_run_t *run, const uint32_t *ids, uint32_t n)
 {
-    uint32_t     tok[KVP_RUN_MAX_LANES];
-    kvp_status_t status;
-
-    for (uint32_t t = 0; t < n; t++) {
-        for (uint32_t l = 0; l < run->lanes; l++) {
-            tok[l] = ids[t];
-        }
-        status = run_step(run, tok);
-        if (status != KVP_OK) {
-            return status;
-        }
-    }
-    return KVP_OK;
+    return feed(run, ids, n, 0);
 }
 
 static uint32_t argmax(const float *x, uint32_t n)
