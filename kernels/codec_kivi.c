@@ -59,6 +59,17 @@ static kvp_status_t kivi_check_g(const kvp_codec_geom_t *g, uint32_t G)
     return KVP_OK;
 }
 
+/* Layout of a page at group G and the header fields that describe it (both encoders). */
+static void kivi_header(const kvp_codec_geom_t *g, uint32_t G, kvp_page_info_t *info,
+                        kivi_layout_t *l)
+{
+    kivi_layout(g, G, l);
+    info->bits_k  = 2;
+    info->bits_v  = 2;
+    info->group_k = G == 0 ? g->head_dim : G;
+    info->group_v = l->gv;
+}
+
 static kvp_status_t kivi_encode_g(const kvp_codec_geom_t *g, const float *k, const float *v,
                                   kvp_page_info_t *info, uint8_t *p, uint32_t G,
                                   const kvp_q2_kern_t *kk)
@@ -67,11 +78,7 @@ static kvp_status_t kivi_encode_g(const kvp_codec_geom_t *g, const float *k, con
     size_t        rows = (size_t)g->valid * g->heads;
     uint32_t      D = g->head_dim, H = g->heads;
 
-    kivi_layout(g, G, &l);
-    info->bits_k  = 2;
-    info->bits_v  = 2;
-    info->group_k = G == 0 ? D : G;
-    info->group_v = l.gv;
+    kivi_header(g, G, info, &l);
     if (G == 0) {
         kk->tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
                        p + l.k_min);
@@ -140,11 +147,7 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
     if (!kivi_h_ok(g, G)) {
         return KVP_ERR_UNSUPPORTED;
     }
-    kivi_layout(g, G, &l);
-    info->bits_k  = 2;
-    info->bits_v  = 2;
-    info->group_k = G == 0 ? D : G;
-    info->group_v = l.gv;
+    kivi_header(g, G, info, &l);
     if (G == 0) {
         ok &= kvp_q2h_tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
                                  p + l.k_min);

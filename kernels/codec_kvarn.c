@@ -91,26 +91,40 @@ static kvp_status_t kvarn_finish(const kvp_codec_geom_t *g, kvp_page_info_t *inf
     return KVP_OK;
 }
 
+/* The per-tile workspace both encoders share: X (one T x D tile), the VarN scales Sc, Sr and
+ * work after it (per-thread scratch slot 4); *iters_p gets the page's VarN iteration count. */
+static kvp_status_t kvarn_tile_work(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
+                                    uint32_t *iters_p, float **X_p, float **Sc_p, float **Sr_p,
+                                    float **work_p)
+{
+    uint32_t T = g->valid, D = g->head_dim;
+    size_t   tile = (size_t)T * D;
+    float   *X    = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
+
+    if (X == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    *iters_p = info->aux == 0 || info->aux > KVP_VARN_MAX_ITERS ? KVP_VARN_ITERS : info->aux;
+    *X_p     = X;
+    *Sc_p    = X + tile;
+    *Sr_p    = *Sc_p + T + D;
+    *work_p  = *Sr_p + T + D;
+    return KVP_OK;
+}
+
 static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
                                    kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
 {
     kvarn_layout_t l;
-    uint32_t       H = g->heads, D = g->head_dim, T = g->valid, iters = info->aux;
-    size_t         n = (size_t)T * H * D, tile = (size_t)T * D;
+    uint32_t       H = g->heads, D = g->head_dim, T = g->valid, iters;
+    size_t         n = (size_t)T * H * D;
     float         *kr = kvp_codec_scratch(2, n * sizeof(float));
-    float         *X  = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
-    float         *Sc, *Sr, *work;
+    float         *X, *Sc, *Sr, *work;
     const float   *vr = v;
 
-    if (kr == NULL || X == NULL) {
+    if (kr == NULL || kvarn_tile_work(g, info, &iters, &X, &Sc, &Sr, &work) != KVP_OK) {
         return KVP_ERR_NO_MEMORY;
     }
-    if (iters == 0 || iters > KVP_VARN_MAX_ITERS) {
-        iters = KVP_VARN_ITERS;
-    }
-    Sc   = X + tile;
-    Sr   = Sc + T + D;
-    work = Sr + T + D;
     kvarn_layout(g, &l);
     if (!kk->rot_rows(k, kr, (size_t)T * H, D, 1)) {
         KVP_LOG_DEBUG("codec", "kvarn: rotated K exceeds the fp16 range (layer %u)", info->layer);
@@ -197,24 +211,16 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
 {
     const kvp_q2_kern_t *kk = &kvp_q2_avx2;
     kvarn_layout_t       l;
-    uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters = info->aux;
-    size_t               tile = (size_t)T * D;
+    uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters;
     float               *buf, *X, *Sc, *Sr, *work;
 
     if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || D < 16 || T % 8 != 0) {
         return KVP_ERR_UNSUPPORTED; /* the fp32 path */
     }
     buf = kvp_codec_scratch(3, 16 * (size_t)D * sizeof(float));
-    X   = kvp_codec_scratch(4, (3 * tile + 6 * (size_t)(T + D)) * sizeof(float));
-    if (buf == NULL || X == NULL) {
+    if (buf == NULL || kvarn_tile_work(g, info, &iters, &X, &Sc, &Sr, &work) != KVP_OK) {
         return KVP_ERR_NO_MEMORY;
     }
-    if (iters == 0 || iters > KVP_VARN_MAX_ITERS) {
-        iters = KVP_VARN_ITERS;
-    }
-    Sc   = X + tile;
-    Sr   = Sc + T + D;
-    work = Sr + T + D;
     kvarn_layout(g, &l);
     for (uint32_t h = 0; h < H; h++) {
         uint8_t *rec = p + (size_t)h * l.rec;
