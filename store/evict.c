@@ -107,6 +107,27 @@ static void sess_make_cold(kvp_store_h st, kvp_sess_t *s)
     kvp_list_push_tail(&st->cold_lru, &s->lru);
 }
 
+/* After the WAL sync that makes an unsynced session durable: clear the mark or count the error. */
+static void sess_synced(kvp_store_h st, kvp_sess_t *s, kvp_status_t status)
+{
+    if (status == KVP_OK) {
+        s->unsynced = false;
+    } else {
+        st->stats.disk_errors++;
+    }
+}
+
+/* The end of both spills: on success the session goes cold. */
+static kvp_status_t sess_spilled(kvp_store_h st, kvp_sess_t *s, kvp_status_t status)
+{
+    if (status != KVP_OK) {
+        return status;
+    }
+    st->stats.spills++;
+    sess_make_cold(st, s);
+    return KVP_OK;
+}
+
 kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
 {
     kvp_status_t status = KVP_OK;
@@ -118,18 +139,9 @@ kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
         status = kvp_store_sess_write(st, s, true);
     } else if (s->unsynced) {        /* written through the WAL without an fsync */
         status = kvp_tier_sync(st->tier);
-        if (status == KVP_OK) {
-            s->unsynced = false;
-        } else {
-            st->stats.disk_errors++;
-        }
+        sess_synced(st, s, status);
     }
-    if (status != KVP_OK) {
-        return status;
-    }
-    st->stats.spills++;
-    sess_make_cold(st, s);
-    return KVP_OK;
+    return sess_spilled(st, s, status);
 }
 
 void kvp_store_sess_idle(kvp_store_h st, kvp_sess_t *s)
@@ -163,18 +175,11 @@ kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
         kvp_store_sess_idle(st, s);
         if (write) {
             sess_write_done(st, s, b, KVP_TIER_SYNC, gen, status);
-        } else if (status == KVP_OK) {
-            s->unsynced = false;
         } else {
-            st->stats.disk_errors++;
-        }
-        if (status != KVP_OK) {
-            return status;
+            sess_synced(st, s, status);
         }
     }
-    st->stats.spills++;
-    sess_make_cold(st, s);
-    return KVP_OK;
+    return sess_spilled(st, s, status);
 }
 
 /* The in-memory part of removing a session: page refs, tail, lists, table. */
