@@ -121,6 +121,7 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
     float         *kr = kvp_codec_scratch(2, n * sizeof(float));
     float         *X, *Sc, *Sr, *work;
     const float   *vr = v;
+    kvp_next_rows_t next;
 
     if (kr == NULL || kvarn_tile_work(g, info, &iters, &X, &Sc, &Sr, &work) != KVP_OK) {
         return KVP_ERR_NO_MEMORY;
@@ -154,18 +155,17 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
                 X[(size_t)d * T + t] = src[d];
             }
         }
-        if (h + 1 < H) { /* the next head's rows (strided) arrive during this head's VarN */
-            /* rows are the rotated fp32 copies this loop reads: stride H*D floats */
-            kvp_q2h_prefetch_rows(kr + (size_t)(h + 1) * D, 4 * (size_t)H * D, T, 4 * (size_t)D);
-            kvp_q2h_prefetch_rows(vr + (size_t)(h + 1) * D, 4 * (size_t)H * D, T, 4 * (size_t)D);
-        }
-        kk->varn(X, D, T, iters, Sc, Sr, work);
+        /* the rows read next (the rotated fp32 copies: stride H*D floats) arrive during VarN */
+        next = (kvp_next_rows_t){vr + (size_t)h * D, 4 * (size_t)H * D, T, 4 * (size_t)D};
+        kk->varn(X, D, T, iters, Sc, Sr, work, &next);
         kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
         /* V tile [T][D] */
         for (uint32_t t = 0; t < T; t++) {
             memcpy(X + (size_t)t * D, vr + ((size_t)t * H + h) * D, D * sizeof(float));
         }
-        kk->varn(X, T, D, iters, Sc, Sr, work);
+        next = (kvp_next_rows_t){kr + (size_t)(h + 1) * D, 4 * (size_t)H * D, h + 1 < H ? T : 0,
+                                 4 * (size_t)D};
+        kk->varn(X, T, D, iters, Sc, Sr, work, &next);
         kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
     }
     return kvarn_finish(g, info, p, &l, iters);
@@ -213,6 +213,7 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     kvarn_layout_t       l;
     uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters;
     float               *buf, *X, *Sc, *Sr, *work;
+    kvp_next_rows_t      next;
 
     if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || D < 16 || T % 8 != 0) {
         return KVP_ERR_UNSUPPORTED; /* the fp32 path */
@@ -232,11 +233,10 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                           info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
-        if (h + 1 < H) { /* the next head's rows (strided) arrive during this head's VarN */
-            kvp_q2h_prefetch_rows(k + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
-            kvp_q2h_prefetch_rows(v + (size_t)(h + 1) * D, 2 * (size_t)H * D, T, 2 * (size_t)D);
-        }
-        kk->varn(X, D, T, iters, Sc, Sr, work);
+        /* the rows read next (this head's V, then the next head's K) arrive during VarN, a
+         * few per row block: a burst of prefetches here stalled the VarN that followed */
+        next = (kvp_next_rows_t){v + (size_t)h * D, 2 * (size_t)H * D, T, 2 * (size_t)D};
+        kk->varn(X, D, T, iters, Sc, Sr, work, &next);
         kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
         /* V tile [T][D] */
         if (info->flags & KVP_PAGE_F_V_PREROT) {
@@ -249,7 +249,9 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                           info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
-        kk->varn(X, T, D, iters, Sc, Sr, work);
+        next = (kvp_next_rows_t){k + (size_t)(h + 1) * D, 2 * (size_t)H * D, h + 1 < H ? T : 0,
+                                 2 * (size_t)D};
+        kk->varn(X, T, D, iters, Sc, Sr, work, &next);
         kk->kvarn_rtn(X, T, D, Sc, Sr, rec + l.v_codes, rec + l.v_a, rec + l.v_z, rec + l.v_b);
     }
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {

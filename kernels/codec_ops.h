@@ -57,6 +57,12 @@ typedef enum {
     KVP_Q2_RULE_OSCAR = 1  /* integer zero point, code = rint(x*inv + zq), zero = -zq*s */
 } kvp_q2_rule_t;
 
+/* A strided set of rows a codec reads next (the next tile's input, still in DRAM). */
+typedef struct {
+    const void *base;
+    size_t      stride, rows, row_bytes; /* bytes between rows, row count, bytes per row */
+} kvp_next_rows_t;
+
 typedef struct {
     const char *impl;
     /* Per-channel groups along tokens for one head: x(t,d) = src[t*stride + d], t < T, d < D,
@@ -81,9 +87,11 @@ typedef struct {
     void (*oscar_norm)(float *x, uint32_t T, uint32_t HD, float *norms);
     /* x[t][*] *= norms[t] over T rows of HD. */
     void (*scale_rows)(float *x, uint32_t T, uint32_t HD, const float *norms);
-    /* VarN on X [R][C] (CODECS.md 2.2): Sc [C], Sr [R] best scales (fp32). work: R*C + 4*(R+C) floats. */
+    /* VarN on X [R][C] (CODECS.md 2.2): Sc [C], Sr [R] best scales (fp32). work: R*C + 4*(R+C)
+     * floats. next (may be NULL): rows the caller reads after this tile, pulled into L2 a few
+     * lines per row block while VarN computes (the twin may ignore it). */
     void (*varn)(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc, float *Sr,
-                 float *work);
+                 float *work, const kvp_next_rows_t *next);
     /* KVarN per-row RTN of X / Sc / Sr with absorption: codes [R][ceil(C/4)] (zeroed by the
      * callee), A [R] = Sr*s, Z [R] = Sr*lo, B [C] = Sc, fp16. */
     void (*kvarn_rtn)(const float *X, uint32_t R, uint32_t C, const float *Sc, const float *Sr,

@@ -560,14 +560,3 @@ int kvp_q2h_rot_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t 
     }
     return _mm256_movemask_ps(_mm256_cmp_ps(chk, chk, _CMP_UNORD_Q)) == 0;
 }
-
-void kvp_q2h_prefetch_rows(const void *base, size_t stride, size_t rows, size_t row_bytes)
-{
-    const char *p = base;
-
-    for (size_t r = 0; r < rows; r++) {
-        for (size_t o = 0; o < row_bytes; o += 64) {
-            _mm_prefetch(p + r * stride + o, _MM_HINT_T1);
-        }
-    }
-}

@@ -42,6 +42,37 @@ static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
 
 #define KVP_AI static inline __attribute__((always_inline))
 
+/* The caller's next rows (kvp_next_rows_t) as a cursor: each row block of a pass pulls a few
+ * whole rows into L2, so the next tile's DRAM reads overlap VarN's arithmetic instead of
+ * stalling the next rotation (or a burst of prefetches stalling this VarN). */
+typedef struct {
+    const char *p;
+    size_t      stride, rows;
+    uint32_t    lines, per_step; /* 64-byte lines per row, rows per step */
+} next_cursor_t;
+
+static void next_cursor_init(next_cursor_t *nc, const kvp_next_rows_t *next, uint32_t steps)
+{
+    memset(nc, 0, sizeof(*nc));
+    if (next != NULL && next->base != NULL && next->rows > 0) {
+        nc->p        = next->base;
+        nc->stride   = next->stride;
+        nc->rows     = next->rows;
+        nc->lines    = (uint32_t)((next->row_bytes + 63) / 64);
+        nc->per_step = (uint32_t)((next->rows + steps - 1) / steps);
+    }
+}
+
+KVP_AI void next_cursor_step(next_cursor_t *nc)
+{
+    for (uint32_t n = nc->per_step; n > 0 && nc->rows > 0; n--, nc->rows--) {
+        for (uint32_t l = 0; l < nc->lines; l++) {
+            _mm_prefetch(nc->p + 64 * (size_t)l, _MM_HINT_T1);
+        }
+        nc->p += nc->stride;
+    }
+}
+
 /* Row j of a block: xa[j] (a pointer list, for a partial block whose missing rows repeat its
  * first) or xb + j * ld (xa NULL: a full block, constant offsets when ld is a constant) */
 #define KVP_ROW(j) (xa != NULL ? xa[j] : xb + (size_t)(j) * ld)
@@ -165,7 +196,8 @@ KVP_AI void row4x4(const float *const *xa, const float *xb, size_t ld, const flo
 }
 
 KVP_AI void pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er, float *ir,
-                      float *rowstd, float *S1, float *S2, int upd, float e_lo, float e_hi)
+                      float *rowstd, float *S1, float *S2, int upd, float e_lo, float e_hi,
+                      next_cursor_t *nc)
 {
     const float *xl[16]; /* rows of a partial last block */
     const float *xq = NULL;
@@ -173,14 +205,17 @@ KVP_AI void pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, f
     __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
     __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
 
-    for (uint32_t c = 0; c < C; c += 8) { /* not memset: rep stos starts slowly */
-        _mm256_storeu_ps(S1 + c, _mm256_setzero_ps());
+    for (uint32_t c = 0; c < C; c += 8) { /* not memset: rep stos starts slowly (the asm keeps */
+        _mm256_storeu_ps(S1 + c, _mm256_setzero_ps()); /* GCC from making this loop one) */
         _mm256_storeu_ps(S2 + c, _mm256_setzero_ps());
+        __asm__("" : "+r"(c));
     }
     for (uint32_t r0 = 0; r0 < R; r0 += 16) {
         const float  *xb = X + (size_t)r0 * C;
         const float **xa = NULL;
         __m128        s0, q0, s1, q1, s2, q2, s3, q3;
+
+        next_cursor_step(nc);
 
         if (r0 + 16 > R) {
             for (uint32_t j = 0; j < 16; j++) {
@@ -227,12 +262,12 @@ KVP_AI void pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, f
  * overlaps the other's arithmetic (and 16 rows give two independent chains per block). */
 static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
                        float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
-                       float e_hi)
+                       float e_hi, next_cursor_t *nc)
 {
     if (C == 128) { /* the page shape: rows at constant offsets */
-        pass_impl(X, R, 128, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi);
+        pass_impl(X, R, 128, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi, nc);
     } else {
-        pass_impl(X, R, C, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi);
+        pass_impl(X, R, C, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi, nc);
     }
 }
 
@@ -276,17 +311,19 @@ static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_
 /* work: 5*C + 3*Rp floats, Rp = R rounded up to 16 (the kernel contract gives R*C + 4*(R+C);
  * tiles too small for that take the reference) */
 void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                      float *Sr, float *work)
+                      float *Sr, float *work, const kvp_next_rows_t *next)
 {
     uint32_t Rp = (R + 15) & ~15u;
     float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
     float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
     float    best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
+    next_cursor_t nc;
 
     if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 3 * (size_t)Rp) {
-        kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work);
+        kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work, next);
         return;
     }
+    next_cursor_init(&nc, next, (iters + 1) * (Rp / 16)); /* one step per row block */
     for (uint32_t c = 0; c < C; c += 8) { /* C % 8 == 0, Rp % 16 == 0 */
         _mm256_storeu_ps(Ec + c, _mm256_set1_ps(1.0f));
         _mm256_storeu_ps(ic + c, _mm256_set1_ps(1.0f));
@@ -299,7 +336,7 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
     for (uint32_t r = 0; r < R; r++) {
         Sr[r] = 1.0f;
     }
-    fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 0, e_lo, e_hi);
+    fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 0, e_lo, e_hi, &nc);
     for (uint32_t c = 0; c < C; c += 8) {
         _mm256_storeu_ps(colstd + c, std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R));
     }
@@ -313,7 +350,7 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
             _mm256_storeu_ps(Ec + c, e);
             _mm256_storeu_ps(ic + c, _mm256_div_ps(_mm256_set1_ps(1.0f), e));
         }
-        fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi);
+        fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi, &nc);
         for (uint32_t c = 0; c < C; c += 8) {
             __m256 sd = std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R);
 

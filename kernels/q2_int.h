@@ -17,7 +17,7 @@ int  kvp_q2_ref_rot_rows(const float *src, float *dst, size_t rows, uint32_t D, 
 void kvp_q2_ref_oscar_norm(float *x, uint32_t T, uint32_t HD, float *norms);
 void kvp_q2_ref_scale_rows(float *x, uint32_t T, uint32_t HD, const float *norms);
 void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                     float *Sr, float *work);
+                     float *Sr, float *work, const kvp_next_rows_t *next);
 void kvp_q2_ref_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
                           const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B);
 void kvp_q2_ref_kvarn_deq(const uint8_t *codes, const uint8_t *A, const uint8_t *Z,
@@ -26,7 +26,7 @@ void kvp_q2_ref_kvarn_deq(const uint8_t *codes, const uint8_t *A, const uint8_t 
 
 /* kvarn_avx2.c (AVX2 only) */
 void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                      float *Sr, float *work);
+                      float *Sr, float *work, const kvp_next_rows_t *next);
 void kvp_q2_avx2_kvarn_rtn(const float *X, uint32_t R, uint32_t C, const float *Sc,
                            const float *Sr, uint8_t *codes, uint8_t *A, uint8_t *Z, uint8_t *B);
 

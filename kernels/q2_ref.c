@@ -186,7 +186,7 @@ static void varn_stds(const float *cur, uint32_t R, uint32_t C, float *colstd, f
 }
 
 void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                     float *Sr, float *work)
+                     float *Sr, float *work, const kvp_next_rows_t *next)
 {
     float *cur = work;                  /* R*C */
     float *Lc = work + (size_t)R * C;   /* C */
@@ -195,6 +195,7 @@ void kvp_q2_ref_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
     float *colstd = er + R, *rowstd = colstd + C;
     float  best;
 
+    (void)next; /* the reference never prefetches */
     for (uint32_t c = 0; c < C; c++) {
         Lc[c] = 0.0f;
         ec[c] = 1.0f;

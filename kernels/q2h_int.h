@@ -52,8 +52,6 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
 int  kvp_q2h_rot_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X);
 int  kvp_q2h_rot_tile_t(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *buf,
                         float *X);
-/* prefetch rows of row_bytes, stride bytes apart, into L2 (data needed a little later) */
-void kvp_q2h_prefetch_rows(const void *base, size_t stride, size_t rows, size_t row_bytes);
 /* kvarn_avx2.c: one head's fp16 tile as fp32, X[t][d] (0 on NaN/Inf) or X[d][t] (T % 8 == 0,
  * D % 8 == 0; input already checked) */
 int  kvp_q2h_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X);
