@@ -5,14 +5,20 @@
  * Each figure is the best of --repeat passes; a pass stops after --max-s seconds (at least 8
  * pages), so the slow reference twins finish. Ratios use the memcpy measured right before and
  * after each codec/implementation (best of both): on a shared machine the load then matches.
- * Single-threaded (codec calls and memcpy). Prints JSON with --json; never asserts speed. */
+ * --threads N splits the pages (and memcpy's bytes) into N contiguous ranges, one thread each,
+ * timed from start to the last thread's end: N = 1 (default) is the codec's per-core speed, more
+ * threads compare a node's cores against the memory bandwidth memcpy reaches with as many.
+ * Prints JSON with --json; never asserts speed. */
 #include "cli.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define KVP_BENCH_MAX_THREADS 64
 
 static void usage(FILE *out)
 {
@@ -24,56 +30,116 @@ static void usage(FILE *out)
             "  --mib N            fp16 KV working set in MiB (default 256, > LLC)\n"
             "  --repeat N         passes, best kept (default 3)\n"
             "  --max-s S          time cap per pass in seconds (default 1.5)\n"
+            "  --threads N        codec calls and memcpy on N threads, pages split (default 1)\n"
             "  --json             machine-readable output\n");
 }
 
 typedef struct {
     uint32_t  heads, dim, P, npages;
-    uint32_t  nenc;  /* pages holding a page of the codec under test (decode reads only these) */
+    uint32_t  threads;
     size_t    page_elems, page_cap;
     uint16_t *in;   /* npages x (K, V) fp16 */
     uint16_t *out;  /* same shape, decode target */
     uint8_t  *pages;
-    size_t   *lens;
+    size_t   *lens;  /* 0: the page slot holds no page of the codec under test (decode skips it) */
     double    max_s;
 } bench_t;
+
+/* one thread's share of a pass: pages [lo, hi) */
+typedef struct {
+    bench_t                 *b;
+    const kvp_page_params_t *pp;
+    int                      dir;
+    kvp_frame_t              fr;
+    uint32_t                 lo, hi, done;
+    double                   t0;
+    int                      err;
+} worker_t;
+
+/* this worker's share of the time cap's page minimum (8 pages in all) */
+static uint32_t min_pages(const worker_t *w)
+{
+    return (8 + w->b->threads - 1) / w->b->threads;
+}
+
+static void *pass_range(void *arg)
+{
+    worker_t *w = arg;
+    bench_t  *b = w->b;
+
+    for (uint32_t i = w->lo; i < w->hi; i++) {
+        uint16_t    *kin = b->in + 2 * i * b->page_elems;
+        uint8_t     *pg  = b->pages + i * b->page_cap;
+        kvp_status_t st;
+
+        if (w->dir == 0) {
+            b->lens[i] = 0;
+            st = kvp_page_encode(w->pp, KVP_DTYPE_F16, kin, kin + b->page_elems, b->P, pg,
+                                 b->page_cap, &b->lens[i]);
+        } else if (b->lens[i] == 0) {
+            continue; /* not encoded (an encode pass stopped by the time cap) */
+        } else {
+            uint16_t *kout = b->out + 2 * i * b->page_elems;
+
+            st = kvp_page_decode(pg, b->lens[i], KVP_DTYPE_F16, w->fr, kout,
+                                 kout + b->page_elems, NULL);
+        }
+        if (st != KVP_OK) {
+            fprintf(stderr, "kvpack bench codec: %s page %u: %s\n", w->dir ? "decode" : "encode",
+                    i, kvp_status_str(st));
+            w->err = 1;
+            return NULL;
+        }
+        w->done++;
+        if (w->done >= min_pages(w) && kvp_time_s() - w->t0 > b->max_s) {
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* runs fn over b->threads workers, page ranges split evenly; returns the wall time */
+static double run_workers(bench_t *b, worker_t *w, void *(*fn)(void *))
+{
+    pthread_t tid[KVP_BENCH_MAX_THREADS];
+    uint32_t  n = b->threads, started = 1;
+    double    t0 = kvp_time_s();
+
+    for (uint32_t t = 0; t < n; t++) {
+        w[t].t0 = t0;
+    }
+    for (uint32_t t = 1; t < n; t++, started++) {
+        if (pthread_create(&tid[t], NULL, fn, &w[t]) != 0) {
+            fprintf(stderr, "kvpack bench codec: cannot start thread %u of %u\n", t + 1, n);
+            w[t].err = 1;
+            break;
+        }
+    }
+    fn(&w[0]);
+    for (uint32_t t = 1; t < started; t++) {
+        pthread_join(tid[t], NULL);
+    }
+    return kvp_time_s() - t0;
+}
 
 /* One pass of encode (dir 0) or decode (dir 1, frame fr); returns GB/s of fp16 KV. */
 static double pass(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr, int *err)
 {
-    double   t0 = kvp_time_s(), dt;
-    uint32_t done = 0, lim = dir == 0 ? b->npages : b->nenc;
+    worker_t w[KVP_BENCH_MAX_THREADS];
+    uint64_t done = 0;
+    double   dt;
 
-    for (uint32_t i = 0; i < lim; i++) {
-        uint16_t    *kin = b->in + 2 * i * b->page_elems;
-        uint8_t     *pg = b->pages + i * b->page_cap;
-        kvp_status_t st;
-
-        if (dir == 0) {
-            st = kvp_page_encode(pp, KVP_DTYPE_F16, kin, kin + b->page_elems, b->P, pg,
-                                 b->page_cap, &b->lens[i]);
-        } else {
-            uint16_t *kout = b->out + 2 * i * b->page_elems;
-
-            st = kvp_page_decode(pg, b->lens[i], KVP_DTYPE_F16, fr, kout, kout + b->page_elems,
-                                 NULL);
-        }
-        if (st != KVP_OK) {
-            fprintf(stderr, "kvpack bench codec: %s page %u: %s\n", dir ? "decode" : "encode", i,
-                    kvp_status_str(st));
-            *err = 1;
-            return 0.0;
-        }
-        done++;
-        if (done >= 8 && kvp_time_s() - t0 > b->max_s) {
-            break;
-        }
+    for (uint32_t t = 0; t < b->threads; t++) {
+        w[t] = (worker_t){.b = b, .pp = pp, .dir = dir, .fr = fr,
+                          .lo = (uint32_t)((uint64_t)b->npages * t / b->threads),
+                          .hi = (uint32_t)((uint64_t)b->npages * (t + 1) / b->threads)};
     }
-    dt = kvp_time_s() - t0;
-    if (dir == 0 && done > b->nenc) {
-        b->nenc = done;
+    dt = run_workers(b, w, pass_range);
+    for (uint32_t t = 0; t < b->threads; t++) {
+        done += w[t].done;
+        *err |= w[t].err;
     }
-    return (double)done * b->page_elems * 2 * 2 / dt / 1e9;
+    return *err ? 0.0 : (double)done * b->page_elems * 2 * 2 / dt / 1e9;
 }
 
 static double best_of(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr, int rep, int *err)
@@ -88,15 +154,50 @@ static double best_of(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr
     return best;
 }
 
+typedef struct {
+    bench_t *b;
+    size_t   off, len;
+} copy_part_t;
+
+static void *copy_part(void *arg)
+{
+    copy_part_t *c = arg;
+
+    memcpy((char *)c->b->out + c->off, (const char *)c->b->in + c->off, c->len);
+    return NULL;
+}
+
+/* best of rep memcpys of the whole input, its bytes split over b->threads threads (4 KiB
+ * aligned parts) */
 static double memcpy_gbs(bench_t *b, int rep)
 {
-    size_t bytes = (size_t)b->npages * b->page_elems * 2 * 2;
-    double best  = 0.0;
+    size_t      bytes = (size_t)b->npages * b->page_elems * 2 * 2;
+    double      best  = 0.0;
+    copy_part_t c[KVP_BENCH_MAX_THREADS];
+    pthread_t   tid[KVP_BENCH_MAX_THREADS];
 
+    for (uint32_t t = 0; t < b->threads; t++) {
+        size_t lo = (bytes * t / b->threads) & ~(size_t)4095;
+        size_t hi = t + 1 == b->threads ? bytes : (bytes * (t + 1) / b->threads) & ~(size_t)4095;
+
+        c[t] = (copy_part_t){.b = b, .off = lo, .len = hi - lo};
+    }
     for (int r = 0; r < rep; r++) {
-        double t0 = kvp_time_s(), g;
+        double   t0 = kvp_time_s(), g;
+        uint32_t started = 1;
 
-        memcpy(b->out, b->in, bytes);
+        for (uint32_t t = 1; t < b->threads; t++, started++) {
+            if (pthread_create(&tid[t], NULL, copy_part, &c[t]) != 0) {
+                break;
+            }
+        }
+        for (uint32_t t = started; t < b->threads; t++) {
+            copy_part(&c[t]); /* a thread that did not start: its part on this one */
+        }
+        copy_part(&c[0]);
+        for (uint32_t t = 1; t < started; t++) {
+            pthread_join(tid[t], NULL);
+        }
         g    = (double)bytes / (kvp_time_s() - t0) / 1e9;
         best = g > best ? g : best;
     }
@@ -124,7 +225,7 @@ static void fill(bench_t *b)
 int kvp_cmd_bench_codec(int argc, char **argv)
 {
     const char    *codec_s = "all", *impl_s = NULL;
-    uint64_t       heads = 8, dim = 128, P = 128, mib = 256, rep = 3;
+    uint64_t       heads = 8, dim = 128, P = 128, mib = 256, rep = 3, threads = 1;
     double         max_s = 1.5, mc;
     bool           json = false;
     kvp_codec_id_t list[KVP_CODEC_MAX];
@@ -144,6 +245,7 @@ int kvp_cmd_bench_codec(int argc, char **argv)
             kvp_opt_u64(argc, argv, &i, "--page-tokens", &P) ||
             kvp_opt_u64(argc, argv, &i, "--mib", &mib) ||
             kvp_opt_u64(argc, argv, &i, "--repeat", &rep) ||
+            kvp_opt_u64(argc, argv, &i, "--threads", &threads) ||
             kvp_opt_f64(argc, argv, &i, "--max-s", &max_s)) {
             continue;
         }
@@ -163,6 +265,11 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         fprintf(stderr, "kvpack bench codec: unknown codec '%s'\n", codec_s);
         return 2;
     }
+    if (threads == 0 || threads > KVP_BENCH_MAX_THREADS) {
+        fprintf(stderr, "kvpack bench codec: --threads must be 1..%d (got %llu)\n",
+                KVP_BENCH_MAX_THREADS, (unsigned long long)threads);
+        return 2;
+    }
     if (heads == 0 || heads > KVP_PAGE_MAX_HEADS || dim == 0 || dim > KVP_PAGE_MAX_DIM || P == 0 ||
         P > KVP_PAGE_MAX_TOKENS || mib == 0 || mib > 16384 || rep == 0 || rep > 100 ||
         !(max_s > 0)) {
@@ -174,6 +281,7 @@ int kvp_cmd_bench_codec(int argc, char **argv)
     b.dim        = (uint32_t)dim;
     b.P          = (uint32_t)P;
     b.max_s      = max_s;
+    b.threads    = (uint32_t)threads;
     b.page_elems = (size_t)P * heads * dim;
     b.npages     = (uint32_t)((mib << 20) / (b.page_elems * 4));
     if (b.npages < 8) {
@@ -205,12 +313,14 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         kvp_json_int(&j, "head_dim", b.dim);
         kvp_json_int(&j, "page_tokens", b.P);
         kvp_json_int(&j, "pages", b.npages);
+        kvp_json_int(&j, "threads", b.threads);
         kvp_json_num(&j, "working_set_mib", (double)b.npages * b.page_elems * 4 / 1048576.0);
         kvp_json_num(&j, "memcpy_gbs", mc);
         kvp_json_arr(&j, "results");
     } else {
-        printf("working set %.0f MiB of fp16 KV (%u pages, H %u D %u P %u); memcpy %.2f GB/s\n",
-               (double)b.npages * b.page_elems * 4 / 1048576.0, b.npages, b.heads, b.dim, b.P, mc);
+        printf("working set %.0f MiB of fp16 KV (%u pages, H %u D %u P %u), %u thread%s; memcpy "
+               "%.2f GB/s\n", (double)b.npages * b.page_elems * 4 / 1048576.0, b.npages, b.heads,
+               b.dim, b.P, b.threads, b.threads == 1 ? "" : "s", mc);
         printf("%-8s %-5s %10s %10s %10s %10s %9s %9s\n", "codec", "impl", "enc_GB/s", "dec_GB/s",
                "decrot_GB/s", "mcpy_GB/s", "enc/mcpy", "dec/mcpy");
     }
@@ -232,7 +342,7 @@ int kvp_cmd_bench_codec(int argc, char **argv)
                 continue;
             }
             kvp_codec_set_impl(list[c], impls[ii]);
-            b.nenc = 0;
+            memset(b.lens, 0, b.npages * sizeof(size_t)); /* slots hold no page of this codec */
             mci  = memcpy_gbs(&b, (int)rep);
             enc  = best_of(&b, &pp, 0, KVP_FRAME_ORIGINAL, (int)rep, &err);
             dec  = best_of(&b, &pp, 1, KVP_FRAME_ORIGINAL, (int)rep, &err);
