@@ -19,6 +19,7 @@ int kvp_cmd_bench_codec(int argc, char **argv);
 int kvp_cmd_bench_store(int argc, char **argv);
 int kvp_cmd_bench_transfer(int argc, char **argv);
 int kvp_cmd_stat(int argc, char **argv);
+int kvp_cmd_loadtest(int argc, char **argv);
 
 /* ---- option helpers: "--name value" or "--name=value" ---- */
 /* If argv[*i] is --name, store its value (advancing *i) and return true. Missing value: exits 2. */

@@ -17,6 +17,7 @@ static const cli_cmd_t commands[] = {
     {"stat",  "print a node's statistics", kvp_cmd_stat},
     {"eval",  "measure codec quality on synthetic or .kvd KV", kvp_cmd_eval},
     {"model", "run a real Llama-family model with its KV through the cache", kvp_cmd_model},
+    {"loadtest", "replay a conversation trace or users x rounds against a real node", kvp_cmd_loadtest},
     {"bench", "benchmarks: codec | store | transfer (JSON, with same-run baselines)", NULL},
 };
 

@@ -1,0 +1,307 @@
+/* cmd_loadtest.c - `kvpack loadtest`: replay a conversation trace (or users x rounds of synthetic
+ * multi-turn sessions) against a real kvpackd and report hit ratio, latency percentiles, tier
+ * traffic and per-window figures. This file holds the options, finds the trace, starts a local
+ * node with a temporary data directory unless --node is given, and runs workload -> replay ->
+ * report (cmd_loadtest_trace.c, cmd_loadtest_run.c, cmd_loadtest_report.c). */
+#include "cli.h"
+#include "cmd_loadtest.h"
+#include "proc.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LT_TRACE_REL "traces/conversation_trace.jsonl"
+
+typedef struct {
+    const char     *trace, *node, *report, *kvpackd;
+    uint64_t        max_requests, windows, users, rounds, turn_tokens;
+    uint64_t        layers, heads, head_dim, page_tokens, dram_budget, timeout_ms;
+    double          time_scale;
+    kvp_codec_id_t  codec;
+    bool            json, keep_dir;
+} lt_opts_t;
+
+static void lt_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack loadtest [options]\n\n"
+            "Replays a conversation trace (Mooncake FAST'25 JSONL: timestamp, input_length,\n"
+            "hash_ids of 512-token prefix blocks) or users x rounds of synthetic multi-turn\n"
+            "sessions against a real kvpackd. Per request: fetch the previous turn's session when\n"
+            "the request continues one, look up the prompt's chunk keys, encode and put only the\n"
+            "missing pages and the session record (fp16 tail), then fetch the session as a decode\n"
+            "node would and check it. Reports block hit ratio (next to an unbounded cache's),\n"
+            "put/get latency percentiles, bytes, node spills/restores, and per-window figures.\n\n"
+            "workload:\n"
+            "  --trace FILE        JSONL trace (default ../shared/" LT_TRACE_REL " beside the\n"
+            "                      repository, or $KVP_SHARED_DIR/" LT_TRACE_REL ")\n"
+            "  --max-requests N    first N requests of the trace, 0 = all (default 300)\n"
+            "  --time-scale S      replay trace time compressed S times; 0 = closed loop (default 0)\n"
+            "  --windows N         report windows over the trace, by request index (default 10)\n"
+            "  --users U --rounds R --turn-tokens T\n"
+            "                      synthetic instead: U sessions, each growing by T tokens a round\n"
+            "                      (round r's prompt = the previous context + T); windows = rounds\n"
+            "node:\n"
+            "  --node HOST:PORT    an existing node (default: start a local kvpackd on a free port\n"
+            "                      with a temporary data directory, removed afterwards)\n"
+            "  --dram-budget BYTES local node's DRAM budget, K/M/G suffixes (default 64M; small\n"
+            "                      budgets force spills to and restores from the SSD tier)\n"
+            "  --kvpackd PATH      node binary (default: kvpackd next to this binary)\n"
+            "  --keep-dir          keep the local node's directory (data, log)\n"
+            "  --timeout-ms MS     per-request deadline (default 10000)\n"
+            "geometry:\n"
+            "  --codec NAME        fp16|kivi|kivi128|oscar|kvarn|naive2 (default kivi)\n"
+            "  --layers N --heads N --head-dim N --page-tokens P\n"
+            "                      (default 2, 2, 64, 128; P must divide 512)\n"
+            "output:\n"
+            "  --json              one JSON object on stdout\n"
+            "  --report FILE       chart of hit ratio and get latency per window (.svg or .html)\n"
+            "  -h, --help          this help\n");
+}
+
+static int lt_parse(int argc, char **argv, lt_opts_t *o)
+{
+    const char *codec = "kivi";
+
+    memset(o, 0, sizeof(*o));
+    o->max_requests = 300;
+    o->windows      = 10;
+    o->layers       = 2;
+    o->heads        = 2;
+    o->head_dim     = 64;
+    o->page_tokens  = 128;
+    o->dram_budget  = 64ull << 20;
+    o->timeout_ms   = 10000;
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--trace", &o->trace) ||
+            kvp_opt_str(argc, argv, &i, "--node", &o->node) ||
+            kvp_opt_str(argc, argv, &i, "--report", &o->report) ||
+            kvp_opt_str(argc, argv, &i, "--kvpackd", &o->kvpackd) ||
+            kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
+            kvp_opt_u64(argc, argv, &i, "--max-requests", &o->max_requests) ||
+            kvp_opt_u64(argc, argv, &i, "--windows", &o->windows) ||
+            kvp_opt_u64(argc, argv, &i, "--users", &o->users) ||
+            kvp_opt_u64(argc, argv, &i, "--rounds", &o->rounds) ||
+            kvp_opt_u64(argc, argv, &i, "--turn-tokens", &o->turn_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--layers", &o->layers) ||
+            kvp_opt_u64(argc, argv, &i, "--heads", &o->heads) ||
+            kvp_opt_u64(argc, argv, &i, "--head-dim", &o->head_dim) ||
+            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o->page_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--dram-budget", &o->dram_budget) ||
+            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o->timeout_ms) ||
+            kvp_opt_f64(argc, argv, &i, "--time-scale", &o->time_scale)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o->json = true;
+        } else if (kvp_opt_flag(argv, i, "--keep-dir")) {
+            o->keep_dir = true;
+        } else {
+            return kvp_opt_unknown("loadtest", argv[i]);
+        }
+    }
+    if (kvp_codec_from_name(codec, &o->codec) != KVP_OK) {
+        fprintf(stderr, "kvpack loadtest: unknown codec '%s'\n", codec);
+        return 2;
+    }
+    if (o->layers == 0 || o->layers > 1024 || o->heads == 0 || o->heads > KVP_PAGE_MAX_HEADS ||
+        o->head_dim == 0 || o->head_dim > KVP_PAGE_MAX_DIM || o->page_tokens == 0 ||
+        o->page_tokens > KVP_LT_BLOCK_TOKENS || KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) {
+        fprintf(stderr, "kvpack loadtest: geometry out of range (P must divide 512)\n");
+        return 2;
+    }
+    if ((o->users || o->rounds || o->turn_tokens) &&
+        (o->users == 0 || o->rounds == 0 || o->turn_tokens == 0 || o->trace != NULL ||
+         o->users * o->rounds > (1u << 24) || o->rounds * o->turn_tokens > (1u << 24))) {
+        fprintf(stderr, "kvpack loadtest: synthetic mode needs --users, --rounds and "
+                        "--turn-tokens (> 0, at most 2^24 requests and tokens), and no --trace\n");
+        return 2;
+    }
+    if (o->windows == 0 || o->windows > KVP_LT_MAX_WINDOWS || o->time_scale < 0 ||
+        o->max_requests > UINT32_MAX || o->timeout_ms == 0 || o->timeout_ms > UINT32_MAX) {
+        fprintf(stderr, "kvpack loadtest: --windows 1..%u, --time-scale >= 0, --timeout-ms > 0\n",
+                KVP_LT_MAX_WINDOWS);
+        return 2;
+    }
+    return 0;
+}
+
+/* The default trace: $KVP_SHARED_DIR, ../shared from here, then ../shared beside each folder
+ * above this binary (build/bin/kvpack -> <repo>/../shared). 0 when found. */
+static int trace_find(char *out, size_t len)
+{
+    const char *env = getenv("KVP_SHARED_DIR");
+    char        dir[PATH_MAX];
+
+    if (env != NULL && (size_t)snprintf(out, len, "%s/" LT_TRACE_REL, env) < len &&
+        access(out, R_OK) == 0) {
+        return 0;
+    }
+    snprintf(out, len, "../shared/" LT_TRACE_REL);
+    if (access(out, R_OK) == 0) {
+        return 0;
+    }
+    if (kvp_proc_sibling("kvpack", dir, sizeof(dir)) != 0) {
+        return -1;
+    }
+    for (char *slash = strrchr(dir, '/'); slash != NULL && slash != dir;
+         slash = strrchr(dir, '/')) {
+        *slash = '\0';
+        if ((size_t)snprintf(out, len, "%s/../shared/" LT_TRACE_REL, dir) < len &&
+            access(out, R_OK) == 0) {
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* ---- a local node ---- */
+
+typedef struct {
+    char  dir[PATH_MAX];
+    char  addr[64];
+    pid_t pid;
+} lt_node_t;
+
+static int node_up(const lt_opts_t *o, lt_node_t *n)
+{
+    char bin[PATH_MAX], data[PATH_MAX + 8], ready[PATH_MAX + 8], log[PATH_MAX + 16];
+    char budget[32], port[32];
+    const char *tmp = getenv("TMPDIR");
+
+    n->pid = -1;
+    if (o->kvpackd != NULL) {
+        snprintf(bin, sizeof(bin), "%s", o->kvpackd);
+    } else if (kvp_proc_sibling("kvpackd", bin, sizeof(bin)) != 0) {
+        fprintf(stderr, "kvpack loadtest: kvpackd not found next to kvpack; pass --kvpackd PATH "
+                        "or --node HOST:PORT\n");
+        return -1;
+    }
+    snprintf(n->dir, sizeof(n->dir), "%s/kvpack-loadtest-XXXXXX", tmp != NULL ? tmp : "/tmp");
+    if (mkdtemp(n->dir) == NULL) {
+        fprintf(stderr, "kvpack loadtest: cannot make a temporary directory in %s: %m\n",
+                tmp != NULL ? tmp : "/tmp");
+        return -1;
+    }
+    snprintf(data, sizeof(data), "%s/data", n->dir);
+    snprintf(ready, sizeof(ready), "%s/ready", n->dir);
+    snprintf(log, sizeof(log), "%s/kvpackd.log", n->dir);
+    snprintf(budget, sizeof(budget), "%llu", (unsigned long long)o->dram_budget);
+    {
+        char *argv[] = {bin, "--listen", "127.0.0.1:0", "--data-dir", data, "--dram-budget",
+                        budget, "--ready-file", ready, NULL};
+
+        n->pid = kvp_proc_spawn(argv, log);
+    }
+    if (n->pid < 0 || kvp_proc_wait_file(ready, n->pid, 30000, port, sizeof(port)) != 0) {
+        fprintf(stderr, "kvpack loadtest: local kvpackd did not start (log: %s)\n", log);
+        return -1;
+    }
+    snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%d", atoi(port));
+    return 0;
+}
+
+/* Stop the node; remove its directory unless kept (kept, and said, after a failure). */
+static void node_down(const lt_opts_t *o, lt_node_t *n, bool ok)
+{
+    if (n->pid > 0) {
+        kvp_proc_stop(n->pid, 10000);
+    }
+    if (n->dir[0] == '\0') {
+        return;
+    }
+    if (ok && !o->keep_dir) {
+        char *argv[] = {"/bin/rm", "-rf", n->dir, NULL};
+
+        kvp_proc_wait(kvp_proc_spawn(argv, NULL), 60000);
+    } else {
+        fprintf(stderr, "kvpack loadtest: node files kept in %s\n", n->dir);
+    }
+}
+
+/* ---- main flow ---- */
+
+static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char *source)
+{
+    kvp_lt_params_t     p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
+                             (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale};
+    kvp_lt_info_t       info = {source, o->node, o->node == NULL, o->dram_budget, &p};
+    kvp_client_params_t cp = {0};
+    kvp_client_h        client = NULL;
+    kvp_lt_result_t     res;
+    lt_node_t           node;
+    kvp_status_t        st;
+    int                 rc = 1;
+
+    memset(&res, 0, sizeof(res));
+    memset(&node, 0, sizeof(node));
+    node.pid = -1;
+    if (o->node == NULL) {
+        if (node_up(o, &node) != 0) {
+            node_down(o, &node, false);
+            return 1;
+        }
+        info.node = node.addr;
+    }
+    cp.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.server     = info.node;
+    cp.timeout_ms = (uint32_t)o->timeout_ms;
+    st = kvp_client_create(&cp, &client);
+    if (st != KVP_OK) {
+        fprintf(stderr, "kvpack loadtest: cannot connect to %s: %s\n", info.node,
+                kvp_status_str(st));
+    } else if (kvp_lt_run(client, &p, w, &res) == 0) {
+        rc = 0;
+        if (o->json) {
+            kvp_lt_report_json(&info, w, &res);
+        } else {
+            kvp_lt_report_text(&info, w, &res);
+        }
+        if (o->report != NULL && kvp_lt_report_chart(o->report, &info, w, &res) != 0) {
+            rc = 1;
+        }
+    } else {
+        fprintf(stderr, "kvpack loadtest: FAILED after %u of %u requests\n", res.done, w->n);
+    }
+    kvp_client_destroy(client);
+    kvp_lt_result_free(&res);
+    node_down(o, &node, rc == 0);
+    return rc;
+}
+
+int kvp_cmd_loadtest(int argc, char **argv)
+{
+    lt_opts_t         o;
+    kvp_lt_workload_t w;
+    char              trace[PATH_MAX + 64];
+    int               rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        lt_usage(stdout);
+        return 0;
+    }
+    rc = lt_parse(argc, argv, &o);
+    if (rc != 0) {
+        return rc;
+    }
+    if (o.users > 0) {
+        rc = kvp_lt_synthetic_make(o.users, o.rounds, o.turn_tokens, &w);
+    } else {
+        if (o.trace == NULL && trace_find(trace, sizeof(trace)) != 0) {
+            fprintf(stderr, "kvpack loadtest: no trace: ../shared/" LT_TRACE_REL " is not beside "
+                            "the repository (nor in $KVP_SHARED_DIR); pass --trace FILE or use "
+                            "--users/--rounds/--turn-tokens\n");
+            return 1;
+        }
+        rc = kvp_lt_trace_load(o.trace != NULL ? o.trace : trace, (uint32_t)o.max_requests,
+                               (uint32_t)o.windows, &w);
+    }
+    if (rc != 0) {
+        return 1;
+    }
+    rc = lt_replay(&o, &w, w.synthetic ? "synthetic" : (o.trace != NULL ? o.trace : trace));
+    kvp_lt_workload_free(&w);
+    return rc;
+}

@@ -1,0 +1,102 @@
+/* cmd_loadtest.h - the pieces of `kvpack loadtest`: the workload (a Mooncake-format JSONL trace
+ * or users x rounds of synthetic multi-turn sessions, cmd_loadtest_trace.c), the replay engine
+ * against a real kvpackd (cmd_loadtest_run.c) and the report (JSON, text, SVG/HTML chart,
+ * cmd_loadtest_report.c). cmd_loadtest.c parses options, starts the node and ties them together. */
+#ifndef KVPACK_CLI_LOADTEST_H
+#define KVPACK_CLI_LOADTEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvpack/kvpack.h"
+
+#define KVP_LT_BLOCK_TOKENS 512u /* tokens per trace hash id (Mooncake block size) */
+#define KVP_LT_MAX_WINDOWS  64u
+
+/* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
+uint64_t kvp_lt_mix64(uint64_t z);
+
+/* One request of the workload: a prompt of input_len tokens made of 512-token blocks ids[]. */
+typedef struct {
+    double    ts_ms;          /* arrival time from the trace (0 for synthetic) */
+    uint32_t  input_len;      /* prompt tokens */
+    uint32_t  n_ids;          /* = ceil(input_len / 512) */
+    uint64_t *ids;            /* block ids; equal ids at equal positions = the same tokens */
+    uint32_t  line;           /* trace line (1-based), 0 for synthetic */
+    uint32_t  session;        /* session this request's record is put under ("lt-<n>") */
+    int64_t   resume;         /* session fetched first (previous turn), -1 for none */
+    uint32_t  window;         /* report window (10 by request index, or the round) */
+    uint32_t  ref_hit_blocks; /* blocks whose id prefix was seen before (unbounded cache) */
+} kvp_lt_req_t;
+
+typedef struct {
+    kvp_lt_req_t *reqs;
+    uint32_t      n;
+    uint32_t      n_sessions;
+    uint32_t      n_windows;
+    bool          synthetic;
+    uint64_t      users, rounds, turn_tokens; /* synthetic only */
+} kvp_lt_workload_t;
+
+/* Read the first max (0 = all) requests of a JSONL trace. A line that cannot be read is an error
+ * naming the file and line on stderr; returns 0 or -1. */
+int  kvp_lt_trace_load(const char *path, uint32_t max, uint32_t windows, kvp_lt_workload_t *w);
+/* users x rounds requests, round-major; user u's prompt in round r is (r+1)*turn tokens. */
+int  kvp_lt_synthetic_make(uint64_t users, uint64_t rounds, uint64_t turn_tokens,
+                           kvp_lt_workload_t *w);
+void kvp_lt_workload_free(kvp_lt_workload_t *w);
+
+/* Geometry and pacing of a replay. */
+typedef struct {
+    kvp_codec_id_t codec;
+    uint32_t       layers, heads, head_dim, page_tokens;
+    double         time_scale; /* 0: closed loop; S: trace time / S */
+} kvp_lt_params_t;
+
+/* Per-request measurements (latencies in ms; NaN where the step did not run). */
+typedef struct {
+    uint32_t blocks, hit_blocks, chunks, hit_chunks, pages_put;
+    double   lookup_ms, put_ms, get_ms, resume_ms;
+} kvp_lt_sample_t;
+
+typedef struct {
+    uint32_t        first, end;       /* requests [first, end) */
+    kvp_node_stat_t stat_end;         /* node statistics when the window ended */
+} kvp_lt_window_t;
+
+typedef struct {
+    uint64_t          ns;
+    kvp_lt_sample_t  *samples;        /* one per request */
+    uint32_t          done;           /* requests completed */
+    uint32_t          resumes;
+    uint64_t          bytes_put, bytes_put_fp16, bytes_fetched, bytes_fetched_fp16;
+    uint64_t          bytes_resumed;
+    double            encode_s, wall_s, behind_max_ms;
+    kvp_node_stat_t   stat_begin, stat_end;
+    kvp_lt_window_t   windows[KVP_LT_MAX_WINDOWS];
+} kvp_lt_result_t;
+
+/* Replay w against the node behind client. Fails fast on the first error, naming the request;
+ * res->done says how far it got. Returns 0 or -1. */
+int  kvp_lt_run(kvp_client_h client, const kvp_lt_params_t *p, const kvp_lt_workload_t *w,
+                kvp_lt_result_t *res);
+void kvp_lt_result_free(kvp_lt_result_t *res);
+
+/* Report context: what the run was (echoed in the report). */
+typedef struct {
+    const char            *source;   /* trace path or "synthetic" */
+    const char            *node;     /* host:port */
+    bool                   local_node;
+    uint64_t               dram_budget;
+    const kvp_lt_params_t *params;
+} kvp_lt_info_t;
+
+void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                        const kvp_lt_result_t *res);
+void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                        const kvp_lt_result_t *res);
+/* Chart of hit ratio and get latency per window: .svg, or .html with the SVG inline. 0 or -1. */
+int  kvp_lt_report_chart(const char *path, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                         const kvp_lt_result_t *res);
+
+#endif

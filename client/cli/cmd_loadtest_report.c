@@ -1,0 +1,399 @@
+/* cmd_loadtest_report.c - what `kvpack loadtest` prints: totals, latency percentiles, node tier
+ * traffic (stat deltas) and per-window hit ratio and latency, as one JSON object or as text, and
+ * a chart of the windows as hand-written SVG (or HTML with the SVG inline). */
+#include "cli.h"
+#include "cmd_loadtest.h"
+
+#include "kvpack/alloc.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t n;
+    double   p50, p90, p99, max;
+} lt_pct_t;
+
+typedef struct {
+    uint32_t reqs;
+    uint64_t blocks, hit_blocks, ref_hit, chunks, hit_chunks, pages_put;
+    lt_pct_t lookup, put, get, resume;
+} lt_sum_t;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentiles of one latency field over requests [first, end), NaNs skipped. */
+static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, size_t field)
+{
+    lt_pct_t r = {0, NAN, NAN, NAN, NAN};
+    double  *v = kvp_malloc((end > first ? end - first : 1) * sizeof(*v), "loadtest pct");
+
+    if (v == NULL) {
+        return r;
+    }
+    for (uint32_t i = first; i < end; i++) {
+        double x = *(const double *)((const char *)&res->samples[i] + field);
+
+        if (!isnan(x)) {
+            v[r.n++] = x;
+        }
+    }
+    if (r.n > 0) {
+        qsort(v, r.n, sizeof(*v), cmp_double);
+        r.p50 = v[(size_t)ceil(0.50 * r.n) - 1];
+        r.p90 = v[(size_t)ceil(0.90 * r.n) - 1];
+        r.p99 = v[(size_t)ceil(0.99 * r.n) - 1];
+        r.max = v[r.n - 1];
+    }
+    kvp_free(v);
+    return r;
+}
+
+static void sum(const kvp_lt_workload_t *w, const kvp_lt_result_t *res, uint32_t first,
+                uint32_t end, lt_sum_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (uint32_t i = first; i < end; i++) {
+        const kvp_lt_sample_t *x = &res->samples[i];
+
+        s->reqs++;
+        s->blocks += x->blocks;
+        s->hit_blocks += x->hit_blocks;
+        s->ref_hit += w->reqs[i].ref_hit_blocks;
+        s->chunks += x->chunks;
+        s->hit_chunks += x->hit_chunks;
+        s->pages_put += x->pages_put;
+    }
+    s->lookup = pct(res, first, end, offsetof(kvp_lt_sample_t, lookup_ms));
+    s->put    = pct(res, first, end, offsetof(kvp_lt_sample_t, put_ms));
+    s->get    = pct(res, first, end, offsetof(kvp_lt_sample_t, get_ms));
+    s->resume = pct(res, first, end, offsetof(kvp_lt_sample_t, resume_ms));
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return b > 0 ? (double)a / (double)b : NAN;
+}
+
+/* Node statistics when window k began. */
+static const kvp_node_stat_t *win_begin(const kvp_lt_result_t *res, uint32_t k)
+{
+    return k > 0 ? &res->windows[k - 1].stat_end : &res->stat_begin;
+}
+
+static const char *hit_note(const kvp_lt_workload_t *w, const lt_sum_t *t)
+{
+    if (w->synthetic) {
+        return "a block hits when all its sealed P-token chunks are found; a round's partial last "
+               "block was sealed only up to its last full chunk, so it misses the next round, "
+               "where an id-level (unbounded) count says hit";
+    }
+    if (t->hit_blocks == t->ref_hit) {
+        return "equal to what an unbounded cache hits over these requests: with the SSD tier "
+               "nothing was lost (the trace README's 36.6 % is over all 12,031 requests)";
+    }
+    return "below the unbounded-cache count only where a partial last block (tokens past its last "
+           "full P-token chunk travel as the fp16 tail, not as cached pages) is repeated; the "
+           "trace README's 36.6 % is over all 12,031 requests";
+}
+
+static void json_pct(kvp_json_t *j, const char *key, const lt_pct_t *p)
+{
+    kvp_json_obj(j, key);
+    kvp_json_int(j, "n", p->n);
+    kvp_json_num(j, "p50", p->p50);
+    kvp_json_num(j, "p90", p->p90);
+    kvp_json_num(j, "p99", p->p99);
+    kvp_json_num(j, "max", p->max);
+    kvp_json_close(j);
+}
+
+void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                        const kvp_lt_result_t *res)
+{
+    const kvp_lt_params_t *p = info->params;
+    lt_sum_t               t;
+    kvp_json_t             j;
+    char                   ns[24];
+
+    sum(w, res, 0, res->done, &t);
+    snprintf(ns, sizeof(ns), "%016llx", (unsigned long long)res->ns);
+    kvp_json_begin(&j, stdout);
+    kvp_json_str(&j, "mode", w->synthetic ? "synthetic" : "trace");
+    kvp_json_str(&j, "source", info->source);
+    kvp_json_str(&j, "node", info->node);
+    kvp_json_bool(&j, "local_node", info->local_node);
+    kvp_json_int(&j, "dram_budget", (int64_t)res->stat_end.dram_budget);
+    kvp_json_str(&j, "codec", kvp_codec_name(p->codec));
+    kvp_json_str(&j, "codec_impl", kvp_codec_impl_name(p->codec));
+    kvp_json_int(&j, "layers", p->layers);
+    kvp_json_int(&j, "heads", p->heads);
+    kvp_json_int(&j, "head_dim", p->head_dim);
+    kvp_json_int(&j, "page_tokens", p->page_tokens);
+    kvp_json_num(&j, "time_scale", p->time_scale);
+    kvp_json_str(&j, "namespace", ns);
+    if (w->synthetic) {
+        kvp_json_int(&j, "users", (int64_t)w->users);
+        kvp_json_int(&j, "rounds", (int64_t)w->rounds);
+        kvp_json_int(&j, "turn_tokens", (int64_t)w->turn_tokens);
+    }
+    kvp_json_int(&j, "requests", t.reqs);
+    kvp_json_int(&j, "blocks", (int64_t)t.blocks);
+    kvp_json_int(&j, "hit_blocks", (int64_t)t.hit_blocks);
+    kvp_json_num(&j, "block_hit_ratio", ratio(t.hit_blocks, t.blocks));
+    kvp_json_int(&j, "chunks", (int64_t)t.chunks);
+    kvp_json_int(&j, "hit_chunks", (int64_t)t.hit_chunks);
+    kvp_json_num(&j, "chunk_hit_ratio", ratio(t.hit_chunks, t.chunks));
+    kvp_json_int(&j, "unbounded_hit_blocks", (int64_t)t.ref_hit);
+    kvp_json_num(&j, "unbounded_block_hit_ratio", ratio(t.ref_hit, t.blocks));
+    kvp_json_str(&j, "hit_ratio_note", hit_note(w, &t));
+    kvp_json_int(&j, "sessions_fetched", t.get.n);
+    kvp_json_int(&j, "resumes", res->resumes);
+    kvp_json_int(&j, "pages_put", (int64_t)t.pages_put);
+    kvp_json_int(&j, "bytes_put", (int64_t)res->bytes_put);
+    kvp_json_int(&j, "bytes_put_fp16_equiv", (int64_t)res->bytes_put_fp16);
+    kvp_json_int(&j, "bytes_fetched", (int64_t)res->bytes_fetched);
+    kvp_json_int(&j, "bytes_fetched_fp16_equiv", (int64_t)res->bytes_fetched_fp16);
+    kvp_json_int(&j, "bytes_resumed", (int64_t)res->bytes_resumed);
+    kvp_json_num(&j, "encode_s", res->encode_s);
+    kvp_json_num(&j, "wall_s", res->wall_s);
+    kvp_json_num(&j, "requests_per_s", t.reqs / res->wall_s);
+    kvp_json_num(&j, "behind_max_ms", res->behind_max_ms);
+    kvp_json_obj(&j, "latency_ms");
+    json_pct(&j, "lookup", &t.lookup);
+    json_pct(&j, "put", &t.put);
+    json_pct(&j, "get", &t.get);
+    json_pct(&j, "resume", &t.resume);
+    kvp_json_close(&j);
+    kvp_json_obj(&j, "node_stats"); /* counters: deltas over the run; levels: at the end */
+    kvp_json_int(&j, "spills", (int64_t)(res->stat_end.spills - res->stat_begin.spills));
+    kvp_json_int(&j, "restores", (int64_t)(res->stat_end.restores - res->stat_begin.restores));
+    kvp_json_int(&j, "crc_failures",
+                 (int64_t)(res->stat_end.crc_failures - res->stat_begin.crc_failures));
+    kvp_json_int(&j, "disk_errors",
+                 (int64_t)(res->stat_end.disk_errors - res->stat_begin.disk_errors));
+    kvp_json_int(&j, "dram_bytes", (int64_t)res->stat_end.dram_bytes);
+    kvp_json_int(&j, "dram_bytes_delta",
+                 (int64_t)res->stat_end.dram_bytes - (int64_t)res->stat_begin.dram_bytes);
+    kvp_json_int(&j, "sessions", (int64_t)res->stat_end.sessions);
+    kvp_json_int(&j, "sessions_on_disk", (int64_t)res->stat_end.sessions_on_disk);
+    kvp_json_close(&j);
+    kvp_json_arr(&j, "windows");
+    for (uint32_t k = 0; k < w->n_windows; k++) {
+        const kvp_lt_window_t *win = &res->windows[k];
+        lt_sum_t               s;
+
+        sum(w, res, win->first, win->end, &s);
+        kvp_json_obj(&j, NULL);
+        kvp_json_int(&j, "window", k);
+        kvp_json_int(&j, "first_request", win->first);
+        kvp_json_int(&j, "requests", s.reqs);
+        kvp_json_int(&j, "blocks", (int64_t)s.blocks);
+        kvp_json_int(&j, "hit_blocks", (int64_t)s.hit_blocks);
+        kvp_json_num(&j, "block_hit_ratio", ratio(s.hit_blocks, s.blocks));
+        kvp_json_int(&j, "hit_chunks", (int64_t)s.hit_chunks);
+        kvp_json_num(&j, "get_p50_ms", s.get.p50);
+        kvp_json_num(&j, "get_p99_ms", s.get.p99);
+        kvp_json_num(&j, "put_p50_ms", s.put.p50);
+        kvp_json_num(&j, "put_p99_ms", s.put.p99);
+        kvp_json_int(&j, "spills", (int64_t)(win->stat_end.spills - win_begin(res, k)->spills));
+        kvp_json_int(&j, "restores",
+                     (int64_t)(win->stat_end.restores - win_begin(res, k)->restores));
+        kvp_json_int(&j, "dram_bytes", (int64_t)win->stat_end.dram_bytes);
+        kvp_json_int(&j, "sessions_on_disk", (int64_t)win->stat_end.sessions_on_disk);
+        kvp_json_close(&j);
+    }
+    kvp_json_close(&j);
+    kvp_json_bool(&j, "ok", res->done == w->n);
+    kvp_json_end(&j);
+}
+
+static void text_pct(const char *name, const lt_pct_t *p)
+{
+    printf("%-8s ms     p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (%u)\n", name, p->p50, p->p90,
+           p->p99, p->max, p->n);
+}
+
+void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                        const kvp_lt_result_t *res)
+{
+    const kvp_node_stat_t *b = &res->stat_begin, *e = &res->stat_end;
+    lt_sum_t               t;
+
+    sum(w, res, 0, res->done, &t);
+    printf("kvpack loadtest: %s against %s (%s), codec %s, %u layers x %u heads x %u, P %u\n",
+           info->source, info->node, info->local_node ? "local kvpackd" : "existing node",
+           kvp_codec_name(info->params->codec), info->params->layers, info->params->heads,
+           info->params->head_dim, info->params->page_tokens);
+    printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn\n", t.reqs,
+           res->wall_s, t.reqs / res->wall_s, res->resumes);
+    printf("block hits       %llu / %llu = %.2f %% (unbounded cache: %llu = %.2f %%)\n",
+           (unsigned long long)t.hit_blocks, (unsigned long long)t.blocks,
+           100 * ratio(t.hit_blocks, t.blocks), (unsigned long long)t.ref_hit,
+           100 * ratio(t.ref_hit, t.blocks));
+    printf("                 %s\n", hit_note(w, &t));
+    printf("chunk hits       %llu / %llu = %.2f %%\n", (unsigned long long)t.hit_chunks,
+           (unsigned long long)t.chunks, 100 * ratio(t.hit_chunks, t.chunks));
+    printf("put              %llu pages, %llu bytes (%llu fp16-equivalent)\n",
+           (unsigned long long)t.pages_put, (unsigned long long)res->bytes_put,
+           (unsigned long long)res->bytes_put_fp16);
+    printf("fetched          %u sessions, %llu bytes (%llu fp16-equivalent), resumes %llu bytes\n",
+           t.get.n, (unsigned long long)res->bytes_fetched,
+           (unsigned long long)res->bytes_fetched_fp16, (unsigned long long)res->bytes_resumed);
+    text_pct("lookup", &t.lookup);
+    text_pct("put", &t.put);
+    text_pct("get", &t.get);
+    text_pct("resume", &t.resume);
+    printf("node             spills %llu, restores %llu, crc failures %llu, dram %llu / %llu bytes, "
+           "%llu sessions (%llu on disk)\n",
+           (unsigned long long)(e->spills - b->spills),
+           (unsigned long long)(e->restores - b->restores),
+           (unsigned long long)(e->crc_failures - b->crc_failures),
+           (unsigned long long)e->dram_bytes, (unsigned long long)e->dram_budget,
+           (unsigned long long)e->sessions, (unsigned long long)e->sessions_on_disk);
+    printf("%-7s %9s %9s %8s %9s %9s %7s %8s\n", w->synthetic ? "round" : "window", "requests",
+           "blocks", "hit %", "get p50", "get p99", "spills", "restores");
+    for (uint32_t k = 0; k < w->n_windows; k++) {
+        const kvp_lt_window_t *win = &res->windows[k];
+        lt_sum_t               s;
+
+        sum(w, res, win->first, win->end, &s);
+        printf("%-7u %9u %9llu %8.2f %9.3f %9.3f %7llu %8llu\n", k, s.reqs,
+               (unsigned long long)s.blocks, 100 * ratio(s.hit_blocks, s.blocks), s.get.p50,
+               s.get.p99, (unsigned long long)(win->stat_end.spills - win_begin(res, k)->spills),
+               (unsigned long long)(win->stat_end.restores - win_begin(res, k)->restores));
+    }
+}
+
+/* ---- chart ---- */
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<') {
+            fputs("&lt;", f);
+        } else if (*s == '>') {
+            fputs("&gt;", f);
+        } else if (*s == '&') {
+            fputs("&amp;", f);
+        } else {
+            fputc(*s, f);
+        }
+    }
+}
+
+#define CH_W   760.0
+#define CH_X0  70.0
+#define CH_X1  740.0
+
+/* A panel: frame, y-axis labels and title at top y, height h. */
+static void svg_panel(FILE *f, double y, double h, double ymax, const char *unit, const char *title)
+{
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+               "stroke=\"#888\"/>\n", CH_X0, y, CH_X1 - CH_X0, h);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"13\">%s</text>\n", CH_X0, y - 8, title);
+    for (int g = 0; g <= 4; g++) {
+        double gy = y + h - h * g / 4.0;
+
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+                CH_X0, gy, CH_X1, gy);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%.3g%s</text>\n",
+                CH_X0 - 6, gy + 4, ymax * g / 4.0, unit);
+    }
+}
+
+static void svg_line(FILE *f, const double *v, uint32_t n, double y, double h, double ymax,
+                     const char *color, const char *label, int slot)
+{
+    double dx = (CH_X1 - CH_X0) / n;
+
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+    for (uint32_t k = 0; k < n; k++) {
+        if (isfinite(v[k])) {
+            fprintf(f, "%.1f,%.1f ", CH_X0 + dx * (k + 0.5), y + h - h * v[k] / ymax);
+        }
+    }
+    fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"%s\">%s</text>\n",
+            CH_X1 - 230 + 110 * slot, y - 8, color, label);
+}
+
+static void svg_write(FILE *f, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                      const kvp_lt_result_t *res)
+{
+    uint32_t n = w->n_windows;
+    double   hit[KVP_LT_MAX_WINDOWS], p50[KVP_LT_MAX_WINDOWS], p99[KVP_LT_MAX_WINDOWS];
+    double   lmax = 0, dx = (CH_X1 - CH_X0) / n;
+    lt_sum_t t;
+    char     title[160];
+
+    for (uint32_t k = 0; k < n; k++) {
+        lt_sum_t s;
+
+        sum(w, res, res->windows[k].first, res->windows[k].end, &s);
+        hit[k] = 100 * ratio(s.hit_blocks, s.blocks);
+        p50[k] = s.get.p50;
+        p99[k] = s.get.p99;
+        lmax   = isfinite(p99[k]) && p99[k] > lmax ? p99[k] : lmax;
+    }
+    lmax = lmax > 0 ? lmax * 1.1 : 1;
+    sum(w, res, 0, res->done, &t);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"470\" "
+               "viewBox=\"0 0 %.0f 470\" font-family=\"sans-serif\">\n", CH_W, CH_W);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" "
+               "font-size=\"15\">kvpack loadtest: ", CH_X0);
+    xml_text(f, info->source);
+    fprintf(f, " (%u requests, codec %s, block hit %.2f %%, unbounded %.2f %%)</text>\n", t.reqs,
+            kvp_codec_name(info->params->codec), 100 * ratio(t.hit_blocks, t.blocks),
+            100 * ratio(t.ref_hit, t.blocks));
+    svg_panel(f, 60, 150, 100, "%", "block hit ratio per window");
+    for (uint32_t k = 0; k < n; k++) {
+        double bh = isfinite(hit[k]) ? 150 * hit[k] / 100 : 0;
+
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#4a7bd0\">"
+                   "<title>window %u: %.2f %%</title></rect>\n",
+                CH_X0 + dx * k + dx * 0.15, 210 - bh, dx * 0.7, bh, k, hit[k]);
+    }
+    snprintf(title, sizeof(title), "get latency per window (ms)");
+    svg_panel(f, 260, 150, lmax, "", title);
+    svg_line(f, p50, n, 260, 150, lmax, "#2a9d4b", "get p50", 0);
+    svg_line(f, p99, n, 260, 150, lmax, "#d0452a", "get p99", 1);
+    for (uint32_t k = 0; k < n; k++) {
+        fprintf(f, "<text x=\"%.1f\" y=\"430\" font-size=\"11\" text-anchor=\"middle\">%u</text>\n",
+                CH_X0 + dx * (k + 0.5), k);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"455\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n</svg>\n",
+            (CH_X0 + CH_X1) / 2, w->synthetic ? "round" : "window (equal runs of requests, in order)");
+}
+
+int kvp_lt_report_chart(const char *path, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                        const kvp_lt_result_t *res)
+{
+    size_t n    = strlen(path);
+    bool   html = n >= 5 && strcmp(path + n - 5, ".html") == 0;
+    FILE  *f    = fopen(path, "w");
+
+    if (f == NULL) {
+        fprintf(stderr, "kvpack loadtest: cannot write report %s: %m\n", path);
+        return -1;
+    }
+    if (html) {
+        fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>kvpack loadtest"
+              "</title></head>\n<body>\n", f);
+    }
+    svg_write(f, info, w, res);
+    if (html) {
+        fputs("</body></html>\n", f);
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "kvpack loadtest: cannot write report %s: %m\n", path);
+        return -1;
+    }
+    return 0;
+}
