@@ -329,7 +329,7 @@ static void svg_write(FILE *f, const kvp_lt_info_t *info, const kvp_lt_workload_
 {
     uint32_t n = w->n_windows;
     double   hit[KVP_LT_MAX_WINDOWS], p50[KVP_LT_MAX_WINDOWS], p99[KVP_LT_MAX_WINDOWS];
-    double   lmax = 0, dx = (CH_X1 - CH_X0) / n;
+    double   lmax = 0, hmax = 5, dx = (CH_X1 - CH_X0) / n;
     lt_sum_t t;
     char     title[160];
 
@@ -343,18 +343,24 @@ static void svg_write(FILE *f, const kvp_lt_info_t *info, const kvp_lt_workload_
         lmax   = isfinite(p99[k]) && p99[k] > lmax ? p99[k] : lmax;
     }
     lmax = lmax > 0 ? lmax * 1.1 : 1;
+    for (uint32_t k = 0; k < n; k++) { /* hit axis: the first of 5, 10, 20, 50, 100 % that fits */
+        while (isfinite(hit[k]) && hit[k] > hmax && hmax < 100) {
+            hmax = hmax == 10 ? 20 : hmax * (hmax == 20 ? 2.5 : 2);
+        }
+    }
     sum(w, res, 0, res->done, &t);
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"470\" "
-               "viewBox=\"0 0 %.0f 470\" font-family=\"sans-serif\">\n", CH_W, CH_W);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" "
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"500\" "
+               "viewBox=\"0 0 %.0f 500\" font-family=\"sans-serif\">\n", CH_W, CH_W);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"20\" "
                "font-size=\"15\">kvpack loadtest: ", CH_X0);
     xml_text(f, info->source);
-    fprintf(f, " (%u requests, codec %s, block hit %.2f %%, unbounded %.2f %%)</text>\n", t.reqs,
-            kvp_codec_name(info->params->codec), 100 * ratio(t.hit_blocks, t.blocks),
-            100 * ratio(t.ref_hit, t.blocks));
-    svg_panel(f, 60, 150, 100, "%", "block hit ratio per window");
+    fprintf(f, "</text>\n<text x=\"%.0f\" y=\"38\" font-size=\"12\">%u requests, codec %s, "
+               "block hit %.2f %% (unbounded cache %.2f %%), get p50 %.3g ms, p99 %.3g ms</text>\n",
+            CH_X0, t.reqs, kvp_codec_name(info->params->codec), 100 * ratio(t.hit_blocks, t.blocks),
+            100 * ratio(t.ref_hit, t.blocks), t.get.p50, t.get.p99);
+    svg_panel(f, 70, 140, hmax, "%", "block hit ratio per window");
     for (uint32_t k = 0; k < n; k++) {
-        double bh = isfinite(hit[k]) ? 150 * hit[k] / 100 : 0;
+        double bh = isfinite(hit[k]) ? 140 * hit[k] / hmax : 0;
 
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#4a7bd0\">"
                    "<title>window %u: %.2f %%</title></rect>\n",
@@ -364,11 +370,17 @@ static void svg_write(FILE *f, const kvp_lt_info_t *info, const kvp_lt_workload_
     svg_panel(f, 260, 150, lmax, "", title);
     svg_line(f, p50, n, 260, 150, lmax, "#2a9d4b", "get p50", 0);
     svg_line(f, p99, n, 260, 150, lmax, "#d0452a", "get p99", 1);
-    for (uint32_t k = 0; k < n; k++) {
-        fprintf(f, "<text x=\"%.1f\" y=\"430\" font-size=\"11\" text-anchor=\"middle\">%u</text>\n",
-                CH_X0 + dx * (k + 0.5), k);
+    for (uint32_t k = 0; k < n; k++) { /* x labels, then the node's spills/restores per window */
+        const kvp_node_stat_t *b = win_begin(res, k), *e = &res->windows[k].stat_end;
+
+        fprintf(f, "<text x=\"%.1f\" y=\"428\" font-size=\"11\" text-anchor=\"middle\">%u</text>\n"
+                   "<text x=\"%.1f\" y=\"470\" font-size=\"10\" text-anchor=\"middle\">%llu/%llu"
+                   "</text>\n", CH_X0 + dx * (k + 0.5), k, CH_X0 + dx * (k + 0.5),
+                (unsigned long long)(e->spills - b->spills),
+                (unsigned long long)(e->restores - b->restores));
     }
-    fprintf(f, "<text x=\"%.0f\" y=\"455\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n</svg>\n",
+    fprintf(f, "<text x=\"%.0f\" y=\"446\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n"
+               "<text x=\"4\" y=\"470\" font-size=\"10\">spills/restores</text>\n</svg>\n",
             (CH_X0 + CH_X1) / 2, w->synthetic ? "round" : "window (equal runs of requests, in order)");
 }
 
