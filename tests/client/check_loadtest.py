@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""check_loadtest.py - `kvpack loadtest` against a real kvpackd (started by the command, or by this
+script for the dead-node case). Cases (argv[1]):
+  replay TRACE     300 trace requests, tiny geometry, 3 MiB DRAM budget: exit 0, JSON consistent,
+                   block and chunk hits (total and per window) equal to what this script computes
+                   from the same trace lines, the unbounded-cache count too, spills and restores
+                   happened, nothing failed its CRC; the SVG chart parses.
+  synthetic        3 users x 4 rounds x 700 tokens: hits per round as predicted (each round's
+                   prompt = the previous context + 700 tokens), an HTML report.
+  errors           malformed trace lines name the file and line, a missing trace, bad options.
+  dead_node        a node killed mid-run: non-zero exit naming the failing request, no hang.
+Skips (77) when the trace is absent."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+KVPACK = sys.argv[2]
+TINY = ["--layers", "1", "--heads", "1", "--head-dim", "32"]
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def run(args, timeout=300):
+    p = subprocess.run([KVPACK, "loadtest", *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expected_trace(path, n, P, windows):
+    """Per request: (blocks, hit_blocks, hit_chunks, unbounded_hits), from the ids alone.
+    A chunk is (the block ids up to its block, its index in the block); the node holds every chunk
+    put so far (nothing is lost with an SSD tier); lookup finds the leading chunks it holds; a
+    block hits when it has sealed chunks and all of them were found."""
+    cpb = 512 // P
+    held, seen, out = set(), set(), []
+    with open(path) as f:
+        reqs = [json.loads(line) for _, line in zip(range(n), f)]
+    for r in reqs:
+        ids, nc = r["hash_ids"], r["input_length"] // P
+        chunks = [(tuple(ids[:j // cpb + 1]), j % cpb) for j in range(nc)]
+        hit = 0
+        while hit < nc and chunks[hit] in held:
+            hit += 1
+        hb = sum(1 for b in range(len(ids)) if b * cpb < min(nc, (b + 1) * cpb) <= hit)
+        ref = 0
+        for b in range(len(ids)):
+            ref += tuple(ids[:b + 1]) in seen
+            seen.add(tuple(ids[:b + 1]))
+        held.update(chunks)
+        out.append((len(ids), hb, hit, ref))
+    per_win = [0] * windows
+    for i, x in enumerate(out):
+        per_win[i * windows // len(out)] += x[1]
+    return out, per_win
+
+
+def check_common(r):
+    check(r["ok"] is True, "ok is not true")
+    check(r["hit_blocks"] <= r["blocks"], "hit_blocks > blocks")
+    check(r["hit_chunks"] <= r["chunks"], "hit_chunks > chunks")
+    check(r["sessions_fetched"] == r["requests"], "not every request's session was fetched")
+    check(r["latency_ms"]["get"]["n"] == r["requests"], "get latency count != requests")
+    for op in ("put", "get"):
+        lat = r["latency_ms"][op]
+        check(0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"], f"{op} percentiles unordered")
+    check(r["bytes_fetched"] > 0 and r["bytes_put"] > 0, "no bytes moved")
+    check(r["bytes_put_fp16_equiv"] > r["bytes_put"], "2-bit pages not smaller than fp16")
+    check(r["node_stats"]["crc_failures"] == 0 and r["node_stats"]["disk_errors"] == 0,
+          "crc failures or disk errors on the node")
+    check(sum(w["requests"] for w in r["windows"]) == r["requests"], "windows do not add up")
+    check(sum(w["hit_blocks"] for w in r["windows"]) == r["hit_blocks"], "window hits do not add up")
+    check(sum(w["spills"] for w in r["windows"]) == r["node_stats"]["spills"],
+          "window spills do not add up")
+
+
+def case_replay(trace):
+    n, P, windows = 300, 128, 10
+    with tempfile.TemporaryDirectory() as d:
+        svg = os.path.join(d, "lt.svg")
+        rc, out, err = run(["--trace", trace, "--max-requests", str(n), *TINY,
+                            "--dram-budget", "3M", "--json", "--report", svg])
+        sys.stderr.write(err)
+        if rc != 0:
+            check(False, f"loadtest exited {rc}")
+            return
+        r = json.loads(out)
+        root = ET.parse(svg).getroot()
+        bars = [e for e in root.iter() if e.tag.endswith("rect") and e.find("{*}title") is not None]
+        check(len(bars) == windows, f"chart has {len(bars)} bars, want {windows}")
+    print(json.dumps({k: v for k, v in r.items() if k != "windows"}, indent=1))
+    exp, per_win = expected_trace(trace, n, P, windows)
+    check(r["requests"] == n, "requests != 300")
+    check(r["blocks"] == sum(x[0] for x in exp), "blocks differ from the trace")
+    check(r["hit_blocks"] == sum(x[1] for x in exp),
+          f"hit_blocks {r['hit_blocks']} != expected {sum(x[1] for x in exp)}")
+    check(r["hit_chunks"] == sum(x[2] for x in exp), "hit_chunks differ from the expected prefix hits")
+    check(r["unbounded_hit_blocks"] == sum(x[3] for x in exp), "unbounded count differs")
+    check([w["hit_blocks"] for w in r["windows"]] == per_win, "per-window hits differ")
+    check(r["hit_blocks"] > 0, "no hits at all")
+    check(r["node_stats"]["spills"] > 0, "no spills under a 3 MiB budget")
+    check(r["node_stats"]["restores"] > 0 and r["resumes"] > 0, "no resume restored a session")
+    check_common(r)
+
+
+def case_synthetic():
+    U, R, T, P = 3, 4, 700, 128
+    with tempfile.TemporaryDirectory() as d:
+        html = os.path.join(d, "lt.html")
+        rc, out, err = run(["--users", str(U), "--rounds", str(R), "--turn-tokens", str(T),
+                            "--dram-budget", "1M", "--json", "--report", html])
+        sys.stderr.write(err)
+        if rc != 0:
+            check(False, f"loadtest exited {rc}")
+            return
+        r = json.loads(out)
+        text = open(html).read()
+        check(text.startswith("<!DOCTYPE html>") and "<svg" in text and "</html>" in text,
+              "HTML report is not a page with an inline SVG")
+    print(json.dumps({k: v for k, v in r.items() if k != "windows"}, indent=1))
+    cpb = 512 // P
+    for rnd in range(R):
+        nc, hit = (rnd + 1) * T // P, rnd * T // P  # the previous round sealed rnd*T // P chunks
+        nb = -(-(rnd + 1) * T // 512)
+        hb = sum(1 for b in range(nb) if b * cpb < min(nc, (b + 1) * cpb) <= hit)
+        w = r["windows"][rnd]
+        check(w["requests"] == U and w["blocks"] == U * nb, f"round {rnd} shape")
+        check(w["hit_blocks"] == U * hb, f"round {rnd}: hit_blocks {w['hit_blocks']} != {U * hb}")
+        check(w["hit_chunks"] == U * hit, f"round {rnd}: hit_chunks {w['hit_chunks']} != {U * hit}")
+    check(r["resumes"] == U * (R - 1), "every round after the first resumes its session")
+    check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] > 0,
+          "no spill/restore under a 1 MiB budget")
+    check_common(r)
+
+
+def case_errors():
+    good = '{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]}\n'
+    bad = {
+        "truncated": (good * 2 + '{"timestamp": 5, "input_length": 100, "hash_ids": [1\n', 3),
+        "count": (good + '{"timestamp": 5, "input_length": 1100, "hash_ids": [1, 2]}\n', 2),
+        "not json": (good * 3 + "timestamp=5\n", 4),
+        "no ids": ('{"timestamp": 0, "input_length": 70}\n', 1),
+        "negative id": (good + '{"timestamp": 1, "input_length": 70, "hash_ids": [-3]}\n', 2),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for name, (text, line) in bad.items():
+            path = os.path.join(d, name.replace(" ", "_") + ".jsonl")
+            with open(path, "w") as f:
+                f.write(text)
+            t0 = time.monotonic()
+            rc, out, err = run(["--trace", path, "--json"], timeout=60)
+            print(f"{name}: rc {rc}: {err.strip()}")
+            check(rc == 1, f"{name}: exit {rc}, want 1")
+            check(f"{path}:{line}:" in err, f"{name}: error does not name line {line}")
+            check(out == "", f"{name}: printed a report")
+            check(len(err.strip().splitlines()) == 1, f"{name}: error is not one line")
+        rc, _, err = run(["--trace", os.path.join(d, "absent.jsonl")])
+        check(rc == 1 and "cannot read trace" in err, "missing trace file not reported")
+    for args in (["--page-tokens", "100"], ["--users", "2"], ["--windows", "0"],
+                 ["--codec", "nope"], ["--users", "1", "--rounds", "1", "--turn-tokens", "5",
+                                       "--trace", "x"]):
+        rc, _, err = run(args)
+        check(rc == 2 and err.strip() != "", f"{args}: exit {rc}, want 2 with a message")
+
+
+def case_dead_node(kvpackd):
+    d = tempfile.mkdtemp(prefix="kvp_lt_dead_")
+    ready = os.path.join(d, "ready")
+    node = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, "data"),
+                             "--ready-file", ready], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(1500):
+            if os.path.exists(ready) and open(ready).read().endswith("\n"):
+                break
+            time.sleep(0.02)
+        port = int(open(ready).read())
+        env = dict(os.environ, KVP_PROGRESS="1")
+        lt = subprocess.Popen([KVPACK, "loadtest", "--node", f"127.0.0.1:{port}", "--users", "4",
+                               "--rounds", "400", "--turn-tokens", "256", "--timeout-ms", "3000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        err = []
+        reader = threading.Thread(target=lambda: err.append(lt.stderr.read().decode()))
+        reader.start()
+        time.sleep(1.5)  # let it run some requests, then kill the node under it
+        node.send_signal(signal.SIGKILL)
+        node.wait()
+        try:
+            rc = lt.wait(timeout=60)  # a hang guard, not a speed assertion
+        except subprocess.TimeoutExpired:
+            lt.kill()
+            check(False, "loadtest hung after the node died")
+            return
+        reader.join()
+        last = [l for l in err[0].replace("\r", "\n").splitlines() if l.strip()]
+        print("\n".join(last[-3:]))
+        check(rc == 1, f"exit {rc}, want 1")
+        failing = [l for l in last if l.startswith("kvpack loadtest: request ")]
+        check(len(failing) == 1 and " failed: " in failing[0], "no line naming the failing request")
+        check(any("FAILED after" in l for l in last), "no summary of how far it got")
+    finally:
+        if node.poll() is None:
+            node.kill()
+        subprocess.run(["rm", "-rf", d])
+
+
+case = sys.argv[1]
+if case == "replay":
+    if not os.path.exists(sys.argv[3]):
+        print(f"SKIP: trace {sys.argv[3]} not present (../shared/traces beside the repository)")
+        sys.exit(77)
+    case_replay(sys.argv[3])
+elif case == "synthetic":
+    case_synthetic()
+elif case == "errors":
+    case_errors()
+elif case == "dead_node":
+    case_dead_node(sys.argv[3])
+else:
+    sys.exit(f"unknown case {case}")
+print("FAILED" if fails else f"check_loadtest {case}: all checks passed")
+sys.exit(1 if fails else 0)
