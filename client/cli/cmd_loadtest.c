@@ -61,45 +61,43 @@ static void lt_usage(FILE *out)
             "  -h, --help          this help\n");
 }
 
+#define LT_N(t) (sizeof(t) / sizeof((t)[0]))
+
 static int lt_parse(int argc, char **argv, lt_opts_t *o)
 {
     const char *codec = "kivi";
 
-    memset(o, 0, sizeof(*o));
-    o->max_requests = 300;
-    o->windows      = 10;
-    o->layers       = 2;
-    o->heads        = 2;
-    o->head_dim     = 64;
-    o->page_tokens  = 128;
-    o->dram_budget  = 64ull << 20;
-    o->timeout_ms   = 10000;
-    for (int i = 1; i < argc; i++) {
-        if (kvp_opt_str(argc, argv, &i, "--trace", &o->trace) ||
-            kvp_opt_str(argc, argv, &i, "--node", &o->node) ||
-            kvp_opt_str(argc, argv, &i, "--report", &o->report) ||
-            kvp_opt_str(argc, argv, &i, "--kvpackd", &o->kvpackd) ||
-            kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
-            kvp_opt_u64(argc, argv, &i, "--max-requests", &o->max_requests) ||
-            kvp_opt_u64(argc, argv, &i, "--windows", &o->windows) ||
-            kvp_opt_u64(argc, argv, &i, "--users", &o->users) ||
-            kvp_opt_u64(argc, argv, &i, "--rounds", &o->rounds) ||
-            kvp_opt_u64(argc, argv, &i, "--turn-tokens", &o->turn_tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--layers", &o->layers) ||
-            kvp_opt_u64(argc, argv, &i, "--heads", &o->heads) ||
-            kvp_opt_u64(argc, argv, &i, "--head-dim", &o->head_dim) ||
-            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o->page_tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--dram-budget", &o->dram_budget) ||
-            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o->timeout_ms) ||
-            kvp_opt_f64(argc, argv, &i, "--time-scale", &o->time_scale)) {
-            continue;
-        }
-        if (kvp_opt_flag(argv, i, "--json")) {
-            o->json = true;
-        } else if (kvp_opt_flag(argv, i, "--keep-dir")) {
-            o->keep_dir = true;
-        } else {
-            return kvp_opt_unknown("loadtest", argv[i]);
+    *o = (lt_opts_t){.max_requests = 300, .windows = 10, .layers = 2, .heads = 2, .head_dim = 64,
+                     .page_tokens = 128, .dram_budget = 64ull << 20, .timeout_ms = 10000};
+    {
+        const struct { const char *name; const char **val; } strs[] = {
+            {"--trace", &o->trace}, {"--node", &o->node}, {"--report", &o->report},
+            {"--kvpackd", &o->kvpackd}, {"--codec", &codec}};
+        const struct { const char *name; uint64_t *val; } nums[] = {
+            {"--max-requests", &o->max_requests}, {"--windows", &o->windows},
+            {"--users", &o->users}, {"--rounds", &o->rounds}, {"--turn-tokens", &o->turn_tokens},
+            {"--layers", &o->layers}, {"--heads", &o->heads}, {"--head-dim", &o->head_dim},
+            {"--page-tokens", &o->page_tokens}, {"--dram-budget", &o->dram_budget},
+            {"--timeout-ms", &o->timeout_ms}};
+        const struct { const char *name; bool *val; } flags[] = {
+            {"--json", &o->json}, {"--keep-dir", &o->keep_dir}};
+
+        for (int i = 1; i < argc; i++) {
+            bool known = kvp_opt_f64(argc, argv, &i, "--time-scale", &o->time_scale);
+
+            for (size_t k = 0; k < LT_N(strs) && !known; k++) {
+                known = kvp_opt_str(argc, argv, &i, strs[k].name, strs[k].val);
+            }
+            for (size_t k = 0; k < LT_N(nums) && !known; k++) {
+                known = kvp_opt_u64(argc, argv, &i, nums[k].name, nums[k].val);
+            }
+            for (size_t k = 0; k < LT_N(flags) && !known; k++) {
+                known = kvp_opt_flag(argv, i, flags[k].name);
+                *flags[k].val |= known;
+            }
+            if (!known) {
+                return kvp_opt_unknown("loadtest", argv[i]);
+            }
         }
     }
     if (kvp_codec_from_name(codec, &o->codec) != KVP_OK) {

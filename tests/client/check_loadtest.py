@@ -36,6 +36,16 @@ def run(args, timeout=300):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_json(args):
+    """Run loadtest --json; the parsed report, or None after recording the failure."""
+    rc, out, err = run([*args, "--json"])
+    sys.stderr.write(err)
+    if rc != 0:
+        check(False, f"loadtest exited {rc}")
+        return None
+    return json.loads(out)
+
+
 def expected_trace(path, n, P, windows):
     """Per request: (blocks, hit_blocks, hit_chunks, unbounded_hits), from the ids alone.
     A chunk is (the block ids up to its block, its index in the block); the node holds every chunk
@@ -87,13 +97,10 @@ def case_replay(trace):
     n, P, windows = 300, 128, 10
     with tempfile.TemporaryDirectory() as d:
         svg = os.path.join(d, "lt.svg")
-        rc, out, err = run(["--trace", trace, "--max-requests", str(n), *TINY,
-                            "--dram-budget", "3M", "--json", "--report", svg])
-        sys.stderr.write(err)
-        if rc != 0:
-            check(False, f"loadtest exited {rc}")
+        r = run_json(["--trace", trace, "--max-requests", str(n), *TINY, "--dram-budget", "3M",
+                      "--report", svg])
+        if r is None:
             return
-        r = json.loads(out)
         root = ET.parse(svg).getroot()
         bars = [e for e in root.iter() if e.tag.endswith("rect") and e.find("{*}title") is not None]
         check(len(bars) == windows, f"chart has {len(bars)} bars, want {windows}")
@@ -116,13 +123,10 @@ def case_synthetic():
     U, R, T, P = 3, 4, 700, 128
     with tempfile.TemporaryDirectory() as d:
         html = os.path.join(d, "lt.html")
-        rc, out, err = run(["--users", str(U), "--rounds", str(R), "--turn-tokens", str(T),
-                            "--dram-budget", "1M", "--json", "--report", html])
-        sys.stderr.write(err)
-        if rc != 0:
-            check(False, f"loadtest exited {rc}")
+        r = run_json(["--users", str(U), "--rounds", str(R), "--turn-tokens", str(T),
+                      "--dram-budget", "1M", "--report", html])
+        if r is None:
             return
-        r = json.loads(out)
         text = open(html).read()
         check(text.startswith("<!DOCTYPE html>") and "<svg" in text and "</html>" in text,
               "HTML report is not a page with an inline SVG")
