@@ -1,12 +1,9 @@
 /* cmd_loadtest_run.c - the replay engine of `kvpack loadtest`. Per request, against a real node:
- *   resume  get the previous turn's session (the prefix KV a prefill node needs; a cold one is
- *           restored from the node's SSD tier), when the request continues one;
- *   lookup  chunk keys chained over synthetic token ids derived from the block ids, so equal ids
- *           at equal positions give equal keys (prefix reuse as in the trace);
- *   put     encode only the missing chunks' pages (KV from a deterministic synthetic pool picked
- *           by block id), put them, then the session record with its fp16 tail (< P tokens);
- *   get     the decode side's fetch (every page CRC-checked by libkvpack), compared with what was
- *           put. Any failure stops the run at once, naming the request. */
+ * resume (get the previous turn's session, restored from SSD if cold), lookup of chunk keys chained
+ * over token ids derived from the block ids (equal ids at equal positions = equal keys), encode and
+ * put only the missing pages (KV from a synthetic pool picked by block id) and the record with its
+ * fp16 tail, then the decode side's get, checked against what was put. The first failure stops the
+ * run, naming the request. */
 #include "cli.h"
 #include "cmd_loadtest.h"
 

@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
-"""check_loadtest.py - `kvpack loadtest` against a real kvpackd (started by the command, or by this
-script for the dead-node case). Cases (argv[1]):
-  replay TRACE     300 trace requests, tiny geometry, 3 MiB DRAM budget: exit 0, JSON consistent,
-                   block and chunk hits (total and per window) equal to what this script computes
-                   from the same trace lines, the unbounded-cache count too, spills and restores
-                   happened, nothing failed its CRC; the SVG chart parses.
-  synthetic        3 users x 4 rounds x 700 tokens: hits per round as predicted (each round's
-                   prompt = the previous context + 700 tokens), an HTML report.
-  errors           malformed trace lines name the file and line, a missing trace, bad options.
-  dead_node        a node killed mid-run: non-zero exit naming the failing request, no hang.
-Skips (77) when the trace is absent."""
+"""check_loadtest.py CASE KVPACK [TRACE|KVPACKD] - `kvpack loadtest` against a real kvpackd. Cases:
+replay (300 trace requests, 3 MiB budget: hits equal this script's own prefix count, spills and
+restores, SVG parses), synthetic (users x rounds: hits per round as predicted, HTML report), errors
+(malformed lines named by file:line, bad options), dead_node (node SIGKILLed mid-run: exit 1 naming
+the request, no hang). Exit 77 when the trace is absent."""
 import json
 import os
 import signal
