@@ -217,6 +217,10 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
 
 static void text_pct(const char *name, const lt_pct_t *p)
 {
+    if (p->n == 0) {
+        printf("%-8s ms     (none)\n", name);
+        return;
+    }
     printf("%-8s ms     p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (%u)\n", name, p->p50, p->p90,
            p->p99, p->max, p->n);
 }
