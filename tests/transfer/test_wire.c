@@ -1,6 +1,6 @@
 /* test_wire.c - proto/wire.c: every message type round-trips (DELETE and LIST included);
- * truncated, bit-flipped and random headers, and headers whose counts disagree with the data length, give KVP_ERR_PROTOCOL (or a
- * valid struct), never a crash; no allocation leaks. */
+ * truncated, bit-flipped and random headers, and headers whose counts disagree with the data
+ * length, give KVP_ERR_PROTOCOL (or a valid struct), never a crash; no allocation leaks. */
 #include "kvpack/wire.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
