@@ -72,6 +72,15 @@ int          kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, co
  * node holds that id (found by listing; with model_id, only namespaces whose fingerprint matches
  * model_id, the listed geometry and codec, or the listed codec when codec is 0). Prints a
  * one-line error (unknown session, several namespaces, bad --ns) and returns non-OK. */
+/* A namespace as put/get/ls/rm print it: 16 hex digits (buf holds KVP_CLI_NS_HEX bytes). */
+#define KVP_CLI_NS_HEX 24
+const char  *kvp_cli_ns_hex(uint64_t ns, char *buf);
+/* Begin a JSON report with "node", "session" (when set) and "ns". */
+void         kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns);
+/* The session's shape as put and get report it: codec, page_tokens, layers, tokens, heads,
+ * head_dim. */
+void         kvp_cli_json_shape(kvp_json_t *j, const char *codec, uint32_t P, uint32_t L,
+                                uint32_t T, uint32_t H, uint32_t D);
 kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_sess_opts_t *o,
                                 const char *model_id, kvp_codec_id_t codec, uint64_t *ns_p);
 

@@ -148,9 +148,9 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
 {
     const char *cname = codec ? kvp_codec_name((kvp_codec_id_t)codec) : "fp16 tail only";
     kvp_json_t  j;
-    char        nsh[24];
+    char        nsh[KVP_CLI_NS_HEX];
 
-    snprintf(nsh, sizeof(nsh), "%016llx", (unsigned long long)ns);
+    kvp_cli_ns_hex(ns, nsh);
     if (!g->o.json) {
         printf("got session %s (namespace %s, %s, P %u) from %s: %u layers x %u tokens x %u "
                "heads x %u, %u pages + %u tail pages, %llu bytes received -> %s\n",
@@ -159,16 +159,9 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
                (unsigned long long)sp->wire_bytes, g->out);
         return;
     }
-    kvp_json_begin(&j, stdout);
-    kvp_json_str(&j, "node", g->o.node);
-    kvp_json_str(&j, "session", g->o.session);
-    kvp_json_str(&j, "ns", nsh);
-    kvp_json_str(&j, "codec", codec ? cname : "");
-    kvp_json_int(&j, "page_tokens", sp->desc.page_tokens);
-    kvp_json_int(&j, "layers", kv->layers);
-    kvp_json_int(&j, "tokens", kv->tokens);
-    kvp_json_int(&j, "heads", kv->heads);
-    kvp_json_int(&j, "head_dim", kv->head_dim);
+    kvp_cli_json_head(&j, &g->o, ns);
+    kvp_cli_json_shape(&j, codec ? cname : "", sp->desc.page_tokens, kv->layers, kv->tokens,
+                       kv->heads, kv->head_dim);
     kvp_json_int(&j, "pages", sp->n_pages);
     kvp_json_int(&j, "tail_pages", sp->desc.n_tail);
     kvp_json_int(&j, "wire_bytes", (int64_t)sp->wire_bytes);

@@ -189,10 +189,10 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
     uint64_t   fp16  = 4ull * kv->layers * kv->tokens * kv->heads * kv->head_dim;
     uint64_t   bytes = st->bytes + st->tail_bytes;
     double     ratio = bytes ? (double)fp16 / (double)bytes : 0.0;
-    char       ns[24];
+    char       ns[KVP_CLI_NS_HEX];
     kvp_json_t j;
 
-    snprintf(ns, sizeof(ns), "%016llx", (unsigned long long)st->ns);
+    kvp_cli_ns_hex(st->ns, ns);
     if (!p->o.json) {
         printf("put session %s on %s: namespace %s (model id %s, %s, P %llu)\n", p->o.session,
                p->o.node, ns, p->model_id, kvp_codec_name(p->codec), (unsigned long long)p->P);
@@ -203,17 +203,10 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
                (unsigned long long)fp16, ratio);
         return;
     }
-    kvp_json_begin(&j, stdout);
-    kvp_json_str(&j, "node", p->o.node);
-    kvp_json_str(&j, "session", p->o.session);
-    kvp_json_str(&j, "ns", ns);
+    kvp_cli_json_head(&j, &p->o, st->ns);
     kvp_json_str(&j, "model_id", p->model_id);
-    kvp_json_str(&j, "codec", kvp_codec_name(p->codec));
-    kvp_json_int(&j, "page_tokens", (int64_t)p->P);
-    kvp_json_int(&j, "layers", kv->layers);
-    kvp_json_int(&j, "tokens", kv->tokens);
-    kvp_json_int(&j, "heads", kv->heads);
-    kvp_json_int(&j, "head_dim", kv->head_dim);
+    kvp_cli_json_shape(&j, kvp_codec_name(p->codec), (uint32_t)p->P, kv->layers, kv->tokens,
+                       kv->heads, kv->head_dim);
     kvp_json_int(&j, "chunks", st->n_chunks);
     kvp_json_int(&j, "tail_tokens", st->tail_tokens);
     kvp_json_str(&j, "token_ids", p->tokens ? "file" : "derived from the session id");

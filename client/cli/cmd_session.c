@@ -44,6 +44,35 @@ kvp_status_t kvp_cli_connect(const kvp_cli_sess_opts_t *o, kvp_client_h *c_p)
     return kvp_client_create(&p, c_p);
 }
 
+const char *kvp_cli_ns_hex(uint64_t ns, char *buf)
+{
+    snprintf(buf, KVP_CLI_NS_HEX, "%016llx", (unsigned long long)ns);
+    return buf;
+}
+
+void kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns)
+{
+    char hex[KVP_CLI_NS_HEX];
+
+    kvp_json_begin(j, stdout);
+    kvp_json_str(j, "node", o->node);
+    if (o->session != NULL) {
+        kvp_json_str(j, "session", o->session);
+    }
+    kvp_json_str(j, "ns", kvp_cli_ns_hex(ns, hex));
+}
+
+void kvp_cli_json_shape(kvp_json_t *j, const char *codec, uint32_t P, uint32_t L, uint32_t T,
+                        uint32_t H, uint32_t D)
+{
+    kvp_json_str(j, "codec", codec);
+    kvp_json_int(j, "page_tokens", P);
+    kvp_json_int(j, "layers", L);
+    kvp_json_int(j, "tokens", T);
+    kvp_json_int(j, "heads", H);
+    kvp_json_int(j, "head_dim", D);
+}
+
 /* Parse a namespace given as hex (an optional 0x, up to 16 digits). */
 static bool ns_parse(const char *hex, uint64_t *ns_p)
 {
@@ -119,7 +148,7 @@ static void ls_usage(FILE *out)
 static void ls_print_json(const char *node, const kvp_session_list_t *l)
 {
     kvp_json_t j;
-    char       ns[24];
+    char       ns[KVP_CLI_NS_HEX];
 
     kvp_json_begin(&j, stdout);
     kvp_json_str(&j, "node", node);
@@ -130,9 +159,8 @@ static void ls_print_json(const char *node, const kvp_session_list_t *l)
     for (uint32_t i = 0; i < l->n; i++) {
         const kvp_session_info_t *e = &l->sessions[i];
 
-        snprintf(ns, sizeof(ns), "%016llx", (unsigned long long)e->ns);
         kvp_json_obj(&j, NULL);
-        kvp_json_str(&j, "ns", ns);
+        kvp_json_str(&j, "ns", kvp_cli_ns_hex(e->ns, ns));
         kvp_json_str(&j, "session", e->sid);
         kvp_json_int(&j, "tokens", (int64_t)e->n_chunks * e->page_tokens + e->tail_tokens);
         kvp_json_int(&j, "layers", e->layers);
@@ -258,13 +286,8 @@ int kvp_cmd_rm(int argc, char **argv)
     }
     if (o.json) {
         kvp_json_t j;
-        char       nsh[24];
 
-        snprintf(nsh, sizeof(nsh), "%016llx", (unsigned long long)ns);
-        kvp_json_begin(&j, stdout);
-        kvp_json_str(&j, "node", o.node);
-        kvp_json_str(&j, "session", o.session);
-        kvp_json_str(&j, "ns", nsh);
+        kvp_cli_json_head(&j, &o, ns);
         kvp_json_bool(&j, "deleted", true);
         kvp_json_end(&j);
     } else {

@@ -62,6 +62,16 @@ static void check_gone(kvp_client_h c, uint64_t ns, const char *sid)
     CHECK_ST(kvp_client_delete_session(c, ns, sid), KVP_ERR_NOT_FOUND);
 }
 
+/* Stop the node (SIGTERM), start it again on the same data, reconnect *c; list what it holds. */
+static kvp_session_list_t *restart(test_node_t *n, kvp_client_h *c)
+{
+    kvp_client_destroy(*c);
+    CHECK(test_node_stop(n, SIGTERM) == 0);
+    test_node_start(n, "--durability=spill");
+    *c = test_client(n->addr, 10000);
+    return list_all(*c, 0, 0);
+}
+
 /* Fields, order, delete with shared pages, delete of hot and cold sessions across restarts. */
 static void test_delete_restart(test_node_t *n)
 {
@@ -99,12 +109,7 @@ static void test_delete_restart(test_node_t *n)
     CHECK(l->n == 2 && list_find(l, NS, "b")->where == KVP_SESSION_ON_DISK);
     kvp_session_list_free(l);
     CHECK_OK(kvp_client_delete_session(c, NS2, "z"));
-    kvp_client_destroy(c);
-
-    CHECK(test_node_stop(n, SIGTERM) == 0);
-    test_node_start(n, "--durability=spill");
-    c = test_client(n->addr, 10000);
-    l = list_all(c, 0, 0);
+    l = restart(n, &c);
     CHECK(l->n == 1 && list_find(l, NS, "b") != NULL);
     CHECK(list_find(l, NS, "b")->bytes == session_bytes(&a)); /* page sizes not read yet */
     kvp_session_list_free(l);
@@ -113,11 +118,7 @@ static void test_delete_restart(test_node_t *n)
     check_get(c, NS, "b", &a);
     /* a hot session that was on disk: deleting it removes the disk record too */
     CHECK_OK(kvp_client_delete_session(c, NS, "b"));
-    kvp_client_destroy(c);
-    CHECK(test_node_stop(n, SIGTERM) == 0);
-    test_node_start(n, "--durability=spill");
-    c = test_client(n->addr, 10000);
-    l = list_all(c, 0, 0);
+    l = restart(n, &c);
     CHECK(l->n == 0 && !l->truncated);
     kvp_session_list_free(l);
     check_gone(c, NS, "b");
