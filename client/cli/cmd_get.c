@@ -67,7 +67,7 @@ static kvp_status_t get_shape(const kvp_session_pages_t *sp, kvp_kv_t *kv)
 {
     const kvp_session_desc_t *d = &sp->desc;
     const uint8_t            *p = sp->n_pages ? sp->pages[0] : d->tail;
-    size_t                    n = sp->n_pages ? sp->page_lens[0] : page_len_at(d->tail, d->tail_len);
+    size_t n = sp->n_pages ? sp->page_lens[0] : page_len_at(d->tail, d->tail_len);
     uint64_t                  T = (uint64_t)d->n_chunks * d->page_tokens + d->tail_tokens;
     kvp_page_info_t           info;
     kvp_status_t              s;
@@ -224,7 +224,8 @@ int kvp_cmd_get(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_cli_sess_opt(argc, argv, &i, &g.o) || kvp_opt_str(argc, argv, &i, "--out", &g.out) ||
+        if (kvp_cli_sess_opt(argc, argv, &i, &g.o) ||
+            kvp_opt_str(argc, argv, &i, "--out", &g.out) ||
             kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
             kvp_opt_str(argc, argv, &i, "--model-id", &g.model_id)) {
             continue;

@@ -89,6 +89,21 @@ static kvp_status_t put_token_ids(const put_opts_t *p, uint32_t T, uint32_t **id
     return KVP_OK;
 }
 
+/* Page params for this dump: codec and flags, the dump's H and D, P. */
+static kvp_page_params_t put_params(const put_opts_t *p, const kvp_kv_t *kv, kvp_codec_id_t codec,
+                                    uint32_t flags)
+{
+    kvp_page_params_t pp;
+
+    memset(&pp, 0, sizeof(pp));
+    pp.codec       = codec;
+    pp.heads       = kv->heads;
+    pp.head_dim    = kv->head_dim;
+    pp.page_tokens = (uint32_t)p->P;
+    pp.flags       = flags;
+    return pp;
+}
+
 /* Encode ntok tokens of kv from token first, on pp->layer, into out. */
 static kvp_status_t put_encode(const kvp_kv_t *kv, kvp_page_params_t *pp, uint32_t first,
                                uint32_t ntok, uint8_t *out, size_t cap, size_t *len_p)
@@ -103,7 +118,7 @@ static kvp_status_t put_encode(const kvp_kv_t *kv, kvp_page_params_t *pp, uint32
 static kvp_status_t put_chunks(const put_opts_t *p, const kvp_kv_t *kv, const uint32_t *ids,
                                kvp_client_h c, put_state_t *st)
 {
-    kvp_page_params_t pp  = {p->codec, kv->heads, kv->head_dim, (uint32_t)p->P, 0, 0, {0, 0}, 0, 0};
+    kvp_page_params_t pp  = put_params(p, kv, p->codec, 0);
     size_t            cap = kvp_page_max_bytes(&pp);
     uint8_t          *buf = kvp_malloc(cap * kv->layers, "put chunk");
     const void      **ptr = kvp_calloc(kv->layers, sizeof(*ptr), "put ptrs");
@@ -145,8 +160,7 @@ static kvp_status_t put_chunks(const put_opts_t *p, const kvp_kv_t *kv, const ui
 static kvp_status_t put_record(const put_opts_t *p, const kvp_kv_t *kv, kvp_client_h c,
                                put_state_t *st)
 {
-    kvp_page_params_t  tp  = {KVP_CODEC_FP16, kv->heads, kv->head_dim, (uint32_t)p->P, 0, 0,
-                              {0, 0}, KVP_PAGE_F_TAIL, 0};
+    kvp_page_params_t  tp  = put_params(p, kv, KVP_CODEC_FP16, KVP_PAGE_F_TAIL);
     size_t             cap = kvp_page_max_bytes(&tp);
     kvp_session_desc_t d;
     kvp_status_t       s   = KVP_OK;
@@ -221,7 +235,7 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
 /* Check the dump against the codec, encode and ship it; returns the exit status. */
 static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
 {
-    kvp_page_params_t pp = {p->codec, kv->heads, kv->head_dim, (uint32_t)p->P, 0, 0, {0, 0}, 0, 0};
+    kvp_page_params_t pp = put_params(p, kv, p->codec, 0);
     put_state_t       st;
     uint32_t         *ids = NULL;
     kvp_client_h      c   = NULL;
@@ -277,7 +291,8 @@ int kvp_cmd_put(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_cli_sess_opt(argc, argv, &i, &p.o) || kvp_opt_str(argc, argv, &i, "--kvd", &p.kvd) ||
+        if (kvp_cli_sess_opt(argc, argv, &i, &p.o) ||
+            kvp_opt_str(argc, argv, &i, "--kvd", &p.kvd) ||
             kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
             kvp_opt_str(argc, argv, &i, "--tokens", &p.tokens) ||
             kvp_opt_str(argc, argv, &i, "--model-id", &p.model_id) ||

@@ -243,7 +243,8 @@ int kvp_cmd_ls(int argc, char **argv)
 static void rm_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack rm --node HOST:PORT --session SID [--ns HEX] [--json] [--timeout-ms MS]\n"
+            "usage: kvpack rm --node HOST:PORT --session SID [--ns HEX] [--json]\n"
+            "                 [--timeout-ms MS]\n"
             "Delete a session from a node, in DRAM and on disk (a node restart does not bring it\n"
             "back). Pages other sessions share stay. Without --ns the session id must name one\n"
             "session on the node (kvpack ls shows the namespaces). Unknown session: exit 1.\n");
