@@ -952,7 +952,8 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
     return s;
 }
 
-kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)
+/* A request naming one session whose reply carries only a status (SPILL, DELETE). */
+static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t ns, const char *sid)
 {
     kvp_wire_req_t req;
     call_t        *call;
@@ -962,12 +963,122 @@ kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)
         return s;
     }
     memset(&req, 0, sizeof(req));
-    req.op = KVP_WIRE_OP_SPILL;
+    req.op = op;
     req.ns = ns;
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_simple(client, &req, &call);
     call_release(call);
     return s;
+}
+
+kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)
+{
+    return session_op(client, KVP_WIRE_OP_SPILL, ns, sid);
+}
+
+kvp_status_t kvp_client_delete_session(kvp_client_h client, uint64_t ns, const char *sid)
+{
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid);
+}
+
+/* ---- list: LIST pages after a (ns, sid) cursor ---- */
+
+/* Append one LIST reply's entries; each must come strictly after the previous one. */
+static kvp_status_t list_take(kvp_session_list_t *l, uint32_t *cap, const kvp_wire_rep_t *rep)
+{
+    for (uint32_t i = 0; i < rep->n_sessions; i++) {
+        const kvp_wire_session_t *w    = &rep->sessions[i];
+        const kvp_session_info_t *prev = l->n ? &l->sessions[l->n - 1] : NULL;
+        kvp_session_info_t       *e;
+
+        if (prev != NULL &&
+            (w->ns < prev->ns || (w->ns == prev->ns && strcmp(w->sid, prev->sid) <= 0))) {
+            KVP_LOG_ERROR(MOD, "list reply out of order at session %s", w->sid);
+            return KVP_ERR_PROTOCOL;
+        }
+        if (l->n == *cap) {
+            uint32_t            nc = *cap ? *cap * 2 : 64;
+            kvp_session_info_t *ns = kvp_realloc(l->sessions, nc * sizeof(*ns), "session list");
+
+            if (ns == NULL) {
+                return KVP_ERR_NO_MEMORY;
+            }
+            l->sessions = ns;
+            *cap        = nc;
+        }
+        e = &l->sessions[l->n++];
+        memset(e, 0, sizeof(*e));
+        e->ns = w->ns;
+        memcpy(e->sid, w->sid, sizeof(e->sid));
+        e->layers      = w->layers;
+        e->page_tokens = w->page_tokens;
+        e->n_chunks    = w->n_chunks;
+        e->tail_tokens = w->tail_tokens;
+        e->codec       = (kvp_codec_id_t)w->codec;
+        e->heads       = w->heads;
+        e->head_dim    = w->head_dim;
+        e->where       = ((w->where & KVP_WIRE_WHERE_DRAM) ? KVP_SESSION_IN_DRAM : 0u) |
+                         ((w->where & KVP_WIRE_WHERE_DISK) ? KVP_SESSION_ON_DISK : 0u);
+        e->bytes       = w->bytes;
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, uint32_t max,
+                                      kvp_session_list_t **out_p)
+{
+    kvp_session_list_t *l   = kvp_calloc(1, sizeof(*l), "session list");
+    uint32_t            cap = 0;
+    int                 more = 1;
+    kvp_status_t        s    = (l == NULL) ? KVP_ERR_NO_MEMORY : KVP_OK;
+
+    if (out_p == NULL || page_size > KVP_WIRE_MAX_LIST) {
+        KVP_LOG_ERROR(MOD, "list: page size %u over %u, or no output pointer", page_size,
+                      KVP_WIRE_MAX_LIST);
+        kvp_free(l);
+        return KVP_ERR_INVALID;
+    }
+    while (s == KVP_OK && more && (max == 0 || l->n < max)) {
+        kvp_wire_req_t req;
+        call_t        *call;
+        uint32_t       want = page_size ? page_size : KVP_WIRE_MAX_LIST;
+
+        memset(&req, 0, sizeof(req));
+        req.op    = KVP_WIRE_OP_LIST;
+        req.limit = (max != 0 && max - l->n < want) ? max - l->n : want;
+        if (l->n > 0) { /* the cursor: the last session received */
+            req.ns = l->sessions[l->n - 1].ns;
+            memcpy(req.sid, l->sessions[l->n - 1].sid, sizeof(req.sid));
+        }
+        s = call_simple(client, &req, &call);
+        l->requests++;
+        if (s == KVP_OK && (call->rep.n_sessions > req.limit ||
+                            (call->rep.n_sessions == 0 && call->rep.more))) {
+            KVP_LOG_ERROR(MOD, "list reply with %u sessions for %u asked (more %u)",
+                          call->rep.n_sessions, req.limit, call->rep.more);
+            s = KVP_ERR_PROTOCOL;
+        }
+        if (s == KVP_OK) {
+            s    = list_take(l, &cap, &call->rep);
+            more = (int)call->rep.more;
+        }
+        call_release(call);
+    }
+    if (s != KVP_OK) {
+        kvp_session_list_free(l);
+        return s;
+    }
+    l->truncated = more;
+    *out_p       = l;
+    return KVP_OK;
+}
+
+void kvp_session_list_free(kvp_session_list_t *list)
+{
+    if (list != NULL) {
+        kvp_free(list->sessions);
+        kvp_free(list);
+    }
 }
 
 kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)

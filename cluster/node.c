@@ -23,6 +23,7 @@ typedef struct {
     uint64_t    requests;
     uint64_t    bad_requests;
     uint32_t    max_reply_pages; /* bounded by the transport's header limit */
+    uint32_t    max_list;        /* LIST entries per reply, bounded the same way */
 } node_t;
 
 /* Everything a reply pins until its send completes. */
@@ -249,6 +250,44 @@ static void handle_stat(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep)
     reply_status(conn, rep, KVP_OK, NULL);
 }
 
+/* One page of the session listing: at most min(limit, max_list) entries after the cursor. */
+static void handle_list(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+                        kvp_wire_rep_t *rep)
+{
+    uint32_t                  max = req->limit < n->max_list ? req->limit : n->max_list, got = 0;
+    kvp_store_session_info_t *info = kvp_calloc(max, sizeof(*info), "node list");
+    int                       more = 0;
+    kvp_status_t              s    = KVP_ERR_NO_MEMORY;
+
+    rep->sessions = kvp_calloc(max, sizeof(*rep->sessions), "node list reply");
+    if (info != NULL && rep->sessions != NULL) {
+        s = kvp_store_session_list(n->store, req->ns, req->sid[0] ? req->sid : NULL, info, max,
+                                   &got, &more);
+    }
+    for (uint32_t i = 0; s == KVP_OK && i < got; i++) {
+        kvp_wire_session_t *w = &rep->sessions[i];
+
+        w->ns = info[i].ns;
+        memcpy(w->sid, info[i].sid, sizeof(w->sid));
+        w->layers      = info[i].layers;
+        w->page_tokens = info[i].page_tokens;
+        w->n_chunks    = info[i].n_chunks;
+        w->tail_tokens = info[i].tail_tokens;
+        w->codec       = info[i].codec;
+        w->heads       = info[i].heads;
+        w->head_dim    = info[i].head_dim;
+        w->where       = ((info[i].where & KVP_STORE_IN_DRAM) ? KVP_WIRE_WHERE_DRAM : 0u) |
+                         ((info[i].where & KVP_STORE_ON_DISK) ? KVP_WIRE_WHERE_DISK : 0u);
+        w->bytes       = info[i].bytes;
+    }
+    rep->n_sessions = got;
+    rep->more       = (uint32_t)more;
+    kvp_free(info);
+    reply_status(conn, rep, s, "list");
+    kvp_free(rep->sessions);
+    rep->sessions = NULL;
+}
+
 static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 {
     node_t        *n = arg;
@@ -307,6 +346,13 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
             break;
         case KVP_WIRE_OP_STAT:
             handle_stat(n, conn, &rep);
+            break;
+        case KVP_WIRE_OP_DELETE:
+            s = kvp_store_session_delete(n->store, req.ns, req.sid);
+            reply_status(conn, &rep, s, req.sid);
+            break;
+        case KVP_WIRE_OP_LIST:
+            handle_list(n, conn, &req, &rep);
             break;
         default:
             reply_status(conn, &rep, KVP_ERR_PROTOCOL, "op");
@@ -395,6 +441,11 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     n.max_reply_pages = (hdr > 128) ? (uint32_t)((hdr - 128) / 5) : 1;
     if (n.max_reply_pages > KVP_WIRE_MAX_PAGES) {
         n.max_reply_pages = KVP_WIRE_MAX_PAGES;
+    }
+    n.max_list = (hdr > KVP_WIRE_LIST_SLACK + KVP_WIRE_LIST_ENTRY_MAX)
+                     ? (uint32_t)((hdr - KVP_WIRE_LIST_SLACK) / KVP_WIRE_LIST_ENTRY_MAX) : 1;
+    if (n.max_list > KVP_WIRE_MAX_LIST) {
+        n.max_list = KVP_WIRE_MAX_LIST;
     }
     s = kvp_xfer_listen(n.x, host, port, &bound);
     if (s != KVP_OK) {

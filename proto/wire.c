@@ -1,7 +1,8 @@
 /* wire.c - the only code that sees protobuf-c's generated Kvp__* types: packs kvp_wire_req_t /
  * kvp_wire_rep_t into protobuf and unpacks + validates received headers against the AM data
  * length that came with them. Unpacked protobuf is copied into our structs and freed here.
- * Main flow: kvp_wire_req_unpack -> kvp__request__unpack -> req_from_pb (validates) -> free. */
+ * Main flow: kvp_wire_req_unpack -> kvp__request__unpack -> req_from_pb (validates) -> free.
+ * LIST replies carry their entries in the header (bounded by KVP_WIRE_LIST_ENTRY_MAX each). */
 #include "kvpack/wire.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -30,6 +31,7 @@ static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 static const char *const op_names[KVP_WIRE_OP_MAX] = {
     "none", "put_pages", "put_session", "get_session", "get_pages", "lookup", "spill", "stat",
+    "delete", "list",
 };
 
 const char *kvp_wire_op_name(kvp_wire_op_t op)
@@ -144,6 +146,7 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
     Kvp__GetPagesReq   gp  = KVP__GET_PAGES_REQ__INIT;
     Kvp__LookupReq     lk  = KVP__LOOKUP_REQ__INIT;
     Kvp__StatReq       st  = KVP__STAT_REQ__INIT;
+    Kvp__ListReq       ls  = KVP__LIST_REQ__INIT;
     uint64_t          *lo  = NULL, *hi = NULL;
     kvp_status_t       status;
 
@@ -167,15 +170,29 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         break;
     case KVP_WIRE_OP_GET_SESSION:
     case KVP_WIRE_OP_SPILL:
+    case KVP_WIRE_OP_DELETE:
         sr.ns  = req->ns;
         sr.sid = (char *)req->sid;
         if (req->op == KVP_WIRE_OP_SPILL) {
             r.body_case = KVP__REQUEST__BODY_SPILL;
             r.spill     = &sr;
+        } else if (req->op == KVP_WIRE_OP_DELETE) {
+            r.body_case   = KVP__REQUEST__BODY_DEL_SESSION;
+            r.del_session = &sr;
         } else {
             r.body_case   = KVP__REQUEST__BODY_GET_SESSION;
             r.get_session = &sr;
         }
+        break;
+    case KVP_WIRE_OP_LIST:
+        if (req->sid[0] != '\0') { /* a cursor: the last session of the previous page */
+            ls.has_after_ns = 1;
+            ls.after_ns     = req->ns;
+            ls.after_sid    = (char *)req->sid;
+        }
+        ls.limit    = req->limit;
+        r.body_case = KVP__REQUEST__BODY_LIST;
+        r.list      = &ls;
         break;
     case KVP_WIRE_OP_GET_PAGES:
     case KVP_WIRE_OP_LOOKUP:
@@ -257,12 +274,18 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         req->record_len = r->put_session->record_len;
         return KVP_OK;
     case KVP__REQUEST__BODY_GET_SESSION:
-    case KVP__REQUEST__BODY_SPILL: {
-        const Kvp__SessionReq *s = (r->body_case == KVP__REQUEST__BODY_SPILL) ? r->spill
-                                                                              : r->get_session;
+    case KVP__REQUEST__BODY_SPILL:
+    case KVP__REQUEST__BODY_DEL_SESSION: {
+        const Kvp__SessionReq *s = r->get_session;
 
-        req->op = (r->body_case == KVP__REQUEST__BODY_SPILL) ? KVP_WIRE_OP_SPILL
-                                                             : KVP_WIRE_OP_GET_SESSION;
+        req->op = KVP_WIRE_OP_GET_SESSION;
+        if (r->body_case == KVP__REQUEST__BODY_SPILL) {
+            s       = r->spill;
+            req->op = KVP_WIRE_OP_SPILL;
+        } else if (r->body_case == KVP__REQUEST__BODY_DEL_SESSION) {
+            s       = r->del_session;
+            req->op = KVP_WIRE_OP_DELETE;
+        }
         req->ns = s->ns;
         if (!sid_ok(s->sid)) {
             return req_bad(req, "bad session id");
@@ -306,6 +329,24 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
             return req_bad(req, "unexpected data");
         }
         return KVP_OK;
+    case KVP__REQUEST__BODY_LIST: {
+        const Kvp__ListReq *l = r->list;
+
+        req->op = KVP_WIRE_OP_LIST;
+        if (data_len != 0 || l->limit == 0 || l->limit > KVP_WIRE_MAX_LIST) {
+            return req_bad(req, "bad limit or data");
+        }
+        if ((l->after_sid != NULL) != (l->has_after_ns != 0) ||
+            (l->after_sid != NULL && !sid_ok(l->after_sid))) {
+            return req_bad(req, "bad cursor");
+        }
+        if (l->after_sid != NULL) {
+            req->ns = l->after_ns;
+            strcpy(req->sid, l->after_sid);
+        }
+        req->limit = l->limit;
+        return KVP_OK;
+    }
     default:
         return req_bad(req, "no body");
     }
@@ -339,6 +380,47 @@ void kvp_wire_req_clear(kvp_wire_req_t *req)
 
 /* ---- replies ---- */
 
+/* LIST body: SessionInfo messages for the entries, and the pointer array protobuf-c wants, in
+ * one allocation (*mem_p, freed by the caller after packing). */
+static kvp_status_t list_to_pb(const kvp_wire_rep_t *rep, Kvp__ListRep *lr, void **mem_p)
+{
+    uint32_t           n = rep->n_sessions;
+    Kvp__SessionInfo  *info;
+    Kvp__SessionInfo **ptrs;
+
+    if (n > KVP_WIRE_MAX_LIST || (n > 0 && rep->sessions == NULL)) {
+        KVP_LOG_ERROR(MOD, "cannot pack a list of %u sessions", n);
+        return KVP_ERR_INVALID;
+    }
+    *mem_p = kvp_malloc((n ? n : 1) * (sizeof(*info) + sizeof(*ptrs)), "wire list");
+    if (*mem_p == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    info = *mem_p;
+    ptrs = (Kvp__SessionInfo **)(info + n);
+    for (uint32_t i = 0; i < n; i++) {
+        const kvp_wire_session_t *e = &rep->sessions[i];
+
+        kvp__session_info__init(&info[i]);
+        info[i].ns          = e->ns;
+        info[i].sid         = (char *)e->sid;
+        info[i].layers      = e->layers;
+        info[i].page_tokens = e->page_tokens;
+        info[i].n_chunks    = e->n_chunks;
+        info[i].tail_tokens = e->tail_tokens;
+        info[i].codec       = e->codec;
+        info[i].heads       = e->heads;
+        info[i].head_dim    = e->head_dim;
+        info[i].where       = e->where;
+        info[i].bytes       = e->bytes;
+        ptrs[i]             = &info[i];
+    }
+    lr->n_sessions = n;
+    lr->sessions   = ptrs;
+    lr->more       = rep->more != 0;
+    return KVP_OK;
+}
+
 kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_t *len_p)
 {
     Kvp__Reply         r  = KVP__REPLY__INIT;
@@ -347,6 +429,9 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
     Kvp__GetPagesRep   gp = KVP__GET_PAGES_REP__INIT;
     Kvp__LookupRep     lk = KVP__LOOKUP_REP__INIT;
     Kvp__StatRep       st = KVP__STAT_REP__INIT;
+    Kvp__ListRep       ls = KVP__LIST_REP__INIT;
+    void              *mem = NULL;
+    kvp_status_t       status;
 
     r.version = KVP_WIRE_VERSION;
     r.req_id  = rep->req_id;
@@ -395,15 +480,26 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             r.body_case         = KVP__REPLY__BODY_STAT;
             r.stat              = &st;
             break;
+        case KVP_WIRE_OP_LIST:
+            status = list_to_pb(rep, &ls, &mem);
+            if (status != KVP_OK) {
+                return status;
+            }
+            r.body_case = KVP__REPLY__BODY_LIST;
+            r.list      = &ls;
+            break;
         case KVP_WIRE_OP_PUT_SESSION:
         case KVP_WIRE_OP_SPILL:
+        case KVP_WIRE_OP_DELETE:
             break;
         default:
             KVP_LOG_ERROR(MOD, "cannot pack reply op %d", (int)rep->op);
             return KVP_ERR_INVALID;
         }
     }
-    return pack_msg(&r.base, buf_p, len_p);
+    status = pack_msg(&r.base, buf_p, len_p);
+    kvp_free(mem);
+    return status;
 }
 
 static kvp_status_t rep_bad(kvp_wire_rep_t *rep, const char *why)
@@ -411,6 +507,43 @@ static kvp_status_t rep_bad(kvp_wire_rep_t *rep, const char *why)
     KVP_LOG_WARN(MOD, "malformed %s reply %llu: %s", kvp_wire_op_name(rep->op),
                  (unsigned long long)rep->req_id, why);
     return KVP_ERR_PROTOCOL;
+}
+
+/* LIST body received: every entry must name a session (sid, codec, where bits in range). */
+static kvp_status_t list_from_pb(const Kvp__ListRep *lr, kvp_wire_rep_t *rep)
+{
+    size_t n = lr->n_sessions;
+
+    if (n > KVP_WIRE_MAX_LIST) {
+        return rep_bad(rep, "too many sessions");
+    }
+    rep->sessions = kvp_calloc(n ? n : 1, sizeof(*rep->sessions), "wire list");
+    if (rep->sessions == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const Kvp__SessionInfo *in = lr->sessions[i];
+        kvp_wire_session_t     *e  = &rep->sessions[i];
+
+        if (!sid_ok(in->sid) || in->codec >= KVP_CODEC_MAX || in->where > 3u ||
+            in->layers > KVP_WIRE_MAX_LAYERS) {
+            return rep_bad(rep, "bad session entry");
+        }
+        e->ns = in->ns;
+        strcpy(e->sid, in->sid);
+        e->layers      = in->layers;
+        e->page_tokens = in->page_tokens;
+        e->n_chunks    = in->n_chunks;
+        e->tail_tokens = in->tail_tokens;
+        e->codec       = in->codec;
+        e->heads       = in->heads;
+        e->head_dim    = in->head_dim;
+        e->where       = in->where;
+        e->bytes       = in->bytes;
+    }
+    rep->n_sessions = (uint32_t)n;
+    rep->more       = lr->more != 0;
+    return KVP_OK;
 }
 
 static int status_known(int32_t s)
@@ -427,6 +560,7 @@ static Kvp__Reply__BodyCase rep_body_for(kvp_wire_op_t op)
     case KVP_WIRE_OP_GET_PAGES:   return KVP__REPLY__BODY_GET_PAGES;
     case KVP_WIRE_OP_LOOKUP:      return KVP__REPLY__BODY_LOOKUP;
     case KVP_WIRE_OP_STAT:        return KVP__REPLY__BODY_STAT;
+    case KVP_WIRE_OP_LIST:        return KVP__REPLY__BODY_LIST;
     default:                      return KVP__REPLY__BODY__NOT_SET;
     }
 }
@@ -494,6 +628,8 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         rep->stat.requests         = r->stat->requests;
         rep->stat.bad_requests     = r->stat->bad_requests;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
+    case KVP__REPLY__BODY_LIST:
+        return (data_len == 0) ? list_from_pb(r->list, rep) : rep_bad(rep, "unexpected data");
     default:
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     }
@@ -520,6 +656,7 @@ void kvp_wire_rep_clear(kvp_wire_rep_t *rep)
 {
     if (rep != NULL) {
         kvp_free(rep->page_lens);
+        kvp_free(rep->sessions);
         memset(rep, 0, sizeof(*rep));
     }
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kvpack/kvpack.h"
 #include "kvpack/status.h"
 
 /* ---- subcommands (one cmd_*.c each) ---- */
@@ -19,6 +20,10 @@ int kvp_cmd_bench_codec(int argc, char **argv);
 int kvp_cmd_bench_store(int argc, char **argv);
 int kvp_cmd_bench_transfer(int argc, char **argv);
 int kvp_cmd_stat(int argc, char **argv);
+int kvp_cmd_put(int argc, char **argv);
+int kvp_cmd_get(int argc, char **argv);
+int kvp_cmd_ls(int argc, char **argv);
+int kvp_cmd_rm(int argc, char **argv);
 int kvp_cmd_loadtest(int argc, char **argv);
 
 /* ---- option helpers: "--name value" or "--name=value" ---- */
@@ -48,6 +53,37 @@ void kvp_json_num(kvp_json_t *j, const char *key, double v); /* non-finite -> nu
 void kvp_json_int(kvp_json_t *j, const char *key, int64_t v);
 void kvp_json_str(kvp_json_t *j, const char *key, const char *v);
 void kvp_json_bool(kvp_json_t *j, const char *key, bool v);
+
+/* ---- put / get / ls / rm: shared options and node helpers (cmd_session.c) ---- */
+typedef struct {
+    const char *node;       /* --node HOST:PORT */
+    const char *session;    /* --session SID */
+    const char *ns_hex;     /* --ns HEX */
+    uint64_t    timeout_ms; /* --timeout-ms; 0 = 10000 */
+    bool        json;       /* --json */
+} kvp_cli_sess_opts_t;
+
+/* If argv[*i] is one of the options above, store it (advancing *i) and return true. */
+bool         kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o);
+kvp_status_t kvp_cli_connect(const kvp_cli_sess_opts_t *o, kvp_client_h *c_p);
+/* Print "kvpack CMD: NODE: WHAT: status (NAME)" on stderr; returns exit status 1. */
+int          kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, const char *what,
+                               kvp_status_t s);
+/* The namespace of session o->session: --ns when given, else the only namespace in which the
+ * node holds that id (found by listing; with model_id, only namespaces whose fingerprint matches
+ * model_id, the listed geometry and codec, or the listed codec when codec is 0). Prints a
+ * one-line error (unknown session, several namespaces, bad --ns) and returns non-OK. */
+/* A namespace as put/get/ls/rm print it: 16 hex digits (buf holds KVP_CLI_NS_HEX bytes). */
+#define KVP_CLI_NS_HEX 24
+const char  *kvp_cli_ns_hex(uint64_t ns, char *buf);
+/* Begin a JSON report with "node", "session" (when set) and "ns". */
+void         kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns);
+/* The session's shape as put and get report it: codec, page_tokens, layers, tokens, heads,
+ * head_dim. */
+void         kvp_cli_json_shape(kvp_json_t *j, const char *codec, uint32_t P, uint32_t L,
+                                uint32_t T, uint32_t H, uint32_t D);
+kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_sess_opts_t *o,
+                                const char *model_id, kvp_codec_id_t codec, uint64_t *ns_p);
 
 /* ---- progress line on stderr (only when stderr is a terminal or KVP_PROGRESS=1) ---- */
 void kvp_progress(const char *what, uint64_t done, uint64_t total);

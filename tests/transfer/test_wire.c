@@ -1,6 +1,6 @@
-/* test_wire.c - proto/wire.c: every message type round-trips; truncated, bit-flipped and random
- * headers, and headers whose counts disagree with the data length, give KVP_ERR_PROTOCOL (or a
- * valid struct), never a crash; no allocation leaks. */
+/* test_wire.c - proto/wire.c: every message type round-trips (DELETE and LIST included);
+ * truncated, bit-flipped and random headers, and headers whose counts disagree with the data
+ * length, give KVP_ERR_PROTOCOL (or a valid struct), never a crash; no allocation leaks. */
 #include "kvpack/wire.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -70,6 +70,20 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         r->op = KVP_WIRE_OP_STAT;
         r->ns = 0;
         return 1;
+    case 7:
+        r->op = KVP_WIRE_OP_DELETE;
+        strcpy(r->sid, "gone-1");
+        return 1;
+    case 8: /* LIST after a cursor */
+        r->op = KVP_WIRE_OP_LIST;
+        strcpy(r->sid, "after-this");
+        r->limit = 100;
+        return 1;
+    case 9: /* LIST from the start: no cursor */
+        r->op    = KVP_WIRE_OP_LIST;
+        r->ns    = 0;
+        r->limit = KVP_WIRE_MAX_LIST;
+        return 1;
     }
     return 0;
 }
@@ -80,7 +94,7 @@ static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
     CHECK(a->ns == b->ns && strcmp(a->sid, b->sid) == 0);
     CHECK(a->n_pages == b->n_pages && a->record_len == b->record_len);
     CHECK(a->n_keys == b->n_keys && a->layers == b->layers && a->start == b->start);
-    CHECK(a->max_bytes == b->max_bytes);
+    CHECK(a->max_bytes == b->max_bytes && a->limit == b->limit);
     for (uint32_t i = 0; i < a->n_pages; i++) {
         CHECK(a->page_lens[i] == b->page_lens[i]);
     }
@@ -183,6 +197,16 @@ static void test_req_invalid(void)
     /* zero keys cannot even be packed */
     r.n_keys = 0;
     CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_ERR_INVALID);
+    /* LIST asking for no sessions, or more than a reply may carry */
+    make_req(8, &r, &dl);
+    for (int k = 0; k < 2; k++) {
+        r.limit = k ? KVP_WIRE_MAX_LIST + 1 : 0;
+        CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+        CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+        CHECK(u.req_id == r.req_id);
+        kvp_wire_req_clear(&u);
+        kvp_free(buf);
+    }
     /* random garbage of every length up to 300 */
     for (size_t n = 0; n < 300; n++) {
         uint8_t g[300];
@@ -194,6 +218,17 @@ static void test_req_invalid(void)
         kvp_wire_req_clear(&u);
         s = kvp_wire_req_unpack(NULL, 0, 0, &u);
         CHECK(s == KVP_ERR_PROTOCOL);
+    }
+}
+
+/* Every truncation of a packed reply is KVP_ERR_PROTOCOL, never a crash. */
+static void rep_truncations_fail(const uint8_t *buf, size_t len, uint64_t data_len)
+{
+    kvp_wire_rep_t u;
+
+    for (size_t t = 0; t < len; t++) {
+        CHECK(kvp_wire_rep_unpack(buf, t, data_len, &u) == KVP_ERR_PROTOCOL);
+        kvp_wire_rep_clear(&u);
     }
 }
 
@@ -217,10 +252,7 @@ static void test_rep(void)
     kvp_wire_rep_clear(&u);
     CHECK(kvp_wire_rep_unpack(buf, len, 1063, &u) == KVP_ERR_PROTOCOL);
     kvp_wire_rep_clear(&u);
-    for (size_t t = 0; t < len; t++) {
-        CHECK(kvp_wire_rep_unpack(buf, t, 1064, &u) == KVP_ERR_PROTOCOL);
-        kvp_wire_rep_clear(&u);
-    }
+    rep_truncations_fail(buf, len, 1064);
     kvp_free(buf);
     /* an error reply carries status and message, no body */
     memset(&r, 0, sizeof(r));
@@ -270,6 +302,105 @@ static void test_rep(void)
     kvp_free(buf);
 }
 
+/* LIST replies: entries round-trip; bad entries, data, truncation and flipped bytes are
+ * KVP_ERR_PROTOCOL or a consistent list; DELETE answers with a bare status. */
+static void test_rep_list(void)
+{
+    kvp_wire_session_t e[3];
+    kvp_wire_rep_t     r, u;
+    uint8_t           *buf;
+    size_t             len;
+
+    memset(e, 0, sizeof(e));
+    for (int i = 0; i < 3; i++) {
+        e[i].ns = 0x1111000000000000ull + (uint64_t)i;
+        snprintf(e[i].sid, sizeof(e[i].sid), "sess-%d", i);
+        e[i].layers      = 4 + (uint32_t)i;
+        e[i].page_tokens = 128;
+        e[i].n_chunks    = 10 * (uint32_t)i;
+        e[i].tail_tokens = 7;
+        e[i].codec       = (uint32_t)i + 1;
+        e[i].heads       = 8;
+        e[i].head_dim    = 128;
+        e[i].where       = (uint32_t)i;
+        e[i].bytes       = 123456789ull * (uint64_t)(i + 1);
+    }
+    memset(&r, 0, sizeof(r));
+    r.op         = KVP_WIRE_OP_LIST;
+    r.req_id     = 77;
+    r.n_sessions = 3;
+    r.sessions   = e;
+    r.more       = 1;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(len <= KVP_WIRE_LIST_SLACK + 3 * KVP_WIRE_LIST_ENTRY_MAX);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
+    CHECK(u.op == KVP_WIRE_OP_LIST && u.n_sessions == 3 && u.more == 1);
+    CHECK(memcmp(u.sessions, e, sizeof(e)) == 0);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 8, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    rep_truncations_fail(buf, len, 0);
+    for (int k = 0; k < 3000; k++) {
+        uint8_t cp[1024];
+
+        CHECK(len <= sizeof(cp));
+        memcpy(cp, buf, len);
+        cp[rnd() % len] ^= (uint8_t)(1u + rnd() % 255u);
+        kvp_status_t s = kvp_wire_rep_unpack(cp, len, 0, &u);
+        CHECK(s == KVP_OK || s == KVP_ERR_PROTOCOL);
+        for (uint32_t i = 0; s == KVP_OK && i < u.n_sessions; i++) {
+            CHECK(u.sessions[i].sid[0] != '\0' && u.sessions[i].codec < KVP_CODEC_MAX);
+        }
+        kvp_wire_rep_clear(&u);
+    }
+    kvp_free(buf);
+    /* the widest entry fits the per-entry bound the node sizes its replies by */
+    memset(e[0].sid, 'x', KVP_SID_MAX - 1);
+    e[0].sid[KVP_SID_MAX - 1] = '\0';
+    e[0].ns = e[0].bytes = ~0ull;
+    e[0].layers = e[0].page_tokens = e[0].n_chunks = e[0].tail_tokens = ~0u;
+    e[0].heads = e[0].head_dim = ~0u;
+    r.n_sessions = 1;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(len <= KVP_WIRE_LIST_SLACK + KVP_WIRE_LIST_ENTRY_MAX);
+    kvp_free(buf);
+    /* an entry with an unknown codec or an empty session id is rejected */
+    e[0].layers = 4;
+    e[0].codec  = KVP_CODEC_MAX;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    e[0].codec  = 1;
+    e[0].sid[0] = '\0';
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    /* an empty list */
+    r.n_sessions = 0;
+    r.more       = 0;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK && u.n_sessions == 0 && !u.more);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    /* DELETE: OK and NOT_FOUND carry no body */
+    memset(&r, 0, sizeof(r));
+    r.op     = KVP_WIRE_OP_DELETE;
+    r.status = KVP_ERR_NOT_FOUND;
+    strcpy(r.message, "s1: not found");
+    for (int k = 0; k < 2; k++) {
+        CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+        CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
+        CHECK(u.op == KVP_WIRE_OP_DELETE && u.status == r.status);
+        kvp_wire_rep_clear(&u);
+        CHECK(kvp_wire_rep_unpack(buf, len, 3, &u) == KVP_ERR_PROTOCOL);
+        kvp_wire_rep_clear(&u);
+        kvp_free(buf);
+        r.status = KVP_OK;
+    }
+}
+
 int main(void)
 {
     int64_t live0;
@@ -279,6 +410,7 @@ int main(void)
     test_req_roundtrip();
     test_req_invalid();
     test_rep();
+    test_rep_list();
     CHECK(kvp_alloc_live_count() == live0);
     printf("test_wire: ok\n");
     return 0;

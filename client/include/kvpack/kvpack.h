@@ -88,6 +88,47 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
 kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid);
 kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p);
 
+/* Delete a session: its record and every page no other session names, in DRAM and on the
+ * node's disk (a restart does not bring it back). Pages shared with other sessions stay.
+ * KVP_ERR_NOT_FOUND when the node has no such session. */
+kvp_status_t kvp_client_delete_session(kvp_client_h client, uint64_t ns, const char *sid);
+
+/* One session a node holds (DRAM or disk), as listed by kvp_client_list_sessions. */
+enum kvp_session_where {
+    KVP_SESSION_IN_DRAM = KVP_BIT(0), /* hot: pages and tail in the node's DRAM pool */
+    KVP_SESSION_ON_DISK = KVP_BIT(1)  /* its record is in the node's SSD tier */
+};
+
+typedef struct {
+    uint64_t       ns;
+    char           sid[KVP_SID_MAX];
+    uint32_t       layers;
+    uint32_t       page_tokens;      /* P; tokens = n_chunks * P + tail_tokens */
+    uint32_t       n_chunks;
+    uint32_t       tail_tokens;
+    kvp_codec_id_t codec;            /* the namespace's codec, heads and head_dim: 0 while the */
+    uint32_t       heads, head_dim;  /* namespace holds no sealed page (a tail-only session) */
+    uint32_t       where;            /* kvp_session_where bits */
+    uint64_t       bytes;            /* page bytes the session names (shared prefix pages count
+                                      * in every session naming them) + its fp16 tail */
+} kvp_session_info_t;
+
+typedef struct {
+    uint32_t            n;
+    kvp_session_info_t *sessions;  /* n entries in (ns, sid) order */
+    int                 truncated; /* stopped at max while the node holds more */
+    uint32_t            requests;  /* LIST round trips it took */
+} kvp_session_list_t;
+
+/* List the node's sessions, page by page: each LIST asks for page_size sessions after the last
+ * one received (0: as many as the node will send; it caps a reply to fit one message header),
+ * until the node has no more or max sessions were received (0: no limit). Sessions put or
+ * deleted meanwhile may or may not appear; none is listed twice. Free with
+ * kvp_session_list_free. */
+kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, uint32_t max,
+                                      kvp_session_list_t **out_p);
+void         kvp_session_list_free(kvp_session_list_t *list); /* NULL is a no-op */
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,11 @@ extern "C" {
 #define KVP_WIRE_MAX_KEYS   4096u /* keys per GET_PAGES / LOOKUP message */
 #define KVP_WIRE_MAX_LAYERS 4096u
 #define KVP_WIRE_MSG_MAX    256u  /* bytes of a reply message, NUL included */
+#define KVP_WIRE_MAX_LIST   4096u /* sessions per LIST reply (and the largest limit asked) */
+/* Packed bytes one LIST entry can take at most (a 127-byte sid, every varint at its widest):
+ * a node sends at most (header limit - KVP_WIRE_LIST_SLACK) / KVP_WIRE_LIST_ENTRY_MAX entries. */
+#define KVP_WIRE_LIST_ENTRY_MAX 224u
+#define KVP_WIRE_LIST_SLACK     128u
 
 typedef enum {
     KVP_WIRE_OP_NONE        = 0,
@@ -31,7 +36,9 @@ typedef enum {
     KVP_WIRE_OP_LOOKUP      = 5,
     KVP_WIRE_OP_SPILL       = 6,
     KVP_WIRE_OP_STAT        = 7,
-    KVP_WIRE_OP_MAX         = 8
+    KVP_WIRE_OP_DELETE      = 8,
+    KVP_WIRE_OP_LIST        = 9,
+    KVP_WIRE_OP_MAX         = 10
 } kvp_wire_op_t;
 
 /* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and
@@ -40,8 +47,9 @@ typedef struct {
     kvp_wire_op_t op;
     uint64_t      req_id;
     uint32_t      deadline_ms;        /* time budget left when sent */
-    uint64_t      ns;                 /* all ops but STAT */
-    char          sid[KVP_SID_MAX];   /* PUT_SESSION, GET_SESSION, SPILL */
+    uint64_t      ns;                 /* all ops but STAT; LIST: cursor namespace */
+    char          sid[KVP_SID_MAX];   /* PUT_SESSION, GET_SESSION, SPILL, DELETE; LIST: cursor
+                                       * session id, "" = no cursor (list from the start) */
     uint32_t      n_pages;            /* PUT_PAGES: page count and lengths (sum = data bytes) */
     uint32_t     *page_lens;
     uint32_t      record_len;         /* PUT_SESSION: record bytes (= data bytes) */
@@ -50,6 +58,7 @@ typedef struct {
     uint32_t      layers;             /* GET_PAGES, LOOKUP */
     uint32_t      start;              /* GET_PAGES: first item (key index * layers + layer) */
     uint32_t      max_bytes;          /* GET_PAGES: reply data budget */
+    uint32_t      limit;              /* LIST: sessions wanted, 1..KVP_WIRE_MAX_LIST */
 } kvp_wire_req_t;
 
 typedef struct {
@@ -58,6 +67,18 @@ typedef struct {
     uint64_t spills, restores, crc_failures, disk_errors;
     uint64_t uptime_ms, requests, bad_requests;
 } kvp_wire_stat_t;
+
+/* One LIST entry (SessionInfo in kvpack.proto). */
+#define KVP_WIRE_WHERE_DRAM 1u
+#define KVP_WIRE_WHERE_DISK 2u
+typedef struct {
+    uint64_t ns;
+    char     sid[KVP_SID_MAX];
+    uint32_t layers, page_tokens, n_chunks, tail_tokens;
+    uint32_t codec, heads, head_dim; /* the namespace profile's; 0 while it has none */
+    uint32_t where;                  /* KVP_WIRE_WHERE_* */
+    uint64_t bytes;                  /* page bytes the session names + its tail */
+} kvp_wire_session_t;
 
 /* A reply. Same ownership rules as kvp_wire_req_t. */
 typedef struct {
@@ -72,6 +93,9 @@ typedef struct {
     uint32_t       *page_lens;
     uint32_t        hit_chunks;     /* LOOKUP */
     kvp_wire_stat_t stat;           /* STAT */
+    uint32_t            n_sessions; /* LIST */
+    kvp_wire_session_t *sessions;
+    uint32_t            more;       /* LIST: sessions after the last one remain */
 } kvp_wire_rep_t;
 
 const char *kvp_wire_op_name(kvp_wire_op_t op); /* never NULL */

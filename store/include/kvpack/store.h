@@ -114,6 +114,30 @@ kvp_status_t kvp_store_session_get(kvp_store_h store, uint64_t ns, const char *s
 kvp_status_t kvp_store_session_spill(kvp_store_h store, uint64_t ns, const char *sid);
 kvp_status_t kvp_store_session_delete(kvp_store_h store, uint64_t ns, const char *sid);
 
+/* ---- listing (list.c) ---- */
+enum kvp_store_where {
+    KVP_STORE_IN_DRAM = KVP_BIT(0), /* hot: its pages and tail are in the DRAM pool */
+    KVP_STORE_ON_DISK = KVP_BIT(1), /* its record is in the sessions column family */
+};
+
+typedef struct {
+    uint64_t ns;
+    char     sid[KVP_SID_MAX];
+    uint32_t layers, page_tokens, n_chunks, tail_tokens;
+    uint32_t codec, heads, head_dim; /* the namespace profile's; 0 while the namespace has none */
+    uint32_t where;                  /* kvp_store_where bits */
+    uint64_t bytes;                  /* the pages it names + its tail; a page not read since the
+                                      * store opened counts as the profile's full page size */
+} kvp_store_session_info_t;
+
+/* Up to max sessions (hot or cold) that come strictly after (after_ns, after_sid) in (ns, then
+ * sid byte) order, or from the first one when after_sid is NULL, into out[0..*n_p). *more_p (may
+ * be NULL) says whether sessions after the last one remain. The cursor is a key, not a position:
+ * sessions put or deleted between pages never make a page repeat or skip the others. */
+kvp_status_t kvp_store_session_list(kvp_store_h store, uint64_t after_ns, const char *after_sid,
+                                    kvp_store_session_info_t *out, uint32_t max, uint32_t *n_p,
+                                    int *more_p);
+
 /* Leading chunks (of keys[0..n)) present for all `layers` layers, in DRAM or on disk. */
 kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t *keys, uint32_t n,
                               uint32_t layers, uint32_t *hit_chunks_p);

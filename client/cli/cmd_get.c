@@ -1,0 +1,244 @@
+/* cmd_get.c - "kvpack get": fetch a session (record + every page; libkvpack checks each page's
+ * CRC, key, layer and that all share one codec and geometry), decode the sealed pages and the
+ * fp16 tail in the original frame, and write the KV as a .kvd of the shape that was put:
+ * layers x (chunks * P + tail) tokens x H x D. The file is written under a temporary name and
+ * renamed, so a failed get leaves no partial file and never clobbers an existing one. */
+#include "cli.h"
+
+#include "eval/eval.h"
+#include "kvpack/alloc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    kvp_cli_sess_opts_t o;
+    const char         *out, *model_id;
+    kvp_codec_id_t      codec; /* 0: any */
+} get_opts_t;
+
+static void get_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack get --node HOST:PORT --session SID --out FILE.kvd [--ns HEX]\n"
+            "                  [--model-id ID] [--codec NAME] [--json] [--timeout-ms MS]\n"
+            "Fetch a session, decode every page and the fp16 tail, write the KV as .kvd.\n"
+            "  --ns HEX        the session's namespace; without it the session id must name one\n"
+            "                  session on the node (--model-id / --codec narrow the search)\n"
+            "  --codec NAME    refuse (exit 1, nothing written) a session of another codec\n");
+}
+
+/* Bytes of the page at p (header + payload_len), if it fits in rem; 0 otherwise. */
+static size_t page_len_at(const uint8_t *p, size_t rem)
+{
+    size_t len;
+
+    if (rem < KVP_PAGE_HDR_BYTES) {
+        return 0;
+    }
+    len = KVP_PAGE_HDR_BYTES + ((size_t)p[48] | (size_t)p[49] << 8 | (size_t)p[50] << 16 |
+                                (size_t)p[51] << 24);
+    return len <= rem ? len : 0;
+}
+
+/* Decode one page into kv at token first of its layer; it must hold want tokens of layer l. */
+static kvp_status_t get_decode(const uint8_t *page, size_t len, kvp_kv_t *kv, uint32_t l,
+                               uint32_t first, uint32_t want, kvp_page_info_t *info)
+{
+    size_t       off = ((size_t)l * kv->tokens + first) * kv->heads * kv->head_dim;
+    kvp_status_t s;
+
+    if (len == 0) {
+        return KVP_ERR_BAD_PAGE;
+    }
+    s = kvp_page_parse(page, len, info); /* the header first: decode only what fits */
+    if (s == KVP_OK && (info->layer != l || info->valid != want || info->heads != kv->heads ||
+                        info->head_dim != kv->head_dim)) {
+        return KVP_ERR_BAD_PAGE;
+    }
+    return s == KVP_OK ? kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL,
+                                         kv->k + off, kv->v + off, NULL)
+                       : s;
+}
+
+/* The session's geometry (from its first page, sealed or tail) into an allocated kv. */
+static kvp_status_t get_shape(const kvp_session_pages_t *sp, kvp_kv_t *kv)
+{
+    const kvp_session_desc_t *d = &sp->desc;
+    const uint8_t            *p = sp->n_pages ? sp->pages[0] : d->tail;
+    size_t n = sp->n_pages ? sp->page_lens[0] : page_len_at(d->tail, d->tail_len);
+    uint64_t                  T = (uint64_t)d->n_chunks * d->page_tokens + d->tail_tokens;
+    kvp_page_info_t           info;
+    kvp_status_t              s;
+
+    if (p == NULL || T == 0 || T > UINT32_MAX) {
+        return KVP_ERR_BAD_PAGE;
+    }
+    s = kvp_page_parse(p, n, &info);
+    return s == KVP_OK ? kvp_kv_alloc(kv, d->layers, (uint32_t)T, info.heads, info.head_dim) : s;
+}
+
+/* Decode every sealed page and tail page of sp into kv; *codec_p gets the codec of the sealed
+ * pages (0 for a tail-only session; fp16 sink pages do not count). */
+static kvp_status_t get_decode_all(const get_opts_t *g, const kvp_session_pages_t *sp,
+                                   kvp_kv_t *kv, uint32_t *codec_p)
+{
+    const kvp_session_desc_t *d = &sp->desc;
+    uint32_t                  P = d->page_tokens;
+    kvp_page_info_t           info;
+    kvp_status_t              s = KVP_OK;
+    size_t                    off = 0;
+
+    *codec_p = 0;
+    for (uint32_t i = 0; s == KVP_OK && i < sp->n_pages; i++) {
+        s = get_decode(sp->pages[i], sp->page_lens[i], kv, i % d->layers, i / d->layers * P, P,
+                       &info);
+        if (s == KVP_OK && !(info.flags & KVP_PAGE_F_SINK)) {
+            *codec_p = info.codec;
+            if (g->codec != 0 && info.codec != (uint32_t)g->codec) {
+                fprintf(stderr, "kvpack get: session %s holds %s pages, not %s; nothing written\n",
+                        g->o.session, kvp_codec_name((kvp_codec_id_t)info.codec),
+                        kvp_codec_name(g->codec));
+                return KVP_ERR_WRONG_CODEC;
+            }
+        }
+        if (s != KVP_OK) {
+            fprintf(stderr, "kvpack get: page %u (chunk %u layer %u): %s\n", i, i / d->layers,
+                    i % d->layers, kvp_status_str(s));
+        }
+        kvp_progress("get decode", i + 1, sp->n_pages);
+    }
+    kvp_progress_done();
+    for (uint32_t l = 0; s == KVP_OK && l < d->n_tail; l++) {
+        size_t len = page_len_at(d->tail + off, d->tail_len - off);
+
+        s = get_decode(d->tail + off, len, kv, l, d->n_chunks * P, d->tail_tokens, &info);
+        if (s != KVP_OK) {
+            fprintf(stderr, "kvpack get: tail page of layer %u: %s\n", l, kvp_status_str(s));
+        }
+        off += len;
+    }
+    return s;
+}
+
+/* Write kv to path through path.tmp + rename. */
+static kvp_status_t get_write(const char *path, const kvp_kv_t *kv)
+{
+    char        *tmp = kvp_malloc(strlen(path) + 8, "get tmp path");
+    kvp_status_t s   = tmp ? KVP_OK : KVP_ERR_NO_MEMORY;
+
+    if (s == KVP_OK) {
+        sprintf(tmp, "%s.tmp", path);
+        s = kvp_kvd_write(tmp, kv);
+    }
+    if (s == KVP_OK && rename(tmp, path) != 0) {
+        fprintf(stderr, "kvpack get: cannot rename %s to %s: %s\n", tmp, path, strerror(errno));
+        s = KVP_ERR_IO;
+    }
+    if (s != KVP_OK && tmp != NULL) {
+        remove(tmp);
+    }
+    kvp_free(tmp);
+    return s;
+}
+
+static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages_t *sp,
+                       const kvp_kv_t *kv, uint32_t codec)
+{
+    const char *cname = codec ? kvp_codec_name((kvp_codec_id_t)codec) : "fp16 tail only";
+    kvp_json_t  j;
+    char        nsh[KVP_CLI_NS_HEX];
+
+    kvp_cli_ns_hex(ns, nsh);
+    if (!g->o.json) {
+        printf("got session %s (namespace %s, %s, P %u) from %s: %u layers x %u tokens x %u "
+               "heads x %u, %u pages + %u tail pages, %llu bytes received -> %s\n",
+               g->o.session, nsh, cname, sp->desc.page_tokens, g->o.node, kv->layers, kv->tokens,
+               kv->heads, kv->head_dim, sp->n_pages, sp->desc.n_tail,
+               (unsigned long long)sp->wire_bytes, g->out);
+        return;
+    }
+    kvp_cli_json_head(&j, &g->o, ns);
+    kvp_cli_json_shape(&j, codec ? cname : "", sp->desc.page_tokens, kv->layers, kv->tokens,
+                       kv->heads, kv->head_dim);
+    kvp_json_int(&j, "pages", sp->n_pages);
+    kvp_json_int(&j, "tail_pages", sp->desc.n_tail);
+    kvp_json_int(&j, "wire_bytes", (int64_t)sp->wire_bytes);
+    kvp_json_str(&j, "out", g->out);
+    kvp_json_end(&j);
+}
+
+static int get_run(const get_opts_t *g)
+{
+    kvp_session_pages_t *sp = NULL;
+    kvp_client_h         c;
+    kvp_kv_t             kv = {0};
+    uint64_t             ns = 0;
+    uint32_t             codec = 0;
+    kvp_status_t         s  = kvp_cli_connect(&g->o, &c);
+
+    if (s != KVP_OK) {
+        return kvp_cli_sess_fail("get", &g->o, "connect", s);
+    }
+    s = kvp_cli_session_ns("get", c, &g->o, g->model_id, g->codec, &ns);
+    if (s == KVP_OK) {
+        s = kvp_client_get_session(c, ns, g->o.session, &sp);
+        if (s != KVP_OK) {
+            kvp_cli_sess_fail("get", &g->o, g->o.session, s);
+        }
+    }
+    kvp_client_destroy(c);
+    if (s == KVP_OK) {
+        s = get_shape(sp, &kv);
+        if (s != KVP_OK) {
+            fprintf(stderr, "kvpack get: session %s has no readable shape: %s\n", g->o.session,
+                    kvp_status_str(s));
+        }
+    }
+    if (s == KVP_OK) {
+        s = get_decode_all(g, sp, &kv, &codec);
+    }
+    if (s == KVP_OK) {
+        s = get_write(g->out, &kv);
+        if (s != KVP_OK) {
+            fprintf(stderr, "kvpack get: cannot write %s: %s\n", g->out, kvp_status_str(s));
+        }
+    }
+    if (s == KVP_OK) {
+        get_report(g, ns, sp, &kv, codec);
+    }
+    kvp_kv_free(&kv);
+    kvp_session_pages_free(sp);
+    return s == KVP_OK ? 0 : 1;
+}
+
+int kvp_cmd_get(int argc, char **argv)
+{
+    get_opts_t  g;
+    const char *codec = NULL;
+
+    memset(&g, 0, sizeof(g));
+    if (kvp_opt_help(argc, argv)) {
+        get_usage(stdout);
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (kvp_cli_sess_opt(argc, argv, &i, &g.o) ||
+            kvp_opt_str(argc, argv, &i, "--out", &g.out) ||
+            kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
+            kvp_opt_str(argc, argv, &i, "--model-id", &g.model_id)) {
+            continue;
+        }
+        return kvp_opt_unknown("get", argv[i]);
+    }
+    if (g.o.node == NULL || g.o.session == NULL || g.out == NULL) {
+        get_usage(stderr);
+        return 2;
+    }
+    if (codec != NULL && kvp_codec_from_name(codec, &g.codec) != KVP_OK) {
+        fprintf(stderr, "kvpack get: unknown --codec '%s'\n", codec);
+        return 2;
+    }
+    return get_run(&g);
+}

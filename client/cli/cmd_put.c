@@ -1,0 +1,324 @@
+/* cmd_put.c - "kvpack put": store a .kvd KV dump on a node as one session. Each layer's full
+ * chunks of P tokens are encoded with the codec (kvp_page_encode) and shipped chunk by chunk (all
+ * layers of a chunk per PUT_PAGES batch); the last < P tokens become one fp16 tail page per layer;
+ * then the session record. Chunk keys chain over the token ids of --tokens (uint32 LE, one per
+ * token of the dump), or else over ids derived from the session id: then no two sessions share a
+ * prefix page. Namespace: kvp_ns_fingerprint(model id, L, H, D, P, codec). */
+#include "cli.h"
+
+#include "eval/eval.h"
+#include "kvpack/alloc.h"
+
+#include <errno.h>
+#include <string.h>
+
+typedef struct {
+    kvp_cli_sess_opts_t o;
+    const char         *kvd, *tokens, *model_id;
+    kvp_codec_id_t      codec;
+    uint64_t            P;
+} put_opts_t;
+
+typedef struct {
+    uint64_t     ns;
+    uint32_t     n_chunks, tail_tokens, pages;
+    uint64_t     bytes, tail_bytes;
+    kvp_key128_t *keys;
+} put_state_t;
+
+static void put_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack put --node HOST:PORT --session SID --kvd FILE.kvd [--codec NAME]\n"
+            "                  [--page-tokens P] [--model-id ID] [--tokens FILE] [--json]\n"
+            "                  [--timeout-ms MS]\n"
+            "Store a .kvd KV dump on a node as one session: every layer's full chunks of P tokens\n"
+            "become codec pages, the last < P tokens the session's fp16 tail.\n"
+            "  --codec NAME       fp16, kivi (default), kivi128, oscar, kvarn or naive2\n"
+            "  --page-tokens P    tokens per page (default 128)\n"
+            "  --model-id ID      model id of the namespace fingerprint (default \"kvd\")\n"
+            "  --tokens FILE      token ids (uint32 little-endian, one per token of the dump) the\n"
+            "                     chunk keys chain over; without it ids are derived from the\n"
+            "                     session id, so sessions never share prefix pages\n"
+            "Prints pages, bytes, fp16 bytes, the compression ratio and the namespace (hex).\n");
+}
+
+/* Token ids: --tokens, or a deterministic stream seeded by the session id (FNV-1a). */
+static kvp_status_t put_token_ids(const put_opts_t *p, uint32_t T, uint32_t **ids_p)
+{
+    uint32_t *ids = kvp_malloc((size_t)T * sizeof(*ids) + 1, "put ids");
+    uint64_t  h   = 0xcbf29ce484222325ull;
+    FILE     *f;
+    long      size;
+
+    if (ids == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    *ids_p = ids;
+    if (p->tokens == NULL) {
+        for (const char *c = p->o.session; *c != '\0'; c++) {
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+        }
+        for (uint32_t t = 0; t < T; t++) {
+            uint64_t z = h + (t + 1ull) * 0x9E3779B97F4A7C15ull;
+
+            z      = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            ids[t] = (uint32_t)((z ^ (z >> 27)) >> 32);
+        }
+        return KVP_OK;
+    }
+    f = fopen(p->tokens, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "kvpack put: cannot open %s: %s\n", p->tokens, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    size = (fseek(f, 0, SEEK_END) == 0) ? ftell(f) : -1;
+    if (size != (long)T * 4 || fseek(f, 0, SEEK_SET) != 0 || fread(ids, 4, T, f) != T) {
+        fprintf(stderr, "kvpack put: %s holds %ld bytes; the dump has %u tokens, so it must hold "
+                        "%u uint32 ids (%llu bytes)\n", p->tokens, size, T, T,
+                (unsigned long long)T * 4);
+        fclose(f);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    fclose(f);
+    for (uint32_t t = 0; t < T; t++) { /* the file is little-endian whatever this host is */
+        const uint8_t *b = (const uint8_t *)&ids[t];
+
+        ids[t] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    }
+    return KVP_OK;
+}
+
+/* Page params for this dump: codec and flags, the dump's H and D, P. */
+static kvp_page_params_t put_params(const put_opts_t *p, const kvp_kv_t *kv, kvp_codec_id_t codec,
+                                    uint32_t flags)
+{
+    kvp_page_params_t pp;
+
+    memset(&pp, 0, sizeof(pp));
+    pp.codec       = codec;
+    pp.heads       = kv->heads;
+    pp.head_dim    = kv->head_dim;
+    pp.page_tokens = (uint32_t)p->P;
+    pp.flags       = flags;
+    return pp;
+}
+
+/* Encode ntok tokens of kv from token first, on pp->layer, into out. */
+static kvp_status_t put_encode(const kvp_kv_t *kv, kvp_page_params_t *pp, uint32_t first,
+                               uint32_t ntok, uint8_t *out, size_t cap, size_t *len_p)
+{
+    size_t off = ((size_t)pp->layer * kv->tokens + first) * kv->heads * kv->head_dim;
+
+    pp->first_pos = first;
+    return kvp_page_encode(pp, KVP_DTYPE_F32, kv->k + off, kv->v + off, ntok, out, cap, len_p);
+}
+
+/* Encode and ship every full chunk, all layers of a chunk in one batch. */
+static kvp_status_t put_chunks(const put_opts_t *p, const kvp_kv_t *kv, const uint32_t *ids,
+                               kvp_client_h c, put_state_t *st)
+{
+    kvp_page_params_t pp  = put_params(p, kv, p->codec, 0);
+    size_t            cap = kvp_page_max_bytes(&pp);
+    uint8_t          *buf = kvp_malloc(cap * kv->layers, "put chunk");
+    const void      **ptr = kvp_calloc(kv->layers, sizeof(*ptr), "put ptrs");
+    size_t           *len = kvp_calloc(kv->layers, sizeof(*len), "put lens");
+    kvp_status_t      s   = (buf && ptr && len) ? KVP_OK : KVP_ERR_NO_MEMORY;
+
+    for (uint32_t ch = 0; s == KVP_OK && ch < st->n_chunks; ch++) {
+        st->keys[ch] = kvp_chunk_key(ch ? &st->keys[ch - 1] : NULL, st->ns, ids + (size_t)ch * p->P,
+                                     p->P);
+        pp.chunk_key = st->keys[ch];
+        for (uint32_t l = 0; s == KVP_OK && l < kv->layers; l++) {
+            pp.layer = l;
+            ptr[l]   = buf + (size_t)l * cap;
+            s = put_encode(kv, &pp, ch * (uint32_t)p->P, (uint32_t)p->P, buf + (size_t)l * cap, cap,
+                           &len[l]);
+            st->bytes += (s == KVP_OK) ? len[l] : 0;
+            if (s != KVP_OK) {
+                fprintf(stderr, "kvpack put: encoding chunk %u layer %u with %s: %s\n", ch, l,
+                        kvp_codec_name(p->codec), kvp_status_str(s));
+            }
+        }
+        if (s == KVP_OK) {
+            s = kvp_client_put_pages(c, st->ns, ptr, len, kv->layers);
+            if (s != KVP_OK) {
+                kvp_cli_sess_fail("put", &p->o, "pages", s);
+            }
+        }
+        st->pages += (s == KVP_OK) ? kv->layers : 0;
+        kvp_progress("put chunks", ch + 1, st->n_chunks);
+    }
+    kvp_progress_done();
+    kvp_free(buf);
+    kvp_free(ptr);
+    kvp_free(len);
+    return s;
+}
+
+/* The fp16 tail pages back to back, then the session record. */
+static kvp_status_t put_record(const put_opts_t *p, const kvp_kv_t *kv, kvp_client_h c,
+                               put_state_t *st)
+{
+    kvp_page_params_t  tp  = put_params(p, kv, KVP_CODEC_FP16, KVP_PAGE_F_TAIL);
+    size_t             cap = kvp_page_max_bytes(&tp);
+    kvp_session_desc_t d;
+    kvp_status_t       s   = KVP_OK;
+
+    memset(&d, 0, sizeof(d));
+    d.layers      = kv->layers;
+    d.page_tokens = (uint32_t)p->P;
+    d.n_chunks    = st->n_chunks;
+    d.chunk_keys  = st->keys;
+    d.tail_tokens = st->tail_tokens;
+    if (st->tail_tokens > 0) {
+        d.n_tail = kv->layers;
+        d.tail   = kvp_malloc(cap * kv->layers, "put tail");
+        s        = d.tail ? KVP_OK : KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t l = 0; s == KVP_OK && l < d.n_tail; l++) {
+        size_t len;
+
+        tp.layer = l;
+        s = put_encode(kv, &tp, st->n_chunks * (uint32_t)p->P, st->tail_tokens, d.tail + d.tail_len,
+                       cap, &len);
+        d.tail_len += (s == KVP_OK) ? len : 0;
+    }
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack put: encoding the fp16 tail: %s\n", kvp_status_str(s));
+    } else {
+        s = kvp_client_put_session(c, st->ns, p->o.session, &d);
+        if (s != KVP_OK) {
+            kvp_cli_sess_fail("put", &p->o, "session record", s);
+        }
+    }
+    st->tail_bytes = d.tail_len;
+    st->pages += (s == KVP_OK) ? d.n_tail : 0;
+    kvp_free(d.tail);
+    return s;
+}
+
+static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_t *st)
+{
+    uint64_t   fp16  = 4ull * kv->layers * kv->tokens * kv->heads * kv->head_dim;
+    uint64_t   bytes = st->bytes + st->tail_bytes;
+    double     ratio = bytes ? (double)fp16 / (double)bytes : 0.0;
+    char       ns[KVP_CLI_NS_HEX];
+    kvp_json_t j;
+
+    kvp_cli_ns_hex(st->ns, ns);
+    if (!p->o.json) {
+        printf("put session %s on %s: namespace %s (model id %s, %s, P %llu)\n", p->o.session,
+               p->o.node, ns, p->model_id, kvp_codec_name(p->codec), (unsigned long long)p->P);
+        printf("  %u layers x %u tokens (%u chunks + %u tail) x %u heads x %u\n", kv->layers,
+               kv->tokens, st->n_chunks, st->tail_tokens, kv->heads, kv->head_dim);
+        printf("  %u pages, %llu bytes (%llu in the fp16 tail) for %llu fp16 bytes: ratio %.2f\n",
+               st->pages, (unsigned long long)bytes, (unsigned long long)st->tail_bytes,
+               (unsigned long long)fp16, ratio);
+        return;
+    }
+    kvp_cli_json_head(&j, &p->o, st->ns);
+    kvp_json_str(&j, "model_id", p->model_id);
+    kvp_cli_json_shape(&j, kvp_codec_name(p->codec), (uint32_t)p->P, kv->layers, kv->tokens,
+                       kv->heads, kv->head_dim);
+    kvp_json_int(&j, "chunks", st->n_chunks);
+    kvp_json_int(&j, "tail_tokens", st->tail_tokens);
+    kvp_json_str(&j, "token_ids", p->tokens ? "file" : "derived from the session id");
+    kvp_json_int(&j, "pages", st->pages);
+    kvp_json_int(&j, "bytes", (int64_t)bytes);
+    kvp_json_int(&j, "tail_bytes", (int64_t)st->tail_bytes);
+    kvp_json_int(&j, "fp16_bytes", (int64_t)fp16);
+    kvp_json_num(&j, "ratio", ratio);
+    kvp_json_end(&j);
+}
+
+/* Check the dump against the codec, encode and ship it; returns the exit status. */
+static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
+{
+    kvp_page_params_t pp = put_params(p, kv, p->codec, 0);
+    put_state_t       st;
+    uint32_t         *ids = NULL;
+    kvp_client_h      c   = NULL;
+    kvp_status_t      s;
+
+    memset(&st, 0, sizeof(st));
+    if (kvp_codec_check(&pp) != KVP_OK) {
+        fprintf(stderr, "kvpack put: codec %s cannot encode %u heads x %u dims with P %llu "
+                        "(see kvp_codec_check)\n", kvp_codec_name(p->codec), kv->heads,
+                kv->head_dim, (unsigned long long)p->P);
+        return 1;
+    }
+    st.ns          = kvp_ns_fingerprint(p->model_id, kv->layers, kv->heads, kv->head_dim,
+                                        (uint32_t)p->P, p->codec);
+    st.n_chunks    = kv->tokens / (uint32_t)p->P;
+    st.tail_tokens = kv->tokens % (uint32_t)p->P;
+    st.keys        = kvp_calloc(st.n_chunks + 1u, sizeof(*st.keys), "put keys");
+    s = st.keys ? put_token_ids(p, kv->tokens, &ids) : KVP_ERR_NO_MEMORY;
+    if (s == KVP_OK) {
+        s = kvp_cli_connect(&p->o, &c);
+        if (s != KVP_OK) {
+            kvp_cli_sess_fail("put", &p->o, "connect", s);
+        }
+    }
+    if (s == KVP_OK) {
+        s = put_chunks(p, kv, ids, c, &st);
+    }
+    if (s == KVP_OK) {
+        s = put_record(p, kv, c, &st);
+    }
+    kvp_client_destroy(c);
+    if (s == KVP_OK) {
+        put_report(p, kv, &st);
+    }
+    kvp_free(ids);
+    kvp_free(st.keys);
+    return s == KVP_OK ? 0 : 1;
+}
+
+int kvp_cmd_put(int argc, char **argv)
+{
+    put_opts_t  p;
+    const char *codec = "kivi";
+    kvp_kv_t    kv;
+    kvp_status_t s;
+    int          rc;
+
+    memset(&p, 0, sizeof(p));
+    p.model_id = "kvd";
+    p.P        = 128;
+    if (kvp_opt_help(argc, argv)) {
+        put_usage(stdout);
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (kvp_cli_sess_opt(argc, argv, &i, &p.o) ||
+            kvp_opt_str(argc, argv, &i, "--kvd", &p.kvd) ||
+            kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
+            kvp_opt_str(argc, argv, &i, "--tokens", &p.tokens) ||
+            kvp_opt_str(argc, argv, &i, "--model-id", &p.model_id) ||
+            kvp_opt_u64(argc, argv, &i, "--page-tokens", &p.P)) {
+            continue;
+        }
+        return kvp_opt_unknown("put", argv[i]);
+    }
+    if (p.o.node == NULL || p.o.session == NULL || p.kvd == NULL || p.o.ns_hex != NULL) {
+        put_usage(stderr);
+        return 2;
+    }
+    if (kvp_codec_from_name(codec, &p.codec) != KVP_OK || p.P == 0 || p.P > KVP_PAGE_MAX_TOKENS ||
+        p.o.session[0] == '\0' || strlen(p.o.session) >= KVP_SID_MAX) {
+        fprintf(stderr, "kvpack put: bad --codec '%s', --page-tokens %llu (1..%u) or --session "
+                        "(1..%d bytes)\n", codec, (unsigned long long)p.P, KVP_PAGE_MAX_TOKENS,
+                KVP_SID_MAX - 1);
+        return 2;
+    }
+    s = kvp_kvd_read(p.kvd, &kv);
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack put: %s: %s; nothing was sent\n", p.kvd,
+                s == KVP_ERR_BAD_PAGE ? "not a .kvd v1 dump (header or size)" : kvp_status_str(s));
+        return 1;
+    }
+    rc = put_run(&p, &kv);
+    kvp_kv_free(&kv);
+    return rc;
+}
