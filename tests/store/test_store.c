@@ -247,6 +247,7 @@ static void case_evict_watermarks(void)
         snprintf(sid, sizeof(sid), "e%d", i);
         t_session(&G, 500 + i, 0, 500 + i, 8 + i % 8, 3, &d[i]);
         CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+        CHECK_OK(kvp_store_quiesce(st)); /* the background spiller's round is done */
         s = stats_of(st);
         CHECK(s.dram_bytes <= budget * 8 / 10 + 64 * 1024); /* high watermark + one session */
     }
@@ -461,6 +462,7 @@ static void case_disk_full(void)
             kvp_store_inject_disk_fail(st, 0, KVP_OK);
             snprintf(sid, sizeof(sid), "f%d", i);
             CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+            CHECK_OK(kvp_store_quiesce(st));
             CHECK(stats_of(st).spills > 0);
             for (int j = 0; j <= i; j++) {
                 snprintf(sid, sizeof(sid), "f%d", j);
