@@ -15,25 +15,7 @@ static const tgeom_t G = {4, 2, 64, 16}; /* 8 KiB pages (12 KiB slots) */
 
 static kvp_store_h open_wm(const char *dir, size_t budget, double high, double low)
 {
-    kvp_store_params_t p = {0};
-    kvp_store_h        st;
-
-    p.field_mask     = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                       KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM;
-    p.dram_budget    = budget;
-    p.db_path        = dir;
-    p.high_watermark = high;
-    p.low_watermark  = low;
-    CHECK_OK(kvp_store_open(&p, &st));
-    return st;
-}
-
-static kvp_store_stats_t stats(kvp_store_h st)
-{
-    kvp_store_stats_t s;
-
-    kvp_store_stats(st, &s);
-    return s;
+    return t_open_store(dir, budget, KVP_DURABILITY_SPILL, high, low);
 }
 
 /* Bytes this thread has passed to write(2)-family calls (pwritev included); 0 if unknown. */
@@ -84,7 +66,7 @@ static int case_background(void)
     }
     w1 = thread_wchar(&known);
     CHECK_OK(kvp_store_quiesce(st));
-    s = stats(st);
+    s = t_stats(st);
     fprintf(stderr, "background: caller wrote %llu bytes, spiller %llu bytes in %llu spills; "
             "dram %llu of %zu; waits %llu\n", (unsigned long long)(w1 - w0),
             (unsigned long long)s.spill_bytes, (unsigned long long)s.spills,
@@ -193,7 +175,7 @@ static int case_race(void)
         CHECK(pthread_create(&th[t], NULL, race_worker, &a[t]) == 0);
     }
     while (__atomic_load_n(&race_finished, __ATOMIC_ACQUIRE) < RACE_THREADS) {
-        s        = stats(st); /* the budget, seen from outside while they run */
+        s        = t_stats(st); /* the budget, seen from outside while they run */
         max_dram = s.dram_bytes > max_dram ? s.dram_bytes : max_dram;
         usleep(200);
     }
@@ -214,7 +196,7 @@ static int case_race(void)
             kvp_session_desc_clear(&a[t].d[k]);
         }
     }
-    s = stats(st);
+    s = t_stats(st);
     fprintf(stderr, "race: %llu live sessions, spills %llu restores %llu waits %llu, dram peak "
             "%llu of %u\n", (unsigned long long)nlive, (unsigned long long)s.spills,
             (unsigned long long)s.restores, (unsigned long long)s.spill_waits,
@@ -248,7 +230,7 @@ static int case_close(void)
             snprintf(sid, sizeof(sid), "c%d", i);
             CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
         }
-        s = stats(st);
+        s = t_stats(st);
         kvp_store_close(st);
         CHECK(s.spills >= 6); /* 3 sessions fit the budget: the rest had to be spilled by now */
         st = open_wm(dir, RACE_BUDGET, 0.6, 0.3);
@@ -260,7 +242,7 @@ static int case_close(void)
             CHECK(r == KVP_OK || r == KVP_ERR_NOT_FOUND);
             found += r == KVP_OK;
         }
-        CHECK(found >= s.spills && found == stats(st).sessions);
+        CHECK(found >= s.spills && found == t_stats(st).sessions);
         if (round == 0) {
             fprintf(stderr, "close: %llu spilled before close, %llu on disk after reopen\n",
                     (unsigned long long)s.spills, (unsigned long long)found);
