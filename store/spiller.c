@@ -21,11 +21,7 @@ static kvp_sess_t *lru_victim(kvp_store_h st)
     return NULL;
 }
 
-/* One round, store lock held: cached copies first, then LRU sessions spilled with the lock
- * dropped for their disk writes (other calls go on meanwhile; each spill broadcasts io_done, so
- * a request waiting for room re-checks after every one) until used <= the low watermark, or
- * lower if a waiting call needs more room than that leaves; what is still above the high
- * watermark (loose pages) goes the synchronous way, as before. */
+/* Where a round stops: the low watermark, or lower while a waiting call needs more room. */
 static size_t round_target(const kvp_store_h st)
 {
     size_t room = st->pool.budget - st->spill_need; /* a waiter's need is <= budget */
@@ -33,6 +29,10 @@ static size_t round_target(const kvp_store_h st)
     return room < st->low_bytes ? room : st->low_bytes;
 }
 
+/* One round, store lock held: cached copies first, then LRU sessions spilled with the lock
+ * dropped for their disk writes (other calls go on meanwhile; each spill broadcasts io_done, so
+ * a request waiting for room re-checks after every one) down to round_target; what is still
+ * above the high watermark (loose pages) goes the synchronous way, as before. */
 static void spill_round(kvp_store_h st)
 {
     kvp_status_t status = KVP_OK;
