@@ -1,9 +1,9 @@
 /* evict.c - session life on and off DRAM: writing a session to the SSD tier (one WriteBatch with
  * its record and every page not yet on disk), spilling (write, then unpin its pages and free its
  * tail), restoring (record + batched MultiGet of missing pages, CRC-checked), removing, the idle
- * TTL, and eviction between the watermarks: clean cached pages first, then least-recently-used
- * sessions, then loose pages (put but named by no session). Pages pinned by a hot session or a
- * reader are never freed. Main flow: kvp_store_evict_if_needed -> kvp_store_make_room -> spill. */
+ * TTL, and eviction: clean cached pages first, then least-recently-used sessions, then loose pages
+ * (put but named by no session). Pages pinned by a hot session or a reader are never freed.
+ * Main flow: kvp_store_evict_if_needed -> spiller.c (background) | kvp_store_make_room (budget). */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -344,6 +344,7 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
         st->stats.crc_failures += status == KVP_ERR_CORRUPT;
         return status;
     }
+    (void)kvp_store_room_wait(st, kvp_pool_slot_size(d.tail_len)); /* s is busy: safe */
     status = kvp_pool_alloc(&st->pool, d.tail_len, &s->tail_slot);
     if (status == KVP_ERR_NO_SPACE) {
         status = kvp_store_make_room(st, kvp_pool_slot_size(d.tail_len), s);
@@ -430,6 +431,20 @@ static bool over(const kvp_store_h st, size_t target)
     return st->pool.used > target;
 }
 
+void kvp_store_drop_cached(kvp_store_h st, size_t target)
+{
+    kvp_list_t *e, *next;
+
+    for (e = st->idle_pages.next; e != &st->idle_pages && over(st, target); e = next) {
+        kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
+
+        next = e->next;
+        if (p->on_disk) {
+            kvp_store_page_drop_dram(st, p);
+        }
+    }
+}
+
 kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *keep)
 {
     size_t       target;
@@ -443,15 +458,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
     }
     target = st->pool.budget - need < st->low_bytes ? st->pool.budget - need : st->low_bytes;
 
-    /* 1. cached copies of pages that are on disk and pinned by nobody */
-    for (e = st->idle_pages.next; e != &st->idle_pages && over(st, target); e = next) {
-        kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
-
-        next = e->next;
-        if (p->on_disk) {
-            kvp_store_page_drop_dram(st, p);
-        }
-    }
+    kvp_store_drop_cached(st, target); /* 1. cached copies of on-disk pages */
     /* 2. least-recently-used sessions */
     for (e = st->hot_lru.next; e != &st->hot_lru && over(st, target); e = next) {
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
@@ -519,41 +526,21 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
     return st->pool.used + need <= st->pool.budget ? KVP_OK : KVP_ERR_NO_SPACE;
 }
 
-/* Past the high watermark at the end of a call: cached on-disk pages go first, then least
- * recently used sessions are spilled with the store lock dropped for their disk writes (other
- * sessions keep being served from DRAM meanwhile), then make_room handles the rest. */
+/* Past the high watermark at the end of a call: dropping cached copies of on-disk pages is cheap
+ * and stays here; spilling sessions is the background spiller's (spiller.c), so the request that
+ * crossed the watermark does not wait for it. Without a tier victims are dropped, no disk I/O. */
 void kvp_store_evict_if_needed(kvp_store_h st)
 {
     if (st->pool.used <= st->high_bytes) {
         return;
     }
-    if (st->tier != NULL) {
-        kvp_list_t *e, *next;
-
-        for (e = st->idle_pages.next; e != &st->idle_pages && st->pool.used > st->low_bytes;
-             e = next) {
-            kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
-
-            next = e->next;
-            if (p->on_disk) {
-                kvp_store_page_drop_dram(st, p);
-            }
-        }
-        while (st->pool.used > st->low_bytes) {
-            kvp_sess_t *victim = NULL;
-
-            for (e = st->hot_lru.next; e != &st->hot_lru && victim == NULL; e = e->next) {
-                kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
-
-                victim = s->busy ? NULL : s;
-            }
-            if (victim == NULL || kvp_store_sess_spill_unlocked(st, victim) != KVP_OK) {
-                break; /* errors are logged and counted where detected */
-            }
-        }
-    }
-    if (st->pool.used > st->high_bytes) {
+    if (st->tier == NULL) {
         (void)kvp_store_make_room(st, 0, NULL);
+        return;
+    }
+    kvp_store_drop_cached(st, st->low_bytes);
+    if (st->pool.used > st->high_bytes) {
+        kvp_store_spiller_kick(st);
     }
 }
 

@@ -5,7 +5,7 @@
  * Spills, restores and page loads drop the mutex for their disk I/O (the session is busy, its
  * pages pinned), so DRAM hits of other sessions are not stalled by them.
  * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
- * under write-through/sync) -> evict.c when past the high watermark. */
+ * under write-through/sync) -> evict.c when past the high watermark -> spiller.c. */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -187,6 +187,9 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
     size_t           need   = 0;
     uint64_t         bytes  = 0;
 
+    if (n == 0) { /* nothing to read: keep the lock */
+        goto out;
+    }
     if (pks == NULL || locs == NULL || slots == NULL || dst == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to load %zu pages", n);
         status = KVP_ERR_NO_MEMORY;
@@ -206,7 +209,8 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
     for (size_t i = 0; i < n; i++) {
         need += locs[i].status == KVP_OK ? kvp_pool_slot_size(locs[i].len) : 0;
     }
-    if (st->pool.used + need > st->high_bytes) {
+    (void)kvp_store_room_wait(st, need); /* the entries are pinned: nothing assumed across it */
+    if (st->pool.used + need > st->pool.budget) {
         kvp_store_make_room(st, need, keep); /* best effort; the per-page allocation retries */
     }
     for (size_t i = 0; i < n; i++) {
@@ -444,6 +448,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     }
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->io_done, NULL);
+    pthread_cond_init(&st->spill_wake, NULL);
     kvp_pool_init(&st->pool, budget);
     kvp_list_init(&st->hot_lru);
     kvp_list_init(&st->cold_lru);
@@ -492,6 +497,10 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
             KVP_LOG_INFO(MOD, "warm restart from %s: %zu sessions, %zu pages on disk", path,
                          st->sessions.count, st->pages.count);
         }
+        status = kvp_store_spiller_start(st);
+        if (status != KVP_OK) {
+            goto err_close;
+        }
     }
     st->last_sweep_ns = kvp_time_ns();
     *store_p          = st;
@@ -503,6 +512,7 @@ err_close:
 err_index:
     kvp_index_cleanup(&st->pages, &st->sessions);
 err_free:
+    pthread_cond_destroy(&st->spill_wake);
     pthread_cond_destroy(&st->io_done);
     pthread_mutex_destroy(&st->lock);
     kvp_free(st);
@@ -514,6 +524,7 @@ void kvp_store_close(kvp_store_h st)
     if (st == NULL) {
         return;
     }
+    kvp_store_spiller_stop(st); /* before anything it could touch goes */
     for (size_t i = 0; i < st->sessions.nbuckets; i++) {
         while (st->sessions.buckets[i] != NULL) {
             kvp_sess_t *s = st->sessions.buckets[i];
@@ -544,6 +555,7 @@ void kvp_store_close(kvp_store_h st)
     kvp_nsprof_cleanup(&st->profiles);
     kvp_index_cleanup(&st->pages, &st->sessions);
     kvp_pool_cleanup(&st->pool);
+    pthread_cond_destroy(&st->spill_wake);
     pthread_cond_destroy(&st->io_done);
     pthread_mutex_destroy(&st->lock);
     kvp_free(st);
@@ -593,20 +605,25 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         return status;
     }
     store_enter(st);
-    prof   = kvp_nsprof_find(&st->profiles, ns);
-    status = kvp_nsprof_check_page(prof, &info, "page put");
-    if (status != KVP_OK) {
-        store_leave(st);
-        return status;
-    }
-    p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
-    if (p != NULL && page_present(p)) {
-        if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
-            kvp_list_del(&p->idle);
-            kvp_list_push_tail(&st->idle_pages, &p->idle);
+    for (bool waited = false;; waited = true) { /* again once after waiting for the spiller */
+        prof   = kvp_nsprof_find(&st->profiles, ns);
+        status = kvp_nsprof_check_page(prof, &info, "page put");
+        if (status != KVP_OK) {
+            store_leave(st);
+            return status;
         }
-        store_leave(st);
-        return KVP_OK;
+        p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
+        if (p != NULL && page_present(p)) {
+            if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
+                kvp_list_del(&p->idle);
+                kvp_list_push_tail(&st->idle_pages, &p->idle);
+            }
+            store_leave(st);
+            return KVP_OK;
+        }
+        if (waited || !kvp_store_room_wait(st, kvp_pool_slot_size(len))) {
+            break; /* room, or make_room's turn; the lock was not dropped since the checks */
+        }
     }
     if (p == NULL) {
         p = page_new(st, ns, info.chunk_key, info.layer);
@@ -793,7 +810,13 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
         return status;
     }
     store_enter(st);
-    (void)sess_find_idle(st, ns, sid); /* an older version's disk write lands before ours */
+    for (bool waited = false;; waited = true) { /* once more after waiting for the spiller */
+        (void)sess_find_idle(st, ns, sid); /* an older version's disk write lands before ours */
+        if (waited || !kvp_store_room_wait(st, desc->tail_len ? kvp_pool_slot_size(desc->tail_len)
+                                                              : 0)) {
+            break;
+        }
+    }
     status = sess_alloc(ns, sid, &s);
     if (status != KVP_OK) {
         goto out;

@@ -1,8 +1,9 @@
 /* store_int.h - internals shared by the store's files: the page entry (also the kvp_page_ref_h
  * handed to readers), the session entry, the slab pool, the two hash tables and the store object.
- * Locking: everything below runs under kvp_store.lock unless it says otherwise. Unlocked spills,
- * restores and page loads drop it for their disk I/O with the session busy and its pages pinned;
- * whatever would release or replace a busy session waits on io_done first. */
+ * Locking: everything below runs under kvp_store.lock unless it says otherwise. Unlocked spills
+ * (the background spiller's and explicit ones), restores and page loads drop it for their disk
+ * I/O with the session busy and its pages pinned; whatever would release or replace a busy
+ * session waits on io_done first. */
 #ifndef KVPACK_STORE_INT_H
 #define KVPACK_STORE_INT_H
 
@@ -176,7 +177,15 @@ kvp_status_t  kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t kle
 /* ---- the store ---- */
 struct kvp_store {
     pthread_mutex_t    lock;
-    pthread_cond_t     io_done;     /* broadcast when a session stops being busy */
+    pthread_cond_t     io_done;     /* broadcast when a session stops being busy or a spiller
+                                     * round ends */
+    pthread_cond_t     spill_wake;  /* signalled to start a spiller round (spiller.c) */
+    pthread_t          spiller;     /* background eviction thread; only with a tier */
+    bool               spiller_on;  /* the thread runs (set before it starts, cleared at join) */
+    bool               spill_stop;  /* close asks it to finish its current spill and exit */
+    bool               spill_wanted; /* a round was asked for and has not started */
+    bool               spill_running; /* a round is in progress */
+    size_t             spill_need;  /* largest room a call waits for: the round frees that too */
     kvp_pool_t         pool;
     kvp_page_table_t   pages;
     kvp_sess_table_t   sessions;
@@ -237,9 +246,23 @@ kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_pages_unnamed(struct kvp_store *st, kvp_page_t **pages, size_t n);
-/* Evict until the pool has room for need more bytes at or below target (0 = low watermark). */
+/* Evict until the pool has room for need more bytes at or below the low watermark: the
+ * synchronous path (spills under the lock). Never drops the lock. */
 kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);
+/* Drop DRAM copies of on-disk pages nobody pins, oldest first, until used <= target (no I/O). */
+void         kvp_store_drop_cached(struct kvp_store *st, size_t target);
+/* At the end of a call past the high watermark: drop cached copies, then wake the spiller (with
+ * a tier) or drop victims inline (without one: no disk I/O). Never drops the lock. */
 void         kvp_store_evict_if_needed(struct kvp_store *st);
 void         kvp_store_expire_idle(struct kvp_store *st);
+
+/* background spiller (spiller.c) */
+kvp_status_t kvp_store_spiller_start(struct kvp_store *st); /* open, once the tier is up */
+void         kvp_store_spiller_stop(struct kvp_store *st);  /* close: waits for a spill in flight */
+void         kvp_store_spiller_kick(struct kvp_store *st);  /* ask for a round */
+/* Backpressure: while used + need would pass the budget and the spiller is (or, asked now, will
+ * be) working, wait for it with the lock dropped. Returns true if it waited, i.e. the caller
+ * must re-read any state it looked at before; call it only where nothing is assumed across it. */
+bool         kvp_store_room_wait(struct kvp_store *st, size_t need);
 
 #endif

@@ -17,26 +17,7 @@ static const tgeom_t G = {4, 2, 64, 16}; /* layers, heads, head_dim, P: 8 KiB pa
 
 static kvp_store_h open_store(const char *dir, size_t budget, kvp_durability_t dur)
 {
-    kvp_store_params_t p = {0};
-    kvp_store_h        st;
-
-    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DURABILITY;
-    p.dram_budget = budget;
-    p.durability  = dur;
-    if (dir != NULL) {
-        p.field_mask |= KVP_STORE_PARAM_DB_PATH;
-        p.db_path = dir;
-    }
-    CHECK_OK(kvp_store_open(&p, &st));
-    return st;
-}
-
-static kvp_store_stats_t stats_of(kvp_store_h st)
-{
-    kvp_store_stats_t s;
-
-    kvp_store_stats(st, &s);
-    return s;
+    return t_open_store(dir, budget, dur, 0, 0);
 }
 
 /* ---- cases ---- */
@@ -53,7 +34,7 @@ static void case_page_put_get(void)
     p = t_page(&G, d.chunk_keys[0], 1, 0, G.page_tokens, 0, &len);
     CHECK_OK(kvp_store_page_put(st, NS, p, len));
     CHECK_OK(kvp_store_page_put(st, NS, p, len)); /* identical key: no-op */
-    CHECK(stats_of(st).dram_pages == 1);
+    CHECK(t_stats(st).dram_pages == 1);
     CHECK_OK(kvp_store_page_get(st, NS, d.chunk_keys[0], 1, &ref));
     CHECK(memcmp(kvp_page_ref_data(ref, &glen), p, len) == 0 && glen == len);
     kvp_page_ref_release(ref);
@@ -65,7 +46,7 @@ static void case_page_put_get(void)
     p[len - 3] ^= 0x10;
     CHECK_ST(kvp_store_page_put(st, NS, p, len - 1), KVP_ERR_BAD_PAGE);
     CHECK_ST(kvp_store_page_put(st, NS, p, 10), KVP_ERR_BAD_PAGE);
-    CHECK(stats_of(st).dram_pages == 1);
+    CHECK(t_stats(st).dram_pages == 1);
     /* a real fp16 page from the codec is accepted as well */
     {
         kvp_page_params_t pp = {KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens, 3, 0,
@@ -125,8 +106,8 @@ static void case_session_roundtrip(void)
     /* delete */
     CHECK_OK(kvp_store_session_delete(st, NS, "s1"));
     CHECK_ST(kvp_store_session_delete(st, NS, "s1"), KVP_ERR_NOT_FOUND);
-    CHECK(stats_of(st).sessions == 0 && stats_of(st).dram_pages == 0);
-    CHECK(stats_of(st).dram_bytes == 0);
+    CHECK(t_stats(st).sessions == 0 && t_stats(st).dram_pages == 0);
+    CHECK(t_stats(st).dram_bytes == 0);
     kvp_session_desc_clear(&d);
     kvp_store_close(st);
 }
@@ -147,22 +128,22 @@ static void case_prefix_sharing(void)
     CHECK(memcmp(&a.chunk_keys[3], &b.chunk_keys[3], sizeof(kvp_key128_t)) != 0);
     CHECK_OK(t_put_session(st, NS, "a", &G, &a));
     CHECK_OK(t_put_session(st, NS, "b", &G, &b));
-    pages_both = stats_of(st).dram_pages;
+    pages_both = t_stats(st).dram_pages;
     CHECK(pages_both == (uint64_t)(5 + 6 - 3) * G.layers);
     /* lookup of b's keys from a's perspective: the shared prefix, on all layers */
     CHECK_OK(kvp_store_lookup(st, NS, b.chunk_keys, 6, G.layers, &hit));
     CHECK(hit == 6);
     /* spilling a keeps the pages b still uses in DRAM */
     CHECK_OK(kvp_store_session_spill(st, NS, "a"));
-    CHECK(stats_of(st).dram_pages == (uint64_t)6 * G.layers);
-    CHECK(stats_of(st).spills == 1);
+    CHECK(t_stats(st).dram_pages == (uint64_t)6 * G.layers);
+    CHECK(t_stats(st).spills == 1);
     CHECK_OK(t_check_session(st, NS, "b", &G, &b));
     CHECK_OK(t_check_session(st, NS, "a", &G, &a)); /* restores a's 2 own chunks */
-    CHECK(stats_of(st).restores == 1);
-    CHECK(stats_of(st).restore_bytes > 0);
+    CHECK(t_stats(st).restores == 1);
+    CHECK(t_stats(st).restore_bytes > 0);
     /* deleting b leaves a whole */
     CHECK_OK(kvp_store_session_delete(st, NS, "b"));
-    CHECK(stats_of(st).dram_pages == (uint64_t)5 * G.layers);
+    CHECK(t_stats(st).dram_pages == (uint64_t)5 * G.layers);
     CHECK_OK(t_check_session(st, NS, "a", &G, &a));
     CHECK_OK(kvp_store_lookup(st, NS, b.chunk_keys, 6, G.layers, &hit));
     CHECK(hit == 3);
@@ -194,17 +175,17 @@ static void case_spill_restore_reopen(void)
             snprintf(sid, sizeof(sid), "d%d-s%d", dur, i);
             CHECK_OK(kvp_store_session_spill(st, NS, sid));
         }
-        s = stats_of(st);
+        s = t_stats(st);
         CHECK(s.spills == 3);
         CHECK(s.sessions_on_disk == (dur == 0 ? 3u : 6u));
         snprintf(sid, sizeof(sid), "d%d-s%d", dur, 2);
         CHECK_OK(t_check_session(st, NS, sid, &G, &d[2]));
-        CHECK(stats_of(st).restores == 1);
+        CHECK(t_stats(st).restores == 1);
         kvp_store_close(st);
 
         /* warm restart: indexes rebuilt from the sessions column family, no page read */
         st = open_store(dir, 16u << 20, (kvp_durability_t)dur);
-        s  = stats_of(st);
+        s  = t_stats(st);
         CHECK(s.dram_pages == 0 && s.restores == 0);
         for (int i = 0; i < 6; i++) {
             snprintf(sid, sizeof(sid), "d%d-s%d", dur, i);
@@ -216,7 +197,7 @@ static void case_spill_restore_reopen(void)
             CHECK(hit == d[i].n_chunks);
             CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
         }
-        CHECK(stats_of(st).restores == (dur == 0 ? 3u : 6u));
+        CHECK(t_stats(st).restores == (dur == 0 ? 3u : 6u));
         kvp_store_close(st);
         for (int i = 0; i < 6; i++) {
             kvp_session_desc_clear(&d[i]);
@@ -247,19 +228,20 @@ static void case_evict_watermarks(void)
         snprintf(sid, sizeof(sid), "e%d", i);
         t_session(&G, 500 + i, 0, 500 + i, 8 + i % 8, 3, &d[i]);
         CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
-        s = stats_of(st);
+        CHECK_OK(kvp_store_quiesce(st)); /* the background spiller's round is done */
+        s = t_stats(st);
         CHECK(s.dram_bytes <= budget * 8 / 10 + 64 * 1024); /* high watermark + one session */
     }
-    s = stats_of(st);
+    s = t_stats(st);
     CHECK(s.spills > 0 && s.sessions == 40);
     /* the most recent session is hot; the oldest went to disk and comes back byte-identical */
     CHECK_OK(t_check_session(st, NS, "e39", &G, &d[39]));
     for (int i = 0; i < 40; i++) {
         snprintf(sid, sizeof(sid), "e%d", i);
         CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
-        CHECK(stats_of(st).dram_bytes <= budget);
+        CHECK(t_stats(st).dram_bytes <= budget);
     }
-    s = stats_of(st);
+    s = t_stats(st);
     CHECK(s.restores > 0);
     fprintf(stderr, "evict: spills %llu restores %llu spill_bytes %llu\n",
             (unsigned long long)s.spills, (unsigned long long)s.restores,
@@ -288,8 +270,8 @@ static void case_idle_ttl(void)
     usleep(600 * 1000); /* old idle 1.3 s, young 0.6 s */
     CHECK_ST(t_check_session(st, NS, "old", &G, &a), KVP_ERR_NOT_FOUND);
     CHECK_OK(t_check_session(st, NS, "young", &G, &b));
-    CHECK(stats_of(st).expired == 1);
-    CHECK(stats_of(st).dram_pages == (uint64_t)2 * G.layers);
+    CHECK(t_stats(st).expired == 1);
+    CHECK(t_stats(st).dram_pages == (uint64_t)2 * G.layers);
     kvp_store_close(st);
     kvp_session_desc_clear(&a);
     kvp_session_desc_clear(&b);
@@ -383,7 +365,7 @@ static void case_corrupt_on_disk(void)
 
     st = open_store(dir, 8u << 20, KVP_DURABILITY_SPILL);
     CHECK_ST(t_check_session(st, NS, "victim", &G, &a), KVP_ERR_CORRUPT);
-    CHECK(stats_of(st).crc_failures == 1);
+    CHECK(t_stats(st).crc_failures == 1);
     CHECK_OK(t_check_session(st, NS, "bystander", &G, &b));
     /* the bad page is dropped, never served: lookup stops before chunk 2, get says corrupt */
     CHECK_OK(kvp_store_lookup(st, NS, a.chunk_keys, 4, G.layers, &hit));
@@ -429,7 +411,7 @@ static void case_disk_full(void)
     CHECK_OK(t_put_session(st, NS, "ok", &G, &d[0]));
     kvp_store_inject_disk_fail(st, 1, KVP_ERR_NO_SPACE);
     CHECK_ST(t_put_session(st, NS, "full", &G, &d[1]), KVP_ERR_NO_SPACE);
-    CHECK(stats_of(st).disk_errors == 1);
+    CHECK(t_stats(st).disk_errors == 1);
     CHECK_OK(t_check_session(st, NS, "ok", &G, &d[0]));
     CHECK_OK(kvp_store_session_put(st, NS, "full", &d[1])); /* disk is back */
     kvp_store_close(st);
@@ -452,7 +434,7 @@ static void case_disk_full(void)
         if (status != KVP_OK) {
             CHECK(i >= 2);
             CHECK(status == KVP_ERR_IO);
-            s = stats_of(st);
+            s = t_stats(st);
             CHECK(s.disk_errors > 0 && s.dram_bytes <= (1u << 20));
             for (int j = 0; j < i; j++) {
                 snprintf(sid, sizeof(sid), "f%d", j);
@@ -461,7 +443,8 @@ static void case_disk_full(void)
             kvp_store_inject_disk_fail(st, 0, KVP_OK);
             snprintf(sid, sizeof(sid), "f%d", i);
             CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
-            CHECK(stats_of(st).spills > 0);
+            CHECK_OK(kvp_store_quiesce(st));
+            CHECK(t_stats(st).spills > 0);
             for (int j = 0; j <= i; j++) {
                 snprintf(sid, sizeof(sid), "f%d", j);
                 CHECK_OK(t_check_session(st, NS, sid, &G, &d[j]));
@@ -490,7 +473,8 @@ static void case_dram_only(void)
         t_session(&G, 90 + i, 0, 90 + i, 8, 0, &d[i]);
         CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
     }
-    s = stats_of(st);
+    CHECK_OK(kvp_store_quiesce(st)); /* no spiller without a tier: eviction was inline */
+    s = t_stats(st);
     CHECK(s.dropped > 0 && s.dram_bytes <= (1u << 20));
     CHECK(s.sessions == 8 - s.dropped);
     CHECK_ST(t_check_session(st, NS, "m0", &G, &d[0]), KVP_ERR_NOT_FOUND);
@@ -663,7 +647,7 @@ static void case_tail_append(void)
     t_check_appended(st, "a", k, v, total, ids, 48);
     /* a second session with the same first 20 tokens shares the sealed chunk's pages */
     CHECK_OK(t_append(st, "b", k, v, total, ids, 0, 0, 20, &sealed));
-    CHECK(sealed == 1 && stats_of(st).dram_pages == 3u * G.layers);
+    CHECK(sealed == 1 && t_stats(st).dram_pages == 3u * G.layers);
     /* spill, restart (write-through: everything is on disk), continue appending */
     CHECK_OK(kvp_store_session_spill(st, NS, "a"));
     kvp_store_close(st);
@@ -695,18 +679,18 @@ static void case_garbage(void)
     t_session(&G, 31, 2, 32, 4, 0, &b); /* shares a's first 2 chunks */
     CHECK_OK(t_put_session(st, NS, "g", &G, &a));
     CHECK_OK(kvp_store_session_spill(st, NS, "g"));
-    s = stats_of(st);
+    s = t_stats(st);
     CHECK(s.disk_live_bytes == 6 * G.layers * span && s.disk_files == 1);
     /* update: a's chunks 2..5 are named by nobody now and leave the disk */
     CHECK_OK(t_put_session(st, NS, "g", &G, &b));
     CHECK_OK(kvp_store_session_spill(st, NS, "g"));
-    CHECK(stats_of(st).disk_live_bytes == 4 * G.layers * span);
+    CHECK(t_stats(st).disk_live_bytes == 4 * G.layers * span);
     CHECK_OK(t_check_session(st, NS, "g", &G, &b));
     CHECK_OK(kvp_store_session_delete(st, NS, "g"));
-    CHECK(stats_of(st).disk_live_bytes == 0);
+    CHECK(t_stats(st).disk_live_bytes == 0);
     kvp_store_close(st);
     st = open_store(dir, 16u << 20, KVP_DURABILITY_SPILL);
-    s  = stats_of(st);
+    s  = t_stats(st);
     CHECK(s.disk_files == 0 && s.disk_bytes == 0 && s.sessions == 0);
     kvp_store_close(st);
 
@@ -714,10 +698,10 @@ static void case_garbage(void)
     st = open_store(dir, 1u << 20, KVP_DURABILITY_SPILL); /* room for ~80 pages */
     t_session(&G, 41, 0, 41, 30, 0, &c);              /* 120 pages, no session put */
     CHECK_OK(t_put_pages(st, NS, &G, &c));
-    CHECK(stats_of(st).disk_live_bytes > 0);
+    CHECK(t_stats(st).disk_live_bytes > 0);
     kvp_store_close(st);
     st = open_store(dir, 1u << 20, KVP_DURABILITY_SPILL);
-    s  = stats_of(st);
+    s  = t_stats(st);
     CHECK(s.swept_pages > 0 && s.disk_live_bytes == 0 && s.disk_files == 0);
     kvp_store_close(st);
     kvp_session_desc_clear(&a);
@@ -779,7 +763,7 @@ static void case_concurrent_io(void)
         }
         CHECK(args[i].fails == 0 && args[i].ops == 60);
     }
-    CHECK(stats_of(st).restores > 0 && stats_of(st).spills > 0);
+    CHECK(t_stats(st).restores > 0 && t_stats(st).spills > 0);
     kvp_store_close(st);
     t_rmrf(dir);
 }

@@ -8,8 +8,10 @@
  * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
  * under write-through/sync); eviction spills least-recently-used sessions to RocksDB; a get of a
  * cold session restores it (MultiGet). kvp_store_open on an existing directory is a warm restart.
- * Thread-safety: every call may be made from any thread (one internal lock). Spills (explicit
- * and by eviction at the end of a call) and restores drop it for their disk I/O, with the session
+ * Thread-safety: every call may be made from any thread (one internal lock). With a db_path a
+ * background spiller thread spills least-recently-used sessions once DRAM use passes the high
+ * watermark, down to the low one; a call waits for it only when its own allocation would pass the
+ * budget (backpressure). Spills and restores drop the lock for their disk I/O, with the session
  * held busy, so DRAM hits of other sessions go on; a call on that same session waits. Disk writes
  * of write-through/sync puts and of evictions forced by a failed allocation run under the lock.
  * Memory: with a db_path, kvp_store_open fixes glibc's mmap threshold at 128 KiB (mallopt) so the
@@ -76,6 +78,7 @@ typedef struct {
     uint64_t disk_bytes;      /* their size */
     uint64_t disk_live_bytes; /* bytes of those that pages on disk still name (rest: garbage) */
     uint64_t swept_pages;     /* pages no session named, removed from disk at open */
+    uint64_t spill_waits;     /* calls that waited for the background spiller at the budget */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
@@ -143,6 +146,12 @@ kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t
                               uint32_t layers, uint32_t *hit_chunks_p);
 
 void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
+
+/* Wait until the background spiller is idle with no round pending (asking for one first when DRAM
+ * use is above the high watermark). KVP_OK when use is then at or below the high watermark,
+ * KVP_ERR_NO_SPACE when the rest is pinned or could not be written. For tests, operators and
+ * shutdown; without a db_path eviction is inline and this only reports. */
+kvp_status_t kvp_store_quiesce(kvp_store_h store);
 
 /* ---- tail append and sealing (append.c) ----
  * A session's last < P tokens live in its fp16 tail (one KVP_PAGE_F_TAIL page per layer). An

@@ -1,0 +1,156 @@
+/* spiller.c - the background spiller: one thread per store with an SSD tier that spills
+ * least-recently-used sessions from the high watermark down to the low one, so the request that
+ * crosses the watermark does not wait for the disk. Requests wait for it only at the budget
+ * itself (kvp_store_room_wait, backpressure); kvp_store_quiesce waits for it to go idle.
+ * Main flow: evict_if_needed -> kvp_store_spiller_kick -> spiller_main -> spill_round. */
+#include "store_int.h"
+#include "kvpack/log.h"
+
+#define MOD "store"
+
+/* The least recently used hot session that no spill or restore holds. */
+static kvp_sess_t *lru_victim(kvp_store_h st)
+{
+    for (kvp_list_t *e = st->hot_lru.next; e != &st->hot_lru; e = e->next) {
+        kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
+
+        if (!s->busy) {
+            return s;
+        }
+    }
+    return NULL;
+}
+
+/* Where a round stops: the low watermark, or lower while a waiting call needs more room. */
+static size_t round_target(const kvp_store_h st)
+{
+    size_t room = st->pool.budget - st->spill_need; /* a waiter's need is <= budget */
+
+    return room < st->low_bytes ? room : st->low_bytes;
+}
+
+/* One round, store lock held: cached copies first, then LRU sessions spilled with the lock
+ * dropped for their disk writes (other calls go on meanwhile; each spill broadcasts io_done, so
+ * a request waiting for room re-checks after every one) down to round_target; what is still
+ * above the high watermark (loose pages) goes the synchronous way, as before. */
+static void spill_round(kvp_store_h st)
+{
+    kvp_status_t status = KVP_OK;
+
+    kvp_store_drop_cached(st, round_target(st));
+    while (status == KVP_OK && !st->spill_stop && st->pool.used > round_target(st)) {
+        kvp_sess_t *victim = lru_victim(st);
+
+        if (victim == NULL) {
+            break;
+        }
+        status = kvp_store_sess_spill_unlocked(st, victim); /* errors logged and counted there */
+    }
+    if (status == KVP_OK && !st->spill_stop && st->pool.used > st->high_bytes) {
+        (void)kvp_store_make_room(st, 0, NULL);
+    }
+}
+
+static void *spiller_main(void *arg)
+{
+    kvp_store_h st = arg;
+
+    pthread_mutex_lock(&st->lock);
+    while (!st->spill_stop) {
+        if (!st->spill_wanted) {
+            pthread_cond_wait(&st->spill_wake, &st->lock);
+            continue;
+        }
+        st->spill_wanted  = false;
+        st->spill_running = true;
+        spill_round(st);
+        st->spill_running = false;
+        st->spill_need    = 0; /* its waiters have room now or fall back to make_room */
+        pthread_cond_broadcast(&st->io_done); /* room_wait and quiesce re-check */
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+kvp_status_t kvp_store_spiller_start(kvp_store_h st)
+{
+    int rc;
+
+    st->spiller_on = true;
+    rc             = pthread_create(&st->spiller, NULL, spiller_main, st);
+    if (rc != 0) {
+        st->spiller_on = false;
+        KVP_LOG_ERROR(MOD, "cannot start the spiller thread: error %d", rc);
+        return KVP_ERR_NO_MEMORY;
+    }
+    return KVP_OK;
+}
+
+void kvp_store_spiller_stop(kvp_store_h st)
+{
+    if (!st->spiller_on) {
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    st->spill_stop = true;
+    pthread_cond_signal(&st->spill_wake);
+    pthread_mutex_unlock(&st->lock);
+    pthread_join(st->spiller, NULL); /* a spill in flight completes first */
+    st->spiller_on = false;
+}
+
+void kvp_store_spiller_kick(kvp_store_h st)
+{
+    if (st->spiller_on && !st->spill_wanted) {
+        st->spill_wanted = true;
+        pthread_cond_signal(&st->spill_wake);
+    }
+}
+
+bool kvp_store_room_wait(kvp_store_h st, size_t need)
+{
+    bool waited = false;
+
+    if (need > st->pool.budget) {
+        return false; /* make_room reports it */
+    }
+    while (st->spiller_on && !st->spill_stop && st->pool.used + need > st->pool.budget) {
+        st->spill_need = need > st->spill_need ? need : st->spill_need;
+        if (!st->spill_wanted && !st->spill_running) {
+            if (waited) {
+                break; /* its round ended short of room: make_room takes it from here */
+            }
+            kvp_store_spiller_kick(st);
+        }
+        if (!waited) {
+            st->stats.spill_waits++;
+        }
+        waited = true;
+        pthread_cond_wait(&st->io_done, &st->lock);
+    }
+    return waited;
+}
+
+kvp_status_t kvp_store_quiesce(kvp_store_h st)
+{
+    kvp_status_t status;
+
+    if (st == NULL) {
+        KVP_LOG_ERROR(MOD, "quiesce with a NULL store");
+        return KVP_ERR_INVALID;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (st->pool.used > st->high_bytes) {
+        kvp_store_spiller_kick(st);
+    }
+    while (st->spiller_on && (st->spill_wanted || st->spill_running)) {
+        pthread_cond_wait(&st->io_done, &st->lock);
+    }
+    status = st->pool.used <= st->high_bytes ? KVP_OK : KVP_ERR_NO_SPACE;
+    if (status != KVP_OK) {
+        KVP_LOG_DEBUG(MOD, "quiesced above the high watermark: %zu of %zu bytes in use, the rest "
+                      "pinned or unwritable", st->pool.used, st->pool.budget);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return status;
+}
