@@ -158,6 +158,15 @@ def run_codec():
                  {"ERR_BAD_PAGE", "ERR_CORRUPT"}) is not None, "zero header accepted")
     check(raises(lambda: kvpack.codec_from_name("zip"), kvpack.KvpError, {"ERR_INVALID"})
           is not None, "unknown codec name")
+    # finding the library: $KVPACK_LIB, and a clear OSError when it is not there
+    probe = ("import sys; sys.path.insert(0, %r); import kvpack\n"
+             "try:\n    kvpack.load(); print(kvpack.codec_name(2))\n"
+             "except OSError as e:\n    print(e)") % os.path.dirname(kvpack.__file__)
+    for path, want in ((lib, "kivi"), ("/nonexistent/libkvpack.so",
+                                       "kvpack: libkvpack.so not found (looked at /nonexistent")):
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             env=dict(env, KVPACK_LIB=path)).stdout
+        check(out.startswith(want), f"load() with KVPACK_LIB={path}: {out!r}")
     nan = array.array("f", k)
     nan[5] = float("nan")
     check(raises(lambda: kvpack.page_encode(kivi_pp, nan, v), kvpack.KvpError,
