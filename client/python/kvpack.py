@@ -1,12 +1,8 @@
-"""kvpack.py - Python binding of libkvpack over ctypes (standard library only).
-
-Mirrors the C API of kvpack.h / codec.h / page.h with the kvp_ prefix dropped: page_encode /
-page_decode / page_parse, codec_name / codec_from_name, ns_fingerprint, chunk_key, and Client
-(kvp_client_*: put_pages, put_session, get_session, lookup, spill, stat, delete_session,
-list_sessions). Every non-OK kvp_status_t raises KvpError(status, name, message); sizes and types
-are checked in Python (ValueError / TypeError) before C is called. C memory returned by the
-library is copied into Python objects and freed exactly once, inside the call that received it.
-The library: load(path), else $KVPACK_LIB, else <repo>/build*/lib/libkvpack.so beside this file.
+"""kvpack.py - Python binding of libkvpack over ctypes (standard library only): the C API of
+kvpack.h / codec.h / page.h without the kvp_ prefix (page_encode/decode, ns_fingerprint, chunk_key,
+Client). A non-OK kvp_status_t raises KvpError(status, name, message); sizes and types are checked
+before C is called (ValueError / TypeError); C memory a call receives is copied and freed in it.
+Library: load(path), else $KVPACK_LIB, else <repo>/build*/lib/libkvpack.so beside this file.
 """
 import array
 import ctypes
@@ -433,7 +429,10 @@ class Client:
         self.close()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn ctypes down
+            pass
 
     def _handle(self):
         if self._h is None:

@@ -1,14 +1,9 @@
 #!/usr/bin/env python3
 """check_python.py - the ctypes binding (client/python/kvpack.py) over libkvpack.so.
-codec: fp16 pages round-trip bit-exactly (fp32 and fp16 input), kivi within its error and equal,
-  byte for byte, to `kvpack eval --dequant-out` of the same .kvd; a wrong buffer size is a
-  ValueError before any C call; a malformed or flipped page is KvpError BAD_PAGE / CORRUPT.
-node: against a real kvpackd, the README example verbatim (address substituted); a session with
-  an fp16 tail put from Python: lookup hits, get_session gives identical pages and record, list,
-  stat, spill, get again; a CLI `kvpack put` is read from Python (its namespace equals
-  ns_fingerprint, its pages decode to eval's values) and a Python fp16 put is read back bit-exactly
-  by `kvpack get`; a corrupt page put is KvpError CORRUPT and loses nothing; delete -> NOT_FOUND;
-  a killed node gives KvpError (timeout / peer gone), not a hang.
+codec: fp16 bit-exact, kivi within its error and equal to `kvpack eval --dequant-out`; bad sizes are
+  ValueError before any C call; malformed pages KvpError; load() errors. node: a real kvpackd, the
+  README example; put/lookup/get/list/stat/spill/delete from Python, CLI put -> Python get, Python
+  put -> CLI get; corrupt put and dead node are KvpError, nothing lost, no hang.
 usage: check_python.py codec|node LIBKVPACK KVPACK KVPACKD README"""
 import array
 import json
