@@ -20,6 +20,7 @@ import tempfile
 import time
 
 mode, lib, kvpack_exe, kvpackd, readme = sys.argv[1:6]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
 import kvpack  # noqa: E402
@@ -159,7 +160,7 @@ def run_codec():
              "except OSError as e:\n    print(e)") % os.path.dirname(kvpack.__file__)
     for path, want in ((lib, "kivi"), ("/nonexistent/libkvpack.so",
                                        "kvpack: libkvpack.so not found (looked at /nonexistent")):
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-B", "-c", probe], capture_output=True, text=True,
                              env=dict(env, KVPACK_LIB=path)).stdout
         check(out.startswith(want), f"load() with KVPACK_LIB={path}: {out!r}")
     nan = array.array("f", k)
