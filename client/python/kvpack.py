@@ -1,0 +1,519 @@
+"""kvpack.py - Python binding of libkvpack over ctypes (standard library only): the C API of
+kvpack.h / codec.h / page.h without the kvp_ prefix (page_encode/decode, ns_fingerprint, chunk_key,
+Client). A non-OK kvp_status_t raises KvpError(status, name, message); sizes and types are checked
+before C is called (ValueError / TypeError); C memory a call receives is copied and freed in it.
+Library: load(path), else $KVPACK_LIB, else <repo>/build*/lib/libkvpack.so beside this file.
+"""
+import array
+import ctypes
+import dataclasses
+import glob
+import os
+
+__all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPages", "NodeStat",
+           "SessionInfo", "SessionList", "Client", "page_encode", "page_decode", "page_parse",
+           "page_max_bytes", "codec_name", "codec_from_name", "ns_fingerprint", "chunk_key",
+           "status_name", "status_str"]
+
+DTYPE_F32, DTYPE_F16 = 0, 1                  # kvp_dtype_t
+FRAME_ORIGINAL, FRAME_ROTATED = 0, 1         # kvp_frame_t
+CODEC_FP16, CODEC_KIVI, CODEC_KIVI128, CODEC_OSCAR, CODEC_KVARN, CODEC_NAIVE2 = range(1, 7)
+PAGE_F_K_ROTATED, PAGE_F_V_ROTATED, PAGE_F_PARTIAL = 1, 2, 4
+PAGE_F_TAIL, PAGE_F_V_PREROT, PAGE_F_SINK = 8, 16, 32
+SESSION_IN_DRAM, SESSION_ON_DISK = 1, 2
+SID_MAX = 128                                # bytes including the NUL (KVP_SID_MAX)
+_CLIENT_PARAM_SERVER, _CLIENT_PARAM_TIMEOUT_MS = 1, 2
+
+
+class KvpError(Exception):
+    """A non-OK kvp_status_t: status (the C value), name ("ERR_NOT_FOUND"), message."""
+
+    def __init__(self, status, name, message, what=""):
+        self.status, self.name, self.message = status, name, message
+        super().__init__(f"{what + ': ' if what else ''}{name} ({status}): {message}")
+
+
+# ---- C types (layouts of kvpack.h, codec.h, page.h) ----
+class Key128(ctypes.Structure):
+    """kvp_key128_t: a 128-bit chunk key; compares and hashes by value."""
+    _fields_ = [("lo", ctypes.c_uint64), ("hi", ctypes.c_uint64)]
+
+    def _t(self):
+        return (self.lo, self.hi)
+
+    def __eq__(self, other):
+        return isinstance(other, Key128) and self._t() == other._t()
+
+    def __hash__(self):
+        return hash(self._t())
+
+    def __repr__(self):
+        return f"Key128(lo=0x{self.lo:016x}, hi=0x{self.hi:016x})"
+
+
+class _PageParams(ctypes.Structure):
+    _fields_ = [("codec", ctypes.c_int), ("heads", ctypes.c_uint32),
+                ("head_dim", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
+                ("layer", ctypes.c_uint32), ("first_pos", ctypes.c_uint64),
+                ("chunk_key", Key128), ("flags", ctypes.c_uint32),
+                ("kvarn_iters", ctypes.c_uint32)]
+
+
+_INFO_U32 = ["version", "codec", "flags", "bits_k", "bits_v", "group_k", "group_v", "valid",
+             "capacity", "heads", "head_dim", "layer"]
+
+
+class _PageInfo(ctypes.Structure):
+    _fields_ = ([(n, ctypes.c_uint32) for n in _INFO_U32] +
+                [("first_pos", ctypes.c_uint64), ("chunk_key", Key128),
+                 ("payload_len", ctypes.c_uint32), ("aux", ctypes.c_uint32),
+                 ("crc", ctypes.c_uint32)])
+
+
+class _SessionDesc(ctypes.Structure):
+    _fields_ = [("layers", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
+                ("n_chunks", ctypes.c_uint32), ("chunk_keys", ctypes.POINTER(Key128)),
+                ("tail_tokens", ctypes.c_uint32), ("n_tail", ctypes.c_uint32),
+                ("tail_len", ctypes.c_size_t), ("tail", ctypes.POINTER(ctypes.c_uint8))]
+
+
+class _SessionPages(ctypes.Structure):
+    _fields_ = [("desc", _SessionDesc), ("n_pages", ctypes.c_uint32),
+                ("pages", ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8))),
+                ("page_lens", ctypes.POINTER(ctypes.c_size_t)), ("wire_bytes", ctypes.c_uint64)]
+
+
+class _ClientParams(ctypes.Structure):
+    _fields_ = [("field_mask", ctypes.c_uint64), ("server", ctypes.c_char_p),
+                ("timeout_ms", ctypes.c_uint32), ("batch_bytes", ctypes.c_size_t),
+                ("max_inflight", ctypes.c_uint32)]
+
+
+_STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
+                "spills", "restores", "crc_failures", "disk_errors", "uptime_ms"]
+
+
+class _NodeStat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
+
+
+class _SessionInfo(ctypes.Structure):
+    _fields_ = [("ns", ctypes.c_uint64), ("sid", ctypes.c_char * SID_MAX),
+                ("layers", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
+                ("n_chunks", ctypes.c_uint32), ("tail_tokens", ctypes.c_uint32),
+                ("codec", ctypes.c_int), ("heads", ctypes.c_uint32),
+                ("head_dim", ctypes.c_uint32), ("where", ctypes.c_uint32),
+                ("bytes", ctypes.c_uint64)]
+
+
+class _SessionList(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_uint32), ("sessions", ctypes.POINTER(_SessionInfo)),
+                ("truncated", ctypes.c_int), ("requests", ctypes.c_uint32)]
+
+
+# ---- Python-side values ----
+@dataclasses.dataclass
+class PageParams:
+    """kvp_page_params_t; codec is a name ("kivi") or a CODEC_* id."""
+    codec: object
+    heads: int
+    head_dim: int
+    page_tokens: int
+    layer: int = 0
+    first_pos: int = 0
+    chunk_key: Key128 = dataclasses.field(default_factory=Key128)
+    flags: int = 0
+    kvarn_iters: int = 0
+
+    def _c(self):
+        return _PageParams(_codec_id(self.codec), self.heads, self.head_dim, self.page_tokens,
+                           self.layer, self.first_pos, self.chunk_key, self.flags,
+                           self.kvarn_iters)
+
+
+@dataclasses.dataclass
+class SessionDesc:
+    """kvp_session_desc_t: ordered chunk keys and the fp16 tail pages (none, or one per layer)."""
+    layers: int
+    page_tokens: int
+    chunk_keys: list
+    tail_tokens: int = 0
+    tail_pages: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SessionPages:
+    """kvp_session_pages_t: the record and every page (bytes), pages[chunk * layers + layer]."""
+    desc: SessionDesc
+    pages: list
+    wire_bytes: int
+
+
+NodeStat = dataclasses.make_dataclass("NodeStat", [(n, int) for n in _STAT_FIELDS])
+NodeStat.__doc__ = "kvp_node_stat_t, as reported by STAT."
+
+
+@dataclasses.dataclass
+class SessionInfo:
+    """kvp_session_info_t; codec is its name ("" while the namespace has no sealed page)."""
+    ns: int
+    sid: str
+    layers: int
+    page_tokens: int
+    n_chunks: int
+    tail_tokens: int
+    codec: str
+    heads: int
+    head_dim: int
+    where: int
+    bytes: int
+
+
+@dataclasses.dataclass
+class SessionList:
+    """kvp_session_list_t."""
+    sessions: list
+    truncated: bool
+    requests: int
+
+
+# ---- the library ----
+_lib = None
+
+
+def _declare(lib):
+    c = ctypes
+    u32, u64, sz, st, vp = c.c_uint32, c.c_uint64, c.c_size_t, c.c_int, c.c_void_p
+    P = c.POINTER
+    sigs = {
+        "kvp_status_str": (c.c_char_p, [st]), "kvp_status_name": (c.c_char_p, [st]),
+        "kvp_codec_name": (c.c_char_p, [c.c_int]),
+        "kvp_codec_from_name": (st, [c.c_char_p, P(c.c_int)]),
+        "kvp_codec_check": (st, [P(_PageParams)]),
+        "kvp_page_max_bytes": (sz, [P(_PageParams)]),
+        "kvp_page_encode": (st, [P(_PageParams), c.c_int, vp, vp, u32, vp, sz, P(sz)]),
+        "kvp_page_decode": (st, [vp, sz, c.c_int, c.c_int, vp, vp, P(_PageInfo)]),
+        "kvp_page_parse": (st, [vp, sz, P(_PageInfo)]),
+        "kvp_ns_fingerprint": (u64, [c.c_char_p, u32, u32, u32, u32, c.c_int]),
+        "kvp_chunk_key": (Key128, [P(Key128), u64, P(u32), sz]),
+        "kvp_client_create": (st, [P(_ClientParams), P(vp)]),
+        "kvp_client_destroy": (None, [vp]),
+        "kvp_client_put_pages": (st, [vp, u64, P(vp), P(sz), sz]),
+        "kvp_client_put_session": (st, [vp, u64, c.c_char_p, P(_SessionDesc)]),
+        "kvp_client_get_session": (st, [vp, u64, c.c_char_p, P(P(_SessionPages))]),
+        "kvp_session_pages_free": (None, [P(_SessionPages)]),
+        "kvp_client_lookup": (st, [vp, u64, P(Key128), u32, u32, P(u32)]),
+        "kvp_client_spill": (st, [vp, u64, c.c_char_p]),
+        "kvp_client_stat": (st, [vp, P(_NodeStat)]),
+        "kvp_client_delete_session": (st, [vp, u64, c.c_char_p]),
+        "kvp_client_list_sessions": (st, [vp, u32, u32, P(P(_SessionList))]),
+        "kvp_session_list_free": (None, [P(_SessionList)]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+def load(path=None):
+    """Load libkvpack.so from path, else $KVPACK_LIB, else <repo>/build*/lib/ beside this file.
+    Returns the ctypes library; raises OSError naming every place it looked."""
+    global _lib
+    if path is None and _lib is not None:
+        return _lib
+    tried = []
+    if path is not None:
+        tried.append(path)
+    elif os.environ.get("KVPACK_LIB"):
+        tried.append(os.environ["KVPACK_LIB"])
+    else:
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        tried += sorted(glob.glob(os.path.join(repo, "build*", "lib", "libkvpack.so")))
+        tried = tried or [os.path.join(repo, "build*", "lib", "libkvpack.so")]
+    for cand in tried:
+        if os.path.isfile(cand):
+            lib = ctypes.CDLL(os.path.abspath(cand))
+            _declare(lib)
+            _lib = lib
+            return lib
+    raise OSError("kvpack: libkvpack.so not found (looked at " + ", ".join(tried) +
+                  "); build the kvpack_shared target or set KVPACK_LIB")
+
+
+def _L():
+    return _lib if _lib is not None else load()
+
+
+def status_name(status):
+    return _L().kvp_status_name(status).decode()
+
+
+def status_str(status):
+    return _L().kvp_status_str(status).decode()
+
+
+def _check(status, what=""):
+    if status != 0:
+        raise KvpError(status, status_name(status), status_str(status), what)
+
+
+# ---- argument checks (before C is called) ----
+def _u(value, what, bits=32):
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < (1 << bits):
+        raise ValueError(f"{what} must be an integer in 0..2^{bits}-1, got {value!r}")
+    return value
+
+
+def _sid(sid):
+    b = sid.encode() if isinstance(sid, str) else bytes(sid)
+    if not b or len(b) >= SID_MAX or b"\0" in b:
+        raise ValueError(f"session id must be 1..{SID_MAX - 1} bytes without NUL, got {sid!r}")
+    return b
+
+
+def _codec_id(codec):
+    return codec_from_name(codec) if isinstance(codec, str) else _u(codec, "codec")
+
+
+def _buf(obj, what):
+    """(ctypes char array over obj's bytes, nbytes, memoryview format); copies read-only input."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{what} must support the buffer protocol, got {type(obj).__name__}")
+    if not mv.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+    n, fmt = mv.nbytes, mv.format.lstrip("@=<")
+    if n == 0:
+        return (ctypes.c_char * 1)(), 0, fmt
+    if mv.readonly:
+        return (ctypes.c_char * n).from_buffer_copy(mv), n, fmt
+    return (ctypes.c_char * n).from_buffer(mv), n, fmt
+
+
+def _dtype(dtype, fmt, what):
+    """DTYPE_F32/F16 from dtype ("f32", "f16", an id, or None) and the buffer format."""
+    by_fmt = {"f": DTYPE_F32, "e": DTYPE_F16, "H": DTYPE_F16}
+    names = {"f32": DTYPE_F32, "f16": DTYPE_F16, DTYPE_F32: DTYPE_F32, DTYPE_F16: DTYPE_F16}
+    if dtype is None:
+        if fmt not in by_fmt:
+            raise ValueError(f"{what}: format '{fmt}' needs dtype='f32' or 'f16'")
+        return by_fmt[fmt]
+    if dtype not in names:
+        raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")
+    if fmt in by_fmt and by_fmt[fmt] != names[dtype]:
+        raise ValueError(f"{what}: format '{fmt}' does not hold {dtype}")
+    return names[dtype]
+
+
+# ---- codecs and pages ----
+def codec_name(codec_id):
+    return _L().kvp_codec_name(codec_id).decode()
+
+
+def codec_from_name(name):
+    out = ctypes.c_int()
+    _check(_L().kvp_codec_from_name(name.encode(), ctypes.byref(out)), f"codec '{name}'")
+    return out.value
+
+
+def page_max_bytes(params):
+    """Bytes of a full page for these PageParams; KvpError when the codec rejects the geometry."""
+    p = params._c()
+    _check(_L().kvp_codec_check(ctypes.byref(p)), "page params")
+    return _L().kvp_page_max_bytes(ctypes.byref(p))
+
+
+def page_encode(params, k, v, ntok=None, dtype=None):
+    """Encode ntok tokens of K and V ([ntok][heads][head_dim], fp32 or fp16 bits, any buffer of
+    exactly that size) into one page; returns its bytes. ntok defaults to what the buffers hold."""
+    kb, kn, kf = _buf(k, "k")
+    vb, vn, vf = _buf(v, "v")
+    dt = _dtype(dtype, kf, "k")
+    if _dtype(dtype, vf, "v") != dt:
+        raise ValueError("k and v have different dtypes")
+    row = params.heads * params.head_dim * (4 if dt == DTYPE_F32 else 2)
+    if ntok is None:
+        if not row or kn % row:
+            raise ValueError(f"k holds {kn} bytes, not a whole number of {row}-byte tokens")
+        ntok = kn // row
+    if not row or not 1 <= ntok <= params.page_tokens or kn != ntok * row or vn != ntok * row:
+        raise ValueError(f"k and v must be {ntok} tokens x {row} bytes each (ntok 1.."
+                         f"{params.page_tokens}), got {kn} and {vn} bytes")
+    cap = page_max_bytes(params)
+    out = ctypes.create_string_buffer(cap)
+    n = ctypes.c_size_t()
+    p = params._c()
+    _check(_L().kvp_page_encode(ctypes.byref(p), dt, kb, vb, ntok, out, cap, ctypes.byref(n)),
+           "page_encode")
+    return out.raw[:n.value]
+
+
+def _info(c):
+    d = {n: getattr(c, n) for n in _INFO_U32 + ["first_pos", "payload_len", "aux", "crc"]}
+    d["chunk_key"] = Key128(c.chunk_key.lo, c.chunk_key.hi)
+    return d
+
+
+def page_parse(page):
+    """Validate a page (every header field, then the CRC) and return its header as a dict."""
+    pb, pn, _ = _buf(page, "page")
+    info = _PageInfo()
+    _check(_L().kvp_page_parse(pb, pn, ctypes.byref(info)), "page_parse")
+    return _info(info)
+
+
+def page_decode(page, dtype="f32", frame=FRAME_ORIGINAL):
+    """Verify and decode a page: (k, v, info), k and v [valid][heads][head_dim] as array('f')
+    (f32) or array('H') of IEEE half bits (f16); info as page_parse returns it."""
+    dt = _dtype(dtype, "B", "dtype")
+    pb, pn, _ = _buf(page, "page")
+    info = _PageInfo()
+    _check(_L().kvp_page_parse(pb, pn, ctypes.byref(info)), "page_decode")
+    count = info.valid * info.heads * info.head_dim
+    k = array.array("f" if dt == DTYPE_F32 else "H", bytes(count * (4 if dt == DTYPE_F32 else 2)))
+    v = array.array(k.typecode, k)
+    kp, vp = k.buffer_info()[0], v.buffer_info()[0]
+    _check(_L().kvp_page_decode(pb, pn, dt, frame, kp, vp, ctypes.byref(info)), "page_decode")
+    return k, v, _info(info)
+
+
+def ns_fingerprint(model_id, layers, heads, head_dim, page_tokens, codec):
+    """64-bit namespace of (model id, geometry, P, codec); codec a name or id."""
+    return _L().kvp_ns_fingerprint(model_id.encode(), _u(layers, "layers"), _u(heads, "heads"),
+                                   _u(head_dim, "head_dim"), _u(page_tokens, "page_tokens"),
+                                   _codec_id(codec))
+
+
+def chunk_key(prev, ns, tokens):
+    """Key of a chunk: XXH3-128 over (prev key or None, ns, the uint32 token ids)."""
+    ids = array.array("I", [_u(t, "token id") for t in tokens])
+    ptr = ids.buffer_info()[0] if ids else None
+    prev_p = ctypes.byref(prev) if prev is not None else None
+    key = _L().kvp_chunk_key(prev_p, _u(ns, "ns", 64),
+                             ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint32)), len(ids))
+    return Key128(key.lo, key.hi)
+
+
+def _keys(keys):
+    arr = (Key128 * max(len(keys), 1))()
+    for i, key in enumerate(keys):
+        if not isinstance(key, Key128):
+            raise TypeError(f"chunk key {i} must be a Key128, got {type(key).__name__}")
+        arr[i] = key
+    return arr
+
+
+# ---- the client ----
+class Client:
+    """kvp_client_h: one connection to a kvpackd node; use as a context manager or close()."""
+
+    def __init__(self, server, timeout_ms=10000):
+        self._h = None
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
+                               _u(timeout_ms, "timeout_ms"), 0, 0)
+        h = ctypes.c_void_p()
+        _check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
+               f"client to {server}")
+        self._h = h
+
+    def close(self):
+        """kvp_client_destroy, once; later calls are no-ops."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            _L().kvp_client_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn ctypes down
+            pass
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("kvpack client is closed")
+        return self._h
+
+    def put_pages(self, ns, pages):
+        """Ship pages (buffers, each one encoded page) to the node under namespace ns."""
+        bufs = [_buf(p, f"page {i}") for i, p in enumerate(pages)]
+        n = len(bufs)
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(b[0]) for b in bufs])
+        lens = (ctypes.c_size_t * max(n, 1))(*[b[1] for b in bufs])
+        _check(_L().kvp_client_put_pages(self._handle(), _u(ns, "ns", 64), ptrs, lens, n),
+               "put_pages")
+
+    def put_session(self, ns, sid, desc):
+        """Set (create or replace) session sid from a SessionDesc; its pages must be put."""
+        sid_b = _sid(sid)
+        if desc.tail_pages and len(desc.tail_pages) != desc.layers:
+            raise ValueError(f"tail_pages: need 0 or {desc.layers} (layers), "
+                             f"got {len(desc.tail_pages)}")
+        tail = b"".join(bytes(memoryview(p)) for p in desc.tail_pages)
+        tail_buf = (ctypes.c_uint8 * max(len(tail), 1)).from_buffer_copy(tail or b"\0")
+        keys = _keys(desc.chunk_keys)
+        c = _SessionDesc(_u(desc.layers, "layers"), _u(desc.page_tokens, "page_tokens"),
+                         len(desc.chunk_keys), keys, _u(desc.tail_tokens, "tail_tokens"),
+                         len(desc.tail_pages), len(tail), tail_buf)
+        _check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
+                                           ctypes.byref(c)), f"put_session '{sid}'")
+
+    def get_session(self, ns, sid):
+        """Fetch session sid with every page (CRC-checked by libkvpack) as SessionPages."""
+        out = ctypes.POINTER(_SessionPages)()
+        _check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                           ctypes.byref(out)), f"get_session '{sid}'")
+        try:
+            sp = out.contents
+            d = sp.desc
+            tail = ctypes.string_at(d.tail, d.tail_len) if d.tail_len else b""
+            each = d.tail_len // d.n_tail if d.n_tail else 0
+            desc = SessionDesc(d.layers, d.page_tokens,
+                               [Key128(d.chunk_keys[i].lo, d.chunk_keys[i].hi)
+                                for i in range(d.n_chunks)], d.tail_tokens,
+                               [tail[i * each:(i + 1) * each] for i in range(d.n_tail)])
+            pages = [ctypes.string_at(sp.pages[i], sp.page_lens[i]) for i in range(sp.n_pages)]
+            return SessionPages(desc, pages, sp.wire_bytes)
+        finally:
+            _L().kvp_session_pages_free(out)
+
+    def lookup(self, ns, keys, layers):
+        """How many leading chunks of keys the node holds on all layers."""
+        hit = ctypes.c_uint32()
+        _check(_L().kvp_client_lookup(self._handle(), _u(ns, "ns", 64), _keys(keys), len(keys),
+                                      _u(layers, "layers"), ctypes.byref(hit)), "lookup")
+        return hit.value
+
+    def spill(self, ns, sid):
+        _check(_L().kvp_client_spill(self._handle(), _u(ns, "ns", 64), _sid(sid)),
+               f"spill '{sid}'")
+
+    def stat(self):
+        s = _NodeStat()
+        _check(_L().kvp_client_stat(self._handle(), ctypes.byref(s)), "stat")
+        return NodeStat(*[getattr(s, n) for n in _STAT_FIELDS])
+
+    def delete_session(self, ns, sid):
+        """Delete sid (record and unshared pages, DRAM and disk); KvpError ERR_NOT_FOUND if none."""
+        _check(_L().kvp_client_delete_session(self._handle(), _u(ns, "ns", 64), _sid(sid)),
+               f"delete_session '{sid}'")
+
+    def list_sessions(self, page_size=0, max=0):
+        """The node's sessions in (ns, sid) order, page_size per LIST, at most max (0: all)."""
+        out = ctypes.POINTER(_SessionList)()
+        _check(_L().kvp_client_list_sessions(self._handle(), _u(page_size, "page_size"),
+                                             _u(max, "max"), ctypes.byref(out)), "list_sessions")
+        try:
+            lst = out.contents
+            ss = [SessionInfo(s.ns, s.sid.decode(), s.layers, s.page_tokens, s.n_chunks,
+                              s.tail_tokens, codec_name(s.codec) if s.codec else "", s.heads,
+                              s.head_dim, s.where, s.bytes)
+                  for s in (lst.sessions[i] for i in range(lst.n))]
+            return SessionList(ss, bool(lst.truncated), lst.requests)
+        finally:
+            _L().kvp_session_list_free(out)

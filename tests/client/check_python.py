@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""check_python.py - the ctypes binding (client/python/kvpack.py) over libkvpack.so.
+codec: fp16 bit-exact, kivi within its error and equal to `kvpack eval --dequant-out`; bad sizes are
+  ValueError before any C call; malformed pages KvpError; load() errors. node: a real kvpackd, the
+  README example; put/lookup/get/list/stat/spill/delete from Python, CLI put -> Python get, Python
+  put -> CLI get; corrupt put and dead node are KvpError, nothing lost, no hang.
+usage: check_python.py codec|node LIBKVPACK KVPACK KVPACKD README"""
+import array
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+mode, lib, kvpack_exe, kvpackd, readme = sys.argv[1:6]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import kvpack  # noqa: E402
+
+kvpack.load(lib)
+tmp = tempfile.mkdtemp(prefix="kvp_py_")
+env = dict(os.environ, KVP_PROGRESS="0")
+fails = []
+L, T, H, D, P = 2, 256, 2, 64, 128
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def raises(fn, exc, names=None):
+    """The exception fn raises (None if it raised nothing or something else); checks the name."""
+    try:
+        fn()
+    except exc as e:
+        if names is not None and e.name not in names:
+            check(False, f"{e} is not one of {names}")
+            return None
+        return e
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        check(False, f"expected {exc.__name__}, got {type(e).__name__}: {e}")
+        return None
+    check(False, f"expected {exc.__name__}, nothing raised")
+    return None
+
+
+def values(n, seed):
+    """k/64 for integers k in [-256, 256]: exact in fp16, so fp16 pages lose nothing."""
+    rnd = random.Random(seed)
+    return array.array("f", [rnd.randint(-256, 256) / 64.0 for _ in range(n)])
+
+
+def write_kvd(path, k, v, layers, tokens):
+    with open(path, "wb") as f:
+        f.write(b"KVD1" + struct.pack("<5I", 1, layers, tokens, H, D) + k.tobytes() + v.tobytes())
+
+
+def pages_of(k, v, codec, layers, tokens, keys=None):
+    """Encode every (chunk, layer) page, in session order page[chunk * layers + layer]."""
+    row, out = H * D, []
+    for c in range(tokens // P):
+        for layer in range(layers):
+            off = (layer * tokens + c * P) * row
+            pp = kvpack.PageParams(codec, H, D, P, layer=layer, first_pos=c * P,
+                                   chunk_key=keys[c] if keys else kvpack.Key128())
+            # memoryview slices: any buffer of the right size, no copy
+            out.append(kvpack.page_encode(pp, memoryview(k)[off:off + P * row],
+                                          memoryview(v)[off:off + P * row]))
+    return out
+
+
+def rel_err(a, b):
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)) / sum(y * y for y in b))
+
+
+def run_codec():
+    n = P * H * D
+    k, v = values(n, 1), values(n, 2)
+    fp16 = kvpack.PageParams("fp16", H, D, P, layer=3, first_pos=128)
+    page = kvpack.page_encode(fp16, k, v)
+    k2, v2, info = kvpack.page_decode(page)
+    check(k2 == k and v2 == v, "fp16 page (fp32 in/out) is not bit-exact")
+    check(info["codec"] == kvpack.CODEC_FP16 and info["layer"] == 3 and info["valid"] == P and
+          info["first_pos"] == 128, f"fp16 header {info}")
+    kh, vh, _ = kvpack.page_decode(page, dtype="f16")
+    page16 = kvpack.page_encode(fp16, kh, bytes(vh), dtype="f16")
+    check(page16 == page, "fp16 input (array('H') and bytes) gives another page than fp32 input")
+    half = kvpack.page_encode(fp16, memoryview(k)[:n // 2], memoryview(v)[:n // 2])
+    check(kvpack.page_parse(half)["valid"] == P // 2 and
+          kvpack.page_decode(half)[0] == k[:n // 2], "partial fp16 page")
+
+    kivi = kvpack.page_encode(kvpack.PageParams("kivi", H, D, P), k, v)
+    kq, vq, info = kvpack.page_decode(kivi)
+    ek, ev = rel_err(kq, k), rel_err(vq, v)
+    print(f"kivi: {len(kivi)} bytes for {4 * n} fp16 bytes, k rel err {ek:.3f}, v {ev:.3f}")
+    check(info["codec"] == kvpack.CODEC_KIVI and kvpack.codec_name(info["codec"]) == "kivi",
+          "kivi codec id / name")
+    # 2-bit codes over uniform values: rms error = step / sqrt(12) = range / 10.4, ~0.33 x rms
+    check(0 < ek < 0.4 and 0 < ev < 0.4, f"kivi rel err {ek:.3f} / {ev:.3f} out of range")
+    check(len(kivi) * 4 < 2 * 2 * n, "kivi page is not 4x smaller than fp16")
+
+    # the same .kvd through `kvpack eval --dequant-out` and through Python: equal bytes
+    kk, vv = values(L * T * H * D, 3), values(L * T * H * D, 4)
+    write_kvd(os.path.join(tmp, "in.kvd"), kk, vv, L, T)
+    ev_run = subprocess.run([kvpack_exe, "eval", "--input", os.path.join(tmp, "in.kvd"),
+                             "--codec", "kivi", "--page-tokens", str(P), "--dequant-out",
+                             os.path.join(tmp, "eval.kvd")], capture_output=True, env=env)
+    check(ev_run.returncode == 0, f"kvpack eval exited {ev_run.returncode}")
+    ref = open(os.path.join(tmp, "eval.kvd"), "rb").read() if ev_run.returncode == 0 else b""
+    ks, vs = [bytearray(len(kk) * 4) for _ in range(2)]
+    for i, pg in enumerate(pages_of(kk, vv, "kivi", L, T)):
+        c, layer = divmod(i, L)
+        dk, dv, _ = kvpack.page_decode(pg)
+        off = (layer * T + c * P) * H * D * 4
+        ks[off:off + len(dk) * 4], vs[off:off + len(dv) * 4] = dk.tobytes(), dv.tobytes()
+    check(ref[24:] == bytes(ks) + bytes(vs), "Python kivi decode differs from kvpack eval")
+
+    # wrong sizes and types: ValueError / TypeError, and no C function is even looked up
+    real, calls = kvpack._lib, []
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(real, name)
+    kvpack._lib = Spy()
+    kivi_pp = kvpack.PageParams("kivi", H, D, P)
+    raises(lambda: kvpack.page_encode(kivi_pp, k[:-1], v), ValueError)
+    raises(lambda: kvpack.page_encode(kivi_pp, k, v[:-H * D]), ValueError)
+    raises(lambda: kvpack.page_encode(kivi_pp, k + k, v + v), ValueError)     # > P tokens
+    raises(lambda: kvpack.page_encode(kivi_pp, k, v, dtype="f16"), ValueError)  # 'f' is f32
+    raises(lambda: kvpack.page_encode(kivi_pp, bytes(4 * n), bytes(4 * n)), ValueError)
+    raises(lambda: kvpack.page_encode(kivi_pp, [0.0] * n, v), TypeError)
+    check(calls == [], f"C was called before the size check: {calls}")
+    kvpack._lib = real
+
+    # malformed pages: KvpError from the library's own checks
+    e = raises(lambda: kvpack.page_decode(kivi[:-1]), kvpack.KvpError, {"ERR_BAD_PAGE"})
+    check(e is not None and e.status == -81 and e.message == "malformed page", f"truncated: {e}")
+    flipped = bytearray(kivi)
+    flipped[200] ^= 0x10
+    check(raises(lambda: kvpack.page_decode(flipped), kvpack.KvpError, {"ERR_CORRUPT"})
+          is not None, "flipped bit is not ERR_CORRUPT")
+    check(raises(lambda: kvpack.page_decode(b"KVPG" + bytes(60)), kvpack.KvpError,
+                 {"ERR_BAD_PAGE", "ERR_CORRUPT"}) is not None, "zero header accepted")
+    check(raises(lambda: kvpack.codec_from_name("zip"), kvpack.KvpError, {"ERR_INVALID"})
+          is not None, "unknown codec name")
+    # finding the library: $KVPACK_LIB, and a clear OSError when it is not there
+    probe = ("import sys; sys.path.insert(0, %r); import kvpack\n"
+             "try:\n    kvpack.load(); print(kvpack.codec_name(2))\n"
+             "except OSError as e:\n    print(e)") % os.path.dirname(kvpack.__file__)
+    for path, want in ((lib, "kivi"), ("/nonexistent/libkvpack.so",
+                                       "kvpack: libkvpack.so not found (looked at /nonexistent")):
+        out = subprocess.run([sys.executable, "-B", "-c", probe], capture_output=True, text=True,
+                             env=dict(env, KVPACK_LIB=path)).stdout
+        check(out.startswith(want), f"load() with KVPACK_LIB={path}: {out!r}")
+    nan = array.array("f", k)
+    nan[5] = float("nan")
+    check(raises(lambda: kvpack.page_encode(kivi_pp, nan, v), kvpack.KvpError,
+                 {"ERR_BAD_INPUT_DATA"}) is not None, "NaN input not refused")
+
+
+class Node:
+    def __init__(self, name):
+        self.ready = os.path.join(tmp, name + ".ready")
+        self.proc = subprocess.Popen(
+            [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, name),
+             "--ready-file", self.ready, "--dram-budget", "64M", "--durability", "write-through"],
+            stdout=subprocess.DEVNULL, env=env)
+        for _ in range(1500):  # the ready file appears once the node listens
+            if os.path.exists(self.ready) and open(self.ready).read().strip():
+                self.addr = "127.0.0.1:" + open(self.ready).read().strip()
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        sys.exit("kvpackd did not start")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+
+
+def cli(*args):
+    p = subprocess.run([kvpack_exe, *args], capture_output=True, text=True, timeout=120, env=env)
+    check(p.returncode == 0, f"kvpack {args[0]} exited {p.returncode}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def run_readme(addr):
+    text = open(readme).read()
+    m = re.search(r"## Python\n.*?```python\n(.*?)```", text, re.S)
+    check(m is not None, "README has no Python example")
+    code = m.group(1).replace("127.0.0.1:7070", addr)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    check(scope["info"]["codec"] == kvpack.CODEC_KIVI and len(scope["k2"]) == len(scope["k"]),
+          "README example decoded something else")
+    check(0 < rel_err(scope["k2"], scope["k"]) < 0.25, "README example: kivi error out of range")
+
+
+def run_node():
+    node = Node("n1")
+    try:
+        run_readme(node.addr)
+        tail_tok = 50
+        tokens = 2 * P + tail_tok
+        k, v = values(L * tokens * H * D, 5), values(L * tokens * H * D, 6)
+        ns = kvpack.ns_fingerprint("py", L, H, D, P, "kivi")
+        keys, prev = [], None
+        for c in range(2):
+            prev = kvpack.chunk_key(prev, ns, range(c * P, (c + 1) * P))
+            keys.append(prev)
+        check(len(set(keys)) == 2 and keys[0] == kvpack.chunk_key(None, ns, range(P)),
+              "chunk keys are not chained / deterministic")
+        # sealed pages of the first 2 chunks; the tail from the last 50 tokens of each layer
+        lay = [(array.array("f", k[i * tokens * H * D:(i + 1) * tokens * H * D]),
+                array.array("f", v[i * tokens * H * D:(i + 1) * tokens * H * D])) for i in range(L)]
+        pages = []
+        for c in range(2):
+            for layer in range(L):
+                sl = slice(c * P * H * D, (c + 1) * P * H * D)
+                pp = kvpack.PageParams("kivi", H, D, P, layer=layer, first_pos=c * P,
+                                       chunk_key=keys[c])
+                pages.append(kvpack.page_encode(pp, lay[layer][0][sl], lay[layer][1][sl]))
+        tails = [kvpack.page_encode(
+            kvpack.PageParams("fp16", H, D, P, layer=layer, first_pos=2 * P,
+                              flags=kvpack.PAGE_F_TAIL),
+            lay[layer][0][2 * P * H * D:], lay[layer][1][2 * P * H * D:]) for layer in range(L)]
+        desc = kvpack.SessionDesc(L, P, keys, tail_tok, tails)
+        with kvpack.Client(node.addr, timeout_ms=5000) as c:
+            c.put_pages(ns, pages)
+            c.put_session(ns, "py-1", desc)
+            check(c.lookup(ns, keys, L) == 2, "lookup of both chunks")
+            check(c.lookup(ns, [keys[0], kvpack.Key128(1, 2)], L) == 1, "lookup stops at a miss")
+            got = c.get_session(ns, "py-1")
+            check(got.pages == pages, "get_session pages differ from what was put")
+            check(got.desc == desc, f"get_session record differs: {got.desc}")
+            check(got.wire_bytes >= sum(map(len, pages)), f"wire_bytes {got.wire_bytes}")
+            dk = kvpack.page_decode(got.desc.tail_pages[1])[0]
+            check(dk == lay[1][0][2 * P * H * D:], "fp16 tail is not bit-exact")
+            lst = c.list_sessions(page_size=1)
+            mine = [s for s in lst.sessions if s.sid == "py-1"]
+            check(len(mine) == 1 and mine[0].codec == "kivi" and mine[0].n_chunks == 2 and
+                  mine[0].tail_tokens == tail_tok and mine[0].ns == ns,
+                  f"list_sessions: {lst}")
+            check(lst.requests >= len(lst.sessions), "page_size=1 took fewer LIST requests")
+            st = c.stat()
+            check(st.sessions >= 2 and st.dram_pages >= len(pages), f"stat {st}")
+            c.spill(ns, "py-1")
+            check(c.stat().spills >= 1, "spill not counted")
+            check(c.get_session(ns, "py-1").pages == pages, "pages differ after spill + restore")
+
+            # a corrupt page: KvpError CORRUPT from the node, and nothing lost
+            bad = bytearray(pages[0])
+            bad[300] ^= 1
+            check(raises(lambda: c.put_pages(ns, [bad]), kvpack.KvpError, {"ERR_CORRUPT"})
+                  is not None, "corrupt page accepted by the node")
+            check(c.get_session(ns, "py-1").pages == pages, "corrupt put changed the session")
+            raises(lambda: c.get_session(ns, "nope"), kvpack.KvpError, {"ERR_NOT_FOUND"})
+            raises(lambda: c.put_session(ns, "x" * 128, desc), ValueError)
+
+            # C CLI -> Python: `kvpack put` a .kvd, read it here, decode to eval's values
+            kk, vv = values(L * T * H * D, 7), values(L * T * H * D, 8)
+            write_kvd(os.path.join(tmp, "c.kvd"), kk, vv, L, T)
+            out = cli("put", "--node", node.addr, "--session", "from-c", "--kvd",
+                      os.path.join(tmp, "c.kvd"), "--codec", "kivi", "--json")
+            ns_c = int(json.loads(out)["ns"], 16)
+            check(ns_c == kvpack.ns_fingerprint("kvd", L, H, D, P, "kivi"),
+                  "ns_fingerprint differs from the CLI's namespace")
+            ours = pages_of(kk, vv, "kivi", L, T)
+            theirs = c.get_session(ns_c, "from-c").pages
+            check([kvpack.page_decode(x)[:2] for x in theirs] ==
+                  [kvpack.page_decode(x)[:2] for x in ours], "CLI pages decode differently")
+
+            # Python -> C CLI: an fp16 session put here, `kvpack get` writes the same .kvd
+            ns16 = kvpack.ns_fingerprint("kvd", L, H, D, P, "fp16")
+            keys16 = [kvpack.chunk_key(None, ns16, range(10 ** 6, 10 ** 6 + P))]
+            keys16.append(kvpack.chunk_key(keys16[0], ns16, range(P)))
+            c.put_pages(ns16, pages_of(kk, vv, "fp16", L, T, keys16))
+            c.put_session(ns16, "from-py", kvpack.SessionDesc(L, P, keys16))
+            cli("get", "--node", node.addr, "--session", "from-py", "--ns", f"{ns16:016x}",
+                "--out", os.path.join(tmp, "back.kvd"))
+            check(open(os.path.join(tmp, "back.kvd"), "rb").read() ==
+                  open(os.path.join(tmp, "c.kvd"), "rb").read(),
+                  "kvpack get of a Python fp16 session is not bit-exact")
+
+            c.delete_session(ns, "py-1")
+            e = raises(lambda: c.get_session(ns, "py-1"), kvpack.KvpError, {"ERR_NOT_FOUND"})
+            check(e is not None and e.status == -3, "get after delete is not NOT_FOUND")
+            raises(lambda: c.delete_session(ns, "py-1"), kvpack.KvpError, {"ERR_NOT_FOUND"})
+            check(c.lookup(ns, keys, L) == 0, "deleted session's pages still found")
+
+            # the node dies under a live client: KvpError, not a hang
+            node.kill()
+            t0 = time.monotonic()
+            e = raises(c.stat, kvpack.KvpError,
+                       {"ERR_TIMEOUT", "ERR_PEER_GONE", "ERR_PEER_UNREACHABLE"})
+            print(f"dead node: {e} after {time.monotonic() - t0:.2f} s")
+            check(e is not None, "stat of a dead node")
+        check(raises(c.stat, ValueError) is not None, "closed client still usable")
+        c.close()  # a second close is a no-op
+        t0 = time.monotonic()
+        e = raises(lambda: kvpack.Client(node.addr, timeout_ms=2000).stat(), kvpack.KvpError,
+                   {"ERR_TIMEOUT", "ERR_PEER_GONE", "ERR_PEER_UNREACHABLE"})
+        print(f"new client to a dead node: {e} after {time.monotonic() - t0:.2f} s")
+        check(e is not None, "client to a dead node")
+    finally:
+        node.kill()
+
+
+try:
+    run_codec() if mode == "codec" else run_node()
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+if fails:
+    sys.exit(f"{len(fails)} check(s) failed")
+print("ok")
