@@ -98,7 +98,8 @@ static void usage(FILE *out)
         "  session_bytes       page_bytes + record_bytes: what the node stores and ships\n"
         "  bytes_per_token     session_bytes / T (all layers)\n"
         "  bits_per_elem       session_bytes x 8 / (2 x L x T x H x D)\n"
-        "  ratio_vs_fp16       raw fp16 K+V bytes (4 x L x T x H x D) / session_bytes\n"
+        "  fp16_raw_bytes      raw fp16 K+V of the session, no headers: 4 x L x T x H x D\n"
+        "  ratio_vs_fp16       fp16_raw_bytes / session_bytes\n"
         "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_bytes)\n"
         "  nodes_dram          nodes to keep every live session in DRAM\n"
         "  nodes_spill         nodes when sessions spill to SSD (DRAM + SSD per node); a session\n"
@@ -317,10 +318,16 @@ static int plan_trace(const plan_opts_t *o, plan_trace_t *t)
     uint64_t      per_block = KVP_LT_BLOCK_TOKENS / o->page_tokens, n = 0;
     plan_chunk_t *c;
 
+    FILE         *f = fopen(o->trace, "r");
+
     memset(t, 0, sizeof(*t));
-    if (kvp_lt_trace_load(o->trace, 0, 1, &t->w) != 0) {
-        fprintf(stderr, "kvpack plan: cannot use trace %s\n", o->trace);
+    if (f == NULL) {
+        fprintf(stderr, "kvpack plan: cannot read trace %s: %m\n", o->trace);
         return 1;
+    }
+    fclose(f);
+    if (kvp_lt_trace_load(o->trace, 0, 1, &t->w) != 0) {
+        return 1; /* the loader named the file, line and what is wrong */
     }
     for (uint32_t i = 0; i < t->w.n; i++) {
         t->tokens_sum += t->w.reqs[i].input_len;
