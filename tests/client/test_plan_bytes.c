@@ -3,29 +3,18 @@
  * page of the session with kvp_page_encode (sink, codec and fp16 tail pages, each layer), packs
  * the session record with kvp_session_desc_pack, and checks that plan's page_bytes and
  * session_bytes (from `kvpack plan --json`, argv[1]) equal the summed lengths exactly. */
-#include "check.h"
+#include "tk.h" /* tests/kernels: RNG, page params, check.h */
 
 #include "kvpack/alloc.h"
-#include "kvpack/codec.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
-#include <stdint.h>
-#include <string.h>
 
 typedef struct {
     uint32_t L, H, D, P;
 } geom_t;
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static float unit(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
-}
+static tk_rng_t rng = {1};
 
 /* Encode one page of ntok random tokens; returns its length. */
 static size_t encode(const geom_t *g, kvp_codec_id_t codec, uint32_t flags, uint32_t layer,
@@ -34,19 +23,15 @@ static size_t encode(const geom_t *g, kvp_codec_id_t codec, uint32_t flags, uint
     size_t            n = (size_t)ntok * g->H * g->D, len = 0;
     float            *k = kvp_malloc(n * sizeof(float), "test k");
     float            *v = kvp_malloc(n * sizeof(float), "test v");
-    kvp_page_params_t p = {0};
+    kvp_page_params_t p = tk_params(codec, g->H, g->D, g->P);
 
     CHECK(k != NULL && v != NULL);
     for (size_t i = 0; i < n; i++) {
-        k[i] = unit();
-        v[i] = unit();
+        k[i] = tk_gauss(&rng);
+        v[i] = tk_gauss(&rng);
     }
-    p.codec       = codec;
-    p.heads       = g->H;
-    p.head_dim    = g->D;
-    p.page_tokens = g->P;
-    p.layer       = layer;
-    p.flags       = flags;
+    p.layer = layer;
+    p.flags = flags;
     CHECK_OK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, ntok, out, cap, &len));
     CHECK_OK(kvp_page_parse(out, len, NULL));
     kvp_free(k);
@@ -59,7 +44,7 @@ static size_t encode(const geom_t *g, kvp_codec_id_t codec, uint32_t flags, uint
 static void real_session(const geom_t *g, kvp_codec_id_t codec, uint32_t T, uint32_t S,
                          uint64_t *pages_p, uint64_t *session_p)
 {
-    kvp_page_params_t  fp = {KVP_CODEC_FP16, g->H, g->D, g->P, 0, 0, {0, 0}, 0, 0};
+    kvp_page_params_t  fp = tk_params(KVP_CODEC_FP16, g->H, g->D, g->P);
     size_t             cap = kvp_page_max_bytes(&fp) * 2, len;
     uint8_t           *buf = kvp_malloc(cap, "test page"), *blob;
     uint32_t           full = T / g->P, r = T % g->P;
