@@ -4,11 +4,9 @@
  * nodes needed, and the time to ship one session on a link next to fp16. Nothing is measured or
  * estimated: every figure is arithmetic on kvp_codec_payload_bytes and kvp_session_desc_pack.
  * Main flow: kvp_cmd_plan -> plan_parse -> plan_trace (optional) -> plan_row per codec -> report. */
-#include "cli.h"
-#include "cmd_loadtest.h"
+#include "cmd_plan.h"
 
 #include "kvpack/alloc.h"
-#include "kvpack/codec.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -36,87 +34,13 @@ static const struct {
 static const kvp_codec_id_t plan_all[] = {KVP_CODEC_FP16, KVP_CODEC_KIVI, KVP_CODEC_KIVI128,
                                           KVP_CODEC_OSCAR, KVP_CODEC_KVARN};
 
-typedef struct {
-    const char    *model, *trace;
-    uint64_t       layers, heads, head_dim, page_tokens, sink_tokens, tokens, sessions;
-    double         rate, ttl, dram_gb, ssd_gb, fill, link_gbps;
-    kvp_codec_id_t codecs[KVP_CODEC_MAX];
-    int            n_codecs;
-    bool           json;
-} plan_opts_t;
-
-/* What one codec costs for the workload. Bytes are exact; sessions and nodes are whole numbers
- * (UINT64_MAX: the workload cannot be placed, e.g. a session larger than a node's DRAM). */
-typedef struct {
-    kvp_codec_id_t codec;
-    uint64_t       full_page, page_bytes, record_bytes, session_bytes, fp16_raw;
-    uint64_t       per_node_dram, per_node_ssd, nodes_dram, nodes_spill;
-    uint64_t       trace_bytes, trace_unique;   /* --trace only */
-    double         ship_s;
-} plan_row_t;
-
-/* Trace workload: each request is a session of input_len tokens; full chunks are shared between
- * requests whose 512-token block ids match at the same position (Mooncake hash ids are chained). */
-typedef struct {
-    kvp_lt_workload_t w;
-    uint64_t          tokens_sum, tokens_max;
-    uint64_t          chunks_total, chunks_unique, chunks_unique_sink;
-    uint64_t         *tails;   /* per request: T mod P */
-} plan_trace_t;
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-        "usage: kvpack plan (--model NAME | --layers L --kv-heads H --head-dim D)\n"
-        "                   (--tokens T | --trace FILE) [options]\n"
-        "Capacity calculator: exact bytes per session and per token for each codec, and what\n"
-        "that means for a node's DRAM and SSD, the node count and the link. Nothing is measured.\n"
-        "geometry:\n"
-        "  --model NAME        llama-3.1-8b (32 x 8 x 128) | qwen3-8b (36 x 8 x 128) |\n"
-        "                      smollm2-135m (30 x 3 x 64); explicit options override it\n"
-        "  --layers L --kv-heads H --head-dim D   the KV geometry of one node's shard\n"
-        "  --page-tokens P     tokens per page (default 128)\n"
-        "  --codec NAME|all    fp16|kivi|kivi128|oscar|kvarn|naive2, or all = the first five (all)\n"
-        "  --sink-tokens S     the first S tokens stay fp16 sink pages (a multiple of P; default 0)\n"
-        "workload:\n"
-        "  --tokens T          tokens per session (with --trace: default the trace's mean length)\n"
-        "  --trace FILE        Mooncake JSONL (input_length, hash_ids of 512-token blocks): every\n"
-        "                      request is a session; full pages shared by block id are kept once\n"
-        "  --sessions N        live sessions to hold, or\n"
-        "  --rate R --ttl S    requests/s kept S seconds: live sessions = ceil(R x S)\n"
-        "node and link:\n"
-        "  --dram GB --ssd GB  per node, decimal GB (defaults 256 and 2000)\n"
-        "  --fill F            fraction of DRAM and SSD used for pages (default 0.9: the store's\n"
-        "                      high watermark, where the spiller starts evicting)\n"
-        "  --link-gbps G       link speed in Gbit/s for the ship time (default 100)\n"
-        "  --json              one JSON object\n"
-        "fields (per codec):\n"
-        "  full_page_bytes     one full page of P tokens x 1 layer x H heads, K and V, header in\n"
-        "  page_bytes          all pages of one T-token session: L x (floor(T/P) full pages, the\n"
-        "                      first S/P of them fp16 sink pages, + one fp16 tail page of T mod P)\n"
-        "  record_bytes        the session record without its tail pages (chunk keys, CRC)\n"
-        "  session_bytes       page_bytes + record_bytes: what the node stores and ships\n"
-        "  bytes_per_token     session_bytes / T (all layers)\n"
-        "  bits_per_elem       session_bytes x 8 / (2 x L x T x H x D)\n"
-        "  fp16_raw_bytes      raw fp16 K+V of the session, no headers: 4 x L x T x H x D\n"
-        "  ratio_vs_fp16       fp16_raw_bytes / session_bytes\n"
-        "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_bytes)\n"
-        "  nodes_dram          nodes to keep every live session in DRAM\n"
-        "  nodes_spill         nodes when sessions spill to SSD (DRAM + SSD per node); a session\n"
-        "                      is served from DRAM, so it must also fit one node's DRAM\n"
-        "  ship_ms, fp16_ship_ms, speedup_vs_fp16   session_bytes x 8 / link, vs the fp16 codec\n"
-        "  trace_bytes, trace_unique_bytes  --trace: all sessions, and after prefix sharing\n"
-        "Not counted: the node's allocation rounding (DRAM slots of 64 B, or 4 KiB above 4 KiB;\n"
-        "4 KiB-aligned SSD extents) and index memory.\n");
-}
-
 static int plan_bad(const char *msg, const char *arg)
 {
     fprintf(stderr, "kvpack plan: %s%s%s\n", msg, arg != NULL ? " " : "", arg != NULL ? arg : "");
     return 2;
 }
 
-static int plan_codecs(plan_opts_t *o, const char *arg)
+static int plan_codecs(kvp_plan_opts_t *o, const char *arg)
 {
     if (strcmp(arg, "all") == 0) {
         o->n_codecs = (int)(sizeof(plan_all) / sizeof(plan_all[0]));
@@ -130,7 +54,7 @@ static int plan_codecs(plan_opts_t *o, const char *arg)
     return 0;
 }
 
-static int plan_model(plan_opts_t *o)
+static int plan_model(kvp_plan_opts_t *o)
 {
     for (size_t i = 0; i < sizeof(plan_models) / sizeof(plan_models[0]); i++) {
         if (strcmp(o->model, plan_models[i].name) == 0) {
@@ -144,7 +68,7 @@ static int plan_model(plan_opts_t *o)
 }
 
 /* Ranges and cross-checks of the options; the codecs' own geometry checks come in plan_check. */
-static int plan_validate(plan_opts_t *o)
+static int plan_validate(kvp_plan_opts_t *o)
 {
     if (o->model != NULL && plan_model(o) != 0) {
         return 2;
@@ -188,7 +112,7 @@ static int plan_validate(plan_opts_t *o)
     return 0;
 }
 
-static int plan_parse(int argc, char **argv, plan_opts_t *o)
+static int plan_parse(int argc, char **argv, kvp_plan_opts_t *o)
 {
     const char *codec = "all";
 
@@ -231,7 +155,7 @@ static int plan_parse(int argc, char **argv, plan_opts_t *o)
 
 /* ---- exact sizes ---- */
 
-static kvp_page_params_t plan_params(const plan_opts_t *o, kvp_codec_id_t codec)
+static kvp_page_params_t plan_params(const kvp_plan_opts_t *o, kvp_codec_id_t codec)
 {
     kvp_page_params_t p = {0};
 
@@ -243,7 +167,7 @@ static kvp_page_params_t plan_params(const plan_opts_t *o, kvp_codec_id_t codec)
 }
 
 /* One page of `valid` tokens of a codec, header included. */
-static uint64_t plan_page(const plan_opts_t *o, kvp_codec_id_t codec, uint64_t valid)
+static uint64_t plan_page(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t valid)
 {
     return KVP_PAGE_HDR_BYTES + kvp_codec_payload_bytes(codec, (uint32_t)o->heads,
                                                         (uint32_t)o->head_dim,
@@ -252,7 +176,7 @@ static uint64_t plan_page(const plan_opts_t *o, kvp_codec_id_t codec, uint64_t v
 }
 
 /* The codec (and fp16, for sink and tail pages) must take this geometry; exit status or 0. */
-static int plan_check(const plan_opts_t *o, kvp_codec_id_t codec)
+static int plan_check(const kvp_plan_opts_t *o, kvp_codec_id_t codec)
 {
     kvp_page_params_t p = plan_params(o, codec);
     kvp_status_t      s = kvp_codec_check(&p);
@@ -285,7 +209,7 @@ static uint64_t plan_record(uint64_t n_chunks)
 }
 
 /* Pages of one session of T tokens, all layers: sink, codec, and fp16 tail pages. */
-static uint64_t plan_pages(const plan_opts_t *o, kvp_codec_id_t codec, uint64_t T)
+static uint64_t plan_pages(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T)
 {
     uint64_t P = o->page_tokens, full = T / P, sink = o->sink_tokens / P;
     uint64_t per_layer;
@@ -313,7 +237,7 @@ static int chunk_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-static int plan_trace(const plan_opts_t *o, plan_trace_t *t)
+static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
 {
     uint64_t      per_block = KVP_LT_BLOCK_TOKENS / o->page_tokens, n = 0;
     plan_chunk_t *c;
@@ -363,14 +287,14 @@ static int plan_trace(const plan_opts_t *o, plan_trace_t *t)
     return 0;
 }
 
-static void plan_trace_free(plan_trace_t *t)
+static void plan_trace_free(kvp_plan_trace_t *t)
 {
     kvp_free(t->tails);
     kvp_lt_workload_free(&t->w);
 }
 
 /* Every request's own bytes (a session each) and the bytes after chunk sharing. */
-static void plan_trace_bytes(const plan_opts_t *o, const plan_trace_t *t, plan_row_t *r)
+static void plan_trace_bytes(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, kvp_plan_row_t *r)
 {
     uint64_t P = o->page_tokens, own = 0;
 
@@ -400,7 +324,7 @@ static uint64_t plan_nodes(uint64_t need, uint64_t per, uint64_t dram_per)
     return dram_per == 0 ? UINT64_MAX : div_up(need, per);
 }
 
-static void plan_row(const plan_opts_t *o, const plan_trace_t *t, uint64_t live, plan_row_t *r)
+static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64_t live, kvp_plan_row_t *r)
 {
     uint64_t T    = o->tokens;
     double   dram = floor(o->dram_gb * PLAN_GB * o->fill);
@@ -427,140 +351,16 @@ static void plan_row(const plan_opts_t *o, const plan_trace_t *t, uint64_t live,
         r->nodes_spill = plan_nodes(live, r->per_node_dram + r->per_node_ssd, r->per_node_dram);
     }
 }
-
-/* ---- report ---- */
-
-static void json_count(kvp_json_t *j, const char *key, uint64_t v, bool have)
-{
-    if (!have || v == UINT64_MAX) {
-        kvp_json_num(j, key, NAN); /* null: no workload given, or it cannot be placed */
-    } else {
-        kvp_json_int(j, key, (int64_t)v);
-    }
-}
-
-static void plan_json(const plan_opts_t *o, const plan_trace_t *t, uint64_t live,
-                      const plan_row_t *rows, const plan_row_t *fp16)
-{
-    kvp_json_t j;
-    bool       have = live != 0 || t != NULL;
-    double     elems = 2.0 * (double)o->layers * (double)o->tokens * (double)o->heads *
-                       (double)o->head_dim;
-
-    kvp_json_begin(&j, stdout);
-    kvp_json_str(&j, "model", o->model != NULL ? o->model : "custom");
-    kvp_json_int(&j, "layers", (int64_t)o->layers);
-    kvp_json_int(&j, "kv_heads", (int64_t)o->heads);
-    kvp_json_int(&j, "head_dim", (int64_t)o->head_dim);
-    kvp_json_int(&j, "page_tokens", (int64_t)o->page_tokens);
-    kvp_json_int(&j, "sink_tokens", (int64_t)o->sink_tokens);
-    kvp_json_int(&j, "tokens", (int64_t)o->tokens);
-    json_count(&j, "live_sessions", live, live != 0);
-    kvp_json_num(&j, "dram_gb", o->dram_gb);
-    kvp_json_num(&j, "ssd_gb", o->ssd_gb);
-    kvp_json_num(&j, "fill", o->fill);
-    kvp_json_num(&j, "link_gbps", o->link_gbps);
-    if (t != NULL) {
-        kvp_json_obj(&j, "trace");
-        kvp_json_str(&j, "path", o->trace);
-        kvp_json_int(&j, "requests", t->w.n);
-        kvp_json_int(&j, "tokens", (int64_t)t->tokens_sum);
-        kvp_json_int(&j, "chunks", (int64_t)t->chunks_total);
-        kvp_json_int(&j, "unique_chunks", (int64_t)t->chunks_unique);
-        kvp_json_close(&j);
-    }
-    kvp_json_arr(&j, "codecs");
-    for (int i = 0; i < o->n_codecs; i++) {
-        const plan_row_t *r = &rows[i];
-
-        kvp_json_obj(&j, NULL);
-        kvp_json_str(&j, "codec", kvp_codec_name(r->codec));
-        kvp_json_int(&j, "full_page_bytes", (int64_t)r->full_page);
-        kvp_json_int(&j, "page_bytes", (int64_t)r->page_bytes);
-        kvp_json_int(&j, "record_bytes", (int64_t)r->record_bytes);
-        kvp_json_int(&j, "session_bytes", (int64_t)r->session_bytes);
-        kvp_json_int(&j, "fp16_raw_bytes", (int64_t)r->fp16_raw);
-        kvp_json_num(&j, "bytes_per_token", (double)r->session_bytes / (double)o->tokens);
-        kvp_json_num(&j, "bits_per_elem", (double)r->session_bytes * 8.0 / elems);
-        kvp_json_num(&j, "ratio_vs_fp16", (double)r->fp16_raw / (double)r->session_bytes);
-        kvp_json_int(&j, "sessions_per_node_dram", (int64_t)r->per_node_dram);
-        kvp_json_int(&j, "sessions_per_node_ssd", (int64_t)r->per_node_ssd);
-        json_count(&j, "nodes_dram", r->nodes_dram, have);
-        json_count(&j, "nodes_spill", r->nodes_spill, have);
-        kvp_json_num(&j, "ship_ms", r->ship_s * 1e3);
-        kvp_json_num(&j, "fp16_ship_ms", fp16->ship_s * 1e3);
-        kvp_json_num(&j, "speedup_vs_fp16", fp16->ship_s / r->ship_s);
-        if (t != NULL) {
-            kvp_json_int(&j, "trace_bytes", (int64_t)r->trace_bytes);
-            kvp_json_int(&j, "trace_unique_bytes", (int64_t)r->trace_unique);
-        }
-        kvp_json_close(&j);
-    }
-    kvp_json_close(&j);
-    kvp_json_end(&j);
-}
-
-static void text_count(uint64_t v, bool have)
-{
-    if (!have) {
-        printf(" %9s", "-");
-    } else if (v == UINT64_MAX) {
-        printf(" %9s", "no fit");
-    } else {
-        printf(" %9" PRIu64, v);
-    }
-}
-
-static void plan_text(const plan_opts_t *o, const plan_trace_t *t, uint64_t live,
-                      const plan_row_t *rows, const plan_row_t *fp16)
-{
-    bool have = live != 0 || t != NULL;
-
-    printf("%s: %" PRIu64 " layers x %" PRIu64 " KV heads x %" PRIu64 ", P = %" PRIu64
-           ", sink %" PRIu64 ", %" PRIu64 " tokens/session; node %.0f GB DRAM + %.0f GB SSD "
-           "(fill %.2f), link %.0f Gbit/s", o->model != NULL ? o->model : "custom", o->layers,
-           o->heads, o->head_dim, o->page_tokens, o->sink_tokens, o->tokens, o->dram_gb,
-           o->ssd_gb, o->fill, o->link_gbps);
-    if (live != 0) {
-        printf(", %" PRIu64 " live sessions", live);
-    }
-    if (t != NULL) {
-        printf("\ntrace %s: %u requests, %" PRIu64 " tokens, %" PRIu64 " of %" PRIu64
-               " full chunks unique", o->trace, t->w.n, t->tokens_sum, t->chunks_unique,
-               t->chunks_total);
-    }
-    printf("\n%-8s %12s %10s %9s %7s %9s %9s %9s %9s %10s %8s",
-           "codec", "session B", "B/token", "bits/el", "x fp16", "DRAM ses", "SSD ses",
-           "nodes mem", "nodes ssd", "ship ms", "vs fp16");
-    printf(t != NULL ? " %14s %14s\n" : "\n", "trace B", "unique B");
-    for (int i = 0; i < o->n_codecs; i++) {
-        const plan_row_t *r = &rows[i];
-
-        printf("%-8s %12" PRIu64 " %10.1f %9.3f %7.2f %9" PRIu64 " %9" PRIu64,
-               kvp_codec_name(r->codec), r->session_bytes,
-               (double)r->session_bytes / (double)o->tokens,
-               (double)r->session_bytes * 8.0 / (double)(r->fp16_raw / 2),
-               (double)r->fp16_raw / (double)r->session_bytes, r->per_node_dram, r->per_node_ssd);
-        text_count(r->nodes_dram, have);
-        text_count(r->nodes_spill, have);
-        printf(" %10.3f %7.2fx", r->ship_s * 1e3, fp16->ship_s / r->ship_s);
-        if (t != NULL) {
-            printf(" %14" PRIu64 " %14" PRIu64, r->trace_bytes, r->trace_unique);
-        }
-        printf("\n");
-    }
-}
-
 int kvp_cmd_plan(int argc, char **argv)
 {
-    plan_opts_t  o;
-    plan_trace_t trace;
-    plan_row_t   rows[KVP_CODEC_MAX], fp16 = {0};
+    kvp_plan_opts_t  o;
+    kvp_plan_trace_t trace;
+    kvp_plan_row_t   rows[KVP_CODEC_MAX], fp16 = {0};
     uint64_t     live;
     int          rc;
 
     if (kvp_opt_help(argc, argv)) {
-        usage(stdout);
+        kvp_plan_usage(stdout);
         return 0;
     }
     rc = plan_parse(argc, argv, &o);
@@ -586,9 +386,9 @@ int kvp_cmd_plan(int argc, char **argv)
         plan_row(&o, o.trace != NULL ? &trace : NULL, live, &rows[i]);
     }
     if (o.json) {
-        plan_json(&o, o.trace != NULL ? &trace : NULL, live, rows, &fp16);
+        kvp_plan_report_json(&o, o.trace != NULL ? &trace : NULL, live, rows, &fp16);
     } else {
-        plan_text(&o, o.trace != NULL ? &trace : NULL, live, rows, &fp16);
+        kvp_plan_report_text(&o, o.trace != NULL ? &trace : NULL, live, rows, &fp16);
     }
     if (o.trace != NULL) {
         plan_trace_free(&trace);
