@@ -22,6 +22,7 @@ static const cli_cmd_t commands[] = {
     {"eval",  "measure codec quality on synthetic or .kvd KV", kvp_cmd_eval},
     {"model", "run a real Llama-family model with its KV through the cache", kvp_cmd_model},
     {"loadtest", "replay a conversation trace or users x rounds against a real node", kvp_cmd_loadtest},
+    {"plan",  "capacity calculator: exact bytes per session, sessions and nodes, link time", kvp_cmd_plan},
     {"bench", "benchmarks: codec | store | transfer (JSON, with same-run baselines)", NULL},
 };
 

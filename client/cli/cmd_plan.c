@@ -1,0 +1,397 @@
+/* cmd_plan.c - "kvpack plan": the capacity calculator. For a model geometry and a workload it
+ * gives, per codec, the exact bytes a session stores (page sizes from the codec layer, 64-byte
+ * headers, fp16 sink and tail pages, the session record), sessions per node in DRAM and on SSD,
+ * nodes needed, and the time to ship one session on a link next to fp16. Nothing is measured or
+ * estimated: every figure is arithmetic on kvp_codec_payload_bytes and kvp_session_desc_pack.
+ * Main flow: kvp_cmd_plan -> plan_parse -> plan_trace (optional) -> plan_row per codec -> report. */
+#include "cmd_plan.h"
+
+#include "kvpack/alloc.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_GB        1e9   /* --dram/--ssd are decimal GB */
+#define PLAN_MAX_LAYER 1024u
+#define PLAN_MAX_TOK   (1ull << 32)
+
+/* Presets from each model's public config.json on Hugging Face (num_hidden_layers,
+ * num_key_value_heads, head_dim or hidden_size / num_attention_heads):
+ *   meta-llama/Llama-3.1-8B          32 layers, 8 KV heads, head_dim 128 (4096 / 32)
+ *   Qwen/Qwen3-8B                     36 layers, 8 KV heads, head_dim 128
+ *   HuggingFaceTB/SmolLM2-135M        30 layers, 3 KV heads, head_dim 64 (576 / 9) */
+static const struct {
+    const char *name;
+    uint32_t    layers, heads, head_dim;
+} plan_models[] = {
+    {"llama-3.1-8b", 32, 8, 128},
+    {"qwen3-8b", 36, 8, 128},
+    {"smollm2-135m", 30, 3, 64},
+};
+
+static const kvp_codec_id_t plan_all[] = {KVP_CODEC_FP16, KVP_CODEC_KIVI, KVP_CODEC_KIVI128,
+                                          KVP_CODEC_OSCAR, KVP_CODEC_KVARN};
+
+static int plan_bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "kvpack plan: %s%s%s\n", msg, arg != NULL ? " " : "", arg != NULL ? arg : "");
+    return 2;
+}
+
+static int plan_codecs(kvp_plan_opts_t *o, const char *arg)
+{
+    if (strcmp(arg, "all") == 0) {
+        o->n_codecs = (int)(sizeof(plan_all) / sizeof(plan_all[0]));
+        memcpy(o->codecs, plan_all, sizeof(plan_all));
+        return 0;
+    }
+    o->n_codecs = 1;
+    if (kvp_codec_from_name(arg, &o->codecs[0]) != KVP_OK) {
+        return plan_bad("unknown codec", arg);
+    }
+    return 0;
+}
+
+static int plan_model(kvp_plan_opts_t *o)
+{
+    for (size_t i = 0; i < sizeof(plan_models) / sizeof(plan_models[0]); i++) {
+        if (strcmp(o->model, plan_models[i].name) == 0) {
+            o->layers   = o->layers ? o->layers : plan_models[i].layers;
+            o->heads    = o->heads ? o->heads : plan_models[i].heads;
+            o->head_dim = o->head_dim ? o->head_dim : plan_models[i].head_dim;
+            return 0;
+        }
+    }
+    return plan_bad("unknown model (llama-3.1-8b, qwen3-8b, smollm2-135m):", o->model);
+}
+
+/* Ranges and cross-checks of the options; the codecs' own geometry checks come in plan_check. */
+static int plan_validate(kvp_plan_opts_t *o)
+{
+    if (o->model != NULL && plan_model(o) != 0) {
+        return 2;
+    }
+    if (o->layers == 0 || o->heads == 0 || o->head_dim == 0) {
+        return plan_bad("give --model or --layers, --kv-heads and --head-dim (all > 0)", NULL);
+    }
+    if (o->layers > PLAN_MAX_LAYER) {
+        return plan_bad("--layers is at most 1024", NULL);
+    }
+    if (o->page_tokens == 0 || o->page_tokens > KVP_PAGE_MAX_TOKENS) {
+        return plan_bad("--page-tokens must be 1..4096", NULL);
+    }
+    if (o->sink_tokens % o->page_tokens != 0) {
+        return plan_bad("--sink-tokens must be a multiple of --page-tokens", NULL);
+    }
+    if (o->trace == NULL && (o->tokens == 0 || o->tokens >= PLAN_MAX_TOK)) {
+        return plan_bad("give --tokens T (1..2^32-1) or --trace FILE", NULL);
+    }
+    if (o->tokens >= PLAN_MAX_TOK) {
+        return plan_bad("--tokens must be below 2^32", NULL);
+    }
+    if (o->sessions != 0 && (o->rate > 0 || o->ttl > 0)) {
+        return plan_bad("give --sessions or --rate with --ttl, not both", NULL);
+    }
+    if ((o->rate > 0) != (o->ttl > 0) || o->rate < 0 || o->ttl < 0 || o->rate * o->ttl > 1e15) {
+        return plan_bad("--rate and --ttl go together, each > 0 (and R x S <= 1e15)", NULL);
+    }
+    if (!(o->dram_gb > 0 && o->dram_gb < 1e9) || !(o->ssd_gb >= 0 && o->ssd_gb < 1e9)) {
+        return plan_bad("--dram must be > 0 and --ssd >= 0 GB (below 1e9)", NULL);
+    }
+    if (!(o->fill > 0 && o->fill <= 1) || !(o->link_gbps > 0 && o->link_gbps < 1e9)) {
+        return plan_bad("--fill must be in (0, 1] and --link-gbps > 0", NULL);
+    }
+    if (o->trace != NULL && (o->sessions != 0 || o->rate > 0)) {
+        return plan_bad("--trace is the workload: no --sessions or --rate with it", NULL);
+    }
+    if (o->trace != NULL && KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) {
+        return plan_bad("--trace needs --page-tokens dividing 512 (chunks inside blocks)", NULL);
+    }
+    return 0;
+}
+
+static int plan_parse(int argc, char **argv, kvp_plan_opts_t *o)
+{
+    const char *codec = "all";
+
+    memset(o, 0, sizeof(*o));
+    o->page_tokens = 128;
+    o->dram_gb     = 256;
+    o->ssd_gb      = 2000;
+    o->fill        = 0.9;
+    o->link_gbps   = 100;
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--model", &o->model) ||
+            kvp_opt_str(argc, argv, &i, "--trace", &o->trace) ||
+            kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
+            kvp_opt_u64(argc, argv, &i, "--layers", &o->layers) ||
+            kvp_opt_u64(argc, argv, &i, "--kv-heads", &o->heads) ||
+            kvp_opt_u64(argc, argv, &i, "--head-dim", &o->head_dim) ||
+            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o->page_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--sink-tokens", &o->sink_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--tokens", &o->tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--sessions", &o->sessions) ||
+            kvp_opt_f64(argc, argv, &i, "--rate", &o->rate) ||
+            kvp_opt_f64(argc, argv, &i, "--ttl", &o->ttl) ||
+            kvp_opt_f64(argc, argv, &i, "--dram", &o->dram_gb) ||
+            kvp_opt_f64(argc, argv, &i, "--ssd", &o->ssd_gb) ||
+            kvp_opt_f64(argc, argv, &i, "--fill", &o->fill) ||
+            kvp_opt_f64(argc, argv, &i, "--link-gbps", &o->link_gbps)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
+        return kvp_opt_unknown("plan", argv[i]);
+    }
+    if (plan_codecs(o, codec) != 0) {
+        return 2;
+    }
+    return plan_validate(o);
+}
+
+/* ---- exact sizes ---- */
+
+static kvp_page_params_t plan_params(const kvp_plan_opts_t *o, kvp_codec_id_t codec)
+{
+    kvp_page_params_t p = {0};
+
+    p.codec       = codec;
+    p.heads       = (uint32_t)o->heads;
+    p.head_dim    = (uint32_t)o->head_dim;
+    p.page_tokens = (uint32_t)o->page_tokens;
+    return p;
+}
+
+/* One page of `valid` tokens of a codec, header included. */
+static uint64_t plan_page(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t valid)
+{
+    return KVP_PAGE_HDR_BYTES + kvp_codec_payload_bytes(codec, (uint32_t)o->heads,
+                                                        (uint32_t)o->head_dim,
+                                                        (uint32_t)o->page_tokens,
+                                                        (uint32_t)valid);
+}
+
+/* The codec (and fp16, for sink and tail pages) must take this geometry; exit status or 0. */
+static int plan_check(const kvp_plan_opts_t *o, kvp_codec_id_t codec)
+{
+    kvp_page_params_t p = plan_params(o, codec);
+    kvp_status_t      s = kvp_codec_check(&p);
+
+    if (s == KVP_OK && kvp_page_max_bytes(&p) - KVP_PAGE_HDR_BYTES > KVP_PAGE_MAX_PAYLOAD) {
+        s = KVP_ERR_INVALID;
+    }
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack plan: codec %s cannot take %" PRIu64 " KV heads x head_dim %" PRIu64
+                " with %" PRIu64 "-token pages (%s)\n", kvp_codec_name(codec), o->heads,
+                o->head_dim, o->page_tokens, kvp_status_str(s));
+        return 2;
+    }
+    return 0;
+}
+
+/* Serialized session record of n_chunks chunk keys, without tail pages: the fixed part comes from
+ * packing an empty record, each chunk key adds one kvp_key128_t. */
+static uint64_t plan_record(uint64_t n_chunks)
+{
+    kvp_session_desc_t d = {0};
+    uint8_t           *blob;
+    size_t             len = 0;
+
+    if (kvp_session_desc_pack(&d, &blob, &len) != KVP_OK) {
+        return 0;
+    }
+    kvp_free(blob);
+    return len + n_chunks * sizeof(kvp_key128_t);
+}
+
+/* Pages of one session of T tokens, all layers: sink, codec, and fp16 tail pages. */
+static uint64_t plan_pages(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T)
+{
+    uint64_t P = o->page_tokens, full = T / P, sink = o->sink_tokens / P;
+    uint64_t per_layer;
+
+    sink      = sink < full ? sink : full;
+    per_layer = sink * plan_page(o, KVP_CODEC_FP16, P) + (full - sink) * plan_page(o, codec, P);
+    per_layer += T % P ? plan_page(o, KVP_CODEC_FP16, T % P) : 0;
+    return o->layers * per_layer;
+}
+
+/* ---- trace ---- */
+
+typedef struct {
+    uint64_t id;  /* hash id of the chunk's 512-token block */
+    uint64_t pos; /* chunk index in the sequence */
+} plan_chunk_t;
+
+static int chunk_cmp(const void *a, const void *b)
+{
+    const plan_chunk_t *x = a, *y = b;
+
+    if (x->id != y->id) {
+        return x->id < y->id ? -1 : 1;
+    }
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
+{
+    uint64_t      per_block = KVP_LT_BLOCK_TOKENS / o->page_tokens, n = 0;
+    plan_chunk_t *c;
+
+    FILE         *f = fopen(o->trace, "r");
+
+    memset(t, 0, sizeof(*t));
+    if (f == NULL) {
+        fprintf(stderr, "kvpack plan: cannot read trace %s: %m\n", o->trace);
+        return 1;
+    }
+    fclose(f);
+    if (kvp_lt_trace_load(o->trace, 0, 1, &t->w) != 0) {
+        return 1; /* the loader named the file, line and what is wrong */
+    }
+    for (uint32_t i = 0; i < t->w.n; i++) {
+        t->tokens_sum += t->w.reqs[i].input_len;
+        t->tokens_max = t->tokens_max > t->w.reqs[i].input_len ? t->tokens_max
+                                                                 : t->w.reqs[i].input_len;
+        t->chunks_total += t->w.reqs[i].input_len / o->page_tokens;
+    }
+    c        = kvp_calloc(t->chunks_total + 1, sizeof(*c), "plan chunks");
+    t->tails = kvp_calloc(t->w.n, sizeof(*t->tails), "plan tails");
+    if (c == NULL || t->tails == NULL) {
+        kvp_free(c);
+        fprintf(stderr, "kvpack plan: out of memory for the trace's chunks\n");
+        return 1;
+    }
+    for (uint32_t i = 0; i < t->w.n; i++) {
+        const kvp_lt_req_t *r = &t->w.reqs[i];
+
+        for (uint64_t j = 0; j < r->input_len / o->page_tokens; j++) {
+            c[n].id  = r->ids[j / per_block];
+            c[n].pos = j;
+            n++;
+        }
+        t->tails[i] = r->input_len % o->page_tokens;
+    }
+    qsort(c, n, sizeof(*c), chunk_cmp);
+    for (uint64_t k = 0; k < n; k++) {
+        if (k == 0 || chunk_cmp(&c[k], &c[k - 1]) != 0) {
+            t->chunks_unique++;
+            t->chunks_unique_sink += c[k].pos < o->sink_tokens / o->page_tokens;
+        }
+    }
+    kvp_free(c);
+    return 0;
+}
+
+static void plan_trace_free(kvp_plan_trace_t *t)
+{
+    kvp_free(t->tails);
+    kvp_lt_workload_free(&t->w);
+}
+
+/* Every request's own bytes (a session each) and the bytes after chunk sharing. */
+static void plan_trace_bytes(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, kvp_plan_row_t *r)
+{
+    uint64_t P = o->page_tokens, own = 0;
+
+    r->trace_bytes = 0;
+    for (uint32_t i = 0; i < t->w.n; i++) {
+        uint64_t T = t->w.reqs[i].input_len;
+
+        r->trace_bytes += plan_pages(o, r->codec, T) + plan_record(T / P);
+        own += plan_record(T / P) + (t->tails[i] ? o->layers * plan_page(o, KVP_CODEC_FP16,
+                                                                           t->tails[i]) : 0);
+    }
+    r->trace_unique = own + o->layers * (t->chunks_unique_sink * plan_page(o, KVP_CODEC_FP16, P) +
+                                         (t->chunks_unique - t->chunks_unique_sink) *
+                                             plan_page(o, r->codec, P));
+}
+
+/* ---- arithmetic ---- */
+
+static uint64_t div_up(uint64_t a, uint64_t b)
+{
+    return b == 0 ? UINT64_MAX : a / b + (a % b != 0);
+}
+
+/* Nodes for `need` units when one node holds `per` of them (UINT64_MAX: never fits). */
+static uint64_t plan_nodes(uint64_t need, uint64_t per, uint64_t dram_per)
+{
+    return dram_per == 0 ? UINT64_MAX : div_up(need, per);
+}
+
+static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64_t live, kvp_plan_row_t *r)
+{
+    uint64_t T    = o->tokens;
+    double   dram = floor(o->dram_gb * PLAN_GB * o->fill);
+    double   ssd  = floor(o->ssd_gb * PLAN_GB * o->fill);
+
+    r->full_page     = plan_page(o, r->codec, o->page_tokens);
+    r->page_bytes    = plan_pages(o, r->codec, T);
+    r->record_bytes  = plan_record(T / o->page_tokens);
+    r->session_bytes = r->page_bytes + r->record_bytes;
+    r->fp16_raw      = 4 * o->layers * T * o->heads * o->head_dim;
+    r->per_node_dram = (uint64_t)floor(dram / (double)r->session_bytes);
+    r->per_node_ssd  = (uint64_t)floor(ssd / (double)r->session_bytes);
+    r->ship_s        = (double)r->session_bytes * 8.0 / (o->link_gbps * 1e9);
+    if (t != NULL) {
+        /* the longest request must fit one node's DRAM, where sessions are served from */
+        bool fits = plan_pages(o, r->codec, t->tokens_max) +
+                        plan_record(t->tokens_max / o->page_tokens) <= (uint64_t)dram;
+
+        plan_trace_bytes(o, t, r);
+        r->nodes_dram  = fits ? div_up(r->trace_unique, (uint64_t)dram) : UINT64_MAX;
+        r->nodes_spill = fits ? div_up(r->trace_unique, (uint64_t)(dram + ssd)) : UINT64_MAX;
+    } else {
+        r->nodes_dram  = plan_nodes(live, r->per_node_dram, r->per_node_dram);
+        r->nodes_spill = plan_nodes(live, r->per_node_dram + r->per_node_ssd, r->per_node_dram);
+    }
+}
+int kvp_cmd_plan(int argc, char **argv)
+{
+    kvp_plan_opts_t  o;
+    kvp_plan_trace_t trace;
+    kvp_plan_row_t   rows[KVP_CODEC_MAX], fp16 = {0};
+    uint64_t     live;
+    int          rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        kvp_plan_usage(stdout);
+        return 0;
+    }
+    rc = plan_parse(argc, argv, &o);
+    for (int i = 0; rc == 0 && i <= o.n_codecs; i++) {
+        rc = plan_check(&o, i < o.n_codecs ? o.codecs[i] : KVP_CODEC_FP16);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (o.trace != NULL) {
+        rc = plan_trace(&o, &trace);
+        if (rc != 0) {
+            return rc;
+        }
+        o.tokens = o.tokens ? o.tokens : trace.tokens_sum / trace.w.n;
+        o.tokens = o.tokens ? o.tokens : 1;
+    }
+    live = o.sessions ? o.sessions : (uint64_t)ceil(o.rate * o.ttl);
+    fp16.codec = KVP_CODEC_FP16;
+    plan_row(&o, o.trace != NULL ? &trace : NULL, live, &fp16);
+    for (int i = 0; i < o.n_codecs; i++) {
+        rows[i].codec = o.codecs[i];
+        plan_row(&o, o.trace != NULL ? &trace : NULL, live, &rows[i]);
+    }
+    if (o.json) {
+        kvp_plan_report_json(&o, o.trace != NULL ? &trace : NULL, live, rows, &fp16);
+    } else {
+        kvp_plan_report_text(&o, o.trace != NULL ? &trace : NULL, live, rows, &fp16);
+    }
+    if (o.trace != NULL) {
+        plan_trace_free(&trace);
+    }
+    return 0;
+}

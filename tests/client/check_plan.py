@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""check_plan.py - `kvpack plan` without a node: the per-node and workload arithmetic recomputed
+here in a few lines from the JSON's session bytes; fp16 sizes recomputed from the page format
+(64-byte header + 4*T*H*D) and the session record (44 bytes + 16 per chunk); the model presets'
+geometry; trace prefix sharing against an independent count on a small written trace (and the
+Mooncake trace when present); bad input gives one line and exit 2 (options) or 1 (files);
+--help documents every JSON field. Usage: check_plan.py KVPACK [MOONCAKE_TRACE]"""
+import json, math, os, shutil, subprocess, sys, tempfile
+
+KVPACK = sys.argv[1]
+TRACE = sys.argv[2] if len(sys.argv) > 2 else ""
+fails = []
+
+
+def plan(*args):
+    p = subprocess.run([KVPACK, "plan", *args], capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def plan_json(*args):
+    rc, out, err = plan(*args, "--json")
+    if rc != 0:
+        raise SystemExit(f"FAIL: kvpack plan {' '.join(args)}: rc {rc}: {err.strip()}")
+    return json.loads(out)
+
+
+def expect(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-4 * max(abs(a), abs(b), 1e-9)
+
+
+def fp16_session(L, H, D, P, T):
+    """Independent fp16 session size from the documented formats."""
+    full, r = divmod(T, P)
+    pages = L * (full * (64 + 4 * P * H * D) + (64 + 4 * r * H * D if r else 0))
+    return pages, 44 + 16 * full
+
+
+# ---- (2) arithmetic: sessions per node, nodes, bits, ratio, ship time ----
+def check_arith(j, live):
+    L, H, D, T = j["layers"], j["kv_heads"], j["head_dim"], j["tokens"]
+    dram = int(j["dram_gb"] * 1e9 * j["fill"])
+    ssd = int(j["ssd_gb"] * 1e9 * j["fill"])
+    fp16 = [c for c in j["codecs"] if c["codec"] == "fp16"][0]
+    for c in j["codecs"]:
+        sb = c["session_bytes"]
+        name = c["codec"]
+        expect(sb == c["page_bytes"] + c["record_bytes"], f"{name}: session = pages + record")
+        expect(c["sessions_per_node_dram"] == dram // sb, f"{name}: sessions per node DRAM")
+        expect(c["sessions_per_node_ssd"] == ssd // sb, f"{name}: sessions per node SSD")
+        pd, ps = dram // sb, ssd // sb
+        want_d = math.ceil(live / pd) if pd else None
+        want_s = math.ceil(live / (pd + ps)) if pd else None
+        expect(c["nodes_dram"] == want_d, f"{name}: nodes_dram {c['nodes_dram']} want {want_d}")
+        expect(c["nodes_spill"] == want_s, f"{name}: nodes_spill {c['nodes_spill']} want {want_s}")
+        expect(close(c["bytes_per_token"], sb / T), f"{name}: bytes per token")
+        expect(close(c["bits_per_elem"], sb * 8 / (2 * L * T * H * D)), f"{name}: bits per elem")
+        expect(close(c["ratio_vs_fp16"], 4 * L * T * H * D / sb), f"{name}: ratio vs fp16")
+        expect(close(c["ship_ms"], sb * 8 / (j["link_gbps"] * 1e9) * 1e3), f"{name}: ship ms")
+        expect(close(c["fp16_ship_ms"], fp16["ship_ms"]), f"{name}: fp16 ship ms")
+        expect(close(c["speedup_vs_fp16"], fp16["session_bytes"] / sb), f"{name}: speedup")
+    pages, rec = fp16_session(L, H, D, j["page_tokens"], T)
+    expect(fp16["page_bytes"] == pages and fp16["record_bytes"] == rec,
+           f"fp16 bytes {fp16['page_bytes']}+{fp16['record_bytes']} want {pages}+{rec}")
+
+
+j = plan_json("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "10000")
+check_arith(j, 10000)
+kivi = [c for c in j["codecs"] if c["codec"] == "kivi"][0]
+expect(abs(kivi["bits_per_elem"] - 3.002) < 0.001, "kivi at 8 x 128, P 128: 3.002 bits (README)")
+j = plan_json("--layers", "5", "--kv-heads", "2", "--head-dim", "64", "--page-tokens", "64",
+              "--tokens", "1000", "--rate", "3.5", "--ttl", "101", "--dram", "0.2", "--ssd", "3",
+              "--fill", "0.75", "--link-gbps", "25", "--sink-tokens", "128")
+expect(j["live_sessions"] == 354, f"live sessions ceil(3.5 x 101) = 354, got {j['live_sessions']}")
+check_arith(j, 354)
+# a session larger than a node's DRAM cannot be placed: null nodes, "no fit" in the text table
+j = plan_json("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "5", "--dram", "0.5",
+              "--codec", "fp16")
+expect(j["codecs"][0]["nodes_dram"] is None and j["codecs"][0]["nodes_spill"] is None,
+       "a session over the DRAM budget: nodes null")
+rc, out, _ = plan("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "5", "--dram", "0.5")
+expect(rc == 0 and "no fit" in out, "text table says no fit")
+# no workload: nodes are null
+j = plan_json("--model", "qwen3-8b", "--tokens", "100")
+expect(all(c["nodes_dram"] is None for c in j["codecs"]), "no workload: nodes null")
+expect([c["codec"] for c in j["codecs"]] == ["fp16", "kivi", "kivi128", "oscar", "kvarn"],
+       "--codec all = fp16 kivi kivi128 oscar kvarn")
+
+# ---- (3) presets ----
+for name, geo in {"llama-3.1-8b": (32, 8, 128), "qwen3-8b": (36, 8, 128),
+                  "smollm2-135m": (30, 3, 64)}.items():
+    j = plan_json("--model", name, "--tokens", "1")
+    expect((j["layers"], j["kv_heads"], j["head_dim"]) == geo, f"preset {name} geometry")
+j = plan_json("--model", "qwen3-8b", "--layers", "2", "--tokens", "1")
+expect((j["layers"], j["kv_heads"]) == (2, 8), "explicit --layers overrides the preset")
+
+
+# ---- trace: full chunks shared by (block id, position), counted once ----
+def trace_check(path, args, P=128, S=0):
+    L, H, D = 2, 2, 64
+    j = plan_json("--layers", str(L), "--kv-heads", str(H), "--head-dim", str(D), "--page-tokens",
+                  str(P), "--sink-tokens", str(S), "--trace", path, *args)
+    reqs = [json.loads(l) for l in open(path) if l.strip()]
+    seen, per_req = set(), []
+    for r in reqs:
+        n = r["input_length"]
+        for c in range(n // P):
+            seen.add((r["hash_ids"][c * P // 512], c))
+        per_req.append(n)
+    expect(j["trace"]["requests"] == len(reqs), f"{path}: requests")
+    expect(j["trace"]["unique_chunks"] == len(seen), f"{path}: unique chunks")
+    expect(j["tokens"] == sum(per_req) // len(reqs), f"{path}: default tokens = mean length")
+    dram = int(j["dram_gb"] * 1e9 * j["fill"])
+    ssd = int(j["ssd_gb"] * 1e9 * j["fill"])
+    fp16_full = 64 + 4 * P * H * D
+    for c in j["codecs"]:
+        full = c["full_page_bytes"]
+
+        def tail(n):
+            return L * (64 + 4 * (n % P) * H * D) if n % P else 0
+
+        def session(n):
+            k = n // P
+            s = min(S // P, k)
+            return L * (s * fp16_full + (k - s) * full) + tail(n) + 44 + 16 * k
+        total = sum(session(n) for n in per_req)
+        uniq = sum(L * (fp16_full if pos < S // P else full) for _, pos in seen)
+        uniq += sum(tail(n) + 44 + 16 * (n // P) for n in per_req)
+        expect(c["trace_bytes"] == total, f"{path} {c['codec']}: trace bytes {c['trace_bytes']} want {total}")
+        expect(c["trace_unique_bytes"] == uniq,
+               f"{path} {c['codec']}: unique bytes {c['trace_unique_bytes']} want {uniq}")
+        fits = session(max(per_req)) <= dram  # the longest session must fit one node's DRAM
+        want_d = math.ceil(uniq / dram) if fits else None
+        want_s = math.ceil(uniq / (dram + ssd)) if fits else None
+        expect(c["nodes_dram"] == want_d, f"{path} {c['codec']}: trace nodes_dram {c['nodes_dram']}")
+        expect(c["nodes_spill"] == want_s, f"{path} {c['codec']}: trace nodes_spill")
+        checked_fit.add(fits)
+
+
+checked_fit = set()
+tmp = tempfile.mkdtemp(prefix="kvp_plan_")
+small = os.path.join(tmp, "t.jsonl")
+with open(small, "w") as f:  # two conversations; the second turn repeats the first's blocks
+    for ts, n, ids in [(0, 1000, [1, 2]), (1, 1700, [1, 2, 3, 4]), (2, 600, [9, 10]),
+                       (3, 100, [1]), (4, 1536, [1, 2, 5])]:
+        f.write(json.dumps({"timestamp": ts, "input_length": n, "output_length": 1,
+                            "hash_ids": ids}) + "\n")
+trace_check(small, ["--dram", "0.001", "--ssd", "0.01"])
+trace_check(small, ["--dram", "0.001"], P=64, S=128)
+expect(checked_fit == {True, False}, "trace cases cover a fit and a no-fit codec")
+if os.path.exists(TRACE):
+    trace_check(TRACE, ["--dram", "64", "--codec", "kivi"])
+else:
+    print(f"check_plan: Mooncake trace {TRACE or '(not given)'} absent, full-trace check skipped")
+
+# ---- (4) bad input: one line on stderr, nothing on stdout, exit 2 (options) or 1 (files) ----
+bad = os.path.join(tmp, "bad.jsonl")
+with open(bad, "w") as f:
+    f.write('{"timestamp": 0, "input_length": 10, "hash_ids": [1]}\nnot json\n')
+cases = [
+    (2, ["--model", "gpt-9", "--tokens", "10"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--codec", "zip"]),
+    (2, ["--layers", "0", "--kv-heads", "8", "--head-dim", "128", "--tokens", "10"]),
+    (2, ["--layers", "100000", "--kv-heads", "8", "--head-dim", "128", "--tokens", "10"]),
+    (2, ["--layers", "2", "--kv-heads", "8", "--head-dim", "100", "--tokens", "10", "--codec", "oscar"]),
+    (2, ["--layers", "2", "--kv-heads", "300", "--head-dim", "128", "--tokens", "10"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--page-tokens", "0"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--page-tokens", "8192"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--sink-tokens", "100"]),
+    (2, ["--model", "qwen3-8b"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--rate", "2"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--fill", "1.5"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--dram", "0"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "ten"]),
+    (2, ["--model", "qwen3-8b", "--trace", small, "--page-tokens", "96"]),
+    (1, ["--model", "qwen3-8b", "--trace", os.path.join(tmp, "missing.jsonl")]),
+    (1, ["--model", "qwen3-8b", "--trace", bad]),
+]
+for want, args in cases:
+    rc, out, err = plan(*args)
+    lines = [l for l in err.splitlines() if l.strip()]
+    print(f"  rc {rc}: {err.strip()}")
+    expect(rc == want and out == "" and len(lines) == 1 and lines[0].startswith("kvpack"),
+           f"plan {' '.join(args)}: rc {rc} (want {want}), stderr {err.strip()!r}")
+
+# ---- (5) --help documents every field the JSON reports ----
+rc, out, _ = plan("--help")
+expect(rc == 0 and "usage" in out, "--help exit 0 with usage")
+j = plan_json("--model", "smollm2-135m", "--trace", small)
+keys = set(j["codecs"][0]) - {"codec"}
+missing = [k for k in keys if k not in out and k.replace("_dram", "").replace("_ssd", "") not in out]
+expect(not missing, f"--help explains {missing}")
+
+if fails:
+    sys.exit(f"check_plan: {len(fails)} check(s) failed")
+shutil.rmtree(tmp, ignore_errors=True)
+print("check_plan: arithmetic, presets, trace sharing, bad input and --help all as expected")
