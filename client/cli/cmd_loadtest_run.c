@@ -197,7 +197,11 @@ static int fail(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, const char *w
         }
         fprintf(stderr, ", session lt-%u: %s failed: %s (%s)\n", r->session, what,
                 kvp_status_str(st), kvp_status_name(st));
-        if (st == KVP_ERR_NO_SPACE) {
+        if (st == KVP_ERR_NO_SPACE && e->p->clients > 1) {
+            fprintf(stderr, "kvpack loadtest: a session is served from DRAM, so the sessions in "
+                            "flight on all %u clients must fit the node's budget together "
+                            "(--dram-budget)\n", e->p->clients);
+        } else if (st == KVP_ERR_NO_SPACE) {
             fprintf(stderr, "kvpack loadtest: a session is served from DRAM, so the largest one "
                             "must fit the node's budget (--dram-budget)\n");
         }
