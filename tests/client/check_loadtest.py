@@ -292,10 +292,10 @@ def case_dead_node(kvpackd, clients=1):
 
 
 case = sys.argv[1]
+if case in ("replay", "clients") and not os.path.exists(sys.argv[3]):
+    print(f"SKIP: trace {sys.argv[3]} not present (../shared/traces beside the repository)")
+    sys.exit(77)
 if case == "replay":
-    if not os.path.exists(sys.argv[3]):
-        print(f"SKIP: trace {sys.argv[3]} not present (../shared/traces beside the repository)")
-        sys.exit(77)
     case_replay(sys.argv[3])
 elif case == "synthetic":
     case_synthetic()
@@ -304,9 +304,6 @@ elif case == "errors":
 elif case == "dead_node":
     case_dead_node(sys.argv[3])
 elif case == "clients":
-    if not os.path.exists(sys.argv[3]):
-        print(f"SKIP: trace {sys.argv[3]} not present (../shared/traces beside the repository)")
-        sys.exit(77)
     case_clients(sys.argv[3])
 elif case == "dead_node_clients":
     case_dead_node(sys.argv[3], 3)
