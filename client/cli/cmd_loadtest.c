@@ -17,7 +17,7 @@
 typedef struct {
     const char     *trace, *node, *report, *kvpackd;
     uint64_t        max_requests, windows, users, rounds, turn_tokens;
-    uint64_t        layers, heads, head_dim, page_tokens, dram_budget, timeout_ms;
+    uint64_t        layers, heads, head_dim, page_tokens, dram_budget, timeout_ms, clients;
     double          time_scale;
     kvp_codec_id_t  codec;
     bool            json, keep_dir;
@@ -40,6 +40,9 @@ static void lt_usage(FILE *out)
             "  --max-requests N    first N requests of the trace, 0 = all (default 300)\n"
             "  --time-scale S      replay trace time compressed S times; 0 = closed loop (default 0)\n"
             "  --windows N         report windows over the trace, by request index (default 10)\n"
+            "  --clients N         N concurrent clients, 1..%u, each a thread with its own\n"
+            "                      connection; all turns of a conversation stay on one client, in\n"
+            "                      order; --time-scale paces each client (default 1)\n"
             "  --users U --rounds R --turn-tokens T\n"
             "                      synthetic instead: U sessions, each growing by T tokens a round\n"
             "                      (round r's prompt = the previous context + T); windows = rounds\n"
@@ -58,7 +61,7 @@ static void lt_usage(FILE *out)
             "output:\n"
             "  --json              one JSON object on stdout\n"
             "  --report FILE       chart of hit ratio and get latency per window (.svg or .html)\n"
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n", KVP_LT_MAX_CLIENTS);
 }
 
 #define LT_N(t) (sizeof(t) / sizeof((t)[0]))
@@ -68,7 +71,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
     const char *codec = "kivi";
 
     *o = (lt_opts_t){.max_requests = 300, .windows = 10, .layers = 2, .heads = 2, .head_dim = 64,
-                     .page_tokens = 128, .dram_budget = 64ull << 20, .timeout_ms = 10000};
+                     .page_tokens = 128, .dram_budget = 64ull << 20, .timeout_ms = 10000,
+                     .clients = 1};
     {
         const struct { const char *name; const char **val; } strs[] = {
             {"--trace", &o->trace}, {"--node", &o->node}, {"--report", &o->report},
@@ -78,7 +82,7 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
             {"--users", &o->users}, {"--rounds", &o->rounds}, {"--turn-tokens", &o->turn_tokens},
             {"--layers", &o->layers}, {"--heads", &o->heads}, {"--head-dim", &o->head_dim},
             {"--page-tokens", &o->page_tokens}, {"--dram-budget", &o->dram_budget},
-            {"--timeout-ms", &o->timeout_ms}};
+            {"--timeout-ms", &o->timeout_ms}, {"--clients", &o->clients}};
         const struct { const char *name; bool *val; } flags[] = {
             {"--json", &o->json}, {"--keep-dir", &o->keep_dir}};
 
@@ -121,6 +125,10 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
         o->max_requests > UINT32_MAX || o->timeout_ms == 0 || o->timeout_ms > UINT32_MAX) {
         fprintf(stderr, "kvpack loadtest: --windows 1..%u, --time-scale >= 0, --timeout-ms > 0\n",
                 KVP_LT_MAX_WINDOWS);
+        return 2;
+    }
+    if (o->clients == 0 || o->clients > KVP_LT_MAX_CLIENTS) {
+        fprintf(stderr, "kvpack loadtest: --clients must be 1..%u\n", KVP_LT_MAX_CLIENTS);
         return 2;
     }
     return 0;
@@ -223,15 +231,13 @@ static void node_down(const lt_opts_t *o, lt_node_t *n, bool ok)
 
 static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char *source)
 {
-    kvp_lt_params_t     p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
-                             (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale};
-    kvp_lt_info_t       info = {source, o->node, o->node == NULL, o->dram_budget, &p};
-    kvp_client_params_t cp = {0};
-    kvp_client_h        client = NULL;
-    kvp_lt_result_t     res;
-    lt_node_t           node;
-    kvp_status_t        st;
-    int                 rc = 1;
+    kvp_lt_params_t p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
+                         (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale,
+                         (uint32_t)o->clients};
+    kvp_lt_info_t   info = {source, o->node, o->node == NULL, o->dram_budget, &p};
+    kvp_lt_result_t res;
+    lt_node_t       node;
+    int             rc = 1;
 
     memset(&res, 0, sizeof(res));
     memset(&node, 0, sizeof(node));
@@ -243,14 +249,7 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
         }
         info.node = node.addr;
     }
-    cp.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.server     = info.node;
-    cp.timeout_ms = (uint32_t)o->timeout_ms;
-    st = kvp_client_create(&cp, &client);
-    if (st != KVP_OK) {
-        fprintf(stderr, "kvpack loadtest: cannot connect to %s: %s\n", info.node,
-                kvp_status_str(st));
-    } else if (kvp_lt_run(client, &p, w, &res) == 0) {
+    if (kvp_lt_run(info.node, (uint32_t)o->timeout_ms, &p, w, &res) == 0) {
         rc = 0;
         if (o->json) {
             kvp_lt_report_json(&info, w, &res);
@@ -263,7 +262,6 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
     } else {
         fprintf(stderr, "kvpack loadtest: FAILED after %u of %u requests\n", res.done, w->n);
     }
-    kvp_client_destroy(client);
     kvp_lt_result_free(&res);
     node_down(o, &node, rc == 0);
     return rc;

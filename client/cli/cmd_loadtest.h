@@ -12,6 +12,7 @@
 
 #define KVP_LT_BLOCK_TOKENS 512u /* tokens per trace hash id (Mooncake block size) */
 #define KVP_LT_MAX_WINDOWS  64u
+#define KVP_LT_MAX_CLIENTS  64u /* --clients: concurrent client threads, one kvp_client each */
 
 /* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
 uint64_t kvp_lt_mix64(uint64_t z);
@@ -51,6 +52,7 @@ typedef struct {
     kvp_codec_id_t codec;
     uint32_t       layers, heads, head_dim, page_tokens;
     double         time_scale; /* 0: closed loop; S: trace time / S */
+    uint32_t       clients;    /* concurrent clients, 1..KVP_LT_MAX_CLIENTS */
 } kvp_lt_params_t;
 
 /* Per-request measurements (latencies in ms; NaN where the step did not run). */
@@ -67,19 +69,22 @@ typedef struct {
 typedef struct {
     uint64_t          ns;
     kvp_lt_sample_t  *samples;        /* one per request */
-    uint32_t          done;           /* requests completed */
+    uint32_t          done;           /* requests completed, all clients */
+    uint32_t          client_requests[KVP_LT_MAX_CLIENTS]; /* requests assigned to each client */
     uint32_t          resumes;
     uint64_t          bytes_put, bytes_put_fp16, bytes_fetched, bytes_fetched_fp16;
     uint64_t          bytes_resumed;
-    double            encode_s, wall_s, behind_max_ms;
+    double            encode_s, wall_s, behind_max_ms; /* encode_s: summed over clients */
     kvp_node_stat_t   stat_begin, stat_end;
     kvp_lt_window_t   windows[KVP_LT_MAX_WINDOWS];
 } kvp_lt_result_t;
 
-/* Replay w against the node behind client. Fails fast on the first error, naming the request;
- * res->done says how far it got. Returns 0 or -1. */
-int  kvp_lt_run(kvp_client_h client, const kvp_lt_params_t *p, const kvp_lt_workload_t *w,
-                kvp_lt_result_t *res);
+/* Replay w against the node at server on p->clients threads, each with its own client; all turns
+ * of one conversation (a chain of resumes) go to one client, in order. The first failure in any
+ * client stops them all and is reported once, naming the request; res->done says how many
+ * requests completed. Returns 0 or -1. */
+int  kvp_lt_run(const char *server, uint32_t timeout_ms, const kvp_lt_params_t *p,
+                const kvp_lt_workload_t *w, kvp_lt_result_t *res);
 void kvp_lt_result_free(kvp_lt_result_t *res);
 
 /* Report context: what the run was (echoed in the report). */

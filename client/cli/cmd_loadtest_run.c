@@ -2,8 +2,10 @@
  * resume (get the previous turn's session, restored from SSD if cold), lookup of chunk keys chained
  * over token ids derived from the block ids (equal ids at equal positions = equal keys), encode and
  * put only the missing pages (KV from a synthetic pool picked by block id) and the record with its
- * fp16 tail, then the decode side's get, checked against what was put. The first failure stops the
- * run, naming the request. */
+ * fp16 tail, then the decode side's get, checked against what was put. --clients N runs N
+ * threads, each with its own kvp_client and engine; all turns of a conversation stay on one
+ * thread, the main thread only reports progress. The first failure stops every thread and is
+ * reported once, naming the request. */
 #include "cli.h"
 #include "cmd_loadtest.h"
 
@@ -11,14 +13,38 @@
 #include "kvpack/alloc.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
 #define LT_MODEL_ID    "kvpack-loadtest/synthetic"
 #define LT_POOL_CHUNKS 8u /* distinct P-token KV slabs per pool layer */
 #define LT_POOL_LAYERS 4u
+#define LT_TICK_MS     20  /* progress refresh, and the longest open-loop sleep between stop checks */
+
+/* What the client threads share. mu guards finished/prefix/next_win/running/last_ns, res->done,
+ * res->windows[].stat_end and stderr; each request's sample slot is written by its client only. */
+typedef struct {
+    pthread_mutex_t          mu;
+    const kvp_lt_params_t   *p;
+    const kvp_lt_workload_t *w;
+    kvp_lt_result_t         *res;
+    uint8_t                 *owner;    /* client of each request */
+    uint8_t                 *finished; /* per request */
+    uint32_t                 prefix;   /* requests [0, prefix) have all finished */
+    uint32_t                 next_win; /* first window whose end statistics are not taken yet */
+    uint32_t                 running;  /* client threads that have not returned */
+    uint64_t                 start, last_ns;
+    atomic_int               stop;     /* set by the first failure */
+} lt_shared_t;
 
 typedef struct {
+    lt_shared_t           *sh;
+    uint32_t               id;       /* client index */
+    kvp_client_h           c;
+    pthread_t              tid;
+    kvp_lt_result_t        part;     /* this client's totals; samples points at the shared array */
     const kvp_lt_params_t *p;
     uint64_t               ns;
     kvp_kv_t               pool;
@@ -94,6 +120,7 @@ static void engine_free(lt_engine_t *e)
     kvp_free(e->tok);
     kvp_free(e->tail);
     kvp_free(e->sess_chunks);
+    kvp_client_destroy(e->c);
 }
 
 /* Room for n chunk keys and n * layers pages. */
@@ -154,19 +181,32 @@ static kvp_status_t chunk_encode(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t
                            len_p);
 }
 
-static int fail(const kvp_lt_req_t *r, uint32_t i, const char *what, kvp_status_t st)
+/* Stop every client; only the first failure of the run is printed. */
+static int fail(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, const char *what,
+                kvp_status_t st)
 {
-    kvp_progress_done();
-    fprintf(stderr, "kvpack loadtest: request %u", i);
-    if (r->line > 0) {
-        fprintf(stderr, " (trace line %u)", r->line);
+    pthread_mutex_lock(&e->sh->mu);
+    if (atomic_exchange(&e->sh->stop, 1) == 0) {
+        kvp_progress_done();
+        fprintf(stderr, "kvpack loadtest: request %u", i);
+        if (r->line > 0) {
+            fprintf(stderr, " (trace line %u)", r->line);
+        }
+        if (e->p->clients > 1) {
+            fprintf(stderr, " on client %u", e->id);
+        }
+        fprintf(stderr, ", session lt-%u: %s failed: %s (%s)\n", r->session, what,
+                kvp_status_str(st), kvp_status_name(st));
+        if (st == KVP_ERR_NO_SPACE && e->p->clients > 1) {
+            fprintf(stderr, "kvpack loadtest: a session is served from DRAM, so the sessions in "
+                            "flight on all %u clients must fit the node's budget together "
+                            "(--dram-budget)\n", e->p->clients);
+        } else if (st == KVP_ERR_NO_SPACE) {
+            fprintf(stderr, "kvpack loadtest: a session is served from DRAM, so the largest one "
+                            "must fit the node's budget (--dram-budget)\n");
+        }
     }
-    fprintf(stderr, ", session lt-%u: %s failed: %s (%s)\n", r->session, what,
-            kvp_status_str(st), kvp_status_name(st));
-    if (st == KVP_ERR_NO_SPACE) {
-        fprintf(stderr, "kvpack loadtest: a session is served from DRAM, so the largest one must "
-                        "fit the node's budget (--dram-budget)\n");
-    }
+    pthread_mutex_unlock(&e->sh->mu);
     return -1;
 }
 
@@ -208,7 +248,7 @@ static int lt_resume(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint
         res->resumes++;
     }
     kvp_session_pages_free(sp);
-    return st == KVP_OK ? 0 : fail(r, i, "resume (get of the previous turn)", st);
+    return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
 }
 
 /* Encode and put the chunks [hit, nc) and the record; *tail_len_p gets the tail bytes. */
@@ -239,7 +279,7 @@ static int lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_
     }
     res->encode_s += kvp_time_s() - t_enc;
     if (st != KVP_OK) {
-        return fail(r, i, "encode", st);
+        return fail(e, r, i, "encode", st);
     }
     desc.layers      = L;
     desc.page_tokens = P;
@@ -263,7 +303,7 @@ static int lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_
     res->bytes_put_fp16 += 4ull * ((nc - hit) * (uint64_t)P + rem) * L * e->p->heads *
                            e->p->head_dim;
     *tail_len_p = tail_len;
-    return st == KVP_OK ? 0 : fail(r, i, n > 0 ? "put (pages, record)" : "put (record)", st);
+    return st == KVP_OK ? 0 : fail(e, r, i, n > 0 ? "put (pages, record)" : "put (record)", st);
 }
 
 static int lt_request(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t i,
@@ -283,7 +323,7 @@ static int lt_request(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uin
         return -1;
     }
     if (engine_reserve(e, nc) != 0) {
-        return fail(r, i, "allocation", KVP_ERR_NO_MEMORY);
+        return fail(e, r, i, "allocation", KVP_ERR_NO_MEMORY);
     }
     for (uint32_t j = 0; j < nc; j++) {
         chunk_tokens(e, r, j);
@@ -294,7 +334,7 @@ static int lt_request(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uin
         st = kvp_client_lookup(c, e->ns, e->keys, nc, e->p->layers, &hit);
         s->lookup_ms = ms_since(t0);
         if (st != KVP_OK) {
-            return fail(r, i, "lookup", st);
+            return fail(e, r, i, "lookup", st);
         }
     }
     s->blocks     = r->n_ids;
@@ -313,84 +353,241 @@ static int lt_request(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uin
     st = kvp_client_get_session(c, e->ns, sid, &sp);
     s->get_ms = ms_since(t0);
     if (st != KVP_OK) {
-        return fail(r, i, "get", st);
+        return fail(e, r, i, "get", st);
     }
     res->bytes_fetched += sp->wire_bytes;
     res->bytes_fetched_fp16 += 4ull * r->input_len * e->p->layers * e->p->heads * e->p->head_dim;
     if (!session_matches(e, sp, nc, rem, tail_len)) {
         kvp_session_pages_free(sp);
-        return fail(r, i, "check of the fetched session against what was put", KVP_ERR_CORRUPT);
+        return fail(e, r, i, "check of the fetched session against what was put", KVP_ERR_CORRUPT);
     }
     kvp_session_pages_free(sp);
     e->sess_chunks[r->session] = nc;
     return 0;
 }
 
-/* Open loop: wait until the request's trace time (scaled) has come. */
-static void lt_pace(const kvp_lt_params_t *p, const kvp_lt_workload_t *w, uint32_t i,
-                    uint64_t start_ns, kvp_lt_result_t *res)
+/* Open loop: wait until the request's trace time (scaled) has come, in short sleeps so that a
+ * failure elsewhere stops this client promptly. -1 when stopped. */
+static int lt_pace(lt_engine_t *e, uint32_t i)
 {
-    double due, now;
+    const kvp_lt_workload_t *w = e->sh->w;
+    double                   due, now;
+    bool                     slept = false;
 
-    if (p->time_scale <= 0) {
-        return;
+    if (e->p->time_scale <= 0) {
+        return 0;
     }
-    due = (w->reqs[i].ts_ms - w->reqs[0].ts_ms) / p->time_scale;
-    now = (double)(kvp_time_ns() - start_ns) / 1e6;
-    if (due > now) {
-        struct timespec ts = {(time_t)((due - now) / 1000), (long)(fmod(due - now, 1000) * 1e6)};
+    due = (w->reqs[i].ts_ms - w->reqs[0].ts_ms) / e->p->time_scale;
+    for (now = (double)(kvp_time_ns() - e->sh->start) / 1e6; due > now && !atomic_load(&e->sh->stop);
+         now = (double)(kvp_time_ns() - e->sh->start) / 1e6) {
+        double          ms = due - now < LT_TICK_MS ? due - now : LT_TICK_MS;
+        struct timespec ts = {0, (long)(ms * 1e6)};
 
         nanosleep(&ts, NULL);
-    } else if (now - due > res->behind_max_ms) {
-        res->behind_max_ms = now - due;
+        slept = true;
     }
+    if (!slept && now - due > e->part.behind_max_ms) {
+        e->part.behind_max_ms = now - due;
+    }
+    return atomic_load(&e->sh->stop) ? -1 : 0;
 }
 
-int kvp_lt_run(kvp_client_h client, const kvp_lt_params_t *p, const kvp_lt_workload_t *w,
-               kvp_lt_result_t *res)
+/* Request i is done: advance the finished prefix and take the node's statistics for every window
+ * it completes, in window order. */
+static int lt_complete(lt_engine_t *e, uint32_t i)
 {
-    lt_engine_t  e;
-    uint64_t     start;
+    lt_shared_t     *sh  = e->sh;
+    kvp_lt_result_t *res = sh->res;
+    kvp_status_t     st  = KVP_OK;
+    uint32_t         k   = 0;
+
+    pthread_mutex_lock(&sh->mu);
+    sh->finished[i] = 1;
+    res->done++;
+    while (sh->prefix < sh->w->n && sh->finished[sh->prefix]) {
+        sh->prefix++;
+    }
+    while (st == KVP_OK && sh->next_win < sh->w->n_windows &&
+           res->windows[sh->next_win].end <= sh->prefix) {
+        k  = sh->next_win++;
+        st = kvp_client_stat(e->c, &res->windows[k].stat_end);
+    }
+    sh->last_ns = kvp_time_ns();
+    pthread_mutex_unlock(&sh->mu);
+    if (st != KVP_OK) {
+        uint32_t last = res->windows[k].end - 1;
+
+        return fail(e, &sh->w->reqs[last], last, "node stat", st);
+    }
+    return 0;
+}
+
+static void *lt_client_main(void *arg)
+{
+    lt_engine_t *e  = arg;
+    lt_shared_t *sh = e->sh;
+
+    for (uint32_t i = 0; i < sh->w->n && !atomic_load(&sh->stop); i++) {
+        if (sh->owner[i] == e->id &&
+            (lt_pace(e, i) != 0 || lt_request(e, e->c, &sh->w->reqs[i], i, &e->part) != 0 ||
+             lt_complete(e, i) != 0)) {
+            break;
+        }
+    }
+    pthread_mutex_lock(&sh->mu);
+    sh->running--;
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+/* Who runs what: all turns of one conversation go to one client, in order (a request that resumes
+ * a session joins that session's client, a new conversation goes to the next client round-robin);
+ * and each window's run of requests [first, end). */
+static int lt_plan(lt_shared_t *sh)
+{
+    const kvp_lt_workload_t *w    = sh->w;
+    uint8_t                 *sess = kvp_calloc(w->n_sessions, 1, "loadtest clients");
+    uint32_t                 next = 0;
+
+    if (sess == NULL) {
+        return -1;
+    }
+    for (uint32_t i = 0; i < w->n; i++) {
+        const kvp_lt_req_t *r = &w->reqs[i];
+
+        sh->owner[i]      = r->resume >= 0 ? sess[r->resume] : (uint8_t)(next++ % sh->p->clients);
+        sess[r->session]  = sh->owner[i];
+        sh->res->client_requests[sh->owner[i]]++;
+        if (i == 0 || w->reqs[i - 1].window != r->window) {
+            sh->res->windows[r->window].first = i;
+        }
+        sh->res->windows[r->window].end = i + 1;
+    }
+    kvp_free(sess);
+    return 0;
+}
+
+static int lt_client_init(lt_engine_t *e, lt_shared_t *sh, uint32_t id, const char *server,
+                          uint32_t timeout_ms)
+{
+    kvp_client_params_t cp = {0};
+    kvp_status_t        st;
+
+    if (engine_init(e, sh->p, sh->w) != 0) {
+        return -1;
+    }
+    e->sh           = sh;
+    e->id           = id;
+    e->part.samples = sh->res->samples;
+    cp.field_mask   = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.server       = server;
+    cp.timeout_ms   = timeout_ms;
+    st              = kvp_client_create(&cp, &e->c);
+    if (st != KVP_OK) {
+        e->c = NULL;
+        fprintf(stderr, "kvpack loadtest: cannot connect to %s: %s\n", server, kvp_status_str(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* The one progress reporter: all clients' completed requests, until every client has returned. */
+static void lt_watch(lt_shared_t *sh)
+{
+    struct timespec tick = {0, LT_TICK_MS * 1000000L};
+    uint32_t        running;
+
+    do {
+        nanosleep(&tick, NULL);
+        pthread_mutex_lock(&sh->mu);
+        running = sh->running;
+        if (!atomic_load(&sh->stop)) {
+            kvp_progress("loadtest", sh->res->done, sh->w->n);
+        }
+        pthread_mutex_unlock(&sh->mu);
+    } while (running > 0);
+    kvp_progress_done();
+}
+
+static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
+{
+    res->resumes += part->resumes;
+    res->bytes_put += part->bytes_put;
+    res->bytes_put_fp16 += part->bytes_put_fp16;
+    res->bytes_fetched += part->bytes_fetched;
+    res->bytes_fetched_fp16 += part->bytes_fetched_fp16;
+    res->bytes_resumed += part->bytes_resumed;
+    res->encode_s += part->encode_s;
+    res->behind_max_ms = part->behind_max_ms > res->behind_max_ms ? part->behind_max_ms
+                                                                  : res->behind_max_ms;
+}
+
+int kvp_lt_run(const char *server, uint32_t timeout_ms, const kvp_lt_params_t *p,
+               const kvp_lt_workload_t *w, kvp_lt_result_t *res)
+{
+    lt_shared_t  sh;
+    lt_engine_t *eng = kvp_calloc(p->clients, sizeof(*eng), "loadtest clients");
+    uint32_t     ready = 0, started = 0;
     kvp_status_t st;
-    int          rc = 0;
+    int          rc = -1;
 
     memset(res, 0, sizeof(*res));
-    memset(&e, 0, sizeof(e));
+    memset(&sh, 0, sizeof(sh));
+    pthread_mutex_init(&sh.mu, NULL);
+    atomic_init(&sh.stop, 0);
+    sh.p         = p;
+    sh.w         = w;
+    sh.res       = res;
     res->samples = kvp_calloc(w->n, sizeof(*res->samples), "loadtest samples");
-    if (res->samples == NULL || engine_init(&e, p, w) != 0) {
-        engine_free(&e);
-        return -1;
+    sh.owner     = kvp_calloc(w->n, 1, "loadtest clients");
+    sh.finished  = kvp_calloc(w->n, 1, "loadtest clients");
+    if (eng == NULL || res->samples == NULL || sh.owner == NULL || sh.finished == NULL ||
+        lt_plan(&sh) != 0) {
+        fprintf(stderr, "kvpack loadtest: out of memory for %u requests\n", w->n);
+        goto out;
     }
-    res->ns = e.ns;
-    st = kvp_client_stat(client, &res->stat_begin);
+    for (; ready < p->clients; ready++) {
+        if (lt_client_init(&eng[ready], &sh, ready, server, timeout_ms) != 0) {
+            ready++; /* freed below with the others */
+            goto out;
+        }
+    }
+    res->ns = eng[0].ns;
+    st = kvp_client_stat(eng[0].c, &res->stat_begin);
     if (st != KVP_OK) {
         fprintf(stderr, "kvpack loadtest: node stat failed: %s\n", kvp_status_str(st));
-        engine_free(&e);
-        return -1;
+        goto out;
     }
-    start = kvp_time_ns();
-    for (uint32_t i = 0; i < w->n && rc == 0; i++) {
-        kvp_lt_window_t *win = &res->windows[w->reqs[i].window];
-
-        lt_pace(p, w, i, start, res);
-        if (i == 0 || w->reqs[i - 1].window != w->reqs[i].window) {
-            win->first = i;
+    sh.start = sh.last_ns = kvp_time_ns();
+    sh.running = p->clients;
+    for (; started < p->clients; started++) {
+        if (pthread_create(&eng[started].tid, NULL, lt_client_main, &eng[started]) != 0) {
+            fprintf(stderr, "kvpack loadtest: cannot start client thread %u\n", started);
+            atomic_store(&sh.stop, 1);
+            pthread_mutex_lock(&sh.mu);
+            sh.running -= p->clients - started;
+            pthread_mutex_unlock(&sh.mu);
+            break;
         }
-        rc = lt_request(&e, client, &w->reqs[i], i, res);
-        if (rc == 0 && (i + 1 == w->n || w->reqs[i + 1].window != w->reqs[i].window)) {
-            win->end = i + 1;
-            st = kvp_client_stat(client, &win->stat_end);
-            rc = st == KVP_OK ? 0 : fail(&w->reqs[i], i, "node stat", st);
-        }
-        res->done += rc == 0;
-        kvp_progress("loadtest", i + 1, w->n);
     }
-    kvp_progress_done();
-    res->wall_s = (double)(kvp_time_ns() - start) / 1e9;
-    if (rc == 0) {
-        res->stat_end = res->windows[w->reqs[w->n - 1].window].stat_end;
+    lt_watch(&sh);
+    for (uint32_t c = 0; c < started; c++) {
+        pthread_join(eng[c].tid, NULL);
+        lt_merge(res, &eng[c].part);
     }
-    engine_free(&e);
+    res->wall_s = (double)(sh.last_ns - sh.start) / 1e9;
+    if (!atomic_load(&sh.stop) && res->done == w->n) {
+        res->stat_end = res->windows[w->n_windows - 1].stat_end;
+        rc = 0;
+    }
+out:
+    for (uint32_t c = 0; c < ready; c++) {
+        engine_free(&eng[c]);
+    }
+    kvp_free(eng);
+    kvp_free(sh.owner);
+    kvp_free(sh.finished);
+    pthread_mutex_destroy(&sh.mu);
     return rc;
 }
 

@@ -3,7 +3,9 @@
 replay (300 trace requests, 3 MiB budget: hits equal this script's own prefix count, spills and
 restores, SVG parses), synthetic (users x rounds: hits per round as predicted, HTML report), errors
 (malformed lines named by file:line, bad options), dead_node (node SIGKILLed mid-run: exit 1 naming
-the request, no hang). Exit 77 when the trace is absent."""
+the request, no hang), clients (--clients 3: every request once, hits between a per-client floor
+and the unbounded count; synthetic hits exact; bad --clients rejected), dead_node_clients (the
+dead node under --clients 3). Exit 77 when the trace is absent."""
 import json
 import os
 import signal
@@ -40,15 +42,21 @@ def run_json(args):
     return json.loads(out)
 
 
-def expected_trace(path, n, P, windows):
+def read_trace(path, n):
+    with open(path) as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
+def expected_trace(path, n, P, windows, reqs=None):
     """Per request: (blocks, hit_blocks, hit_chunks, unbounded_hits), from the ids alone.
     A chunk is (the block ids up to its block, its index in the block); the node holds every chunk
     put so far (nothing is lost with an SSD tier); lookup finds the leading chunks it holds; a
-    block hits when it has sealed chunks and all of them were found."""
+    block hits when it has sealed chunks and all of them were found. reqs: replay these instead
+    of the first n lines."""
     cpb = 512 // P
     held, seen, out = set(), set(), []
-    with open(path) as f:
-        reqs = [json.loads(line) for _, line in zip(range(n), f)]
+    if reqs is None:
+        reqs = read_trace(path, n)
     for r in reqs:
         ids, nc = r["hash_ids"], r["input_length"] // P
         chunks = [(tuple(ids[:j // cpb + 1]), j % cpb) for j in range(nc)]
@@ -63,7 +71,7 @@ def expected_trace(path, n, P, windows):
         held.update(chunks)
         out.append((len(ids), hb, hit, ref))
     per_win = [0] * windows
-    for i, x in enumerate(out):
+    for i, x in enumerate(out if windows else []):
         per_win[i * windows // len(out)] += x[1]
     return out, per_win
 
@@ -125,6 +133,14 @@ def case_synthetic():
         check(text.startswith("<!DOCTYPE html>") and "<svg" in text and "</html>" in text,
               "HTML report is not a page with an inline SVG")
     print(json.dumps({k: v for k, v in r.items() if k != "windows"}, indent=1))
+    check_rounds(r, U, R, T, P)
+    check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] > 0,
+          "no spill/restore under a 1 MiB budget")
+    check_common(r)
+
+
+def check_rounds(r, U, R, T, P):
+    """Synthetic users x rounds: each round's hits as predicted (users share nothing)."""
     cpb = 512 // P
     for rnd in range(R):
         nc, hit = (rnd + 1) * T // P, rnd * T // P  # the previous round sealed rnd*T // P chunks
@@ -135,9 +151,6 @@ def case_synthetic():
         check(w["hit_blocks"] == U * hb, f"round {rnd}: hit_blocks {w['hit_blocks']} != {U * hb}")
         check(w["hit_chunks"] == U * hit, f"round {rnd}: hit_chunks {w['hit_chunks']} != {U * hit}")
     check(r["resumes"] == U * (R - 1), "every round after the first resumes its session")
-    check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] > 0,
-          "no spill/restore under a 1 MiB budget")
-    check_common(r)
 
 
 def case_errors():
@@ -170,7 +183,73 @@ def case_errors():
         check(rc == 2 and err.strip() != "", f"{args}: exit {rc}, want 2 with a message")
 
 
-def case_dead_node(kvpackd):
+def client_of(reqs, clients):
+    """The client each request runs on, as loadtest assigns them: a request that continues a
+    conversation (its parent: the latest request whose ids but the last, at least two, are the
+    longest prefix of its ids) joins the parent's client; a new one goes round-robin.
+    Returns the clients and how many requests continue a conversation (resumes)."""
+    ends, owner, nxt, resumes = {}, [], 0, 0
+    for r in reqs:
+        ids, parent = r["hash_ids"], None
+        for k in range(len(ids) - 1, 1, -1):
+            if tuple(ids[:k]) in ends:
+                parent = ends[tuple(ids[:k])]
+                break
+        if parent is None:
+            owner.append(nxt % clients)
+            nxt += 1
+        else:
+            owner.append(owner[parent])
+            resumes += 1
+        if len(ids) > 2:
+            ends[tuple(ids[:-1])] = len(owner) - 1
+    return owner, resumes
+
+
+def case_clients(trace):
+    """--clients 3. Hits are bounded both ways whatever the interleaving: no request can hit a
+    chunk before some other request put it, so hits <= the unbounded (one-client) count; and a
+    client's earlier requests have all finished before its next lookup, so each request hits at
+    least what replaying only its own client's requests would give (the floor)."""
+    n, P, C = 300, 128, 3
+    r = run_json(["--trace", trace, "--max-requests", str(n), *TINY, "--dram-budget", "12M",
+                  "--clients", str(C)])
+    if r is not None:
+        print(json.dumps({k: v for k, v in r.items() if k != "windows"}, indent=1))
+        reqs = read_trace(trace, n)
+        owner, resumes = client_of(reqs, C)
+        seq, _ = expected_trace(trace, n, P, 0)
+        floor = sum(x[1] for c in range(C)
+                    for x in expected_trace(trace, n, P, 0, [q for q, o in zip(reqs, owner)
+                                                             if o == c])[0])
+        print(f"hit_blocks {r['hit_blocks']}: floor {floor}, one client {sum(x[1] for x in seq)}, "
+              f"unbounded {r['unbounded_hit_blocks']}")
+        check(r["clients"] == C, "clients not echoed")
+        check(r["requests"] == n and r["sessions_fetched"] == n, "not every request ran once")
+        check(r["requests_per_client"] == [owner.count(c) for c in range(C)],
+              f"requests_per_client {r['requests_per_client']} differ from the assignment")
+        check(r["unbounded_hit_blocks"] == sum(x[3] for x in seq), "unbounded count differs")
+        check(floor <= r["hit_blocks"] <= r["unbounded_hit_blocks"],
+              f"hit_blocks {r['hit_blocks']} outside [{floor}, {r['unbounded_hit_blocks']}]")
+        check(r["hit_chunks"] <= sum(x[2] for x in seq), "more chunk hits than one client's")
+        check(r["resumes"] == resumes > 0, f"resumes {r['resumes']}, want {resumes}")
+        check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] >= r["resumes"] > 0,
+              "spills/restores not sane under a 12 MiB budget")
+        check_common(r)
+    U, R, T = 4, 3, 700  # users share nothing: concurrency must not cost a single hit
+    r = run_json(["--users", str(U), "--rounds", str(R), "--turn-tokens", str(T),
+                  "--dram-budget", "2M", "--clients", str(C)])
+    if r is not None:
+        check(r["requests_per_client"] == [2 * R, R, R], "users not spread round-robin")
+        check_rounds(r, U, R, T, 128)
+        check_common(r)
+    for bad in ("0", "65", "99999999999", "x", "-1"):
+        rc, out, err = run(["--clients", bad, "--users", "1", "--rounds", "1",
+                            "--turn-tokens", "5"])
+        check(rc == 2 and out == "" and err.strip() != "", f"--clients {bad}: exit {rc}, want 2")
+
+
+def case_dead_node(kvpackd, clients=1):
     d = tempfile.mkdtemp(prefix="kvp_lt_dead_")
     ready = os.path.join(d, "ready")
     node = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, "data"),
@@ -184,7 +263,8 @@ def case_dead_node(kvpackd):
         port = int(open(ready).read())
         env = dict(os.environ, KVP_PROGRESS="1")
         lt = subprocess.Popen([KVPACK, "loadtest", "--node", f"127.0.0.1:{port}", "--users", "4",
-                               "--rounds", "400", "--turn-tokens", "256", "--timeout-ms", "3000"],
+                               "--rounds", "400", "--turn-tokens", "256", "--timeout-ms", "3000",
+                               *(["--clients", str(clients)] if clients > 1 else [])],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         err = []
         reader = threading.Thread(target=lambda: err.append(lt.stderr.read().decode()))
@@ -212,10 +292,10 @@ def case_dead_node(kvpackd):
 
 
 case = sys.argv[1]
+if case in ("replay", "clients") and not os.path.exists(sys.argv[3]):
+    print(f"SKIP: trace {sys.argv[3]} not present (../shared/traces beside the repository)")
+    sys.exit(77)
 if case == "replay":
-    if not os.path.exists(sys.argv[3]):
-        print(f"SKIP: trace {sys.argv[3]} not present (../shared/traces beside the repository)")
-        sys.exit(77)
     case_replay(sys.argv[3])
 elif case == "synthetic":
     case_synthetic()
@@ -223,6 +303,10 @@ elif case == "errors":
     case_errors()
 elif case == "dead_node":
     case_dead_node(sys.argv[3])
+elif case == "clients":
+    case_clients(sys.argv[3])
+elif case == "dead_node_clients":
+    case_dead_node(sys.argv[3], 3)
 else:
     sys.exit(f"unknown case {case}")
 print("FAILED" if fails else f"check_loadtest {case}: all checks passed")
