@@ -996,17 +996,12 @@ static kvp_status_t list_take(kvp_session_list_t *l, uint32_t *cap, const kvp_wi
             KVP_LOG_ERROR(MOD, "list reply out of order at session %s", w->sid);
             return KVP_ERR_PROTOCOL;
         }
-        if (l->n == *cap) {
-            uint32_t            nc = *cap ? *cap * 2 : 64;
-            kvp_session_info_t *ns = kvp_realloc(l->sessions, nc * sizeof(*ns), "session list");
-
-            if (ns == NULL) {
-                return KVP_ERR_NO_MEMORY;
-            }
-            l->sessions = ns;
-            *cap        = nc;
+        e = kvp_array_room(l->sessions, cap, l->n, sizeof(*e), 64, "session list");
+        if (e == NULL) {
+            return KVP_ERR_NO_MEMORY;
         }
-        e = &l->sessions[l->n++];
+        l->sessions = e;
+        e           = &l->sessions[l->n++];
         memset(e, 0, sizeof(*e));
         e->ns = w->ns;
         memcpy(e->sid, w->sid, sizeof(e->sid));

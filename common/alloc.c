@@ -68,6 +68,26 @@ void *kvp_realloc(void *ptr, size_t size, const char *tag)
     return p;
 }
 
+void *kvp_array_room(void *arr, uint32_t *cap, uint32_t n, size_t elem, uint32_t first,
+                     const char *tag)
+{
+    uint32_t nc;
+    void    *p;
+
+    if (n < *cap) {
+        return arr;
+    }
+    nc = *cap ? *cap * 2 : first;
+    if (nc <= n || nc < *cap) { /* first too small, or the capacity would wrap */
+        return NULL;
+    }
+    p = kvp_realloc(arr, (size_t)nc * elem, tag);
+    if (p != NULL) {
+        *cap = nc;
+    }
+    return p;
+}
+
 void *kvp_aligned_alloc(size_t align, size_t size, const char *tag)
 {
     void *p = NULL;

@@ -291,8 +291,8 @@ int kvp_cmd_loadtest(int argc, char **argv)
                             "--users/--rounds/--turn-tokens\n");
             return 1;
         }
-        rc = kvp_lt_trace_load(o.trace != NULL ? o.trace : trace, (uint32_t)o.max_requests,
-                               (uint32_t)o.windows, &w);
+        rc = kvp_lt_trace_load("loadtest", o.trace != NULL ? o.trace : trace,
+                               (uint32_t)o.max_requests, (uint32_t)o.windows, &w);
     }
     if (rc != 0) {
         return 1;

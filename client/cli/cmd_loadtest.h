@@ -41,7 +41,8 @@ typedef struct {
 
 /* Read the first max (0 = all) requests of a JSONL trace. A line that cannot be read is an error
  * naming the file and line on stderr; returns 0 or -1. */
-int  kvp_lt_trace_load(const char *path, uint32_t max, uint32_t windows, kvp_lt_workload_t *w);
+int  kvp_lt_trace_load(const char *cmd, const char *path, uint32_t max, uint32_t windows,
+                       kvp_lt_workload_t *w);
 /* users x rounds requests, round-major; user u's prompt in round r is (r+1)*turn tokens. */
 int  kvp_lt_synthetic_make(uint64_t users, uint64_t rounds, uint64_t turn_tokens,
                            kvp_lt_workload_t *w);

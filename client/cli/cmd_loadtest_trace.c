@@ -152,16 +152,12 @@ static void prefix_free(lt_prefix_t *px)
 
 static kvp_lt_req_t *workload_add(kvp_lt_workload_t *w, uint32_t *cap)
 {
-    if (w->n == *cap) {
-        uint32_t      ncap = *cap ? *cap * 2 : 256;
-        kvp_lt_req_t *r    = kvp_realloc(w->reqs, ncap * sizeof(*r), "loadtest requests");
+    kvp_lt_req_t *r = kvp_array_room(w->reqs, cap, w->n, sizeof(*r), 256, "loadtest requests");
 
-        if (r == NULL) {
-            return NULL;
-        }
-        w->reqs = r;
-        *cap    = ncap;
+    if (r == NULL) {
+        return NULL;
     }
+    w->reqs = r;
     memset(&w->reqs[w->n], 0, sizeof(w->reqs[0]));
     w->reqs[w->n].resume = -1;
     return &w->reqs[w->n++];
@@ -267,15 +263,12 @@ static const char *take_ids(const char **p, kvp_lt_req_t *r)
     }
     (*p)++;
     for (skip_ws(p); **p != ']';) {
-        if (r->n_ids == cap) {
-            uint64_t *ids = kvp_realloc(r->ids, (cap ? cap * 2 : 64) * sizeof(*ids), "loadtest ids");
+        uint64_t *ids = kvp_array_room(r->ids, &cap, r->n_ids, sizeof(*ids), 64, "loadtest ids");
 
-            if (ids == NULL) {
-                return "out of memory";
-            }
-            r->ids = ids;
-            cap    = cap ? cap * 2 : 64;
+        if (ids == NULL) {
+            return "out of memory";
         }
+        r->ids = ids;
         if (take_number(p, &v) != NULL || v < 0 || v != floor(v) || v > 9007199254740992.0) {
             return "hash_ids must hold non-negative integers";
         }
@@ -355,7 +348,8 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
     return NULL;
 }
 
-int kvp_lt_trace_load(const char *path, uint32_t max, uint32_t windows, kvp_lt_workload_t *w)
+int kvp_lt_trace_load(const char *cmd, const char *path, uint32_t max, uint32_t windows,
+                      kvp_lt_workload_t *w)
 {
     FILE        *f = fopen(path, "r");
     char        *line = NULL;
@@ -367,7 +361,7 @@ int kvp_lt_trace_load(const char *path, uint32_t max, uint32_t windows, kvp_lt_w
 
     memset(w, 0, sizeof(*w));
     if (f == NULL) {
-        fprintf(stderr, "kvpack loadtest: cannot read trace %s: %m\n", path);
+        fprintf(stderr, "kvpack %s: cannot read trace %s: %m\n", cmd, path);
         return -1;
     }
     while ((max == 0 || w->n < max) && getline(&line, &line_cap, f) >= 0) {
@@ -385,8 +379,8 @@ int kvp_lt_trace_load(const char *path, uint32_t max, uint32_t windows, kvp_lt_w
         err = parse_line(line, r);
         need = r->input_len / KVP_LT_BLOCK_TOKENS + (r->input_len % KVP_LT_BLOCK_TOKENS != 0);
         if (err == NULL && r->n_ids != need) {
-            fprintf(stderr, "kvpack loadtest: %s:%u: hash_ids has %u ids, input_length %u needs %u "
-                    "blocks of 512 tokens\n", path, lineno, r->n_ids, r->input_len, need);
+            fprintf(stderr, "kvpack %s: %s:%u: hash_ids has %u ids, input_length %u needs %u "
+                    "blocks of 512 tokens\n", cmd, path, lineno, r->n_ids, r->input_len, need);
             err = "";
             break;
         }
@@ -405,7 +399,7 @@ int kvp_lt_trace_load(const char *path, uint32_t max, uint32_t windows, kvp_lt_w
     }
     if (err != NULL) {
         if (err[0] != '\0') {
-            fprintf(stderr, "kvpack loadtest: %s:%u: %s\n", path, lineno, err);
+            fprintf(stderr, "kvpack %s: %s:%u: %s\n", cmd, path, lineno, err);
         }
         kvp_lt_workload_free(w);
         return -1;

@@ -242,16 +242,9 @@ static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
     uint64_t      per_block = KVP_LT_BLOCK_TOKENS / o->page_tokens, n = 0;
     plan_chunk_t *c;
 
-    FILE         *f = fopen(o->trace, "r");
-
     memset(t, 0, sizeof(*t));
-    if (f == NULL) {
-        fprintf(stderr, "kvpack plan: cannot read trace %s: %m\n", o->trace);
-        return 1;
-    }
-    fclose(f);
-    if (kvp_lt_trace_load(o->trace, 0, 1, &t->w) != 0) {
-        return 1; /* the loader named the file, line and what is wrong */
+    if (kvp_lt_trace_load("plan", o->trace, 0, 1, &t->w) != 0) {
+        return 1; /* the loader named the file (and line) and what is wrong */
     }
     for (uint32_t i = 0; i < t->w.n; i++) {
         t->tokens_sum += t->w.reqs[i].input_len;

@@ -1,5 +1,6 @@
 /* test_common.c - unit tests of the common base: status table ranges and strings, allocation
- * accounting and failure injection, the monotonic clock; plus CRC32C known vectors (kernels). */
+ * accounting and failure injection, growable arrays, the monotonic clock; plus CRC32C known
+ * vectors (kernels). */
 #include "kvpack/alloc.h"
 #include "kvpack/page.h"
 #include "kvpack/status.h"
@@ -60,6 +61,32 @@ static void test_alloc_injection(void)
     EXPECT(kvp_alloc_live_count() == live);
 }
 
+/* kvp_array_room: the same array while there is room, doubling from `first`, contents kept; an
+ * allocation failure leaves the array and its capacity as they were. */
+static void test_array_room(void)
+{
+    uint32_t  cap = 0, *a = NULL, *g;
+
+    for (uint32_t n = 0; n < 100; n++) {
+        g = kvp_array_room(a, &cap, n, sizeof(*a), 4, "test array");
+        EXPECT(g != NULL);
+        EXPECT(n < cap);
+        EXPECT((cap & (cap - 1)) == 0 && cap >= 4);  /* 4, 8, 16, ... */
+        EXPECT(cap == 4 || cap / 2 <= n);             /* doubled only when full */
+        a    = g;
+        a[n] = n * 7;
+    }
+    EXPECT(cap == 128);
+    for (uint32_t n = 0; n < 100; n++) {
+        EXPECT(a[n] == n * 7);
+    }
+    EXPECT(kvp_array_room(a, &cap, 99, sizeof(*a), 4, "test array") == a); /* room: no realloc */
+    kvp_alloc_fail_at(1);
+    EXPECT(kvp_array_room(a, &cap, 128, sizeof(*a), 4, "test array") == NULL);
+    EXPECT(cap == 128 && a[99] == 99 * 7);
+    kvp_free(a);
+}
+
 static void test_clock(void)
 {
     uint64_t t0 = kvp_time_ns(), t1 = kvp_time_ns();
@@ -83,6 +110,7 @@ int main(void)
 {
     test_status_ranges();
     test_alloc_injection();
+    test_array_room();
     test_clock();
     test_crc32c();
     return kvp_test_result("test_common");
