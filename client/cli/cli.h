@@ -90,4 +90,8 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_s
 void kvp_progress(const char *what, uint64_t done, uint64_t total);
 void kvp_progress_done(void);
 
+/* ---- small statistics ---- */
+void   kvp_sort_f64(double *v, size_t n);              /* ascending */
+double kvp_median_sorted(const double *v, size_t n);   /* NaN when n == 0 */
+
 #endif

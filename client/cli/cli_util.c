@@ -263,3 +263,19 @@ void kvp_progress_done(void)
     progress_open    = 0;
     progress_last_ns = 0;
 }
+
+/* ---- small statistics ---- */
+
+static int cmp_f64(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+void kvp_sort_f64(double *v, size_t n) { qsort(v, n, sizeof(*v), cmp_f64); }
+
+double kvp_median_sorted(const double *v, size_t n)
+{
+    return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -2,13 +2,15 @@
  * implementation, in GB/s of fp16 KV (K and V, 2 bytes per element), over a working set larger
  * than the last-level cache, against memcpy of the same buffers in the same run. fp16 in for
  * encode, fp16 out for decode (original frame; rotated frame too for the rotating codecs).
- * Each figure is the best of --repeat passes; a pass stops after --max-s seconds (at least 8
- * pages), so the slow reference twins finish. Ratios use the memcpy measured right before and
- * after each codec/implementation (best of both): on a shared machine the load then matches.
- * --threads N splits the pages (and memcpy's bytes) into N contiguous ranges, one thread each,
- * timed from start to the last thread's end: N = 1 (default) is the codec's per-core speed, more
- * threads compare a node's cores against the memory bandwidth memcpy reaches with as many.
- * Prints JSON with --json; never asserts speed. */
+ * Paired rounds: each round copies the whole working set once (one memcpy call, so glibc takes
+ * its large-copy path) and then runs the codec for a window of about the same length from the
+ * first page (cold: the copy has streamed 256 MiB through the cache since); the round's ratio is
+ * codec GB/s over that memcpy's. Reported: the medians over --rounds rounds of each rate and of
+ * the ratios, with the ratios' range, so load that comes and goes on a shared machine hits both
+ * sides of a pair alike. --threads N splits the pages (and memcpy's bytes) into N contiguous
+ * ranges, one thread each, timed from start to the last thread's end: N = 1 (default) is the
+ * codec's per-core speed, more threads compare a node's cores against the memory bandwidth
+ * memcpy reaches with as many. Prints JSON with --json; never asserts speed. */
 #include "cli.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
@@ -28,8 +30,9 @@ static void usage(FILE *out)
             "  --impl NAME        only this implementation (ref|avx2; default every one)\n"
             "  --heads N --head-dim N --page-tokens N   geometry (8 128 128)\n"
             "  --mib N            fp16 KV working set in MiB (default 256, > LLC)\n"
-            "  --repeat N         passes, best kept (default 3)\n"
-            "  --max-s S          time cap per pass in seconds (default 1.5)\n"
+            "  --rounds N         paired memcpy + codec rounds, medians kept (default 9)\n"
+            "  --window-s S       codec time per round in seconds (default 0.04; at least\n"
+            "                     one page per thread)\n"
             "  --threads N        codec calls and memcpy on N threads, pages split (default 1)\n"
             "  --json             machine-readable output\n");
 }
@@ -41,8 +44,8 @@ typedef struct {
     uint16_t *in;   /* npages x (K, V) fp16 */
     uint16_t *out;  /* same shape, decode target */
     uint8_t  *pages;
-    size_t   *lens;  /* 0: the page slot holds no page of the codec under test (decode skips it) */
-    double    max_s;
+    size_t   *lens;  /* 0: the page slot holds no page of the codec under test (decode stops) */
+    double    window_s;
 } bench_t;
 
 /* one thread's share of a pass: pages [lo, hi) */
@@ -55,12 +58,6 @@ typedef struct {
     double                   t0;
     int                      err;
 } worker_t;
-
-/* this worker's share of the time cap's page minimum (8 pages in all) */
-static uint32_t min_pages(const worker_t *w)
-{
-    return (8 + w->b->threads - 1) / w->b->threads;
-}
 
 static void *pass_range(void *arg)
 {
@@ -77,7 +74,7 @@ static void *pass_range(void *arg)
             st = kvp_page_encode(w->pp, KVP_DTYPE_F16, kin, kin + b->page_elems, b->P, pg,
                                  b->page_cap, &b->lens[i]);
         } else if (b->lens[i] == 0) {
-            continue; /* not encoded (an encode pass stopped by the time cap) */
+            break; /* past the pages the encode windows reached */
         } else {
             uint16_t *kout = b->out + 2 * i * b->page_elems;
 
@@ -91,7 +88,7 @@ static void *pass_range(void *arg)
             return NULL;
         }
         w->done++;
-        if (w->done >= min_pages(w) && kvp_time_s() - w->t0 > b->max_s) {
+        if (kvp_time_s() - w->t0 > b->window_s) {
             break;
         }
     }
@@ -122,7 +119,8 @@ static double run_workers(bench_t *b, worker_t *w, void *(*fn)(void *))
     return kvp_time_s() - t0;
 }
 
-/* One pass of encode (dir 0) or decode (dir 1, frame fr); returns GB/s of fp16 KV. */
+/* One window of encode (dir 0) or decode (dir 1, frame fr), each thread from the start of its
+ * range; returns GB/s of fp16 KV. */
 static double pass(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr, int *err)
 {
     worker_t w[KVP_BENCH_MAX_THREADS];
@@ -142,18 +140,6 @@ static double pass(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr, i
     return *err ? 0.0 : (double)done * b->page_elems * 2 * 2 / dt / 1e9;
 }
 
-static double best_of(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr, int rep, int *err)
-{
-    double best = 0.0;
-
-    for (int r = 0; r < rep && !*err; r++) {
-        double g = pass(b, pp, dir, fr, err);
-
-        best = g > best ? g : best;
-    }
-    return best;
-}
-
 typedef struct {
     bench_t *b;
     size_t   off, len;
@@ -167,14 +153,15 @@ static void *copy_part(void *arg)
     return NULL;
 }
 
-/* best of rep memcpys of the whole input, its bytes split over b->threads threads (4 KiB
- * aligned parts) */
-static double memcpy_gbs(bench_t *b, int rep)
+/* one memcpy of the whole input, its bytes split over b->threads threads (4 KiB aligned parts);
+ * returns GB/s */
+static double memcpy_gbs(bench_t *b)
 {
     size_t      bytes = (size_t)b->npages * b->page_elems * 2 * 2;
-    double      best  = 0.0;
     copy_part_t c[KVP_BENCH_MAX_THREADS];
     pthread_t   tid[KVP_BENCH_MAX_THREADS];
+    uint32_t    started = 1;
+    double      t0;
 
     for (uint32_t t = 0; t < b->threads; t++) {
         size_t lo = (bytes * t / b->threads) & ~(size_t)4095;
@@ -182,26 +169,49 @@ static double memcpy_gbs(bench_t *b, int rep)
 
         c[t] = (copy_part_t){.b = b, .off = lo, .len = hi - lo};
     }
-    for (int r = 0; r < rep; r++) {
-        double   t0 = kvp_time_s(), g;
-        uint32_t started = 1;
-
-        for (uint32_t t = 1; t < b->threads; t++, started++) {
-            if (pthread_create(&tid[t], NULL, copy_part, &c[t]) != 0) {
-                break;
-            }
+    t0 = kvp_time_s();
+    for (uint32_t t = 1; t < b->threads; t++, started++) {
+        if (pthread_create(&tid[t], NULL, copy_part, &c[t]) != 0) {
+            break;
         }
-        for (uint32_t t = started; t < b->threads; t++) {
-            copy_part(&c[t]); /* a thread that did not start: its part on this one */
-        }
-        copy_part(&c[0]);
-        for (uint32_t t = 1; t < started; t++) {
-            pthread_join(tid[t], NULL);
-        }
-        g    = (double)bytes / (kvp_time_s() - t0) / 1e9;
-        best = g > best ? g : best;
     }
-    return best;
+    for (uint32_t t = started; t < b->threads; t++) {
+        copy_part(&c[t]); /* a thread that did not start: its part on this one */
+    }
+    copy_part(&c[0]);
+    for (uint32_t t = 1; t < started; t++) {
+        pthread_join(tid[t], NULL);
+    }
+    return (double)bytes / (kvp_time_s() - t0) / 1e9;
+}
+
+/* medians over the rounds of one direction: codec GB/s, memcpy GB/s, and codec/memcpy per
+ * round (median, min, max) */
+typedef struct {
+    double gbs, memcpy_gbs, ratio, ratio_lo, ratio_hi;
+} paired_t;
+
+/* rounds x (memcpy of the whole working set, then a codec window); v holds 3 * rounds doubles */
+static paired_t paired(bench_t *b, kvp_page_params_t *pp, int dir, kvp_frame_t fr, uint32_t rounds,
+                       double *v, int *err)
+{
+    double  *g = v, *m = v + rounds, *r = v + 2 * (size_t)rounds;
+    paired_t p = {0};
+
+    for (uint32_t i = 0; i < rounds && !*err; i++) {
+        m[i] = memcpy_gbs(b);
+        g[i] = pass(b, pp, dir, fr, err);
+        r[i] = g[i] / m[i];
+    }
+    if (*err) {
+        return p;
+    }
+    kvp_sort_f64(g, rounds);
+    kvp_sort_f64(m, rounds);
+    kvp_sort_f64(r, rounds);
+    p = (paired_t){.gbs = kvp_median_sorted(g, rounds), .memcpy_gbs = kvp_median_sorted(m, rounds),
+                   .ratio = kvp_median_sorted(r, rounds), .ratio_lo = r[0], .ratio_hi = r[rounds - 1]};
+    return p;
 }
 
 static void fill(bench_t *b)
@@ -225,11 +235,11 @@ static void fill(bench_t *b)
 int kvp_cmd_bench_codec(int argc, char **argv)
 {
     const char    *codec_s = "all", *impl_s = NULL;
-    uint64_t       heads = 8, dim = 128, P = 128, mib = 256, rep = 3, threads = 1;
-    double         max_s = 1.5, mc;
+    uint64_t       heads = 8, dim = 128, P = 128, mib = 256, rounds = 9, threads = 1;
+    double         window_s = 0.04, mc, *v = NULL;
     bool           json = false;
     kvp_codec_id_t list[KVP_CODEC_MAX];
-    int            nlist = 0, err = 0;
+    int            nlist = 0, err = 0, done_impls = 0, total_impls = 0;
     bench_t        b;
     kvp_json_t     j;
 
@@ -244,9 +254,9 @@ int kvp_cmd_bench_codec(int argc, char **argv)
             kvp_opt_u64(argc, argv, &i, "--head-dim", &dim) ||
             kvp_opt_u64(argc, argv, &i, "--page-tokens", &P) ||
             kvp_opt_u64(argc, argv, &i, "--mib", &mib) ||
-            kvp_opt_u64(argc, argv, &i, "--repeat", &rep) ||
+            kvp_opt_u64(argc, argv, &i, "--rounds", &rounds) ||
             kvp_opt_u64(argc, argv, &i, "--threads", &threads) ||
-            kvp_opt_f64(argc, argv, &i, "--max-s", &max_s)) {
+            kvp_opt_f64(argc, argv, &i, "--window-s", &window_s)) {
             continue;
         }
         if (kvp_opt_flag(argv, i, "--json")) {
@@ -271,16 +281,18 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         return 2;
     }
     if (heads == 0 || heads > KVP_PAGE_MAX_HEADS || dim == 0 || dim > KVP_PAGE_MAX_DIM || P == 0 ||
-        P > KVP_PAGE_MAX_TOKENS || mib == 0 || mib > 16384 || rep == 0 || rep > 100 ||
-        !(max_s > 0)) {
-        fprintf(stderr, "kvpack bench codec: options out of range\n");
+        P > KVP_PAGE_MAX_TOKENS || mib == 0 || mib > 16384 || rounds == 0 || rounds > 1000 ||
+        !(window_s > 0) || window_s > 60) {
+        fprintf(stderr, "kvpack bench codec: options out of range (--rounds 1..1000, --window-s "
+                        "above 0 and at most 60, geometry within the page limits, --mib "
+                        "1..16384)\n");
         return 2;
     }
     memset(&b, 0, sizeof(b));
     b.heads      = (uint32_t)heads;
     b.dim        = (uint32_t)dim;
     b.P          = (uint32_t)P;
-    b.max_s      = max_s;
+    b.window_s   = window_s;
     b.threads    = (uint32_t)threads;
     b.page_elems = (size_t)P * heads * dim;
     b.npages     = (uint32_t)((mib << 20) / (b.page_elems * 4));
@@ -297,7 +309,8 @@ int kvp_cmd_bench_codec(int argc, char **argv)
     b.out   = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench out");
     b.pages = kvp_malloc((size_t)b.npages * b.page_cap, "bench pages");
     b.lens  = kvp_calloc(b.npages, sizeof(size_t), "bench lens");
-    if (b.in == NULL || b.out == NULL || b.pages == NULL || b.lens == NULL) {
+    v       = kvp_malloc(3 * rounds * sizeof(double), "bench rounds");
+    if (b.in == NULL || b.out == NULL || b.pages == NULL || b.lens == NULL || v == NULL) {
         fprintf(stderr, "kvpack bench codec: out of memory for a %llu MiB working set\n",
                 (unsigned long long)mib);
         err = 1;
@@ -306,7 +319,8 @@ int kvp_cmd_bench_codec(int argc, char **argv)
     fill(&b);
     memset(b.out, 0, (size_t)b.npages * b.page_elems * 4);
     memset(b.pages, 0, (size_t)b.npages * b.page_cap);
-    mc = memcpy_gbs(&b, (int)rep);
+    mc = memcpy_gbs(&b); /* warm-up: faults in out's pages */
+    mc = memcpy_gbs(&b);
     if (json) {
         kvp_json_begin(&j, stdout);
         kvp_json_int(&j, "heads", b.heads);
@@ -314,6 +328,8 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         kvp_json_int(&j, "page_tokens", b.P);
         kvp_json_int(&j, "pages", b.npages);
         kvp_json_int(&j, "threads", b.threads);
+        kvp_json_int(&j, "rounds", (int64_t)rounds);
+        kvp_json_num(&j, "window_s", window_s);
         kvp_json_num(&j, "working_set_mib", (double)b.npages * b.page_elems * 4 / 1048576.0);
         kvp_json_num(&j, "memcpy_gbs", mc);
         kvp_json_arr(&j, "results");
@@ -321,8 +337,18 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         printf("working set %.0f MiB of fp16 KV (%u pages, H %u D %u P %u), %u thread%s; memcpy "
                "%.2f GB/s\n", (double)b.npages * b.page_elems * 4 / 1048576.0, b.npages, b.heads,
                b.dim, b.P, b.threads, b.threads == 1 ? "" : "s", mc);
-        printf("%-8s %-5s %10s %10s %10s %10s %9s %9s\n", "codec", "impl", "enc_GB/s", "dec_GB/s",
-               "decrot_GB/s", "mcpy_GB/s", "enc/mcpy", "dec/mcpy");
+        printf("%-8s %-5s %10s %10s %11s %10s %19s %19s\n", "codec", "impl", "enc_GB/s",
+               "dec_GB/s", "decrot_GB/s", "mcpy_GB/s", "enc/mcpy [range]", "dec/mcpy [range]");
+    }
+    for (int c = 0; c < nlist; c++) { /* implementations to run, for the progress line */
+        const char       *impls[4];
+        size_t            ni = kvp_codec_impls(list[c], impls, 4);
+        kvp_page_params_t pp = {.codec = list[c], .heads = b.heads, .head_dim = b.dim,
+                                .page_tokens = b.P};
+
+        for (size_t ii = 0; ii < ni && kvp_codec_check(&pp) == KVP_OK; ii++) {
+            total_impls += impl_s == NULL || strcmp(impl_s, impls[ii]) == 0;
+        }
     }
     for (int c = 0; c < nlist && !err; c++) {
         const char       *impls[4];
@@ -336,37 +362,55 @@ int kvp_cmd_bench_codec(int argc, char **argv)
             continue;
         }
         for (size_t ii = 0; ii < ni && !err; ii++) {
-            double enc, dec, decr, mci, mca;
+            paired_t enc, dec, decr;
+            size_t   warm_len = 0;
 
             if (impl_s != NULL && strcmp(impl_s, impls[ii]) != 0) {
                 continue;
             }
             kvp_codec_set_impl(list[c], impls[ii]);
             memset(b.lens, 0, b.npages * sizeof(size_t)); /* slots hold no page of this codec */
-            mci  = memcpy_gbs(&b, (int)rep);
-            enc  = best_of(&b, &pp, 0, KVP_FRAME_ORIGINAL, (int)rep, &err);
-            dec  = best_of(&b, &pp, 1, KVP_FRAME_ORIGINAL, (int)rep, &err);
-            decr = best_of(&b, &pp, 1, KVP_FRAME_ROTATED, (int)rep, &err);
-            mca  = memcpy_gbs(&b, (int)rep);
-            mci  = mca > mci ? mca : mci;
+            if (kvp_page_encode(&pp, KVP_DTYPE_F16, b.in, b.in + b.page_elems, b.P, b.pages,
+                                b.page_cap, &warm_len) != KVP_OK) { /* scratch set up untimed */
+                fprintf(stderr, "kvpack bench codec: %s/%s cannot encode a page\n",
+                        kvp_codec_name(list[c]), impls[ii]);
+                err = 1;
+                break;
+            }
+            kvp_progress("bench codec", (uint64_t)done_impls, (uint64_t)total_impls);
+            enc  = paired(&b, &pp, 0, KVP_FRAME_ORIGINAL, (uint32_t)rounds, v, &err);
+            dec  = paired(&b, &pp, 1, KVP_FRAME_ORIGINAL, (uint32_t)rounds, v, &err);
+            decr = paired(&b, &pp, 1, KVP_FRAME_ROTATED, (uint32_t)rounds, v, &err);
+            done_impls++;
+            if (err) {
+                break;
+            }
             if (json) {
                 kvp_json_obj(&j, NULL);
                 kvp_json_str(&j, "codec", kvp_codec_name(list[c]));
                 kvp_json_str(&j, "impl", impls[ii]);
-                kvp_json_num(&j, "encode_gbs", enc);
-                kvp_json_num(&j, "decode_gbs", dec);
-                kvp_json_num(&j, "decode_rotated_gbs", decr);
-                kvp_json_num(&j, "memcpy_gbs", mci);
-                kvp_json_num(&j, "encode_vs_memcpy", enc / mci);
-                kvp_json_num(&j, "decode_vs_memcpy", dec / mci);
-                kvp_json_num(&j, "decode_rotated_vs_memcpy", decr / mci);
+                kvp_json_num(&j, "encode_gbs", enc.gbs);
+                kvp_json_num(&j, "decode_gbs", dec.gbs);
+                kvp_json_num(&j, "decode_rotated_gbs", decr.gbs);
+                kvp_json_num(&j, "memcpy_gbs", enc.memcpy_gbs);
+                kvp_json_num(&j, "encode_vs_memcpy", enc.ratio);
+                kvp_json_num(&j, "encode_vs_memcpy_min", enc.ratio_lo);
+                kvp_json_num(&j, "encode_vs_memcpy_max", enc.ratio_hi);
+                kvp_json_num(&j, "decode_vs_memcpy", dec.ratio);
+                kvp_json_num(&j, "decode_vs_memcpy_min", dec.ratio_lo);
+                kvp_json_num(&j, "decode_vs_memcpy_max", dec.ratio_hi);
+                kvp_json_num(&j, "decode_rotated_vs_memcpy", decr.ratio);
                 kvp_json_close(&j);
             } else {
-                printf("%-8s %-5s %10.3f %10.3f %10.3f %10.2f %9.3f %9.3f\n",
-                       kvp_codec_name(list[c]), impls[ii], enc, dec, decr, mci, enc / mci, dec / mci);
+                printf("%-8s %-5s %10.3f %10.3f %11.3f %10.2f %6.3f [%.3f-%.3f] %6.3f [%.3f-%.3f]\n",
+                       kvp_codec_name(list[c]), impls[ii], enc.gbs, dec.gbs, decr.gbs,
+                       enc.memcpy_gbs, enc.ratio, enc.ratio_lo, enc.ratio_hi, dec.ratio,
+                       dec.ratio_lo, dec.ratio_hi);
             }
         }
     }
+    kvp_progress("bench codec", (uint64_t)done_impls, (uint64_t)total_impls);
+    kvp_progress_done();
     if (json) {
         kvp_json_close(&j);
         kvp_json_end(&j);
@@ -376,5 +420,6 @@ out:
     kvp_free(b.out);
     kvp_free(b.pages);
     kvp_free(b.lens);
+    kvp_free(v);
     return err ? 1 : 0;
 }

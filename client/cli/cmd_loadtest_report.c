@@ -22,13 +22,6 @@ typedef struct {
     lt_pct_t lookup, put, get, resume;
 } lt_sum_t;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 /* Nearest-rank percentiles of one latency field over requests [first, end), NaNs skipped. */
 static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, size_t field)
 {
@@ -46,7 +39,7 @@ static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, si
         }
     }
     if (r.n > 0) {
-        qsort(v, r.n, sizeof(*v), cmp_double);
+        kvp_sort_f64(v, r.n);
         r.p50 = v[(size_t)ceil(0.50 * r.n) - 1];
         r.p90 = v[(size_t)ceil(0.90 * r.n) - 1];
         r.p99 = v[(size_t)ceil(0.99 * r.n) - 1];
