@@ -37,50 +37,55 @@ static AINL __m256 fwht8(__m256 v)
         (b)       = _mm256_fnmadd_ps((b), _mm256_set1_ps(1.0f), t_);       \
     } while (0)
 
-/* the cross-vector stages h = 8 .. 64 of a 128-row in 16 registers, then * c */
-static AINL void fwht128_v(__m256 v[16], __m256 c)
+/* for (i = 0; i < n; i++) BODY, fully unrolled when n is a compile-time constant (the D = 128
+ * and D = 64 rows, which then live in registers), a plain loop otherwise (other D, cold) */
+#define ROW_FOR(i, n, ...)                                                                         \
+    do {                                                                                           \
+        if (__builtin_constant_p(n)) {                                                             \
+            _Pragma("GCC unroll 16") for (uint32_t i = 0; i < (n); i++) { __VA_ARGS__ }            \
+        } else {                                                                                   \
+            for (uint32_t i = 0; i < (n); i++) { __VA_ARGS__ }                                     \
+        }                                                                                          \
+    } while (0)
+
+/* one cross-vector stage: v[j], v[j + h] = sum, difference for j in blocks of 2h (none when h >= nv) */
+static AINL void fwht_stage(__m256 *v, uint32_t nv, uint32_t h)
 {
-    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-        v[i] = fwht8(v[i]);
+    if (h >= nv) {
+        return;
     }
-    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 2) {
-        BFM(v[i], v[i + 1]);
-    }
-    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 4) {
-        BFM(v[i], v[i + 2]);
-        BFM(v[i + 1], v[i + 3]);
-    }
-    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 8) {
-        BFM(v[i], v[i + 4]);
-        BFM(v[i + 1], v[i + 5]);
-        BFM(v[i + 2], v[i + 6]);
-        BFM(v[i + 3], v[i + 7]);
-    }
-    _Pragma("GCC unroll 16") for (int i = 0; i < 8; i++) {
-        BFM(v[i], v[i + 8]);
-    }
-    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-        v[i] = _mm256_mul_ps(v[i], c);
-    }
+    ROW_FOR(b, nv / (2 * h), ROW_FOR(k, h, BFM(v[2 * h * b + k], v[2 * h * b + k + h]);););
 }
 
-/* any D = 8 * nv (nv a power of two) in memory */
-static void fwht_n(__m256 *v, uint32_t nv, __m256 c)
+/* Walsh-Hadamard of a row of 8*nv values in v (nv a power of two <= ROW_MAX_VEC), then * c. With
+ * nv a constant (16 for D = 128, 8 for D = 64) every loop unrolls and the row stays in registers. */
+static AINL void fwht_v(__m256 *v, uint32_t nv, __m256 c)
 {
-    for (uint32_t i = 0; i < nv; i++) {
-        v[i] = fwht8(v[i]);
-    }
-    for (uint32_t h = 1; h < nv; h <<= 1) {
-        for (uint32_t i = 0; i < nv; i += 2 * h) {
-            for (uint32_t j = i; j < i + h; j++) {
-                BFM(v[j], v[j + h]);
-            }
-        }
-    }
-    for (uint32_t i = 0; i < nv; i++) {
-        v[i] = _mm256_mul_ps(v[i], c);
-    }
+    ROW_FOR(i, nv, v[i] = fwht8(v[i]););
+    fwht_stage(v, nv, 1); /* spelled out: each stage's h a constant */
+    fwht_stage(v, nv, 2);
+    fwht_stage(v, nv, 4);
+    fwht_stage(v, nv, 8);
+    fwht_stage(v, nv, 16);
+    fwht_stage(v, nv, 32);
+    fwht_stage(v, nv, 64); /* ROW_MAX_VEC = 128 */
+    ROW_FOR(i, nv, v[i] = _mm256_mul_ps(v[i], c););
 }
+
+/* A row's vectors: 16 or 8 for D = 128 or 64, constants, so the inlined row code unrolls and
+ * keeps the row in registers; any other D through CALL_ANY (a not-inlined instance of the same
+ * row code, so its variable-count copy stays out of the hot loops). */
+#define ROW_NV_DISPATCH(D, CALL, CALL_ANY)                                                         \
+    do {                                                                                           \
+        if ((D) == 128) {                                                                          \
+            CALL(16);                                                                              \
+        } else if ((D) == 64) {                                                                    \
+            CALL(8);                                                                               \
+        } else {                                                                                   \
+            CALL_ANY((D) / 8);                                                                     \
+        }                                                                                          \
+    } while (0)
+#define KVP_COLD static __attribute__((noinline, cold))
 
 static AINL __m256 ldh(const uint16_t *p)
 {
@@ -104,13 +109,39 @@ int kvp_q2h_rot_ok(uint32_t D) { return D >= 8 && D <= 8 * ROW_MAX_VEC && (D & (
 
 /* ---- encode side ---- */
 
+/* one head x of a token rotated into row (fp32); squares into *acc, |x| <= 65504 into *ok */
+static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, float *row, __m256 *acc,
+                               __m256 *ok)
+{
+    __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), lim = _mm256_set1_ps(65504.0f);
+    __m256 v[ROW_MAX_VEC], a = *acc, o = *ok; /* locals: no store-load chain through *acc */
+
+    ROW_FOR(i, nv, {
+        v[i] = ldh(x + 8 * i);
+    });
+    fwht_v(v, nv, c);
+    /* NaN fails; striped sumsq */
+    ROW_FOR(i, nv, {
+        o = _mm256_and_ps(o, _mm256_cmp_ps(_mm256_and_ps(v[i], absm), lim, _CMP_LE_OQ));
+        a = _mm256_add_ps(a, _mm256_mul_ps(v[i], v[i]));
+        _mm256_storeu_ps(row + 8 * i, v[i]);
+    });
+    *acc = a;
+    *ok  = o;
+}
+
+KVP_COLD void rot_norm_head_any(const uint16_t *x, uint32_t nv, __m256 c, float *row, __m256 *acc,
+                               __m256 *ok)
+{
+    rot_norm_head(x, nv, c, row, acc, ok);
+}
+
 int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D, float *row,
                            uint16_t *out, float *norms)
 {
-    __m256   c    = _mm256_set1_ps(kvp_hd_fwht_norm(D));
-    __m256   absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), lim = _mm256_set1_ps(65504.0f);
-    __m256   ok   = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    uint32_t nv = D / 8, HD = H * D;
+    __m256   c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m256   ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    uint32_t HD = H * D;
 
     for (uint32_t t = 0; t < T; t++) {
         const uint16_t *x   = k + (size_t)t * HD;
@@ -118,33 +149,11 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
         float           a[8], n;
 
         for (uint32_t h = 0; h < H; h++) {
-            if (D == 128) { /* in registers */
-                __m256 r[16];
-
-                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                    r[i] = ldh(x + (size_t)h * D + 8 * i);
-                }
-                fwht128_v(r, c);
-                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                    ok  = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_and_ps(r[i], absm), lim, _CMP_LE_OQ));
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(r[i], r[i]));
-                    _mm256_storeu_ps(row + (size_t)h * D + 8 * i, r[i]);
-                }
-                continue;
-            }
-            {
-                __m256 v[ROW_MAX_VEC];
-
-                for (uint32_t i = 0; i < nv; i++) {
-                    v[i] = ldh(x + (size_t)h * D + 8 * i);
-                }
-                fwht_n(v, nv, c);
-                for (uint32_t i = 0; i < nv; i++) { /* |x| <= 65504 (NaN fails), striped sumsq */
-                    ok  = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_and_ps(v[i], absm), lim, _CMP_LE_OQ));
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(v[i], v[i]));
-                    _mm256_storeu_ps(row + (size_t)h * D + 8 * i, v[i]);
-                }
-            }
+#define ROT_NORM_HEAD(nv) rot_norm_head(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
+#define ROT_NORM_ANY(nv)  rot_norm_head_any(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
+            ROW_NV_DISPATCH(D, ROT_NORM_HEAD, ROT_NORM_ANY);
+#undef ROT_NORM_HEAD
+#undef ROT_NORM_ANY
         }
         _mm256_storeu_ps(a, acc);
         n        = kvp_hd_oscar_norm(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
@@ -159,47 +168,72 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
     return _mm256_movemask_ps(ok) == 0xFF;
 }
 
+/* one row x (fp16) rotated, rounded to fp16 into out; Inf/NaN lanes (out of range) into *bad */
+static AINL void rot16_row(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *out, __m128i *bad)
+{
+    __m128i em = _mm_set1_epi16(0x7C00);
+    __m256  v[ROW_MAX_VEC];
+
+    ROW_FOR(i, nv, {
+        v[i] = ldh(x + 8 * i);
+    });
+    fwht_v(v, nv, c);
+    ROW_FOR(i, nv, {
+        __m128i h = f16x8(v[i]);
+
+        *bad = _mm_or_si128(*bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+        _mm_storeu_si128((__m128i *)(void *)(out + 8 * i), h);
+    });
+}
+
+KVP_COLD void rot16_row_any(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *out, __m128i *bad)
+{
+    rot16_row(x, nv, c, out, bad);
+}
+
 int kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out)
 {
-    __m256   c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
-    __m128i  bad = _mm_setzero_si128(), em = _mm_set1_epi16(0x7C00);
-    uint32_t nv  = D / 8;
+    __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m128i bad = _mm_setzero_si128();
 
-    if (D == 128) { /* in registers */
-        for (size_t r = 0; r < rows; r++) {
-            __m256 v[16];
-
-            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                v[i] = ldh(in + r * D + 8 * i);
-            }
-            fwht128_v(v, c);
-            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                __m128i h = f16x8(v[i]);
-
-                bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-                _mm_storeu_si128((__m128i *)(void *)(out + r * D + 8 * i), h);
-            }
-        }
-        return _mm_testz_si128(bad, bad);
+#define ROT16_ROWS(row_fn, nv)                                                                     \
+    for (size_t r = 0; r < rows; r++) {                                                            \
+        row_fn(in + r * D, (nv), c, out + r * D, &bad);                                            \
     }
-    for (size_t r = 0; r < rows; r++) {
-        __m256 v[ROW_MAX_VEC];
-
-        for (uint32_t i = 0; i < nv; i++) {
-            v[i] = ldh(in + r * D + 8 * i);
-        }
-        fwht_n(v, nv, c);
-        for (uint32_t i = 0; i < nv; i++) { /* rounded to fp16: Inf/NaN means out of range */
-            __m128i h = f16x8(v[i]);
-
-            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-            _mm_storeu_si128((__m128i *)(void *)(out + r * D + 8 * i), h);
-        }
-    }
+#define ROT16_FAST(nv) ROT16_ROWS(rot16_row, nv)
+#define ROT16_ANY(nv)  ROT16_ROWS(rot16_row_any, nv)
+    ROW_NV_DISPATCH(D, ROT16_FAST, ROT16_ANY);
+#undef ROT16_ROWS
+#undef ROT16_FAST
+#undef ROT16_ANY
     return _mm_testz_si128(bad, bad);
 }
 
 /* ---- decode side: dequantize, (norm), inverse rotation, fp16 ---- */
+
+/* one dequantized row x (fp32), times n when scaled, rotated back, fp16 into dst */
+static AINL void deq_rot_row(const float *x, uint32_t nv, int scaled, __m256 n, __m256 c,
+                             uint16_t *dst)
+{
+    __m256 v[ROW_MAX_VEC];
+
+    ROW_FOR(i, nv, {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        if (scaled) {
+            v[i] = _mm256_mul_ps(v[i], n);
+        }
+    });
+    fwht_v(v, nv, c);
+    ROW_FOR(i, nv, {
+        sth(dst + 8 * i, v[i]);
+    });
+}
+
+KVP_COLD void deq_rot_row_any(const float *x, uint32_t nv, int scaled, __m256 n, __m256 c,
+                             uint16_t *dst)
+{
+    deq_rot_row(x, nv, scaled, n, c, dst);
+}
 
 /* One head of per-channel groups along tokens; row t of the head at dst + t*stride. norms NULL:
  * no scaling. The fp32 dequant of a group of 32 tokens is staged in tile (32*D floats). */
@@ -207,7 +241,7 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
                              uint32_t T, uint32_t D, uint32_t G, const float *norms, float *tile,
                              uint16_t *dst, size_t stride)
 {
-    uint32_t run = kvp_hd_run_bytes(T), nv = D / 8;
+    uint32_t run = kvp_hd_run_bytes(T);
     __m256   c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
     __m256i  m3  = _mm256_set1_epi32(3);
 
@@ -247,33 +281,11 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
                     }
                 }
 
-                if (D == 128) { /* in registers */
-                    __m256 r[16];
-
-                    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                        r[i] = _mm256_loadu_ps(x + 8 * i);
-                        if (norms != NULL) {
-                            r[i] = _mm256_mul_ps(r[i], n);
-                        }
-                    }
-                    fwht128_v(r, c);
-                    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                        sth(dst + (size_t)t * stride + 8 * i, r[i]);
-                    }
-                } else {
-                    __m256 v[ROW_MAX_VEC];
-
-                    for (uint32_t i = 0; i < nv; i++) {
-                        v[i] = _mm256_loadu_ps(x + 8 * i);
-                        if (norms != NULL) {
-                            v[i] = _mm256_mul_ps(v[i], n);
-                        }
-                    }
-                    fwht_n(v, nv, c);
-                    for (uint32_t i = 0; i < nv; i++) {
-                        sth(dst + (size_t)t * stride + 8 * i, v[i]);
-                    }
-                }
+#define DEQ_ROT_ROW(nv) deq_rot_row(x, (nv), norms != NULL, n, c, dst + (size_t)t * stride)
+#define DEQ_ROT_ANY(nv) deq_rot_row_any(x, (nv), norms != NULL, n, c, dst + (size_t)t * stride)
+                ROW_NV_DISPATCH(D, DEQ_ROT_ROW, DEQ_ROT_ANY);
+#undef DEQ_ROT_ROW
+#undef DEQ_ROT_ANY
             }
         }
     }
@@ -323,7 +335,7 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
                     v[4 * gi + i] = _mm256_permutevar8x32_ps(tbl, _mm256_srlv_epi32(b, sh));
                 }
             }
-            fwht128_v(v, c);
+            fwht_v(v, 16, c);
             _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
                 sth(dst + r * D + 8 * i, v[i]);
             }
@@ -345,7 +357,7 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
                 v[i] = _mm256_add_ps(_mm256_mul_ps(q, s), z);
             }
         }
-        fwht_n(v, nv, c);
+        fwht_v(v, nv, c);
         for (uint32_t i = 0; i < nv; i++) {
             sth(dst + r * D + 8 * i, v[i]);
         }
@@ -354,39 +366,27 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
 
 /* ---- KVarN tiles: one head's rows rotated, rounded to fp16, kept as fp32 ---- */
 
-/* rotate row x (fp16) into out (fp32, rounded to fp16); returns a mask of lanes that overflowed */
-static AINL __m128i rot_row16(const uint16_t *x, uint32_t D, __m256 c, float *out)
+/* rotate row x (fp16) into out (fp32, rounded to fp16); Inf/NaN lanes (overflow) into *bad */
+static AINL void rot_row16(const uint16_t *x, uint32_t nv, __m256 c, float *out, __m128i *bad)
 {
-    __m128i bad = _mm_setzero_si128(), em = _mm_set1_epi16(0x7C00);
+    __m128i em = _mm_set1_epi16(0x7C00);
+    __m256  v[ROW_MAX_VEC];
 
-    if (D == 128) {
-        __m256 v[16];
+    ROW_FOR(i, nv, {
+        v[i] = ldh(x + 8 * i);
+    });
+    fwht_v(v, nv, c);
+    ROW_FOR(i, nv, {
+        __m128i h = f16x8(v[i]);
 
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-            v[i] = ldh(x + 8 * i);
-        }
-        fwht128_v(v, c);
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-            __m128i h = f16x8(v[i]);
+        *bad = _mm_or_si128(*bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+        _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(h));
+    });
+}
 
-            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-            _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(h));
-        }
-    } else {
-        __m256 v[ROW_MAX_VEC];
-
-        for (uint32_t i = 0; i < D / 8; i++) {
-            v[i] = ldh(x + 8 * i);
-        }
-        fwht_n(v, D / 8, c);
-        for (uint32_t i = 0; i < D / 8; i++) {
-            __m128i h = f16x8(v[i]);
-
-            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-            _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(h));
-        }
-    }
-    return bad;
+KVP_COLD void rot_row16_any(const uint16_t *x, uint32_t nv, __m256 c, float *out, __m128i *bad)
+{
+    rot_row16(x, nv, c, out, bad);
 }
 
 /* rows of D fp16 into L1 (the strided rows of a head defeat the hardware prefetchers) */
@@ -404,12 +404,19 @@ int kvp_q2h_rot_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D,
     __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
     __m128i bad = _mm_setzero_si128();
 
-    for (uint32_t t = 0; t < T; t++) {
-        if (t + 8 < T) { /* 8 rows ahead */
-            pf_rows(src + (size_t)(t + 8) * stride, stride, 1, D);
-        }
-        bad = _mm_or_si128(bad, rot_row16(src + (size_t)t * stride, D, c, X + (size_t)t * D));
+#define ROT_TILE_ROWS(row_fn, nv)                                                                  \
+    for (uint32_t t = 0; t < T; t++) {                                                             \
+        if (t + 8 < T) { /* 8 rows ahead */                                                        \
+            pf_rows(src + (size_t)(t + 8) * stride, stride, 1, D);                                 \
+        }                                                                                          \
+        row_fn(src + (size_t)t * stride, (nv), c, X + (size_t)t * D, &bad);                        \
     }
+#define ROT_TILE_FAST(nv) ROT_TILE_ROWS(rot_row16, nv)
+#define ROT_TILE_ANY(nv)  ROT_TILE_ROWS(rot_row16_any, nv)
+    ROW_NV_DISPATCH(D, ROT_TILE_FAST, ROT_TILE_ANY);
+#undef ROT_TILE_ROWS
+#undef ROT_TILE_FAST
+#undef ROT_TILE_ANY
     return _mm_testz_si128(bad, bad);
 }
 
