@@ -42,13 +42,15 @@ static AINL __m256 fwht8(__m256 v)
 #define ROW_FOR(i, n, ...)                                                                         \
     do {                                                                                           \
         if (__builtin_constant_p(n)) {                                                             \
-            _Pragma("GCC unroll 16") for (uint32_t i = 0; i < (n); i++) { __VA_ARGS__ }            \
+            _Pragma("GCC unroll 16") for (uint32_t i = 0; i < (n); i++) {                          \
+                __VA_ARGS__                                                                        \
+            }                                                                                      \
         } else {                                                                                   \
             for (uint32_t i = 0; i < (n); i++) { __VA_ARGS__ }                                     \
         }                                                                                          \
     } while (0)
 
-/* one cross-vector stage: v[j], v[j + h] = sum, difference for j in blocks of 2h (none when h >= nv) */
+/* one cross-vector stage: v[j], v[j + h] = sum, difference, j in blocks of 2h (none if h >= nv) */
 static AINL void fwht_stage(__m256 *v, uint32_t nv, uint32_t h)
 {
     if (h >= nv) {
@@ -58,7 +60,7 @@ static AINL void fwht_stage(__m256 *v, uint32_t nv, uint32_t h)
 }
 
 /* Walsh-Hadamard of a row of 8*nv values in v (nv a power of two <= ROW_MAX_VEC), then * c. With
- * nv a constant (16 for D = 128, 8 for D = 64) every loop unrolls and the row stays in registers. */
+ * nv a constant (16 for D = 128, 8 for D = 64) every loop unrolls, the row stays in registers. */
 static AINL void fwht_v(__m256 *v, uint32_t nv, __m256 c)
 {
     ROW_FOR(i, nv, v[i] = fwht8(v[i]););
@@ -113,7 +115,8 @@ int kvp_q2h_rot_ok(uint32_t D) { return D >= 8 && D <= 8 * ROW_MAX_VEC && (D & (
 static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, float *row, __m256 *acc,
                                __m256 *ok)
 {
-    __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), lim = _mm256_set1_ps(65504.0f);
+    __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 lim = _mm256_set1_ps(65504.0f);
     __m256 v[ROW_MAX_VEC], a = *acc, o = *ok; /* locals: no store-load chain through *acc */
 
     ROW_FOR(i, nv, {
@@ -150,7 +153,8 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
 
         for (uint32_t h = 0; h < H; h++) {
 #define ROT_NORM_HEAD(nv) rot_norm_head(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
-#define ROT_NORM_ANY(nv)  rot_norm_head_any(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
+#define ROT_NORM_ANY(nv)                                                                           \
+    rot_norm_head_any(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
             ROW_NV_DISPATCH(D, ROT_NORM_HEAD, ROT_NORM_ANY);
 #undef ROT_NORM_HEAD
 #undef ROT_NORM_ANY
@@ -168,8 +172,10 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
     return _mm256_movemask_ps(ok) == 0xFF;
 }
 
-/* one row x (fp16) rotated, rounded to fp16 into out; Inf/NaN lanes (out of range) into *bad */
-static AINL void rot16_row(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *out, __m128i *bad)
+/* one row x (fp16) rotated and rounded to fp16, stored at out as fp16 or, f32 set, as fp32 (the
+ * KVarN tiles); Inf/NaN lanes (out of fp16 range) into *bad */
+static AINL void rot_row16(const uint16_t *x, uint32_t nv, __m256 c, void *out, int f32,
+                           __m128i *bad)
 {
     __m128i em = _mm_set1_epi16(0x7C00);
     __m256  v[ROW_MAX_VEC];
@@ -182,31 +188,59 @@ static AINL void rot16_row(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *o
         __m128i h = f16x8(v[i]);
 
         *bad = _mm_or_si128(*bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-        _mm_storeu_si128((__m128i *)(void *)(out + 8 * i), h);
+        if (f32) {
+            _mm256_storeu_ps((float *)out + 8 * i, _mm256_cvtph_ps(h));
+        } else {
+            _mm_storeu_si128((__m128i *)out + i, h);
+        }
     });
 }
 
-KVP_COLD void rot16_row_any(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *out, __m128i *bad)
+KVP_COLD void rot_row16_any(const uint16_t *x, uint32_t nv, __m256 c, void *out, int f32,
+                            __m128i *bad)
 {
-    rot16_row(x, nv, c, out, bad);
+    rot_row16(x, nv, c, out, f32, bad);
 }
 
-int kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out)
+/* rows of D fp16 into L1 (the strided rows of a head defeat the hardware prefetchers) */
+static AINL void pf_rows(const uint16_t *p, size_t stride, uint32_t rows, uint32_t D)
+{
+    for (uint32_t i = 0; i < rows; i++) {
+        for (uint32_t o = 0; o < D; o += 32) {
+            _mm_prefetch((const char *)(p + i * stride + o), _MM_HINT_T0);
+        }
+    }
+}
+
+/* rows of D fp16 (stride apart) rotated and rounded to fp16 into out (rows of D, fp16 or, f32
+ * set, fp32), each row prefetched 8 ahead when pf is set; 0 when a value overflows (or NaN) */
+static AINL int rot_rows(const uint16_t *src, size_t stride, size_t rows, uint32_t D, void *out,
+                         int f32, int pf)
 {
     __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
     __m128i bad = _mm_setzero_si128();
 
-#define ROT16_ROWS(row_fn, nv)                                                                     \
+#define ROT_ROWS(row_fn, nv)                                                                       \
     for (size_t r = 0; r < rows; r++) {                                                            \
-        row_fn(in + r * D, (nv), c, out + r * D, &bad);                                            \
+        if (pf && r + 8 < rows) {                                                                  \
+            pf_rows(src + (r + 8) * stride, stride, 1, D);                                         \
+        }                                                                                          \
+        row_fn(src + r * stride, (nv), c,                                                          \
+               f32 ? (void *)((float *)out + r * D) : (void *)((uint16_t *)out + r * D), f32,      \
+               &bad);                                                                              \
     }
-#define ROT16_FAST(nv) ROT16_ROWS(rot16_row, nv)
-#define ROT16_ANY(nv)  ROT16_ROWS(rot16_row_any, nv)
-    ROW_NV_DISPATCH(D, ROT16_FAST, ROT16_ANY);
-#undef ROT16_ROWS
-#undef ROT16_FAST
-#undef ROT16_ANY
+#define ROT_ROWS_FAST(nv) ROT_ROWS(rot_row16, nv)
+#define ROT_ROWS_ANY(nv)  ROT_ROWS(rot_row16_any, nv)
+    ROW_NV_DISPATCH(D, ROT_ROWS_FAST, ROT_ROWS_ANY);
+#undef ROT_ROWS
+#undef ROT_ROWS_FAST
+#undef ROT_ROWS_ANY
     return _mm_testz_si128(bad, bad);
+}
+
+int kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out)
+{
+    return rot_rows(in, D, rows, D, out, 0, 0);
 }
 
 /* ---- decode side: dequantize, (norm), inverse rotation, fp16 ---- */
@@ -366,58 +400,9 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
 
 /* ---- KVarN tiles: one head's rows rotated, rounded to fp16, kept as fp32 ---- */
 
-/* rotate row x (fp16) into out (fp32, rounded to fp16); Inf/NaN lanes (overflow) into *bad */
-static AINL void rot_row16(const uint16_t *x, uint32_t nv, __m256 c, float *out, __m128i *bad)
-{
-    __m128i em = _mm_set1_epi16(0x7C00);
-    __m256  v[ROW_MAX_VEC];
-
-    ROW_FOR(i, nv, {
-        v[i] = ldh(x + 8 * i);
-    });
-    fwht_v(v, nv, c);
-    ROW_FOR(i, nv, {
-        __m128i h = f16x8(v[i]);
-
-        *bad = _mm_or_si128(*bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-        _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(h));
-    });
-}
-
-KVP_COLD void rot_row16_any(const uint16_t *x, uint32_t nv, __m256 c, float *out, __m128i *bad)
-{
-    rot_row16(x, nv, c, out, bad);
-}
-
-/* rows of D fp16 into L1 (the strided rows of a head defeat the hardware prefetchers) */
-static AINL void pf_rows(const uint16_t *p, size_t stride, uint32_t rows, uint32_t D)
-{
-    for (uint32_t i = 0; i < rows; i++) {
-        for (uint32_t o = 0; o < D; o += 32) {
-            _mm_prefetch((const char *)(p + i * stride + o), _MM_HINT_T0);
-        }
-    }
-}
-
 int kvp_q2h_rot_tile(const uint16_t *src, size_t stride, uint32_t T, uint32_t D, float *X)
 {
-    __m256  c   = _mm256_set1_ps(kvp_hd_fwht_norm(D));
-    __m128i bad = _mm_setzero_si128();
-
-#define ROT_TILE_ROWS(row_fn, nv)                                                                  \
-    for (uint32_t t = 0; t < T; t++) {                                                             \
-        if (t + 8 < T) { /* 8 rows ahead */                                                        \
-            pf_rows(src + (size_t)(t + 8) * stride, stride, 1, D);                                 \
-        }                                                                                          \
-        row_fn(src + (size_t)t * stride, (nv), c, X + (size_t)t * D, &bad);                        \
-    }
-#define ROT_TILE_FAST(nv) ROT_TILE_ROWS(rot_row16, nv)
-#define ROT_TILE_ANY(nv)  ROT_TILE_ROWS(rot_row16_any, nv)
-    ROW_NV_DISPATCH(D, ROT_TILE_FAST, ROT_TILE_ANY);
-#undef ROT_TILE_ROWS
-#undef ROT_TILE_FAST
-#undef ROT_TILE_ANY
-    return _mm_testz_si128(bad, bad);
+    return rot_rows(src, stride, T, D, X, 1, 1);
 }
 
 /* Transposed tile, 8 tokens at a time: 8x8 fp16 blocks are transposed first, so the vector of
