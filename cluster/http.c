@@ -378,14 +378,13 @@ static void *http_main(void *arg)
 /* Bind and listen on host:port (any address family the name resolves to). */
 static kvp_status_t listen_on(const char *host, uint16_t port, int *fd_p)
 {
-    struct addrinfo hints, *res, *ai;
-    char            svc[8];
-    int             rc, fd = -1, err = 0, one = 1;
+    struct addrinfo hints = {.ai_family   = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags    = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res, *ai;
+    char             svc[8];
+    int              rc, fd = -1, err = 0, one = 1;
 
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family   = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
     snprintf(svc, sizeof(svc), "%u", port);
     rc = getaddrinfo(host, svc, &hints, &res);
     if (rc != 0) {
