@@ -2,9 +2,12 @@
  * validated by proto/wire, executed against the store, and answered with a reply that carries a
  * kvp_status_t (and page or record bytes as AM data). A malformed request gets KVP_ERR_PROTOCOL
  * and the node keeps serving; a client that dies only loses its own connection.
- * Deadlines are enforced by the client; the node answers in arrival order on one thread.
+ * Deadlines are enforced by the client; the node answers in arrival order on one thread; with
+ * --http a second thread serves /health and /metrics from node_obs.c's counters.
  * Main flow: kvp_node_run -> kvp_xfer_wait -> node_recv -> handle_<op> -> reply_send. */
 #include "kvpack/node.h"
+#include "http.h"
+#include "node_obs.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 #include "kvpack/wire.h"
@@ -24,6 +27,7 @@ typedef struct {
     uint64_t    bad_requests;
     uint32_t    max_reply_pages; /* bounded by the transport's header limit */
     uint32_t    max_list;        /* LIST entries per reply, bounded the same way */
+    kvp_node_obs_t obs;          /* state and counters for /health and /metrics */
 } node_t;
 
 /* Everything a reply pins until its send completes. */
@@ -58,10 +62,17 @@ static void reply_done(void *arg, kvp_status_t status)
 }
 
 /* Send rep with the data in rc (iov), then free rc when the transport is done with it. */
-static void reply_send(kvp_xfer_conn_h conn, const kvp_wire_rep_t *rep, reply_ctx_t *rc, int iovcnt)
+static void reply_send(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_rep_t *rep, reply_ctx_t *rc,
+                       int iovcnt)
 {
-    size_t       len;
-    kvp_status_t s = kvp_wire_rep_pack(rep, &rc->hdr, &len);
+    size_t       len   = 0;
+    uint64_t     bytes = 0;
+    kvp_status_t s     = kvp_wire_rep_pack(rep, &rc->hdr, &len);
+
+    for (int i = 0; s == KVP_OK && i < iovcnt; i++) {
+        bytes += rc->iov[i].len;
+    }
+    kvp_node_obs_reply(&n->obs, rep->op, rep->status, (s == KVP_OK) ? len + bytes : 0);
 
     if (s == KVP_OK) {
         s = kvp_xfer_send(conn, rc->hdr, len, rc->iov, iovcnt, reply_done, rc);
@@ -76,8 +87,8 @@ static void reply_send(kvp_xfer_conn_h conn, const kvp_wire_rep_t *rep, reply_ct
     reply_ctx_free(rc);
 }
 
-static void reply_status(kvp_xfer_conn_h conn, kvp_wire_rep_t *rep, kvp_status_t status,
-                         const char *what)
+static void reply_status(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep,
+                         kvp_status_t status, const char *what)
 {
     reply_ctx_t *rc = kvp_calloc(1, sizeof(*rc), "node reply");
 
@@ -88,7 +99,7 @@ static void reply_status(kvp_xfer_conn_h conn, kvp_wire_rep_t *rep, kvp_status_t
     if (status != KVP_OK && what != NULL) {
         snprintf(rep->message, sizeof(rep->message), "%s: %s", what, kvp_status_str(status));
     }
-    reply_send(conn, rep, rc, 0);
+    reply_send(n, conn, rep, rc, 0);
 }
 
 /* ---- private: one handler per op ---- */
@@ -115,10 +126,10 @@ static void handle_put_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req
         char what[64];
 
         snprintf(what, sizeof(what), "page %u of %u", rep->first_bad, req->n_pages);
-        reply_status(conn, rep, first, what);
+        reply_status(n, conn, rep, first, what);
         return;
     }
-    reply_status(conn, rep, KVP_OK, NULL);
+    reply_status(n, conn, rep, KVP_OK, NULL);
 }
 
 static void handle_put_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
@@ -130,12 +141,12 @@ static void handle_put_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
     if (s != KVP_OK) {
         KVP_LOG_WARN(MOD, "session %s record from %s rejected: %s", req->sid,
                      kvp_xfer_conn_peer(conn), kvp_status_str(s));
-        reply_status(conn, rep, s, "session record");
+        reply_status(n, conn, rep, s, "session record");
         return;
     }
     s = kvp_store_session_put(n->store, req->ns, req->sid, &desc);
     kvp_session_desc_clear(&desc);
-    reply_status(conn, rep, s, "session put");
+    reply_status(n, conn, rep, s, "session put");
 }
 
 static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
@@ -147,7 +158,7 @@ static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
     kvp_status_t       s = kvp_store_session_get(n->store, req->ns, req->sid, &desc);
 
     if (s != KVP_OK) {
-        reply_status(conn, rep, s, req->sid);
+        reply_status(n, conn, rep, s, req->sid);
         return;
     }
     rc = kvp_calloc(1, sizeof(*rc), "node reply");
@@ -160,14 +171,14 @@ static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
     rc->iov = kvp_calloc(1, sizeof(*rc->iov), "node reply iov");
     if (s != KVP_OK || rc->iov == NULL || len > UINT32_MAX) {
         reply_ctx_free(rc);
-        reply_status(conn, rep, (s != KVP_OK) ? s : KVP_ERR_NO_MEMORY, "session record");
+        reply_status(n, conn, rep, (s != KVP_OK) ? s : KVP_ERR_NO_MEMORY, "session record");
         return;
     }
     rc->iov[0].buf  = rc->blob;
     rc->iov[0].len  = len;
     rep->record_len = (uint32_t)len;
     rep->status     = KVP_OK;
-    reply_send(conn, rep, rc, 1);
+    reply_send(n, conn, rep, rc, 1);
 }
 
 static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
@@ -188,7 +199,7 @@ static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req
         if (rc != NULL) {
             reply_ctx_free(rc);
         }
-        reply_status(conn, rep, KVP_ERR_NO_MEMORY, "get pages");
+        reply_status(n, conn, rep, KVP_ERR_NO_MEMORY, "get pages");
         return;
     }
     for (uint32_t i = 0; i < room; i++) {
@@ -219,12 +230,12 @@ static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req
         reply_ctx_free(rc);
         kvp_free(rep->page_lens);
         rep->page_lens = NULL;
-        reply_status(conn, rep, s, "page");
+        reply_status(n, conn, rep, s, "page");
         return;
     }
     rep->n_pages = rc->n_refs;
     rep->status  = KVP_OK;
-    reply_send(conn, rep, rc, (int)rc->n_refs);
+    reply_send(n, conn, rep, rc, (int)rc->n_refs);
     kvp_free(rep->page_lens);
     rep->page_lens = NULL;
 }
@@ -247,7 +258,7 @@ static void handle_stat(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep)
     rep->stat.uptime_ms        = (kvp_time_ns() - n->start_ns) / 1000000u;
     rep->stat.requests         = n->requests;
     rep->stat.bad_requests     = n->bad_requests;
-    reply_status(conn, rep, KVP_OK, NULL);
+    reply_status(n, conn, rep, KVP_OK, NULL);
 }
 
 /* One page of the session listing: at most min(limit, max_list) entries after the cursor. */
@@ -283,7 +294,7 @@ static void handle_list(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *r
     rep->n_sessions = got;
     rep->more       = (uint32_t)more;
     kvp_free(info);
-    reply_status(conn, rep, s, "list");
+    reply_status(n, conn, rep, s, "list");
     kvp_free(rep->sessions);
     rep->sessions = NULL;
 }
@@ -297,6 +308,7 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     const void    *h    = kvp_xfer_msg_hdr(msg, &hl);
     const uint8_t *data = kvp_xfer_msg_data(msg, &dl);
     kvp_status_t   s    = kvp_xfer_msg_status(msg);
+    uint64_t       t0   = kvp_time_ns();
 
     n->requests++;
     memset(&rep, 0, sizeof(rep));
@@ -307,7 +319,8 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         rep.op     = req.op;
         kvp_wire_req_clear(&req);
         n->bad_requests++;
-        reply_status(conn, &rep, s, "request data");
+        reply_status(n, conn, &rep, s, "request data");
+        kvp_node_obs_request(&n->obs, rep.op, hl + dl, kvp_time_ns() - t0);
         kvp_xfer_msg_release(msg);
         return;
     }
@@ -318,7 +331,7 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         n->bad_requests++;
         KVP_LOG_WARN(MOD, "malformed request from %s (%zu header, %zu data bytes)",
                      kvp_xfer_conn_peer(conn), hl, dl);
-        reply_status(conn, &rep, s, "malformed request");
+        reply_status(n, conn, &rep, s, "malformed request");
     } else {
         KVP_LOG_DEBUG(MOD, "%s %llu from %s, %zu data bytes", kvp_wire_op_name(req.op),
                       (unsigned long long)req.req_id, kvp_xfer_conn_peer(conn), dl);
@@ -338,27 +351,28 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         case KVP_WIRE_OP_LOOKUP:
             s = kvp_store_lookup(n->store, req.ns, req.keys, req.n_keys, req.layers,
                                  &rep.hit_chunks);
-            reply_status(conn, &rep, s, "lookup");
+            reply_status(n, conn, &rep, s, "lookup");
             break;
         case KVP_WIRE_OP_SPILL:
             s = kvp_store_session_spill(n->store, req.ns, req.sid);
-            reply_status(conn, &rep, s, req.sid);
+            reply_status(n, conn, &rep, s, req.sid);
             break;
         case KVP_WIRE_OP_STAT:
             handle_stat(n, conn, &rep);
             break;
         case KVP_WIRE_OP_DELETE:
             s = kvp_store_session_delete(n->store, req.ns, req.sid);
-            reply_status(conn, &rep, s, req.sid);
+            reply_status(n, conn, &rep, s, req.sid);
             break;
         case KVP_WIRE_OP_LIST:
             handle_list(n, conn, &req, &rep);
             break;
         default:
-            reply_status(conn, &rep, KVP_ERR_PROTOCOL, "op");
+            reply_status(n, conn, &rep, KVP_ERR_PROTOCOL, "op");
             break;
         }
     }
+    kvp_node_obs_request(&n->obs, rep.op, hl + dl, kvp_time_ns() - t0);
     kvp_wire_req_clear(&req);
     kvp_xfer_msg_release(msg);
 }
@@ -388,6 +402,39 @@ static kvp_status_t write_ready_file(const char *path, uint16_t port)
     return KVP_OK;
 }
 
+/* Start the HTTP thread of --http and write its ready file; *http_p stays NULL without --http. */
+static kvp_status_t http_start(const kvp_node_params_t *params, kvp_node_obs_t *obs,
+                               kvp_http_h *http_p)
+{
+    kvp_http_params_t hp;
+    uint16_t          bound;
+    kvp_status_t      s;
+
+    *http_p = NULL;
+    if (!(params->field_mask & KVP_NODE_PARAM_HTTP)) {
+        return KVP_OK;
+    }
+    memset(&hp, 0, sizeof(hp));
+    hp.host  = params->http_host ? params->http_host : "127.0.0.1";
+    hp.port  = params->http_port;
+    hp.route = kvp_node_obs_route;
+    hp.arg   = obs;
+    s        = kvp_http_start(&hp, http_p, &bound);
+    if (s != KVP_OK) {
+        return s;
+    }
+    printf("kvpackd http on %s:%u (/health, /metrics)\n", hp.host, bound);
+    fflush(stdout);
+    if ((params->field_mask & KVP_NODE_PARAM_HTTP_READY_FILE) && params->http_ready_file != NULL) {
+        s = write_ready_file(params->http_ready_file, bound);
+    }
+    if (s != KVP_OK) {
+        kvp_http_stop(*http_p);
+        *http_p = NULL;
+    }
+    return s;
+}
+
 /* ---- API ---- */
 
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop)
@@ -396,6 +443,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_store_params_t sp;
     kvp_xfer_params_t  xp;
     node_t             n;
+    kvp_http_h         http;
     const char        *host = (fm & KVP_NODE_PARAM_HOST) ? params->host : "127.0.0.1";
     uint16_t           port = (fm & KVP_NODE_PARAM_PORT) ? params->port : 0;
     uint16_t           bound;
@@ -404,7 +452,12 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
 
     memset(&n, 0, sizeof(n));
     memset(&sp, 0, sizeof(sp));
-    n.start_ns = kvp_time_ns();
+    kvp_node_obs_init(&n.obs); /* /health says "starting" until the listener is up */
+    n.start_ns = n.obs.start_ns;
+    s          = http_start(params, &n.obs, &http);
+    if (s != KVP_OK) {
+        goto err_obs;
+    }
     if ((fm & KVP_NODE_PARAM_DATA_DIR) && params->data_dir != NULL) {
         sp.field_mask |= KVP_STORE_PARAM_DB_PATH;
         sp.db_path     = params->data_dir;
@@ -421,8 +474,9 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     if (s != KVP_OK) {
         KVP_LOG_ERROR(MOD, "cannot open store %s: %s", sp.db_path ? sp.db_path : "(dram)",
                       kvp_status_str(s));
-        return s;
+        goto err_http;
     }
+    kvp_node_obs_set_store(&n.obs, n.store);
     memset(&xp, 0, sizeof(xp));
     xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG;
     xp.recv_cb    = node_recv;
@@ -454,6 +508,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     printf("kvpackd listening on %s:%u\n", host, bound);
     fflush(stdout);
     KVP_LOG_INFO(MOD, "serving %s on %s:%u", sp.db_path ? sp.db_path : "(dram only)", host, bound);
+    kvp_node_obs_set_state(&n.obs, KVP_NODE_SERVING); /* before the ready file: it implies ok */
     if ((fm & KVP_NODE_PARAM_READY_FILE) && params->ready_file != NULL) {
         s = write_ready_file(params->ready_file, bound);
         if (s != KVP_OK) {
@@ -466,8 +521,14 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     KVP_LOG_INFO(MOD, "shutting down after %llu requests", (unsigned long long)n.requests);
     s = KVP_OK;
 err_xfer:
+    kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
     kvp_xfer_destroy(n.x);
 err_store:
+    kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */
     kvp_store_close(n.store);
+err_http:
+    kvp_http_stop(http);
+err_obs:
+    kvp_node_obs_cleanup(&n.obs);
     return s;
 }

@@ -1,5 +1,6 @@
-/* node_main.c - the node command line shared by kvpackd and `kvpack serve`: options, signal
- * handling for a clean shutdown on SIGTERM/SIGINT, then kvp_node_run. */
+/* node_main.c - the node command line shared by kvpackd and `kvpack serve`: options (including
+ * --http for /health and /metrics), signal handling for a clean shutdown on SIGTERM/SIGINT, then
+ * kvp_node_run. */
 #include "kvpack/node.h"
 #include "kvpack/log.h"
 
@@ -29,6 +30,9 @@ static void usage(const char *prog, FILE *out)
             "  --dram-budget BYTES     DRAM page budget, suffixes K M G allowed (default 1G)\n"
             "  --durability MODE       spill | write-through | sync (default spill)\n"
             "  --ready-file FILE       write the bound port to FILE once listening\n"
+            "  --http HOST:PORT        serve GET /health and /metrics (Prometheus text) over\n"
+            "                          HTTP on HOST:PORT (port 0 picks a free port; default off)\n"
+            "  --http-ready-file FILE  write the bound HTTP port to FILE once listening\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
             "  -h, --help              this text\n",
@@ -85,7 +89,7 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
     kvp_node_params_t        p;
     struct sigaction         sa;
-    char                     host[256] = "127.0.0.1";
+    char                     host[256] = "127.0.0.1", http_host[256];
     const char              *v;
     int                      missing = 0;
 
@@ -101,6 +105,16 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 fprintf(stderr, "%s: --listen wants HOST:PORT, got '%s'\n", prog, v);
                 return 2;
             }
+        } else if ((v = opt(argc, argv, &i, "--http", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_HTTP;
+            p.http_host   = http_host;
+            if (kvp_xfer_parse_addr(v, http_host, sizeof(http_host), &p.http_port) != KVP_OK) {
+                fprintf(stderr, "%s: --http wants HOST:PORT, got '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--http-ready-file", &missing)) != NULL) {
+            p.field_mask     |= KVP_NODE_PARAM_HTTP_READY_FILE;
+            p.http_ready_file = v;
         } else if ((v = opt(argc, argv, &i, "--data-dir", &missing)) != NULL) {
             p.field_mask |= KVP_NODE_PARAM_DATA_DIR;
             p.data_dir    = v;
@@ -154,6 +168,10 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             }
             return 2;
         }
+    }
+    if ((p.field_mask & KVP_NODE_PARAM_HTTP_READY_FILE) && !(p.field_mask & KVP_NODE_PARAM_HTTP)) {
+        fprintf(stderr, "%s: --http-ready-file needs --http HOST:PORT\n", prog);
+        return 2;
     }
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal; /* no SA_RESTART: the poll in the loop returns at once */

@@ -1013,7 +1013,7 @@ kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *k
 
 void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
 {
-    uint64_t on_disk = 0;
+    uint64_t on_disk = 0, hot = 0;
 
     if (st == NULL || stats == NULL) {
         return;
@@ -1022,6 +1022,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     for (size_t i = 0; i < st->sessions.nbuckets; i++) {
         for (kvp_sess_t *s = st->sessions.buckets[i]; s != NULL; s = s->hnext) {
             on_disk += s->on_disk;
+            hot += s->hot;
         }
     }
     *stats                  = st->stats;
@@ -1032,6 +1033,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     stats->dram_bytes       = st->pool.used;
     stats->sessions         = st->sessions.count;
     stats->sessions_on_disk = on_disk;
+    stats->sessions_in_dram = hot;
     pthread_mutex_unlock(&st->lock);
 }
 

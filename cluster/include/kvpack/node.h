@@ -24,6 +24,8 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_DURABILITY  = KVP_BIT(4),
     KVP_NODE_PARAM_READY_FILE  = KVP_BIT(5),
     KVP_NODE_PARAM_MAX_MSG     = KVP_BIT(6),
+    KVP_NODE_PARAM_HTTP        = KVP_BIT(7), /* http_host + http_port */
+    KVP_NODE_PARAM_HTTP_READY_FILE = KVP_BIT(8),
 };
 
 typedef struct kvp_node_params {
@@ -35,10 +37,15 @@ typedef struct kvp_node_params {
     kvp_durability_t durability;    /* default KVP_DURABILITY_SPILL */
     const char      *ready_file;    /* the bound port is written here once listening */
     size_t           max_msg_bytes; /* largest request data accepted; default 256 MiB */
+    const char      *http_host;     /* with KVP_NODE_PARAM_HTTP: serve /health and /metrics here */
+    uint16_t         http_port;     /* 0 = pick a free port */
+    const char      *http_ready_file; /* the bound HTTP port is written here once listening */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on
- * stdout and writes the port to ready_file once listening. */
+ * stdout and writes the port to ready_file once listening. With KVP_NODE_PARAM_HTTP an HTTP
+ * thread answers GET /health (200 "ok" while serving, 503 while starting or shutting down) and
+ * GET /metrics (Prometheus text) from before the store opens until after it is closed. */
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop);
 
 /* The node command line (kvpackd and `kvpack serve`): parses options, installs SIGTERM/SIGINT

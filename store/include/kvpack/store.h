@@ -79,6 +79,7 @@ typedef struct {
     uint64_t disk_live_bytes; /* bytes of those that pages on disk still name (rest: garbage) */
     uint64_t swept_pages;     /* pages no session named, removed from disk at open */
     uint64_t spill_waits;     /* calls that waited for the background spiller at the budget */
+    uint64_t sessions_in_dram; /* hot sessions: pages and tail in the DRAM pool */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);

@@ -1,0 +1,235 @@
+/* node_obs.c - a node's counters and its /health and /metrics pages (see node_obs.h). /metrics is
+ * Prometheus text exposition 0.0.4: every family has # HELP and # TYPE, names are kvpack_* with
+ * their unit (_bytes, _seconds, _total for counters). Store figures come from one
+ * kvp_store_stats snapshot per scrape and are left out while the store is not open.
+ * Main flow: kvp_node_obs_route -> /health | /metrics (node_families, store_samples, request_families). */
+#include "node_obs.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+
+#include <ctype.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifndef KVP_VERSION
+#define KVP_VERSION "unknown"
+#endif
+
+/* Store statistics exported as they are: every field of kvp_store_stats_t is a uint64_t. */
+static const struct {
+    const char *name;
+    const char *type;
+    const char *help;
+    size_t      off;
+} store_families[] = {
+    {"kvpack_dram_bytes", "gauge", "Bytes of DRAM pool slots holding pages",
+     offsetof(kvp_store_stats_t, dram_bytes)},
+    {"kvpack_dram_pages", "gauge", "Pages resident in the DRAM pool",
+     offsetof(kvp_store_stats_t, dram_pages)},
+    {"kvpack_dram_budget_bytes", "gauge", "DRAM page budget",
+     offsetof(kvp_store_stats_t, dram_budget)},
+    {"kvpack_sessions", "gauge", "Sessions known to the node, in DRAM or on disk",
+     offsetof(kvp_store_stats_t, sessions)},
+    {"kvpack_sessions_in_dram", "gauge", "Sessions whose pages and tail are in DRAM",
+     offsetof(kvp_store_stats_t, sessions_in_dram)},
+    {"kvpack_sessions_on_disk", "gauge", "Sessions with a record in the SSD tier",
+     offsetof(kvp_store_stats_t, sessions_on_disk)},
+    {"kvpack_spills_total", "counter", "Sessions written to disk by eviction or request",
+     offsetof(kvp_store_stats_t, spills)},
+    {"kvpack_spill_bytes_total", "counter", "Page bytes written to disk by spills",
+     offsetof(kvp_store_stats_t, spill_bytes)},
+    {"kvpack_restores_total", "counter", "Sessions read back from disk",
+     offsetof(kvp_store_stats_t, restores)},
+    {"kvpack_restore_bytes_total", "counter", "Page bytes read back from disk by restores",
+     offsetof(kvp_store_stats_t, restore_bytes)},
+    {"kvpack_spill_waits_total", "counter",
+     "Requests that waited for the background spiller at the DRAM budget",
+     offsetof(kvp_store_stats_t, spill_waits)},
+    {"kvpack_crc_failures_total", "counter", "Pages dropped because they failed their CRC on read",
+     offsetof(kvp_store_stats_t, crc_failures)},
+    {"kvpack_disk_errors_total", "counter", "I/O or disk-full errors from the SSD tier",
+     offsetof(kvp_store_stats_t, disk_errors)},
+    {"kvpack_expired_sessions_total", "counter", "Sessions removed by the idle TTL",
+     offsetof(kvp_store_stats_t, expired)},
+    {"kvpack_dropped_sessions_total", "counter",
+     "Sessions evicted without an SSD tier (gone, not spilled)",
+     offsetof(kvp_store_stats_t, dropped)},
+    {"kvpack_disk_segment_files", "gauge", "Segment files holding page bytes on disk",
+     offsetof(kvp_store_stats_t, disk_files)},
+    {"kvpack_disk_bytes", "gauge", "Size of the segment files",
+     offsetof(kvp_store_stats_t, disk_bytes)},
+    {"kvpack_disk_live_bytes", "gauge", "Bytes of the segment files that pages on disk still use",
+     offsetof(kvp_store_stats_t, disk_live_bytes)},
+};
+
+/* ---- private: rendering ---- */
+
+static void family(kvp_http_reply_t *r, const char *name, const char *type, const char *help)
+{
+    kvp_http_reply_printf(r, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *op_label(uint32_t op)
+{
+    return (op == 0 || op >= KVP_NODE_OBS_OPS) ? "unknown" : kvp_wire_op_name((kvp_wire_op_t)op);
+}
+
+/* "ok", "err_not_found", ...: the status name in lower case; "other" for slot 100. */
+static void result_label(uint32_t slot, char *out, size_t cap)
+{
+    const char *name = (slot < 100) ? kvp_status_name((kvp_status_t) - (int)slot) : "other";
+    size_t      i;
+
+    for (i = 0; name[i] != '\0' && i + 1 < cap; i++) {
+        out[i] = (char)tolower((unsigned char)name[i]);
+    }
+    out[i] = '\0';
+}
+
+static uint64_t load(atomic_uint_fast64_t *a)
+{
+    return (uint64_t)atomic_load_explicit(a, memory_order_relaxed);
+}
+
+static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
+{
+    char codecs[96] = "";
+
+    for (int c = 1; c < KVP_CODEC_MAX; c++) {
+        size_t l = strlen(codecs);
+
+        snprintf(codecs + l, sizeof(codecs) - l, "%s%s", l ? "," : "",
+                 kvp_codec_name((kvp_codec_id_t)c));
+    }
+    family(r, "kvpack_build_info", "gauge", "Version, codecs and wire version of this kvpackd");
+    kvp_http_reply_printf(r, "kvpack_build_info{version=\"%s\",codecs=\"%s\",wire=\"%u\"} 1\n",
+                          KVP_VERSION, codecs, KVP_WIRE_VERSION);
+    family(r, "kvpack_serving", "gauge", "1 while the store is open and the UCX listener is up");
+    kvp_http_reply_printf(r, "kvpack_serving %d\n", serving);
+    family(r, "kvpack_uptime_seconds", "gauge", "Seconds since the node started");
+    kvp_http_reply_printf(r, "kvpack_uptime_seconds %.3f\n",
+                          (double)(kvp_time_ns() - obs->start_ns) / 1e9);
+}
+
+static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
+{
+    kvp_store_stats_t st;
+    int               open;
+
+    memset(&st, 0, sizeof(st));
+    pthread_mutex_lock(&obs->store_mu);
+    open = obs->store != NULL;
+    if (open) {
+        kvp_store_stats(obs->store, &st);
+    }
+    pthread_mutex_unlock(&obs->store_mu);
+    for (size_t i = 0; open && i < sizeof(store_families) / sizeof(store_families[0]); i++) {
+        uint64_t v;
+
+        memcpy(&v, (const char *)&st + store_families[i].off, sizeof(v));
+        family(r, store_families[i].name, store_families[i].type, store_families[i].help);
+        kvp_http_reply_printf(r, "%s %llu\n", store_families[i].name, (unsigned long long)v);
+    }
+}
+
+static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
+{
+    char res[32];
+
+    family(r, "kvpack_requests_total", "counter",
+           "Requests answered, by op and result (ok or the error status)");
+    for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
+        for (uint32_t k = 0; k < KVP_NODE_OBS_RESULTS; k++) {
+            uint64_t v = load(&obs->answered[op][k]);
+
+            if (v == 0 && (k != 0 || op == 0)) {
+                continue; /* every known op's ok series always; errors once they happen */
+            }
+            result_label(k, res, sizeof(res));
+            kvp_http_reply_printf(r, "kvpack_requests_total{op=\"%s\",result=\"%s\"} %llu\n",
+                                  op_label(op), res, (unsigned long long)v);
+        }
+    }
+    family(r, "kvpack_request_bytes_total", "counter", "Request bytes received (header + data)");
+    for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
+        kvp_http_reply_printf(r, "kvpack_request_bytes_total{op=\"%s\"} %llu\n", op_label(op),
+                              (unsigned long long)load(&obs->req_bytes[op]));
+    }
+    family(r, "kvpack_reply_bytes_total", "counter", "Reply bytes sent (header + data)");
+    for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
+        kvp_http_reply_printf(r, "kvpack_reply_bytes_total{op=\"%s\"} %llu\n", op_label(op),
+                              (unsigned long long)load(&obs->rep_bytes[op]));
+    }
+    family(r, "kvpack_request_handling_seconds_total", "counter",
+           "Time the request thread spent handling requests, by op");
+    for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
+        kvp_http_reply_printf(r, "kvpack_request_handling_seconds_total{op=\"%s\"} %.6f\n",
+                              op_label(op), (double)load(&obs->busy_ns[op]) / 1e9);
+    }
+}
+
+/* ---- API ---- */
+
+void kvp_node_obs_init(kvp_node_obs_t *obs)
+{
+    memset(obs, 0, sizeof(*obs));
+    atomic_init(&obs->state, KVP_NODE_STARTING);
+    obs->start_ns = kvp_time_ns();
+    pthread_mutex_init(&obs->store_mu, NULL);
+}
+
+void kvp_node_obs_cleanup(kvp_node_obs_t *obs)
+{
+    pthread_mutex_destroy(&obs->store_mu);
+}
+
+void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state)
+{
+    atomic_store(&obs->state, (int)state);
+}
+
+void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store)
+{
+    pthread_mutex_lock(&obs->store_mu);
+    obs->store = store;
+    pthread_mutex_unlock(&obs->store_mu);
+}
+
+void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns)
+{
+    op = (op < KVP_NODE_OBS_OPS) ? op : 0;
+    atomic_fetch_add_explicit(&obs->req_bytes[op], bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&obs->busy_ns[op], busy_ns, memory_order_relaxed);
+}
+
+void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, uint64_t bytes)
+{
+    uint32_t slot = (status <= 0 && status > -100) ? (uint32_t)(-(int)status) : 100u;
+
+    op = (op < KVP_NODE_OBS_OPS) ? op : 0;
+    atomic_fetch_add_explicit(&obs->answered[op][slot], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&obs->rep_bytes[op], bytes, memory_order_relaxed);
+}
+
+void kvp_node_obs_route(void *arg, const char *path, kvp_http_reply_t *r)
+{
+    kvp_node_obs_t *obs   = arg;
+    int             state = atomic_load(&obs->state);
+
+    if (strcmp(path, "/health") == 0) {
+        r->code = (state == KVP_NODE_SERVING) ? 200 : 503;
+        kvp_http_reply_printf(r, "%s\n", state == KVP_NODE_SERVING  ? "ok"
+                                         : state == KVP_NODE_STARTING ? "starting"
+                                                                      : "shutting down");
+    } else if (strcmp(path, "/metrics") == 0) {
+        r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        node_families(obs, r, state == KVP_NODE_SERVING);
+        store_samples(obs, r);
+        request_families(obs, r);
+    } else {
+        r->code = 404;
+        kvp_http_reply_printf(r, "not found: try /health or /metrics\n");
+    }
+}

@@ -1,0 +1,53 @@
+/* node_obs.h - what a node tells operators (cluster-internal): its life-cycle state, request
+ * counters by op and result, bytes in and out, and the HTTP routes /health and /metrics
+ * (Prometheus text format 0.0.4) that kvp_node_run serves with --http.
+ * Threads: the request thread counts (relaxed atomics, no lock); the HTTP thread reads the
+ * counters and takes a store snapshot (kvp_store_stats, the store's own lock) under store_mu,
+ * which only kvp_node_obs_set_store also takes, so a store being closed is never read. */
+#ifndef KVPACK_CLUSTER_NODE_OBS_H
+#define KVPACK_CLUSTER_NODE_OBS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "kvpack/status.h"
+#include "kvpack/store.h"
+#include "kvpack/wire.h"
+
+#define KVP_NODE_OBS_OPS     KVP_WIRE_OP_MAX /* slot 0: an op the node could not decode */
+#define KVP_NODE_OBS_RESULTS 101u            /* slot -status for 0..-99, slot 100 anything else */
+
+typedef enum {
+    KVP_NODE_STARTING = 0, /* opening the store, not yet listening over UCX */
+    KVP_NODE_SERVING  = 1, /* store open and UCX listener up: /health says ok */
+    KVP_NODE_STOPPING = 2  /* a signal arrived: closing the listener and the store */
+} kvp_node_state_t;
+
+typedef struct {
+    atomic_int       state;                                         /* kvp_node_state_t */
+    uint64_t         start_ns;                                      /* set before any reader */
+    pthread_mutex_t  store_mu;                                      /* guards store (see above) */
+    kvp_store_h      store;                                         /* NULL: not open / closing */
+    atomic_uint_fast64_t answered[KVP_NODE_OBS_OPS][KVP_NODE_OBS_RESULTS]; /* replies sent */
+    atomic_uint_fast64_t req_bytes[KVP_NODE_OBS_OPS];              /* header + data received */
+    atomic_uint_fast64_t rep_bytes[KVP_NODE_OBS_OPS];              /* header + data sent */
+    atomic_uint_fast64_t busy_ns[KVP_NODE_OBS_OPS];                /* time in the handler */
+} kvp_node_obs_t;
+
+void kvp_node_obs_init(kvp_node_obs_t *obs);
+void kvp_node_obs_cleanup(kvp_node_obs_t *obs);
+void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state);
+/* Publish the open store (or NULL before closing it); waits for a scrape that is reading it. */
+void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store);
+
+/* Request thread: a request of op (any value; out-of-range ones count as unknown) took bytes on
+ * the wire and busy_ns in its handler; a reply with status and bytes (header + data) was sent. */
+void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns);
+void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, uint64_t bytes);
+
+/* kvp_http_route_cb_t with arg = the kvp_node_obs_t: GET /health, GET /metrics, else 404. */
+void kvp_node_obs_route(void *obs, const char *path, kvp_http_reply_t *reply);
+
+#endif

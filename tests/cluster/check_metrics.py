@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""check_metrics.py - kvpackd --http against a real node: /health is 200 "ok"; /metrics is valid
+Prometheus text 0.0.4 (every sample `name{labels} value`, every family with HELP and TYPE before
+its samples, kvpack_* names, counters end in _total, no series twice); a `kvpack put` moves the
+put counters by the requests it sent and DRAM bytes by its pages' pool slots, equal to what
+`kvpack stat --json` says; a spill, a restore and a NOT_FOUND move theirs; HEAD, 404, 405, a
+garbage and an over-long request line (400) while the node keeps serving; silent and half-sent
+HTTP clients do not hold up /health or UCX requests, and get 408 at the idle deadline; bad
+--http options and a taken port are clear errors; SIGTERM closes the HTTP port.
+usage: check_metrics.py KVPACK KVPACKD LIBKVPACK"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+kvpack_exe, kvpackd, lib = sys.argv[1:4]
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import kvpack  # noqa: E402
+
+kvpack.load(lib)
+tmp = tempfile.mkdtemp(prefix="kvp_metrics_")
+env = dict(os.environ, KVP_PROGRESS="0")
+fails = []
+L, T, H, D, P = 2, 256, 2, 64, 128  # two full fp16 chunks per layer, no tail
+NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
+SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*\})? (\S+)$')
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def wait_file(path, proc):
+    for _ in range(1500):
+        if os.path.exists(path):
+            return int(open(path).read())
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    sys.exit(f"kvpackd did not write {path}")
+
+
+def http(port, raw):
+    """Send raw bytes, read until the server closes; returns (code, headers dict, body bytes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(raw)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    hdrs = dict(ln.split(": ", 1) for ln in lines[1:])
+    check(int(hdrs.get("Content-Length", -1)) == len(body) or raw.startswith(b"HEAD"),
+          f"Content-Length of {lines[0]}")
+    return int(lines[0].split()[1]), hdrs, body
+
+
+def get(port, path, method="GET"):
+    return http(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+
+
+def scrape(port):
+    """GET /metrics, checked for format; returns {(name, labels): value}."""
+    code, hdrs, body = get(port, "/metrics")
+    check(code == 200, f"/metrics answered {code}")
+    check(hdrs.get("Content-Type", "").startswith("text/plain; version=0.0.4"),
+          f"/metrics Content-Type {hdrs.get('Content-Type')}")
+    helps, types, series = set(), {}, {}
+    for ln in body.decode().splitlines():
+        if ln.startswith("# HELP ") or ln.startswith("# TYPE "):
+            parts = ln.split(" ", 3)
+            check(len(parts) == 4 and NAME.match(parts[2]) and parts[3], f"bad comment: {ln}")
+            if parts[1] == "HELP":
+                helps.add(parts[2])
+            else:
+                check(parts[3] in ("counter", "gauge"), f"type of {parts[2]}: {parts[3]}")
+                check(parts[2] not in types, f"TYPE twice for {parts[2]}")
+                types[parts[2]] = parts[3]
+            continue
+        m = SAMPLE.match(ln)
+        check(m is not None, f"bad sample line: {ln!r}")
+        if m is None:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        check(name.startswith("kvpack_"), f"name {name}")
+        check(name in helps and name in types, f"{name} sampled before its HELP and TYPE")
+        check(types.get(name) != "counter" or name.endswith("_total"), f"counter {name}")
+        check((name, labels) not in series, f"series twice: {name}{labels}")
+        series[(name, labels)] = float(value)
+    check(helps == set(types), f"HELP without TYPE or back: {helps ^ set(types)}")
+    return series
+
+
+def m(series, name, **labels):
+    key = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
+    return series.get((name, key), 0.0)
+
+
+def cli(*args):
+    p = subprocess.run([kvpack_exe, *args], capture_output=True, text=True, timeout=120, env=env)
+    check(p.returncode == 0, f"kvpack {' '.join(args)}: exit {p.returncode} {p.stderr.strip()}")
+    return json.loads(p.stdout) if p.returncode == 0 and "--json" in args else {}
+
+
+def node_error(*args):
+    p = subprocess.run([kvpackd, "--listen", "127.0.0.1:0", *args], capture_output=True,
+                       text=True, timeout=60, env=env)
+    return p.returncode, p.stderr.strip()
+
+
+def slot(n):
+    """DRAM pool slot of an n-byte page (README, Limits: 64 B, or 4 KiB over 4 KiB)."""
+    q = 4096 if n > 4096 else 64
+    return (n + q - 1) // q * q
+
+
+node = subprocess.Popen(
+    [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"),
+     "--ready-file", os.path.join(tmp, "ready"), "--dram-budget", "64M",
+     "--http", "127.0.0.1:0", "--http-ready-file", os.path.join(tmp, "http")],
+    stdout=subprocess.DEVNULL, env=env)
+try:
+    addr = f"127.0.0.1:{wait_file(os.path.join(tmp, 'ready'), node)}"
+    hp = wait_file(os.path.join(tmp, "http"), node)
+
+    code, _, body = get(hp, "/health")
+    check(code == 200 and body == b"ok\n", f"/health: {code} {body!r}")
+    m0 = scrape(hp)
+    for fam in ("kvpack_dram_bytes", "kvpack_dram_pages", "kvpack_dram_budget_bytes",
+                "kvpack_sessions_in_dram", "kvpack_sessions_on_disk", "kvpack_spills_total",
+                "kvpack_spill_bytes_total", "kvpack_restores_total", "kvpack_restore_bytes_total",
+                "kvpack_spill_waits_total", "kvpack_crc_failures_total", "kvpack_disk_errors_total",
+                "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving"):
+        check(any(k[0] == fam for k in m0), f"/metrics lacks {fam}")
+    check(m(m0, "kvpack_dram_budget_bytes") == 64 << 20, "budget is not 64M")
+    check(m(m0, "kvpack_serving") == 1, "kvpack_serving is not 1")
+    check(any(k[0] == "kvpack_build_info" and 'version="' in k[1] and 'codecs="fp16,kivi' in k[1]
+              and v == 1 for k, v in m0.items()), "kvpack_build_info")
+    for op in ("put_pages", "put_session", "get_session", "spill", "stat"):
+        check((("kvpack_requests_total", f'{{op="{op}",result="ok"}}')) in m0, f"no ok series {op}")
+
+    # put: counters move by what was sent; DRAM bytes by the pages' slots, equal to STAT's
+    n = L * T * H * D
+    with open(os.path.join(tmp, "a.kvd"), "wb") as f:
+        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) +
+                struct.pack(f"<{2 * n}f", *[((i * 7) % 41 - 20) / 8 for i in range(2 * n)]))
+    put = cli("put", "--node", addr, "--session", "s1", "--kvd", os.path.join(tmp, "a.kvd"),
+              "--codec", "fp16", "--json")
+    stat = cli("stat", "--node", addr, "--json")
+    m1 = scrape(hp)
+    page = 64 + 2 * P * H * D * 2
+    print(f"put: {put.get('pages')} pages, {put.get('bytes')} bytes; dram "
+          f"{m(m0, 'kvpack_dram_bytes'):.0f} -> {m(m1, 'kvpack_dram_bytes'):.0f}, stat says "
+          f"{stat.get('dram_bytes')}")
+    check(put.get("pages") == L * T // P and put.get("bytes") == put["pages"] * page,
+          f"put report {put}")
+    # kvpack put ships each chunk's L pages in one PUT_PAGES, then one PUT_SESSION
+    d_ok = {op: m(m1, "kvpack_requests_total", op=op, result="ok") -
+           m(m0, "kvpack_requests_total", op=op, result="ok") for op in ("put_pages", "put_session")}
+    check(d_ok == {"put_pages": T // P, "put_session": 1}, f"put request counters moved {d_ok}")
+    dram = m(m1, "kvpack_dram_bytes") - m(m0, "kvpack_dram_bytes")
+    check(dram == put.get("pages", 0) * slot(page), f"DRAM bytes up {dram}")
+    check(m(m1, "kvpack_dram_bytes") == stat.get("dram_bytes"), "DRAM bytes differ from STAT")
+    check(m(m1, "kvpack_dram_pages") == stat.get("dram_pages") == put.get("pages"), "DRAM pages")
+    rq = m(m1, "kvpack_request_bytes_total", op="put_pages") - m(m0, "kvpack_request_bytes_total",
+                                                                 op="put_pages")
+    check(put.get("bytes", 0) < rq < put.get("bytes", 0) + 1024 * T // P,
+          f"put_pages request bytes {rq} for {put.get('bytes')} page bytes")
+    check(m(m1, "kvpack_reply_bytes_total", op="put_pages") > 0, "no put_pages reply bytes")
+    check(m(m1, "kvpack_requests_total", op="stat", result="ok") >= 1, "STAT not counted")
+    check(m(m1, "kvpack_sessions_in_dram") == 1 and m(m1, "kvpack_sessions") == 1, "sessions")
+
+    # spill, restore, NOT_FOUND through the Python binding
+    ns = int(put.get("ns", "0"), 16)
+    with kvpack.Client(addr, timeout_ms=10000) as c:
+        c.spill(ns, "s1")
+        m2 = scrape(hp)
+        back = c.get_session(ns, "s1")
+        try:
+            c.get_session(ns, "nope")
+            check(False, "get of an unknown session succeeded")
+        except kvpack.KvpError as e:
+            check(e.name == "ERR_NOT_FOUND", f"unknown session: {e.name}")
+        stat = c.stat()
+    m3 = scrape(hp)
+    check(m(m2, "kvpack_spills_total") == m(m1, "kvpack_spills_total") + 1, "spill not counted")
+    check(m(m2, "kvpack_spill_bytes_total") >= put.get("bytes", 1), "spill bytes")
+    check(m(m2, "kvpack_sessions_on_disk") == 1 and m(m2, "kvpack_sessions_in_dram") == 0,
+          "spilled session still counted in DRAM")
+    check(m(m2, "kvpack_dram_bytes") == 0, "spilled pages still in DRAM")
+    check(m(m2, "kvpack_requests_total", op="spill", result="ok") == 1, "SPILL request count")
+    check(len(back.pages) == put.get("pages"), "restored session pages")
+    check(m(m3, "kvpack_restores_total") == m(m2, "kvpack_restores_total") + 1, "restore count")
+    check(m(m3, "kvpack_restore_bytes_total") >= put.get("bytes", 1), "restore bytes")
+    check(m(m3, "kvpack_dram_bytes") == stat.dram_bytes == dram, "DRAM after restore vs STAT")
+    check(m(m3, "kvpack_requests_total", op="get_session", result="err_not_found") == 1,
+          "NOT_FOUND not counted by result")
+    check(m(m3, "kvpack_requests_total", op="get_session", result="ok") >= 1, "GET_SESSION ok")
+    check(m(m3, "kvpack_uptime_seconds") >= m(m0, "kvpack_uptime_seconds"), "uptime went back")
+
+    # HTTP edge cases; the node keeps serving after each
+    code, hdrs, body = get(hp, "/metrics", "HEAD")
+    check(code == 200 and body == b"" and int(hdrs["Content-Length"]) > 1000, "HEAD /metrics")
+    check(get(hp, "/nope")[0] == 404, "/nope is not 404")
+    check(get(hp, "/health", "POST")[0] == 405, "POST is not 405")
+    check(get(hp, "/health?verbose=1")[0] == 200, "query string not ignored")
+    check(http(hp, b"garbage\r\n\r\n")[0] == 400, "garbage request line is not 400")
+    check(http(hp, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n\r\n")[0] == 400, "over-long line")
+    check(http(hp, b"GET /health HTTP/9.9\r\n\r\n")[0] == 400, "bad version is not 400")
+    check(get(hp, "/health")[0] == 200, "/health after bad requests")
+
+    # silent clients: /health and UCX requests are answered while they still hold connections
+    quiet = [socket.create_connection(("127.0.0.1", hp)) for _ in range(3)]
+    quiet[2].sendall(b"GET /hea")
+    check(get(hp, "/health")[0] == 200, "/health with silent clients connected")
+    cli("stat", "--node", addr, "--json")
+    for q in quiet:
+        q.setblocking(False)
+        try:
+            got = q.recv(1)
+            check(False, f"a silent client was answered or closed before /health: {got!r}")
+        except BlockingIOError:
+            pass  # still open and unanswered: /health did not wait for it
+        q.settimeout(30)
+    reply = quiet[0].recv(100)  # the idle deadline (5 s) frees the slot with a 408
+    check(reply.startswith(b"HTTP/1.1 408"), f"silent client got {reply!r}")
+    for q in quiet:
+        q.close()
+
+    # option errors: usage (2) or a clear failure (1), nothing served
+    rc, err = node_error("--http", "nonsense")
+    check(rc == 2 and "--http wants HOST:PORT" in err, f"--http nonsense: {rc} {err}")
+    rc, err = node_error("--http-ready-file", os.path.join(tmp, "x"))
+    check(rc == 2 and "needs --http" in err, f"--http-ready-file alone: {rc} {err}")
+    rc, err = node_error("--http", f"127.0.0.1:{hp}")
+    check(rc == 1 and f"127.0.0.1:{hp}" in err, f"--http on a taken port: {rc} {err}")
+    check(get(hp, "/health")[0] == 200, "the first node stopped serving")
+
+    node.send_signal(signal.SIGTERM)
+    check(node.wait(timeout=60) == 0, "kvpackd did not exit 0 on SIGTERM")
+    try:
+        socket.create_connection(("127.0.0.1", hp), timeout=5).close()
+        check(False, "HTTP port still open after shutdown")
+    except ConnectionRefusedError:
+        pass
+finally:
+    if node.poll() is None:
+        node.kill()
+        node.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+if fails:
+    sys.exit(f"{len(fails)} check(s) failed")
+print("metrics: all checks passed")

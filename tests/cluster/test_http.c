@@ -1,0 +1,212 @@
+/* test_http.c - the --http server and the node's /health and /metrics routes in one process, no
+ * UCX: /health follows the life-cycle (503 "starting", 200 "ok", 503 "shutting down") and
+ * /metrics leaves out store figures while no store is open; counters bumped by a thread during
+ * scrapes add up exactly (run it under -fsanitize=thread for the races); requests split over
+ * several writes, HTTP/1.0 and bare-LF lines; 431 for headers past 8 KiB; the idle deadline
+ * (408) and a full connection table (a waiting client is served once a slot frees); no leaks. */
+#include "http.h"
+#include "node_obs.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/store.h"
+#include "check.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BUMPS 200000u
+
+static int connect_to(uint16_t port)
+{
+    struct sockaddr_in sa;
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    CHECK(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_port        = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    return fd;
+}
+
+/* Read the whole reply from fd (until the server closes), close fd; returns the status code and
+ * leaves the body, NUL-terminated, in body (truncated to cap). */
+static int read_reply(int fd, char *body, size_t cap)
+{
+    static char buf[1 << 20];
+    size_t      len = 0;
+    ssize_t     n;
+    const char *sep;
+    int         code = 0;
+
+    while (len < sizeof(buf) - 1 && (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0) {
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    CHECK(sscanf(buf, "HTTP/1.1 %d", &code) == 1);
+    sep = strstr(buf, "\r\n\r\n");
+    CHECK(sep != NULL);
+    snprintf(body, cap, "%s", sep + 4);
+    return code;
+}
+
+static int request(uint16_t port, const char *raw, char *body, size_t cap)
+{
+    int fd = connect_to(port);
+
+    CHECK(write(fd, raw, strlen(raw)) == (ssize_t)strlen(raw));
+    return read_reply(fd, body, cap);
+}
+
+static int get(uint16_t port, const char *path, char *body, size_t cap)
+{
+    char raw[256];
+
+    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+    return request(port, raw, body, cap);
+}
+
+static void *bumper(void *arg)
+{
+    kvp_node_obs_t *obs = arg;
+
+    for (uint32_t i = 0; i < BUMPS; i++) {
+        kvp_node_obs_request(obs, KVP_WIRE_OP_PUT_PAGES, 100, 10);
+        kvp_node_obs_reply(obs, KVP_WIRE_OP_PUT_PAGES, (i % 4) ? KVP_OK : KVP_ERR_CORRUPT, 10);
+    }
+    kvp_node_obs_reply(obs, 999, KVP_ERR_PROTOCOL, 5); /* an op the node could not decode */
+    return NULL;
+}
+
+static void test_life_cycle(void)
+{
+    static char        body[1 << 20];
+    kvp_node_obs_t     obs;
+    kvp_http_params_t  hp;
+    kvp_http_h         h;
+    kvp_store_h        store;
+    kvp_store_params_t sp;
+    pthread_t          th;
+    uint16_t           port;
+    char               want[128];
+
+    kvp_node_obs_init(&obs);
+    memset(&hp, 0, sizeof(hp));
+    hp.host  = "127.0.0.1";
+    hp.route = kvp_node_obs_route;
+    hp.arg   = &obs;
+    CHECK_OK(kvp_http_start(&hp, &h, &port));
+
+    CHECK(get(port, "/health", body, sizeof(body)) == 503 && strcmp(body, "starting\n") == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(strstr(body, "\nkvpack_serving 0\n") != NULL);
+    CHECK(strstr(body, "kvpack_dram_bytes") == NULL); /* no store yet */
+
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET;
+    sp.dram_budget = 1 << 20;
+    CHECK_OK(kvp_store_open(&sp, &store));
+    kvp_node_obs_set_store(&obs, store);
+    kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+
+    CHECK(pthread_create(&th, NULL, bumper, &obs) == 0);
+    for (int i = 0; i < 20; i++) {
+        CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+        CHECK(strstr(body, "\nkvpack_dram_budget_bytes 1048576\n") != NULL);
+    }
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    snprintf(want, sizeof(want), "kvpack_requests_total{op=\"put_pages\",result=\"ok\"} %u\n",
+             BUMPS / 4 * 3);
+    CHECK(strstr(body, want) != NULL);
+    snprintf(want, sizeof(want),
+             "kvpack_requests_total{op=\"put_pages\",result=\"err_corrupt\"} %u\n", BUMPS / 4);
+    CHECK(strstr(body, want) != NULL);
+    CHECK(strstr(body, "kvpack_requests_total{op=\"unknown\",result=\"err_protocol\"} 1\n"));
+    snprintf(want, sizeof(want), "kvpack_request_bytes_total{op=\"put_pages\"} %u\n", BUMPS * 100);
+    CHECK(strstr(body, want) != NULL);
+    snprintf(want, sizeof(want), "kvpack_reply_bytes_total{op=\"unknown\"} 5\n");
+    CHECK(strstr(body, want) != NULL);
+
+    kvp_node_obs_set_state(&obs, KVP_NODE_STOPPING);
+    kvp_node_obs_set_store(&obs, NULL);
+    kvp_store_close(store);
+    CHECK(get(port, "/health", body, sizeof(body)) == 503 && strcmp(body, "shutting down\n") == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(strstr(body, "kvpack_dram_bytes") == NULL && strstr(body, "\nkvpack_serving 0\n"));
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
+/* A route that echoes the path it was given. */
+static void echo_route(void *arg, const char *path, kvp_http_reply_t *r)
+{
+    (void)arg;
+    kvp_http_reply_printf(r, "%s", path);
+}
+
+static void test_requests(void)
+{
+    static char       big[KVP_HTTP_MAX_REQ + 64];
+    char              body[256];
+    kvp_http_params_t hp;
+    kvp_http_h        h;
+    uint16_t          port;
+    int               quiet[2], fd;
+
+    memset(&hp, 0, sizeof(hp));
+    hp.host      = "127.0.0.1";
+    hp.route     = echo_route;
+    hp.idle_ms   = 300;
+    hp.max_conns = 2;
+    CHECK_OK(kvp_http_start(&hp, &h, &port));
+
+    /* a request in pieces, HTTP/1.0, bare LF, a query string */
+    fd = connect_to(port);
+    CHECK(write(fd, "GET /a/b", 8) == 8);
+    usleep(50000);
+    CHECK(write(fd, "?x=1 HTTP/1.1\r\nHost: t\r\n", 24) == 24);
+    usleep(50000);
+    CHECK(write(fd, "\r\n", 2) == 2);
+    CHECK(read_reply(fd, body, sizeof(body)) == 200 && strcmp(body, "/a/b") == 0);
+    CHECK(request(port, "GET /z HTTP/1.0\n\n", body, sizeof(body)) == 200);
+    CHECK(strcmp(body, "/z") == 0);
+    CHECK(request(port, "GET /z\r\n\r\n", body, sizeof(body)) == 400);     /* HTTP/0.9 */
+    CHECK(request(port, "GET  /z HTTP/1.1\r\n\r\n", body, sizeof(body)) == 400);
+    CHECK(request(port, "GET z HTTP/1.1\r\n\r\n", body, sizeof(body)) == 400);
+    CHECK(request(port, "DELETE /z HTTP/1.1\r\n\r\n", body, sizeof(body)) == 405);
+
+    /* headers past the limit */
+    snprintf(big, sizeof(big), "GET /z HTTP/1.1\r\nX: ");
+    memset(big + strlen(big), 'a', KVP_HTTP_MAX_REQ);
+    big[sizeof(big) - 1] = '\0';
+    CHECK(request(port, big, body, sizeof(body)) == 431);
+
+    /* two silent clients fill the table; a third waits in the backlog until the idle deadline
+     * frees a slot (408 to the silent ones), then is served */
+    quiet[0] = connect_to(port);
+    quiet[1] = connect_to(port);
+    usleep(50000); /* both accepted */
+    CHECK(get(port, "/late", body, sizeof(body)) == 200 && strcmp(body, "/late") == 0);
+    CHECK(read_reply(quiet[0], body, sizeof(body)) == 408);
+    CHECK(read_reply(quiet[1], body, sizeof(body)) == 408);
+    kvp_http_stop(h);
+}
+
+int main(void)
+{
+    int64_t live = kvp_alloc_live_count();
+
+    test_life_cycle();
+    test_requests();
+    CHECK(kvp_alloc_live_count() == live);
+    printf("http: all checks passed\n");
+    return 0;
+}
