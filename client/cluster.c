@@ -108,6 +108,32 @@ static kvp_status_t node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_report
     return KVP_OK;
 }
 
+/* One routed call: its report (the caller's, or local), the rank order and the failures seen. */
+typedef struct {
+    kvp_cluster_report_t *r, local;
+    uint32_t              order[KVP_CLUSTER_MAX_NODES];
+    kvp_status_t          unreach, other; /* first unreachable / first other (not NOT_FOUND) */
+} route_t;
+
+/* Clear the report and rank the nodes for (ns, sid); sid NULL: no ranking (list). */
+static kvp_status_t route_begin(kvp_cluster_h c, uint64_t ns, const char *sid,
+                                kvp_cluster_report_t *report, route_t *rt)
+{
+    memset(rt, 0, sizeof(*rt));
+    rt->r = report ? report : &rt->local;
+    memset(rt->r, 0, sizeof(*rt->r));
+    return sid ? kvp_cluster_rank(c, ns, sid, rt->order) : KVP_OK;
+}
+
+static void route_fail(route_t *rt, kvp_status_t s)
+{
+    if (kvp_cluster_status_unreachable(s)) {
+        rt->unreach = rt->unreach ? rt->unreach : s;
+    } else if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
+        rt->other = rt->other ? rt->other : s;
+    }
+}
+
 /* Statuses every node would give for the same put: no point trying the next. */
 static int put_stops(kvp_status_t s)
 {
@@ -283,128 +309,110 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      const kvp_session_desc_t *desc,
                                      kvp_cluster_report_t *report)
 {
-    kvp_cluster_report_t local;
-    kvp_cluster_report_t *r = report ? report : &local;
-    uint32_t             order[KVP_CLUSTER_MAX_NODES];
-    kvp_status_t         first = KVP_OK, s;
+    route_t      rt;
+    kvp_status_t first = KVP_OK;
+    kvp_status_t s     = route_begin(cluster, ns, sid, report, &rt);
 
-    memset(r, 0, sizeof(*r));
-    if (desc == NULL || desc->layers == 0 || n % desc->layers != 0 || sid == NULL) {
+    if (desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
         KVP_LOG_ERROR(MOD, "put: %zu pages are not whole chunks of the record's layers", n);
         return KVP_ERR_INVALID;
     }
-    s = kvp_cluster_rank(cluster, ns, sid, order);
-    for (uint32_t k = 0; s == KVP_OK && k < cluster->n && r->n_ok < cluster->replicas; k++) {
+    for (uint32_t k = 0; s == KVP_OK && k < cluster->n && rt.r->n_ok < cluster->replicas; k++) {
         const char  *stage = "connect";
         kvp_client_h cl;
-        kvp_status_t ps = node_open(cluster, order[k], r, &cl);
+        kvp_status_t ps = node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (ps == KVP_OK) {
-            ps = put_one(cluster, cl, order[k], ns, sid, pages, lens, n, desc, &stage);
-            report_add(cluster, r, order[k], ps, stage);
+            ps = put_one(cluster, cl, rt.order[k], ns, sid, pages, lens, n, desc, &stage);
+            report_add(cluster, rt.r, rt.order[k], ps, stage);
         }
-        r->n_ok += ps == KVP_OK;
+        rt.r->n_ok += ps == KVP_OK;
         first = (first == KVP_OK) ? ps : first;
         if (put_stops(ps)) {
             break;
         }
     }
-    return s != KVP_OK ? s : r->n_ok > 0 ? KVP_OK : first;
+    return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
 }
 
 kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                      const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
                                      kvp_cluster_report_t *report)
 {
-    kvp_cluster_report_t local;
-    kvp_cluster_report_t *r = report ? report : &local;
-    uint32_t             order[KVP_CLUSTER_MAX_NODES];
-    kvp_status_t         unreach = KVP_OK, other = KVP_OK;
-    kvp_status_t         s = kvp_cluster_rank(cluster, ns, sid, order);
+    route_t      rt;
+    kvp_status_t s = route_begin(cluster, ns, sid, report, &rt);
 
-    memset(r, 0, sizeof(*r));
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
-        kvp_status_t gs = node_open(cluster, order[k], r, &cl);
+        kvp_status_t gs = node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (gs == KVP_OK) {
             gs = expect ? kvp_client_get_session_expect(cl, ns, sid, expect, out_p)
                         : kvp_client_get_session(cl, ns, sid, out_p);
-            report_add(cluster, r, order[k], gs, "get");
+            report_add(cluster, rt.r, rt.order[k], gs, "get");
         }
         if (gs == KVP_OK) {
-            r->n_ok      = 1;
-            r->served_by = order[k];
+            rt.r->n_ok      = 1;
+            rt.r->served_by = rt.order[k];
             return KVP_OK;
         }
-        if (kvp_cluster_status_unreachable(gs)) {
-            unreach = unreach ? unreach : gs;
-        } else if (gs != KVP_ERR_NOT_FOUND) {
-            other = other ? other : gs;
-        }
+        route_fail(&rt, gs);
     }
-    return s != KVP_OK ? s : other ? other : unreach ? unreach : KVP_ERR_NOT_FOUND;
+    return s != KVP_OK ? s : rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
 }
 
 kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                         kvp_cluster_report_t *report)
 {
-    kvp_cluster_report_t local;
-    kvp_cluster_report_t *r = report ? report : &local;
-    uint32_t             order[KVP_CLUSTER_MAX_NODES];
-    kvp_status_t         first_r = KVP_OK, unreach = KVP_OK, other = KVP_OK;
-    kvp_status_t         s = kvp_cluster_rank(cluster, ns, sid, order);
+    route_t      rt;
+    kvp_status_t first_r = KVP_OK;
+    kvp_status_t s       = route_begin(cluster, ns, sid, report, &rt);
 
-    memset(r, 0, sizeof(*r));
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
-        kvp_status_t ds = node_open(cluster, order[k], r, &cl);
+        kvp_status_t ds = node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (ds == KVP_OK) {
             ds = kvp_client_delete_session(cl, ns, sid);
-            report_add(cluster, r, order[k], ds, "delete");
+            report_add(cluster, rt.r, rt.order[k], ds, "delete");
         }
-        r->n_ok += ds == KVP_OK;
-        if (ds != KVP_OK && ds != KVP_ERR_NOT_FOUND) {
-            first_r = (first_r == KVP_OK && k < cluster->replicas) ? ds : first_r;
-            if (kvp_cluster_status_unreachable(ds)) {
-                unreach = unreach ? unreach : ds;
-            } else {
-                other = other ? other : ds;
-            }
+        rt.r->n_ok += ds == KVP_OK;
+        if (ds != KVP_OK && ds != KVP_ERR_NOT_FOUND && first_r == KVP_OK &&
+            k < cluster->replicas) {
+            first_r = ds;
         }
+        route_fail(&rt, ds);
     }
     if (s != KVP_OK) {
         return s;
     }
-    if (r->n_ok > 0) {
+    if (rt.r->n_ok > 0) {
         return first_r;
     }
-    return unreach ? unreach : other ? other : KVP_ERR_NOT_FOUND;
+    return rt.unreach ? rt.unreach : rt.other ? rt.other : KVP_ERR_NOT_FOUND;
 }
 
 kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
                                        kvp_cluster_list_t **out_p, kvp_cluster_report_t *report)
 {
-    kvp_cluster_report_t local;
-    kvp_cluster_report_t *r = report ? report : &local;
-    kvp_session_list_t  *ls[KVP_CLUSTER_MAX_NODES] = {0};
-    kvp_cluster_list_t  *out = NULL;
-    kvp_status_t         first = KVP_OK, s = KVP_OK;
+    kvp_session_list_t *ls[KVP_CLUSTER_MAX_NODES] = {0};
+    kvp_cluster_list_t *out = NULL;
+    route_t             rt;
+    kvp_status_t        first = KVP_OK;
+    kvp_status_t        s     = route_begin(cluster, 0, NULL, report, &rt);
 
-    memset(r, 0, sizeof(*r));
     for (uint32_t i = 0; i < cluster->n; i++) {
         kvp_client_h cl;
-        kvp_status_t ls_s = node_open(cluster, i, r, &cl);
+        kvp_status_t ls_s = node_open(cluster, i, rt.r, &cl);
 
         if (ls_s == KVP_OK) {
             ls_s = kvp_client_list_sessions(cl, page_size, max, &ls[i]);
-            report_add(cluster, r, i, ls_s, "list");
+            report_add(cluster, rt.r, i, ls_s, "list");
         }
-        r->n_ok += ls_s == KVP_OK;
+        rt.r->n_ok += ls_s == KVP_OK;
         first = first ? first : ls_s;
     }
-    if (r->n_ok == 0) {
+    if (rt.r->n_ok == 0) {
         s = first;
     } else {
         out = kvp_calloc(1, sizeof(*out), "cluster list");

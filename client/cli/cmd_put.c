@@ -236,13 +236,21 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
         return;
     }
     kvp_cli_json_head(&j, &p->o, st->ns);
-    if (many) {
+    if (many) { /* where it went, and the session's rendezvous rank over all nodes */
+        uint32_t order[KVP_CLUSTER_MAX_NODES];
+
         kvp_json_int(&j, "replicas", rep->n_ok);
         kvp_json_arr(&j, "nodes");
         for (uint32_t i = 0; i < rep->n_tried; i++) {
             if (rep->tried[i].status == KVP_OK) {
                 kvp_json_str(&j, NULL, kvp_cluster_peer(cl, rep->tried[i].node));
             }
+        }
+        kvp_json_close(&j);
+        kvp_json_arr(&j, "rank");
+        for (uint32_t i = 0; kvp_cluster_rank(cl, st->ns, p->o.session, order) == KVP_OK &&
+                             i < kvp_cluster_size(cl); i++) {
+            kvp_json_str(&j, NULL, kvp_cluster_peer(cl, order[i]));
         }
         kvp_json_close(&j);
     }

@@ -62,7 +62,7 @@ int kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
     p.client      = &cp;
     p.progress_cb = progress_cb;
     s = kvp_cluster_create(&p, cl_p);
-    return s == KVP_OK ? 0 : kvp_cli_sess_fail(cmd, o, "connect", s);
+    return s == KVP_OK ? 0 : kvp_cli_sess_fail(cmd, o, nodes > 1 ? "peer list" : "connect", s);
 }
 
 void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_report_t *r,
@@ -71,10 +71,13 @@ void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_re
     for (uint32_t i = 0; i < r->n_tried; i++) {
         const kvp_cluster_try_t *t = &r->tried[i];
 
+        bool skipped = strcmp(t->stage, "skipped") == 0;
+
         if (t->status != KVP_OK) {
-            fprintf(stderr, "kvpack %s: %s: %s: %s (%s)\n", cmd, kvp_cluster_peer(cl, t->node),
-                    strcmp(t->stage, op) == 0 ? what : t->stage, kvp_status_str(t->status),
-                    kvp_status_name(t->status));
+            fprintf(stderr, "kvpack %s: %s: %s%s: %s (%s)\n", cmd, kvp_cluster_peer(cl, t->node),
+                    skipped || strcmp(t->stage, op) == 0 ? what : t->stage,
+                    skipped ? " (not tried again, it failed just before)" : "",
+                    kvp_status_str(t->status), kvp_status_name(t->status));
         }
     }
 }
