@@ -9,7 +9,6 @@ for, the rm completes; rm removes a session from both replicas; --replicas 4 of 
 usage: check_cluster_cli.py KVPACK KVPACKD"""
 import json
 import os
-import random
 import shutil
 import struct
 import subprocess
@@ -66,13 +65,12 @@ def held_by(addr):
     return {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
 
 
-def write_kvd(path, L, T, H, D, seed):
-    """Values k/64 for integers k in [-256, 256]: exact in fp16, so fp16 pages lose nothing."""
-    rnd = random.Random(seed)
-    n = L * T * H * D
-    vals = [rnd.randint(-256, 256) / 64.0 for _ in range(2 * n)]
+def make_kvd(path, L, T, H, D):
+    """A .kvd whose values (multiples of 1/64 in [-4, 4]) are exact in fp16."""
+    n = 2 * L * T * H * D
+    body = struct.pack(f"<{n}f", *[((i * 7919) % 513 - 256) / 64.0 for i in range(n)])
     with open(path, "wb") as f:
-        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + struct.pack(f"<{2 * n}f", *vals))
+        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + body)
 
 
 def p(name):
@@ -90,7 +88,7 @@ def get_bytes(nodes, sid, out):
 try:
     addrs = [start_node(k) for k in range(3)]
     peers = ",".join(addrs)
-    write_kvd(p("a.kvd"), 2, 200, 2, 64, 1)
+    make_kvd(p("a.kvd"), 2, 200, 2, 64)
     original = open(p("a.kvd"), "rb").read()
     sids = [f"s{i:02d}" for i in range(12)]
     rank, before = {}, {}
