@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kvpack/cluster.h"
 #include "kvpack/kvpack.h"
 #include "kvpack/status.h"
 
@@ -57,23 +58,36 @@ void kvp_json_bool(kvp_json_t *j, const char *key, bool v);
 
 /* ---- put / get / ls / rm: shared options and node helpers (cmd_session.c) ---- */
 typedef struct {
-    const char *node;       /* --node HOST:PORT */
+    const char *node;       /* --node HOST:PORT[,HOST:PORT...]: the static peer list */
     const char *session;    /* --session SID */
     const char *ns_hex;     /* --ns HEX */
     uint64_t    timeout_ms; /* --timeout-ms; 0 = 10000 */
+    uint64_t    replicas;   /* --replicas N; 0 = 1 */
     bool        json;       /* --json */
 } kvp_cli_sess_opts_t;
 
+/* The --node / --replicas lines of put/get/ls/rm --help. */
+#define KVP_CLI_NODES_HELP                                                                    \
+    "  --node LIST     HOST:PORT, or a comma-separated static peer list: each session lives\n"  \
+    "                  on the first --replicas nodes of its rendezvous rank over the list\n"    \
+    "  --replicas N    copies a put makes (default 1; at most the number of nodes)\n"
+
 /* If argv[*i] is one of the options above, store it (advancing *i) and return true. */
 bool         kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o);
-kvp_status_t kvp_cli_connect(const kvp_cli_sess_opts_t *o, kvp_client_h *c_p);
+/* Open o's node list (nothing is connected yet). Prints a one-line error and returns the exit
+ * status (2: --replicas over the number of nodes; 1: a bad list), or 0 with *cl_p set.
+ * progress_cb may be NULL. */
+int          kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
+                          kvp_cluster_progress_cb_t progress_cb, kvp_cluster_h *cl_p);
 /* Print "kvpack CMD: NODE: WHAT: status (NAME)" on stderr; returns exit status 1. */
 int          kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, const char *what,
                                kvp_status_t s);
-/* The namespace of session o->session: --ns when given, else the only namespace in which the
- * node holds that id (found by listing; with model_id, only namespaces whose fingerprint matches
- * model_id, the listed geometry and codec, or the listed codec when codec is 0). Prints a
- * one-line error (unknown session, several namespaces, bad --ns) and returns non-OK. */
+/* The same line for every node that failed in r, WHAT being its stage, or what for stage op. */
+void         kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl,
+                                 const kvp_cluster_report_t *r, const char *op, const char *what);
+/* "A,B" for the nodes in r that succeeded (buf of cap bytes). */
+const char  *kvp_cli_report_ok(kvp_cluster_h cl, const kvp_cluster_report_t *r, char *buf,
+                               size_t cap);
 /* A namespace as put/get/ls/rm print it: 16 hex digits (buf holds KVP_CLI_NS_HEX bytes). */
 #define KVP_CLI_NS_HEX 24
 const char  *kvp_cli_ns_hex(uint64_t ns, char *buf);
@@ -83,7 +97,12 @@ void         kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint
  * head_dim. */
 void         kvp_cli_json_shape(kvp_json_t *j, const char *codec, uint32_t P, uint32_t L,
                                 uint32_t T, uint32_t H, uint32_t D);
-kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_sess_opts_t *o,
+/* The namespace of session o->session: --ns when given, else the only namespace in which the
+ * nodes hold that id (found by listing them all; with model_id, only namespaces whose fingerprint
+ * matches model_id, the listed geometry and codec, or the listed codec when codec is 0). Prints a
+ * one-line error (unknown session, several namespaces, bad --ns) and returns non-OK: an
+ * unreachable node's status when the session is on none of the nodes that answered. */
+kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli_sess_opts_t *o,
                                 const char *model_id, kvp_codec_id_t codec, uint64_t *ns_p);
 
 /* ---- progress line on stderr (only when stderr is a terminal or KVP_PROGRESS=1) ---- */

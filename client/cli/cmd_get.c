@@ -21,11 +21,14 @@ typedef struct {
 static void get_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack get --node HOST:PORT --session SID --out FILE.kvd [--ns HEX]\n"
+            "usage: kvpack get --node LIST --session SID --out FILE.kvd [--ns HEX]\n"
             "                  [--model-id ID] [--codec NAME] [--json] [--timeout-ms MS]\n"
-            "Fetch a session, decode every page and the fp16 tail, write the KV as .kvd.\n"
+            "Fetch a session, decode every page and the fp16 tail, write the KV as .kvd. With\n"
+            "several nodes they are tried in the session's rank order; the first that has it\n"
+            "serves it (a node that does not answer or lacks it: the next).\n"
+            KVP_CLI_NODES_HELP
             "  --ns HEX        the session's namespace; without it the session id must name one\n"
-            "                  session on the node (--model-id / --codec narrow the search)\n"
+            "                  session on the nodes (--model-id / --codec narrow the search)\n"
             "  --codec NAME    refuse (exit 1, nothing written) a session of another codec\n");
 }
 
@@ -144,7 +147,7 @@ static kvp_status_t get_write(const char *path, const kvp_kv_t *kv)
 }
 
 static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages_t *sp,
-                       const kvp_kv_t *kv, uint32_t codec)
+                       const kvp_kv_t *kv, uint32_t codec, const char *from, bool many)
 {
     const char *cname = codec ? kvp_codec_name((kvp_codec_id_t)codec) : "fp16 tail only";
     kvp_json_t  j;
@@ -154,12 +157,15 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
     if (!g->o.json) {
         printf("got session %s (namespace %s, %s, P %u) from %s: %u layers x %u tokens x %u "
                "heads x %u, %u pages + %u tail pages, %llu bytes received -> %s\n",
-               g->o.session, nsh, cname, sp->desc.page_tokens, g->o.node, kv->layers, kv->tokens,
+               g->o.session, nsh, cname, sp->desc.page_tokens, from, kv->layers, kv->tokens,
                kv->heads, kv->head_dim, sp->n_pages, sp->desc.n_tail,
                (unsigned long long)sp->wire_bytes, g->out);
         return;
     }
     kvp_cli_json_head(&j, &g->o, ns);
+    if (many) {
+        kvp_json_str(&j, "from", from);
+    }
     kvp_cli_json_shape(&j, codec ? cname : "", sp->desc.page_tokens, kv->layers, kv->tokens,
                        kv->heads, kv->head_dim);
     kvp_json_int(&j, "pages", sp->n_pages);
@@ -172,23 +178,30 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
 static int get_run(const get_opts_t *g)
 {
     kvp_session_pages_t *sp = NULL;
-    kvp_client_h         c;
+    kvp_cluster_report_t rep;
+    kvp_cluster_h        cl;
     kvp_kv_t             kv = {0};
     uint64_t             ns = 0;
     uint32_t             codec = 0;
-    kvp_status_t         s  = kvp_cli_connect(&g->o, &c);
+    char                 from[256] = "";
+    bool                 many;
+    kvp_status_t         s;
+    int                  rc = kvp_cli_open("get", &g->o, NULL, &cl);
 
-    if (s != KVP_OK) {
-        return kvp_cli_sess_fail("get", &g->o, "connect", s);
+    if (rc != 0) {
+        return rc;
     }
-    s = kvp_cli_session_ns("get", c, &g->o, g->model_id, g->codec, &ns);
+    many = kvp_cluster_size(cl) > 1;
+    s    = kvp_cli_session_ns("get", cl, &g->o, g->model_id, g->codec, &ns);
     if (s == KVP_OK) {
-        s = kvp_client_get_session(c, ns, g->o.session, &sp);
+        s = kvp_cluster_get_session(cl, ns, g->o.session, NULL, &sp, &rep);
         if (s != KVP_OK) {
-            kvp_cli_sess_fail("get", &g->o, g->o.session, s);
+            kvp_cli_report_fail("get", cl, &rep, "get", g->o.session);
+        } else {
+            snprintf(from, sizeof(from), "%s", kvp_cluster_peer(cl, rep.served_by));
         }
     }
-    kvp_client_destroy(c);
+    kvp_cluster_destroy(cl);
     if (s == KVP_OK) {
         s = get_shape(sp, &kv);
         if (s != KVP_OK) {
@@ -206,7 +219,7 @@ static int get_run(const get_opts_t *g)
         }
     }
     if (s == KVP_OK) {
-        get_report(g, ns, sp, &kv, codec);
+        get_report(g, ns, sp, &kv, codec, from, many);
     }
     kvp_kv_free(&kv);
     kvp_session_pages_free(sp);

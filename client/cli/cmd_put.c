@@ -1,9 +1,10 @@
-/* cmd_put.c - "kvpack put": store a .kvd KV dump on a node as one session. Each layer's full
- * chunks of P tokens are encoded with the codec (kvp_page_encode) and shipped chunk by chunk (all
- * layers of a chunk per PUT_PAGES batch); the last < P tokens become one fp16 tail page per layer;
- * then the session record. Chunk keys chain over the token ids of --tokens (uint32 LE, one per
- * token of the dump), or else over ids derived from the session id: then no two sessions share a
- * prefix page. Namespace: kvp_ns_fingerprint(model id, L, H, D, P, codec). */
+/* cmd_put.c - "kvpack put": store a .kvd KV dump as one session on the first --replicas nodes of
+ * its rendezvous rank. Each layer's full chunks of P tokens are encoded with the codec
+ * (kvp_page_encode), the last < P tokens become one fp16 tail page per layer; then
+ * kvp_cluster_put_session ships the pages chunk by chunk (all layers of a chunk per PUT_PAGES
+ * batch) and the record to each node. Chunk keys chain over the token ids of --tokens (uint32 LE,
+ * one per token of the dump), or else over ids derived from the session id: then no two sessions
+ * share a prefix page. Namespace: kvp_ns_fingerprint(model id, L, H, D, P, codec). */
 #include "cli.h"
 
 #include "eval/eval.h"
@@ -24,16 +25,22 @@ typedef struct {
     uint32_t     n_chunks, tail_tokens, pages;
     uint64_t     bytes, tail_bytes;
     kvp_key128_t *keys;
+    uint8_t      *buf;   /* the encoded chunk pages, page i at buf + i * cap */
+    const void  **ptr;   /* n_chunks * layers page pointers and lengths */
+    size_t       *len;
 } put_state_t;
 
 static void put_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack put --node HOST:PORT --session SID --kvd FILE.kvd [--codec NAME]\n"
-            "                  [--page-tokens P] [--model-id ID] [--tokens FILE] [--json]\n"
-            "                  [--timeout-ms MS]\n"
-            "Store a .kvd KV dump on a node as one session: every layer's full chunks of P tokens\n"
-            "become codec pages, the last < P tokens the session's fp16 tail.\n"
+            "usage: kvpack put --node LIST --session SID --kvd FILE.kvd [--codec NAME]\n"
+            "                  [--page-tokens P] [--model-id ID] [--tokens FILE] [--replicas N]\n"
+            "                  [--json] [--timeout-ms MS]\n"
+            "Store a .kvd KV dump as one session: every layer's full chunks of P tokens become\n"
+            "codec pages, the last < P tokens the session's fp16 tail. It goes to the first\n"
+            "--replicas nodes of the session's rank that take it (a node that fails is skipped\n"
+            "and the next takes its place); fewer than --replicas is a warning, none an error.\n"
+            KVP_CLI_NODES_HELP
             "  --codec NAME       fp16, kivi (default), kivi128, oscar, kvarn or naive2\n"
             "  --page-tokens P    tokens per page (default 128)\n"
             "  --model-id ID      model id of the namespace fingerprint (default \"kvd\")\n"
@@ -114,51 +121,52 @@ static kvp_status_t put_encode(const kvp_kv_t *kv, kvp_page_params_t *pp, uint32
     return kvp_page_encode(pp, KVP_DTYPE_F32, kv->k + off, kv->v + off, ntok, out, cap, len_p);
 }
 
-/* Encode and ship every full chunk, all layers of a chunk in one batch. */
+/* Encode every full chunk, all layers of a chunk back to back. */
 static kvp_status_t put_chunks(const put_opts_t *p, const kvp_kv_t *kv, const uint32_t *ids,
-                               kvp_client_h c, put_state_t *st)
+                               put_state_t *st)
 {
     kvp_page_params_t pp  = put_params(p, kv, p->codec, 0);
     size_t            cap = kvp_page_max_bytes(&pp);
-    uint8_t          *buf = kvp_malloc(cap * kv->layers, "put chunk");
-    const void      **ptr = kvp_calloc(kv->layers, sizeof(*ptr), "put ptrs");
-    size_t           *len = kvp_calloc(kv->layers, sizeof(*len), "put lens");
-    kvp_status_t      s   = (buf && ptr && len) ? KVP_OK : KVP_ERR_NO_MEMORY;
+    size_t            n   = (size_t)st->n_chunks * kv->layers;
+    kvp_status_t      s;
 
+    st->buf = kvp_malloc(cap * n + 1, "put chunks");
+    st->ptr = kvp_calloc(n + 1, sizeof(*st->ptr), "put ptrs");
+    st->len = kvp_calloc(n + 1, sizeof(*st->len), "put lens");
+    s       = (st->buf && st->ptr && st->len) ? KVP_OK : KVP_ERR_NO_MEMORY;
     for (uint32_t ch = 0; s == KVP_OK && ch < st->n_chunks; ch++) {
         st->keys[ch] = kvp_chunk_key(ch ? &st->keys[ch - 1] : NULL, st->ns, ids + (size_t)ch * p->P,
                                      p->P);
         pp.chunk_key = st->keys[ch];
         for (uint32_t l = 0; s == KVP_OK && l < kv->layers; l++) {
-            pp.layer = l;
-            ptr[l]   = buf + (size_t)l * cap;
-            s = put_encode(kv, &pp, ch * (uint32_t)p->P, (uint32_t)p->P, buf + (size_t)l * cap, cap,
-                           &len[l]);
-            st->bytes += (s == KVP_OK) ? len[l] : 0;
+            size_t i = (size_t)ch * kv->layers + l;
+
+            pp.layer   = l;
+            st->ptr[i] = st->buf + i * cap;
+            s = put_encode(kv, &pp, ch * (uint32_t)p->P, (uint32_t)p->P, st->buf + i * cap, cap,
+                           &st->len[i]);
+            st->bytes += (s == KVP_OK) ? st->len[i] : 0;
             if (s != KVP_OK) {
                 fprintf(stderr, "kvpack put: encoding chunk %u layer %u with %s: %s\n", ch, l,
                         kvp_codec_name(p->codec), kvp_status_str(s));
             }
         }
-        if (s == KVP_OK) {
-            s = kvp_client_put_pages(c, st->ns, ptr, len, kv->layers);
-            if (s != KVP_OK) {
-                kvp_cli_sess_fail("put", &p->o, "pages", s);
-            }
-        }
-        st->pages += (s == KVP_OK) ? kv->layers : 0;
-        kvp_progress("put chunks", ch + 1, st->n_chunks);
+        kvp_progress("put encode", ch + 1, st->n_chunks);
     }
     kvp_progress_done();
-    kvp_free(buf);
-    kvp_free(ptr);
-    kvp_free(len);
     return s;
 }
 
-/* The fp16 tail pages back to back, then the session record. */
-static kvp_status_t put_record(const put_opts_t *p, const kvp_kv_t *kv, kvp_client_h c,
-                               put_state_t *st)
+static void put_progress(void *arg, const char *node, uint64_t done, uint64_t total)
+{
+    (void)arg;
+    (void)node;
+    kvp_progress("put chunks", done, total);
+}
+
+/* The fp16 tail pages back to back, then the session: the pages and record to the nodes. */
+static kvp_status_t put_record(const put_opts_t *p, const kvp_kv_t *kv, kvp_cluster_h cl,
+                               put_state_t *st, kvp_cluster_report_t *rep)
 {
     kvp_page_params_t  tp  = put_params(p, kv, KVP_CODEC_FP16, KVP_PAGE_F_TAIL);
     size_t             cap = kvp_page_max_bytes(&tp);
@@ -187,19 +195,24 @@ static kvp_status_t put_record(const put_opts_t *p, const kvp_kv_t *kv, kvp_clie
     if (s != KVP_OK) {
         fprintf(stderr, "kvpack put: encoding the fp16 tail: %s\n", kvp_status_str(s));
     } else {
-        s = kvp_client_put_session(c, st->ns, p->o.session, &d);
-        if (s != KVP_OK) {
-            kvp_cli_sess_fail("put", &p->o, "session record", s);
+        s = kvp_cluster_put_session(cl, st->ns, p->o.session, st->ptr, st->len,
+                                    (size_t)st->n_chunks * kv->layers, &d, rep);
+        kvp_progress_done();
+        if (s != KVP_OK || rep->n_ok < kvp_cluster_replicas(cl)) {
+            kvp_cli_report_fail("put", cl, rep, "", "");
         }
     }
     st->tail_bytes = d.tail_len;
-    st->pages += (s == KVP_OK) ? d.n_tail : 0;
+    st->pages = (s == KVP_OK) ? st->n_chunks * kv->layers + d.n_tail : 0;
     kvp_free(d.tail);
     return s;
 }
 
-static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_t *st)
+static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_t *st,
+                       kvp_cluster_h cl, const kvp_cluster_report_t *rep)
 {
+    bool       many = kvp_cluster_size(cl) > 1;
+    char       on[1024];
     uint64_t   fp16  = 4ull * kv->layers * kv->tokens * kv->heads * kv->head_dim;
     uint64_t   bytes = st->bytes + st->tail_bytes;
     double     ratio = bytes ? (double)fp16 / (double)bytes : 0.0;
@@ -207,9 +220,14 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
     kvp_json_t j;
 
     kvp_cli_ns_hex(st->ns, ns);
+    kvp_cli_report_ok(cl, rep, on, sizeof(on));
+    if (rep->n_ok < kvp_cluster_replicas(cl)) {
+        fprintf(stderr, "kvpack put: warning: session %s is on %u of %u replicas (%s)\n",
+                p->o.session, rep->n_ok, kvp_cluster_replicas(cl), on);
+    }
     if (!p->o.json) {
         printf("put session %s on %s: namespace %s (model id %s, %s, P %llu)\n", p->o.session,
-               p->o.node, ns, p->model_id, kvp_codec_name(p->codec), (unsigned long long)p->P);
+               on, ns, p->model_id, kvp_codec_name(p->codec), (unsigned long long)p->P);
         printf("  %u layers x %u tokens (%u chunks + %u tail) x %u heads x %u\n", kv->layers,
                kv->tokens, st->n_chunks, st->tail_tokens, kv->heads, kv->head_dim);
         printf("  %u pages, %llu bytes (%llu in the fp16 tail) for %llu fp16 bytes: ratio %.2f\n",
@@ -218,6 +236,24 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
         return;
     }
     kvp_cli_json_head(&j, &p->o, st->ns);
+    if (many) { /* where it went, and the session's rendezvous rank over all nodes */
+        uint32_t order[KVP_CLUSTER_MAX_NODES];
+
+        kvp_json_int(&j, "replicas", rep->n_ok);
+        kvp_json_arr(&j, "nodes");
+        for (uint32_t i = 0; i < rep->n_tried; i++) {
+            if (rep->tried[i].status == KVP_OK) {
+                kvp_json_str(&j, NULL, kvp_cluster_peer(cl, rep->tried[i].node));
+            }
+        }
+        kvp_json_close(&j);
+        kvp_json_arr(&j, "rank");
+        for (uint32_t i = 0; kvp_cluster_rank(cl, st->ns, p->o.session, order) == KVP_OK &&
+                             i < kvp_cluster_size(cl); i++) {
+            kvp_json_str(&j, NULL, kvp_cluster_peer(cl, order[i]));
+        }
+        kvp_json_close(&j);
+    }
     kvp_json_str(&j, "model_id", p->model_id);
     kvp_cli_json_shape(&j, kvp_codec_name(p->codec), (uint32_t)p->P, kv->layers, kv->tokens,
                        kv->heads, kv->head_dim);
@@ -235,11 +271,13 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
 /* Check the dump against the codec, encode and ship it; returns the exit status. */
 static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
 {
-    kvp_page_params_t pp = put_params(p, kv, p->codec, 0);
-    put_state_t       st;
-    uint32_t         *ids = NULL;
-    kvp_client_h      c   = NULL;
-    kvp_status_t      s;
+    kvp_page_params_t    pp = put_params(p, kv, p->codec, 0);
+    kvp_cluster_report_t rep;
+    put_state_t          st;
+    uint32_t            *ids = NULL;
+    kvp_cluster_h        cl  = NULL;
+    kvp_status_t         s;
+    int                  rc;
 
     memset(&st, 0, sizeof(st));
     if (kvp_codec_check(&pp) != KVP_OK) {
@@ -248,6 +286,10 @@ static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
                 kv->head_dim, (unsigned long long)p->P);
         return 1;
     }
+    rc = kvp_cli_open("put", &p->o, put_progress, &cl);
+    if (rc != 0) {
+        return rc;
+    }
     st.ns          = kvp_ns_fingerprint(p->model_id, kv->layers, kv->heads, kv->head_dim,
                                         (uint32_t)p->P, p->codec);
     st.n_chunks    = kv->tokens / (uint32_t)p->P;
@@ -255,23 +297,20 @@ static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
     st.keys        = kvp_calloc(st.n_chunks + 1u, sizeof(*st.keys), "put keys");
     s = st.keys ? put_token_ids(p, kv->tokens, &ids) : KVP_ERR_NO_MEMORY;
     if (s == KVP_OK) {
-        s = kvp_cli_connect(&p->o, &c);
-        if (s != KVP_OK) {
-            kvp_cli_sess_fail("put", &p->o, "connect", s);
-        }
+        s = put_chunks(p, kv, ids, &st);
     }
     if (s == KVP_OK) {
-        s = put_chunks(p, kv, ids, c, &st);
+        s = put_record(p, kv, cl, &st, &rep);
     }
     if (s == KVP_OK) {
-        s = put_record(p, kv, c, &st);
+        put_report(p, kv, &st, cl, &rep);
     }
-    kvp_client_destroy(c);
-    if (s == KVP_OK) {
-        put_report(p, kv, &st);
-    }
+    kvp_cluster_destroy(cl);
     kvp_free(ids);
     kvp_free(st.keys);
+    kvp_free(st.buf);
+    kvp_free(st.ptr);
+    kvp_free(st.len);
     return s == KVP_OK ? 0 : 1;
 }
 

@@ -1,6 +1,7 @@
-/* cmd_session.c - "kvpack ls" (the sessions a node holds, DRAM and disk, listed page by page)
+/* cmd_session.c - "kvpack ls" (the sessions the nodes hold, DRAM and disk, listed page by page)
  * and "kvpack rm" (delete one session), plus what put/get/ls/rm share: their common options,
- * connecting to the node, and finding the namespace of a session id when --ns is not given. */
+ * opening the node list (kvpack/cluster.h), per-node error lines, and finding the namespace of a
+ * session id when --ns is not given. With one --node everything prints as for a single node. */
 #include "cli.h"
 
 #include "kvpack/log.h"
@@ -15,7 +16,8 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o)
     if (kvp_opt_str(argc, argv, i, "--node", &o->node) ||
         kvp_opt_str(argc, argv, i, "--session", &o->session) ||
         kvp_opt_str(argc, argv, i, "--ns", &o->ns_hex) ||
-        kvp_opt_u64(argc, argv, i, "--timeout-ms", &o->timeout_ms)) {
+        kvp_opt_u64(argc, argv, i, "--timeout-ms", &o->timeout_ms) ||
+        kvp_opt_u64(argc, argv, i, "--replicas", &o->replicas)) {
         return true;
     }
     if (kvp_opt_flag(argv, *i, "--json")) {
@@ -33,15 +35,66 @@ int kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, const char 
     return 1;
 }
 
-kvp_status_t kvp_cli_connect(const kvp_cli_sess_opts_t *o, kvp_client_h *c_p)
+int kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
+                 kvp_cluster_progress_cb_t progress_cb, kvp_cluster_h *cl_p)
 {
-    kvp_client_params_t p;
+    kvp_client_params_t  cp;
+    kvp_cluster_params_t p;
+    uint32_t             nodes = 1;
+    kvp_status_t         s;
 
+    for (const char *c = o->node; *c != '\0'; c++) {
+        nodes += *c == ',';
+    }
+    if (o->replicas > nodes) {
+        fprintf(stderr, "kvpack %s: --replicas %llu needs at least %llu nodes; --node lists %u\n",
+                cmd, (unsigned long long)o->replicas, (unsigned long long)o->replicas, nodes);
+        return 2;
+    }
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.timeout_ms = o->timeout_ms ? (uint32_t)o->timeout_ms : 10000u;
     memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
-    p.server     = o->node;
-    p.timeout_ms = o->timeout_ms ? (uint32_t)o->timeout_ms : 10000u;
-    return kvp_client_create(&p, c_p);
+    p.field_mask  = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS |
+                    KVP_CLUSTER_PARAM_CLIENT | KVP_CLUSTER_PARAM_PROGRESS;
+    p.peers       = o->node;
+    p.replicas    = o->replicas ? (uint32_t)o->replicas : 1u;
+    p.client      = &cp;
+    p.progress_cb = progress_cb;
+    s = kvp_cluster_create(&p, cl_p);
+    return s == KVP_OK ? 0 : kvp_cli_sess_fail(cmd, o, nodes > 1 ? "peer list" : "connect", s);
+}
+
+void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_report_t *r,
+                         const char *op, const char *what)
+{
+    for (uint32_t i = 0; i < r->n_tried; i++) {
+        const kvp_cluster_try_t *t = &r->tried[i];
+
+        bool skipped = strcmp(t->stage, "skipped") == 0;
+
+        if (t->status != KVP_OK) {
+            fprintf(stderr, "kvpack %s: %s: %s%s: %s (%s)\n", cmd, kvp_cluster_peer(cl, t->node),
+                    skipped || strcmp(t->stage, op) == 0 ? what : t->stage,
+                    skipped ? " (not tried again, it failed just before)" : "",
+                    kvp_status_str(t->status), kvp_status_name(t->status));
+        }
+    }
+}
+
+const char *kvp_cli_report_ok(kvp_cluster_h cl, const kvp_cluster_report_t *r, char *buf,
+                              size_t cap)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < r->n_tried && len < cap; i++) {
+        if (r->tried[i].status == KVP_OK) {
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? "," : "",
+                                    kvp_cluster_peer(cl, r->tried[i].node));
+        }
+    }
+    return buf;
 }
 
 const char *kvp_cli_ns_hex(uint64_t ns, char *buf)
@@ -85,13 +138,14 @@ static bool ns_parse(const char *hex, uint64_t *ns_p)
     return *end == '\0';
 }
 
-kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_sess_opts_t *o,
+kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli_sess_opts_t *o,
                                 const char *model_id, kvp_codec_id_t codec, uint64_t *ns_p)
 {
-    kvp_session_list_t *l;
-    kvp_status_t        s;
-    uint32_t            found = 0;
-    uint64_t            second = 0;
+    kvp_cluster_report_t rep;
+    kvp_cluster_list_t  *l;
+    kvp_status_t         s, down = KVP_OK;
+    uint32_t             found = 0;
+    uint64_t             second = 0;
 
     if (o->ns_hex != NULL) {
         if (!ns_parse(o->ns_hex, ns_p)) {
@@ -101,9 +155,9 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_s
         }
         return KVP_OK;
     }
-    s = kvp_client_list_sessions(c, 0, 0, &l);
+    s = kvp_cluster_list_sessions(cl, 0, 0, &l, &rep);
     if (s != KVP_OK) {
-        kvp_cli_sess_fail(cmd, o, "listing sessions", s);
+        kvp_cli_report_fail(cmd, cl, &rep, "list", "listing sessions");
         return s;
     }
     for (uint32_t i = 0; i < l->n; i++) {
@@ -118,11 +172,16 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_s
         }
         *(found++ == 0 ? ns_p : &second) = e->ns;
     }
-    kvp_session_list_free(l);
+    kvp_cluster_list_free(l);
+    for (uint32_t i = 0; i < rep.n_tried; i++) {
+        down = down ? down : rep.tried[i].status;
+    }
     if (found == 0) {
-        fprintf(stderr, "kvpack %s: %s: no session '%s'%s\n", cmd, o->node, o->session,
-                model_id != NULL ? " under that model id / codec" : "");
-        return KVP_ERR_NOT_FOUND;
+        kvp_cli_report_fail(cmd, cl, &rep, "list", "listing sessions");
+        fprintf(stderr, "kvpack %s: %s: no session '%s'%s%s\n", cmd, o->node, o->session,
+                model_id != NULL ? " under that model id / codec" : "",
+                down ? " on the nodes that answered" : "");
+        return down ? down : KVP_ERR_NOT_FOUND;
     }
     if (found > 1) {
         fprintf(stderr, "kvpack %s: session '%s' is in %u namespaces (%016llx, %016llx%s); pass "
@@ -138,15 +197,20 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_client_h c, const kvp_cli_s
 static void ls_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack ls --node HOST:PORT [--json] [--page N] [--max N] [--timeout-ms MS]\n"
-            "List the sessions a node holds, in DRAM and on disk: namespace (hex), session id,\n"
-            "tokens (chunks x P + tail), layers, codec, where it lives and its bytes.\n"
-            "  --page N   sessions per LIST request (default: as many as fit one reply)\n"
-            "  --max N    stop after N sessions; the output then says truncated\n");
+            "usage: kvpack ls --node LIST [--json] [--page N] [--max N] [--timeout-ms MS]\n"
+            "List the sessions the nodes hold, in DRAM and on disk: namespace (hex), session id,\n"
+            "tokens (chunks x P + tail), layers, codec, where it lives and its bytes. With several\n"
+            "nodes: the union (each session once, the first listed node's entry) and the nodes\n"
+            "holding it; a node that does not answer is named on stderr and the rest are listed.\n"
+            KVP_CLI_NODES_HELP
+            "  --page N        sessions per LIST request (default: as many as fit one reply)\n"
+            "  --max N         stop after N sessions; the output then says truncated\n");
 }
 
-static void ls_print_json(const char *node, const kvp_session_list_t *l)
+static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_list_t *l,
+                          const kvp_cluster_report_t *rep)
 {
+    bool       many = kvp_cluster_size(cl) > 1;
     kvp_json_t j;
     char       ns[KVP_CLI_NS_HEX];
 
@@ -155,6 +219,15 @@ static void ls_print_json(const char *node, const kvp_session_list_t *l)
     kvp_json_int(&j, "count", l->n);
     kvp_json_bool(&j, "truncated", l->truncated != 0);
     kvp_json_int(&j, "requests", l->requests);
+    if (many) {
+        kvp_json_arr(&j, "unreachable");
+        for (uint32_t i = 0; i < rep->n_tried; i++) {
+            if (rep->tried[i].status != KVP_OK) {
+                kvp_json_str(&j, NULL, kvp_cluster_peer(cl, rep->tried[i].node));
+            }
+        }
+        kvp_json_close(&j);
+    }
     kvp_json_arr(&j, "sessions");
     for (uint32_t i = 0; i < l->n; i++) {
         const kvp_session_info_t *e = &l->sessions[i];
@@ -173,25 +246,43 @@ static void ls_print_json(const char *node, const kvp_session_list_t *l)
         kvp_json_bool(&j, "in_dram", (e->where & KVP_SESSION_IN_DRAM) != 0);
         kvp_json_bool(&j, "on_disk", (e->where & KVP_SESSION_ON_DISK) != 0);
         kvp_json_int(&j, "bytes", (int64_t)e->bytes);
+        if (many) {
+            kvp_json_arr(&j, "nodes");
+            for (uint32_t k = 0; k < kvp_cluster_size(cl); k++) {
+                if (l->holders[i] & (1ull << k)) {
+                    kvp_json_str(&j, NULL, kvp_cluster_peer(cl, k));
+                }
+            }
+            kvp_json_close(&j);
+        }
         kvp_json_close(&j);
     }
     kvp_json_close(&j);
     kvp_json_end(&j);
 }
 
-static void ls_print_text(const kvp_session_list_t *l)
+static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
 {
-    printf("%-16s  %-24s %9s %6s %-8s %-9s %12s\n", "NAMESPACE", "SESSION", "TOKENS", "LAYERS",
-           "CODEC", "WHERE", "BYTES");
+    bool many = kvp_cluster_size(cl) > 1;
+
+    printf("%-16s  %-24s %9s %6s %-8s %-9s %12s%s\n", "NAMESPACE", "SESSION", "TOKENS", "LAYERS",
+           "CODEC", "WHERE", "BYTES", many ? "  NODES" : "");
     for (uint32_t i = 0; i < l->n; i++) {
         const kvp_session_info_t *e = &l->sessions[i];
         const char *where = (e->where & KVP_SESSION_IN_DRAM)
                                 ? ((e->where & KVP_SESSION_ON_DISK) ? "dram+disk" : "dram")
                                 : ((e->where & KVP_SESSION_ON_DISK) ? "disk" : "-");
 
-        printf("%016llx  %-24s %9llu %6u %-8s %-9s %12llu\n", (unsigned long long)e->ns, e->sid,
+        printf("%016llx  %-24s %9llu %6u %-8s %-9s %12llu", (unsigned long long)e->ns, e->sid,
                (unsigned long long)e->n_chunks * e->page_tokens + e->tail_tokens, e->layers,
                e->codec ? kvp_codec_name(e->codec) : "-", where, (unsigned long long)e->bytes);
+        for (uint32_t k = 0, first = 1; many && k < kvp_cluster_size(cl); k++) {
+            if (l->holders[i] & (1ull << k)) {
+                printf("%s%s", first ? "  " : ",", kvp_cluster_peer(cl, k));
+                first = 0;
+            }
+        }
+        printf("\n");
     }
     printf("%u session%s%s\n", l->n, l->n == 1 ? "" : "s",
            l->truncated ? " (truncated: --max reached, the node holds more)" : "");
@@ -199,11 +290,13 @@ static void ls_print_text(const kvp_session_list_t *l)
 
 int kvp_cmd_ls(int argc, char **argv)
 {
-    kvp_cli_sess_opts_t o = {0};
-    kvp_session_list_t *l = NULL;
-    kvp_client_h        c;
-    uint64_t            page = 0, max = 0;
-    kvp_status_t        s;
+    kvp_cli_sess_opts_t  o = {0};
+    kvp_cluster_list_t  *l = NULL;
+    kvp_cluster_report_t rep;
+    kvp_cluster_h        cl;
+    uint64_t             page = 0, max = 0;
+    kvp_status_t         s;
+    int                  rc;
 
     if (kvp_opt_help(argc, argv)) {
         ls_usage(stdout);
@@ -221,21 +314,22 @@ int kvp_cmd_ls(int argc, char **argv)
         ls_usage(stderr);
         return 2;
     }
-    s = kvp_cli_connect(&o, &c);
+    rc = kvp_cli_open("ls", &o, NULL, &cl);
+    if (rc != 0) {
+        return rc;
+    }
+    s = kvp_cluster_list_sessions(cl, (uint32_t)page, (uint32_t)max, &l, &rep);
+    kvp_cli_report_fail("ls", cl, &rep, "list", "list"); /* the nodes that did not answer */
     if (s == KVP_OK) {
-        s = kvp_client_list_sessions(c, (uint32_t)page, (uint32_t)max, &l);
-        kvp_client_destroy(c);
+        if (o.json) {
+            ls_print_json(o.node, cl, l, &rep);
+        } else {
+            ls_print_text(cl, l);
+        }
     }
-    if (s != KVP_OK) {
-        return kvp_cli_sess_fail("ls", &o, "list", s);
-    }
-    if (o.json) {
-        ls_print_json(o.node, l);
-    } else {
-        ls_print_text(l);
-    }
-    kvp_session_list_free(l);
-    return 0;
+    kvp_cluster_list_free(l);
+    kvp_cluster_destroy(cl);
+    return s == KVP_OK ? 0 : 1;
 }
 
 /* ---- kvpack rm ---- */
@@ -243,19 +337,25 @@ int kvp_cmd_ls(int argc, char **argv)
 static void rm_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack rm --node HOST:PORT --session SID [--ns HEX] [--json]\n"
+            "usage: kvpack rm --node LIST --session SID [--ns HEX] [--replicas N] [--json]\n"
             "                 [--timeout-ms MS]\n"
-            "Delete a session from a node, in DRAM and on disk (a node restart does not bring it\n"
-            "back). Pages other sessions share stay. Without --ns the session id must name one\n"
-            "session on the node (kvpack ls shows the namespaces). Unknown session: exit 1.\n");
+            "Delete a session from every node that holds it, in DRAM and on disk (a node restart\n"
+            "does not bring it back). Pages other sessions share stay. Without --ns the session id\n"
+            "must name one session on the nodes (kvpack ls shows the namespaces). Unknown session,\n"
+            "or one of the session's first --replicas nodes unreachable (it may keep a copy): exit 1.\n"
+            KVP_CLI_NODES_HELP);
 }
 
 int kvp_cmd_rm(int argc, char **argv)
 {
-    kvp_cli_sess_opts_t o = {0};
-    kvp_client_h        c;
-    uint64_t            ns = 0;
-    kvp_status_t        s;
+    kvp_cli_sess_opts_t  o = {0};
+    kvp_cluster_report_t rep;
+    kvp_cluster_h        cl;
+    uint64_t             ns = 0;
+    kvp_status_t         s;
+    char                 done[1024];
+    int                  rc;
+    bool                 many;
 
     if (kvp_opt_help(argc, argv)) {
         rm_usage(stdout);
@@ -270,18 +370,29 @@ int kvp_cmd_rm(int argc, char **argv)
         rm_usage(stderr);
         return 2;
     }
-    s = kvp_cli_connect(&o, &c);
-    if (s != KVP_OK) {
-        return kvp_cli_sess_fail("rm", &o, "connect", s);
+    rc = kvp_cli_open("rm", &o, NULL, &cl);
+    if (rc != 0) {
+        return rc;
     }
-    s = kvp_cli_session_ns("rm", c, &o, NULL, (kvp_codec_id_t)0, &ns);
+    many = kvp_cluster_size(cl) > 1;
+    s = kvp_cli_session_ns("rm", cl, &o, NULL, (kvp_codec_id_t)0, &ns);
     if (s == KVP_OK) {
-        s = kvp_client_delete_session(c, ns, o.session);
+        s = kvp_cluster_delete_session(cl, ns, o.session, &rep);
+        kvp_cli_report_ok(cl, &rep, done, sizeof(done));
         if (s != KVP_OK) {
-            kvp_cli_sess_fail("rm", &o, o.session, s);
+            /* with several nodes, a node that never held it is not worth a line */
+            for (uint32_t i = 0; many && i < rep.n_tried; i++) {
+                rep.tried[i].status = rep.tried[i].status == KVP_ERR_NOT_FOUND && rep.n_ok
+                                          ? KVP_OK : rep.tried[i].status;
+            }
+            kvp_cli_report_fail("rm", cl, &rep, "delete", o.session);
+            if (rep.n_ok > 0) {
+                fprintf(stderr, "kvpack rm: deleted session %s from %s only; the nodes above may "
+                                "still hold it\n", o.session, done);
+            }
         }
     }
-    kvp_client_destroy(c);
+    kvp_cluster_destroy(cl);
     if (s != KVP_OK) {
         return 1;
     }
@@ -290,10 +401,13 @@ int kvp_cmd_rm(int argc, char **argv)
 
         kvp_cli_json_head(&j, &o, ns);
         kvp_json_bool(&j, "deleted", true);
+        if (many) {
+            kvp_json_int(&j, "nodes_deleted", rep.n_ok);
+        }
         kvp_json_end(&j);
     } else {
         printf("deleted session %s (namespace %016llx) from %s\n", o.session,
-               (unsigned long long)ns, o.node);
+               (unsigned long long)ns, done);
     }
     return 0;
 }

@@ -1,0 +1,447 @@
+/* cluster.c - libkvpack over a static list of kvpackd nodes (kvpack/cluster.h): one kvp_client
+ * per node, created on first use; sessions routed by rendezvous rank (kvp_placement_rank). put
+ * walks the rank order until r nodes took the session; get until one has it; delete tries every
+ * node; list merges all nodes' lists. Each call records what every node it tried answered.
+ * Main flow: kvp_cluster_put_session -> node_open -> put_one (pages chunk by chunk, record). */
+#include "kvpack/cluster.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+#include "kvpack/placement.h"
+#include "kvpack/xfer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MOD          "cluster"
+#define DOWN_SKIP_NS (5000ull * 1000000ull) /* a node that failed is skipped this long */
+
+struct kvp_cluster {
+    uint32_t                  n, replicas;
+    char                     *buf;                          /* the peer list, split in place */
+    const char               *peer[KVP_CLUSTER_MAX_NODES];  /* into buf */
+    kvp_client_h              client[KVP_CLUSTER_MAX_NODES];
+    uint64_t                  down_until[KVP_CLUSTER_MAX_NODES];
+    kvp_status_t              down_status[KVP_CLUSTER_MAX_NODES];
+    kvp_client_params_t       cp;
+    kvp_cluster_progress_cb_t progress_cb;
+    void                     *progress_arg;
+};
+
+int kvp_cluster_status_unreachable(kvp_status_t s)
+{
+    return s == KVP_ERR_TIMEOUT || s == KVP_ERR_CANCELED ||
+           (s <= KVP_ERR_PEER_UNREACHABLE && s > KVP_ERR_NODE_SUSPECT && s != KVP_ERR_PROTOCOL);
+}
+
+/* ---- private ---- */
+
+/* Split buf at commas into c->peer; each must be HOST:PORT and appear once. */
+static kvp_status_t peers_split(kvp_cluster_h c)
+{
+    char *p = c->buf;
+
+    for (;;) {
+        char    *comma = strchr(p, ',');
+        char     host[256];
+        uint16_t port;
+
+        if (comma != NULL) {
+            *comma = '\0';
+        }
+        if (c->n == KVP_CLUSTER_MAX_NODES) {
+            KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);
+            return KVP_ERR_INVALID;
+        }
+        if (*p == '\0' || kvp_xfer_parse_addr(p, host, sizeof(host), &port) != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "peer '%s' is not HOST:PORT", p);
+            return KVP_ERR_INVALID;
+        }
+        for (uint32_t i = 0; i < c->n; i++) {
+            if (strcmp(c->peer[i], p) == 0) {
+                KVP_LOG_ERROR(MOD, "peer %s listed twice", p);
+                return KVP_ERR_INVALID;
+            }
+        }
+        c->peer[c->n++] = p;
+        if (comma == NULL) {
+            return KVP_OK;
+        }
+        p = comma + 1;
+    }
+}
+
+static void report_add(kvp_cluster_h c, kvp_cluster_report_t *r, uint32_t node, kvp_status_t s,
+                       const char *stage)
+{
+    if (r->n_tried < KVP_CLUSTER_MAX_NODES) {
+        r->tried[r->n_tried].node   = node;
+        r->tried[r->n_tried].status = s;
+        r->tried[r->n_tried].stage  = stage;
+        r->n_tried++;
+    }
+    if (c->n > 1 && kvp_cluster_status_unreachable(s) && strcmp(stage, "skipped") != 0) {
+        c->down_until[node]  = kvp_time_ns() + DOWN_SKIP_NS;
+        c->down_status[node] = s;
+    }
+}
+
+/* The node's client, created on first use. A node that failed recently (several peers only) is
+ * not tried: its status comes back as "skipped". Failures are recorded in r. */
+static kvp_status_t node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_report_t *r,
+                              kvp_client_h *client_p)
+{
+    kvp_status_t s;
+
+    if (c->n > 1 && c->down_until[node] > kvp_time_ns()) {
+        report_add(c, r, node, c->down_status[node], "skipped");
+        return c->down_status[node];
+    }
+    if (c->client[node] == NULL) {
+        c->cp.server = c->peer[node];
+        s = kvp_client_create(&c->cp, &c->client[node]);
+        if (s != KVP_OK) {
+            report_add(c, r, node, s, "connect");
+            return s;
+        }
+    }
+    *client_p = c->client[node];
+    return KVP_OK;
+}
+
+/* One routed call: its report (the caller's, or local), the rank order and the failures seen. */
+typedef struct {
+    kvp_cluster_report_t *r, local;
+    uint32_t              order[KVP_CLUSTER_MAX_NODES];
+    kvp_status_t          unreach, other; /* first unreachable / first other (not NOT_FOUND) */
+} route_t;
+
+/* Clear the report and rank the nodes for (ns, sid); sid NULL: no ranking (list). */
+static kvp_status_t route_begin(kvp_cluster_h c, uint64_t ns, const char *sid,
+                                kvp_cluster_report_t *report, route_t *rt)
+{
+    memset(rt, 0, sizeof(*rt));
+    rt->r = report ? report : &rt->local;
+    memset(rt->r, 0, sizeof(*rt->r));
+    return sid ? kvp_cluster_rank(c, ns, sid, rt->order) : KVP_OK;
+}
+
+static void route_fail(route_t *rt, kvp_status_t s)
+{
+    if (kvp_cluster_status_unreachable(s)) {
+        rt->unreach = rt->unreach ? rt->unreach : s;
+    } else if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
+        rt->other = rt->other ? rt->other : s;
+    }
+}
+
+/* Statuses every node would give for the same put: no point trying the next. */
+static int put_stops(kvp_status_t s)
+{
+    return s == KVP_ERR_INVALID || s == KVP_ERR_TOO_LARGE || s == KVP_ERR_BAD_PAGE ||
+           s == KVP_ERR_WRONG_CODEC || s == KVP_ERR_BAD_INPUT_DATA || s == KVP_ERR_NO_MEMORY;
+}
+
+/* The whole session to one node: one chunk (layers pages) per put_pages, then the record. */
+static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
+                            const char *sid, const void *const *pages, const size_t *lens,
+                            size_t n, const kvp_session_desc_t *desc, const char **stage_p)
+{
+    uint32_t     L      = desc->layers;
+    uint64_t     chunks = n / L;
+    kvp_status_t s      = KVP_OK;
+
+    *stage_p = "pages";
+    for (uint64_t ch = 0; s == KVP_OK && ch < chunks; ch++) {
+        s = kvp_client_put_pages(cl, ns, pages + ch * L, lens + ch * L, L);
+        if (s == KVP_OK && c->progress_cb != NULL) {
+            c->progress_cb(c->progress_arg, c->peer[node], ch + 1, chunks);
+        }
+    }
+    if (s != KVP_OK) {
+        return s;
+    }
+    *stage_p = "session record";
+    return kvp_client_put_session(cl, ns, sid, desc);
+}
+
+typedef struct {
+    kvp_session_info_t info;
+    uint32_t           node;
+} held_t;
+
+static int held_cmp(const void *a, const void *b)
+{
+    const held_t *x = a, *y = b;
+    int           d = strcmp(x->info.sid, y->info.sid);
+
+    if (x->info.ns != y->info.ns) {
+        return x->info.ns < y->info.ns ? -1 : 1;
+    }
+    return d != 0 ? d : (x->node > y->node) - (x->node < y->node);
+}
+
+/* Merge the nodes' lists (NULL for a node not listed) into out: sorted, each (ns, sid) once with
+ * the lowest-indexed holder's info, at most max (0: all). */
+static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_t max,
+                               kvp_cluster_list_t *out)
+{
+    uint32_t total = 0, k = 0;
+    held_t  *all;
+
+    for (uint32_t i = 0; i < c->n; i++) {
+        total += ls[i] ? ls[i]->n : 0;
+        out->truncated |= ls[i] ? ls[i]->truncated : 0;
+        out->requests += ls[i] ? ls[i]->requests : 0;
+    }
+    all           = kvp_calloc(total + 1u, sizeof(*all), "cluster merge");
+    out->sessions = kvp_calloc(total + 1u, sizeof(*out->sessions), "cluster list");
+    out->holders  = kvp_calloc(total + 1u, sizeof(*out->holders), "cluster holders");
+    if (all == NULL || out->sessions == NULL || out->holders == NULL) {
+        kvp_free(all);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+        for (uint32_t j = 0; ls[i] && j < ls[i]->n; j++) {
+            all[k].info   = ls[i]->sessions[j];
+            all[k++].node = i;
+        }
+    }
+    qsort(all, total, sizeof(*all), held_cmp);
+    for (uint32_t j = 0; j < total; j++) {
+        const kvp_session_info_t *last = out->n ? &out->sessions[out->n - 1] : NULL;
+
+        if (last != NULL && last->ns == all[j].info.ns && strcmp(last->sid, all[j].info.sid) == 0) {
+            out->holders[out->n - 1] |= 1ull << all[j].node;
+            continue;
+        }
+        if (max != 0 && out->n == max) {
+            out->truncated = 1;
+            break;
+        }
+        out->sessions[out->n]  = all[j].info;
+        out->holders[out->n++] = 1ull << all[j].node;
+    }
+    kvp_free(all);
+    return KVP_OK;
+}
+
+/* ---- API ---- */
+
+kvp_status_t kvp_cluster_create(const kvp_cluster_params_t *params, kvp_cluster_h *cluster_p)
+{
+    uint64_t      fm = (params != NULL) ? params->field_mask : 0;
+    kvp_cluster_h c;
+    kvp_status_t  s;
+
+    if (!(fm & KVP_CLUSTER_PARAM_PEERS) || params->peers == NULL || cluster_p == NULL) {
+        KVP_LOG_ERROR(MOD, "a cluster needs a peer list");
+        return KVP_ERR_INVALID;
+    }
+    c = kvp_calloc(1, sizeof(*c), "cluster");
+    if (c == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    c->buf = kvp_strdup(params->peers, "cluster peers");
+    s      = (c->buf == NULL) ? KVP_ERR_NO_MEMORY : peers_split(c);
+    if (s != KVP_OK) {
+        goto err_free;
+    }
+    c->replicas = (fm & KVP_CLUSTER_PARAM_REPLICAS) && params->replicas ? params->replicas : 1;
+    if (c->replicas > c->n) {
+        KVP_LOG_ERROR(MOD, "%u replicas need at least %u peers, the list has %u", c->replicas,
+                      c->replicas, c->n);
+        s = KVP_ERR_INVALID;
+        goto err_free;
+    }
+    if ((fm & KVP_CLUSTER_PARAM_CLIENT) && params->client != NULL) {
+        c->cp = *params->client;
+    }
+    c->cp.field_mask |= KVP_CLIENT_PARAM_SERVER;
+    if (fm & KVP_CLUSTER_PARAM_PROGRESS) {
+        c->progress_cb  = params->progress_cb;
+        c->progress_arg = params->progress_arg;
+    }
+    *cluster_p = c;
+    return KVP_OK;
+
+err_free:
+    kvp_free(c->buf);
+    kvp_free(c);
+    return s;
+}
+
+void kvp_cluster_destroy(kvp_cluster_h cluster)
+{
+    if (cluster == NULL) {
+        return;
+    }
+    for (uint32_t i = 0; i < cluster->n; i++) {
+        kvp_client_destroy(cluster->client[i]);
+    }
+    kvp_free(cluster->buf);
+    kvp_free(cluster);
+}
+
+uint32_t kvp_cluster_size(kvp_cluster_h cluster) { return cluster->n; }
+
+uint32_t kvp_cluster_replicas(kvp_cluster_h cluster) { return cluster->replicas; }
+
+const char *kvp_cluster_peer(kvp_cluster_h cluster, uint32_t node)
+{
+    return node < cluster->n ? cluster->peer[node] : NULL;
+}
+
+kvp_status_t kvp_cluster_rank(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                              uint32_t *order)
+{
+    return kvp_placement_rank(cluster->peer, cluster->n, ns, sid, order);
+}
+
+kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client_h *client_p)
+{
+    kvp_cluster_report_t r = {0};
+
+    return node < cluster->n ? node_open(cluster, node, &r, client_p) : KVP_ERR_INVALID;
+}
+
+kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                     const void *const *pages, const size_t *lens, size_t n,
+                                     const kvp_session_desc_t *desc,
+                                     kvp_cluster_report_t *report)
+{
+    route_t      rt;
+    kvp_status_t first = KVP_OK;
+    kvp_status_t s     = route_begin(cluster, ns, sid, report, &rt);
+
+    if (desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
+        KVP_LOG_ERROR(MOD, "put: %zu pages are not whole chunks of the record's layers", n);
+        return KVP_ERR_INVALID;
+    }
+    for (uint32_t k = 0; s == KVP_OK && k < cluster->n && rt.r->n_ok < cluster->replicas; k++) {
+        const char  *stage = "connect";
+        kvp_client_h cl;
+        kvp_status_t ps = node_open(cluster, rt.order[k], rt.r, &cl);
+
+        if (ps == KVP_OK) {
+            ps = put_one(cluster, cl, rt.order[k], ns, sid, pages, lens, n, desc, &stage);
+            report_add(cluster, rt.r, rt.order[k], ps, stage);
+        }
+        rt.r->n_ok += ps == KVP_OK;
+        first = (first == KVP_OK) ? ps : first;
+        if (put_stops(ps)) {
+            break;
+        }
+    }
+    return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
+}
+
+kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                     const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
+                                     kvp_cluster_report_t *report)
+{
+    route_t      rt;
+    kvp_status_t s = route_begin(cluster, ns, sid, report, &rt);
+
+    for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
+        kvp_client_h cl;
+        kvp_status_t gs = node_open(cluster, rt.order[k], rt.r, &cl);
+
+        if (gs == KVP_OK) {
+            gs = expect ? kvp_client_get_session_expect(cl, ns, sid, expect, out_p)
+                        : kvp_client_get_session(cl, ns, sid, out_p);
+            report_add(cluster, rt.r, rt.order[k], gs, "get");
+        }
+        if (gs == KVP_OK) {
+            rt.r->n_ok      = 1;
+            rt.r->served_by = rt.order[k];
+            return KVP_OK;
+        }
+        route_fail(&rt, gs);
+    }
+    return s != KVP_OK ? s : rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+}
+
+kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                        kvp_cluster_report_t *report)
+{
+    route_t      rt;
+    kvp_status_t first_r = KVP_OK;
+    kvp_status_t s       = route_begin(cluster, ns, sid, report, &rt);
+
+    for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
+        kvp_client_h cl;
+        kvp_status_t ds = node_open(cluster, rt.order[k], rt.r, &cl);
+
+        if (ds == KVP_OK) {
+            ds = kvp_client_delete_session(cl, ns, sid);
+            report_add(cluster, rt.r, rt.order[k], ds, "delete");
+        }
+        rt.r->n_ok += ds == KVP_OK;
+        if (ds != KVP_OK && ds != KVP_ERR_NOT_FOUND && first_r == KVP_OK &&
+            k < cluster->replicas) {
+            first_r = ds;
+        }
+        route_fail(&rt, ds);
+    }
+    if (s != KVP_OK) {
+        return s;
+    }
+    if (rt.r->n_ok > 0) {
+        return first_r;
+    }
+    return rt.unreach ? rt.unreach : rt.other ? rt.other : KVP_ERR_NOT_FOUND;
+}
+
+kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
+                                       kvp_cluster_list_t **out_p, kvp_cluster_report_t *report)
+{
+    kvp_session_list_t *ls[KVP_CLUSTER_MAX_NODES] = {0};
+    kvp_cluster_list_t *out = NULL;
+    route_t             rt;
+    kvp_status_t        first = KVP_OK;
+    kvp_status_t        s     = route_begin(cluster, 0, NULL, report, &rt);
+
+    for (uint32_t i = 0; i < cluster->n; i++) {
+        kvp_client_h cl;
+        kvp_status_t ls_s = node_open(cluster, i, rt.r, &cl);
+
+        if (ls_s == KVP_OK) {
+            ls_s = kvp_client_list_sessions(cl, page_size, max, &ls[i]);
+            report_add(cluster, rt.r, i, ls_s, "list");
+        }
+        rt.r->n_ok += ls_s == KVP_OK;
+        first = first ? first : ls_s;
+    }
+    if (rt.r->n_ok == 0) {
+        s = first;
+    } else {
+        out = kvp_calloc(1, sizeof(*out), "cluster list");
+        s   = out ? list_merge(cluster, ls, max, out) : KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < cluster->n; i++) {
+        kvp_session_list_free(ls[i]);
+    }
+    if (s != KVP_OK) {
+        kvp_cluster_list_free(out);
+        return s;
+    }
+    *out_p = out;
+    return KVP_OK;
+}
+
+void kvp_cluster_list_free(kvp_cluster_list_t *list)
+{
+    if (list != NULL) {
+        kvp_free(list->sessions);
+        kvp_free(list->holders);
+        kvp_free(list);
+    }
+}
+
+kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p)
+{
+    kvp_client_h cl;
+    kvp_status_t s = kvp_cluster_client(cluster, node, &cl);
+
+    return s == KVP_OK ? kvp_client_stat(cl, stat_p) : s;
+}

@@ -1,0 +1,122 @@
+/* cluster.h - libkvpack over several kvpackd nodes (DESIGN.md §8): a static peer list, sessions
+ * placed by rendezvous hashing of (namespace, session id) (kvpack/placement.h), replication factor
+ * r. One kvp_client per node, connected on first use; the client routes directly, no master.
+ * With one peer every call is the single-node kvp_client call (same requests, same statuses).
+ * A node that failed with a peer/link status or a timeout is skipped by this handle for 5 s.
+ * Thread-safety: one handle per thread. */
+#ifndef KVPACK_CLUSTER_H
+#define KVPACK_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpack/kvpack.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVP_CLUSTER_MAX_NODES 64u
+
+typedef struct kvp_cluster *kvp_cluster_h;
+
+/* Called as a put ships a session to one node: done of total chunks (then the record). */
+typedef void (*kvp_cluster_progress_cb_t)(void *arg, const char *node, uint64_t done,
+                                          uint64_t total);
+
+enum kvp_cluster_params_field {
+    KVP_CLUSTER_PARAM_PEERS    = KVP_BIT(0),
+    KVP_CLUSTER_PARAM_REPLICAS = KVP_BIT(1),
+    KVP_CLUSTER_PARAM_CLIENT   = KVP_BIT(2),
+    KVP_CLUSTER_PARAM_PROGRESS = KVP_BIT(3),
+};
+
+typedef struct kvp_cluster_params {
+    uint64_t                   field_mask;   /* MUST be first */
+    const char                *peers;        /* "host:port[,host:port...]", distinct, at most
+                                              * KVP_CLUSTER_MAX_NODES (borrowed; copied) */
+    uint32_t                   replicas;     /* r: copies a put makes, 1..peers; default 1 */
+    const kvp_client_params_t *client;       /* every node's client params; server is ignored
+                                              * (borrowed for create) */
+    kvp_cluster_progress_cb_t  progress_cb;
+    void                      *progress_arg;
+} kvp_cluster_params_t;
+
+/* One node a call tried, in the order it tried them. */
+typedef struct {
+    uint32_t     node;   /* index in the peer list */
+    kvp_status_t status;
+    const char  *stage;  /* static: "connect", "pages", "session record", "get", "delete",
+                          * "list", or "skipped" (failed within the last 5 s, not tried again) */
+} kvp_cluster_try_t;
+
+/* What a call did on each node: put: n_ok replicas took the whole session; get: served_by
+ * answered; delete: n_ok nodes deleted it; list: n_ok nodes were listed. */
+typedef struct {
+    uint32_t          n_tried;
+    kvp_cluster_try_t tried[KVP_CLUSTER_MAX_NODES];
+    uint32_t          n_ok;
+    uint32_t          served_by;
+} kvp_cluster_report_t;
+
+/* The union of the nodes' session lists: each (ns, sid) once, in (ns, sid) order; the info is the
+ * lowest-indexed holder's, holders[i] has bit k set when node k listed sessions[i]. */
+typedef struct {
+    uint32_t            n;
+    kvp_session_info_t *sessions;
+    uint64_t           *holders;
+    int                 truncated; /* max reached while some node held more */
+    uint32_t            requests;  /* LIST round trips, all nodes */
+} kvp_cluster_list_t;
+
+/* KVP_ERR_INVALID (logged) for an empty, malformed, duplicate or too long peer list, or replicas
+ * outside 1..peers. Connects to nothing. */
+kvp_status_t kvp_cluster_create(const kvp_cluster_params_t *params, kvp_cluster_h *cluster_p);
+void         kvp_cluster_destroy(kvp_cluster_h cluster); /* NULL is a no-op */
+
+uint32_t     kvp_cluster_size(kvp_cluster_h cluster);
+uint32_t     kvp_cluster_replicas(kvp_cluster_h cluster);
+const char  *kvp_cluster_peer(kvp_cluster_h cluster, uint32_t node); /* NULL past the end */
+/* Node indices by preference for (ns, sid): order[0] is the primary (kvp_placement_rank). */
+kvp_status_t kvp_cluster_rank(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                              uint32_t *order);
+/* The node's client, connected on first use (for calls this layer does not route). */
+kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client_h *client_p);
+
+/* Store a whole session on the first r nodes, in rank order, that take it: pages[0..n) (borrowed;
+ * chunk-major, desc->layers per chunk) go one chunk per kvp_client_put_pages, then the record.
+ * A node that fails is skipped and the next in rank takes its place; a data error every node
+ * would give (bad page, wrong codec, bad argument, too large) stops at once. KVP_OK when at least
+ * one node took it (report->n_ok says how many); else the first node's status. */
+kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                     const void *const *pages, const size_t *lens, size_t n,
+                                     const kvp_session_desc_t *desc,
+                                     kvp_cluster_report_t *report);
+/* Fetch from the first node in rank order that has it (kvp_client_get_session, or _expect when
+ * expect is not NULL); any failure moves to the next. All failed: a status other than NOT_FOUND
+ * or unreachable if one came back (e.g. CORRUPT), else a node's unreachable/timeout status if any
+ * node could not be reached, else KVP_ERR_NOT_FOUND. */
+kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                     const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
+                                     kvp_cluster_report_t *report);
+/* Delete on every node (rank order). KVP_OK when some node deleted it and every one of the first
+ * r was reached; a first-r node that was unreachable gives its status even when others deleted
+ * it (it may still hold a copy: report->n_ok says how many did). Deleted nowhere: unreachable if
+ * a node was, else the first other error, else KVP_ERR_NOT_FOUND. */
+kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                        kvp_cluster_report_t *report);
+/* List every node (kvp_client_list_sessions with page_size and max each) and merge; at most max
+ * sessions (0: all). KVP_OK when at least one node answered; unreachable ones are in report. */
+kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
+                                       kvp_cluster_list_t **out_p, kvp_cluster_report_t *report);
+void         kvp_cluster_list_free(kvp_cluster_list_t *list); /* NULL is a no-op */
+kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p);
+
+/* True for the statuses a dead, partitioned or silent node gives (timeout, peer/link range
+ * except a protocol error). */
+int          kvp_cluster_status_unreachable(kvp_status_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
