@@ -29,8 +29,8 @@ struct kvp_cluster {
 
 int kvp_cluster_status_unreachable(kvp_status_t s)
 {
-    return s == KVP_ERR_TIMEOUT || s == KVP_ERR_CANCELED ||
-           (s <= KVP_ERR_PEER_UNREACHABLE && s > KVP_ERR_NODE_SUSPECT && s != KVP_ERR_PROTOCOL);
+    return s == KVP_ERR_TIMEOUT || s == KVP_ERR_CANCELED || s == KVP_ERR_PEER_UNREACHABLE ||
+           s == KVP_ERR_PEER_GONE;
 }
 
 /* ---- private ---- */

@@ -112,8 +112,8 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
 void         kvp_cluster_list_free(kvp_cluster_list_t *list); /* NULL is a no-op */
 kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p);
 
-/* True for the statuses a dead, partitioned or silent node gives (timeout, peer/link range
- * except a protocol error). */
+/* True for the statuses a dead, partitioned or silent node gives: ERR_TIMEOUT, ERR_CANCELED,
+ * ERR_PEER_UNREACHABLE, ERR_PEER_GONE (not ERR_PROTOCOL: that node answered). */
 int          kvp_cluster_status_unreachable(kvp_status_t s);
 
 #ifdef __cplusplus
