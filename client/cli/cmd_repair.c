@@ -56,7 +56,8 @@ static void repair_usage(FILE *out)
             "  --replicas N    r, required: a session's copies beyond its first N nodes are deleted\n"
             "  --dry-run       print the plan (copies and deletes per session), change nothing\n"
             "  --json          one JSON object: sessions, already_ok, repaired, failed, copied,\n"
-            "                  deleted_surplus, bytes_moved, unreachable, and the actions\n");
+            "                  deleted_surplus, bytes_moved (planned, with --dry-run),\n"
+            "                  unverifiable, unreachable, and each session's actions\n");
 }
 
 /* "A,B" for the nodes of mask (buf of cap bytes). */
@@ -116,12 +117,11 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
             got++;
         }
     }
-    for (uint32_t k = 0, seen = 0; s == KVP_OK && k < rp->n; k++) {
-        uint32_t node = pl->order[k];
-
-        /* a node of the full rank's first r did not answer: its copy could not be checked */
-        seen |= k < rp->r && !(rp->listed & BIT(node));
-        rp->sum.unverifiable += k + 1 == rp->r && seen;
+    for (uint32_t k = 0; s == KVP_OK && k < rp->r; k++) {
+        if (!(rp->listed & BIT(pl->order[k]))) { /* its copy there could not be checked */
+            rp->sum.unverifiable++;
+            break;
+        }
     }
     for (uint32_t k = rp->n; s == KVP_OK && k-- > 0;) {
         pl->src = (holders & BIT(pl->order[k])) ? pl->order[k] : pl->src; /* first by rank */
@@ -167,7 +167,7 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
         bytes += sp->page_lens[i];
     }
     bytes += s == KVP_OK ? sp->desc.tail_len : 0;
-    for (uint32_t i = 0; first == KVP_OK && i < rp->n; i++) {
+    for (uint32_t i = 0; sp != NULL && i < rp->n; i++) { /* a failed target: on to the next */
         uint32_t k = pl->order[i];
 
         if (!(pl->copy_to & BIT(k))) {
@@ -241,9 +241,10 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
     }
     rp->sum.failed += s != KVP_OK;
     rp->sum.repaired += s == KVP_OK && !rp->dry_run;
-    if (rp->dry_run) {
+    if (rp->dry_run) { /* bytes: the session's pages and tail as the holder listed them */
         rp->sum.copied += (uint32_t)__builtin_popcountll(pl->copy_to);
         rp->sum.deleted += (uint32_t)__builtin_popcountll(pl->delete_from);
+        rp->sum.bytes += pl->e->bytes * (uint64_t)__builtin_popcountll(pl->copy_to);
     }
     if (rp->json) {
         kvp_json_obj(&rp->j, NULL);
@@ -300,8 +301,9 @@ static void repair_summary(repair_t *rp, const char *node)
            rp->dry_run ? "copies planned" : "copies made", rp->sum.deleted,
            rp->dry_run ? "deletes planned" : "copies deleted", (unsigned long long)rp->sum.bytes);
     if (down != 0) {
-        printf("unreachable: %s (%u sessions rank one first; what it holds was not checked)\n",
-               nodes_str(rp, down, un, sizeof(un)), rp->sum.unverifiable);
+        printf("unreachable: %s (what it holds was not checked; %u sessions have it among "
+               "their first %u nodes)\n",
+               nodes_str(rp, down, un, sizeof(un)), rp->sum.unverifiable, rp->r);
     }
 }
 
