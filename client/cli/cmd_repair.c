@@ -1,10 +1,9 @@
 /* cmd_repair.c - "kvpack repair": bring every session back to its r copies after a node was lost
- * or added. Lists every node once; a session's target set is the first r nodes of its rendezvous
- * rank that answered (where put would place it now). Missing copies are fetched from a holder
- * (every page CRC-checked) and put to that one node (pages, then the record with its fp16 tail);
- * copies outside the target set are deleted only after every target holds it and answered just
- * before. Main flow: kvp_cmd_repair -> repair_plan -> repair_session (copy_all, drop_surplus).
- * Test hook: KVP_REPAIR_STOP_AFTER=N stops the process (SIGSTOP) after N sessions. */
+ * or added. One list of every node; a session's targets are the first r nodes of its rank that
+ * answered. A missing copy is fetched from a holder (pages CRC-checked) and put to that node; copies
+ * outside the targets are deleted only after every target holds it and answered just before.
+ * Flow: kvp_cmd_repair -> repair_plan -> repair_session (copy_all, drop_surplus). Test hook:
+ * KVP_REPAIR_STOP_AFTER=N stops the process (SIGSTOP) after N sessions. */
 #include "cli.h"
 
 #include <signal.h>
