@@ -335,6 +335,30 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
 }
 
+kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
+                                  const char *sid, const void *const *pages, const size_t *lens,
+                                  size_t n, const kvp_session_desc_t *desc,
+                                  kvp_cluster_report_t *report)
+{
+    route_t      rt;
+    const char  *stage = "connect";
+    kvp_client_h cl;
+    kvp_status_t s;
+
+    (void)route_begin(cluster, ns, NULL, report, &rt); /* no rank: only clears the report */
+    if (node >= cluster->n || desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
+        KVP_LOG_ERROR(MOD, "put to node %u: bad node or pages not whole chunks", node);
+        return KVP_ERR_INVALID;
+    }
+    s = node_open(cluster, node, rt.r, &cl);
+    if (s == KVP_OK) {
+        s = put_one(cluster, cl, node, ns, sid, pages, lens, n, desc, &stage);
+        report_add(cluster, rt.r, node, s, stage);
+    }
+    rt.r->n_ok = s == KVP_OK;
+    return s;
+}
+
 kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                      const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
                                      kvp_cluster_report_t *report)

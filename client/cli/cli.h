@@ -25,6 +25,7 @@ int kvp_cmd_put(int argc, char **argv);
 int kvp_cmd_get(int argc, char **argv);
 int kvp_cmd_ls(int argc, char **argv);
 int kvp_cmd_rm(int argc, char **argv);
+int kvp_cmd_repair(int argc, char **argv);
 int kvp_cmd_loadtest(int argc, char **argv);
 int kvp_cmd_plan(int argc, char **argv);
 

@@ -19,6 +19,7 @@ static const cli_cmd_t commands[] = {
     {"get",   "fetch a session from a node and write it back as .kvd", kvp_cmd_get},
     {"ls",    "list the sessions a node holds (DRAM and disk)", kvp_cmd_ls},
     {"rm",    "delete a session from a node", kvp_cmd_rm},
+    {"repair", "bring every session back to its r copies after a node was lost or added", kvp_cmd_repair},
     {"eval",  "measure codec quality on synthetic or .kvd KV", kvp_cmd_eval},
     {"model", "run a real Llama-family model with its KV through the cache", kvp_cmd_model},
     {"loadtest", "replay a conversation trace or users x rounds against a real node", kvp_cmd_loadtest},

@@ -1,0 +1,391 @@
+/* cmd_repair.c - "kvpack repair": bring every session back to its r copies after a node was lost
+ * or added. One list of every node; a session's targets are the first r nodes of its rank that
+ * answered. A missing copy is fetched from a holder (pages CRC-checked) and put to that node; copies
+ * outside the targets are deleted only after every target holds it and answered just before.
+ * Flow: kvp_cmd_repair -> repair_plan -> repair_session (copy_all, drop_surplus). Test hook:
+ * KVP_REPAIR_STOP_AFTER=N stops the process (SIGSTOP) after N sessions. */
+#include "cli.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t sessions, already_ok, repaired, failed, unverifiable;
+    uint32_t copied, deleted;
+    uint64_t bytes;
+} repair_sum_t;
+
+/* One run: the node handle, r, which nodes still answer, and the tallies. */
+typedef struct {
+    kvp_cluster_h cl;
+    uint32_t      n, r;
+    uint64_t      listed; /* nodes that answered the list */
+    uint64_t      alive;  /* listed, and no unreachable status since */
+    bool          dry_run, json;
+    kvp_json_t    j;      /* the "actions" array while json */
+    repair_sum_t  sum;
+} repair_t;
+
+/* One session's plan: node bitmasks, and the rank order. */
+typedef struct {
+    const kvp_session_info_t *e;
+    uint64_t                  holders, targets, copy_to, delete_from;
+    uint32_t                  order[KVP_CLUSTER_MAX_NODES];
+    uint32_t                  src; /* the node a copy comes from: first holder by rank */
+    const char               *error;
+} repair_plan_t;
+
+#define BIT(k)        (1ull << (k))
+#define ALL_NODES(n)  ((1ull << ((n) - 1)) * 2 - 1) /* bits 0..n-1, n up to 64 */
+
+static void repair_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack repair --node LIST --replicas N [--dry-run] [--json] [--timeout-ms MS]\n"
+            "Bring every session the nodes hold to exactly its target set: the first N nodes of\n"
+            "its rendezvous rank that answer (where a put would place it now). A target that lacks\n"
+            "it gets a copy (fetched from a holder, every page CRC-checked, then put to that node:\n"
+            "pages and record, fp16 tail included, byte-identical); once every target holds it,\n"
+            "copies on other nodes (stand-ins from while a node was down) are deleted. The last\n"
+            "copy is never deleted, and nothing is deleted before the target copies succeeded.\n"
+            "A node that does not answer is named and skipped. Exit 0 when every node answered\n"
+            "and every session is at its target set, 1 otherwise, 2 for a usage error.\n"
+            "  --node LIST     the static peer list, HOST:PORT,HOST:PORT,... (as put used it)\n"
+            "  --replicas N    r, required: a session's copies beyond its first N nodes are deleted\n"
+            "  --dry-run       print the plan (copies and deletes per session), change nothing\n"
+            "  --json          one JSON object: sessions, already_ok, repaired, failed, copied,\n"
+            "                  deleted_surplus, bytes_moved (planned, with --dry-run),\n"
+            "                  unverifiable, unreachable, and each session's actions\n");
+}
+
+/* "A,B" for the nodes of mask (buf of cap bytes). */
+static const char *nodes_str(const repair_t *rp, uint64_t mask, char *buf, size_t cap)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (uint32_t k = 0; k < rp->n && len < cap; k++) {
+        if (mask & BIT(k)) {
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? "," : "",
+                                    kvp_cluster_peer(rp->cl, k));
+        }
+    }
+    return buf;
+}
+
+static void json_nodes(repair_t *rp, const char *key, uint64_t mask)
+{
+    kvp_json_arr(&rp->j, key);
+    for (uint32_t k = 0; k < rp->n; k++) {
+        if (mask & BIT(k)) {
+            kvp_json_str(&rp->j, NULL, kvp_cluster_peer(rp->cl, k));
+        }
+    }
+    kvp_json_close(&rp->j);
+}
+
+/* A failed call on node k: print it, and forget the node for the rest of the run when it is
+ * unreachable (its later work fails at once instead of waiting for a deadline each time). */
+static kvp_status_t node_fail(repair_t *rp, repair_plan_t *pl, uint32_t k, const char *what,
+                              kvp_status_t s)
+{
+    fprintf(stderr, "kvpack repair: %s: session %s: %s: %s (%s)\n", kvp_cluster_peer(rp->cl, k),
+            pl->e->sid, what, kvp_status_str(s), kvp_status_name(s));
+    if (kvp_cluster_status_unreachable(s)) {
+        rp->alive &= ~BIT(k);
+    }
+    pl->error = pl->error ? pl->error : what;
+    return s;
+}
+
+/* Targets: the first r nodes of the rank that answered the list; the rest follows. */
+static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint64_t holders,
+                                repair_plan_t *pl)
+{
+    uint32_t     got = 0;
+    kvp_status_t s;
+
+    memset(pl, 0, sizeof(*pl));
+    pl->e       = e;
+    pl->holders = holders;
+    s           = kvp_cluster_rank(rp->cl, e->ns, e->sid, pl->order);
+    for (uint32_t k = 0; s == KVP_OK && k < rp->n && got < rp->r; k++) {
+        if (rp->listed & BIT(pl->order[k])) {
+            pl->targets |= BIT(pl->order[k]);
+            got++;
+        }
+    }
+    for (uint32_t k = 0; s == KVP_OK && k < rp->r; k++) {
+        if (!(rp->listed & BIT(pl->order[k]))) { /* its copy there could not be checked */
+            rp->sum.unverifiable++;
+            break;
+        }
+    }
+    for (uint32_t k = rp->n; s == KVP_OK && k-- > 0;) {
+        pl->src = (holders & BIT(pl->order[k])) ? pl->order[k] : pl->src; /* first by rank */
+    }
+    pl->copy_to     = pl->targets & ~holders;
+    pl->delete_from = holders & ~pl->targets;
+    return s;
+}
+
+/* Fetch the session from the first holder in rank order that serves it (CRC-checked). */
+static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t **sp_p)
+{
+    kvp_status_t s = KVP_ERR_NOT_FOUND;
+
+    for (uint32_t i = 0; i < rp->n; i++) {
+        uint32_t     k = pl->order[i];
+        kvp_client_h c;
+
+        if (!(pl->holders & rp->alive & BIT(k))) {
+            continue;
+        }
+        s = kvp_cluster_client(rp->cl, k, &c);
+        s = s == KVP_OK ? kvp_client_get_session(c, pl->e->ns, pl->e->sid, sp_p) : s;
+        if (s == KVP_OK) {
+            pl->src = k;
+            return KVP_OK;
+        }
+        node_fail(rp, pl, k, "get (to copy from)", s);
+    }
+    pl->error = "no holder could serve it";
+    return s;
+}
+
+/* Put the fetched session to every node of copy_to; KVP_OK when all took it. */
+static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
+{
+    kvp_session_pages_t *sp = NULL;
+    kvp_status_t         s  = fetch(rp, pl, &sp);
+    kvp_status_t         first = s;
+    uint64_t             bytes = 0;
+
+    for (uint32_t i = 0; s == KVP_OK && i < sp->n_pages; i++) {
+        bytes += sp->page_lens[i];
+    }
+    bytes += s == KVP_OK ? sp->desc.tail_len : 0;
+    for (uint32_t i = 0; sp != NULL && i < rp->n; i++) { /* a failed target: on to the next */
+        uint32_t k = pl->order[i];
+
+        if (!(pl->copy_to & BIT(k))) {
+            continue;
+        }
+        s = (rp->alive & BIT(k)) ? kvp_cluster_put_node(rp->cl, k, pl->e->ns, pl->e->sid,
+                                                        (const void *const *)sp->pages,
+                                                        sp->page_lens, sp->n_pages, &sp->desc,
+                                                        NULL)
+                                 : KVP_ERR_PEER_UNREACHABLE;
+        if (s == KVP_OK) {
+            rp->sum.copied++;
+            rp->sum.bytes += bytes;
+        } else {
+            first = first == KVP_OK ? node_fail(rp, pl, k, "copy", s) : first;
+        }
+    }
+    kvp_session_pages_free(sp);
+    return first;
+}
+
+/* Delete the copies outside the target set, once every target that was only listed as a holder
+ * answers now (the ones just copied to answered the put). A delete that fails leaves a copy. */
+static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
+{
+    kvp_status_t s = KVP_OK;
+
+    for (uint32_t k = 0; k < rp->n && s == KVP_OK; k++) {
+        kvp_node_stat_t st;
+
+        if ((pl->targets & ~pl->copy_to) & BIT(k)) {
+            s = (rp->alive & BIT(k)) ? kvp_cluster_stat(rp->cl, k, &st) : KVP_ERR_PEER_UNREACHABLE;
+            s = s == KVP_OK ? s : node_fail(rp, pl, k, "target check before deleting surplus", s);
+        }
+    }
+    if (s != KVP_OK || pl->targets == 0) { /* never the last copy */
+        return s != KVP_OK ? s : KVP_ERR_INVALID;
+    }
+    for (uint32_t k = 0; k < rp->n; k++) {
+        kvp_client_h c;
+        kvp_status_t ds;
+
+        if (!(pl->delete_from & BIT(k))) {
+            continue;
+        }
+        ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
+        ds = ds == KVP_OK ? kvp_client_delete_session(c, pl->e->ns, pl->e->sid) : ds;
+        if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) { /* NOT_FOUND: gone meanwhile */
+            rp->sum.deleted += ds == KVP_OK;
+        } else {
+            s = s == KVP_OK ? node_fail(rp, pl, k, "delete surplus", ds) : s;
+        }
+    }
+    return s;
+}
+
+/* Carry out (or, dry run, only print) one session's plan; tallies and reports it. */
+static void repair_session(repair_t *rp, repair_plan_t *pl)
+{
+    kvp_status_t s = KVP_OK;
+    char         a[1024], b[1024], c[1024], nsh[KVP_CLI_NS_HEX];
+    bool         work = (pl->copy_to | pl->delete_from) != 0;
+
+    if (!work) {
+        rp->sum.already_ok++;
+        return;
+    }
+    if (!rp->dry_run) {
+        s = pl->copy_to ? copy_all(rp, pl) : KVP_OK;
+        s = s == KVP_OK && pl->delete_from ? drop_surplus(rp, pl) : s;
+    }
+    rp->sum.failed += s != KVP_OK;
+    rp->sum.repaired += s == KVP_OK && !rp->dry_run;
+    if (rp->dry_run) { /* bytes: the session's pages and tail as the holder listed them */
+        rp->sum.copied += (uint32_t)__builtin_popcountll(pl->copy_to);
+        rp->sum.deleted += (uint32_t)__builtin_popcountll(pl->delete_from);
+        rp->sum.bytes += pl->e->bytes * (uint64_t)__builtin_popcountll(pl->copy_to);
+    }
+    if (rp->json) {
+        kvp_json_obj(&rp->j, NULL);
+        kvp_json_str(&rp->j, "ns", kvp_cli_ns_hex(pl->e->ns, nsh));
+        kvp_json_str(&rp->j, "session", pl->e->sid);
+        json_nodes(rp, "holders", pl->holders);
+        json_nodes(rp, "targets", pl->targets);
+        json_nodes(rp, "copy_to", pl->copy_to);
+        kvp_json_str(&rp->j, "from", pl->copy_to ? kvp_cluster_peer(rp->cl, pl->src) : "");
+        json_nodes(rp, "delete_from", pl->delete_from);
+        kvp_json_str(&rp->j, "status", rp->dry_run ? "planned" : s == KVP_OK ? "ok" : "failed");
+        if (s != KVP_OK) {
+            kvp_json_str(&rp->j, "error", pl->error ? pl->error : kvp_status_name(s));
+        }
+        kvp_json_close(&rp->j);
+        return;
+    }
+    printf("%s %-24s %s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
+           rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
+           pl->copy_to ? " copy to " : "", pl->copy_to ? nodes_str(rp, pl->copy_to, a, sizeof(a)) : "",
+           pl->copy_to ? " from " : "", pl->copy_to ? nodes_str(rp, BIT(pl->src), b, sizeof(b)) : "",
+           pl->delete_from ? (pl->copy_to ? "; delete surplus on " : " delete surplus on ") : "",
+           pl->delete_from ? nodes_str(rp, pl->delete_from, c, sizeof(c)) : "",
+           s != KVP_OK && pl->error ? " (see above)" : "");
+}
+
+static void repair_summary(repair_t *rp, const char *node)
+{
+    char           un[1024];
+    const uint64_t down = ALL_NODES(rp->n) & ~rp->alive;
+
+    if (rp->json) {
+        kvp_json_close(&rp->j); /* actions */
+        kvp_json_str(&rp->j, "node", node);
+        kvp_json_int(&rp->j, "replicas", rp->r);
+        kvp_json_bool(&rp->j, "dry_run", rp->dry_run);
+        kvp_json_int(&rp->j, "sessions", rp->sum.sessions);
+        kvp_json_int(&rp->j, "already_ok", rp->sum.already_ok);
+        kvp_json_int(&rp->j, "repaired", rp->sum.repaired);
+        kvp_json_int(&rp->j, "failed", rp->sum.failed);
+        kvp_json_int(&rp->j, "unverifiable", rp->sum.unverifiable);
+        kvp_json_int(&rp->j, "copied", rp->sum.copied);
+        kvp_json_int(&rp->j, "deleted_surplus", rp->sum.deleted);
+        kvp_json_int(&rp->j, "bytes_moved", (int64_t)rp->sum.bytes);
+        json_nodes(rp, "unreachable", down);
+        kvp_json_end(&rp->j);
+        return;
+    }
+    printf("%s%u sessions: %u already at their %u target nodes, %u %s, %u failed; %u %s, %u "
+           "surplus %s, %llu bytes moved\n", rp->dry_run ? "dry run: " : "", rp->sum.sessions,
+           rp->sum.already_ok, rp->r, rp->dry_run ? rp->sum.sessions - rp->sum.already_ok
+                                                  : rp->sum.repaired,
+           rp->dry_run ? "to repair" : "repaired", rp->sum.failed, rp->sum.copied,
+           rp->dry_run ? "copies planned" : "copies made", rp->sum.deleted,
+           rp->dry_run ? "deletes planned" : "copies deleted", (unsigned long long)rp->sum.bytes);
+    if (down != 0) {
+        printf("unreachable: %s (what it holds was not checked; %u sessions have it among "
+               "their first %u nodes)\n",
+               nodes_str(rp, down, un, sizeof(un)), rp->sum.unverifiable, rp->r);
+    }
+}
+
+/* Parse the options; 0 to go on, else the exit status. */
+static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_run)
+{
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_flag(argv, i, "--dry-run")) {
+            *dry_run = true;
+        } else if (!kvp_cli_sess_opt(argc, argv, &i, o)) {
+            return kvp_opt_unknown("repair", argv[i]);
+        }
+    }
+    if (o->node == NULL || o->session != NULL || o->ns_hex != NULL) {
+        repair_usage(stderr);
+        return 2;
+    }
+    if (o->replicas == 0) {
+        fprintf(stderr, "kvpack repair: --replicas N is required (copies beyond a session's "
+                        "first N nodes are deleted)\n");
+        return 2;
+    }
+    return 0;
+}
+
+int kvp_cmd_repair(int argc, char **argv)
+{
+    kvp_cli_sess_opts_t  o = {0};
+    kvp_cluster_report_t rep;
+    kvp_cluster_list_t  *l = NULL;
+    repair_t             rp;
+    const char          *stop_env = getenv("KVP_REPAIR_STOP_AFTER");
+    uint32_t             stop_after = stop_env ? (uint32_t)strtoul(stop_env, NULL, 10) : 0;
+    kvp_status_t         s;
+    int                  rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        repair_usage(stdout);
+        return 0;
+    }
+    memset(&rp, 0, sizeof(rp));
+    rc = repair_args(argc, argv, &o, &rp.dry_run);
+    rc = rc == 0 ? kvp_cli_open("repair", &o, NULL, &rp.cl) : rc;
+    if (rc != 0) {
+        return rc;
+    }
+    rp.n    = kvp_cluster_size(rp.cl);
+    rp.r    = kvp_cluster_replicas(rp.cl);
+    rp.json = o.json;
+    s       = kvp_cluster_list_sessions(rp.cl, 0, 0, &l, &rep);
+    kvp_cli_report_fail("repair", rp.cl, &rep, "list", "list"); /* the nodes that did not answer */
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack repair: no node answered; nothing done\n");
+        kvp_cluster_destroy(rp.cl);
+        return 1;
+    }
+    for (uint32_t i = 0; i < rep.n_tried; i++) {
+        rp.listed |= rep.tried[i].status == KVP_OK ? BIT(rep.tried[i].node) : 0;
+    }
+    rp.alive       = rp.listed;
+    rp.sum.sessions = l->n;
+    if (rp.json) {
+        kvp_json_begin(&rp.j, stdout);
+        kvp_json_arr(&rp.j, "actions");
+    }
+    for (uint32_t i = 0; i < l->n; i++) {
+        repair_plan_t pl;
+
+        if (repair_plan(&rp, &l->sessions[i], l->holders[i], &pl) != KVP_OK) {
+            rp.sum.failed++;
+            continue;
+        }
+        repair_session(&rp, &pl);
+        kvp_progress("repair sessions", i + 1, l->n);
+        if (stop_after != 0 && i + 1 == stop_after) {
+            fflush(stdout);
+            raise(SIGSTOP); /* test hook: the test kills a node, then SIGCONT */
+        }
+    }
+    kvp_progress_done();
+    repair_summary(&rp, o.node);
+    rc = rp.sum.failed != 0 || rp.alive != ALL_NODES(rp.n) ? 1 : 0;
+    kvp_cluster_list_free(l);
+    kvp_cluster_destroy(rp.cl);
+    return rc;
+}
