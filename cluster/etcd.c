@@ -212,14 +212,20 @@ kvp_status_t kvp_etcd_lease_grant(kvp_etcd_h e, int64_t ttl_s, int64_t *lease_p)
     return s == KVP_OK ? kvp_etcd_parse_lease(e->reply, e->reply_len, lease_p, &ttl) : s;
 }
 
-kvp_status_t kvp_etcd_lease_keepalive(kvp_etcd_h e, int64_t lease, int64_t *ttl_p)
+/* POST {"ID": lease} to path. */
+static kvp_status_t lease_post(kvp_etcd_h e, const char *path, int64_t lease)
 {
-    char         body[64];
-    int64_t      id;
-    kvp_status_t s;
+    char body[64];
 
     snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", (long long)lease);
-    s = etcd_post(e, "/v3/lease/keepalive", body);
+    return etcd_post(e, path, body);
+}
+
+kvp_status_t kvp_etcd_lease_keepalive(kvp_etcd_h e, int64_t lease, int64_t *ttl_p)
+{
+    int64_t      id;
+    kvp_status_t s = lease_post(e, "/v3/lease/keepalive", lease);
+
     if (s == KVP_OK) {
         s = kvp_etcd_parse_lease(e->reply, e->reply_len, &id, ttl_p);
     }
@@ -229,10 +235,7 @@ kvp_status_t kvp_etcd_lease_keepalive(kvp_etcd_h e, int64_t lease, int64_t *ttl_
 
 kvp_status_t kvp_etcd_lease_revoke(kvp_etcd_h e, int64_t lease)
 {
-    char body[64];
-
-    snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", (long long)lease);
-    return etcd_post(e, "/v3/lease/revoke", body);
+    return lease_post(e, "/v3/lease/revoke", lease);
 }
 
 kvp_status_t kvp_etcd_put(kvp_etcd_h e, const char *key, const char *value, int64_t lease)

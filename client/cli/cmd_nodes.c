@@ -25,20 +25,39 @@ static void usage(FILE *out)
             "Exit 1 when etcd cannot be read.\n");
 }
 
-static kvp_status_t probe(const char *addr, uint32_t timeout_ms, kvp_node_stat_t *st)
+/* STAT every member over one kvp_cluster of their addresses (a node that fails is recorded). */
+static kvp_status_t probe_all(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
+                              node_probe_t *pr)
 {
-    kvp_client_params_t p;
-    kvp_client_h        c;
-    kvp_status_t        s;
+    kvp_client_params_t  cp;
+    kvp_cluster_params_t p;
+    kvp_cluster_h        cl;
+    char                *peers = kvp_malloc((size_t)n * KVP_ETCD_ADDR_MAX, "cli.nodes");
+    size_t               len = 0;
+    kvp_status_t         s;
 
+    if (peers == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        len += (size_t)sprintf(peers + len, "%s%s", i ? "," : "", m[i].addr);
+    }
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.timeout_ms = timeout_ms;
     memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
-    p.server     = addr;
-    p.timeout_ms = timeout_ms;
-    s            = kvp_client_create(&p, &c);
+    p.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_CLIENT;
+    p.peers      = peers;
+    p.client     = &cp;
+    s            = kvp_cluster_create(&p, &cl);
+    kvp_free(peers);
+    for (uint32_t i = 0; s == KVP_OK && i < n; i++) {
+        kvp_progress("stat", i, n);
+        pr[i].status = kvp_cluster_stat(cl, i, &pr[i].st);
+    }
+    kvp_progress_done();
     if (s == KVP_OK) {
-        s = kvp_client_stat(c, st);
-        kvp_client_destroy(c);
+        kvp_cluster_destroy(cl);
     }
     return s;
 }
@@ -147,11 +166,13 @@ int kvp_cmd_nodes(int argc, char **argv)
         fprintf(stderr, "kvpack nodes: out of memory\n");
         return 1;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        kvp_progress("stat", i, n);
-        pr[i].status = probe(m[i].addr, (uint32_t)timeout, &pr[i].st);
+    s = (n > 0) ? probe_all(m, n, (uint32_t)timeout, pr) : KVP_OK;
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack nodes: %s (%s)\n", kvp_status_str(s), kvp_status_name(s));
+        kvp_free(pr);
+        kvp_free(m);
+        return 1;
     }
-    kvp_progress_done();
     if (json) {
         print_json(etcd, prefix, m, pr, n);
     } else {

@@ -33,6 +33,7 @@ tmp = tempfile.mkdtemp(prefix="kvp_etcd_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = []
 nodes = {}  # k -> (Popen, addr)
+starts = []  # k of every kvpackd started
 TTL = 2
 
 
@@ -80,20 +81,18 @@ def start_etcd():
 
 def start_node(k, port=0):
     """kvpackd k registered in etcd (TTL 2 s), data in tmp/nK; returns its address."""
-    ready = os.path.join(tmp, f"ready{k}")
-    if os.path.exists(ready):
-        os.unlink(ready)
+    starts.append(k)
+    ready = os.path.join(tmp, f"ready{len(starts)}")  # a new file per start: never a stale one
     proc = subprocess.Popen(
         [kvpackd, "--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
          "--durability", "write-through", "--dram-budget", "32M", "--ready-file", ready,
          "--etcd", URL, "--etcd-ttl", str(TTL)], stdout=subprocess.DEVNULL, env=env)
-    for _ in range(1500):
-        if os.path.exists(ready) and open(ready).read().strip():
-            addr = "127.0.0.1:" + open(ready).read().strip()
-            nodes[k] = (proc, addr)
-            return addr
-        if proc.poll() is not None:
-            break
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        port = open(ready).read().strip() if os.path.exists(ready) else ""
+        if port:  # written once the node listens and is registered
+            nodes[k] = (proc, f"127.0.0.1:{port}")
+            return nodes[k][1]
         time.sleep(0.02)
     sys.exit(f"kvpackd {k} did not start")
 
