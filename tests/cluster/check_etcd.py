@@ -4,7 +4,8 @@
 every session as the same put with the static --node list does, and get --etcd is bit-exact;
 SIGTERM a node: gone from `kvpack nodes` at once (lease revoked), restarted: back; SIGKILL another:
 still listed (down) until its TTL runs out, then gone, and get --etcd serves every session from a
-surviving replica; restarted: listed again. A garbage entry under the prefix is skipped with a
+surviving replica; restarted: listed again. etcd killed while serving: the nodes keep serving,
+/metrics says kvpack_etcd_registered 0, and 1 again (listed) once etcd is back. A garbage entry under the prefix is skipped with a
 warning; a lease revoked behind a node's back is granted again and the key put again;
 kvpackd with an unreachable --etcd exits 1 with a clear message; put --etcd with
 etcd down exits 1; --node with --etcd is refused (2). Exit 77 when the etcd binary is absent.
@@ -34,6 +35,7 @@ env = dict(os.environ, KVP_PROGRESS="0")
 fails = []
 nodes = {}  # k -> (Popen, addr)
 starts = []  # k of every kvpackd started
+http = {}  # k -> its --http-ready-file
 TTL = 2
 
 
@@ -56,8 +58,7 @@ def gateway(path, body):
         return json.loads(r.read())
 
 
-def start_etcd():
-    cport, pport = free_port(), free_port()
+def start_etcd(cport, pport):
     url = f"http://127.0.0.1:{cport}"
     peer = f"http://127.0.0.1:{pport}"
     proc = subprocess.Popen(
@@ -83,10 +84,12 @@ def start_node(k, port=0):
     """kvpackd k registered in etcd (TTL 2 s), data in tmp/nK; returns its address."""
     starts.append(k)
     ready = os.path.join(tmp, f"ready{len(starts)}")  # a new file per start: never a stale one
+    http[k] = os.path.join(tmp, f"http{len(starts)}")
     proc = subprocess.Popen(
         [kvpackd, "--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
          "--durability", "write-through", "--dram-budget", "32M", "--ready-file", ready,
-         "--etcd", URL, "--etcd-ttl", str(TTL)], stdout=subprocess.DEVNULL, env=env)
+         "--etcd", URL, "--etcd-ttl", str(TTL), "--http", "127.0.0.1:0", "--http-ready-file",
+         http[k]], stdout=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline:
         port = open(ready).read().strip() if os.path.exists(ready) else ""
@@ -95,6 +98,16 @@ def start_node(k, port=0):
             return nodes[k][1]
         time.sleep(0.02)
     sys.exit(f"kvpackd {k} did not start")
+
+
+def registered(k):
+    """kvpack_etcd_registered from node k's /metrics."""
+    url = f"http://127.0.0.1:{open(http[k]).read().strip()}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("kvpack_etcd_registered "):
+                return int(line.split()[1])
+    return None
 
 
 def stop_node(k, sig):
@@ -125,13 +138,20 @@ def kvd(path, L, T, H, D):
 
 etcd = None
 try:
-    etcd, URL = start_etcd()
+    ports = (free_port(), free_port())
+    etcd, URL = start_etcd(*ports)
     addrs = [start_node(k) for k in range(3)]
     listed = members()
     check(sorted(listed) == sorted(addrs) and all(m["up"] for m in listed.values()),
           f"kvpack nodes lists {listed}, want {addrs} all up")
     check(all(listed[a]["data_dir"].endswith(f"n{k}") and listed[a]["pid"] == nodes[k][0].pid
               for k, a in enumerate(addrs) if a in listed), f"member values: {listed}")
+
+    rc, out, _ = run("nodes", "--etcd", URL)
+    check(rc == 0 and "3 nodes registered" in out and all(a in out for a in addrs) and
+          out.count(" ok ") == 3, f"kvpack nodes text: {rc} {out!r}")
+    check(run("nodes", "--help")[0] == 0 and run("nodes", "--etcd", URL, "--bogus")[0] == 2,
+          "kvpack nodes --help / unknown option")
 
     original = kvd(os.path.join(tmp, "a.kvd"), 2, 200, 2, 64)
     static = ",".join(reversed(addrs))
@@ -230,6 +250,23 @@ try:
     rc, _, err = run("get", "--etcd", URL, "--etcd-prefix", "/nobody/", "--session", "e0",
                      "--out", os.path.join(tmp, "n.kvd"))
     check(rc == 1 and "no kvpack node registered" in err, f"get, empty prefix: {rc} {err!r}")
+
+    # etcd lost while serving: every node keeps serving and says so in /metrics; etcd back on its
+    # data dir: they are registered again
+    check(all(registered(k) == 1 for k in nodes), "kvpack_etcd_registered is not 1")
+    etcd.kill()
+    etcd.wait()
+    etcd = None
+    time.sleep(TTL + 1)  # a keepalive or two fail meanwhile
+    check(all(run("ls", "--node", nodes[k][1])[0] == 0 for k in nodes), "a node stopped serving")
+    check(all(registered(k) == 0 for k in nodes), "kvpack_etcd_registered is not 0, etcd down")
+    etcd, _ = start_etcd(*ports)
+    for _ in range(int((TTL + 8) / 0.25)):
+        if all(registered(k) == 1 for k in nodes):
+            break
+        time.sleep(0.25)
+    check(all(registered(k) == 1 for k in nodes) and sorted(members()) == sorted(addrs),
+          "nodes not registered again after etcd came back")
 finally:
     for proc, _ in nodes.values():
         proc.kill()
