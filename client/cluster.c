@@ -2,13 +2,16 @@
  * per node, created on first use; sessions routed by rendezvous rank (kvp_placement_rank). put
  * walks the rank order until r nodes took the session; get until one has it; delete tries every
  * node; list merges all nodes' lists. Each call records what every node it tried answered.
+ * kvp_cluster_peers_etcd reads the peer list from etcd instead.
  * Main flow: kvp_cluster_put_session -> node_open -> put_one (pages chunk by chunk, record). */
 #include "kvpack/cluster.h"
 #include "kvpack/alloc.h"
+#include "kvpack/etcd.h"
 #include "kvpack/log.h"
 #include "kvpack/placement.h"
 #include "kvpack/xfer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -468,4 +471,48 @@ kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_sta
     kvp_status_t s = kvp_cluster_client(cluster, node, &cl);
 
     return s == KVP_OK ? kvp_client_stat(cl, stat_p) : s;
+}
+
+kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char **peers_p,
+                                    uint32_t *n_p)
+{
+    kvp_etcd_h         e;
+    kvp_etcd_member_t *m = NULL;
+    uint32_t           n = 0;
+    size_t             len = 0;
+    char              *peers;
+    kvp_status_t       s;
+
+    prefix = prefix ? prefix : KVP_ETCD_DEFAULT_PREFIX;
+    s      = kvp_etcd_create(etcd, 0, &e);
+    if (s == KVP_OK) {
+        s = kvp_etcd_members(e, prefix, &m, &n);
+        if (s != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "cannot list %s at etcd %s: %s", prefix, etcd, kvp_status_str(s));
+        }
+        kvp_etcd_destroy(e);
+    }
+    if (s == KVP_OK && (n == 0 || n > KVP_CLUSTER_MAX_NODES)) {
+        KVP_LOG_ERROR(MOD, "%u kvpack nodes registered under %s at etcd %s (want 1..%u)", n,
+                      prefix, etcd, KVP_CLUSTER_MAX_NODES);
+        s = n ? KVP_ERR_INVALID : KVP_ERR_NOT_FOUND;
+    }
+    if (s != KVP_OK) {
+        kvp_free(m);
+        return s;
+    }
+    peers = kvp_malloc((size_t)n * KVP_ETCD_ADDR_MAX, "cluster.peers");
+    if (peers == NULL) {
+        kvp_free(m);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        len += (size_t)sprintf(peers + len, "%s%s", i ? "," : "", m[i].addr);
+    }
+    kvp_free(m);
+    *peers_p = peers;
+    if (n_p != NULL) {
+        *n_p = n;
+    }
+    return KVP_OK;
 }

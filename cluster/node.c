@@ -7,6 +7,8 @@
  * Main flow: kvp_node_run -> kvp_xfer_wait -> node_recv -> handle_<op> -> reply_send. */
 #include "kvpack/node.h"
 #include "http.h"
+#include "node_etcd.h"
+#include "kvpack/etcd.h"
 #include "node_obs.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -435,6 +437,31 @@ static kvp_status_t http_start(const kvp_node_params_t *params, kvp_node_obs_t *
     return s;
 }
 
+/* --etcd: register host:bound (or --advertise) under the prefix; *reg_p stays NULL without it. */
+static kvp_status_t etcd_start(const kvp_node_params_t *params, const char *host, uint16_t bound,
+                               kvp_node_obs_t *obs, kvp_node_etcd_h *reg_p)
+{
+    char adv[300];
+
+    *reg_p = NULL;
+    if (!(params->field_mask & KVP_NODE_PARAM_ETCD) || params->etcd == NULL) {
+        return KVP_OK;
+    }
+    if (params->advertise != NULL) {
+        snprintf(adv, sizeof(adv), "%s", params->advertise);
+    } else if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) {
+        KVP_LOG_ERROR(MOD, "listening on %s: --etcd needs --advertise HOST:PORT", host);
+        return KVP_ERR_INVALID;
+    } else {
+        snprintf(adv, sizeof(adv), "%s:%u", host, bound);
+    }
+    atomic_store(&obs->etcd_registered, 0);
+    return kvp_node_etcd_start(params->etcd,
+                               params->etcd_prefix ? params->etcd_prefix : KVP_ETCD_DEFAULT_PREFIX,
+                               adv, params->etcd_ttl_s ? params->etcd_ttl_s : 10u,
+                               params->data_dir, &obs->etcd_registered, reg_p);
+}
+
 /* ---- API ---- */
 
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop)
@@ -444,6 +471,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_xfer_params_t  xp;
     node_t             n;
     kvp_http_h         http;
+    kvp_node_etcd_h    reg = NULL;
     const char        *host = (fm & KVP_NODE_PARAM_HOST) ? params->host : "127.0.0.1";
     uint16_t           port = (fm & KVP_NODE_PARAM_PORT) ? params->port : 0;
     uint16_t           bound;
@@ -508,6 +536,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     printf("kvpackd listening on %s:%u\n", host, bound);
     fflush(stdout);
     KVP_LOG_INFO(MOD, "serving %s on %s:%u", sp.db_path ? sp.db_path : "(dram only)", host, bound);
+    s = etcd_start(params, host, bound, &n.obs, &reg); /* not serving unregistered */
+    if (s != KVP_OK) {
+        goto err_xfer;
+    }
     kvp_node_obs_set_state(&n.obs, KVP_NODE_SERVING); /* before the ready file: it implies ok */
     if ((fm & KVP_NODE_PARAM_READY_FILE) && params->ready_file != NULL) {
         s = write_ready_file(params->ready_file, bound);
@@ -522,6 +554,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     s = KVP_OK;
 err_xfer:
     kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
+    kvp_node_etcd_stop(reg); /* revoke first: clients stop picking this node at once */
     kvp_xfer_destroy(n.x);
 err_store:
     kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */

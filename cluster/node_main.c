@@ -1,6 +1,6 @@
 /* node_main.c - the node command line shared by kvpackd and `kvpack serve`: options (including
- * --http for /health and /metrics), signal handling for a clean shutdown on SIGTERM/SIGINT, then
- * kvp_node_run. */
+ * --http for /health and /metrics, --etcd registration), signal handling for a clean shutdown on
+ * SIGTERM/SIGINT, then kvp_node_run. */
 #include "kvpack/node.h"
 #include "kvpack/log.h"
 
@@ -33,6 +33,13 @@ static void usage(const char *prog, FILE *out)
             "  --http HOST:PORT        serve GET /health and /metrics (Prometheus text) over\n"
             "                          HTTP on HOST:PORT (port 0 picks a free port; default off)\n"
             "  --http-ready-file FILE  write the bound HTTP port to FILE once listening\n"
+"  --etcd URL[,URL]        register in etcd (v3 HTTP gateway, e.g. http://127.0.0.1:2379)\n"
+            "                          once listening: key PREFIX<advertise> under a lease kept\n"
+            "                          alive every TTL/3, revoked on SIGTERM; unreachable: exit 1\n"
+            "  --etcd-prefix P         key prefix (default /kvpack/nodes/)\n"
+            "  --etcd-ttl S            lease TTL in seconds, 2..3600 (default 10)\n"
+            "  --advertise HOST:PORT   address registered in etcd (default: the listen host and\n"
+            "                          the bound port; required when listening on 0.0.0.0)\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
             "  -h, --help              this text\n",
@@ -89,7 +96,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
     kvp_node_params_t        p;
     struct sigaction         sa;
-    char                     host[256] = "127.0.0.1", http_host[256];
+    char                     host[256] = "127.0.0.1", http_host[256], adv_host[256];
+    uint16_t                 adv_port;
     const char              *v;
     int                      missing = 0;
 
@@ -115,6 +123,26 @@ int kvp_node_main(const char *prog, int argc, char **argv)
         } else if ((v = opt(argc, argv, &i, "--http-ready-file", &missing)) != NULL) {
             p.field_mask     |= KVP_NODE_PARAM_HTTP_READY_FILE;
             p.http_ready_file = v;
+        } else if ((v = opt(argc, argv, &i, "--etcd", &missing)) != NULL) {
+            p.field_mask |= KVP_NODE_PARAM_ETCD;
+            p.etcd        = v;
+        } else if ((v = opt(argc, argv, &i, "--etcd-prefix", &missing)) != NULL) {
+            p.etcd_prefix = v;
+        } else if ((v = opt(argc, argv, &i, "--advertise", &missing)) != NULL) {
+            if (kvp_xfer_parse_addr(v, adv_host, sizeof(adv_host), &adv_port) != KVP_OK ||
+                adv_port == 0) {
+                fprintf(stderr, "%s: --advertise wants HOST:PORT, got '%s'\n", prog, v);
+                return 2;
+            }
+            p.advertise = v;
+        } else if ((v = opt(argc, argv, &i, "--etcd-ttl", &missing)) != NULL) {
+            char *end;
+
+            p.etcd_ttl_s = (uint32_t)strtoul(v, &end, 10);
+            if (*end != '\0' || p.etcd_ttl_s < 2 || p.etcd_ttl_s > 3600) {
+                fprintf(stderr, "%s: --etcd-ttl wants seconds in 2..3600, got '%s'\n", prog, v);
+                return 2;
+            }
         } else if ((v = opt(argc, argv, &i, "--data-dir", &missing)) != NULL) {
             p.field_mask |= KVP_NODE_PARAM_DATA_DIR;
             p.data_dir    = v;
@@ -171,6 +199,15 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     }
     if ((p.field_mask & KVP_NODE_PARAM_HTTP_READY_FILE) && !(p.field_mask & KVP_NODE_PARAM_HTTP)) {
         fprintf(stderr, "%s: --http-ready-file needs --http HOST:PORT\n", prog);
+        return 2;
+    }
+    if ((p.etcd_prefix || p.advertise || p.etcd_ttl_s) && !(p.field_mask & KVP_NODE_PARAM_ETCD)) {
+        fprintf(stderr, "%s: --etcd-prefix, --etcd-ttl and --advertise need --etcd URL\n", prog);
+        return 2;
+    }
+    if ((p.field_mask & KVP_NODE_PARAM_ETCD) && p.advertise == NULL &&
+        (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)) {
+        fprintf(stderr, "%s: listening on %s, --etcd needs --advertise HOST:PORT\n", prog, host);
         return 2;
     }
     memset(&sa, 0, sizeof(sa));

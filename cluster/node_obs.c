@@ -111,6 +111,12 @@ static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
     family(r, "kvpack_uptime_seconds", "gauge", "Seconds since the node started");
     kvp_http_reply_printf(r, "kvpack_uptime_seconds %.3f\n",
                           (double)(kvp_time_ns() - obs->start_ns) / 1e9);
+    if (atomic_load(&obs->etcd_registered) >= 0) {
+        family(r, "kvpack_etcd_registered", "gauge",
+               "1 while this node's key and lease are alive in etcd (--etcd)");
+        kvp_http_reply_printf(r, "kvpack_etcd_registered %d\n",
+                              atomic_load(&obs->etcd_registered));
+    }
 }
 
 static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
@@ -176,6 +182,7 @@ void kvp_node_obs_init(kvp_node_obs_t *obs)
 {
     memset(obs, 0, sizeof(*obs));
     atomic_init(&obs->state, KVP_NODE_STARTING);
+    atomic_init(&obs->etcd_registered, -1);
     obs->start_ns = kvp_time_ns();
     pthread_mutex_init(&obs->store_mu, NULL);
 }

@@ -34,6 +34,7 @@ typedef struct {
     atomic_uint_fast64_t req_bytes[KVP_NODE_OBS_OPS];              /* header + data received */
     atomic_uint_fast64_t rep_bytes[KVP_NODE_OBS_OPS];              /* header + data sent */
     atomic_uint_fast64_t busy_ns[KVP_NODE_OBS_OPS];                /* time in the handler */
+    atomic_int       etcd_registered; /* -1: no --etcd; else 1 while the etcd key is alive */
 } kvp_node_obs_t;
 
 void kvp_node_obs_init(kvp_node_obs_t *obs);

@@ -28,6 +28,7 @@ int kvp_cmd_rm(int argc, char **argv);
 int kvp_cmd_repair(int argc, char **argv);
 int kvp_cmd_loadtest(int argc, char **argv);
 int kvp_cmd_plan(int argc, char **argv);
+int kvp_cmd_nodes(int argc, char **argv);
 
 /* ---- option helpers: "--name value" or "--name=value" ---- */
 /* If argv[*i] is --name, store its value (advancing *i) and return true. Missing value: exits 2. */
@@ -65,16 +66,26 @@ typedef struct {
     uint64_t    timeout_ms; /* --timeout-ms; 0 = 10000 */
     uint64_t    replicas;   /* --replicas N; 0 = 1 */
     bool        json;       /* --json */
+    const char *etcd;       /* --etcd URL[,URL...]: the peer list is read from etcd instead */
+    const char *etcd_prefix;/* --etcd-prefix P; NULL = /kvpack/nodes/ */
 } kvp_cli_sess_opts_t;
 
 /* The --node / --replicas lines of put/get/ls/rm --help. */
 #define KVP_CLI_NODES_HELP                                                                    \
     "  --node LIST     HOST:PORT, or a comma-separated static peer list: each session lives\n"  \
     "                  on the first --replicas nodes of its rendezvous rank over the list\n"    \
-    "  --replicas N    copies a put makes (default 1; at most the number of nodes)\n"
+    "  --replicas N    copies a put makes (default 1; at most the number of nodes)\n"      \
+    "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd),\n" \
+    "                  read once when the command starts\n"                                  \
+    "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
 
 /* If argv[*i] is one of the options above, store it (advancing *i) and return true. */
 bool         kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o);
+/* After parsing: --node or --etcd, not both. With --etcd, o->node becomes the live peer list read
+ * from etcd once (kvp_cluster_peers_etcd; static storage, kept for the process). Prints a
+ * one-line error and returns 2 (both given, --etcd-prefix alone) or 1 (etcd unreachable, no node
+ * registered); else 0, o->node still NULL when neither was given. */
+int          kvp_cli_sess_peers(const char *cmd, kvp_cli_sess_opts_t *o);
 /* Open o's node list (nothing is connected yet). Prints a one-line error and returns the exit
  * status (2: --replicas over the number of nodes; 1: a bad list), or 0 with *cl_p set.
  * progress_cb may be NULL. */

@@ -21,7 +21,7 @@ typedef struct {
 static void get_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack get --node LIST --session SID --out FILE.kvd [--ns HEX]\n"
+            "usage: kvpack get (--node LIST | --etcd URL) --session SID --out FILE.kvd [--ns HEX]\n"
             "                  [--model-id ID] [--codec NAME] [--json] [--timeout-ms MS]\n"
             "Fetch a session, decode every page and the fp16 tail, write the KV as .kvd. With\n"
             "several nodes they are tried in the session's rank order; the first that has it\n"
@@ -230,6 +230,7 @@ int kvp_cmd_get(int argc, char **argv)
 {
     get_opts_t  g;
     const char *codec = NULL;
+    int         rc;
 
     memset(&g, 0, sizeof(g));
     if (kvp_opt_help(argc, argv)) {
@@ -244,6 +245,9 @@ int kvp_cmd_get(int argc, char **argv)
             continue;
         }
         return kvp_opt_unknown("get", argv[i]);
+    }
+    if ((rc = kvp_cli_sess_peers("get", &g.o)) != 0) { /* --etcd: the nodes from etcd */
+        return rc;
     }
     if (g.o.node == NULL || g.o.session == NULL || g.out == NULL) {
         get_usage(stderr);

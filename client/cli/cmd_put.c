@@ -33,8 +33,8 @@ typedef struct {
 static void put_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack put --node LIST --session SID --kvd FILE.kvd [--codec NAME]\n"
-            "                  [--page-tokens P] [--model-id ID] [--tokens FILE] [--replicas N]\n"
+            "usage: kvpack put (--node LIST | --etcd URL) --session SID --kvd FILE.kvd\n"
+            "                  [--codec NAME] [--page-tokens P] [--model-id ID] [--tokens FILE] [--replicas N]\n"
             "                  [--json] [--timeout-ms MS]\n"
             "Store a .kvd KV dump as one session: every layer's full chunks of P tokens become\n"
             "codec pages, the last < P tokens the session's fp16 tail. It goes to the first\n"
@@ -339,6 +339,9 @@ int kvp_cmd_put(int argc, char **argv)
             continue;
         }
         return kvp_opt_unknown("put", argv[i]);
+    }
+    if ((rc = kvp_cli_sess_peers("put", &p.o)) != 0) { /* --etcd: the nodes from etcd */
+        return rc;
     }
     if (p.o.node == NULL || p.o.session == NULL || p.kvd == NULL || p.o.ns_hex != NULL) {
         put_usage(stderr);

@@ -1,9 +1,12 @@
 /* cmd_session.c - "kvpack ls" (the sessions the nodes hold, DRAM and disk, listed page by page)
  * and "kvpack rm" (delete one session), plus what put/get/ls/rm share: their common options,
  * opening the node list (kvpack/cluster.h), per-node error lines, and finding the namespace of a
- * session id when --ns is not given. With one --node everything prints as for a single node. */
+ * session id when --ns is not given, and --etcd in place of --node (the peer list read from etcd).
+ * With one --node everything prints as for a single node. */
 #include "cli.h"
 
+#include "kvpack/alloc.h"
+#include "kvpack/etcd.h"
 #include "kvpack/log.h"
 
 #include <stdlib.h>
@@ -17,7 +20,9 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o)
         kvp_opt_str(argc, argv, i, "--session", &o->session) ||
         kvp_opt_str(argc, argv, i, "--ns", &o->ns_hex) ||
         kvp_opt_u64(argc, argv, i, "--timeout-ms", &o->timeout_ms) ||
-        kvp_opt_u64(argc, argv, i, "--replicas", &o->replicas)) {
+        kvp_opt_u64(argc, argv, i, "--replicas", &o->replicas) ||
+        kvp_opt_str(argc, argv, i, "--etcd", &o->etcd) ||
+        kvp_opt_str(argc, argv, i, "--etcd-prefix", &o->etcd_prefix)) {
         return true;
     }
     if (kvp_opt_flag(argv, *i, "--json")) {
@@ -25,6 +30,36 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o)
         return true;
     }
     return false;
+}
+
+int kvp_cli_sess_peers(const char *cmd, kvp_cli_sess_opts_t *o)
+{
+    static char  peers[KVP_CLUSTER_MAX_NODES * KVP_ETCD_ADDR_MAX];
+    char        *got;
+    kvp_status_t s;
+
+    if (o->etcd == NULL) {
+        if (o->etcd_prefix != NULL) {
+            fprintf(stderr, "kvpack %s: --etcd-prefix needs --etcd URL\n", cmd);
+            return 2;
+        }
+        return 0;
+    }
+    if (o->node != NULL) {
+        fprintf(stderr, "kvpack %s: give --node LIST or --etcd URL, not both\n", cmd);
+        return 2;
+    }
+    s = kvp_cluster_peers_etcd(o->etcd, o->etcd_prefix, &got, NULL);
+    if (s != KVP_OK) {
+        fprintf(stderr, "kvpack %s: etcd %s: %s: %s (%s)\n", cmd, o->etcd,
+                s == KVP_ERR_NOT_FOUND ? "no kvpack node registered" : "cannot read the members",
+                kvp_status_str(s), kvp_status_name(s));
+        return 1;
+    }
+    snprintf(peers, sizeof(peers), "%s", got);
+    kvp_free(got);
+    o->node = peers;
+    return 0;
 }
 
 int kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, const char *what,
@@ -109,6 +144,9 @@ void kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns)
 
     kvp_json_begin(j, stdout);
     kvp_json_str(j, "node", o->node);
+    if (o->etcd != NULL) {
+        kvp_json_str(j, "etcd", o->etcd);
+    }
     if (o->session != NULL) {
         kvp_json_str(j, "session", o->session);
     }
@@ -197,7 +235,8 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
 static void ls_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack ls --node LIST [--json] [--page N] [--max N] [--timeout-ms MS]\n"
+            "usage: kvpack ls (--node LIST | --etcd URL) [--json] [--page N] [--max N]\n"
+            "                [--timeout-ms MS]\n"
             "List the sessions the nodes hold, in DRAM and on disk: namespace (hex), session id,\n"
             "tokens (chunks x P + tail), layers, codec, where it lives and its bytes. With several\n"
             "nodes: the union (each session once, the first listed node's entry) and the nodes\n"
@@ -309,6 +348,9 @@ int kvp_cmd_ls(int argc, char **argv)
         }
         return kvp_opt_unknown("ls", argv[i]);
     }
+    if ((rc = kvp_cli_sess_peers("ls", &o)) != 0) { /* --etcd: the nodes from etcd */
+        return rc;
+    }
     if (o.node == NULL || o.session != NULL || o.ns_hex != NULL || page > 4096 ||
         max > UINT32_MAX) {
         ls_usage(stderr);
@@ -337,8 +379,8 @@ int kvp_cmd_ls(int argc, char **argv)
 static void rm_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack rm --node LIST --session SID [--ns HEX] [--replicas N] [--json]\n"
-            "                 [--timeout-ms MS]\n"
+            "usage: kvpack rm (--node LIST | --etcd URL) --session SID [--ns HEX] [--replicas N]\n"
+            "                 [--json] [--timeout-ms MS]\n"
             "Delete a session from every node that holds it, in DRAM and on disk (a node restart\n"
             "does not bring it back). Pages other sessions share stay. Without --ns the session id\n"
             "must name one session on the nodes (kvpack ls shows the namespaces). Unknown session,\n"
@@ -365,6 +407,9 @@ int kvp_cmd_rm(int argc, char **argv)
         if (!kvp_cli_sess_opt(argc, argv, &i, &o)) {
             return kvp_opt_unknown("rm", argv[i]);
         }
+    }
+    if ((rc = kvp_cli_sess_peers("rm", &o)) != 0) { /* --etcd: the nodes from etcd */
+        return rc;
     }
     if (o.node == NULL || o.session == NULL) {
         rm_usage(stderr);

@@ -3,7 +3,8 @@
  * r. One kvp_client per node, connected on first use; the client routes directly, no master.
  * With one peer every call is the single-node kvp_client call (same requests, same statuses).
  * A node that failed with a peer/link status or a timeout is skipped by this handle for 5 s.
- * Thread-safety: one handle per thread. */
+ * The peer list can also come from etcd (kvp_cluster_peers_etcd). Thread-safety: one handle per
+ * thread. */
 #ifndef KVPACK_CLUSTER_H
 #define KVPACK_CLUSTER_H
 
@@ -118,6 +119,15 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
                                        kvp_cluster_list_t **out_p, kvp_cluster_report_t *report);
 void         kvp_cluster_list_free(kvp_cluster_list_t *list); /* NULL is a no-op */
 kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p);
+
+/* Membership from etcd in place of a static list (DESIGN.md §8): the nodes registered under
+ * prefix (NULL: "/kvpack/nodes/", kvpackd --etcd) at etcd "URL[,URL...]", read once, sorted by
+ * address, as "HOST:PORT,HOST:PORT..." for kvp_cluster_params_t.peers (*peers_p: kvp_free it).
+ * A malformed entry under the prefix is skipped with a warning (kvpack/etcd.h). etcd
+ * unreachable: KVP_ERR_PEER_UNREACHABLE / KVP_ERR_TIMEOUT; nobody registered: KVP_ERR_NOT_FOUND;
+ * more than KVP_CLUSTER_MAX_NODES: KVP_ERR_INVALID. Each logged. n_p may be NULL. */
+kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char **peers_p,
+                                    uint32_t *n_p);
 
 /* True for the statuses a dead, partitioned or silent node gives: ERR_TIMEOUT, ERR_CANCELED,
  * ERR_PEER_UNREACHABLE, ERR_PEER_GONE (not ERR_PROTOCOL: that node answered). */

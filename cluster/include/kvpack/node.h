@@ -26,6 +26,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_MAX_MSG     = KVP_BIT(6),
     KVP_NODE_PARAM_HTTP        = KVP_BIT(7), /* http_host + http_port */
     KVP_NODE_PARAM_HTTP_READY_FILE = KVP_BIT(8),
+    KVP_NODE_PARAM_ETCD        = KVP_BIT(9), /* etcd + etcd_prefix + advertise + etcd_ttl_s */
 };
 
 typedef struct kvp_node_params {
@@ -40,12 +41,18 @@ typedef struct kvp_node_params {
     const char      *http_host;     /* with KVP_NODE_PARAM_HTTP: serve /health and /metrics here */
     uint16_t         http_port;     /* 0 = pick a free port */
     const char      *http_ready_file; /* the bound HTTP port is written here once listening */
+    const char      *etcd;          /* with KVP_NODE_PARAM_ETCD: "URL[,URL...]" to register in */
+    const char      *etcd_prefix;   /* NULL: KVP_ETCD_DEFAULT_PREFIX */
+    const char      *advertise;     /* HOST:PORT clients use; NULL: host and the bound port */
+    uint32_t         etcd_ttl_s;    /* lease TTL; 0: 10 */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on
  * stdout and writes the port to ready_file once listening. With KVP_NODE_PARAM_HTTP an HTTP
  * thread answers GET /health (200 "ok" while serving, 503 while starting or shutting down) and
- * GET /metrics (Prometheus text) from before the store opens until after it is closed. */
+ * GET /metrics (Prometheus text) from before the store opens until after it is closed.
+ * With KVP_NODE_PARAM_ETCD the node registers in etcd once listening (KVP_ERR_* and no serving
+ * when it cannot), keeps its lease alive while it serves and revokes it on the way out. */
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop);
 
 /* The node command line (kvpackd and `kvpack serve`): parses options, installs SIGTERM/SIGINT

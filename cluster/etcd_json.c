@@ -1,0 +1,302 @@
+/* etcd_json.c - the etcd v3 gateway's JSON as kvpack reads and writes it (kvpack/etcd.h): base64
+ * keys and values, int64 fields sent as strings, {"error","code"} bodies, the lease and range
+ * replies, and a member's registration value. Pure functions over buffers (jansson), so
+ * tests/cluster/test_etcd_json.c checks them on canned bodies without an etcd. */
+#include "kvpack/etcd.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MOD "etcd"
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* ---- base64 ---- */
+
+size_t kvp_etcd_b64_encode(const void *in, size_t len, char *out)
+{
+    const uint8_t *p = in;
+    size_t         o = 0;
+
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+
+        v |= (i + 1 < len) ? (uint32_t)p[i + 1] << 8 : 0;
+        v |= (i + 2 < len) ? (uint32_t)p[i + 2] : 0;
+        out[o++] = b64_alphabet[(v >> 18) & 63];
+        out[o++] = b64_alphabet[(v >> 12) & 63];
+        out[o++] = (i + 1 < len) ? b64_alphabet[(v >> 6) & 63] : '=';
+        out[o++] = (i + 2 < len) ? b64_alphabet[v & 63] : '=';
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static int b64_value(char c)
+{
+    const char *at = (c != '\0') ? strchr(b64_alphabet, c) : NULL;
+
+    return at ? (int)(at - b64_alphabet) : -1;
+}
+
+kvp_status_t kvp_etcd_b64_decode(const char *in, size_t len, void *out, size_t *out_len_p)
+{
+    uint8_t *o = out;
+    size_t   n = 0;
+
+    if (len % 4 != 0) {
+        return KVP_ERR_PROTOCOL;
+    }
+    for (size_t i = 0; i < len; i += 4) {
+        int  v[4];
+        bool last = i + 4 == len;
+        int  pad  = 0;
+
+        for (int k = 0; k < 4; k++) {
+            if (in[i + k] == '=' && last && k >= 2) {
+                v[k] = 0;
+                pad++;
+            } else if (pad > 0 || (v[k] = b64_value(in[i + k])) < 0) {
+                return KVP_ERR_PROTOCOL; /* a bad character, or data after padding */
+            }
+        }
+        o[n++] = (uint8_t)((v[0] << 2) | (v[1] >> 4));
+        if (pad < 2) {
+            o[n++] = (uint8_t)((v[1] << 4) | (v[2] >> 2));
+        }
+        if (pad < 1) {
+            o[n++] = (uint8_t)((v[2] << 6) | v[3]);
+        }
+    }
+    *out_len_p = n;
+    return KVP_OK;
+}
+
+/* ---- gateway replies ---- */
+
+static json_t *body_load(const char *body, size_t len)
+{
+    json_error_t err;
+    json_t      *root = json_loadb(body, len, 0, &err);
+
+    if (root == NULL || !json_is_object(root)) {
+        KVP_LOG_WARN(MOD, "reply is not a JSON object: %s", root ? "other JSON" : err.text);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* An int64 field: a JSON string of digits (the gateway's way) or a number; absent is 0. */
+static kvp_status_t field_i64(const json_t *obj, const char *key, int64_t *v_p)
+{
+    const json_t *f = json_object_get(obj, key);
+    char         *end;
+
+    *v_p = 0;
+    if (f == NULL) {
+        return KVP_OK;
+    }
+    if (json_is_integer(f)) {
+        *v_p = (int64_t)json_integer_value(f);
+        return KVP_OK;
+    }
+    if (!json_is_string(f) || json_string_length(f) == 0) {
+        return KVP_ERR_PROTOCOL;
+    }
+    *v_p = (int64_t)strtoll(json_string_value(f), &end, 10);
+    return *end == '\0' ? KVP_OK : KVP_ERR_PROTOCOL;
+}
+
+kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_t cap)
+{
+    json_t      *root = body_load(body, len);
+    json_t      *err;
+    int64_t      code = 0;
+    kvp_status_t s    = KVP_OK;
+
+    if (root == NULL) {
+        snprintf(msg, cap, "reply is not JSON");
+        return KVP_ERR_PROTOCOL;
+    }
+    err = json_object_get(root, "error");
+    if (err != NULL) {
+        snprintf(msg, cap, "%s", json_is_string(err) ? json_string_value(err) : "error");
+        field_i64(root, "code", &code);
+        s = code == 5 ? KVP_ERR_NOT_FOUND : code == 3 ? KVP_ERR_INVALID : KVP_ERR_IO;
+    }
+    json_decref(root);
+    return s;
+}
+
+kvp_status_t kvp_etcd_parse_lease(const char *body, size_t len, int64_t *lease_p, int64_t *ttl_p)
+{
+    json_t      *root = body_load(body, len);
+    json_t      *r;
+    int64_t      id, ttl;
+    kvp_status_t s;
+
+    if (root == NULL) {
+        return KVP_ERR_PROTOCOL;
+    }
+    r = json_object_get(root, "result"); /* keepalive is a stream: each reply is a "result" */
+    r = json_is_object(r) ? r : root;
+    s = field_i64(r, "ID", &id);
+    if (s == KVP_OK) {
+        s = field_i64(r, "TTL", &ttl);
+    }
+    if (s == KVP_OK && id == 0) {
+        s = KVP_ERR_PROTOCOL;
+    }
+    json_decref(root);
+    if (s == KVP_OK) {
+        *lease_p = id;
+        *ttl_p   = ttl;
+    }
+    return s;
+}
+
+void kvp_etcd_kvs_free(kvp_etcd_kvs_t *kvs)
+{
+    if (kvs == NULL) {
+        return;
+    }
+    for (uint32_t i = 0; i < kvs->n; i++) {
+        kvp_free(kvs->kv[i].key);
+        kvp_free(kvs->kv[i].value);
+    }
+    kvp_free(kvs->kv);
+    kvp_free(kvs);
+}
+
+/* A base64 string field into a new NUL-terminated buffer. */
+static kvp_status_t field_b64(const json_t *obj, const char *key, char **out_p, size_t *len_p)
+{
+    const json_t *f = json_object_get(obj, key);
+    size_t        elen, n;
+    char         *buf;
+
+    if (f == NULL) { /* proto3 JSON leaves out empty fields */
+        *out_p = kvp_strdup("", "etcd.b64");
+        *len_p = 0;
+        return *out_p ? KVP_OK : KVP_ERR_NO_MEMORY;
+    }
+    if (!json_is_string(f)) {
+        return KVP_ERR_PROTOCOL;
+    }
+    elen = json_string_length(f);
+    buf  = kvp_malloc(elen / 4 * 3 + 1, "etcd.b64");
+    if (buf == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    if (kvp_etcd_b64_decode(json_string_value(f), elen, buf, &n) != KVP_OK) {
+        kvp_free(buf);
+        return KVP_ERR_PROTOCOL;
+    }
+    buf[n] = '\0';
+    *out_p = buf;
+    *len_p = n;
+    return KVP_OK;
+}
+
+kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t **kvs_p)
+{
+    json_t         *root = body_load(body, len);
+    json_t         *arr;
+    kvp_etcd_kvs_t *kvs;
+    kvp_status_t    s = KVP_OK;
+
+    if (root == NULL) {
+        return KVP_ERR_PROTOCOL;
+    }
+    arr = json_object_get(root, "kvs");
+    kvs = kvp_calloc(1, sizeof(*kvs), "etcd.kvs");
+    if (kvs == NULL || (arr != NULL && !json_is_array(arr))) {
+        s = kvs ? KVP_ERR_PROTOCOL : KVP_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (arr != NULL && json_array_size(arr) > 0) {
+        kvs->kv = kvp_calloc(json_array_size(arr), sizeof(*kvs->kv), "etcd.kvs");
+        if (kvs->kv == NULL) {
+            s = KVP_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
+    for (size_t i = 0; arr != NULL && i < json_array_size(arr) && s == KVP_OK; i++) {
+        const json_t  *e = json_array_get(arr, i);
+        kvp_etcd_kv_t *kv = &kvs->kv[kvs->n];
+        size_t         klen;
+
+        if (!json_is_object(e)) {
+            s = KVP_ERR_PROTOCOL;
+            break;
+        }
+        s = field_b64(e, "key", &kv->key, &klen);
+        if (s == KVP_OK) {
+            kvs->n++; /* owns key from here, freed with the list */
+            s = field_b64(e, "value", &kv->value, &kv->value_len);
+        }
+        if (s == KVP_OK) {
+            s = field_i64(e, "lease", &kv->lease);
+        }
+    }
+out:
+    json_decref(root);
+    if (s != KVP_OK) {
+        kvp_etcd_kvs_free(kvs);
+        return s;
+    }
+    *kvs_p = kvs;
+    return KVP_OK;
+}
+
+/* ---- a member's value ---- */
+
+kvp_status_t kvp_etcd_member_json(const kvp_etcd_member_t *m, char *buf, size_t cap)
+{
+    json_t *o = json_pack("{s:s, s:I, s:I, s:s}", "addr", m->addr, "pid", (json_int_t)m->pid,
+                          "since", (json_int_t)m->since, "data_dir", m->data_dir);
+    char   *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    size_t  len = txt ? strlen(txt) : 0;
+
+    json_decref(o);
+    if (txt == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    if (len + 1 > cap) {
+        free(txt);
+        return KVP_ERR_TOO_LARGE;
+    }
+    memcpy(buf, txt, len + 1);
+    free(txt); /* jansson's allocator */
+    return KVP_OK;
+}
+
+kvp_status_t kvp_etcd_member_parse(const char *addr, const char *value, size_t len,
+                                   kvp_etcd_member_t *m)
+{
+    json_error_t err;
+    json_t      *o = json_loadb(value, len, 0, &err);
+    const char  *a = NULL, *dir = "";
+    json_int_t   pid = 0, since = 0;
+    int          bad;
+
+    bad = o == NULL || json_unpack(o, "{s:s, s?I, s?I, s?s}", "addr", &a, "pid", &pid, "since",
+                                   &since, "data_dir", &dir) != 0;
+    bad = bad || strcmp(a, addr) != 0 || strlen(a) >= sizeof(m->addr) || pid < 0 || since < 0;
+    if (!bad) {
+        memset(m, 0, sizeof(*m));
+        snprintf(m->addr, sizeof(m->addr), "%s", a);
+        snprintf(m->data_dir, sizeof(m->data_dir), "%s", dir);
+        m->pid   = pid;
+        m->since = since;
+    }
+    json_decref(o);
+    return bad ? KVP_ERR_PROTOCOL : KVP_OK;
+}

@@ -1,0 +1,186 @@
+/* node_etcd.c - kvpackd --etcd: the node registers PREFIX<advertise> under a lease and keeps the
+ * lease alive on a background thread (node_etcd.h). The thread owns its own etcd handle; the
+ * start and stop calls use another, so no handle is shared between threads.
+ * Main flow: kvp_node_etcd_start -> reg_put -> keepalive_main (every ttl/3) -> kvp_node_etcd_stop. */
+#include "node_etcd.h"
+#include "kvpack/alloc.h"
+#include "kvpack/etcd.h"
+#include "kvpack/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MOD "etcd"
+
+struct kvp_node_etcd {
+    kvp_etcd_h        etcd;       /* start / stop */
+    kvp_etcd_h        bg;         /* the keepalive thread's */
+    char              key[512];
+    char              value[1024];
+    uint32_t          ttl_s;
+    int64_t           lease;      /* written by start, then by the thread only; read by stop
+                                   * after the join */
+    atomic_int       *registered;
+    atomic_int        dummy;
+    pthread_t         thread;
+    int               thread_started;
+    pthread_mutex_t   mu;
+    pthread_cond_t    cv;
+    int               stop;
+};
+
+/* Grant a lease and put the key under it. */
+static kvp_status_t reg_put(kvp_node_etcd_h r, kvp_etcd_h e)
+{
+    int64_t      lease;
+    kvp_status_t s = kvp_etcd_lease_grant(e, r->ttl_s, &lease);
+
+    if (s == KVP_OK) {
+        s = kvp_etcd_put(e, r->key, r->value, lease);
+        if (s != KVP_OK) {
+            kvp_etcd_lease_revoke(e, lease);
+        }
+    }
+    if (s == KVP_OK) {
+        r->lease = lease;
+    }
+    return s;
+}
+
+static void *keepalive_main(void *arg)
+{
+    kvp_node_etcd_h r = arg;
+    uint64_t        period_ms = r->ttl_s * 1000u / 3u;
+
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        struct timespec until;
+        int64_t         ttl;
+        kvp_status_t    s;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec  += (time_t)(period_ms / 1000u);
+        until.tv_nsec += (long)(period_ms % 1000u) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT) {
+        }
+        if (r->stop) {
+            break;
+        }
+        pthread_mutex_unlock(&r->mu); /* no HTTP under the lock: stop must not wait on it */
+        s = kvp_etcd_lease_keepalive(r->bg, r->lease, &ttl);
+        if (s == KVP_ERR_NOT_FOUND) {
+            KVP_LOG_WARN(MOD, "lease of %s lost (expired while etcd was out of reach?); "
+                         "registering again", r->key);
+            s = reg_put(r, r->bg);
+            if (s == KVP_OK) {
+                KVP_LOG_WARN(MOD, "registered %s again at %s", r->key, kvp_etcd_endpoint(r->bg));
+            }
+        }
+        if (s != KVP_OK) {
+            KVP_LOG_WARN(MOD, "keepalive of %s failed: %s; still serving, retrying in %llu ms",
+                         r->key, kvp_status_str(s), (unsigned long long)period_ms);
+        }
+        atomic_store(r->registered, s == KVP_OK);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ---- API ---- */
+
+kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, const char *advertise,
+                                 uint32_t ttl_s, const char *data_dir, atomic_int *registered,
+                                 kvp_node_etcd_h *reg_p)
+{
+    kvp_node_etcd_h   r = kvp_calloc(1, sizeof(*r), "node.etcd");
+    kvp_etcd_member_t m;
+    uint32_t          tmo = ttl_s * 1000u / 3u;
+    kvp_status_t      s;
+
+    if (r == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    memset(&m, 0, sizeof(m));
+    snprintf(m.addr, sizeof(m.addr), "%s", advertise);
+    snprintf(m.data_dir, sizeof(m.data_dir), "%s", data_dir ? data_dir : "");
+    m.pid        = (int64_t)getpid();
+    m.since      = (int64_t)time(NULL);
+    r->ttl_s     = ttl_s;
+    r->registered = registered ? registered : &r->dummy;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    if ((size_t)snprintf(r->key, sizeof(r->key), "%s%s", prefix, advertise) >= sizeof(r->key)) {
+        KVP_LOG_ERROR(MOD, "etcd key %s%s is too long", prefix, advertise);
+        s = KVP_ERR_INVALID;
+        goto err;
+    }
+    s = kvp_etcd_member_json(&m, r->value, sizeof(r->value));
+    /* an HTTP request must end well within a keepalive period */
+    if (s == KVP_OK) {
+        s = kvp_etcd_create(endpoints, tmo < 1000u ? 1000u : tmo, &r->etcd);
+    }
+    if (s == KVP_OK) {
+        s = kvp_etcd_create(endpoints, tmo < 1000u ? 1000u : tmo, &r->bg);
+    }
+    if (s != KVP_OK) {
+        goto err;
+    }
+    s = reg_put(r, r->etcd);
+    if (s != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "cannot register %s with etcd %s: %s", r->key, endpoints,
+                      kvp_status_str(s));
+        goto err;
+    }
+    atomic_store(r->registered, 1);
+    if (pthread_create(&r->thread, NULL, keepalive_main, r) != 0) {
+        KVP_LOG_ERROR(MOD, "cannot start the etcd keepalive thread");
+        kvp_etcd_lease_revoke(r->etcd, r->lease);
+        atomic_store(r->registered, 0);
+        s = KVP_ERR_NO_MEMORY;
+        goto err;
+    }
+    r->thread_started = 1;
+    KVP_LOG_INFO(MOD, "registered %s (lease %lld, ttl %u s) at %s", r->key, (long long)r->lease,
+                 ttl_s, kvp_etcd_endpoint(r->etcd));
+    *reg_p = r;
+    return KVP_OK;
+err:
+    r->thread_started = 0;
+    kvp_node_etcd_stop(r);
+    return s;
+}
+
+void kvp_node_etcd_stop(kvp_node_etcd_h r)
+{
+    if (r == NULL) {
+        return;
+    }
+    if (r->thread_started) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = 1;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+        if (kvp_etcd_lease_revoke(r->etcd, r->lease) == KVP_OK) {
+            KVP_LOG_INFO(MOD, "left: revoked the lease of %s", r->key);
+        } else {
+            KVP_LOG_WARN(MOD, "cannot revoke the lease of %s; it expires in at most %u s",
+                         r->key, r->ttl_s);
+        }
+        atomic_store(r->registered, 0);
+    }
+    kvp_etcd_destroy(r->bg);
+    kvp_etcd_destroy(r->etcd);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    kvp_free(r);
+}

@@ -1,0 +1,131 @@
+/* test_etcd_json.c - the etcd gateway's JSON as cluster/etcd_json.c reads it, on canned bodies
+ * shaped like etcd 3.4.23's replies (no etcd needed): base64 both ways (padding, bad input),
+ * lease grant and keepalive replies with int64 fields as strings, an expired lease's keepalive,
+ * range replies (values decoded, empty result), error bodies mapped to statuses, truncated and
+ * non-JSON bodies refused, and a member's value written then parsed back (garbage refused). */
+#include "kvpack/etcd.h"
+#include "kvpack/alloc.h"
+#include "check.h"
+
+#include <string.h>
+
+#define BODY(s) (s), strlen(s)
+
+static void test_b64(void)
+{
+    static const char *plain[] = {"", "f", "fo", "foo", "foob", "/kvpack/nodes/127.0.0.1:7070"};
+    static const char *coded[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==",
+                                  "L2t2cGFjay9ub2Rlcy8xMjcuMC4wLjE6NzA3MA=="};
+    char               enc[128], dec[128];
+    size_t             n;
+
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        CHECK(kvp_etcd_b64_encode(plain[i], strlen(plain[i]), enc) == strlen(coded[i]));
+        CHECK(strcmp(enc, coded[i]) == 0);
+        CHECK_OK(kvp_etcd_b64_decode(coded[i], strlen(coded[i]), dec, &n));
+        CHECK(n == strlen(plain[i]) && memcmp(dec, plain[i], n) == 0);
+    }
+    CHECK_ST(kvp_etcd_b64_decode(BODY("Zm9"), dec, &n), KVP_ERR_PROTOCOL);   /* not 4k long */
+    CHECK_ST(kvp_etcd_b64_decode(BODY("Zm!v"), dec, &n), KVP_ERR_PROTOCOL);  /* bad char */
+    CHECK_ST(kvp_etcd_b64_decode(BODY("Zg==Zm9v"), dec, &n), KVP_ERR_PROTOCOL); /* pad inside */
+    CHECK_ST(kvp_etcd_b64_decode(BODY("Z==="), dec, &n), KVP_ERR_PROTOCOL);
+}
+
+static void test_lease(void)
+{
+    int64_t id = 0, ttl = 0;
+
+    CHECK_OK(kvp_etcd_parse_lease(BODY("{\"header\":{\"cluster_id\":\"324952591200643719\","
+                                       "\"revision\":\"1\"},\"ID\":\"7668682553041621261\","
+                                       "\"TTL\":\"30\"}"), &id, &ttl));
+    CHECK(id == 7668682553041621261ll && ttl == 30);
+    /* keepalive: one "result" per reply */
+    CHECK_OK(kvp_etcd_parse_lease(BODY("{\"result\":{\"header\":{},\"ID\":\"42\",\"TTL\":\"3\"}}"),
+                                  &id, &ttl));
+    CHECK(id == 42 && ttl == 3);
+    /* an expired or revoked lease: its ID and no TTL */
+    CHECK_OK(kvp_etcd_parse_lease(BODY("{\"result\":{\"header\":{},\"ID\":\"42\"}}"), &id, &ttl));
+    CHECK(id == 42 && ttl == 0);
+    CHECK_ST(kvp_etcd_parse_lease(BODY("{\"result\":{\"ID\":\"4x2\",\"TTL\":\"3\"}}"), &id, &ttl),
+             KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_lease(BODY("{\"header\":{}}"), &id, &ttl), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_lease(BODY("{\"ID\":\"76686825530416"), &id, &ttl),
+             KVP_ERR_PROTOCOL); /* truncated */
+    CHECK_ST(kvp_etcd_parse_lease(BODY("<html>bad gateway</html>"), &id, &ttl), KVP_ERR_PROTOCOL);
+}
+
+static void test_range(void)
+{
+    kvp_etcd_kvs_t *kvs = NULL;
+    char            msg[128];
+
+    /* /kvpack/nodes/a:1 -> {"x":1}, /kvpack/nodes/b:2 -> "" (value left out) */
+    CHECK_OK(kvp_etcd_parse_range(BODY("{\"header\":{\"revision\":\"9\"},\"kvs\":["
+                                       "{\"key\":\"L2t2cGFjay9ub2Rlcy9hOjE=\","
+                                       "\"create_revision\":\"4\",\"value\":\"eyJ4IjoxfQ==\","
+                                       "\"lease\":\"7668682553041621261\"},"
+                                       "{\"key\":\"L2t2cGFjay9ub2Rlcy9iOjI=\"}],\"count\":\"2\"}"),
+                                  &kvs));
+    CHECK(kvs != NULL && kvs->n == 2);
+    if (kvs != NULL && kvs->n == 2) {
+        CHECK(strcmp(kvs->kv[0].key, "/kvpack/nodes/a:1") == 0);
+        CHECK(strcmp(kvs->kv[0].value, "{\"x\":1}") == 0 && kvs->kv[0].value_len == 7);
+        CHECK(kvs->kv[0].lease == 7668682553041621261ll);
+        CHECK(strcmp(kvs->kv[1].key, "/kvpack/nodes/b:2") == 0 && kvs->kv[1].value_len == 0);
+    }
+    kvp_etcd_kvs_free(kvs);
+    CHECK_OK(kvp_etcd_parse_range(BODY("{\"header\":{\"revision\":\"3\"}}"), &kvs));
+    CHECK(kvs != NULL && kvs->n == 0);
+    kvp_etcd_kvs_free(kvs);
+    CHECK_ST(kvp_etcd_parse_range(BODY("{\"kvs\":[{\"key\":\"L2t2cGFj"), &kvs), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_range(BODY("{\"kvs\":[{\"key\":\"!!!!\"}]}"), &kvs), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_range(BODY("{\"kvs\":{}}"), &kvs), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_range(BODY("[]"), &kvs), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_range(BODY(""), &kvs), KVP_ERR_PROTOCOL);
+
+    CHECK_ST(kvp_etcd_parse_error(BODY("{\"error\":\"illegal base64 data at input byte 0\","
+                                       "\"message\":\"illegal base64 data at input byte 0\","
+                                       "\"code\":3}"), msg, sizeof(msg)), KVP_ERR_INVALID);
+    CHECK(strcmp(msg, "illegal base64 data at input byte 0") == 0);
+    CHECK_ST(kvp_etcd_parse_error(BODY("{\"error\":\"etcdserver: requested lease not found\","
+                                       "\"code\":5}"), msg, sizeof(msg)), KVP_ERR_NOT_FOUND);
+    CHECK_ST(kvp_etcd_parse_error(BODY("{\"error\":\"etcdserver: request is too large\","
+                                       "\"code\":\"8\"}"), msg, sizeof(msg)), KVP_ERR_IO);
+    CHECK_OK(kvp_etcd_parse_error(BODY("{\"header\":{}}"), msg, sizeof(msg)));
+    CHECK_ST(kvp_etcd_parse_error(BODY("{\"error\":\"etcdser"), msg, sizeof(msg)),
+             KVP_ERR_PROTOCOL);
+}
+
+static void test_member(void)
+{
+    kvp_etcd_member_t m, back;
+    char              json[512];
+
+    memset(&m, 0, sizeof(m));
+    strcpy(m.addr, "10.0.0.7:7070");
+    strcpy(m.data_dir, "/var/lib/kvpack \"a\"");
+    m.pid   = 4242;
+    m.since = 1795975864;
+    CHECK_OK(kvp_etcd_member_json(&m, json, sizeof(json)));
+    CHECK_OK(kvp_etcd_member_parse("10.0.0.7:7070", BODY(json), &back));
+    CHECK(memcmp(&m, &back, sizeof(m)) == 0);
+    CHECK_ST(kvp_etcd_member_json(&m, json, 16), KVP_ERR_TOO_LARGE);
+    /* the value must name the key's address; garbage is refused */
+    CHECK_ST(kvp_etcd_member_parse("10.0.0.8:7070", BODY(json), &back), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_member_parse("10.0.0.7:7070", BODY("garbage"), &back), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_member_parse("10.0.0.7:7070", BODY("{\"pid\":1}"), &back),
+             KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_member_parse("10.0.0.7:7070", BODY("{\"addr\":7070}"), &back),
+             KVP_ERR_PROTOCOL);
+    CHECK_OK(kvp_etcd_member_parse("10.0.0.7:7070", BODY("{\"addr\":\"10.0.0.7:7070\"}"), &back));
+    CHECK(back.pid == 0 && back.data_dir[0] == '\0');
+}
+
+int main(void)
+{
+    test_b64();
+    test_lease();
+    test_range();
+    test_member();
+    return kvp_test_result("test_etcd_json");
+}
