@@ -6,12 +6,14 @@ byte-equal to the put (and `kvpack get` of an fp16 one to its .kvd); delete take
 replicas; the busiest primary SIGKILLed: every session still gets from another node, an unknown
 session ranked first on it is the unreachable status (not NOT_FOUND), puts skip it, replicas=3
 is partial (returned, not raised), stat/list name it; bad arguments raise KvpError ERR_INVALID.
-With etcd installed: Cluster(etcd=) of 2 registered nodes ranks as Cluster(peers=) does.
-usage: check_python_cluster.py LIBKVPACK KVPACK KVPACKD CLUSTER_LAYOUT"""
+The README's Cluster example runs first. With etcd installed: Cluster(etcd=) of 2 registered
+nodes ranks as Cluster(peers=) does (else that part is skipped with a note).
+usage: check_python_cluster.py LIBKVPACK KVPACK KVPACKD CLUSTER_LAYOUT README"""
 import array
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import struct
@@ -21,7 +23,7 @@ import tempfile
 import time
 import urllib.request
 
-lib, kvpack_exe, kvpackd, layout_exe = sys.argv[1:5]
+lib, kvpack_exe, kvpackd, layout_exe, readme = sys.argv[1:6]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
@@ -117,10 +119,26 @@ def held(addr):
         return {s.sid for s in c.list_sessions().sessions}
 
 
+def run_readme(addrs):
+    """The README's Python examples: Client on the first node, then Cluster on all three."""
+    text = open(readme).read()
+    blocks = re.findall(r"```python\n(.*?)```", text.split("## Python\n", 1)[1].split("\n## ")[0],
+                        re.S)
+    check(len(blocks) == 2 and "kvpack.Cluster(peers=" in blocks[1], "README Cluster example")
+    scope = {}
+    exec(compile(blocks[0].replace("127.0.0.1:7070", addrs[0]), "README.md", "exec"), scope)
+    exec(compile(blocks[1].replace("10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070", ",".join(addrs)),
+                 "README.md", "exec"), scope)
+    check(scope["got"].pages == [scope["page"]] and scope["got"].served_by == scope["took"][0],
+          "README Cluster example got something else")
+    check(all("chat-42" not in held(a) for a in addrs), "README example's delete left a copy")
+
+
 def run_cluster():
     nodes = [start_node(k) for k in range(3)]
     addrs = [a for _, a in nodes]
     peers = ",".join(addrs)
+    run_readme(addrs)
     sids = [f"py{i}" for i in range(6)]
     data = {s: session(s, "fp16" if i % 2 == 0 else "kivi") for i, s in enumerate(sids)}
     with kvpack.Cluster(peers=peers, replicas=2, timeout_ms=5000) as cl:
@@ -181,9 +199,14 @@ def run_cluster():
                       f"{s} with {dead} dead: from {got.served_by}")
             except kvpack.KvpError as e:
                 check(False, f"get {s} with {dead} dead: {e}")
+        print(f"killed {dead}, primary for {sum(rank[s][0] == dead for s in sids)} of "
+              f"{len(sids)} sessions: all {len(sids)} still served by another node")
         ns = data["py0"][0]
         unknown = next(f"nope{i}" for i in range(1000) if cl.rank(ns, f"nope{i}")[0] == dead)
+        t0 = time.monotonic()
         e = raises(lambda: cl.get_session(ns, unknown), UNREACH)
+        print(f"unknown session ranked first on the dead node: {e.name if e else None} after "
+              f"{time.monotonic() - t0:.2f} s")
         check(e is not None and dead in [f[0] for f in e.failed] and dead in str(e),
               f"unknown session with its first node dead: {e}")
         new = session("late", "fp16")
