@@ -628,7 +628,8 @@ class Cluster(_Handle):
     replicas copies (cluster.h). Exactly one of peers ("A:7070,B:7070" or a list of addresses)
     and etcd ("http://127.0.0.1:2379[,URL...]": the nodes registered under etcd_prefix, default
     /kvpack/nodes/, read once here). A node is connected on first use. Partial success (fewer
-    than replicas copies) is returned; a non-OK status raises KvpError naming the failed nodes."""
+    than replicas copies) is returned; a non-OK status raises KvpError naming the failed nodes.
+    As in C, one Cluster per thread."""
     _destroy = "kvp_cluster_destroy"
 
     def __init__(self, peers=None, etcd=None, etcd_prefix=None, replicas=1, timeout_ms=10000):
