@@ -1,6 +1,6 @@
 """kvpack.py - Python binding of libkvpack over ctypes (standard library only): the C API of
-kvpack.h / codec.h / page.h without the kvp_ prefix (page_encode/decode, ns_fingerprint, chunk_key,
-Client). A non-OK kvp_status_t raises KvpError(status, name, message); sizes and types are checked
+kvpack.h / codec.h / page.h / cluster.h without the kvp_ prefix (page_encode/decode, ns_fingerprint,
+chunk_key, Client for one node, Cluster for several). A non-OK kvp_status_t raises KvpError(status, name, message); sizes and types are checked
 before C is called (ValueError / TypeError); C memory a call receives is copied and freed in it.
 Library: load(path), else $KVPACK_LIB, else <repo>/build*/lib/libkvpack.so beside this file.
 """
@@ -11,7 +11,8 @@ import glob
 import os
 
 __all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPages", "NodeStat",
-           "SessionInfo", "SessionList", "Client", "page_encode", "page_decode", "page_parse",
+           "SessionInfo", "SessionList", "Client", "Cluster", "ClusterSessionInfo",
+           "ClusterSessionList", "page_encode", "page_decode", "page_parse",
            "page_max_bytes", "codec_name", "codec_from_name", "ns_fingerprint", "chunk_key",
            "status_name", "status_str"]
 
@@ -23,10 +24,17 @@ PAGE_F_TAIL, PAGE_F_V_PREROT, PAGE_F_SINK = 8, 16, 32
 SESSION_IN_DRAM, SESSION_ON_DISK = 1, 2
 SID_MAX = 128                                # bytes including the NUL (KVP_SID_MAX)
 _CLIENT_PARAM_SERVER, _CLIENT_PARAM_TIMEOUT_MS = 1, 2
+_CLUSTER_PARAM_PEERS, _CLUSTER_PARAM_REPLICAS, _CLUSTER_PARAM_CLIENT = 1, 2, 4
+CLUSTER_MAX_NODES = 64                       # KVP_CLUSTER_MAX_NODES
+ERR_INVALID, ERR_NOT_FOUND = -2, -3          # kvp_status_t values Cluster raises itself
 
 
 class KvpError(Exception):
-    """A non-OK kvp_status_t: status (the C value), name ("ERR_NOT_FOUND"), message."""
+    """A non-OK kvp_status_t: status (the C value), name ("ERR_NOT_FOUND"), message. From a
+    Cluster call also failed: [(node address, status name, stage)] of the nodes that failed, and
+    ok_nodes: the nodes where it succeeded (e.g. a delete that reached some replicas only)."""
+    failed = ()
+    ok_nodes = ()
 
     def __init__(self, status, name, message, what=""):
         self.status, self.name, self.message = status, name, message
@@ -111,6 +119,29 @@ class _SessionList(ctypes.Structure):
                 ("truncated", ctypes.c_int), ("requests", ctypes.c_uint32)]
 
 
+# cluster.h
+class _ClusterParams(ctypes.Structure):
+    _fields_ = [("field_mask", ctypes.c_uint64), ("peers", ctypes.c_char_p),
+                ("replicas", ctypes.c_uint32), ("client", ctypes.POINTER(_ClientParams)),
+                ("progress_cb", ctypes.c_void_p), ("progress_arg", ctypes.c_void_p)]
+
+
+class _ClusterTry(ctypes.Structure):
+    _fields_ = [("node", ctypes.c_uint32), ("status", ctypes.c_int),
+                ("stage", ctypes.c_char_p)]
+
+
+class _ClusterReport(ctypes.Structure):
+    _fields_ = [("n_tried", ctypes.c_uint32), ("tried", _ClusterTry * CLUSTER_MAX_NODES),
+                ("n_ok", ctypes.c_uint32), ("served_by", ctypes.c_uint32)]
+
+
+class _ClusterList(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_uint32), ("sessions", ctypes.POINTER(_SessionInfo)),
+                ("holders", ctypes.POINTER(ctypes.c_uint64)), ("truncated", ctypes.c_int),
+                ("requests", ctypes.c_uint32)]
+
+
 # ---- Python-side values ----
 @dataclasses.dataclass
 class PageParams:
@@ -143,10 +174,12 @@ class SessionDesc:
 
 @dataclasses.dataclass
 class SessionPages:
-    """kvp_session_pages_t: the record and every page (bytes), pages[chunk * layers + layer]."""
+    """kvp_session_pages_t: the record and every page (bytes), pages[chunk * layers + layer];
+    served_by: the node (HOST:PORT) that served it, from Cluster.get_session (else None)."""
     desc: SessionDesc
     pages: list
     wire_bytes: int
+    served_by: str = None
 
 
 NodeStat = dataclasses.make_dataclass("NodeStat", [(n, int) for n in _STAT_FIELDS])
@@ -175,6 +208,23 @@ class SessionList:
     sessions: list
     truncated: bool
     requests: int
+
+
+@dataclasses.dataclass
+class ClusterSessionInfo(SessionInfo):
+    """A SessionInfo of a Cluster list (the lowest-indexed holder's) and nodes: every node
+    (HOST:PORT, peer-list order) that listed it."""
+    nodes: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ClusterSessionList:
+    """kvp_cluster_list_t: the union of the nodes' lists in (ns, sid) order, each session once;
+    unreachable: [(node, status name)] of the nodes that did not answer."""
+    sessions: list
+    truncated: bool
+    requests: int
+    unreachable: list
 
 
 # ---- the library ----
@@ -208,6 +258,22 @@ def _declare(lib):
         "kvp_client_delete_session": (st, [vp, u64, c.c_char_p]),
         "kvp_client_list_sessions": (st, [vp, u32, u32, P(P(_SessionList))]),
         "kvp_session_list_free": (None, [P(_SessionList)]),
+        "kvp_free": (None, [vp]),
+        "kvp_cluster_create": (st, [P(_ClusterParams), P(vp)]),
+        "kvp_cluster_destroy": (None, [vp]),
+        "kvp_cluster_size": (u32, [vp]), "kvp_cluster_replicas": (u32, [vp]),
+        "kvp_cluster_peer": (c.c_char_p, [vp, u32]),
+        "kvp_cluster_rank": (st, [vp, u64, c.c_char_p, P(u32)]),
+        "kvp_cluster_put_session": (st, [vp, u64, c.c_char_p, P(vp), P(sz), sz,
+                                         P(_SessionDesc), P(_ClusterReport)]),
+        "kvp_cluster_get_session": (st, [vp, u64, c.c_char_p, P(_PageParams),
+                                         P(P(_SessionPages)), P(_ClusterReport)]),
+        "kvp_cluster_delete_session": (st, [vp, u64, c.c_char_p, P(_ClusterReport)]),
+        "kvp_cluster_list_sessions": (st, [vp, u32, u32, P(P(_ClusterList)),
+                                           P(_ClusterReport)]),
+        "kvp_cluster_list_free": (None, [P(_ClusterList)]),
+        "kvp_cluster_stat": (st, [vp, u32, P(_NodeStat)]),
+        "kvp_cluster_peers_etcd": (st, [c.c_char_p, c.c_char_p, P(vp), P(u32)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -403,24 +469,63 @@ def _keys(keys):
     return arr
 
 
-# ---- the client ----
-class Client:
-    """kvp_client_h: one connection to a kvpackd node; use as a context manager or close()."""
+def _page_array(pages):
+    """(ptr array, len array, n, keep-alive) over a list of page buffers."""
+    bufs = [_buf(p, f"page {i}") for i, p in enumerate(pages)]
+    n = len(bufs)
+    ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(b[0]) for b in bufs])
+    lens = (ctypes.c_size_t * max(n, 1))(*[b[1] for b in bufs])
+    return ptrs, lens, n, bufs
 
-    def __init__(self, server, timeout_ms=10000):
-        self._h = None
-        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
-                               _u(timeout_ms, "timeout_ms"), 0, 0)
-        h = ctypes.c_void_p()
-        _check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
-               f"client to {server}")
-        self._h = h
+
+def _desc_c(desc):
+    """(_SessionDesc, keep-alive) for a SessionDesc; ValueError on a wrong tail count."""
+    if desc.tail_pages and len(desc.tail_pages) != desc.layers:
+        raise ValueError(f"tail_pages: need 0 or {desc.layers} (layers), "
+                         f"got {len(desc.tail_pages)}")
+    tail = b"".join(bytes(memoryview(p)) for p in desc.tail_pages)
+    tail_buf = (ctypes.c_uint8 * max(len(tail), 1)).from_buffer_copy(tail or b"\0")
+    keys = _keys(desc.chunk_keys)
+    c = _SessionDesc(_u(desc.layers, "layers"), _u(desc.page_tokens, "page_tokens"),
+                     len(desc.chunk_keys), keys, _u(desc.tail_tokens, "tail_tokens"),
+                     len(desc.tail_pages), len(tail), tail_buf)
+    return c, (tail_buf, keys)
+
+
+def _pages_take(out):
+    """SessionPages copied from a kvp_session_pages_t*, which is then freed."""
+    try:
+        sp = out.contents
+        d = sp.desc
+        tail = ctypes.string_at(d.tail, d.tail_len) if d.tail_len else b""
+        each = d.tail_len // d.n_tail if d.n_tail else 0
+        desc = SessionDesc(d.layers, d.page_tokens,
+                           [Key128(d.chunk_keys[i].lo, d.chunk_keys[i].hi)
+                            for i in range(d.n_chunks)], d.tail_tokens,
+                           [tail[i * each:(i + 1) * each] for i in range(d.n_tail)])
+        pages = [ctypes.string_at(sp.pages[i], sp.page_lens[i]) for i in range(sp.n_pages)]
+        return SessionPages(desc, pages, sp.wire_bytes)
+    finally:
+        _L().kvp_session_pages_free(out)
+
+
+def _info_py(s, cls=None, **extra):
+    """SessionInfo (or cls, with extra fields) from a _SessionInfo."""
+    return (cls or SessionInfo)(s.ns, s.sid.decode(), s.layers, s.page_tokens, s.n_chunks,
+                                s.tail_tokens, codec_name(s.codec) if s.codec else "", s.heads,
+                                s.head_dim, s.where, s.bytes, **extra)
+
+
+class _Handle:
+    """Shared life cycle of Client and Cluster: close() once, context manager, closed check."""
+    _h = None
+    _destroy = ""
 
     def close(self):
-        """kvp_client_destroy, once; later calls are no-ops."""
+        """Destroy the C handle, once; later calls are no-ops."""
         if self._h is not None:
             h, self._h = self._h, None
-            _L().kvp_client_destroy(h)
+            getattr(_L(), self._destroy)(h)
 
     def __enter__(self):
         return self
@@ -436,30 +541,34 @@ class Client:
 
     def _handle(self):
         if self._h is None:
-            raise ValueError("kvpack client is closed")
+            raise ValueError(f"kvpack {type(self).__name__.lower()} is closed")
         return self._h
+
+
+# ---- the client ----
+class Client(_Handle):
+    """kvp_client_h: one connection to a kvpackd node; use as a context manager or close()."""
+    _destroy = "kvp_client_destroy"
+
+    def __init__(self, server, timeout_ms=10000):
+        self._h = None
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
+                               _u(timeout_ms, "timeout_ms"), 0, 0)
+        h = ctypes.c_void_p()
+        _check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
+               f"client to {server}")
+        self._h = h
 
     def put_pages(self, ns, pages):
         """Ship pages (buffers, each one encoded page) to the node under namespace ns."""
-        bufs = [_buf(p, f"page {i}") for i, p in enumerate(pages)]
-        n = len(bufs)
-        ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(b[0]) for b in bufs])
-        lens = (ctypes.c_size_t * max(n, 1))(*[b[1] for b in bufs])
+        ptrs, lens, n, _ = _page_array(pages)
         _check(_L().kvp_client_put_pages(self._handle(), _u(ns, "ns", 64), ptrs, lens, n),
                "put_pages")
 
     def put_session(self, ns, sid, desc):
         """Set (create or replace) session sid from a SessionDesc; its pages must be put."""
         sid_b = _sid(sid)
-        if desc.tail_pages and len(desc.tail_pages) != desc.layers:
-            raise ValueError(f"tail_pages: need 0 or {desc.layers} (layers), "
-                             f"got {len(desc.tail_pages)}")
-        tail = b"".join(bytes(memoryview(p)) for p in desc.tail_pages)
-        tail_buf = (ctypes.c_uint8 * max(len(tail), 1)).from_buffer_copy(tail or b"\0")
-        keys = _keys(desc.chunk_keys)
-        c = _SessionDesc(_u(desc.layers, "layers"), _u(desc.page_tokens, "page_tokens"),
-                         len(desc.chunk_keys), keys, _u(desc.tail_tokens, "tail_tokens"),
-                         len(desc.tail_pages), len(tail), tail_buf)
+        c, _ = _desc_c(desc)
         _check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
                                            ctypes.byref(c)), f"put_session '{sid}'")
 
@@ -468,19 +577,7 @@ class Client:
         out = ctypes.POINTER(_SessionPages)()
         _check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
                                            ctypes.byref(out)), f"get_session '{sid}'")
-        try:
-            sp = out.contents
-            d = sp.desc
-            tail = ctypes.string_at(d.tail, d.tail_len) if d.tail_len else b""
-            each = d.tail_len // d.n_tail if d.n_tail else 0
-            desc = SessionDesc(d.layers, d.page_tokens,
-                               [Key128(d.chunk_keys[i].lo, d.chunk_keys[i].hi)
-                                for i in range(d.n_chunks)], d.tail_tokens,
-                               [tail[i * each:(i + 1) * each] for i in range(d.n_tail)])
-            pages = [ctypes.string_at(sp.pages[i], sp.page_lens[i]) for i in range(sp.n_pages)]
-            return SessionPages(desc, pages, sp.wire_bytes)
-        finally:
-            _L().kvp_session_pages_free(out)
+        return _pages_take(out)
 
     def lookup(self, ns, keys, layers):
         """How many leading chunks of keys the node holds on all layers."""
@@ -510,10 +607,187 @@ class Client:
                                              _u(max, "max"), ctypes.byref(out)), "list_sessions")
         try:
             lst = out.contents
-            ss = [SessionInfo(s.ns, s.sid.decode(), s.layers, s.page_tokens, s.n_chunks,
-                              s.tail_tokens, codec_name(s.codec) if s.codec else "", s.heads,
-                              s.head_dim, s.where, s.bytes)
-                  for s in (lst.sessions[i] for i in range(lst.n))]
+            ss = [_info_py(lst.sessions[i]) for i in range(lst.n)]
             return SessionList(ss, bool(lst.truncated), lst.requests)
         finally:
             _L().kvp_session_list_free(out)
+
+
+# ---- several nodes ----
+def _cluster_error(status, what, failed=(), ok_nodes=()):
+    """KvpError for status, naming the nodes that failed."""
+    where = "; ".join(f"{a} {stage}: {name}" for a, name, stage in failed)
+    e = KvpError(status, status_name(status), status_str(status),
+                 f"{what} [{where}]" if where else what)
+    e.failed, e.ok_nodes = list(failed), list(ok_nodes)
+    return e
+
+
+class Cluster(_Handle):
+    """kvp_cluster_h: several kvpackd nodes, sessions placed by rendezvous rank of (ns, sid) with
+    replicas copies (cluster.h). Exactly one of peers ("A:7070,B:7070" or a list of addresses)
+    and etcd ("http://127.0.0.1:2379[,URL...]": the nodes registered under etcd_prefix, default
+    /kvpack/nodes/, read once here). A node is connected on first use. Partial success (fewer
+    than replicas copies) is returned; a non-OK status raises KvpError naming the failed nodes.
+    As in C, one Cluster per thread."""
+    _destroy = "kvp_cluster_destroy"
+
+    def __init__(self, peers=None, etcd=None, etcd_prefix=None, replicas=1, timeout_ms=10000):
+        self._h = None
+        if (peers is None) == (etcd is None):
+            raise _cluster_error(ERR_INVALID, "Cluster: give exactly one of peers= and etcd=")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+            raise _cluster_error(ERR_INVALID, f"Cluster: replicas must be >= 1, got {replicas!r}")
+        if etcd is not None:
+            peers = self._from_etcd(etcd, etcd_prefix)
+        elif etcd_prefix is not None:
+            raise _cluster_error(ERR_INVALID, "Cluster: etcd_prefix needs etcd=")
+        if not isinstance(peers, str):
+            peers = ",".join(peers)
+        n = len(peers.split(","))
+        if replicas > n:
+            raise _cluster_error(ERR_INVALID, f"Cluster: replicas={replicas} needs at least "
+                                 f"{replicas} nodes, the peer list has {n} ({peers!r})")
+        cp = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, None,
+                           _u(timeout_ms, "timeout_ms"), 0, 0)
+        params = _ClusterParams(_CLUSTER_PARAM_PEERS | _CLUSTER_PARAM_REPLICAS |
+                                _CLUSTER_PARAM_CLIENT, peers.encode(), replicas,
+                                ctypes.pointer(cp), None, None)
+        h = ctypes.c_void_p()
+        s = _L().kvp_cluster_create(ctypes.byref(params), ctypes.byref(h))
+        if s != 0:
+            raise _cluster_error(s, f"Cluster(peers={peers!r}): want HOST:PORT[,HOST:PORT...], "
+                                 f"each once, at most {CLUSTER_MAX_NODES}")
+        self._h = h
+        self.peers = [_L().kvp_cluster_peer(h, i).decode()
+                      for i in range(_L().kvp_cluster_size(h))]
+        self.replicas = _L().kvp_cluster_replicas(h)
+
+    @staticmethod
+    def _from_etcd(etcd, prefix):
+        """The live members' "A,B,..." (sorted by address) from kvp_cluster_peers_etcd."""
+        out = ctypes.c_void_p()
+        s = _L().kvp_cluster_peers_etcd(etcd.encode(), prefix.encode() if prefix else None,
+                                        ctypes.byref(out), None)
+        if s != 0:
+            raise _cluster_error(s, f"Cluster: the nodes under {prefix or '/kvpack/nodes/'} "
+                                 f"at etcd {etcd}")
+        try:
+            return ctypes.string_at(out).decode()
+        finally:
+            _L().kvp_free(out)
+
+    def _tried(self, rep):
+        """([(node, status name, stage)] that failed, [node] that succeeded), in call order."""
+        failed, ok = [], []
+        for t in rep.tried[:min(rep.n_tried, CLUSTER_MAX_NODES)]:
+            addr = self.peers[t.node] if t.node < len(self.peers) else f"node {t.node}"
+            if t.status == 0:
+                ok.append(addr)
+            else:
+                failed.append((addr, status_name(t.status), (t.stage or b"").decode()))
+        return failed, ok
+
+    def _call(self, status, rep, what):
+        """Raise KvpError (with the report's nodes) for a non-OK status; else the ok nodes."""
+        failed, ok = self._tried(rep)
+        if status != 0:
+            raise _cluster_error(status, what, failed, ok)
+        return ok
+
+    def _node(self, node):
+        """A node index from an index or an address in the peer list."""
+        if isinstance(node, str):
+            if node not in self.peers:
+                raise ValueError(f"{node!r} is not in the peer list {self.peers}")
+            return self.peers.index(node)
+        if not isinstance(node, int) or not 0 <= node < len(self.peers):
+            raise ValueError(f"node must be 0..{len(self.peers) - 1} or an address, got {node!r}")
+        return node
+
+    def rank(self, ns, sid):
+        """The node addresses by preference for (ns, sid): [0] is the primary; a put goes to the
+        first replicas of them that take it."""
+        order = (ctypes.c_uint32 * len(self.peers))()
+        _check(_L().kvp_cluster_rank(self._handle(), _u(ns, "ns", 64), _sid(sid), order),
+               f"rank '{sid}'")
+        return [self.peers[i] for i in order]
+
+    def put_session(self, ns, sid, pages, desc):
+        """Store a whole session (pages chunk-major, desc.layers per chunk, as Client.put_pages
+        takes them, then the record) on the first replicas nodes of its rank that take it: a
+        node that fails is skipped and the next takes its place. Returns the nodes that took it
+        (fewer than replicas: partial, not an error); none: KvpError."""
+        sid_b = _sid(sid)
+        c, _keep = _desc_c(desc)
+        ptrs, lens, n, _bufs = _page_array(pages)
+        rep = _ClusterReport()
+        s = _L().kvp_cluster_put_session(self._handle(), _u(ns, "ns", 64), sid_b, ptrs, lens, n,
+                                         ctypes.byref(c), ctypes.byref(rep))
+        return self._call(s, rep, f"put_session '{sid}'")
+
+    def get_session(self, ns, sid, expect=None):
+        """The session from the first node in rank order that has it, as SessionPages with
+        served_by set. expect (PageParams: codec, heads, head_dim, page_tokens) refuses other
+        pages with ERR_WRONG_CODEC. Nobody has it: ERR_NOT_FOUND, or the unreachable status when
+        a node that may hold it did not answer."""
+        out = ctypes.POINTER(_SessionPages)()
+        rep = _ClusterReport()
+        ex = ctypes.byref(expect._c()) if expect is not None else None
+        s = _L().kvp_cluster_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid), ex,
+                                         ctypes.byref(out), ctypes.byref(rep))
+        self._call(s, rep, f"get_session '{sid}'")
+        sp = _pages_take(out)
+        sp.served_by = self.peers[rep.served_by]
+        return sp
+
+    def delete_session(self, ns, sid):
+        """Delete on every node; returns the nodes that deleted it. KvpError when none did
+        (ERR_NOT_FOUND), or when one of its first replicas nodes was unreachable (it may keep a
+        copy; e.ok_nodes lists the ones that deleted it)."""
+        rep = _ClusterReport()
+        s = _L().kvp_cluster_delete_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                            ctypes.byref(rep))
+        return self._call(s, rep, f"delete_session '{sid}'")
+
+    def list_sessions(self, page_size=0, max=0):
+        """Every node's sessions merged (ClusterSessionList: each once, with the nodes that
+        hold it); nodes that did not answer are in .unreachable. None answered: KvpError."""
+        out = ctypes.POINTER(_ClusterList)()
+        rep = _ClusterReport()
+        s = _L().kvp_cluster_list_sessions(self._handle(), _u(page_size, "page_size"),
+                                           _u(max, "max"), ctypes.byref(out), ctypes.byref(rep))
+        self._call(s, rep, "list_sessions")
+        try:
+            lst = out.contents
+            ss = [_info_py(lst.sessions[i], ClusterSessionInfo,
+                           nodes=[a for k, a in enumerate(self.peers)
+                                  if lst.holders[i] >> k & 1])
+                  for i in range(lst.n)]
+            down = [(a, name) for a, name, _ in self._tried(rep)[0]]
+            return ClusterSessionList(ss, bool(lst.truncated), lst.requests, down)
+        finally:
+            _L().kvp_cluster_list_free(out)
+
+    def stat(self, node=None):
+        """One node's NodeStat (node: index or address; KvpError naming it if it fails), or with
+        node=None {address: NodeStat or the KvpError it gave} for every node; KvpError if no
+        node answered."""
+        if node is not None:
+            k, st = self._node(node), _NodeStat()
+            s = _L().kvp_cluster_stat(self._handle(), k, ctypes.byref(st))
+            if s != 0:
+                raise _cluster_error(s, f"stat {self.peers[k]}",
+                                     [(self.peers[k], status_name(s), "stat")])
+            return NodeStat(*[getattr(st, n) for n in _STAT_FIELDS])
+        res = {}
+        for a in self.peers:
+            try:
+                res[a] = self.stat(a)
+            except KvpError as e:
+                res[a] = e
+        errs = [e for e in res.values() if isinstance(e, KvpError)]
+        if len(errs) == len(res):
+            raise _cluster_error(errs[0].status, "stat: no node answered",
+                                 [f for e in errs for f in e.failed])
+        return res

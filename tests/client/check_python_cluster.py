@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""check_python_cluster.py - kvpack.Cluster (client/python/kvpack.py over cluster.h) on 3 kvpackd:
+ctypes layouts equal the C ones (cluster_layout); 6 sessions put with replicas=2 are each on the
+nodes rank() names (per-node Client.list_sessions) and listed once with those holders; get is
+byte-equal to the put (and `kvpack get` of an fp16 one to its .kvd); delete takes one off both
+replicas; the busiest primary SIGKILLed: every session still gets from another node, an unknown
+session ranked first on it is the unreachable status (not NOT_FOUND), puts skip it, replicas=3
+is partial (returned, not raised), stat/list name it; bad arguments raise KvpError ERR_INVALID.
+The README's Cluster example runs first. With etcd installed: Cluster(etcd=) of 2 registered
+nodes ranks as Cluster(peers=) does (else that part is skipped with a note).
+usage: check_python_cluster.py LIBKVPACK KVPACK KVPACKD CLUSTER_LAYOUT README"""
+import array
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+lib, kvpack_exe, kvpackd, layout_exe, readme = sys.argv[1:6]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import kvpack  # noqa: E402
+
+kvpack.load(lib)
+tmp = tempfile.mkdtemp(prefix="kvp_pyclu_")
+env = dict(os.environ, KVP_PROGRESS="0")
+fails = []
+procs = []
+L, H, D, P, TAIL = 2, 2, 64, 128, 50
+T = 2 * P + TAIL
+UNREACH = {"ERR_TIMEOUT", "ERR_PEER_GONE", "ERR_PEER_UNREACHABLE", "ERR_CANCELED"}
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def raises(fn, names):
+    """The KvpError fn raises, if its name is one of names; else a failure and None."""
+    try:
+        fn()
+    except kvpack.KvpError as e:
+        check(e.name in names, f"{e} is not one of {sorted(names)}")
+        return e if e.name in names else None
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        check(False, f"expected KvpError, got {type(e).__name__}: {e}")
+        return None
+    check(False, f"expected KvpError {sorted(names)}, nothing raised")
+    return None
+
+
+def check_layouts():
+    c = json.loads(subprocess.run([layout_exe], capture_output=True, text=True,
+                                  check=True).stdout)
+    py = {"kvp_cluster_params_t": kvpack._ClusterParams, "kvp_cluster_try_t": kvpack._ClusterTry,
+          "kvp_cluster_report_t": kvpack._ClusterReport, "kvp_cluster_list_t": kvpack._ClusterList,
+          "kvp_session_info_t": kvpack._SessionInfo, "kvp_client_params_t": kvpack._ClientParams}
+    for name, cls in py.items():
+        got = {"size": kvpack.ctypes.sizeof(cls)}
+        got.update({f: getattr(cls, f).offset for f in c[name] if f != "size"})
+        check(got == c[name], f"ctypes layout of {name} {got} != C {c[name]}")
+
+
+def start_node(k, extra=()):
+    ready = os.path.join(tmp, f"ready{k}")
+    proc = subprocess.Popen(
+        [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, f"n{k}"),
+         "--ready-file", ready, "--dram-budget", "32M", "--durability", "write-through", *extra],
+        stdout=subprocess.DEVNULL, env=env)
+    procs.append(proc)
+    for _ in range(1500):  # the ready file appears once the node listens (and is registered)
+        if os.path.exists(ready) and open(ready).read().strip():
+            return proc, "127.0.0.1:" + open(ready).read().strip()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    sys.exit(f"kvpackd {k} did not start")
+
+
+def session(sid, codec):
+    """(ns, pages, desc, .kvd bytes) of an L x T session, values exact in fp16, keys from sid."""
+    rnd = random.Random(sid)
+    n = L * T * H * D
+    k = array.array("f", [rnd.randint(-256, 256) / 64.0 for _ in range(n)])
+    v = array.array("f", [rnd.randint(-256, 256) / 64.0 for _ in range(n)])
+    ns = kvpack.ns_fingerprint("kvd", L, H, D, P, codec)
+    keys, prev = [], None
+    for c in range(T // P):
+        prev = kvpack.chunk_key(prev, ns, [rnd.randrange(1 << 32) for _ in range(P)])
+        keys.append(prev)
+    row, pages, tails = H * D, [], []
+    for c in range(T // P):
+        for layer in range(L):
+            sl = slice((layer * T + c * P) * row, (layer * T + (c + 1) * P) * row)
+            pp = kvpack.PageParams(codec, H, D, P, layer=layer, first_pos=c * P,
+                                   chunk_key=keys[c])
+            pages.append(kvpack.page_encode(pp, k[sl], v[sl]))
+    for layer in range(L):
+        sl = slice((layer * T + 2 * P) * row, (layer + 1) * T * row)
+        pp = kvpack.PageParams("fp16", H, D, P, layer=layer, first_pos=2 * P,
+                               flags=kvpack.PAGE_F_TAIL)
+        tails.append(kvpack.page_encode(pp, k[sl], v[sl]))
+    kvd = b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + k.tobytes() + v.tobytes()
+    return ns, pages, kvpack.SessionDesc(L, P, keys, TAIL, tails), kvd
+
+
+def held(addr):
+    with kvpack.Client(addr, timeout_ms=5000) as c:
+        return {s.sid for s in c.list_sessions().sessions}
+
+
+def run_readme(addrs):
+    """The README's Python examples: Client on the first node, then Cluster on all three."""
+    text = open(readme).read()
+    blocks = re.findall(r"```python\n(.*?)```", text.split("## Python\n", 1)[1].split("\n## ")[0],
+                        re.S)
+    check(len(blocks) == 2 and "kvpack.Cluster(peers=" in blocks[1], "README Cluster example")
+    scope = {}
+    exec(compile(blocks[0].replace("127.0.0.1:7070", addrs[0]), "README.md", "exec"), scope)
+    exec(compile(blocks[1].replace("10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070", ",".join(addrs)),
+                 "README.md", "exec"), scope)
+    check(scope["got"].pages == [scope["page"]] and scope["got"].served_by == scope["took"][0],
+          "README Cluster example got something else")
+    check(all("chat-42" not in held(a) for a in addrs), "README example's delete left a copy")
+
+
+def run_cluster():
+    nodes = [start_node(k) for k in range(3)]
+    addrs = [a for _, a in nodes]
+    peers = ",".join(addrs)
+    run_readme(addrs)
+    sids = [f"py{i}" for i in range(6)]
+    data = {s: session(s, "fp16" if i % 2 == 0 else "kivi") for i, s in enumerate(sids)}
+    with kvpack.Cluster(peers=peers, replicas=2, timeout_ms=5000) as cl:
+        check(cl.peers == addrs and cl.replicas == 2, f"peers {cl.peers} replicas {cl.replicas}")
+        rank = {s: cl.rank(data[s][0], s) for s in sids}
+        for s in sids:
+            ns, pages, desc, _ = data[s]
+            check(sorted(rank[s]) == sorted(addrs), f"rank {s}: {rank[s]}")
+            took = cl.put_session(ns, s, pages, desc)
+            check(took == rank[s][:2], f"put {s} went to {took}, rank {rank[s]}")
+        on = {a: held(a) for a in addrs}
+        for s in sids:
+            where = [a for a in addrs if s in on[a]]
+            check(sorted(where) == sorted(rank[s][:2]), f"{s} is on {where}, rank {rank[s][:2]}")
+        lst = cl.list_sessions(page_size=2)
+        check(sorted(x.sid for x in lst.sessions) == sids and lst.unreachable == [] and
+              all(x.nodes == [a for a in addrs if a in rank[x.sid][:2]] for x in lst.sessions) and
+              not lst.truncated, f"merged list: {lst}")
+        check(all(x.codec == ("fp16" if int(x.sid[2:]) % 2 == 0 else "kivi") and
+                  x.tail_tokens == TAIL and x.ns == data[x.sid][0] for x in lst.sessions),
+              "merged list infos")
+        for s in sids:
+            got = cl.get_session(data[s][0], s)
+            check(got.pages == data[s][1] and got.desc == data[s][2] and
+                  got.served_by == rank[s][0], f"get {s}: from {got.served_by}, equal pages "
+                  f"{got.pages == data[s][1]}, record {got.desc == data[s][2]}")
+        ex = kvpack.PageParams("kivi", H, D, P)
+        raises(lambda: cl.get_session(data["py0"][0], "py0", expect=ex), {"ERR_WRONG_CODEC"})
+        check(cl.get_session(data["py1"][0], "py1", expect=ex).pages == data["py1"][1],
+              "get with the right expect")
+        out = os.path.join(tmp, "py0.kvd")
+        p = subprocess.run([kvpack_exe, "get", "--node", peers, "--session", "py0", "--ns",
+                            f"{data['py0'][0]:016x}", "--out", out], capture_output=True,
+                           text=True, env=env, timeout=120)
+        check(p.returncode == 0 and open(out, "rb").read() == data["py0"][3],
+              f"kvpack get of a Python-put fp16 session is not its .kvd: {p.stderr!r}")
+        st = cl.stat()
+        check(sorted(st) == sorted(addrs) and
+              all(st[a].sessions == len(on[a]) for a in addrs), f"stat {st}")
+        # delete takes it off both replicas; then NOT_FOUND (every node answered)
+        gone = sids.pop()
+        check(sorted(cl.delete_session(data[gone][0], gone)) == sorted(rank[gone][:2]),
+              f"delete {gone}")
+        check(all(gone not in held(a) for a in addrs), f"delete {gone} left a copy")
+        raises(lambda: cl.get_session(data[gone][0], gone), {"ERR_NOT_FOUND"})
+        raises(lambda: cl.delete_session(data[gone][0], gone), {"ERR_NOT_FOUND"})
+
+        # SIGKILL the busiest primary
+        dead = max(addrs, key=lambda a: sum(rank[s][0] == a for s in sids))
+        proc = nodes[addrs.index(dead)][0]
+        proc.kill()
+        proc.wait()
+        for s in sids:
+            try:
+                got = cl.get_session(data[s][0], s)
+                check(got.pages == data[s][1] and got.served_by != dead and
+                      (rank[s][0] != dead or got.served_by == rank[s][1]),
+                      f"{s} with {dead} dead: from {got.served_by}")
+            except kvpack.KvpError as e:
+                check(False, f"get {s} with {dead} dead: {e}")
+        print(f"killed {dead}, primary for {sum(rank[s][0] == dead for s in sids)} of "
+              f"{len(sids)} sessions: all {len(sids)} still served by another node")
+        ns = data["py0"][0]
+        unknown = next(f"nope{i}" for i in range(1000) if cl.rank(ns, f"nope{i}")[0] == dead)
+        t0 = time.monotonic()
+        e = raises(lambda: cl.get_session(ns, unknown), UNREACH)
+        print(f"unknown session ranked first on the dead node: {e.name if e else None} after "
+              f"{time.monotonic() - t0:.2f} s")
+        check(e is not None and dead in [f[0] for f in e.failed] and dead in str(e),
+              f"unknown session with its first node dead: {e}")
+        new = session("late", "fp16")
+        took = cl.put_session(new[0], "late", new[1], new[2])
+        check(len(took) == 2 and dead not in took, f"put with {dead} dead went to {took}")
+        victim = next(s for s in sids if dead in rank[s][:2])
+        e = raises(lambda: cl.delete_session(data[victim][0], victim), UNREACH)
+        check(e is not None and e.ok_nodes == [a for a in rank[victim][:2] if a != dead],
+              f"delete {victim} with a replica dead: {e and e.ok_nodes}")
+        st = cl.stat()
+        check(isinstance(st[dead], kvpack.KvpError) and st[dead].name in UNREACH and
+              all(isinstance(st[a], kvpack.NodeStat) for a in addrs if a != dead), f"stat {st}")
+        lst = cl.list_sessions()
+        check([a for a, _ in lst.unreachable] == [dead] and "late" in
+              [x.sid for x in lst.sessions], f"list with {dead} dead: {lst.unreachable}")
+    with kvpack.Cluster(peers=peers, replicas=3, timeout_ms=5000) as c3:
+        r3 = session("r3", "kivi")
+        took = c3.put_session(r3[0], "r3", r3[1], r3[2])
+        check(sorted(took) == sorted(a for a in addrs if a != dead),
+              f"replicas=3 with a node dead: partial put returned {took}")
+    return addrs
+
+
+def check_bad_args(addrs):
+    peers = ",".join(addrs)
+    for kw, want in ((dict(peers=peers, etcd="http://127.0.0.1:1"), "exactly one"),
+                     (dict(), "exactly one"),
+                     (dict(peers=peers, replicas=4), "replicas=4"),
+                     (dict(peers=peers, replicas=0), "replicas"),
+                     (dict(peers="garbage, not a peer"), "HOST:PORT"),
+                     (dict(peers=f"{addrs[0]},{addrs[0]}"), "each once")):
+        e = raises(lambda: kvpack.Cluster(**kw), {"ERR_INVALID"})
+        check(e is not None and want in str(e), f"Cluster({kw}): {e}")
+    try:
+        kvpack.Cluster(peers=peers).close()
+        c = kvpack.Cluster(peers=peers)
+        c.close()
+        c.rank(1, "x")
+        check(False, "a closed Cluster still ranks")
+    except ValueError:
+        pass
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_etcd():
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        print("note: etcd is not installed, the Cluster(etcd=) part is skipped")
+        return
+    url, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    procs.append(subprocess.Popen(
+        [etcd, "--name", "kvp", "--data-dir", os.path.join(tmp, "etcd"), "--log-level=error",
+         "--logger=zap", "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+         "--initial-cluster", f"kvp={peer}"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL))
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if json.loads(r.read()).get("health") == "true":
+                    break
+        except OSError:
+            time.sleep(0.05)
+    addrs = [start_node(10 + k, ("--etcd", url, "--etcd-ttl", "5"))[1] for k in range(2)]
+    with kvpack.Cluster(etcd=url, replicas=2, timeout_ms=5000) as ce, \
+            kvpack.Cluster(peers=list(reversed(addrs)), replicas=2, timeout_ms=5000) as cp:
+        check(ce.peers == sorted(addrs), f"etcd peers {ce.peers}, registered {addrs}")
+        ns = kvpack.ns_fingerprint("kvd", L, H, D, P, "kivi")
+        check(all(ce.rank(ns, f"e{i}") == cp.rank(ns, f"e{i}") for i in range(20)),
+              "Cluster(etcd=) ranks differently from Cluster(peers=)")
+        s = session("e0", "kivi")
+        check(sorted(ce.put_session(s[0], "e0", s[1], s[2])) == sorted(addrs), "put via etcd")
+        check(cp.get_session(s[0], "e0").pages == s[1], "etcd put, static-list get")
+    raises(lambda: kvpack.Cluster(etcd=url, etcd_prefix="/nobody/"), {"ERR_NOT_FOUND"})
+    raises(lambda: kvpack.Cluster(etcd=f"http://127.0.0.1:{free_port()}", timeout_ms=2000),
+           UNREACH)
+
+
+try:
+    check_layouts()
+    live = run_cluster()
+    check_bad_args(live)
+    check_etcd()
+finally:
+    for pr in procs:
+        if pr.poll() is None:
+            pr.kill()
+            pr.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+if fails:
+    sys.exit(f"check_python_cluster: {len(fails)} check(s) failed")
+print("check_python_cluster: all checks passed")

@@ -1,0 +1,42 @@
+/* cluster_layout.c - prints, as one JSON object, sizeof and every field offset of the cluster.h
+ * structs (and the kvpack.h ones they embed) that client/python/kvpack.py mirrors with ctypes;
+ * check_python_cluster.py compares them with ctypes.sizeof and the fields' offsets. */
+#include "kvpack/cluster.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define F(T, f) printf(", \"%s\": %zu", #f, offsetof(T, f))
+#define S(T)    printf("%s\"%s\": {\"size\": %zu", first ? "" : ", ", #T, sizeof(T)), first = 0
+
+int main(void)
+{
+    int first = 1;
+
+    printf("{");
+    S(kvp_cluster_params_t);
+    F(kvp_cluster_params_t, field_mask); F(kvp_cluster_params_t, peers);
+    F(kvp_cluster_params_t, replicas); F(kvp_cluster_params_t, client);
+    F(kvp_cluster_params_t, progress_cb); F(kvp_cluster_params_t, progress_arg);
+    printf("}");
+    S(kvp_cluster_try_t);
+    F(kvp_cluster_try_t, node); F(kvp_cluster_try_t, status); F(kvp_cluster_try_t, stage);
+    printf("}");
+    S(kvp_cluster_report_t);
+    F(kvp_cluster_report_t, n_tried); F(kvp_cluster_report_t, tried);
+    F(kvp_cluster_report_t, n_ok); F(kvp_cluster_report_t, served_by);
+    printf("}");
+    S(kvp_cluster_list_t);
+    F(kvp_cluster_list_t, n); F(kvp_cluster_list_t, sessions); F(kvp_cluster_list_t, holders);
+    F(kvp_cluster_list_t, truncated); F(kvp_cluster_list_t, requests);
+    printf("}");
+    S(kvp_session_info_t);
+    F(kvp_session_info_t, ns); F(kvp_session_info_t, sid); F(kvp_session_info_t, where);
+    F(kvp_session_info_t, bytes);
+    printf("}");
+    S(kvp_client_params_t);
+    F(kvp_client_params_t, server); F(kvp_client_params_t, timeout_ms);
+    F(kvp_client_params_t, max_inflight);
+    printf("}}\n");
+    return 0;
+}
