@@ -1,11 +1,13 @@
 /* cmd_loadtest.c - `kvpack loadtest`: replay a conversation trace (or users x rounds of synthetic
  * multi-turn sessions) against a real kvpackd and report hit ratio, latency percentiles, tier
- * traffic and per-window figures. This file holds the options, finds the trace, starts a local
- * node with a temporary data directory unless --node is given, and runs workload -> replay ->
- * report (cmd_loadtest_trace.c, cmd_loadtest_run.c, cmd_loadtest_report.c). */
+ * traffic and per-window figures. This file holds the options, finds the trace, starts local
+ * nodes (--local-nodes, default 1) with temporary data directories unless --node / --etcd is
+ * given, and runs workload -> replay -> report (cmd_loadtest_trace.c, cmd_loadtest_run.c, cmd_loadtest_report.c). */
 #include "cli.h"
 #include "cmd_loadtest.h"
 #include "proc.h"
+
+#include "kvpack/alloc.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -15,7 +17,8 @@
 #define LT_TRACE_REL "traces/conversation_trace.jsonl"
 
 typedef struct {
-    const char     *trace, *node, *report, *kvpackd;
+    const char     *trace, *node, *etcd, *report, *kvpackd;
+    uint64_t        local_nodes, replicas;
     uint64_t        max_requests, windows, users, rounds, turn_tokens;
     uint64_t        layers, heads, head_dim, page_tokens, dram_budget, timeout_ms, clients;
     double          time_scale;
@@ -46,11 +49,18 @@ static void lt_usage(FILE *out)
             "  --users U --rounds R --turn-tokens T\n"
             "                      synthetic instead: U sessions, each growing by T tokens a round\n"
             "                      (round r's prompt = the previous context + T); windows = rounds\n"
-            "node:\n"
-            "  --node HOST:PORT    an existing node (default: start a local kvpackd on a free port\n"
-            "                      with a temporary data directory, removed afterwards)\n"
-            "  --dram-budget BYTES local node's DRAM budget, K/M/G suffixes (default 64M; small\n"
-            "                      budgets force spills to and restores from the SSD tier)\n"
+            "nodes:\n"
+            "  --node HOST:PORT[,HOST:PORT...]\n"
+            "                      existing node(s) (default: start local kvpackd on free ports\n"
+            "                      with temporary data directories, removed afterwards)\n"
+            "  --etcd URL[,URL...] the nodes registered in etcd (kvpackd --etcd) instead\n"
+            "  --local-nodes N     start N local kvpackd, 1..%u (default 1)\n"
+            "  --replicas R        put each session on the first R live nodes of its rendezvous\n"
+            "                      rank (lookup and missing pages on each); get and resume from\n"
+            "                      the first that has it; 1..nodes (default 1). A node found\n"
+            "                      unreachable is counted and skipped for the rest of the run\n"
+            "  --dram-budget BYTES each local node's DRAM budget, K/M/G suffixes (default 64M;\n"
+            "                      small budgets force spills to and restores from the SSD tier)\n"
             "  --kvpackd PATH      node binary (default: kvpackd next to this binary)\n"
             "  --keep-dir          keep the local node's directory (data, log)\n"
             "  --timeout-ms MS     per-request deadline (default 10000)\n"
@@ -61,34 +71,73 @@ static void lt_usage(FILE *out)
             "output:\n"
             "  --json              one JSON object on stdout\n"
             "  --report FILE       chart of hit ratio and get latency per window (.svg or .html)\n"
-            "  -h, --help          this help\n", KVP_LT_MAX_CLIENTS);
+            "  -h, --help          this help\n"
+            "several nodes: the report adds each node's sessions (and what its rank says it\n"
+            "should hold), DRAM and failures, and two hit references: one big never-evicting\n"
+            "node (single_cache) and one never-evicting cache per node fed only the sessions\n"
+            "placed on it (placed: the best this cluster can hit; hits equal it when nothing is\n"
+            "evicted). exit status: 0 all requests done; 3 all done but some node failed (its\n"
+            "replicas served); 1 a request failed; 2 bad options\n",
+            KVP_LT_MAX_CLIENTS, KVP_LT_MAX_NODES);
 }
 
 #define LT_N(t) (sizeof(t) / sizeof((t)[0]))
 
+/* The node options together: one source of nodes, and replicas within their count (a peer
+ * list's count is known now; etcd's when it is read). 0 or 2. */
+static int lt_parse_nodes(const lt_opts_t *o, bool local_given)
+{
+    uint64_t n = o->local_nodes;
+
+    if ((o->node != NULL) + (o->etcd != NULL) + local_given > 1) {
+        fprintf(stderr, "kvpack loadtest: give one of --node, --etcd and --local-nodes\n");
+        return 2;
+    }
+    if (o->node != NULL) {
+        n = 1;
+        for (const char *c = o->node; *c; c++) {
+            n += *c == ',';
+        }
+    }
+    if (o->local_nodes == 0 || o->local_nodes > KVP_LT_MAX_NODES || n > KVP_LT_MAX_NODES) {
+        fprintf(stderr, "kvpack loadtest: --local-nodes / --node: 1..%u nodes\n", KVP_LT_MAX_NODES);
+        return 2;
+    }
+    if (o->replicas == 0 || (o->etcd == NULL && o->replicas > n)) {
+        fprintf(stderr, "kvpack loadtest: --replicas %llu: must be 1..%llu (the number of nodes)\n",
+                (unsigned long long)o->replicas, (unsigned long long)n);
+        return 2;
+    }
+    return 0;
+}
+
 static int lt_parse(int argc, char **argv, lt_opts_t *o)
 {
     const char *codec = "kivi";
+    bool        local_given = false;
 
     *o = (lt_opts_t){.max_requests = 300, .windows = 10, .layers = 2, .heads = 2, .head_dim = 64,
                      .page_tokens = 128, .dram_budget = 64ull << 20, .timeout_ms = 10000,
-                     .clients = 1};
+                     .clients = 1, .local_nodes = 1, .replicas = 1};
     {
         const struct { const char *name; const char **val; } strs[] = {
-            {"--trace", &o->trace}, {"--node", &o->node}, {"--report", &o->report},
+            {"--trace", &o->trace}, {"--node", &o->node}, {"--etcd", &o->etcd}, {"--report", &o->report},
             {"--kvpackd", &o->kvpackd}, {"--codec", &codec}};
         const struct { const char *name; uint64_t *val; } nums[] = {
             {"--max-requests", &o->max_requests}, {"--windows", &o->windows},
             {"--users", &o->users}, {"--rounds", &o->rounds}, {"--turn-tokens", &o->turn_tokens},
             {"--layers", &o->layers}, {"--heads", &o->heads}, {"--head-dim", &o->head_dim},
             {"--page-tokens", &o->page_tokens}, {"--dram-budget", &o->dram_budget},
-            {"--timeout-ms", &o->timeout_ms}, {"--clients", &o->clients}};
+            {"--timeout-ms", &o->timeout_ms}, {"--clients", &o->clients},
+            {"--local-nodes", &o->local_nodes}, {"--replicas", &o->replicas}};
         const struct { const char *name; bool *val; } flags[] = {
             {"--json", &o->json}, {"--keep-dir", &o->keep_dir}};
 
         for (int i = 1; i < argc; i++) {
-            bool known = kvp_opt_f64(argc, argv, &i, "--time-scale", &o->time_scale);
+            bool known;
 
+            local_given |= strcmp(argv[i], "--local-nodes") == 0;
+            known = kvp_opt_f64(argc, argv, &i, "--time-scale", &o->time_scale);
             for (size_t k = 0; k < LT_N(strs) && !known; k++) {
                 known = kvp_opt_str(argc, argv, &i, strs[k].name, strs[k].val);
             }
@@ -131,7 +180,7 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
         fprintf(stderr, "kvpack loadtest: --clients must be 1..%u\n", KVP_LT_MAX_CLIENTS);
         return 2;
     }
-    return 0;
+    return lt_parse_nodes(o, local_given);
 }
 
 /* The default trace: $KVP_SHARED_DIR, ../shared from here, then ../shared beside each folder
@@ -229,28 +278,57 @@ static void node_down(const lt_opts_t *o, lt_node_t *n, bool ok)
 
 /* ---- main flow ---- */
 
+/* The peer list: --node as given, etcd's members, or N local nodes started now (into nodes[],
+ * *n_up of them started). 0, 1 (failed, said) or 2 (replicas above etcd's node count). */
+static int lt_peers(const lt_opts_t *o, lt_node_t *nodes, uint32_t *n_up, char **peers_p)
+{
+    uint32_t n = 0;
+    size_t   len = 0;
+
+    if (o->node != NULL) {
+        *peers_p = kvp_strdup(o->node, "loadtest peers");
+        return *peers_p != NULL ? 0 : 1;
+    }
+    if (o->etcd != NULL) {
+        if (kvp_cluster_peers_etcd(o->etcd, NULL, peers_p, &n) != KVP_OK) {
+            fprintf(stderr, "kvpack loadtest: no nodes from etcd %s\n", o->etcd);
+            return 1;
+        }
+        if (o->replicas > n) {
+            fprintf(stderr, "kvpack loadtest: --replicas %llu: etcd lists %u nodes\n",
+                    (unsigned long long)o->replicas, n);
+            return 2;
+        }
+        return 0;
+    }
+    *peers_p = kvp_malloc(o->local_nodes * 64, "loadtest peers");
+    for (; *peers_p != NULL && *n_up < o->local_nodes; (*n_up)++) {
+        memset(&nodes[*n_up], 0, sizeof(nodes[*n_up]));
+        if (node_up(o, &nodes[*n_up]) != 0) {
+            (*n_up)++;
+            return 1;
+        }
+        len += (size_t)snprintf(*peers_p + len, 64, "%s%s", *n_up ? "," : "", nodes[*n_up].addr);
+    }
+    return *peers_p != NULL ? 0 : 1;
+}
+
 static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char *source)
 {
     kvp_lt_params_t p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
                          (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale,
-                         (uint32_t)o->clients};
-    kvp_lt_info_t   info = {source, o->node, o->node == NULL, o->dram_budget, &p};
+                         (uint32_t)o->clients, (uint32_t)o->replicas};
+    kvp_lt_info_t   info = {source, NULL, o->node == NULL && o->etcd == NULL, o->dram_budget, &p};
     kvp_lt_result_t res;
-    lt_node_t       node;
-    int             rc = 1;
+    lt_node_t       nodes[KVP_LT_MAX_NODES];
+    uint32_t        n_up = 0, failures = 0;
+    char           *peers = NULL;
+    int             rc;
 
     memset(&res, 0, sizeof(res));
-    memset(&node, 0, sizeof(node));
-    node.pid = -1;
-    if (o->node == NULL) {
-        if (node_up(o, &node) != 0) {
-            node_down(o, &node, false);
-            return 1;
-        }
-        info.node = node.addr;
-    }
-    if (kvp_lt_run(info.node, (uint32_t)o->timeout_ms, &p, w, &res) == 0) {
-        rc = 0;
+    rc = lt_peers(o, nodes, &n_up, &peers);
+    info.node = peers;
+    if (rc == 0 && kvp_lt_run(peers, (uint32_t)o->timeout_ms, &p, w, &res) == 0) {
         if (o->json) {
             kvp_lt_report_json(&info, w, &res);
         } else {
@@ -259,11 +337,23 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
         if (o->report != NULL && kvp_lt_report_chart(o->report, &info, w, &res) != 0) {
             rc = 1;
         }
-    } else {
+        for (uint32_t k = 0; k < res.n_nodes; k++) {
+            failures += res.nodes[k].failures;
+        }
+        if (rc == 0 && failures > 0) {
+            fprintf(stderr, "kvpack loadtest: every request done, but %u calls found a node "
+                            "unreachable (per node in the report); exit 3\n", failures);
+            rc = 3;
+        }
+    } else if (rc == 0) {
         fprintf(stderr, "kvpack loadtest: FAILED after %u of %u requests\n", res.done, w->n);
+        rc = 1;
     }
     kvp_lt_result_free(&res);
-    node_down(o, &node, rc == 0);
+    for (uint32_t k = 0; k < n_up; k++) {
+        node_down(o, &nodes[k], rc == 0);
+    }
+    kvp_free(peers);
     return rc;
 }
 

@@ -8,11 +8,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kvpack/cluster.h"
 #include "kvpack/kvpack.h"
 
 #define KVP_LT_BLOCK_TOKENS 512u /* tokens per trace hash id (Mooncake block size) */
 #define KVP_LT_MAX_WINDOWS  64u
 #define KVP_LT_MAX_CLIENTS  64u /* --clients: concurrent client threads, one kvp_client each */
+#define KVP_LT_MAX_NODES    KVP_CLUSTER_MAX_NODES /* --node A,B,C / --etcd / --local-nodes */
 
 /* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
 uint64_t kvp_lt_mix64(uint64_t z);
@@ -47,6 +49,13 @@ int  kvp_lt_trace_load(const char *cmd, const char *path, uint32_t max, uint32_t
 int  kvp_lt_synthetic_make(uint64_t users, uint64_t rounds, uint64_t turn_tokens,
                            kvp_lt_workload_t *w);
 void kvp_lt_workload_free(kvp_lt_workload_t *w);
+/* The hit-ratio reference of a placement: replay w's requests in order against one unbounded
+ * chunk cache per node; request i looks up on its session's primary[] node (a block hits when it
+ * has sealed P-token chunks and all were found, as the replay counts) and its sealed chunks then
+ * go to every node in its session's holders[] mask. hits[i] gets request i's block hits. With
+ * one node (primary 0, holders 1) it is what one big never-evicting node would hit. 0 or -1. */
+int  kvp_lt_reference(const kvp_lt_workload_t *w, uint32_t page_tokens, const uint8_t *primary,
+                      const uint64_t *holders, uint32_t *hits);
 
 /* Geometry and pacing of a replay. */
 typedef struct {
@@ -54,6 +63,7 @@ typedef struct {
     uint32_t       layers, heads, head_dim, page_tokens;
     double         time_scale; /* 0: closed loop; S: trace time / S */
     uint32_t       clients;    /* concurrent clients, 1..KVP_LT_MAX_CLIENTS */
+    uint32_t       replicas;   /* r: nodes each session is put on (first r live of its rank) */
 } kvp_lt_params_t;
 
 /* Per-request measurements (latencies in ms; NaN where the step did not run). */
@@ -67,6 +77,14 @@ typedef struct {
     kvp_node_stat_t stat_end;         /* node statistics when the window ended */
 } kvp_lt_window_t;
 
+/* One node of a multi-node run. */
+typedef struct {
+    kvp_node_stat_t stat_end;          /* at the end of the run, when stat_ok */
+    bool            stat_ok;
+    uint32_t        failures;          /* calls that found it unreachable (then skipped) */
+    uint32_t        expected_sessions; /* sessions whose rank puts it among the first r */
+} kvp_lt_node_t;
+
 typedef struct {
     uint64_t          ns;
     kvp_lt_sample_t  *samples;        /* one per request */
@@ -78,13 +96,21 @@ typedef struct {
     double            encode_s, wall_s, behind_max_ms; /* encode_s: summed over clients */
     kvp_node_stat_t   stat_begin, stat_end;
     kvp_lt_window_t   windows[KVP_LT_MAX_WINDOWS];
+    /* several nodes (n_nodes > 1): stat_* and windows are summed over the nodes that answered */
+    uint32_t          n_nodes;
+    kvp_lt_node_t     nodes[KVP_LT_MAX_NODES];
+    uint64_t          ref_single, ref_placed; /* kvp_lt_reference block hits: one node, placed */
 } kvp_lt_result_t;
 
-/* Replay w against the node at server on p->clients threads, each with its own client; all turns
- * of one conversation (a chain of resumes) go to one client, in order. The first failure in any
- * client stops them all and is reported once, naming the request; res->done says how many
- * requests completed. Returns 0 or -1. */
-int  kvp_lt_run(const char *server, uint32_t timeout_ms, const kvp_lt_params_t *p,
+/* Replay w against the nodes in peers ("host:port[,...]") on p->clients threads, each with its own
+ * kvp_cluster handle; all turns of one conversation (a chain of resumes) go to one client, in
+ * order. Each request goes to the first p->replicas live nodes of its session's rank (lookup,
+ * missing pages, record on each); get and resume from the first in rank that has it. With several
+ * nodes, a node found unreachable is counted in res->nodes[].failures and skipped by that client
+ * for the rest of the run. The first other failure (or a request no node took) stops every client
+ * and is reported once, naming the request; res->done says how many requests completed.
+ * Returns 0 or -1. */
+int  kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
                 const kvp_lt_workload_t *w, kvp_lt_result_t *res);
 void kvp_lt_result_free(kvp_lt_result_t *res);
 

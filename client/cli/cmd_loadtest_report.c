@@ -105,6 +105,46 @@ static const char *hit_note(const kvp_lt_info_t *info, const kvp_lt_workload_t *
            "trace README's 36.6 % is over all 12,031 requests";
 }
 
+/* Several nodes: the two hit references, replicas, and each node at the end. */
+static void json_nodes(kvp_json_t *j, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                       const kvp_lt_result_t *res, uint64_t blocks)
+{
+    const char *peer = info->node;
+
+    kvp_json_int(j, "replicas", info->params->replicas);
+    kvp_json_obj(j, "reference");
+    kvp_json_int(j, "single_cache_hit_blocks", (int64_t)res->ref_single);
+    kvp_json_num(j, "single_cache_block_hit_ratio", ratio(res->ref_single, blocks));
+    kvp_json_int(j, "placed_hit_blocks", (int64_t)res->ref_placed);
+    kvp_json_num(j, "placed_block_hit_ratio", ratio(res->ref_placed, blocks));
+    kvp_json_str(j, "note", "single_cache: one never-evicting node holding every session; "
+                            "placed: one never-evicting cache per node, fed only the sessions its "
+                            "rank puts there (first r); the request looks up on its primary. "
+                            "The gap is the prefix reuse lost to spreading sessions over nodes");
+    kvp_json_close(j);
+    kvp_json_arr(j, "nodes");
+    for (uint32_t k = 0; k < res->n_nodes; k++) {
+        const kvp_lt_node_t *n = &res->nodes[k];
+        const char          *comma = strchr(peer, ',');
+        char                 addr[128];
+
+        snprintf(addr, sizeof(addr), "%.*s", (int)(comma ? comma - peer : (long)strlen(peer)), peer);
+        peer = comma ? comma + 1 : peer + strlen(peer);
+        kvp_json_obj(j, NULL);
+        kvp_json_str(j, "node", addr);
+        kvp_json_bool(j, "reachable_at_end", n->stat_ok);
+        kvp_json_int(j, "failures", n->failures);
+        kvp_json_int(j, "expected_sessions", n->expected_sessions);
+        kvp_json_int(j, "sessions", n->stat_ok ? (int64_t)n->stat_end.sessions : -1);
+        kvp_json_int(j, "sessions_on_disk", n->stat_ok ? (int64_t)n->stat_end.sessions_on_disk : -1);
+        kvp_json_int(j, "dram_bytes", n->stat_ok ? (int64_t)n->stat_end.dram_bytes : -1);
+        kvp_json_int(j, "dram_budget", n->stat_ok ? (int64_t)n->stat_end.dram_budget : -1);
+        kvp_json_close(j);
+    }
+    kvp_json_close(j);
+    (void)w;
+}
+
 static void json_pct(kvp_json_t *j, const char *key, const lt_pct_t *p)
 {
     kvp_json_obj(j, key);
@@ -161,6 +201,9 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     kvp_json_int(&j, "unbounded_hit_blocks", (int64_t)t.ref_hit);
     kvp_json_num(&j, "unbounded_block_hit_ratio", ratio(t.ref_hit, t.blocks));
     kvp_json_str(&j, "hit_ratio_note", hit_note(info, w, &t));
+    if (res->n_nodes > 1) {
+        json_nodes(&j, info, w, res, t.blocks);
+    }
     kvp_json_int(&j, "sessions_fetched", t.get.n);
     kvp_json_int(&j, "resumes", res->resumes);
     kvp_json_int(&j, "pages_put", (int64_t)t.pages_put);
@@ -257,6 +300,20 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
            100 * ratio(t.hit_blocks, t.blocks), (unsigned long long)t.ref_hit,
            100 * ratio(t.ref_hit, t.blocks));
     printf("                 %s\n", hit_note(info, w, &t));
+    if (res->n_nodes > 1) {
+        printf("placement        %u nodes, %u replicas; never-evicting references: one big node "
+               "%.2f %%, these nodes (sessions placed by rank) %.2f %%\n",
+               res->n_nodes, info->params->replicas, 100 * ratio(res->ref_single, t.blocks),
+               100 * ratio(res->ref_placed, t.blocks));
+        for (uint32_t k = 0; k < res->n_nodes; k++) {
+            const kvp_lt_node_t *n = &res->nodes[k];
+
+            printf("  node %-3u       %llu sessions (rank says %u), dram %llu bytes, %u failures%s\n",
+                   k, (unsigned long long)n->stat_end.sessions, n->expected_sessions,
+                   (unsigned long long)n->stat_end.dram_bytes, n->failures,
+                   n->stat_ok ? "" : ", unreachable at the end");
+        }
+    }
     printf("chunk hits       %llu / %llu = %.2f %%\n", (unsigned long long)t.hit_chunks,
            (unsigned long long)t.chunks, 100 * ratio(t.hit_chunks, t.chunks));
     printf("put              %llu pages, %llu bytes (%llu fp16-equivalent)\n",

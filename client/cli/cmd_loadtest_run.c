@@ -2,8 +2,10 @@
  * resume (get the previous turn's session, restored from SSD if cold), lookup of chunk keys chained
  * over token ids derived from the block ids (equal ids at equal positions = equal keys), encode and
  * put only the missing pages (KV from a synthetic pool picked by block id) and the record with its
- * fp16 tail, then the decode side's get, checked against what was put. --clients N runs N
- * threads, each with its own kvp_client and engine; all turns of a conversation stay on one
+ * fp16 tail, then the decode side's get, checked against what was put. Over several nodes the
+ * session goes to the first r live nodes of its rank (lookup and missing pages on each) and is
+ * fetched from the first that has it. --clients N runs N threads, each with its own cluster
+ * handle and engine; all turns of a conversation stay on one
  * thread, the main thread only reports progress. The first failure stops every thread and is
  * reported once, naming the request. */
 #include "cli.h"
@@ -42,7 +44,8 @@ typedef struct {
 typedef struct {
     lt_shared_t           *sh;
     uint32_t               id;       /* client index */
-    kvp_client_h           c;
+    kvp_cluster_h          cl;
+    uint64_t               dead;     /* nodes found unreachable: skipped from then on */
     pthread_t              tid;
     kvp_lt_result_t        part;     /* this client's totals; samples points at the shared array */
     const kvp_lt_params_t *p;
@@ -120,7 +123,7 @@ static void engine_free(lt_engine_t *e)
     kvp_free(e->tok);
     kvp_free(e->tail);
     kvp_free(e->sess_chunks);
-    kvp_client_destroy(e->c);
+    kvp_cluster_destroy(e->cl);
 }
 
 /* Room for n chunk keys and n * layers pages. */
@@ -229,8 +232,41 @@ static double ms_since(uint64_t t0)
     return (double)(kvp_time_ns() - t0) / 1e6;
 }
 
-static int lt_resume(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t i,
-                     kvp_lt_sample_t *s, kvp_lt_result_t *res)
+/* A node a call found unreachable: count it, say so once per client, skip it from now on. */
+static void node_failed(lt_engine_t *e, uint32_t node, kvp_status_t st, bool locked)
+{
+    e->part.nodes[node].failures++;
+    if (!(e->dead >> node & 1)) {
+        e->dead |= 1ull << node;
+        if (!locked) {
+            pthread_mutex_lock(&e->sh->mu);
+        }
+        kvp_progress_done();
+        fprintf(stderr, "kvpack loadtest: node %s: %s; client %u skips it from now on\n",
+                kvp_cluster_peer(e->cl, node), kvp_status_str(st), e->id);
+        if (!locked) {
+            pthread_mutex_unlock(&e->sh->mu);
+        }
+    }
+}
+
+/* A cluster get: the nodes it found unreachable on the way count as failures (several nodes). */
+static kvp_status_t cluster_get(lt_engine_t *e, const char *sid, kvp_session_pages_t **sp_p)
+{
+    kvp_cluster_report_t rep;
+    kvp_status_t         st = kvp_cluster_get_session(e->cl, e->ns, sid, NULL, sp_p, &rep);
+
+    for (uint32_t k = 0; k < rep.n_tried && kvp_cluster_size(e->cl) > 1; k++) {
+        if (strcmp(rep.tried[k].stage, "skipped") != 0 &&
+            kvp_cluster_status_unreachable(rep.tried[k].status)) {
+            node_failed(e, rep.tried[k].node, rep.tried[k].status, false);
+        }
+    }
+    return st;
+}
+
+static int lt_resume(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_sample_t *s,
+                     kvp_lt_result_t *res)
 {
     kvp_session_pages_t *sp = NULL;
     char                 sid[32];
@@ -238,7 +274,7 @@ static int lt_resume(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint
     kvp_status_t         st;
 
     snprintf(sid, sizeof(sid), "lt-%u", (uint32_t)r->resume);
-    st           = kvp_client_get_session(c, e->ns, sid, &sp);
+    st           = cluster_get(e, sid, &sp);
     s->resume_ms = ms_since(t0);
     if (st == KVP_OK && sp->desc.n_chunks != e->sess_chunks[r->resume]) {
         st = KVP_ERR_CORRUPT;
@@ -251,9 +287,11 @@ static int lt_resume(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint
     return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
 }
 
-/* Encode and put the chunks [hit, nc) and the record; *tail_len_p gets the tail bytes. */
-static int lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t i, uint32_t hit,
-                  kvp_lt_sample_t *s, kvp_lt_result_t *res, size_t *tail_len_p)
+/* Encode and put the chunks [hit, nc) and the record on one node; *tail_len_p gets the tail
+ * bytes, *what_p the step that failed. Times and pages add up over the nodes of a request. */
+static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t hit,
+                           kvp_lt_sample_t *s, kvp_lt_result_t *res, size_t *tail_len_p,
+                           const char **what_p)
 {
     uint32_t           L = e->p->layers, P = e->p->page_tokens, nc = r->input_len / P;
     uint32_t           rem = r->input_len % P, n = 0;
@@ -279,7 +317,8 @@ static int lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_
     }
     res->encode_s += kvp_time_s() - t_enc;
     if (st != KVP_OK) {
-        return fail(e, r, i, "encode", st);
+        *what_p = "encode";
+        return st;
     }
     desc.layers      = L;
     desc.page_tokens = P;
@@ -297,29 +336,65 @@ static int lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_
     if (st == KVP_OK) {
         st = kvp_client_put_session(c, e->ns, sid, &desc);
     }
-    s->put_ms    = ms_since(t0);
-    s->pages_put = n;
+    s->put_ms    = (isnan(s->put_ms) ? 0 : s->put_ms) + ms_since(t0);
+    s->pages_put += n;
     res->bytes_put += tail_len;
     res->bytes_put_fp16 += 4ull * ((nc - hit) * (uint64_t)P + rem) * L * e->p->heads *
                            e->p->head_dim;
     *tail_len_p = tail_len;
-    return st == KVP_OK ? 0 : fail(e, r, i, n > 0 ? "put (pages, record)" : "put (record)", st);
+    *what_p     = n > 0 ? "put (pages, record)" : "put (record)";
+    return st;
 }
 
-static int lt_request(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t i,
-                      kvp_lt_result_t *res)
+/* One node's part of a request: lookup (the first node's hits are the request's), then the pages
+ * it lacks and the record. */
+static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kvp_lt_req_t *r,
+                             kvp_lt_sample_t *s, kvp_lt_result_t *res, size_t *tail_len_p,
+                             const char **what_p)
+{
+    uint32_t     nc = r->input_len / e->p->page_tokens, hit = 0;
+    kvp_client_h c;
+    kvp_status_t st;
+    uint64_t     t0;
+
+    *what_p = "connect";
+    st      = kvp_cluster_client(e->cl, node, &c);
+    if (st == KVP_OK && nc > 0) {
+        *what_p = "lookup";
+        t0      = kvp_time_ns();
+        st      = kvp_client_lookup(c, e->ns, e->keys, nc, e->p->layers, &hit);
+        s->lookup_ms = first ? ms_since(t0) : s->lookup_ms;
+    }
+    if (st != KVP_OK) {
+        return st;
+    }
+    if (first) {
+        uint32_t cpb = KVP_LT_BLOCK_TOKENS / e->p->page_tokens;
+
+        s->hit_chunks = hit;
+        for (uint32_t b = 0; b < r->n_ids; b++) { /* a block hits when all its sealed chunks do */
+            uint32_t end = (b + 1) * cpb < nc ? (b + 1) * cpb : nc;
+
+            s->hit_blocks += end > b * cpb && end <= hit;
+        }
+    }
+    return lt_put(e, c, r, hit, s, res, tail_len_p, what_p);
+}
+
+static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_result_t *res)
 {
     kvp_lt_sample_t     *s = &res->samples[i];
     uint32_t             P = e->p->page_tokens, nc = r->input_len / P, rem = r->input_len % P;
-    uint32_t             cpb = KVP_LT_BLOCK_TOKENS / P, hit = 0;
+    uint32_t             order[KVP_LT_MAX_NODES], took = 0, n = kvp_cluster_size(e->cl);
     kvp_session_pages_t *sp = NULL;
-    kvp_status_t         st = KVP_OK;
+    kvp_status_t         st = KVP_ERR_PEER_UNREACHABLE;
     size_t               tail_len = 0;
+    const char          *what = "put";
     uint64_t             t0;
     char                 sid[32];
 
     s->lookup_ms = s->put_ms = s->get_ms = s->resume_ms = NAN;
-    if (r->resume >= 0 && lt_resume(e, c, r, i, s, res) != 0) {
+    if (r->resume >= 0 && lt_resume(e, r, i, s, res) != 0) {
         return -1;
     }
     if (engine_reserve(e, nc) != 0) {
@@ -329,28 +404,33 @@ static int lt_request(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uin
         chunk_tokens(e, r, j);
         e->keys[j] = kvp_chunk_key(j ? &e->keys[j - 1] : NULL, e->ns, e->tok, P);
     }
-    if (nc > 0) {
-        t0 = kvp_time_ns();
-        st = kvp_client_lookup(c, e->ns, e->keys, nc, e->p->layers, &hit);
-        s->lookup_ms = ms_since(t0);
-        if (st != KVP_OK) {
-            return fail(e, r, i, "lookup", st);
+    s->blocks = r->n_ids;
+    s->chunks = nc;
+    snprintf(sid, sizeof(sid), "lt-%u", r->session);
+    if (kvp_cluster_rank(e->cl, e->ns, sid, order) != KVP_OK) {
+        return fail(e, r, i, "placement", KVP_ERR_INVALID);
+    }
+    for (uint32_t k = 0; k < n && took < e->p->replicas; k++) {
+        kvp_status_t pst;
+
+        if (e->dead >> order[k] & 1) {
+            continue;
+        }
+        pst = lt_place(e, order[k], took == 0, r, s, res, &tail_len, &what);
+        if (pst == KVP_OK) {
+            took++;
+        } else if (n > 1 && kvp_cluster_status_unreachable(pst)) {
+            node_failed(e, order[k], pst, false); /* the next live node in rank takes its place */
+            st = pst;
+        } else {
+            return fail(e, r, i, what, pst);
         }
     }
-    s->blocks     = r->n_ids;
-    s->chunks     = nc;
-    s->hit_chunks = hit;
-    for (uint32_t b = 0; b < r->n_ids; b++) { /* a block hits when all its sealed chunks do */
-        uint32_t end = (b + 1) * cpb < nc ? (b + 1) * cpb : nc;
-
-        s->hit_blocks += end > b * cpb && end <= hit;
+    if (took == 0) {
+        return fail(e, r, i, n > 1 ? "put (no live node left)" : what, st);
     }
-    if (lt_put(e, c, r, i, hit, s, res, &tail_len) != 0) {
-        return -1;
-    }
-    snprintf(sid, sizeof(sid), "lt-%u", r->session);
     t0 = kvp_time_ns();
-    st = kvp_client_get_session(c, e->ns, sid, &sp);
+    st = cluster_get(e, sid, &sp);
     s->get_ms = ms_since(t0);
     if (st != KVP_OK) {
         return fail(e, r, i, "get", st);
@@ -392,6 +472,36 @@ static int lt_pace(lt_engine_t *e, uint32_t i)
     return atomic_load(&e->sh->stop) ? -1 : 0;
 }
 
+/* Node statistics summed over the nodes this client has not found dead; with several nodes one
+ * that does not answer now is counted and skipped. Called with sh->mu held. */
+static kvp_status_t lt_stat(lt_engine_t *e, kvp_node_stat_t *sum)
+{
+    uint32_t     n = kvp_cluster_size(e->cl), ok = 0;
+    kvp_status_t st = KVP_OK;
+
+    memset(sum, 0, sizeof(*sum));
+    for (uint32_t k = 0; k < n; k++) {
+        kvp_node_stat_t x;
+
+        if (e->dead >> k & 1) {
+            continue;
+        }
+        st = kvp_cluster_stat(e->cl, k, &x);
+        if (st != KVP_OK && n > 1 && kvp_cluster_status_unreachable(st)) {
+            node_failed(e, k, st, true);
+            continue;
+        }
+        if (st != KVP_OK) {
+            return st;
+        }
+        ok++;
+        for (size_t f = 0; f < sizeof(x) / sizeof(uint64_t); f++) {
+            ((uint64_t *)sum)[f] += ((const uint64_t *)&x)[f];
+        }
+    }
+    return ok > 0 ? KVP_OK : st;
+}
+
 /* Request i is done: advance the finished prefix and take the node's statistics for every window
  * it completes, in window order. */
 static int lt_complete(lt_engine_t *e, uint32_t i)
@@ -410,7 +520,7 @@ static int lt_complete(lt_engine_t *e, uint32_t i)
     while (st == KVP_OK && sh->next_win < sh->w->n_windows &&
            res->windows[sh->next_win].end <= sh->prefix) {
         k  = sh->next_win++;
-        st = kvp_client_stat(e->c, &res->windows[k].stat_end);
+        st = lt_stat(e, &res->windows[k].stat_end);
     }
     sh->last_ns = kvp_time_ns();
     pthread_mutex_unlock(&sh->mu);
@@ -429,7 +539,7 @@ static void *lt_client_main(void *arg)
 
     for (uint32_t i = 0; i < sh->w->n && !atomic_load(&sh->stop); i++) {
         if (sh->owner[i] == e->id &&
-            (lt_pace(e, i) != 0 || lt_request(e, e->c, &sh->w->reqs[i], i, &e->part) != 0 ||
+            (lt_pace(e, i) != 0 || lt_request(e, &sh->w->reqs[i], i, &e->part) != 0 ||
              lt_complete(e, i) != 0)) {
             break;
         }
@@ -467,11 +577,12 @@ static int lt_plan(lt_shared_t *sh)
     return 0;
 }
 
-static int lt_client_init(lt_engine_t *e, lt_shared_t *sh, uint32_t id, const char *server,
+static int lt_client_init(lt_engine_t *e, lt_shared_t *sh, uint32_t id, const char *peers,
                           uint32_t timeout_ms)
 {
-    kvp_client_params_t cp = {0};
-    kvp_status_t        st;
+    kvp_client_params_t  cp = {0};
+    kvp_cluster_params_t kp = {0};
+    kvp_status_t         st;
 
     if (engine_init(e, sh->p, sh->w) != 0) {
         return -1;
@@ -479,13 +590,21 @@ static int lt_client_init(lt_engine_t *e, lt_shared_t *sh, uint32_t id, const ch
     e->sh           = sh;
     e->id           = id;
     e->part.samples = sh->res->samples;
-    cp.field_mask   = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.server       = server;
+    cp.field_mask   = KVP_CLIENT_PARAM_TIMEOUT_MS;
     cp.timeout_ms   = timeout_ms;
-    st              = kvp_client_create(&cp, &e->c);
+    kp.field_mask   = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS |
+                      KVP_CLUSTER_PARAM_CLIENT;
+    kp.peers        = peers;
+    kp.replicas     = sh->p->replicas;
+    kp.client       = &cp;
+    st              = kvp_cluster_create(&kp, &e->cl);
+    if (st == KVP_OK && kvp_cluster_size(e->cl) == 1) { /* one node: connect now, as before */
+        kvp_client_h c;
+
+        st = kvp_cluster_client(e->cl, 0, &c);
+    }
     if (st != KVP_OK) {
-        e->c = NULL;
-        fprintf(stderr, "kvpack loadtest: cannot connect to %s: %s\n", server, kvp_status_str(st));
+        fprintf(stderr, "kvpack loadtest: cannot connect to %s: %s\n", peers, kvp_status_str(st));
         return -1;
     }
     return 0;
@@ -520,9 +639,64 @@ static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
     res->encode_s += part->encode_s;
     res->behind_max_ms = part->behind_max_ms > res->behind_max_ms ? part->behind_max_ms
                                                                   : res->behind_max_ms;
+    for (uint32_t k = 0; k < KVP_LT_MAX_NODES; k++) {
+        res->nodes[k].failures += part->nodes[k].failures;
+    }
 }
 
-int kvp_lt_run(const char *server, uint32_t timeout_ms, const kvp_lt_params_t *p,
+/* After the run (several nodes): each node's statistics, how many sessions its rank gives it,
+ * and the hit references of one big node and of this placement (kvp_lt_reference). */
+static int lt_nodes_end(lt_engine_t *e, const kvp_lt_workload_t *w, kvp_lt_result_t *res)
+{
+    uint32_t  n = kvp_cluster_size(e->cl), order[KVP_LT_MAX_NODES], r = e->p->replicas;
+    uint8_t  *primary = kvp_calloc(w->n_sessions + 1, 1, "loadtest placement");
+    uint64_t *holders = kvp_calloc(w->n_sessions + 1, sizeof(*holders), "loadtest placement");
+    uint32_t *hits = kvp_calloc(w->n + 1, sizeof(*hits), "loadtest reference");
+    int       rc = -1;
+
+    res->n_nodes = n;
+    for (uint32_t k = 0; k < n; k++) {
+        res->nodes[k].stat_ok = kvp_cluster_stat(e->cl, k, &res->nodes[k].stat_end) == KVP_OK;
+    }
+    if (primary == NULL || holders == NULL || hits == NULL) {
+        goto out;
+    }
+    for (uint32_t s = 0; s < w->n_sessions; s++) {
+        char sid[32];
+
+        snprintf(sid, sizeof(sid), "lt-%u", s);
+        if (kvp_cluster_rank(e->cl, e->ns, sid, order) != KVP_OK) {
+            goto out;
+        }
+        primary[s] = (uint8_t)order[0];
+        for (uint32_t k = 0; k < r; k++) {
+            holders[s] |= 1ull << order[k];
+            res->nodes[order[k]].expected_sessions++;
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* one node that holds everything */
+            memset(primary, 0, w->n_sessions + 1);
+            for (uint32_t s = 0; s < w->n_sessions; s++) {
+                holders[s] = 1;
+            }
+        }
+        if (kvp_lt_reference(w, e->p->page_tokens, primary, holders, hits) != 0) {
+            goto out;
+        }
+        for (uint32_t i = 0; i < w->n; i++) {
+            *(pass ? &res->ref_single : &res->ref_placed) += hits[i];
+        }
+    }
+    rc = 0;
+out:
+    kvp_free(primary);
+    kvp_free(holders);
+    kvp_free(hits);
+    return rc;
+}
+
+int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
                const kvp_lt_workload_t *w, kvp_lt_result_t *res)
 {
     lt_shared_t  sh;
@@ -547,13 +721,15 @@ int kvp_lt_run(const char *server, uint32_t timeout_ms, const kvp_lt_params_t *p
         goto out;
     }
     for (; ready < p->clients; ready++) {
-        if (lt_client_init(&eng[ready], &sh, ready, server, timeout_ms) != 0) {
+        if (lt_client_init(&eng[ready], &sh, ready, peers, timeout_ms) != 0) {
             ready++; /* freed below with the others */
             goto out;
         }
     }
     res->ns = eng[0].ns;
-    st = kvp_client_stat(eng[0].c, &res->stat_begin);
+    pthread_mutex_lock(&sh.mu);
+    st = lt_stat(&eng[0], &res->stat_begin);
+    pthread_mutex_unlock(&sh.mu);
     if (st != KVP_OK) {
         fprintf(stderr, "kvpack loadtest: node stat failed: %s\n", kvp_status_str(st));
         goto out;
@@ -579,6 +755,10 @@ int kvp_lt_run(const char *server, uint32_t timeout_ms, const kvp_lt_params_t *p
     if (!atomic_load(&sh.stop) && res->done == w->n) {
         res->stat_end = res->windows[w->n_windows - 1].stat_end;
         rc = 0;
+    }
+    if (kvp_cluster_size(eng[0].cl) > 1 && lt_nodes_end(&eng[0], w, res) != 0) {
+        fprintf(stderr, "kvpack loadtest: out of memory for the hit references\n");
+        rc = -1;
     }
 out:
     for (uint32_t c = 0; c < ready; c++) {

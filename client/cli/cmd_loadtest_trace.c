@@ -108,11 +108,9 @@ typedef struct {
 /* Count ref_hit_blocks and, when find_parent, set resume to the latest session whose full blocks
  * (all its ids but the last, at least two: the first block alone is mostly a shared system
  * prompt, not a conversation) are the longest prefix of r's ids. Then remember r's prefixes. */
-static int prefix_note(lt_prefix_t *px, kvp_lt_req_t *r, bool find_parent)
+/* px->hash[b] = hash of r's ids[0..b], for every block b. 0 or -1. */
+static int prefix_hash(lt_prefix_t *px, const kvp_lt_req_t *r)
 {
-    uint32_t v;
-    int64_t  old;
-
     if (r->n_ids > px->hash_cap) {
         uint64_t *h = kvp_realloc(px->hash, r->n_ids * sizeof(*h), "loadtest prefix");
 
@@ -124,6 +122,19 @@ static int prefix_note(lt_prefix_t *px, kvp_lt_req_t *r, bool find_parent)
     }
     for (uint32_t b = 0; b < r->n_ids; b++) {
         px->hash[b] = kvp_lt_mix64((b ? px->hash[b - 1] : 0x4B56504Bull) ^ kvp_lt_mix64(r->ids[b] + 1));
+    }
+    return 0;
+}
+
+static int prefix_note(lt_prefix_t *px, kvp_lt_req_t *r, bool find_parent)
+{
+    uint32_t v;
+    int64_t  old;
+
+    if (prefix_hash(px, r) != 0) {
+        return -1;
+    }
+    for (uint32_t b = 0; b < r->n_ids; b++) {
         r->ref_hit_blocks += map_get(&px->seen, px->hash[b], &v);
     }
     for (uint32_t k = r->n_ids - 1; find_parent && k > 1; k--) {
@@ -148,6 +159,51 @@ static void prefix_free(lt_prefix_t *px)
     map_free(&px->seen);
     map_free(&px->ends);
     kvp_free(px->hash);
+}
+
+/* Chunk j of a request (P tokens, cpb chunks a block) is the same tokens wherever the ids up to its
+ * block are: its identity is the prefix hash of that block and j's place in it. */
+static uint64_t chunk_id(const lt_prefix_t *px, uint32_t j, uint32_t cpb)
+{
+    return kvp_lt_mix64(px->hash[j / cpb] ^ kvp_lt_mix64(0x43484B00ull + j % cpb));
+}
+
+int kvp_lt_reference(const kvp_lt_workload_t *w, uint32_t page_tokens, const uint8_t *primary,
+                     const uint64_t *holders, uint32_t *hits)
+{
+    lt_map_t    held[KVP_LT_MAX_NODES];
+    lt_prefix_t px = {0};
+    uint32_t    cpb = KVP_LT_BLOCK_TOKENS / page_tokens, v;
+    int64_t     old;
+    int         rc = 0;
+
+    memset(held, 0, sizeof(held));
+    for (uint32_t i = 0; i < w->n && rc == 0; i++) {
+        const kvp_lt_req_t *r = &w->reqs[i];
+        uint32_t            nc = r->input_len / page_tokens, hit = 0;
+        uint64_t            mask = holders[r->session];
+
+        rc = prefix_hash(&px, r);
+        while (rc == 0 && hit < nc && map_get(&held[primary[r->session]], chunk_id(&px, hit, cpb), &v)) {
+            hit++;
+        }
+        hits[i] = 0;
+        for (uint32_t b = 0; b < r->n_ids; b++) { /* the replay's rule: all sealed chunks found */
+            uint32_t end = (b + 1) * cpb < nc ? (b + 1) * cpb : nc;
+
+            hits[i] += end > b * cpb && end <= hit;
+        }
+        for (uint32_t k = 0; k < KVP_LT_MAX_NODES && rc == 0; k++) {
+            for (uint32_t j = 0; (mask >> k & 1) && j < nc && rc == 0; j++) {
+                rc = map_put(&held[k], chunk_id(&px, j, cpb), 1, &old);
+            }
+        }
+    }
+    for (uint32_t k = 0; k < KVP_LT_MAX_NODES; k++) {
+        map_free(&held[k]);
+    }
+    prefix_free(&px);
+    return rc;
 }
 
 static kvp_lt_req_t *workload_add(kvp_lt_workload_t *w, uint32_t *cap)

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""check_loadtest_cluster.py - `kvpack loadtest` over several nodes. synthetic / replay: 3 local
+nodes, --replicas 2, budget large enough that nothing is evicted: every request done, 0 CRC
+failures, hits == the placed reference <= the single-cache reference (and on the synthetic workload,
+where users share nothing, placed == single), each node holds exactly the sessions its rank names
+(2 copies per session); kill: 3 nodes started here, one SIGKILLed mid-run: the run finishes every
+request from the other replica, names the dead node's failures, exits 3; errors: bad combinations
+exit 2 with a clear message.
+usage: check_loadtest_cluster.py CASE KVPACK KVPACKD [TRACE]"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+case, KVPACK, KVPACKD = sys.argv[1], sys.argv[2], sys.argv[3]
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def loadtest(args, timeout=120):
+    p = subprocess.run([KVPACK, "loadtest", "--json", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+
+
+def check_placed(r, nodes, replicas):
+    ref = r["reference"]
+    print(f"hits {r['hit_blocks']}, placed reference {ref['placed_hit_blocks']}, single cache "
+          f"{ref['single_cache_hit_blocks']}, per node",
+          [(n["sessions"], n["expected_sessions"]) for n in r["nodes"]])
+    check(r["ok"] and r["requests"] == sum(w["requests"] for w in r["windows"]) > 0,
+          "not every request done")
+    check(r["node_stats"]["crc_failures"] == 0, "CRC failures")
+    check(r["node_stats"]["spills"] == 0, "spills: the budget was meant to hold everything")
+    check(r["hit_blocks"] == ref["placed_hit_blocks"], "hits != placed reference")
+    check(ref["placed_hit_blocks"] <= ref["single_cache_hit_blocks"], "placed > single-cache")
+    check(len(r["nodes"]) == nodes and r["replicas"] == replicas, "node list / replicas")
+    check(all(n["sessions"] == n["expected_sessions"] and n["failures"] == 0 for n in r["nodes"]),
+          "a node's session count differs from its rank's")
+    check(sum(n["sessions"] for n in r["nodes"]) == r["node_stats"]["sessions"] and
+          sum(n["expected_sessions"] for n in r["nodes"]) % replicas == 0,
+          "sessions summed over nodes: not r copies each")
+
+
+def case_synthetic():
+    U, R, T = 6, 4, 700
+    rc, r, err = loadtest(["--local-nodes", "3", "--replicas", "2", "--users", str(U), "--rounds",
+                           str(R), "--turn-tokens", str(T), "--dram-budget", "256M"])
+    check(rc == 0, f"exit {rc}: {err[-300:]}")
+    check_placed(r, 3, 2)
+    check(r["node_stats"]["sessions"] == 2 * U, "want 2 copies of each of the users' sessions")
+    check(r["reference"]["placed_hit_blocks"] == r["reference"]["single_cache_hit_blocks"],
+          "users share nothing: placement cannot cost a hit")
+    check(r["hit_blocks"] > 0, "no hits")
+
+
+def case_replay(trace):
+    if not os.path.exists(trace):
+        print(f"SKIP: trace {trace} not present (../shared/traces beside the repository)")
+        sys.exit(77)
+    rc, r, err = loadtest(["--local-nodes", "3", "--replicas", "2", "--trace", trace,
+                           "--max-requests", "120", "--dram-budget", "2G"])
+    check(rc == 0, f"exit {rc}: {err[-300:]}")
+    check_placed(r, 3, 2)
+    check(r["reference"]["single_cache_hit_blocks"] <= r["unbounded_hit_blocks"],
+          "single-cache reference above the id-level unbounded count")
+
+
+def start_node(d, k):
+    ready = os.path.join(d, f"ready{k}")
+    p = subprocess.Popen([KVPACKD, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, f"n{k}"),
+                          "--ready-file", ready, "--dram-budget", "256M"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(1500):
+        if os.path.exists(ready) and open(ready).read().endswith("\n"):
+            return p, "127.0.0.1:" + open(ready).read().strip()
+        time.sleep(0.02)
+    sys.exit(f"kvpackd {k} did not start")
+
+
+def case_kill():
+    d = tempfile.mkdtemp(prefix="kvp_ltc_kill_")
+    nodes = [start_node(d, k) for k in range(3)]
+    try:
+        peers = ",".join(a for _, a in nodes)
+        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", peers, "--replicas", "2",
+                               "--users", "4", "--rounds", "60", "--turn-tokens", "256",
+                               "--timeout-ms", "3000"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # let it run some requests, then kill a node under it
+        nodes[1][0].send_signal(signal.SIGKILL)
+        nodes[1][0].wait()
+        try:
+            out, err = lt.communicate(timeout=120)  # a hang guard, not a speed assertion
+        except subprocess.TimeoutExpired:
+            lt.kill()
+            check(False, "loadtest hung after a node died")
+            return
+        print("\n".join(err.replace("\r", "\n").strip().splitlines()[-3:]))
+        check(lt.returncode == 3, f"exit {lt.returncode}, want 3 (all done, a node failed)")
+        r = json.loads(out)
+        check(r["ok"] and r["requests"] == 240, "not every request done")
+        check(r["nodes"][1]["failures"] > 0 and not r["nodes"][1]["reachable_at_end"],
+              "the killed node's failures are not reported")
+        check(r["nodes"][0]["failures"] == 0 and r["nodes"][2]["failures"] == 0,
+              "failures on a live node")
+        check(r["node_stats"]["crc_failures"] == 0, "CRC failures")
+        check(nodes[1][1] in err and "skips it" in err, "no line naming the dead node")
+    finally:
+        for p, _ in nodes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        subprocess.run(["rm", "-rf", d])
+
+
+def case_errors():
+    for args, want in ((["--local-nodes", "2", "--node", "127.0.0.1:1"], "one of --node"),
+                       (["--local-nodes", "2", "--replicas", "3"], "--replicas 3"),
+                       (["--node", "127.0.0.1:1,127.0.0.1:2", "--replicas", "3"], "--replicas 3"),
+                       (["--local-nodes", "0"], "--local-nodes"),
+                       (["--replicas", "0"], "--replicas 0")):
+        rc, r, err = loadtest(["--users", "2", "--rounds", "2", "--turn-tokens", "600", *args])
+        check(rc == 2 and want in err and len(err.strip().splitlines()) == 1,
+              f"{args}: exit {rc}, stderr {err!r}")
+
+
+{"synthetic": case_synthetic, "replay": lambda: case_replay(sys.argv[4]), "kill": case_kill,
+ "errors": case_errors}[case]()
+print("FAILED" if fails else f"check_loadtest_cluster {case}: all checks passed")
+sys.exit(1 if fails else 0)
