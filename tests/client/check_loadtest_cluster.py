@@ -95,9 +95,19 @@ def case_kill():
                                "--users", "4", "--rounds", "60", "--turn-tokens", "256",
                                "--timeout-ms", "3000"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)  # let it run some requests, then kill a node under it
+        # once node 1 holds a session the run is under way: freeze the load generator, kill the
+        # node, let the run go on (so the kill always lands mid-run, however fast the machine)
+        for _ in range(3000):
+            st = subprocess.run([KVPACK, "stat", "--node", nodes[1][1], "--json"],
+                                capture_output=True, text=True)
+            if st.returncode == 0 and json.loads(st.stdout).get("sessions", 0) > 0:
+                break
+            check(lt.poll() is None, "loadtest ended before node 1 held a session")
+            time.sleep(0.01)
+        lt.send_signal(signal.SIGSTOP)
         nodes[1][0].send_signal(signal.SIGKILL)
         nodes[1][0].wait()
+        lt.send_signal(signal.SIGCONT)
         try:
             out, err = lt.communicate(timeout=120)  # a hang guard, not a speed assertion
         except subprocess.TimeoutExpired:
