@@ -233,8 +233,11 @@ def case_clients(trace):
               f"hit_blocks {r['hit_blocks']} outside [{floor}, {r['unbounded_hit_blocks']}]")
         check(r["hit_chunks"] <= sum(x[2] for x in seq), "more chunk hits than one client's")
         check(r["resumes"] == resumes > 0, f"resumes {r['resumes']}, want {resumes}")
-        check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] >= r["resumes"] > 0,
-              "spills/restores not sane under a 12 MiB budget")
+        # with 3 clients a resumed session may still be in DRAM (the background spiller had not
+        # reached it yet), so restores need not reach resumes; the 12 MiB budget must still have
+        # sent sessions to disk and brought some back
+        check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] > 0,
+              f"spills/restores not sane under a 12 MiB budget: {r['node_stats']}")
         check_common(r)
     U, R, T = 4, 3, 700  # users share nothing: concurrency must not cost a single hit
     r = run_json(["--users", str(U), "--rounds", str(R), "--turn-tokens", str(T),
