@@ -14,7 +14,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
 kvpack, kvpackd = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="kvp_clu_")
@@ -31,22 +34,12 @@ def check(cond, what):
 
 def start_node(k, port=0):
     """Node k on 127.0.0.1:port (0: a free one) with data in tmp/nK; returns its address."""
-    ready = os.path.join(tmp, f"ready{k}")
-    if os.path.exists(ready):
-        os.unlink(ready)
-    proc = subprocess.Popen(
-        [kvpackd, "--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
-         "--ready-file", ready, "--dram-budget", "32M", "--durability", "write-through"],
-        stdout=subprocess.DEVNULL, env=env)
-    for _ in range(1500):  # the ready file appears once the node listens
-        if os.path.exists(ready) and open(ready).read().strip():
-            addr = "127.0.0.1:" + open(ready).read().strip()
-            procs[addr] = proc
-            return addr
-        if proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    sys.exit(f"kvpackd {k} did not start")
+    proc, addr = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, f"ready{k}"),
+        ["--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
+         "--dram-budget", "32M", "--durability", "write-through"], env=env, what=f"kvpackd {k}")
+    procs[addr] = proc
+    return addr
 
 
 def kv(cmd, node, *args):

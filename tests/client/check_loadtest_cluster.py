@@ -15,6 +15,10 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
 case, KVPACK, KVPACKD = sys.argv[1], sys.argv[2], sys.argv[3]
 fails = []
 
@@ -75,15 +79,10 @@ def case_replay(trace):
 
 
 def start_node(d, k):
-    ready = os.path.join(d, f"ready{k}")
-    p = subprocess.Popen([KVPACKD, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, f"n{k}"),
-                          "--ready-file", ready, "--dram-budget", "256M"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(1500):
-        if os.path.exists(ready) and open(ready).read().endswith("\n"):
-            return p, "127.0.0.1:" + open(ready).read().strip()
-        time.sleep(0.02)
-    sys.exit(f"kvpackd {k} did not start")
+    return kvptest.start_kvpackd(KVPACKD, os.path.join(d, f"ready{k}"),
+                                 ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, f"n{k}"),
+                                  "--dram-budget", "256M"], stderr=subprocess.DEVNULL,
+                                 what=f"kvpackd {k}")
 
 
 def case_kill():

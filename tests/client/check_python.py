@@ -21,11 +21,10 @@ import time
 
 mode, lib, kvpack_exe, kvpackd, readme = sys.argv[1:6]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
-import kvpack  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
-kvpack.load(lib)
+kvpack = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_py_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = []

@@ -25,11 +25,10 @@ import urllib.request
 
 lib, kvpack_exe, kvpackd, layout_exe, readme = sys.argv[1:6]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
-import kvpack  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
-kvpack.load(lib)
+kvpack = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_pyclu_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = []
@@ -72,19 +71,12 @@ def check_layouts():
 
 
 def start_node(k, extra=()):
-    ready = os.path.join(tmp, f"ready{k}")
-    proc = subprocess.Popen(
-        [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, f"n{k}"),
-         "--ready-file", ready, "--dram-budget", "32M", "--durability", "write-through", *extra],
-        stdout=subprocess.DEVNULL, env=env)
+    proc, addr = kvptest.start_kvpackd(  # with --etcd: once it is registered too
+        kvpackd, os.path.join(tmp, f"ready{k}"),
+        ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, f"n{k}"), "--dram-budget", "32M",
+         "--durability", "write-through", *extra], env=env, what=f"kvpackd {k}")
     procs.append(proc)
-    for _ in range(1500):  # the ready file appears once the node listens (and is registered)
-        if os.path.exists(ready) and open(ready).read().strip():
-            return proc, "127.0.0.1:" + open(ready).read().strip()
-        if proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    sys.exit(f"kvpackd {k} did not start")
+    return proc, addr
 
 
 def session(sid, codec):

@@ -15,7 +15,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
 kvpack, kvpackd = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="kvp_cli_")
@@ -31,21 +34,10 @@ def check(cond, what):
 
 
 def start_node():
-    ready = os.path.join(tmp, "ready")
-    if os.path.exists(ready):
-        os.unlink(ready)
-    node["proc"] = subprocess.Popen(
-        [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"),
-         "--ready-file", ready, "--dram-budget", "64M", "--durability", "write-through"],
-        stdout=subprocess.DEVNULL, env=env)
-    for _ in range(1500):  # the ready file appears once the node listens
-        if os.path.exists(ready):
-            node["addr"] = "127.0.0.1:" + open(ready).read().strip()
-            return
-        if node["proc"].poll() is not None:
-            break
-        time.sleep(0.02)
-    sys.exit("kvpackd did not start")
+    node["proc"], node["addr"] = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, "ready"),
+        ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"), "--dram-budget", "64M",
+         "--durability", "write-through"], env=env)
 
 
 def stop_node():

@@ -23,6 +23,10 @@ import tempfile
 import time
 import urllib.request
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
 kvpack, kvpackd = sys.argv[1], sys.argv[2]
 ETCD = shutil.which("etcd")
 if ETCD is None:
@@ -85,19 +89,13 @@ def start_node(k, port=0):
     starts.append(k)
     ready = os.path.join(tmp, f"ready{len(starts)}")  # a new file per start: never a stale one
     http[k] = os.path.join(tmp, f"http{len(starts)}")
-    proc = subprocess.Popen(
-        [kvpackd, "--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
-         "--durability", "write-through", "--dram-budget", "32M", "--ready-file", ready,
-         "--etcd", URL, "--etcd-ttl", str(TTL), "--http", "127.0.0.1:0", "--http-ready-file",
-         http[k]], stdout=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 30
-    while proc.poll() is None and time.monotonic() < deadline:
-        port = open(ready).read().strip() if os.path.exists(ready) else ""
-        if port:  # written once the node listens and is registered
-            nodes[k] = (proc, f"127.0.0.1:{port}")
-            return nodes[k][1]
-        time.sleep(0.02)
-    sys.exit(f"kvpackd {k} did not start")
+    nodes[k] = kvptest.start_kvpackd(  # the ready file: once the node listens and is registered
+        kvpackd, ready,
+        ["--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
+         "--durability", "write-through", "--dram-budget", "32M", "--etcd", URL, "--etcd-ttl",
+         str(TTL), "--http", "127.0.0.1:0", "--http-ready-file", http[k]], env=env,
+        what=f"kvpackd {k}")
+    return nodes[k][1]
 
 
 def registered(k):

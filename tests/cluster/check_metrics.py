@@ -21,12 +21,11 @@ import tempfile
 import time
 
 kvpack_exe, kvpackd, lib = sys.argv[1:4]
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
-import kvpack  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
-kvpack.load(lib)
+kvpack = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_metrics_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = []
