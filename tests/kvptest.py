@@ -1,11 +1,14 @@
 """kvptest.py - what the Python test scripts share: starting a kvpackd and waiting until it listens
 (its --ready-file, written by rename, names the bound port), and importing the source tree's
-Python binding against a built libkvpack.so. The scripts put tests/ on sys.path with bytecode
+Python binding against a built libkvpack.so; free ports and a one-member etcd. The scripts put tests/ on sys.path with bytecode
 writing off, so nothing lands in the source tree."""
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,3 +38,36 @@ def load_kvpack(lib):
     import kvpack  # noqa: E402
     kvpack.load(lib)
     return kvpack
+
+
+def free_port():
+    """A loopback TCP port that was free a moment ago (for servers that must be told a port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_etcd(etcd, data_dir, cport, pport):
+    """A one-member etcd on 127.0.0.1:cport (clients) and :pport (peers), as PLATFORM.md starts
+    it; returns (proc, client URL) once /health says true. The test exits when it dies or is not
+    up in ~15 s."""
+    url, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+    proc = subprocess.Popen(
+        [etcd, "--name", "kvp", "--data-dir", data_dir, "--logger=zap", "--log-level=error",
+         "--listen-client-urls", url, "--advertise-client-urls", url, "--listen-peer-urls", peer,
+         "--initial-advertise-peer-urls", peer, "--initial-cluster", f"kvp={peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if json.loads(r.read()).get("health") == "true":
+                    return proc, url
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    sys.exit("etcd did not start")

@@ -15,13 +15,11 @@ import os
 import random
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 lib, kvpack_exe, kvpackd, layout_exe, readme = sys.argv[1:6]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -242,31 +240,14 @@ def check_bad_args(addrs):
         pass
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def check_etcd():
     etcd = shutil.which("etcd")
     if etcd is None:
         print("note: etcd is not installed, the Cluster(etcd=) part is skipped")
         return
-    url, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
-    procs.append(subprocess.Popen(
-        [etcd, "--name", "kvp", "--data-dir", os.path.join(tmp, "etcd"), "--log-level=error",
-         "--logger=zap", "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-         "--initial-cluster", f"kvp={peer}"], stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL))
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if json.loads(r.read()).get("health") == "true":
-                    break
-        except OSError:
-            time.sleep(0.05)
+    proc, url = kvptest.start_etcd(etcd, os.path.join(tmp, "etcd"), kvptest.free_port(),
+                                   kvptest.free_port())
+    procs.append(proc)
     addrs = [start_node(10 + k, ("--etcd", url, "--etcd-ttl", "5"))[1] for k in range(2)]
     with kvpack.Cluster(etcd=url, replicas=2, timeout_ms=5000) as ce, \
             kvpack.Cluster(peers=list(reversed(addrs)), replicas=2, timeout_ms=5000) as cp:
@@ -278,7 +259,7 @@ def check_etcd():
         check(sorted(ce.put_session(s[0], "e0", s[1], s[2])) == sorted(addrs), "put via etcd")
         check(cp.get_session(s[0], "e0").pages == s[1], "etcd put, static-list get")
     raises(lambda: kvpack.Cluster(etcd=url, etcd_prefix="/nobody/"), {"ERR_NOT_FOUND"})
-    raises(lambda: kvpack.Cluster(etcd=f"http://127.0.0.1:{free_port()}", timeout_ms=2000),
+    raises(lambda: kvpack.Cluster(etcd=f"http://127.0.0.1:{kvptest.free_port()}", timeout_ms=2000),
            UNREACH)
 
 

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,12 +48,6 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def gateway(path, body):
     """POST a JSON body to etcd's v3 gateway; returns the decoded reply."""
     req = urllib.request.Request(URL + path, data=json.dumps(body).encode(), method="POST")
@@ -63,25 +56,7 @@ def gateway(path, body):
 
 
 def start_etcd(cport, pport):
-    url = f"http://127.0.0.1:{cport}"
-    peer = f"http://127.0.0.1:{pport}"
-    proc = subprocess.Popen(
-        [ETCD, "--name", "kvp", "--data-dir", os.path.join(tmp, "etcd"), "--logger=zap",
-         "--log-level=error", "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-         "--initial-cluster", f"kvp={peer}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if json.loads(r.read()).get("health") == "true":
-                    return proc, url
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    sys.exit("etcd did not start")
+    return kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
 
 
 def start_node(k, port=0):
@@ -136,7 +111,7 @@ def kvd(path, L, T, H, D):
 
 etcd = None
 try:
-    ports = (free_port(), free_port())
+    ports = (kvptest.free_port(), kvptest.free_port())
     etcd, URL = start_etcd(*ports)
     addrs = [start_node(k) for k in range(3)]
     listed = members()
@@ -235,7 +210,7 @@ try:
     # bad input: both sources, an unreachable etcd for the node and for the CLI
     rc, _, err = run("ls", "--etcd", URL, "--node", addrs[0])
     check(rc == 2 and "not both" in err, f"--node with --etcd: {rc} {err!r}")
-    nowhere = f"http://127.0.0.1:{free_port()}"
+    nowhere = f"http://127.0.0.1:{kvptest.free_port()}"
     p = subprocess.run([kvpackd, "--listen", "127.0.0.1:0", "--etcd", nowhere], timeout=60,
                        capture_output=True, text=True, env=env)
     check(p.returncode == 1 and "cannot register" in p.stderr and nowhere in p.stderr,
