@@ -1,7 +1,8 @@
 /* list.c - kvp_store_session_list: the sessions a store knows (hot or cold), in (ns, sid) order,
  * one page at a time after a key cursor, each with its shape, where it lives and its bytes.
- * A page costs one pass over the session table and a sort of the sessions past the cursor, all
- * under the store lock (no disk I/O: cold sessions' records and page entries stay in memory). */
+ * A page costs one pass over the session table that keeps the max smallest keys past the cursor
+ * in a bounded max-heap (O(n log max), no allocation of n), then a sort of those max, all under
+ * the store lock (no disk I/O: cold sessions' records and page entries stay in memory). */
 #include "store_int.h"
 
 #include "kvpack/alloc.h"
@@ -68,44 +69,84 @@ static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_sessi
     o->bytes = sess_bytes(s, prof);
 }
 
+/* Bounded max-heap of the smallest keys seen: h[0] is the largest kept. */
+static void heap_sift_down(kvp_sess_t **h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+
+        if (l < n && sess_order(&h[l], &h[m]) > 0) {
+            m = l;
+        }
+        if (r < n && sess_order(&h[r], &h[m]) > 0) {
+            m = r;
+        }
+        if (m == i) {
+            return;
+        }
+        kvp_sess_t *t = h[i];
+
+        h[i] = h[m];
+        h[m] = t;
+        i    = m;
+    }
+}
+
+static void heap_push(kvp_sess_t **h, size_t n, kvp_sess_t *s) /* h holds n, room for n + 1 */
+{
+    size_t i = n;
+
+    h[i] = s;
+    while (i > 0 && sess_order(&h[(i - 1) / 2], &h[i]) < 0) {
+        kvp_sess_t *t = h[i];
+
+        h[i]           = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i              = (i - 1) / 2;
+    }
+}
+
 kvp_status_t kvp_store_session_list(kvp_store_h st, uint64_t after_ns, const char *after_sid,
                                     kvp_store_session_info_t *out, uint32_t max, uint32_t *n_p,
                                     int *more_p)
 {
-    kvp_sess_t **after;
-    size_t       n = 0;
-    uint32_t     take;
+    kvp_sess_t **keep;
+    size_t       n = 0, kept = 0;
 
     if (st == NULL || n_p == NULL || (out == NULL && max > 0) ||
         (after_sid != NULL && strnlen(after_sid, KVP_SID_MAX) == KVP_SID_MAX)) {
         KVP_LOG_ERROR(MOD, "session list with an invalid argument");
         return KVP_ERR_INVALID;
     }
-    pthread_mutex_lock(&st->lock);
-    after = kvp_malloc((st->sessions.count ? st->sessions.count : 1) * sizeof(*after),
-                       "session list");
-    if (after == NULL) {
-        pthread_mutex_unlock(&st->lock);
-        KVP_LOG_ERROR(MOD, "no memory to list %zu sessions", st->sessions.count);
+    keep = kvp_malloc((max ? max : 1) * sizeof(*keep), "session list");
+    if (keep == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to list %u sessions", max);
         return KVP_ERR_NO_MEMORY;
     }
+    pthread_mutex_lock(&st->lock);
     for (size_t b = 0; b < st->sessions.nbuckets; b++) {
         for (kvp_sess_t *s = st->sessions.buckets[b]; s != NULL; s = s->hnext) {
-            if (after_sid == NULL || key_cmp(s->ns, s->sid, after_ns, after_sid) > 0) {
-                after[n++] = s;
+            if (after_sid != NULL && key_cmp(s->ns, s->sid, after_ns, after_sid) <= 0) {
+                continue;
+            }
+            n++;
+            if (kept < max) {
+                heap_push(keep, kept++, s);
+            } else if (max > 0 && sess_order(&s, &keep[0]) < 0) {
+                keep[0] = s;
+                heap_sift_down(keep, kept, 0);
             }
         }
     }
-    qsort(after, n, sizeof(*after), sess_order);
-    take = n < max ? (uint32_t)n : max;
-    for (uint32_t i = 0; i < take; i++) {
-        sess_info(st, after[i], &out[i]);
+    qsort(keep, kept, sizeof(*keep), sess_order);
+    for (size_t i = 0; i < kept; i++) {
+        sess_info(st, keep[i], &out[i]);
     }
     pthread_mutex_unlock(&st->lock);
-    kvp_free(after);
-    *n_p = take;
+    kvp_free(keep);
+    *n_p = (uint32_t)kept;
     if (more_p != NULL) {
-        *more_p = n > take;
+        *more_p = n > kept;
     }
     return KVP_OK;
 }

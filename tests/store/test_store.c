@@ -768,6 +768,73 @@ static void case_concurrent_io(void)
     t_rmrf(dir);
 }
 
+static int t_key_cmp(const void *a, const void *b)
+{
+    const kvp_store_session_info_t *x = a, *y = b;
+
+    if (x->ns != y->ns) {
+        return x->ns < y->ns ? -1 : 1;
+    }
+    return strcmp(x->sid, y->sid);
+}
+
+/* Listing pages walk every session once in (ns, sid) order, whatever the page size, with "more"
+ * set on every page but the last (the store keeps the page's smallest keys in a bounded heap). */
+static void case_session_list_order(void)
+{
+    enum { N = 600 };
+    kvp_store_h               st = open_store(NULL, 8u << 20, KVP_DURABILITY_SPILL);
+    kvp_session_desc_t        d;
+    kvp_store_session_info_t *want = kvp_calloc(N, sizeof(*want), "test want");
+    kvp_store_session_info_t *got  = kvp_calloc(N + 1, sizeof(*got), "test got");
+    uint64_t                  seed = 42;
+    const uint32_t            pages[] = {1, 7, 64, N - 1, N, N + 1};
+    uint32_t                  n;
+    int                       more;
+
+    CHECK(want != NULL && got != NULL);
+    t_session(&G, 7, 0, 7, 1, 0, &d);
+    for (uint64_t k = 0; k < 3; k++) {
+        CHECK_OK(t_put_pages(st, NS + k * 977, &G, &d));
+    }
+    for (uint32_t i = 0; i < N; i++) { /* random sids, unique by the index suffix */
+        want[i].ns = NS + (t_splitmix(&seed) % 3) * 977;
+        snprintf(want[i].sid, sizeof(want[i].sid), "%llx-%u",
+                 (unsigned long long)(t_splitmix(&seed) >> (t_splitmix(&seed) % 60)), i);
+        CHECK_OK(kvp_store_session_put(st, want[i].ns, want[i].sid, &d));
+    }
+    qsort(want, N, sizeof(*want), t_key_cmp);
+    for (size_t p = 0; p < sizeof(pages) / sizeof(pages[0]); p++) {
+        uint32_t    total = 0;
+        uint64_t    cur_ns = 0;
+        const char *cur = NULL;
+
+        do {
+            CHECK_OK(kvp_store_session_list(st, cur_ns, cur, got, pages[p], &n, &more));
+            CHECK(n <= pages[p] && total + n <= N);
+            for (uint32_t i = 0; i < n; i++) {
+                CHECK(got[i].ns == want[total + i].ns && strcmp(got[i].sid, want[total + i].sid) == 0);
+                CHECK(got[i].n_chunks == 1 && got[i].layers == G.layers);
+            }
+            total += n;
+            CHECK(more == (total < N));
+            if (n > 0) {
+                cur_ns = want[total - 1].ns;
+                cur    = want[total - 1].sid;
+            }
+        } while (more);
+        CHECK(total == N);
+    }
+    CHECK_OK(kvp_store_session_list(st, 0, NULL, got, 0, &n, &more)); /* max 0: only "more" */
+    CHECK(n == 0 && more == 1);
+    CHECK_OK(kvp_store_session_list(st, want[N - 1].ns, want[N - 1].sid, got, 5, &n, &more));
+    CHECK(n == 0 && more == 0);
+    kvp_free(want);
+    kvp_free(got);
+    kvp_session_desc_clear(&d);
+    kvp_store_close(st);
+}
+
 typedef struct {
     const char *name;
     void (*fn)(void);
@@ -786,6 +853,7 @@ static const tcase_t cases[] = {
     {"tail_append", case_tail_append},
     {"garbage", case_garbage},
     {"concurrent_io", case_concurrent_io},
+    {"session_list_order", case_session_list_order},
 };
 
 int main(int argc, char **argv)
