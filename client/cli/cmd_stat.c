@@ -1,87 +1,194 @@
-/* cmd_stat.c - "kvpack stat --node HOST:PORT [--json]": ask a node for its statistics (STAT) and
- * print them as text or one JSON object. */
+/* cmd_stat.c - "kvpack stat --node LIST | --etcd URL [--json]": ask each node for its statistics
+ * (STAT) and print them as text or JSON. One node: its figures (one JSON object, as always).
+ * Several: a row per node, then the totals over the nodes that answered; a node that does not
+ * answer is named (exit 1) and the others are still reported. */
 #include "cli.h"
 
+#include "kvpack/cluster.h"
 #include "kvpack/kvpack.h"
 
+#include <stddef.h>
 #include <string.h>
+
+/* The figures, in the order they are printed; all but the uptime add up into the totals. */
+static const struct {
+    const char *key;
+    size_t      off;
+    bool        sum;
+} stat_fields[] = {
+    {"uptime_ms", offsetof(kvp_node_stat_t, uptime_ms), false},
+    {"dram_bytes", offsetof(kvp_node_stat_t, dram_bytes), true},
+    {"dram_pages", offsetof(kvp_node_stat_t, dram_pages), true},
+    {"dram_budget", offsetof(kvp_node_stat_t, dram_budget), true},
+    {"sessions", offsetof(kvp_node_stat_t, sessions), true},
+    {"sessions_on_disk", offsetof(kvp_node_stat_t, sessions_on_disk), true},
+    {"spills", offsetof(kvp_node_stat_t, spills), true},
+    {"restores", offsetof(kvp_node_stat_t, restores), true},
+    {"crc_failures", offsetof(kvp_node_stat_t, crc_failures), true},
+    {"disk_errors", offsetof(kvp_node_stat_t, disk_errors), true},
+};
+#define N_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
+
+static uint64_t field(const kvp_node_stat_t *st, size_t f)
+{
+    return *(const uint64_t *)(const void *)((const char *)st + stat_fields[f].off);
+}
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: kvpack stat --node HOST:PORT [--json] [--timeout-ms MS]\n"
-                 "Print a node's statistics: DRAM use, sessions, spills and restores, errors.\n");
+    fprintf(out,
+            "usage: kvpack stat (--node LIST | --etcd URL[,URL] [--etcd-prefix P]) [--json]\n"
+            "                   [--timeout-ms MS]\n"
+            "Print each node's statistics: DRAM use, sessions, spills and restores, errors; with\n"
+            "several nodes a row per node and the totals over those that answered. A node that\n"
+            "does not answer is named on stderr and the others are still reported (exit 1).\n"
+            "  --node LIST     HOST:PORT, or a comma-separated list of nodes\n"
+            "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd)\n"
+            "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
+            "  --json          one JSON object: one node's figures, or with several nodes\n"
+            "                  {nodes: [{node, ok, error | figures}], answered, unreachable, total}\n"
+            "  --timeout-ms MS per-node deadline (default 5000)\n");
+}
+
+/* total: only the figures that add up */
+static void json_fields(kvp_json_t *j, const kvp_node_stat_t *st, bool total)
+{
+    for (size_t f = 0; f < N_FIELDS; f++) {
+        if (stat_fields[f].sum || !total) {
+            kvp_json_int(j, stat_fields[f].key, (int64_t)field(st, f));
+        }
+    }
+}
+
+static void print_one(const char *node, const kvp_node_stat_t *st)
+{
+    printf("node              %s\n", node);
+    printf("uptime            %.1f s\n", (double)st->uptime_ms / 1000.0);
+    printf("dram              %llu / %llu bytes in %llu pages\n",
+           (unsigned long long)st->dram_bytes, (unsigned long long)st->dram_budget,
+           (unsigned long long)st->dram_pages);
+    printf("sessions          %llu (%llu on disk)\n", (unsigned long long)st->sessions,
+           (unsigned long long)st->sessions_on_disk);
+    printf("spills/restores   %llu / %llu\n", (unsigned long long)st->spills,
+           (unsigned long long)st->restores);
+    printf("crc failures      %llu\n", (unsigned long long)st->crc_failures);
+    printf("disk errors       %llu\n", (unsigned long long)st->disk_errors);
+}
+
+/* one node's row (uptime already formatted), or (error) why it has none */
+static void print_row(const char *node, const kvp_node_stat_t *st, const char *error,
+                      const char *uptime)
+{
+    if (error != NULL) {
+        printf("%-22s %s\n", node, error);
+        return;
+    }
+    printf("%-22s %9s %8.1f %8.1f %8llu %9llu %8llu %8llu %8llu %8llu %8llu\n", node,
+           uptime, (double)st->dram_bytes / 1048576.0,
+           (double)st->dram_budget / 1048576.0, (unsigned long long)st->dram_pages,
+           (unsigned long long)st->sessions, (unsigned long long)st->sessions_on_disk,
+           (unsigned long long)st->spills, (unsigned long long)st->restores,
+           (unsigned long long)st->crc_failures, (unsigned long long)st->disk_errors);
 }
 
 int kvp_cmd_stat(int argc, char **argv)
 {
-    kvp_client_params_t p;
-    kvp_client_h        c;
-    kvp_node_stat_t     st;
-    const char         *node = NULL;
-    uint64_t            timeout = 5000;
-    bool                json = false;
-    kvp_status_t        s;
+    kvp_cli_sess_opts_t o;
+    kvp_cluster_h       cl;
+    kvp_node_stat_t     st[KVP_CLUSTER_MAX_NODES], total;
+    kvp_status_t        s[KVP_CLUSTER_MAX_NODES];
+    uint32_t            n, answered = 0;
+    int                 rc;
 
     if (kvp_opt_help(argc, argv)) {
         usage(stdout);
         return 0;
     }
+    memset(&o, 0, sizeof(o));
+    o.timeout_ms = 5000;
     for (int i = 1; i < argc; i++) {
-        if (kvp_opt_str(argc, argv, &i, "--node", &node) ||
-            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &timeout)) {
+        if (kvp_opt_str(argc, argv, &i, "--node", &o.node) ||
+            kvp_opt_str(argc, argv, &i, "--etcd", &o.etcd) ||
+            kvp_opt_str(argc, argv, &i, "--etcd-prefix", &o.etcd_prefix) ||
+            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o.timeout_ms)) {
             continue;
         }
         if (kvp_opt_flag(argv, i, "--json")) {
-            json = true;
+            o.json = true;
             continue;
         }
         return kvp_opt_unknown("stat", argv[i]);
     }
-    if (node == NULL) {
+    if ((rc = kvp_cli_sess_peers("stat", &o)) != 0) {
+        return rc;
+    }
+    if (o.node == NULL) {
         usage(stderr);
         return 2;
     }
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
-    p.server     = node;
-    p.timeout_ms = (uint32_t)timeout;
-    s = kvp_client_create(&p, &c);
-    if (s == KVP_OK) {
-        s = kvp_client_stat(c, &st);
-        kvp_client_destroy(c);
+    if ((rc = kvp_cli_open("stat", &o, NULL, &cl)) != 0) {
+        return rc;
     }
-    if (s != KVP_OK) {
-        fprintf(stderr, "kvpack stat: %s: %s\n", node, kvp_status_str(s));
-        return 1;
+    n = kvp_cluster_size(cl);
+    memset(&total, 0, sizeof(total));
+    for (uint32_t k = 0; k < n; k++) {
+        s[k] = kvp_cluster_stat(cl, k, &st[k]);
+        if (s[k] != KVP_OK) {
+            fprintf(stderr, "kvpack stat: %s: %s\n", kvp_cluster_peer(cl, k), kvp_status_str(s[k]));
+            continue;
+        }
+        answered++;
+        for (size_t f = 0; f < N_FIELDS; f++) {
+            if (stat_fields[f].sum) {
+                *(uint64_t *)(void *)((char *)&total + stat_fields[f].off) += field(&st[k], f);
+            }
+        }
     }
-    if (json) {
+    if (n == 1 && answered == 1 && o.json) { /* one node: its object, as before several */
         kvp_json_t j;
 
         kvp_json_begin(&j, stdout);
-        kvp_json_str(&j, "node", node);
-        kvp_json_int(&j, "uptime_ms", (int64_t)st.uptime_ms);
-        kvp_json_int(&j, "dram_bytes", (int64_t)st.dram_bytes);
-        kvp_json_int(&j, "dram_pages", (int64_t)st.dram_pages);
-        kvp_json_int(&j, "dram_budget", (int64_t)st.dram_budget);
-        kvp_json_int(&j, "sessions", (int64_t)st.sessions);
-        kvp_json_int(&j, "sessions_on_disk", (int64_t)st.sessions_on_disk);
-        kvp_json_int(&j, "spills", (int64_t)st.spills);
-        kvp_json_int(&j, "restores", (int64_t)st.restores);
-        kvp_json_int(&j, "crc_failures", (int64_t)st.crc_failures);
-        kvp_json_int(&j, "disk_errors", (int64_t)st.disk_errors);
+        kvp_json_str(&j, "node", kvp_cluster_peer(cl, 0));
+        json_fields(&j, &st[0], false);
         kvp_json_end(&j);
-        return 0;
+    } else if (n == 1 && answered == 1) {
+        print_one(kvp_cluster_peer(cl, 0), &st[0]);
+    } else if (n > 1 && o.json) {
+        kvp_json_t j;
+
+        kvp_json_begin(&j, stdout);
+        kvp_json_arr(&j, "nodes");
+        for (uint32_t k = 0; k < n; k++) {
+            kvp_json_obj(&j, NULL);
+            kvp_json_str(&j, "node", kvp_cluster_peer(cl, k));
+            kvp_json_bool(&j, "ok", s[k] == KVP_OK);
+            if (s[k] == KVP_OK) {
+                json_fields(&j, &st[k], false);
+            } else {
+                kvp_json_str(&j, "error", kvp_status_str(s[k]));
+            }
+            kvp_json_close(&j);
+        }
+        kvp_json_close(&j);
+        kvp_json_int(&j, "answered", answered);
+        kvp_json_int(&j, "unreachable", n - answered);
+        kvp_json_obj(&j, "total");
+        json_fields(&j, &total, true);
+        kvp_json_close(&j);
+        kvp_json_end(&j);
+    } else if (n > 1) {
+        printf("%-22s %9s %8s %8s %8s %9s %8s %8s %8s %8s %8s\n", "node", "uptime_s", "dram_MiB",
+               "budget", "pages", "sessions", "on_disk", "spills", "restores", "crc_fail",
+               "disk_err");
+        for (uint32_t k = 0; k < n; k++) {
+            char up[32];
+
+            snprintf(up, sizeof(up), "%.1f", (double)st[k].uptime_ms / 1000.0);
+            print_row(kvp_cluster_peer(cl, k), &st[k], s[k] == KVP_OK ? NULL : kvp_status_str(s[k]),
+                      up);
+        }
+        print_row("total", &total, NULL, "-"); /* uptimes do not add up */
     }
-    printf("node              %s\n", node);
-    printf("uptime            %.1f s\n", (double)st.uptime_ms / 1000.0);
-    printf("dram              %llu / %llu bytes in %llu pages\n",
-           (unsigned long long)st.dram_bytes, (unsigned long long)st.dram_budget,
-           (unsigned long long)st.dram_pages);
-    printf("sessions          %llu (%llu on disk)\n", (unsigned long long)st.sessions,
-           (unsigned long long)st.sessions_on_disk);
-    printf("spills/restores   %llu / %llu\n", (unsigned long long)st.spills,
-           (unsigned long long)st.restores);
-    printf("crc failures      %llu\n", (unsigned long long)st.crc_failures);
-    printf("disk errors       %llu\n", (unsigned long long)st.disk_errors);
-    return 0;
+    kvp_cluster_destroy(cl);
+    return answered == n ? 0 : 1;
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """check_cluster_cli.py - `kvpack put/get/ls/rm` over 3 kvpackd nodes (write-through data dirs) with
 --replicas 2: each of 12 sessions is on exactly the 2 nodes its rendezvous rank names (per-node ls)
-and the merged ls lists it once; SIGKILL the node that is primary for the most sessions: every
+and the merged ls lists it once; stat reports each node and totals that add up; SIGKILL the node that is primary for the most sessions: every
 session still gets byte-identical from a survivor, an unknown session says a node is unreachable,
-a put skips the dead node, an rm of a session it holds is exit 1 (it may keep a copy); restart it
+a put skips the dead node, stat names it (exit 1) and reports the others, an rm of a session it holds is exit 1 (it may keep a copy); restart it
 on its port and data dir: it lists its sessions again (warm rejoin), serves the gets it is primary
 for, the rm completes; rm removes a session from both replicas; --replicas 4 of 3 is refused.
 usage: check_cluster_cli.py KVPACK KVPACKD"""
@@ -106,6 +106,17 @@ try:
     check(rc == 0 and merged["count"] == 12 and merged["unreachable"] == [] and
           all(sorted(s["nodes"]) == sorted(rank[s["session"]][:2]) for s in merged["sessions"]),
           f"merged ls: {merged}")
+    # stat over the 3 nodes: each node's own figures, and totals that add them up
+    rc, out, _ = kv("stat", peers, "--json")
+    st = json.loads(out) if rc == 0 else {"nodes": []}
+    check(rc == 0 and [n["node"] for n in st["nodes"]] == addrs and st["answered"] == 3 and
+          st["unreachable"] == 0 and all(n["ok"] for n in st["nodes"]), f"stat of 3 nodes: {st}")
+    for n in st["nodes"]:
+        check(n.get("sessions") == len(held[n["node"]]),
+              f"stat says {n['node']} holds {n.get('sessions')} sessions, its ls {len(held[n['node']])}")
+    check(st.get("total", {}).get("sessions") == 24 and
+          st["total"].get("dram_pages") == sum(n.get("dram_pages", 0) for n in st["nodes"]) and
+          "uptime_ms" not in st["total"], f"stat totals: {st.get('total')}")
     for sid in rank:
         before[sid], _ = get_bytes(peers, sid, f"{sid}.kvd")
         check(before[sid] is not None, f"get {sid} failed with all nodes up")
@@ -124,6 +135,17 @@ try:
         check(src is None or src != dead, f"{sid} said it came from the dead node")
         if sid in primary_of[dead]:
             check(src == rank[sid][1], f"{sid} came from {src}, not its second {rank[sid][1]}")
+    rc, out, err = kv("stat", peers, "--json")
+    st = json.loads(out) if out else {"nodes": []}
+    bad = [n for n in st["nodes"] if not n["ok"]]
+    check(rc == 1 and st["answered"] == 2 and st["unreachable"] == 1 and len(bad) == 1 and
+          bad[0]["node"] == dead and "sessions" not in bad[0] and dead in err,
+          f"stat with {dead} dead: exit {rc}, {st}, {err!r}")
+    rc, out, _ = kv("stat", peers)
+    rows = out.splitlines()
+    check(rc == 1 and len(rows) == 5 and rows[-1].startswith("total") and
+          any(r.startswith(dead) and "unreachable" in r.lower() for r in rows),
+          f"stat text with a node dead: exit {rc}\n{out}")
     ns = json.loads(kv("ls", addrs[(addrs.index(dead) + 1) % 3], "--json")[1])["sessions"][0]["ns"]
     rc, _, err = kv("get", peers, "--session", "nope", "--ns", ns, "--out", p("nope.kvd"))
     check(rc == 1 and ("UNREACHABLE" in err or "PEER_GONE" in err or "TIMEOUT" in err) and
