@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """check_cluster_cli.py - `kvpack put/get/ls/rm` over 3 kvpackd nodes (write-through data dirs) with
 --replicas 2: each of 12 sessions is on exactly the 2 nodes its rendezvous rank names (per-node ls)
-and the merged ls lists it once; stat reports each node and totals that add up; SIGKILL the node that is primary for the most sessions: every
-session still gets byte-identical from a survivor, an unknown session says a node is unreachable,
-a put skips the dead node, stat names it (exit 1) and reports the others, an rm of a session it holds is exit 1 (it may keep a copy); restart it
-on its port and data dir: it lists its sessions again (warm rejoin), serves the gets it is primary
-for, the rm completes; rm removes a session from both replicas; --replicas 4 of 3 is refused.
+and the merged ls lists it once; stat reports each node and totals that add up; SIGKILL the node
+that is primary for the most sessions: every session still gets byte-identical from a survivor, an
+unknown session says a node is unreachable, a put skips the dead node, stat names it (exit 1) and
+reports the others, an rm of a session it holds is exit 1 (it may keep a copy); restart it on its
+port and data dir: it lists its sessions again (warm rejoin), serves the gets it is primary for, the
+rm completes; rm removes a session from both replicas; --replicas 4 of 3 is refused.
 usage: check_cluster_cli.py KVPACK KVPACKD"""
 import json
 import os
