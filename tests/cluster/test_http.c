@@ -76,6 +76,21 @@ static int get(uint16_t port, const char *path, char *body, size_t cap)
     return request(port, raw, body, cap);
 }
 
+/* A fresh obs served by an HTTP server on a free loopback port. */
+static kvp_http_h obs_serve(kvp_node_obs_t *obs, uint16_t *port_p)
+{
+    kvp_http_params_t hp;
+    kvp_http_h        h;
+
+    kvp_node_obs_init(obs);
+    memset(&hp, 0, sizeof(hp));
+    hp.host  = "127.0.0.1";
+    hp.route = kvp_node_obs_route;
+    hp.arg   = obs;
+    CHECK_OK(kvp_http_start(&hp, &h, port_p));
+    return h;
+}
+
 /* Check op's HIST series in a /metrics body against the n handling times recorded for it: le
  * ascending to a last +Inf, each bucket the count of times <= its le, _count = +Inf = n, _sum =
  * the sum of the times = kvpack_request_handling_seconds_total. */
@@ -149,16 +164,10 @@ static void test_histogram(void)
     static const uint64_t lookup_ns[]  = {20000, 20000, 300000, 2500000};
     static const uint64_t unknown_ns[] = {70000};
     kvp_node_obs_t        obs;
-    kvp_http_params_t     hp;
     kvp_http_h            h;
     uint16_t              port;
 
-    kvp_node_obs_init(&obs);
-    memset(&hp, 0, sizeof(hp));
-    hp.host  = "127.0.0.1";
-    hp.route = kvp_node_obs_route;
-    hp.arg   = &obs;
-    CHECK_OK(kvp_http_start(&hp, &h, &port));
+    h = obs_serve(&obs, &port);
     for (size_t i = 0; i < sizeof(get_ns) / sizeof(get_ns[0]); i++) {
         kvp_node_obs_request(&obs, KVP_WIRE_OP_GET_SESSION, 10, get_ns[i]);
     }
@@ -193,7 +202,6 @@ static void test_life_cycle(void)
 {
     static char        body[1 << 20];
     kvp_node_obs_t     obs;
-    kvp_http_params_t  hp;
     kvp_http_h         h;
     kvp_store_h        store;
     kvp_store_params_t sp;
@@ -201,12 +209,7 @@ static void test_life_cycle(void)
     uint16_t           port;
     char               want[128];
 
-    kvp_node_obs_init(&obs);
-    memset(&hp, 0, sizeof(hp));
-    hp.host  = "127.0.0.1";
-    hp.route = kvp_node_obs_route;
-    hp.arg   = &obs;
-    CHECK_OK(kvp_http_start(&hp, &h, &port));
+    h = obs_serve(&obs, &port);
 
     CHECK(get(port, "/health", body, sizeof(body)) == 503 && strcmp(body, "starting\n") == 0);
     CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
