@@ -2,7 +2,8 @@
  * Prometheus text exposition 0.0.4: every family has # HELP and # TYPE, names are kvpack_* with
  * their unit (_bytes, _seconds, _total for counters). Store figures come from one
  * kvp_store_stats snapshot per scrape and are left out while the store is not open.
- * Main flow: kvp_node_obs_route -> /health | /metrics (node_families, store_samples, request_families). */
+ * Main flow: kvp_node_obs_route -> /health | /metrics (node_families, store_samples,
+ * request_families -> duration_family). */
 #include "node_obs.h"
 
 #include "kvpack/alloc.h"
@@ -62,6 +63,19 @@ static const struct {
      offsetof(kvp_store_stats_t, disk_bytes)},
     {"kvpack_disk_live_bytes", "gauge", "Bytes of the segment files that pages on disk still use",
      offsetof(kvp_store_stats_t, disk_live_bytes)},
+};
+
+/* Upper bounds (le, inclusive) of kvpack_request_duration_seconds, log-spaced 1-2.5-5 from a
+ * small LOOKUP in DRAM to a restore of a large session from a busy disk. */
+static const struct {
+    uint64_t    ns;
+    const char *le;
+} bounds[KVP_NODE_OBS_BUCKETS] = {
+    {50000, "0.00005"},     {100000, "0.0001"},    {250000, "0.00025"},    {500000, "0.0005"},
+    {1000000, "0.001"},     {2500000, "0.0025"},   {5000000, "0.005"},     {10000000, "0.01"},
+    {25000000, "0.025"},    {50000000, "0.05"},    {100000000, "0.1"},     {250000000, "0.25"},
+    {500000000, "0.5"},     {1000000000, "1"},     {2500000000u, "2.5"},   {5000000000u, "5"},
+    {10000000000u, "10"},
 };
 
 /* ---- private: rendering ---- */
@@ -140,9 +154,38 @@ static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
     }
 }
 
+/* Cumulative _bucket series up to +Inf, _sum (from busy, the scrape's busy_ns snapshot, so it
+ * equals kvpack_request_handling_seconds_total) and _count (the +Inf bucket), by op. */
+static void duration_family(kvp_node_obs_t *obs, kvp_http_reply_t *r, const uint64_t *busy)
+{
+    family(r, "kvpack_request_duration_seconds", "histogram",
+           "Time the request thread spent handling one request, by op");
+    for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
+        uint64_t cum = 0;
+
+        for (uint32_t b = 0; b <= KVP_NODE_OBS_BUCKETS; b++) {
+            cum += load(&obs->busy_hist[op][b]);
+            kvp_http_reply_printf(r,
+                                  "kvpack_request_duration_seconds_bucket{op=\"%s\",le=\"%s\"} "
+                                  "%llu\n",
+                                  op_label(op), (b < KVP_NODE_OBS_BUCKETS) ? bounds[b].le : "+Inf",
+                                  (unsigned long long)cum);
+        }
+        kvp_http_reply_printf(r, "kvpack_request_duration_seconds_sum{op=\"%s\"} %.9f\n",
+                              op_label(op), (double)busy[op] / 1e9);
+        kvp_http_reply_printf(r, "kvpack_request_duration_seconds_count{op=\"%s\"} %llu\n",
+                              op_label(op), (unsigned long long)cum);
+    }
+}
+
 static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
 {
-    char res[32];
+    char     res[32];
+    uint64_t busy[KVP_NODE_OBS_OPS];
+
+    for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
+        busy[op] = load(&obs->busy_ns[op]);
+    }
 
     family(r, "kvpack_requests_total", "counter",
            "Requests answered, by op and result (ok or the error status)");
@@ -171,9 +214,10 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
     family(r, "kvpack_request_handling_seconds_total", "counter",
            "Time the request thread spent handling requests, by op");
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
-        kvp_http_reply_printf(r, "kvpack_request_handling_seconds_total{op=\"%s\"} %.6f\n",
-                              op_label(op), (double)load(&obs->busy_ns[op]) / 1e9);
+        kvp_http_reply_printf(r, "kvpack_request_handling_seconds_total{op=\"%s\"} %.9f\n",
+                              op_label(op), (double)busy[op] / 1e9);
     }
+    duration_family(obs, r, busy);
 }
 
 /* ---- API ---- */
@@ -206,9 +250,15 @@ void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store)
 
 void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns)
 {
+    uint32_t b = 0;
+
+    while (b < KVP_NODE_OBS_BUCKETS && busy_ns > bounds[b].ns) {
+        b++;
+    }
     op = (op < KVP_NODE_OBS_OPS) ? op : 0;
     atomic_fetch_add_explicit(&obs->req_bytes[op], bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&obs->busy_ns[op], busy_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&obs->busy_hist[op][b], 1, memory_order_relaxed);
 }
 
 void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, uint64_t bytes)

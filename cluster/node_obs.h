@@ -1,6 +1,6 @@
 /* node_obs.h - what a node tells operators (cluster-internal): its life-cycle state, request
- * counters by op and result, bytes in and out, and the HTTP routes /health and /metrics
- * (Prometheus text format 0.0.4) that kvp_node_run serves with --http.
+ * counters by op and result, bytes in and out, a handling-time histogram per op, and the HTTP
+ * routes /health and /metrics (Prometheus text format 0.0.4) that kvp_node_run serves with --http.
  * Threads: the request thread counts (relaxed atomics, no lock); the HTTP thread reads the
  * counters and takes a store snapshot (kvp_store_stats, the store's own lock) under store_mu,
  * which only kvp_node_obs_set_store also takes, so a store being closed is never read. */
@@ -18,6 +18,7 @@
 
 #define KVP_NODE_OBS_OPS     KVP_WIRE_OP_MAX /* slot 0: an op the node could not decode */
 #define KVP_NODE_OBS_RESULTS 101u            /* slot -status for 0..-99, slot 100 anything else */
+#define KVP_NODE_OBS_BUCKETS 17u             /* finite bounds 50 us .. 10 s (node_obs.c) */
 
 typedef enum {
     KVP_NODE_STARTING = 0, /* opening the store, not yet listening over UCX */
@@ -34,6 +35,8 @@ typedef struct {
     atomic_uint_fast64_t req_bytes[KVP_NODE_OBS_OPS];              /* header + data received */
     atomic_uint_fast64_t rep_bytes[KVP_NODE_OBS_OPS];              /* header + data sent */
     atomic_uint_fast64_t busy_ns[KVP_NODE_OBS_OPS];                /* time in the handler */
+    /* requests counted under the first bound >= their busy_ns, not cumulative; last slot: +Inf */
+    atomic_uint_fast64_t busy_hist[KVP_NODE_OBS_OPS][KVP_NODE_OBS_BUCKETS + 1];
     atomic_int       etcd_registered; /* -1: no --etcd; else 1 while the etcd key is alive */
 } kvp_node_obs_t;
 
@@ -44,7 +47,8 @@ void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state);
 void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store);
 
 /* Request thread: a request of op (any value; out-of-range ones count as unknown) took bytes on
- * the wire and busy_ns in its handler; a reply with status and bytes (header + data) was sent. */
+ * the wire and busy_ns in its handler (added to busy_ns and to the op's histogram); a reply with
+ * status and bytes (header + data) was sent. */
 void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns);
 void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, uint64_t bytes);
 

@@ -6,7 +6,10 @@ put counters by the requests it sent and DRAM bytes by its pages' pool slots, eq
 `kvpack stat --json` says; a spill, a restore and a NOT_FOUND move theirs; HEAD, 404, 405, a
 garbage and an over-long request line (400) while the node keeps serving; silent and half-sent
 HTTP clients do not hold up /health or UCX requests, and get 408 at the idle deadline; bad
---http options and a taken port are clear errors; SIGTERM closes the HTTP port.
+--http options and a taken port are clear errors; SIGTERM closes the HTTP port. Histograms are
+parsed strictly (samples in their family's block, _bucket with le ascending to +Inf, cumulative,
++Inf = _count, _sum present); after puts and gets each op's kvpack_request_duration_seconds
+_count equals its kvpack_requests_total and its _sum the handling-seconds counter.
 usage: check_metrics.py KVPACK KVPACKD LIBKVPACK"""
 import json
 import os
@@ -30,8 +33,10 @@ tmp = tempfile.mkdtemp(prefix="kvp_metrics_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = []
 L, T, H, D, P = 2, 256, 2, 64, 128  # two full fp16 chunks per layer, no tail
+GETS = 5  # GET_SESSIONs of the session in DRAM after its restore
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
 SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*\})? (\S+)$')
+HIST = "kvpack_request_duration_seconds"
 
 
 def check(cond, what):
@@ -75,7 +80,7 @@ def scrape(port):
     check(code == 200, f"/metrics answered {code}")
     check(hdrs.get("Content-Type", "").startswith("text/plain; version=0.0.4"),
           f"/metrics Content-Type {hdrs.get('Content-Type')}")
-    helps, types, series = set(), {}, {}
+    helps, types, series, hists, current = set(), {}, {}, {}, None
     for ln in body.decode().splitlines():
         if ln.startswith("# HELP ") or ln.startswith("# TYPE "):
             parts = ln.split(" ", 3)
@@ -83,22 +88,75 @@ def scrape(port):
             if parts[1] == "HELP":
                 helps.add(parts[2])
             else:
-                check(parts[3] in ("counter", "gauge"), f"type of {parts[2]}: {parts[3]}")
+                check(parts[3] in ("counter", "gauge", "histogram"),
+                      f"type of {parts[2]}: {parts[3]}")
                 check(parts[2] not in types, f"TYPE twice for {parts[2]}")
                 types[parts[2]] = parts[3]
+                current = parts[2]
             continue
         m = SAMPLE.match(ln)
         check(m is not None, f"bad sample line: {ln!r}")
         if m is None:
             continue
         name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        hist = types.get(current) == "histogram"
+        fam = re.sub(r"_(bucket|sum|count)$", "", name) if hist else name
         check(name.startswith("kvpack_"), f"name {name}")
-        check(name in helps and name in types, f"{name} sampled before its HELP and TYPE")
+        check(not hist or fam != name, f"histogram sample without _bucket/_sum/_count: {name}")
+        check(fam == current and fam in helps, f"{name} outside the block of its HELP and TYPE")
         check(types.get(name) != "counter" or name.endswith("_total"), f"counter {name}")
         check((name, labels) not in series, f"series twice: {name}{labels}")
         series[(name, labels)] = float(value)
+        if fam != name:
+            hist_sample(hists.setdefault(fam, {}), name[len(fam) + 1:], labels, float(value))
     check(helps == set(types), f"HELP without TYPE or back: {helps ^ set(types)}")
+    for fam, by_labels in hists.items():
+        for labels, h in by_labels.items():
+            les = [le for le, _ in h["bucket"]]
+            counts = [c for _, c in h["bucket"]]
+            check(les and les[-1] == float("inf") and les == sorted(set(les)),
+                  f"{fam}{labels}: le not ascending to +Inf: {les}")
+            check(counts == sorted(counts), f"{fam}{labels}: buckets not cumulative: {counts}")
+            check(counts[-1:] == [h.get("count")] and "sum" in h, f"{fam}{labels}: +Inf "
+                  f"{counts[-1:]} vs _count {h.get('count')}, _sum {h.get('sum')}")
     return series
+
+
+def hist_sample(by_labels, kind, labels, value):
+    """File one histogram sample under its labels less le (only _bucket has le, last)."""
+    le = re.search(r',?le="([^"]*)"\}$', labels)
+    check((le is not None) == (kind == "bucket"), f"le label on _{kind}: {labels}")
+    h = by_labels.setdefault(labels[:le.start()] + "}" if le else labels, {"bucket": []})
+    if le is None:
+        check(kind not in h, f"_{kind}{labels} twice")
+        h[kind] = value
+        return
+    try:
+        h["bucket"].append((float(le.group(1)), value))
+    except ValueError:
+        check(False, f"le is not a number: {labels}")
+
+
+def check_histograms(port, want_ops):
+    """Each op's HIST _count equals its kvpack_requests_total (all results) and _sum the
+    handling-seconds counter; the node counts the reply before it records the handling time,
+    so scrape again while the last request is being finished."""
+    for _ in range(50):
+        sr, bad = scrape(port), []
+        for lb in [k[1] for k in sr if k[0] == HIST + "_count"]:
+            op = re.fullmatch(r'\{op="([^"]*)"\}', lb).group(1)
+            answered = sum(v for (name, lbs), v in sr.items()
+                           if name == "kvpack_requests_total" and lbs.startswith(f'{{op="{op}",'))
+            busy = m(sr, "kvpack_request_handling_seconds_total", op=op)
+            if m(sr, HIST + "_count", op=op) != answered or m(sr, HIST + "_sum", op=op) != busy:
+                bad.append((op, m(sr, HIST + "_count", op=op), answered))
+        if not bad:
+            break
+        time.sleep(0.1)
+    check(not bad, f"{HIST} _count / _sum differ from the counters: {bad}")
+    counts = {op: m(sr, HIST + "_count", op=op) for op in want_ops}
+    print(f"{HIST}_count by op: {counts}")
+    check(all(counts.values()), f"ops without a handling time: {counts}")
 
 
 def m(series, name, **labels):
@@ -140,7 +198,8 @@ try:
                 "kvpack_sessions_in_dram", "kvpack_sessions_on_disk", "kvpack_spills_total",
                 "kvpack_spill_bytes_total", "kvpack_restores_total", "kvpack_restore_bytes_total",
                 "kvpack_spill_waits_total", "kvpack_crc_failures_total", "kvpack_disk_errors_total",
-                "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving"):
+                "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving",
+                HIST + "_bucket", HIST + "_sum", HIST + "_count"):
         check(any(k[0] == fam for k in m0), f"/metrics lacks {fam}")
     check(m(m0, "kvpack_dram_budget_bytes") == 64 << 20, "budget is not 64M")
     check(m(m0, "kvpack_serving") == 1, "kvpack_serving is not 1")
@@ -191,6 +250,8 @@ try:
             check(False, "get of an unknown session succeeded")
         except kvpack.KvpError as e:
             check(e.name == "ERR_NOT_FOUND", f"unknown session: {e.name}")
+        for _ in range(GETS):
+            check(len(c.get_session(ns, "s1").pages) == put.get("pages"), "get of s1")
         stat = c.stat()
     m3 = scrape(hp)
     check(m(m2, "kvpack_spills_total") == m(m1, "kvpack_spills_total") + 1, "spill not counted")
@@ -207,6 +268,9 @@ try:
           "NOT_FOUND not counted by result")
     check(m(m3, "kvpack_requests_total", op="get_session", result="ok") >= 1, "GET_SESSION ok")
     check(m(m3, "kvpack_uptime_seconds") >= m(m0, "kvpack_uptime_seconds"), "uptime went back")
+    check(m(m3, "kvpack_requests_total", op="get_session", result="ok") == GETS + 1,
+          "GET_SESSION ok count")
+    check_histograms(hp, ("put_pages", "put_session", "get_session", "spill", "stat"))
 
     # HTTP edge cases; the node keeps serving after each
     code, hdrs, body = get(hp, "/metrics", "HEAD")

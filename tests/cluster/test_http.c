@@ -3,7 +3,9 @@
  * /metrics leaves out store figures while no store is open; counters bumped by a thread during
  * scrapes add up exactly (run it under -fsanitize=thread for the races); requests split over
  * several writes, HTTP/1.0 and bare-LF lines; 431 for headers past 8 KiB; the idle deadline
- * (408) and a full connection table (a waiting client is served once a slot frees); no leaks. */
+ * (408) and a full connection table (a waiting client is served once a slot frees); the
+ * kvpack_request_duration_seconds histogram of known handling times (cumulative buckets that
+ * hold exactly the times <= their le, +Inf = _count, _sum = the recorded sum); no leaks. */
 #include "http.h"
 #include "node_obs.h"
 
@@ -14,11 +16,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define BUMPS 200000u
+#define HIST  "kvpack_request_duration_seconds"
 
 static int connect_to(uint16_t port)
 {
@@ -72,6 +76,116 @@ static int get(uint16_t port, const char *path, char *body, size_t cap)
     return request(port, raw, body, cap);
 }
 
+/* A fresh obs served by an HTTP server on a free loopback port. */
+static kvp_http_h obs_serve(kvp_node_obs_t *obs, uint16_t *port_p)
+{
+    kvp_http_params_t hp;
+    kvp_http_h        h;
+
+    kvp_node_obs_init(obs);
+    memset(&hp, 0, sizeof(hp));
+    hp.host  = "127.0.0.1";
+    hp.route = kvp_node_obs_route;
+    hp.arg   = obs;
+    CHECK_OK(kvp_http_start(&hp, &h, port_p));
+    return h;
+}
+
+/* Check op's HIST series in a /metrics body against the n handling times recorded for it: le
+ * ascending to a last +Inf, each bucket the count of times <= its le, _count = +Inf = n, _sum =
+ * the sum of the times = kvpack_request_handling_seconds_total. */
+static void check_histogram(const char *body, const char *op, const uint64_t *ns, size_t n)
+{
+    char               pre[128], le[32];
+    const char        *p = body;
+    unsigned long long c, prev = 0;
+    uint64_t           sum = 0, le_ns, prev_le = 0;
+    int                buckets = 0, inf = 0;
+    double             sec;
+
+    for (size_t i = 0; i < n; i++) {
+        sum += ns[i];
+    }
+    snprintf(pre, sizeof(pre), "\n" HIST "_bucket{op=\"%s\",le=\"", op);
+    while ((p = strstr(p, pre)) != NULL) {
+        size_t want = 0;
+
+        p += strlen(pre);
+        CHECK(!inf && sscanf(p, "%31[^\"]\"} %llu\n", le, &c) == 2); /* nothing after +Inf */
+        inf   = strcmp(le, "+Inf") == 0;
+        le_ns = inf ? UINT64_MAX : (uint64_t)(strtod(le, NULL) * 1e9 + 0.5);
+        CHECK(le_ns > prev_le && c >= prev);
+        for (size_t i = 0; i < n; i++) {
+            want += ns[i] <= le_ns;
+        }
+        CHECK(c == want);
+        prev_le = le_ns;
+        prev    = c;
+        buckets++;
+    }
+    CHECK(inf && buckets >= 10);
+    snprintf(pre, sizeof(pre), "\n" HIST "_count{op=\"%s\"} ", op);
+    CHECK((p = strstr(body, pre)) != NULL && sscanf(p + strlen(pre), "%llu", &c) == 1);
+    CHECK(c == prev && c == n);
+    snprintf(pre, sizeof(pre), "\n" HIST "_sum{op=\"%s\"} ", op);
+    CHECK((p = strstr(body, pre)) != NULL && sscanf(p + strlen(pre), "%lf", &sec) == 1);
+    CHECK((uint64_t)(sec * 1e9 + 0.5) == sum);
+    snprintf(pre, sizeof(pre), "\nkvpack_request_handling_seconds_total{op=\"%s\"} ", op);
+    CHECK((p = strstr(body, pre)) != NULL && sscanf(p + strlen(pre), "%lf", &sec) == 1);
+    CHECK((uint64_t)(sec * 1e9 + 0.5) == sum);
+}
+
+/* HIST is one family: HELP and TYPE histogram once, then all its samples in one block. */
+static void check_histogram_family(const char *body)
+{
+    const char *type = strstr(body, "\n# TYPE " HIST " histogram\n");
+    const char *p;
+    int         block = 0, all = 0;
+
+    CHECK(type != NULL && strstr(body, "# HELP " HIST " ") != NULL);
+    CHECK(strstr(type + 2, "# TYPE " HIST " ") == NULL); /* only once */
+    for (p = strchr(type + 1, '\n') + 1; strncmp(p, HIST "_", strlen(HIST) + 1) == 0;
+         p = strchr(p, '\n') + 1) {
+        block++;
+    }
+    for (p = body; (p = strstr(p, "\n" HIST "_")) != NULL; p++) {
+        all++;
+    }
+    CHECK(block > 0 && block == all);
+}
+
+static void test_histogram(void)
+{
+    static char           body[1 << 20];
+    static const uint64_t get_ns[] = {1,           49999,        50000,       50001,
+                                      999999,      1000000,      7000000,     123456789,
+                                      999999999,   4000000000u,  10000000000u, 10000000001u,
+                                      60000000000u}; /* on, under and over bounds; past 10 s */
+    static const uint64_t lookup_ns[]  = {20000, 20000, 300000, 2500000};
+    static const uint64_t unknown_ns[] = {70000};
+    kvp_node_obs_t        obs;
+    kvp_http_h            h;
+    uint16_t              port;
+
+    h = obs_serve(&obs, &port);
+    for (size_t i = 0; i < sizeof(get_ns) / sizeof(get_ns[0]); i++) {
+        kvp_node_obs_request(&obs, KVP_WIRE_OP_GET_SESSION, 10, get_ns[i]);
+    }
+    for (size_t i = 0; i < sizeof(lookup_ns) / sizeof(lookup_ns[0]); i++) {
+        kvp_node_obs_request(&obs, KVP_WIRE_OP_LOOKUP, 10, lookup_ns[i]);
+    }
+    kvp_node_obs_request(&obs, 999, 10, unknown_ns[0]);
+
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    check_histogram_family(body);
+    check_histogram(body, "get_session", get_ns, sizeof(get_ns) / sizeof(get_ns[0]));
+    check_histogram(body, "lookup", lookup_ns, sizeof(lookup_ns) / sizeof(lookup_ns[0]));
+    check_histogram(body, "unknown", unknown_ns, 1);
+    check_histogram(body, "stat", NULL, 0);
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
 static void *bumper(void *arg)
 {
     kvp_node_obs_t *obs = arg;
@@ -88,7 +202,6 @@ static void test_life_cycle(void)
 {
     static char        body[1 << 20];
     kvp_node_obs_t     obs;
-    kvp_http_params_t  hp;
     kvp_http_h         h;
     kvp_store_h        store;
     kvp_store_params_t sp;
@@ -96,12 +209,7 @@ static void test_life_cycle(void)
     uint16_t           port;
     char               want[128];
 
-    kvp_node_obs_init(&obs);
-    memset(&hp, 0, sizeof(hp));
-    hp.host  = "127.0.0.1";
-    hp.route = kvp_node_obs_route;
-    hp.arg   = &obs;
-    CHECK_OK(kvp_http_start(&hp, &h, &port));
+    h = obs_serve(&obs, &port);
 
     CHECK(get(port, "/health", body, sizeof(body)) == 503 && strcmp(body, "starting\n") == 0);
     CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
@@ -133,6 +241,10 @@ static void test_life_cycle(void)
     snprintf(want, sizeof(want), "kvpack_request_bytes_total{op=\"put_pages\"} %u\n", BUMPS * 100);
     CHECK(strstr(body, want) != NULL);
     snprintf(want, sizeof(want), "kvpack_reply_bytes_total{op=\"unknown\"} 5\n");
+    CHECK(strstr(body, want) != NULL);
+    snprintf(want, sizeof(want), HIST "_count{op=\"put_pages\"} %u\n", BUMPS); /* each 10 ns */
+    CHECK(strstr(body, want) != NULL);
+    snprintf(want, sizeof(want), HIST "_bucket{op=\"put_pages\",le=\"0.00005\"} %u\n", BUMPS);
     CHECK(strstr(body, want) != NULL);
 
     kvp_node_obs_set_state(&obs, KVP_NODE_STOPPING);
@@ -206,6 +318,7 @@ int main(void)
 
     test_life_cycle();
     test_requests();
+    test_histogram();
     CHECK(kvp_alloc_live_count() == live);
     printf("http: all checks passed\n");
     return 0;
