@@ -135,6 +135,8 @@ kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_
     } else if (err != NULL) {
         snprintf(msg, cap, "%s", json_is_string(err) ? json_string_value(err) : "error");
         field_i64(root, "code", &code);
+    }
+    if (err != NULL) {
         s = code == 5 ? KVP_ERR_NOT_FOUND : code == 3 ? KVP_ERR_INVALID : KVP_ERR_IO;
     }
     json_decref(root);
@@ -335,13 +337,13 @@ size_t kvp_etcd_stream_pending(const kvp_etcd_stream_t *st)
 
 static kvp_status_t stream_put(kvp_etcd_stream_t *st, char c)
 {
+    if (st->len + 1 >= st->max) {
+        return KVP_ERR_TOO_LARGE;
+    }
     if (st->len + 1 >= st->cap) {
         size_t cap = st->cap ? st->cap * 2 : 4096;
         char  *grown;
 
-        if (st->len + 1 > st->max) {
-            return KVP_ERR_TOO_LARGE;
-        }
         grown = kvp_malloc(cap, "etcd.stream");
         if (grown == NULL) {
             return KVP_ERR_NO_MEMORY;
