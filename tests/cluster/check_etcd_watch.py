@@ -6,7 +6,8 @@
 SIGTERM a node: the handle drops it (lease revoked) and every session still comes back
 byte-identical. SIGKILL etcd: the handle keeps its members (it says etcd is unreachable once) and
 calls still work; etcd restarted on the same data dir: a node that joins afterwards is seen (the
-watch resumed). etcd killed again: destroy returns at once. Exit 77 when etcd is absent.
+watch resumed). Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes registered")
+until one is back. etcd killed again: destroy returns at once. Exit 77 when etcd is absent.
 usage: check_etcd_watch.py WATCH_DRIVER KVPACKD LIBKVPACK"""
 import os
 import queue
@@ -170,6 +171,19 @@ try:
              lambda: fourth in d.members()[1], 15)
     check("is back" in d.stderr(), "no 'etcd is back' line logged")
     get_all(d, old + new + ["late"])
+
+    # every node leaves: calls fail with a clear error; one comes back: calls work again
+    for k in list(nodes):
+        nodes[k][0].send_signal(signal.SIGTERM)
+        nodes.pop(k)[0].wait(timeout=30)
+    wait_for("the handle sees no node", lambda: d.members()[1] == [], 5)
+    r = d.ask("put empty")
+    check(r == "err ERR_PEER_UNREACHABLE", f"put with no node registered: {r!r}")
+    check("no nodes registered under /kvpack/nodes/" in d.stderr(), "no 'no nodes' error logged")
+    back = start_node(4)
+    wait_for("the handle sees a node again", lambda: d.members()[1] == [back], 5)
+    r = d.ask("put empty")
+    check(r == f"ok {back}", f"put once a node is back: {r!r}")
 
     # destroy while etcd is down: prompt (the watch wakes at once, no hang)
     etcd.kill()
