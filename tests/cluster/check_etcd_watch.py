@@ -6,9 +6,11 @@
 SIGTERM a node: the handle drops it (lease revoked) and every session still comes back
 byte-identical. SIGKILL etcd: the handle keeps its members (it says etcd is unreachable once) and
 calls still work; etcd restarted on the same data dir: a node that joins afterwards is seen (the
-watch resumed). Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes registered")
+watch resumed). `kvpack loadtest --etcd` paused mid-run while a node joins: it follows (JSON
+membership_changes >= 1, the new node listed and holding sessions). Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes registered")
 until one is back. etcd killed again: destroy returns at once. Exit 77 when etcd is absent.
-usage: check_etcd_watch.py WATCH_DRIVER KVPACKD LIBKVPACK"""
+usage: check_etcd_watch.py WATCH_DRIVER KVPACKD LIBKVPACK KVPACK"""
+import json
 import os
 import queue
 import shutil
@@ -23,7 +25,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvptest  # noqa: E402
 
-driver_bin, kvpackd, lib = sys.argv[1:4]
+driver_bin, kvpackd, lib, kvpack_exe = sys.argv[1:5]
 ETCD = shutil.which("etcd")
 if ETCD is None:
     print("SKIP: the etcd binary is not installed (Debian: apt-get install etcd-server; "
@@ -112,6 +114,46 @@ def static_rank(addrs, sid):
         return c.rank(NS, sid)
 
 
+def sessions_on(addrs):
+    total = 0
+    for a in addrs:
+        with kvpack.Client(a, timeout_ms=5000) as c:
+            total += c.stat().sessions
+    return total
+
+
+def loadtest_join():
+    """kvpack loadtest --etcd, SIGSTOPped once it has put something, a node joins, SIGCONT: the
+    run's handles follow the join."""
+    live = [a for _, a in nodes.values()]
+    before = sessions_on(live)
+    lt = subprocess.Popen([kvpack_exe, "loadtest", "--etcd", URL, "--users", "60", "--rounds", "5",
+                           "--turn-tokens", "256", "--json", "--timeout-ms", "5000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for("loadtest puts a session", lambda: lt.poll() is not None or
+                 sessions_on(live) > before, 30)
+        lt.send_signal(signal.SIGSTOP)
+        joined = start_node(5)
+        lt.send_signal(signal.SIGCONT)
+        out, err = lt.communicate(timeout=120)
+    finally:
+        if lt.poll() is None:
+            lt.kill()
+            lt.wait()
+    check(lt.returncode == 0, f"loadtest --etcd exited {lt.returncode}: {err[-2000:]!r}")
+    if lt.returncode != 0:
+        return
+    rep = json.loads(out)
+    listed = {n["node"]: n for n in rep["nodes"]}
+    check(rep["membership_changes"] >= 1, f"loadtest saw {rep['membership_changes']} changes")
+    check(joined in listed and listed[joined]["sessions"] > 0,
+          f"the joined node {joined} in the loadtest report: {listed.get(joined)}")
+    check(sorted(listed) == sorted(live + [joined]), f"loadtest nodes {sorted(listed)}")
+    print(f"loadtest --etcd: {rep['membership_changes']} membership change(s), the joined node "
+          f"holds {listed[joined]['sessions']} sessions")
+
+
 def get_all(d, sids, dead=()):
     for sid in sids:
         r = d.ask(f"get {sid}")
@@ -171,6 +213,7 @@ try:
              lambda: fourth in d.members()[1], 15)
     check("is back" in d.stderr(), "no 'etcd is back' line logged")
     get_all(d, old + new + ["late"])
+    loadtest_join()
 
     # every node leaves: calls fail with a clear error; one comes back: calls work again
     for k in list(nodes):
