@@ -8,13 +8,11 @@
 #include "kvpack/log.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MOD            "etcd"
 #define BACKOFF_MIN_MS 100u
@@ -27,10 +25,8 @@ struct kvp_etcd_watch {
     kvp_etcd_h           etcd;      /* range reads: start, then the thread only */
     CURLM               *multi;     /* the stream; stop only wakes it */
     pthread_t            thread;
-    pthread_mutex_t      mu;        /* guards pub, n_pub, stop */
-    pthread_cond_t       cv;
-    int                  stop;
-    atomic_int           stopping;
+    pthread_mutex_t      mu;        /* guards pub, n_pub */
+    atomic_int           stopping;  /* set by stop, which then wakes multi */
     kvp_etcd_member_t   *pub;       /* the published list */
     uint32_t             n_pub;
     atomic_uint_fast64_t gen;
@@ -248,22 +244,16 @@ static void watch_stream(kvp_etcd_watch_h w)
     kvp_free(body);
 }
 
-/* Sleep ms, or less when stop comes. */
+/* Sleep ms, or less when stop comes: curl_multi_poll with nothing to watch just waits, and
+ * kvp_etcd_watch_stop's curl_multi_wakeup ends the wait (also one that has not begun yet). */
 static void backoff_wait(kvp_etcd_watch_h w, uint32_t ms)
 {
-    struct timespec until;
+    uint64_t end = kvp_time_ns() + (uint64_t)ms * 1000000ull;
+    uint64_t now;
 
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec  += (time_t)(ms / 1000u);
-    until.tv_nsec += (long)(ms % 1000u) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
+    while (!atomic_load(&w->stopping) && (now = kvp_time_ns()) < end) {
+        curl_multi_poll(w->multi, NULL, 0, (int)((end - now) / 1000000ull) + 1, NULL);
     }
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop && pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT) {
-    }
-    pthread_mutex_unlock(&w->mu);
 }
 
 static void *watch_main(void *arg)
@@ -317,7 +307,6 @@ kvp_status_t kvp_etcd_watch_start(const char *endpoints, const char *prefix,
         return KVP_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
     kvp_etcd_stream_init(&w->st, STREAM_MAX);
     w->prefix = kvp_strdup(prefix ? prefix : KVP_ETCD_DEFAULT_PREFIX, "etcd.watch");
     s         = w->prefix ? kvp_etcd_create(endpoints, RANGE_TMO_MS, &w->etcd) : KVP_ERR_NO_MEMORY;
@@ -357,10 +346,6 @@ void kvp_etcd_watch_stop(kvp_etcd_watch_h w)
     }
     if (w->etcd != NULL) { /* the thread runs */
         atomic_store(&w->stopping, 1);
-        pthread_mutex_lock(&w->mu);
-        w->stop = 1;
-        pthread_cond_signal(&w->cv);
-        pthread_mutex_unlock(&w->mu);
         curl_multi_wakeup(w->multi);
         pthread_join(w->thread, NULL);
         curl_multi_cleanup(w->multi);
@@ -370,7 +355,6 @@ void kvp_etcd_watch_stop(kvp_etcd_watch_h w)
     kvp_free(w->cur);
     kvp_free(w->pub);
     kvp_free(w->prefix);
-    pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     kvp_free(w);
 }

@@ -237,15 +237,10 @@ try:
     check(d.p.wait(timeout=10) == 0, f"watch_driver exit {d.p.returncode}")
     print(f"destroy with etcd down: {r.split()[-1]} ms")
 finally:
-    if d is not None and d.p.poll() is None:
-        d.p.kill()
-        d.p.wait()
-    for proc, _ in nodes.values():
-        proc.kill()
-        proc.wait()
-    if etcd is not None:
-        etcd.kill()
-        etcd.wait()
+    for proc in [d and d.p, etcd] + [proc for proc, _ in nodes.values()]:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
     if (fails or os.environ.get("KVP_SHOW")) and d is not None:
         print("--- watch_driver stderr ---\n" + d.stderr()[-4000:])
     shutil.rmtree(tmp, ignore_errors=True)
