@@ -130,6 +130,7 @@ static kvp_status_t watch_range(kvp_etcd_watch_h w)
     }
     for (uint32_t i = w->n_cur; i-- > 0;) {
         kvp_etcd_member_t key = w->cur[i];
+
         if (bsearch(&key, m, n, sizeof(*m), kvp_etcd_member_cmp) == NULL) {
             cur_del(w, key.addr);
         }
@@ -158,9 +159,9 @@ static kvp_status_t on_msg(void *arg, const char *body, size_t len)
     }
     w->live |= msg.created;
     if (msg.canceled) {
-        KVP_LOG_INFO(MOD, "watch of %s canceled (%s%s); reading the members again", w->prefix,
+        KVP_LOG_INFO(MOD, "watch of %s canceled (%s%s%s); reading the members again", w->prefix,
                      msg.compact_revision > 0 ? "revision compacted" : "by etcd",
-                     msg.reason[0] ? ", " : "");
+                     msg.reason[0] ? ": " : "", msg.reason);
         w->compacted = 1;
         s            = KVP_ERR_CANCELED;
     }

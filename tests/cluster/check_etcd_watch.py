@@ -7,9 +7,13 @@ SIGTERM a node: the handle drops it (lease revoked) and every session still come
 byte-identical. SIGKILL etcd: the handle keeps its members (it says etcd is unreachable once) and
 calls still work; etcd restarted on the same data dir: a node that joins afterwards is seen (the
 watch resumed). `kvpack loadtest --etcd` paused mid-run while a node joins: it follows (JSON
-membership_changes >= 1, the new node listed and holding sessions). Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes registered")
-until one is back. etcd killed again: destroy returns at once. Exit 77 when etcd is absent.
+membership_changes >= 1, the new node listed and holding sessions). 70 members under another
+prefix: the first 64 by address, with a warning; a member put later that sorts first is taken
+in, a garbage entry skipped. Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes
+registered") until one is back. etcd killed again: destroy returns at once. Exit 77 when etcd
+is absent.
 usage: check_etcd_watch.py WATCH_DRIVER KVPACKD LIBKVPACK KVPACK"""
+import base64
 import json
 import os
 import queue
@@ -20,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -58,9 +63,9 @@ def start_node(k):
 class Driver:
     """watch_driver: one command line in, one reply line out (read with a deadline)."""
 
-    def __init__(self):
-        self.log = open(os.path.join(tmp, "driver.log"), "w+")
-        self.p = subprocess.Popen([driver_bin, URL, "2"], stdin=subprocess.PIPE,
+    def __init__(self, *prefix):
+        self.log = open(os.path.join(tmp, f"driver{len(prefix)}.log"), "w+")
+        self.p = subprocess.Popen([driver_bin, URL, "2", *prefix], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=self.log, text=True,
                                   env=dict(env, KVP_LOG_LEVEL="info"))
         self.lines = queue.Queue()
@@ -154,6 +159,36 @@ def loadtest_join():
           f"holds {listed[joined]['sessions']} sessions")
 
 
+def etcd_put(key, value):
+    b64 = lambda x: base64.b64encode(x.encode()).decode()  # noqa: E731
+    req = urllib.request.Request(URL + "/v3/kv/put", method="POST", data=json.dumps(
+        {"key": b64(key), "value": b64(value)}).encode())
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+def too_many():
+    """70 members (nobody listens: only the list is looked at) under /kvpack/many/."""
+    member = lambda a: json.dumps({"addr": a, "pid": 1, "since": 1, "data_dir": ""})  # noqa: E731
+    addrs = [f"127.0.0.1:{1000 + i}" for i in range(70)]
+    for a in addrs:
+        etcd_put("/kvpack/many/" + a, member(a))
+    m = Driver("/kvpack/many/")
+    try:
+        got = m.members()[1]
+        check(got == sorted(addrs)[:64], f"70 registered: handle has {len(got)}, want first 64")
+        check("70 nodes registered under /kvpack/many/" in m.stderr(), "no warning past 64")
+        etcd_put("/kvpack/many/garbage", "not a member")
+        etcd_put("/kvpack/many/127.0.0.0:1", member("127.0.0.0:1"))
+        wait_for("a member put later that sorts first is taken in",
+                 lambda: m.members()[1] == sorted(addrs + ["127.0.0.0:1"])[:64], 5)
+        check("skipping /kvpack/many/garbage" in m.stderr(), "garbage entry not skipped")
+        check(m.ask("quit").startswith("destroyed "), "quit")
+    finally:
+        if m.p.poll() is None:
+            m.p.kill()
+        m.p.wait()
+
+
 def get_all(d, sids, dead=()):
     for sid in sids:
         r = d.ask(f"get {sid}")
@@ -187,6 +222,7 @@ try:
         r = d.ask(f"put {sid}")
         check(r == "ok " + ",".join(want[:2]), f"put {sid}: {r!r}, want the first 2 of {want}")
     get_all(d, old + new)
+    too_many()
 
     # SIGTERM one of the first two: its lease is revoked, the handle drops it
     gone = nodes[0][1]

@@ -7,7 +7,7 @@
  *                exits 1), or "err STATUS"
  *   rank SID     -> "ok ADDR,..." or "err STATUS"
  *   quit         destroys the handle -> "destroyed MS" (how long destroy took), exits 0
- * usage: watch_driver ETCD_URL REPLICAS (built by hand under -fsanitize=thread too) */
+ * usage: watch_driver ETCD_URL REPLICAS [PREFIX] (built by hand under -fsanitize=thread too) */
 #include "node_harness.h"
 
 #include "kvpack/cluster.h"
@@ -127,8 +127,8 @@ int main(int argc, char **argv)
     char                 line[256], arg[200];
     kvp_status_t         st;
 
-    if (argc != 3) {
-        fprintf(stderr, "usage: watch_driver ETCD_URL REPLICAS\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: watch_driver ETCD_URL REPLICAS [PREFIX]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -136,6 +136,7 @@ int main(int argc, char **argv)
     cp.timeout_ms = 3000;
     p.field_mask  = KVP_CLUSTER_PARAM_ETCD | KVP_CLUSTER_PARAM_REPLICAS | KVP_CLUSTER_PARAM_CLIENT;
     p.etcd        = argv[1];
+    p.etcd_prefix = argc == 4 ? argv[3] : NULL;
     p.replicas    = (uint32_t)atoi(argv[2]);
     p.client      = &cp;
     st            = kvp_cluster_create(&p, &cl);
