@@ -1,9 +1,10 @@
-/* cluster.c - libkvpack over a static list of kvpackd nodes (kvpack/cluster.h): one kvp_client
- * per node, created on first use; sessions routed by rendezvous rank (kvp_placement_rank). put
- * walks the rank order until r nodes took the session; get until one has it; delete tries every
- * node; list merges all nodes' lists. Each call records what every node it tried answered.
- * kvp_cluster_peers_etcd reads the peer list from etcd instead.
- * Main flow: kvp_cluster_put_session -> node_open -> put_one (pages chunk by chunk, record). */
+/* cluster.c - libkvpack over several kvpackd nodes (kvpack/cluster.h): one kvp_client per node,
+ * created on first use; sessions routed by rendezvous rank (kvp_placement_rank). put walks the
+ * rank order until r nodes took the session; get until one has it; delete tries every node; list
+ * merges all nodes' lists. Each call records what every node it tried answered. The nodes are a
+ * static list, or etcd's: a watch (kvp_etcd_watch_*) publishes them and the routed calls adopt
+ * the newest list first (cluster_adopt), keeping the clients of nodes still present.
+ * Main flow: kvp_cluster_put_session -> cluster_adopt -> node_open -> put_one (pages, record). */
 #include "kvpack/cluster.h"
 #include "kvpack/alloc.h"
 #include "kvpack/etcd.h"
@@ -18,16 +19,24 @@
 #define MOD          "cluster"
 #define DOWN_SKIP_NS (5000ull * 1000000ull) /* a node that failed is skipped this long */
 
+/* One node of the adopted list. */
+typedef struct {
+    char         addr[KVP_ETCD_ADDR_MAX]; /* HOST:PORT */
+    kvp_client_h client;                  /* NULL until first use */
+    uint64_t     down_until;              /* skipped until then (kvp_time_ns) */
+    kvp_status_t down_status;
+} node_t;
+
 struct kvp_cluster {
     uint32_t                  n, replicas;
-    char                     *buf;                          /* the peer list, split in place */
-    const char               *peer[KVP_CLUSTER_MAX_NODES];  /* into buf */
-    kvp_client_h              client[KVP_CLUSTER_MAX_NODES];
-    uint64_t                  down_until[KVP_CLUSTER_MAX_NODES];
-    kvp_status_t              down_status[KVP_CLUSTER_MAX_NODES];
+    node_t                    node[KVP_CLUSTER_MAX_NODES];
+    const char               *peer[KVP_CLUSTER_MAX_NODES]; /* node[i].addr, for placement */
     kvp_client_params_t       cp;
     kvp_cluster_progress_cb_t progress_cb;
     void                     *progress_arg;
+    kvp_etcd_watch_h          watch;                       /* NULL: a static list */
+    uint64_t                  gen;                         /* of the adopted list */
+    char                      where[512];                  /* "PREFIX at etcd URL" */
 };
 
 int kvp_cluster_status_unreachable(kvp_status_t s)
@@ -38,11 +47,9 @@ int kvp_cluster_status_unreachable(kvp_status_t s)
 
 /* ---- private ---- */
 
-/* Split buf at commas into c->peer; each must be HOST:PORT and appear once. */
-static kvp_status_t peers_split(kvp_cluster_h c)
+/* Split the list at commas into c->node; each must be HOST:PORT and appear once. */
+static kvp_status_t peers_split(kvp_cluster_h c, char *p)
 {
-    char *p = c->buf;
-
     for (;;) {
         char    *comma = strchr(p, ',');
         char     host[256];
@@ -55,7 +62,8 @@ static kvp_status_t peers_split(kvp_cluster_h c)
             KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);
             return KVP_ERR_INVALID;
         }
-        if (*p == '\0' || kvp_xfer_parse_addr(p, host, sizeof(host), &port) != KVP_OK) {
+        if (*p == '\0' || strlen(p) >= KVP_ETCD_ADDR_MAX ||
+            kvp_xfer_parse_addr(p, host, sizeof(host), &port) != KVP_OK) {
             KVP_LOG_ERROR(MOD, "peer '%s' is not HOST:PORT", p);
             return KVP_ERR_INVALID;
         }
@@ -65,12 +73,78 @@ static kvp_status_t peers_split(kvp_cluster_h c)
                 return KVP_ERR_INVALID;
             }
         }
-        c->peer[c->n++] = p;
+        snprintf(c->node[c->n].addr, sizeof(c->node[0].addr), "%s", p);
+        c->peer[c->n] = c->node[c->n].addr;
+        c->n++;
         if (comma == NULL) {
             return KVP_OK;
         }
         p = comma + 1;
     }
+}
+
+/* Take the watch's newest list when its generation moved: nodes still present keep their client
+ * and down state (matched by address), removed nodes' clients are closed, new ones start
+ * unconnected. Past KVP_CLUSTER_MAX_NODES the first ones by address (the list is sorted). */
+static kvp_status_t cluster_adopt(kvp_cluster_h c)
+{
+    kvp_etcd_member_t *m;
+    node_t            *next;
+    uint32_t           n, k = 0;
+    uint64_t           gen;
+    kvp_status_t       s;
+
+    if (c->watch == NULL || kvp_etcd_watch_generation(c->watch) == c->gen) {
+        return KVP_OK;
+    }
+    s = kvp_etcd_watch_members(c->watch, &m, &n, &gen);
+    if (s != KVP_OK) {
+        return s;
+    }
+    next = kvp_calloc(KVP_CLUSTER_MAX_NODES, sizeof(*next), "cluster adopt");
+    if (next == NULL) {
+        kvp_free(m);
+        return KVP_ERR_NO_MEMORY;
+    }
+    if (n > KVP_CLUSTER_MAX_NODES) {
+        KVP_LOG_WARN(MOD, "%u nodes registered under %s: using the first %u by address", n,
+                     c->where, KVP_CLUSTER_MAX_NODES);
+        n = KVP_CLUSTER_MAX_NODES;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(next[i].addr, sizeof(next[i].addr), "%s", m[i].addr);
+    }
+    for (uint32_t j = 0; j < c->n; j++) { /* both lists are sorted by address */
+        while (k < n && strcmp(next[k].addr, c->node[j].addr) < 0) {
+            k++;
+        }
+        if (k < n && strcmp(next[k].addr, c->node[j].addr) == 0) {
+            next[k] = c->node[j];
+        } else {
+            kvp_client_destroy(c->node[j].client);
+        }
+    }
+    memcpy(c->node, next, sizeof(c->node));
+    for (uint32_t i = 0; i < n; i++) {
+        c->peer[i] = c->node[i].addr;
+    }
+    c->n   = n;
+    c->gen = gen;
+    kvp_free(next);
+    kvp_free(m);
+    return KVP_OK;
+}
+
+/* Adopt, then refuse a routed call when no node is registered. */
+static kvp_status_t cluster_ready(kvp_cluster_h c)
+{
+    kvp_status_t s = cluster_adopt(c);
+
+    if (s == KVP_OK && c->n == 0) {
+        KVP_LOG_ERROR(MOD, "no nodes registered under %s", c->where);
+        s = KVP_ERR_PEER_UNREACHABLE;
+    }
+    return s;
 }
 
 static void report_add(kvp_cluster_h c, kvp_cluster_report_t *r, uint32_t node, kvp_status_t s,
@@ -83,8 +157,8 @@ static void report_add(kvp_cluster_h c, kvp_cluster_report_t *r, uint32_t node, 
         r->n_tried++;
     }
     if (c->n > 1 && kvp_cluster_status_unreachable(s) && strcmp(stage, "skipped") != 0) {
-        c->down_until[node]  = kvp_time_ns() + DOWN_SKIP_NS;
-        c->down_status[node] = s;
+        c->node[node].down_until  = kvp_time_ns() + DOWN_SKIP_NS;
+        c->node[node].down_status = s;
     }
 }
 
@@ -95,19 +169,19 @@ static kvp_status_t node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_report
 {
     kvp_status_t s;
 
-    if (c->n > 1 && c->down_until[node] > kvp_time_ns()) {
-        report_add(c, r, node, c->down_status[node], "skipped");
-        return c->down_status[node];
+    if (c->n > 1 && c->node[node].down_until > kvp_time_ns()) {
+        report_add(c, r, node, c->node[node].down_status, "skipped");
+        return c->node[node].down_status;
     }
-    if (c->client[node] == NULL) {
+    if (c->node[node].client == NULL) {
         c->cp.server = c->peer[node];
-        s = kvp_client_create(&c->cp, &c->client[node]);
+        s = kvp_client_create(&c->cp, &c->node[node].client);
         if (s != KVP_OK) {
             report_add(c, r, node, s, "connect");
             return s;
         }
     }
-    *client_p = c->client[node];
+    *client_p = c->node[node].client;
     return KVP_OK;
 }
 
@@ -118,14 +192,18 @@ typedef struct {
     kvp_status_t          unreach, other; /* first unreachable / first other (not NOT_FOUND) */
 } route_t;
 
-/* Clear the report and rank the nodes for (ns, sid); sid NULL: no ranking (list). */
-static kvp_status_t route_begin(kvp_cluster_h c, uint64_t ns, const char *sid,
+/* Clear the report, adopt etcd's newest members (routed calls) and rank the nodes for (ns, sid);
+ * sid NULL: no ranking (list). */
+static kvp_status_t route_begin(kvp_cluster_h c, int routed, uint64_t ns, const char *sid,
                                 kvp_cluster_report_t *report, route_t *rt)
 {
+    kvp_status_t s;
+
     memset(rt, 0, sizeof(*rt));
     rt->r = report ? report : &rt->local;
     memset(rt->r, 0, sizeof(*rt->r));
-    return sid ? kvp_cluster_rank(c, ns, sid, rt->order) : KVP_OK;
+    s = routed ? cluster_ready(c) : KVP_OK;
+    return (s == KVP_OK && sid) ? kvp_placement_rank(c->peer, c->n, ns, sid, rt->order) : s;
 }
 
 static void route_fail(route_t *rt, kvp_status_t s)
@@ -230,27 +308,53 @@ static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_
 
 /* ---- API ---- */
 
+/* The members from etcd: a watch, its first list adopted; nobody registered is an error here. */
+static kvp_status_t cluster_from_etcd(kvp_cluster_h c, const char *etcd, const char *prefix)
+{
+    kvp_status_t s;
+
+    prefix = prefix ? prefix : KVP_ETCD_DEFAULT_PREFIX;
+    snprintf(c->where, sizeof(c->where), "%s at etcd %s", prefix, etcd);
+    s = kvp_etcd_watch_start(etcd, prefix, &c->watch);
+    if (s == KVP_OK) {
+        s = cluster_adopt(c);
+    }
+    if (s == KVP_OK && c->n == 0) {
+        KVP_LOG_ERROR(MOD, "no kvpack nodes registered under %s", c->where);
+        s = KVP_ERR_NOT_FOUND;
+    }
+    return s;
+}
+
 kvp_status_t kvp_cluster_create(const kvp_cluster_params_t *params, kvp_cluster_h *cluster_p)
 {
     uint64_t      fm = (params != NULL) ? params->field_mask : 0;
+    int           peers = (fm & KVP_CLUSTER_PARAM_PEERS) && params->peers != NULL;
+    int           etcd  = (fm & KVP_CLUSTER_PARAM_ETCD) && params->etcd != NULL;
     kvp_cluster_h c;
+    char         *buf;
     kvp_status_t  s;
 
-    if (!(fm & KVP_CLUSTER_PARAM_PEERS) || params->peers == NULL || cluster_p == NULL) {
-        KVP_LOG_ERROR(MOD, "a cluster needs a peer list");
+    if (peers == etcd || cluster_p == NULL) {
+        KVP_LOG_ERROR(MOD, "a cluster needs exactly one of a peer list and etcd");
         return KVP_ERR_INVALID;
     }
     c = kvp_calloc(1, sizeof(*c), "cluster");
     if (c == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
-    c->buf = kvp_strdup(params->peers, "cluster peers");
-    s      = (c->buf == NULL) ? KVP_ERR_NO_MEMORY : peers_split(c);
+    if (etcd) {
+        s = cluster_from_etcd(c, params->etcd, params->etcd_prefix);
+    } else {
+        buf = kvp_strdup(params->peers, "cluster peers");
+        s   = (buf == NULL) ? KVP_ERR_NO_MEMORY : peers_split(c, buf);
+        kvp_free(buf);
+    }
     if (s != KVP_OK) {
         goto err_free;
     }
     c->replicas = (fm & KVP_CLUSTER_PARAM_REPLICAS) && params->replicas ? params->replicas : 1;
-    if (c->replicas > c->n) {
+    if (!etcd && c->replicas > c->n) {
         KVP_LOG_ERROR(MOD, "%u replicas need at least %u peers, the list has %u", c->replicas,
                       c->replicas, c->n);
         s = KVP_ERR_INVALID;
@@ -268,7 +372,7 @@ kvp_status_t kvp_cluster_create(const kvp_cluster_params_t *params, kvp_cluster_
     return KVP_OK;
 
 err_free:
-    kvp_free(c->buf);
+    kvp_etcd_watch_stop(c->watch);
     kvp_free(c);
     return s;
 }
@@ -278,11 +382,21 @@ void kvp_cluster_destroy(kvp_cluster_h cluster)
     if (cluster == NULL) {
         return;
     }
+    kvp_etcd_watch_stop(cluster->watch);
     for (uint32_t i = 0; i < cluster->n; i++) {
-        kvp_client_destroy(cluster->client[i]);
+        kvp_client_destroy(cluster->node[i].client);
     }
-    kvp_free(cluster->buf);
     kvp_free(cluster);
+}
+
+kvp_status_t kvp_cluster_sync(kvp_cluster_h cluster, uint64_t *generation_p)
+{
+    kvp_status_t s = cluster_adopt(cluster);
+
+    if (s == KVP_OK && generation_p != NULL) {
+        *generation_p = cluster->gen;
+    }
+    return s;
 }
 
 uint32_t kvp_cluster_size(kvp_cluster_h cluster) { return cluster->n; }
@@ -297,7 +411,9 @@ const char *kvp_cluster_peer(kvp_cluster_h cluster, uint32_t node)
 kvp_status_t kvp_cluster_rank(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                               uint32_t *order)
 {
-    return kvp_placement_rank(cluster->peer, cluster->n, ns, sid, order);
+    kvp_status_t s = cluster_ready(cluster);
+
+    return s == KVP_OK ? kvp_placement_rank(cluster->peer, cluster->n, ns, sid, order) : s;
 }
 
 kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client_h *client_p)
@@ -314,7 +430,7 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
 {
     route_t      rt;
     kvp_status_t first = KVP_OK;
-    kvp_status_t s     = route_begin(cluster, ns, sid, report, &rt);
+    kvp_status_t s     = route_begin(cluster, 1, ns, sid, report, &rt);
 
     if (desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
         KVP_LOG_ERROR(MOD, "put: %zu pages are not whole chunks of the record's layers", n);
@@ -348,7 +464,7 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
     kvp_client_h cl;
     kvp_status_t s;
 
-    (void)route_begin(cluster, ns, NULL, report, &rt); /* no rank: only clears the report */
+    (void)route_begin(cluster, 0, ns, NULL, report, &rt); /* no rank: only clears the report */
     if (node >= cluster->n || desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
         KVP_LOG_ERROR(MOD, "put to node %u: bad node or pages not whole chunks", node);
         return KVP_ERR_INVALID;
@@ -367,7 +483,7 @@ kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      kvp_cluster_report_t *report)
 {
     route_t      rt;
-    kvp_status_t s = route_begin(cluster, ns, sid, report, &rt);
+    kvp_status_t s = route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
@@ -393,7 +509,7 @@ kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, cons
 {
     route_t      rt;
     kvp_status_t first_r = KVP_OK;
-    kvp_status_t s       = route_begin(cluster, ns, sid, report, &rt);
+    kvp_status_t s       = route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
@@ -426,9 +542,9 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
     kvp_cluster_list_t *out = NULL;
     route_t             rt;
     kvp_status_t        first = KVP_OK;
-    kvp_status_t        s     = route_begin(cluster, 0, NULL, report, &rt);
+    kvp_status_t        s     = route_begin(cluster, 1, 0, NULL, report, &rt);
 
-    for (uint32_t i = 0; i < cluster->n; i++) {
+    for (uint32_t i = 0; s == KVP_OK && i < cluster->n; i++) {
         kvp_client_h cl;
         kvp_status_t ls_s = node_open(cluster, i, rt.r, &cl);
 
@@ -439,8 +555,8 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
         rt.r->n_ok += ls_s == KVP_OK;
         first = first ? first : ls_s;
     }
-    if (rt.r->n_ok == 0) {
-        s = first;
+    if (s != KVP_OK || rt.r->n_ok == 0) {
+        s = s != KVP_OK ? s : first;
     } else {
         out = kvp_calloc(1, sizeof(*out), "cluster list");
         s   = out ? list_merge(cluster, ls, max, out) : KVP_ERR_NO_MEMORY;

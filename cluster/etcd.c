@@ -27,6 +27,7 @@ struct kvp_etcd {
     char     *reply;                    /* the last reply's body (grown as needed) */
     size_t    reply_len, reply_cap;
     int       overflow;
+    int       quiet;                    /* transport failures at debug */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -81,7 +82,11 @@ static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json)
     if (rc == CURLE_OK) {
         return e->reply_len > 0 ? KVP_OK : KVP_ERR_PROTOCOL;
     }
-    KVP_LOG_WARN(MOD, "%s: %s", url, e->overflow ? "reply too large" : curl_easy_strerror(rc));
+    if (e->quiet && !e->overflow) {
+        KVP_LOG_DEBUG(MOD, "%s: %s", url, curl_easy_strerror(rc));
+    } else {
+        KVP_LOG_WARN(MOD, "%s: %s", url, e->overflow ? "reply too large" : curl_easy_strerror(rc));
+    }
     return rc == CURLE_OPERATION_TIMEDOUT ? KVP_ERR_TIMEOUT
            : e->overflow                  ? KVP_ERR_TOO_LARGE
                                           : KVP_ERR_PEER_UNREACHABLE;
@@ -196,6 +201,11 @@ void kvp_etcd_destroy(kvp_etcd_h e)
     kvp_free(e);
 }
 
+void kvp_etcd_set_quiet(kvp_etcd_h e, int quiet)
+{
+    e->quiet = quiet;
+}
+
 const char *kvp_etcd_endpoint(kvp_etcd_h e)
 {
     return e->ep[e->cur];
@@ -260,11 +270,12 @@ kvp_status_t kvp_etcd_put(kvp_etcd_h e, const char *key, const char *value, int6
     return s;
 }
 
-kvp_status_t kvp_etcd_range_prefix(kvp_etcd_h e, const char *prefix, kvp_etcd_kvs_t **kvs_p)
+kvp_status_t kvp_etcd_prefix_body(const char *prefix, int64_t watch_from, char **body_p)
 {
     size_t       len = strlen(prefix);
     char        *end = kvp_strdup(prefix, "etcd.range");
     char        *k = b64_dup(prefix, len), *ke = NULL, *body = NULL;
+    size_t       cap;
     kvp_status_t s = KVP_ERR_NO_MEMORY;
 
     if (len == 0 || (uint8_t)prefix[len - 1] == 0xff) {
@@ -277,33 +288,62 @@ kvp_status_t kvp_etcd_range_prefix(kvp_etcd_h e, const char *prefix, kvp_etcd_kv
     }
     end[len - 1]++; /* range_end: the prefix with its last byte + 1 = every key under it */
     ke   = b64_dup(end, len);
-    body = ke ? kvp_malloc(strlen(k) + strlen(ke) + 64, "etcd.range") : NULL;
-    if (body != NULL) {
-        sprintf(body, "{\"key\":\"%s\",\"range_end\":\"%s\"}", k, ke);
-        s = etcd_post(e, "/v3/kv/range", body);
-        if (s == KVP_OK) {
-            s = kvp_etcd_parse_range(e->reply, e->reply_len, kvs_p);
-        }
+    cap  = ke ? strlen(k) + strlen(ke) + 128 : 0;
+    body = ke ? kvp_malloc(cap, "etcd.range") : NULL;
+    if (body != NULL && watch_from > 0) {
+        snprintf(body, cap, "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
+                 "\"start_revision\":\"%lld\"}}", k, ke, (long long)watch_from);
+    } else if (body != NULL) {
+        snprintf(body, cap, "{\"key\":\"%s\",\"range_end\":\"%s\"}", k, ke);
     }
+    s = body ? KVP_OK : KVP_ERR_NO_MEMORY;
 out:
-    kvp_free(body);
     kvp_free(ke);
     kvp_free(k);
     kvp_free(end);
+    *body_p = body;
     return s;
 }
 
-static int member_cmp(const void *a, const void *b)
+kvp_status_t kvp_etcd_range_prefix(kvp_etcd_h e, const char *prefix, kvp_etcd_kvs_t **kvs_p)
+{
+    char        *body;
+    kvp_status_t s = kvp_etcd_prefix_body(prefix, 0, &body);
+
+    if (s == KVP_OK) {
+        s = etcd_post(e, "/v3/kv/range", body);
+    }
+    if (s == KVP_OK) {
+        s = kvp_etcd_parse_range(e->reply, e->reply_len, kvs_p);
+    }
+    kvp_free(body);
+    return s;
+}
+
+int kvp_etcd_member_cmp(const void *a, const void *b)
 {
     return strcmp(((const kvp_etcd_member_t *)a)->addr, ((const kvp_etcd_member_t *)b)->addr);
 }
 
-kvp_status_t kvp_etcd_members(kvp_etcd_h e, const char *prefix, kvp_etcd_member_t **members_p,
-                              uint32_t *n_p)
+kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const char *value,
+                                     size_t len, kvp_etcd_member_t *m)
+{
+    size_t   plen = strlen(prefix);
+    char     host[256];
+    uint16_t port;
+
+    if (strncmp(key, prefix, plen) != 0 ||
+        kvp_xfer_parse_addr(key + plen, host, sizeof(host), &port) != KVP_OK || port == 0) {
+        return KVP_ERR_PROTOCOL;
+    }
+    return kvp_etcd_member_parse(key + plen, value, len, m);
+}
+
+kvp_status_t kvp_etcd_members_at(kvp_etcd_h e, const char *prefix, kvp_etcd_member_t **members_p,
+                                 uint32_t *n_p, int64_t *revision_p)
 {
     kvp_etcd_kvs_t    *kvs;
     kvp_etcd_member_t *m;
-    size_t             plen = strlen(prefix);
     uint32_t           n = 0;
     kvp_status_t       s = kvp_etcd_range_prefix(e, prefix, &kvs);
 
@@ -316,21 +356,26 @@ kvp_status_t kvp_etcd_members(kvp_etcd_h e, const char *prefix, kvp_etcd_member_
         return KVP_ERR_NO_MEMORY;
     }
     for (uint32_t i = 0; i < kvs->n; i++) {
-        const char *addr = kvs->kv[i].key + plen;
-        char        host[256];
-        uint16_t    port;
-
-        if (kvp_xfer_parse_addr(addr, host, sizeof(host), &port) != KVP_OK || port == 0 ||
-            kvp_etcd_member_parse(addr, kvs->kv[i].value, kvs->kv[i].value_len, &m[n]) != KVP_OK) {
+        if (kvp_etcd_member_from_kv(prefix, kvs->kv[i].key, kvs->kv[i].value,
+                                    kvs->kv[i].value_len, &m[n]) != KVP_OK) {
             KVP_LOG_WARN(MOD, "skipping %s: not a kvpack member (want key PREFIX<HOST:PORT>, "
                          "value {\"addr\":\"HOST:PORT\",...})", kvs->kv[i].key);
             continue;
         }
         n++;
     }
+    if (revision_p != NULL) {
+        *revision_p = kvs->revision;
+    }
     kvp_etcd_kvs_free(kvs);
-    qsort(m, n, sizeof(*m), member_cmp);
+    qsort(m, n, sizeof(*m), kvp_etcd_member_cmp);
     *members_p = m;
     *n_p       = n;
     return KVP_OK;
+}
+
+kvp_status_t kvp_etcd_members(kvp_etcd_h e, const char *prefix, kvp_etcd_member_t **members_p,
+                              uint32_t *n_p)
+{
+    return kvp_etcd_members_at(e, prefix, members_p, n_p, NULL);
 }

@@ -1,7 +1,8 @@
 /* etcd_json.c - the etcd v3 gateway's JSON as kvpack reads and writes it (kvpack/etcd.h): base64
- * keys and values, int64 fields sent as strings, {"error","code"} bodies, the lease and range
- * replies, and a member's registration value. Pure functions over buffers (jansson), so
- * tests/cluster/test_etcd_json.c checks them on canned bodies without an etcd. */
+ * keys and values, int64 fields sent as strings, {"error","code"} bodies, the lease, range and
+ * watch replies, the watch stream cut into messages, and a member's registration value. Pure
+ * functions over buffers (jansson), so tests/cluster/test_etcd_json.c and test_etcd_stream.c
+ * check them on canned bodies and chunks without an etcd. */
 #include "kvpack/etcd.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -126,9 +127,16 @@ kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_
         return KVP_ERR_PROTOCOL;
     }
     err = json_object_get(root, "error");
-    if (err != NULL) {
+    if (json_is_object(err)) { /* a stream's error: {"error":{"grpc_code","message",...}} */
+        json_t *m = json_object_get(err, "message");
+
+        snprintf(msg, cap, "%s", json_is_string(m) ? json_string_value(m) : "error");
+        field_i64(err, "grpc_code", &code);
+    } else if (err != NULL) {
         snprintf(msg, cap, "%s", json_is_string(err) ? json_string_value(err) : "error");
         field_i64(root, "code", &code);
+    }
+    if (err != NULL) {
         s = code == 5 ? KVP_ERR_NOT_FOUND : code == 3 ? KVP_ERR_INVALID : KVP_ERR_IO;
     }
     json_decref(root);
@@ -221,6 +229,7 @@ kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t *
         s = kvs ? KVP_ERR_PROTOCOL : KVP_ERR_NO_MEMORY;
         goto out;
     }
+    s = field_i64(json_object_get(root, "header"), "revision", &kvs->revision);
     if (arr != NULL && json_array_size(arr) > 0) {
         kvs->kv = kvp_calloc(json_array_size(arr), sizeof(*kvs->kv), "etcd.kvs");
         if (kvs->kv == NULL) {
@@ -299,4 +308,178 @@ kvp_status_t kvp_etcd_member_parse(const char *addr, const char *value, size_t l
     }
     json_decref(o);
     return bad ? KVP_ERR_PROTOCOL : KVP_OK;
+}
+
+/* ---- the watch stream ---- */
+
+void kvp_etcd_stream_init(kvp_etcd_stream_t *st, size_t max)
+{
+    memset(st, 0, sizeof(*st));
+    st->max = max;
+}
+
+void kvp_etcd_stream_reset(kvp_etcd_stream_t *st)
+{
+    st->len   = 0;
+    st->depth = st->in_str = st->esc = 0;
+}
+
+void kvp_etcd_stream_free(kvp_etcd_stream_t *st)
+{
+    kvp_free(st->buf);
+    kvp_etcd_stream_init(st, st->max);
+}
+
+size_t kvp_etcd_stream_pending(const kvp_etcd_stream_t *st)
+{
+    return st->len;
+}
+
+static kvp_status_t stream_put(kvp_etcd_stream_t *st, char c)
+{
+    if (st->len + 1 >= st->max) {
+        return KVP_ERR_TOO_LARGE;
+    }
+    if (st->len + 1 >= st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 4096;
+        char  *grown;
+
+        grown = kvp_malloc(cap, "etcd.stream");
+        if (grown == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        if (st->len > 0) {
+            memcpy(grown, st->buf, st->len);
+        }
+        kvp_free(st->buf);
+        st->buf = grown;
+        st->cap = cap;
+    }
+    st->buf[st->len++] = c;
+    return KVP_OK;
+}
+
+kvp_status_t kvp_etcd_stream_feed(kvp_etcd_stream_t *st, const char *data, size_t len,
+                                  kvp_etcd_msg_cb_t msg_cb, void *arg)
+{
+    for (size_t i = 0; i < len; i++) {
+        char         c = data[i];
+        kvp_status_t s;
+
+        if (st->depth == 0) { /* between messages: whitespace, or the next '{' */
+            if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+                continue;
+            }
+            if (c != '{') {
+                return KVP_ERR_PROTOCOL;
+            }
+        }
+        s = stream_put(st, c);
+        if (s != KVP_OK) {
+            return s;
+        }
+        if (st->in_str) { /* only an unescaped quote ends a string */
+            if (st->esc) {
+                st->esc = 0;
+            } else if (c == '\\') {
+                st->esc = 1;
+            } else if (c == '"') {
+                st->in_str = 0;
+            }
+            continue;
+        }
+        st->in_str = c == '"';
+        st->depth += (c == '{' || c == '[') - (c == '}' || c == ']');
+        if (st->depth == 0) {
+            st->buf[st->len] = '\0'; /* stream_put keeps a byte free */
+            s                = msg_cb(arg, st->buf, st->len);
+            st->len          = 0;
+            if (s != KVP_OK) {
+                return s;
+            }
+        }
+    }
+    return KVP_OK;
+}
+
+void kvp_etcd_watch_msg_clear(kvp_etcd_watch_msg_t *msg)
+{
+    for (uint32_t i = 0; msg->ev != NULL && i < msg->n; i++) {
+        kvp_free(msg->ev[i].key);
+        kvp_free(msg->ev[i].value);
+    }
+    kvp_free(msg->ev);
+    memset(msg, 0, sizeof(*msg));
+}
+
+/* One element of "events": {"type":"DELETE"?, "kv":{"key","value","mod_revision",...}}; a PUT
+ * leaves "type" out (proto3 JSON omits the default). */
+static kvp_status_t watch_event(const json_t *e, kvp_etcd_event_t *ev)
+{
+    const json_t *type = json_object_get(e, "type");
+    const json_t *kv   = json_object_get(e, "kv");
+    size_t        klen;
+    kvp_status_t  s;
+
+    if (!json_is_object(kv) || (type != NULL && !json_is_string(type))) {
+        return KVP_ERR_PROTOCOL;
+    }
+    if (type != NULL && strcmp(json_string_value(type), "PUT") != 0 &&
+        strcmp(json_string_value(type), "DELETE") != 0) {
+        return KVP_ERR_PROTOCOL;
+    }
+    ev->del = type != NULL && strcmp(json_string_value(type), "DELETE") == 0;
+    s       = field_b64(kv, "key", &ev->key, &klen);
+    if (s == KVP_OK && klen == 0) {
+        s = KVP_ERR_PROTOCOL;
+    }
+    if (s == KVP_OK) {
+        s = field_b64(kv, "value", &ev->value, &ev->value_len);
+    }
+    return s == KVP_OK ? field_i64(kv, "mod_revision", &ev->mod_revision) : s;
+}
+
+kvp_status_t kvp_etcd_parse_watch(const char *body, size_t len, kvp_etcd_watch_msg_t *msg)
+{
+    json_t       *root = body_load(body, len);
+    const json_t *r, *arr, *reason;
+    kvp_status_t  s;
+
+    memset(msg, 0, sizeof(*msg));
+    if (root == NULL) {
+        return KVP_ERR_PROTOCOL;
+    }
+    if (json_object_get(root, "error") != NULL) {
+        json_decref(root);
+        return kvp_etcd_parse_error(body, len, msg->reason, sizeof(msg->reason));
+    }
+    r   = json_object_get(root, "result");
+    arr = json_is_object(r) ? json_object_get(r, "events") : NULL;
+    s   = json_is_object(r) && (arr == NULL || json_is_array(arr)) ? KVP_OK : KVP_ERR_PROTOCOL;
+    if (s == KVP_OK) {
+        s = field_i64(json_object_get(r, "header"), "revision", &msg->revision);
+    }
+    if (s == KVP_OK) {
+        s = field_i64(r, "compact_revision", &msg->compact_revision);
+    }
+    if (s == KVP_OK) {
+        msg->created  = json_is_true(json_object_get(r, "created"));
+        msg->canceled = json_is_true(json_object_get(r, "canceled"));
+        reason        = json_object_get(r, "cancel_reason");
+        snprintf(msg->reason, sizeof(msg->reason), "%s",
+                 json_is_string(reason) ? json_string_value(reason) : "");
+    }
+    if (s == KVP_OK && arr != NULL && json_array_size(arr) > 0) {
+        msg->ev = kvp_calloc(json_array_size(arr), sizeof(*msg->ev), "etcd.events");
+        s       = msg->ev ? KVP_OK : KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; s == KVP_OK && arr != NULL && i < json_array_size(arr); i++) {
+        s = watch_event(json_array_get(arr, i), &msg->ev[msg->n]);
+        msg->n++; /* owns what watch_event set, freed by clear */
+    }
+    json_decref(root);
+    if (s != KVP_OK) {
+        kvp_etcd_watch_msg_clear(msg);
+    }
+    return s;
 }

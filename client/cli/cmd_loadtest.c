@@ -53,7 +53,9 @@ static void lt_usage(FILE *out)
             "  --node HOST:PORT[,HOST:PORT...]\n"
             "                      existing node(s) (default: start local kvpackd on free ports\n"
             "                      with temporary data directories, removed afterwards)\n"
-            "  --etcd URL[,URL...] the nodes registered in etcd (kvpackd --etcd) instead\n"
+            "  --etcd URL[,URL...] the nodes registered in etcd (kvpackd --etcd) instead, followed\n"
+            "                      during the run (a node that joins takes its share of the\n"
+            "                      sessions; the report counts membership_changes)\n"
             "  --local-nodes N     start N local kvpackd, 1..%u (default 1)\n"
             "  --replicas R        put each session on the first R live nodes of its rendezvous\n"
             "                      rank (lookup and missing pages on each); get and resume from\n"
@@ -317,7 +319,7 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
 {
     kvp_lt_params_t p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
                          (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale,
-                         (uint32_t)o->clients, (uint32_t)o->replicas};
+                         (uint32_t)o->clients, (uint32_t)o->replicas, o->etcd};
     kvp_lt_info_t   info = {source, NULL, o->node == NULL && o->etcd == NULL, o->dram_budget, &p};
     kvp_lt_result_t res;
     lt_node_t       nodes[KVP_LT_MAX_NODES];

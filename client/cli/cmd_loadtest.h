@@ -15,6 +15,7 @@
 #define KVP_LT_MAX_WINDOWS  64u
 #define KVP_LT_MAX_CLIENTS  64u /* --clients: concurrent client threads, one kvp_client each */
 #define KVP_LT_MAX_NODES    KVP_CLUSTER_MAX_NODES /* --node A,B,C / --etcd / --local-nodes */
+#define KVP_LT_ADDR_MAX     264u                  /* HOST:PORT and the NUL */
 
 /* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
 uint64_t kvp_lt_mix64(uint64_t z);
@@ -64,6 +65,7 @@ typedef struct {
     double         time_scale; /* 0: closed loop; S: trace time / S */
     uint32_t       clients;    /* concurrent clients, 1..KVP_LT_MAX_CLIENTS */
     uint32_t       replicas;   /* r: nodes each session is put on (first r live of its rank) */
+    const char    *etcd;       /* the members from etcd, followed by a watch (else the peers) */
 } kvp_lt_params_t;
 
 /* Per-request measurements (latencies in ms; NaN where the step did not run). */
@@ -79,6 +81,7 @@ typedef struct {
 
 /* One node of a multi-node run. */
 typedef struct {
+    char            addr[KVP_LT_ADDR_MAX]; /* HOST:PORT */
     kvp_node_stat_t stat_end;          /* at the end of the run, when stat_ok */
     bool            stat_ok;
     uint32_t        failures;          /* calls that found it unreachable (then skipped) */
@@ -97,13 +100,16 @@ typedef struct {
     kvp_node_stat_t   stat_begin, stat_end;
     kvp_lt_window_t   windows[KVP_LT_MAX_WINDOWS];
     /* several nodes (n_nodes > 1): stat_* and windows are summed over the nodes that answered */
-    uint32_t          n_nodes;
+    uint32_t          n_nodes;             /* the members at the end, then nodes that left
+                                            * during the run with failures (stat_ok false) */
     kvp_lt_node_t     nodes[KVP_LT_MAX_NODES];
+    uint64_t          membership_changes;  /* --etcd: changes the first client's watch saw */
     uint64_t          ref_single, ref_placed; /* kvp_lt_reference block hits: one node, placed */
 } kvp_lt_result_t;
 
-/* Replay w against the nodes in peers ("host:port[,...]") on p->clients threads, each with its own
- * kvp_cluster handle; all turns of one conversation (a chain of resumes) go to one client, in
+/* Replay w against the nodes in peers ("host:port[,...]"), or p->etcd's members (each handle
+ * follows them: a node that joins takes its share of new sessions), on p->clients threads, each
+ * with its own kvp_cluster handle; all turns of one conversation (a chain of resumes) go to one client, in
  * order. Each request goes to the first p->replicas live nodes of its session's rank (lookup,
  * missing pages, record on each); get and resume from the first in rank that has it. With several
  * nodes, a node found unreachable is counted in res->nodes[].failures and skipped by that client

@@ -109,9 +109,8 @@ static const char *hit_note(const kvp_lt_info_t *info, const kvp_lt_workload_t *
 static void json_nodes(kvp_json_t *j, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
                        const kvp_lt_result_t *res, uint64_t blocks)
 {
-    const char *peer = info->node;
-
     kvp_json_int(j, "replicas", info->params->replicas);
+    kvp_json_int(j, "membership_changes", (int64_t)res->membership_changes);
     kvp_json_obj(j, "reference");
     kvp_json_int(j, "single_cache_hit_blocks", (int64_t)res->ref_single);
     kvp_json_num(j, "single_cache_block_hit_ratio", ratio(res->ref_single, blocks));
@@ -125,13 +124,9 @@ static void json_nodes(kvp_json_t *j, const kvp_lt_info_t *info, const kvp_lt_wo
     kvp_json_arr(j, "nodes");
     for (uint32_t k = 0; k < res->n_nodes; k++) {
         const kvp_lt_node_t *n = &res->nodes[k];
-        const char          *comma = strchr(peer, ',');
-        char                 addr[128];
 
-        snprintf(addr, sizeof(addr), "%.*s", (int)(comma ? comma - peer : (long)strlen(peer)), peer);
-        peer = comma ? comma + 1 : peer + strlen(peer);
         kvp_json_obj(j, NULL);
-        kvp_json_str(j, "node", addr);
+        kvp_json_str(j, "node", n->addr);
         kvp_json_bool(j, "reachable_at_end", n->stat_ok);
         kvp_json_int(j, "failures", n->failures);
         kvp_json_int(j, "expected_sessions", n->expected_sessions);
@@ -308,8 +303,8 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
         for (uint32_t k = 0; k < res->n_nodes; k++) {
             const kvp_lt_node_t *n = &res->nodes[k];
 
-            printf("  node %-3u       %llu sessions (rank says %u), dram %llu bytes, %u failures%s\n",
-                   k, (unsigned long long)n->stat_end.sessions, n->expected_sessions,
+            printf("  node %-15s %llu sessions (rank says %u), dram %llu bytes, %u failures%s\n",
+                   n->addr, (unsigned long long)n->stat_end.sessions, n->expected_sessions,
                    (unsigned long long)n->stat_end.dram_bytes, n->failures,
                    n->stat_ok ? "" : ", unreachable at the end");
         }

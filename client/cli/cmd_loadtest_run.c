@@ -4,7 +4,8 @@
  * put only the missing pages (KV from a synthetic pool picked by block id) and the record with its
  * fp16 tail, then the decode side's get, checked against what was put. Over several nodes the
  * session goes to the first r live nodes of its rank (lookup and missing pages on each) and is
- * fetched from the first that has it. --clients N runs N threads, each with its own cluster
+ * fetched from the first that has it; dead nodes are kept by address (an --etcd handle's list,
+ * and so its node indices, follow etcd). --clients N runs N threads, each with its own cluster
  * handle and engine; all turns of a conversation stay on one
  * thread, the main thread only reports progress. The first failure stops every thread and is
  * reported once, naming the request. */
@@ -13,6 +14,7 @@
 
 #include "eval/eval.h"
 #include "kvpack/alloc.h"
+#include "kvpack/placement.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -41,11 +43,21 @@ typedef struct {
     atomic_int               stop;     /* set by the first failure */
 } lt_shared_t;
 
+/* A node a client used, by address (an etcd list changes under the node indices). */
+typedef struct {
+    char     addr[KVP_LT_ADDR_MAX];
+    uint32_t failures;  /* calls that found it unreachable */
+    bool     dead;      /* found unreachable: skipped from then on */
+} lt_peer_t;
+
+#define LT_MAX_PEERS (2 * KVP_LT_MAX_NODES) /* members that came and went; more share the last */
+
 typedef struct {
     lt_shared_t           *sh;
     uint32_t               id;       /* client index */
     kvp_cluster_h          cl;
-    uint64_t               dead;     /* nodes found unreachable: skipped from then on */
+    lt_peer_t              peer[LT_MAX_PEERS]; /* every node this client used, by address */
+    uint32_t               n_peer;
     pthread_t              tid;
     kvp_lt_result_t        part;     /* this client's totals; samples points at the shared array */
     const kvp_lt_params_t *p;
@@ -232,18 +244,34 @@ static double ms_since(uint64_t t0)
     return (double)(kvp_time_ns() - t0) / 1e6;
 }
 
+/* This client's entry for node (an index into the list the handle adopted last). */
+static lt_peer_t *lt_peer(lt_engine_t *e, uint32_t node)
+{
+    const char *addr = kvp_cluster_peer(e->cl, node);
+    uint32_t    i;
+
+    for (i = 0; i < e->n_peer && strcmp(e->peer[i].addr, addr) != 0; i++) {
+    }
+    if (i == e->n_peer && e->n_peer < LT_MAX_PEERS) {
+        snprintf(e->peer[e->n_peer++].addr, KVP_LT_ADDR_MAX, "%s", addr);
+    }
+    return &e->peer[i < LT_MAX_PEERS ? i : LT_MAX_PEERS - 1];
+}
+
 /* A node a call found unreachable: count it, say so once per client, skip it from now on. */
 static void node_failed(lt_engine_t *e, uint32_t node, kvp_status_t st, bool locked)
 {
-    e->part.nodes[node].failures++;
-    if (!(e->dead >> node & 1)) {
-        e->dead |= 1ull << node;
+    lt_peer_t *p = lt_peer(e, node);
+
+    p->failures++;
+    if (!p->dead) {
+        p->dead = true;
         if (!locked) {
             pthread_mutex_lock(&e->sh->mu);
         }
         kvp_progress_done();
         fprintf(stderr, "kvpack loadtest: node %s: %s; client %u skips it from now on\n",
-                kvp_cluster_peer(e->cl, node), kvp_status_str(st), e->id);
+                p->addr, kvp_status_str(st), e->id);
         if (!locked) {
             pthread_mutex_unlock(&e->sh->mu);
         }
@@ -385,7 +413,7 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
 {
     kvp_lt_sample_t     *s = &res->samples[i];
     uint32_t             P = e->p->page_tokens, nc = r->input_len / P, rem = r->input_len % P;
-    uint32_t             order[KVP_LT_MAX_NODES], took = 0, n = kvp_cluster_size(e->cl);
+    uint32_t             order[KVP_LT_MAX_NODES], took = 0, n;
     kvp_session_pages_t *sp = NULL;
     kvp_status_t         st = KVP_ERR_PEER_UNREACHABLE;
     size_t               tail_len = 0;
@@ -407,13 +435,16 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
     s->blocks = r->n_ids;
     s->chunks = nc;
     snprintf(sid, sizeof(sid), "lt-%u", r->session);
-    if (kvp_cluster_rank(e->cl, e->ns, sid, order) != KVP_OK) {
-        return fail(e, r, i, "placement", KVP_ERR_INVALID);
+    st = kvp_cluster_rank(e->cl, e->ns, sid, order); /* etcd: adopts the newest members */
+    if (st != KVP_OK) {
+        return fail(e, r, i, "placement", st);
     }
+    n  = kvp_cluster_size(e->cl);
+    st = KVP_ERR_PEER_UNREACHABLE;
     for (uint32_t k = 0; k < n && took < e->p->replicas; k++) {
         kvp_status_t pst;
 
-        if (e->dead >> order[k] & 1) {
+        if (lt_peer(e, order[k])->dead) {
             continue;
         }
         pst = lt_place(e, order[k], took == 0, r, s, res, &tail_len, &what);
@@ -483,7 +514,7 @@ static kvp_status_t lt_stat(lt_engine_t *e, kvp_node_stat_t *sum)
     for (uint32_t k = 0; k < n; k++) {
         kvp_node_stat_t x;
 
-        if (e->dead >> k & 1) {
+        if (lt_peer(e, k)->dead) {
             continue;
         }
         st = kvp_cluster_stat(e->cl, k, &x);
@@ -597,6 +628,11 @@ static int lt_client_init(lt_engine_t *e, lt_shared_t *sh, uint32_t id, const ch
     kp.peers        = peers;
     kp.replicas     = sh->p->replicas;
     kp.client       = &cp;
+    if (sh->p->etcd != NULL) { /* the members follow etcd */
+        kp.field_mask = (kp.field_mask & ~(uint64_t)KVP_CLUSTER_PARAM_PEERS) |
+                        KVP_CLUSTER_PARAM_ETCD;
+        kp.etcd       = sh->p->etcd;
+    }
     st              = kvp_cluster_create(&kp, &e->cl);
     if (st == KVP_OK && kvp_cluster_size(e->cl) == 1) { /* one node: connect now, as before */
         kvp_client_h c;
@@ -639,8 +675,48 @@ static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
     res->encode_s += part->encode_s;
     res->behind_max_ms = part->behind_max_ms > res->behind_max_ms ? part->behind_max_ms
                                                                   : res->behind_max_ms;
-    for (uint32_t k = 0; k < KVP_LT_MAX_NODES; k++) {
-        res->nodes[k].failures += part->nodes[k].failures;
+}
+
+/* Failures of the node at addr over every client. */
+/* Failures of the node at addr over every client, taken (so each is counted once). */
+static uint32_t lt_failures_take(lt_engine_t *eng, uint32_t n_eng, const char *addr)
+{
+    uint32_t f = 0;
+
+    for (uint32_t c = 0; c < n_eng; c++) {
+        for (uint32_t i = 0; i < eng[c].n_peer; i++) {
+            if (strcmp(eng[c].peer[i].addr, addr) == 0) {
+                f += eng[c].peer[i].failures;
+                eng[c].peer[i].failures = 0;
+            }
+        }
+    }
+    return f;
+}
+
+/* res->nodes: the members at the end (eng[0]'s handle, adopted now) with every client's
+ * failures, then the nodes that left during the run and had failures. */
+static void lt_nodes_list(lt_engine_t *eng, uint32_t n_eng, kvp_lt_result_t *res)
+{
+    uint64_t gen = 0;
+
+    (void)kvp_cluster_sync(eng[0].cl, &gen);
+    res->membership_changes = gen > 1 ? gen - 1 : 0;
+    res->n_nodes            = kvp_cluster_size(eng[0].cl);
+    for (uint32_t k = 0; k < res->n_nodes; k++) {
+        snprintf(res->nodes[k].addr, KVP_LT_ADDR_MAX, "%s", kvp_cluster_peer(eng[0].cl, k));
+        res->nodes[k].failures = lt_failures_take(eng, n_eng, res->nodes[k].addr);
+    }
+    for (uint32_t c = 0; c < n_eng; c++) {
+        for (uint32_t i = 0; i < eng[c].n_peer && res->n_nodes < KVP_LT_MAX_NODES; i++) {
+            kvp_lt_node_t *n = &res->nodes[res->n_nodes];
+
+            if (eng[c].peer[i].failures > 0) {
+                snprintf(n->addr, KVP_LT_ADDR_MAX, "%s", eng[c].peer[i].addr);
+                n->failures = lt_failures_take(eng, n_eng, n->addr);
+                res->n_nodes++;
+            }
+        }
     }
 }
 
@@ -649,14 +725,15 @@ static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
 static int lt_nodes_end(lt_engine_t *e, const kvp_lt_workload_t *w, kvp_lt_result_t *res)
 {
     uint32_t  n = kvp_cluster_size(e->cl), order[KVP_LT_MAX_NODES], r = e->p->replicas;
+    const char *peers[KVP_LT_MAX_NODES];
     uint8_t  *primary = kvp_calloc(w->n_sessions + 1, 1, "loadtest placement");
     uint64_t *holders = kvp_calloc(w->n_sessions + 1, sizeof(*holders), "loadtest placement");
     uint32_t *hits = kvp_calloc(w->n + 1, sizeof(*hits), "loadtest reference");
     int       rc = -1;
 
-    res->n_nodes = n;
-    for (uint32_t k = 0; k < n; k++) {
+    for (uint32_t k = 0; k < n; k++) { /* the list lt_nodes_list adopted (stat adopts none) */
         res->nodes[k].stat_ok = kvp_cluster_stat(e->cl, k, &res->nodes[k].stat_end) == KVP_OK;
+        peers[k]              = res->nodes[k].addr;
     }
     if (primary == NULL || holders == NULL || hits == NULL) {
         goto out;
@@ -665,11 +742,11 @@ static int lt_nodes_end(lt_engine_t *e, const kvp_lt_workload_t *w, kvp_lt_resul
         char sid[32];
 
         snprintf(sid, sizeof(sid), "lt-%u", s);
-        if (kvp_cluster_rank(e->cl, e->ns, sid, order) != KVP_OK) {
+        if (kvp_placement_rank(peers, n, e->ns, sid, order) != KVP_OK) { /* no adoption */
             goto out;
         }
         primary[s] = (uint8_t)order[0];
-        for (uint32_t k = 0; k < r; k++) {
+        for (uint32_t k = 0; k < r && k < n; k++) {
             holders[s] |= 1ull << order[k];
             res->nodes[order[k]].expected_sessions++;
         }
@@ -756,7 +833,8 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
         res->stat_end = res->windows[w->n_windows - 1].stat_end;
         rc = 0;
     }
-    if (kvp_cluster_size(eng[0].cl) > 1 && lt_nodes_end(&eng[0], w, res) != 0) {
+    lt_nodes_list(eng, started, res);
+    if (res->n_nodes > 1 && lt_nodes_end(&eng[0], w, res) != 0) {
         fprintf(stderr, "kvpack loadtest: out of memory for the hit references\n");
         rc = -1;
     }

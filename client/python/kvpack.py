@@ -25,6 +25,7 @@ SESSION_IN_DRAM, SESSION_ON_DISK = 1, 2
 SID_MAX = 128                                # bytes including the NUL (KVP_SID_MAX)
 _CLIENT_PARAM_SERVER, _CLIENT_PARAM_TIMEOUT_MS = 1, 2
 _CLUSTER_PARAM_PEERS, _CLUSTER_PARAM_REPLICAS, _CLUSTER_PARAM_CLIENT = 1, 2, 4
+_CLUSTER_PARAM_ETCD = 16
 CLUSTER_MAX_NODES = 64                       # KVP_CLUSTER_MAX_NODES
 ERR_INVALID, ERR_NOT_FOUND = -2, -3          # kvp_status_t values Cluster raises itself
 
@@ -123,7 +124,8 @@ class _SessionList(ctypes.Structure):
 class _ClusterParams(ctypes.Structure):
     _fields_ = [("field_mask", ctypes.c_uint64), ("peers", ctypes.c_char_p),
                 ("replicas", ctypes.c_uint32), ("client", ctypes.POINTER(_ClientParams)),
-                ("progress_cb", ctypes.c_void_p), ("progress_arg", ctypes.c_void_p)]
+                ("progress_cb", ctypes.c_void_p), ("progress_arg", ctypes.c_void_p),
+                ("etcd", ctypes.c_char_p), ("etcd_prefix", ctypes.c_char_p)]
 
 
 class _ClusterTry(ctypes.Structure):
@@ -262,6 +264,7 @@ def _declare(lib):
         "kvp_cluster_create": (st, [P(_ClusterParams), P(vp)]),
         "kvp_cluster_destroy": (None, [vp]),
         "kvp_cluster_size": (u32, [vp]), "kvp_cluster_replicas": (u32, [vp]),
+        "kvp_cluster_sync": (st, [vp, P(u64)]),
         "kvp_cluster_peer": (c.c_char_p, [vp, u32]),
         "kvp_cluster_rank": (st, [vp, u64, c.c_char_p, P(u32)]),
         "kvp_cluster_put_session": (st, [vp, u64, c.c_char_p, P(vp), P(sz), sz,
@@ -627,9 +630,10 @@ class Cluster(_Handle):
     """kvp_cluster_h: several kvpackd nodes, sessions placed by rendezvous rank of (ns, sid) with
     replicas copies (cluster.h). Exactly one of peers ("A:7070,B:7070" or a list of addresses)
     and etcd ("http://127.0.0.1:2379[,URL...]": the nodes registered under etcd_prefix, default
-    /kvpack/nodes/, read once here). A node is connected on first use. Partial success (fewer
-    than replicas copies) is returned; a non-OK status raises KvpError naming the failed nodes.
-    As in C, one Cluster per thread."""
+    /kvpack/nodes/, kept current by a watch: each routed call - rank, put/get/delete_session,
+    list_sessions - and sync() first adopts etcd's newest members). A node is connected on first
+    use. Partial success (fewer than replicas copies) is returned; a non-OK status raises
+    KvpError naming the failed nodes. As in C, one Cluster per thread."""
     _destroy = "kvp_cluster_destroy"
 
     def __init__(self, peers=None, etcd=None, etcd_prefix=None, replicas=1, timeout_ms=10000):
@@ -638,50 +642,54 @@ class Cluster(_Handle):
             raise _cluster_error(ERR_INVALID, "Cluster: give exactly one of peers= and etcd=")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
             raise _cluster_error(ERR_INVALID, f"Cluster: replicas must be >= 1, got {replicas!r}")
-        if etcd is not None:
-            peers = self._from_etcd(etcd, etcd_prefix)
-        elif etcd_prefix is not None:
+        if etcd is None and etcd_prefix is not None:
             raise _cluster_error(ERR_INVALID, "Cluster: etcd_prefix needs etcd=")
-        if not isinstance(peers, str):
+        if peers is not None and not isinstance(peers, str):
             peers = ",".join(peers)
-        n = len(peers.split(","))
+        n = len(peers.split(",")) if peers is not None else replicas
         if replicas > n:
             raise _cluster_error(ERR_INVALID, f"Cluster: replicas={replicas} needs at least "
                                  f"{replicas} nodes, the peer list has {n} ({peers!r})")
         cp = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, None,
                            _u(timeout_ms, "timeout_ms"), 0, 0)
-        params = _ClusterParams(_CLUSTER_PARAM_PEERS | _CLUSTER_PARAM_REPLICAS |
-                                _CLUSTER_PARAM_CLIENT, peers.encode(), replicas,
+        params = _ClusterParams(_CLUSTER_PARAM_REPLICAS | _CLUSTER_PARAM_CLIENT, None, replicas,
                                 ctypes.pointer(cp), None, None)
+        if etcd is not None:
+            params.field_mask |= _CLUSTER_PARAM_ETCD
+            params.etcd = etcd.encode()
+            params.etcd_prefix = etcd_prefix.encode() if etcd_prefix else None
+            what = f"Cluster: the nodes under {etcd_prefix or '/kvpack/nodes/'} at etcd {etcd}"
+        else:
+            params.field_mask |= _CLUSTER_PARAM_PEERS
+            params.peers = peers.encode()
+            what = (f"Cluster(peers={peers!r}): want HOST:PORT[,HOST:PORT...], each once, at "
+                    f"most {CLUSTER_MAX_NODES}")
         h = ctypes.c_void_p()
         s = _L().kvp_cluster_create(ctypes.byref(params), ctypes.byref(h))
         if s != 0:
-            raise _cluster_error(s, f"Cluster(peers={peers!r}): want HOST:PORT[,HOST:PORT...], "
-                                 f"each once, at most {CLUSTER_MAX_NODES}")
+            raise _cluster_error(s, what)
         self._h = h
-        self.peers = [_L().kvp_cluster_peer(h, i).decode()
-                      for i in range(_L().kvp_cluster_size(h))]
         self.replicas = _L().kvp_cluster_replicas(h)
 
-    @staticmethod
-    def _from_etcd(etcd, prefix):
-        """The live members' "A,B,..." (sorted by address) from kvp_cluster_peers_etcd."""
-        out = ctypes.c_void_p()
-        s = _L().kvp_cluster_peers_etcd(etcd.encode(), prefix.encode() if prefix else None,
-                                        ctypes.byref(out), None)
-        if s != 0:
-            raise _cluster_error(s, f"Cluster: the nodes under {prefix or '/kvpack/nodes/'} "
-                                 f"at etcd {etcd}")
-        try:
-            return ctypes.string_at(out).decode()
-        finally:
-            _L().kvp_free(out)
+    @property
+    def peers(self):
+        """The node addresses, in the order node indices use: the static list, or (etcd) the
+        members as the last routed call or sync() adopted them, sorted by address."""
+        h = self._handle()
+        return [_L().kvp_cluster_peer(h, i).decode() for i in range(_L().kvp_cluster_size(h))]
+
+    def sync(self):
+        """Adopt etcd's newest members now; returns their generation (1 for the first list, +1
+        per change the watch saw; 0 for a static list). peers then shows them."""
+        gen = ctypes.c_uint64()
+        _check(_L().kvp_cluster_sync(self._handle(), ctypes.byref(gen)), "sync")
+        return gen.value
 
     def _tried(self, rep):
         """([(node, status name, stage)] that failed, [node] that succeeded), in call order."""
-        failed, ok = [], []
+        failed, ok, peers = [], [], self.peers
         for t in rep.tried[:min(rep.n_tried, CLUSTER_MAX_NODES)]:
-            addr = self.peers[t.node] if t.node < len(self.peers) else f"node {t.node}"
+            addr = peers[t.node] if t.node < len(peers) else f"node {t.node}"
             if t.status == 0:
                 ok.append(addr)
             else:
@@ -708,10 +716,11 @@ class Cluster(_Handle):
     def rank(self, ns, sid):
         """The node addresses by preference for (ns, sid): [0] is the primary; a put goes to the
         first replicas of them that take it."""
-        order = (ctypes.c_uint32 * len(self.peers))()
+        order = (ctypes.c_uint32 * CLUSTER_MAX_NODES)()
         _check(_L().kvp_cluster_rank(self._handle(), _u(ns, "ns", 64), _sid(sid), order),
                f"rank '{sid}'")
-        return [self.peers[i] for i in order]
+        peers = self.peers  # as rank adopted them
+        return [peers[i] for i in order[:len(peers)]]
 
     def put_session(self, ns, sid, pages, desc):
         """Store a whole session (pages chunk-major, desc.layers per chunk, as Client.put_pages
@@ -759,9 +768,9 @@ class Cluster(_Handle):
                                            _u(max, "max"), ctypes.byref(out), ctypes.byref(rep))
         self._call(s, rep, "list_sessions")
         try:
-            lst = out.contents
+            lst, peers = out.contents, self.peers
             ss = [_info_py(lst.sessions[i], ClusterSessionInfo,
-                           nodes=[a for k, a in enumerate(self.peers)
+                           nodes=[a for k, a in enumerate(peers)
                                   if lst.holders[i] >> k & 1])
                   for i in range(lst.n)]
             down = [(a, name) for a, name, _ in self._tried(rep)[0]]

@@ -7,7 +7,9 @@ replicas; the busiest primary SIGKILLed: every session still gets from another n
 session ranked first on it is the unreachable status (not NOT_FOUND), puts skip it, replicas=3
 is partial (returned, not raised), stat/list name it; bad arguments raise KvpError ERR_INVALID.
 The README's Cluster example runs first. With etcd installed: Cluster(etcd=) of 2 registered
-nodes ranks as Cluster(peers=) does (else that part is skipped with a note).
+nodes ranks as Cluster(peers=) does, and a third node that registers later is seen by the same
+Cluster (its watch: sync() within a deadline, then ranked over 3 as Cluster(peers=) of the 3)
+(else that part is skipped with a note).
 usage: check_python_cluster.py LIBKVPACK KVPACK KVPACKD CLUSTER_LAYOUT README"""
 import array
 import json
@@ -258,6 +260,17 @@ def check_etcd():
         s = session("e0", "kivi")
         check(sorted(ce.put_session(s[0], "e0", s[1], s[2])) == sorted(addrs), "put via etcd")
         check(cp.get_session(s[0], "e0").pages == s[1], "etcd put, static-list get")
+        gen = ce.sync()
+        third = start_node(12, ("--etcd", url, "--etcd-ttl", "5"))[1]
+        end = time.monotonic() + 5
+        while ce.sync() == gen and time.monotonic() < end:
+            time.sleep(0.05)
+        three = sorted(addrs + [third])
+        check(ce.peers == three, f"after a join the etcd Cluster has {ce.peers}, want {three}")
+        with kvpack.Cluster(peers=three, replicas=2) as c3:
+            check(all(ce.rank(ns, f"e{i}") == c3.rank(ns, f"e{i}") for i in range(20)),
+                  "after the join Cluster(etcd=) ranks differently from Cluster(peers=) of 3")
+        check(ce.get_session(s[0], "e0").pages == s[1], "a session put before the join")
     raises(lambda: kvpack.Cluster(etcd=url, etcd_prefix="/nobody/"), {"ERR_NOT_FOUND"})
     raises(lambda: kvpack.Cluster(etcd=f"http://127.0.0.1:{kvptest.free_port()}", timeout_ms=2000),
            UNREACH)

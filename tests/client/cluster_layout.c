@@ -18,6 +18,7 @@ int main(void)
     F(kvp_cluster_params_t, field_mask); F(kvp_cluster_params_t, peers);
     F(kvp_cluster_params_t, replicas); F(kvp_cluster_params_t, client);
     F(kvp_cluster_params_t, progress_cb); F(kvp_cluster_params_t, progress_arg);
+    F(kvp_cluster_params_t, etcd); F(kvp_cluster_params_t, etcd_prefix);
     printf("}");
     S(kvp_cluster_try_t);
     F(kvp_cluster_try_t, node); F(kvp_cluster_try_t, status); F(kvp_cluster_try_t, stage);

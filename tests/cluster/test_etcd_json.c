@@ -70,7 +70,7 @@ static void test_range(void)
     if (kvs != NULL && kvs->n == 2) {
         CHECK(strcmp(kvs->kv[0].key, "/kvpack/nodes/a:1") == 0);
         CHECK(strcmp(kvs->kv[0].value, "{\"x\":1}") == 0 && kvs->kv[0].value_len == 7);
-        CHECK(kvs->kv[0].lease == 7668682553041621261ll);
+        CHECK(kvs->kv[0].lease == 7668682553041621261ll && kvs->revision == 9);
         CHECK(strcmp(kvs->kv[1].key, "/kvpack/nodes/b:2") == 0 && kvs->kv[1].value_len == 0);
     }
     kvp_etcd_kvs_free(kvs);

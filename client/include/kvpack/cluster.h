@@ -1,10 +1,11 @@
-/* cluster.h - libkvpack over several kvpackd nodes (DESIGN.md §8): a static peer list, sessions
- * placed by rendezvous hashing of (namespace, session id) (kvpack/placement.h), replication factor
- * r. One kvp_client per node, connected on first use; the client routes directly, no master.
- * With one peer every call is the single-node kvp_client call (same requests, same statuses).
- * A node that failed with a peer/link status or a timeout is skipped by this handle for 5 s.
- * The peer list can also come from etcd (kvp_cluster_peers_etcd). Thread-safety: one handle per
- * thread. */
+/* cluster.h - libkvpack over several kvpackd nodes (DESIGN.md §8): a static peer list or the
+ * nodes registered in etcd (kept current by a watch), sessions placed by rendezvous hashing of
+ * (namespace, session id) (kvpack/placement.h), replication factor r. One kvp_client per node,
+ * connected on first use; the client routes directly, no master. With one peer every call is the
+ * single-node kvp_client call (same requests, same statuses). A node that failed with a peer/link
+ * status or a timeout is skipped by this handle for 5 s. Thread-safety: one handle per thread
+ * (an etcd handle's watch thread only publishes a list; the calls adopt it, see
+ * kvp_cluster_sync). */
 #ifndef KVPACK_CLUSTER_H
 #define KVPACK_CLUSTER_H
 
@@ -30,6 +31,7 @@ enum kvp_cluster_params_field {
     KVP_CLUSTER_PARAM_REPLICAS = KVP_BIT(1),
     KVP_CLUSTER_PARAM_CLIENT   = KVP_BIT(2),
     KVP_CLUSTER_PARAM_PROGRESS = KVP_BIT(3),
+    KVP_CLUSTER_PARAM_ETCD     = KVP_BIT(4),
 };
 
 typedef struct kvp_cluster_params {
@@ -41,6 +43,9 @@ typedef struct kvp_cluster_params {
                                               * (borrowed for create) */
     kvp_cluster_progress_cb_t  progress_cb;
     void                      *progress_arg;
+    const char                *etcd;         /* in place of peers: "URL[,URL...]"; the members
+                                              * follow etcd (see kvp_cluster_sync) (borrowed) */
+    const char                *etcd_prefix;  /* NULL: "/kvpack/nodes/" (borrowed) */
 } kvp_cluster_params_t;
 
 /* One node a call tried, in the order it tried them. */
@@ -70,15 +75,35 @@ typedef struct {
     uint32_t            requests;  /* LIST round trips, all nodes */
 } kvp_cluster_list_t;
 
-/* KVP_ERR_INVALID (logged) for an empty, malformed, duplicate or too long peer list, or replicas
- * outside 1..peers. Connects to nothing. */
+/* Exactly one of PEERS and ETCD. KVP_ERR_INVALID (logged) for an empty, malformed, duplicate or
+ * too long peer list, or replicas outside 1..peers (etcd: replicas >= 1; a put while fewer
+ * nodes are registered makes fewer copies). Connects to no node.
+ * ETCD: reads the members under etcd_prefix (etcd unreachable: KVP_ERR_PEER_UNREACHABLE /
+ * KVP_ERR_TIMEOUT; nobody registered: KVP_ERR_NOT_FOUND; each logged), then a background thread
+ * watches the prefix and publishes every change (reconnecting with backoff while etcd is down,
+ * keeping the last members meanwhile). More than KVP_CLUSTER_MAX_NODES registered: the first 64
+ * by address, with a warning. */
 kvp_status_t kvp_cluster_create(const kvp_cluster_params_t *params, kvp_cluster_h *cluster_p);
-void         kvp_cluster_destroy(kvp_cluster_h cluster); /* NULL is a no-op */
+/* Stops the watch (promptly, also while etcd is down) and closes every client. NULL: no-op. */
+void         kvp_cluster_destroy(kvp_cluster_h cluster);
+
+/* The members, etcd handles: the routed calls (rank, put_session, get_session, delete_session,
+ * list_sessions) and kvp_cluster_sync first adopt the newest published list (a cheap generation
+ * check): the clients of nodes still present are kept (keyed by address), removed nodes' are
+ * closed, new nodes are added unconnected. The node indices of size, peer, client, put_node,
+ * stat and of a report refer to the list adopted last, so they stay valid until the next routed
+ * call or sync. With no node registered a routed call fails with KVP_ERR_PEER_UNREACHABLE (logged:
+ * no nodes registered under PREFIX) until one registers. Static lists never change (generation
+ * 0). Adopt now; *generation_p (may be NULL): the adopted list's generation, 1 for the first list
+ * and +1 for each change the watch saw. KVP_OK (also with no node registered). */
+kvp_status_t kvp_cluster_sync(kvp_cluster_h cluster, uint64_t *generation_p);
 
 uint32_t     kvp_cluster_size(kvp_cluster_h cluster);
 uint32_t     kvp_cluster_replicas(kvp_cluster_h cluster);
 const char  *kvp_cluster_peer(kvp_cluster_h cluster, uint32_t node); /* NULL past the end */
-/* Node indices by preference for (ns, sid): order[0] is the primary (kvp_placement_rank). */
+/* Node indices by preference for (ns, sid): order[0] is the primary (kvp_placement_rank); the
+ * first kvp_cluster_size entries are set. An etcd handle's list may grow as rank adopts it, so
+ * there order must hold KVP_CLUSTER_MAX_NODES entries. */
 kvp_status_t kvp_cluster_rank(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                               uint32_t *order);
 /* The node's client, connected on first use (for calls this layer does not route). */
@@ -120,9 +145,10 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
 void         kvp_cluster_list_free(kvp_cluster_list_t *list); /* NULL is a no-op */
 kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p);
 
-/* Membership from etcd in place of a static list (DESIGN.md §8): the nodes registered under
- * prefix (NULL: "/kvpack/nodes/", kvpackd --etcd) at etcd "URL[,URL...]", read once, sorted by
- * address, as "HOST:PORT,HOST:PORT..." for kvp_cluster_params_t.peers (*peers_p: kvp_free it).
+/* Membership from etcd read once (one-shot commands; a long-lived handle uses params.etcd): the
+ * nodes registered under prefix (NULL: "/kvpack/nodes/", kvpackd --etcd) at etcd "URL[,URL...]",
+ * sorted by address, as "HOST:PORT,HOST:PORT..." for kvp_cluster_params_t.peers (*peers_p:
+ * kvp_free it).
  * A malformed entry under the prefix is skipped with a warning (kvpack/etcd.h). etcd
  * unreachable: KVP_ERR_PEER_UNREACHABLE / KVP_ERR_TIMEOUT; nobody registered: KVP_ERR_NOT_FOUND;
  * more than KVP_CLUSTER_MAX_NODES: KVP_ERR_INVALID. Each logged. n_p may be NULL. */

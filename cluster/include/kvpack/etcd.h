@@ -1,7 +1,8 @@
 /* etcd.h - a small client of etcd's v3 HTTP JSON gateway (POST /v3/..., keys and values in
  * base64, int64 fields as JSON strings) over libcurl + jansson, and the node membership kept in
  * it (DESIGN.md §8): each kvpackd puts PREFIX<HOST:PORT> -> {"addr","pid","since","data_dir"}
- * under a lease it keeps alive; a client lists the prefix for the live peers.
+ * under a lease it keeps alive; a client lists the prefix for the live peers, or watches it
+ * (kvp_etcd_watch_*: a background thread on the streaming POST /v3/watch).
  * Thread-safety: one handle per thread (a handle is one keep-alive HTTP connection). */
 #ifndef KVPACK_ETCD_H
 #define KVPACK_ETCD_H
@@ -31,6 +32,7 @@ typedef struct {
 typedef struct {
     uint32_t       n;
     kvp_etcd_kv_t *kv;
+    int64_t        revision; /* the reply header's: the store's revision the range saw */
 } kvp_etcd_kvs_t;
 
 /* A registered node, as its value under the prefix says. */
@@ -47,6 +49,9 @@ typedef struct {
  * nothing yet. KVP_ERR_INVALID (logged) for an empty or over-long list. */
 kvp_status_t kvp_etcd_create(const char *endpoints, uint32_t timeout_ms, kvp_etcd_h *etcd_p);
 void         kvp_etcd_destroy(kvp_etcd_h etcd); /* NULL is a no-op */
+/* quiet 1: an endpoint that cannot be reached is logged at debug, not warn (for a caller that
+ * retries and says so once itself). */
+void         kvp_etcd_set_quiet(kvp_etcd_h etcd, int quiet);
 const char  *kvp_etcd_endpoint(kvp_etcd_h etcd); /* the one the last call used */
 
 /* Every call: an unreachable endpoint gives KVP_ERR_PEER_UNREACHABLE (KVP_ERR_TIMEOUT when it
@@ -63,6 +68,10 @@ kvp_status_t kvp_etcd_put(kvp_etcd_h etcd, const char *key, const char *value, i
 /* Every key that starts with prefix, in key order. Free with kvp_etcd_kvs_free. */
 kvp_status_t kvp_etcd_range_prefix(kvp_etcd_h etcd, const char *prefix, kvp_etcd_kvs_t **kvs_p);
 void         kvp_etcd_kvs_free(kvp_etcd_kvs_t *kvs); /* NULL is a no-op */
+/* The JSON body for every key under prefix: a range request, or with watch_from > 0 a watch
+ * create_request from that revision (*body_p: kvp_free it). KVP_ERR_INVALID (logged) for an
+ * empty prefix or one ending in 0xff. */
+kvp_status_t kvp_etcd_prefix_body(const char *prefix, int64_t watch_from, char **body_p);
 
 /* ---- membership ---- */
 /* The live members under prefix, sorted by address; a key whose suffix is not HOST:PORT or whose
@@ -70,6 +79,36 @@ void         kvp_etcd_kvs_free(kvp_etcd_kvs_t *kvs); /* NULL is a no-op */
  * Free *members_p with kvp_free. */
 kvp_status_t kvp_etcd_members(kvp_etcd_h etcd, const char *prefix, kvp_etcd_member_t **members_p,
                               uint32_t *n_p);
+/* The same, and the revision the range saw (a watch from revision + 1 misses nothing). */
+kvp_status_t kvp_etcd_members_at(kvp_etcd_h etcd, const char *prefix,
+                                 kvp_etcd_member_t **members_p, uint32_t *n_p,
+                                 int64_t *revision_p);
+/* The member a key + value under prefix names, or KVP_ERR_PROTOCOL (not logged) when the key's
+ * suffix is not HOST:PORT or the value not a member object naming that address. */
+kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const char *value,
+                                     size_t len, kvp_etcd_member_t *m);
+
+/* ---- membership watch ---- */
+/* A background thread that keeps the members under prefix current: it reads the range, then
+ * watches the prefix from the range's revision + 1 (POST /v3/watch, a stream of JSON objects) and
+ * applies each PUT / DELETE. A broken stream, an etcd restart or a compacted revision: reconnect
+ * with backoff (100 ms doubling to 2 s), read the range again, watch again; while etcd is out of
+ * reach the last members stay (one warning; info when back). Each change is logged at info. */
+typedef struct kvp_etcd_watch *kvp_etcd_watch_h;
+
+/* Reads the members once (etcd unreachable: its status, logged), then starts the thread. */
+kvp_status_t kvp_etcd_watch_start(const char *endpoints, const char *prefix,
+                                  kvp_etcd_watch_h *watch_p);
+/* Stops the thread (promptly, also while etcd is down) and frees. NULL is a no-op. */
+void         kvp_etcd_watch_stop(kvp_etcd_watch_h watch);
+/* The generation of the published list: 1 at start, +1 for each change. Any thread; cheap. */
+uint64_t     kvp_etcd_watch_generation(kvp_etcd_watch_h watch);
+/* A copy of the published list, sorted by address (*members_p: kvp_free it; *n_p may be 0), and
+ * its generation. Any thread. */
+kvp_status_t kvp_etcd_watch_members(kvp_etcd_watch_h watch, kvp_etcd_member_t **members_p,
+                                    uint32_t *n_p, uint64_t *generation_p);
+/* qsort order of members: by address. */
+int          kvp_etcd_member_cmp(const void *a, const void *b);
 /* The JSON value a node registers (buf of cap bytes); KVP_ERR_TOO_LARGE when it does not fit. */
 kvp_status_t kvp_etcd_member_json(const kvp_etcd_member_t *m, char *buf, size_t cap);
 /* Parse a member's value stored under PREFIX<addr>; KVP_ERR_PROTOCOL when it is not one. */
@@ -83,6 +122,49 @@ kvp_status_t kvp_etcd_parse_lease(const char *body, size_t len, int64_t *lease_p
 kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t **kvs_p);
 /* KVP_OK for a body without "error"; else the status above (message copied to msg, cap bytes). */
 kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_t cap);
+/* The watch stream: a sequence of JSON objects (newline-separated by etcd 3.4, split here by
+ * brace depth outside strings, so no separator is needed), cut into chunks anywhere. */
+typedef struct {
+    char   *buf;                /* the message in progress */
+    size_t  len, cap, max;      /* max: a longer message is refused */
+    int     depth, in_str, esc;
+} kvp_etcd_stream_t;
+typedef kvp_status_t (*kvp_etcd_msg_cb_t)(void *arg, const char *msg, size_t len);
+
+void         kvp_etcd_stream_init(kvp_etcd_stream_t *st, size_t max);
+/* Feed one chunk: msg_cb gets each complete top-level object (borrowed for the call); a non-OK
+ * return from it stops and is returned. Bytes outside an object other than whitespace:
+ * KVP_ERR_PROTOCOL; a message over max: KVP_ERR_TOO_LARGE. */
+kvp_status_t kvp_etcd_stream_feed(kvp_etcd_stream_t *st, const char *data, size_t len,
+                                  kvp_etcd_msg_cb_t msg_cb, void *arg);
+size_t       kvp_etcd_stream_pending(const kvp_etcd_stream_t *st); /* bytes of a cut message */
+void         kvp_etcd_stream_reset(kvp_etcd_stream_t *st);         /* drop a cut message */
+void         kvp_etcd_stream_free(kvp_etcd_stream_t *st);
+
+/* One watch event: a PUT (value set) or a DELETE of key (decoded from base64). */
+typedef struct {
+    int      del;
+    char    *key;
+    char    *value;
+    size_t   value_len;
+    int64_t  mod_revision;
+} kvp_etcd_event_t;
+
+/* One message of the watch stream ("result" unwrapped). */
+typedef struct {
+    int64_t           revision;          /* header revision (0 when absent) */
+    int               created, canceled;
+    int64_t           compact_revision;  /* > 0: the start revision was compacted away */
+    char              reason[128];       /* cancel_reason, or the error text */
+    uint32_t          n;
+    kvp_etcd_event_t *ev;
+} kvp_etcd_watch_msg_t;
+
+/* Parse one message; an {"error":...} message gives its status (reason holds the text), a body
+ * that is not a watch response KVP_ERR_PROTOCOL. Clear msg with kvp_etcd_watch_msg_clear. */
+kvp_status_t kvp_etcd_parse_watch(const char *body, size_t len, kvp_etcd_watch_msg_t *msg);
+void         kvp_etcd_watch_msg_clear(kvp_etcd_watch_msg_t *msg);
+
 /* Standard base64 with padding. encode: out holds 4 * ceil(len / 3) + 1 bytes, returns the
  * length written. decode: out holds len * 3 / 4 bytes; KVP_ERR_PROTOCOL on bad input. */
 size_t       kvp_etcd_b64_encode(const void *in, size_t len, char *out);
