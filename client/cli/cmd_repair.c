@@ -2,13 +2,20 @@
  * or added. One list of every node; a session's targets are the first r nodes of its rank that
  * answered. A missing copy is fetched from a holder (pages CRC-checked) and put to that node; copies
  * outside the targets are deleted only after every target holds it and answered just before.
- * Flow: kvp_cmd_repair -> repair_plan -> repair_session (copy_all, drop_surplus). Test hook:
- * KVP_REPAIR_STOP_AFTER=N stops the process (SIGSTOP) after N sessions. */
+ * --watch keeps running: a pass at start, one when the members (etcd) have been stable for
+ * --settle seconds after a change, and one every --every seconds (the agent is not on the data
+ * path: it moves copies the way one `kvpack repair` does).
+ * Flow: kvp_cmd_repair -> repair_pass | repair_watch -> repair_pass -> repair_plan ->
+ * repair_session (copy_all, drop_surplus). Test hook: KVP_REPAIR_STOP_AFTER=N stops the process
+ * (SIGSTOP) after N sessions. */
 #include "cli.h"
+
+#include "kvpack/alloc.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     uint32_t sessions, already_ok, repaired, failed, unverifiable;
@@ -25,7 +32,17 @@ typedef struct {
     bool          dry_run, json;
     kvp_json_t    j;      /* the "actions" array while json */
     repair_sum_t  sum;
+    uint32_t      pass;   /* --watch: the pass number (1, 2, ...); 0 for a single run */
+    const char   *trigger; /* --watch: why this pass runs: start, membership, interval */
 } repair_t;
+
+/* --watch options */
+typedef struct {
+    bool     on;
+    uint64_t settle_s, every_s;
+} repair_watch_t;
+
+static volatile sig_atomic_t repair_stop; /* --watch: SIGTERM/SIGINT, checked between sessions */
 
 /* One session's plan: node bitmasks, and the rank order. */
 typedef struct {
@@ -42,7 +59,9 @@ typedef struct {
 static void repair_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvpack repair --node LIST --replicas N [--dry-run] [--json] [--timeout-ms MS]\n"
+            "usage: kvpack repair (--node LIST | --etcd URL[,URL] [--etcd-prefix P]) --replicas N\n"
+            "                     [--dry-run] [--json] [--timeout-ms MS]\n"
+            "                     [--watch [--settle S] [--every S]]\n"
             "Bring every session the nodes hold to exactly its target set: the first N nodes of\n"
             "its rendezvous rank that answer (where a put would place it now). A target that lacks\n"
             "it gets a copy (fetched from a holder, every page CRC-checked, then put to that node:\n"
@@ -52,11 +71,22 @@ static void repair_usage(FILE *out)
             "A node that does not answer is named and skipped. Exit 0 when every node answered\n"
             "and every session is at its target set, 1 otherwise, 2 for a usage error.\n"
             "  --node LIST     the static peer list, HOST:PORT,HOST:PORT,... (as put used it)\n"
+            "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd)\n"
+            "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
             "  --replicas N    r, required: a session's copies beyond its first N nodes are deleted\n"
             "  --dry-run       print the plan (copies and deletes per session), change nothing\n"
             "  --json          one JSON object: sessions, already_ok, repaired, failed, copied,\n"
             "                  deleted_surplus, bytes_moved (planned, with --dry-run),\n"
-            "                  unverifiable, unreachable, and each session's actions\n");
+            "                  unverifiable, unreachable, and each session's actions\n"
+            "  --watch         keep running (until SIGTERM/SIGINT, exit 0): a pass at start, a\n"
+            "                  pass once the members have not changed for --settle seconds after\n"
+            "                  a change (--etcd follows etcd; a --node list never changes), and\n"
+            "                  one every --every seconds; each pass prints its summary (--json:\n"
+            "                  one object per line, with pass and trigger). With fewer nodes than\n"
+            "                  N registered a pass repairs to as many copies as there are nodes\n"
+            "  --settle S      seconds the members must be stable before a pass (default 30: a\n"
+            "                  node that restarts within that is not copied elsewhere)\n"
+            "  --every S       seconds between passes without a change (default 600)\n");
 }
 
 /* "A,B" for the nodes of mask (buf of cap bytes). */
@@ -278,6 +308,10 @@ static void repair_summary(repair_t *rp, const char *node)
     if (rp->json) {
         kvp_json_close(&rp->j); /* actions */
         kvp_json_str(&rp->j, "node", node);
+        if (rp->pass != 0) {
+            kvp_json_int(&rp->j, "pass", rp->pass);
+            kvp_json_str(&rp->j, "trigger", rp->trigger);
+        }
         kvp_json_int(&rp->j, "replicas", rp->r);
         kvp_json_bool(&rp->j, "dry_run", rp->dry_run);
         kvp_json_int(&rp->j, "sessions", rp->sum.sessions);
@@ -291,6 +325,9 @@ static void repair_summary(repair_t *rp, const char *node)
         json_nodes(rp, "unreachable", down);
         kvp_json_end(&rp->j);
         return;
+    }
+    if (rp->pass != 0) {
+        printf("pass %u (%s): ", rp->pass, rp->trigger);
     }
     printf("%s%u sessions: %u already at their %u target nodes, %u %s, %u failed; %u %s, %u "
            "surplus %s, %llu bytes moved\n", rp->dry_run ? "dry run: " : "", rp->sum.sessions,
@@ -307,16 +344,24 @@ static void repair_summary(repair_t *rp, const char *node)
 }
 
 /* Parse the options; 0 to go on, else the exit status. */
-static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_run)
+static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_run,
+                       repair_watch_t *w)
 {
+    w->settle_s = 30;
+    w->every_s  = 600;
     for (int i = 1; i < argc; i++) {
         if (kvp_opt_flag(argv, i, "--dry-run")) {
             *dry_run = true;
+        } else if (kvp_opt_flag(argv, i, "--watch")) {
+            w->on = true;
+        } else if (kvp_opt_u64(argc, argv, &i, "--settle", &w->settle_s) ||
+                   kvp_opt_u64(argc, argv, &i, "--every", &w->every_s)) {
+            continue;
         } else if (!kvp_cli_sess_opt(argc, argv, &i, o)) {
             return kvp_opt_unknown("repair", argv[i]);
         }
     }
-    if (o->node == NULL || o->session != NULL || o->ns_hex != NULL) {
+    if ((o->node == NULL && o->etcd == NULL) || o->session != NULL || o->ns_hex != NULL) {
         repair_usage(stderr);
         return 2;
     }
@@ -325,12 +370,20 @@ static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_
                         "first N nodes are deleted)\n");
         return 2;
     }
+    if (w->on && (w->every_s == 0 || w->every_s > 31536000 || w->settle_s > 31536000)) {
+        fprintf(stderr, "kvpack repair: --every takes 1 .. 31536000 seconds, --settle 0 .. "
+                        "31536000\n");
+        return 2;
+    }
     return 0;
 }
 
-int kvp_cmd_repair(int argc, char **argv)
+/* One pass over the nodes of o->node (a static list): list every node, repair each session,
+ * print the summary. Returns the exit status (0: every node answered, every session at its
+ * targets). pass/trigger: set by --watch, 0/NULL for a single run. */
+static int repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
+                       const char *trigger)
 {
-    kvp_cli_sess_opts_t  o = {0};
     kvp_cluster_report_t rep;
     kvp_cluster_list_t  *l = NULL;
     repair_t             rp;
@@ -339,19 +392,16 @@ int kvp_cmd_repair(int argc, char **argv)
     kvp_status_t         s;
     int                  rc;
 
-    if (kvp_opt_help(argc, argv)) {
-        repair_usage(stdout);
-        return 0;
-    }
     memset(&rp, 0, sizeof(rp));
-    rc = repair_args(argc, argv, &o, &rp.dry_run);
-    rc = rc == 0 ? kvp_cli_open("repair", &o, NULL, &rp.cl) : rc;
-    if (rc != 0) {
+    rp.dry_run = dry_run;
+    rp.pass    = pass;
+    rp.trigger = trigger;
+    if ((rc = kvp_cli_open("repair", o, NULL, &rp.cl)) != 0) {
         return rc;
     }
     rp.n    = kvp_cluster_size(rp.cl);
     rp.r    = kvp_cluster_replicas(rp.cl);
-    rp.json = o.json;
+    rp.json = o->json;
     s       = kvp_cluster_list_sessions(rp.cl, 0, 0, &l, &rep);
     kvp_cli_report_fail("repair", rp.cl, &rep, "list", "list"); /* the nodes that did not answer */
     if (s != KVP_OK) {
@@ -368,7 +418,7 @@ int kvp_cmd_repair(int argc, char **argv)
         kvp_json_begin(&rp.j, stdout);
         kvp_json_arr(&rp.j, "actions");
     }
-    for (uint32_t i = 0; i < l->n; i++) {
+    for (uint32_t i = 0; i < l->n && !repair_stop; i++) {
         repair_plan_t pl;
 
         if (repair_plan(&rp, &l->sessions[i], l->holders[i], &pl) != KVP_OK) {
@@ -383,9 +433,145 @@ int kvp_cmd_repair(int argc, char **argv)
         }
     }
     kvp_progress_done();
-    repair_summary(&rp, o.node);
+    repair_summary(&rp, o->node);
+    fflush(stdout);
     rc = rp.sum.failed != 0 || rp.alive != ALL_NODES(rp.n) ? 1 : 0;
     kvp_cluster_list_free(l);
     kvp_cluster_destroy(rp.cl);
     return rc;
+}
+
+static void repair_on_signal(int sig)
+{
+    (void)sig;
+    repair_stop = 1;
+}
+
+/* "A,B,C" of the members the handle adopted last (buf of cap bytes); their number. */
+static uint32_t members_str(kvp_cluster_h cl, char *buf, size_t cap)
+{
+    uint32_t n   = kvp_cluster_size(cl);
+    size_t   len = 0;
+
+    buf[0] = '\0';
+    for (uint32_t k = 0; k < n && len < cap; k++) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "," : "", kvp_cluster_peer(cl, k));
+    }
+    return n;
+}
+
+/* --watch: membership from an etcd handle (params.etcd, kept current by its watch) or the static
+ * list; each pass runs on a static snapshot of the members, so node indices cannot move under it. */
+static int repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const repair_watch_t *w)
+{
+    static char          peers[KVP_CLUSTER_MAX_NODES * 300];
+    kvp_cluster_params_t p;
+    kvp_cluster_h        cl = NULL;
+    struct sigaction     sa;
+    const uint64_t       s_ns = 1000000000ull;
+    uint64_t             gen = 0, seen = 0, changed = kvp_time_ns(), last = 0;
+    uint32_t             pass = 0;
+    bool                 pending = true, empty_said = false;
+    kvp_status_t         s;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = repair_on_signal; /* no SA_RESTART: the sleep below ends at once */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    if (o->etcd != NULL) {
+        memset(&p, 0, sizeof(p));
+        p.field_mask  = KVP_CLUSTER_PARAM_ETCD | KVP_CLUSTER_PARAM_REPLICAS;
+        p.etcd        = o->etcd;
+        p.etcd_prefix = o->etcd_prefix;
+        p.replicas    = 1; /* only its members are used */
+        s = kvp_cluster_create(&p, &cl);
+        if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
+            fprintf(stderr, "kvpack repair: etcd %s: cannot read the members: %s (%s)\n", o->etcd,
+                    kvp_status_str(s), kvp_status_name(s));
+            return 1;
+        }
+        if (s == KVP_ERR_NOT_FOUND) {
+            fprintf(stderr, "kvpack repair: etcd %s: no kvpack node registered yet; waiting\n",
+                    o->etcd);
+            empty_said = true;
+            for (; cl == NULL && !repair_stop; nanosleep(&(struct timespec){0, 500000000}, NULL)) {
+                s = kvp_cluster_create(&p, &cl);
+            }
+        }
+    } else {
+        snprintf(peers, sizeof(peers), "%s", o->node);
+    }
+    fprintf(stderr, "kvpack repair: watching %s (r = %llu, settle %llu s, every %llu s)\n",
+            o->etcd ? o->etcd : o->node, (unsigned long long)o->replicas,
+            (unsigned long long)w->settle_s, (unsigned long long)w->every_s);
+    while (!repair_stop) {
+        uint64_t            now = kvp_time_ns();
+        const char         *why = NULL;
+        kvp_cli_sess_opts_t po  = *o;
+        uint32_t            n   = 1;
+
+        if (cl != NULL && kvp_cluster_sync(cl, &gen) == KVP_OK && gen != seen) {
+            seen    = gen;
+            changed = now;
+            pending = true;
+            fprintf(stderr, "kvpack repair: members changed: %u nodes\n", kvp_cluster_size(cl));
+        }
+        if (pending && (pass == 0 || now - changed >= w->settle_s * s_ns)) {
+            why = pass == 0 ? "start" : "membership";
+        } else if (pass > 0 && now - last >= w->every_s * s_ns) {
+            why = "interval";
+        }
+        if (why != NULL && cl != NULL) {
+            n = members_str(cl, peers, sizeof(peers));
+        }
+        if (why != NULL && n == 0) {
+            if (!empty_said) {
+                fprintf(stderr, "kvpack repair: no node registered; waiting\n");
+                empty_said = true;
+            }
+        } else if (why != NULL) {
+            empty_said = false;
+            po.etcd    = NULL;
+            po.node    = peers;
+            po.replicas = o->replicas < n ? o->replicas : n; /* fewer nodes than r: all of them */
+            if (po.replicas < o->replicas) {
+                fprintf(stderr, "kvpack repair: only %u nodes: repairing to %u copies\n", n, n);
+            }
+            repair_pass(&po, dry_run, ++pass, why);
+            pending = false;
+            last    = kvp_time_ns();
+        }
+        nanosleep(&(struct timespec){0, 200000000}, NULL);
+    }
+    fprintf(stderr, "kvpack repair: stopped after %u passes\n", pass);
+    kvp_cluster_destroy(cl);
+    return 0;
+}
+
+int kvp_cmd_repair(int argc, char **argv)
+{
+    kvp_cli_sess_opts_t o = {0};
+    repair_watch_t      w = {0};
+    bool                dry_run = false;
+    int                 rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        repair_usage(stdout);
+        return 0;
+    }
+    rc = repair_args(argc, argv, &o, &dry_run, &w);
+    if (rc == 0 && o.etcd != NULL && o.node != NULL) {
+        fprintf(stderr, "kvpack repair: give --node LIST or --etcd URL, not both\n");
+        rc = 2;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (w.on) {
+        return repair_watch(&o, dry_run, &w);
+    }
+    if ((rc = kvp_cli_sess_peers("repair", &o)) != 0) { /* --etcd: the nodes from etcd, once */
+        return rc;
+    }
+    return repair_pass(&o, dry_run, 0, NULL);
 }

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""check_repair_watch.py - `kvpack repair --etcd URL --replicas 2 --watch` as a long-running agent on
+a real etcd and 3 real kvpackd --etcd (TTL 2 s, write-through): its start pass finds 10 sessions put
+with r = 2 already at their targets. SIGKILL one node: once its lease expires and the members are
+stable for --settle, a pass (trigger membership) copies every session it held to a survivor, so each
+session is on 2 live nodes, byte-identical. Restart the node on its port and data dir: a pass removes
+the stand-in copies (each session exactly on its rank's first 2 nodes again). A 4th node joins: a
+pass moves the sessions it now ranks among its first 2 onto it. SIGTERM: the agent stops at once,
+exit 0. One JSON object per pass (--json), numbered, with its trigger. Exit 77 without etcd.
+usage: check_repair_watch.py KVPACK KVPACKD LIBKVPACK"""
+import json
+import os
+import queue
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
+kvpack, kvpackd, lib = sys.argv[1], sys.argv[2], sys.argv[3]
+ETCD = shutil.which("etcd")
+if ETCD is None:
+    print("SKIP: the etcd binary is not installed (Debian: apt-get install etcd-server; "
+          ".ci/quickstart installs it)")
+    sys.exit(77)
+kvpack_py = kvptest.load_kvpack(lib)
+tmp = tempfile.mkdtemp(prefix="kvp_rwatch_")
+env = dict(os.environ, KVP_PROGRESS="0")
+fails = []
+nodes = {}  # k -> (Popen, addr)
+URL = None
+NS = None  # the namespace the puts used (from ls)
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def start_node(k, port=0):
+    nodes[k] = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, f"ready{k}"),
+        ["--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
+         "--durability", "write-through", "--dram-budget", "32M", "--etcd", URL,
+         "--etcd-ttl", "2"], env=env, what=f"kvpackd {k}")
+    return nodes[k][1]
+
+
+def kv(*args):
+    p = subprocess.run([kvpack, *args, "--timeout-ms", "5000"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+    return p.returncode, p.stdout
+
+
+def held_by(addr):
+    rc, out = kv("ls", "--node", addr, "--json")
+    check(rc == 0, f"ls --node {addr} exited {rc}")
+    return {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
+
+
+def placement(addrs):
+    """Each session's nodes among addrs (their own ls)."""
+    held = {a: held_by(a) for a in addrs}
+    return {sid: sorted(a for a in addrs if sid in held[a]) for sid in sids}
+
+
+def targets(addrs):
+    """Each session's first 2 nodes of its rendezvous rank over addrs (libkvpack's own rank)."""
+    cl = kvpack_py.Cluster(peers=addrs, replicas=2)
+    try:
+        return {sid: sorted(cl.rank(NS, sid)[:2]) for sid in sids}
+    finally:
+        cl.close()
+
+
+class Agent:
+    """The repair agent; its stdout lines (one JSON object per pass) go to a queue."""
+
+    def __init__(self, *extra):
+        self.err = open(os.path.join(tmp, "agent.err"), "w+")
+        self.p = subprocess.Popen([kvpack, "repair", "--etcd", URL, "--replicas", "2", "--watch",
+                                   "--json", "--timeout-ms", "3000", *extra],
+                                  stdout=subprocess.PIPE, stderr=self.err, text=True, env=env)
+        self.q = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.q.put(line)
+
+    def next_pass(self, deadline_s, want=None):
+        """The next pass report (with trigger want, skipping others), or None past the deadline."""
+        end = time.time() + deadline_s
+        while time.time() < end:
+            try:
+                rep = json.loads(self.q.get(timeout=max(0.1, end - time.time())))
+            except queue.Empty:
+                break
+            if want is None or rep.get("trigger") == want:
+                return rep
+        return None
+
+
+def make_kvd(path, L, T, H, D):
+    n = 2 * L * T * H * D
+    body = struct.pack(f"<{n}f", *[((i * 7919) % 513 - 256) / 64.0 for i in range(n)])
+    with open(path, "wb") as f:
+        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + body)
+
+
+agent = None
+etcd = None
+sids = [f"w{i:02d}" for i in range(10)]
+try:
+    cport, pport = kvptest.free_port(), kvptest.free_port()
+    etcd, URL = kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
+    addrs = [start_node(k) for k in range(3)]
+    kvd = os.path.join(tmp, "a.kvd")
+    make_kvd(kvd, 2, 150, 2, 64)
+    original = open(kvd, "rb").read()
+    for sid in sids:
+        rc, _ = kv("put", "--etcd", URL, "--replicas", "2", "--session", sid, "--kvd", kvd,
+                   "--codec", "fp16")
+        check(rc == 0, f"put {sid} exited {rc}")
+
+    rc, out = kv("ls", "--etcd", URL, "--json")
+    NS = int(json.loads(out)["sessions"][0]["ns"], 16) if rc == 0 else 0
+    agent = Agent("--settle", "1", "--every", "3600")
+    rep = agent.next_pass(30)
+    check(rep is not None and rep["pass"] == 1 and rep["trigger"] == "start" and
+          rep["sessions"] == 10 and rep["already_ok"] == 10 and rep["copied"] == 0 and
+          rep["unreachable"] == [], f"start pass: {rep}")
+
+    # SIGKILL the node holding the most sessions: after the TTL + settle, a membership pass
+    before = placement(addrs)
+    dead = max(addrs, key=lambda a: sum(a in on for on in before.values()))
+    k_dead = next(k for k in nodes if nodes[k][1] == dead)
+    lost = [s for s in sids if dead in before[s]]
+    nodes[k_dead][0].kill()
+    nodes[k_dead][0].wait()
+    rep = agent.next_pass(30, "membership")
+    live = [a for a in addrs if a != dead]
+    check(rep is not None and rep["sessions"] == 10 and rep["copied"] == len(lost) and
+          rep["failed"] == 0 and rep["unreachable"] == [], f"pass after a node died: {rep}")
+    after = placement(live)
+    check(all(len(after[s]) == 2 for s in sids),
+          f"not every session on 2 live nodes after the repair: {after}")
+    for sid in lost:
+        out = os.path.join(tmp, f"{sid}.kvd")
+        rc, _ = kv("get", "--node", ",".join(live), "--session", sid, "--out", out)
+        check(rc == 0 and open(out, "rb").read() == original, f"{sid} not byte-identical")
+
+    # the node comes back warm: stand-ins removed, each session on its rank's first 2
+    start_node(k_dead, dead.split(":")[1])
+    rep = agent.next_pass(30, "membership")
+    check(rep is not None and rep["failed"] == 0 and rep["deleted_surplus"] == len(lost) and
+          rep["copied"] == 0, f"pass after the node came back: {rep}")
+    now = placement(addrs)
+    want = targets(addrs)
+    check(all(now[s] == want.get(s) for s in sids), f"not back on their first 2 of 3: {now}")
+
+    # a 4th node joins: the sessions it ranks among their first 2 move onto it
+    new = start_node(3)
+    four = addrs + [new]
+    rep = agent.next_pass(30, "membership")
+    want = targets(four)
+    moved = sum(new in want.get(s, []) for s in sids)
+    check(rep is not None and rep["failed"] == 0 and rep["copied"] == moved and
+          rep["deleted_surplus"] == moved, f"pass after a 4th node joined ({moved} move): {rep}")
+    now = placement(four)
+    check(all(now[s] == want.get(s) for s in sids), f"not at the 4-node targets: {now} vs {want}")
+
+    # SIGTERM: stops at once, exit 0
+    t0 = time.time()
+    agent.p.send_signal(signal.SIGTERM)
+    rc = agent.p.wait(timeout=20)
+    agent.err.seek(0)
+    err = agent.err.read()
+    check(rc == 0 and "stopped after" in err, f"agent exit {rc} after SIGTERM: {err[-600:]!r}")
+    print(f"repair --watch: {len(lost)} sessions re-replicated after a kill, stand-ins removed "
+          f"on return, {moved} moved to a joining node; stopped in {time.time() - t0:.2f} s")
+finally:
+    if agent is not None and agent.p.poll() is None:
+        agent.p.kill()
+        agent.p.wait()
+    for proc, _ in nodes.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if etcd is not None and etcd.poll() is None:
+        etcd.kill()
+        etcd.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("check_repair_watch:", "FAILED" if fails else "all checks passed")
+sys.exit(1 if fails else 0)
