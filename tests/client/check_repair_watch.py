@@ -6,7 +6,8 @@ stable for --settle, a pass (trigger membership) copies every session it held to
 session is on 2 live nodes, byte-identical. Restart the node on its port and data dir: a pass removes
 the stand-in copies (each session exactly on its rank's first 2 nodes again). A 4th node joins: a
 pass moves the sessions it now ranks among its first 2 onto it. SIGTERM: the agent stops at once,
-exit 0. One JSON object per pass (--json), numbered, with its trigger. Exit 77 without etcd.
+exit 0; a one-shot `repair --etcd` then finds nothing to do. One JSON object per pass (--json),
+numbered, with its trigger. Exit 77 without etcd.
 usage: check_repair_watch.py KVPACK KVPACKD LIBKVPACK"""
 import json
 import os
@@ -187,6 +188,11 @@ try:
     agent.err.seek(0)
     err = agent.err.read()
     check(rc == 0 and "stopped after" in err, f"agent exit {rc} after SIGTERM: {err[-600:]!r}")
+    # the one-shot repair reads the same members from etcd: nothing left to do
+    rc, out = kv("repair", "--etcd", URL, "--replicas", "2", "--json")
+    one = json.loads(out) if out else {}
+    check(rc == 0 and one.get("already_ok") == 10 and one.get("copied") == 0,
+          f"one-shot repair --etcd after the agent: exit {rc}, {one}")
     print(f"repair --watch: {len(lost)} sessions re-replicated after a kill, stand-ins removed "
           f"on return, {moved} moved to a joining node; stopped in {time.time() - t0:.2f} s")
 finally:
