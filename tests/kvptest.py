@@ -47,6 +47,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def etcd_or_skip():
+    """The etcd binary's path; without one, a SKIP line and exit 77 (ctest: skipped)."""
+    import shutil
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        print("SKIP: the etcd binary is not installed (Debian: apt-get install etcd-server; "
+              ".ci/quickstart installs it)")
+        sys.exit(77)
+    return etcd
+
+
 def start_etcd(etcd, data_dir, cport, pport):
     """A one-member etcd on 127.0.0.1:cport (clients) and :pport (peers), as PLATFORM.md starts
     it; returns (proc, client URL) once /health says true. The test exits when it dies or is not

@@ -27,11 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kvptest  # noqa: E402
 
 kvpack, kvpackd = sys.argv[1], sys.argv[2]
-ETCD = shutil.which("etcd")
-if ETCD is None:
-    print("SKIP: the etcd binary is not installed (Debian: apt-get install etcd-server; "
-          ".ci/quickstart installs it)")
-    sys.exit(77)
+ETCD = kvptest.etcd_or_skip()
 
 tmp = tempfile.mkdtemp(prefix="kvp_etcd_")
 env = dict(os.environ, KVP_PROGRESS="0")

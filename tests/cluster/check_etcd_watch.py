@@ -31,11 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kvptest  # noqa: E402
 
 driver_bin, kvpackd, lib, kvpack_exe = sys.argv[1:5]
-ETCD = shutil.which("etcd")
-if ETCD is None:
-    print("SKIP: the etcd binary is not installed (Debian: apt-get install etcd-server; "
-          ".ci/quickstart installs it)")
-    sys.exit(77)
+ETCD = kvptest.etcd_or_skip()
 kvpack = kvptest.load_kvpack(lib)
 
 NS = 0x5151  # watch_driver's namespace
