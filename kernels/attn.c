@@ -115,6 +115,7 @@ typedef struct {
     attn_buf_t             b;
     uint32_t               H, D, Hq, g, scp;
     int                    have_qr, used_r; /* qr filled; acc_r holds a rotated-frame sum */
+    uint32_t               touched; /* sink of touch() */
     int                    have_codec; /* first codec page seen: codec, capacity, flags below */
     uint32_t               codec, capacity, rot, layer;
 } attn_st_t;
@@ -150,6 +151,20 @@ static void soft_update(attn_st_t *s, uint32_t qh0, uint32_t nh, uint32_t nt)
     }
 }
 
+/* Read one byte per cache line of [p, p + len), in order. The head-by-head passes below read
+ * rows at a stride of H*D elements, which the hardware prefetchers follow poorly; after one
+ * sequential pass (for a page, its CRC check is that pass) they hit the cache: 2x faster. */
+static void touch(attn_st_t *s, const void *p, size_t len)
+{
+    const volatile uint8_t *b = p;
+    uint32_t                acc = 0;
+
+    for (size_t o = 0; o < len; o += 64) {
+        acc += b[o];
+    }
+    s->touched += acc;
+}
+
 static const float *q_rotated(attn_st_t *s)
 {
     if (!s->have_qr) {
@@ -162,14 +177,19 @@ static const float *q_rotated(attn_st_t *s)
     return s->b.qr;
 }
 
-/* fp16 rows [T][H][D] (fp16 pages, sink, tail, or a caller's buffer), in the original frame. */
-static void run_f16(attn_st_t *s, const uint16_t *K, const uint16_t *V, uint32_t T)
+/* fp16 rows [T][H][D] (fp16 pages, sink, tail, or a caller's buffer: pass_first), in the
+ * original frame. */
+static void run_f16(attn_st_t *s, const uint16_t *K, const uint16_t *V, uint32_t T, int pass_first)
 {
     size_t HD = (size_t)s->H * s->D;
 
     for (uint32_t t0 = 0; t0 < T; t0 += SLICE) {
         uint32_t nt = umin(SLICE, T - t0);
 
+        if (pass_first) {
+            touch(s, K + t0 * HD, nt * HD * 2);
+            touch(s, V + t0 * HD, nt * HD * 2);
+        }
         for (uint32_t h = 0; h < s->H; h++) {
             FOR_QCHUNK(s, h, qh0, nh) {
                 s->kk->f16_scores(K + t0 * HD + (size_t)h * s->D, HD, nt, s->D,
@@ -213,34 +233,13 @@ static void run_q2(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pl)
                 size_t   po = ((size_t)h * ngk + gi) * D;
 
                 kk->prep(qx + (size_t)qh0 * D, ks + po, km + po, D, nh, s->b.w, s->b.b);
-                kk->chan_scores(pl + k_codes + (size_t)h * D * rt + t0 / 4, rt, D, nt, s->b.w, nh,
-                                s->b.sc + t0, scp);
-                for (uint32_t j = 0; j < nh; j++) {
-                    for (uint32_t t = t0; t < t0 + nt; t++) {
-                        s->b.sc[j * scp + t] = s->b.sc[j * scp + t] + s->b.b[j];
-                    }
-                }
-            }
-            for (uint32_t j = 0; oscar && j < nh; j++) {
-                for (uint32_t t = 0; t < T; t++) {
-                    s->b.sc[j * scp + t] = s->b.sc[j * scp + t] * s->b.fac[t];
-                }
+                kk->chan_scores(pl + k_codes + (size_t)h * D * rt + t0 / 4, rt, D, nt, s->b.w,
+                                s->b.b, oscar ? s->b.fac + t0 : NULL, nh, s->b.sc + t0, scp);
             }
             soft_update(s, qh0, nh, T);
             memset(s->b.bias, 0, (size_t)nh * ng * sizeof(float));
-            for (uint32_t t = 0; t < T; t++) {
-                const float *st = vs + ((size_t)t * H + h) * ng, *mt = vm + ((size_t)t * H + h) * ng;
-
-                for (uint32_t j = 0; j < nh; j++) {
-                    float  p = s->b.sc[j * scp + t];
-                    float *c = s->b.coef + ((size_t)t * nh + j) * ng;
-
-                    for (uint32_t gi = 0; gi < ng; gi++) {
-                        c[gi]                = p * st[gi];
-                        s->b.bias[j * ng + gi] = s->b.bias[j * ng + gi] + p * mt[gi];
-                    }
-                }
-            }
+            kk->vcoef(s->b.sc, scp, vs + (size_t)h * ng, vm + (size_t)h * ng, (size_t)H * ng, T,
+                      ng, nh, s->b.coef, s->b.bias);
             kk->tok_mix(pl + v_codes + (size_t)h * rd, (size_t)H * rd, T, D, gv, s->b.coef, nh,
                         acc + (size_t)qh0 * D);
             for (uint32_t j = 0; j < nh; j++) {
@@ -276,24 +275,10 @@ static void run_kvarn(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pl
         kk->h2f(r + v_a, 2 * (size_t)T + D, s->b.vf);
         FOR_QCHUNK(s, h, qh0, nh) {
             kk->prep(qx + (size_t)qh0 * D, kA, kZ, D, nh, s->b.w, s->b.b);
-            kk->chan_scores(r, rt, D, T, s->b.w, nh, s->b.sc, scp);
-            for (uint32_t j = 0; j < nh; j++) {
-                for (uint32_t t = 0; t < T; t++) {
-                    s->b.sc[j * scp + t] = (s->b.sc[j * scp + t] + s->b.b[j]) * kB[t];
-                }
-            }
+            kk->chan_scores(r, rt, D, T, s->b.w, s->b.b, kB, nh, s->b.sc, scp);
             soft_update(s, qh0, nh, T);
-            for (uint32_t j = 0; j < nh; j++) {
-                float bj = 0.0f;
-
-                for (uint32_t t = 0; t < T; t++) {
-                    float p = s->b.sc[j * scp + t];
-
-                    s->b.coef[(size_t)t * nh + j] = p * vA[t];
-                    bj = bj + p * vZ[t];
-                }
-                s->b.b[j] = bj;
-            }
+            memset(s->b.b, 0, (size_t)nh * sizeof(float));
+            kk->vcoef(s->b.sc, scp, vA, vZ, 1, T, 1, nh, s->b.coef, s->b.b);
             memset(s->b.tmp, 0, (size_t)nh * D * sizeof(float));
             kk->tok_mix(r + v_codes, rd, T, D, D, s->b.coef, nh, s->b.tmp);
             for (uint32_t j = 0; j < nh; j++) {
@@ -382,7 +367,7 @@ static void run_page(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pag
     } else if (in->codec == KVP_CODEC_FP16) {
         const uint16_t *k = (const uint16_t *)(const void *)pl;
 
-        run_f16(s, k, k + (size_t)in->valid * s->H * s->D, in->valid);
+        run_f16(s, k, k + (size_t)in->valid * s->H * s->D, in->valid, 0);
     } else {
         run_q2(s, in, pl);
     }
@@ -544,7 +529,7 @@ kvp_status_t kvp_attn_compute_f16(const kvp_attn_params_t *params, const uint16_
     if (st != KVP_OK) {
         return st;
     }
-    run_f16(&s, k, v, tokens);
+    run_f16(&s, k, v, tokens, 1);
     st_finish(&s, out);
     kvp_free(owned);
     return KVP_OK;

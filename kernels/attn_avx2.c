@@ -53,7 +53,7 @@ static inline float hsum8(__m256 v)
 
 static inline __attribute__((always_inline)) void
 chan_scores_n(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt, const float *w,
-              const uint32_t nh, float *sc, size_t ss)
+              const float *b, const float *fac, const uint32_t nh, float *sc, size_t ss)
 {
     for (uint32_t t0 = 0; t0 < nt; t0 += 16) {
         uint32_t n = nt - t0 < 16 ? nt - t0 : 16, nb = (n + 3) / 4;
@@ -79,6 +79,20 @@ chan_scores_n(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt, const f
             float  tmp[16];
 
             interleave(ae[j], ao[j], &lo, &hi);
+            lo = _mm256_add_ps(lo, _mm256_set1_ps(b[j]));
+            hi = _mm256_add_ps(hi, _mm256_set1_ps(b[j]));
+            if (fac != NULL && n == 16) {
+                lo = _mm256_mul_ps(lo, _mm256_loadu_ps(fac + t0));
+                hi = _mm256_mul_ps(hi, _mm256_loadu_ps(fac + t0 + 8));
+            } else if (fac != NULL) {
+                _mm256_storeu_ps(tmp, lo);
+                _mm256_storeu_ps(tmp + 8, hi);
+                for (uint32_t i = 0; i < n; i++) {
+                    tmp[i] = tmp[i] * fac[t0 + i];
+                }
+                lo = _mm256_loadu_ps(tmp);
+                hi = _mm256_loadu_ps(tmp + 8);
+            }
             if (n == 16) {
                 _mm256_storeu_ps(sc + j * ss + t0, lo);
                 _mm256_storeu_ps(sc + j * ss + t0 + 8, hi);
@@ -92,13 +106,64 @@ chan_scores_n(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt, const f
 }
 
 static void avx_chan_scores(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt,
-                            const float *w, uint32_t nh, float *sc, size_t ss)
+                            const float *w, const float *b, const float *fac, uint32_t nh,
+                            float *sc, size_t ss)
 {
     switch (nh) {
-    case 1: chan_scores_n(codes, run, D, nt, w, 1, sc, ss); break;
-    case 2: chan_scores_n(codes, run, D, nt, w, 2, sc, ss); break;
-    case 3: chan_scores_n(codes, run, D, nt, w, 3, sc, ss); break;
-    default: chan_scores_n(codes, run, D, nt, w, 4, sc, ss); break;
+    case 1: chan_scores_n(codes, run, D, nt, w, b, fac, 1, sc, ss); break;
+    case 2: chan_scores_n(codes, run, D, nt, w, b, fac, 2, sc, ss); break;
+    case 3: chan_scores_n(codes, run, D, nt, w, b, fac, 3, sc, ss); break;
+    default: chan_scores_n(codes, run, D, nt, w, b, fac, 4, sc, ss); break;
+    }
+}
+
+/* groups of 4 (D = 128 at 32) or 8 channels per token: one SSE/AVX multiply per head and token;
+ * one group (kvarn): 8 tokens at a time */
+static void avx_vcoef(const float *p, size_t ps, const float *s, const float *m, size_t ts,
+                      uint32_t nt, uint32_t ng, uint32_t nh, float *coef, float *bias)
+{
+    if (ng == 4) {
+        __m128 bs[KVP_ATTN_NH];
+
+        for (uint32_t j = 0; j < nh; j++) {
+            bs[j] = _mm_loadu_ps(bias + j * 4);
+        }
+        for (uint32_t t = 0; t < nt; t++) {
+            __m128 sv = _mm_loadu_ps(s + t * ts), mv = _mm_loadu_ps(m + t * ts);
+
+            for (uint32_t j = 0; j < nh; j++) {
+                __m128 pv = _mm_set1_ps(p[j * ps + t]);
+
+                _mm_storeu_ps(coef + ((size_t)t * nh + j) * 4, _mm_mul_ps(pv, sv));
+                bs[j] = _mm_fmadd_ps(pv, mv, bs[j]);
+            }
+        }
+        for (uint32_t j = 0; j < nh; j++) {
+            _mm_storeu_ps(bias + j * 4, bs[j]);
+        }
+    } else if (ng == 1 && ts == 1) {
+        for (uint32_t j = 0; j < nh; j++) {
+            __m256   acc = _mm256_setzero_ps();
+            uint32_t t   = 0;
+            float    lane[8];
+
+            for (; t + 8 <= nt; t += 8) {
+                __m256 pv = _mm256_loadu_ps(p + j * ps + t);
+
+                _mm256_storeu_ps(lane, _mm256_mul_ps(pv, _mm256_loadu_ps(s + t)));
+                acc = _mm256_fmadd_ps(pv, _mm256_loadu_ps(m + t), acc);
+                for (uint32_t i = 0; i < 8; i++) {
+                    coef[(size_t)(t + i) * nh + j] = lane[i];
+                }
+            }
+            bias[j] += hsum8(acc);
+            for (; t < nt; t++) {
+                coef[(size_t)t * nh + j] = p[j * ps + t] * s[t];
+                bias[j] += p[j * ps + t] * m[t];
+            }
+        }
+    } else {
+        kvp_attn_ref.vcoef(p, ps, s, m, ts, nt, ng, nh, coef, bias);
     }
 }
 
@@ -343,6 +408,7 @@ static void avx_h2f(const uint8_t *src, size_t n, float *dst)
 const kvp_attn_kern_t kvp_attn_avx2 = {
     .impl        = "avx2",
     .chan_scores = avx_chan_scores,
+    .vcoef       = avx_vcoef,
     .tok_mix     = avx_tok_mix,
     .f16_scores  = avx_f16_scores,
     .f16_mix     = avx_f16_mix,

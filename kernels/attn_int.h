@@ -14,9 +14,16 @@
 typedef struct {
     const char *impl;
     /* Channel-major runs along tokens (K of kivi, oscar, kvarn): for t < nt, j < nh
-     * sc[j*ss + t] = sum_d w[j*D + d] * code(codes + d*run, t). */
+     * sc[j*ss + t] = (b[j] + sum_d w[j*D + d] * code(codes + d*run, t)) * fac[t]
+     * (fac NULL: no factor). */
     void (*chan_scores)(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt,
-                        const float *w, uint32_t nh, float *sc, size_t ss);
+                        const float *w, const float *b, const float *fac, uint32_t nh,
+                        float *sc, size_t ss);
+    /* V weights per token t < nt, head j < nh, group g < ng from the probabilities p[j*ps + t]
+     * and the token's scales s[t*ts + g] and mins m[t*ts + g]:
+     * coef[(t*nh + j)*ng + g] = p*s; bias[j*ng + g] += p*m. */
+    void (*vcoef)(const float *p, size_t ps, const float *s, const float *m, size_t ts,
+                  uint32_t nt, uint32_t ng, uint32_t nh, float *coef, float *bias);
     /* Token-major runs along channels (V): for t < nt, d < D, j < nh
      * acc[j*D + d] += coef[(t*nh + j)*(D/gv) + d/gv] * code(codes + t*rs, d). */
     void (*tok_mix)(const uint8_t *codes, size_t rs, uint32_t nt, uint32_t D, uint32_t gv,

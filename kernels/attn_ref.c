@@ -8,7 +8,8 @@
 #include <math.h>
 
 static void ref_chan_scores(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt,
-                            const float *w, uint32_t nh, float *sc, size_t ss)
+                            const float *w, const float *b, const float *fac, uint32_t nh,
+                            float *sc, size_t ss)
 {
     for (uint32_t j = 0; j < nh; j++) {
         for (uint32_t t = 0; t < nt; t++) {
@@ -17,7 +18,23 @@ static void ref_chan_scores(const uint8_t *codes, size_t run, uint32_t D, uint32
             for (uint32_t d = 0; d < D; d++) {
                 s = s + w[(size_t)j * D + d] * (float)kvp_hd_code_get(codes + (size_t)d * run, t);
             }
-            sc[j * ss + t] = s;
+            s              = b[j] + s;
+            sc[j * ss + t] = fac != NULL ? s * fac[t] : s;
+        }
+    }
+}
+
+static void ref_vcoef(const float *p, size_t ps, const float *s, const float *m, size_t ts,
+                      uint32_t nt, uint32_t ng, uint32_t nh, float *coef, float *bias)
+{
+    for (uint32_t t = 0; t < nt; t++) {
+        for (uint32_t j = 0; j < nh; j++) {
+            float pj = p[j * ps + t];
+
+            for (uint32_t g = 0; g < ng; g++) {
+                coef[((size_t)t * nh + j) * ng + g] = pj * s[t * ts + g];
+                bias[j * ng + g] = bias[j * ng + g] + pj * m[t * ts + g];
+            }
         }
     }
 }
@@ -115,6 +132,7 @@ static void ref_h2f(const uint8_t *src, size_t n, float *dst)
 const kvp_attn_kern_t kvp_attn_ref = {
     .impl        = "ref",
     .chan_scores = ref_chan_scores,
+    .vcoef       = ref_vcoef,
     .tok_mix     = ref_tok_mix,
     .f16_scores  = ref_f16_scores,
     .f16_mix     = ref_f16_mix,
