@@ -13,6 +13,17 @@
 
 #define UNROLL _Pragma("GCC unroll 4")
 
+/* fn(args..., nh) with nh a constant 1..4, so the loops over query heads unroll into registers */
+#define NH_CALL(nh, fn, ...)                                                                     \
+    do {                                                                                         \
+        switch (nh) {                                                                            \
+        case 1: fn(__VA_ARGS__, 1); break;                                                       \
+        case 2: fn(__VA_ARGS__, 2); break;                                                       \
+        case 3: fn(__VA_ARGS__, 3); break;                                                       \
+        default: fn(__VA_ARGS__, 4); break;                                                      \
+        }                                                                                        \
+    } while (0)
+
 static inline uint32_t load_word(const uint8_t *p, uint32_t nb)
 {
     uint32_t w = 0;
@@ -53,7 +64,7 @@ static inline float hsum8(__m256 v)
 
 static inline __attribute__((always_inline)) void
 chan_scores_n(const uint8_t *codes, size_t run, uint32_t D, uint32_t nt, const float *w,
-              const float *b, const float *fac, const uint32_t nh, float *sc, size_t ss)
+              const float *b, const float *fac, float *sc, size_t ss, const uint32_t nh)
 {
     for (uint32_t t0 = 0; t0 < nt; t0 += 16) {
         uint32_t n = nt - t0 < 16 ? nt - t0 : 16, nb = (n + 3) / 4;
@@ -109,12 +120,7 @@ static void avx_chan_scores(const uint8_t *codes, size_t run, uint32_t D, uint32
                             const float *w, const float *b, const float *fac, uint32_t nh,
                             float *sc, size_t ss)
 {
-    switch (nh) {
-    case 1: chan_scores_n(codes, run, D, nt, w, b, fac, 1, sc, ss); break;
-    case 2: chan_scores_n(codes, run, D, nt, w, b, fac, 2, sc, ss); break;
-    case 3: chan_scores_n(codes, run, D, nt, w, b, fac, 3, sc, ss); break;
-    default: chan_scores_n(codes, run, D, nt, w, b, fac, 4, sc, ss); break;
-    }
+    NH_CALL(nh, chan_scores_n, codes, run, D, nt, w, b, fac, sc, ss);
 }
 
 /* groups of 4 (D = 128 at 32) or 8 channels per token: one SSE/AVX multiply per head and token;
@@ -169,7 +175,7 @@ static void avx_vcoef(const float *p, size_t ps, const float *s, const float *m,
 
 static inline __attribute__((always_inline)) void
 tok_mix_n(const uint8_t *codes, size_t rs, uint32_t nt, uint32_t D, uint32_t gv,
-          const float *coef, const uint32_t nh, float *acc)
+          const float *coef, float *acc, const uint32_t nh)
 {
     uint32_t ng = D / gv;
 
@@ -209,12 +215,7 @@ static void avx_tok_mix(const uint8_t *codes, size_t rs, uint32_t nt, uint32_t D
         kvp_attn_ref.tok_mix(codes, rs, nt, D, gv, coef, nh, acc);
         return;
     }
-    switch (nh) {
-    case 1: tok_mix_n(codes, rs, nt, D, gv, coef, 1, acc); break;
-    case 2: tok_mix_n(codes, rs, nt, D, gv, coef, 2, acc); break;
-    case 3: tok_mix_n(codes, rs, nt, D, gv, coef, 3, acc); break;
-    default: tok_mix_n(codes, rs, nt, D, gv, coef, 4, acc); break;
-    }
+    NH_CALL(nh, tok_mix_n, codes, rs, nt, D, gv, coef, acc);
 }
 
 static inline __m256 ld_h8(const uint16_t *p)
@@ -224,7 +225,7 @@ static inline __m256 ld_h8(const uint16_t *p)
 
 static inline __attribute__((always_inline)) void
 f16_scores_n(const uint16_t *k, size_t ks, uint32_t nt, uint32_t D, const float *q,
-             const uint32_t nh, float *sc, size_t ss)
+             float *sc, size_t ss, const uint32_t nh)
 {
     for (uint32_t t = 0; t < nt; t++) {
         const uint16_t *kt = k + t * ks;
@@ -254,17 +255,12 @@ static void avx_f16_scores(const uint16_t *k, size_t ks, uint32_t nt, uint32_t D
         kvp_attn_ref.f16_scores(k, ks, nt, D, q, nh, sc, ss);
         return;
     }
-    switch (nh) {
-    case 1: f16_scores_n(k, ks, nt, D, q, 1, sc, ss); break;
-    case 2: f16_scores_n(k, ks, nt, D, q, 2, sc, ss); break;
-    case 3: f16_scores_n(k, ks, nt, D, q, 3, sc, ss); break;
-    default: f16_scores_n(k, ks, nt, D, q, 4, sc, ss); break;
-    }
+    NH_CALL(nh, f16_scores_n, k, ks, nt, D, q, sc, ss);
 }
 
 static inline __attribute__((always_inline)) void
 f16_mix_n(const uint16_t *v, size_t vs, uint32_t nt, uint32_t D, const float *p, size_t ps,
-          const uint32_t nh, float *acc)
+          float *acc, const uint32_t nh)
 {
     for (uint32_t cb = 0; cb < D; cb += 16) {
         __m256 a[KVP_ATTN_NH], b[KVP_ATTN_NH];
@@ -297,12 +293,7 @@ static void avx_f16_mix(const uint16_t *v, size_t vs, uint32_t nt, uint32_t D, c
         kvp_attn_ref.f16_mix(v, vs, nt, D, p, ps, nh, acc);
         return;
     }
-    switch (nh) {
-    case 1: f16_mix_n(v, vs, nt, D, p, ps, 1, acc); break;
-    case 2: f16_mix_n(v, vs, nt, D, p, ps, 2, acc); break;
-    case 3: f16_mix_n(v, vs, nt, D, p, ps, 3, acc); break;
-    default: f16_mix_n(v, vs, nt, D, p, ps, 4, acc); break;
-    }
+    NH_CALL(nh, f16_mix_n, v, vs, nt, D, p, ps, acc);
 }
 
 static void avx_prep(const float *q, const float *s, const float *m, uint32_t D, uint32_t nh,

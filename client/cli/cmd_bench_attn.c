@@ -196,17 +196,6 @@ static kvp_status_t run_fp16(bench_t *b)
     return kvp_attn_compute_f16(&b->prm, b->k16, b->v16, b->T, b->H, b->D, b->q, b->Hq, b->out_h);
 }
 
-static double rel_err(const float *a, const float *ref, size_t n)
-{
-    double num = 0, den = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 typedef struct {
     double fused, decode, fp16; /* medians, seconds */
     double err_d, err_h;
@@ -245,8 +234,8 @@ static int bench_codec(bench_t *b, kvp_codec_id_t codec, result_t *r)
     r->fused  = kvp_median_sorted(t[0], b->rounds);
     r->decode = kvp_median_sorted(t[1], b->rounds);
     r->fp16   = kvp_median_sorted(t[2], b->rounds);
-    r->err_d  = rel_err(b->out_f, b->out_d, (size_t)b->Hq * b->D);
-    r->err_h  = rel_err(b->out_f, b->out_h, (size_t)b->Hq * b->D);
+    r->err_d  = kvp_rel_err(b->out_f, b->out_d, (size_t)b->Hq * b->D);
+    r->err_h  = kvp_rel_err(b->out_f, b->out_h, (size_t)b->Hq * b->D);
     r->bytes  = p.bytes;
     pages_free(&p);
     return 0;

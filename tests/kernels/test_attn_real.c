@@ -50,17 +50,6 @@ static void make_queries(tk_rng_t *r, const float *k, uint32_t T, uint32_t H, ui
     }
 }
 
-static double err_vs(const float *a, const float *ref, size_t n)
-{
-    double num = 0, den = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 static void one_layer(const float *k, const float *v, uint32_t T, uint32_t H, uint32_t D,
                       uint32_t P, uint32_t tail, kvp_codec_id_t codec, uint32_t layer, acc_t *a)
 {
@@ -79,7 +68,7 @@ static void one_layer(const float *k, const float *v, uint32_t T, uint32_t H, ui
     CHECK_OK(kvp_attn_compute(NULL, pg.ap, pg.n, &pg.tp, q, Hq, fused));
     agree    = at_worst(fused, dec, Hq, D);
     a->agree = agree > a->agree ? agree : a->agree;
-    a->fused += err_vs(fused, exact, n);
+    a->fused += tk_rel(fused, exact, n);
     a->eval += kvp_attn_rel_err(k, v, pg.kd, pg.vd, T, H, D, 2 * NQ, 7 + layer);
     at_free(&pg);
     free(q), free(exact), free(dec), free(fused);
