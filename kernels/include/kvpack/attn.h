@@ -29,7 +29,8 @@ typedef struct {
     size_t   scratch_bytes; /* >= kvp_attn_scratch_bytes() of the geometry, else KVP_ERR_INVALID */
 } kvp_attn_params_t;
 
-/* One page as it came from the store (borrowed). */
+/* One page as it came from the store (borrowed; at least 2-byte aligned: fp16 payloads are read
+ * in place, as kvp_page_decode does). */
 typedef struct {
     const void *data;
     size_t      len;
