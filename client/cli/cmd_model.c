@@ -20,6 +20,8 @@
 typedef struct {
     const char    *model, *tokenizer, *codec, *ref, *text, *prompt, *dump, *node, *session;
     const char    *regions;       /* default region spec for lanes without @SPEC */
+    const char    *attn;          /* --attn decode|fused */
+    int            fused;
     uint64_t       tokens, offset, page_tokens, steps, sample, seed;
     double         temp;
     int            json;
@@ -47,6 +49,9 @@ static void usage(FILE *out)
         "                      last R tokens fp16), e.g. s1r128\n"
         "  --ref fp16|fp32     reference lane for KL/top-1 (default fp16)\n"
         "  --page-tokens P     tokens per page (default 128)\n"
+        "  --attn decode|fused attention over the decoded rows (default) or straight over the\n"
+        "                      sealed pages plus the open rows as an fp16 tail (kvp_attn_compute);\n"
+        "                      fused needs lanes without a V window (kivi's ref regions have one)\n"
         "  --text FILE         teacher-forced perplexity over the text's first --tokens tokens\n"
         "  --offset BYTES      start reading the text at this byte (default 0)\n"
         "  --sample N          instead of --text: N tokens sampled from the model (fp32 KV)\n"
@@ -145,6 +150,19 @@ static int node_regions(const opts_t *o, uint32_t *sink_pages_p)
 }
 
 /* Apply each lane's region spec to the run (lane 0, the reference, stays bare). */
+/* --attn fused: every lane's attention through kvp_attn_compute (lanes keep their pages) */
+static kvp_status_t apply_attn(const opts_t *o, kvp_run_t *run)
+{
+    for (uint32_t l = 0; o->fused && l < o->n_lanes; l++) {
+        if (run->cache[l]->p.regions.v_residual != 0) {
+            fprintf(stderr, "kvpack model: --attn fused: lane %s keeps a V window (regions vR); "
+                            "use NAME@bare or a spec without vR\n", run->stat[l].name);
+            return KVP_ERR_UNSUPPORTED;
+        }
+    }
+    return kvp_fwd_set_attn_fused(run->fwd, o->fused);
+}
+
 static kvp_status_t apply_regions(const opts_t *o, kvp_run_t *run)
 {
     for (uint32_t l = 1; l < o->n_lanes; l++) {
@@ -295,6 +313,7 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
         kvp_json_str(&j, "reference", ref->name);
         kvp_json_num(&j, "ppl_fp16", ref->ppl);
         kvp_json_str(&j, "matmul", kvp_mm_impl());
+        kvp_json_str(&j, "attn", o->attn);
         kvp_json_str(&j, "weights", weights_kind(m));
         kvp_json_num(&j, "wall_s", run->wall_s);
         kvp_json_arr(&j, "codecs");
@@ -383,9 +402,13 @@ static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
         }
         fprintf(stderr, "kvpack model: wrote %u tokens of fp32 KV to %s\n", n, o->dump);
     }
-    status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, n, 0, &run);
+    status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, n, o->fused,
+                            &run);
     if (status == KVP_OK) {
         status = apply_regions(o, run);
+    }
+    if (status == KVP_OK) {
+        status = apply_attn(o, run);
     }
     if (status == KVP_OK) {
         run->progress = ppl_progress;
@@ -421,10 +444,13 @@ static int cmd_generate(const opts_t *o, const kvp_model_t *m)
         status = KVP_ERR_NO_MEMORY;
         goto done;
     }
-    status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, np + steps, 0,
-                            &run);
+    status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, np + steps,
+                            o->fused, &run);
     if (status == KVP_OK) {
         status = apply_regions(o, run);
+    }
+    if (status == KVP_OK) {
+        status = apply_attn(o, run);
     }
     if (status == KVP_OK) {
         status = kvp_run_generate(run, prompt, np, steps, out);
@@ -485,7 +511,7 @@ done:
 
 int kvp_cmd_model(int argc, char **argv)
 {
-    opts_t       o = {.codec = "all", .ref = "fp16", .regions = "ref", .tokens = 512,
+    opts_t       o = {.codec = "all", .ref = "fp16", .regions = "ref", .attn = "decode", .tokens = 512,
                       .page_tokens = 128,
                       .steps = 64, .seed = 42, .temp = 1.0, .argv0 = argv[0]};
     kvp_model_t *m = NULL;
@@ -502,6 +528,7 @@ int kvp_cmd_model(int argc, char **argv)
             kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
             kvp_opt_str(argc, argv, &i, "--ref", &o.ref) ||
             kvp_opt_str(argc, argv, &i, "--regions", &o.regions) ||
+            kvp_opt_str(argc, argv, &i, "--attn", &o.attn) ||
             kvp_opt_str(argc, argv, &i, "--text", &o.text) ||
             kvp_opt_str(argc, argv, &i, "--generate", &o.prompt) ||
             kvp_opt_str(argc, argv, &i, "--dump-kv", &o.dump) ||
@@ -532,6 +559,15 @@ int kvp_cmd_model(int argc, char **argv)
         !(o.temp > 0.0)) {
         fprintf(stderr, "kvpack model: --page-tokens 1..%u, --tokens >= 2, --steps >= 1, "
                 "--temp > 0\n", KVP_PAGE_MAX_TOKENS);
+        return 2;
+    }
+    o.fused = strcmp(o.attn, "fused") == 0;
+    if (!o.fused && strcmp(o.attn, "decode") != 0) {
+        fprintf(stderr, "kvpack model: --attn takes decode or fused, not %s\n", o.attn);
+        return 2;
+    }
+    if (o.fused && (o.node != NULL || o.session != NULL)) {
+        fprintf(stderr, "kvpack model: --attn fused is not available with --node\n");
         return 2;
     }
     status = kvp_model_load(o.model, o.tokenizer, &m);

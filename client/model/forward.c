@@ -7,6 +7,7 @@
 #include "par.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/attn.h"
 #include "kvpack/log.h"
 
 #include <math.h>
@@ -25,6 +26,11 @@ struct kvp_fwd {
     void              *cb_arg;
     double             shared_s;
     double            *lane_s;
+    int                fused;         /* kvp_fwd_set_attn_fused */
+    kvp_attn_page_t   *ap;            /* [max_tokens] one layer's sealed pages */
+    uint8_t           *tail;          /* the open rows as an fp16 page */
+    size_t             tail_cap;
+    kvp_status_t       err;           /* first failure of a fused attention call */
 };
 
 kvp_status_t kvp_fwd_create(const kvp_model_t *m, uint32_t lanes, uint32_t max_tokens,
@@ -83,7 +89,26 @@ void kvp_fwd_destroy(kvp_fwd_t *f)
     kvp_free(f->hb2);
     kvp_free(f->att);
     kvp_free(f->lane_s);
+    kvp_free(f->ap);
+    kvp_free(f->tail);
     kvp_free(f);
+}
+
+kvp_status_t kvp_fwd_set_attn_fused(kvp_fwd_t *f, int on)
+{
+    const kvp_model_config_t *c = &f->m->cfg;
+
+    f->fused = 0;
+    if (on && f->ap == NULL) {
+        f->tail_cap = KVP_PAGE_HDR_BYTES + 4 * (size_t)f->max_tokens * c->kv_heads * c->head_dim;
+        f->ap       = kvp_calloc(f->max_tokens, sizeof(*f->ap), "fwd fused pages");
+        f->tail     = kvp_malloc(f->tail_cap, "fwd fused tail");
+        if (f->ap == NULL || f->tail == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+    }
+    f->fused = on;
+    return KVP_OK;
 }
 
 void kvp_fwd_set_kv_cb(kvp_fwd_t *f, kvp_fwd_kv_cb_t cb, void *arg)
@@ -182,10 +207,50 @@ static void attn_head(void *arg, uint32_t h)
     kvp_attn_mix(att, kvp_kvc_v(j->c, j->layer) + off, j->c->row, hd, pos + 1, oh);
 }
 
+/* Attention over the sealed pages of this layer and rows [sealed, pos] as an fp16 tail page. */
+static kvp_status_t attn_fused(kvp_fwd_t *f, const kvp_kvc_t *c, uint32_t layer, const float *q,
+                               float *out, uint32_t pos)
+{
+    const kvp_model_config_t *cfg = &f->m->cfg;
+    uint32_t                  P = c->p.page_tokens, nch = c->sealed / P, ntail = pos + 1 - c->sealed;
+    size_t                    off = (size_t)c->sealed * c->row, len = 0;
+    kvp_page_params_t         pp = {.codec = KVP_CODEC_FP16, .heads = cfg->kv_heads,
+                                    .head_dim = cfg->head_dim, .page_tokens = ntail > P ? ntail : P,
+                                    .layer = layer, .first_pos = c->sealed,
+                                    .flags = KVP_PAGE_F_TAIL};
+    kvp_attn_page_t           tail;
+    kvp_status_t              st;
+
+    for (uint32_t ch = 0; ch < nch; ch++) {
+        size_t i = (size_t)ch * c->p.layers + layer;
+
+        f->ap[ch] = (kvp_attn_page_t){c->pages[i], c->page_lens[i]};
+    }
+    st = kvp_page_encode(&pp, KVP_DTYPE_F32, kvp_kvc_k(c, layer) + off, kvp_kvc_v(c, layer) + off,
+                         ntail, f->tail, f->tail_cap, &len);
+    if (st == KVP_OK) {
+        tail = (kvp_attn_page_t){f->tail, len};
+        st   = kvp_attn_compute(NULL, f->ap, nch, &tail, q, cfg->heads, out);
+    }
+    if (st != KVP_OK) {
+        KVP_LOG_ERROR("model", "fused attention of layer %u at position %u: %s", layer, pos,
+                      kvp_status_str(st));
+    }
+    return st;
+}
+
 static void fwd_attention(kvp_fwd_t *f, const kvp_kvc_t *c, uint32_t layer, const float *q,
                           float *out, uint32_t pos)
 {
     attn_job_t j = {f, c, layer, pos, q, out};
+
+    if (f->fused && c->pages != NULL && c->p.codec != KVP_KVC_FP32 &&
+        c->p.regions.v_residual == 0) {
+        kvp_status_t st = attn_fused(f, c, layer, q, out, pos);
+
+        f->err = f->err != KVP_OK ? f->err : st;
+        return;
+    }
 
     if ((size_t)(pos + 1) * f->m->cfg.heads * f->m->cfg.head_dim < ((size_t)1 << 15)) {
         for (uint32_t h = 0; h < f->m->cfg.heads; h++) {
@@ -276,8 +341,11 @@ kvp_status_t kvp_fwd_step(kvp_fwd_t *f, kvp_kvc_t *const *caches, const uint32_t
         memcpy(f->x + (size_t)b * c->dim, m->tok_emb + (size_t)tokens[b] * c->dim,
                c->dim * sizeof(float));
     }
-    for (uint32_t l = 0; l < c->layers; l++) {
+    for (uint32_t l = 0; l < c->layers && f->err == KVP_OK; l++) {
         fwd_layer(f, caches, l);
+    }
+    if (f->err != KVP_OK) {
+        return f->err;
     }
     t0 = kvp_time_s();
     for (uint32_t b = 0; b < f->lanes; b++) {

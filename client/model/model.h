@@ -82,6 +82,10 @@ kvp_status_t kvp_fwd_create(const kvp_model_t *m, uint32_t lanes, uint32_t max_t
                             kvp_fwd_t **f_p);
 void         kvp_fwd_destroy(kvp_fwd_t *f); /* NULL is a no-op */
 void         kvp_fwd_set_kv_cb(kvp_fwd_t *f, kvp_fwd_kv_cb_t cb, void *arg);
+/* Attention of lanes whose cache keeps its pages (keep_pages) and has no V window runs straight
+ * over the sealed pages plus the open rows as an fp16 tail page (kvp_attn_compute) instead of
+ * over the decoded rows; other lanes (fp32, V window) are unchanged. Call before the first step. */
+kvp_status_t kvp_fwd_set_attn_fused(kvp_fwd_t *f, int on);
 
 /* One token per lane: tokens[l] at position caches[l]->ntok; appends its K/V to caches[l]
  * (sealing pages as they fill) and writes logits[l*vocab ..]. Caches are borrowed. */
