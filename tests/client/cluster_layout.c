@@ -33,7 +33,7 @@ int main(void)
     printf("}");
     S(kvp_session_info_t);
     F(kvp_session_info_t, ns); F(kvp_session_info_t, sid); F(kvp_session_info_t, where);
-    F(kvp_session_info_t, bytes);
+    F(kvp_session_info_t, bytes); F(kvp_session_info_t, version); F(kvp_session_info_t, deleted);
     printf("}");
     S(kvp_client_params_t);
     F(kvp_client_params_t, server); F(kvp_client_params_t, timeout_ms);
