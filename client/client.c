@@ -981,7 +981,7 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
 
 /* A request naming one session whose reply carries only a status (SPILL, DELETE). */
 static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t ns, const char *sid,
-                               uint64_t version)
+                               uint64_t version, uint32_t drop)
 {
     kvp_wire_req_t req;
     call_t        *call;
@@ -994,6 +994,7 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
     req.op      = op;
     req.ns      = ns;
     req.version = version;
+    req.drop    = drop;
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_simple(client, &req, &call);
     call_release(call);
@@ -1002,18 +1003,24 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
 
 kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)
 {
-    return session_op(client, KVP_WIRE_OP_SPILL, ns, sid, 0);
+    return session_op(client, KVP_WIRE_OP_SPILL, ns, sid, 0, 0);
 }
 
 kvp_status_t kvp_client_delete_session(kvp_client_h client, uint64_t ns, const char *sid)
 {
-    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, kvp_version_now());
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, kvp_version_now(), 0);
 }
 
 kvp_status_t kvp_client_delete_session_version(kvp_client_h client, uint64_t ns, const char *sid,
                                                uint64_t version)
 {
-    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, version);
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, version, 0);
+}
+
+kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                     uint64_t version)
+{
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, version, 1);
 }
 
 /* ---- list: LIST pages after a (ns, sid) cursor ---- */

@@ -378,9 +378,10 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
             handle_stat(n, conn, &rep);
             break;
         case KVP_WIRE_OP_DELETE:
-            s = kvp_store_session_delete_version(n->store, req.ns, req.sid,
-                                                 req.version != 0 ? req.version
-                                                                  : kvp_node_wall_ns());
+            s = req.drop ? kvp_store_session_drop(n->store, req.ns, req.sid, req.version)
+                         : kvp_store_session_delete_version(n->store, req.ns, req.sid,
+                                                            req.version != 0 ? req.version
+                                                                             : kvp_node_wall_ns());
             reply_status(n, conn, &rep, s, req.sid);
             break;
         case KVP_WIRE_OP_LIST:

@@ -177,6 +177,8 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         sr.sid         = (char *)req->sid;
         sr.has_version = req->op == KVP_WIRE_OP_DELETE && req->version != 0;
         sr.version     = req->version;
+        sr.has_drop    = req->op == KVP_WIRE_OP_DELETE && req->drop != 0;
+        sr.drop        = req->drop != 0;
         if (req->op == KVP_WIRE_OP_SPILL) {
             r.body_case = KVP__REQUEST__BODY_SPILL;
             r.spill     = &sr;
@@ -302,6 +304,7 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         }
         strcpy(req->sid, s->sid);
         req->version = req->op == KVP_WIRE_OP_DELETE && s->has_version ? s->version : 0;
+        req->drop    = req->op == KVP_WIRE_OP_DELETE && s->has_drop && s->drop;
         return KVP_OK;
     }
     case KVP__REQUEST__BODY_GET_PAGES: {

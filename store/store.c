@@ -1051,6 +1051,24 @@ kvp_status_t kvp_store_session_delete_version(kvp_store_h st, uint64_t ns, const
     return status;
 }
 
+kvp_status_t kvp_store_session_drop(kvp_store_h st, uint64_t ns, const char *sid,
+                                    uint64_t version)
+{
+    kvp_sess_t  *s;
+    kvp_status_t status;
+
+    if (st == NULL || sid_check(sid) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "session drop with an invalid argument");
+        return KVP_ERR_INVALID;
+    }
+    store_enter(st);
+    s      = sess_find_idle(st, ns, sid);
+    status = s == NULL ? KVP_ERR_NOT_FOUND : version_check(st, ns, sid, version, true);
+    status = status == KVP_OK ? kvp_store_sess_remove(st, s, 0) : status;
+    store_leave(st);
+    return status;
+}
+
 kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *keys, uint32_t n,
                               uint32_t layers, uint32_t *hit_chunks_p)
 {

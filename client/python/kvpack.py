@@ -143,7 +143,9 @@ class _ClusterReport(ctypes.Structure):
 class _ClusterList(ctypes.Structure):
     _fields_ = [("n", ctypes.c_uint32), ("sessions", ctypes.POINTER(_SessionInfo)),
                 ("holders", ctypes.POINTER(ctypes.c_uint64)), ("truncated", ctypes.c_int),
-                ("requests", ctypes.c_uint32)]
+                ("requests", ctypes.c_uint32), ("stride", ctypes.c_uint32),
+                ("versions", ctypes.POINTER(ctypes.c_uint64)),
+                ("deleted", ctypes.POINTER(ctypes.c_uint64))]
 
 
 # ---- Python-side values ----

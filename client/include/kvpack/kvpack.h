@@ -108,6 +108,10 @@ kvp_status_t kvp_client_delete_session(kvp_client_h client, uint64_t ns, const c
  * is newer (it stays). */
 kvp_status_t kvp_client_delete_session_version(kvp_client_h client, uint64_t ns, const char *sid,
                                                uint64_t version);
+/* Repair moving a replica away: remove the node's copy if its version is <= version (else
+ * KVP_ERR_STALE: a newer put landed), keeping no tombstone. */
+kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                     uint64_t version);
 
 /* One session a node holds (DRAM or disk), as listed by kvp_client_list_sessions. */
 enum kvp_session_where {

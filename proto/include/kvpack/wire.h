@@ -62,6 +62,8 @@ typedef struct {
     uint64_t      version;            /* PUT_SESSION, DELETE: the write's version; 0 = absent
                                        * (the node uses its own clock) */
     uint32_t      deleted;            /* LIST: also list tombstones */
+    uint32_t      drop;               /* DELETE: drop a replica (version = the newest it may
+                                       * have), no tombstone */
 } kvp_wire_req_t;
 
 typedef struct {

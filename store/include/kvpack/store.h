@@ -135,6 +135,10 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h store, uint64_t ns, const
                                            const kvp_session_desc_t *desc, uint64_t version);
 kvp_status_t kvp_store_session_delete_version(kvp_store_h store, uint64_t ns, const char *sid,
                                               uint64_t version);
+/* Drop this store's copy (repair moving a replica away) when its version is <= version, else
+ * KVP_ERR_STALE; no tombstone is kept. KVP_ERR_NOT_FOUND without a record. */
+kvp_status_t kvp_store_session_drop(kvp_store_h store, uint64_t ns, const char *sid,
+                                    uint64_t version);
 /* As kvp_store_session_get, with the record's version (version_p may be NULL). */
 kvp_status_t kvp_store_session_get_version(kvp_store_h store, uint64_t ns, const char *sid,
                                            kvp_session_desc_t *desc, uint64_t *version_p);
