@@ -1028,45 +1028,41 @@ kvp_status_t kvp_store_session_delete(kvp_store_h st, uint64_t ns, const char *s
     return kvp_store_session_delete_version(st, ns, sid, 0);
 }
 
-kvp_status_t kvp_store_session_delete_version(kvp_store_h st, uint64_t ns, const char *sid,
-                                              uint64_t version)
+/* Delete (tomb: keep a tombstone at version unless it is 0) or drop (no tombstone) a session;
+ * a record newer than version is refused (not for an unversioned delete). */
+static kvp_status_t session_remove(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version,
+                                   bool tomb)
 {
     kvp_sess_t  *s;
     kvp_status_t status;
 
     if (st == NULL || sid_check(sid) != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session delete with an invalid argument");
+        KVP_LOG_ERROR(MOD, "session %s with an invalid argument", tomb ? "delete" : "drop");
         return KVP_ERR_INVALID;
     }
     store_enter(st);
     s      = sess_find_idle(st, ns, sid);
-    status = version != 0 ? version_check(st, ns, sid, version, true) : KVP_OK;
+    status = version != 0 || !tomb ? version_check(st, ns, sid, version, true) : KVP_OK;
     if (status == KVP_OK && s != NULL) {
-        status = kvp_store_sess_remove(st, s, version);
+        status = kvp_store_sess_remove(st, s, tomb ? version : 0);
     } else if (status == KVP_OK) { /* no record: the tombstone still stops a late copy */
-        status = version != 0 ? kvp_store_tomb_record(st, ns, sid, version, NULL) : KVP_OK;
+        status = tomb && version != 0 ? kvp_store_tomb_record(st, ns, sid, version, NULL) : KVP_OK;
         status = status == KVP_OK ? KVP_ERR_NOT_FOUND : status;
     }
     store_leave(st);
     return status;
 }
 
+kvp_status_t kvp_store_session_delete_version(kvp_store_h st, uint64_t ns, const char *sid,
+                                              uint64_t version)
+{
+    return session_remove(st, ns, sid, version, true);
+}
+
 kvp_status_t kvp_store_session_drop(kvp_store_h st, uint64_t ns, const char *sid,
                                     uint64_t version)
 {
-    kvp_sess_t  *s;
-    kvp_status_t status;
-
-    if (st == NULL || sid_check(sid) != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session drop with an invalid argument");
-        return KVP_ERR_INVALID;
-    }
-    store_enter(st);
-    s      = sess_find_idle(st, ns, sid);
-    status = s == NULL ? KVP_ERR_NOT_FOUND : version_check(st, ns, sid, version, true);
-    status = status == KVP_OK ? kvp_store_sess_remove(st, s, 0) : status;
-    store_leave(st);
-    return status;
+    return session_remove(st, ns, sid, version, false);
 }
 
 kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *keys, uint32_t n,

@@ -260,6 +260,37 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
     return first;
 }
 
+/* Delete the copies on pl->delete_from. A deleted session (newest entry a tombstone): delete at
+ * the tombstone's version, which leaves that tombstone on the node; else drop surplus copies
+ * (no tombstone; refused where the copy became newer meanwhile). NOT_FOUND: gone meanwhile. */
+static kvp_status_t delete_copies(repair_t *rp, repair_plan_t *pl)
+{
+    kvp_status_t s = KVP_OK;
+
+    for (uint32_t k = 0; k < rp->n; k++) {
+        kvp_client_h c;
+        kvp_status_t ds;
+
+        if (!(pl->delete_from & BIT(k))) {
+            continue;
+        }
+        ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
+        if (ds == KVP_OK) {
+            ds = pl->tombstoned
+                     ? kvp_client_delete_session_version(c, pl->e->ns, pl->e->sid, pl->version)
+                     : kvp_client_drop_session(c, pl->e->ns, pl->e->sid, pl->version);
+        }
+        if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) {
+            *(pl->tombstoned ? &rp->sum.deleted_tombstoned : &rp->sum.deleted) += ds == KVP_OK;
+        } else {
+            s = s == KVP_OK ? node_fail(rp, pl, k, pl->tombstoned ? "delete (tombstoned)"
+                                                                  : "delete surplus", ds)
+                            : s;
+        }
+    }
+    return s;
+}
+
 /* Delete the copies outside the target set, once every target that was only listed as a holder
  * answers now (the ones just copied to answered the put). A delete that fails leaves a copy. */
 static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
@@ -277,48 +308,7 @@ static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
     if (s != KVP_OK || pl->targets == 0) { /* never the last copy */
         return s != KVP_OK ? s : KVP_ERR_INVALID;
     }
-    for (uint32_t k = 0; k < rp->n; k++) {
-        kvp_client_h c;
-        kvp_status_t ds;
-
-        if (!(pl->delete_from & BIT(k))) {
-            continue;
-        }
-        ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
-        ds = ds == KVP_OK ? kvp_client_drop_session(c, pl->e->ns, pl->e->sid, pl->version) : ds;
-        if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) { /* NOT_FOUND: gone meanwhile */
-            rp->sum.deleted += ds == KVP_OK;
-        } else {
-            s = s == KVP_OK ? node_fail(rp, pl, k, "delete surplus", ds) : s;
-        }
-    }
-    return s;
-}
-
-/* A deleted session (newest entry a tombstone): delete every copy at the tombstone's version,
- * which also leaves that tombstone on the node. */
-static kvp_status_t drop_tombstoned(repair_t *rp, repair_plan_t *pl)
-{
-    kvp_status_t s = KVP_OK;
-
-    for (uint32_t k = 0; k < rp->n; k++) {
-        kvp_client_h c;
-        kvp_status_t ds;
-
-        if (!(pl->delete_from & BIT(k))) {
-            continue;
-        }
-        ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
-        ds = ds == KVP_OK ? kvp_client_delete_session_version(c, pl->e->ns, pl->e->sid,
-                                                              pl->version)
-                          : ds;
-        if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) {
-            rp->sum.deleted_tombstoned += ds == KVP_OK;
-        } else {
-            s = s == KVP_OK ? node_fail(rp, pl, k, "delete (tombstoned)", ds) : s;
-        }
-    }
-    return s;
+    return delete_copies(rp, pl);
 }
 
 /* Carry out (or, dry run, only print) one session's plan; tallies and reports it. */
@@ -333,7 +323,7 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
         return;
     }
     if (!rp->dry_run && pl->tombstoned) {
-        s = drop_tombstoned(rp, pl);
+        s = delete_copies(rp, pl);
     } else if (!rp->dry_run) {
         s = pl->copy_to ? copy_all(rp, pl) : KVP_OK;
         s = s == KVP_OK && pl->delete_from ? drop_surplus(rp, pl) : s;
