@@ -5,7 +5,8 @@
  * tombstones: a versioned delete keeps a tombstone that survives reopen, refuses older (and
  *   equal) puts, is cleared by a newer put, is recorded for an unknown session too (still
  *   KVP_ERR_NOT_FOUND), is listed only with KVP_STORE_LIST_DELETED; an older delete is refused.
- * ttl: a tombstone past tomb_ttl_s is dropped, in process and at open. */
+ * ttl: a tombstone past tomb_ttl_s is dropped, in process and at open.
+ * append: an append to a versioned session keeps its version. */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -175,13 +176,66 @@ static void case_ttl(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
+/* Append tokens [from, from + n) (fp16, values from the token index) to sid in namespace ns. */
+static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const uint32_t *ids,
+                             uint32_t tail, uint32_t from, uint32_t n)
+{
+    size_t             cnt = (size_t)G.layers * n * G.heads * G.head_dim;
+    float             *k   = kvp_malloc(cnt * sizeof(float), "test k");
+    kvp_store_append_t a   = {0};
+    kvp_status_t       s;
+
+    CHECK(k != NULL);
+    for (size_t i = 0; i < cnt; i++) {
+        k[i] = (float)((from * 31 + i) % 97) / 16.0f;
+    }
+    a.codec          = KVP_CODEC_FP16;
+    a.ns_fingerprint = t_fingerprint(&G);
+    a.layers         = G.layers;
+    a.heads          = G.heads;
+    a.head_dim       = G.head_dim;
+    a.page_tokens    = G.page_tokens;
+    a.dtype          = KVP_DTYPE_F32;
+    a.k              = k;
+    a.v              = k;
+    a.ntok           = n;
+    a.ids            = ids + from - tail;
+    a.n_ids          = tail + n;
+    s                = kvp_store_session_append(st, ns, sid, &a, NULL);
+    kvp_free(k);
+    return s;
+}
+
+/* An append keeps the session's version (it is not a new write that could lose to itself). */
+static void case_append(const char *dir)
+{
+    uint32_t           ids[64];
+    kvp_session_desc_t d;
+    kvp_store_h        st = open_ttl(dir, 0);
+    uint64_t           ns = NS + 1;
+    uint64_t           v  = 0;
+
+    for (uint32_t i = 0; i < 64; i++) {
+        ids[i] = 1000 + i * 7;
+    }
+    CHECK_OK(append_n(st, ns, "ap", ids, 0, 0, 5));          /* creates it, version 0 */
+    CHECK_OK(kvp_store_session_get(st, ns, "ap", &d));
+    CHECK_OK(kvp_store_session_put_version(st, ns, "ap", &d, 500));
+    kvp_session_desc_clear(&d);
+    CHECK_OK(append_n(st, ns, "ap", ids, 5, 5, 20));          /* seals a chunk: 25 = 16 + 9 */
+    CHECK_OK(kvp_store_session_get_version(st, ns, "ap", &d, &v));
+    CHECK(v == 500 && d.n_chunks == 1 && d.tail_tokens == 9);
+    kvp_session_desc_clear(&d);
+    kvp_store_close(st);
+}
+
 int main(int argc, char **argv)
 {
     char dir[512];
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     if (argc != 2) {
-        fprintf(stderr, "usage: %s versions|tombstones|ttl\n", argv[0]);
+        fprintf(stderr, "usage: %s versions|tombstones|ttl|append\n", argv[0]);
         return 2;
     }
     t_tmpdir(dir, sizeof(dir), "tomb");
@@ -191,6 +245,8 @@ int main(int argc, char **argv)
         case_tombstones(dir);
     } else if (strcmp(argv[1], "ttl") == 0) {
         case_ttl(dir);
+    } else if (strcmp(argv[1], "append") == 0) {
+        case_append(dir);
     } else {
         fprintf(stderr, "unknown case %s\n", argv[1]);
         t_rmrf(dir);
