@@ -182,26 +182,13 @@ static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const
 {
     size_t             cnt = (size_t)G.layers * n * G.heads * G.head_dim;
     float             *k   = kvp_malloc(cnt * sizeof(float), "test k");
-    kvp_store_append_t a   = {0};
     kvp_status_t       s;
 
     CHECK(k != NULL);
     for (size_t i = 0; i < cnt; i++) {
         k[i] = (float)((from * 31 + i) % 97) / 16.0f;
     }
-    a.codec          = KVP_CODEC_FP16;
-    a.ns_fingerprint = t_fingerprint(&G);
-    a.layers         = G.layers;
-    a.heads          = G.heads;
-    a.head_dim       = G.head_dim;
-    a.page_tokens    = G.page_tokens;
-    a.dtype          = KVP_DTYPE_F32;
-    a.k              = k;
-    a.v              = k;
-    a.ntok           = n;
-    a.ids            = ids + from - tail;
-    a.n_ids          = tail + n;
-    s                = kvp_store_session_append(st, ns, sid, &a, NULL);
+    s = t_append_f32(st, ns, sid, &G, KVP_CODEC_FP16, k, k, n, ids + from - tail, tail + n, NULL);
     kvp_free(k);
     return s;
 }
