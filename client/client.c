@@ -14,8 +14,10 @@
 #include "kvpack/wire.h"
 #include "kvpack/xfer.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define MOD            "client"
 #define MAX_INFLIGHT   8
@@ -423,8 +425,31 @@ kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *
     return first;
 }
 
+uint64_t kvp_version_now(void)
+{
+    static _Atomic uint64_t last;
+    struct timespec         ts;
+    uint64_t                now, prev;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now  = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    prev = atomic_load(&last);
+    do { /* two writes in one nanosecond still get distinct, ordered versions */
+        if (now <= prev) {
+            now = prev + 1;
+        }
+    } while (!atomic_compare_exchange_weak(&last, &prev, now));
+    return now;
+}
+
 kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char *sid,
                                     const kvp_session_desc_t *desc)
+{
+    return kvp_client_put_session_version(client, ns, sid, desc, kvp_version_now());
+}
+
+kvp_status_t kvp_client_put_session_version(kvp_client_h client, uint64_t ns, const char *sid,
+                                            const kvp_session_desc_t *desc, uint64_t version)
 {
     kvp_wire_req_t  req;
     kvp_xfer_iov_t *iov;
@@ -452,6 +477,7 @@ kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char
     req.op         = KVP_WIRE_OP_PUT_SESSION;
     req.ns         = ns;
     req.record_len = (uint32_t)len;
+    req.version    = version;
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_start(client, &req, iov, 1, &call);
     if (s == KVP_OK) {
@@ -829,6 +855,7 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     }
     data = kvp_xfer_msg_data(call->msg, &dl);
     s    = kvp_session_desc_unpack(data, dl, &sp->pub.desc);
+    sp->pub.version = call->rep.version;
     call_release(call);
     if (s != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s record from the node: %s", sid, kvp_status_str(s));
@@ -953,7 +980,8 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
 }
 
 /* A request naming one session whose reply carries only a status (SPILL, DELETE). */
-static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t ns, const char *sid)
+static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t ns, const char *sid,
+                               uint64_t version, uint32_t drop)
 {
     kvp_wire_req_t req;
     call_t        *call;
@@ -963,8 +991,10 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
         return s;
     }
     memset(&req, 0, sizeof(req));
-    req.op = op;
-    req.ns = ns;
+    req.op      = op;
+    req.ns      = ns;
+    req.version = version;
+    req.drop    = drop;
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_simple(client, &req, &call);
     call_release(call);
@@ -973,12 +1003,24 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
 
 kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)
 {
-    return session_op(client, KVP_WIRE_OP_SPILL, ns, sid);
+    return session_op(client, KVP_WIRE_OP_SPILL, ns, sid, 0, 0);
 }
 
 kvp_status_t kvp_client_delete_session(kvp_client_h client, uint64_t ns, const char *sid)
 {
-    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid);
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, kvp_version_now(), 0);
+}
+
+kvp_status_t kvp_client_delete_session_version(kvp_client_h client, uint64_t ns, const char *sid,
+                                               uint64_t version)
+{
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, version, 0);
+}
+
+kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                     uint64_t version)
+{
+    return session_op(client, KVP_WIRE_OP_DELETE, ns, sid, version, 1);
 }
 
 /* ---- list: LIST pages after a (ns, sid) cursor ---- */
@@ -1015,12 +1057,20 @@ static kvp_status_t list_take(kvp_session_list_t *l, uint32_t *cap, const kvp_wi
         e->where       = ((w->where & KVP_WIRE_WHERE_DRAM) ? KVP_SESSION_IN_DRAM : 0u) |
                          ((w->where & KVP_WIRE_WHERE_DISK) ? KVP_SESSION_ON_DISK : 0u);
         e->bytes       = w->bytes;
+        e->version     = w->version;
+        e->deleted     = w->deleted;
     }
     return KVP_OK;
 }
 
 kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, uint32_t max,
                                       kvp_session_list_t **out_p)
+{
+    return kvp_client_list_sessions_ex(client, page_size, max, 0, out_p);
+}
+
+kvp_status_t kvp_client_list_sessions_ex(kvp_client_h client, uint32_t page_size, uint32_t max,
+                                         uint64_t flags, kvp_session_list_t **out_p)
 {
     kvp_session_list_t *l   = kvp_calloc(1, sizeof(*l), "session list");
     uint32_t            cap = 0;
@@ -1039,7 +1089,8 @@ kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, u
         uint32_t       want = page_size ? page_size : KVP_WIRE_MAX_LIST;
 
         memset(&req, 0, sizeof(req));
-        req.op    = KVP_WIRE_OP_LIST;
+        req.op      = KVP_WIRE_OP_LIST;
+        req.deleted = (flags & KVP_LIST_DELETED) != 0;
         req.limit = (max != 0 && max - l->n < want) ? max - l->n : want;
         if (l->n > 0) { /* the cursor: the last session received */
             req.ns = l->sessions[l->n - 1].ns;

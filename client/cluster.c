@@ -219,13 +219,15 @@ static void route_fail(route_t *rt, kvp_status_t s)
 static int put_stops(kvp_status_t s)
 {
     return s == KVP_ERR_INVALID || s == KVP_ERR_TOO_LARGE || s == KVP_ERR_BAD_PAGE ||
-           s == KVP_ERR_WRONG_CODEC || s == KVP_ERR_BAD_INPUT_DATA || s == KVP_ERR_NO_MEMORY;
+           s == KVP_ERR_WRONG_CODEC || s == KVP_ERR_BAD_INPUT_DATA || s == KVP_ERR_NO_MEMORY ||
+           s == KVP_ERR_STALE;
 }
 
 /* The whole session to one node: one chunk (layers pages) per put_pages, then the record. */
 static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
                             const char *sid, const void *const *pages, const size_t *lens,
-                            size_t n, const kvp_session_desc_t *desc, const char **stage_p)
+                            size_t n, const kvp_session_desc_t *desc, uint64_t version,
+                            const char **stage_p)
 {
     uint32_t     L      = desc->layers;
     uint64_t     chunks = n / L;
@@ -242,7 +244,7 @@ static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uin
         return s;
     }
     *stage_p = "session record";
-    return kvp_client_put_session(cl, ns, sid, desc);
+    return kvp_client_put_session_version(cl, ns, sid, desc, version);
 }
 
 typedef struct {
@@ -268,6 +270,7 @@ static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_
 {
     uint32_t total = 0, k = 0;
     held_t  *all;
+    int      vers = out->stride != 0;
 
     for (uint32_t i = 0; i < c->n; i++) {
         total += ls[i] ? ls[i]->n : 0;
@@ -277,7 +280,13 @@ static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_
     all           = kvp_calloc(total + 1u, sizeof(*all), "cluster merge");
     out->sessions = kvp_calloc(total + 1u, sizeof(*out->sessions), "cluster list");
     out->holders  = kvp_calloc(total + 1u, sizeof(*out->holders), "cluster holders");
-    if (all == NULL || out->sessions == NULL || out->holders == NULL) {
+    if (vers) {
+        out->versions = kvp_calloc((size_t)(total + 1u) * out->stride, sizeof(uint64_t),
+                                   "cluster versions");
+        out->deleted  = kvp_calloc(total + 1u, sizeof(*out->deleted), "cluster tombstones");
+    }
+    if (all == NULL || out->sessions == NULL || out->holders == NULL ||
+        (vers && (out->versions == NULL || out->deleted == NULL))) {
         kvp_free(all);
         return KVP_ERR_NO_MEMORY;
     }
@@ -289,18 +298,27 @@ static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_
     }
     qsort(all, total, sizeof(*all), held_cmp);
     for (uint32_t j = 0; j < total; j++) {
-        const kvp_session_info_t *last = out->n ? &out->sessions[out->n - 1] : NULL;
+        kvp_session_info_t *last = out->n ? &out->sessions[out->n - 1] : NULL;
+        const uint64_t      bit  = 1ull << all[j].node;
 
-        if (last != NULL && last->ns == all[j].info.ns && strcmp(last->sid, all[j].info.sid) == 0) {
-            out->holders[out->n - 1] |= 1ull << all[j].node;
-            continue;
+        if (last == NULL || last->ns != all[j].info.ns || strcmp(last->sid, all[j].info.sid) != 0) {
+            if (max != 0 && out->n == max) {
+                out->truncated = 1;
+                break;
+            }
+            last  = &out->sessions[out->n++];
+            *last = all[j].info;
+        } else if (last->deleted && !all[j].info.deleted) {
+            *last = all[j].info; /* a record's info before any tombstone's */
         }
-        if (max != 0 && out->n == max) {
-            out->truncated = 1;
-            break;
+        if (vers && all[j].info.deleted) {
+            out->deleted[out->n - 1] |= bit;
+        } else {
+            out->holders[out->n - 1] |= bit;
         }
-        out->sessions[out->n]  = all[j].info;
-        out->holders[out->n++] = 1ull << all[j].node;
+        if (vers) {
+            out->versions[(size_t)(out->n - 1) * out->stride + all[j].node] = all[j].info.version;
+        }
     }
     kvp_free(all);
     return KVP_OK;
@@ -429,8 +447,9 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      kvp_cluster_report_t *report)
 {
     route_t      rt;
-    kvp_status_t first = KVP_OK;
-    kvp_status_t s     = route_begin(cluster, 1, ns, sid, report, &rt);
+    kvp_status_t first   = KVP_OK;
+    uint64_t     version = kvp_version_now(); /* one version for every replica */
+    kvp_status_t s       = route_begin(cluster, 1, ns, sid, report, &rt);
 
     if (desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
         KVP_LOG_ERROR(MOD, "put: %zu pages are not whole chunks of the record's layers", n);
@@ -442,7 +461,7 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
         kvp_status_t ps = node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (ps == KVP_OK) {
-            ps = put_one(cluster, cl, rt.order[k], ns, sid, pages, lens, n, desc, &stage);
+            ps = put_one(cluster, cl, rt.order[k], ns, sid, pages, lens, n, desc, version, &stage);
             report_add(cluster, rt.r, rt.order[k], ps, stage);
         }
         rt.r->n_ok += ps == KVP_OK;
@@ -459,6 +478,16 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
                                   size_t n, const kvp_session_desc_t *desc,
                                   kvp_cluster_report_t *report)
 {
+    return kvp_cluster_put_node_version(cluster, node, ns, sid, pages, lens, n, desc,
+                                        kvp_version_now(), report);
+}
+
+kvp_status_t kvp_cluster_put_node_version(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
+                                          const char *sid, const void *const *pages,
+                                          const size_t *lens, size_t n,
+                                          const kvp_session_desc_t *desc, uint64_t version,
+                                          kvp_cluster_report_t *report)
+{
     route_t      rt;
     const char  *stage = "connect";
     kvp_client_h cl;
@@ -471,7 +500,7 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
     }
     s = node_open(cluster, node, rt.r, &cl);
     if (s == KVP_OK) {
-        s = put_one(cluster, cl, node, ns, sid, pages, lens, n, desc, &stage);
+        s = put_one(cluster, cl, node, ns, sid, pages, lens, n, desc, version, &stage);
         report_add(cluster, rt.r, node, s, stage);
     }
     rt.r->n_ok = s == KVP_OK;
@@ -509,6 +538,7 @@ kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, cons
 {
     route_t      rt;
     kvp_status_t first_r = KVP_OK;
+    uint64_t     version = kvp_version_now(); /* one tombstone version on every node */
     kvp_status_t s       = route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
@@ -516,7 +546,7 @@ kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, cons
         kvp_status_t ds = node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (ds == KVP_OK) {
-            ds = kvp_client_delete_session(cl, ns, sid);
+            ds = kvp_client_delete_session_version(cl, ns, sid, version);
             report_add(cluster, rt.r, rt.order[k], ds, "delete");
         }
         rt.r->n_ok += ds == KVP_OK;
@@ -538,6 +568,13 @@ kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, cons
 kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
                                        kvp_cluster_list_t **out_p, kvp_cluster_report_t *report)
 {
+    return kvp_cluster_list_sessions_ex(cluster, page_size, max, 0, out_p, report);
+}
+
+kvp_status_t kvp_cluster_list_sessions_ex(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
+                                          uint64_t flags, kvp_cluster_list_t **out_p,
+                                          kvp_cluster_report_t *report)
+{
     kvp_session_list_t *ls[KVP_CLUSTER_MAX_NODES] = {0};
     kvp_cluster_list_t *out = NULL;
     route_t             rt;
@@ -549,7 +586,7 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
         kvp_status_t ls_s = node_open(cluster, i, rt.r, &cl);
 
         if (ls_s == KVP_OK) {
-            ls_s = kvp_client_list_sessions(cl, page_size, max, &ls[i]);
+            ls_s = kvp_client_list_sessions_ex(cl, page_size, max, flags, &ls[i]);
             report_add(cluster, rt.r, i, ls_s, "list");
         }
         rt.r->n_ok += ls_s == KVP_OK;
@@ -559,7 +596,10 @@ kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size
         s = s != KVP_OK ? s : first;
     } else {
         out = kvp_calloc(1, sizeof(*out), "cluster list");
-        s   = out ? list_merge(cluster, ls, max, out) : KVP_ERR_NO_MEMORY;
+        if (out != NULL && (flags & KVP_LIST_DELETED)) {
+            out->stride = cluster->n;
+        }
+        s = out ? list_merge(cluster, ls, max, out) : KVP_ERR_NO_MEMORY;
     }
     for (uint32_t i = 0; i < cluster->n; i++) {
         kvp_session_list_free(ls[i]);
@@ -577,6 +617,8 @@ void kvp_cluster_list_free(kvp_cluster_list_t *list)
     if (list != NULL) {
         kvp_free(list->sessions);
         kvp_free(list->holders);
+        kvp_free(list->versions);
+        kvp_free(list->deleted);
         kvp_free(list);
     }
 }

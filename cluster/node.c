@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define MOD "node"
 
@@ -42,6 +43,15 @@ typedef struct {
 } reply_ctx_t;
 
 /* ---- private: replies ---- */
+
+/* A version for a write that came without one (an older client): the node's wall clock. */
+static uint64_t kvp_node_wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void reply_ctx_free(reply_ctx_t *rc)
 {
@@ -146,9 +156,10 @@ static void handle_put_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
         reply_status(n, conn, rep, s, "session record");
         return;
     }
-    s = kvp_store_session_put(n->store, req->ns, req->sid, &desc);
+    s = kvp_store_session_put_version(n->store, req->ns, req->sid, &desc,
+                                      req->version != 0 ? req->version : kvp_node_wall_ns());
     kvp_session_desc_clear(&desc);
-    reply_status(n, conn, rep, s, "session put");
+    reply_status(n, conn, rep, s, s == KVP_ERR_STALE ? req->sid : "session put");
 }
 
 static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
@@ -157,7 +168,8 @@ static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
     kvp_session_desc_t desc;
     reply_ctx_t       *rc;
     size_t             len;
-    kvp_status_t       s = kvp_store_session_get(n->store, req->ns, req->sid, &desc);
+    kvp_status_t       s = kvp_store_session_get_version(n->store, req->ns, req->sid, &desc,
+                                                         &rep->version);
 
     if (s != KVP_OK) {
         reply_status(n, conn, rep, s, req->sid);
@@ -274,8 +286,9 @@ static void handle_list(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *r
 
     rep->sessions = kvp_calloc(max, sizeof(*rep->sessions), "node list reply");
     if (info != NULL && rep->sessions != NULL) {
-        s = kvp_store_session_list(n->store, req->ns, req->sid[0] ? req->sid : NULL, info, max,
-                                   &got, &more);
+        s = kvp_store_session_list_ex(n->store, req->ns, req->sid[0] ? req->sid : NULL,
+                                      req->deleted ? KVP_STORE_LIST_DELETED : 0, info, max, &got,
+                                      &more);
     }
     for (uint32_t i = 0; s == KVP_OK && i < got; i++) {
         kvp_wire_session_t *w = &rep->sessions[i];
@@ -292,6 +305,8 @@ static void handle_list(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *r
         w->where       = ((info[i].where & KVP_STORE_IN_DRAM) ? KVP_WIRE_WHERE_DRAM : 0u) |
                          ((info[i].where & KVP_STORE_ON_DISK) ? KVP_WIRE_WHERE_DISK : 0u);
         w->bytes       = info[i].bytes;
+        w->version     = info[i].version;
+        w->deleted     = info[i].deleted;
     }
     rep->n_sessions = got;
     rep->more       = (uint32_t)more;
@@ -363,7 +378,10 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
             handle_stat(n, conn, &rep);
             break;
         case KVP_WIRE_OP_DELETE:
-            s = kvp_store_session_delete(n->store, req.ns, req.sid);
+            s = req.drop ? kvp_store_session_drop(n->store, req.ns, req.sid, req.version)
+                         : kvp_store_session_delete_version(n->store, req.ns, req.sid,
+                                                            req.version != 0 ? req.version
+                                                                             : kvp_node_wall_ns());
             reply_status(n, conn, &rep, s, req.sid);
             break;
         case KVP_WIRE_OP_LIST:
@@ -497,6 +515,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     if (fm & KVP_NODE_PARAM_DURABILITY) {
         sp.field_mask |= KVP_STORE_PARAM_DURABILITY;
         sp.durability  = params->durability;
+    }
+    if (fm & KVP_NODE_PARAM_TOMB_TTL) {
+        sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
+        sp.tomb_ttl_s  = params->tomb_ttl_s;
     }
     s = kvp_store_open(&sp, &n.store);
     if (s != KVP_OK) {

@@ -40,6 +40,9 @@ static void usage(const char *prog, FILE *out)
             "  --etcd-ttl S            lease TTL in seconds, 2..3600 (default 10)\n"
             "  --advertise HOST:PORT   address registered in etcd (default: the listen host and\n"
             "                          the bound port; required when listening on 0.0.0.0)\n"
+            "  --tombstone-ttl S       keep delete tombstones S seconds (default 604800, 7 days):\n"
+            "                          a replica back from an outage longer than that may bring\n"
+            "                          a deleted session back\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
             "  -h, --help              this text\n",
@@ -141,6 +144,16 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             p.etcd_ttl_s = (uint32_t)strtoul(v, &end, 10);
             if (*end != '\0' || p.etcd_ttl_s < 2 || p.etcd_ttl_s > 3600) {
                 fprintf(stderr, "%s: --etcd-ttl wants seconds in 2..3600, got '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--tombstone-ttl", &missing)) != NULL) {
+            char              *end;
+            unsigned long long ttl = strtoull(v, &end, 10);
+
+            p.field_mask |= KVP_NODE_PARAM_TOMB_TTL;
+            p.tomb_ttl_s  = (uint32_t)ttl;
+            if (*v == '\0' || *end != '\0' || ttl == 0 || ttl > UINT32_MAX) {
+                fprintf(stderr, "%s: --tombstone-ttl wants seconds >= 1, got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--data-dir", &missing)) != NULL) {

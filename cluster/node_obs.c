@@ -63,6 +63,13 @@ static const struct {
      offsetof(kvp_store_stats_t, disk_bytes)},
     {"kvpack_disk_live_bytes", "gauge", "Bytes of the segment files that pages on disk still use",
      offsetof(kvp_store_stats_t, disk_live_bytes)},
+    {"kvpack_tombstones", "gauge", "Delete tombstones held (kept --tombstone-ttl after an rm)",
+     offsetof(kvp_store_stats_t, tombstones)},
+    {"kvpack_tombstones_expired_total", "counter", "Tombstones dropped after --tombstone-ttl",
+     offsetof(kvp_store_stats_t, tombstones_expired)},
+    {"kvpack_stale_refused_total", "counter",
+     "Puts and deletes refused as older than the record or tombstone held (ERR_STALE)",
+     offsetof(kvp_store_stats_t, stale_refused)},
 };
 
 /* Upper bounds (le, inclusive) of kvpack_request_duration_seconds, log-spaced 1-2.5-5 from a

@@ -165,14 +165,20 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         ps.ns          = req->ns;
         ps.sid         = (char *)req->sid;
         ps.record_len  = req->record_len;
+        ps.has_version = req->version != 0;
+        ps.version     = req->version;
         r.body_case    = KVP__REQUEST__BODY_PUT_SESSION;
         r.put_session  = &ps;
         break;
     case KVP_WIRE_OP_GET_SESSION:
     case KVP_WIRE_OP_SPILL:
     case KVP_WIRE_OP_DELETE:
-        sr.ns  = req->ns;
-        sr.sid = (char *)req->sid;
+        sr.ns          = req->ns;
+        sr.sid         = (char *)req->sid;
+        sr.has_version = req->op == KVP_WIRE_OP_DELETE && req->version != 0;
+        sr.version     = req->version;
+        sr.has_drop    = req->op == KVP_WIRE_OP_DELETE && req->drop != 0;
+        sr.drop        = req->drop != 0;
         if (req->op == KVP_WIRE_OP_SPILL) {
             r.body_case = KVP__REQUEST__BODY_SPILL;
             r.spill     = &sr;
@@ -190,7 +196,9 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
             ls.after_ns     = req->ns;
             ls.after_sid    = (char *)req->sid;
         }
-        ls.limit    = req->limit;
+        ls.limit       = req->limit;
+        ls.has_deleted = req->deleted != 0;
+        ls.deleted     = req->deleted != 0;
         r.body_case = KVP__REQUEST__BODY_LIST;
         r.list      = &ls;
         break;
@@ -272,6 +280,7 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         }
         strcpy(req->sid, r->put_session->sid);
         req->record_len = r->put_session->record_len;
+        req->version    = r->put_session->has_version ? r->put_session->version : 0;
         return KVP_OK;
     case KVP__REQUEST__BODY_GET_SESSION:
     case KVP__REQUEST__BODY_SPILL:
@@ -294,6 +303,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
             return req_bad(req, "unexpected data");
         }
         strcpy(req->sid, s->sid);
+        req->version = req->op == KVP_WIRE_OP_DELETE && s->has_version ? s->version : 0;
+        req->drop    = req->op == KVP_WIRE_OP_DELETE && s->has_drop && s->drop;
         return KVP_OK;
     }
     case KVP__REQUEST__BODY_GET_PAGES: {
@@ -344,7 +355,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
             req->ns = l->after_ns;
             strcpy(req->sid, l->after_sid);
         }
-        req->limit = l->limit;
+        req->limit   = l->limit;
+        req->deleted = l->has_deleted && l->deleted;
         return KVP_OK;
     }
     default:
@@ -413,6 +425,10 @@ static kvp_status_t list_to_pb(const kvp_wire_rep_t *rep, Kvp__ListRep *lr, void
         info[i].head_dim    = e->head_dim;
         info[i].where       = e->where;
         info[i].bytes       = e->bytes;
+        info[i].has_version = e->version != 0;
+        info[i].version     = e->version;
+        info[i].has_deleted = e->deleted != 0;
+        info[i].deleted     = e->deleted != 0;
         ptrs[i]             = &info[i];
     }
     lr->n_sessions = n;
@@ -449,7 +465,9 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             r.put_pages  = &pp;
             break;
         case KVP_WIRE_OP_GET_SESSION:
-            gs.record_len = rep->record_len;
+            gs.record_len  = rep->record_len;
+            gs.has_version = rep->version != 0;
+            gs.version     = rep->version;
             r.body_case   = KVP__REPLY__BODY_GET_SESSION;
             r.get_session = &gs;
             break;
@@ -540,6 +558,8 @@ static kvp_status_t list_from_pb(const Kvp__ListRep *lr, kvp_wire_rep_t *rep)
         e->head_dim    = in->head_dim;
         e->where       = in->where;
         e->bytes       = in->bytes;
+        e->version     = in->has_version ? in->version : 0;
+        e->deleted     = in->has_deleted && in->deleted;
     }
     rep->n_sessions = (uint32_t)n;
     rep->more       = lr->more != 0;
@@ -604,6 +624,7 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
             return rep_bad(rep, "record length does not match the data");
         }
         rep->record_len = r->get_session->record_len;
+        rep->version    = r->get_session->has_version ? r->get_session->version : 0;
         return KVP_OK;
     case KVP__REPLY__BODY_GET_PAGES:
         if (!page_lens_ok(r->get_pages->page_len, r->get_pages->n_page_len, data_len)) {

@@ -38,7 +38,7 @@ static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_bat
         KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
         return KVP_ERR_NO_MEMORY;
     }
-    status = kvp_session_desc_pack(&s->desc, &blob, &blen);
+    status = kvp_store_record_pack(&s->desc, s->version, &blob, &blen);
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s: cannot pack its record: %s", s->sid,
                       kvp_status_str(status));
@@ -205,7 +205,7 @@ void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
     kvp_free(s);
 }
 
-kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s)
+kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_version)
 {
     size_t        n     = kvp_store_sess_page_count(s);
     kvp_page_t  **gone  = kvp_malloc((n ? n : 1) * sizeof(*gone), "session remove");
@@ -223,7 +223,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s)
     }
     if (st->tier != NULL) {
         kvp_tier_batch_t *b = kvp_tier_batch_create();
-        bool              any = s->on_disk;
+        bool              any = s->on_disk || tomb_version != 0;
 
         if (b == NULL) {
             kvp_free(gone);
@@ -233,6 +233,9 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s)
         if (s->on_disk) {
             kvp_tier_batch_del_session(st->tier, b, s->ns, s->sid);
         }
+        if (tomb_version != 0) {
+            status = kvp_store_tomb_record(st, s->ns, s->sid, tomb_version, b);
+        }
         for (size_t i = 0; i < ngone; i++) {
             if (gone[i]->on_disk) {
                 kvp_tier_pkey_t pk = {gone[i]->ns, gone[i]->key, gone[i]->layer};
@@ -241,13 +244,19 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s)
                 any = true;
             }
         }
-        if (any) {
+        if (any && status == KVP_OK) {
             status = kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
                                                             ? KVP_TIER_SYNC : KVP_TIER_WAL);
         }
         kvp_tier_batch_destroy(b);
         if (status != KVP_OK) {
             st->stats.disk_errors++;
+            kvp_free(gone);
+            return status;
+        }
+    } else if (tomb_version != 0) { /* DRAM only: the tombstone lives as long as the process */
+        status = kvp_store_tomb_record(st, s->ns, s->sid, tomb_version, NULL);
+        if (status != KVP_OK) {
             kvp_free(gone);
             return status;
         }
@@ -319,6 +328,7 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
     uint8_t           *blob;
     size_t             blen;
     kvp_session_desc_t d;
+    uint64_t           version;
     kvp_status_t       status;
 
     pthread_mutex_unlock(&st->lock);
@@ -330,7 +340,7 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
                       kvp_status_str(status));
         return status;
     }
-    status = kvp_session_desc_unpack(blob, blen, &d);
+    status = kvp_store_record_unpack(blob, blen, &d, &version);
     kvp_free(blob);
     if (status == KVP_OK && (d.n_chunks != s->desc.n_chunks || d.tail_len != s->desc.tail_len ||
                              memcmp(d.chunk_keys, s->desc.chunk_keys,
@@ -477,7 +487,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
         } else {
             KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->sid);
             st->stats.dropped++;
-            kvp_store_sess_remove(st, s);
+            kvp_store_sess_remove(st, s, 0);
         }
         next = st->hot_lru.next; /* the spill may have unlinked its neighbours' pages, not them */
     }
@@ -562,7 +572,7 @@ void kvp_store_expire_idle(kvp_store_h st)
                 break;
             }
             KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->sid);
-            if (kvp_store_sess_remove(st, s) != KVP_OK) {
+            if (kvp_store_sess_remove(st, s, 0) != KVP_OK) {
                 break;
             }
             st->stats.expired++;

@@ -2,7 +2,8 @@
  * one page at a time after a key cursor, each with its shape, where it lives and its bytes.
  * A page costs one pass over the session table that keeps the max smallest keys past the cursor
  * in a bounded max-heap (O(n log max), no allocation of n), then a sort of those max, all under
- * the store lock (no disk I/O: cold sessions' records and page entries stay in memory). */
+ * the store lock (no disk I/O: cold sessions' records and page entries stay in memory).
+ * Tombstones (tomb.c) join the same order when asked for. */
 #include "store_int.h"
 
 #include "kvpack/alloc.h"
@@ -22,10 +23,19 @@ static int key_cmp(uint64_t ns_a, const char *sid_a, uint64_t ns_b, const char *
     return strcmp(sid_a, sid_b);
 }
 
-static int sess_order(const void *a, const void *b)
+/* One listed entry: a session or a tombstone (never both for one key: a put newer than a
+ * tombstone clears it, a delete removes the record). */
+typedef struct {
+    uint64_t          ns;
+    const char       *sid;
+    const kvp_sess_t *sess;
+    const kvp_tomb_t *tomb;
+} list_item_t;
+
+static int item_order(const void *a, const void *b)
 {
-    const kvp_sess_t *x = *(kvp_sess_t *const *)a;
-    const kvp_sess_t *y = *(kvp_sess_t *const *)b;
+    const list_item_t *x = a;
+    const list_item_t *y = b;
 
     return key_cmp(x->ns, x->sid, y->ns, y->sid);
 }
@@ -66,25 +76,26 @@ static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_sessi
         o->head_dim = prof->head_dim;
     }
     o->where = (s->hot ? KVP_STORE_IN_DRAM : 0u) | (s->on_disk ? KVP_STORE_ON_DISK : 0u);
-    o->bytes = sess_bytes(s, prof);
+    o->bytes   = sess_bytes(s, prof);
+    o->version = s->version;
 }
 
 /* Bounded max-heap of the smallest keys seen: h[0] is the largest kept. */
-static void heap_sift_down(kvp_sess_t **h, size_t n, size_t i)
+static void heap_sift_down(list_item_t *h, size_t n, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
 
-        if (l < n && sess_order(&h[l], &h[m]) > 0) {
+        if (l < n && item_order(&h[l], &h[m]) > 0) {
             m = l;
         }
-        if (r < n && sess_order(&h[r], &h[m]) > 0) {
+        if (r < n && item_order(&h[r], &h[m]) > 0) {
             m = r;
         }
         if (m == i) {
             return;
         }
-        kvp_sess_t *t = h[i];
+        list_item_t t = h[i];
 
         h[i] = h[m];
         h[m] = t;
@@ -92,13 +103,13 @@ static void heap_sift_down(kvp_sess_t **h, size_t n, size_t i)
     }
 }
 
-static void heap_push(kvp_sess_t **h, size_t n, kvp_sess_t *s) /* h holds n, room for n + 1 */
+static void heap_push(list_item_t *h, size_t n, list_item_t s) /* h holds n, room for n + 1 */
 {
     size_t i = n;
 
     h[i] = s;
-    while (i > 0 && sess_order(&h[(i - 1) / 2], &h[i]) < 0) {
-        kvp_sess_t *t = h[i];
+    while (i > 0 && item_order(&h[(i - 1) / 2], &h[i]) < 0) {
+        list_item_t t = h[i];
 
         h[i]           = h[(i - 1) / 2];
         h[(i - 1) / 2] = t;
@@ -106,11 +117,34 @@ static void heap_push(kvp_sess_t **h, size_t n, kvp_sess_t *s) /* h holds n, roo
     }
 }
 
+/* Offer one entry to the bounded heap of the max smallest keys past the cursor. */
+static void list_offer(list_item_t *keep, size_t *kept, size_t *n, uint32_t max, uint64_t after_ns,
+                       const char *after_sid, list_item_t it)
+{
+    if (after_sid != NULL && key_cmp(it.ns, it.sid, after_ns, after_sid) <= 0) {
+        return;
+    }
+    (*n)++;
+    if (*kept < max) {
+        heap_push(keep, (*kept)++, it);
+    } else if (max > 0 && item_order(&it, &keep[0]) < 0) {
+        keep[0] = it;
+        heap_sift_down(keep, *kept, 0);
+    }
+}
+
 kvp_status_t kvp_store_session_list(kvp_store_h st, uint64_t after_ns, const char *after_sid,
                                     kvp_store_session_info_t *out, uint32_t max, uint32_t *n_p,
                                     int *more_p)
 {
-    kvp_sess_t **keep;
+    return kvp_store_session_list_ex(st, after_ns, after_sid, 0, out, max, n_p, more_p);
+}
+
+kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const char *after_sid,
+                                       uint64_t flags, kvp_store_session_info_t *out, uint32_t max,
+                                       uint32_t *n_p, int *more_p)
+{
+    list_item_t *keep;
     size_t       n = 0, kept = 0;
 
     if (st == NULL || n_p == NULL || (out == NULL && max > 0) ||
@@ -125,22 +159,28 @@ kvp_status_t kvp_store_session_list(kvp_store_h st, uint64_t after_ns, const cha
     }
     pthread_mutex_lock(&st->lock);
     for (size_t b = 0; b < st->sessions.nbuckets; b++) {
-        for (kvp_sess_t *s = st->sessions.buckets[b]; s != NULL; s = s->hnext) {
-            if (after_sid != NULL && key_cmp(s->ns, s->sid, after_ns, after_sid) <= 0) {
-                continue;
-            }
-            n++;
-            if (kept < max) {
-                heap_push(keep, kept++, s);
-            } else if (max > 0 && sess_order(&s, &keep[0]) < 0) {
-                keep[0] = s;
-                heap_sift_down(keep, kept, 0);
-            }
+        for (const kvp_sess_t *s = st->sessions.buckets[b]; s != NULL; s = s->hnext) {
+            list_offer(keep, &kept, &n, max, after_ns, after_sid,
+                       (list_item_t){s->ns, s->sid, s, NULL});
         }
     }
-    qsort(keep, kept, sizeof(*keep), sess_order);
+    for (size_t b = 0; (flags & KVP_STORE_LIST_DELETED) && b < st->tombs.nbuckets; b++) {
+        for (const kvp_tomb_t *t = st->tombs.buckets[b]; t != NULL; t = t->hnext) {
+            list_offer(keep, &kept, &n, max, after_ns, after_sid,
+                       (list_item_t){t->ns, t->sid, NULL, t});
+        }
+    }
+    qsort(keep, kept, sizeof(*keep), item_order);
     for (size_t i = 0; i < kept; i++) {
-        sess_info(st, keep[i], &out[i]);
+        if (keep[i].sess != NULL) {
+            sess_info(st, keep[i].sess, &out[i]);
+        } else {
+            memset(&out[i], 0, sizeof(out[i]));
+            out[i].ns = keep[i].ns;
+            memcpy(out[i].sid, keep[i].tomb->sid, sizeof(out[i].sid));
+            out[i].version = keep[i].tomb->version;
+            out[i].deleted = 1;
+        }
     }
     pthread_mutex_unlock(&st->lock);
     kvp_free(keep);

@@ -16,6 +16,7 @@
 #define MOD "store"
 
 #define DEFAULT_BUDGET (1ull << 30)
+#define DEFAULT_TOMB_TTL_S (7u * 24u * 3600u)
 
 /* ---- page state ---- */
 
@@ -355,9 +356,10 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
     kvp_store_h        st = arg;
     kvp_session_desc_t desc;
     kvp_sess_t        *s;
+    uint64_t           version;
     kvp_status_t       status;
 
-    status = kvp_session_desc_unpack(blob, len, &desc);
+    status = kvp_store_record_unpack(blob, len, &desc, &version);
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s record on disk is unreadable (%s); skipped", sid,
                       kvp_status_str(status));
@@ -371,8 +373,9 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
         kvp_session_desc_clear(&desc);
         return status;
     }
-    s->desc = desc;
-    status  = sess_bind_pages(st, s, true);
+    s->desc    = desc;
+    s->version = version;
+    status     = sess_bind_pages(st, s, true);
     if (status != KVP_OK) {
         kvp_session_desc_clear(&s->desc);
         kvp_free(s);
@@ -458,6 +461,8 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     st->low_bytes   = (size_t)(low * (double)budget);
     st->pool.retain = st->high_bytes;
     st->ttl_ns      = (m & KVP_STORE_PARAM_IDLE_TTL) ? params->idle_ttl_s * 1000000000ull : 0;
+    st->tomb_ttl_ns = ((m & KVP_STORE_PARAM_TOMB_TTL) ? params->tomb_ttl_s : DEFAULT_TOMB_TTL_S) *
+                      1000000000ull;
     st->stats.dram_budget = budget;
     status = kvp_index_init(&st->pages, &st->sessions);
     if (status != KVP_OK) {
@@ -479,6 +484,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         status = kvp_store_ns_load(st);
         if (status == KVP_OK) {
             status = kvp_tier_session_scan(st->tier, restart_cb, st);
+        }
+        if (status == KVP_OK) {
+            status = kvp_store_tomb_load(st);
         }
         if (status == KVP_OK) {
             status = kvp_tier_pages_sweep(st->tier, sweep_keep, st, &st->stats.swept_pages);
@@ -553,6 +561,7 @@ void kvp_store_close(kvp_store_h st)
     }
     kvp_tier_close(st->tier);
     kvp_nsprof_cleanup(&st->profiles);
+    kvp_tomb_cleanup(&st->tombs);
     kvp_index_cleanup(&st->pages, &st->sessions);
     kvp_pool_cleanup(&st->pool);
     pthread_cond_destroy(&st->spill_wake);
@@ -568,6 +577,9 @@ static void store_enter(kvp_store_h st)
     pthread_mutex_lock(&st->lock);
     if (st->ttl_ns != 0) {
         kvp_store_expire_idle(st);
+    }
+    if (st->tombs.count != 0) {
+        kvp_store_tomb_expire(st);
     }
 }
 
@@ -792,7 +804,34 @@ static kvp_status_t sid_check(const char *sid)
 kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
                                    const kvp_session_desc_t *desc)
 {
+    return kvp_store_session_put_version(st, ns, sid, desc, 0);
+}
+
+/* KVP_ERR_STALE (logged, counted) when version is older than what the store holds for (ns, sid):
+ * a record newer than it, or a tombstone as new. */
+static kvp_status_t version_check(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version,
+                                  bool is_delete)
+{
+    kvp_tomb_t *t = kvp_tomb_find(&st->tombs, ns, sid);
+    kvp_sess_t *s = kvp_index_sess_find(&st->sessions, ns, sid);
+
+    if ((!is_delete && t != NULL && version <= t->version) || (s != NULL && version < s->version)) {
+        KVP_LOG_WARN(MOD, "%s of session %s at version %llu refused: the store holds %s version "
+                     "%llu", is_delete ? "delete" : "put", sid, (unsigned long long)version,
+                     s != NULL && version < s->version ? "a record of" : "a tombstone of",
+                     (unsigned long long)(s != NULL && version < s->version ? s->version
+                                                                          : t->version));
+        st->stats.stale_refused++;
+        return KVP_ERR_STALE;
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const char *sid,
+                                           const kvp_session_desc_t *desc, uint64_t version)
+{
     kvp_sess_t     *s, *old;
+    kvp_tomb_t     *tomb;
     kvp_nsprof_t   *prof;
     kvp_page_info_t tail;
     bool            fixed_layers = false;
@@ -817,10 +856,15 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
             break;
         }
     }
+    status = version_check(st, ns, sid, version, false);
+    if (status != KVP_OK) {
+        goto out;
+    }
     status = sess_alloc(ns, sid, &s);
     if (status != KVP_OK) {
         goto out;
     }
+    s->version   = version;
     s->desc      = *desc;
     s->desc.tail = NULL;
     s->desc.chunk_keys = kvp_malloc((desc->n_chunks ? desc->n_chunks : 1) * sizeof(kvp_key128_t),
@@ -893,6 +937,11 @@ kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
     kvp_index_sess_insert(&st->sessions, s);
     s->last_ns = kvp_time_ns();
     kvp_list_push_tail(&st->hot_lru, &s->lru);
+    tomb = kvp_tomb_find(&st->tombs, ns, sid); /* older than version: this put supersedes it */
+    if (tomb != NULL && kvp_store_tomb_clear(st, tomb) != KVP_OK) {
+        KVP_LOG_WARN(MOD, "session %s: its older tombstone could not be cleared on disk; the "
+                     "next open drops it", sid);
+    }
     kvp_store_evict_if_needed(st);
     store_leave(st);
     return KVP_OK;
@@ -920,6 +969,12 @@ out:
 kvp_status_t kvp_store_session_get(kvp_store_h st, uint64_t ns, const char *sid,
                                    kvp_session_desc_t *desc)
 {
+    return kvp_store_session_get_version(st, ns, sid, desc, NULL);
+}
+
+kvp_status_t kvp_store_session_get_version(kvp_store_h st, uint64_t ns, const char *sid,
+                                           kvp_session_desc_t *desc, uint64_t *version_p)
+{
     kvp_sess_t  *s;
     kvp_status_t status;
 
@@ -938,6 +993,8 @@ kvp_status_t kvp_store_session_get(kvp_store_h st, uint64_t ns, const char *sid,
         status = kvp_session_desc_copy(&s->desc, desc);
         if (status != KVP_OK) {
             KVP_LOG_ERROR(MOD, "no memory to copy session %s", sid);
+        } else if (version_p != NULL) {
+            *version_p = s->version;
         }
         kvp_store_sess_touch(st, s);
         kvp_store_evict_if_needed(st);
@@ -968,18 +1025,44 @@ kvp_status_t kvp_store_session_spill(kvp_store_h st, uint64_t ns, const char *si
 
 kvp_status_t kvp_store_session_delete(kvp_store_h st, uint64_t ns, const char *sid)
 {
+    return kvp_store_session_delete_version(st, ns, sid, 0);
+}
+
+/* Delete (tomb: keep a tombstone at version unless it is 0) or drop (no tombstone) a session;
+ * a record newer than version is refused (not for an unversioned delete). */
+static kvp_status_t session_remove(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version,
+                                   bool tomb)
+{
     kvp_sess_t  *s;
     kvp_status_t status;
 
     if (st == NULL || sid_check(sid) != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session delete with an invalid argument");
+        KVP_LOG_ERROR(MOD, "session %s with an invalid argument", tomb ? "delete" : "drop");
         return KVP_ERR_INVALID;
     }
     store_enter(st);
     s      = sess_find_idle(st, ns, sid);
-    status = s == NULL ? KVP_ERR_NOT_FOUND : kvp_store_sess_remove(st, s);
+    status = version != 0 || !tomb ? version_check(st, ns, sid, version, true) : KVP_OK;
+    if (status == KVP_OK && s != NULL) {
+        status = kvp_store_sess_remove(st, s, tomb ? version : 0);
+    } else if (status == KVP_OK) { /* no record: the tombstone still stops a late copy */
+        status = tomb && version != 0 ? kvp_store_tomb_record(st, ns, sid, version, NULL) : KVP_OK;
+        status = status == KVP_OK ? KVP_ERR_NOT_FOUND : status;
+    }
     store_leave(st);
     return status;
+}
+
+kvp_status_t kvp_store_session_delete_version(kvp_store_h st, uint64_t ns, const char *sid,
+                                              uint64_t version)
+{
+    return session_remove(st, ns, sid, version, true);
+}
+
+kvp_status_t kvp_store_session_drop(kvp_store_h st, uint64_t ns, const char *sid,
+                                    uint64_t version)
+{
+    return session_remove(st, ns, sid, version, false);
 }
 
 kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *keys, uint32_t n,
@@ -1034,6 +1117,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     stats->sessions         = st->sessions.count;
     stats->sessions_on_disk = on_disk;
     stats->sessions_in_dram = hot;
+    stats->tombstones       = st->tombs.count;
     pthread_mutex_unlock(&st->lock);
 }
 

@@ -111,6 +111,7 @@ typedef struct kvp_sess {
     bool                unsynced;  /* disk record written without an fsync (write-through) */
     bool                busy;      /* a spill or restore has the store lock dropped for its disk
                                     * I/O: not released, replaced or evicted until it clears */
+    uint64_t            version;   /* the writer's version (0: written before versions) */
     uint64_t            last_ns;   /* last access */
     kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
 } kvp_sess_t;
@@ -174,6 +175,41 @@ void          kvp_nsprof_pack(const kvp_nsprof_t *prof, uint8_t *val); /* KVP_NS
 kvp_status_t  kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen,
                               const uint8_t *val, size_t vlen);
 
+/* ---- versions and tombstones (tomb.c) ---- */
+typedef struct kvp_tomb {
+    struct kvp_tomb *hnext;
+    uint64_t         ns;
+    char             sid[KVP_SID_MAX];
+    uint64_t         version; /* the delete's version */
+    uint64_t         at_ns;   /* when this node recorded it (CLOCK_REALTIME): the ttl counts from it */
+} kvp_tomb_t;
+
+typedef struct {
+    kvp_tomb_t **buckets;
+    size_t       nbuckets; /* power of two */
+    size_t       count;
+} kvp_tomb_table_t;
+
+#define KVP_TOMB_KEY_MAX (5 + 16 + 1 + KVP_SID_MAX) /* "tomb/" hex "/" sid NUL */
+
+uint64_t     kvp_store_wall_ns(void); /* CLOCK_REALTIME ns */
+/* The sessions column family value: the desc blob, behind a version header when version != 0. */
+kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t version,
+                                   uint8_t **blob_p, size_t *len_p);
+kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
+                                     uint64_t *version_p);
+kvp_tomb_t  *kvp_tomb_find(const kvp_tomb_table_t *t, uint64_t ns, const char *sid);
+void         kvp_tomb_cleanup(kvp_tomb_table_t *t);
+/* Record a tombstone unless one as new exists: into b when not NULL (the caller commits), else
+ * committed here. */
+kvp_status_t kvp_store_tomb_record(struct kvp_store *st, uint64_t ns, const char *sid,
+                                   uint64_t version, kvp_tier_batch_t *b);
+void         kvp_store_tomb_batch_put(struct kvp_store *st, kvp_tier_batch_t *b, uint64_t ns,
+                                      const char *sid, uint64_t version, uint64_t at_ns);
+kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e); /* disk, then table */
+kvp_status_t kvp_store_tomb_load(struct kvp_store *st); /* open, after the sessions */
+void         kvp_store_tomb_expire(struct kvp_store *st); /* at most once a second */
+
 /* ---- the store ---- */
 struct kvp_store {
     pthread_mutex_t    lock;
@@ -190,6 +226,9 @@ struct kvp_store {
     kvp_page_table_t   pages;
     kvp_sess_table_t   sessions;
     kvp_nsprof_table_t profiles;    /* namespace codec profiles */
+    kvp_tomb_table_t   tombs;       /* delete tombstones */
+    uint64_t           tomb_ttl_ns;
+    uint64_t           last_tomb_sweep_ns;
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */
     kvp_list_t         cold_lru;    /* sessions only on disk, oldest first */
     kvp_list_t         idle_pages;  /* DRAM pages with no pin, oldest first */
@@ -242,7 +281,9 @@ kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess); /* I/
 kvp_status_t kvp_store_sess_spill_unlocked(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_idle(struct kvp_store *st, kvp_sess_t *sess); /* clear busy, wake */
 kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess);
-kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess);
+/* Remove a session from DRAM and disk; tomb_version != 0 also records that tombstone in the same
+ * WriteBatch. */
+kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess, uint64_t tomb_version);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_pages_unnamed(struct kvp_store *st, kvp_page_t **pages, size_t n);

@@ -57,6 +57,7 @@ void kvp_tier_batch_del_session(kvp_tier_t *tier, kvp_tier_batch_t *batch, uint6
 /* A small record in the meta column family (namespace codec profiles: key "ns/<16 hex>"). */
 void kvp_tier_batch_put_meta(kvp_tier_t *tier, kvp_tier_batch_t *batch, const char *key,
                              const void *val, size_t len);
+void kvp_tier_batch_del_meta(kvp_tier_t *tier, kvp_tier_batch_t *batch, const char *key);
 size_t       kvp_tier_batch_bytes(const kvp_tier_batch_t *batch);
 /* Atomic: every operation of the batch becomes visible, or none. Segment data is written (and
  * under KVP_TIER_SYNC fdatasync'd) before the batch naming it, so a crash never leaves a

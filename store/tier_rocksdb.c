@@ -419,6 +419,11 @@ void kvp_tier_batch_put_meta(kvp_tier_t *t, kvp_tier_batch_t *b, const char *key
     rocksdb_writebatch_put_cf(b->wb, t->cf[CF_META], key, strlen(key), val, len);
 }
 
+void kvp_tier_batch_del_meta(kvp_tier_t *t, kvp_tier_batch_t *b, const char *key)
+{
+    rocksdb_writebatch_delete_cf(b->wb, t->cf[CF_META], key, strlen(key));
+}
+
 size_t kvp_tier_batch_bytes(const kvp_tier_batch_t *b)
 {
     return b->bytes;

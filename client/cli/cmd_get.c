@@ -171,6 +171,7 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
     kvp_json_int(&j, "pages", sp->n_pages);
     kvp_json_int(&j, "tail_pages", sp->desc.n_tail);
     kvp_json_int(&j, "wire_bytes", (int64_t)sp->wire_bytes);
+    kvp_json_int(&j, "version", (int64_t)sp->version); /* the record's: ns since the epoch */
     kvp_json_str(&j, "out", g->out);
     kvp_json_end(&j);
 }

@@ -1,7 +1,10 @@
 /* cmd_repair.c - "kvpack repair": bring every session back to its r copies after a node was lost
- * or added. One list of every node; a session's targets are the first r nodes of its rank that
- * answered. A missing copy is fetched from a holder (pages CRC-checked) and put to that node; copies
- * outside the targets are deleted only after every target holds it and answered just before.
+ * or added. One list of every node (records and delete tombstones, with their versions); a
+ * session's targets are the first r nodes of its rank that answered. The newest version over all
+ * nodes decides (last writer wins; a tombstone wins a tie): a tombstone deletes every copy; else a
+ * target without the newest version gets it (fetched from a holder of it, pages CRC-checked, put
+ * at that same version: an older copy there is replaced), and copies outside the targets are
+ * dropped (no tombstone) only after every target holds it and answered just before.
  * --watch keeps running: a pass at start, one when the members (etcd) have been stable for
  * --settle seconds after a change, and one every --every seconds (the agent is not on the data
  * path: it moves copies the way one `kvpack repair` does).
@@ -20,6 +23,8 @@
 typedef struct {
     uint32_t sessions, already_ok, repaired, failed, unverifiable;
     uint32_t copied, deleted;
+    uint32_t deleted_tombstoned; /* copies deleted because a newer tombstone says so */
+    uint32_t replaced_stale;     /* target copies of an older version replaced by the newest */
     uint64_t bytes;
 } repair_sum_t;
 
@@ -48,6 +53,10 @@ static volatile sig_atomic_t repair_stop; /* --watch: SIGTERM/SIGINT, checked be
 typedef struct {
     const kvp_session_info_t *e;
     uint64_t                  holders, targets, copy_to, delete_from;
+    uint64_t                  fresh;      /* holders of the newest version */
+    uint64_t                  tombs;      /* nodes holding a tombstone */
+    uint64_t                  version;    /* the newest version over every node */
+    bool                      tombstoned; /* it is a tombstone: every copy goes */
     uint32_t                  order[KVP_CLUSTER_MAX_NODES];
     uint32_t                  src; /* the node a copy comes from: first holder by rank */
     const char               *error;
@@ -63,11 +72,15 @@ static void repair_usage(FILE *out)
             "                     [--dry-run] [--json] [--timeout-ms MS]\n"
             "                     [--watch [--settle S] [--every S]]\n"
             "Bring every session the nodes hold to exactly its target set: the first N nodes of\n"
-            "its rendezvous rank that answer (where a put would place it now). A target that lacks\n"
-            "it gets a copy (fetched from a holder, every page CRC-checked, then put to that node:\n"
-            "pages and record, fp16 tail included, byte-identical); once every target holds it,\n"
-            "copies on other nodes (stand-ins from while a node was down) are deleted. The last\n"
-            "copy is never deleted, and nothing is deleted before the target copies succeeded.\n"
+            "its rendezvous rank that answer (where a put would place it now). Per session the\n"
+            "newest version over all nodes wins (records and rm tombstones; a tombstone wins a\n"
+            "tie). A newest tombstone deletes every copy, targets included, and copies nothing.\n"
+            "Else a target without the newest version (absent, or older: replaced) gets a copy\n"
+            "(fetched from a holder of it, every page CRC-checked, then put to that node at the\n"
+            "same version: pages and record, fp16 tail included, byte-identical); once every\n"
+            "target holds it, copies on other nodes (stand-ins from while a node was down) are\n"
+            "deleted. The last copy is never deleted, and nothing is deleted before the target\n"
+            "copies succeeded.\n"
             "A node that does not answer is named and skipped. Exit 0 when every node answered\n"
             "and every session is at its target set, 1 otherwise, 2 for a usage error.\n"
             "  --node LIST     the static peer list, HOST:PORT,HOST:PORT,... (as put used it)\n"
@@ -76,7 +89,8 @@ static void repair_usage(FILE *out)
             "  --replicas N    r, required: a session's copies beyond its first N nodes are deleted\n"
             "  --dry-run       print the plan (copies and deletes per session), change nothing\n"
             "  --json          one JSON object: sessions, already_ok, repaired, failed, copied,\n"
-            "                  deleted_surplus, bytes_moved (planned, with --dry-run),\n"
+            "                  deleted_surplus, deleted_tombstoned, replaced_stale,\n"
+            "                  bytes_moved (planned, with --dry-run),\n"
             "                  unverifiable, unreachable, and each session's actions\n"
             "  --watch         keep running (until SIGTERM/SIGINT, exit 0): a pass at start, a\n"
             "                  pass once the members have not changed for --settle seconds after\n"
@@ -129,9 +143,29 @@ static kvp_status_t node_fail(repair_t *rp, repair_plan_t *pl, uint32_t k, const
     return s;
 }
 
+/* The newest version over the nodes' records (holders) and tombstones (tombs); a tombstone at
+ * least as new as every record makes the session a deleted one. fresh: holders of the newest. */
+static void repair_newest(repair_t *rp, repair_plan_t *pl, const uint64_t *versions)
+{
+    uint64_t rec = 0, tomb = 0;
+
+    for (uint32_t k = 0; k < rp->n; k++) {
+        if (pl->holders & BIT(k)) {
+            rec = versions[k] > rec ? versions[k] : rec;
+        } else if (pl->tombs & BIT(k)) {
+            tomb = versions[k] > tomb ? versions[k] : tomb;
+        }
+    }
+    pl->tombstoned = pl->tombs != 0 && tomb >= rec;
+    pl->version    = pl->tombstoned ? tomb : rec;
+    for (uint32_t k = 0; k < rp->n; k++) {
+        pl->fresh |= (pl->holders & BIT(k)) && versions[k] == rec ? BIT(k) : 0;
+    }
+}
+
 /* Targets: the first r nodes of the rank that answered the list; the rest follows. */
 static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint64_t holders,
-                                repair_plan_t *pl)
+                                uint64_t tombs, const uint64_t *versions, repair_plan_t *pl)
 {
     uint32_t     got = 0;
     kvp_status_t s;
@@ -139,6 +173,8 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
     memset(pl, 0, sizeof(*pl));
     pl->e       = e;
     pl->holders = holders;
+    pl->tombs   = tombs;
+    repair_newest(rp, pl, versions);
     s           = kvp_cluster_rank(rp->cl, e->ns, e->sid, pl->order);
     for (uint32_t k = 0; s == KVP_OK && k < rp->n && got < rp->r; k++) {
         if (rp->listed & BIT(pl->order[k])) {
@@ -153,14 +189,19 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
         }
     }
     for (uint32_t k = rp->n; s == KVP_OK && k-- > 0;) {
-        pl->src = (holders & BIT(pl->order[k])) ? pl->order[k] : pl->src; /* first by rank */
+        pl->src = (pl->fresh & BIT(pl->order[k])) ? pl->order[k] : pl->src; /* first by rank */
     }
-    pl->copy_to     = pl->targets & ~holders;
+    if (pl->tombstoned) { /* deleted: every copy goes, nothing is copied */
+        pl->delete_from = holders;
+        return s;
+    }
+    pl->copy_to     = pl->targets & ~pl->fresh; /* absent, or an older version: replaced */
     pl->delete_from = holders & ~pl->targets;
     return s;
 }
 
-/* Fetch the session from the first holder in rank order that serves it (CRC-checked). */
+/* Fetch the session from the first holder of the newest version in rank order that serves it
+ * (CRC-checked; its version comes with it). */
 static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t **sp_p)
 {
     kvp_status_t s = KVP_ERR_NOT_FOUND;
@@ -169,7 +210,7 @@ static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t *
         uint32_t     k = pl->order[i];
         kvp_client_h c;
 
-        if (!(pl->holders & rp->alive & BIT(k))) {
+        if (!(pl->fresh & rp->alive & BIT(k))) {
             continue;
         }
         s = kvp_cluster_client(rp->cl, k, &c);
@@ -202,13 +243,14 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
         if (!(pl->copy_to & BIT(k))) {
             continue;
         }
-        s = (rp->alive & BIT(k)) ? kvp_cluster_put_node(rp->cl, k, pl->e->ns, pl->e->sid,
-                                                        (const void *const *)sp->pages,
-                                                        sp->page_lens, sp->n_pages, &sp->desc,
-                                                        NULL)
+        s = (rp->alive & BIT(k)) ? kvp_cluster_put_node_version(rp->cl, k, pl->e->ns, pl->e->sid,
+                                                                (const void *const *)sp->pages,
+                                                                sp->page_lens, sp->n_pages,
+                                                                &sp->desc, sp->version, NULL)
                                  : KVP_ERR_PEER_UNREACHABLE;
         if (s == KVP_OK) {
             rp->sum.copied++;
+            rp->sum.replaced_stale += (pl->holders & BIT(k)) != 0;
             rp->sum.bytes += bytes;
         } else {
             first = first == KVP_OK ? node_fail(rp, pl, k, "copy", s) : first;
@@ -216,6 +258,37 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
     }
     kvp_session_pages_free(sp);
     return first;
+}
+
+/* Delete the copies on pl->delete_from. A deleted session (newest entry a tombstone): delete at
+ * the tombstone's version, which leaves that tombstone on the node; else drop surplus copies
+ * (no tombstone; refused where the copy became newer meanwhile). NOT_FOUND: gone meanwhile. */
+static kvp_status_t delete_copies(repair_t *rp, repair_plan_t *pl)
+{
+    kvp_status_t s = KVP_OK;
+
+    for (uint32_t k = 0; k < rp->n; k++) {
+        kvp_client_h c;
+        kvp_status_t ds;
+
+        if (!(pl->delete_from & BIT(k))) {
+            continue;
+        }
+        ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
+        if (ds == KVP_OK) {
+            ds = pl->tombstoned
+                     ? kvp_client_delete_session_version(c, pl->e->ns, pl->e->sid, pl->version)
+                     : kvp_client_drop_session(c, pl->e->ns, pl->e->sid, pl->version);
+        }
+        if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) {
+            *(pl->tombstoned ? &rp->sum.deleted_tombstoned : &rp->sum.deleted) += ds == KVP_OK;
+        } else {
+            s = s == KVP_OK ? node_fail(rp, pl, k, pl->tombstoned ? "delete (tombstoned)"
+                                                                  : "delete surplus", ds)
+                            : s;
+        }
+    }
+    return s;
 }
 
 /* Delete the copies outside the target set, once every target that was only listed as a holder
@@ -235,36 +308,23 @@ static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
     if (s != KVP_OK || pl->targets == 0) { /* never the last copy */
         return s != KVP_OK ? s : KVP_ERR_INVALID;
     }
-    for (uint32_t k = 0; k < rp->n; k++) {
-        kvp_client_h c;
-        kvp_status_t ds;
-
-        if (!(pl->delete_from & BIT(k))) {
-            continue;
-        }
-        ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
-        ds = ds == KVP_OK ? kvp_client_delete_session(c, pl->e->ns, pl->e->sid) : ds;
-        if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) { /* NOT_FOUND: gone meanwhile */
-            rp->sum.deleted += ds == KVP_OK;
-        } else {
-            s = s == KVP_OK ? node_fail(rp, pl, k, "delete surplus", ds) : s;
-        }
-    }
-    return s;
+    return delete_copies(rp, pl);
 }
 
 /* Carry out (or, dry run, only print) one session's plan; tallies and reports it. */
 static void repair_session(repair_t *rp, repair_plan_t *pl)
 {
     kvp_status_t s = KVP_OK;
-    char         a[1024], b[1024], c[1024], nsh[KVP_CLI_NS_HEX];
+    char         a[1024], b[1024], c[1024], d[1024], nsh[KVP_CLI_NS_HEX];
     bool         work = (pl->copy_to | pl->delete_from) != 0;
 
     if (!work) {
         rp->sum.already_ok++;
         return;
     }
-    if (!rp->dry_run) {
+    if (!rp->dry_run && pl->tombstoned) {
+        s = delete_copies(rp, pl);
+    } else if (!rp->dry_run) {
         s = pl->copy_to ? copy_all(rp, pl) : KVP_OK;
         s = s == KVP_OK && pl->delete_from ? drop_surplus(rp, pl) : s;
     }
@@ -272,7 +332,9 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
     rp->sum.repaired += s == KVP_OK && !rp->dry_run;
     if (rp->dry_run) { /* bytes: the session's pages and tail as the holder listed them */
         rp->sum.copied += (uint32_t)__builtin_popcountll(pl->copy_to);
-        rp->sum.deleted += (uint32_t)__builtin_popcountll(pl->delete_from);
+        rp->sum.replaced_stale += (uint32_t)__builtin_popcountll(pl->copy_to & pl->holders);
+        *(pl->tombstoned ? &rp->sum.deleted_tombstoned : &rp->sum.deleted) +=
+            (uint32_t)__builtin_popcountll(pl->delete_from);
         rp->sum.bytes += pl->e->bytes * (uint64_t)__builtin_popcountll(pl->copy_to);
     }
     if (rp->json) {
@@ -284,6 +346,9 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
         json_nodes(rp, "copy_to", pl->copy_to);
         kvp_json_str(&rp->j, "from", pl->copy_to ? kvp_cluster_peer(rp->cl, pl->src) : "");
         json_nodes(rp, "delete_from", pl->delete_from);
+        kvp_json_int(&rp->j, "version", (int64_t)pl->version);
+        kvp_json_bool(&rp->j, "tombstoned", pl->tombstoned);
+        json_nodes(rp, "replace_stale", pl->copy_to & pl->holders);
         kvp_json_str(&rp->j, "status", rp->dry_run ? "planned" : s == KVP_OK ? "ok" : "failed");
         if (s != KVP_OK) {
             kvp_json_str(&rp->j, "error", pl->error ? pl->error : kvp_status_name(s));
@@ -291,10 +356,21 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
         kvp_json_close(&rp->j);
         return;
     }
-    printf("%s %-24s %s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
+    if (pl->tombstoned) {
+        printf("%s %-24s %s deleted (a tombstone is the newest entry): delete on %s%s\n",
+               kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
+               rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
+               nodes_str(rp, pl->delete_from, c, sizeof(c)),
+               s != KVP_OK && pl->error ? " (see above)" : "");
+        return;
+    }
+    printf("%s %-24s %s%s%s%s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
            rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
            pl->copy_to ? " copy to " : "", pl->copy_to ? nodes_str(rp, pl->copy_to, a, sizeof(a)) : "",
            pl->copy_to ? " from " : "", pl->copy_to ? nodes_str(rp, BIT(pl->src), b, sizeof(b)) : "",
+           pl->copy_to & pl->holders ? " (replacing an older version on " : "",
+           pl->copy_to & pl->holders ? nodes_str(rp, pl->copy_to & pl->holders, d, sizeof(d)) : "",
+           pl->copy_to & pl->holders ? ")" : "",
            pl->delete_from ? (pl->copy_to ? "; delete surplus on " : " delete surplus on ") : "",
            pl->delete_from ? nodes_str(rp, pl->delete_from, c, sizeof(c)) : "",
            s != KVP_OK && pl->error ? " (see above)" : "");
@@ -321,6 +397,8 @@ static void repair_summary(repair_t *rp, const char *node)
         kvp_json_int(&rp->j, "unverifiable", rp->sum.unverifiable);
         kvp_json_int(&rp->j, "copied", rp->sum.copied);
         kvp_json_int(&rp->j, "deleted_surplus", rp->sum.deleted);
+        kvp_json_int(&rp->j, "deleted_tombstoned", rp->sum.deleted_tombstoned);
+        kvp_json_int(&rp->j, "replaced_stale", rp->sum.replaced_stale);
         kvp_json_int(&rp->j, "bytes_moved", (int64_t)rp->sum.bytes);
         json_nodes(rp, "unreachable", down);
         kvp_json_end(&rp->j);
@@ -402,7 +480,7 @@ static int repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass
     rp.n    = kvp_cluster_size(rp.cl);
     rp.r    = kvp_cluster_replicas(rp.cl);
     rp.json = o->json;
-    s       = kvp_cluster_list_sessions(rp.cl, 0, 0, &l, &rep);
+    s       = kvp_cluster_list_sessions_ex(rp.cl, 0, 0, KVP_LIST_DELETED, &l, &rep);
     kvp_cli_report_fail("repair", rp.cl, &rep, "list", "list"); /* the nodes that did not answer */
     if (s != KVP_OK) {
         fprintf(stderr, "kvpack repair: no node answered; nothing done\n");
@@ -413,21 +491,27 @@ static int repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass
         rp.listed |= rep.tried[i].status == KVP_OK ? BIT(rep.tried[i].node) : 0;
     }
     rp.alive       = rp.listed;
-    rp.sum.sessions = l->n;
+    for (uint32_t i = 0; i < l->n; i++) { /* sessions some node holds (not only tombstones) */
+        rp.sum.sessions += l->holders[i] != 0;
+    }
     if (rp.json) {
         kvp_json_begin(&rp.j, stdout);
         kvp_json_arr(&rp.j, "actions");
     }
-    for (uint32_t i = 0; i < l->n && !repair_stop; i++) {
+    for (uint32_t i = 0, done = 0; i < l->n && !repair_stop; i++) {
         repair_plan_t pl;
 
-        if (repair_plan(&rp, &l->sessions[i], l->holders[i], &pl) != KVP_OK) {
+        if (l->holders[i] == 0) {
+            continue; /* a tombstone with no copy anywhere: nothing to do */
+        }
+        if (repair_plan(&rp, &l->sessions[i], l->holders[i], l->deleted[i],
+                        &l->versions[(size_t)i * l->stride], &pl) != KVP_OK) {
             rp.sum.failed++;
             continue;
         }
         repair_session(&rp, &pl);
-        kvp_progress("repair sessions", i + 1, l->n);
-        if (stop_after != 0 && i + 1 == stop_after) {
+        kvp_progress("repair sessions", ++done, rp.sum.sessions);
+        if (stop_after != 0 && done == stop_after) {
             fflush(stdout);
             raise(SIGSTOP); /* test hook: the test kills a node, then SIGCONT */
         }

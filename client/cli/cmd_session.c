@@ -236,14 +236,16 @@ static void ls_usage(FILE *out)
 {
     fprintf(out,
             "usage: kvpack ls (--node LIST | --etcd URL) [--json] [--page N] [--max N]\n"
-            "                [--timeout-ms MS]\n"
+            "                [--deleted] [--timeout-ms MS]\n"
             "List the sessions the nodes hold, in DRAM and on disk: namespace (hex), session id,\n"
             "tokens (chunks x P + tail), layers, codec, where it lives and its bytes. With several\n"
             "nodes: the union (each session once, the first listed node's entry) and the nodes\n"
             "holding it; a node that does not answer is named on stderr and the rest are listed.\n"
             KVP_CLI_NODES_HELP
             "  --page N        sessions per LIST request (default: as many as fit one reply)\n"
-            "  --max N         stop after N sessions; the output then says truncated\n");
+            "  --max N         stop after N sessions; the output then says truncated\n"
+            "  --deleted       also list rm tombstones the nodes keep (kvpackd --tombstone-ttl)\n"
+            "                  of sessions no node holds: WHERE deleted, JSON deleted: true\n");
 }
 
 static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_list_t *l,
@@ -285,10 +287,12 @@ static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_
         kvp_json_bool(&j, "in_dram", (e->where & KVP_SESSION_IN_DRAM) != 0);
         kvp_json_bool(&j, "on_disk", (e->where & KVP_SESSION_ON_DISK) != 0);
         kvp_json_int(&j, "bytes", (int64_t)e->bytes);
+        kvp_json_int(&j, "version", (int64_t)e->version);
+        kvp_json_bool(&j, "deleted", l->holders[i] == 0);
         if (many) {
             kvp_json_arr(&j, "nodes");
             for (uint32_t k = 0; k < kvp_cluster_size(cl); k++) {
-                if (l->holders[i] & (1ull << k)) {
+                if ((l->holders[i] ? l->holders[i] : l->deleted[i]) & (1ull << k)) {
                     kvp_json_str(&j, NULL, kvp_cluster_peer(cl, k));
                 }
             }
@@ -308,7 +312,8 @@ static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
            "CODEC", "WHERE", "BYTES", many ? "  NODES" : "");
     for (uint32_t i = 0; i < l->n; i++) {
         const kvp_session_info_t *e = &l->sessions[i];
-        const char *where = (e->where & KVP_SESSION_IN_DRAM)
+        const char *where = l->holders[i] == 0 ? "deleted"
+                            : (e->where & KVP_SESSION_IN_DRAM)
                                 ? ((e->where & KVP_SESSION_ON_DISK) ? "dram+disk" : "dram")
                                 : ((e->where & KVP_SESSION_ON_DISK) ? "disk" : "-");
 
@@ -316,7 +321,7 @@ static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
                (unsigned long long)e->n_chunks * e->page_tokens + e->tail_tokens, e->layers,
                e->codec ? kvp_codec_name(e->codec) : "-", where, (unsigned long long)e->bytes);
         for (uint32_t k = 0, first = 1; many && k < kvp_cluster_size(cl); k++) {
-            if (l->holders[i] & (1ull << k)) {
+            if ((l->holders[i] ? l->holders[i] : l->deleted[i]) & (1ull << k)) {
                 printf("%s%s", first ? "  " : ",", kvp_cluster_peer(cl, k));
                 first = 0;
             }
@@ -334,6 +339,7 @@ int kvp_cmd_ls(int argc, char **argv)
     kvp_cluster_report_t rep;
     kvp_cluster_h        cl;
     uint64_t             page = 0, max = 0;
+    bool                 deleted = false;
     kvp_status_t         s;
     int                  rc;
 
@@ -344,6 +350,10 @@ int kvp_cmd_ls(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (kvp_cli_sess_opt(argc, argv, &i, &o) || kvp_opt_u64(argc, argv, &i, "--page", &page) ||
             kvp_opt_u64(argc, argv, &i, "--max", &max)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--deleted")) {
+            deleted = true;
             continue;
         }
         return kvp_opt_unknown("ls", argv[i]);
@@ -360,7 +370,9 @@ int kvp_cmd_ls(int argc, char **argv)
     if (rc != 0) {
         return rc;
     }
-    s = kvp_cluster_list_sessions(cl, (uint32_t)page, (uint32_t)max, &l, &rep);
+    /* tombstones always come with versions, so holders == 0 marks a tombstone-only entry */
+    s = kvp_cluster_list_sessions_ex(cl, (uint32_t)page, (uint32_t)max,
+                                     deleted ? KVP_LIST_DELETED : 0, &l, &rep);
     kvp_cli_report_fail("ls", cl, &rep, "list", "list"); /* the nodes that did not answer */
     if (s == KVP_OK) {
         if (o.json) {

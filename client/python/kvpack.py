@@ -89,7 +89,8 @@ class _SessionDesc(ctypes.Structure):
 class _SessionPages(ctypes.Structure):
     _fields_ = [("desc", _SessionDesc), ("n_pages", ctypes.c_uint32),
                 ("pages", ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8))),
-                ("page_lens", ctypes.POINTER(ctypes.c_size_t)), ("wire_bytes", ctypes.c_uint64)]
+                ("page_lens", ctypes.POINTER(ctypes.c_size_t)), ("wire_bytes", ctypes.c_uint64),
+                ("version", ctypes.c_uint64)]
 
 
 class _ClientParams(ctypes.Structure):
@@ -112,7 +113,8 @@ class _SessionInfo(ctypes.Structure):
                 ("n_chunks", ctypes.c_uint32), ("tail_tokens", ctypes.c_uint32),
                 ("codec", ctypes.c_int), ("heads", ctypes.c_uint32),
                 ("head_dim", ctypes.c_uint32), ("where", ctypes.c_uint32),
-                ("bytes", ctypes.c_uint64)]
+                ("bytes", ctypes.c_uint64), ("version", ctypes.c_uint64),
+                ("deleted", ctypes.c_uint32)]
 
 
 class _SessionList(ctypes.Structure):
@@ -141,7 +143,9 @@ class _ClusterReport(ctypes.Structure):
 class _ClusterList(ctypes.Structure):
     _fields_ = [("n", ctypes.c_uint32), ("sessions", ctypes.POINTER(_SessionInfo)),
                 ("holders", ctypes.POINTER(ctypes.c_uint64)), ("truncated", ctypes.c_int),
-                ("requests", ctypes.c_uint32)]
+                ("requests", ctypes.c_uint32), ("stride", ctypes.c_uint32),
+                ("versions", ctypes.POINTER(ctypes.c_uint64)),
+                ("deleted", ctypes.POINTER(ctypes.c_uint64))]
 
 
 # ---- Python-side values ----
@@ -182,6 +186,7 @@ class SessionPages:
     pages: list
     wire_bytes: int
     served_by: str = None
+    version: int = 0
 
 
 NodeStat = dataclasses.make_dataclass("NodeStat", [(n, int) for n in _STAT_FIELDS])
@@ -202,6 +207,7 @@ class SessionInfo:
     head_dim: int
     where: int
     bytes: int
+    version: int = 0      # the record's version (ns since the epoch; 0: written before versions)
 
 
 @dataclasses.dataclass
@@ -507,7 +513,7 @@ def _pages_take(out):
                             for i in range(d.n_chunks)], d.tail_tokens,
                            [tail[i * each:(i + 1) * each] for i in range(d.n_tail)])
         pages = [ctypes.string_at(sp.pages[i], sp.page_lens[i]) for i in range(sp.n_pages)]
-        return SessionPages(desc, pages, sp.wire_bytes)
+        return SessionPages(desc, pages, sp.wire_bytes, version=sp.version)
     finally:
         _L().kvp_session_pages_free(out)
 
@@ -516,7 +522,7 @@ def _info_py(s, cls=None, **extra):
     """SessionInfo (or cls, with extra fields) from a _SessionInfo."""
     return (cls or SessionInfo)(s.ns, s.sid.decode(), s.layers, s.page_tokens, s.n_chunks,
                                 s.tail_tokens, codec_name(s.codec) if s.codec else "", s.heads,
-                                s.head_dim, s.where, s.bytes, **extra)
+                                s.head_dim, s.where, s.bytes, s.version, **extra)
 
 
 class _Handle:

@@ -2,9 +2,12 @@
 """check_repair_cli.py - `kvpack repair` over 3 kvpackd nodes (write-through data dirs), --replicas 2,
 10 sessions (fp16 and kivi, each with an fp16 tail). Kill node X: --dry-run plans one copy per session X
 held and changes nothing; repair puts every session on both survivors, byte-identical (per-node get),
-exit 1 naming X. A session rm'ed while X was down comes back with X (the documented limit). Restart X:
-repair deletes the stand-in copies, every session is on exactly its rank's first 2 nodes (per-node ls);
-a second repair changes nothing. X dies mid-repair (the repair is stopped by KVP_REPAIR_STOP_AFTER
+exit 1 naming X. While X is down one session X held is rm'ed (exit 1) and another is put again with
+other contents. Restart X on its data dir: repair deletes the rm'ed session's copy on X (its tombstone is
+newer: deleted_tombstoned, nothing copied back), replaces X's old copy of the re-put session with the new
+version (replaced_stale, byte-identical to the new one), deletes the stand-in copies; every session is on
+exactly its rank's first 2 nodes (per-node ls), `ls --deleted` shows the tombstone; a second repair
+changes nothing. X dies mid-repair (the repair is stopped by KVP_REPAIR_STOP_AFTER
 while the test kills X): exit 1, no session lost a copy on the live nodes, all byte-identical; with X
 back, a last repair converges.
 usage: check_repair_cli.py KVPACK KVPACKD"""
@@ -131,32 +134,59 @@ try:
            f"dry run with {x.addr} dead: exit {rc}, {plan}")
     expect(all(a["status"] == "planned" for a in plan.get("actions", [])), "dry run did not plan")
     expect(holdings(live) == {s: first2[s] - {x.addr} for s in sids}, "--dry-run changed something")
-    gone = had_x[0]  # rm while a replica is down leaves X's copy (exit 1 says so)
+    gone = had_x[0]  # rm while a replica is down: X keeps its copy (exit 1 says so)
     rc, _ = cli("rm", "--node", peers, "--replicas", "2", "--session", gone)
     expect(rc == 1, f"rm {gone} with {x.addr} dead exited {rc}, not 1")
+    reput = had_x[1]  # put again with other contents: X keeps the old version
+    kvd2 = os.path.join(TMP, "in2.kvd")
+    with open(kvd2, "wb") as f:
+        f.write(b"KVD1" + array.array("I", [1, L, T, H, D]).tobytes() +
+                array.array("f", (v / 2 for v in body)).tobytes())
+    toks = os.path.join(TMP, "tokens2.bin")  # other tokens: other chunk keys, other pages
+    with open(toks, "wb") as f:
+        f.write(array.array("I", ((t * 7919 + 11) % 32000 for t in range(T))).tobytes())
+    rc, _ = cli("put", "--node", peers, "--replicas", "2", "--session", reput, "--kvd", kvd2,
+                "--tokens", toks, "--codec", "kivi" if int(reput[1:]) % 2 else "fp16")
+    expect(rc == 0, f"re-put {reput} with {x.addr} dead exited {rc}")
+    old_reput, reference[reput] = reference[reput], fetch(peers, reput)
+    expect(reference[reput] not in (None, old_reput), f"re-put {reput} did not change it")
+    first2 = {s: v for s, v in first2.items() if s != gone}
     rc, res = repair(peers)
     expect(rc == 1 and res.get("unreachable") == [x.addr] and res.get("failed") == 0 and
-           res.get("copied") == len(had_x) - 1 and res.get("deleted_surplus") == 0 and
+           res.get("copied") == len(had_x) - 2 and res.get("deleted_surplus") == 0 and
+           res.get("deleted_tombstoned") == 0 and res.get("sessions") == 9 and
            res.get("bytes_moved", 0) > 0 and res.get("unverifiable") == len(had_x) - 1,
            f"repair with {x.addr} dead: exit {rc}, {res}")
     where = holdings(live)
-    expect(where == {s: {n.addr for n in live} for s in sids if s != gone},
+    expect(where == {s: {n.addr for n in live} for s in first2},
            f"after repair with {x.addr} dead, sessions are not on both survivors: {where}")
     identical_everywhere(where, reference, "survivors")
 
-    # X comes back on its port and data dir: stand-in copies go, the rm'ed session comes back
+    # X comes back on its port and data dir: its copy of the rm'ed session is deleted (newer
+    # tombstone), its old copy of the re-put one replaced, stand-in copies go
     x.start()
+    expect(holdings([x]).get(gone) == {x.addr}, f"{x.addr} did not come back with {gone}")
     rc, res = repair(peers)
-    stand_ins = len(had_x) - 1  # each session X held is on X's partner and the stand-in
+    stand_ins = len(had_x) - 1  # each session X held (but the rm'ed one) has a stand-in copy
+    acts = {a["session"]: a for a in res.get("actions", [])}
     expect(rc == 0 and res.get("failed") == 0 and res.get("unreachable") == [] and
-           res.get("copied") == 1 and res.get("deleted_surplus") == stand_ins,
+           res.get("copied") == 1 and res.get("replaced_stale") == 1 and
+           res.get("deleted_tombstoned") == 1 and res.get("deleted_surplus") == stand_ins,
            f"repair after {x.addr} rejoined: exit {rc}, {res}")
+    expect(acts.get(gone, {}).get("tombstoned") is True and acts[gone]["copy_to"] == [] and
+           acts.get(reput, {}).get("replace_stale") == [x.addr],
+           f"per-session actions do not say so: {acts.get(gone)}, {acts.get(reput)}")
     where = holdings(nodes)
     expect(where == first2, f"after the rejoin repair: {where}, rank says {first2}")
     identical_everywhere(where, reference, "rejoined")
+    rc, out = cli("ls", "--node", peers, "--deleted", "--json")
+    dels = [s for s in json.loads(out)["sessions"] if s.get("deleted")] if rc == 0 else []
+    expect(rc == 0 and [s["session"] for s in dels] == [gone],
+           f"ls --deleted does not show the tombstone of {gone}: {rc} {dels}")
     rc, res = repair(peers)
     expect(rc == 0 and res.get("copied") == 0 and res.get("deleted_surplus") == 0 and
-           res.get("already_ok") == 10 and res.get("actions") == [],
+           res.get("deleted_tombstoned") == 0 and res.get("replaced_stale") == 0 and
+           res.get("already_ok") == 9 and res.get("actions") == [],
            f"second repair is not a no-op: exit {rc}, {res}")
 
     # X dies in the middle of a repair that must delete stand-in copies
@@ -179,7 +209,7 @@ try:
     expect(p.returncode == 1 and res.get("failed", 0) >= len(later_work) and
            x.addr in res.get("unreachable", []), f"repair with X dying: exit {p.returncode}, {res}")
     where = holdings(live)
-    for sid in sids:
+    for sid in first2:
         expect(fetch(",".join(n.addr for n in live), sid) == reference[sid],
                f"{sid} lost after {x.addr} died mid-repair")
     expect(all(where.get(s) == {n.addr for n in live} for s in later_work),

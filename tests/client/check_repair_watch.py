@@ -3,8 +3,11 @@
 a real etcd and 3 real kvpackd --etcd (TTL 2 s, write-through): its start pass finds 10 sessions put
 with r = 2 already at their targets. SIGKILL one node: once its lease expires and the members are
 stable for --settle, a pass (trigger membership) copies every session it held to a survivor, so each
-session is on 2 live nodes, byte-identical. Restart the node on its port and data dir: a pass removes
-the stand-in copies (each session exactly on its rank's first 2 nodes again). A 4th node joins: a
+session is on 2 live nodes, byte-identical. While it is down one session it held is rm'ed and another
+is put again with other contents. Restart the node on its port and data dir: a pass deletes its copy
+of the rm'ed session (deleted_tombstoned), replaces its old copy of the re-put one with the new version
+(replaced_stale, byte-identical) and removes the stand-in copies (each session exactly on its rank's
+first 2 nodes again). A 4th node joins: a
 pass moves the sessions it now ranks among its first 2 onto it. SIGTERM: the agent stops at once,
 exit 0; a one-shot `repair --etcd` then finds nothing to do. One JSON object per pass (--json),
 numbered, with its trigger. Exit 77 without etcd.
@@ -108,9 +111,9 @@ class Agent:
         return None
 
 
-def make_kvd(path, L, T, H, D):
+def make_kvd(path, L, T, H, D, scale=1.0):
     n = 2 * L * T * H * D
-    body = struct.pack(f"<{n}f", *[((i * 7919) % 513 - 256) / 64.0 for i in range(n)])
+    body = struct.pack(f"<{n}f", *[scale * ((i * 7919) % 513 - 256) / 64.0 for i in range(n)])
     with open(path, "wb") as f:
         f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + body)
 
@@ -157,14 +160,35 @@ try:
         rc, _ = kv("get", "--node", ",".join(live), "--session", sid, "--out", out)
         check(rc == 0 and open(out, "rb").read() == original, f"{sid} not byte-identical")
 
-    # the node comes back warm: stand-ins removed, each session on its rank's first 2
+    # while it is down: rm one session it held, put another again with other contents
+    gone, reput = lost[0], lost[1]
+    rc, _ = kv("rm", "--etcd", URL, "--replicas", "2", "--session", gone)
+    check(rc == 0, f"rm {gone} exited {rc}")
+    sids.remove(gone)
+    kvd2, toks = os.path.join(tmp, "b.kvd"), os.path.join(tmp, "b.tok")
+    make_kvd(kvd2, 2, 150, 2, 64, scale=0.5)
+    with open(toks, "wb") as f:  # other tokens: other chunk keys, other pages
+        f.write(struct.pack("<150I", *[(t * 7919 + 11) % 32000 for t in range(150)]))
+    rc, _ = kv("put", "--etcd", URL, "--replicas", "2", "--session", reput, "--kvd", kvd2,
+               "--tokens", toks, "--codec", "fp16")
+    check(rc == 0, f"re-put {reput} exited {rc}")
+
+    # the node comes back warm: its rm'ed copy deleted, its old copy of the re-put session
+    # replaced, stand-ins removed, each session on its rank's first 2
     start_node(k_dead, dead.split(":")[1])
     rep = agent.next_pass(30, "membership")
-    check(rep is not None and rep["failed"] == 0 and rep["deleted_surplus"] == len(lost) and
-          rep["copied"] == 0, f"pass after the node came back: {rep}")
+    check(rep is not None and rep["failed"] == 0 and rep["deleted_surplus"] == len(lost) - 1 and
+          rep["copied"] == 1 and rep["replaced_stale"] == 1 and rep["deleted_tombstoned"] == 1,
+          f"pass after the node came back: {rep}")
     now = placement(addrs)
     want = targets(addrs)
     check(all(now[s] == want.get(s) for s in sids), f"not back on their first 2 of 3: {now}")
+    check(held_by(dead).isdisjoint({gone}), f"{gone} is back on {dead}")
+    for a in now.get(reput, []):
+        out = os.path.join(tmp, f"{reput}.{a}.kvd")
+        rc, _ = kv("get", "--node", a, "--session", reput, "--out", out)
+        check(rc == 0 and open(out, "rb").read() == open(kvd2, "rb").read(),
+              f"{reput} on {a} is not the new version")
 
     # a 4th node joins: the sessions it ranks among their first 2 move onto it
     new = start_node(3)
@@ -187,7 +211,7 @@ try:
     # the one-shot repair reads the same members from etcd: nothing left to do
     rc, out = kv("repair", "--etcd", URL, "--replicas", "2", "--json")
     one = json.loads(out) if out else {}
-    check(rc == 0 and one.get("already_ok") == 10 and one.get("copied") == 0,
+    check(rc == 0 and one.get("already_ok") == len(sids) and one.get("copied") == 0,
           f"one-shot repair --etcd after the agent: exit {rc}, {one}")
     print(f"repair --watch: {len(lost)} sessions re-replicated after a kill, stand-ins removed "
           f"on return, {moved} moved to a joining node; stopped in {time.time() - t0:.2f} s")

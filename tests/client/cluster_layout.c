@@ -30,10 +30,11 @@ int main(void)
     S(kvp_cluster_list_t);
     F(kvp_cluster_list_t, n); F(kvp_cluster_list_t, sessions); F(kvp_cluster_list_t, holders);
     F(kvp_cluster_list_t, truncated); F(kvp_cluster_list_t, requests);
+    F(kvp_cluster_list_t, stride); F(kvp_cluster_list_t, versions); F(kvp_cluster_list_t, deleted);
     printf("}");
     S(kvp_session_info_t);
     F(kvp_session_info_t, ns); F(kvp_session_info_t, sid); F(kvp_session_info_t, where);
-    F(kvp_session_info_t, bytes);
+    F(kvp_session_info_t, bytes); F(kvp_session_info_t, version); F(kvp_session_info_t, deleted);
     printf("}");
     S(kvp_client_params_t);
     F(kvp_client_params_t, server); F(kvp_client_params_t, timeout_ms);

@@ -70,6 +70,12 @@ int main(void)
     CHECK(run(cmd, out, sizeof(out)) == 2);
     snprintf(cmd, sizeof(cmd), "%s --durability never 2>/dev/null", KVPACKD_PATH);
     CHECK(run(cmd, out, sizeof(out)) == 2);
+    snprintf(cmd, sizeof(cmd), "%s --help", KVPACKD_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && strstr(out, "--tombstone-ttl") != NULL);
+    for (const char *const *bad = (const char *const[]){"0", "3x", "", NULL}; *bad; bad++) {
+        snprintf(cmd, sizeof(cmd), "%s --tombstone-ttl '%s' 2>/dev/null", KVPACKD_PATH, *bad);
+        CHECK(run(cmd, out, sizeof(out)) == 2);
+    }
 
     snprintf(cmd, sizeof(cmd),
              "%s bench transfer --json --layers 2 --tokens 512 --reps 2 --batch-bytes 65536",

@@ -2,7 +2,9 @@
  * (a page size, a max, and the node's own cap on one reply with hundreds of long session ids);
  * delete keeps pages another session shares, answers NOT_FOUND for unknown sessions, and a
  * deleted session (hot or cold) stays deleted across a node restart; malformed LIST / DELETE
- * requests get KVP_ERR_PROTOCOL and the node keeps serving. */
+ * requests get KVP_ERR_PROTOCOL and the node keeps serving. Versions: a put or delete older than
+ * the node's record or tombstone is KVP_ERR_STALE and changes nothing, tombstones survive a
+ * restart and are listed only on request, a drop (repair) keeps no tombstone. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -216,6 +218,80 @@ static void test_malformed(test_node_t *n)
     kvp_client_destroy(c);
 }
 
+static int list_has(kvp_client_h c, uint64_t flags, const char *sid, kvp_session_info_t *out)
+{
+    kvp_session_list_t       *l = NULL;
+    const kvp_session_info_t *e;
+
+    CHECK_OK(kvp_client_list_sessions_ex(c, 0, 0, flags, &l));
+    e = list_find(l, NS, sid);
+    if (e != NULL) {
+        *out = *e;
+    }
+    kvp_session_list_free(l);
+    return e != NULL;
+}
+
+static uint64_t get_version(kvp_client_h c, const char *sid, const test_session_t *ts)
+{
+    kvp_session_pages_t *sp = NULL;
+    uint64_t             v;
+
+    CHECK_OK(kvp_client_get_session(c, NS, sid, &sp));
+    test_session_check(ts, sp);
+    v = sp->version;
+    kvp_session_pages_free(sp);
+    return v;
+}
+
+/* Last writer wins: stale puts and deletes refused, tombstones across a restart, drop. */
+static void test_versions(test_node_t *n)
+{
+    test_session_t     a, b;
+    kvp_session_info_t e;
+    kvp_client_h       c = test_client(n->addr, 10000);
+    kvp_session_list_t *l;
+
+    test_session_make(&a, 3, 2, 4, 21);
+    test_session_make(&b, 3, 1, 0, 22);
+    CHECK_OK(kvp_client_put_pages(c, NS, (const void *const *)a.pages, a.lens, a.n_pages));
+    CHECK_OK(kvp_client_put_pages(c, NS, (const void *const *)b.pages, b.lens, b.n_pages));
+    CHECK_OK(kvp_client_put_session_version(c, NS, "v", &a.desc, 1000));
+    CHECK(get_version(c, "v", &a) == 1000);
+    CHECK_ST(kvp_client_put_session_version(c, NS, "v", &b.desc, 999), KVP_ERR_STALE);
+    CHECK(get_version(c, "v", &a) == 1000);                       /* unchanged */
+    CHECK_OK(kvp_client_put_session_version(c, NS, "v", &a.desc, 1000)); /* a retry */
+    CHECK_ST(kvp_client_delete_session_version(c, NS, "v", 500), KVP_ERR_STALE);
+    CHECK(get_version(c, "v", &a) == 1000);
+    CHECK_OK(kvp_client_delete_session_version(c, NS, "v", 2000));
+    CHECK_ST(kvp_client_put_session_version(c, NS, "v", &b.desc, 1500), KVP_ERR_STALE);
+    CHECK_ST(kvp_client_delete_session_version(c, NS, "never", 3000), KVP_ERR_NOT_FOUND);
+    CHECK(!list_has(c, 0, "v", &e) && !list_has(c, 0, "never", &e));
+    CHECK(list_has(c, KVP_LIST_DELETED, "v", &e) && e.deleted && e.version == 2000 &&
+          e.n_chunks == 0);
+    CHECK(list_has(c, KVP_LIST_DELETED, "never", &e) && e.deleted && e.version == 3000);
+    l = restart(n, &c);                                           /* tombstones persist */
+    CHECK(list_find(l, NS, "v") == NULL);
+    kvp_session_list_free(l);
+    CHECK_ST(kvp_client_put_session_version(c, NS, "never", &b.desc, 2999), KVP_ERR_STALE);
+    CHECK(list_has(c, KVP_LIST_DELETED, "v", &e) && e.deleted && e.version == 2000);
+    CHECK_OK(kvp_client_put_pages(c, NS, (const void *const *)b.pages, b.lens, b.n_pages));
+    CHECK_OK(kvp_client_put_session_version(c, NS, "v", &b.desc, 2001)); /* newer: back */
+    CHECK(get_version(c, "v", &b) == 2001);
+    CHECK(list_has(c, KVP_LIST_DELETED, "v", &e) && !e.deleted && e.version == 2001);
+    /* a drop (repair moving a replica) refuses a newer record and leaves no tombstone */
+    CHECK_ST(kvp_client_drop_session(c, NS, "v", 2000), KVP_ERR_STALE);
+    CHECK_OK(kvp_client_drop_session(c, NS, "v", 2001));
+    CHECK(!list_has(c, KVP_LIST_DELETED, "v", &e));
+    CHECK_OK(kvp_client_put_pages(c, NS, (const void *const *)b.pages, b.lens, b.n_pages));
+    CHECK_OK(kvp_client_put_session_version(c, NS, "v", &b.desc, 7)); /* nothing blocks it */
+    CHECK(get_version(c, "v", &b) == 7);
+    CHECK_OK(kvp_client_delete_session(c, NS, "v"));               /* now: newer than 7 */
+    kvp_client_destroy(c);
+    test_session_free(&a);
+    test_session_free(&b);
+}
+
 int main(void)
 {
     test_node_t n;
@@ -227,6 +303,7 @@ int main(void)
     test_delete_restart(&n);
     test_malformed(&n);
     test_paging(&n);
+    test_versions(&n);
     CHECK(test_node_stop(&n, SIGTERM) == 0);
     test_node_rmdir(&n);
     printf("test_session_ops: ok\n");

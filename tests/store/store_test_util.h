@@ -148,6 +148,30 @@ static inline kvp_status_t t_put_session(kvp_store_h st, uint64_t ns, const char
     return s != KVP_OK ? s : kvp_store_session_put(st, ns, sid, d);
 }
 
+/* Append n tokens of f32 K/V ([layers][n][heads][head_dim]) of geometry g with codec; ids holds
+ * the session's current tail ids followed by the n new ones (n_ids of them). */
+static inline kvp_status_t t_append_f32(kvp_store_h st, uint64_t ns, const char *sid,
+                                        const tgeom_t *g, kvp_codec_id_t codec, const float *k,
+                                        const float *v, uint32_t n, const uint32_t *ids,
+                                        uint32_t n_ids, uint32_t *sealed)
+{
+    kvp_store_append_t a = {0};
+
+    a.codec          = codec;
+    a.ns_fingerprint = t_fingerprint(g);
+    a.layers         = g->layers;
+    a.heads          = g->heads;
+    a.head_dim       = g->head_dim;
+    a.page_tokens    = g->page_tokens;
+    a.dtype          = KVP_DTYPE_F32;
+    a.k              = k;
+    a.v              = v;
+    a.ntok           = n;
+    a.ids            = ids;
+    a.n_ids          = n_ids;
+    return kvp_store_session_append(st, ns, sid, &a, sealed);
+}
+
 /* Get the session and every page; compare with the expected record and regenerated pages.
  * Returns the first failing status, or KVP_ERR_CORRUPT on any byte mismatch (with a message). */
 static inline kvp_status_t t_check_session(kvp_store_h st, uint64_t ns, const char *sid, const tgeom_t *g,

@@ -520,7 +520,6 @@ static kvp_status_t t_append(kvp_store_h st, const char *sid, const float *k, co
     size_t             row = (size_t)G.heads * G.head_dim;
     float             *kk  = kvp_malloc((size_t)G.layers * n * row * sizeof(float), "test k");
     float             *vv  = kvp_malloc((size_t)G.layers * n * row * sizeof(float), "test v");
-    kvp_store_append_t a   = {0};
     kvp_status_t       s;
 
     CHECK(kk != NULL && vv != NULL);
@@ -528,19 +527,8 @@ static kvp_status_t t_append(kvp_store_h st, const char *sid, const float *k, co
         memcpy(kk + (size_t)l * n * row, k + ((size_t)l * total + from) * row, n * row * 4);
         memcpy(vv + (size_t)l * n * row, v + ((size_t)l * total + from) * row, n * row * 4);
     }
-    a.codec          = KVP_CODEC_KIVI;
-    a.ns_fingerprint = t_fingerprint(&G);
-    a.layers         = G.layers;
-    a.heads          = G.heads;
-    a.head_dim       = G.head_dim;
-    a.page_tokens    = G.page_tokens;
-    a.dtype          = KVP_DTYPE_F32;
-    a.k              = kk;
-    a.v              = vv;
-    a.ntok           = n;
-    a.ids            = ids + from - tail;
-    a.n_ids          = tail + n;
-    s                = kvp_store_session_append(st, NS, sid, &a, sealed);
+    s = t_append_f32(st, NS, sid, &G, KVP_CODEC_KIVI, kk, vv, n, ids + from - tail, tail + n,
+                     sealed);
     kvp_free(kk);
     kvp_free(vv);
     return s;

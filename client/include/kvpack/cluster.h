@@ -73,6 +73,13 @@ typedef struct {
     uint64_t           *holders;
     int                 truncated; /* max reached while some node held more */
     uint32_t            requests;  /* LIST round trips, all nodes */
+    /* with KVP_LIST_DELETED (kvp_cluster_list_sessions_ex), else NULL / 0: */
+    uint32_t            stride;    /* nodes per row of versions */
+    uint64_t           *versions;  /* versions[i * stride + k]: node k's record or tombstone
+                                    * version of sessions[i] (0: none, or before versions) */
+    uint64_t           *deleted;   /* bit k: node k holds a tombstone of sessions[i] (then not
+                                    * in holders[i]); sessions[i] is a tombstone entry
+                                    * (deleted = 1) only when no node holds a record */
 } kvp_cluster_list_t;
 
 /* Exactly one of PEERS and ETCD. KVP_ERR_INVALID (logged) for an empty, malformed, duplicate or
@@ -110,7 +117,9 @@ kvp_status_t kvp_cluster_rank(kvp_cluster_h cluster, uint64_t ns, const char *si
 kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client_h *client_p);
 
 /* Store a whole session on the first r nodes, in rank order, that take it: pages[0..n) (borrowed;
- * chunk-major, desc->layers per chunk) go one chunk per kvp_client_put_pages, then the record.
+ * chunk-major, desc->layers per chunk) go one chunk per kvp_client_put_pages, then the record,
+ * every replica at the same version (kvp_version_now() once per call; a node holding a newer
+ * record or tombstone answers KVP_ERR_STALE, which stops the put: a newer write won).
  * A node that fails is skipped and the next in rank takes its place; a data error every node
  * would give (bad page, wrong codec, bad argument, too large) stops at once. KVP_OK when at least
  * one node took it (report->n_ok says how many); else the first node's status. */
@@ -125,6 +134,12 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
                                   const char *sid, const void *const *pages, const size_t *lens,
                                   size_t n, const kvp_session_desc_t *desc,
                                   kvp_cluster_report_t *report);
+/* As kvp_cluster_put_node at a given version (repair: the source copy's, unchanged). */
+kvp_status_t kvp_cluster_put_node_version(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
+                                          const char *sid, const void *const *pages,
+                                          const size_t *lens, size_t n,
+                                          const kvp_session_desc_t *desc, uint64_t version,
+                                          kvp_cluster_report_t *report);
 /* Fetch from the first node in rank order that has it (kvp_client_get_session, or _expect when
  * expect is not NULL); any failure moves to the next. All failed: a status other than NOT_FOUND
  * or unreachable if one came back (e.g. CORRUPT), else a node's unreachable/timeout status if any
@@ -132,7 +147,8 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
 kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                      const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
                                      kvp_cluster_report_t *report);
-/* Delete on every node (rank order). KVP_OK when some node deleted it and every one of the first
+/* Delete on every node (rank order), one version (kvp_version_now()) for all: each node keeps a
+ * tombstone, also one that had no copy, so a copy that comes back later is refused. KVP_OK when some node deleted it and every one of the first
  * r was reached; a first-r node that was unreachable gives its status even when others deleted
  * it (it may still hold a copy: report->n_ok says how many did). Deleted nowhere: unreachable if
  * a node was, else the first other error, else KVP_ERR_NOT_FOUND. */
@@ -142,6 +158,11 @@ kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, cons
  * sessions (0: all). KVP_OK when at least one node answered; unreachable ones are in report. */
 kvp_status_t kvp_cluster_list_sessions(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
                                        kvp_cluster_list_t **out_p, kvp_cluster_report_t *report);
+/* As kvp_cluster_list_sessions, with flags KVP_LIST_DELETED: tombstones too, and the per-node
+ * versions (kvp_cluster_list_t.stride, versions, deleted) that repair compares. */
+kvp_status_t kvp_cluster_list_sessions_ex(kvp_cluster_h cluster, uint32_t page_size, uint32_t max,
+                                          uint64_t flags, kvp_cluster_list_t **out_p,
+                                          kvp_cluster_report_t *report);
 void         kvp_cluster_list_free(kvp_cluster_list_t *list); /* NULL is a no-op */
 kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p);
 

@@ -56,6 +56,7 @@ typedef struct {
                                    * into blocks owned by this struct (read-only, 16-byte aligned) */
     size_t            *page_lens;
     uint64_t           wire_bytes; /* bytes received for this session */
+    uint64_t           version;    /* the record's version (0: written before versions) */
 } kvp_session_pages_t;
 
 kvp_status_t kvp_client_create(const kvp_client_params_t *params, kvp_client_h *client_p);
@@ -64,9 +65,19 @@ void         kvp_client_destroy(kvp_client_h client); /* NULL is a no-op */
 /* Ship n pages (borrowed) to the node in batches; returns the first error the node reported. */
 kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *const *pages,
                                   const size_t *lens, size_t n);
-/* Set (create or replace) a session record; its pages must have been put. */
+/* Set (create or replace) a session record; its pages must have been put. The record's version
+ * is kvp_version_now(). */
 kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char *sid,
                                     const kvp_session_desc_t *desc);
+
+/* Versions (last writer wins): every record carries the version its writer chose, ns since the
+ * epoch from the writer's wall clock. A node refuses a put older than the record or delete
+ * tombstone it holds for (ns, sid) with KVP_ERR_STALE (nothing changes); an equal one replaces
+ * the record (an idempotent retry), except against a tombstone: deletes win ties. */
+uint64_t     kvp_version_now(void); /* CLOCK_REALTIME ns, strictly increasing in this process */
+/* As kvp_client_put_session with the caller's version (0: the node's clock). */
+kvp_status_t kvp_client_put_session_version(kvp_client_h client, uint64_t ns, const char *sid,
+                                            const kvp_session_desc_t *desc, uint64_t version);
 /* Fetch a session and all its pages; free with kvp_session_pages_free. Every sealed page is
  * checked (CRC, chunk key, layer) and all must share one codec, rotation flags and geometry that
  * agree with the record (P) and its fp16 tail, else KVP_ERR_WRONG_CODEC (KVP_ERR_CORRUPT for a
@@ -90,8 +101,17 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p);
 
 /* Delete a session: its record and every page no other session names, in DRAM and on the
  * node's disk (a restart does not bring it back). Pages shared with other sessions stay.
- * KVP_ERR_NOT_FOUND when the node has no such session. */
+ * KVP_ERR_NOT_FOUND when the node has no such session. The node keeps a tombstone at version
+ * kvp_version_now() (also when it had no such session), so an older copy put later is refused. */
 kvp_status_t kvp_client_delete_session(kvp_client_h client, uint64_t ns, const char *sid);
+/* As kvp_client_delete_session at the caller's version; KVP_ERR_STALE when the node's record
+ * is newer (it stays). */
+kvp_status_t kvp_client_delete_session_version(kvp_client_h client, uint64_t ns, const char *sid,
+                                               uint64_t version);
+/* Repair moving a replica away: remove the node's copy if its version is <= version (else
+ * KVP_ERR_STALE: a newer put landed), keeping no tombstone. */
+kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const char *sid,
+                                     uint64_t version);
 
 /* One session a node holds (DRAM or disk), as listed by kvp_client_list_sessions. */
 enum kvp_session_where {
@@ -111,6 +131,9 @@ typedef struct {
     uint32_t       where;            /* kvp_session_where bits */
     uint64_t       bytes;            /* page bytes the session names (shared prefix pages count
                                       * in every session naming them) + its fp16 tail */
+    uint64_t       version;          /* record (or tombstone) version; 0: before versions */
+    uint32_t       deleted;          /* a delete tombstone (KVP_LIST_DELETED): only ns, sid and
+                                      * version are set */
 } kvp_session_info_t;
 
 typedef struct {
@@ -128,6 +151,11 @@ typedef struct {
 kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, uint32_t max,
                                       kvp_session_list_t **out_p);
 void         kvp_session_list_free(kvp_session_list_t *list); /* NULL is a no-op */
+
+#define KVP_LIST_DELETED KVP_BIT(0) /* also list delete tombstones (deleted = 1) */
+/* As kvp_client_list_sessions, with flags (KVP_LIST_DELETED). */
+kvp_status_t kvp_client_list_sessions_ex(kvp_client_h client, uint32_t page_size, uint32_t max,
+                                         uint64_t flags, kvp_session_list_t **out_p);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_HTTP        = KVP_BIT(7), /* http_host + http_port */
     KVP_NODE_PARAM_HTTP_READY_FILE = KVP_BIT(8),
     KVP_NODE_PARAM_ETCD        = KVP_BIT(9), /* etcd + etcd_prefix + advertise + etcd_ttl_s */
+    KVP_NODE_PARAM_TOMB_TTL    = KVP_BIT(10),
 };
 
 typedef struct kvp_node_params {
@@ -45,6 +46,7 @@ typedef struct kvp_node_params {
     const char      *etcd_prefix;   /* NULL: KVP_ETCD_DEFAULT_PREFIX */
     const char      *advertise;     /* HOST:PORT clients use; NULL: host and the bound port */
     uint32_t         etcd_ttl_s;    /* lease TTL; 0: 10 */
+    uint32_t         tomb_ttl_s;    /* delete tombstones kept this long; default 7 days */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on

@@ -25,6 +25,7 @@ extern "C" {
     X(ERR_TOO_LARGE,      -10,  "message or object too large")               \
     X(ERR_CANCELED,       -11,  "operation canceled")                        \
     X(ERR_DEVICE,         -12,  "gpu device error")                          \
+    X(ERR_STALE,          -13,  "an older version than the node holds")      \
     X(ERR_PEER_UNREACHABLE,-40, "peer unreachable")                          \
     X(ERR_PEER_GONE,      -41,  "peer connection lost")                      \
     X(ERR_PROTOCOL,       -42,  "malformed or truncated wire message")       \

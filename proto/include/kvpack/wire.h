@@ -24,7 +24,7 @@ extern "C" {
 #define KVP_WIRE_MAX_LIST   4096u /* sessions per LIST reply (and the largest limit asked) */
 /* Packed bytes one LIST entry can take at most (a 127-byte sid, every varint at its widest):
  * a node sends at most (header limit - KVP_WIRE_LIST_SLACK) / KVP_WIRE_LIST_ENTRY_MAX entries. */
-#define KVP_WIRE_LIST_ENTRY_MAX 224u
+#define KVP_WIRE_LIST_ENTRY_MAX 240u /* 224 + version (11) + deleted (2), rounded up */
 #define KVP_WIRE_LIST_SLACK     128u
 
 typedef enum {
@@ -59,6 +59,11 @@ typedef struct {
     uint32_t      start;              /* GET_PAGES: first item (key index * layers + layer) */
     uint32_t      max_bytes;          /* GET_PAGES: reply data budget */
     uint32_t      limit;              /* LIST: sessions wanted, 1..KVP_WIRE_MAX_LIST */
+    uint64_t      version;            /* PUT_SESSION, DELETE: the write's version; 0 = absent
+                                       * (the node uses its own clock) */
+    uint32_t      deleted;            /* LIST: also list tombstones */
+    uint32_t      drop;               /* DELETE: drop a replica (version = the newest it may
+                                       * have), no tombstone */
 } kvp_wire_req_t;
 
 typedef struct {
@@ -78,6 +83,8 @@ typedef struct {
     uint32_t codec, heads, head_dim; /* the namespace profile's; 0 while it has none */
     uint32_t where;                  /* KVP_WIRE_WHERE_* */
     uint64_t bytes;                  /* page bytes the session names + its tail */
+    uint64_t version;                /* record or tombstone version (0: before versions) */
+    uint32_t deleted;                /* a tombstone (every count above is 0) */
 } kvp_wire_session_t;
 
 /* A reply. Same ownership rules as kvp_wire_req_t. */
@@ -89,6 +96,7 @@ typedef struct {
     uint32_t        accepted;       /* PUT_PAGES */
     uint32_t        first_bad;      /* PUT_PAGES */
     uint32_t        record_len;     /* GET_SESSION (= data bytes) */
+    uint64_t        version;        /* GET_SESSION: the record's version */
     uint32_t        n_pages;        /* GET_PAGES (sum of lengths = data bytes) */
     uint32_t       *page_lens;
     uint32_t        hit_chunks;     /* LOOKUP */

@@ -47,6 +47,7 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_DURABILITY  = KVP_BIT(4),
     KVP_STORE_PARAM_IDLE_TTL    = KVP_BIT(5),
     KVP_STORE_PARAM_NODE_ID     = KVP_BIT(6),
+    KVP_STORE_PARAM_TOMB_TTL    = KVP_BIT(7),
 };
 
 typedef struct kvp_store_params {
@@ -58,6 +59,7 @@ typedef struct kvp_store_params {
     kvp_durability_t durability;     /* default KVP_DURABILITY_SPILL */
     uint32_t         idle_ttl_s;     /* sessions idle this long expire entirely; 0 = never */
     const char      *node_id;        /* stored in the meta column family; default "kvpackd" */
+    uint32_t         tomb_ttl_s;     /* delete tombstones are kept this long; default 7 days */
 } kvp_store_params_t;
 
 typedef struct {
@@ -80,6 +82,9 @@ typedef struct {
     uint64_t swept_pages;     /* pages no session named, removed from disk at open */
     uint64_t spill_waits;     /* calls that waited for the background spiller at the budget */
     uint64_t sessions_in_dram; /* hot sessions: pages and tail in the DRAM pool */
+    uint64_t tombstones;      /* delete tombstones held */
+    uint64_t tombstones_expired; /* dropped after the tombstone ttl */
+    uint64_t stale_refused;   /* puts and deletes refused as older than what the store holds */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
@@ -118,6 +123,26 @@ kvp_status_t kvp_store_session_get(kvp_store_h store, uint64_t ns, const char *s
 kvp_status_t kvp_store_session_spill(kvp_store_h store, uint64_t ns, const char *sid);
 kvp_status_t kvp_store_session_delete(kvp_store_h store, uint64_t ns, const char *sid);
 
+/* ---- versions and tombstones (last writer wins) ----
+ * Every record carries the version its writer chose (ns since the epoch; 0 for records written
+ * before versions and for the calls above, which are version 0). A put older than the record or
+ * the tombstone held for (ns, sid) is refused with KVP_ERR_STALE and changes nothing (a put equal
+ * to the record's version replaces it: an idempotent retry; one equal to a tombstone's is stale:
+ * deletes win ties); a newer put clears the tombstone. A delete with version != 0 removes a
+ * record that is not newer (else KVP_ERR_STALE) and keeps a tombstone (ns, sid, version) on disk
+ * for tomb_ttl_s, also when there was no record (then it still returns KVP_ERR_NOT_FOUND). */
+kvp_status_t kvp_store_session_put_version(kvp_store_h store, uint64_t ns, const char *sid,
+                                           const kvp_session_desc_t *desc, uint64_t version);
+kvp_status_t kvp_store_session_delete_version(kvp_store_h store, uint64_t ns, const char *sid,
+                                              uint64_t version);
+/* Drop this store's copy (repair moving a replica away) when its version is <= version, else
+ * KVP_ERR_STALE; no tombstone is kept. KVP_ERR_NOT_FOUND without a record. */
+kvp_status_t kvp_store_session_drop(kvp_store_h store, uint64_t ns, const char *sid,
+                                    uint64_t version);
+/* As kvp_store_session_get, with the record's version (version_p may be NULL). */
+kvp_status_t kvp_store_session_get_version(kvp_store_h store, uint64_t ns, const char *sid,
+                                           kvp_session_desc_t *desc, uint64_t *version_p);
+
 /* ---- listing (list.c) ---- */
 enum kvp_store_where {
     KVP_STORE_IN_DRAM = KVP_BIT(0), /* hot: its pages and tail are in the DRAM pool */
@@ -132,7 +157,11 @@ typedef struct {
     uint32_t where;                  /* kvp_store_where bits */
     uint64_t bytes;                  /* the pages it names + its tail; a page not read since the
                                       * store opened counts as the profile's full page size */
+    uint64_t version;                /* record or tombstone version */
+    uint32_t deleted;                /* a tombstone: only ns, sid and version are set */
 } kvp_store_session_info_t;
+
+#define KVP_STORE_LIST_DELETED KVP_BIT(0) /* kvp_store_session_list_ex: tombstones too */
 
 /* Up to max sessions (hot or cold) that come strictly after (after_ns, after_sid) in (ns, then
  * sid byte) order, or from the first one when after_sid is NULL, into out[0..*n_p). *more_p (may
@@ -141,6 +170,10 @@ typedef struct {
 kvp_status_t kvp_store_session_list(kvp_store_h store, uint64_t after_ns, const char *after_sid,
                                     kvp_store_session_info_t *out, uint32_t max, uint32_t *n_p,
                                     int *more_p);
+/* As kvp_store_session_list; flags KVP_STORE_LIST_DELETED merges tombstones into the order. */
+kvp_status_t kvp_store_session_list_ex(kvp_store_h store, uint64_t after_ns, const char *after_sid,
+                                       uint64_t flags, kvp_store_session_info_t *out, uint32_t max,
+                                       uint32_t *n_p, int *more_p);
 
 /* Leading chunks (of keys[0..n)) present for all `layers` layers, in DRAM or on disk. */
 kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t *keys, uint32_t n,

@@ -1,0 +1,366 @@
+/* tomb.c - session versions and delete tombstones (last writer wins, no consensus).
+ * A record on disk is the kvp_session_desc_pack blob, preceded when its version is not 0 by
+ *   offset size field
+ *      0    4  magic "KVSV" = 0x5653564B
+ *      4    4  reserved 0
+ *      8    8  version (ns since the epoch, the writer's clock)
+ *     16    4  crc32c of bytes [0, 16)
+ *     20    4  reserved 0
+ * (a record without it, written before versions, is version 0). A tombstone (ns, sid, version)
+ * lives in a small hash table and in the meta column family under "tomb/<16 hex ns>/<sid>" ->
+ * version (8) | recorded at (8, node CLOCK_REALTIME ns) | crc32c of those 16 (4); it expires
+ * tombstone_ttl after it was recorded (swept at open and at most once a second after). */
+#include "store_int.h"
+#include "kvpack/alloc.h"
+#include "kvpack/bytes.h"
+#include "kvpack/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define MOD            "store"
+#define REC_MAGIC      0x5653564Bu
+#define REC_HDR        24u
+#define TOMB_PREFIX    "tomb/"
+#define TOMB_VAL_BYTES 20u
+
+uint64_t kvp_store_wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- record envelope ---- */
+
+kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t version,
+                                   uint8_t **blob_p, size_t *len_p)
+{
+    uint8_t     *inner, *b;
+    size_t       ilen;
+    kvp_status_t status = kvp_session_desc_pack(desc, &inner, &ilen);
+
+    if (status != KVP_OK || version == 0) {
+        *blob_p = inner;
+        *len_p  = ilen;
+        return status;
+    }
+    b = kvp_calloc(1, REC_HDR + ilen, "session record");
+    if (b == NULL) {
+        kvp_free(inner);
+        return KVP_ERR_NO_MEMORY;
+    }
+    kvp_st32(b, REC_MAGIC);
+    kvp_st64(b + 8, version);
+    kvp_st32(b + 16, kvp_crc32c(0, b, 16));
+    memcpy(b + REC_HDR, inner, ilen);
+    kvp_free(inner);
+    *blob_p = b;
+    *len_p  = REC_HDR + ilen;
+    return KVP_OK;
+}
+
+kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
+                                     uint64_t *version_p)
+{
+    uint64_t version = 0;
+
+    if (blob != NULL && len >= REC_HDR && kvp_ld32(blob) == REC_MAGIC) {
+        if (kvp_ld32(blob + 16) != kvp_crc32c(0, blob, 16)) {
+            return KVP_ERR_CORRUPT;
+        }
+        version = kvp_ld64(blob + 8);
+        blob += REC_HDR;
+        len -= REC_HDR;
+    }
+    *version_p = version;
+    return kvp_session_desc_unpack(blob, len, desc);
+}
+
+/* ---- tombstone table ---- */
+
+static size_t tomb_hash(uint64_t ns, const char *sid, size_t nbuckets)
+{
+    uint64_t h = ns * 0x9E3779B97F4A7C15ull;
+
+    for (const unsigned char *p = (const unsigned char *)sid; *p != 0; p++) {
+        h = (h ^ *p) * 0x100000001B3ull;
+    }
+    return (size_t)(h ^ (h >> 29)) & (nbuckets - 1);
+}
+
+kvp_tomb_t *kvp_tomb_find(const kvp_tomb_table_t *t, uint64_t ns, const char *sid)
+{
+    if (t->nbuckets == 0) {
+        return NULL;
+    }
+    for (kvp_tomb_t *e = t->buckets[tomb_hash(ns, sid, t->nbuckets)]; e != NULL; e = e->hnext) {
+        if (e->ns == ns && strcmp(e->sid, sid) == 0) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static kvp_status_t tomb_grow(kvp_tomb_table_t *t)
+{
+    size_t       n = t->nbuckets ? t->nbuckets * 2 : 64;
+    kvp_tomb_t **b = kvp_calloc(n, sizeof(*b), "tombstone table");
+
+    if (b == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        while (t->buckets[i] != NULL) {
+            kvp_tomb_t *e = t->buckets[i];
+            size_t      h = tomb_hash(e->ns, e->sid, n);
+
+            t->buckets[i] = e->hnext;
+            e->hnext      = b[h];
+            b[h]          = e;
+        }
+    }
+    kvp_free(t->buckets);
+    t->buckets  = b;
+    t->nbuckets = n;
+    return KVP_OK;
+}
+
+/* Set (ns, sid)'s tombstone to version (a new entry, or a newer version of one). */
+static kvp_status_t tomb_set(kvp_tomb_table_t *t, uint64_t ns, const char *sid, uint64_t version,
+                             uint64_t at_ns)
+{
+    kvp_tomb_t *e = kvp_tomb_find(t, ns, sid);
+    size_t      h;
+
+    if (e == NULL) {
+        if (t->count >= t->nbuckets && tomb_grow(t) != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
+            return KVP_ERR_NO_MEMORY;
+        }
+        e = kvp_calloc(1, sizeof(*e), "tombstone");
+        if (e == NULL) {
+            KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
+            return KVP_ERR_NO_MEMORY;
+        }
+        e->ns = ns;
+        snprintf(e->sid, sizeof(e->sid), "%s", sid);
+        h             = tomb_hash(ns, sid, t->nbuckets);
+        e->hnext      = t->buckets[h];
+        t->buckets[h] = e;
+        t->count++;
+    }
+    e->version = version;
+    e->at_ns   = at_ns;
+    return KVP_OK;
+}
+
+static void tomb_unlink(kvp_tomb_table_t *t, kvp_tomb_t *e)
+{
+    kvp_tomb_t **pp = &t->buckets[tomb_hash(e->ns, e->sid, t->nbuckets)];
+
+    while (*pp != e) {
+        pp = &(*pp)->hnext;
+    }
+    *pp = e->hnext;
+    t->count--;
+    kvp_free(e);
+}
+
+void kvp_tomb_cleanup(kvp_tomb_table_t *t)
+{
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        while (t->buckets[i] != NULL) {
+            kvp_tomb_t *e = t->buckets[i];
+
+            t->buckets[i] = e->hnext;
+            kvp_free(e);
+        }
+    }
+    kvp_free(t->buckets);
+    memset(t, 0, sizeof(*t));
+}
+
+/* ---- persistence (meta column family) ---- */
+
+static void tomb_key(uint64_t ns, const char *sid, char *key) /* KVP_TOMB_KEY_MAX bytes */
+{
+    snprintf(key, KVP_TOMB_KEY_MAX, TOMB_PREFIX "%016llx/%s", (unsigned long long)ns, sid);
+}
+
+static kvp_status_t tomb_commit(kvp_store_h st, kvp_tier_batch_t *b)
+{
+    kvp_status_t status = kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
+                                                                 ? KVP_TIER_SYNC : KVP_TIER_WAL);
+
+    st->stats.disk_errors += status != KVP_OK;
+    return status;
+}
+
+void kvp_store_tomb_batch_put(kvp_store_h st, kvp_tier_batch_t *b, uint64_t ns, const char *sid,
+                              uint64_t version, uint64_t at_ns)
+{
+    char    key[KVP_TOMB_KEY_MAX];
+    uint8_t val[TOMB_VAL_BYTES];
+
+    tomb_key(ns, sid, key);
+    kvp_st64(val, version);
+    kvp_st64(val + 8, at_ns);
+    kvp_st32(val + 16, kvp_crc32c(0, val, 16));
+    kvp_tier_batch_put_meta(st->tier, b, key, val, sizeof(val));
+}
+
+kvp_status_t kvp_store_tomb_record(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version,
+                                   kvp_tier_batch_t *b)
+{
+    kvp_tomb_t  *e   = kvp_tomb_find(&st->tombs, ns, sid);
+    uint64_t     now = kvp_store_wall_ns();
+    kvp_status_t status;
+
+    if (e != NULL && e->version >= version) {
+        return KVP_OK; /* an equal or newer delete is already recorded */
+    }
+    if (st->tier != NULL) {
+        kvp_tier_batch_t *own = b == NULL ? kvp_tier_batch_create() : NULL;
+
+        if (b == NULL && own == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        kvp_store_tomb_batch_put(st, b != NULL ? b : own, ns, sid, version, now);
+        if (own != NULL) {
+            status = tomb_commit(st, own);
+            kvp_tier_batch_destroy(own);
+            if (status != KVP_OK) {
+                return status;
+            }
+        }
+    }
+    return tomb_set(&st->tombs, ns, sid, version, now);
+}
+
+kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
+{
+    if (st->tier != NULL) {
+        char              key[KVP_TOMB_KEY_MAX];
+        kvp_tier_batch_t *b = kvp_tier_batch_create();
+        kvp_status_t      status;
+
+        if (b == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        tomb_key(e->ns, e->sid, key);
+        kvp_tier_batch_del_meta(st->tier, b, key);
+        status = tomb_commit(st, b);
+        kvp_tier_batch_destroy(b);
+        if (status != KVP_OK) {
+            return status;
+        }
+    }
+    tomb_unlink(&st->tombs, e);
+    return KVP_OK;
+}
+
+static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8_t *val,
+                            size_t vlen)
+{
+    kvp_store_h        st = arg;
+    char               sid[KVP_SID_MAX];
+    unsigned long long ns;
+    size_t             pre = sizeof(TOMB_PREFIX) - 1;
+    kvp_sess_t        *s;
+
+    if (klen <= pre + 17 || klen - pre - 17 >= KVP_SID_MAX || vlen != TOMB_VAL_BYTES ||
+        kvp_ld32(val + 16) != kvp_crc32c(0, val, 16) ||
+        sscanf(key + pre, "%16llx", &ns) != 1 || key[pre + 16] != '/') {
+        KVP_LOG_ERROR(MOD, "unreadable tombstone in the meta column family; skipped");
+        st->stats.crc_failures++;
+        return KVP_OK;
+    }
+    memcpy(sid, key + pre + 17, klen - pre - 17);
+    sid[klen - pre - 17] = 0;
+    s = kvp_index_sess_find(&st->sessions, ns, sid);
+    if (s != NULL && s->version > kvp_ld64(val)) {
+        return KVP_OK; /* a newer put landed before its tombstone was cleared: swept below */
+    }
+    return tomb_set(&st->tombs, ns, sid, kvp_ld64(val), kvp_ld64(val + 8));
+}
+
+/* Tombstones a put cleared on disk too late (a crash between): the meta keys the table lacks. */
+static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint8_t *val,
+                             size_t vlen)
+{
+    void             **a  = arg;
+    kvp_store_h        st = a[0];
+    kvp_tier_batch_t  *b  = a[1];
+    char               sid[KVP_SID_MAX];
+    unsigned long long ns;
+    size_t             pre = sizeof(TOMB_PREFIX) - 1;
+
+    (void)val;
+    (void)vlen;
+    if (klen > pre + 17 && klen - pre - 17 < KVP_SID_MAX &&
+        sscanf(key + pre, "%16llx", &ns) == 1) {
+        char k[KVP_TOMB_KEY_MAX];
+
+        memcpy(sid, key + pre + 17, klen - pre - 17);
+        sid[klen - pre - 17] = 0;
+        if (kvp_tomb_find(&st->tombs, ns, sid) == NULL) {
+            tomb_key(ns, sid, k);
+            kvp_tier_batch_del_meta(st->tier, b, k);
+        }
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_store_tomb_load(kvp_store_h st)
+{
+    kvp_tier_batch_t *b;
+    void             *arg[2];
+    kvp_status_t      status = kvp_tier_meta_scan(st->tier, TOMB_PREFIX, load_cb, st);
+
+    if (status != KVP_OK) {
+        return status;
+    }
+    b = kvp_tier_batch_create();
+    if (b == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    arg[0] = st;
+    arg[1] = b;
+    status = kvp_tier_meta_scan(st->tier, TOMB_PREFIX, stray_cb, arg);
+    if (status == KVP_OK) {
+        status = tomb_commit(st, b);
+    }
+    kvp_tier_batch_destroy(b);
+    st->last_tomb_sweep_ns = 0;
+    kvp_store_tomb_expire(st);
+    return status;
+}
+
+void kvp_store_tomb_expire(kvp_store_h st)
+{
+    uint64_t now = kvp_store_wall_ns();
+
+    if (st->tombs.count == 0 || now - st->last_tomb_sweep_ns < 1000000000ull) {
+        return; /* at most once a second */
+    }
+    st->last_tomb_sweep_ns = now;
+    for (size_t i = 0; i < st->tombs.nbuckets; i++) {
+        kvp_tomb_t *e = st->tombs.buckets[i];
+
+        while (e != NULL) {
+            kvp_tomb_t *next = e->hnext;
+
+            if (now > e->at_ns && now - e->at_ns >= st->tomb_ttl_ns) {
+                KVP_LOG_DEBUG(MOD, "tombstone of session %s past its ttl; dropped", e->sid);
+                if (kvp_store_tomb_clear(st, e) != KVP_OK) {
+                    return;
+                }
+                st->stats.tombstones_expired++;
+            }
+            e = next;
+        }
+    }
+}

@@ -1,0 +1,245 @@
+/* test_tomb.c - session versions and delete tombstones in the store (last writer wins).
+ * versions: a record's version survives close/reopen; an older put is KVP_ERR_STALE and changes
+ *   nothing, an equal one is accepted, a newer one replaces; a record written without a version
+ *   (the previous on-disk format) opens as version 0 and a versioned put replaces it.
+ * tombstones: a versioned delete keeps a tombstone that survives reopen, refuses older (and
+ *   equal) puts, is cleared by a newer put, is recorded for an unknown session too (still
+ *   KVP_ERR_NOT_FOUND), is listed only with KVP_STORE_LIST_DELETED; an older delete is refused.
+ * ttl: a tombstone past tomb_ttl_s is dropped, in process and at open.
+ * append: an append to a versioned session keeps its version. */
+#include "store_test_util.h"
+
+#include "kvpack/log.h"
+
+#include <unistd.h>
+
+static const tgeom_t G = {2, 2, 32, 16}; /* layers, heads, head_dim, P */
+#define NS 0x70B5ull
+
+static kvp_store_h open_ttl(const char *dir, uint32_t ttl_s)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+
+    p.field_mask  = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY |
+                    (ttl_s ? KVP_STORE_PARAM_TOMB_TTL : 0);
+    p.db_path     = dir;
+    p.durability  = KVP_DURABILITY_WRITE_THROUGH;
+    p.tomb_ttl_s  = ttl_s;
+    CHECK_OK(kvp_store_open(&p, &st));
+    return st;
+}
+
+static kvp_status_t put_v(kvp_store_h st, const char *sid, const kvp_session_desc_t *d,
+                          uint64_t version)
+{
+    kvp_status_t s = t_put_pages(st, NS, &G, d);
+
+    return s != KVP_OK ? s : kvp_store_session_put_version(st, NS, sid, d, version);
+}
+
+static uint64_t version_of(kvp_store_h st, const char *sid)
+{
+    kvp_session_desc_t d;
+    uint64_t           v = 12345;
+
+    CHECK_OK(kvp_store_session_get_version(st, NS, sid, &d, &v));
+    kvp_session_desc_clear(&d);
+    return v;
+}
+
+/* The listed entry for sid (with tombstones when deleted_too): 1 found (into *out), 0 not. */
+static int listed(kvp_store_h st, const char *sid, int deleted_too, kvp_store_session_info_t *out)
+{
+    kvp_store_session_info_t info[16];
+    uint32_t                 n;
+
+    CHECK_OK(kvp_store_session_list_ex(st, 0, NULL, deleted_too ? KVP_STORE_LIST_DELETED : 0, info,
+                                       16, &n, NULL));
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(info[i].sid, sid) == 0) {
+            *out = info[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void case_versions(const char *dir)
+{
+    kvp_session_desc_t d1, d2, d0;
+    kvp_store_h        st = open_ttl(dir, 0);
+
+    t_session(&G, 1, 0, 1, 2, 5, &d1);
+    t_session(&G, 2, 0, 2, 3, 0, &d2);
+    t_session(&G, 3, 0, 3, 1, 3, &d0);
+    CHECK_OK(put_v(st, "a", &d1, 100));
+    CHECK_OK(t_put_session(st, NS, "old", &G, &d0)); /* version 0: the previous record format */
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0);
+    CHECK(version_of(st, "a") == 100);
+    CHECK(version_of(st, "old") == 0);
+    CHECK_OK(t_check_session(st, NS, "old", &G, &d0));
+    CHECK(put_v(st, "a", &d2, 99) == KVP_ERR_STALE);  /* older: refused, nothing changes */
+    CHECK_OK(t_check_session(st, NS, "a", &G, &d1));
+    CHECK(version_of(st, "a") == 100);
+    CHECK(t_stats(st).stale_refused == 1);
+    CHECK_OK(put_v(st, "a", &d1, 100));                /* equal: an idempotent retry */
+    CHECK_OK(put_v(st, "a", &d2, 200));                /* newer: replaces */
+    CHECK_OK(put_v(st, "old", &d2, 50));               /* anything beats version 0 */
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0);
+    CHECK(version_of(st, "a") == 200);
+    CHECK_OK(t_check_session(st, NS, "a", &G, &d2));
+    CHECK(version_of(st, "old") == 50);
+    CHECK_OK(t_check_session(st, NS, "old", &G, &d2));
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d0);
+    kvp_session_desc_clear(&d1);
+    kvp_session_desc_clear(&d2);
+}
+
+static void case_tombstones(const char *dir)
+{
+    kvp_session_desc_t       d1, d2;
+    kvp_store_session_info_t e;
+    kvp_store_h              st = open_ttl(dir, 0);
+
+    t_session(&G, 4, 0, 4, 2, 1, &d1);
+    t_session(&G, 5, 0, 5, 1, 0, &d2);
+    CHECK_OK(put_v(st, "a", &d1, 100));
+    CHECK_OK(put_v(st, "keep", &d2, 100));
+    CHECK(kvp_store_session_delete_version(st, NS, "keep", 50) == KVP_ERR_STALE); /* older */
+    CHECK_OK(t_check_session(st, NS, "keep", &G, &d2));
+    CHECK_OK(kvp_store_session_delete_version(st, NS, "a", 300));
+    CHECK(kvp_store_session_get(st, NS, "a", &d2) == KVP_ERR_NOT_FOUND);
+    CHECK(kvp_store_session_delete_version(st, NS, "ghost", 400) == KVP_ERR_NOT_FOUND);
+    CHECK(!listed(st, "a", 0, &e) && !listed(st, "ghost", 0, &e));
+    CHECK(listed(st, "a", 1, &e) && e.deleted == 1 && e.version == 300 && e.n_chunks == 0);
+    CHECK(listed(st, "ghost", 1, &e) && e.deleted == 1 && e.version == 400);
+    CHECK(listed(st, "keep", 1, &e) && e.deleted == 0 && e.version == 100);
+    CHECK(t_stats(st).tombstones == 2);
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0);                               /* tombstones survive a reopen */
+    CHECK(t_stats(st).tombstones == 2);
+    CHECK(put_v(st, "a", &d1, 250) == KVP_ERR_STALE);    /* a late copy older than the delete */
+    CHECK(put_v(st, "a", &d1, 300) == KVP_ERR_STALE);    /* deletes win ties */
+    CHECK(put_v(st, "ghost", &d1, 399) == KVP_ERR_STALE);
+    CHECK(kvp_store_session_get(st, NS, "a", &d2) == KVP_ERR_NOT_FOUND);
+    CHECK_OK(put_v(st, "a", &d1, 350));                  /* newer: the tombstone goes */
+    CHECK(listed(st, "a", 1, &e) && e.deleted == 0 && e.version == 350);
+    CHECK(t_stats(st).tombstones == 1);
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0);
+    CHECK(version_of(st, "a") == 350);
+    CHECK_OK(t_check_session(st, NS, "a", &G, &d1));
+    CHECK(t_stats(st).tombstones == 1);
+    CHECK(listed(st, "ghost", 1, &e) && e.deleted == 1);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d1);
+    kvp_session_desc_clear(&d2);
+}
+
+static void case_ttl(const char *dir)
+{
+    kvp_session_desc_t       d;
+    kvp_store_session_info_t e;
+    kvp_store_h              st = open_ttl(dir, 1);
+
+    t_session(&G, 6, 0, 6, 1, 0, &d);
+    CHECK_OK(put_v(st, "x", &d, 10));
+    CHECK_OK(kvp_store_session_delete_version(st, NS, "x", 20));
+    CHECK(kvp_store_session_delete_version(st, NS, "y", 20) == KVP_ERR_NOT_FOUND);
+    CHECK(t_stats(st).tombstones == 2);
+    usleep(2100 * 1000);
+    CHECK(kvp_store_session_get(st, NS, "x", &d) == KVP_ERR_NOT_FOUND); /* a call sweeps */
+    CHECK(t_stats(st).tombstones == 0 && t_stats(st).tombstones_expired == 2);
+    CHECK(!listed(st, "x", 1, &e));
+    CHECK(kvp_store_session_delete_version(st, NS, "x", 30) == KVP_ERR_NOT_FOUND); /* recorded */
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0);                 /* the default ttl keeps it */
+    CHECK(t_stats(st).tombstones == 1);
+    kvp_store_close(st);
+    usleep(1100 * 1000);
+    st = open_ttl(dir, 1);                 /* past a 1 s ttl: swept at open */
+    CHECK(t_stats(st).tombstones == 0);
+    CHECK_OK(put_v(st, "x", &d, 5));       /* nothing blocks an old version any more */
+    kvp_store_close(st);
+    st = open_ttl(dir, 1);
+    CHECK(version_of(st, "x") == 5);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
+/* Append tokens [from, from + n) (fp16, values from the token index) to sid in namespace ns. */
+static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const uint32_t *ids,
+                             uint32_t tail, uint32_t from, uint32_t n)
+{
+    size_t             cnt = (size_t)G.layers * n * G.heads * G.head_dim;
+    float             *k   = kvp_malloc(cnt * sizeof(float), "test k");
+    kvp_status_t       s;
+
+    CHECK(k != NULL);
+    for (size_t i = 0; i < cnt; i++) {
+        k[i] = (float)((from * 31 + i) % 97) / 16.0f;
+    }
+    s = t_append_f32(st, ns, sid, &G, KVP_CODEC_FP16, k, k, n, ids + from - tail, tail + n, NULL);
+    kvp_free(k);
+    return s;
+}
+
+/* An append keeps the session's version (it is not a new write that could lose to itself). */
+static void case_append(const char *dir)
+{
+    uint32_t           ids[64];
+    kvp_session_desc_t d;
+    kvp_store_h        st = open_ttl(dir, 0);
+    uint64_t           ns = NS + 1;
+    uint64_t           v  = 0;
+
+    for (uint32_t i = 0; i < 64; i++) {
+        ids[i] = 1000 + i * 7;
+    }
+    CHECK_OK(append_n(st, ns, "ap", ids, 0, 0, 5));          /* creates it, version 0 */
+    CHECK_OK(kvp_store_session_get(st, ns, "ap", &d));
+    CHECK_OK(kvp_store_session_put_version(st, ns, "ap", &d, 500));
+    kvp_session_desc_clear(&d);
+    CHECK_OK(append_n(st, ns, "ap", ids, 5, 5, 20));          /* seals a chunk: 25 = 16 + 9 */
+    CHECK_OK(kvp_store_session_get_version(st, ns, "ap", &d, &v));
+    CHECK(v == 500 && d.n_chunks == 1 && d.tail_tokens == 9);
+    kvp_session_desc_clear(&d);
+    kvp_store_close(st);
+}
+
+int main(int argc, char **argv)
+{
+    char dir[512];
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s versions|tombstones|ttl|append\n", argv[0]);
+        return 2;
+    }
+    t_tmpdir(dir, sizeof(dir), "tomb");
+    if (strcmp(argv[1], "versions") == 0) {
+        case_versions(dir);
+    } else if (strcmp(argv[1], "tombstones") == 0) {
+        case_tombstones(dir);
+    } else if (strcmp(argv[1], "ttl") == 0) {
+        case_ttl(dir);
+    } else if (strcmp(argv[1], "append") == 0) {
+        case_append(dir);
+    } else {
+        fprintf(stderr, "unknown case %s\n", argv[1]);
+        t_rmrf(dir);
+        return 2;
+    }
+    t_rmrf(dir);
+    printf("ok %s\n", argv[1]);
+    return 0;
+}
