@@ -5,20 +5,15 @@
  * target without the newest version gets it (fetched from a holder of it, pages CRC-checked, put
  * at that same version: an older copy there is replaced), and copies outside the targets are
  * dropped (no tombstone) only after every target holds it and answered just before.
- * --watch keeps running: a pass at start, one when the members (etcd) have been stable for
- * --settle seconds after a change, and one every --every seconds (the agent is not on the data
- * path: it moves copies the way one `kvpack repair` does).
- * Flow: kvp_cmd_repair -> repair_pass | repair_watch -> repair_pass -> repair_plan ->
+ * --watch (cmd_repair_watch.c) runs passes as an agent.
+ * Flow: kvp_cmd_repair -> kvp_repair_pass | kvp_repair_watch -> kvp_repair_pass -> repair_plan ->
  * repair_session (copy_all, drop_surplus). Test hook: KVP_REPAIR_STOP_AFTER=N stops the process
  * (SIGSTOP) after N sessions. */
-#include "cli.h"
-
-#include "kvpack/alloc.h"
+#include "cmd_repair.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     uint32_t sessions, already_ok, repaired, failed, unverifiable;
@@ -41,13 +36,7 @@ typedef struct {
     const char   *trigger; /* --watch: why this pass runs: start, membership, interval */
 } repair_t;
 
-/* --watch options */
-typedef struct {
-    bool     on;
-    uint64_t settle_s, every_s;
-} repair_watch_t;
-
-static volatile sig_atomic_t repair_stop; /* --watch: SIGTERM/SIGINT, checked between sessions */
+volatile sig_atomic_t kvp_repair_stop; /* --watch: SIGTERM/SIGINT, checked between sessions */
 
 /* One session's plan: node bitmasks, and the rank order. */
 typedef struct {
@@ -423,7 +412,7 @@ static void repair_summary(repair_t *rp, const char *node)
 
 /* Parse the options; 0 to go on, else the exit status. */
 static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_run,
-                       repair_watch_t *w)
+                       kvp_repair_watch_t *w)
 {
     w->settle_s = 30;
     w->every_s  = 600;
@@ -456,11 +445,9 @@ static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_
     return 0;
 }
 
-/* One pass over the nodes of o->node (a static list): list every node, repair each session,
- * print the summary. Returns the exit status (0: every node answered, every session at its
- * targets). pass/trigger: set by --watch, 0/NULL for a single run. */
-static int repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
-                       const char *trigger)
+/* cmd_repair.h */
+int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
+                    const char *trigger)
 {
     kvp_cluster_report_t rep;
     kvp_cluster_list_t  *l = NULL;
@@ -498,7 +485,7 @@ static int repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass
         kvp_json_begin(&rp.j, stdout);
         kvp_json_arr(&rp.j, "actions");
     }
-    for (uint32_t i = 0, done = 0; i < l->n && !repair_stop; i++) {
+    for (uint32_t i = 0, done = 0; i < l->n && !kvp_repair_stop; i++) {
         repair_plan_t pl;
 
         if (l->holders[i] == 0) {
@@ -525,117 +512,10 @@ static int repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass
     return rc;
 }
 
-static void repair_on_signal(int sig)
-{
-    (void)sig;
-    repair_stop = 1;
-}
-
-/* "A,B,C" of the members the handle adopted last (buf of cap bytes); their number. */
-static uint32_t members_str(kvp_cluster_h cl, char *buf, size_t cap)
-{
-    uint32_t n   = kvp_cluster_size(cl);
-    size_t   len = 0;
-
-    buf[0] = '\0';
-    for (uint32_t k = 0; k < n && len < cap; k++) {
-        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "," : "", kvp_cluster_peer(cl, k));
-    }
-    return n;
-}
-
-/* --watch: membership from an etcd handle (params.etcd, kept current by its watch) or the static
- * list; each pass runs on a static snapshot of the members, so node indices cannot move under it. */
-static int repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const repair_watch_t *w)
-{
-    static char          peers[KVP_CLUSTER_MAX_NODES * 300];
-    kvp_cluster_params_t p;
-    kvp_cluster_h        cl = NULL;
-    struct sigaction     sa;
-    const uint64_t       s_ns = 1000000000ull;
-    uint64_t             gen = 0, seen = 0, changed = kvp_time_ns(), last = 0;
-    uint32_t             pass = 0;
-    bool                 pending = true, empty_said = false;
-    kvp_status_t         s;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = repair_on_signal; /* no SA_RESTART: the sleep below ends at once */
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    if (o->etcd != NULL) {
-        memset(&p, 0, sizeof(p));
-        p.field_mask  = KVP_CLUSTER_PARAM_ETCD | KVP_CLUSTER_PARAM_REPLICAS;
-        p.etcd        = o->etcd;
-        p.etcd_prefix = o->etcd_prefix;
-        p.replicas    = 1; /* only its members are used */
-        s = kvp_cluster_create(&p, &cl);
-        if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
-            fprintf(stderr, "kvpack repair: etcd %s: cannot read the members: %s (%s)\n", o->etcd,
-                    kvp_status_str(s), kvp_status_name(s));
-            return 1;
-        }
-        if (s == KVP_ERR_NOT_FOUND) {
-            fprintf(stderr, "kvpack repair: etcd %s: no kvpack node registered yet; waiting\n",
-                    o->etcd);
-            empty_said = true;
-            for (; cl == NULL && !repair_stop; nanosleep(&(struct timespec){0, 500000000}, NULL)) {
-                s = kvp_cluster_create(&p, &cl);
-            }
-        }
-    } else {
-        snprintf(peers, sizeof(peers), "%s", o->node);
-    }
-    fprintf(stderr, "kvpack repair: watching %s (r = %llu, settle %llu s, every %llu s)\n",
-            o->etcd ? o->etcd : o->node, (unsigned long long)o->replicas,
-            (unsigned long long)w->settle_s, (unsigned long long)w->every_s);
-    while (!repair_stop) {
-        uint64_t            now = kvp_time_ns();
-        const char         *why = NULL;
-        kvp_cli_sess_opts_t po  = *o;
-        uint32_t            n   = 1;
-
-        if (cl != NULL && kvp_cluster_sync(cl, &gen) == KVP_OK && gen != seen) {
-            seen    = gen;
-            changed = now;
-            pending = true;
-            fprintf(stderr, "kvpack repair: members changed: %u nodes\n", kvp_cluster_size(cl));
-        }
-        if (pending && (pass == 0 || now - changed >= w->settle_s * s_ns)) {
-            why = pass == 0 ? "start" : "membership";
-        } else if (pass > 0 && now - last >= w->every_s * s_ns) {
-            why = "interval";
-        }
-        if (why != NULL && cl != NULL) {
-            n = members_str(cl, peers, sizeof(peers));
-        }
-        if (why != NULL && n == 0) {
-            if (!empty_said) {
-                fprintf(stderr, "kvpack repair: no node registered; waiting\n");
-                empty_said = true;
-            }
-        } else if (why != NULL) {
-            empty_said = false;
-            po.etcd    = NULL;
-            po.node    = peers;
-            po.replicas = o->replicas < n ? o->replicas : n; /* fewer nodes than r: all of them */
-            if (po.replicas < o->replicas) {
-                fprintf(stderr, "kvpack repair: only %u nodes: repairing to %u copies\n", n, n);
-            }
-            repair_pass(&po, dry_run, ++pass, why);
-            pending = false;
-            last    = kvp_time_ns();
-        }
-        nanosleep(&(struct timespec){0, 200000000}, NULL);
-    }
-    fprintf(stderr, "kvpack repair: stopped after %u passes\n", pass);
-    kvp_cluster_destroy(cl);
-    return 0;
-}
-
 int kvp_cmd_repair(int argc, char **argv)
 {
     kvp_cli_sess_opts_t o = {0};
-    repair_watch_t      w = {0};
+    kvp_repair_watch_t      w = {0};
     bool                dry_run = false;
     int                 rc;
 
@@ -652,10 +532,10 @@ int kvp_cmd_repair(int argc, char **argv)
         return rc;
     }
     if (w.on) {
-        return repair_watch(&o, dry_run, &w);
+        return kvp_repair_watch(&o, dry_run, &w);
     }
     if ((rc = kvp_cli_sess_peers("repair", &o)) != 0) { /* --etcd: the nodes from etcd, once */
         return rc;
     }
-    return repair_pass(&o, dry_run, 0, NULL);
+    return kvp_repair_pass(&o, dry_run, 0, NULL);
 }

@@ -1,0 +1,121 @@
+/* cmd_repair_watch.c - "kvpack repair --watch": the repair agent. A pass at start, one once the
+ * members (etcd, followed by a watch; a --node list never changes) have been stable for --settle
+ * seconds after a change, and one every --every seconds; each pass is kvp_repair_pass over a static
+ * snapshot of the members, so node indices cannot move under it. SIGTERM/SIGINT stop it between
+ * two sessions. Not on the data path: it moves copies the way one `kvpack repair` does. */
+#include "cmd_repair.h"
+
+#include "kvpack/alloc.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static void repair_on_signal(int sig)
+{
+    (void)sig;
+    kvp_repair_stop = 1;
+}
+
+/* "A,B,C" of the members the handle adopted last (buf of cap bytes); their number. */
+static uint32_t members_str(kvp_cluster_h cl, char *buf, size_t cap)
+{
+    uint32_t n   = kvp_cluster_size(cl);
+    size_t   len = 0;
+
+    buf[0] = '\0';
+    for (uint32_t k = 0; k < n && len < cap; k++) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "," : "", kvp_cluster_peer(cl, k));
+    }
+    return n;
+}
+
+/* cmd_repair.h: membership from an etcd handle (params.etcd, kept current by its watch) or the
+ * static list. */
+int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watch_t *w)
+{
+    static char          peers[KVP_CLUSTER_MAX_NODES * 300];
+    kvp_cluster_params_t p;
+    kvp_cluster_h        cl = NULL;
+    struct sigaction     sa;
+    const uint64_t       s_ns = 1000000000ull;
+    uint64_t             gen = 0, seen = 0, changed = kvp_time_ns(), last = 0;
+    uint32_t             pass = 0;
+    bool                 pending = true, empty_said = false;
+    kvp_status_t         s;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = repair_on_signal; /* no SA_RESTART: the sleep below ends at once */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    if (o->etcd != NULL) {
+        memset(&p, 0, sizeof(p));
+        p.field_mask  = KVP_CLUSTER_PARAM_ETCD | KVP_CLUSTER_PARAM_REPLICAS;
+        p.etcd        = o->etcd;
+        p.etcd_prefix = o->etcd_prefix;
+        p.replicas    = 1; /* only its members are used */
+        s = kvp_cluster_create(&p, &cl);
+        if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
+            fprintf(stderr, "kvpack repair: etcd %s: cannot read the members: %s (%s)\n", o->etcd,
+                    kvp_status_str(s), kvp_status_name(s));
+            return 1;
+        }
+        if (s == KVP_ERR_NOT_FOUND) {
+            fprintf(stderr, "kvpack repair: etcd %s: no kvpack node registered yet; waiting\n",
+                    o->etcd);
+            empty_said = true;
+            for (; cl == NULL && !kvp_repair_stop; nanosleep(&(struct timespec){0, 500000000}, NULL)) {
+                s = kvp_cluster_create(&p, &cl);
+            }
+        }
+    } else {
+        snprintf(peers, sizeof(peers), "%s", o->node);
+    }
+    fprintf(stderr, "kvpack repair: watching %s (r = %llu, settle %llu s, every %llu s)\n",
+            o->etcd ? o->etcd : o->node, (unsigned long long)o->replicas,
+            (unsigned long long)w->settle_s, (unsigned long long)w->every_s);
+    while (!kvp_repair_stop) {
+        uint64_t            now = kvp_time_ns();
+        const char         *why = NULL;
+        kvp_cli_sess_opts_t po  = *o;
+        uint32_t            n   = 1;
+
+        if (cl != NULL && kvp_cluster_sync(cl, &gen) == KVP_OK && gen != seen) {
+            seen    = gen;
+            changed = now;
+            pending = true;
+            fprintf(stderr, "kvpack repair: members changed: %u nodes\n", kvp_cluster_size(cl));
+        }
+        if (pending && (pass == 0 || now - changed >= w->settle_s * s_ns)) {
+            why = pass == 0 ? "start" : "membership";
+        } else if (pass > 0 && now - last >= w->every_s * s_ns) {
+            why = "interval";
+        }
+        if (why != NULL && cl != NULL) {
+            n = members_str(cl, peers, sizeof(peers));
+        }
+        if (why != NULL && n == 0) {
+            if (!empty_said) {
+                fprintf(stderr, "kvpack repair: no node registered; waiting\n");
+                empty_said = true;
+            }
+        } else if (why != NULL) {
+            empty_said = false;
+            po.etcd    = NULL;
+            po.node    = peers;
+            po.replicas = o->replicas < n ? o->replicas : n; /* fewer nodes than r: all of them */
+            if (po.replicas < o->replicas) {
+                fprintf(stderr, "kvpack repair: only %u nodes: repairing to %u copies\n", n, n);
+            }
+            kvp_repair_pass(&po, dry_run, ++pass, why);
+            pending = false;
+            last    = kvp_time_ns();
+        }
+        nanosleep(&(struct timespec){0, 200000000}, NULL);
+    }
+    fprintf(stderr, "kvpack repair: stopped after %u passes\n", pass);
+    kvp_cluster_destroy(cl);
+    return 0;
+}
+
