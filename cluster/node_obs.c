@@ -3,7 +3,7 @@
  * their unit (_bytes, _seconds, _total for counters). Store figures come from one
  * kvp_store_stats snapshot per scrape and are left out while the store is not open.
  * Main flow: kvp_node_obs_route -> /health | /metrics (node_families, store_samples,
- * request_families -> duration_family). */
+ * request_families -> duration_family; both histogram kinds render through hist_series). */
 #include "node_obs.h"
 
 #include "kvpack/alloc.h"
@@ -72,19 +72,6 @@ static const struct {
      offsetof(kvp_store_stats_t, stale_refused)},
 };
 
-/* Upper bounds (le, inclusive) of kvpack_request_duration_seconds, log-spaced 1-2.5-5 from a
- * small LOOKUP in DRAM to a restore of a large session from a busy disk. */
-static const struct {
-    uint64_t    ns;
-    const char *le;
-} bounds[KVP_NODE_OBS_BUCKETS] = {
-    {50000, "0.00005"},     {100000, "0.0001"},    {250000, "0.00025"},    {500000, "0.0005"},
-    {1000000, "0.001"},     {2500000, "0.0025"},   {5000000, "0.005"},     {10000000, "0.01"},
-    {25000000, "0.025"},    {50000000, "0.05"},    {100000000, "0.1"},     {250000000, "0.25"},
-    {500000000, "0.5"},     {1000000000, "1"},     {2500000000u, "2.5"},   {5000000000u, "5"},
-    {10000000000u, "10"},
-};
-
 /* ---- private: rendering ---- */
 
 static void family(kvp_http_reply_t *r, const char *name, const char *type, const char *help)
@@ -112,6 +99,28 @@ static void result_label(uint32_t slot, char *out, size_t cap)
 static uint64_t load(atomic_uint_fast64_t *a)
 {
     return (uint64_t)atomic_load_explicit(a, memory_order_relaxed);
+}
+
+/* One histogram series of name: cumulative _bucket lines up to +Inf from per-slot counts
+ * hist[0..KVP_HIST_BUCKETS], _sum from sum_ns and _count (the +Inf bucket). label: "" or one
+ * `key="value"` pair put before le and on _sum and _count. */
+static void hist_series(kvp_http_reply_t *r, const char *name, const char *label,
+                        const uint64_t *hist, uint64_t sum_ns)
+{
+    const char *sep = label[0] ? "," : "";
+    const char *lb  = label[0] ? "{" : "";
+    const char *rb  = label[0] ? "}" : "";
+    uint64_t    cum = 0;
+
+    for (uint32_t b = 0; b <= KVP_HIST_BUCKETS; b++) {
+        cum += hist[b];
+        kvp_http_reply_printf(r, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, label, sep,
+                              (b < KVP_HIST_BUCKETS) ? kvp_hist_bounds[b].le : "+Inf",
+                              (unsigned long long)cum);
+    }
+    kvp_http_reply_printf(r, "%s_sum%s%s%s %.9f\n", name, lb, label, rb, (double)sum_ns / 1e9);
+    kvp_http_reply_printf(r, "%s_count%s%s%s %llu\n", name, lb, label, rb,
+                          (unsigned long long)cum);
 }
 
 static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
@@ -159,29 +168,31 @@ static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
         family(r, store_families[i].name, store_families[i].type, store_families[i].help);
         kvp_http_reply_printf(r, "%s %llu\n", store_families[i].name, (unsigned long long)v);
     }
+    if (open) {
+        family(r, "kvpack_spill_duration_seconds", "histogram",
+               "Time to spill one session to disk, its write and fdatasync included");
+        hist_series(r, "kvpack_spill_duration_seconds", "", st.spill_hist, st.spill_ns);
+        family(r, "kvpack_restore_duration_seconds", "histogram",
+               "Time to restore one session from disk into DRAM, its reads included");
+        hist_series(r, "kvpack_restore_duration_seconds", "", st.restore_hist, st.restore_ns);
+    }
 }
 
-/* Cumulative _bucket series up to +Inf, _sum (from busy, the scrape's busy_ns snapshot, so it
- * equals kvpack_request_handling_seconds_total) and _count (the +Inf bucket), by op. */
+/* kvpack_request_duration_seconds by op; _sum from busy, the scrape's busy_ns snapshot, so it
+ * equals kvpack_request_handling_seconds_total. */
 static void duration_family(kvp_node_obs_t *obs, kvp_http_reply_t *r, const uint64_t *busy)
 {
     family(r, "kvpack_request_duration_seconds", "histogram",
            "Time the request thread spent handling one request, by op");
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
-        uint64_t cum = 0;
+        uint64_t hist[KVP_HIST_BUCKETS + 1];
+        char     label[48];
 
-        for (uint32_t b = 0; b <= KVP_NODE_OBS_BUCKETS; b++) {
-            cum += load(&obs->busy_hist[op][b]);
-            kvp_http_reply_printf(r,
-                                  "kvpack_request_duration_seconds_bucket{op=\"%s\",le=\"%s\"} "
-                                  "%llu\n",
-                                  op_label(op), (b < KVP_NODE_OBS_BUCKETS) ? bounds[b].le : "+Inf",
-                                  (unsigned long long)cum);
+        for (uint32_t b = 0; b <= KVP_HIST_BUCKETS; b++) {
+            hist[b] = load(&obs->busy_hist[op][b]);
         }
-        kvp_http_reply_printf(r, "kvpack_request_duration_seconds_sum{op=\"%s\"} %.9f\n",
-                              op_label(op), (double)busy[op] / 1e9);
-        kvp_http_reply_printf(r, "kvpack_request_duration_seconds_count{op=\"%s\"} %llu\n",
-                              op_label(op), (unsigned long long)cum);
+        snprintf(label, sizeof(label), "op=\"%s\"", op_label(op));
+        hist_series(r, "kvpack_request_duration_seconds", label, hist, busy[op]);
     }
 }
 
@@ -257,11 +268,8 @@ void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store)
 
 void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns)
 {
-    uint32_t b = 0;
+    uint32_t b = kvp_hist_bucket(busy_ns);
 
-    while (b < KVP_NODE_OBS_BUCKETS && busy_ns > bounds[b].ns) {
-        b++;
-    }
     op = (op < KVP_NODE_OBS_OPS) ? op : 0;
     atomic_fetch_add_explicit(&obs->req_bytes[op], bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&obs->busy_ns[op], busy_ns, memory_order_relaxed);

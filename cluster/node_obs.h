@@ -1,6 +1,7 @@
 /* node_obs.h - what a node tells operators (cluster-internal): its life-cycle state, request
  * counters by op and result, bytes in and out, a handling-time histogram per op, and the HTTP
- * routes /health and /metrics (Prometheus text format 0.0.4) that kvp_node_run serves with --http.
+ * routes /health and /metrics (Prometheus text format 0.0.4, with the store's spill and restore
+ * time histograms) that kvp_node_run serves with --http.
  * Threads: the request thread counts (relaxed atomics, no lock); the HTTP thread reads the
  * counters and takes a store snapshot (kvp_store_stats, the store's own lock) under store_mu,
  * which only kvp_node_obs_set_store also takes, so a store being closed is never read. */
@@ -12,13 +13,14 @@
 #include <stdint.h>
 
 #include "http.h"
+#include "kvpack/hist.h"
 #include "kvpack/status.h"
 #include "kvpack/store.h"
 #include "kvpack/wire.h"
 
 #define KVP_NODE_OBS_OPS     KVP_WIRE_OP_MAX /* slot 0: an op the node could not decode */
 #define KVP_NODE_OBS_RESULTS 101u            /* slot -status for 0..-99, slot 100 anything else */
-#define KVP_NODE_OBS_BUCKETS 17u             /* finite bounds 50 us .. 10 s (node_obs.c) */
+#define KVP_NODE_OBS_BUCKETS KVP_HIST_BUCKETS /* finite bounds 50 us .. 10 s (kvpack/hist.h) */
 
 typedef enum {
     KVP_NODE_STARTING = 0, /* opening the store, not yet listening over UCX */

@@ -117,19 +117,30 @@ static void sess_synced(kvp_store_h st, kvp_sess_t *s, kvp_status_t status)
     }
 }
 
-/* The end of both spills: on success the session goes cold. */
-static kvp_status_t sess_spilled(kvp_store_h st, kvp_sess_t *s, kvp_status_t status)
+/* A counted spill or restore that began at t0 (kvp_time_ns): into its sum and histogram slot. */
+static void time_record(uint64_t *sum_ns, uint64_t *hist, uint64_t t0)
+{
+    uint64_t d = kvp_time_ns() - t0;
+
+    *sum_ns += d;
+    hist[kvp_hist_bucket(d)]++;
+}
+
+/* The end of both spills (begun at t0): on success the session goes cold. */
+static kvp_status_t sess_spilled(kvp_store_h st, kvp_sess_t *s, kvp_status_t status, uint64_t t0)
 {
     if (status != KVP_OK) {
         return status;
     }
     st->stats.spills++;
+    time_record(&st->stats.spill_ns, st->stats.spill_hist, t0);
     sess_make_cold(st, s);
     return KVP_OK;
 }
 
 kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
 {
+    uint64_t     t0     = kvp_time_ns();
     kvp_status_t status = KVP_OK;
 
     if (!s->hot) {
@@ -141,7 +152,7 @@ kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
         status = kvp_tier_sync(st->tier);
         sess_synced(st, s, status);
     }
-    return sess_spilled(st, s, status);
+    return sess_spilled(st, s, status, t0);
 }
 
 void kvp_store_sess_idle(kvp_store_h st, kvp_sess_t *s)
@@ -154,6 +165,7 @@ kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
 {
     kvp_tier_batch_t *b      = NULL;
     uint32_t          gen    = 0;
+    uint64_t          t0     = kvp_time_ns();
     bool              write  = s->dirty || !s->on_disk;
     kvp_status_t      status = KVP_OK;
 
@@ -179,7 +191,7 @@ kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
             sess_synced(st, s, status);
         }
     }
-    return sess_spilled(st, s, status);
+    return sess_spilled(st, s, status, t0);
 }
 
 /* The in-memory part of removing a session: page refs, tail, lists, table. */
@@ -379,7 +391,7 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
     size_t       n = kvp_store_sess_page_count(s), nmiss = 0;
     kvp_page_t **miss;
     kvp_status_t status = KVP_OK;
-    uint64_t     bytes  = 0;
+    uint64_t     bytes  = 0, t0 = kvp_time_ns();
 
     miss = kvp_malloc((n ? n : 1) * sizeof(*miss), "session restore");
     if (miss == NULL) {
@@ -425,6 +437,7 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
         kvp_list_push_tail(&st->hot_lru, &s->lru);
         st->stats.restores++;
         st->stats.restore_bytes += bytes;
+        time_record(&st->stats.restore_ns, st->stats.restore_hist, t0);
     } else if (status != KVP_OK && !s->hot) { /* never half restored */
         kvp_pool_free(&st->pool, &s->tail_slot);
         s->tail_slot.ptr = NULL;

@@ -9,7 +9,9 @@ HTTP clients do not hold up /health or UCX requests, and get 408 at the idle dea
 --http options and a taken port are clear errors; SIGTERM closes the HTTP port. Histograms are
 parsed strictly (samples in their family's block, _bucket with le ascending to +Inf, cumulative,
 +Inf = _count, _sum present); after puts and gets each op's kvpack_request_duration_seconds
-_count equals its kvpack_requests_total and its _sum the handling-seconds counter.
+_count equals its kvpack_requests_total and its _sum the handling-seconds counter; after the
+spill and the restore, kvpack_spill/restore_duration_seconds _count equals kvpack_spills_total /
+kvpack_restores_total with a _sum > 0 that never goes back.
 usage: check_metrics.py KVPACK KVPACKD LIBKVPACK"""
 import json
 import os
@@ -37,6 +39,7 @@ GETS = 5  # GET_SESSIONs of the session in DRAM after its restore
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
 SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*\})? (\S+)$')
 HIST = "kvpack_request_duration_seconds"
+SPILL_H, RESTORE_H = "kvpack_spill_duration_seconds", "kvpack_restore_duration_seconds"
 
 
 def check(cond, what):
@@ -126,7 +129,8 @@ def hist_sample(by_labels, kind, labels, value):
     """File one histogram sample under its labels less le (only _bucket has le, last)."""
     le = re.search(r',?le="([^"]*)"\}$', labels)
     check((le is not None) == (kind == "bucket"), f"le label on _{kind}: {labels}")
-    h = by_labels.setdefault(labels[:le.start()] + "}" if le else labels, {"bucket": []})
+    key = labels[:le.start()] + "}" if le else labels
+    h = by_labels.setdefault("" if key == "{}" else key, {"bucket": []})  # le alone: no labels
     if le is None:
         check(kind not in h, f"_{kind}{labels} twice")
         h[kind] = value
@@ -157,6 +161,18 @@ def check_histograms(port, want_ops):
     counts = {op: m(sr, HIST + "_count", op=op) for op in want_ops}
     print(f"{HIST}_count by op: {counts}")
     check(all(counts.values()), f"ops without a handling time: {counts}")
+
+
+def check_store_histograms(*scrapes):
+    """In every scrape the spill / restore histograms count what their counters do; their sums
+    are > 0 once there was one and never go back."""
+    for h, counter in ((SPILL_H, "kvpack_spills_total"), (RESTORE_H, "kvpack_restores_total")):
+        counts = [(m(sr, h + "_count"), m(sr, counter), m(sr, h + "_sum")) for sr in scrapes]
+        print(f"{h} (_count, {counter}, _sum) by scrape: {counts}")
+        check(all(c == n and (s > 0) == (n > 0) for c, n, s in counts),
+              f"{h} _count / _sum vs {counter}: {counts}")
+        check([s for _, _, s in counts] == sorted(s for _, _, s in counts), f"{h} _sum went back")
+        check(counts[-1][1] >= 1, f"no {counter} to time")
 
 
 def m(series, name, **labels):
@@ -199,7 +215,8 @@ try:
                 "kvpack_spill_bytes_total", "kvpack_restores_total", "kvpack_restore_bytes_total",
                 "kvpack_spill_waits_total", "kvpack_crc_failures_total", "kvpack_disk_errors_total",
                 "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving",
-                HIST + "_bucket", HIST + "_sum", HIST + "_count"):
+                HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
+                RESTORE_H + "_sum", RESTORE_H + "_bucket"):
         check(any(k[0] == fam for k in m0), f"/metrics lacks {fam}")
     check(m(m0, "kvpack_dram_budget_bytes") == 64 << 20, "budget is not 64M")
     check(m(m0, "kvpack_serving") == 1, "kvpack_serving is not 1")
@@ -271,6 +288,7 @@ try:
     check(m(m3, "kvpack_requests_total", op="get_session", result="ok") == GETS + 1,
           "GET_SESSION ok count")
     check_histograms(hp, ("put_pages", "put_session", "get_session", "spill", "stat"))
+    check_store_histograms(m0, m1, m2, m3)
 
     # HTTP edge cases; the node keeps serving after each
     code, hdrs, body = get(hp, "/metrics", "HEAD")

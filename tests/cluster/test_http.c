@@ -5,7 +5,8 @@
  * several writes, HTTP/1.0 and bare-LF lines; 431 for headers past 8 KiB; the idle deadline
  * (408) and a full connection table (a waiting client is served once a slot frees); the
  * kvpack_request_duration_seconds histogram of known handling times (cumulative buckets that
- * hold exactly the times <= their le, +Inf = _count, _sum = the recorded sum); no leaks. */
+ * hold exactly the times <= their le, +Inf = _count, _sum = the recorded sum); the store's
+ * spill and restore histograms are whole families while a store is open; no leaks. */
 #include "http.h"
 #include "node_obs.h"
 
@@ -135,20 +136,25 @@ static void check_histogram(const char *body, const char *op, const uint64_t *ns
     CHECK((uint64_t)(sec * 1e9 + 0.5) == sum);
 }
 
-/* HIST is one family: HELP and TYPE histogram once, then all its samples in one block. */
-static void check_histogram_family(const char *body)
+/* name is one histogram family: HELP and TYPE histogram once, then all its samples in one
+ * block. */
+static void check_histogram_family(const char *body, const char *name)
 {
-    const char *type = strstr(body, "\n# TYPE " HIST " histogram\n");
-    const char *p;
+    char        type_line[128], help[128], sample[128];
+    const char *type, *p;
     int         block = 0, all = 0;
 
-    CHECK(type != NULL && strstr(body, "# HELP " HIST " ") != NULL);
-    CHECK(strstr(type + 2, "# TYPE " HIST " ") == NULL); /* only once */
-    for (p = strchr(type + 1, '\n') + 1; strncmp(p, HIST "_", strlen(HIST) + 1) == 0;
-         p = strchr(p, '\n') + 1) {
+    snprintf(type_line, sizeof(type_line), "\n# TYPE %s histogram\n", name);
+    snprintf(help, sizeof(help), "# HELP %s ", name);
+    snprintf(sample, sizeof(sample), "\n%s_", name);
+    type = strstr(body, type_line);
+    CHECK(type != NULL && strstr(body, help) != NULL);
+    CHECK(strstr(type + 2, type_line + 1) == NULL); /* only once */
+    for (p = strchr(type + 1, '\n'); strncmp(p, sample, strlen(sample)) == 0;
+         p = strchr(p + 1, '\n')) {
         block++;
     }
-    for (p = body; (p = strstr(p, "\n" HIST "_")) != NULL; p++) {
+    for (p = body; (p = strstr(p, sample)) != NULL; p++) {
         all++;
     }
     CHECK(block > 0 && block == all);
@@ -177,7 +183,7 @@ static void test_histogram(void)
     kvp_node_obs_request(&obs, 999, 10, unknown_ns[0]);
 
     CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
-    check_histogram_family(body);
+    check_histogram_family(body, HIST);
     check_histogram(body, "get_session", get_ns, sizeof(get_ns) / sizeof(get_ns[0]));
     check_histogram(body, "lookup", lookup_ns, sizeof(lookup_ns) / sizeof(lookup_ns[0]));
     check_histogram(body, "unknown", unknown_ns, 1);
@@ -231,6 +237,13 @@ static void test_life_cycle(void)
     }
     CHECK(pthread_join(th, NULL) == 0);
     CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    /* the store's spill and restore histograms: one unlabelled series each, empty so far */
+    check_histogram_family(body, "kvpack_spill_duration_seconds");
+    check_histogram_family(body, "kvpack_restore_duration_seconds");
+    CHECK(strstr(body, "\nkvpack_spill_duration_seconds_bucket{le=\"0.00005\"} 0\n"));
+    CHECK(strstr(body, "\nkvpack_spill_duration_seconds_bucket{le=\"+Inf\"} 0\n"));
+    CHECK(strstr(body, "\nkvpack_spill_duration_seconds_sum 0.000000000\n"));
+    CHECK(strstr(body, "\nkvpack_restore_duration_seconds_count 0\n"));
     snprintf(want, sizeof(want), "kvpack_requests_total{op=\"put_pages\",result=\"ok\"} %u\n",
              BUMPS / 4 * 3);
     CHECK(strstr(body, want) != NULL);
@@ -253,6 +266,7 @@ static void test_life_cycle(void)
     CHECK(get(port, "/health", body, sizeof(body)) == 503 && strcmp(body, "shutting down\n") == 0);
     CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
     CHECK(strstr(body, "kvpack_dram_bytes") == NULL && strstr(body, "\nkvpack_serving 0\n"));
+    CHECK(strstr(body, "kvpack_spill_duration_seconds") == NULL);
     kvp_http_stop(h);
     kvp_node_obs_cleanup(&obs);
 }

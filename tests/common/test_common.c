@@ -1,7 +1,8 @@
 /* test_common.c - unit tests of the common base: status table ranges and strings, allocation
- * accounting and failure injection, growable arrays, the monotonic clock; plus CRC32C known
- * vectors (kernels). */
+ * accounting and failure injection, growable arrays, the monotonic clock, the duration histogram
+ * buckets; plus CRC32C known vectors (kernels). */
 #include "kvpack/alloc.h"
+#include "kvpack/hist.h"
 #include "kvpack/page.h"
 #include "kvpack/status.h"
 
@@ -106,6 +107,21 @@ static void test_crc32c(void)
     EXPECT(kvp_crc32c(part, v + 4, 5) == 0xE3069283u); /* running CRC */
 }
 
+/* Bounds ascend; a duration goes to the first bound >= it (le is inclusive), past the last to +Inf;
+ * each le label is that bound in seconds. */
+static void test_hist_buckets(void)
+{
+    EXPECT(kvp_hist_bucket(0) == 0);
+    EXPECT(kvp_hist_bucket(kvp_hist_bounds[KVP_HIST_BUCKETS - 1].ns + 1) == KVP_HIST_BUCKETS);
+    for (uint32_t b = 0; b < KVP_HIST_BUCKETS; b++) {
+        EXPECT(b == 0 || kvp_hist_bounds[b].ns > kvp_hist_bounds[b - 1].ns);
+        EXPECT(kvp_hist_bucket(kvp_hist_bounds[b].ns) == b);
+        EXPECT(kvp_hist_bucket(kvp_hist_bounds[b].ns + 1) == b + 1);
+        EXPECT((uint64_t)(strtod(kvp_hist_bounds[b].le, NULL) * 1e9 + 0.5) ==
+               kvp_hist_bounds[b].ns);
+    }
+}
+
 int main(void)
 {
     test_status_ranges();
@@ -113,5 +129,6 @@ int main(void)
     test_array_room();
     test_clock();
     test_crc32c();
+    test_hist_buckets();
     return kvp_test_result("test_common");
 }

@@ -1,5 +1,5 @@
 /* test_store.c - unit tests of the node store: page validation and refs, sessions and prefix
- * sharing, lookup, spill/restore, warm restart, eviction between watermarks, idle TTL, CRC on
+ * sharing, lookup, spill/restore (and their timing), warm restart, eviction between watermarks, idle TTL, CRC on
  * disk reads (bytes flipped inside an SST file), injected disk-full, DRAM-only mode.
  * Run one case: test_store <case>; ctest registers each case as store.<case>. */
 #include "store_test_util.h"
@@ -204,6 +204,91 @@ static void case_spill_restore_reopen(void)
         }
         t_rmrf(dir);
     }
+}
+
+/* Slot counts of a per-session duration histogram, their total, and whether sum_ns fits them:
+ * every duration lies in (previous bound, its bound], so the sum lies between the totals of
+ * those edges (no upper edge once +Inf has a count). */
+static uint64_t hist_check(const uint64_t *hist, uint64_t sum_ns)
+{
+    uint64_t n = 0, lo = 0, hi = 0;
+
+    for (uint32_t b = 0; b <= KVP_HIST_BUCKETS; b++) {
+        n += hist[b];
+        lo += hist[b] * (b ? kvp_hist_bounds[b - 1].ns : 0);
+        hi += b < KVP_HIST_BUCKETS ? hist[b] * kvp_hist_bounds[b].ns
+                                   : (hist[b] ? UINT64_MAX / 2 : 0);
+    }
+    CHECK(sum_ns >= lo && sum_ns <= hi);
+    return n;
+}
+
+/* Spill and restore time histograms: after each explicit spill, restore and background-spiller
+ * round, each histogram's counts add up to its counter and its sum grows; a failed spill and a
+ * get of a hot session add nothing. */
+static void case_spill_restore_timing(void)
+{
+    char               dir[256], sid[32];
+    kvp_session_desc_t d[8];
+    kvp_store_stats_t  s, prev;
+    kvp_store_h        st;
+
+    t_tmpdir(dir, sizeof(dir), "timing");
+    st = t_open_store(dir, 8u << 20, KVP_DURABILITY_SPILL, 0.5, 0.25);
+    s  = t_stats(st);
+    CHECK(hist_check(s.spill_hist, s.spill_ns) == 0 && s.spill_ns == 0);
+    CHECK(hist_check(s.restore_hist, s.restore_ns) == 0 && s.restore_ns == 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(sid, sizeof(sid), "t%d", i);
+        t_session(&G, 500 + i, 0, 500 + i, 4, 3, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+    }
+    for (int i = 0; i < 4; i++) { /* explicit spills: write + fdatasync each */
+        prev = t_stats(st);
+        snprintf(sid, sizeof(sid), "t%d", i);
+        CHECK_OK(kvp_store_session_spill(st, NS, sid));
+        s = t_stats(st);
+        CHECK(s.spills == prev.spills + 1 && hist_check(s.spill_hist, s.spill_ns) == s.spills);
+        CHECK(s.spill_ns > prev.spill_ns);
+    }
+    for (int i = 0; i < 4; i++) { /* restores by get */
+        prev = t_stats(st);
+        snprintf(sid, sizeof(sid), "t%d", i);
+        CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
+        s = t_stats(st);
+        CHECK(s.restores == prev.restores + 1);
+        CHECK(hist_check(s.restore_hist, s.restore_ns) == s.restores);
+        CHECK(s.restore_ns > prev.restore_ns);
+    }
+    prev = t_stats(st); /* a get of a hot session restores nothing */
+    CHECK_OK(t_check_session(st, NS, "t0", &G, &d[0]));
+    s = t_stats(st);
+    CHECK(s.restores == prev.restores && s.restore_ns == prev.restore_ns);
+    t_session(&G, 600, 0, 600, 4, 0, &d[4]); /* a failed spill is not timed */
+    CHECK_OK(t_put_session(st, NS, "tf", &G, &d[4]));
+    kvp_store_inject_disk_fail(st, 1, KVP_ERR_IO);
+    prev = t_stats(st);
+    CHECK_ST(kvp_store_session_spill(st, NS, "tf"), KVP_ERR_IO);
+    s = t_stats(st);
+    CHECK(s.spills == prev.spills && s.spill_ns == prev.spill_ns);
+    CHECK(hist_check(s.spill_hist, s.spill_ns) == s.spills);
+    for (int i = 5; i < 8; i++) { /* past the high watermark: the background spiller's spills */
+        snprintf(sid, sizeof(sid), "t%d", i);
+        t_session(&G, 500 + i, 0, 500 + i, 32, 3, &d[i]); /* 1.5 MiB */
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+    }
+    CHECK_OK(kvp_store_quiesce(st));
+    s = t_stats(st);
+    fprintf(stderr, "timing: %llu spills in %.6f s, %llu restores in %.6f s\n",
+            (unsigned long long)s.spills, (double)s.spill_ns / 1e9,
+            (unsigned long long)s.restores, (double)s.restore_ns / 1e9);
+    CHECK(s.spills > prev.spills && hist_check(s.spill_hist, s.spill_ns) == s.spills);
+    CHECK(s.spill_ns > prev.spill_ns);
+    kvp_store_close(st);
+    for (int i = 0; i < 8; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+    t_rmrf(dir);
 }
 
 static void case_evict_watermarks(void)
@@ -833,6 +918,7 @@ static const tcase_t cases[] = {
     {"session_roundtrip", case_session_roundtrip},
     {"prefix_sharing", case_prefix_sharing},
     {"spill_restore_reopen", case_spill_restore_reopen},
+    {"spill_restore_timing", case_spill_restore_timing},
     {"evict_watermarks", case_evict_watermarks},
     {"idle_ttl", case_idle_ttl},
     {"corrupt_on_disk", case_corrupt_on_disk},

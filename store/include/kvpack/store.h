@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "kvpack/codec.h"
+#include "kvpack/hist.h"
 #include "kvpack/page.h"
 #include "kvpack/status.h"
 
@@ -85,6 +86,14 @@ typedef struct {
     uint64_t tombstones;      /* delete tombstones held */
     uint64_t tombstones_expired; /* dropped after the tombstone ttl */
     uint64_t stale_refused;   /* puts and deletes refused as older than what the store holds */
+    /* Time of each counted spill (record + page write and its fdatasync, or the WAL sync) and
+     * restore (record and page reads, CRC checks): ns summed, and one count per kvpack/hist.h
+     * slot (not cumulative; last slot +Inf), so each histogram's counts add up to spills or
+     * restores in the same snapshot. */
+    uint64_t spill_ns;
+    uint64_t spill_hist[KVP_HIST_BUCKETS + 1];
+    uint64_t restore_ns;
+    uint64_t restore_hist[KVP_HIST_BUCKETS + 1];
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
