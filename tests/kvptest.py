@@ -1,6 +1,6 @@
 """kvptest.py - what the Python test scripts share: starting a kvpackd and waiting until it listens
 (its --ready-file, written by rename, names the bound port), and importing the source tree's
-Python binding against a built libkvpack.so; free ports and a one-member etcd. The scripts put tests/ on sys.path with bytecode
+Python binding against a built libkvpack.so; free ports and a one-member etcd; .kvd files. The scripts put tests/ on sys.path with bytecode
 writing off, so nothing lands in the source tree."""
 import json
 import os
@@ -45,6 +45,24 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def kvd_bytes(L, T, H, D, values):
+    """A .kvd v1 (README: magic "KVD1", version 1, L, T, H, D as u32, then K and V as fp32) of
+    values (2*L*T*H*D floats: an array('f') or any iterable)."""
+    import array
+    import struct
+    vals = values if isinstance(values, array.array) and values.typecode == "f" \
+        else array.array("f", values)
+    return b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + vals.tobytes()
+
+
+def write_kvd(path, L, T, H, D, values):
+    """kvd_bytes written to path; returns the bytes."""
+    data = kvd_bytes(L, T, H, D, values)
+    with open(path, "wb") as f:
+        f.write(data)
+    return data
 
 
 def etcd_or_skip():

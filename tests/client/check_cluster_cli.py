@@ -11,7 +11,6 @@ usage: check_cluster_cli.py KVPACK KVPACKD"""
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -61,10 +60,8 @@ def held_by(addr):
 
 def make_kvd(path, L, T, H, D):
     """A .kvd whose values (multiples of 1/64 in [-4, 4]) are exact in fp16."""
-    n = 2 * L * T * H * D
-    body = struct.pack(f"<{n}f", *[((i * 7919) % 513 - 256) / 64.0 for i in range(n)])
-    with open(path, "wb") as f:
-        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + body)
+    kvptest.write_kvd(path, L, T, H, D, (((i * 7919) % 513 - 256) / 64.0
+                                          for i in range(2 * L * T * H * D)))
 
 
 def p(name):

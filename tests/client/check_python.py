@@ -13,7 +13,6 @@ import random
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -60,8 +59,7 @@ def values(n, seed):
 
 
 def write_kvd(path, k, v, layers, tokens):
-    with open(path, "wb") as f:
-        f.write(b"KVD1" + struct.pack("<5I", 1, layers, tokens, H, D) + k.tobytes() + v.tobytes())
+    kvptest.write_kvd(path, layers, tokens, H, D, k + v)
 
 
 def pages_of(k, v, codec, layers, tokens, keys=None):

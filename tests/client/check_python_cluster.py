@@ -17,7 +17,6 @@ import os
 import random
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -102,7 +101,7 @@ def session(sid, codec):
         pp = kvpack.PageParams("fp16", H, D, P, layer=layer, first_pos=2 * P,
                                flags=kvpack.PAGE_F_TAIL)
         tails.append(kvpack.page_encode(pp, k[sl], v[sl]))
-    kvd = b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + k.tobytes() + v.tobytes()
+    kvd = kvptest.kvd_bytes(L, T, H, D, k + v)
     return ns, pages, kvpack.SessionDesc(L, P, keys, TAIL, tails), kvd
 
 

@@ -19,7 +19,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
 KVPACK, KVPACKD = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="kvp_rep_")
@@ -40,21 +43,13 @@ class Node:
         self.k, self.port, self.proc, self.addr = k, 0, None, None
 
     def start(self):
-        ready = os.path.join(TMP, f"ready{self.k}")
-        if os.path.exists(ready):
-            os.unlink(ready)
-        self.proc = subprocess.Popen(
-            [KVPACKD, "--listen", f"127.0.0.1:{self.port}", "--ready-file", ready,
-             "--data-dir", os.path.join(TMP, f"data{self.k}"), "--dram-budget", "32M",
-             "--durability", "write-through"], stdout=subprocess.DEVNULL, env=ENV)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            port = open(ready).read().strip() if os.path.exists(ready) else ""
-            if port:
-                self.port, self.addr = int(port), f"127.0.0.1:{port}"
-                return self
-            time.sleep(0.02)
-        sys.exit(f"kvpackd {self.k} did not start")
+        self.proc, self.addr = kvptest.start_kvpackd(
+            KVPACKD, os.path.join(TMP, f"ready{self.k}"),
+            ["--listen", f"127.0.0.1:{self.port}", "--data-dir", os.path.join(TMP, f"data{self.k}"),
+             "--dram-budget", "32M", "--durability", "write-through"], env=ENV,
+            what=f"kvpackd {self.k}")
+        self.port = int(self.addr.rsplit(":", 1)[1])
+        return self
 
     def kill(self):
         self.proc.kill()
@@ -109,8 +104,7 @@ try:
     L, T, H, D = 2, 200, 2, 64
     body = array.array("f", (((i * 40503) % 511 - 255) / 32.0 for i in range(2 * L * T * H * D)))
     kvd = os.path.join(TMP, "in.kvd")
-    with open(kvd, "wb") as f:
-        f.write(b"KVD1" + array.array("I", [1, L, T, H, D]).tobytes() + body.tobytes())
+    kvptest.write_kvd(kvd, L, T, H, D, body)
     sids = [f"r{i}" for i in range(10)]
     rank, reference = {}, {}
     for i, sid in enumerate(sids):
@@ -139,9 +133,7 @@ try:
     expect(rc == 1, f"rm {gone} with {x.addr} dead exited {rc}, not 1")
     reput = had_x[1]  # put again with other contents: X keeps the old version
     kvd2 = os.path.join(TMP, "in2.kvd")
-    with open(kvd2, "wb") as f:
-        f.write(b"KVD1" + array.array("I", [1, L, T, H, D]).tobytes() +
-                array.array("f", (v / 2 for v in body)).tobytes())
+    kvptest.write_kvd(kvd2, L, T, H, D, (v / 2 for v in body))
     toks = os.path.join(TMP, "tokens2.bin")  # other tokens: other chunk keys, other pages
     with open(toks, "wb") as f:
         f.write(array.array("I", ((t * 7919 + 11) % 32000 for t in range(T))).tobytes())

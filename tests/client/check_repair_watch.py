@@ -112,10 +112,8 @@ class Agent:
 
 
 def make_kvd(path, L, T, H, D, scale=1.0):
-    n = 2 * L * T * H * D
-    body = struct.pack(f"<{n}f", *[scale * ((i * 7919) % 513 - 256) / 64.0 for i in range(n)])
-    with open(path, "wb") as f:
-        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + body)
+    kvptest.write_kvd(path, L, T, H, D, (scale * ((i * 7919) % 513 - 256) / 64.0
+                                          for i in range(2 * L * T * H * D)))
 
 
 agent = None

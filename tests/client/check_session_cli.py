@@ -59,8 +59,7 @@ def write_kvd(path, L, T, H, D, seed):
     rnd = random.Random(seed)
     n = L * T * H * D
     vals = [rnd.randint(-256, 256) / 64.0 for _ in range(2 * n)]
-    with open(path, "wb") as f:
-        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) + struct.pack(f"<{2 * n}f", *vals))
+    kvptest.write_kvd(path, L, T, H, D, vals)
     return vals
 
 

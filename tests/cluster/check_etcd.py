@@ -100,9 +100,7 @@ def members():
 def kvd(path, L, T, H, D):
     """.kvd v1: magic, version, L, T, H, D, then K and V as fp32 (values exact in fp16)."""
     vals = array.array("f", (float((i * 37) % 129 - 64) / 32.0 for i in range(2 * L * T * H * D)))
-    with open(path, "wb") as f:
-        f.write(b"KVD1" + array.array("I", [1, L, T, H, D]).tobytes() + vals.tobytes())
-    return open(path, "rb").read()
+    return kvptest.write_kvd(path, L, T, H, D, vals)
 
 
 etcd = None

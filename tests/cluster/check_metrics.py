@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -227,9 +226,8 @@ try:
 
     # put: counters move by what was sent; DRAM bytes by the pages' slots, equal to STAT's
     n = L * T * H * D
-    with open(os.path.join(tmp, "a.kvd"), "wb") as f:
-        f.write(b"KVD1" + struct.pack("<5I", 1, L, T, H, D) +
-                struct.pack(f"<{2 * n}f", *[((i * 7) % 41 - 20) / 8 for i in range(2 * n)]))
+    kvptest.write_kvd(os.path.join(tmp, "a.kvd"), L, T, H, D,
+                      [((i * 7) % 41 - 20) / 8 for i in range(2 * n)])
     put = cli("put", "--node", addr, "--session", "s1", "--kvd", os.path.join(tmp, "a.kvd"),
               "--codec", "fp16", "--json")
     stat = cli("stat", "--node", addr, "--json")
