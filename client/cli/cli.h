@@ -98,7 +98,10 @@ int          kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, co
 /* The same line for every node that failed in r, WHAT being its stage, or what for stage op. */
 void         kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl,
                                  const kvp_cluster_report_t *r, const char *op, const char *what);
-/* "A,B" for the nodes in r that succeeded (buf of cap bytes). */
+/* "A,B" for the nodes k (in list order) whose bit k is set in mask (UINT64_MAX: all of them), as
+ * cl adopted them last (buf of cap bytes). */
+const char  *kvp_cli_nodes_str(kvp_cluster_h cl, uint64_t mask, char *buf, size_t cap);
+/* "A,B" for the nodes in r that succeeded, in the order they were tried (buf of cap bytes). */
 const char  *kvp_cli_report_ok(kvp_cluster_h cl, const kvp_cluster_report_t *r, char *buf,
                                size_t cap);
 /* A namespace as put/get/ls/rm print it: 16 hex digits (buf holds KVP_CLI_NS_HEX bytes). */

@@ -92,21 +92,6 @@ static void repair_usage(FILE *out)
             "  --every S       seconds between passes without a change (default 600)\n");
 }
 
-/* "A,B" for the nodes of mask (buf of cap bytes). */
-static const char *nodes_str(const repair_t *rp, uint64_t mask, char *buf, size_t cap)
-{
-    size_t len = 0;
-
-    buf[0] = '\0';
-    for (uint32_t k = 0; k < rp->n && len < cap; k++) {
-        if (mask & BIT(k)) {
-            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? "," : "",
-                                    kvp_cluster_peer(rp->cl, k));
-        }
-    }
-    return buf;
-}
-
 static void json_nodes(repair_t *rp, const char *key, uint64_t mask)
 {
     kvp_json_arr(&rp->j, key);
@@ -349,19 +334,19 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
         printf("%s %-24s %s deleted (a tombstone is the newest entry): delete on %s%s\n",
                kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
                rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
-               nodes_str(rp, pl->delete_from, c, sizeof(c)),
+               kvp_cli_nodes_str(rp->cl, pl->delete_from, c, sizeof(c)),
                s != KVP_OK && pl->error ? " (see above)" : "");
         return;
     }
     printf("%s %-24s %s%s%s%s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
            rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
-           pl->copy_to ? " copy to " : "", pl->copy_to ? nodes_str(rp, pl->copy_to, a, sizeof(a)) : "",
-           pl->copy_to ? " from " : "", pl->copy_to ? nodes_str(rp, BIT(pl->src), b, sizeof(b)) : "",
+           pl->copy_to ? " copy to " : "", pl->copy_to ? kvp_cli_nodes_str(rp->cl, pl->copy_to, a, sizeof(a)) : "",
+           pl->copy_to ? " from " : "", pl->copy_to ? kvp_cli_nodes_str(rp->cl, BIT(pl->src), b, sizeof(b)) : "",
            pl->copy_to & pl->holders ? " (replacing an older version on " : "",
-           pl->copy_to & pl->holders ? nodes_str(rp, pl->copy_to & pl->holders, d, sizeof(d)) : "",
+           pl->copy_to & pl->holders ? kvp_cli_nodes_str(rp->cl, pl->copy_to & pl->holders, d, sizeof(d)) : "",
            pl->copy_to & pl->holders ? ")" : "",
            pl->delete_from ? (pl->copy_to ? "; delete surplus on " : " delete surplus on ") : "",
-           pl->delete_from ? nodes_str(rp, pl->delete_from, c, sizeof(c)) : "",
+           pl->delete_from ? kvp_cli_nodes_str(rp->cl, pl->delete_from, c, sizeof(c)) : "",
            s != KVP_OK && pl->error ? " (see above)" : "");
 }
 
@@ -406,7 +391,7 @@ static void repair_summary(repair_t *rp, const char *node)
     if (down != 0) {
         printf("unreachable: %s (what it holds was not checked; %u sessions have it among "
                "their first %u nodes)\n",
-               nodes_str(rp, down, un, sizeof(un)), rp->sum.unverifiable, rp->r);
+               kvp_cli_nodes_str(rp->cl, down, un, sizeof(un)), rp->sum.unverifiable, rp->r);
     }
 }
 

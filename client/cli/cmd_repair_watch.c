@@ -6,6 +6,7 @@
 #include "cmd_repair.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/etcd.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -18,24 +19,11 @@ static void repair_on_signal(int sig)
     kvp_repair_stop = 1;
 }
 
-/* "A,B,C" of the members the handle adopted last (buf of cap bytes); their number. */
-static uint32_t members_str(kvp_cluster_h cl, char *buf, size_t cap)
-{
-    uint32_t n   = kvp_cluster_size(cl);
-    size_t   len = 0;
-
-    buf[0] = '\0';
-    for (uint32_t k = 0; k < n && len < cap; k++) {
-        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "," : "", kvp_cluster_peer(cl, k));
-    }
-    return n;
-}
-
 /* cmd_repair.h: membership from an etcd handle (params.etcd, kept current by its watch) or the
  * static list. */
 int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watch_t *w)
 {
-    static char          peers[KVP_CLUSTER_MAX_NODES * 300];
+    static char          peers[KVP_CLUSTER_MAX_NODES * KVP_ETCD_ADDR_MAX];
     kvp_cluster_params_t p;
     kvp_cluster_h        cl = NULL;
     struct sigaction     sa;
@@ -93,7 +81,8 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             why = "interval";
         }
         if (why != NULL && cl != NULL) {
-            n = members_str(cl, peers, sizeof(peers));
+            n = kvp_cluster_size(cl);
+            kvp_cli_nodes_str(cl, UINT64_MAX, peers, sizeof(peers));
         }
         if (why != NULL && n == 0) {
             if (!empty_said) {

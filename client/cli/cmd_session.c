@@ -117,6 +117,21 @@ void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_re
     }
 }
 
+const char *kvp_cli_nodes_str(kvp_cluster_h cl, uint64_t mask, char *buf, size_t cap)
+{
+    uint32_t n   = kvp_cluster_size(cl);
+    size_t   len = 0;
+
+    buf[0] = '\0';
+    for (uint32_t k = 0; k < n && len < cap; k++) {
+        if (mask & (1ull << k)) {
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? "," : "",
+                                    kvp_cluster_peer(cl, k));
+        }
+    }
+    return buf;
+}
+
 const char *kvp_cli_report_ok(kvp_cluster_h cl, const kvp_cluster_report_t *r, char *buf,
                               size_t cap)
 {
