@@ -475,18 +475,8 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
 
 kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
                                   const char *sid, const void *const *pages, const size_t *lens,
-                                  size_t n, const kvp_session_desc_t *desc,
+                                  size_t n, const kvp_session_desc_t *desc, uint64_t version,
                                   kvp_cluster_report_t *report)
-{
-    return kvp_cluster_put_node_version(cluster, node, ns, sid, pages, lens, n, desc,
-                                        kvp_version_now(), report);
-}
-
-kvp_status_t kvp_cluster_put_node_version(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
-                                          const char *sid, const void *const *pages,
-                                          const size_t *lens, size_t n,
-                                          const kvp_session_desc_t *desc, uint64_t version,
-                                          kvp_cluster_report_t *report)
 {
     route_t      rt;
     const char  *stage = "connect";

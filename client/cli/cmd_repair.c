@@ -217,7 +217,7 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
         if (!(pl->copy_to & BIT(k))) {
             continue;
         }
-        s = (rp->alive & BIT(k)) ? kvp_cluster_put_node_version(rp->cl, k, pl->e->ns, pl->e->sid,
+        s = (rp->alive & BIT(k)) ? kvp_cluster_put_node(rp->cl, k, pl->e->ns, pl->e->sid,
                                                                 (const void *const *)sp->pages,
                                                                 sp->page_lens, sp->n_pages,
                                                                 &sp->desc, sp->version, NULL)

@@ -128,18 +128,13 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      const kvp_session_desc_t *desc,
                                      kvp_cluster_report_t *report);
 /* Store a whole session on one node, whatever its rank (pages and record as put_session does;
- * repair uses it to bring a session back to its r copies). The node's status; KVP_ERR_INVALID
- * for a node past the list or pages that are not whole chunks. */
+ * repair uses it to bring a session back to its r copies), at version (repair: the source
+ * copy's, unchanged; 0: the node's clock, as kvp_client_put_session_version). The node's status;
+ * KVP_ERR_INVALID for a node past the list or pages that are not whole chunks. */
 kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
                                   const char *sid, const void *const *pages, const size_t *lens,
-                                  size_t n, const kvp_session_desc_t *desc,
+                                  size_t n, const kvp_session_desc_t *desc, uint64_t version,
                                   kvp_cluster_report_t *report);
-/* As kvp_cluster_put_node at a given version (repair: the source copy's, unchanged). */
-kvp_status_t kvp_cluster_put_node_version(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
-                                          const char *sid, const void *const *pages,
-                                          const size_t *lens, size_t n,
-                                          const kvp_session_desc_t *desc, uint64_t version,
-                                          kvp_cluster_report_t *report);
 /* Fetch from the first node in rank order that has it (kvp_client_get_session, or _expect when
  * expect is not NULL); any failure moves to the next. All failed: a status other than NOT_FOUND
  * or unreachable if one came back (e.g. CORRUPT), else a node's unreachable/timeout status if any
