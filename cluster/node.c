@@ -2,20 +2,25 @@
  * validated by proto/wire, executed against the store, and answered with a reply that carries a
  * kvp_status_t (and page or record bytes as AM data). A malformed request gets KVP_ERR_PROTOCOL
  * and the node keeps serving; a client that dies only loses its own connection.
- * Deadlines are enforced by the client; the node answers in arrival order on one thread; with
- * --http a second thread serves /health and /metrics from node_obs.c's counters.
- * Main flow: kvp_node_run -> kvp_xfer_wait -> node_recv -> handle_<op> -> reply_send. */
+ * Deadlines are enforced by the client. Threads: the transport thread receives and sends; the
+ * requests run on a pool of workers (node_work.c), so one that waits on the disk holds up only
+ * later requests of its own connection (each connection's requests run one at a time, in
+ * arrival order: a strand); with --http another thread serves /health and /metrics.
+ * Main flow: kvp_node_run -> kvp_xfer_wait -> node_recv -> strand -> worker: job_run ->
+ *            handle_<op> -> reply_set -> transport thread: job_finish -> kvp_xfer_send. */
 #include "kvpack/node.h"
 #include "http.h"
 #include "node_etcd.h"
 #include "kvpack/etcd.h"
 #include "node_obs.h"
+#include "node_work.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 #include "kvpack/wire.h"
 #include "kvpack/xfer.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -26,8 +31,11 @@ typedef struct {
     kvp_xfer_h  x;
     kvp_store_h store;
     uint64_t    start_ns;
-    uint64_t    requests;
-    uint64_t    bad_requests;
+    atomic_uint_fast64_t requests;     /* counted on the transport thread, read by STAT */
+    atomic_uint_fast64_t bad_requests;
+    kvp_node_work_h work;
+    uint64_t    outstanding;  /* jobs received and not yet finished (transport thread) */
+    int         stopping;     /* shutting down: new requests are dropped unanswered */
     uint32_t    max_reply_pages; /* bounded by the transport's header limit */
     uint32_t    max_list;        /* LIST entries per reply, bounded the same way */
     kvp_node_obs_t obs;          /* state and counters for /health and /metrics */
@@ -41,6 +49,30 @@ typedef struct {
     uint32_t        n_refs;
     kvp_xfer_iov_t *iov;
 } reply_ctx_t;
+
+/* One request from its receipt to its reply: made on the transport thread, run by a worker (or
+ * there, when cheap and its connection is idle), answered on the transport thread. */
+typedef struct node_job {
+    kvp_node_job_t   link;        /* MUST be first: the worker pool's link */
+    struct node_job *next;        /* its strand's queue */
+    kvp_xfer_conn_h  conn;        /* alive while msg is held */
+    kvp_xfer_msg_h   msg;         /* released when the job finishes */
+    kvp_wire_req_t   req;
+    kvp_status_t     bad;         /* KVP_OK, or why the request cannot run (answered as such) */
+    uint64_t         wire_bytes;  /* header + data received */
+    uint64_t         t0;          /* receipt */
+    reply_ctx_t     *rc;          /* the reply, header packed; NULL: nothing to send */
+    size_t           hdr_len;
+    int              iovcnt;
+    uint32_t         op;          /* of the reply (the request's, or 0 if it did not decode) */
+    kvp_status_t     status;      /* of the reply */
+} node_job_t;
+
+/* A connection's unanswered requests in arrival order (kvp_xfer_conn_user): the head runs, the
+ * rest wait. Freed when it empties; touched on the transport thread only. */
+typedef struct {
+    node_job_t *head, *tail;
+} node_strand_t;
 
 /* ---- private: replies ---- */
 
@@ -73,34 +105,25 @@ static void reply_done(void *arg, kvp_status_t status)
     reply_ctx_free(arg);
 }
 
-/* Send rep with the data in rc (iov), then free rc when the transport is done with it. */
-static void reply_send(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_rep_t *rep, reply_ctx_t *rc,
-                       int iovcnt)
+/* The job's reply: rep packed into rc->hdr, with the data in rc (iov); sent by job_finish. */
+static void reply_set(node_job_t *job, const kvp_wire_rep_t *rep, reply_ctx_t *rc, int iovcnt)
 {
-    size_t       len   = 0;
-    uint64_t     bytes = 0;
-    kvp_status_t s     = kvp_wire_rep_pack(rep, &rc->hdr, &len);
+    kvp_status_t s = kvp_wire_rep_pack(rep, &rc->hdr, &job->hdr_len);
 
-    for (int i = 0; s == KVP_OK && i < iovcnt; i++) {
-        bytes += rc->iov[i].len;
-    }
-    kvp_node_obs_reply(&n->obs, rep->op, rep->status, (s == KVP_OK) ? len + bytes : 0);
-
-    if (s == KVP_OK) {
-        s = kvp_xfer_send(conn, rc->hdr, len, rc->iov, iovcnt, reply_done, rc);
-    }
-    if (s == KVP_INPROGRESS) {
-        return;
-    }
+    job->op     = rep->op;
+    job->status = rep->status;
     if (s != KVP_OK) {
         KVP_LOG_INFO(MOD, "reply %s to %s failed: %s", kvp_wire_op_name(rep->op),
-                     kvp_xfer_conn_peer(conn), kvp_status_str(s));
+                     kvp_xfer_conn_peer(job->conn), kvp_status_str(s));
+        reply_ctx_free(rc);
+        return;
     }
-    reply_ctx_free(rc);
+    job->rc     = rc;
+    job->iovcnt = iovcnt;
 }
 
-static void reply_status(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep,
-                         kvp_status_t status, const char *what)
+static void reply_status(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t status,
+                         const char *what)
 {
     reply_ctx_t *rc = kvp_calloc(1, sizeof(*rc), "node reply");
 
@@ -111,12 +134,12 @@ static void reply_status(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep,
     if (status != KVP_OK && what != NULL) {
         snprintf(rep->message, sizeof(rep->message), "%s: %s", what, kvp_status_str(status));
     }
-    reply_send(n, conn, rep, rc, 0);
+    reply_set(job, rep, rc, 0);
 }
 
 /* ---- private: one handler per op ---- */
 
-static void handle_put_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+static void handle_put_pages(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                              const uint8_t *data, kvp_wire_rep_t *rep)
 {
     kvp_status_t first = KVP_OK;
@@ -138,13 +161,13 @@ static void handle_put_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req
         char what[64];
 
         snprintf(what, sizeof(what), "page %u of %u", rep->first_bad, req->n_pages);
-        reply_status(n, conn, rep, first, what);
+        reply_status(job, rep, first, what);
         return;
     }
-    reply_status(n, conn, rep, KVP_OK, NULL);
+    reply_status(job, rep, KVP_OK, NULL);
 }
 
-static void handle_put_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+static void handle_put_session(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                                const uint8_t *data, kvp_wire_rep_t *rep)
 {
     kvp_session_desc_t desc;
@@ -152,17 +175,17 @@ static void handle_put_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
 
     if (s != KVP_OK) {
         KVP_LOG_WARN(MOD, "session %s record from %s rejected: %s", req->sid,
-                     kvp_xfer_conn_peer(conn), kvp_status_str(s));
-        reply_status(n, conn, rep, s, "session record");
+                     kvp_xfer_conn_peer(job->conn), kvp_status_str(s));
+        reply_status(job, rep, s, "session record");
         return;
     }
     s = kvp_store_session_put_version(n->store, req->ns, req->sid, &desc,
                                       req->version != 0 ? req->version : kvp_node_wall_ns());
     kvp_session_desc_clear(&desc);
-    reply_status(n, conn, rep, s, s == KVP_ERR_STALE ? req->sid : "session put");
+    reply_status(job, rep, s, s == KVP_ERR_STALE ? req->sid : "session put");
 }
 
-static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                                kvp_wire_rep_t *rep)
 {
     kvp_session_desc_t desc;
@@ -172,7 +195,7 @@ static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
                                                          &rep->version);
 
     if (s != KVP_OK) {
-        reply_status(n, conn, rep, s, req->sid);
+        reply_status(job, rep, s, req->sid);
         return;
     }
     rc = kvp_calloc(1, sizeof(*rc), "node reply");
@@ -185,17 +208,17 @@ static void handle_get_session(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_r
     rc->iov = kvp_calloc(1, sizeof(*rc->iov), "node reply iov");
     if (s != KVP_OK || rc->iov == NULL || len > UINT32_MAX) {
         reply_ctx_free(rc);
-        reply_status(n, conn, rep, (s != KVP_OK) ? s : KVP_ERR_NO_MEMORY, "session record");
+        reply_status(job, rep, (s != KVP_OK) ? s : KVP_ERR_NO_MEMORY, "session record");
         return;
     }
     rc->iov[0].buf  = rc->blob;
     rc->iov[0].len  = len;
     rep->record_len = (uint32_t)len;
     rep->status     = KVP_OK;
-    reply_send(n, conn, rep, rc, 1);
+    reply_set(job, rep, rc, 1);
 }
 
-static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+static void handle_get_pages(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                              kvp_wire_rep_t *rep)
 {
     uint32_t     total = req->n_keys * req->layers;
@@ -213,7 +236,7 @@ static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req
         if (rc != NULL) {
             reply_ctx_free(rc);
         }
-        reply_status(n, conn, rep, KVP_ERR_NO_MEMORY, "get pages");
+        reply_status(job, rep, KVP_ERR_NO_MEMORY, "get pages");
         return;
     }
     for (uint32_t i = 0; i < room; i++) {
@@ -244,17 +267,17 @@ static void handle_get_pages(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req
         reply_ctx_free(rc);
         kvp_free(rep->page_lens);
         rep->page_lens = NULL;
-        reply_status(n, conn, rep, s, "page");
+        reply_status(job, rep, s, "page");
         return;
     }
     rep->n_pages = rc->n_refs;
     rep->status  = KVP_OK;
-    reply_send(n, conn, rep, rc, (int)rc->n_refs);
+    reply_set(job, rep, rc, (int)rc->n_refs);
     kvp_free(rep->page_lens);
     rep->page_lens = NULL;
 }
 
-static void handle_stat(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep)
+static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
 {
     kvp_store_stats_t st;
 
@@ -270,13 +293,13 @@ static void handle_stat(node_t *n, kvp_xfer_conn_h conn, kvp_wire_rep_t *rep)
     rep->stat.crc_failures     = st.crc_failures;
     rep->stat.disk_errors      = st.disk_errors;
     rep->stat.uptime_ms        = (kvp_time_ns() - n->start_ns) / 1000000u;
-    rep->stat.requests         = n->requests;
-    rep->stat.bad_requests     = n->bad_requests;
-    reply_status(n, conn, rep, KVP_OK, NULL);
+    rep->stat.requests         = atomic_load_explicit(&n->requests, memory_order_relaxed);
+    rep->stat.bad_requests     = atomic_load_explicit(&n->bad_requests, memory_order_relaxed);
+    reply_status(job, rep, KVP_OK, NULL);
 }
 
 /* One page of the session listing: at most min(limit, max_list) entries after the cursor. */
-static void handle_list(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *req,
+static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                         kvp_wire_rep_t *rep)
 {
     uint32_t                  max = req->limit < n->max_list ? req->limit : n->max_list, got = 0;
@@ -311,90 +334,203 @@ static void handle_list(node_t *n, kvp_xfer_conn_h conn, const kvp_wire_req_t *r
     rep->n_sessions = got;
     rep->more       = (uint32_t)more;
     kvp_free(info);
-    reply_status(n, conn, rep, s, "list");
+    reply_status(job, rep, s, "list");
     kvp_free(rep->sessions);
     rep->sessions = NULL;
+}
+
+/* Run one request (a worker thread, or the transport thread for job_inline ones): the store
+ * call and the packed reply. */
+static void job_run(void *arg, kvp_node_job_t *link)
+{
+    node_t        *n   = arg;
+    node_job_t    *job = (node_job_t *)link;
+    kvp_wire_req_t *req = &job->req;
+    kvp_wire_rep_t rep;
+    size_t         dl;
+    const uint8_t *data = kvp_xfer_msg_data(job->msg, &dl);
+    kvp_status_t   s;
+
+    memset(&rep, 0, sizeof(rep));
+    rep.req_id = req->req_id;
+    rep.op     = req->op;
+    if (job->bad != KVP_OK) {
+        reply_status(job, &rep, job->bad,
+                     kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data" : "malformed request");
+        return;
+    }
+    KVP_LOG_DEBUG(MOD, "%s %llu from %s, %zu data bytes", kvp_wire_op_name(req->op),
+                  (unsigned long long)req->req_id, kvp_xfer_conn_peer(job->conn), dl);
+    switch (req->op) {
+    case KVP_WIRE_OP_PUT_PAGES:
+        handle_put_pages(n, job, req, data, &rep);
+        break;
+    case KVP_WIRE_OP_PUT_SESSION:
+        handle_put_session(n, job, req, data, &rep);
+        break;
+    case KVP_WIRE_OP_GET_SESSION:
+        handle_get_session(n, job, req, &rep);
+        break;
+    case KVP_WIRE_OP_GET_PAGES:
+        handle_get_pages(n, job, req, &rep);
+        break;
+    case KVP_WIRE_OP_LOOKUP:
+        s = kvp_store_lookup(n->store, req->ns, req->keys, req->n_keys, req->layers,
+                             &rep.hit_chunks);
+        reply_status(job, &rep, s, "lookup");
+        break;
+    case KVP_WIRE_OP_SPILL:
+        s = kvp_store_session_spill(n->store, req->ns, req->sid);
+        reply_status(job, &rep, s, req->sid);
+        break;
+    case KVP_WIRE_OP_STAT:
+        handle_stat(n, job, &rep);
+        break;
+    case KVP_WIRE_OP_DELETE:
+        s = req->drop ? kvp_store_session_drop(n->store, req->ns, req->sid, req->version)
+                      : kvp_store_session_delete_version(n->store, req->ns, req->sid,
+                                                         req->version != 0 ? req->version
+                                                                           : kvp_node_wall_ns());
+        reply_status(job, &rep, s, req->sid);
+        break;
+    case KVP_WIRE_OP_LIST:
+        handle_list(n, job, req, &rep);
+        break;
+    default:
+        reply_status(job, &rep, KVP_ERR_PROTOCOL, "op");
+        break;
+    }
+}
+
+/* Requests that never touch the disk or wait on the store's lock for long run on the transport
+ * thread when their connection has nothing else in flight (no hand-off to a worker). */
+static int job_inline(const node_job_t *job)
+{
+    return job->bad != KVP_OK || job->req.op == KVP_WIRE_OP_STAT;
+}
+
+/* Transport thread: send the job's reply, count it, free it; returns the next job of its
+ * connection (now the strand's head) or NULL when the strand is empty (and freed). */
+static node_job_t *job_finish(node_t *n, node_job_t *job)
+{
+    node_strand_t *st   = kvp_xfer_conn_user(job->conn);
+    node_job_t    *next = job->next;
+    reply_ctx_t   *rc   = job->rc;
+
+    if (rc != NULL) {
+        uint64_t     bytes = job->hdr_len;
+        kvp_status_t s;
+
+        for (int i = 0; i < job->iovcnt; i++) {
+            bytes += rc->iov[i].len;
+        }
+        kvp_node_obs_reply(&n->obs, job->op, job->status, bytes);
+        s = kvp_xfer_send(job->conn, rc->hdr, job->hdr_len, rc->iov, job->iovcnt, reply_done, rc);
+        if (s != KVP_INPROGRESS) {
+            if (s != KVP_OK) {
+                KVP_LOG_INFO(MOD, "reply %s to %s failed: %s", kvp_wire_op_name(job->op),
+                             kvp_xfer_conn_peer(job->conn), kvp_status_str(s));
+            }
+            reply_ctx_free(rc);
+        }
+    }
+    kvp_node_obs_request(&n->obs, job->op, job->wire_bytes, kvp_time_ns() - job->t0);
+    st->head = next;
+    if (next == NULL) {
+        kvp_xfer_conn_set_user(job->conn, NULL);
+        kvp_free(st);
+    }
+    kvp_wire_req_clear(&job->req);
+    kvp_xfer_msg_release(job->msg); /* last: it may hold the connection's last reference */
+    kvp_free(job);
+    n->outstanding--;
+    return next;
+}
+
+/* Transport thread: run a connection's strand from job on. Cheap jobs (job_inline) run here;
+ * the first other one goes to a worker and its completion continues the strand. Jobs of a
+ * connection that failed meanwhile are not run (no one would get the reply). */
+static void strand_run(node_t *n, node_job_t *job)
+{
+    while (job != NULL) {
+        int alive = kvp_xfer_conn_status(job->conn) == KVP_OK;
+
+        if (alive && !job_inline(job)) {
+            kvp_node_work_submit(n->work, &job->link);
+            return;
+        }
+        if (alive) {
+            job_run(n, &job->link);
+        }
+        job = job_finish(n, job);
+    }
+}
+
+/* Transport thread: the replies of the jobs the workers finished. */
+static void node_take_done(node_t *n)
+{
+    kvp_node_job_t *link = kvp_node_work_take(n->work);
+
+    while (link != NULL) {
+        kvp_node_job_t *next = link->next;
+
+        strand_run(n, job_finish(n, (node_job_t *)link));
+        link = next;
+    }
+}
+
+static void node_wake(void *arg)
+{
+    kvp_xfer_wake(arg);
 }
 
 static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 {
     node_t        *n = arg;
-    kvp_wire_req_t req;
-    kvp_wire_rep_t rep;
+    node_job_t    *job;
+    node_strand_t *st;
     size_t         hl, dl;
-    const void    *h    = kvp_xfer_msg_hdr(msg, &hl);
-    const uint8_t *data = kvp_xfer_msg_data(msg, &dl);
-    kvp_status_t   s    = kvp_xfer_msg_status(msg);
-    uint64_t       t0   = kvp_time_ns();
+    const void    *h = kvp_xfer_msg_hdr(msg, &hl);
 
-    n->requests++;
-    memset(&rep, 0, sizeof(rep));
-    if (s != KVP_OK) {
-        /* the data never arrived whole; answer with the header's req_id if it decodes */
-        kvp_wire_req_unpack(h, hl, 0, &req);
-        rep.req_id = req.req_id;
-        rep.op     = req.op;
-        kvp_wire_req_clear(&req);
-        n->bad_requests++;
-        reply_status(n, conn, &rep, s, "request data");
-        kvp_node_obs_request(&n->obs, rep.op, hl + dl, kvp_time_ns() - t0);
-        kvp_xfer_msg_release(msg);
+    (void)kvp_xfer_msg_data(msg, &dl);
+    atomic_fetch_add_explicit(&n->requests, 1, memory_order_relaxed);
+    if (n->stopping || (job = kvp_calloc(1, sizeof(*job), "node job")) == NULL) {
+        kvp_xfer_msg_release(msg); /* unanswered: the client's deadline reports it */
         return;
     }
-    s          = kvp_wire_req_unpack(h, hl, dl, &req);
-    rep.req_id = req.req_id;
-    rep.op     = req.op;
-    if (s != KVP_OK) {
-        n->bad_requests++;
+    job->conn       = conn;
+    job->msg        = msg;
+    job->t0         = kvp_time_ns();
+    job->wire_bytes = hl + dl;
+    job->bad        = kvp_xfer_msg_status(msg);
+    if (job->bad != KVP_OK) { /* the data never arrived whole; answer the header's req_id */
+        kvp_wire_req_unpack(h, hl, 0, &job->req);
+    } else if ((job->bad = kvp_wire_req_unpack(h, hl, dl, &job->req)) != KVP_OK) {
         KVP_LOG_WARN(MOD, "malformed request from %s (%zu header, %zu data bytes)",
                      kvp_xfer_conn_peer(conn), hl, dl);
-        reply_status(n, conn, &rep, s, "malformed request");
-    } else {
-        KVP_LOG_DEBUG(MOD, "%s %llu from %s, %zu data bytes", kvp_wire_op_name(req.op),
-                      (unsigned long long)req.req_id, kvp_xfer_conn_peer(conn), dl);
-        switch (req.op) {
-        case KVP_WIRE_OP_PUT_PAGES:
-            handle_put_pages(n, conn, &req, data, &rep);
-            break;
-        case KVP_WIRE_OP_PUT_SESSION:
-            handle_put_session(n, conn, &req, data, &rep);
-            break;
-        case KVP_WIRE_OP_GET_SESSION:
-            handle_get_session(n, conn, &req, &rep);
-            break;
-        case KVP_WIRE_OP_GET_PAGES:
-            handle_get_pages(n, conn, &req, &rep);
-            break;
-        case KVP_WIRE_OP_LOOKUP:
-            s = kvp_store_lookup(n->store, req.ns, req.keys, req.n_keys, req.layers,
-                                 &rep.hit_chunks);
-            reply_status(n, conn, &rep, s, "lookup");
-            break;
-        case KVP_WIRE_OP_SPILL:
-            s = kvp_store_session_spill(n->store, req.ns, req.sid);
-            reply_status(n, conn, &rep, s, req.sid);
-            break;
-        case KVP_WIRE_OP_STAT:
-            handle_stat(n, conn, &rep);
-            break;
-        case KVP_WIRE_OP_DELETE:
-            s = req.drop ? kvp_store_session_drop(n->store, req.ns, req.sid, req.version)
-                         : kvp_store_session_delete_version(n->store, req.ns, req.sid,
-                                                            req.version != 0 ? req.version
-                                                                             : kvp_node_wall_ns());
-            reply_status(n, conn, &rep, s, req.sid);
-            break;
-        case KVP_WIRE_OP_LIST:
-            handle_list(n, conn, &req, &rep);
-            break;
-        default:
-            reply_status(n, conn, &rep, KVP_ERR_PROTOCOL, "op");
-            break;
-        }
     }
-    kvp_node_obs_request(&n->obs, rep.op, hl + dl, kvp_time_ns() - t0);
-    kvp_wire_req_clear(&req);
-    kvp_xfer_msg_release(msg);
+    if (job->bad != KVP_OK) {
+        atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
+    }
+    job->op = job->req.op;
+    n->outstanding++;
+    st = kvp_xfer_conn_user(conn);
+    if (st != NULL) { /* busy: wait behind the connection's earlier requests */
+        st->tail->next = job;
+        st->tail       = job;
+        return;
+    }
+    st = kvp_calloc(1, sizeof(*st), "node strand");
+    if (st == NULL) {
+        n->outstanding--;
+        kvp_wire_req_clear(&job->req);
+        kvp_xfer_msg_release(msg);
+        kvp_free(job);
+        return;
+    }
+    st->head = st->tail = job;
+    kvp_xfer_conn_set_user(conn, st);
+    strand_run(n, job);
 }
 
 static void node_conn_failed(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
@@ -487,6 +623,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     uint64_t           fm = params->field_mask;
     kvp_store_params_t sp;
     kvp_xfer_params_t  xp;
+    kvp_node_work_params_t wp;
     node_t             n;
     kvp_http_h         http;
     kvp_node_etcd_h    reg = NULL;
@@ -540,6 +677,16 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     if (s != KVP_OK) {
         goto err_store;
     }
+    memset(&wp, 0, sizeof(wp));
+    wp.threads  = (fm & KVP_NODE_PARAM_WORKERS) ? params->workers : KVP_NODE_WORKERS_DEFAULT;
+    wp.run      = job_run;
+    wp.ctx      = &n;
+    wp.wake     = node_wake;
+    wp.wake_arg = n.x;
+    s           = kvp_node_work_start(&wp, &n.work);
+    if (s != KVP_OK) {
+        goto err_xfer;
+    }
     /* a page length is at most 5 bytes of packed varint; leave room for the rest */
     hdr               = kvp_xfer_max_hdr(n.x);
     n.max_reply_pages = (hdr > 128) ? (uint32_t)((hdr - 128) / 5) : 1;
@@ -571,12 +718,20 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     }
     while (!*stop) {
         kvp_xfer_wait(n.x, 100);
+        node_take_done(&n);
     }
-    KVP_LOG_INFO(MOD, "shutting down after %llu requests", (unsigned long long)n.requests);
+    KVP_LOG_INFO(MOD, "shutting down after %llu requests",
+                 (unsigned long long)atomic_load(&n.requests));
     s = KVP_OK;
 err_xfer:
     kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
     kvp_node_etcd_stop(reg); /* revoke first: clients stop picking this node at once */
+    n.stopping = 1;          /* requests in flight are answered, new ones dropped */
+    while (n.work != NULL && n.outstanding > 0) {
+        kvp_xfer_wait(n.x, 10);
+        node_take_done(&n);
+    }
+    kvp_node_work_stop(n.work);
     kvp_xfer_destroy(n.x);
 err_store:
     kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */

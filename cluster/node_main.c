@@ -44,6 +44,8 @@ static void usage(const char *prog, FILE *out)
             "                          a replica back from an outage longer than that may bring\n"
             "                          a deleted session back\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
+            "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
+            "                          waits on the disk holds up only its own connection\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
             "  -h, --help              this text\n",
             prog);
@@ -154,6 +156,16 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             p.tomb_ttl_s  = (uint32_t)ttl;
             if (*v == '\0' || *end != '\0' || ttl == 0 || ttl > UINT32_MAX) {
                 fprintf(stderr, "%s: --tombstone-ttl wants seconds >= 1, got '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--workers", &missing)) != NULL) {
+            char         *end;
+            unsigned long w = strtoul(v, &end, 10);
+
+            p.field_mask |= KVP_NODE_PARAM_WORKERS;
+            p.workers     = (uint32_t)w;
+            if (*v == '\0' || *end != '\0' || w == 0 || w > 64) {
+                fprintf(stderr, "%s: --workers wants 1..64 threads, got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--data-dir", &missing)) != NULL) {

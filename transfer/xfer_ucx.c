@@ -12,13 +12,17 @@
 #include <ucp/api/ucp.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define MOD            "xfer"
 #define XFER_AM_ID     1
@@ -62,6 +66,7 @@ struct kvp_xfer_conn {
     kvp_status_t          status;
     char                  peer[64];
     struct kvp_xfer_conn *dead_next;
+    void                 *user;      /* kvp_xfer_conn_set_user */
 };
 
 struct kvp_xfer {
@@ -69,6 +74,8 @@ struct kvp_xfer {
     ucp_worker_h          worker;
     ucp_listener_h        listener;
     int                   efd;
+    int                   wake_fd;   /* eventfd of kvp_xfer_wake */
+    atomic_int            woken;     /* set by kvp_xfer_wake, taken by kvp_xfer_wait */
     size_t                max_msg;
     size_t                max_rx;    /* data bytes of unreleased received messages, at most */
     size_t                rx_reserved;
@@ -602,6 +609,12 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     x->conn_cb     = (fm & KVP_XFER_PARAM_CONN_CB) ? params->conn_cb : NULL;
     x->cb_arg      = (fm & KVP_XFER_PARAM_CB_ARG) ? params->cb_arg : NULL;
     x->efd         = -1;
+    x->wake_fd     = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (x->wake_fd < 0) {
+        KVP_LOG_ERROR(MOD, "eventfd: %s", strerror(errno));
+        kvp_free(x);
+        return KVP_ERR_IO;
+    }
     if (fm & KVP_XFER_PARAM_PEER_ERRORS) {
         x->peer_errors = params->peer_errors;
     } else if ((status = peer_errors_default(&x->peer_errors)) != KVP_OK) {
@@ -667,6 +680,7 @@ err_worker:
 err_cleanup:
     ucp_cleanup(x->ctx);
 err_free:
+    close(x->wake_fd);
     kvp_free(x);
     return status;
 }
@@ -716,6 +730,7 @@ void kvp_xfer_destroy(kvp_xfer_h x)
     for (unsigned i = 0; i < x->n_buf_free; i++) {
         kvp_free(x->buf_free[i]);
     }
+    close(x->wake_fd);
     kvp_free(x);
 }
 
@@ -978,14 +993,27 @@ unsigned kvp_xfer_progress(kvp_xfer_h x)
     return n;
 }
 
+/* Take a kvp_xfer_wake: clear the flag and the eventfd; 1 if there was one. */
+static int wake_take(kvp_xfer_h x)
+{
+    uint64_t v;
+
+    if (!atomic_exchange_explicit(&x->woken, 0, memory_order_acq_rel)) {
+        return 0;
+    }
+    while (read(x->wake_fd, &v, sizeof(v)) > 0) {
+    }
+    return 1;
+}
+
 void kvp_xfer_wait(kvp_xfer_h x, int timeout_ms)
 {
-    struct pollfd pfd;
+    struct pollfd pfd[2];
     uint64_t      spin_end = kvp_time_ns() + 20000; /* spin 20 us before sleeping */
     ucs_status_t  st;
 
     do {
-        if (kvp_xfer_progress(x) != 0) {
+        if (kvp_xfer_progress(x) != 0 || wake_take(x)) {
             return;
         }
     } while (kvp_time_ns() < spin_end);
@@ -994,11 +1022,34 @@ void kvp_xfer_wait(kvp_xfer_h x, int timeout_ms)
         kvp_xfer_progress(x);
         return;
     }
-    pfd.fd      = x->efd;
-    pfd.events  = POLLIN;
-    pfd.revents = 0;
-    (void)poll(&pfd, 1, timeout_ms);
+    pfd[0].fd      = x->efd;
+    pfd[0].events  = POLLIN;
+    pfd[0].revents = 0;
+    pfd[1].fd      = x->wake_fd;
+    pfd[1].events  = POLLIN;
+    pfd[1].revents = 0;
+    (void)poll(pfd, 2, timeout_ms);
+    (void)wake_take(x);
     kvp_xfer_progress(x);
+}
+
+void kvp_xfer_wake(kvp_xfer_h x)
+{
+    uint64_t one = 1;
+
+    if (!atomic_exchange_explicit(&x->woken, 1, memory_order_acq_rel)) {
+        (void)!write(x->wake_fd, &one, sizeof(one)); /* a full counter is still readable */
+    }
+}
+
+void kvp_xfer_conn_set_user(kvp_xfer_conn_h conn, void *user)
+{
+    conn->user = user;
+}
+
+void *kvp_xfer_conn_user(kvp_xfer_conn_h conn)
+{
+    return conn->user;
 }
 
 size_t kvp_xfer_max_hdr(kvp_xfer_h x)

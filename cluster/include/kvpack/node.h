@@ -28,6 +28,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_HTTP_READY_FILE = KVP_BIT(8),
     KVP_NODE_PARAM_ETCD        = KVP_BIT(9), /* etcd + etcd_prefix + advertise + etcd_ttl_s */
     KVP_NODE_PARAM_TOMB_TTL    = KVP_BIT(10),
+    KVP_NODE_PARAM_WORKERS     = KVP_BIT(11),
 };
 
 typedef struct kvp_node_params {
@@ -47,6 +48,7 @@ typedef struct kvp_node_params {
     const char      *advertise;     /* HOST:PORT clients use; NULL: host and the bound port */
     uint32_t         etcd_ttl_s;    /* lease TTL; 0: 10 */
     uint32_t         tomb_ttl_s;    /* delete tombstones kept this long; default 7 days */
+    uint32_t         workers;       /* request worker threads, 1..64; default 4 */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on

@@ -10,7 +10,8 @@
  * leaks the requests of sends to a dead peer - a trusted single host only.
  * Bulk data: several iov pieces are copied into one contiguous staging buffer (UCX 1.13 has no
  * zero-copy rendezvous for iov data); staging and rendezvous receive buffers are reused.
- * Threading: one thread per kvp_xfer_h; callbacks run inside kvp_xfer_progress/kvp_xfer_wait. */
+ * Threading: one thread per kvp_xfer_h; callbacks run inside kvp_xfer_progress/kvp_xfer_wait.
+ * The one call any thread may make is kvp_xfer_wake (work done elsewhere is ready to send). */
 #ifndef KVPACK_XFER_H
 #define KVPACK_XFER_H
 
@@ -94,8 +95,15 @@ void         kvp_xfer_msg_release(kvp_xfer_msg_h msg); /* NULL is a no-op */
 
 /* Drive communication and run callbacks; returns the number of events handled (0 = idle). */
 unsigned     kvp_xfer_progress(kvp_xfer_h x);
-/* Progress, and if idle sleep on the worker's event fd for up to timeout_ms. */
+/* Progress, and if idle sleep on the worker's event fd for up to timeout_ms; returns early after
+ * a kvp_xfer_wake. */
 void         kvp_xfer_wait(kvp_xfer_h x, int timeout_ms);
+/* Any thread: make the kvp_xfer_wait in progress, or the next one, return promptly. */
+void         kvp_xfer_wake(kvp_xfer_h x);
+/* An opaque pointer of the caller's per connection (NULL until set); the transport never reads
+ * it. It lives as long as the connection handle, which a received message keeps alive. */
+void         kvp_xfer_conn_set_user(kvp_xfer_conn_h conn, void *user);
+void        *kvp_xfer_conn_user(kvp_xfer_conn_h conn);
 /* Largest header kvp_xfer_send accepts. */
 size_t       kvp_xfer_max_hdr(kvp_xfer_h x);
 
