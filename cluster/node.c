@@ -339,8 +339,8 @@ static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
     rep->sessions = NULL;
 }
 
-/* Run one request (a worker thread, or the transport thread for job_inline ones): the store
- * call and the packed reply. */
+/* Run one request (a worker thread; the transport thread for job_inline ones): the store call
+ * and the packed reply. */
 static void job_run(void *arg, kvp_node_job_t *link)
 {
     node_t        *n   = arg;
@@ -402,11 +402,12 @@ static void job_run(void *arg, kvp_node_job_t *link)
     }
 }
 
-/* Requests that never touch the disk or wait on the store's lock for long run on the transport
- * thread when their connection has nothing else in flight (no hand-off to a worker). */
+/* A request that cannot run (it did not decode, its data did not arrive) is answered from the
+ * transport thread; every other one may wait on the store (even STAT: the tier's disk figures
+ * share a lock with segment reads), so it goes to a worker. */
 static int job_inline(const node_job_t *job)
 {
-    return job->bad != KVP_OK || job->req.op == KVP_WIRE_OP_STAT;
+    return job->bad != KVP_OK;
 }
 
 /* Transport thread: send the job's reply, count it, free it; returns the next job of its

@@ -1,0 +1,65 @@
+/* gate_preload.c - an LD_PRELOAD shim for tests: while $KVP_TEST_GATE names a file that does not
+ * exist yet, reads of kvpackd's segment files (*.seg, the SSD tier's page bytes) wait for it, so
+ * a test can hold a cold session's restore on the disk for as long as it likes without timing.
+ * The first read that waits creates "$KVP_TEST_GATE.waiting" (the test's signal that a restore
+ * is stuck). Without the variable it only forwards. Test-only: never linked into kvpack. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static int is_segment(int fd)
+{
+    char   link[64], path[4096];
+    ssize_t n;
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof(path) - 1);
+    if (n < 4) {
+        return 0;
+    }
+    path[n] = '\0';
+    return strcmp(path + n - 4, ".seg") == 0;
+}
+
+static void gate_wait(int fd)
+{
+    const char *gate = getenv("KVP_TEST_GATE");
+    char        mark[4096];
+
+    if (gate == NULL || access(gate, F_OK) == 0 || !is_segment(fd)) {
+        return;
+    }
+    snprintf(mark, sizeof(mark), "%s.waiting", gate);
+    close(open(mark, O_CREAT | O_WRONLY, 0600));
+    while (access(gate, F_OK) != 0) {
+        usleep(10000);
+    }
+}
+
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    static ssize_t (*next)(int, const struct iovec *, int, off_t);
+
+    if (next == NULL) {
+        next = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
+    }
+    gate_wait(fd);
+    return next(fd, iov, cnt, off);
+}
+
+ssize_t pread(int fd, void *buf, size_t len, off_t off)
+{
+    static ssize_t (*next)(int, void *, size_t, off_t);
+
+    if (next == NULL) {
+        next = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    }
+    gate_wait(fd);
+    return next(fd, buf, len, off);
+}
