@@ -60,7 +60,8 @@ typedef struct node_job {
     kvp_wire_req_t   req;
     kvp_status_t     bad;         /* KVP_OK, or why the request cannot run (answered as such) */
     uint64_t         wire_bytes;  /* header + data received */
-    uint64_t         t0;          /* receipt */
+    uint64_t         busy_ns;     /* in its handler (job_run) */
+    int              ran;         /* job_run ran it (else its connection had failed) */
     reply_ctx_t     *rc;          /* the reply, header packed; NULL: nothing to send */
     size_t           hdr_len;
     int              iovcnt;
@@ -339,12 +340,9 @@ static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
     rep->sessions = NULL;
 }
 
-/* Run one request (a worker thread; the transport thread for job_inline ones): the store call
- * and the packed reply. */
-static void job_run(void *arg, kvp_node_job_t *link)
+/* One request's store call and packed reply. */
+static void job_handle(node_t *n, node_job_t *job)
 {
-    node_t        *n   = arg;
-    node_job_t    *job = (node_job_t *)link;
     kvp_wire_req_t *req = &job->req;
     kvp_wire_rep_t rep;
     size_t         dl;
@@ -402,6 +400,18 @@ static void job_run(void *arg, kvp_node_job_t *link)
     }
 }
 
+/* Run one request (a worker thread; the transport thread for job_inline ones), timed for the
+ * request histograms (the handler only, not the wait for a worker or behind its connection). */
+static void job_run(void *arg, kvp_node_job_t *link)
+{
+    node_job_t *job = (node_job_t *)link;
+    uint64_t    t0  = kvp_time_ns();
+
+    job_handle(arg, job);
+    job->busy_ns = kvp_time_ns() - t0;
+    job->ran     = 1;
+}
+
 /* A request that cannot run (it did not decode, its data did not arrive) is answered from the
  * transport thread; every other one may wait on the store (even STAT: the tier's disk figures
  * share a lock with segment reads), so it goes to a worker. */
@@ -418,15 +428,19 @@ static node_job_t *job_finish(node_t *n, node_job_t *job)
     node_job_t    *next = job->next;
     reply_ctx_t   *rc   = job->rc;
 
-    if (rc != NULL) {
-        uint64_t     bytes = job->hdr_len;
-        kvp_status_t s;
+    if (job->ran) { /* counted as replies are: before the send, with 0 bytes if none was packed */
+        uint64_t bytes = (rc != NULL) ? job->hdr_len : 0;
 
-        for (int i = 0; i < job->iovcnt; i++) {
+        for (int i = 0; rc != NULL && i < job->iovcnt; i++) {
             bytes += rc->iov[i].len;
         }
         kvp_node_obs_reply(&n->obs, job->op, job->status, bytes);
-        s = kvp_xfer_send(job->conn, rc->hdr, job->hdr_len, rc->iov, job->iovcnt, reply_done, rc);
+        kvp_node_obs_request(&n->obs, job->op, job->wire_bytes, job->busy_ns);
+    }
+    if (rc != NULL) {
+        kvp_status_t s = kvp_xfer_send(job->conn, rc->hdr, job->hdr_len, rc->iov, job->iovcnt,
+                                       reply_done, rc);
+
         if (s != KVP_INPROGRESS) {
             if (s != KVP_OK) {
                 KVP_LOG_INFO(MOD, "reply %s to %s failed: %s", kvp_wire_op_name(job->op),
@@ -435,7 +449,6 @@ static node_job_t *job_finish(node_t *n, node_job_t *job)
             reply_ctx_free(rc);
         }
     }
-    kvp_node_obs_request(&n->obs, job->op, job->wire_bytes, kvp_time_ns() - job->t0);
     st->head = next;
     if (next == NULL) {
         kvp_xfer_conn_set_user(job->conn, NULL);
@@ -501,7 +514,6 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     }
     job->conn       = conn;
     job->msg        = msg;
-    job->t0         = kvp_time_ns();
     job->wire_bytes = hl + dl;
     job->bad        = kvp_xfer_msg_status(msg);
     if (job->bad != KVP_OK) { /* the data never arrived whole; answer the header's req_id */

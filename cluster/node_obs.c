@@ -183,7 +183,7 @@ static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
 static void duration_family(kvp_node_obs_t *obs, kvp_http_reply_t *r, const uint64_t *busy)
 {
     family(r, "kvpack_request_duration_seconds", "histogram",
-           "Time the request thread spent handling one request, by op");
+           "Time a worker spent handling one request (its handler, not the wait), by op");
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
         uint64_t hist[KVP_HIST_BUCKETS + 1];
         char     label[48];
@@ -230,7 +230,7 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
                               (unsigned long long)load(&obs->rep_bytes[op]));
     }
     family(r, "kvpack_request_handling_seconds_total", "counter",
-           "Time the request thread spent handling requests, by op");
+           "Time the workers spent handling requests, by op");
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
         kvp_http_reply_printf(r, "kvpack_request_handling_seconds_total{op=\"%s\"} %.9f\n",
                               op_label(op), (double)busy[op] / 1e9);

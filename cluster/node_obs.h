@@ -2,7 +2,7 @@
  * counters by op and result, bytes in and out, a handling-time histogram per op, and the HTTP
  * routes /health and /metrics (Prometheus text format 0.0.4, with the store's spill and restore
  * time histograms) that kvp_node_run serves with --http.
- * Threads: the request thread counts (relaxed atomics, no lock); the HTTP thread reads the
+ * Threads: the transport thread counts (relaxed atomics, no lock); the HTTP thread reads the
  * counters and takes a store snapshot (kvp_store_stats, the store's own lock) under store_mu,
  * which only kvp_node_obs_set_store also takes, so a store being closed is never read. */
 #ifndef KVPACK_CLUSTER_NODE_OBS_H
@@ -48,7 +48,7 @@ void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state);
 /* Publish the open store (or NULL before closing it); waits for a scrape that is reading it. */
 void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store);
 
-/* Request thread: a request of op (any value; out-of-range ones count as unknown) took bytes on
+/* Transport thread: a request of op (any value; out-of-range ones count as unknown) took bytes on
  * the wire and busy_ns in its handler (added to busy_ns and to the op's histogram); a reply with
  * status and bytes (header + data) was sent. */
 void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns);

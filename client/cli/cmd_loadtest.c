@@ -21,6 +21,7 @@ typedef struct {
     uint64_t        local_nodes, replicas;
     uint64_t        max_requests, windows, users, rounds, turn_tokens;
     uint64_t        layers, heads, head_dim, page_tokens, dram_budget, timeout_ms, clients;
+    uint64_t        node_workers; /* --workers of local nodes */
     double          time_scale;
     kvp_codec_id_t  codec;
     bool            json, keep_dir;
@@ -63,6 +64,9 @@ static void lt_usage(FILE *out)
             "                      unreachable is counted and skipped for the rest of the run\n"
             "  --dram-budget BYTES each local node's DRAM budget, K/M/G suffixes (default 64M;\n"
             "                      small budgets force spills to and restores from the SSD tier)\n"
+            "  --node-workers N    each local node's request worker threads (kvpackd --workers),\n"
+            "                      1..64 (default 4; 1: another client's request waits behind\n"
+            "                      one that is on the disk)\n"
             "  --kvpackd PATH      node binary (default: kvpackd next to this binary)\n"
             "  --keep-dir          keep the local node's directory (data, log)\n"
             "  --timeout-ms MS     per-request deadline (default 10000)\n"
@@ -120,7 +124,7 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
 
     *o = (lt_opts_t){.max_requests = 300, .windows = 10, .layers = 2, .heads = 2, .head_dim = 64,
                      .page_tokens = 128, .dram_budget = 64ull << 20, .timeout_ms = 10000,
-                     .clients = 1, .local_nodes = 1, .replicas = 1};
+                     .clients = 1, .local_nodes = 1, .replicas = 1, .node_workers = 4};
     {
         const struct { const char *name; const char **val; } strs[] = {
             {"--trace", &o->trace}, {"--node", &o->node}, {"--etcd", &o->etcd}, {"--report", &o->report},
@@ -131,7 +135,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
             {"--layers", &o->layers}, {"--heads", &o->heads}, {"--head-dim", &o->head_dim},
             {"--page-tokens", &o->page_tokens}, {"--dram-budget", &o->dram_budget},
             {"--timeout-ms", &o->timeout_ms}, {"--clients", &o->clients},
-            {"--local-nodes", &o->local_nodes}, {"--replicas", &o->replicas}};
+            {"--local-nodes", &o->local_nodes}, {"--replicas", &o->replicas},
+            {"--node-workers", &o->node_workers}};
         const struct { const char *name; bool *val; } flags[] = {
             {"--json", &o->json}, {"--keep-dir", &o->keep_dir}};
 
@@ -182,6 +187,10 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
         fprintf(stderr, "kvpack loadtest: --clients must be 1..%u\n", KVP_LT_MAX_CLIENTS);
         return 2;
     }
+    if (o->node_workers == 0 || o->node_workers > 64) {
+        fprintf(stderr, "kvpack loadtest: --node-workers must be 1..64\n");
+        return 2;
+    }
     return lt_parse_nodes(o, local_given);
 }
 
@@ -225,7 +234,7 @@ typedef struct {
 static int node_up(const lt_opts_t *o, lt_node_t *n)
 {
     char bin[PATH_MAX], data[PATH_MAX + 8], ready[PATH_MAX + 8], log[PATH_MAX + 16];
-    char budget[32], port[32];
+    char budget[32], port[32], workers[32];
     const char *tmp = getenv("TMPDIR");
 
     n->pid = -1;
@@ -246,9 +255,10 @@ static int node_up(const lt_opts_t *o, lt_node_t *n)
     snprintf(ready, sizeof(ready), "%s/ready", n->dir);
     snprintf(log, sizeof(log), "%s/kvpackd.log", n->dir);
     snprintf(budget, sizeof(budget), "%llu", (unsigned long long)o->dram_budget);
+    snprintf(workers, sizeof(workers), "--workers=%llu", (unsigned long long)o->node_workers);
     {
         char *argv[] = {bin, "--listen", "127.0.0.1:0", "--data-dir", data, "--dram-budget",
-                        budget, "--ready-file", ready, NULL};
+                        budget, "--ready-file", ready, workers, NULL};
 
         n->pid = kvp_proc_spawn(argv, log);
     }
@@ -320,7 +330,8 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
     kvp_lt_params_t p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
                          (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale,
                          (uint32_t)o->clients, (uint32_t)o->replicas, o->etcd};
-    kvp_lt_info_t   info = {source, NULL, o->node == NULL && o->etcd == NULL, o->dram_budget, &p};
+    kvp_lt_info_t   info = {source, NULL, o->node == NULL && o->etcd == NULL, o->dram_budget,
+                            o->node_workers, &p};
     kvp_lt_result_t res;
     lt_node_t       nodes[KVP_LT_MAX_NODES];
     uint32_t        n_up = 0, failures = 0;

@@ -126,6 +126,7 @@ typedef struct {
     const char            *node;     /* host:port */
     bool                   local_node;
     uint64_t               dram_budget;
+    uint64_t               node_workers; /* local nodes: their --workers */
     const kvp_lt_params_t *params;
 } kvp_lt_info_t;
 

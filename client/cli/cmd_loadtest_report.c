@@ -166,6 +166,7 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     kvp_json_str(&j, "source", info->source);
     kvp_json_str(&j, "node", info->node);
     kvp_json_bool(&j, "local_node", info->local_node);
+    kvp_json_int(&j, "node_workers", info->local_node ? (int64_t)info->node_workers : -1);
     kvp_json_int(&j, "dram_budget", (int64_t)res->stat_end.dram_budget);
     kvp_json_str(&j, "codec", kvp_codec_name(p->codec));
     kvp_json_str(&j, "codec_impl", kvp_codec_impl_name(p->codec));
@@ -278,7 +279,9 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
 
     sum(w, res, 0, res->done, &t);
     printf("kvpack loadtest: %s against %s (%s), codec %s, %u layers x %u heads x %u, P %u\n",
-           info->source, info->node, info->local_node ? "local kvpackd" : "existing node",
+           info->source, info->node,
+           info->local_node ? (info->node_workers == 1 ? "local kvpackd, 1 worker" : "local kvpackd")
+                            : "existing node",
            kvp_codec_name(info->params->codec), info->params->layers, info->params->heads,
            info->params->head_dim, info->params->page_tokens);
     printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn\n", t.reqs,
