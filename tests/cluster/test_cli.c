@@ -76,6 +76,12 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "%s --tombstone-ttl '%s' 2>/dev/null", KVPACKD_PATH, *bad);
         CHECK(run(cmd, out, sizeof(out)) == 2);
     }
+    snprintf(cmd, sizeof(cmd), "%s --help", KVPACKD_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && strstr(out, "--workers N") != NULL);
+    for (const char *const *bad = (const char *const[]){"0", "65", "2x", "", NULL}; *bad; bad++) {
+        snprintf(cmd, sizeof(cmd), "%s --workers '%s' 2>&1", KVPACKD_PATH, *bad);
+        CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "--workers wants 1..64") != NULL);
+    }
 
     snprintf(cmd, sizeof(cmd),
              "%s bench transfer --json --layers 2 --tokens 512 --reps 2 --batch-bytes 65536",
