@@ -666,6 +666,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask |= KVP_STORE_PARAM_DURABILITY;
         sp.durability  = params->durability;
     }
+    if (fm & KVP_NODE_PARAM_IDLE_TTL) {
+        sp.field_mask |= KVP_STORE_PARAM_IDLE_TTL;
+        sp.idle_ttl_s  = params->idle_ttl_s;
+    }
     if (fm & KVP_NODE_PARAM_TOMB_TTL) {
         sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
         sp.tomb_ttl_s  = params->tomb_ttl_s;

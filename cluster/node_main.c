@@ -43,6 +43,8 @@ static void usage(const char *prog, FILE *out)
             "  --tombstone-ttl S       keep delete tombstones S seconds (default 604800, 7 days):\n"
             "                          a replica back from an outage longer than that may bring\n"
             "                          a deleted session back\n"
+            "  --idle-ttl S            remove a session nobody put or fetched on this node for S\n"
+            "                          seconds, from DRAM and disk (default 0: never)\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection\n"
@@ -156,6 +158,16 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             p.tomb_ttl_s  = (uint32_t)ttl;
             if (*v == '\0' || *end != '\0' || ttl == 0 || ttl > UINT32_MAX) {
                 fprintf(stderr, "%s: --tombstone-ttl wants seconds >= 1, got '%s'\n", prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--idle-ttl", &missing)) != NULL) {
+            char              *end;
+            unsigned long long ttl = strtoull(v, &end, 10);
+
+            p.field_mask |= KVP_NODE_PARAM_IDLE_TTL;
+            p.idle_ttl_s  = (uint32_t)ttl;
+            if (*v == '\0' || *end != '\0' || ttl > UINT32_MAX) {
+                fprintf(stderr, "%s: --idle-ttl wants seconds (0: never), got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--workers", &missing)) != NULL) {

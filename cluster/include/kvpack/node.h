@@ -29,6 +29,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_ETCD        = KVP_BIT(9), /* etcd + etcd_prefix + advertise + etcd_ttl_s */
     KVP_NODE_PARAM_TOMB_TTL    = KVP_BIT(10),
     KVP_NODE_PARAM_WORKERS     = KVP_BIT(11),
+    KVP_NODE_PARAM_IDLE_TTL    = KVP_BIT(12),
 };
 
 typedef struct kvp_node_params {
@@ -49,6 +50,8 @@ typedef struct kvp_node_params {
     uint32_t         etcd_ttl_s;    /* lease TTL; 0: 10 */
     uint32_t         tomb_ttl_s;    /* delete tombstones kept this long; default 7 days */
     uint32_t         workers;       /* request worker threads, 1..64; default 4 */
+    uint32_t         idle_ttl_s;    /* sessions not put or fetched this long are removed (DRAM
+                                     * and disk, no tombstone); default 0 = never */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on
