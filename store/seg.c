@@ -221,6 +221,14 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
     seg_file_t *old;
     int         fd;
 
+    /* a later sync covers only the active segment: bytes written into this one without a sync
+     * (write-through) must not be left behind */
+    if (s->wfd >= 0 && fdatasync(s->wfd) != 0) {
+        int e = errno;
+
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
+        return errno_status(e);
+    }
     seg_path(s, id, path, sizeof(path));
     fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
     if (fd < 0 && errno == EINVAL) {
