@@ -20,22 +20,29 @@ static kvp_store_h open_wm(const char *dir, size_t budget, double high, double l
     return t_open_store(dir, budget, KVP_DURABILITY_SPILL, high, low);
 }
 
-static kvp_store_h open_group(const char *dir, size_t budget, double high, double low,
-                              uint32_t group)
+/* n sessions of one chunk (4 pages, 48 KiB of slots), from seed on. */
+static void sessions_make(kvp_session_desc_t *d, int n, uint64_t seed)
 {
-    kvp_store_params_t p = {0};
-    kvp_store_h        st;
+    for (int i = 0; i < n; i++) {
+        t_session(&G, seed + (uint64_t)i, 0, seed + (uint64_t)i, 1, 0, &d[i]);
+    }
+}
 
-    p.field_mask      = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                        KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM |
-                        (group ? KVP_STORE_PARAM_SPILL_GROUP : 0);
-    p.dram_budget     = budget;
-    p.db_path         = dir;
-    p.high_watermark  = high;
-    p.low_watermark   = low;
-    p.spill_group_max = group;
-    CHECK_OK(kvp_store_open(&p, &st));
-    return st;
+static void sessions_put(kvp_store_h st, kvp_session_desc_t *d, int n, const char *fmt)
+{
+    char sid[32];
+
+    for (int i = 0; i < n; i++) {
+        snprintf(sid, sizeof(sid), fmt, i);
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+    }
+}
+
+static void sessions_clear(kvp_session_desc_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
 }
 
 /* After a reopen: every session that was on disk at close (want of them) is byte-identical,
@@ -313,21 +320,16 @@ static int case_close(void)
 #define GROUP_SESSIONS 40
 static int case_group(void)
 {
-    char               dir[256], sid[32];
+    char               dir[256];
     kvp_session_desc_t d[GROUP_SESSIONS];
     kvp_store_stats_t  s;
     kvp_store_h        st;
 
-    for (int i = 0; i < GROUP_SESSIONS; i++) {
-        t_session(&G, 900 + i, 0, 900 + i, 1, 0, &d[i]);
-    }
+    sessions_make(d, GROUP_SESSIONS, 900);
     for (uint32_t group = 1; group != 0; group = group == 1 ? 64 : 0) {
         t_tmpdir(dir, sizeof(dir), "spgroup");
-        st = open_group(dir, 1u << 20, 0.5, 0.05, group);
-        for (int i = 0; i < GROUP_SESSIONS; i++) {
-            snprintf(sid, sizeof(sid), "g%d", i);
-            CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
-        }
+        st = t_open_store_group(dir, 1u << 20, KVP_DURABILITY_SPILL, 0.5, 0.05, group);
+        sessions_put(st, d, GROUP_SESSIONS, "g%d");
         CHECK_OK(kvp_store_quiesce(st));
         s = t_stats(st);
         fprintf(stderr, "group %u: %llu spills with %llu syncs, %llu on disk, %llu disk errors\n",
@@ -344,9 +346,7 @@ static int case_group(void)
         check_reopened(dir, 1u << 20, d, GROUP_SESSIONS, "g%d", s.sessions_on_disk);
         t_rmrf(dir);
     }
-    for (int i = 0; i < GROUP_SESSIONS; i++) {
-        kvp_session_desc_clear(&d[i]);
-    }
+    sessions_clear(d, GROUP_SESSIONS);
     return 0;
 }
 
@@ -363,15 +363,10 @@ static int case_group_fail(void)
     uint8_t           *page;
     size_t             len, budget = 1u << 20;
 
-    for (int i = 0; i < FAIL_SESSIONS; i++) {
-        t_session(&G, 950 + i, 0, 950 + i, 1, 0, &d[i]); /* 4 pages, 48 KiB of slots */
-    }
+    sessions_make(d, FAIL_SESSIONS, 950);
     t_tmpdir(dir, sizeof(dir), "spgfail");
-    st = open_group(dir, budget, 0.57, 0.05, 0); /* 12 sessions stay below, one more page not */
-    for (int i = 0; i < FAIL_SESSIONS; i++) {
-        snprintf(sid, sizeof(sid), "f%d", i);
-        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
-    }
+    st = open_wm(dir, budget, 0.57, 0.05); /* 12 sessions stay below, one more page not */
+    sessions_put(st, d, FAIL_SESSIONS, "f%d");
     s = t_stats(st);
     CHECK(s.spills == 0 && s.dram_bytes <= (size_t)(0.57 * (double)budget));
     kvp_store_inject_disk_fail(st, 1, KVP_ERR_NO_SPACE);
@@ -400,9 +395,7 @@ static int case_group_fail(void)
     kvp_store_close(st);
     check_reopened(dir, budget, d, FAIL_SESSIONS, "f%d", s.sessions_on_disk);
     t_rmrf(dir);
-    for (int i = 0; i < FAIL_SESSIONS; i++) {
-        kvp_session_desc_clear(&d[i]);
-    }
+    sessions_clear(d, FAIL_SESSIONS);
     return 0;
 }
 
