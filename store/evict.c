@@ -22,56 +22,84 @@ static kvp_tier_mode_t write_mode(kvp_store_h st, bool sync)
     return sync || st->durability == KVP_DURABILITY_SYNC ? KVP_TIER_SYNC : KVP_TIER_WAL;
 }
 
-/* The session's WriteBatch: its record, every page of it not on disk yet (segment pages are
- * referenced, not copied: they stay pinned by the hot session until the commit returns) and its
- * namespace profile unless already saved (*gen_p, for sess_write_done). */
-static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t **b_p,
-                                     uint32_t *gen_p)
+/* Add a session to a WriteBatch: its record, every page of it not on disk yet and not in the
+ * batch already (segment pages are referenced, not copied: they stay pinned by the hot session
+ * until the commit returns) and its namespace profile unless already saved (*gen_p, for
+ * sess_written). Pages added are marked batched: sess_batch_unmark before the lock is dropped. */
+static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
+                                   uint32_t *gen_p)
 {
-    kvp_tier_batch_t *b;
-    uint8_t          *blob;
-    size_t            blen, n = kvp_store_sess_page_count(s);
-    kvp_status_t      status;
+    uint8_t     *blob;
+    size_t       blen, n = kvp_store_sess_page_count(s);
+    kvp_status_t status;
 
-    b = kvp_tier_batch_create();
-    if (b == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
-        return KVP_ERR_NO_MEMORY;
-    }
     status = kvp_store_record_pack(&s->desc, s->version, &blob, &blen);
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s: cannot pack its record: %s", s->sid,
                       kvp_status_str(status));
-        kvp_tier_batch_destroy(b);
         return status;
     }
     for (size_t i = 0; i < n; i++) {
         kvp_page_t *p = s->pages[i];
 
-        if (!p->on_disk && p->slot.ptr != NULL) {
+        if (!p->on_disk && p->slot.ptr != NULL && !p->batched) {
             kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};
 
             kvp_tier_batch_put_page(st->tier, b, &pk, p->slot.ptr, p->len);
+            p->batched = true;
         }
     }
     kvp_tier_batch_put_session(st->tier, b, s->ns, s->sid, blob, blen);
     kvp_store_ns_batch_add(st, s->ns, b, gen_p);
     kvp_free(blob);
+    return KVP_OK;
+}
+
+static void sess_batch_unmark(kvp_sess_t *s)
+{
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        s->pages[i]->batched = false;
+    }
+}
+
+/* The session's own WriteBatch (sess_batch_add). */
+static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t **b_p,
+                                     uint32_t *gen_p)
+{
+    kvp_tier_batch_t *b = kvp_tier_batch_create();
+    kvp_status_t      status;
+
+    if (b == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    status = sess_batch_add(st, s, b, gen_p);
+    sess_batch_unmark(s);
+    if (status != KVP_OK) {
+        kvp_tier_batch_destroy(b);
+        return status;
+    }
     *b_p = b;
     return KVP_OK;
+}
+
+/* A commit naming the session returned OK: its record and pages are on disk. */
+static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, uint32_t gen)
+{
+    kvp_store_ns_batch_done(st, s->ns, gen);
+    s->unsynced = mode != KVP_TIER_SYNC;
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
+    }
+    s->on_disk = true;
+    s->dirty   = false;
 }
 
 static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
                             kvp_tier_mode_t mode, uint32_t gen, kvp_status_t status)
 {
     if (status == KVP_OK) {
-        kvp_store_ns_batch_done(st, s->ns, gen);
-        s->unsynced = mode != KVP_TIER_SYNC;
-        for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
-            s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
-        }
-        s->on_disk = true;
-        s->dirty   = false;
+        sess_written(st, s, mode, gen);
         st->stats.spill_bytes += kvp_tier_batch_bytes(b);
     } else {
         st->stats.disk_errors++;
@@ -151,7 +179,10 @@ kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
     } else if (s->unsynced) {        /* written through the WAL without an fsync */
         status = kvp_tier_sync(st->tier);
         sess_synced(st, s, status);
+    } else {
+        return sess_spilled(st, s, status, t0);
     }
+    st->stats.spill_syncs += status == KVP_OK;
     return sess_spilled(st, s, status, t0);
 }
 
@@ -163,35 +194,112 @@ void kvp_store_sess_idle(kvp_store_h st, kvp_sess_t *s)
 
 kvp_status_t kvp_store_sess_spill_unlocked(kvp_store_h st, kvp_sess_t *s)
 {
-    kvp_tier_batch_t *b      = NULL;
-    uint32_t          gen    = 0;
-    uint64_t          t0     = kvp_time_ns();
-    bool              write  = s->dirty || !s->on_disk;
-    kvp_status_t      status = KVP_OK;
+    return kvp_store_sess_spill_group(st, &s, 1);
+}
 
-    if (!s->hot || s->busy) {
-        return KVP_OK;
+size_t kvp_store_sess_spill_gain(const kvp_sess_t *s)
+{
+    size_t gain = s->tail_slot.ptr != NULL ? kvp_pool_slot_size(s->desc.tail_len) : 0;
+
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        const kvp_page_t *p = s->pages[i];
+
+        gain += p->pins == 1 && p->slot.ptr != NULL ? kvp_pool_slot_size(p->len) : 0;
     }
-    if (write) {
-        status = sess_batch_build(st, s, &b, &gen);
-        if (status != KVP_OK) {
-            return status;
+    return gain;
+}
+
+/* The members of a group whose batch was built: whether each writes, and the namespace profile
+ * generation its batch part saved. */
+typedef struct {
+    bool     write;
+    uint32_t gen;
+} group_member_t;
+
+/* Build the group's one WriteBatch (*b_p, NULL when no member writes) from the hot, idle ones of
+ * v[0..n), compacted to the front; returns how many. A member whose part cannot be built ends
+ * the group before it (a later round meets it first); *status_p is its error if it was first. */
+static size_t group_build(kvp_store_h st, kvp_sess_t **v, size_t n, group_member_t *g,
+                          kvp_tier_batch_t **b_p, kvp_status_t *status_p)
+{
+    size_t       m      = 0;
+    kvp_status_t status = KVP_OK;
+
+    *b_p = NULL;
+    for (size_t i = 0; i < n && status == KVP_OK; i++) {
+        kvp_sess_t *s = v[i];
+
+        if (!s->hot || s->busy) {
+            continue;
+        }
+        g[m].write = s->dirty || !s->on_disk;
+        g[m].gen   = 0;
+        if (g[m].write && *b_p == NULL && (*b_p = kvp_tier_batch_create()) == NULL) {
+            KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
+            status = KVP_ERR_NO_MEMORY;
+        } else if (g[m].write) {
+            status = sess_batch_add(st, s, *b_p, &g[m].gen);
+        }
+        if (status == KVP_OK) {
+            v[m++] = s;
         }
     }
-    if (write || s->unsynced) {
-        s->busy = true; /* pinned: nobody releases, replaces or evicts it meanwhile */
+    for (size_t i = 0; i < m; i++) {
+        sess_batch_unmark(v[i]);
+    }
+    *status_p = m == 0 ? status : KVP_OK;
+    return m;
+}
+
+kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n)
+{
+    kvp_tier_batch_t *b = NULL;
+    group_member_t   *g = kvp_malloc((n ? n : 1) * sizeof(*g), "spill group");
+    uint64_t          t0 = kvp_time_ns();
+    kvp_status_t      status;
+    bool              io = false;
+    size_t            m;
+
+    if (g == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to spill %zu sessions", n);
+        return KVP_ERR_NO_MEMORY;
+    }
+    m = group_build(st, v, n, g, &b, &status);
+    for (size_t i = 0; i < m; i++) {
+        io = io || g[i].write || v[i]->unsynced;
+    }
+    if (io) {
+        for (size_t i = 0; i < m; i++) {
+            v[i]->busy = true; /* pinned: nobody releases, replaces or evicts it meanwhile */
+        }
         pthread_mutex_unlock(&st->lock);
-        status = write ? kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC)
-                       : kvp_tier_sync(st->tier);
+        /* one segment fdatasync + one WAL fsync for all: the sync also covers members that were
+         * only written through before (their bytes are older than this commit's) */
+        status = b != NULL ? kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC)
+                           : kvp_tier_sync(st->tier);
         pthread_mutex_lock(&st->lock);
-        kvp_store_sess_idle(st, s);
-        if (write) {
-            sess_write_done(st, s, b, KVP_TIER_SYNC, gen, status);
+        for (size_t i = 0; i < m; i++) {
+            v[i]->busy = false;
+            if (status == KVP_OK && g[i].write) {
+                sess_written(st, v[i], KVP_TIER_SYNC, g[i].gen);
+            } else if (status == KVP_OK) {
+                v[i]->unsynced = false;
+            }
+        }
+        pthread_cond_broadcast(&st->io_done);
+        if (status == KVP_OK) {
+            st->stats.spill_syncs++;
+            st->stats.spill_bytes += b != NULL ? kvp_tier_batch_bytes(b) : 0;
         } else {
-            sess_synced(st, s, status);
+            st->stats.disk_errors++; /* once for the group: every member stays hot */
         }
     }
-    return sess_spilled(st, s, status, t0);
+    kvp_tier_batch_destroy(b);
+    for (size_t i = 0; i < m; i++) {
+        (void)sess_spilled(st, v[i], status, t0); /* cold only now, after the sync */
+    }
+    kvp_free(g);
+    return status;
 }
 
 /* The in-memory part of removing a session: page refs, tail, lists, table. */

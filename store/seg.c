@@ -42,6 +42,7 @@ struct kvp_segs {
     uint64_t    next_id;
     uint64_t    active;  /* id of the file being appended, 0 = none yet */
     int         wfd;
+    bool        dirty;   /* bytes appended to the active segment since its last fdatasync */
 };
 
 static kvp_status_t errno_status(int e)
@@ -221,6 +222,14 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
     seg_file_t *old;
     int         fd;
 
+    /* a later sync covers only the active segment: bytes written into this one without a sync
+     * (write-through) must not be left behind */
+    if (s->wfd >= 0 && s->dirty && fdatasync(s->wfd) != 0) {
+        int e = errno;
+
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
+        return errno_status(e);
+    }
     seg_path(s, id, path, sizeof(path));
     fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
     if (fd < 0 && errno == EINVAL) {
@@ -241,6 +250,7 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
     }
     old       = s->active ? seg_find(s, s->active) : NULL;
     s->wfd    = fd;
+    s->dirty  = false;
     s->active = id;
     s->next_id++;
     if (old != NULL && old->live <= 0) {
@@ -298,7 +308,8 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
             return status;
         }
     }
-    f = seg_find(s, s->active);
+    f        = seg_find(s, s->active);
+    s->dirty = s->dirty || n > 0;
     while (i < n) {
         uint64_t off   = f->size;
         size_t   bytes = 0;
@@ -324,23 +335,18 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
         f->size += bytes;
         i += (size_t)cnt;
     }
-    if (sync && fdatasync(s->wfd) != 0) {
-        int e = errno;
-
-        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", f->id);
-        return errno_status(e);
-    }
-    return KVP_OK;
+    return sync ? kvp_segs_sync(s) : KVP_OK;
 }
 
 kvp_status_t kvp_segs_sync(kvp_segs_t *s)
 {
-    if (s->wfd >= 0 && fdatasync(s->wfd) != 0) {
+    if (s->wfd >= 0 && s->dirty && fdatasync(s->wfd) != 0) {
         int e = errno;
 
         KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
         return errno_status(e);
     }
+    s->dirty = false;
     return KVP_OK;
 }
 

@@ -40,7 +40,8 @@ kvp_status_t kvp_segs_append(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, boo
 /* Read n extents (any order; sorted and coalesced into large preadv runs here). Sets
  * ext[i].status: KVP_OK, KVP_ERR_NOT_FOUND (segment missing or short), KVP_ERR_IO. */
 void kvp_segs_read(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n);
-/* fdatasync the active segment (data written without sync before). */
+/* fdatasync the active segment if anything was appended since its last one (a roll syncs the
+ * segment it leaves, so this covers every byte appended so far). */
 kvp_status_t kvp_segs_sync(kvp_segs_t *segs);
 
 /* Live-byte accounting: +span when a locator naming (seg, len) becomes durable, -span when it is

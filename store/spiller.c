@@ -1,24 +1,37 @@
 /* spiller.c - the background spiller: one thread per store with an SSD tier that spills
  * least-recently-used sessions from the high watermark down to the low one, so the request that
  * crosses the watermark does not wait for the disk. Requests wait for it only at the budget
- * itself (kvp_store_room_wait, backpressure); kvp_store_quiesce waits for it to go idle.
- * Main flow: evict_if_needed -> kvp_store_spiller_kick -> spiller_main -> spill_round. */
+ * itself (kvp_store_room_wait, backpressure); kvp_store_quiesce waits for it to go idle. Victims
+ * go in groups (group commit): one WriteBatch and one sync for up to spill_group_max sessions.
+ * Main flow: evict_if_needed -> kvp_store_spiller_kick -> spiller_main -> spill_round ->
+ * group_pick -> kvp_store_sess_spill_group (evict.c). */
 #include "store_int.h"
+#include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
 #define MOD "store"
 
-/* The least recently used hot session that no spill or restore holds. */
-static kvp_sess_t *lru_victim(kvp_store_h st)
+#define GROUP_BYTES (8u << 20) /* DRAM a group frees at most (past its first member) */
+
+/* The next group: up to max least recently used hot sessions that no spill or restore holds,
+ * while the DRAM they free stays short of excess and of GROUP_BYTES (at least one). */
+static size_t group_pick(kvp_store_h st, kvp_sess_t **v, size_t max, size_t excess)
 {
-    for (kvp_list_t *e = st->hot_lru.next; e != &st->hot_lru; e = e->next) {
+    size_t n = 0, gain = 0;
+
+    for (kvp_list_t *e = st->hot_lru.next; e != &st->hot_lru && n < max; e = e->next) {
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
 
-        if (!s->busy) {
-            return s;
+        if (s->busy) {
+            continue;
+        }
+        v[n++] = s;
+        gain += kvp_store_sess_spill_gain(s);
+        if (gain >= excess || gain >= GROUP_BYTES) {
+            break;
         }
     }
-    return NULL;
+    return n;
 }
 
 /* Where a round stops: the low watermark, or lower while a waiting call needs more room. */
@@ -29,22 +42,29 @@ static size_t round_target(const kvp_store_h st)
     return room < st->low_bytes ? room : st->low_bytes;
 }
 
-/* One round, store lock held: cached copies first, then LRU sessions spilled with the lock
- * dropped for their disk writes (other calls go on meanwhile; each spill broadcasts io_done, so
- * a request waiting for room re-checks after every one) down to round_target; what is still
- * above the high watermark (loose pages) goes the synchronous way, as before. */
+/* One round, store lock held: cached copies first, then groups of LRU sessions spilled with the
+ * lock dropped for their disk writes and their one sync (other calls go on meanwhile; each group
+ * broadcasts io_done, so a request waiting for room re-checks after every one) down to
+ * round_target; what is still above the high watermark (loose pages) goes the synchronous way,
+ * as before. */
 static void spill_round(kvp_store_h st)
 {
     kvp_status_t status = KVP_OK;
+    kvp_sess_t  *one, **v = kvp_malloc(st->spill_group_max * sizeof(*v), "spill group");
+    size_t       max      = v != NULL ? st->spill_group_max : 1;
 
+    v = v != NULL ? v : &one; /* without memory for the list: one session per sync */
     kvp_store_drop_cached(st, round_target(st));
     while (status == KVP_OK && !st->spill_stop && st->pool.used > round_target(st)) {
-        kvp_sess_t *victim = lru_victim(st);
+        size_t n = group_pick(st, v, max, st->pool.used - round_target(st));
 
-        if (victim == NULL) {
+        if (n == 0) {
             break;
         }
-        status = kvp_store_sess_spill_unlocked(st, victim); /* errors logged and counted there */
+        status = kvp_store_sess_spill_group(st, v, n); /* errors logged and counted there */
+    }
+    if (v != &one) {
+        kvp_free(v);
     }
     if (status == KVP_OK && !st->spill_stop && st->pool.used > st->high_bytes) {
         (void)kvp_store_make_room(st, 0, NULL);

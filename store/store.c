@@ -17,6 +17,7 @@
 
 #define DEFAULT_BUDGET (1ull << 30)
 #define DEFAULT_TOMB_TTL_S (7u * 24u * 3600u)
+#define DEFAULT_SPILL_GROUP 64u
 
 /* ---- page state ---- */
 
@@ -463,6 +464,8 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     st->ttl_ns      = (m & KVP_STORE_PARAM_IDLE_TTL) ? params->idle_ttl_s * 1000000000ull : 0;
     st->tomb_ttl_ns = ((m & KVP_STORE_PARAM_TOMB_TTL) ? params->tomb_ttl_s : DEFAULT_TOMB_TTL_S) *
                       1000000000ull;
+    st->spill_group_max = (m & KVP_STORE_PARAM_SPILL_GROUP) && params->spill_group_max > 0
+                              ? params->spill_group_max : DEFAULT_SPILL_GROUP;
     st->stats.dram_budget = budget;
     status = kvp_index_init(&st->pages, &st->sessions);
     if (status != KVP_OK) {

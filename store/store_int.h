@@ -89,6 +89,8 @@ typedef struct kvp_page_ref {
     bool                 on_disk;  /* a copy is in the pages column family */
     bool                 indexed;  /* in the page table (false once deleted while pinned) */
     bool                 deleting; /* in a delete batch being built (evict.c) */
+    bool                 batched;  /* in a write batch being built (evict.c; cleared before the
+                                    * lock is dropped): a group writes a shared page once */
     bool                 swept;    /* seen on disk by the open-time sweep */
     bool                 tail;     /* header has KVP_PAGE_F_TAIL (valid while codec != 0) */
     bool                 sink;     /* header has KVP_PAGE_F_SINK (valid while codec != 0) */
@@ -222,6 +224,7 @@ struct kvp_store {
     bool               spill_wanted; /* a round was asked for and has not started */
     bool               spill_running; /* a round is in progress */
     size_t             spill_need;  /* largest room a call waits for: the round frees that too */
+    uint32_t           spill_group_max; /* victims per spiller group commit (1: one per sync) */
     kvp_pool_t         pool;
     kvp_page_table_t   pages;
     kvp_sess_table_t   sessions;
@@ -279,6 +282,12 @@ kvp_status_t kvp_store_sess_write(struct kvp_store *st, kvp_sess_t *sess, bool f
 kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess); /* I/O under the lock */
 /* Spill with the store lock dropped during the disk write; called and returns with it held. */
 kvp_status_t kvp_store_sess_spill_unlocked(struct kvp_store *st, kvp_sess_t *sess);
+/* Group commit of n hot, idle sessions (the spiller's): one batch holding all their records and
+ * unwritten pages, one segment fdatasync + WAL fsync with the lock dropped and every one busy;
+ * each goes cold only after that returned OK. On a failure all stay hot (one disk error). */
+kvp_status_t kvp_store_sess_spill_group(struct kvp_store *st, kvp_sess_t **sess, size_t n);
+/* Bytes a spill of a hot session would free: its tail slot and the slots of pages only it pins. */
+size_t       kvp_store_sess_spill_gain(const kvp_sess_t *sess);
 void         kvp_store_sess_idle(struct kvp_store *st, kvp_sess_t *sess); /* clear busy, wake */
 kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess);
 /* Remove a session from DRAM and disk; tomb_version != 0 also records that tombstone in the same

@@ -61,7 +61,9 @@ void kvp_tier_batch_del_meta(kvp_tier_t *tier, kvp_tier_batch_t *batch, const ch
 size_t       kvp_tier_batch_bytes(const kvp_tier_batch_t *batch);
 /* Atomic: every operation of the batch becomes visible, or none. Segment data is written (and
  * under KVP_TIER_SYNC fdatasync'd) before the batch naming it, so a crash never leaves a
- * locator without its bytes; segment bytes no locator names are garbage reclaimed by the sweep. */
+ * locator without its bytes; segment bytes no locator names are garbage reclaimed by the sweep.
+ * KVP_TIER_SYNC also makes everything committed before durable (as kvp_tier_sync), also when
+ * the batch has no segment page of its own. */
 kvp_status_t kvp_tier_batch_commit(kvp_tier_t *tier, kvp_tier_batch_t *batch, kvp_tier_mode_t mode);
 /* Make everything committed so far durable (segment fdatasync + WAL fsync). */
 kvp_status_t kvp_tier_sync(kvp_tier_t *tier);

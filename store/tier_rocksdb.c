@@ -492,6 +492,14 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
             pthread_mutex_unlock(&t->mu);
             return status;
         }
+    } else if (mode == KVP_TIER_SYNC) { /* no page of its own: bytes written through before
+                                         * (a record-only rewrite, a spill group) become durable
+                                         * with it */
+        status = kvp_segs_sync(t->segs);
+        if (status != KVP_OK) {
+            pthread_mutex_unlock(&t->mu);
+            return status;
+        }
     }
     /* 2. locators this batch replaces or deletes: their segment bytes die with the commit */
     if (b->nputs + b->ndels > 0) {

@@ -5,7 +5,9 @@
  * kvp_store_session_spill returns, i.e. until the bytes are durable (segment file fdatasync'd,
  * then locators and record in an fsync'd WAL); restore is timed cold: after a restart, with the
  * db files dropped from the page cache (POSIX_FADV_DONTNEED; segment files are read with
- * O_DIRECT anyway), as is the raw file before its read. Never asserts on speed. */
+ * O_DIRECT anyway), as is the raw file before its read. Then the background spiller's rate on
+ * many small sessions, one sync per session (spill_group_max 1) against group commit. Never
+ * asserts on speed. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "cli.h"
 
@@ -28,8 +30,15 @@
 typedef struct {
     const char *dir;
     uint64_t    sessions, chunks, layers, heads, head_dim, tokens, index_pages;
+    uint64_t    small_sessions, small_pages, group;
     bool        json, keep;
 } opts_t;
+
+/* The background spiller on small sessions at one spill_group_max. */
+typedef struct {
+    uint64_t group, spills, syncs, bytes;
+    double   secs;
+} spiller_run_t;
 
 static void usage(FILE *out)
 {
@@ -45,6 +54,9 @@ static void usage(FILE *out)
             "  --heads N --head-dim N --tokens N   page geometry, fp16 pages (default 8 128 32:\n"
             "                     128 KiB pages, 32 MiB sessions, 256 MiB in all)\n"
             "  --index-pages N    pages in the in-memory index benchmark (default 65536)\n"
+            "  --small-sessions N small sessions the background spiller writes (default 256; 0: skip)\n"
+            "  --small-pages N    pages per small session (default 2, one chunk x N layers)\n"
+            "  --group N          spill_group_max compared with 1 (default 64)\n"
             "  --keep             leave the files behind\n"
             "  --json             machine-readable output\n");
 }
@@ -269,9 +281,92 @@ static int bench_index(const opts_t *o, double *put_ops, double *get_ops, double
     return 0;
 }
 
+/* The background spiller on o->small_sessions sessions of small_pages pages: every session is put
+ * with the high watermark just below the last one, so that put starts a round down to 1 %: time
+ * from its return to kvp_store_quiesce, i.e. the spiller's own rate with no puts competing. */
+static int bench_spiller(const opts_t *o, const char *db, uint64_t group, spiller_run_t *r)
+{
+    kvp_store_params_t p   = {0};
+    size_t             slot = (size_t)((KVP_PAGE_HDR_BYTES + 2 * o->heads * o->head_dim *
+                                        o->tokens * 2 + 4095) & ~4095ull);
+    size_t             sess = slot * o->small_pages, total = sess * o->small_sessions;
+    uint8_t           *page = kvp_malloc(slot, "bench page");
+    kvp_session_desc_t d;
+    kvp_key128_t       key;
+    kvp_store_h        st;
+    kvp_store_stats_t  stats;
+    kvp_status_t       status = KVP_OK;
+    size_t             plen;
+    double             t0;
+
+    p.field_mask      = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                        KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM |
+                        KVP_STORE_PARAM_SPILL_GROUP;
+    p.dram_budget     = total + (1u << 20);
+    p.high_watermark  = ((double)total - (double)sess / 2) / (double)p.dram_budget;
+    p.low_watermark   = 0.01;
+    p.db_path         = db;
+    p.spill_group_max = (uint32_t)group;
+    if (page == NULL || kvp_store_open(&p, &st) != KVP_OK) {
+        kvp_free(page);
+        return -1;
+    }
+    memset(&d, 0, sizeof(d));
+    d.layers      = (uint32_t)o->small_pages;
+    d.page_tokens = (uint32_t)o->tokens;
+    d.n_chunks    = 1;
+    d.chunk_keys  = &key;
+    t0            = kvp_time_s();
+    for (uint64_t s = 0; s < o->small_sessions && status == KVP_OK; s++) {
+        char sid[32];
+
+        snprintf(sid, sizeof(sid), "small-%llu", (unsigned long long)s);
+        key = key_of(s + 1000003, 0);
+        for (uint32_t l = 0; l < d.layers && status == KVP_OK; l++) {
+            plen   = make_page(o, key, l, page);
+            status = kvp_store_page_put(st, NS, page, plen);
+        }
+        if (status == KVP_OK) {
+            status = kvp_store_session_put(st, NS, sid, &d);
+        }
+        t0 = kvp_time_s(); /* the last put is the one that starts the round */
+    }
+    if (status == KVP_OK) {
+        (void)kvp_store_quiesce(st);
+    }
+    r->secs = kvp_time_s() - t0;
+    kvp_store_stats(st, &stats);
+    kvp_store_close(st);
+    kvp_free(page);
+    r->group  = group;
+    r->spills = stats.spills;
+    r->syncs  = stats.spill_syncs;
+    r->bytes  = stats.spill_bytes;
+    if (status != KVP_OK || stats.disk_errors != 0) {
+        fprintf(stderr, "kvpack: bench store: small sessions: %s\n", kvp_status_str(status));
+        return -1;
+    }
+    return 0;
+}
+
+static void spiller_json(kvp_json_t *j, const spiller_run_t *r)
+{
+    kvp_json_obj(j, NULL);
+    kvp_json_int(j, "spill_group_max", (int64_t)r->group);
+    kvp_json_int(j, "spills", (int64_t)r->spills);
+    kvp_json_int(j, "syncs", (int64_t)r->syncs);
+    kvp_json_int(j, "bytes", (int64_t)r->bytes);
+    kvp_json_num(j, "seconds", r->secs);
+    kvp_json_num(j, "sessions_per_s", (double)r->spills / r->secs);
+    kvp_json_num(j, "mb_per_s", (double)r->bytes / r->secs / 1e6);
+    kvp_json_close(j);
+}
+
 int kvp_cmd_bench_store(int argc, char **argv)
 {
-    opts_t            o = {NULL, 8, 16, 16, 8, 128, 32, 65536, false, false};
+    opts_t            o = {NULL, 8, 16, 16, 8, 128, 32, 65536, 256, 2, 64, false, false};
+    spiller_run_t     sp[2];
+    int               nsp = 0;
     char              dir[512], db[600], raw[600];
     const char       *base;
     uint8_t          *page;
@@ -300,14 +395,18 @@ int kvp_cmd_bench_store(int argc, char **argv)
                    kvp_opt_u64(argc, argv, &i, "--heads", &o.heads) ||
                    kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
                    kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
-                   kvp_opt_u64(argc, argv, &i, "--index-pages", &o.index_pages)) {
+                   kvp_opt_u64(argc, argv, &i, "--index-pages", &o.index_pages) ||
+                   kvp_opt_u64(argc, argv, &i, "--small-sessions", &o.small_sessions) ||
+                   kvp_opt_u64(argc, argv, &i, "--small-pages", &o.small_pages) ||
+                   kvp_opt_u64(argc, argv, &i, "--group", &o.group)) {
             continue;
         } else {
             return kvp_opt_unknown("bench store", argv[i]);
         }
     }
     if (o.sessions == 0 || o.chunks == 0 || o.layers == 0 || o.layers > 65535 ||
-        o.index_pages < 64 ||
+        o.index_pages < 64 || o.small_pages == 0 || o.small_pages > 65535 || o.group == 0 ||
+        o.group > 65536 ||
         kvp_codec_payload_bytes(KVP_CODEC_FP16, (uint32_t)o.heads, (uint32_t)o.head_dim,
                                 (uint32_t)o.tokens, (uint32_t)o.tokens) == 0) {
         fprintf(stderr, "kvpack: bench store: bad geometry or counts\n");
@@ -409,7 +508,19 @@ int kvp_cmd_bench_store(int argc, char **argv)
     kvp_store_stats(st, &stats);
     kvp_store_close(st);
 
-    /* 4. in-memory index */
+    /* 4. the background spiller on small sessions: one sync per session, then group commit */
+    for (int k = 0; k < 2 && o.small_sessions > 0; k++, nsp++) {
+        char sdb[640];
+
+        snprintf(sdb, sizeof(sdb), "%s/small-%d", dir, k);
+        if (bench_spiller(&o, sdb, k == 0 ? 1 : o.group, &sp[k]) != 0) {
+            return 1;
+        }
+        kvp_progress("small sessions", (uint64_t)k + 1, 2);
+    }
+    kvp_progress_done();
+
+    /* 5. in-memory index */
     if (bench_index(&o, &put_ops, &get_ops, &lookup_ops, &probe_ops) != 0) {
         fprintf(stderr, "kvpack: bench store: index benchmark failed\n");
         return 1;
@@ -450,6 +561,20 @@ int kvp_cmd_bench_store(int argc, char **argv)
             kvp_json_int(&j, "spills", (int64_t)stats.spills);
             kvp_json_int(&j, "restores", (int64_t)stats.restores);
             kvp_json_int(&j, "crc_failures", (int64_t)stats.crc_failures);
+            kvp_json_obj(&j, "small_sessions");
+            kvp_json_int(&j, "sessions", (int64_t)o.small_sessions);
+            kvp_json_int(&j, "session_bytes", (int64_t)(o.small_pages * plen));
+            kvp_json_arr(&j, "runs");
+            for (int k = 0; k < nsp; k++) {
+                spiller_json(&j, &sp[k]);
+            }
+            kvp_json_close(&j);
+            if (nsp == 2) {
+                kvp_json_num(&j, "group_speedup", sp[0].secs / sp[1].secs);
+                kvp_json_num(&j, "group_vs_raw_write",
+                             (double)sp[1].bytes / sp[1].secs / 1e9 / raw_wr);
+            }
+            kvp_json_close(&j);
             kvp_json_obj(&j, "index");
             kvp_json_int(&j, "pages", (int64_t)(o.index_pages / 4 * 4));
             kvp_json_int(&j, "page_bytes", KVP_PAGE_HDR_BYTES + 2 * 16 * 32 * 2);
@@ -468,6 +593,14 @@ int kvp_cmd_bench_store(int argc, char **argv)
             printf("  restore   %.2f GB/s  = %.2f x raw read (cold cache)\n", restore_gbs,
                    restore_gbs / raw_rd);
             printf("  warm restart %.1f ms\n", restart_ms);
+            for (int k = 0; k < nsp; k++) {
+                printf("  spiller, %llu sessions of %llu pages, group %llu: %.0f sessions/s, "
+                       "%.0f MB/s (%llu syncs for %llu spills)\n",
+                       (unsigned long long)o.small_sessions, (unsigned long long)o.small_pages,
+                       (unsigned long long)sp[k].group, (double)sp[k].spills / sp[k].secs,
+                       (double)sp[k].bytes / sp[k].secs / 1e6, (unsigned long long)sp[k].syncs,
+                       (unsigned long long)sp[k].spills);
+            }
             printf("  index: put %.0f/s, get %.0f/s, lookup %.0f/s (16 chunks x 4 layers each)\n",
                    put_ops, get_ops, lookup_ops);
         }

@@ -1,12 +1,46 @@
 /* crash_child.c - a stand-in for kvpackd in the crash test: opens a store with durability sync
  * on argv[1], reads "put <sid> <prefix_seed> <seed> <chunks> <tail>" lines on stdin, puts the
  * session's pages and record, and prints "ack <sid>" only after kvp_store_session_put returned
- * OK (so an ack means durable). The parent SIGKILLs it at random points. */
+ * OK (so an ack means durable). With argv[2] "spill" the store keeps durability spill (an ack
+ * means nothing on disk) and a low watermark, so the background spiller writes groups all the
+ * time; after each put the child prints "spilled <sid>" for every session the store lists as
+ * newly on disk and out of DRAM (durable). The parent SIGKILLs it at random points. */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
 
+#include <stdbool.h>
+
 static const tgeom_t G = {4, 2, 64, 16};
+#define MAX_SIDS 512 /* test_crash's */
+
+/* Print "spilled <sid>" for sessions (named sess-<n>) that went cold since the last call. */
+static void report_spilled(kvp_store_h st, bool *cold)
+{
+    kvp_store_session_info_t info[64];
+    uint32_t                 n;
+    int                      more = 1;
+    char                     after[KVP_SID_MAX] = "";
+    uint64_t                 after_ns = 0;
+
+    while (more) {
+        CHECK_OK(kvp_store_session_list(st, after_ns, after[0] ? after : NULL, info, 64, &n,
+                                        &more));
+        for (uint32_t i = 0; i < n; i++) {
+            int k;
+
+            if (sscanf(info[i].sid, "sess-%d", &k) == 1 && k >= 0 && k < MAX_SIDS && !cold[k] &&
+                info[i].where == KVP_STORE_ON_DISK) {
+                cold[k] = true;
+                printf("spilled %s\n", info[i].sid);
+            }
+        }
+        if (n > 0) {
+            after_ns = info[n - 1].ns;
+            snprintf(after, sizeof(after), "%s", info[n - 1].sid);
+        }
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -15,17 +49,24 @@ int main(int argc, char **argv)
     char               line[256], sid[KVP_SID_MAX];
     unsigned long long pseed, seed;
     unsigned           chunks, tail;
+    bool               spill = argc == 3 && strcmp(argv[2], "spill") == 0;
+    static bool        cold[MAX_SIDS];
 
-    if (argc != 2) {
-        fprintf(stderr, "usage: crash_child <db dir>\n");
+    if (argc != 2 && !spill) {
+        fprintf(stderr, "usage: crash_child <db dir> [spill]\n");
         return 2;
     }
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     p.field_mask  = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY |
                     KVP_STORE_PARAM_DRAM_BUDGET;
     p.db_path     = argv[1];
-    p.durability  = KVP_DURABILITY_SYNC;
+    p.durability  = spill ? KVP_DURABILITY_SPILL : KVP_DURABILITY_SYNC;
     p.dram_budget = 2u << 20; /* small: eviction runs during the test too */
+    if (spill) {
+        p.field_mask |= KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM;
+        p.high_watermark = 0.6;
+        p.low_watermark  = 0.2; /* rounds of several victims: groups */
+    }
     CHECK_OK(kvp_store_open(&p, &st));
     printf("ready\n");
     fflush(stdout);
@@ -41,6 +82,14 @@ int main(int argc, char **argv)
         s = t_put_session(st, 0x77, sid, &G, &d);
         kvp_session_desc_clear(&d);
         printf("%s %s\n", s == KVP_OK ? "ack" : "err", sid);
+        if (spill) {
+            int k;
+
+            if (sscanf(sid, "sess-%d", &k) == 1 && k >= 0 && k < MAX_SIDS) {
+                cold[k] = false; /* this version is not on disk yet */
+            }
+            report_spilled(st, cold);
+        }
         fflush(stdout);
     }
     kvp_store_close(st);

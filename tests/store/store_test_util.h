@@ -222,23 +222,32 @@ static inline kvp_status_t t_check_session(kvp_store_h st, uint64_t ns, const ch
     return KVP_OK;
 }
 
-/* Open a store with a budget and durability; dir NULL = DRAM only; high/low 0 = the defaults. */
-static inline kvp_store_h t_open_store(const char *dir, size_t budget, kvp_durability_t dur,
-                                       double high, double low)
+/* Open a store with a budget and durability; dir NULL = DRAM only; high/low 0 = the defaults;
+ * spill_group 0 = the default spill_group_max. */
+static inline kvp_store_h t_open_store_group(const char *dir, size_t budget, kvp_durability_t dur,
+                                             double high, double low, uint32_t spill_group)
 {
     kvp_store_params_t p = {0};
     kvp_store_h        st;
 
-    p.field_mask     = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DURABILITY |
-                       (dir != NULL ? KVP_STORE_PARAM_DB_PATH : 0) |
-                       (high > 0 ? KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM : 0);
-    p.dram_budget    = budget;
-    p.durability     = dur;
-    p.db_path        = dir;
-    p.high_watermark = high;
-    p.low_watermark  = low;
+    p.field_mask      = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DURABILITY |
+                        (dir != NULL ? KVP_STORE_PARAM_DB_PATH : 0) |
+                        (high > 0 ? KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM : 0) |
+                        (spill_group ? KVP_STORE_PARAM_SPILL_GROUP : 0);
+    p.dram_budget     = budget;
+    p.durability      = dur;
+    p.db_path         = dir;
+    p.high_watermark  = high;
+    p.low_watermark   = low;
+    p.spill_group_max = spill_group;
     CHECK_OK(kvp_store_open(&p, &st));
     return st;
+}
+
+static inline kvp_store_h t_open_store(const char *dir, size_t budget, kvp_durability_t dur,
+                                       double high, double low)
+{
+    return t_open_store_group(dir, budget, dur, high, low, 0);
 }
 
 static inline kvp_store_stats_t t_stats(kvp_store_h st)

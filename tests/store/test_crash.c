@@ -4,10 +4,15 @@
  * point: after a random number of acks plus a random delay, or during start-up/recovery. Then it
  * opens the store itself and checks that every acknowledged session is resumable and
  * byte-identical (pages and tail), and that an unacknowledged put is either absent or complete
- * (never a record without its pages). usage: test_crash <crash_child> [rounds] [seed] */
+ * (never a record without its pages). With "spill" the child runs durability spill and reports
+ * the sessions the background spiller wrote ("spilled"): those count as acknowledged, so a kill
+ * in the middle of a group commit must leave every reported session whole.
+ * usage: test_crash <crash_child> [rounds] [seed] [spill] */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
+
+#include <stdbool.h>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,6 +38,8 @@ typedef struct {
 static sid_t    sids[MAX_SIDS];
 static int      nsids;
 static uint64_t rng;
+static bool     spill_mode; /* durable = reported spilled, not acked */
+static uint64_t spilled_total;
 
 static uint32_t rnd(uint32_t n)
 {
@@ -121,14 +128,23 @@ static int round_first[MAX_SIDS]; /* versions sent before this round, per sid */
 static int round_acks[MAX_SIDS];  /* acks received this round, per sid */
 
 /* The child handles commands in order, so the k-th ack of a sid this round is the k-th version
- * of that sid sent this round. */
+ * of that sid sent this round. In spill mode an ack is not durable; "spilled" makes the sid's
+ * last acked version durable (the spiller wrote the record the store held). */
 static void ack(const char *line)
 {
     int i;
 
     if (sscanf(line, "ack sess-%d", &i) == 1 && i >= 0 && i < nsids) {
-        sids[i].acked = round_first[i] + round_acks[i]++;
-        CHECK(sids[i].acked < sids[i].nv);
+        round_acks[i]++;
+        if (!spill_mode) {
+            sids[i].acked = round_first[i] + round_acks[i] - 1;
+        }
+        CHECK(round_first[i] + round_acks[i] - 1 < sids[i].nv);
+    } else if (spill_mode && sscanf(line, "spilled sess-%d", &i) == 1 && i >= 0 && i < nsids) {
+        if (round_acks[i] > 0) { /* else a record from an earlier round, known already */
+            sids[i].acked = round_first[i] + round_acks[i] - 1;
+        }
+        spilled_total++;
     } else if (strncmp(line, "ready", 5) != 0) {
         fprintf(stderr, "child said: %s", line);
         exit(1);
@@ -145,7 +161,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed]\n");
         return 2;
     }
-    rng = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
+    rng        = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
+    spill_mode = argc > 4 && strcmp(argv[4], "spill") == 0;
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     t_tmpdir(dir, sizeof(dir), "crash");
@@ -167,7 +184,7 @@ int main(int argc, char **argv)
             dup2(out[1], 1);
             close(in[1]);
             close(out[0]);
-            execl(argv[1], argv[1], dir, (char *)NULL);
+            execl(argv[1], argv[1], dir, spill_mode ? "spill" : NULL, (char *)NULL);
             _exit(127);
         }
         close(in[0]);
@@ -221,9 +238,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "round %d: %d commands, %d acked, kill %s, %d sessions checked\n", r,
                 ncmd, nack, early ? "during start-up" : "mid-stream", nsids);
     }
-    fprintf(stderr, "crash test: %d rounds, %llu acknowledged puts, %llu start-up kills, %d "
-            "sessions all intact\n", rounds, (unsigned long long)acked_total,
-            (unsigned long long)killed_early, nsids);
+    fprintf(stderr, "crash test: %d rounds, %llu acknowledged puts, %llu spilled reports, %llu "
+            "start-up kills, %d sessions all intact\n", rounds, (unsigned long long)acked_total,
+            (unsigned long long)spilled_total, (unsigned long long)killed_early, nsids);
+    CHECK(!spill_mode || spilled_total > 0);
     t_rmrf(dir);
     return 0;
 }

@@ -12,7 +12,11 @@
  * background spiller thread spills least-recently-used sessions once DRAM use passes the high
  * watermark, down to the low one; a call waits for it only when its own allocation would pass the
  * budget (backpressure). Spills and restores drop the lock for their disk I/O, with the session
- * held busy, so DRAM hits of other sessions go on; a call on that same session waits. Disk writes
+ * held busy, so DRAM hits of other sessions go on; a call on that same session waits. The
+ * spiller writes up to spill_group_max sessions per round as one group (group commit): all their
+ * pages in one segment append, all their locators and records in one WriteBatch, one segment
+ * fdatasync and one WAL fsync; only then does any of them leave DRAM, and a failed write leaves
+ * all of them in DRAM (one disk error, retried by a later round). Disk writes
  * of write-through/sync puts and of evictions forced by a failed allocation run under the lock.
  * Memory: with a db_path, kvp_store_open fixes glibc's mmap threshold at 128 KiB (mallopt) so the
  * tier's large transient buffers go back to the kernel and resident memory tracks the budget. */
@@ -49,6 +53,7 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_IDLE_TTL    = KVP_BIT(5),
     KVP_STORE_PARAM_NODE_ID     = KVP_BIT(6),
     KVP_STORE_PARAM_TOMB_TTL    = KVP_BIT(7),
+    KVP_STORE_PARAM_SPILL_GROUP = KVP_BIT(8),
 };
 
 typedef struct kvp_store_params {
@@ -61,6 +66,9 @@ typedef struct kvp_store_params {
     uint32_t         idle_ttl_s;     /* sessions idle this long expire entirely; 0 = never */
     const char      *node_id;        /* stored in the meta column family; default "kvpackd" */
     uint32_t         tomb_ttl_s;     /* delete tombstones are kept this long; default 7 days */
+    uint32_t         spill_group_max; /* sessions the background spiller writes per sync (group
+                                       * commit, up to 8 MiB of pages); default 64, 1 = one
+                                       * segment fdatasync + WAL fsync per session */
 } kvp_store_params_t;
 
 typedef struct {
@@ -86,14 +94,17 @@ typedef struct {
     uint64_t tombstones;      /* delete tombstones held */
     uint64_t tombstones_expired; /* dropped after the tombstone ttl */
     uint64_t stale_refused;   /* puts and deletes refused as older than what the store holds */
-    /* Time of each counted spill (record + page write and its fdatasync, or the WAL sync) and
-     * restore (record and page reads, CRC checks): ns summed, and one count per kvpack/hist.h
+    /* Time of each counted spill (record + page write and its fdatasync, or the WAL sync; for a
+     * session the background spiller wrote in a group, the whole group's I/O, one sample per
+     * session) and restore (record and page reads, CRC checks): ns summed, and one count per kvpack/hist.h
      * slot (not cumulative; last slot +Inf), so each histogram's counts add up to spills or
      * restores in the same snapshot. */
     uint64_t spill_ns;
     uint64_t spill_hist[KVP_HIST_BUCKETS + 1];
     uint64_t restore_ns;
     uint64_t restore_hist[KVP_HIST_BUCKETS + 1];
+    uint64_t spill_syncs;     /* segment fdatasync + WAL fsync pairs issued by spills: one per
+                               * background spiller group, one per other spill that wrote */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
