@@ -212,7 +212,7 @@ try:
     for fam in ("kvpack_dram_bytes", "kvpack_dram_pages", "kvpack_dram_budget_bytes",
                 "kvpack_sessions_in_dram", "kvpack_sessions_on_disk", "kvpack_spills_total",
                 "kvpack_spill_bytes_total", "kvpack_restores_total", "kvpack_restore_bytes_total",
-                "kvpack_spill_waits_total", "kvpack_crc_failures_total", "kvpack_disk_errors_total",
+                "kvpack_spill_waits_total", "kvpack_spill_syncs_total", "kvpack_crc_failures_total", "kvpack_disk_errors_total",
                 "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving",
                 HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
                 RESTORE_H + "_sum", RESTORE_H + "_bucket"):
@@ -270,6 +270,8 @@ try:
         stat = c.stat()
     m3 = scrape(hp)
     check(m(m2, "kvpack_spills_total") == m(m1, "kvpack_spills_total") + 1, "spill not counted")
+    check(m(m2, "kvpack_spill_syncs_total") == m(m1, "kvpack_spill_syncs_total") + 1,
+          "the SPILL's sync not counted")
     check(m(m2, "kvpack_spill_bytes_total") >= put.get("bytes", 1), "spill bytes")
     check(m(m2, "kvpack_sessions_on_disk") == 1 and m(m2, "kvpack_sessions_in_dram") == 0,
           "spilled session still counted in DRAM")
