@@ -3,7 +3,8 @@
  * into pool slots, live-byte accounting and unlinking of dead segments. Falls back to buffered
  * I/O where the filesystem refuses O_DIRECT (tmpfs). Errors are logged here with %m and mapped:
  * ENOSPC -> KVP_ERR_NO_SPACE, a missing file or short read -> KVP_ERR_NOT_FOUND, else KVP_ERR_IO.
- * Main flow: kvp_segs_append (spill) / kvp_segs_read (restore) / kvp_segs_live_add (delete). */
+ * Main flow: kvp_segs_append (spill) / kvp_segs_read_plan + _run (restore) / kvp_segs_live_add
+ * (delete). */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "seg.h"
 #include "kvpack/alloc.h"
@@ -378,8 +379,18 @@ static int cmp_ext(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* A read's plan: the extents in disk order and, per extent, a read fd of its segment that the
+ * plan owns (one dup per segment), so the I/O runs without the tier's lock while segments are
+ * appended, rolled or unlinked meanwhile (an unlinked file stays readable through an open fd). */
+struct kvp_seg_read {
+    kvp_seg_ext_t **ord;
+    int            *fd;     /* per extent; -1: its status is set already */
+    bool           *direct; /* per extent: the fd is O_DIRECT (aligned buffers only) */
+    size_t          n;
+};
+
 /* Read one extent into its (unaligned) buffer through an aligned bounce buffer. */
-static kvp_status_t read_bounce(kvp_segs_t *s, seg_file_t *f, kvp_seg_ext_t *e)
+static kvp_status_t read_bounce(int fd, kvp_seg_ext_t *e)
 {
     size_t       span = kvp_seg_span(e->len);
     void        *b    = kvp_aligned_alloc(KVP_SEG_ALIGN, span, "segment bounce");
@@ -389,7 +400,7 @@ static kvp_status_t read_bounce(kvp_segs_t *s, seg_file_t *f, kvp_seg_ext_t *e)
     if (b == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
-    r = xfer_all(seg_rfd(s, f), &v, 1, e->off, false);
+    r = xfer_all(fd, &v, 1, e->off, false);
     if (r >= (ssize_t)e->len) {
         memcpy(e->buf, b, e->len);
     }
@@ -397,50 +408,97 @@ static kvp_status_t read_bounce(kvp_segs_t *s, seg_file_t *f, kvp_seg_ext_t *e)
     return r < 0 ? KVP_ERR_IO : (r < (ssize_t)e->len ? KVP_ERR_NOT_FOUND : KVP_OK);
 }
 
-void kvp_segs_read(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
+static void read_plan_free(kvp_seg_read_t *p)
 {
-    kvp_seg_ext_t **ord = kvp_malloc((n ? n : 1) * sizeof(*ord), "segment read order");
-    struct iovec    iov[IOV_CAP];
-    size_t          i = 0;
+    for (size_t k = 0; k < p->n; k++) {
+        if (p->fd[k] >= 0 && (k == 0 || p->fd[k] != p->fd[k - 1])) {
+            close(p->fd[k]);
+        }
+    }
+    kvp_free(p->ord);
+    kvp_free(p->fd);
+    kvp_free(p->direct);
+    kvp_free(p);
+}
 
-    if (ord == NULL) {
+kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
+{
+    kvp_seg_read_t *p = kvp_calloc(1, sizeof(*p), "segment read plan");
+    size_t          m = n ? n : 1;
+
+    if (p == NULL || (p->ord = kvp_malloc(m * sizeof(*p->ord), "segment read order")) == NULL ||
+        (p->fd = kvp_malloc(m * sizeof(*p->fd), "segment read fds")) == NULL ||
+        (p->direct = kvp_malloc(m * sizeof(*p->direct), "segment read fds")) == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to read %zu pages", n);
         for (size_t k = 0; k < n; k++) {
             ext[k].status = KVP_ERR_NO_MEMORY;
         }
-        return;
+        if (p != NULL) {
+            read_plan_free(p);
+        }
+        return NULL;
     }
     for (size_t k = 0; k < n; k++) {
-        ord[k] = &ext[k];
+        p->ord[k] = &ext[k];
     }
-    qsort(ord, n, sizeof(*ord), cmp_ext);
-    while (i < n) {
-        seg_file_t *f   = seg_find(s, ord[i]->seg);
-        int         fd  = f != NULL ? seg_rfd(s, f) : -1;
-        uint64_t    off = ord[i]->off;
-        size_t      bytes = 0;
-        int         cnt   = 0;
-        ssize_t     r;
+    qsort(p->ord, n, sizeof(*p->ord), cmp_ext);
+    for (size_t k = 0; k < n; k++) {
+        seg_file_t *f;
+        int         fd;
 
-        if (fd < 0) {
-            if (f == NULL) {
-                KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " named by a page is missing",
-                              ord[i]->seg);
+        if (k > 0 && p->ord[k]->seg == p->ord[k - 1]->seg) { /* the same segment's fd */
+            p->fd[k]     = p->fd[k - 1];
+            p->direct[k] = p->direct[k - 1];
+            if (p->fd[k] < 0) {
+                p->ord[k]->status = p->ord[k - 1]->status;
             }
-            ord[i++]->status = KVP_ERR_NOT_FOUND;
             continue;
         }
-        if (f->rdirect && ((uintptr_t)ord[i]->buf & (KVP_SEG_ALIGN - 1)) != 0) {
-            ord[i]->status = read_bounce(s, f, ord[i]);
+        f  = seg_find(s, p->ord[k]->seg);
+        fd = f != NULL ? seg_rfd(s, f) : -1;
+        if (f == NULL) {
+            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " named by a page is missing",
+                          p->ord[k]->seg);
+        }
+        p->fd[k]     = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+        p->direct[k] = f != NULL && f->rdirect;
+        if (fd >= 0 && p->fd[k] < 0) {
+            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 ": cannot dup its read fd: %m", f->id);
+        }
+        p->ord[k]->status = p->fd[k] >= 0 ? KVP_OK : (fd >= 0 ? KVP_ERR_IO : KVP_ERR_NOT_FOUND);
+    }
+    p->n = n;
+    return p;
+}
+
+void kvp_segs_read_run(kvp_seg_read_t *p)
+{
+    struct iovec iov[IOV_CAP];
+    size_t       i = 0;
+
+    while (i < p->n) {
+        int      fd    = p->fd[i];
+        bool     dir   = p->direct[i];
+        uint64_t seg   = p->ord[i]->seg, off = p->ord[i]->off;
+        size_t   bytes = 0;
+        int      cnt   = 0;
+        ssize_t  r;
+
+        if (fd < 0) {
+            i++; /* its status says why */
+            continue;
+        }
+        if (dir && ((uintptr_t)p->ord[i]->buf & (KVP_SEG_ALIGN - 1)) != 0) {
+            p->ord[i]->status = read_bounce(fd, p->ord[i]);
             i++;
             continue;
         }
         /* a run: same segment, back to back, aligned buffers */
-        while (i + (size_t)cnt < n && cnt < IOV_CAP && bytes < RUN_MAX) {
-            kvp_seg_ext_t *e = ord[i + (size_t)cnt];
+        while (i + (size_t)cnt < p->n && cnt < IOV_CAP && bytes < RUN_MAX) {
+            kvp_seg_ext_t *e = p->ord[i + (size_t)cnt];
 
-            if (e->seg != f->id || e->off != off + bytes ||
-                (f->rdirect && ((uintptr_t)e->buf & (KVP_SEG_ALIGN - 1)) != 0)) {
+            if (e->seg != seg || e->off != off + bytes ||
+                (dir && ((uintptr_t)e->buf & (KVP_SEG_ALIGN - 1)) != 0)) {
                 break;
             }
             iov[cnt].iov_base = e->buf;
@@ -451,17 +509,17 @@ void kvp_segs_read(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         r = xfer_all(fd, iov, cnt, off, false);
         if (r < 0) {
             KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " read of %zu bytes at %" PRIu64
-                          " failed: %m", f->id, bytes, off);
+                          " failed: %m", seg, bytes, off);
         }
         for (int k = 0; k < cnt; k++) {
-            kvp_seg_ext_t *e = ord[i + (size_t)k];
+            kvp_seg_ext_t *e = p->ord[i + (size_t)k];
 
             e->status = r < 0 ? KVP_ERR_IO
                               : (e->off + e->len <= off + (uint64_t)r ? KVP_OK : KVP_ERR_NOT_FOUND);
         }
         i += (size_t)cnt;
     }
-    kvp_free(ord);
+    read_plan_free(p);
 }
 
 void kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)

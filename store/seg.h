@@ -3,7 +3,8 @@
  * buffers (pool slots), each page at a 4 KiB-aligned offset, so a spill or restore is one
  * large pwritev/preadv per run, like a raw sequential write or read. RocksDB keeps only the
  * locators (pages column family); this file keeps per-segment live bytes and unlinks a segment
- * once nothing on disk names it. Not thread-safe: the tier serialises calls with its mutex. */
+ * once nothing on disk names it. Not thread-safe: the tier serialises calls with its mutex, except
+ * kvp_segs_read_run, which needs no lock (so restores read while spills write). */
 #ifndef KVPACK_STORE_SEG_H
 #define KVPACK_STORE_SEG_H
 
@@ -37,9 +38,13 @@ void         kvp_segs_close(kvp_segs_t *segs); /* NULL is a no-op */
 /* Append n extents back to back (each at a 4 KiB-aligned offset) to the active segment, rolling
  * to a new one when it is full; sync = fdatasync before returning. Fills ext[i].seg/off. */
 kvp_status_t kvp_segs_append(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, bool sync);
-/* Read n extents (any order; sorted and coalesced into large preadv runs here). Sets
- * ext[i].status: KVP_OK, KVP_ERR_NOT_FOUND (segment missing or short), KVP_ERR_IO. */
-void kvp_segs_read(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n);
+/* Read n extents (any order; sorted and coalesced into large preadv runs) in two steps: the plan,
+ * under the tier's lock, sorts them and takes its own read fd of each segment; the run, with no
+ * lock, does the I/O and frees the plan. Sets ext[i].status: KVP_OK, KVP_ERR_NOT_FOUND (segment
+ * missing or short), KVP_ERR_IO (or KVP_ERR_NO_MEMORY, and NULL from the plan: nothing to run). */
+typedef struct kvp_seg_read kvp_seg_read_t;
+kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n);
+void            kvp_segs_read_run(kvp_seg_read_t *plan);
 /* fdatasync the active segment if anything was appended since its last one (a roll syncs the
  * segment it leaves, so this covers every byte appended so far). */
 kvp_status_t kvp_segs_sync(kvp_segs_t *segs);

@@ -631,9 +631,14 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
         }
     }
     if (m > 0) {
-        pthread_mutex_lock(&t->mu); /* segment fds and table; the I/O itself is the run */
-        kvp_segs_read(t->segs, ext, m);
+        kvp_seg_read_t *plan;
+
+        pthread_mutex_lock(&t->mu); /* the segment table and fds; the I/O runs without it */
+        plan = kvp_segs_read_plan(t->segs, ext, m);
         pthread_mutex_unlock(&t->mu);
+        if (plan != NULL) {
+            kvp_segs_read_run(plan);
+        }
         for (size_t j = 0; j < m; j++) {
             locs[idx[j]].status = ext[j].status;
         }

@@ -1,8 +1,9 @@
 /* gate_preload.c - an LD_PRELOAD shim for tests: while $KVP_TEST_GATE names a file that does not
  * exist yet, reads of kvpackd's segment files (*.seg, the SSD tier's page bytes) wait for it, so
  * a test can hold a cold session's restore on the disk for as long as it likes without timing.
- * The first read that waits creates "$KVP_TEST_GATE.waiting" (the test's signal that a restore
- * is stuck). Without the variable it only forwards. Test-only: never linked into kvpack. */
+ * Each thread that waits creates "$KVP_TEST_GATE.waiting.<tid>" (the test counts these: how many
+ * restores are inside their disk read at once). Without the variable it only forwards.
+ * Test-only: never linked into kvpack. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -35,7 +36,7 @@ static void gate_wait(int fd)
     if (gate == NULL || access(gate, F_OK) == 0 || !is_segment(fd)) {
         return;
     }
-    snprintf(mark, sizeof(mark), "%s.waiting", gate);
+    snprintf(mark, sizeof(mark), "%s.waiting.%ld", gate, (long)gettid());
     close(open(mark, O_CREAT | O_WRONLY, 0600));
     while (access(gate, F_OK) != 0) {
         usleep(10000);

@@ -1,17 +1,29 @@
-/* test_workers.c - kvpackd's request workers end to end: while one client's get waits on the disk
- * (a cold session's restore, held at the segment read by gate_preload.so until the test opens the
- * gate), another client's gets and puts are answered; the held get then returns its session
- * byte-identical. With --workers=1 the same second client's get cannot be answered until the gate
+/* test_workers.c - kvpackd's request workers end to end: two clients' gets of cold sessions are
+ * inside their disk reads at once (restores held at the segment read by gate_preload.so until the
+ * test opens the gate: the tier's lock is not held over the I/O), and meanwhile a third client's
+ * gets, put and stat are answered; the held gets then return their sessions byte-identical. With
+ * --workers=1 one restore is held and the third client's get cannot be answered until the gate
  * opens (its deadline passes), which shows the first half would fail on a node that serializes.
- * No timing is asserted: the held restore cannot finish before the test opens the gate. */
+ * No timing is asserted: a held restore cannot finish before the test opens the gate. */
 #include "node_harness.h"
 
+#include <dirent.h>
 #include <pthread.h>
 
 #define NS 5u
 
+static pid_t node_pid; /* killed if a CHECK fails: a node held at the gate would never exit */
+
+static void kill_node(void)
+{
+    if (node_pid > 0) {
+        kill(node_pid, SIGKILL);
+    }
+}
+
 typedef struct {
     const char          *addr;
+    const char          *sid;
     const test_session_t *ts;
     kvp_status_t         status;
     int                  done;
@@ -23,7 +35,7 @@ static void *cold_get_main(void *arg)
     kvp_client_h         c = test_client(g->addr, 60000);
     kvp_session_pages_t *sp = NULL;
 
-    g->status = kvp_client_get_session(c, NS, "cold", &sp);
+    g->status = kvp_client_get_session(c, NS, g->sid, &sp);
     if (g->status == KVP_OK) {
         test_session_check(g->ts, sp);
     }
@@ -33,12 +45,25 @@ static void *cold_get_main(void *arg)
     return NULL;
 }
 
-/* Wait (up to 60 s) until a path exists; the held restore creates it. */
-static void wait_for(const char *path)
+/* Wait (up to 60 s) until n reads wait at the gate (files dir/gate.waiting.<tid>). */
+static void wait_for_waiters(const char *dir, int n)
 {
     double end = kvp_time_s() + 60;
 
-    while (access(path, F_OK) != 0) {
+    for (;;) {
+        DIR           *d = opendir(dir);
+        struct dirent *e;
+        int            got = 0;
+
+        CHECK(d != NULL);
+        while ((e = readdir(d)) != NULL) {
+            got += strncmp(e->d_name, "gate.waiting.", 13) == 0;
+        }
+        closedir(d);
+        if (got >= n) {
+            CHECK(got == n);
+            return;
+        }
         CHECK(kvp_time_s() < end);
         usleep(10000);
     }
@@ -52,43 +77,50 @@ static void touch(const char *path)
     close(fd);
 }
 
-/* One node with --workers=<workers>: the cold get is held at the gate, then the hot client acts. */
+/* One node with --workers=<workers>: cold gets held at the gate, then the hot client acts. */
 static void run(unsigned workers)
 {
     test_node_t         n;
-    test_session_t      cold, hot, more;
-    char                gate[300], waiting[320], arg[32];
+    test_session_t      cold[2], hot, more;
+    char                gate[300], arg[32];
     kvp_client_h        c;
     kvp_session_pages_t *sp = NULL;
-    cold_get_t          g;
+    cold_get_t          g[2];
+    pthread_t           tid[2];
     kvp_node_stat_t     st;
-    pthread_t           tid;
+    int                 held = workers > 1 ? 2 : 1;
 
     memset(&n, 0, sizeof(n));
     test_node_mkdir(&n);
     snprintf(gate, sizeof(gate), "%s/gate", n.dir);
-    snprintf(waiting, sizeof(waiting), "%s/gate.waiting", n.dir);
     snprintf(arg, sizeof(arg), "--workers=%u", workers);
     CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
     CHECK(setenv("KVP_TEST_GATE", gate, 1) == 0);
     test_node_start(&n, arg);
+    node_pid = n.pid;
     CHECK(unsetenv("LD_PRELOAD") == 0); /* only the node is shimmed */
 
-    test_session_make(&cold, 3, 4, 0, 11);
+    test_session_make(&cold[0], 3, 4, 0, 11);
+    test_session_make(&cold[1], 3, 3, 7, 14);
     test_session_make(&hot, 3, 4, 5, 12);
     test_session_make(&more, 3, 2, 0, 13);
     c = test_client(n.addr, 60000);
-    CHECK_ST(test_session_put(c, NS, "cold", &cold), KVP_OK);
-    CHECK_ST(kvp_client_spill(c, NS, "cold"), KVP_OK); /* its pages now live only on disk */
+    CHECK_ST(test_session_put(c, NS, "cold0", &cold[0]), KVP_OK);
+    CHECK_ST(test_session_put(c, NS, "cold1", &cold[1]), KVP_OK);
+    CHECK_ST(kvp_client_spill(c, NS, "cold0"), KVP_OK); /* their pages now live only on disk */
+    CHECK_ST(kvp_client_spill(c, NS, "cold1"), KVP_OK);
     CHECK_ST(test_session_put(c, NS, "hot", &hot), KVP_OK);
     kvp_client_destroy(c);
-    CHECK(access(waiting, F_OK) != 0); /* nothing has read a segment yet */
+    wait_for_waiters(n.dir, 0); /* nothing has read a segment yet */
 
-    memset(&g, 0, sizeof(g));
-    g.addr = n.addr;
-    g.ts   = &cold;
-    CHECK(pthread_create(&tid, NULL, cold_get_main, &g) == 0);
-    wait_for(waiting); /* the cold get is inside the node's restore, held */
+    memset(g, 0, sizeof(g));
+    for (int i = 0; i < held; i++) {
+        g[i].addr = n.addr;
+        g[i].sid  = i == 0 ? "cold0" : "cold1";
+        g[i].ts   = &cold[i];
+        CHECK(pthread_create(&tid[i], NULL, cold_get_main, &g[i]) == 0);
+    }
+    wait_for_waiters(n.dir, held); /* the cold gets are inside the node's restores, held */
 
     if (workers > 1) {
         c = test_client(n.addr, 60000);
@@ -99,28 +131,36 @@ static void run(unsigned workers)
         CHECK_ST(kvp_client_get_session(c, NS, "more", &sp), KVP_OK);
         test_session_check(&more, sp);
         kvp_session_pages_free(sp);
-        CHECK(!__atomic_load_n(&g.done, __ATOMIC_ACQUIRE)); /* still held: served meanwhile */
-        printf("workers=%u: hot get, put and get answered while a restore was held\n",
-               workers);
+        CHECK_ST(kvp_client_stat(c, &st), KVP_OK);
+        CHECK(st.restores == 0); /* neither held restore has finished */
+        CHECK(!__atomic_load_n(&g[0].done, __ATOMIC_ACQUIRE));
+        CHECK(!__atomic_load_n(&g[1].done, __ATOMIC_ACQUIRE));
+        printf("workers=%u: 2 restores held in their disk reads at once; hot get, put, get and "
+               "stat answered meanwhile\n", workers);
     } else {
         c = test_client(n.addr, 1500);
         CHECK_ST(kvp_client_get_session(c, NS, "hot", &sp), KVP_ERR_TIMEOUT);
-        CHECK(!__atomic_load_n(&g.done, __ATOMIC_ACQUIRE));
+        CHECK(!__atomic_load_n(&g[0].done, __ATOMIC_ACQUIRE));
         printf("workers=1: the hot get waited behind the held restore (deadline passed)\n");
     }
     touch(gate);
-    CHECK(pthread_join(tid, NULL) == 0);
-    CHECK_ST(g.status, KVP_OK); /* and byte-identical (checked in the thread) */
-    CHECK_ST(kvp_client_get_session(c, NS, "hot", &sp), KVP_OK); /* after the stale reply */
+    for (int i = 0; i < held; i++) {
+        CHECK(pthread_join(tid[i], NULL) == 0);
+        CHECK_ST(g[i].status, KVP_OK); /* and byte-identical (checked in the thread) */
+    }
+    CHECK_ST(kvp_client_get_session(c, NS, "hot", &sp), KVP_OK); /* after any stale reply */
     test_session_check(&hot, sp);
     kvp_session_pages_free(sp);
     CHECK_ST(kvp_client_stat(c, &st), KVP_OK);
-    CHECK(st.restores == 1 && st.spills == 1);
+    CHECK(st.restores == (uint64_t)held && st.spills == 2);
     kvp_client_destroy(c);
 
     CHECK(unsetenv("KVP_TEST_GATE") == 0);
     CHECK(test_node_stop(&n, SIGTERM) == 0);
-    test_session_free(&cold);
+    node_pid = 0;
+    for (int i = 0; i < 2; i++) {
+        test_session_free(&cold[i]);
+    }
     test_session_free(&hot);
     test_session_free(&more);
     test_node_rmdir(&n);
@@ -128,6 +168,7 @@ static void run(unsigned workers)
 
 int main(void)
 {
+    atexit(kill_node);
     run(4);
     run(1);
     printf("ok\n");
