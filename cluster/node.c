@@ -51,7 +51,7 @@ typedef struct {
 } reply_ctx_t;
 
 /* One request from its receipt to its reply: made on the transport thread, run by a worker (or
- * there, when cheap and its connection is idle), answered on the transport thread. */
+ * there when it cannot run: job_inline), answered on the transport thread. */
 typedef struct node_job {
     kvp_node_job_t   link;        /* MUST be first: the worker pool's link */
     struct node_job *next;        /* its strand's queue */
@@ -461,7 +461,7 @@ static node_job_t *job_finish(node_t *n, node_job_t *job)
     return next;
 }
 
-/* Transport thread: run a connection's strand from job on. Cheap jobs (job_inline) run here;
+/* Transport thread: run a connection's strand from job on. job_inline ones are answered here;
  * the first other one goes to a worker and its completion continues the strand. Jobs of a
  * connection that failed meanwhile are not run (no one would get the reply). */
 static void strand_run(node_t *n, node_job_t *job)

@@ -1,7 +1,7 @@
 /* node.h - the kvpack node: one store (DRAM pool + RocksDB directory) served over the transfer
  * layer. kvpackd and `kvpack serve` both call kvp_node_main, so there is one way to run a node.
  * Main flow: kvp_node_main (options, signals) -> kvp_node_run -> kvp_xfer_wait loop -> node_recv
- *            -> kvp_wire_req_unpack -> store call -> reply. */
+ *            -> kvp_wire_req_unpack -> a worker thread: store call -> reply (transport thread). */
 #ifndef KVPACK_NODE_H
 #define KVPACK_NODE_H
 
