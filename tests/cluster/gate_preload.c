@@ -43,24 +43,24 @@ static void gate_wait(int fd)
     }
 }
 
+static ssize_t (*next_preadv)(int, const struct iovec *, int, off_t);
+static ssize_t (*next_pread)(int, void *, size_t, off_t);
+
+/* Looked up once, before any thread of the program runs. */
+__attribute__((constructor)) static void gate_init(void)
+{
+    next_preadv = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
+    next_pread  = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+}
+
 ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-    static ssize_t (*next)(int, const struct iovec *, int, off_t);
-
-    if (next == NULL) {
-        next = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
-    }
     gate_wait(fd);
-    return next(fd, iov, cnt, off);
+    return next_preadv(fd, iov, cnt, off);
 }
 
 ssize_t pread(int fd, void *buf, size_t len, off_t off)
 {
-    static ssize_t (*next)(int, void *, size_t, off_t);
-
-    if (next == NULL) {
-        next = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
-    }
     gate_wait(fd);
-    return next(fd, buf, len, off);
+    return next_pread(fd, buf, len, off);
 }
