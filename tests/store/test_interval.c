@@ -18,16 +18,23 @@
 static const tgeom_t G = {2, 2, 32, 16}; /* layers, heads, head_dim, P */
 #define NS 0x1A7ull
 
-static kvp_store_h open_dur(const char *dir, kvp_durability_t dur, uint32_t ms)
+static kvp_store_params_t params(const char *dir, kvp_durability_t dur, uint32_t ms)
 {
     kvp_store_params_t p = {0};
-    kvp_store_h        st;
 
     p.field_mask       = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY |
                          KVP_STORE_PARAM_SYNC_INTERVAL;
     p.db_path          = dir;
     p.durability       = dur;
     p.sync_interval_ms = ms;
+    return p;
+}
+
+static kvp_store_h open_dur(const char *dir, kvp_durability_t dur, uint32_t ms)
+{
+    kvp_store_params_t p = params(dir, dur, ms);
+    kvp_store_h        st;
+
     CHECK_OK(kvp_store_open(&p, &st));
     return st;
 }
@@ -147,15 +154,11 @@ static void case_fail(const char *dir)
 {
     kvp_session_desc_t d[3];
     kvp_store_stats_t  s;
-    kvp_store_params_t p  = {0};
     kvp_store_h        st;
 
-    p.field_mask = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY |
-                   KVP_STORE_PARAM_SYNC_INTERVAL;
-    p.db_path    = dir;
-    p.durability = KVP_DURABILITY_INTERVAL;
     for (int i = 0; i < 2; i++) { /* 1..60000 ms */
-        p.sync_interval_ms = i == 0 ? 0 : 60001;
+        kvp_store_params_t p = params(dir, KVP_DURABILITY_INTERVAL, i == 0 ? 0 : 60001);
+
         CHECK_ST(kvp_store_open(&p, &st), KVP_ERR_INVALID);
     }
     st = open_dur(dir, KVP_DURABILITY_INTERVAL, 60000);
@@ -226,28 +229,9 @@ static void case_during(const char *dir)
 
 int main(int argc, char **argv)
 {
-    char dir[512];
+    static const t_case_t cases[] = {{"ticks", case_ticks}, {"idle", case_idle},
+                                     {"fail", case_fail}, {"during", case_during}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s ticks|idle|fail|during\n", argv[0]);
-        return 2;
-    }
-    t_tmpdir(dir, sizeof(dir), "interval");
-    if (strcmp(argv[1], "ticks") == 0) {
-        case_ticks(dir);
-    } else if (strcmp(argv[1], "idle") == 0) {
-        case_idle(dir);
-    } else if (strcmp(argv[1], "fail") == 0) {
-        case_fail(dir);
-    } else if (strcmp(argv[1], "during") == 0) {
-        case_during(dir);
-    } else {
-        fprintf(stderr, "unknown case %s\n", argv[1]);
-        t_rmrf(dir);
-        return 2;
-    }
-    t_rmrf(dir);
-    printf("ok %s\n", argv[1]);
-    return 0;
+    return t_run_case(argc, argv, cases, "interval");
 }
