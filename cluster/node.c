@@ -670,6 +670,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask |= KVP_STORE_PARAM_IDLE_TTL;
         sp.idle_ttl_s  = params->idle_ttl_s;
     }
+    if (fm & KVP_NODE_PARAM_SYNC_INTERVAL) {
+        sp.field_mask      |= KVP_STORE_PARAM_SYNC_INTERVAL;
+        sp.sync_interval_ms = params->sync_interval_ms;
+    }
     if (fm & KVP_NODE_PARAM_TOMB_TTL) {
         sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
         sp.tomb_ttl_s  = params->tomb_ttl_s;

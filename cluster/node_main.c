@@ -28,7 +28,12 @@ static void usage(const char *prog, FILE *out)
             "                          default 127.0.0.1:0)\n"
             "  --data-dir DIR          RocksDB directory for the SSD tier (default: DRAM only)\n"
             "  --dram-budget BYTES     DRAM page budget, suffixes K M G allowed (default 1G)\n"
-            "  --durability MODE       spill | write-through | sync (default spill)\n"
+            "  --durability MODE       spill | write-through | sync | interval (default spill):\n"
+            "                          write-through acks before an fsync (a power loss may lose\n"
+            "                          any acked put), sync fsyncs before each ack, interval\n"
+            "                          writes through and fsyncs every --sync-ms when anything\n"
+            "                          was written (loses at most that window)\n"
+            "  --sync-ms N             interval: ms between syncs, 1..60000 (default 100)\n"
             "  --ready-file FILE       write the bound port to FILE once listening\n"
             "  --http HOST:PORT        serve GET /health and /metrics (Prometheus text) over\n"
             "                          HTTP on HOST:PORT (port 0 picks a free port; default off)\n"
@@ -170,6 +175,16 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 fprintf(stderr, "%s: --idle-ttl wants seconds (0: never), got '%s'\n", prog, v);
                 return 2;
             }
+        } else if ((v = opt(argc, argv, &i, "--sync-ms", &missing)) != NULL) {
+            char         *end;
+            unsigned long ms = strtoul(v, &end, 10);
+
+            p.field_mask      |= KVP_NODE_PARAM_SYNC_INTERVAL;
+            p.sync_interval_ms = (uint32_t)ms;
+            if (*v == '\0' || *end != '\0' || ms == 0 || ms > 60000) {
+                fprintf(stderr, "%s: --sync-ms wants 1..60000 ms, got '%s'\n", prog, v);
+                return 2;
+            }
         } else if ((v = opt(argc, argv, &i, "--workers", &missing)) != NULL) {
             char         *end;
             unsigned long w = strtoul(v, &end, 10);
@@ -203,8 +218,11 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 p.durability = KVP_DURABILITY_WRITE_THROUGH;
             } else if (strcmp(v, "sync") == 0) {
                 p.durability = KVP_DURABILITY_SYNC;
+            } else if (strcmp(v, "interval") == 0) {
+                p.durability = KVP_DURABILITY_INTERVAL;
             } else {
-                fprintf(stderr, "%s: --durability wants spill|write-through|sync, got '%s'\n",
+                fprintf(stderr,
+                        "%s: --durability wants spill|write-through|sync|interval, got '%s'\n",
                         prog, v);
                 return 2;
             }
@@ -233,6 +251,11 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             }
             return 2;
         }
+    }
+    if ((p.field_mask & KVP_NODE_PARAM_SYNC_INTERVAL) &&
+        !((p.field_mask & KVP_NODE_PARAM_DURABILITY) && p.durability == KVP_DURABILITY_INTERVAL)) {
+        fprintf(stderr, "%s: --sync-ms needs --durability interval\n", prog);
+        return 2;
     }
     if ((p.field_mask & KVP_NODE_PARAM_HTTP_READY_FILE) && !(p.field_mask & KVP_NODE_PARAM_HTTP)) {
         fprintf(stderr, "%s: --http-ready-file needs --http HOST:PORT\n", prog);

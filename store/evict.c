@@ -83,11 +83,41 @@ static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_bat
     return KVP_OK;
 }
 
+kvp_status_t kvp_store_commit(kvp_store_h st, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
+{
+    kvp_status_t status = kvp_tier_batch_commit(st->tier, b, mode);
+
+    st->write_gen += status == KVP_OK && mode == KVP_TIER_WAL && !kvp_tier_batch_empty(b);
+    return status;
+}
+
+void kvp_store_sess_synced(kvp_store_h st, kvp_sess_t *s)
+{
+    (void)st;
+    s->unsynced = false;
+    if (kvp_list_linked(&s->unsynced_link)) {
+        kvp_list_del(&s->unsynced_link);
+    }
+}
+
+/* Its write just went through kvp_store_commit without an fsync: newest on store->unsynced. */
+static void sess_unsynced(kvp_store_h st, kvp_sess_t *s)
+{
+    kvp_store_sess_synced(st, s);
+    s->unsynced  = true;
+    s->write_gen = st->write_gen;
+    kvp_list_push_tail(&st->unsynced, &s->unsynced_link);
+}
+
 /* A commit naming the session returned OK: its record and pages are on disk. */
 static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, uint32_t gen)
 {
     kvp_store_ns_batch_done(st, s->ns, gen);
-    s->unsynced = mode != KVP_TIER_SYNC;
+    if (mode == KVP_TIER_SYNC) {
+        kvp_store_sess_synced(st, s);
+    } else {
+        sess_unsynced(st, s);
+    }
     for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
         s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
     }
@@ -117,7 +147,7 @@ kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
     if (status != KVP_OK) {
         return status;
     }
-    status = kvp_tier_batch_commit(st->tier, b, mode);
+    status = kvp_store_commit(st, b, mode);
     sess_write_done(st, s, b, mode, gen, status);
     return status;
 }
@@ -139,7 +169,7 @@ static void sess_make_cold(kvp_store_h st, kvp_sess_t *s)
 static void sess_synced(kvp_store_h st, kvp_sess_t *s, kvp_status_t status)
 {
     if (status == KVP_OK) {
-        s->unsynced = false;
+        kvp_store_sess_synced(st, s);
     } else {
         st->stats.disk_errors++;
     }
@@ -283,7 +313,7 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
             if (status == KVP_OK && g[i].write) {
                 sess_written(st, v[i], KVP_TIER_SYNC, g[i].gen);
             } else if (status == KVP_OK) {
-                v[i]->unsynced = false;
+                kvp_store_sess_synced(st, v[i]);
             }
         }
         pthread_cond_broadcast(&st->io_done);
@@ -309,6 +339,7 @@ void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
 
     kvp_index_sess_remove(&st->sessions, s);
     kvp_list_del(&s->lru);
+    kvp_store_sess_synced(st, s); /* off store->unsynced */
     kvp_pool_free(&st->pool, &s->tail_slot);
     for (size_t i = 0; i < n; i++) {
         kvp_page_t *p = s->pages[i];
@@ -365,7 +396,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
             }
         }
         if (any && status == KVP_OK) {
-            status = kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
+            status = kvp_store_commit(st, b, st->durability == KVP_DURABILITY_SYNC
                                                             ? KVP_TIER_SYNC : KVP_TIER_WAL);
         }
         kvp_tier_batch_destroy(b);
@@ -421,7 +452,7 @@ void kvp_store_pages_unnamed(kvp_store_h st, kvp_page_t **pages, size_t n)
         }
     }
     status = ndel == 0 ? KVP_OK
-                       : kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
+                       : kvp_store_commit(st, b, st->durability == KVP_DURABILITY_SYNC
                                                                 ? KVP_TIER_SYNC : KVP_TIER_WAL);
     for (size_t i = 0; i < n; i++) {
         if (pages[i]->deleting) {
@@ -627,7 +658,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             freed += kvp_pool_slot_size(p->len);
         }
         if (b != NULL) {
-            status = kvp_tier_batch_commit(st->tier, b, KVP_TIER_WAL);
+            status = kvp_store_commit(st, b, KVP_TIER_WAL);
             if (status != KVP_OK) {
                 st->stats.disk_errors++;
             } else {

@@ -18,6 +18,8 @@
 #define DEFAULT_BUDGET (1ull << 30)
 #define DEFAULT_TOMB_TTL_S (7u * 24u * 3600u)
 #define DEFAULT_SPILL_GROUP 64u
+#define DEFAULT_SYNC_INTERVAL_MS 100u  /* KVP_DURABILITY_INTERVAL */
+#define MAX_SYNC_INTERVAL_MS     60000u
 
 /* ---- page state ---- */
 
@@ -165,7 +167,7 @@ static void page_drop_bad(kvp_store_h st, kvp_page_t *p, kvp_status_t why)
     }
     if (b != NULL) {
         kvp_tier_batch_del_page(st->tier, b, &pk);
-        if (kvp_tier_batch_commit(st->tier, b, KVP_TIER_WAL) != KVP_OK) {
+        if (kvp_store_commit(st, b, KVP_TIER_WAL) != KVP_OK) {
             st->stats.disk_errors++;
         }
         kvp_tier_batch_destroy(b);
@@ -434,11 +436,18 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
                                                                            : "kvpackd";
     kvp_durability_t dur = (m & KVP_STORE_PARAM_DURABILITY) ? params->durability
                                                             : KVP_DURABILITY_SPILL;
+    uint32_t     sync_ms = (m & KVP_STORE_PARAM_SYNC_INTERVAL) ? params->sync_interval_ms
+                                                               : DEFAULT_SYNC_INTERVAL_MS;
 
     if (store_p == NULL || budget < 4096 || !(low > 0.0 && low <= high && high <= 1.0) ||
-        (unsigned)dur > KVP_DURABILITY_SYNC) {
+        (unsigned)dur > KVP_DURABILITY_INTERVAL) {
         KVP_LOG_ERROR(MOD, "invalid store params: budget %zu watermarks %.2f/%.2f durability %d",
                       budget, low, high, (int)dur);
+        return KVP_ERR_INVALID;
+    }
+    if (dur == KVP_DURABILITY_INTERVAL && (sync_ms < 1 || sync_ms > MAX_SYNC_INTERVAL_MS)) {
+        KVP_LOG_ERROR(MOD, "invalid store params: sync interval %u ms (1..%u)", sync_ms,
+                      MAX_SYNC_INTERVAL_MS);
         return KVP_ERR_INVALID;
     }
     if (dur != KVP_DURABILITY_SPILL && path == NULL) {
@@ -457,7 +466,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     kvp_list_init(&st->hot_lru);
     kvp_list_init(&st->cold_lru);
     kvp_list_init(&st->idle_pages);
+    kvp_list_init(&st->unsynced);
     st->durability  = dur;
+    st->sync_interval_ns = sync_ms * 1000000ull;
     st->high_bytes  = (size_t)(high * (double)budget);
     st->low_bytes   = (size_t)(low * (double)budget);
     st->pool.retain = st->high_bytes;
@@ -509,6 +520,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
                          st->sessions.count, st->pages.count);
         }
         status = kvp_store_spiller_start(st);
+        if (status == KVP_OK && dur == KVP_DURABILITY_INTERVAL) {
+            status = kvp_store_syncer_start(st);
+        }
         if (status != KVP_OK) {
             goto err_close;
         }
@@ -536,6 +550,7 @@ void kvp_store_close(kvp_store_h st)
         return;
     }
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
+    kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
     for (size_t i = 0; i < st->sessions.nbuckets; i++) {
         while (st->sessions.buckets[i] != NULL) {
             kvp_sess_t *s = st->sessions.buckets[i];
@@ -1099,7 +1114,7 @@ kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *k
 
 void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
 {
-    uint64_t on_disk = 0, hot = 0;
+    uint64_t on_disk = 0, hot = 0, unsynced = 0;
 
     if (st == NULL || stats == NULL) {
         return;
@@ -1109,6 +1124,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         for (kvp_sess_t *s = st->sessions.buckets[i]; s != NULL; s = s->hnext) {
             on_disk += s->on_disk;
             hot += s->hot;
+            unsynced += s->unsynced;
         }
     }
     *stats                  = st->stats;
@@ -1120,6 +1136,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     stats->sessions         = st->sessions.count;
     stats->sessions_on_disk = on_disk;
     stats->sessions_in_dram = hot;
+    stats->sessions_unsynced = unsynced;
     stats->tombstones       = st->tombs.count;
     pthread_mutex_unlock(&st->lock);
 }

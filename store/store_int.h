@@ -110,7 +110,10 @@ typedef struct kvp_sess {
     bool                hot;       /* pins its pages, tail in DRAM */
     bool                on_disk;   /* a record is in the sessions column family */
     bool                dirty;     /* DRAM copy is newer than the disk record */
-    bool                unsynced;  /* disk record written without an fsync (write-through) */
+    bool                unsynced;  /* disk record written without an fsync (write-through):
+                                    * set and cleared only by the helpers in evict.c */
+    uint64_t            write_gen; /* store write_gen of that write (while unsynced) */
+    kvp_list_t          unsynced_link; /* on store->unsynced while unsynced, by write_gen */
     bool                busy;      /* a spill or restore has the store lock dropped for its disk
                                     * I/O: not released, replaced or evicted until it clears */
     uint64_t            version;   /* the writer's version (0: written before versions) */
@@ -225,6 +228,14 @@ struct kvp_store {
     bool               spill_running; /* a round is in progress */
     size_t             spill_need;  /* largest room a call waits for: the round frees that too */
     uint32_t           spill_group_max; /* victims per spiller group commit (1: one per sync) */
+    pthread_cond_t     sync_wake;   /* signalled to stop the interval syncer (syncer.c) */
+    pthread_t          syncer;      /* interval syncer thread; only under KVP_DURABILITY_INTERVAL */
+    bool               syncer_on;
+    bool               sync_stop;
+    uint64_t           sync_interval_ns;
+    uint64_t           write_gen;   /* bumped by every commit without an fsync that succeeded */
+    uint64_t           synced_gen;  /* write_gen the last interval sync covered */
+    kvp_list_t         unsynced;    /* unsynced sessions, oldest write_gen first */
     kvp_pool_t         pool;
     kvp_page_table_t   pages;
     kvp_sess_table_t   sessions;
@@ -276,6 +287,13 @@ void         kvp_store_ns_batch_done(struct kvp_store *st, uint64_t ns, uint32_t
  * crc_failures). */
 kvp_status_t kvp_store_ns_load(struct kvp_store *st);
 
+/* Commit a batch (kvp_tier_batch_commit); a KVP_TIER_WAL commit of a non-empty batch that
+ * succeeded bumps write_gen,
+ * so the interval syncer knows something awaits a sync. Every store-side commit goes here. */
+kvp_status_t kvp_store_commit(struct kvp_store *st, kvp_tier_batch_t *b, kvp_tier_mode_t mode);
+/* A sync covered the session's last write: clear its unsynced mark, leave store->unsynced. */
+void         kvp_store_sess_synced(struct kvp_store *st, kvp_sess_t *sess);
+
 /* sessions, eviction, spill, restore, expiry (evict.c) */
 size_t       kvp_store_sess_page_count(const kvp_sess_t *sess);
 kvp_status_t kvp_store_sess_write(struct kvp_store *st, kvp_sess_t *sess, bool force_sync);
@@ -305,6 +323,16 @@ void         kvp_store_drop_cached(struct kvp_store *st, size_t target);
  * a tier) or drop victims inline (without one: no disk I/O). Never drops the lock. */
 void         kvp_store_evict_if_needed(struct kvp_store *st);
 void         kvp_store_expire_idle(struct kvp_store *st);
+
+/* interval syncer (syncer.c, KVP_DURABILITY_INTERVAL) */
+kvp_status_t kvp_store_syncer_start(struct kvp_store *st); /* open, once the tier is up */
+void         kvp_store_syncer_stop(struct kvp_store *st);  /* close: one last tick, then join */
+/* One tick, store lock held (dropped for the sync): when write_gen moved since the last sync,
+ * take gen = write_gen, sync the tier, then clear the marks of the sessions written at or before
+ * gen (a session written during the sync keeps its mark). during (may be NULL; a test hook) runs
+ * with the lock dropped just before the sync. A failure counts one disk error and keeps every
+ * mark (the next tick retries). KVP_OK also when there was nothing to sync. */
+kvp_status_t kvp_store_sync_tick(struct kvp_store *st, void (*during)(void *arg), void *arg);
 
 /* background spiller (spiller.c) */
 kvp_status_t kvp_store_spiller_start(struct kvp_store *st); /* open, once the tier is up */

@@ -59,6 +59,7 @@ void kvp_tier_batch_put_meta(kvp_tier_t *tier, kvp_tier_batch_t *batch, const ch
                              const void *val, size_t len);
 void kvp_tier_batch_del_meta(kvp_tier_t *tier, kvp_tier_batch_t *batch, const char *key);
 size_t       kvp_tier_batch_bytes(const kvp_tier_batch_t *batch);
+bool         kvp_tier_batch_empty(const kvp_tier_batch_t *batch); /* no operation in it */
 /* Atomic: every operation of the batch becomes visible, or none. Segment data is written (and
  * under KVP_TIER_SYNC fdatasync'd) before the batch naming it, so a crash never leaves a
  * locator without its bytes; segment bytes no locator names are garbage reclaimed by the sweep.
@@ -116,7 +117,8 @@ typedef kvp_status_t (*kvp_tier_meta_cb_t)(void *arg, const char *key, size_t kl
 kvp_status_t kvp_tier_meta_scan(kvp_tier_t *tier, const char *prefix, kvp_tier_meta_cb_t cb,
                                 void *arg);
 
-/* Test hook: the next n commits fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO) without writing. */
+/* Test hook: the next n commits or syncs (kvp_tier_sync) fail with status (KVP_ERR_NO_SPACE or
+ * KVP_ERR_IO) without writing. */
 void kvp_tier_inject_fail(kvp_tier_t *tier, uint32_t n, kvp_status_t status);
 
 #endif

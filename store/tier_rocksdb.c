@@ -429,6 +429,11 @@ size_t kvp_tier_batch_bytes(const kvp_tier_batch_t *b)
     return b->bytes;
 }
 
+bool kvp_tier_batch_empty(const kvp_tier_batch_t *b)
+{
+    return b->nputs == 0 && rocksdb_writebatch_count(b->wb) == 0;
+}
+
 /* The segment extent a stored page key names now, if any (for live-byte accounting). */
 static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uint32_t *len)
 {
@@ -449,6 +454,21 @@ static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uin
     return found;
 }
 
+/* The test hook (kvp_tier_inject_fail), t->mu held: true when this write or sync is to fail
+ * (*status_p); then t->mu is released. */
+static bool inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_status_t *status_p)
+{
+    if (t->fail_n == 0) {
+        return false;
+    }
+    *status_p = t->fail_status;
+    t->fail_n--;
+    pthread_mutex_unlock(&t->mu);
+    KVP_LOG_ERROR(MOD, "db %s %s of %zu bytes failed: %s (injected)", t->path, what, bytes,
+                  kvp_status_str(*status_p));
+    return true;
+}
+
 kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
 {
     char        *err = NULL;
@@ -457,12 +477,7 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     struct { uint64_t seg; uint32_t len; } *old = NULL;
 
     pthread_mutex_lock(&t->mu);
-    if (t->fail_n > 0) {
-        status = t->fail_status;
-        t->fail_n--;
-        pthread_mutex_unlock(&t->mu);
-        KVP_LOG_ERROR(MOD, "db %s write of %zu bytes failed: %s (injected)", t->path, b->bytes,
-                      kvp_status_str(status));
+    if (inject_take(t, "write", b->bytes, &status)) {
         return status;
     }
     /* 1. page bytes to the active segment, durable before any locator names them */
@@ -533,6 +548,9 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
     kvp_status_t status;
 
     pthread_mutex_lock(&t->mu);
+    if (inject_take(t, "sync", 0, &status)) {
+        return status;
+    }
     status = kvp_segs_sync(t->segs);
     if (status == KVP_OK) {
         rocksdb_flush_wal(t->db, 1, &err);

@@ -192,8 +192,8 @@ static void tomb_key(uint64_t ns, const char *sid, char *key) /* KVP_TOMB_KEY_MA
 
 static kvp_status_t tomb_commit(kvp_store_h st, kvp_tier_batch_t *b)
 {
-    kvp_status_t status = kvp_tier_batch_commit(st->tier, b, st->durability == KVP_DURABILITY_SYNC
-                                                                 ? KVP_TIER_SYNC : KVP_TIER_WAL);
+    kvp_status_t status = kvp_store_commit(st, b, st->durability == KVP_DURABILITY_SYNC
+                                                      ? KVP_TIER_SYNC : KVP_TIER_WAL);
 
     st->stats.disk_errors += status != KVP_OK;
     return status;

@@ -11,7 +11,9 @@ parsed strictly (samples in their family's block, _bucket with le ascending to +
 +Inf = _count, _sum present); after puts and gets each op's kvpack_request_duration_seconds
 _count equals its kvpack_requests_total and its _sum the handling-seconds counter; after the
 spill and the restore, kvpack_spill/restore_duration_seconds _count equals kvpack_spills_total /
-kvpack_restores_total with a _sum > 0 that never goes back.
+kvpack_restores_total with a _sum > 0 that never goes back. kvpack_interval_syncs_total stays 0
+on that (spill) node; a --durability interval --sync-ms 20 node counts none before its first put
+and at least one after it; bad --sync-ms values and --sync-ms without interval exit 2.
 usage: check_metrics.py KVPACK KVPACKD LIBKVPACK"""
 import json
 import os
@@ -212,7 +214,8 @@ try:
     for fam in ("kvpack_dram_bytes", "kvpack_dram_pages", "kvpack_dram_budget_bytes",
                 "kvpack_sessions_in_dram", "kvpack_sessions_on_disk", "kvpack_spills_total",
                 "kvpack_spill_bytes_total", "kvpack_restores_total", "kvpack_restore_bytes_total",
-                "kvpack_spill_waits_total", "kvpack_spill_syncs_total", "kvpack_crc_failures_total", "kvpack_disk_errors_total",
+                "kvpack_spill_waits_total", "kvpack_spill_syncs_total", "kvpack_interval_syncs_total",
+                "kvpack_crc_failures_total", "kvpack_disk_errors_total",
                 "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving",
                 HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
                 RESTORE_H + "_sum", RESTORE_H + "_bucket"):
@@ -283,6 +286,7 @@ try:
     check(m(m3, "kvpack_dram_bytes") == stat.dram_bytes == dram, "DRAM after restore vs STAT")
     check(m(m3, "kvpack_requests_total", op="get_session", result="err_not_found") == 1,
           "NOT_FOUND not counted by result")
+    check(m(m3, "kvpack_interval_syncs_total") == 0, "interval syncs on a --durability spill node")
     check(m(m3, "kvpack_requests_total", op="get_session", result="ok") >= 1, "GET_SESSION ok")
     check(m(m3, "kvpack_uptime_seconds") >= m(m0, "kvpack_uptime_seconds"), "uptime went back")
     check(m(m3, "kvpack_requests_total", op="get_session", result="ok") == GETS + 1,
@@ -327,6 +331,11 @@ try:
     rc, err = node_error("--http", f"127.0.0.1:{hp}")
     check(rc == 1 and f"127.0.0.1:{hp}" in err, f"--http on a taken port: {rc} {err}")
     check(get(hp, "/health")[0] == 200, "the first node stopped serving")
+    for bad in ("0", "60001", "2x"):
+        rc, err = node_error("--durability", "interval", "--sync-ms", bad)
+        check(rc == 2 and "--sync-ms wants 1..60000" in err, f"--sync-ms {bad}: {rc} {err}")
+    rc, err = node_error("--sync-ms", "50")
+    check(rc == 2 and "needs --durability interval" in err, f"--sync-ms alone: {rc} {err}")
 
     node.send_signal(signal.SIGTERM)
     check(node.wait(timeout=60) == 0, "kvpackd did not exit 0 on SIGTERM")
@@ -335,10 +344,29 @@ try:
         check(False, "HTTP port still open after shutdown")
     except ConnectionRefusedError:
         pass
+
+    # --durability interval: the put is synced by the node's syncer (within 10 s at 20 ms)
+    inode, iaddr = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, "iready"),
+        ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "idata"), "--durability",
+         "interval", "--sync-ms", "20", "--http", "127.0.0.1:0", "--http-ready-file",
+         os.path.join(tmp, "ihttp")], env=env)
+    ihp = wait_file(os.path.join(tmp, "ihttp"), inode)
+    check(m(scrape(ihp), "kvpack_interval_syncs_total") == 0, "interval syncs before any put")
+    cli("put", "--node", iaddr, "--session", "s1", "--kvd", os.path.join(tmp, "a.kvd"),
+        "--codec", "fp16", "--json")
+    for _ in range(500):
+        if m(scrape(ihp), "kvpack_interval_syncs_total") >= 1:
+            break
+        time.sleep(0.02)
+    check(m(scrape(ihp), "kvpack_interval_syncs_total") >= 1, "no interval sync after a put")
+    inode.send_signal(signal.SIGTERM)
+    check(inode.wait(timeout=60) == 0, "the interval node did not exit 0 on SIGTERM")
 finally:
-    if node.poll() is None:
-        node.kill()
-        node.wait()
+    for p in (node, locals().get("inode")):
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
 
 if fails:

@@ -4,7 +4,9 @@
  * OK (so an ack means durable). With argv[2] "spill" the store keeps durability spill (an ack
  * means nothing on disk) and a low watermark, so the background spiller writes groups all the
  * time; after each put the child prints "spilled <sid>" for every session the store lists as
- * newly on disk and out of DRAM (durable). The parent SIGKILLs it at random points. */
+ * newly on disk and out of DRAM (durable). With "interval" the store runs durability interval
+ * with a 5 ms sync (an ack means written through: it survives a process kill). The parent
+ * SIGKILLs it at random points. */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -50,17 +52,21 @@ int main(int argc, char **argv)
     unsigned long long pseed, seed;
     unsigned           chunks, tail;
     bool               spill = argc == 3 && strcmp(argv[2], "spill") == 0;
+    bool               interval = argc == 3 && strcmp(argv[2], "interval") == 0;
     static bool        cold[MAX_SIDS];
 
-    if (argc != 2 && !spill) {
-        fprintf(stderr, "usage: crash_child <db dir> [spill]\n");
+    if (argc != 2 && !spill && !interval) {
+        fprintf(stderr, "usage: crash_child <db dir> [spill|interval]\n");
         return 2;
     }
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     p.field_mask  = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY |
                     KVP_STORE_PARAM_DRAM_BUDGET;
     p.db_path     = argv[1];
-    p.durability  = spill ? KVP_DURABILITY_SPILL : KVP_DURABILITY_SYNC;
+    p.durability  = spill ? KVP_DURABILITY_SPILL
+                          : (interval ? KVP_DURABILITY_INTERVAL : KVP_DURABILITY_SYNC);
+    p.field_mask |= interval ? KVP_STORE_PARAM_SYNC_INTERVAL : 0;
+    p.sync_interval_ms = 5;
     p.dram_budget = 2u << 20; /* small: eviction runs during the test too */
     if (spill) {
         p.field_mask |= KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM;

@@ -277,4 +277,35 @@ static inline void t_rmrf(const char *dir)
     }
 }
 
+/* A test program of named cases, each run in a fresh directory under $TMPDIR: main for
+ * `prog CASE` (usage and exit 2 for an unknown one, "ok CASE" on success). cases ends with
+ * {NULL, NULL}; usage names them. */
+typedef struct {
+    const char *name;
+    void (*run)(const char *dir);
+} t_case_t;
+
+static inline int t_run_case(int argc, char **argv, const t_case_t *cases, const char *tag)
+{
+    char dir[512];
+
+    if (argc == 2) {
+        for (const t_case_t *c = cases; c->name != NULL; c++) {
+            if (strcmp(argv[1], c->name) == 0) {
+                t_tmpdir(dir, sizeof(dir), tag);
+                c->run(dir);
+                t_rmrf(dir);
+                printf("ok %s\n", argv[1]);
+                return 0;
+            }
+        }
+    }
+    fprintf(stderr, "usage: %s", argv[0]);
+    for (const t_case_t *c = cases; c->name != NULL; c++) {
+        fprintf(stderr, "%s%s", c == cases ? " " : "|", c->name);
+    }
+    fprintf(stderr, "\n");
+    return 2;
+}
+
 #endif

@@ -6,8 +6,10 @@
  * byte-identical (pages and tail), and that an unacknowledged put is either absent or complete
  * (never a record without its pages). With "spill" the child runs durability spill and reports
  * the sessions the background spiller wrote ("spilled"): those count as acknowledged, so a kill
- * in the middle of a group commit must leave every reported session whole.
- * usage: test_crash <crash_child> [rounds] [seed] [spill] */
+ * in the middle of a group commit must leave every reported session whole. With "interval" the
+ * child runs durability interval (syncs every 5 ms): an ack still means written through, so the
+ * checks are those of sync.
+ * usage: test_crash <crash_child> [rounds] [seed] [spill|interval] */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -156,13 +158,15 @@ int main(int argc, char **argv)
     int      rounds = argc > 2 ? atoi(argv[2]) : 24;
     char     dir[256];
     uint64_t acked_total = 0, killed_early = 0;
+    const char *mode;
 
     if (argc < 2) {
-        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed]\n");
+        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed] [spill|interval]\n");
         return 2;
     }
     rng        = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
     spill_mode = argc > 4 && strcmp(argv[4], "spill") == 0;
+    mode       = argc > 4 && (spill_mode || strcmp(argv[4], "interval") == 0) ? argv[4] : NULL;
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     t_tmpdir(dir, sizeof(dir), "crash");
@@ -184,7 +188,7 @@ int main(int argc, char **argv)
             dup2(out[1], 1);
             close(in[1]);
             close(out[0]);
-            execl(argv[1], argv[1], dir, spill_mode ? "spill" : NULL, (char *)NULL);
+            execl(argv[1], argv[1], dir, mode, (char *)NULL);
             _exit(127);
         }
         close(in[0]);

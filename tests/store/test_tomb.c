@@ -218,28 +218,9 @@ static void case_append(const char *dir)
 
 int main(int argc, char **argv)
 {
-    char dir[512];
+    static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
+                                     {"ttl", case_ttl}, {"append", case_append}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s versions|tombstones|ttl|append\n", argv[0]);
-        return 2;
-    }
-    t_tmpdir(dir, sizeof(dir), "tomb");
-    if (strcmp(argv[1], "versions") == 0) {
-        case_versions(dir);
-    } else if (strcmp(argv[1], "tombstones") == 0) {
-        case_tombstones(dir);
-    } else if (strcmp(argv[1], "ttl") == 0) {
-        case_ttl(dir);
-    } else if (strcmp(argv[1], "append") == 0) {
-        case_append(dir);
-    } else {
-        fprintf(stderr, "unknown case %s\n", argv[1]);
-        t_rmrf(dir);
-        return 2;
-    }
-    t_rmrf(dir);
-    printf("ok %s\n", argv[1]);
-    return 0;
+    return t_run_case(argc, argv, cases, "tomb");
 }

@@ -30,6 +30,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_TOMB_TTL    = KVP_BIT(10),
     KVP_NODE_PARAM_WORKERS     = KVP_BIT(11),
     KVP_NODE_PARAM_IDLE_TTL    = KVP_BIT(12),
+    KVP_NODE_PARAM_SYNC_INTERVAL = KVP_BIT(13),
 };
 
 typedef struct kvp_node_params {
@@ -52,6 +53,8 @@ typedef struct kvp_node_params {
     uint32_t         workers;       /* request worker threads, 1..64; default 4 */
     uint32_t         idle_ttl_s;    /* sessions not put or fetched this long are removed (DRAM
                                      * and disk, no tombstone); default 0 = never */
+    uint32_t         sync_interval_ms; /* KVP_DURABILITY_INTERVAL: ms between background
+                                        * syncs, 1..60000; default 100 */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on

@@ -18,6 +18,9 @@
  * fdatasync and one WAL fsync; only then does any of them leave DRAM, and a failed write leaves
  * all of them in DRAM (one disk error, retried by a later round). Disk writes
  * of write-through/sync puts and of evictions forced by a failed allocation run under the lock.
+ * Under KVP_DURABILITY_INTERVAL a syncer thread makes every write older than its tick durable
+ * (one segment fdatasync + WAL fsync, the store lock dropped) every sync_interval_ms, and only
+ * when something was written since the last one.
  * Memory: with a db_path, kvp_store_open fixes glibc's mmap threshold at 128 KiB (mallopt) so the
  * tier's large transient buffers go back to the kernel and resident memory tracks the budget. */
 #ifndef KVPACK_STORE_H
@@ -41,7 +44,11 @@ typedef struct kvp_page_ref *kvp_page_ref_h;
 typedef enum {
     KVP_DURABILITY_SPILL         = 0, /* only evicted (or explicitly spilled) sessions reach disk */
     KVP_DURABILITY_WRITE_THROUGH = 1, /* every session put also reaches disk (WAL, no fsync) */
-    KVP_DURABILITY_SYNC          = 2  /* write-through with an fsync'd WAL before the ack */
+    KVP_DURABILITY_SYNC          = 2, /* write-through with an fsync'd WAL before the ack */
+    KVP_DURABILITY_INTERVAL      = 3  /* write-through, plus a background segment fdatasync + WAL
+                                       * fsync every sync_interval_ms when anything was written
+                                       * since the last one: a put is durable at most about that
+                                       * long (plus the sync's own time) after its ack */
 } kvp_durability_t;
 
 enum kvp_store_params_field {
@@ -54,6 +61,7 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_NODE_ID     = KVP_BIT(6),
     KVP_STORE_PARAM_TOMB_TTL    = KVP_BIT(7),
     KVP_STORE_PARAM_SPILL_GROUP = KVP_BIT(8),
+    KVP_STORE_PARAM_SYNC_INTERVAL = KVP_BIT(9),
 };
 
 typedef struct kvp_store_params {
@@ -69,6 +77,9 @@ typedef struct kvp_store_params {
     uint32_t         spill_group_max; /* sessions the background spiller writes per sync (group
                                        * commit, up to 8 MiB of pages); default 64, 1 = one
                                        * segment fdatasync + WAL fsync per session */
+    uint32_t         sync_interval_ms; /* KVP_DURABILITY_INTERVAL: ms between background syncs,
+                                        * 1..60000 (else KVP_ERR_INVALID); default 100; ignored
+                                        * by the other policies */
 } kvp_store_params_t;
 
 typedef struct {
@@ -105,6 +116,12 @@ typedef struct {
     uint64_t restore_hist[KVP_HIST_BUCKETS + 1];
     uint64_t spill_syncs;     /* segment fdatasync + WAL fsync pairs issued by spills: one per
                                * background spiller group, one per other spill that wrote */
+    uint64_t interval_syncs;  /* segment fdatasync + WAL fsync pairs the interval syncer
+                               * (KVP_DURABILITY_INTERVAL) issued: one per tick that found
+                               * something written since the last one (none while idle); a
+                               * failed one counts in disk_errors instead and is retried */
+    uint64_t sessions_unsynced; /* sessions whose last disk write has not been fsync'd yet
+                                 * (write-through/interval, until a sync or spill covers it) */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
@@ -130,8 +147,8 @@ void         kvp_page_ref_release(kvp_page_ref_h ref); /* NULL is a no-op */
 /* Sessions. desc is borrowed. Every (chunk key, layer) page the record names must already be in
  * the store (else KVP_ERR_NOT_FOUND), be a sealed page of the namespace's codec, and the record's
  * P, layers and fp16 tail must fit the profile (else KVP_ERR_WRONG_CODEC; an existing session of
- * that id is left as it was). Under write-through/sync the record and its pages reach disk in
- * one WriteBatch before this returns. */
+ * that id is left as it was). Under write-through/sync/interval the record and its pages reach
+ * disk in one WriteBatch before this returns. */
 kvp_status_t kvp_store_session_put(kvp_store_h store, uint64_t ns, const char *sid,
                                    const kvp_session_desc_t *desc);
 /* Deep copy of the record into *desc (kvp_session_desc_clear frees it); restores a spilled
@@ -242,8 +259,9 @@ typedef struct kvp_store_append {
 kvp_status_t kvp_store_session_append(kvp_store_h store, uint64_t ns, const char *sid,
                                       const kvp_store_append_t *append, uint32_t *sealed_p);
 
-/* Test hook: the next n writes to the SSD tier fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO)
- * as a full or failing disk would; nothing is written. No-op without a db_path. */
+/* Test hook: the next n writes to the SSD tier (commits, and syncs of written-through data such
+ * as the interval syncer's) fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO) as a full or
+ * failing disk would; nothing is written. No-op without a db_path. */
 void kvp_store_inject_disk_fail(kvp_store_h store, uint32_t n, kvp_status_t status);
 
 #ifdef __cplusplus
