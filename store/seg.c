@@ -43,7 +43,8 @@ struct kvp_segs {
     uint64_t    next_id;
     uint64_t    active;  /* id of the file being appended, 0 = none yet */
     int         wfd;
-    bool        dirty;   /* bytes appended to the active segment since its last fdatasync */
+    uint64_t    app_gen;  /* appends so far (each non-empty kvp_segs_append adds one) */
+    uint64_t    sync_gen; /* appends an fdatasync has covered: < app_gen means dirty */
 };
 
 static kvp_status_t errno_status(int e)
@@ -225,7 +226,7 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
 
     /* a later sync covers only the active segment: bytes written into this one without a sync
      * (write-through) must not be left behind */
-    if (s->wfd >= 0 && s->dirty && fdatasync(s->wfd) != 0) {
+    if (s->wfd >= 0 && s->sync_gen < s->app_gen && fdatasync(s->wfd) != 0) {
         int e = errno;
 
         KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
@@ -250,8 +251,8 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
         close(s->wfd);
     }
     old       = s->active ? seg_find(s, s->active) : NULL;
-    s->wfd    = fd;
-    s->dirty  = false;
+    s->wfd      = fd;
+    s->sync_gen = s->app_gen;
     s->active = id;
     s->next_id++;
     if (old != NULL && old->live <= 0) {
@@ -309,8 +310,8 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
             return status;
         }
     }
-    f        = seg_find(s, s->active);
-    s->dirty = s->dirty || n > 0;
+    f = seg_find(s, s->active);
+    s->app_gen += n > 0;
     while (i < n) {
         uint64_t off   = f->size;
         size_t   bytes = 0;
@@ -341,14 +342,49 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
 
 kvp_status_t kvp_segs_sync(kvp_segs_t *s)
 {
-    if (s->wfd >= 0 && s->dirty && fdatasync(s->wfd) != 0) {
+    if (s->wfd >= 0 && s->sync_gen < s->app_gen && fdatasync(s->wfd) != 0) {
         int e = errno;
 
         KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
         return errno_status(e);
     }
-    s->dirty = false;
+    s->sync_gen = s->app_gen;
     return KVP_OK;
+}
+
+int kvp_segs_sync_begin(kvp_segs_t *s, uint64_t *gen_p)
+{
+    int fd;
+
+    *gen_p = s->app_gen;
+    if (s->wfd < 0 || s->sync_gen >= s->app_gen) {
+        return -1;
+    }
+    fd = fcntl(s->wfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 ": cannot dup its write fd: %m", s->active);
+        return -2;
+    }
+    return fd;
+}
+
+kvp_status_t kvp_segs_sync_run(int fd)
+{
+    kvp_status_t status = KVP_OK;
+
+    if (fdatasync(fd) != 0) {
+        int e = errno;
+
+        KVP_LOG_ERROR(MOD, "segment fdatasync failed: %m");
+        status = errno_status(e);
+    }
+    close(fd);
+    return status;
+}
+
+void kvp_segs_sync_end(kvp_segs_t *s, uint64_t gen)
+{
+    s->sync_gen = gen > s->sync_gen ? gen : s->sync_gen;
 }
 
 static int seg_rfd(kvp_segs_t *s, seg_file_t *f)

@@ -4,7 +4,8 @@
  * large pwritev/preadv per run, like a raw sequential write or read. RocksDB keeps only the
  * locators (pages column family); this file keeps per-segment live bytes and unlinks a segment
  * once nothing on disk names it. Not thread-safe: the tier serialises calls with its mutex, except
- * kvp_segs_read_run, which needs no lock (so restores read while spills write). */
+ * kvp_segs_read_run and the fdatasync between kvp_segs_sync_begin and _end, which need no lock
+ * (so restores read, and a background sync runs, while spills and puts write). */
 #ifndef KVPACK_STORE_SEG_H
 #define KVPACK_STORE_SEG_H
 
@@ -48,6 +49,14 @@ void            kvp_segs_read_run(kvp_seg_read_t *plan);
 /* fdatasync the active segment if anything was appended since its last one (a roll syncs the
  * segment it leaves, so this covers every byte appended so far). */
 kvp_status_t kvp_segs_sync(kvp_segs_t *segs);
+/* The same fdatasync without the tier's lock: begin (locked) returns a duplicate of the active
+ * segment's fd and in *gen_p the appends it will cover, or -1 when nothing needs a sync (-2: no
+ * fd; an error is logged); run (unlocked) fdatasyncs and closes that fd; end (locked, after run
+ * returned KVP_OK) records the appends as synced. An in-lock kvp_segs_sync meanwhile still syncs
+ * itself: appends count as synced only once a sync of them has returned. */
+int          kvp_segs_sync_begin(kvp_segs_t *segs, uint64_t *gen_p);
+kvp_status_t kvp_segs_sync_run(int fd);
+void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
 
 /* Live-byte accounting: +span when a locator naming (seg, len) becomes durable, -span when it is
  * deleted. A segment that is not the active one and reaches zero is unlinked. */

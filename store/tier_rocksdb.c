@@ -40,7 +40,8 @@ struct kvp_tier {
     rocksdb_readoptions_t           *ro;
     rocksdb_flushoptions_t          *fo;
     kvp_segs_t                      *segs;       /* segment files (seg.c) */
-    pthread_mutex_t                  mu;         /* commits, segment I/O and accounting */
+    pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
+                                                  * kvp_tier_sync do their I/O outside it) */
     char                            *path;
     uint32_t                         fail_n;     /* test hook */
     kvp_status_t                     fail_status;
@@ -545,18 +546,30 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
 kvp_status_t kvp_tier_sync(kvp_tier_t *t)
 {
     char        *err = NULL;
-    kvp_status_t status;
+    kvp_status_t status = KVP_OK;
+    uint64_t     gen;
+    int          fd;
 
     pthread_mutex_lock(&t->mu);
     if (inject_take(t, "sync", 0, &status)) {
         return status;
     }
-    status = kvp_segs_sync(t->segs);
+    fd = kvp_segs_sync_begin(t->segs, &gen);
+    pthread_mutex_unlock(&t->mu); /* commits go on while this one syncs */
+    if (fd == -2) {
+        status = KVP_ERR_IO;
+    } else if (fd >= 0) {
+        status = kvp_segs_sync_run(fd);
+    }
     if (status == KVP_OK) {
-        rocksdb_flush_wal(t->db, 1, &err);
+        rocksdb_flush_wal(t->db, 1, &err); /* RocksDB serialises this with writes itself */
         status = map_err("flush wal", &err);
     }
-    pthread_mutex_unlock(&t->mu);
+    if (status == KVP_OK && fd >= 0) {
+        pthread_mutex_lock(&t->mu);
+        kvp_segs_sync_end(t->segs, gen);
+        pthread_mutex_unlock(&t->mu);
+    }
     return status;
 }
 
