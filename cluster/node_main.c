@@ -58,6 +58,23 @@ static void usage(const char *prog, FILE *out)
             prog);
 }
 
+/* A decimal integer in lo..hi (no sign, nothing after it) into *out; -1 if it is not one. */
+static int parse_u32(const char *s, uint64_t lo, uint64_t hi, uint32_t *out)
+{
+    char              *end;
+    unsigned long long x;
+
+    if (*s < '0' || *s > '9') {
+        return -1;
+    }
+    x = strtoull(s, &end, 10);
+    if (*end != '\0' || x < lo || x > hi) {
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
 static int parse_bytes(const char *s, size_t *out)
 {
     char              *end;
@@ -117,6 +134,30 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     p.field_mask = KVP_NODE_PARAM_HOST | KVP_NODE_PARAM_PORT;
     p.host       = host;
     for (int i = 1; i < argc; i++) {
+        const struct { const char *name; uint64_t lo, hi, bit; const char *want; uint32_t *val; }
+            nums[] = {
+                {"--etcd-ttl", 2, 3600, 0, "seconds in 2..3600", &p.etcd_ttl_s},
+                {"--tombstone-ttl", 1, UINT32_MAX, KVP_NODE_PARAM_TOMB_TTL, "seconds >= 1",
+                 &p.tomb_ttl_s},
+                {"--idle-ttl", 0, UINT32_MAX, KVP_NODE_PARAM_IDLE_TTL, "seconds (0: never)",
+                 &p.idle_ttl_s},
+                {"--sync-ms", 1, 60000, KVP_NODE_PARAM_SYNC_INTERVAL, "1..60000 ms",
+                 &p.sync_interval_ms},
+                {"--workers", 1, 64, KVP_NODE_PARAM_WORKERS, "1..64 threads", &p.workers}};
+        size_t k = 0;
+
+        while (k < sizeof(nums) / sizeof(nums[0]) &&
+               (v = opt(argc, argv, &i, nums[k].name, &missing)) == NULL) {
+            k++;
+        }
+        if (k < sizeof(nums) / sizeof(nums[0])) {
+            if (parse_u32(v, nums[k].lo, nums[k].hi, nums[k].val) != 0) {
+                fprintf(stderr, "%s: %s wants %s, got '%s'\n", prog, nums[k].name, nums[k].want, v);
+                return 2;
+            }
+            p.field_mask |= nums[k].bit;
+            continue;
+        }
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(prog, stdout);
             return 0;
@@ -147,54 +188,6 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 return 2;
             }
             p.advertise = v;
-        } else if ((v = opt(argc, argv, &i, "--etcd-ttl", &missing)) != NULL) {
-            char *end;
-
-            p.etcd_ttl_s = (uint32_t)strtoul(v, &end, 10);
-            if (*end != '\0' || p.etcd_ttl_s < 2 || p.etcd_ttl_s > 3600) {
-                fprintf(stderr, "%s: --etcd-ttl wants seconds in 2..3600, got '%s'\n", prog, v);
-                return 2;
-            }
-        } else if ((v = opt(argc, argv, &i, "--tombstone-ttl", &missing)) != NULL) {
-            char              *end;
-            unsigned long long ttl = strtoull(v, &end, 10);
-
-            p.field_mask |= KVP_NODE_PARAM_TOMB_TTL;
-            p.tomb_ttl_s  = (uint32_t)ttl;
-            if (*v == '\0' || *end != '\0' || ttl == 0 || ttl > UINT32_MAX) {
-                fprintf(stderr, "%s: --tombstone-ttl wants seconds >= 1, got '%s'\n", prog, v);
-                return 2;
-            }
-        } else if ((v = opt(argc, argv, &i, "--idle-ttl", &missing)) != NULL) {
-            char              *end;
-            unsigned long long ttl = strtoull(v, &end, 10);
-
-            p.field_mask |= KVP_NODE_PARAM_IDLE_TTL;
-            p.idle_ttl_s  = (uint32_t)ttl;
-            if (*v == '\0' || *end != '\0' || ttl > UINT32_MAX) {
-                fprintf(stderr, "%s: --idle-ttl wants seconds (0: never), got '%s'\n", prog, v);
-                return 2;
-            }
-        } else if ((v = opt(argc, argv, &i, "--sync-ms", &missing)) != NULL) {
-            char         *end;
-            unsigned long ms = strtoul(v, &end, 10);
-
-            p.field_mask      |= KVP_NODE_PARAM_SYNC_INTERVAL;
-            p.sync_interval_ms = (uint32_t)ms;
-            if (*v == '\0' || *end != '\0' || ms == 0 || ms > 60000) {
-                fprintf(stderr, "%s: --sync-ms wants 1..60000 ms, got '%s'\n", prog, v);
-                return 2;
-            }
-        } else if ((v = opt(argc, argv, &i, "--workers", &missing)) != NULL) {
-            char         *end;
-            unsigned long w = strtoul(v, &end, 10);
-
-            p.field_mask |= KVP_NODE_PARAM_WORKERS;
-            p.workers     = (uint32_t)w;
-            if (*v == '\0' || *end != '\0' || w == 0 || w > 64) {
-                fprintf(stderr, "%s: --workers wants 1..64 threads, got '%s'\n", prog, v);
-                return 2;
-            }
         } else if ((v = opt(argc, argv, &i, "--data-dir", &missing)) != NULL) {
             p.field_mask |= KVP_NODE_PARAM_DATA_DIR;
             p.data_dir    = v;
