@@ -485,7 +485,7 @@ kvp_status_t kvp_http_start(const kvp_http_params_t *params, kvp_http_h *http_p,
     if (s != KVP_OK) {
         goto err_free;
     }
-    /* the node's SIGTERM/SIGINT handlers belong to the request thread, not this one */
+    /* the node's SIGTERM/SIGINT handlers belong to the transport thread, not this one */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     if (pthread_create(&h->thread, NULL, http_main, h) != 0) {

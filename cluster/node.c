@@ -20,6 +20,8 @@
 #include "kvpack/xfer.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -637,6 +639,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_store_params_t sp;
     kvp_xfer_params_t  xp;
     kvp_node_work_params_t wp;
+    sigset_t           all, old_mask;
     node_t             n;
     kvp_http_h         http;
     kvp_node_etcd_h    reg = NULL;
@@ -678,7 +681,11 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
         sp.tomb_ttl_s  = params->tomb_ttl_s;
     }
+    sigfillset(&all); /* threads started from here on (store, RocksDB, workers) leave SIGTERM and
+                       * SIGINT to this one, whose poll they interrupt (kvp_node_main) */
+    pthread_sigmask(SIG_SETMASK, &all, &old_mask);
     s = kvp_store_open(&sp, &n.store);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (s != KVP_OK) {
         KVP_LOG_ERROR(MOD, "cannot open store %s: %s", sp.db_path ? sp.db_path : "(dram)",
                       kvp_status_str(s));
@@ -704,7 +711,9 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     wp.ctx      = &n;
     wp.wake     = node_wake;
     wp.wake_arg = n.x;
-    s           = kvp_node_work_start(&wp, &n.work);
+    pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+    s = kvp_node_work_start(&wp, &n.work);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (s != KVP_OK) {
         goto err_xfer;
     }
