@@ -4,6 +4,9 @@
  * gets, put and stat are answered; the held gets then return their sessions byte-identical. With
  * --workers=1 one restore is held and the third client's get cannot be answered until the gate
  * opens (its deadline passes), which shows the first half would fail on a node that serializes.
+ * Order per connection: on one raw connection a GET_SESSION held at the gate and a STAT sent after
+ * it are answered in that order, and the STAT not before the gate opens, while a STAT on a second
+ * connection is answered meanwhile.
  * No timing is asserted: a held restore cannot finish before the test opens the gate. */
 #include "node_harness.h"
 
@@ -45,8 +48,9 @@ static void *cold_get_main(void *arg)
     return NULL;
 }
 
-/* Wait (up to 60 s) until n reads wait at the gate (files dir/gate.waiting.<tid>). */
-static void wait_for_waiters(const char *dir, int n)
+/* Wait (up to 60 s) until n reads wait at the gate (files dir/gate.waiting.<tid>); x, when
+ * given, is progressed meanwhile (its sends keep moving). */
+static void wait_for_waiters(const char *dir, int n, kvp_xfer_h x)
 {
     double end = kvp_time_s() + 60;
 
@@ -65,7 +69,10 @@ static void wait_for_waiters(const char *dir, int n)
             return;
         }
         CHECK(kvp_time_s() < end);
-        usleep(10000);
+        if (x != NULL) {
+            kvp_xfer_progress(x);
+        }
+        usleep(5000);
     }
 }
 
@@ -111,7 +118,7 @@ static void run(unsigned workers)
     CHECK_ST(kvp_client_spill(c, NS, "cold1"), KVP_OK);
     CHECK_ST(test_session_put(c, NS, "hot", &hot), KVP_OK);
     kvp_client_destroy(c);
-    wait_for_waiters(n.dir, 0); /* nothing has read a segment yet */
+    wait_for_waiters(n.dir, 0, NULL); /* nothing has read a segment yet */
 
     memset(g, 0, sizeof(g));
     for (int i = 0; i < held; i++) {
@@ -120,7 +127,7 @@ static void run(unsigned workers)
         g[i].ts   = &cold[i];
         CHECK(pthread_create(&tid[i], NULL, cold_get_main, &g[i]) == 0);
     }
-    wait_for_waiters(n.dir, held); /* the cold gets are inside the node's restores, held */
+    wait_for_waiters(n.dir, held, NULL); /* the cold gets are inside the node's restores, held */
 
     if (workers > 1) {
         c = test_client(n.addr, 60000);
@@ -166,11 +173,121 @@ static void run(unsigned workers)
     test_node_rmdir(&n);
 }
 
+/* ---- order on one connection: raw requests, replies recorded as they arrive ---- */
+
+typedef struct {
+    kvp_xfer_conn_h conn[2];
+    uint64_t        ids[2][4];
+    kvp_status_t    st[2][4];
+    int             n[2];
+} order_t;
+
+static void order_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    order_t       *o = arg;
+    int            c = conn == o->conn[1];
+    size_t         hl, dl;
+    const void    *h = kvp_xfer_msg_hdr(msg, &hl);
+    kvp_wire_rep_t rep;
+
+    kvp_xfer_msg_data(msg, &dl);
+    CHECK_ST(kvp_wire_rep_unpack(h, hl, dl, &rep), KVP_OK);
+    CHECK(o->n[c] < 4);
+    o->ids[c][o->n[c]] = rep.req_id;
+    o->st[c][o->n[c]]  = rep.status;
+    o->n[c]++;
+    kvp_wire_rep_clear(&rep);
+    kvp_xfer_msg_release(msg);
+}
+
+static void order_send(kvp_xfer_conn_h conn, kvp_wire_op_t op, uint64_t id, const char *sid)
+{
+    kvp_wire_req_t req;
+    uint8_t       *hdr = NULL;
+    size_t         hl;
+    kvp_status_t   s;
+
+    memset(&req, 0, sizeof(req));
+    req.op     = op;
+    req.req_id = id;
+    req.ns     = NS;
+    snprintf(req.sid, sizeof(req.sid), "%s", sid);
+    CHECK_ST(kvp_wire_req_pack(&req, &hdr, &hl), KVP_OK);
+    s = kvp_xfer_send(conn, hdr, hl, NULL, 0, NULL, NULL);
+    CHECK(s == KVP_OK || s == KVP_INPROGRESS);
+    kvp_free(hdr);
+}
+
+static void run_order(void)
+{
+    test_node_t       n;
+    test_session_t    cold;
+    char              gate[300];
+    kvp_client_h      c;
+    kvp_xfer_params_t xp;
+    kvp_xfer_h        x;
+    order_t           o;
+    double            end;
+
+    memset(&n, 0, sizeof(n));
+    test_node_mkdir(&n);
+    snprintf(gate, sizeof(gate), "%s/gate", n.dir);
+    CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
+    CHECK(setenv("KVP_TEST_GATE", gate, 1) == 0);
+    test_node_start(&n, "--workers=4");
+    node_pid = n.pid;
+    CHECK(unsetenv("LD_PRELOAD") == 0);
+    test_session_make(&cold, 3, 4, 0, 21);
+    c = test_client(n.addr, 60000);
+    CHECK_ST(test_session_put(c, NS, "cold", &cold), KVP_OK);
+    CHECK_ST(kvp_client_spill(c, NS, "cold"), KVP_OK);
+    kvp_client_destroy(c);
+
+    memset(&o, 0, sizeof(o));
+    memset(&xp, 0, sizeof(xp));
+    xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+    xp.recv_cb    = order_recv;
+    xp.cb_arg     = &o;
+    CHECK_ST(kvp_xfer_create(&xp, &x), KVP_OK);
+    CHECK_ST(kvp_xfer_connect(x, "127.0.0.1", n.port, &o.conn[0]), KVP_OK);
+    CHECK_ST(kvp_xfer_connect(x, "127.0.0.1", n.port, &o.conn[1]), KVP_OK);
+    order_send(o.conn[0], KVP_WIRE_OP_GET_SESSION, 1, "cold"); /* held at the gate */
+    order_send(o.conn[0], KVP_WIRE_OP_STAT, 2, "");           /* behind it */
+    wait_for_waiters(n.dir, 1, x); /* the GET is inside its restore, held */
+    end = kvp_time_s() + 60;
+    order_send(o.conn[1], KVP_WIRE_OP_STAT, 3, ""); /* another connection: answered meanwhile */
+    while (o.n[1] == 0) {
+        kvp_xfer_wait(x, 20);
+        CHECK(kvp_time_s() < end);
+    }
+    CHECK(o.ids[1][0] == 3 && o.st[1][0] == KVP_OK);
+    CHECK(o.n[0] == 0); /* neither the held GET nor the STAT behind it */
+    touch(gate);
+    while (o.n[0] < 2) {
+        kvp_xfer_wait(x, 20);
+        CHECK(kvp_time_s() < end);
+    }
+    CHECK(o.ids[0][0] == 1 && o.st[0][0] == KVP_OK);
+    CHECK(o.ids[0][1] == 2 && o.st[0][1] == KVP_OK);
+    printf("order: one connection's held GET_SESSION and the STAT behind it answered in order, "
+           "another connection's STAT meanwhile\n");
+    kvp_xfer_conn_close(o.conn[0]);
+    kvp_xfer_conn_close(o.conn[1]);
+    kvp_xfer_destroy(x);
+
+    CHECK(unsetenv("KVP_TEST_GATE") == 0);
+    CHECK(test_node_stop(&n, SIGTERM) == 0);
+    node_pid = 0;
+    test_session_free(&cold);
+    test_node_rmdir(&n);
+}
+
 int main(void)
 {
     atexit(kill_node);
     run(4);
     run(1);
+    run_order();
     printf("ok\n");
     return 0;
 }
