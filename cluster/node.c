@@ -29,6 +29,10 @@
 
 #define MOD "node"
 
+/* Requests of one connection held at once (the one running + those waiting behind it); more are
+ * answered KVP_ERR_BUSY at once. libkvpack keeps at most 8 in flight per connection. */
+#define NODE_CONN_QUEUE_MAX 256u
+
 typedef struct {
     kvp_xfer_h  x;
     kvp_store_h store;
@@ -75,6 +79,8 @@ typedef struct node_job {
  * rest wait. Freed when it empties; touched on the transport thread only. */
 typedef struct {
     node_job_t *head, *tail;
+    uint32_t    len;    /* jobs in it, head included */
+    int         warned; /* a refusal was logged (once per strand) */
 } node_strand_t;
 
 /* ---- private: replies ---- */
@@ -356,7 +362,9 @@ static void job_handle(node_t *n, node_job_t *job)
     rep.op     = req->op;
     if (job->bad != KVP_OK) {
         reply_status(job, &rep, job->bad,
-                     kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data" : "malformed request");
+                     job->bad == KVP_ERR_BUSY ? "requests queued on this connection"
+                     : kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data"
+                                                               : "malformed request");
         return;
     }
     KVP_LOG_DEBUG(MOD, "%s %llu from %s, %zu data bytes", kvp_wire_op_name(req->op),
@@ -422,13 +430,10 @@ static int job_inline(const node_job_t *job)
     return job->bad != KVP_OK;
 }
 
-/* Transport thread: send the job's reply, count it, free it; returns the next job of its
- * connection (now the strand's head) or NULL when the strand is empty (and freed). */
-static node_job_t *job_finish(node_t *n, node_job_t *job)
+/* Transport thread: send the job's reply, count it, free it (and its hold on the connection). */
+static void job_done(node_t *n, node_job_t *job)
 {
-    node_strand_t *st   = kvp_xfer_conn_user(job->conn);
-    node_job_t    *next = job->next;
-    reply_ctx_t   *rc   = job->rc;
+    reply_ctx_t *rc = job->rc;
 
     if (job->ran) { /* counted as replies are: before the send, with 0 bytes if none was packed */
         uint64_t bytes = (rc != NULL) ? job->hdr_len : 0;
@@ -451,15 +456,26 @@ static node_job_t *job_finish(node_t *n, node_job_t *job)
             reply_ctx_free(rc);
         }
     }
-    st->head = next;
-    if (next == NULL) {
-        kvp_xfer_conn_set_user(job->conn, NULL);
-        kvp_free(st);
-    }
     kvp_wire_req_clear(&job->req);
     kvp_xfer_msg_release(job->msg); /* last: it may hold the connection's last reference */
     kvp_free(job);
     n->outstanding--;
+}
+
+/* Transport thread: finish the head of its connection's strand; returns the next job (now the
+ * head) or NULL when the strand is empty (and freed). */
+static node_job_t *job_finish(node_t *n, node_job_t *job)
+{
+    node_strand_t *st   = kvp_xfer_conn_user(job->conn);
+    node_job_t    *next = job->next;
+
+    st->head = next;
+    st->len--;
+    if (next == NULL) {
+        kvp_xfer_conn_set_user(job->conn, NULL);
+        kvp_free(st);
+    }
+    job_done(n, job);
     return next;
 }
 
@@ -530,9 +546,21 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     job->op = job->req.op;
     n->outstanding++;
     st = kvp_xfer_conn_user(conn);
+    if (st != NULL && st->len >= NODE_CONN_QUEUE_MAX) { /* a flood: refused at once */
+        job->bad = KVP_ERR_BUSY;
+        if (!st->warned) {
+            KVP_LOG_WARN(MOD, "%s has %u requests queued: more are refused (ERR_BUSY)",
+                         kvp_xfer_conn_peer(conn), st->len);
+            st->warned = 1;
+        }
+        job_run(n, &job->link);
+        job_done(n, job);
+        return;
+    }
     if (st != NULL) { /* busy: wait behind the connection's earlier requests */
         st->tail->next = job;
         st->tail       = job;
+        st->len++;
         return;
     }
     st = kvp_calloc(1, sizeof(*st), "node strand");
@@ -544,6 +572,7 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         return;
     }
     st->head = st->tail = job;
+    st->len  = 1;
     kvp_xfer_conn_set_user(conn, st);
     strand_run(n, job);
 }

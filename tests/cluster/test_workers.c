@@ -6,7 +6,8 @@
  * opens (its deadline passes), which shows the first half would fail on a node that serializes.
  * Order per connection: on one raw connection a GET_SESSION held at the gate and a STAT sent after
  * it are answered in that order, and the STAT not before the gate opens, while a STAT on a second
- * connection is answered meanwhile.
+ * connection is answered meanwhile; a connection holds at most 256 requests, more are refused at
+ * once with ERR_BUSY and the queued ones still answered in order.
  * No timing is asserted: a held restore cannot finish before the test opens the gate. */
 #include "node_harness.h"
 
@@ -175,10 +176,13 @@ static void run(unsigned workers)
 
 /* ---- order on one connection: raw requests, replies recorded as they arrive ---- */
 
+#define ORDER_MAX 300 /* replies recorded per connection */
+#define QUEUE_MAX 256 /* the node's NODE_CONN_QUEUE_MAX */
+
 typedef struct {
     kvp_xfer_conn_h conn[2];
-    uint64_t        ids[2][4];
-    kvp_status_t    st[2][4];
+    uint64_t        ids[2][ORDER_MAX];
+    kvp_status_t    st[2][ORDER_MAX];
     int             n[2];
 } order_t;
 
@@ -192,7 +196,7 @@ static void order_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 
     kvp_xfer_msg_data(msg, &dl);
     CHECK_ST(kvp_wire_rep_unpack(h, hl, dl, &rep), KVP_OK);
-    CHECK(o->n[c] < 4);
+    CHECK(o->n[c] < ORDER_MAX);
     o->ids[c][o->n[c]] = rep.req_id;
     o->st[c][o->n[c]]  = rep.status;
     o->n[c]++;
@@ -262,15 +266,30 @@ static void run_order(void)
     }
     CHECK(o.ids[1][0] == 3 && o.st[1][0] == KVP_OK);
     CHECK(o.n[0] == 0); /* neither the held GET nor the STAT behind it */
-    touch(gate);
+    /* a flood behind the held GET: the connection holds QUEUE_MAX requests, the rest are refused
+     * at once with ERR_BUSY (requests 100..) */
+    for (uint64_t id = 100; id < 100 + QUEUE_MAX; id++) {
+        order_send(o.conn[0], KVP_WIRE_OP_STAT, id, "");
+    }
     while (o.n[0] < 2) {
         kvp_xfer_wait(x, 20);
         CHECK(kvp_time_s() < end);
     }
-    CHECK(o.ids[0][0] == 1 && o.st[0][0] == KVP_OK);
-    CHECK(o.ids[0][1] == 2 && o.st[0][1] == KVP_OK);
+    CHECK(o.ids[0][0] == 100 + QUEUE_MAX - 2 && o.st[0][0] == KVP_ERR_BUSY);
+    CHECK(o.ids[0][1] == 100 + QUEUE_MAX - 1 && o.st[0][1] == KVP_ERR_BUSY);
+    touch(gate);
+    while (o.n[0] < QUEUE_MAX + 2) {
+        kvp_xfer_wait(x, 20);
+        CHECK(kvp_time_s() < end);
+    }
+    CHECK(o.ids[0][2] == 1 && o.st[0][2] == KVP_OK);
+    CHECK(o.ids[0][3] == 2 && o.st[0][3] == KVP_OK);
+    for (int k = 4; k < QUEUE_MAX + 2; k++) { /* the queued ones, in order */
+        CHECK(o.ids[0][k] == 100 + (uint64_t)k - 4 && o.st[0][k] == KVP_OK);
+    }
     printf("order: one connection's held GET_SESSION and the STAT behind it answered in order, "
-           "another connection's STAT meanwhile\n");
+           "another connection's STAT meanwhile; %u queued, 2 more refused with ERR_BUSY\n",
+           QUEUE_MAX);
     kvp_xfer_conn_close(o.conn[0]);
     kvp_xfer_conn_close(o.conn[1]);
     kvp_xfer_destroy(x);
