@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #define MOD       "store"
-#define SEG_ROLL  (256ull << 20) /* start a new segment once the active one is this large */
+#define SEG_ROLL  (256ull << 20) /* default: start a new segment once the active one is this large */
 #define RUN_MAX   (16u << 20)    /* bytes per preadv/pwritev call */
 #define IOV_CAP   1024           /* IOV_MAX on Linux */
 
@@ -41,6 +41,7 @@ struct kvp_segs {
     seg_file_t *files;   /* sorted by id */
     size_t      nfiles, cap;
     uint64_t    next_id;
+    uint64_t    roll;    /* segment size that starts a new one */
     uint64_t    active;  /* id of the file being appended, 0 = none yet */
     int         wfd;
     uint64_t    app_gen;  /* appends so far (each non-empty kvp_segs_append adds one) */
@@ -95,10 +96,12 @@ static seg_file_t *seg_add(kvp_segs_t *s, uint64_t id, uint64_t size)
     return &s->files[s->nfiles++];
 }
 
-static void seg_unlink(kvp_segs_t *s, seg_file_t *f)
+/* returns the file bytes given back */
+static uint64_t seg_unlink(kvp_segs_t *s, seg_file_t *f)
 {
-    char   path[PATH_MAX];
-    size_t i = (size_t)(f - s->files);
+    char     path[PATH_MAX];
+    size_t   i = (size_t)(f - s->files);
+    uint64_t size;
 
     seg_path(s, f->id, path, sizeof(path));
     if (f->rfd >= 0) {
@@ -109,8 +112,10 @@ static void seg_unlink(kvp_segs_t *s, seg_file_t *f)
     } else {
         KVP_LOG_DEBUG(MOD, "removed dead segment %s (%" PRIu64 " bytes)", path, f->size);
     }
+    size = f->size;
     memmove(&s->files[i], &s->files[i + 1], (s->nfiles - i - 1) * sizeof(*f));
     s->nfiles--;
+    return size;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -120,7 +125,7 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-kvp_status_t kvp_segs_open(const char *db_path, kvp_segs_t **segs_p)
+kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t **segs_p)
 {
     kvp_segs_t    *s = kvp_calloc(1, sizeof(*s), "segments");
     size_t         n = strlen(db_path) + 8;
@@ -137,6 +142,7 @@ kvp_status_t kvp_segs_open(const char *db_path, kvp_segs_t **segs_p)
     snprintf(s->dir, n, "%s/seg", db_path);
     s->wfd   = -1;
     s->dirfd = -1;
+    s->roll  = roll_bytes ? roll_bytes : SEG_ROLL;
     if (mkdir(s->dir, 0700) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create segment directory %s: %m", s->dir);
         kvp_segs_close(s);
@@ -303,7 +309,7 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
             return KVP_ERR_INVALID;
         }
     }
-    if (s->active == 0 || seg_find(s, s->active)->size >= SEG_ROLL) {
+    if (s->active == 0 || seg_find(s, s->active)->size >= s->roll) {
         kvp_status_t status = seg_roll(s);
 
         if (status != KVP_OK) {
@@ -492,8 +498,8 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         }
         f  = seg_find(s, p->ord[k]->seg);
         fd = f != NULL ? seg_rfd(s, f) : -1;
-        if (f == NULL) {
-            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " named by a page is missing",
+        if (f == NULL) { /* the caller says what it means (moved by a compaction, or lost) */
+            KVP_LOG_DEBUG(MOD, "segment %016" PRIx64 " named by a locator is gone",
                           p->ord[k]->seg);
         }
         p->fd[k]     = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
@@ -558,17 +564,49 @@ void kvp_segs_read_run(kvp_seg_read_t *p)
     read_plan_free(p);
 }
 
-void kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
+uint64_t kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
 {
     seg_file_t *f = seg_find(s, seg);
 
     if (f == NULL) {
-        return;
+        return 0;
     }
     f->live += bytes;
-    if (f->live <= 0 && f->id != s->active) {
-        seg_unlink(s, f);
+    return f->live <= 0 && f->id != s->active ? seg_unlink(s, f) : 0;
+}
+
+/* dead bytes of a segment file */
+static uint64_t seg_dead(const seg_file_t *f)
+{
+    return f->live > 0 ? (f->size > (uint64_t)f->live ? f->size - (uint64_t)f->live : 0) : f->size;
+}
+
+size_t kvp_segs_victims(kvp_segs_t *s, double dead_ratio, uint64_t *ids, size_t max)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < s->nfiles; i++) {
+        const seg_file_t *f = &s->files[i];
+        uint64_t          dead = seg_dead(f);
+        size_t            pos;
+
+        if (f->id == s->active || f->size == 0 || dead == 0 ||
+            (double)dead < dead_ratio * (double)f->size) {
+            continue;
+        }
+        /* insert, deadest first, keeping the max deadest */
+        pos = n;
+        while (pos > 0 && seg_dead(seg_find(s, ids[pos - 1])) < dead) {
+            pos--;
+        }
+        if (pos >= max) {
+            continue;
+        }
+        n += n < max;
+        memmove(&ids[pos + 1], &ids[pos], (n - 1 - pos) * sizeof(*ids));
+        ids[pos] = f->id;
     }
+    return n;
 }
 
 void kvp_segs_reap(kvp_segs_t *s)

@@ -2,8 +2,8 @@
  * Pages are written and read with O_DIRECT straight from and into the caller's 4 KiB-aligned
  * buffers (pool slots), each page at a 4 KiB-aligned offset, so a spill or restore is one
  * large pwritev/preadv per run, like a raw sequential write or read. RocksDB keeps only the
- * locators (pages column family); this file keeps per-segment live bytes and unlinks a segment
- * once nothing on disk names it. Not thread-safe: the tier serialises calls with its mutex, except
+ * locators (pages column family); this file keeps per-segment live bytes, unlinks a segment
+ * once nothing on disk names it, and names the mostly dead ones a compaction should empty. Not thread-safe: the tier serialises calls with its mutex, except
  * kvp_segs_read_run and the fdatasync between kvp_segs_sync_begin and _end, which need no lock
  * (so restores read, and a background sync runs, while spills and puts write). */
 #ifndef KVPACK_STORE_SEG_H
@@ -33,7 +33,8 @@ typedef struct {
     kvp_status_t status; /* read result per extent */
 } kvp_seg_ext_t;
 
-kvp_status_t kvp_segs_open(const char *db_path, kvp_segs_t **segs_p);
+/* roll_bytes: the active segment's size that starts a new one (0: 256 MiB) */
+kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t **segs_p);
 void         kvp_segs_close(kvp_segs_t *segs); /* NULL is a no-op */
 
 /* Append n extents back to back (each at a 4 KiB-aligned offset) to the active segment, rolling
@@ -59,8 +60,12 @@ kvp_status_t kvp_segs_sync_run(int fd);
 void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
 
 /* Live-byte accounting: +span when a locator naming (seg, len) becomes durable, -span when it is
- * deleted. A segment that is not the active one and reaches zero is unlinked. */
-void kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+ * deleted. A segment that is not the active one and reaches zero is unlinked; returns the file
+ * bytes that gave back (0 when none). */
+uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* Compaction victims: up to max ids of segments other than the active one whose dead bytes (size
+ * minus live) are at least dead_ratio of their size (and not 0), the deadest first. */
+size_t kvp_segs_victims(kvp_segs_t *segs, double dead_ratio, uint64_t *ids, size_t max);
 /* After the open-time sweep: unlink every non-active segment with no live bytes. */
 void kvp_segs_reap(kvp_segs_t *segs);
 void kvp_segs_stats(kvp_segs_t *segs, uint64_t *files_p, uint64_t *file_bytes_p,

@@ -20,6 +20,10 @@
 #define DEFAULT_SPILL_GROUP 64u
 #define DEFAULT_SYNC_INTERVAL_MS 100u  /* KVP_DURABILITY_INTERVAL */
 #define MAX_SYNC_INTERVAL_MS     60000u
+#define DEFAULT_COMPACT_RATIO    0.5
+#define DEFAULT_SEGMENT_BYTES    (256ull << 20)
+#define MIN_SEGMENT_BYTES        (64ull << 10)
+#define MAX_SEGMENT_BYTES        (16ull << 30)
 
 /* ---- page state ---- */
 
@@ -438,6 +442,10 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
                                                             : KVP_DURABILITY_SPILL;
     uint32_t     sync_ms = (m & KVP_STORE_PARAM_SYNC_INTERVAL) ? params->sync_interval_ms
                                                                : DEFAULT_SYNC_INTERVAL_MS;
+    double       compact = (m & KVP_STORE_PARAM_COMPACT) ? params->compact_dead_ratio
+                                                         : DEFAULT_COMPACT_RATIO;
+    uint64_t     seg_bytes = (m & KVP_STORE_PARAM_SEGMENT_BYTES) ? params->segment_bytes
+                                                                 : DEFAULT_SEGMENT_BYTES;
 
     if (store_p == NULL || budget < 4096 || !(low > 0.0 && low <= high && high <= 1.0) ||
         (unsigned)dur > KVP_DURABILITY_INTERVAL) {
@@ -448,6 +456,13 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     if (dur == KVP_DURABILITY_INTERVAL && (sync_ms < 1 || sync_ms > MAX_SYNC_INTERVAL_MS)) {
         KVP_LOG_ERROR(MOD, "invalid store params: sync interval %u ms (1..%u)", sync_ms,
                       MAX_SYNC_INTERVAL_MS);
+        return KVP_ERR_INVALID;
+    }
+    if (!(compact >= 0.0 && compact <= 1.0) || seg_bytes < MIN_SEGMENT_BYTES ||
+        seg_bytes > MAX_SEGMENT_BYTES) {
+        KVP_LOG_ERROR(MOD, "invalid store params: compact dead ratio %g (0..1), segment bytes "
+                      "%llu (%llu..%llu)", compact, (unsigned long long)seg_bytes,
+                      MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES);
         return KVP_ERR_INVALID;
     }
     if (dur != KVP_DURABILITY_SPILL && path == NULL) {
@@ -462,6 +477,8 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->io_done, NULL);
     pthread_cond_init(&st->spill_wake, NULL);
+    pthread_mutex_init(&st->compact_mu, NULL);
+    st->compact_ratio = compact;
     kvp_pool_init(&st->pool, budget);
     kvp_list_init(&st->hot_lru);
     kvp_list_init(&st->cold_lru);
@@ -485,7 +502,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     if (path != NULL) {
         size_t            wb = budget / 8;
         kvp_tier_params_t tp = {path, node, wb < (4u << 20) ? (4u << 20)
-                                            : (wb > (64u << 20) ? (64u << 20) : wb)};
+                                            : (wb > (64u << 20) ? (64u << 20) : wb), seg_bytes};
 
         /* RocksDB's write batches, memtables and read buffers for spills are large and short
          * lived; glibc's adaptive mmap threshold would otherwise move them onto the heap after
@@ -523,6 +540,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         if (status == KVP_OK && dur == KVP_DURABILITY_INTERVAL) {
             status = kvp_store_syncer_start(st);
         }
+        if (status == KVP_OK && compact > 0.0) {
+            status = kvp_store_compactor_start(st);
+        }
         if (status != KVP_OK) {
             goto err_close;
         }
@@ -537,6 +557,7 @@ err_close:
 err_index:
     kvp_index_cleanup(&st->pages, &st->sessions);
 err_free:
+    pthread_mutex_destroy(&st->compact_mu);
     pthread_cond_destroy(&st->spill_wake);
     pthread_cond_destroy(&st->io_done);
     pthread_mutex_destroy(&st->lock);
@@ -549,6 +570,7 @@ void kvp_store_close(kvp_store_h st)
     if (st == NULL) {
         return;
     }
+    kvp_store_compactor_stop(st); /* stops between moves: what moved is committed */
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
     for (size_t i = 0; i < st->sessions.nbuckets; i++) {
@@ -582,6 +604,7 @@ void kvp_store_close(kvp_store_h st)
     kvp_tomb_cleanup(&st->tombs);
     kvp_index_cleanup(&st->pages, &st->sessions);
     kvp_pool_cleanup(&st->pool);
+    pthread_mutex_destroy(&st->compact_mu);
     pthread_cond_destroy(&st->spill_wake);
     pthread_cond_destroy(&st->io_done);
     pthread_mutex_destroy(&st->lock);

@@ -215,6 +215,21 @@ kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e); /* disk,
 kvp_status_t kvp_store_tomb_load(struct kvp_store *st); /* open, after the sessions */
 void         kvp_store_tomb_expire(struct kvp_store *st); /* at most once a second */
 
+/* ---- periodic store threads (ticker.c) ---- */
+typedef struct kvp_ticker {
+    struct kvp_store *st;
+    pthread_t         thread;
+    pthread_cond_t    wake;       /* signalled to stop */
+    bool              on, stop;
+    bool              final_tick; /* tick once more when stopped */
+    uint64_t          period_ns;
+    void            (*tick)(struct kvp_store *st); /* with st->lock held (it may drop it) */
+} kvp_ticker_t;
+
+kvp_status_t kvp_ticker_start(kvp_ticker_t *tk, struct kvp_store *st, const char *name,
+                              uint64_t period_ns, bool final_tick, void (*tick)(struct kvp_store *st));
+void         kvp_ticker_stop(kvp_ticker_t *tk); /* no-op when not started; joins */
+
 /* ---- the store ---- */
 struct kvp_store {
     pthread_mutex_t    lock;
@@ -228,11 +243,11 @@ struct kvp_store {
     bool               spill_running; /* a round is in progress */
     size_t             spill_need;  /* largest room a call waits for: the round frees that too */
     uint32_t           spill_group_max; /* victims per spiller group commit (1: one per sync) */
-    pthread_cond_t     sync_wake;   /* signalled to stop the interval syncer (syncer.c) */
-    pthread_t          syncer;      /* interval syncer thread; only under KVP_DURABILITY_INTERVAL */
-    bool               syncer_on;
-    bool               sync_stop;
+    kvp_ticker_t       syncer;      /* interval syncer (syncer.c); only under KVP_DURABILITY_INTERVAL */
     uint64_t           sync_interval_ns;
+    kvp_ticker_t       compactor;   /* segment compaction (compact.c); with a tier and ratio > 0 */
+    pthread_mutex_t    compact_mu;  /* one compaction at a time */
+    double             compact_ratio; /* dead fraction that makes a segment a victim; 0 = off */
     uint64_t           write_gen;   /* bumped by every commit without an fsync that succeeded */
     uint64_t           synced_gen;  /* write_gen the last interval sync covered */
     kvp_list_t         unsynced;    /* unsynced sessions, oldest write_gen first */
@@ -333,6 +348,10 @@ void         kvp_store_syncer_stop(struct kvp_store *st);  /* close: one last ti
  * with the lock dropped just before the sync. A failure counts one disk error and keeps every
  * mark (the next tick retries). KVP_OK also when there was nothing to sync. */
 kvp_status_t kvp_store_sync_tick(struct kvp_store *st, void (*during)(void *arg), void *arg);
+
+/* segment compaction thread (compact.c) */
+kvp_status_t kvp_store_compactor_start(struct kvp_store *st); /* open, once the tier is up */
+void         kvp_store_compactor_stop(struct kvp_store *st);  /* close: finishes a move in flight */
 
 /* background spiller (spiller.c) */
 kvp_status_t kvp_store_spiller_start(struct kvp_store *st); /* open, once the tier is up */

@@ -23,6 +23,7 @@ typedef struct {
     const char *path;          /* directory, created if missing */
     const char *node_id;       /* written to meta on first open; a mismatch is logged */
     size_t      write_buffer;  /* memtable bytes per column family */
+    uint64_t    segment_bytes; /* a segment file this large starts the next one; 0 = 256 MiB */
 } kvp_tier_params_t;
 
 typedef enum {
@@ -77,10 +78,12 @@ static inline size_t kvp_tier_span(size_t len)
 
 /* Where a page is on disk: found by kvp_tier_pages_locate, read by kvp_tier_pages_read. */
 typedef struct {
-    kvp_status_t status;     /* KVP_OK, KVP_ERR_NOT_FOUND, or the error of this key */
-    uint32_t     len;        /* page bytes */
-    uint64_t     seg, off;   /* segment locator (seg != 0) */
-    uint8_t     *inline_buf; /* the bytes when stored inline (seg == 0); kvp_tier_locs_clear */
+    kvp_status_t    status;     /* KVP_OK, KVP_ERR_NOT_FOUND, or the error of this key */
+    uint32_t        len;        /* page bytes */
+    uint64_t        seg, off;   /* segment locator (seg != 0) */
+    uint8_t        *inline_buf; /* the bytes when stored inline (seg == 0); kvp_tier_locs_clear */
+    kvp_tier_pkey_t pk;         /* the key located */
+    uint64_t        moves;      /* compaction moves committed before it was located */
 } kvp_tier_loc_t;
 
 /* One batched MultiGet of n locators (small values: no page bytes move yet). Returns the first
@@ -89,9 +92,41 @@ kvp_status_t kvp_tier_pages_locate(kvp_tier_t *tier, size_t n, const kvp_tier_pk
                                    kvp_tier_loc_t *locs);
 /* Read the located pages (locs[i].status == KVP_OK and dst[i] != NULL) into dst[i], which holds
  * kvp_tier_span(len) bytes and is 4 KiB-aligned (else it is read through a bounce buffer):
- * sorted and coalesced into large O_DIRECT reads. Sets locs[i].status per page. */
+ * sorted and coalesced into large O_DIRECT reads. Sets locs[i].status per page. A page a
+ * compaction moved after it was located (its old segment gone) is located again and read from
+ * its new place (same length, else KVP_ERR_NOT_FOUND). */
 void kvp_tier_pages_read(kvp_tier_t *tier, size_t n, kvp_tier_loc_t *locs, void *const *dst);
 void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n);
+
+/* ---- segment compaction (store/compact.c drives it) ----
+ * A segment file is append-only and its bytes never change while it exists, so a page is moved
+ * by copying it to the active segment and rewriting its locator; the old file goes once no
+ * locator names it. */
+
+/* Up to max ids of segments (not the active one) whose dead bytes are at least dead_ratio of
+ * their size, the deadest first. */
+size_t kvp_tier_compact_victims(kvp_tier_t *tier, double dead_ratio, uint64_t *ids, size_t max);
+/* Every page whose locator names one of the nids segments (one walk of the pages column family),
+ * as located pages (status KVP_OK), sorted by segment and offset; *locs_p is kvp_malloc'd (NULL
+ * when none). */
+kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *tier, const uint64_t *ids, size_t nids,
+                                    kvp_tier_loc_t **locs_p, size_t *n_p);
+typedef struct {
+    uint64_t pages;       /* locators rewritten */
+    uint64_t bytes;       /* page bytes copied */
+    uint64_t segments;    /* segment files removed because nothing names them any more */
+    uint64_t freed_bytes; /* their size */
+} kvp_tier_moved_t;
+/* Move n pages read from where from[i] says (bytes[i]: kvp_tier_span(len) bytes, 4 KiB-aligned,
+ * NULL to skip) to the active segment: under the tier's lock, only pages whose locator still
+ * names that place (not deleted or rewritten since) are appended, fdatasync'd, and their new
+ * locators written with an fsync'd WAL; then the old places die (live bytes), removing emptied
+ * segments. Adds to *moved. A failed write changes nothing on disk that anything names. */
+kvp_status_t kvp_tier_pages_move(kvp_tier_t *tier, size_t n, const kvp_tier_loc_t *from,
+                                 void *const *bytes, kvp_tier_moved_t *moved);
+/* Test hook: fn(arg) runs in kvp_tier_pages_read after the pages were located and before they
+ * are read (NULL: none). */
+void kvp_tier_set_read_hook(kvp_tier_t *tier, void (*fn)(void *arg), void *arg);
 
 /* Garbage sweep (open time): walk the pages column family, delete every page keep() rejects (no
  * session names it), count the live bytes of every segment and unlink segments nobody names. */

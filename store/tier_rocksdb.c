@@ -5,7 +5,8 @@
  * page read back (the store re-parses every one). RocksDB error strings are logged, freed with
  * rocksdb_free and mapped to kvp_status_t here.
  * Main flow: kvp_tier_open -> batch_put_* -> batch_commit (segments, then one WriteBatch) ->
- * kvp_tier_pages_locate (MultiGet) + kvp_tier_pages_read (coalesced preadv) / session_scan. */
+ * kvp_tier_pages_locate (MultiGet) + kvp_tier_pages_read (coalesced preadv) / session_scan;
+ * compaction: kvp_tier_compact_victims -> kvp_tier_pages_in_segs -> read -> kvp_tier_pages_move. */
 #include "tier.h"
 #include "seg.h"
 #include "kvpack/bytes.h"
@@ -42,6 +43,9 @@ struct kvp_tier {
     kvp_segs_t                      *segs;       /* segment files (seg.c) */
     pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
                                                   * kvp_tier_sync do their I/O outside it) */
+    uint64_t                         moves;      /* compaction moves committed (written under mu) */
+    void                           (*read_hook)(void *arg); /* test hook (kvp_tier_set_read_hook) */
+    void                            *read_hook_arg;
     char                            *path;
     uint32_t                         fail_n;     /* test hook */
     kvp_status_t                     fail_status;
@@ -254,7 +258,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
 
     status = meta_check(t, params->node_id);
     if (status == KVP_OK) {
-        status = kvp_segs_open(params->path, &t->segs);
+        status = kvp_segs_open(params->path, params->segment_bytes, &t->segs);
     }
     if (status != KVP_OK) {
         goto err_close;
@@ -435,14 +439,14 @@ bool kvp_tier_batch_empty(const kvp_tier_batch_t *b)
     return b->nputs == 0 && rocksdb_writebatch_count(b->wb) == 0;
 }
 
-/* The segment extent a stored page key names now, if any (for live-byte accounting). */
-static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uint32_t *len)
+/* The segment extent a stored page key names now, if any (live-byte accounting, moves). */
+static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uint64_t *off,
+                    uint32_t *len)
 {
-    uint8_t  k[PKEY_BYTES];
-    char    *err = NULL, *v;
-    size_t   vlen = 0;
-    uint64_t off;
-    bool     found;
+    uint8_t k[PKEY_BYTES];
+    char   *err = NULL, *v;
+    size_t  vlen = 0;
+    bool    found;
 
     page_key(pk, k);
     v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_PAGES], (const char *)k, sizeof(k), &vlen, &err);
@@ -450,7 +454,7 @@ static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uin
         rocksdb_free(err);
         return false;
     }
-    found = v != NULL && loc_decode(v, vlen, seg, &off, len);
+    found = v != NULL && loc_decode(v, vlen, seg, off, len);
     rocksdb_free(v);
     return found;
 }
@@ -523,7 +527,9 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         for (size_t i = 0; old != NULL && i < b->nputs + b->ndels; i++) {
             const kvp_tier_pkey_t *pk = i < b->nputs ? &b->puts[i].pk : &b->dels[i - b->nputs];
 
-            nold += old_loc(t, pk, &old[nold].seg, &old[nold].len);
+            uint64_t off;
+
+            nold += old_loc(t, pk, &old[nold].seg, &off, &old[nold].len);
         }
     }
     /* 3. one WriteBatch: locators, inline pages, records */
@@ -582,11 +588,17 @@ kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_
     rocksdb_pinnableslice_t **vals;
     char                    **errs;
     kvp_status_t              status = KVP_OK;
+    uint64_t                  moves;
 
     if (n == 0) {
         return KVP_OK;
     }
     memset(locs, 0, n * sizeof(*locs));
+    moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE); /* before the MultiGet reads */
+    for (size_t i = 0; i < n; i++) {
+        locs[i].pk    = pks[i];
+        locs[i].moves = moves;
+    }
     kbuf  = kvp_malloc(n * PKEY_BYTES, "tier mget keys");
     keys  = kvp_malloc(n * sizeof(*keys), "tier mget keys");
     klens = kvp_malloc(n * sizeof(*klens), "tier mget keys");
@@ -635,11 +647,75 @@ out:
     return status;
 }
 
+/* Read the pages idx[0..m) of locs into dst: inline ones copied, segment ones planned under the
+ * lock and read without it. Returns the compaction moves the plan saw (a page located before
+ * that count and missing now may have moved). */
+static uint64_t read_once(kvp_tier_t *t, const size_t *idx, size_t m, kvp_tier_loc_t *locs,
+                          void *const *dst, kvp_seg_ext_t *ext)
+{
+    size_t          ne = 0;
+    uint64_t        moves;
+    kvp_seg_read_t *plan;
+
+    for (size_t j = 0; j < m; j++) {
+        kvp_tier_loc_t *l = &locs[idx[j]];
+
+        if (l->seg == 0) {
+            memcpy(dst[idx[j]], l->inline_buf, l->len);
+        } else {
+            ext[ne++] = (kvp_seg_ext_t){dst[idx[j]], l->len, l->seg, l->off, KVP_OK};
+        }
+    }
+    pthread_mutex_lock(&t->mu); /* the segment table and fds; the I/O runs without it */
+    plan  = ne > 0 ? kvp_segs_read_plan(t->segs, ext, ne) : NULL;
+    moves = t->moves;
+    pthread_mutex_unlock(&t->mu);
+    if (plan != NULL) {
+        kvp_segs_read_run(plan);
+    }
+    ne = 0;
+    for (size_t j = 0; j < m; j++) {
+        if (locs[idx[j]].seg != 0) {
+            locs[idx[j]].status = ext[ne++].status;
+        }
+    }
+    return moves;
+}
+
+/* Locate again the pages idx[0..m) (they were missing after a compaction moved pages): a page
+ * found at the same length is to be read again (status KVP_OK). */
+static void relocate(kvp_tier_t *t, const size_t *idx, size_t m, kvp_tier_loc_t *locs)
+{
+    kvp_tier_pkey_t *pks = kvp_malloc(m * sizeof(*pks), "tier relocate keys");
+    kvp_tier_loc_t  *now = kvp_malloc(m * sizeof(*now), "tier relocate locs");
+
+    if (pks != NULL && now != NULL) {
+        for (size_t j = 0; j < m; j++) {
+            pks[j] = locs[idx[j]].pk;
+        }
+        if (kvp_tier_pages_locate(t, m, pks, now) == KVP_OK) {
+            for (size_t j = 0; j < m; j++) {
+                kvp_tier_loc_t *l = &locs[idx[j]];
+
+                if (now[j].status == KVP_OK && now[j].len == l->len) {
+                    kvp_free(l->inline_buf);
+                    *l             = now[j];
+                    now[j].inline_buf = NULL;
+                }
+            }
+        }
+        kvp_tier_locs_clear(now, m);
+    }
+    kvp_free(now);
+    kvp_free(pks);
+}
+
 void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *const *dst)
 {
     kvp_seg_ext_t *ext = kvp_malloc((n ? n : 1) * sizeof(*ext), "tier read extents");
     size_t        *idx = kvp_malloc((n ? n : 1) * sizeof(*idx), "tier read extents");
     size_t         m   = 0;
+    void         (*hook)(void *);
 
     if (ext == NULL || idx == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to read %zu pages", n);
@@ -650,28 +726,36 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
         kvp_free(idx);
         return;
     }
+    hook = __atomic_load_n(&t->read_hook, __ATOMIC_ACQUIRE);
+    if (hook != NULL) {
+        hook(__atomic_load_n(&t->read_hook_arg, __ATOMIC_ACQUIRE));
+    }
     for (size_t i = 0; i < n; i++) {
-        if (locs[i].status != KVP_OK || dst[i] == NULL) {
-            continue;
-        }
-        if (locs[i].seg == 0) {
-            memcpy(dst[i], locs[i].inline_buf, locs[i].len);
-        } else {
-            ext[m]   = (kvp_seg_ext_t){dst[i], locs[i].len, locs[i].seg, locs[i].off, KVP_OK};
+        if (locs[i].status == KVP_OK && dst[i] != NULL) {
             idx[m++] = i;
         }
     }
-    if (m > 0) {
-        kvp_seg_read_t *plan;
+    /* a few rounds: each is needed only when a compaction moved a page in the meantime */
+    for (int round = 0; m > 0; round++) {
+        uint64_t moves = read_once(t, idx, m, locs, dst, ext);
+        size_t   again = 0;
 
-        pthread_mutex_lock(&t->mu); /* the segment table and fds; the I/O runs without it */
-        plan = kvp_segs_read_plan(t->segs, ext, m);
-        pthread_mutex_unlock(&t->mu);
-        if (plan != NULL) {
-            kvp_segs_read_run(plan);
-        }
         for (size_t j = 0; j < m; j++) {
-            locs[idx[j]].status = ext[j].status;
+            if (locs[idx[j]].status == KVP_ERR_NOT_FOUND && locs[idx[j]].moves != moves) {
+                idx[again++] = idx[j];
+            }
+        }
+        if (again == 0 || round == 3) {
+            break;
+        }
+        KVP_LOG_DEBUG(MOD, "%zu pages moved by a compaction while being read: located again",
+                      again);
+        relocate(t, idx, again, locs);
+        m = 0;
+        for (size_t j = 0; j < again; j++) {
+            if (locs[idx[j]].status == KVP_OK) {
+                idx[m++] = idx[j];
+            }
         }
     }
     kvp_free(ext);
@@ -735,6 +819,166 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
     rocksdb_iter_destroy(it);
     *dropped_p = dropped;
     return status;
+}
+
+size_t kvp_tier_compact_victims(kvp_tier_t *t, double dead_ratio, uint64_t *ids, size_t max)
+{
+    size_t n;
+
+    pthread_mutex_lock(&t->mu);
+    n = kvp_segs_victims(t->segs, dead_ratio, ids, max);
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+static int cmp_loc(const void *a, const void *b)
+{
+    const kvp_tier_loc_t *x = a, *y = b;
+
+    if (x->seg != y->seg) {
+        return x->seg < y->seg ? -1 : 1;
+    }
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t nids,
+                                    kvp_tier_loc_t **locs_p, size_t *n_p)
+{
+    rocksdb_iterator_t *it    = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
+    kvp_tier_loc_t     *locs  = NULL;
+    size_t              n     = 0, cap = 0;
+    uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
+    kvp_status_t        status;
+    char               *err = NULL;
+
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t         kl, vl;
+        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        const char    *v = rocksdb_iter_value(it, &vl);
+        uint64_t       seg, off;
+        uint32_t       len;
+        size_t         j = 0;
+
+        if (kl != PKEY_BYTES || !loc_decode(v, vl, &seg, &off, &len)) {
+            continue;
+        }
+        while (j < nids && ids[j] != seg) {
+            j++;
+        }
+        if (j == nids) {
+            continue;
+        }
+        if (n == cap) {
+            kvp_tier_loc_t *g = kvp_realloc(locs, (cap ? 2 * cap : 256) * sizeof(*g),
+                                            "compaction pages");
+
+            if (g == NULL) {
+                kvp_free(locs);
+                rocksdb_iter_destroy(it);
+                return KVP_ERR_NO_MEMORY;
+            }
+            locs = g;
+            cap  = cap ? 2 * cap : 256;
+        }
+        locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = len, .seg = seg, .off = off,
+                                   .moves = moves};
+        locs[n].pk.ns     = kvp_ld_be64(k);
+        locs[n].pk.key.hi = kvp_ld_be64(k + 8);
+        locs[n].pk.key.lo = kvp_ld_be64(k + 16);
+        locs[n].pk.layer  = kvp_ld_be32(k + 24);
+        n++;
+    }
+    rocksdb_iter_get_error(it, &err);
+    status = map_err("scan pages for compaction", &err);
+    rocksdb_iter_destroy(it);
+    if (status != KVP_OK) {
+        kvp_free(locs);
+        return status;
+    }
+    if (n > 1) {
+        qsort(locs, n, sizeof(*locs), cmp_loc);
+    }
+    *locs_p = locs;
+    *n_p    = n;
+    return KVP_OK;
+}
+
+kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *from,
+                                 void *const *bytes, kvp_tier_moved_t *moved)
+{
+    kvp_seg_ext_t        *ext   = kvp_malloc((n ? n : 1) * sizeof(*ext), "compaction extents");
+    size_t               *which = kvp_malloc((n ? n : 1) * sizeof(*which), "compaction extents");
+    rocksdb_writebatch_t *wb    = rocksdb_writebatch_create();
+    kvp_status_t          status = KVP_OK;
+    size_t                m      = 0, total = 0;
+    char                 *err    = NULL;
+
+    if (ext == NULL || which == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
+        status = KVP_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        total += bytes[i] != NULL ? from[i].len : 0;
+    }
+    pthread_mutex_lock(&t->mu);
+    if (inject_take(t, "compaction write", total, &status)) {
+        goto out; /* unlocked by inject_take */
+    }
+    for (size_t i = 0; i < n; i++) { /* only pages still where they were read from */
+        uint64_t seg, off;
+        uint32_t len;
+
+        if (bytes[i] != NULL && from[i].seg != 0 && old_loc(t, &from[i].pk, &seg, &off, &len) &&
+            seg == from[i].seg && off == from[i].off && len == from[i].len) {
+            ext[m]     = (kvp_seg_ext_t){bytes[i], len, 0, 0, KVP_OK};
+            which[m++] = i;
+        }
+    }
+    if (m > 0) {
+        status = kvp_segs_append(t->segs, ext, m, true); /* durable before a locator names it */
+    }
+    for (size_t j = 0; j < m && status == KVP_OK; j++) {
+        uint8_t k[PKEY_BYTES], v[LOC_BYTES];
+
+        page_key(&from[which[j]].pk, k);
+        loc_encode(ext[j].seg, ext[j].off, ext[j].len, v);
+        rocksdb_writebatch_put_cf(wb, t->cf[CF_PAGES], (const char *)k, sizeof(k), (const char *)v,
+                                  sizeof(v));
+    }
+    if (m > 0 && status == KVP_OK) {
+        rocksdb_write(t->db, t->wo_sync, wb, &err); /* the old segment may go right after */
+        status = map_err("compaction write", &err);
+    }
+    if (m > 0 && status == KVP_OK) {
+        for (size_t j = 0; j < m; j++) {
+            kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
+            moved->bytes += ext[j].len;
+        }
+        /* a reader that located a page before this and finds its segment gone locates again */
+        __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);
+        for (size_t j = 0; j < m; j++) {
+            const kvp_tier_loc_t *f     = &from[which[j]];
+            uint64_t              freed = kvp_segs_live_add(t->segs, f->seg,
+                                                            -(int64_t)kvp_seg_span(f->len));
+
+            moved->segments += freed > 0;
+            moved->freed_bytes += freed;
+        }
+        moved->pages += m;
+    }
+    pthread_mutex_unlock(&t->mu);
+out:
+    rocksdb_writebatch_destroy(wb);
+    kvp_free(which);
+    kvp_free(ext);
+    return status;
+}
+
+void kvp_tier_set_read_hook(kvp_tier_t *t, void (*fn)(void *arg), void *arg)
+{
+    __atomic_store_n(&t->read_hook_arg, arg, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->read_hook, fn, __ATOMIC_RELEASE);
 }
 
 void kvp_tier_disk_stats(kvp_tier_t *t, uint64_t *files_p, uint64_t *file_bytes_p,

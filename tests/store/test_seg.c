@@ -35,7 +35,7 @@ int main(void)
     kvp_seg_read_t *plan;
 
     CHECK(mkdtemp(dir) != NULL);
-    CHECK_OK(kvp_segs_open(dir, &s));
+    CHECK_OK(kvp_segs_open(dir, 0, &s));
     CHECK(kvp_segs_sync_begin(s, &g1) == -1); /* nothing written: nothing to sync */
 
     append(s, a, &e1);

@@ -62,6 +62,8 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_TOMB_TTL    = KVP_BIT(7),
     KVP_STORE_PARAM_SPILL_GROUP = KVP_BIT(8),
     KVP_STORE_PARAM_SYNC_INTERVAL = KVP_BIT(9),
+    KVP_STORE_PARAM_COMPACT       = KVP_BIT(10),
+    KVP_STORE_PARAM_SEGMENT_BYTES = KVP_BIT(11),
 };
 
 typedef struct kvp_store_params {
@@ -80,6 +82,11 @@ typedef struct kvp_store_params {
     uint32_t         sync_interval_ms; /* KVP_DURABILITY_INTERVAL: ms between background syncs,
                                         * 1..60000 (else KVP_ERR_INVALID); default 100; ignored
                                         * by the other policies */
+    double           compact_dead_ratio; /* segment compaction: a background thread empties
+                                          * segment files whose dead bytes reach this fraction
+                                          * of their size (0 < r <= 1); 0 = off; default 0.5 */
+    uint64_t         segment_bytes;  /* a segment file this large starts the next one;
+                                      * 64 KiB..16 GiB, default 256 MiB */
 } kvp_store_params_t;
 
 typedef struct {
@@ -122,6 +129,9 @@ typedef struct {
                                * failed one counts in disk_errors instead and is retried */
     uint64_t sessions_unsynced; /* sessions whose last disk write has not been fsync'd yet
                                  * (write-through/interval, until a sync or spill covers it) */
+    uint64_t compact_segments;    /* segment files compaction emptied and removed */
+    uint64_t compact_moved_bytes; /* live page bytes compaction copied to move them */
+    uint64_t compact_freed_bytes; /* file bytes given back by the segments it removed */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
@@ -224,6 +234,16 @@ void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
  * shutdown; without a db_path eviction is inline and this only reports. */
 kvp_status_t kvp_store_quiesce(kvp_store_h store);
 
+/* Segment compaction (compact.c), what the background thread does every 2 s when
+ * compact_dead_ratio > 0: every segment file (not the one being appended) whose dead bytes are
+ * at least dead_ratio of its size has its live pages copied to the active segment (fdatasync,
+ * then the new locators with an fsync'd WAL, only for pages not deleted or rewritten meanwhile)
+ * and is removed once nothing names it. Sessions stay readable throughout: a restore that
+ * located a page before it moved reads it from its new place. One compaction at a time; the
+ * store lock is not held. A failed write (full disk) counts one disk error and loses nothing;
+ * the old file stays. KVP_ERR_UNSUPPORTED without a db_path. */
+kvp_status_t kvp_store_compact(kvp_store_h store, double dead_ratio);
+
 /* ---- tail append and sealing (append.c) ----
  * A session's last < P tokens live in its fp16 tail (one KVP_PAGE_F_TAIL page per layer). An
  * append adds tokens' K/V to the tail; every time the tail reaches P tokens, those P tokens are
@@ -259,8 +279,8 @@ typedef struct kvp_store_append {
 kvp_status_t kvp_store_session_append(kvp_store_h store, uint64_t ns, const char *sid,
                                       const kvp_store_append_t *append, uint32_t *sealed_p);
 
-/* Test hook: the next n writes to the SSD tier (commits, and syncs of written-through data such
- * as the interval syncer's) fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO) as a full or
+/* Test hook: the next n writes to the SSD tier (commits, compaction moves, and syncs of
+ * written-through data such as the interval syncer's) fail with status (KVP_ERR_NO_SPACE or KVP_ERR_IO) as a full or
  * failing disk would; nothing is written. No-op without a db_path. */
 void kvp_store_inject_disk_fail(kvp_store_h store, uint32_t n, kvp_status_t status);
 

@@ -1,0 +1,257 @@
+/* test_compact.c - segment compaction (store/compact.c, the tier's move): mostly dead segment
+ * files are emptied and removed while every live session stays byte-identical, also across a
+ * restart; a restore that located its pages just before they moved still reads them; a session
+ * deleted while its pages are being moved stays deleted and the rest moves; a full disk during a
+ * move loses nothing; the background thread compacts on its own.
+ * Layout used by every case: 8 KiB test pages (12 KiB on disk), sessions of 4 chunks x 4 layers
+ * (192 KiB), 512 KiB segments, so each segment file holds three sessions. */
+#include "store_int.h"
+#include "store_test_util.h"
+
+#include <unistd.h>
+
+static const tgeom_t G = {4, 2, 64, 16};
+#define NS       0xC0u
+#define SEG      (512u << 10)
+#define SESS     24
+#define SESS_ON_DISK (4ull * 4 * 12288)
+
+static kvp_store_h open_compact(const char *dir, double ratio)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+
+    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                    KVP_STORE_PARAM_COMPACT | KVP_STORE_PARAM_SEGMENT_BYTES;
+    p.dram_budget = 64u << 20;
+    p.db_path     = dir;
+    p.compact_dead_ratio = ratio;
+    p.segment_bytes      = SEG;
+    CHECK_OK(kvp_store_open(&p, &st));
+    return st;
+}
+
+static void sid_of(int i, char *sid)
+{
+    snprintf(sid, 16, "s%02d", i);
+}
+
+/* n sessions, each put and spilled on its own (one segment append each, in order) */
+static void put_spilled(kvp_store_h st, kvp_session_desc_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char sid[16];
+
+        sid_of(i, sid);
+        t_session(&G, 500 + (uint64_t)i, 0, 500 + (uint64_t)i, 4, 0, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+        CHECK_OK(kvp_store_session_spill(st, NS, sid));
+    }
+}
+
+/* delete every session but those with i % 3 == 0: two thirds of each full segment die */
+static void delete_most(kvp_store_h st, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char sid[16];
+
+        sid_of(i, sid);
+        if (i % 3 != 0) {
+            CHECK_OK(kvp_store_session_delete(st, NS, sid));
+        }
+    }
+}
+
+static void check_kept(kvp_store_h st, const kvp_session_desc_t *d, int n, int skip)
+{
+    for (int i = 0; i < n; i += 3) {
+        char sid[16];
+
+        sid_of(i, sid);
+        if (i == skip) {
+            CHECK_ST(t_check_session(st, NS, sid, &G, &d[i]), KVP_ERR_NOT_FOUND);
+        } else {
+            CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
+            CHECK_OK(kvp_store_session_spill(st, NS, sid)); /* cold again: next reads hit disk */
+        }
+    }
+}
+
+static size_t victims(kvp_store_h st)
+{
+    uint64_t ids[8];
+
+    return kvp_tier_compact_victims(st->tier, 0.5, ids, 8);
+}
+
+static void clear_all(kvp_session_desc_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
+/* Dead bytes go: 24 sessions in 8 full segments, two thirds deleted; a compaction leaves no
+ * victim, the files hold the live bytes plus at most the active segment's slack, every kept
+ * session reads back byte for byte, also after a reopen. */
+static void case_reclaim(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_stats_t  s0, s1;
+    kvp_store_h        st = open_compact(dir, 0);
+
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    s0 = t_stats(st);
+    CHECK(s0.disk_live_bytes == SESS / 3 * SESS_ON_DISK);
+    CHECK(s0.disk_bytes >= 2 * s0.disk_live_bytes); /* nothing emptied a whole segment */
+    CHECK(victims(st) >= 7);
+    CHECK_OK(kvp_store_compact(st, 0.5));
+    s1 = t_stats(st);
+    printf("before: %llu files, %llu bytes (%llu live); after: %llu files, %llu bytes; moved %llu, "
+           "removed %llu files (%llu bytes)\n", (unsigned long long)s0.disk_files,
+           (unsigned long long)s0.disk_bytes, (unsigned long long)s0.disk_live_bytes,
+           (unsigned long long)s1.disk_files, (unsigned long long)s1.disk_bytes,
+           (unsigned long long)s1.compact_moved_bytes, (unsigned long long)s1.compact_segments,
+           (unsigned long long)s1.compact_freed_bytes);
+    CHECK(victims(st) == 0);
+    CHECK(s1.disk_live_bytes == s0.disk_live_bytes);
+    CHECK(s1.compact_segments >= 7 && s1.disk_files < s0.disk_files);
+    CHECK(s1.compact_freed_bytes >= 7ull * SEG && s1.compact_moved_bytes > 0);
+    CHECK(s1.disk_bytes <= s1.disk_live_bytes + SEG + SESS_ON_DISK);
+    CHECK(s1.disk_errors == 0 && s1.crc_failures == 0);
+    check_kept(st, d, SESS, -1);
+    CHECK_OK(kvp_store_compact(st, 0.5)); /* nothing left to do */
+    CHECK(t_stats(st).compact_segments == s1.compact_segments);
+    kvp_store_close(st);
+
+    st = open_compact(dir, 0);
+    s0 = t_stats(st);
+    CHECK(s0.sessions == SESS / 3 && s0.swept_pages == 0 && s0.disk_live_bytes == s1.disk_live_bytes);
+    CHECK(s0.disk_files == s1.disk_files);
+    check_kept(st, d, SESS, -1);
+    kvp_store_close(st);
+    clear_all(d, SESS);
+}
+
+typedef struct {
+    kvp_store_h  st;
+    int          fired;
+    kvp_status_t status;
+    const char  *del; /* session to delete from the hook, or NULL: compact from the hook */
+} hook_t;
+
+static void hook_fn(void *arg)
+{
+    hook_t *h = arg;
+
+    if (h->fired++) {
+        return; /* once; the compaction's own reads come here too */
+    }
+    h->status = h->del != NULL ? kvp_store_session_delete(h->st, NS, h->del)
+                               : kvp_store_compact(h->st, 0.5);
+}
+
+/* A restore located its pages in a segment that a compaction then empties and removes before the
+ * restore reads: the restore finds the pages at their new place (without that it reads a missing
+ * segment and reports the session corrupt). */
+static void case_race(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_h        st = open_compact(dir, 0);
+    hook_t             h  = {st, 0, KVP_ERR_IO, NULL};
+
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    kvp_tier_set_read_hook(st->tier, hook_fn, &h);
+    CHECK_OK(t_check_session(st, NS, "s00", &G, &d[0])); /* its restore runs the compaction */
+    kvp_tier_set_read_hook(st->tier, NULL, NULL);
+    CHECK(h.fired >= 1 && h.status == KVP_OK);
+    CHECK(t_stats(st).compact_segments >= 7 && victims(st) == 0);
+    CHECK(t_stats(st).crc_failures == 0);
+    check_kept(st, d, SESS, -1);
+    kvp_store_close(st);
+    clear_all(d, SESS);
+}
+
+/* A session deleted while the compaction reads its pages: its pages are not moved back to life,
+ * the other pages move, every victim segment goes. */
+static void case_delete_during(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_h        st = open_compact(dir, 0);
+    hook_t             h  = {st, 0, KVP_ERR_IO, "s00"};
+    kvp_store_stats_t  s;
+
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    kvp_tier_set_read_hook(st->tier, hook_fn, &h);
+    CHECK_OK(kvp_store_compact(st, 0.5));
+    kvp_tier_set_read_hook(st->tier, NULL, NULL);
+    CHECK(h.fired >= 1 && h.status == KVP_OK);
+    s = t_stats(st);
+    CHECK(victims(st) == 0 && s.compact_segments >= 7);
+    CHECK(s.disk_live_bytes == (SESS / 3 - 1) * SESS_ON_DISK);
+    check_kept(st, d, SESS, 0);
+    kvp_store_close(st);
+    st = open_compact(dir, 0);
+    CHECK(t_stats(st).sessions == SESS / 3 - 1 && t_stats(st).swept_pages == 0);
+    check_kept(st, d, SESS, 0);
+    kvp_store_close(st);
+    clear_all(d, SESS);
+}
+
+/* A full disk during the move: the compaction fails with the disk's error, counts one disk error,
+ * removes nothing and loses nothing; the next one succeeds. */
+static void case_disk_full(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_h        st = open_compact(dir, 0);
+    kvp_store_stats_t  s0, s1;
+
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    s0 = t_stats(st);
+    kvp_store_inject_disk_fail(st, 1, KVP_ERR_NO_SPACE);
+    CHECK_ST(kvp_store_compact(st, 0.5), KVP_ERR_NO_SPACE);
+    s1 = t_stats(st);
+    CHECK(s1.disk_errors == s0.disk_errors + 1 && s1.compact_segments == 0);
+    CHECK(s1.disk_files == s0.disk_files && s1.disk_bytes == s0.disk_bytes);
+    CHECK(s1.disk_live_bytes == s0.disk_live_bytes);
+    check_kept(st, d, SESS, -1);
+    CHECK_OK(kvp_store_compact(st, 0.5));
+    CHECK(victims(st) == 0 && t_stats(st).compact_segments >= 7);
+    check_kept(st, d, SESS, -1);
+    kvp_store_close(st);
+    clear_all(d, SESS);
+}
+
+/* With compact_dead_ratio set, the store's thread compacts by itself (it looks every 2 s). */
+static void case_background(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_h        st = open_compact(dir, 0.5);
+    int                i;
+
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    for (i = 0; i < 300 && (victims(st) > 0 || t_stats(st).compact_segments < 7); i++) {
+        usleep(50 * 1000);
+    }
+    CHECK(i < 300); /* 15 s */
+    check_kept(st, d, SESS, -1);
+    kvp_store_close(st);
+    clear_all(d, SESS);
+}
+
+int main(int argc, char **argv)
+{
+    static const t_case_t cases[] = {{"reclaim", case_reclaim},
+                                     {"race", case_race},
+                                     {"delete_during", case_delete_during},
+                                     {"disk_full", case_disk_full},
+                                     {"background", case_background},
+                                     {NULL, NULL}};
+
+    return t_run_case(argc, argv, cases, "compact");
+}
