@@ -5,8 +5,10 @@
  * means nothing on disk) and a low watermark, so the background spiller writes groups all the
  * time; after each put the child prints "spilled <sid>" for every session the store lists as
  * newly on disk and out of DRAM (durable). With "interval" the store runs durability interval
- * with a 5 ms sync (an ack means written through: it survives a process kill). The parent
- * SIGKILLs it at random points. */
+ * with a 5 ms sync (an ack means written through: it survives a process kill). With "compact"
+ * the store runs durability sync with 64 KiB segment files and compacts after every command
+ * (and on its thread), and "del <sid>" lines delete sessions ("deleted <sid>" once done), so
+ * kills land in the middle of moves. The parent SIGKILLs it at random points. */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -44,6 +46,21 @@ static void report_spilled(kvp_store_h st, bool *cold)
     }
 }
 
+/* compact mode: compact now; print "compacted <segments removed so far>" when that grew */
+static void report_compacted(kvp_store_h st)
+{
+    static uint64_t   seen;
+    kvp_store_stats_t s;
+
+    CHECK_OK(kvp_store_compact(st, 0.25));
+    kvp_store_stats(st, &s);
+    if (s.compact_segments > seen) {
+        seen = s.compact_segments;
+        printf("compacted %llu\n", (unsigned long long)seen);
+    }
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     kvp_store_params_t p = {0};
@@ -53,10 +70,11 @@ int main(int argc, char **argv)
     unsigned           chunks, tail;
     bool               spill = argc == 3 && strcmp(argv[2], "spill") == 0;
     bool               interval = argc == 3 && strcmp(argv[2], "interval") == 0;
+    bool               compact = argc == 3 && strcmp(argv[2], "compact") == 0;
     static bool        cold[MAX_SIDS];
 
-    if (argc != 2 && !spill && !interval) {
-        fprintf(stderr, "usage: crash_child <db dir> [spill|interval]\n");
+    if (argc != 2 && !spill && !interval && !compact) {
+        fprintf(stderr, "usage: crash_child <db dir> [spill|interval|compact]\n");
         return 2;
     }
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
@@ -68,6 +86,11 @@ int main(int argc, char **argv)
     p.field_mask |= interval ? KVP_STORE_PARAM_SYNC_INTERVAL : 0;
     p.sync_interval_ms = 5;
     p.dram_budget = 2u << 20; /* small: eviction runs during the test too */
+    if (compact) {
+        p.field_mask |= KVP_STORE_PARAM_COMPACT | KVP_STORE_PARAM_SEGMENT_BYTES;
+        p.compact_dead_ratio = 0.25;
+        p.segment_bytes      = 64u << 10; /* a few pages per file: many files to empty */
+    }
     if (spill) {
         p.field_mask |= KVP_STORE_PARAM_HIGH_WM | KVP_STORE_PARAM_LOW_WM;
         p.high_watermark = 0.6;
@@ -80,6 +103,12 @@ int main(int argc, char **argv)
         kvp_session_desc_t d;
         kvp_status_t       s;
 
+        if (compact && sscanf(line, "del %127s", sid) == 1) {
+            s = kvp_store_session_delete(st, 0x77, sid);
+            printf("%s %s\n", s == KVP_OK || s == KVP_ERR_NOT_FOUND ? "deleted" : "err", sid);
+            report_compacted(st);
+            continue;
+        }
         if (sscanf(line, "put %127s %llu %llu %u %u", sid, &pseed, &seed, &chunks, &tail) != 5) {
             fprintf(stderr, "crash_child: bad command %s", line);
             return 2;
@@ -95,6 +124,9 @@ int main(int argc, char **argv)
                 cold[k] = false; /* this version is not on disk yet */
             }
             report_spilled(st, cold);
+        }
+        if (compact) {
+            report_compacted(st);
         }
         fflush(stdout);
     }

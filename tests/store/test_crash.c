@@ -8,8 +8,11 @@
  * the sessions the background spiller wrote ("spilled"): those count as acknowledged, so a kill
  * in the middle of a group commit must leave every reported session whole. With "interval" the
  * child runs durability interval (syncs every 5 ms): an ack still means written through, so the
- * checks are those of sync.
- * usage: test_crash <crash_child> [rounds] [seed] [spill|interval] */
+ * checks are those of sync. With "compact" the child (durability sync, 64 KiB segment files)
+ * also gets deletes and compacts after every command: a session whose delete was answered must
+ * stay gone, one whose delete was cut off by the kill is either gone or intact, and every other
+ * acknowledged session must survive kills in the middle of page moves.
+ * usage: test_crash <crash_child> [rounds] [seed] [spill|interval|compact] */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -35,12 +38,16 @@ typedef struct {
     ver_t    v[MAX_VERS];
     int      nv;        /* versions sent so far */
     int      acked;     /* index of the newest version known durable, -1 none */
+    bool     del_sent;  /* a delete was sent (compact mode): never put again */
+    bool     deleted;   /* a delete was answered, or the session was gone after it was sent */
 } sid_t;
 
 static sid_t    sids[MAX_SIDS];
 static int      nsids;
 static uint64_t rng;
 static bool     spill_mode; /* durable = reported spilled, not acked */
+static bool     compact_mode; /* deletes too */
+static uint64_t deletes_total, compact_reports;
 static uint64_t spilled_total;
 
 static uint32_t rnd(uint32_t n)
@@ -63,7 +70,15 @@ static int verify_sid(kvp_store_h st, int i)
 
     sid_name(i, name, sizeof(name));
     s = kvp_store_session_get(st, NS, name, &got);
+    if (e->deleted && s != KVP_ERR_NOT_FOUND) {
+        fprintf(stderr, "%s: deleted, but still there (%s)\n", name, kvp_status_name(s));
+        exit(1);
+    }
     if (s == KVP_ERR_NOT_FOUND) {
+        if (e->del_sent) {
+            e->deleted = true; /* gone: it must stay gone */
+            return -1;
+        }
         if (e->acked >= 0) {
             fprintf(stderr, "%s: acknowledged version %d is missing\n", name, e->acked);
             exit(1);
@@ -100,10 +115,19 @@ static void make_command(char *buf, size_t n)
     ver_t  v;
     char   name[32];
 
+    if (compact_mode && nsids > 0 && rnd(4) == 0) { /* delete a durable session */
+        i = (int)rnd((uint32_t)nsids);
+        if (sids[i].acked >= 0 && !sids[i].del_sent) {
+            sids[i].del_sent = true;
+            sid_name(i, name, sizeof(name));
+            snprintf(buf, n, "del %s\n", name);
+            return;
+        }
+    }
     if (nsids > 0 && (rnd(10) < 4 || nsids == MAX_SIDS)) { /* extend an existing session */
         i = (int)rnd((uint32_t)nsids);
         e = &sids[i];
-        if (e->nv == MAX_VERS) {
+        if (e->nv == MAX_VERS || e->del_sent) {
             i = -1;
         }
     } else {
@@ -112,7 +136,9 @@ static void make_command(char *buf, size_t n)
     if (i < 0) {
         i        = nsids++;
         e        = &sids[i];
-        e->pseed = 1000 + rnd(8); /* 8 prefix groups: sessions share leading chunks */
+        /* 8 prefix groups: sessions share leading chunks (compact mode: none, so a delete
+         * frees pages and segment files empty) */
+        e->pseed = compact_mode ? 5000 + (uint64_t)i : 1000 + rnd(8);
         e->acked = -1;
         v.chunks = 1 + rnd(6);
     } else {
@@ -147,10 +173,22 @@ static void ack(const char *line)
             sids[i].acked = round_first[i] + round_acks[i] - 1;
         }
         spilled_total++;
+    } else if (compact_mode && sscanf(line, "deleted sess-%d", &i) == 1 && i >= 0 && i < nsids) {
+        CHECK(sids[i].del_sent);
+        sids[i].deleted = true;
+        deletes_total++;
+    } else if (compact_mode && strncmp(line, "compacted ", 10) == 0) {
+        compact_reports++;
     } else if (strncmp(line, "ready", 5) != 0) {
         fprintf(stderr, "child said: %s", line);
         exit(1);
     }
+}
+
+/* a line that answers a command: an ack of a put, or (compact mode) of a delete */
+static int replied(const char *line)
+{
+    return strncmp(line, "ack", 3) == 0 || strncmp(line, "deleted ", 8) == 0;
 }
 
 int main(int argc, char **argv)
@@ -161,12 +199,14 @@ int main(int argc, char **argv)
     const char *mode;
 
     if (argc < 2) {
-        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed] [spill|interval]\n");
+        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed] [spill|interval|compact]\n");
         return 2;
     }
     rng        = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
     spill_mode = argc > 4 && strcmp(argv[4], "spill") == 0;
-    mode       = argc > 4 && (spill_mode || strcmp(argv[4], "interval") == 0) ? argv[4] : NULL;
+    compact_mode = argc > 4 && strcmp(argv[4], "compact") == 0;
+    mode       = argc > 4 && (spill_mode || compact_mode || strcmp(argv[4], "interval") == 0)
+                     ? argv[4] : NULL;
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     t_tmpdir(dir, sizeof(dir), "crash");
@@ -211,7 +251,7 @@ int main(int argc, char **argv)
         } else {
             while (nack < kill_after && fgets(line, sizeof(line), from) != NULL) {
                 ack(line);
-                nack += strncmp(line, "ack", 3) == 0;
+                nack += replied(line);
             }
             usleep(rnd(3000));
         }
@@ -220,7 +260,7 @@ int main(int argc, char **argv)
         close(in[1]);
         while (fgets(line, sizeof(line), from) != NULL) { /* acks written before the kill count */
             ack(line);
-            nack += strncmp(line, "ack", 3) == 0;
+            nack += replied(line);
         }
         fclose(from);
         acked_total += (uint64_t)nack;
@@ -242,10 +282,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "round %d: %d commands, %d acked, kill %s, %d sessions checked\n", r,
                 ncmd, nack, early ? "during start-up" : "mid-stream", nsids);
     }
-    fprintf(stderr, "crash test: %d rounds, %llu acknowledged puts, %llu spilled reports, %llu "
-            "start-up kills, %d sessions all intact\n", rounds, (unsigned long long)acked_total,
-            (unsigned long long)spilled_total, (unsigned long long)killed_early, nsids);
+    fprintf(stderr, "crash test: %d rounds, %llu acknowledged commands, %llu spilled reports, %llu "
+            "answered deletes, %llu compactions seen, %llu start-up kills, %d sessions all "
+            "intact\n", rounds, (unsigned long long)acked_total, (unsigned long long)spilled_total,
+            (unsigned long long)deletes_total, (unsigned long long)compact_reports, (unsigned long long)killed_early, nsids);
     CHECK(!spill_mode || spilled_total > 0);
+    CHECK(!compact_mode || (deletes_total > 0 && compact_reports > 0));
     t_rmrf(dir);
     return 0;
 }
