@@ -706,6 +706,14 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask      |= KVP_STORE_PARAM_SYNC_INTERVAL;
         sp.sync_interval_ms = params->sync_interval_ms;
     }
+    if (fm & KVP_NODE_PARAM_COMPACT) {
+        sp.field_mask        |= KVP_STORE_PARAM_COMPACT;
+        sp.compact_dead_ratio = params->compact_dead_ratio;
+    }
+    if (fm & KVP_NODE_PARAM_SEGMENT_MIB) {
+        sp.field_mask   |= KVP_STORE_PARAM_SEGMENT_BYTES;
+        sp.segment_bytes = (uint64_t)params->segment_mib << 20;
+    }
     if (fm & KVP_NODE_PARAM_TOMB_TTL) {
         sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
         sp.tomb_ttl_s  = params->tomb_ttl_s;

@@ -50,6 +50,10 @@ static void usage(const char *prog, FILE *out)
             "                          a deleted session back\n"
             "  --idle-ttl S            remove a session nobody put or fetched on this node for S\n"
             "                          seconds, from DRAM and disk (default 0: never)\n"
+            "  --compact-ratio F       empty and remove a segment file once this fraction of it\n"
+            "                          is dead (deleted or rewritten pages), 0..1, 0 = never\n"
+            "                          (default 0.5; checked every 2 s)\n"
+            "  --segment-mib N         size of the SSD tier's segment files, 1..16384 (default 256)\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection\n"
@@ -143,7 +147,9 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                  &p.idle_ttl_s},
                 {"--sync-ms", 1, 60000, KVP_NODE_PARAM_SYNC_INTERVAL, "1..60000 ms",
                  &p.sync_interval_ms},
-                {"--workers", 1, 64, KVP_NODE_PARAM_WORKERS, "1..64 threads", &p.workers}};
+                {"--workers", 1, 64, KVP_NODE_PARAM_WORKERS, "1..64 threads", &p.workers},
+                {"--segment-mib", 1, 16384, KVP_NODE_PARAM_SEGMENT_MIB, "1..16384 MiB",
+                 &p.segment_mib}};
         size_t k = 0;
 
         while (k < sizeof(nums) / sizeof(nums[0]) &&
@@ -217,6 +223,16 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 fprintf(stderr,
                         "%s: --durability wants spill|write-through|sync|interval, got '%s'\n",
                         prog, v);
+                return 2;
+            }
+        } else if ((v = opt(argc, argv, &i, "--compact-ratio", &missing)) != NULL) {
+            char *end;
+
+            p.field_mask        |= KVP_NODE_PARAM_COMPACT;
+            p.compact_dead_ratio = strtod(v, &end);
+            if (end == v || *end != '\0' || !(p.compact_dead_ratio >= 0.0 &&
+                                               p.compact_dead_ratio <= 1.0)) {
+                fprintf(stderr, "%s: --compact-ratio wants a fraction in 0..1, got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--ready-file", &missing)) != NULL) {

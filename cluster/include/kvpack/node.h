@@ -31,6 +31,8 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_WORKERS     = KVP_BIT(11),
     KVP_NODE_PARAM_IDLE_TTL    = KVP_BIT(12),
     KVP_NODE_PARAM_SYNC_INTERVAL = KVP_BIT(13),
+    KVP_NODE_PARAM_COMPACT       = KVP_BIT(14),
+    KVP_NODE_PARAM_SEGMENT_MIB   = KVP_BIT(15),
 };
 
 typedef struct kvp_node_params {
@@ -55,6 +57,9 @@ typedef struct kvp_node_params {
                                      * and disk, no tombstone); default 0 = never */
     uint32_t         sync_interval_ms; /* KVP_DURABILITY_INTERVAL: ms between background
                                         * syncs, 1..60000; default 100 */
+    double           compact_dead_ratio; /* segment compaction threshold, 0..1 (0: off);
+                                          * default 0.5 (kvp_store_params_t) */
+    uint32_t         segment_mib;   /* segment file size, 1..16384 MiB; default 256 */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on
