@@ -6,8 +6,8 @@
  * then locators and record in an fsync'd WAL); restore is timed cold: after a restart, with the
  * db files dropped from the page cache (POSIX_FADV_DONTNEED; segment files are read with
  * O_DIRECT anyway), as is the raw file before its read. Then the background spiller's rate on
- * many small sessions, one sync per session (spill_group_max 1) against group commit. Never
- * asserts on speed. */
+ * many small sessions, one sync per session (spill_group_max 1) against group commit, and one
+ * segment compaction against a raw read + write of the bytes it moved. Never asserts on speed. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "cli.h"
 
@@ -45,7 +45,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvpack bench store [options]\n"
             "  spill/restore GB/s of whole sessions vs raw sequential write/read of the same bytes\n"
-            "  on the same filesystem (O_DIRECT when possible), and index put/get/lookup ops/s.\n"
+            "  on the same filesystem (O_DIRECT when possible), the background spiller on small\n"
+            "  sessions, one compaction of half-dead segment files vs a raw copy of what it\n"
+            "  moved, and index put/get/lookup ops/s.\n"
             "options:\n"
             "  --dir DIR          where the db and the raw file go (default $TMPDIR or /tmp)\n"
             "  --sessions N       sessions spilled and restored (default 8)\n"
@@ -349,6 +351,99 @@ static int bench_spiller(const opts_t *o, const char *db, uint64_t group, spille
     return 0;
 }
 
+/* Compaction: o->sessions sessions put and spilled two per segment file, every odd one deleted
+ * (each full file half dead), then one kvp_store_compact after a restart, timed; every kept
+ * session is read back afterwards (not timed). */
+typedef struct {
+    uint64_t moved, freed, segments, errors;
+    double   secs;
+} compact_run_t;
+
+static int bench_compact(const opts_t *o, const char *db, size_t plen, compact_run_t *r)
+{
+    kvp_store_params_t p = {0};
+    uint64_t           sess_disk = o->chunks * o->layers * ((plen + 4095) & ~(size_t)4095);
+    uint8_t           *page = kvp_malloc(plen + 64, "bench page");
+    kvp_key128_t      *keys = kvp_malloc(o->chunks * sizeof(*keys), "bench keys");
+    kvp_session_desc_t d;
+    kvp_store_h        st;
+    kvp_store_stats_t  stats;
+    kvp_status_t       status = KVP_OK;
+    double             t0;
+
+    memset(r, 0, sizeof(*r));
+    p.field_mask         = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                           KVP_STORE_PARAM_COMPACT | KVP_STORE_PARAM_SEGMENT_BYTES;
+    p.dram_budget        = (size_t)(sess_disk * 2 + (64u << 20));
+    p.db_path            = db;
+    p.compact_dead_ratio = 0; /* no thread: the pass below is the one timed */
+    p.segment_bytes      = 2 * sess_disk;
+    if (page == NULL || keys == NULL || kvp_store_open(&p, &st) != KVP_OK) {
+        kvp_free(page);
+        kvp_free(keys);
+        return -1;
+    }
+    memset(&d, 0, sizeof(d));
+    d.layers      = (uint32_t)o->layers;
+    d.page_tokens = (uint32_t)o->tokens;
+    d.n_chunks    = (uint32_t)o->chunks;
+    d.chunk_keys  = keys;
+    for (uint64_t sn = 0; sn < o->sessions && status == KVP_OK; sn++) {
+        char sid[32];
+
+        snprintf(sid, sizeof(sid), "compact-%llu", (unsigned long long)sn);
+        for (uint64_t c = 0; c < o->chunks && status == KVP_OK; c++) {
+            keys[c] = key_of(sn + 7000003, c);
+            for (uint32_t l = 0; l < o->layers && status == KVP_OK; l++) {
+                make_page(o, keys[c], l, page);
+                status = kvp_store_page_put(st, NS, page, plen);
+            }
+        }
+        status = status == KVP_OK ? kvp_store_session_put(st, NS, sid, &d) : status;
+        status = status == KVP_OK ? kvp_store_session_spill(st, NS, sid) : status;
+    }
+    for (uint64_t sn = 1; sn < o->sessions && status == KVP_OK; sn += 2) {
+        char sid[32];
+
+        snprintf(sid, sizeof(sid), "compact-%llu", (unsigned long long)sn);
+        status = kvp_store_session_delete(st, NS, sid);
+    }
+    kvp_store_close(st);
+    drop_cache_dir(db);
+    if (status == KVP_OK && kvp_store_open(&p, &st) == KVP_OK) {
+        t0     = kvp_time_s();
+        status = kvp_store_compact(st, 0.5);
+        r->secs = kvp_time_s() - t0;
+        for (uint64_t sn = 0; sn < o->sessions; sn += 2) {
+            char               sid[32];
+            kvp_session_desc_t got;
+
+            snprintf(sid, sizeof(sid), "compact-%llu", (unsigned long long)sn);
+            if (kvp_store_session_get(st, NS, sid, &got) == KVP_OK) {
+                kvp_session_desc_clear(&got);
+                kvp_store_session_spill(st, NS, sid);
+            } else {
+                r->errors++;
+            }
+        }
+        kvp_store_stats(st, &stats);
+        kvp_store_close(st);
+        r->moved    = stats.compact_moved_bytes;
+        r->freed    = stats.compact_freed_bytes;
+        r->segments = stats.compact_segments;
+        r->errors += stats.crc_failures + stats.disk_errors;
+    } else if (status == KVP_OK) {
+        status = KVP_ERR_IO;
+    }
+    kvp_free(page);
+    kvp_free(keys);
+    if (status != KVP_OK) {
+        fprintf(stderr, "kvpack: bench store: compaction: %s\n", kvp_status_str(status));
+        return -1;
+    }
+    return 0;
+}
+
 static void spiller_json(kvp_json_t *j, const spiller_run_t *r)
 {
     kvp_json_obj(j, NULL);
@@ -366,6 +461,8 @@ int kvp_cmd_bench_store(int argc, char **argv)
 {
     opts_t            o = {NULL, 8, 16, 16, 8, 128, 32, 65536, 256, 2, 64, false, false};
     spiller_run_t     sp[2];
+    compact_run_t     cr;
+    double            raw_copy_s = 0;
     int               nsp = 0;
     char              dir[512], db[600], raw[600];
     const char       *base;
@@ -520,7 +617,20 @@ int kvp_cmd_bench_store(int argc, char **argv)
     }
     kvp_progress_done();
 
-    /* 5. in-memory index */
+    /* 5. compaction of half-dead segment files, against copying the bytes it moved raw */
+    {
+        char cdb[640];
+
+        snprintf(cdb, sizeof(cdb), "%s/compact", dir);
+        if (bench_compact(&o, cdb, plen, &cr) != 0) {
+            return 1;
+        }
+        raw_copy_s = (double)cr.moved / (raw_rd * 1e9) + (double)cr.moved / (raw_wr * 1e9);
+        kvp_progress("compaction", 1, 1);
+        kvp_progress_done();
+    }
+
+    /* 6. in-memory index */
     if (bench_index(&o, &put_ops, &get_ops, &lookup_ops, &probe_ops) != 0) {
         fprintf(stderr, "kvpack: bench store: index benchmark failed\n");
         return 1;
@@ -575,6 +685,18 @@ int kvp_cmd_bench_store(int argc, char **argv)
                              (double)sp[1].bytes / sp[1].secs / 1e9 / raw_wr);
             }
             kvp_json_close(&j);
+            kvp_json_obj(&j, "compaction");
+            kvp_json_str(&j, "setup", "sessions two per segment file, every odd one deleted, "
+                                      "one compaction after a restart (cold cache)");
+            kvp_json_int(&j, "moved_bytes", (int64_t)cr.moved);
+            kvp_json_int(&j, "segments_removed", (int64_t)cr.segments);
+            kvp_json_int(&j, "freed_bytes", (int64_t)cr.freed);
+            kvp_json_num(&j, "seconds", cr.secs);
+            kvp_json_num(&j, "moved_gbs", (double)cr.moved / cr.secs / 1e9);
+            kvp_json_num(&j, "raw_copy_seconds", raw_copy_s);
+            kvp_json_num(&j, "compact_vs_raw_copy", raw_copy_s / cr.secs);
+            kvp_json_int(&j, "errors", (int64_t)cr.errors);
+            kvp_json_close(&j);
             kvp_json_obj(&j, "index");
             kvp_json_int(&j, "pages", (int64_t)(o.index_pages / 4 * 4));
             kvp_json_int(&j, "page_bytes", KVP_PAGE_HDR_BYTES + 2 * 16 * 32 * 2);
@@ -601,6 +723,10 @@ int kvp_cmd_bench_store(int argc, char **argv)
                        (double)sp[k].bytes / sp[k].secs / 1e6, (unsigned long long)sp[k].syncs,
                        (unsigned long long)sp[k].spills);
             }
+            printf("  compaction: moved %.1f MiB, removed %llu files (%.1f MiB) in %.3f s = %.2f x "
+                   "a raw read + write of those bytes (%.3f s)%s\n", (double)cr.moved / 1048576.0,
+                   (unsigned long long)cr.segments, (double)cr.freed / 1048576.0, cr.secs,
+                   raw_copy_s / cr.secs, raw_copy_s, cr.errors ? ", WITH ERRORS" : "");
             printf("  index: put %.0f/s, get %.0f/s, lookup %.0f/s (16 chunks x 4 layers each)\n",
                    put_ops, get_ops, lookup_ops);
         }
