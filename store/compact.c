@@ -46,9 +46,11 @@ static kvp_status_t compact_segs(kvp_tier_t *tier, const uint64_t *ids, size_t n
     size_t          n = 0, big = RUN_BYTES;
     uint8_t        *buf = NULL;
     void          **dst = NULL;
-    uint64_t        unread = 0;
+    uint64_t        unread = 0, t0 = kvp_time_ns();
     kvp_status_t    status = kvp_tier_pages_in_segs(tier, ids, nids, &locs, &n);
 
+    KVP_LOG_DEBUG(MOD, "compaction: %zu live pages in %zu segments (locator walk %.1f ms)", n,
+                  nids, (double)(kvp_time_ns() - t0) / 1e6);
     for (size_t i = 0; status == KVP_OK && i < n; i++) {
         big = kvp_tier_span(locs[i].len) > big ? kvp_tier_span(locs[i].len) : big;
     }

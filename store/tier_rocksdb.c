@@ -439,24 +439,68 @@ bool kvp_tier_batch_empty(const kvp_tier_batch_t *b)
     return b->nputs == 0 && rocksdb_writebatch_count(b->wb) == 0;
 }
 
-/* The segment extent a stored page key names now, if any (live-byte accounting, moves). */
-static bool old_loc(kvp_tier_t *t, const kvp_tier_pkey_t *pk, uint64_t *seg, uint64_t *off,
-                    uint32_t *len)
+/* One batched MultiGet of the n page keys *pks[i] in the pages column family: vals[i] (NULL when
+ * absent; the caller destroys it) and errs[i] (rocksdb_free) per key. KVP_ERR_NO_MEMORY and
+ * nothing read when its buffers cannot be had. */
+static kvp_status_t mget_pages(kvp_tier_t *t, const rocksdb_readoptions_t *ro, size_t n,
+                               const kvp_tier_pkey_t *const *pks, rocksdb_pinnableslice_t **vals,
+                               char **errs)
 {
-    uint8_t k[PKEY_BYTES];
-    char   *err = NULL, *v;
-    size_t  vlen = 0;
-    bool    found;
+    uint8_t     *kbuf  = kvp_malloc(n * PKEY_BYTES, "tier mget keys");
+    const char **keys  = kvp_malloc(n * sizeof(*keys), "tier mget keys");
+    size_t      *klens = kvp_malloc(n * sizeof(*klens), "tier mget keys");
+    kvp_status_t status = KVP_ERR_NO_MEMORY;
 
-    page_key(pk, k);
-    v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_PAGES], (const char *)k, sizeof(k), &vlen, &err);
-    if (err != NULL) {
-        rocksdb_free(err);
-        return false;
+    if (kbuf != NULL && keys != NULL && klens != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            page_key(pks[i], kbuf + i * PKEY_BYTES);
+            keys[i]  = (const char *)kbuf + i * PKEY_BYTES;
+            klens[i] = PKEY_BYTES;
+        }
+        rocksdb_batched_multi_get_cf(t->db, ro, t->cf[CF_PAGES], n, keys, klens, vals, errs,
+                                     false);
+        status = KVP_OK;
     }
-    found = v != NULL && loc_decode(v, vlen, seg, off, len);
-    rocksdb_free(v);
-    return found;
+    kvp_free(klens);
+    kvp_free(keys);
+    kvp_free(kbuf);
+    return status;
+}
+
+/* A segment extent a page key names now (live-byte accounting, moves). */
+typedef struct {
+    bool     found;
+    uint32_t len;
+    uint64_t seg, off;
+} cur_loc_t;
+
+/* cur[i] for the n keys *pks[i], one MultiGet; false (nothing found) when its memory cannot be
+ * had */
+static bool cur_locs(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *const *pks, cur_loc_t *cur)
+{
+    rocksdb_pinnableslice_t **vals = kvp_calloc(n ? n : 1, sizeof(*vals), "tier mget vals");
+    char                    **errs = kvp_calloc(n ? n : 1, sizeof(*errs), "tier mget errs");
+    bool                      ok   = vals != NULL && errs != NULL &&
+                                     mget_pages(t, t->ro, n, pks, vals, errs) == KVP_OK;
+
+    for (size_t i = 0; i < n; i++) {
+        cur[i].found = false;
+        if (ok && errs[i] == NULL && vals[i] != NULL) {
+            size_t      vlen;
+            const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
+
+            cur[i].found = loc_decode(v, vlen, &cur[i].seg, &cur[i].off, &cur[i].len);
+        }
+        if (ok) {
+            rocksdb_free(errs[i]);
+            if (vals[i] != NULL) {
+                rocksdb_pinnableslice_destroy(vals[i]);
+            }
+        }
+    }
+    kvp_free(errs);
+    kvp_free(vals);
+    return ok;
 }
 
 /* The test hook (kvp_tier_inject_fail), t->mu held: true when this write or sync is to fail
@@ -478,8 +522,8 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
 {
     char        *err = NULL;
     kvp_status_t status;
-    size_t       nold = 0;
-    struct { uint64_t seg; uint32_t len; } *old = NULL;
+    size_t       nold = b->nputs + b->ndels;
+    cur_loc_t   *old  = NULL;
 
     pthread_mutex_lock(&t->mu);
     if (inject_take(t, "write", b->bytes, &status)) {
@@ -522,15 +566,17 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         }
     }
     /* 2. locators this batch replaces or deletes: their segment bytes die with the commit */
-    if (b->nputs + b->ndels > 0) {
-        old = kvp_malloc((b->nputs + b->ndels) * sizeof(*old), "tier commit old");
-        for (size_t i = 0; old != NULL && i < b->nputs + b->ndels; i++) {
-            const kvp_tier_pkey_t *pk = i < b->nputs ? &b->puts[i].pk : &b->dels[i - b->nputs];
+    if (nold > 0) {
+        const kvp_tier_pkey_t **pks = kvp_malloc(nold * sizeof(*pks), "tier commit old");
 
-            uint64_t off;
-
-            nold += old_loc(t, pk, &old[nold].seg, &off, &old[nold].len);
+        old = kvp_malloc(nold * sizeof(*old), "tier commit old");
+        for (size_t i = 0; pks != NULL && i < nold; i++) {
+            pks[i] = i < b->nputs ? &b->puts[i].pk : &b->dels[i - b->nputs];
         }
+        if (pks == NULL || old == NULL || !cur_locs(t, nold, pks, old)) {
+            nold = 0; /* their segment bytes stay counted live: a leak, not a loss */
+        }
+        kvp_free(pks);
     }
     /* 3. one WriteBatch: locators, inline pages, records */
     rocksdb_write(t->db, mode == KVP_TIER_SYNC ? t->wo_sync : t->wo_wal, b->wb, &err);
@@ -541,7 +587,9 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
                               (int64_t)kvp_seg_span(b->puts[i].ext.len));
         }
         for (size_t i = 0; i < nold; i++) {
-            kvp_segs_live_add(t->segs, old[i].seg, -(int64_t)kvp_seg_span(old[i].len));
+            if (old[i].found) {
+                kvp_segs_live_add(t->segs, old[i].seg, -(int64_t)kvp_seg_span(old[i].len));
+            }
         }
     }
     pthread_mutex_unlock(&t->mu);
@@ -582,12 +630,10 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
 kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
                                    kvp_tier_loc_t *locs)
 {
-    uint8_t                  *kbuf;
-    const char              **keys;
-    size_t                   *klens;
+    const kvp_tier_pkey_t   **pp;
     rocksdb_pinnableslice_t **vals;
     char                    **errs;
-    kvp_status_t              status = KVP_OK;
+    kvp_status_t              status = KVP_ERR_NO_MEMORY;
     uint64_t                  moves;
 
     if (n == 0) {
@@ -595,27 +641,21 @@ kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_
     }
     memset(locs, 0, n * sizeof(*locs));
     moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE); /* before the MultiGet reads */
-    for (size_t i = 0; i < n; i++) {
-        locs[i].pk    = pks[i];
-        locs[i].moves = moves;
-    }
-    kbuf  = kvp_malloc(n * PKEY_BYTES, "tier mget keys");
-    keys  = kvp_malloc(n * sizeof(*keys), "tier mget keys");
-    klens = kvp_malloc(n * sizeof(*klens), "tier mget keys");
+    pp    = kvp_malloc(n * sizeof(*pp), "tier mget keys");
     vals  = kvp_calloc(n, sizeof(*vals), "tier mget vals");
     errs  = kvp_calloc(n, sizeof(*errs), "tier mget errs");
-    if (kbuf == NULL || keys == NULL || klens == NULL || vals == NULL || errs == NULL) {
+    for (size_t i = 0; pp != NULL && i < n; i++) {
+        locs[i].pk    = pks[i];
+        locs[i].moves = moves;
+        pp[i]         = &pks[i];
+    }
+    if (pp != NULL && vals != NULL && errs != NULL) {
+        status = mget_pages(t, t->ro_pages, n, pp, vals, errs);
+    }
+    if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "no memory to locate %zu pages", n);
-        status = KVP_ERR_NO_MEMORY;
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        page_key(&pks[i], kbuf + i * PKEY_BYTES);
-        keys[i]  = (const char *)kbuf + i * PKEY_BYTES;
-        klens[i] = PKEY_BYTES;
-    }
-    rocksdb_batched_multi_get_cf(t->db, t->ro_pages, t->cf[CF_PAGES], n, keys, klens, vals, errs,
-                                 false);
     for (size_t i = 0; i < n; i++) {
         if (errs[i] != NULL) {
             locs[i].status = map_err("multiget page", &errs[i]);
@@ -641,9 +681,7 @@ kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_
 out:
     kvp_free(errs);
     kvp_free(vals);
-    kvp_free(klens);
-    kvp_free(keys);
-    kvp_free(kbuf);
+    kvp_free(pp);
     return status;
 }
 
@@ -908,12 +946,14 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
 {
     kvp_seg_ext_t        *ext   = kvp_malloc((n ? n : 1) * sizeof(*ext), "compaction extents");
     size_t               *which = kvp_malloc((n ? n : 1) * sizeof(*which), "compaction extents");
+    const kvp_tier_pkey_t **pks = kvp_malloc((n ? n : 1) * sizeof(*pks), "compaction keys");
+    cur_loc_t            *cur   = kvp_malloc((n ? n : 1) * sizeof(*cur), "compaction locators");
     rocksdb_writebatch_t *wb    = rocksdb_writebatch_create();
     kvp_status_t          status = KVP_OK;
     size_t                m      = 0, total = 0;
     char                 *err    = NULL;
 
-    if (ext == NULL || which == NULL) {
+    if (ext == NULL || which == NULL || pks == NULL || cur == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
         status = KVP_ERR_NO_MEMORY;
         goto out;
@@ -925,13 +965,19 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (inject_take(t, "compaction write", total, &status)) {
         goto out; /* unlocked by inject_take */
     }
+    for (size_t i = 0; i < n; i++) {
+        pks[i] = &from[i].pk;
+    }
+    if (!cur_locs(t, n, pks, cur)) {
+        pthread_mutex_unlock(&t->mu);
+        KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
+        status = KVP_ERR_NO_MEMORY;
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) { /* only pages still where they were read from */
-        uint64_t seg, off;
-        uint32_t len;
-
-        if (bytes[i] != NULL && from[i].seg != 0 && old_loc(t, &from[i].pk, &seg, &off, &len) &&
-            seg == from[i].seg && off == from[i].off && len == from[i].len) {
-            ext[m]     = (kvp_seg_ext_t){bytes[i], len, 0, 0, KVP_OK};
+        if (bytes[i] != NULL && from[i].seg != 0 && cur[i].found && cur[i].seg == from[i].seg &&
+            cur[i].off == from[i].off && cur[i].len == from[i].len) {
+            ext[m]     = (kvp_seg_ext_t){bytes[i], from[i].len, 0, 0, KVP_OK};
             which[m++] = i;
         }
     }
@@ -970,6 +1016,8 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     pthread_mutex_unlock(&t->mu);
 out:
     rocksdb_writebatch_destroy(wb);
+    kvp_free(cur);
+    kvp_free(pks);
     kvp_free(which);
     kvp_free(ext);
     return status;
