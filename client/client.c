@@ -855,7 +855,9 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     }
     data = kvp_xfer_msg_data(call->msg, &dl);
     s    = kvp_session_desc_unpack(data, dl, &sp->pub.desc);
-    sp->pub.version = call->rep.version;
+    sp->pub.version    = call->rep.version;
+    sp->pub.disk_pages = call->rep.disk_pages;
+    sp->pub.disk_bytes = call->rep.disk_bytes;
     call_release(call);
     if (s != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s record from the node: %s", sid, kvp_status_str(s));

@@ -197,11 +197,11 @@ static void handle_put_session(node_t *n, node_job_t *job, const kvp_wire_req_t 
 static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                                kvp_wire_rep_t *rep)
 {
-    kvp_session_desc_t desc;
-    reply_ctx_t       *rc;
-    size_t             len;
-    kvp_status_t       s = kvp_store_session_get_version(n->store, req->ns, req->sid, &desc,
-                                                         &rep->version);
+    kvp_session_desc_t   desc;
+    reply_ctx_t         *rc;
+    size_t               len;
+    kvp_store_get_info_t got;
+    kvp_status_t         s = kvp_store_session_get_info(n->store, req->ns, req->sid, &desc, &got);
 
     if (s != KVP_OK) {
         reply_status(job, rep, s, req->sid);
@@ -223,6 +223,9 @@ static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t 
     rc->iov[0].buf  = rc->blob;
     rc->iov[0].len  = len;
     rep->record_len = (uint32_t)len;
+    rep->version    = got.version;
+    rep->disk_pages = got.disk_pages;
+    rep->disk_bytes = got.disk_bytes;
     rep->status     = KVP_OK;
     reply_set(job, rep, rc, 1);
 }

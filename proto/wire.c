@@ -468,6 +468,10 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             gs.record_len  = rep->record_len;
             gs.has_version = rep->version != 0;
             gs.version     = rep->version;
+            gs.has_disk_pages = rep->disk_pages != 0;
+            gs.disk_pages     = rep->disk_pages;
+            gs.has_disk_bytes = rep->disk_bytes != 0;
+            gs.disk_bytes     = rep->disk_bytes;
             r.body_case   = KVP__REPLY__BODY_GET_SESSION;
             r.get_session = &gs;
             break;
@@ -625,6 +629,8 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         }
         rep->record_len = r->get_session->record_len;
         rep->version    = r->get_session->has_version ? r->get_session->version : 0;
+        rep->disk_pages = r->get_session->has_disk_pages ? r->get_session->disk_pages : 0;
+        rep->disk_bytes = r->get_session->has_disk_bytes ? r->get_session->disk_bytes : 0;
         return KVP_OK;
     case KVP__REPLY__BODY_GET_PAGES:
         if (!page_lens_ok(r->get_pages->page_len, r->get_pages->n_page_len, data_len)) {

@@ -101,7 +101,7 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     uint32_t           total, nseal, rem, P;
     size_t             row, tail_off = 0;
     kvp_key128_t       tail_key = {0, 0};
-    uint64_t           version  = 0; /* the session's: an append keeps it */
+    kvp_store_get_info_t got     = {0, 0, 0}; /* got.version: the session's; an append keeps it */
 
     if (st == NULL || sid == NULL || a == NULL) {
         KVP_LOG_ERROR(MOD, "session append with a NULL argument");
@@ -113,7 +113,7 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     }
     P      = a->page_tokens;
     row    = (size_t)a->heads * a->head_dim;
-    status = kvp_store_session_get_version(st, ns, sid, &cur, &version);
+    status = kvp_store_session_get_info(st, ns, sid, &cur, &got);
     if (status == KVP_ERR_NOT_FOUND) {
         memset(&cur, 0, sizeof(cur));
         cur.layers      = a->layers;
@@ -207,7 +207,7 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         nd.n_tail      = rem ? a->layers : 0;
         nd.tail_len    = rem ? w.tail_len : 0;
         nd.tail        = rem ? w.tail : NULL;
-        status         = kvp_store_session_put_version(st, ns, sid, &nd, version);
+        status         = kvp_store_session_put_version(st, ns, sid, &nd, got.version);
     }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "append of %u tokens to session %s failed: %s", a->ntok, sid,

@@ -525,7 +525,8 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
     return status;
 }
 
-kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
+kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pages_p,
+                                    uint64_t *bytes_p)
 {
     size_t       n = kvp_store_sess_page_count(s), nmiss = 0;
     kvp_page_t **miss;
@@ -567,6 +568,8 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s)
         }
     }
     kvp_free(miss);
+    *pages_p = status == KVP_OK ? (uint32_t)nmiss : 0;
+    *bytes_p = status == KVP_OK ? bytes : 0;
     if (status == KVP_OK && !s->hot) {
         for (size_t i = 0; i < n; i++) {
             kvp_store_page_pin(st, s->pages[i]);

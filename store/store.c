@@ -1010,14 +1010,16 @@ out:
 kvp_status_t kvp_store_session_get(kvp_store_h st, uint64_t ns, const char *sid,
                                    kvp_session_desc_t *desc)
 {
-    return kvp_store_session_get_version(st, ns, sid, desc, NULL);
+    return kvp_store_session_get_info(st, ns, sid, desc, NULL);
 }
 
-kvp_status_t kvp_store_session_get_version(kvp_store_h st, uint64_t ns, const char *sid,
-                                           kvp_session_desc_t *desc, uint64_t *version_p)
+kvp_status_t kvp_store_session_get_info(kvp_store_h st, uint64_t ns, const char *sid,
+                                        kvp_session_desc_t *desc, kvp_store_get_info_t *info)
 {
     kvp_sess_t  *s;
     kvp_status_t status;
+    uint32_t     disk_pages = 0;
+    uint64_t     disk_bytes = 0;
 
     if (st == NULL || desc == NULL || sid_check(sid) != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session get with an invalid argument");
@@ -1029,13 +1031,13 @@ kvp_status_t kvp_store_session_get_version(kvp_store_h st, uint64_t ns, const ch
         store_leave(st);
         return KVP_ERR_NOT_FOUND;
     }
-    status = kvp_store_sess_restore(st, s);
+    status = kvp_store_sess_restore(st, s, &disk_pages, &disk_bytes);
     if (status == KVP_OK) {
         status = kvp_session_desc_copy(&s->desc, desc);
         if (status != KVP_OK) {
             KVP_LOG_ERROR(MOD, "no memory to copy session %s", sid);
-        } else if (version_p != NULL) {
-            *version_p = s->version;
+        } else if (info != NULL) {
+            *info = (kvp_store_get_info_t){s->version, disk_pages, disk_bytes};
         }
         kvp_store_sess_touch(st, s);
         kvp_store_evict_if_needed(st);

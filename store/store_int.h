@@ -322,7 +322,10 @@ kvp_status_t kvp_store_sess_spill_group(struct kvp_store *st, kvp_sess_t **sess,
 /* Bytes a spill of a hot session would free: its tail slot and the slots of pages only it pins. */
 size_t       kvp_store_sess_spill_gain(const kvp_sess_t *sess);
 void         kvp_store_sess_idle(struct kvp_store *st, kvp_sess_t *sess); /* clear busy, wake */
-kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess);
+/* Make a session hot (its tail and missing pages read from disk); *pages_p / *bytes_p get what
+ * was read (0 when it was all in DRAM). */
+kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess, uint32_t *pages_p,
+                                    uint64_t *bytes_p);
 /* Remove a session from DRAM and disk; tomb_version != 0 also records that tombstone in the same
  * WriteBatch. */
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess, uint64_t tomb_version);

@@ -151,15 +151,22 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
 {
     const char *cname = codec ? kvp_codec_name((kvp_codec_id_t)codec) : "fp16 tail only";
     kvp_json_t  j;
-    char        nsh[KVP_CLI_NS_HEX];
+    char        nsh[KVP_CLI_NS_HEX], where[96];
 
     kvp_cli_ns_hex(ns, nsh);
+    if (sp->disk_bytes > 0) {
+        snprintf(where, sizeof(where), "the node read %u pages, %llu bytes back from its SSD tier",
+                 sp->disk_pages, (unsigned long long)sp->disk_bytes);
+    } else {
+        snprintf(where, sizeof(where), "all in the node's DRAM");
+    }
     if (!g->o.json) {
         printf("got session %s (namespace %s, %s, P %u) from %s: %u layers x %u tokens x %u "
-               "heads x %u, %u pages + %u tail pages, %llu bytes received -> %s\n",
+               "heads x %u, %u pages + %u tail pages, %llu bytes received (%s) -> %s\n",
                g->o.session, nsh, cname, sp->desc.page_tokens, from, kv->layers, kv->tokens,
                kv->heads, kv->head_dim, sp->n_pages, sp->desc.n_tail,
-               (unsigned long long)sp->wire_bytes, g->out);
+               (unsigned long long)sp->wire_bytes,
+               where, g->out);
         return;
     }
     kvp_cli_json_head(&j, &g->o, ns);
@@ -172,6 +179,8 @@ static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages
     kvp_json_int(&j, "tail_pages", sp->desc.n_tail);
     kvp_json_int(&j, "wire_bytes", (int64_t)sp->wire_bytes);
     kvp_json_int(&j, "version", (int64_t)sp->version); /* the record's: ns since the epoch */
+    kvp_json_int(&j, "disk_pages", sp->disk_pages);    /* read from the node's SSD tier */
+    kvp_json_int(&j, "disk_bytes", (int64_t)sp->disk_bytes);
     kvp_json_str(&j, "out", g->out);
     kvp_json_end(&j);
 }

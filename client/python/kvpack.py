@@ -90,7 +90,8 @@ class _SessionPages(ctypes.Structure):
     _fields_ = [("desc", _SessionDesc), ("n_pages", ctypes.c_uint32),
                 ("pages", ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8))),
                 ("page_lens", ctypes.POINTER(ctypes.c_size_t)), ("wire_bytes", ctypes.c_uint64),
-                ("version", ctypes.c_uint64)]
+                ("version", ctypes.c_uint64), ("disk_pages", ctypes.c_uint32),
+                ("disk_bytes", ctypes.c_uint64)]
 
 
 class _ClientParams(ctypes.Structure):
@@ -181,12 +182,15 @@ class SessionDesc:
 @dataclasses.dataclass
 class SessionPages:
     """kvp_session_pages_t: the record and every page (bytes), pages[chunk * layers + layer];
-    served_by: the node (HOST:PORT) that served it, from Cluster.get_session (else None)."""
+    served_by: the node (HOST:PORT) that served it, from Cluster.get_session (else None);
+    disk_pages / disk_bytes: what that node read back from its SSD tier for this get (0: DRAM)."""
     desc: SessionDesc
     pages: list
     wire_bytes: int
     served_by: str = None
     version: int = 0
+    disk_pages: int = 0
+    disk_bytes: int = 0
 
 
 NodeStat = dataclasses.make_dataclass("NodeStat", [(n, int) for n in _STAT_FIELDS])
@@ -513,7 +517,8 @@ def _pages_take(out):
                             for i in range(d.n_chunks)], d.tail_tokens,
                            [tail[i * each:(i + 1) * each] for i in range(d.n_tail)])
         pages = [ctypes.string_at(sp.pages[i], sp.page_lens[i]) for i in range(sp.n_pages)]
-        return SessionPages(desc, pages, sp.wire_bytes, version=sp.version)
+        return SessionPages(desc, pages, sp.wire_bytes, version=sp.version,
+                            disk_pages=sp.disk_pages, disk_bytes=sp.disk_bytes)
     finally:
         _L().kvp_session_pages_free(out)
 

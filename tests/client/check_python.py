@@ -256,7 +256,11 @@ def run_node():
             check(st.sessions >= 2 and st.dram_pages >= len(pages), f"stat {st}")
             c.spill(ns, "py-1")
             check(c.stat().spills >= 1, "spill not counted")
-            check(c.get_session(ns, "py-1").pages == pages, "pages differ after spill + restore")
+            back = c.get_session(ns, "py-1")
+            check(back.pages == pages, "pages differ after spill + restore")
+            check(back.disk_pages == len(pages) and back.disk_bytes >= sum(map(len, pages)),
+                  f"restore not reported: {back.disk_pages} pages, {back.disk_bytes} bytes")
+            check(c.get_session(ns, "py-1").disk_pages == 0, "a DRAM hit reports a disk read")
 
             # a corrupt page: KvpError CORRUPT from the node, and nothing lost
             bad = bytearray(pages[0])

@@ -4,6 +4,7 @@ sessions are on disk): an fp16 session round-trips bit-exactly (tail included); 
 comes back exactly as `kvpack eval --dequant-out` dequantizes it, and within kivi's error with a
 tail; ls lists both (paged with --page); two sessions put over the same --tokens share pages and
 rm of one leaves the other intact; rm then get is a clear error; a delete survives a node restart;
+a get says whether the node read the session back from its SSD tier (pages, bytes) or had it in DRAM;
 a malformed .kvd, a wrong --codec and a dead node each give exit 1 and lose nothing.
 usage: check_session_cli.py KVPACK KVPACKD"""
 import json
@@ -185,9 +186,20 @@ try:
     check(names == {"f16", "kv", "sh2"}, f"after restart ls shows {sorted(names)}")
     rc, _, err = kv("get", "--session", "kvt", "--out", p("kvt.kvd"))
     check(rc == 1 and "no session" in err, "deleted session is back after a restart")
-    rc, _, _ = kv("get", "--session", "f16", "--out", p("a_restart.kvd"))
+    rc, out, _ = kv("get", "--session", "f16", "--out", p("a_restart.kvd"), "--json")
     check(rc == 0 and open(p("a.kvd"), "rb").read() == open(p("a_restart.kvd"), "rb").read(),
           "fp16 session not bit-exact after the restart")
+    # the first get after a restart reads the session back from disk and says so; the next one
+    # finds it in DRAM
+    got = json.loads(out) if rc == 0 else {}
+    check(got.get("disk_pages", 0) == got.get("pages", -1) and got.get("disk_bytes", 0) > 0,
+          f"get after a restart does not report its disk read: {got}")
+    rc, out, _ = kv("get", "--session", "f16", "--out", p("a_restart2.kvd"), "--json")
+    got = json.loads(out) if rc == 0 else {}
+    check(rc == 0 and got.get("disk_pages") == 0 and got.get("disk_bytes") == 0,
+          f"second get reports a disk read: {got}")
+    rc, out, _ = kv("get", "--session", "kv", "--out", p("kv_restart.kvd"))
+    check(rc == 0 and "back from its SSD tier" in out, f"get does not say it read the disk: {out!r}")
 
     # dead node: an error, not a hang
     addr = node["addr"]

@@ -41,11 +41,11 @@ static kvp_status_t put_v(kvp_store_h st, const char *sid, const kvp_session_des
 static uint64_t version_of(kvp_store_h st, const char *sid)
 {
     kvp_session_desc_t d;
-    uint64_t           v = 12345;
+    kvp_store_get_info_t got = {12345, 0, 0};
 
-    CHECK_OK(kvp_store_session_get_version(st, NS, sid, &d, &v));
+    CHECK_OK(kvp_store_session_get_info(st, NS, sid, &d, &got));
     kvp_session_desc_clear(&d);
-    return v;
+    return got.version;
 }
 
 /* The listed entry for sid (with tombstones when deleted_too): 1 found (into *out), 0 not. */
@@ -200,7 +200,7 @@ static void case_append(const char *dir)
     kvp_session_desc_t d;
     kvp_store_h        st = open_ttl(dir, 0);
     uint64_t           ns = NS + 1;
-    uint64_t           v  = 0;
+    kvp_store_get_info_t got = {0, 0, 0};
 
     for (uint32_t i = 0; i < 64; i++) {
         ids[i] = 1000 + i * 7;
@@ -210,8 +210,8 @@ static void case_append(const char *dir)
     CHECK_OK(kvp_store_session_put_version(st, ns, "ap", &d, 500));
     kvp_session_desc_clear(&d);
     CHECK_OK(append_n(st, ns, "ap", ids, 5, 5, 20));          /* seals a chunk: 25 = 16 + 9 */
-    CHECK_OK(kvp_store_session_get_version(st, ns, "ap", &d, &v));
-    CHECK(v == 500 && d.n_chunks == 1 && d.tail_tokens == 9);
+    CHECK_OK(kvp_store_session_get_info(st, ns, "ap", &d, &got));
+    CHECK(got.version == 500 && d.n_chunks == 1 && d.tail_tokens == 9);
     kvp_session_desc_clear(&d);
     kvp_store_close(st);
 }

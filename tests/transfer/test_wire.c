@@ -254,6 +254,27 @@ static void test_rep(void)
     kvp_wire_rep_clear(&u);
     rep_truncations_fail(buf, len, 1064);
     kvp_free(buf);
+    /* get_session OK: version and what the node read from disk travel; absent ones decode as 0 */
+    memset(&r, 0, sizeof(r));
+    r.op         = KVP_WIRE_OP_GET_SESSION;
+    r.req_id     = 11;
+    r.record_len = 300;
+    r.version    = 1234567890123ull;
+    r.disk_pages = 48;
+    r.disk_bytes = 4718592ull + 3;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 300, &u) == KVP_OK);
+    CHECK(u.record_len == 300 && u.version == r.version && u.disk_pages == 48 &&
+          u.disk_bytes == r.disk_bytes);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    r.version = r.disk_bytes = 0;
+    r.disk_pages = 0;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 300, &u) == KVP_OK);
+    CHECK(u.version == 0 && u.disk_pages == 0 && u.disk_bytes == 0);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
     /* an error reply carries status and message, no body */
     memset(&r, 0, sizeof(r));
     r.op = KVP_WIRE_OP_GET_SESSION;

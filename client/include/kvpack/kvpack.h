@@ -57,6 +57,9 @@ typedef struct {
     size_t            *page_lens;
     uint64_t           wire_bytes; /* bytes received for this session */
     uint64_t           version;    /* the record's version (0: written before versions) */
+    uint32_t           disk_pages; /* pages the serving node read back from its SSD tier for this
+                                    * get (0: all were in its DRAM; also from an older node) */
+    uint64_t           disk_bytes; /* their bytes, plus the fp16 tail's when read from disk */
 } kvp_session_pages_t;
 
 kvp_status_t kvp_client_create(const kvp_client_params_t *params, kvp_client_h *client_p);

@@ -97,6 +97,8 @@ typedef struct {
     uint32_t        first_bad;      /* PUT_PAGES */
     uint32_t        record_len;     /* GET_SESSION (= data bytes) */
     uint64_t        version;        /* GET_SESSION: the record's version */
+    uint32_t        disk_pages;     /* GET_SESSION: pages the node read from its SSD tier */
+    uint64_t        disk_bytes;     /* GET_SESSION: their bytes (+ the tail's from disk) */
     uint32_t        n_pages;        /* GET_PAGES (sum of lengths = data bytes) */
     uint32_t       *page_lens;
     uint32_t        hit_chunks;     /* LOOKUP */

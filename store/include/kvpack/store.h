@@ -186,9 +186,15 @@ kvp_status_t kvp_store_session_delete_version(kvp_store_h store, uint64_t ns, co
  * KVP_ERR_STALE; no tombstone is kept. KVP_ERR_NOT_FOUND without a record. */
 kvp_status_t kvp_store_session_drop(kvp_store_h store, uint64_t ns, const char *sid,
                                     uint64_t version);
-/* As kvp_store_session_get, with the record's version (version_p may be NULL). */
-kvp_status_t kvp_store_session_get_version(kvp_store_h store, uint64_t ns, const char *sid,
-                                           kvp_session_desc_t *desc, uint64_t *version_p);
+/* What a session get found besides the record: its version and what it read from the SSD tier. */
+typedef struct {
+    uint64_t version;    /* the record's version (0: written before versions) */
+    uint32_t disk_pages; /* pages this get read back from disk (0: every one was in DRAM) */
+    uint64_t disk_bytes; /* those pages' bytes, plus the fp16 tail's when it came from disk */
+} kvp_store_get_info_t;
+/* As kvp_store_session_get, with *info filled (info may be NULL). */
+kvp_status_t kvp_store_session_get_info(kvp_store_h store, uint64_t ns, const char *sid,
+                                        kvp_session_desc_t *desc, kvp_store_get_info_t *info);
 
 /* ---- listing (list.c) ---- */
 enum kvp_store_where {
