@@ -17,37 +17,58 @@
 #define RUN_BYTES    (8ull << 20)  /* page bytes read and moved per tier commit */
 #define PERIOD_NS    2000000000ull /* background check */
 
-/* Move pages [0, n) of locs (one run, spans fitting buf) */
-static kvp_status_t move_run(kvp_tier_t *tier, kvp_tier_loc_t *locs, size_t n, uint8_t *buf,
-                             void **dst, kvp_tier_moved_t *moved, uint64_t *unread_p)
+/* a page read back is whole: its CRC and header check, and it names the key it is stored under */
+static bool page_ok(const void *page, const kvp_tier_loc_t *l)
 {
-    size_t off = 0;
+    kvp_page_info_t info;
+
+    return kvp_page_parse(page, l->len, &info) == KVP_OK && info.layer == l->pk.layer &&
+           info.chunk_key.hi == l->pk.key.hi && info.chunk_key.lo == l->pk.key.lo;
+}
+
+/* Move pages [0, n) of locs (one run, spans fitting buf). Every page is checked before it moves:
+ * a bad one is not copied; the store drops it as a failed read would (counted in *bad_p). */
+static kvp_status_t move_run(kvp_store_h st, kvp_tier_loc_t *locs, size_t n, uint8_t *buf,
+                             void **dst, kvp_tier_moved_t *moved, uint64_t *unread_p,
+                             uint64_t *bad_p)
+{
+    size_t       off = 0;
+    kvp_status_t status;
 
     for (size_t i = 0; i < n; i++) {
         dst[i] = buf + off;
         off += kvp_tier_span(locs[i].len);
     }
-    kvp_tier_pages_read(tier, n, locs, dst);
+    kvp_tier_pages_read(st->tier, n, locs, dst);
     for (size_t i = 0; i < n; i++) {
         if (locs[i].status != KVP_OK) { /* deleted meanwhile, or unreadable: left where it is */
             dst[i] = NULL;
             *unread_p += 1;
+        } else if (!page_ok(dst[i], &locs[i])) {
+            dst[i] = NULL;
+            *bad_p += 1;
         }
     }
-    return kvp_tier_pages_move(tier, n, locs, dst, moved);
+    status = kvp_tier_pages_move(st->tier, n, locs, dst, moved);
+    for (size_t i = 0; i < n; i++) {
+        if (locs[i].status == KVP_OK && dst[i] == NULL) {
+            (void)kvp_store_disk_copy_bad(st, &locs[i].pk);
+        }
+    }
+    return status;
 }
 
 /* One compaction of the victims (st->compact_mu held, store lock not held); stops between runs
  * once *stop is set (the store is closing: what moved is committed, the rest stays). */
-static kvp_status_t compact_segs(kvp_tier_t *tier, const uint64_t *ids, size_t nids,
+static kvp_status_t compact_segs(kvp_store_h st, const uint64_t *ids, size_t nids,
                                  const bool *stop, kvp_tier_moved_t *moved)
 {
     kvp_tier_loc_t *locs = NULL;
     size_t          n = 0, big = RUN_BYTES;
     uint8_t        *buf = NULL;
     void          **dst = NULL;
-    uint64_t        unread = 0, t0 = kvp_time_ns();
-    kvp_status_t    status = kvp_tier_pages_in_segs(tier, ids, nids, &locs, &n);
+    uint64_t        unread = 0, bad = 0, t0 = kvp_time_ns();
+    kvp_status_t    status = kvp_tier_pages_in_segs(st->tier, ids, nids, &locs, &n);
 
     KVP_LOG_DEBUG(MOD, "compaction: %zu live pages in %zu segments (locator walk %.1f ms)", n,
                   nids, (double)(kvp_time_ns() - t0) / 1e6);
@@ -65,8 +86,12 @@ static kvp_status_t compact_segs(kvp_tier_t *tier, const uint64_t *ids, size_t n
         while (j < n && (j == i || bytes + kvp_tier_span(locs[j].len) <= big)) {
             bytes += kvp_tier_span(locs[j++].len);
         }
-        status = move_run(tier, locs + i, j - i, buf, dst, moved, &unread);
+        status = move_run(st, locs + i, j - i, buf, dst, moved, &unread, &bad);
         i = j;
+    }
+    if (bad > 0) {
+        KVP_LOG_ERROR(MOD, "compaction: %" PRIu64 " pages failed their check (CRC, header or key) "
+                      "and were not moved", bad);
     }
     if (unread > 0) {
         KVP_LOG_WARN(MOD, "compaction: %" PRIu64 " pages could not be read (deleted meanwhile, "
@@ -101,7 +126,7 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
         before = moved.segments;
         total += nids;
         if (nids > 0) {
-            status = compact_segs(st->tier, ids, nids, &st->compactor.stop, &moved);
+            status = compact_segs(st, ids, nids, &st->compactor.stop, &moved);
         }
     } while (status == KVP_OK && nids > 0 && moved.segments > before &&
              !__atomic_load_n(&st->compactor.stop, __ATOMIC_RELAXED));

@@ -179,6 +179,25 @@ static void page_drop_bad(kvp_store_h st, kvp_page_t *p, kvp_status_t why)
     p->on_disk = false;
 }
 
+kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_pkey_t *pk)
+{
+    kvp_page_t  *p;
+    kvp_status_t status = KVP_OK;
+
+    pthread_mutex_lock(&st->lock);
+    p = kvp_index_page_find(&st->pages, pk->ns, pk->key, pk->layer);
+    if (p != NULL && p->on_disk && p->slot.ptr == NULL && p->pins == 0) {
+        KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u failed its check when compaction read it; "
+                      "dropped", (unsigned long long)p->key.hi, (unsigned long long)p->key.lo,
+                      p->layer);
+        page_drop_bad(st, p, KVP_ERR_CORRUPT);
+    } else {
+        status = KVP_ERR_BUSY;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return status;
+}
+
 /* Read n disk-only pages back: one MultiGet of their locators, pool slots for all of them, then
  * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. The store
  * lock is dropped for the MultiGet and the reads (the entries are pinned). Entries stay valid: a

@@ -352,6 +352,12 @@ void         kvp_store_syncer_stop(struct kvp_store *st);  /* close: one last ti
  * mark (the next tick retries). KVP_OK also when there was nothing to sync. */
 kvp_status_t kvp_store_sync_tick(struct kvp_store *st, void (*during)(void *arg), void *arg);
 
+/* A page's disk copy failed its check when compaction read it (store lock not held): when the
+ * page has no DRAM copy and nobody reads it, it is dropped as a failed read drops it (locator
+ * deleted, crc_failures, the sessions naming it report KVP_ERR_CORRUPT); else KVP_ERR_BUSY and
+ * the copy stays where it is (not moved). */
+kvp_status_t kvp_store_disk_copy_bad(struct kvp_store *st, const kvp_tier_pkey_t *pk);
+
 /* segment compaction thread (compact.c) */
 kvp_status_t kvp_store_compactor_start(struct kvp_store *st); /* open, once the tier is up */
 void         kvp_store_compactor_stop(struct kvp_store *st);  /* close: finishes a move in flight */

@@ -11,6 +11,7 @@
 
 #include "kvpack/alloc.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -230,6 +231,83 @@ static void case_disk_full(const char *dir)
     clear_all(d, SESS);
 }
 
+/* Flip one byte of the page whose first 256 payload bytes are pay, in whichever segment file
+ * holds it. */
+static void flip_on_disk(const char *dir, const uint8_t *pay)
+{
+    char           sub[600], path[900];
+    DIR           *dp;
+    struct dirent *e;
+    int            done = 0;
+
+    snprintf(sub, sizeof(sub), "%s/seg", dir);
+    dp = opendir(sub);
+    CHECK(dp != NULL);
+    while (!done && (e = readdir(dp)) != NULL) {
+        FILE    *f;
+        long     n;
+        uint8_t *buf;
+
+        snprintf(path, sizeof(path), "%s/%s", sub, e->d_name);
+        if (e->d_name[0] == '.' || (f = fopen(path, "r+b")) == NULL) {
+            continue;
+        }
+        fseek(f, 0, SEEK_END);
+        n   = ftell(f);
+        buf = kvp_malloc((size_t)n + 1, "seg file");
+        CHECK(buf != NULL);
+        fseek(f, 0, SEEK_SET);
+        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
+        for (long off = 0; off + 256 <= n && !done; off += 4096) {
+            for (long k = off; k < off + 4096 && k + 256 <= n; k += 64) {
+                if (memcmp(buf + k, pay, 256) == 0) {
+                    uint8_t b = buf[k + 100] ^ 0x40;
+
+                    CHECK(fseek(f, k + 100, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
+                    done = 1;
+                    break;
+                }
+            }
+        }
+        kvp_free(buf);
+        fclose(f);
+    }
+    closedir(dp);
+    CHECK(done);
+}
+
+/* A page whose disk copy went bad in a victim segment: compaction checks every page it moves, so
+ * it is not copied; it is dropped as a failed read drops it (crc_failures 1, its session reports
+ * ERR_CORRUPT, never a wrong byte), the others move, the file goes. */
+static void case_corrupt(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_h        st = open_compact(dir, 0);
+    uint8_t           *page;
+    size_t             len;
+
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    kvp_store_close(st);
+    page = t_page(&G, d[3].chunk_keys[1], 2, 1 * G.page_tokens, G.page_tokens, 0, &len);
+    flip_on_disk(dir, page + 64);
+    kvp_free(page);
+    st = open_compact(dir, 0);
+    CHECK_OK(kvp_store_compact(st, 0.5));
+    CHECK(t_stats(st).crc_failures == 1 && victims(st) == 0 && t_stats(st).compact_segments >= 7);
+    CHECK_ST(t_check_session(st, NS, "s03", &G, &d[3]), KVP_ERR_CORRUPT);
+    for (int i = 0; i < SESS; i += 3) {
+        char sid[16];
+
+        sid_of(i, sid);
+        if (i != 3) {
+            CHECK_OK(t_check_session(st, NS, sid, &G, &d[i]));
+        }
+    }
+    kvp_store_close(st);
+    clear_all(d, SESS);
+}
+
 /* With compact_dead_ratio set, the store's thread compacts by itself (it looks every 2 s). */
 static void case_background(const char *dir)
 {
@@ -338,6 +416,7 @@ int main(int argc, char **argv)
                                      {"disk_full", case_disk_full},
                                      {"background", case_background},
                                      {"concurrent", case_concurrent},
+                                     {"corrupt", case_corrupt},
                                      {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "compact");
