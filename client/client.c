@@ -1061,6 +1061,7 @@ static kvp_status_t list_take(kvp_session_list_t *l, uint32_t *cap, const kvp_wi
         e->bytes       = w->bytes;
         e->version     = w->version;
         e->deleted     = w->deleted;
+        e->damaged     = w->damaged;
     }
     return KVP_OK;
 }

@@ -342,6 +342,7 @@ static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
         w->bytes       = info[i].bytes;
         w->version     = info[i].version;
         w->deleted     = info[i].deleted;
+        w->damaged     = info[i].damaged;
     }
     rep->n_sessions = got;
     rep->more       = (uint32_t)more;

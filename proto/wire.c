@@ -429,6 +429,8 @@ static kvp_status_t list_to_pb(const kvp_wire_rep_t *rep, Kvp__ListRep *lr, void
         info[i].version     = e->version;
         info[i].has_deleted = e->deleted != 0;
         info[i].deleted     = e->deleted != 0;
+        info[i].has_damaged = e->damaged != 0;
+        info[i].damaged     = e->damaged != 0;
         ptrs[i]             = &info[i];
     }
     lr->n_sessions = n;
@@ -564,6 +566,7 @@ static kvp_status_t list_from_pb(const Kvp__ListRep *lr, kvp_wire_rep_t *rep)
         e->bytes       = in->bytes;
         e->version     = in->has_version ? in->version : 0;
         e->deleted     = in->has_deleted && in->deleted;
+        e->damaged     = in->has_damaged && in->damaged;
     }
     rep->n_sessions = (uint32_t)n;
     rep->more       = lr->more != 0;

@@ -41,8 +41,9 @@ static int item_order(const void *a, const void *b)
 }
 
 /* The session's page bytes + tail; pages whose length is not known yet (on disk, not read since
- * the store opened) count as the namespace's full sealed page. */
-static uint64_t sess_bytes(const kvp_sess_t *s, const kvp_nsprof_t *prof)
+ * the store opened) count as the namespace's full sealed page. *lost_p: pages it names that this
+ * store lost (neither in DRAM nor on disk: dropped after a failed check, or missing). */
+static uint64_t sess_bytes(const kvp_sess_t *s, const kvp_nsprof_t *prof, uint32_t *lost_p)
 {
     size_t   n     = kvp_store_sess_page_count(s);
     uint64_t bytes = s->desc.tail_len;
@@ -53,8 +54,10 @@ static uint64_t sess_bytes(const kvp_sess_t *s, const kvp_nsprof_t *prof)
                                                              prof->heads, prof->head_dim,
                                                              prof->capacity, prof->capacity);
     }
+    *lost_p = 0;
     for (size_t i = 0; i < n; i++) {
         bytes += s->pages[i]->len != 0 ? s->pages[i]->len : guess;
+        *lost_p += s->pages[i]->slot.ptr == NULL && !s->pages[i]->on_disk;
     }
     return bytes;
 }
@@ -62,6 +65,7 @@ static uint64_t sess_bytes(const kvp_sess_t *s, const kvp_nsprof_t *prof)
 static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_session_info_t *o)
 {
     const kvp_nsprof_t *prof = kvp_nsprof_find(&st->profiles, s->ns);
+    uint32_t            lost;
 
     memset(o, 0, sizeof(*o));
     o->ns = s->ns;
@@ -76,7 +80,8 @@ static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_sessi
         o->head_dim = prof->head_dim;
     }
     o->where = (s->hot ? KVP_STORE_IN_DRAM : 0u) | (s->on_disk ? KVP_STORE_ON_DISK : 0u);
-    o->bytes   = sess_bytes(s, prof);
+    o->bytes   = sess_bytes(s, prof, &lost);
+    o->damaged = lost > 0;
     o->version = s->version;
 }
 

@@ -20,6 +20,7 @@ typedef struct {
     uint32_t copied, deleted;
     uint32_t deleted_tombstoned; /* copies deleted because a newer tombstone says so */
     uint32_t replaced_stale;     /* target copies of an older version replaced by the newest */
+    uint32_t replaced_damaged;   /* target copies the node lost a page of, put again */
     uint64_t bytes;
 } repair_sum_t;
 
@@ -42,6 +43,7 @@ volatile sig_atomic_t kvp_repair_stop; /* --watch: SIGTERM/SIGINT, checked betwe
 typedef struct {
     const kvp_session_info_t *e;
     uint64_t                  holders, targets, copy_to, delete_from;
+    uint64_t                  damaged;    /* holders whose copy lost a page: not holders above */
     uint64_t                  fresh;      /* holders of the newest version */
     uint64_t                  tombs;      /* nodes holding a tombstone */
     uint64_t                  version;    /* the newest version over every node */
@@ -69,7 +71,9 @@ static void repair_usage(FILE *out)
             "same version: pages and record, fp16 tail included, byte-identical); once every\n"
             "target holds it, copies on other nodes (stand-ins from while a node was down) are\n"
             "deleted. The last copy is never deleted, and nothing is deleted before the target\n"
-            "copies succeeded.\n"
+            "copies succeeded. A damaged copy (its node lost a page of it: it fails its CRC\n"
+            "there, so that node never serves it) counts as no copy: put again on a target,\n"
+            "deleted elsewhere.\n"
             "A node that does not answer is named and skipped. Exit 0 when every node answered\n"
             "and every session is at its target set, 1 otherwise, 2 for a usage error.\n"
             "  --node LIST     the static peer list, HOST:PORT,HOST:PORT,... (as put used it)\n"
@@ -79,7 +83,7 @@ static void repair_usage(FILE *out)
             "  --dry-run       print the plan (copies and deletes per session), change nothing\n"
             "  --json          one JSON object: sessions, already_ok, repaired, failed, copied,\n"
             "                  deleted_surplus, deleted_tombstoned, replaced_stale,\n"
-            "                  bytes_moved (planned, with --dry-run),\n"
+            "                  replaced_damaged, bytes_moved (planned, with --dry-run),\n"
             "                  unverifiable, unreachable, and each session's actions\n"
             "  --watch         keep running (until SIGTERM/SIGINT, exit 0): a pass at start, a\n"
             "                  pass once the members have not changed for --settle seconds after\n"
@@ -137,16 +141,20 @@ static void repair_newest(repair_t *rp, repair_plan_t *pl, const uint64_t *versi
     }
 }
 
-/* Targets: the first r nodes of the rank that answered the list; the rest follows. */
+/* Targets: the first r nodes of the rank that answered the list; the rest follows. A damaged copy
+ * (its node lost a page of it: never served there) counts as no copy: it is put again where it
+ * is a target, deleted where it is not. */
 static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint64_t holders,
-                                uint64_t tombs, const uint64_t *versions, repair_plan_t *pl)
+                                uint64_t damaged, uint64_t tombs, const uint64_t *versions,
+                                repair_plan_t *pl)
 {
     uint32_t     got = 0;
     kvp_status_t s;
 
     memset(pl, 0, sizeof(*pl));
     pl->e       = e;
-    pl->holders = holders;
+    pl->damaged = holders & damaged;
+    pl->holders = holders & ~damaged;
     pl->tombs   = tombs;
     repair_newest(rp, pl, versions);
     s           = kvp_cluster_rank(rp->cl, e->ns, e->sid, pl->order);
@@ -169,7 +177,7 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
         pl->delete_from = holders;
         return s;
     }
-    pl->copy_to     = pl->targets & ~pl->fresh; /* absent, or an older version: replaced */
+    pl->copy_to     = pl->targets & ~pl->fresh; /* absent, older or damaged: replaced */
     pl->delete_from = holders & ~pl->targets;
     return s;
 }
@@ -195,7 +203,7 @@ static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t *
         }
         node_fail(rp, pl, k, "get (to copy from)", s);
     }
-    pl->error = "no holder could serve it";
+    pl->error = pl->fresh == 0 ? "every copy is damaged" : "no holder could serve it";
     return s;
 }
 
@@ -225,6 +233,7 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
         if (s == KVP_OK) {
             rp->sum.copied++;
             rp->sum.replaced_stale += (pl->holders & BIT(k)) != 0;
+            rp->sum.replaced_damaged += (pl->damaged & BIT(k)) != 0;
             rp->sum.bytes += bytes;
         } else {
             first = first == KVP_OK ? node_fail(rp, pl, k, "copy", s) : first;
@@ -289,7 +298,7 @@ static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
 static void repair_session(repair_t *rp, repair_plan_t *pl)
 {
     kvp_status_t s = KVP_OK;
-    char         a[1024], b[1024], c[1024], d[1024], nsh[KVP_CLI_NS_HEX];
+    char         a[1024], b[1024], c[1024], d[1024], e[1024], nsh[KVP_CLI_NS_HEX];
     bool         work = (pl->copy_to | pl->delete_from) != 0;
 
     if (!work) {
@@ -307,6 +316,7 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
     if (rp->dry_run) { /* bytes: the session's pages and tail as the holder listed them */
         rp->sum.copied += (uint32_t)__builtin_popcountll(pl->copy_to);
         rp->sum.replaced_stale += (uint32_t)__builtin_popcountll(pl->copy_to & pl->holders);
+        rp->sum.replaced_damaged += (uint32_t)__builtin_popcountll(pl->copy_to & pl->damaged);
         *(pl->tombstoned ? &rp->sum.deleted_tombstoned : &rp->sum.deleted) +=
             (uint32_t)__builtin_popcountll(pl->delete_from);
         rp->sum.bytes += pl->e->bytes * (uint64_t)__builtin_popcountll(pl->copy_to);
@@ -323,6 +333,7 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
         kvp_json_int(&rp->j, "version", (int64_t)pl->version);
         kvp_json_bool(&rp->j, "tombstoned", pl->tombstoned);
         json_nodes(rp, "replace_stale", pl->copy_to & pl->holders);
+        json_nodes(rp, "damaged", pl->damaged);
         kvp_json_str(&rp->j, "status", rp->dry_run ? "planned" : s == KVP_OK ? "ok" : "failed");
         if (s != KVP_OK) {
             kvp_json_str(&rp->j, "error", pl->error ? pl->error : kvp_status_name(s));
@@ -338,13 +349,16 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
                s != KVP_OK && pl->error ? " (see above)" : "");
         return;
     }
-    printf("%s %-24s %s%s%s%s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
+    printf("%s %-24s %s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
            rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
            pl->copy_to ? " copy to " : "", pl->copy_to ? kvp_cli_nodes_str(rp->cl, pl->copy_to, a, sizeof(a)) : "",
            pl->copy_to ? " from " : "", pl->copy_to ? kvp_cli_nodes_str(rp->cl, BIT(pl->src), b, sizeof(b)) : "",
            pl->copy_to & pl->holders ? " (replacing an older version on " : "",
            pl->copy_to & pl->holders ? kvp_cli_nodes_str(rp->cl, pl->copy_to & pl->holders, d, sizeof(d)) : "",
            pl->copy_to & pl->holders ? ")" : "",
+           pl->copy_to & pl->damaged ? " (replacing a damaged copy on " : "",
+           pl->copy_to & pl->damaged ? kvp_cli_nodes_str(rp->cl, pl->copy_to & pl->damaged, e, sizeof(e)) : "",
+           pl->copy_to & pl->damaged ? ")" : "",
            pl->delete_from ? (pl->copy_to ? "; delete surplus on " : " delete surplus on ") : "",
            pl->delete_from ? kvp_cli_nodes_str(rp->cl, pl->delete_from, c, sizeof(c)) : "",
            s != KVP_OK && pl->error ? " (see above)" : "");
@@ -373,6 +387,7 @@ static void repair_summary(repair_t *rp, const char *node)
         kvp_json_int(&rp->j, "deleted_surplus", rp->sum.deleted);
         kvp_json_int(&rp->j, "deleted_tombstoned", rp->sum.deleted_tombstoned);
         kvp_json_int(&rp->j, "replaced_stale", rp->sum.replaced_stale);
+        kvp_json_int(&rp->j, "replaced_damaged", rp->sum.replaced_damaged);
         kvp_json_int(&rp->j, "bytes_moved", (int64_t)rp->sum.bytes);
         json_nodes(rp, "unreachable", down);
         kvp_json_end(&rp->j);
@@ -476,7 +491,7 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
         if (l->holders[i] == 0) {
             continue; /* a tombstone with no copy anywhere: nothing to do */
         }
-        if (repair_plan(&rp, &l->sessions[i], l->holders[i], l->deleted[i],
+        if (repair_plan(&rp, &l->sessions[i], l->holders[i], l->damaged[i], l->deleted[i],
                         &l->versions[(size_t)i * l->stride], &pl) != KVP_OK) {
             rp.sum.failed++;
             continue;

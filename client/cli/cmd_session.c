@@ -260,7 +260,10 @@ static void ls_usage(FILE *out)
             "  --page N        sessions per LIST request (default: as many as fit one reply)\n"
             "  --max N         stop after N sessions; the output then says truncated\n"
             "  --deleted       also list rm tombstones the nodes keep (kvpackd --tombstone-ttl)\n"
-            "                  of sessions no node holds: WHERE deleted, JSON deleted: true\n");
+            "                  of sessions no node holds: WHERE deleted, JSON deleted: true\n"
+            "A copy whose node lost a page of it (the page failed its CRC32C when read, or is\n"
+            "missing on disk) is WHERE damaged (JSON damaged: true, damaged_on: its nodes): that\n"
+            "node answers ERR_CORRUPT for it until it is put again; kvpack repair does that.\n");
 }
 
 static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_list_t *l,
@@ -304,10 +307,18 @@ static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_
         kvp_json_int(&j, "bytes", (int64_t)e->bytes);
         kvp_json_int(&j, "version", (int64_t)e->version);
         kvp_json_bool(&j, "deleted", l->holders[i] == 0);
+        kvp_json_bool(&j, "damaged", l->damaged[i] != 0); /* a node lost a page of its copy */
         if (many) {
             kvp_json_arr(&j, "nodes");
             for (uint32_t k = 0; k < kvp_cluster_size(cl); k++) {
                 if ((l->holders[i] ? l->holders[i] : l->deleted[i]) & (1ull << k)) {
+                    kvp_json_str(&j, NULL, kvp_cluster_peer(cl, k));
+                }
+            }
+            kvp_json_close(&j);
+            kvp_json_arr(&j, "damaged_on");
+            for (uint32_t k = 0; k < kvp_cluster_size(cl); k++) {
+                if (l->damaged[i] & (1ull << k)) {
                     kvp_json_str(&j, NULL, kvp_cluster_peer(cl, k));
                 }
             }
@@ -328,6 +339,7 @@ static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
     for (uint32_t i = 0; i < l->n; i++) {
         const kvp_session_info_t *e = &l->sessions[i];
         const char *where = l->holders[i] == 0 ? "deleted"
+                            : l->damaged[i] != 0 ? "damaged"
                             : (e->where & KVP_SESSION_IN_DRAM)
                                 ? ((e->where & KVP_SESSION_ON_DISK) ? "dram+disk" : "dram")
                                 : ((e->where & KVP_SESSION_ON_DISK) ? "disk" : "-");

@@ -115,7 +115,7 @@ class _SessionInfo(ctypes.Structure):
                 ("codec", ctypes.c_int), ("heads", ctypes.c_uint32),
                 ("head_dim", ctypes.c_uint32), ("where", ctypes.c_uint32),
                 ("bytes", ctypes.c_uint64), ("version", ctypes.c_uint64),
-                ("deleted", ctypes.c_uint32)]
+                ("deleted", ctypes.c_uint32), ("damaged", ctypes.c_uint32)]
 
 
 class _SessionList(ctypes.Structure):
@@ -143,7 +143,8 @@ class _ClusterReport(ctypes.Structure):
 
 class _ClusterList(ctypes.Structure):
     _fields_ = [("n", ctypes.c_uint32), ("sessions", ctypes.POINTER(_SessionInfo)),
-                ("holders", ctypes.POINTER(ctypes.c_uint64)), ("truncated", ctypes.c_int),
+                ("holders", ctypes.POINTER(ctypes.c_uint64)),
+                ("damaged", ctypes.POINTER(ctypes.c_uint64)), ("truncated", ctypes.c_int),
                 ("requests", ctypes.c_uint32), ("stride", ctypes.c_uint32),
                 ("versions", ctypes.POINTER(ctypes.c_uint64)),
                 ("deleted", ctypes.POINTER(ctypes.c_uint64))]
@@ -212,6 +213,7 @@ class SessionInfo:
     where: int
     bytes: int
     version: int = 0      # the record's version (ns since the epoch; 0: written before versions)
+    damaged: bool = False  # the node lost a page it names: ERR_CORRUPT there until put again
 
 
 @dataclasses.dataclass
@@ -225,8 +227,9 @@ class SessionList:
 @dataclasses.dataclass
 class ClusterSessionInfo(SessionInfo):
     """A SessionInfo of a Cluster list (the lowest-indexed holder's) and nodes: every node
-    (HOST:PORT, peer-list order) that listed it."""
+    (HOST:PORT, peer-list order) that listed it; damaged_nodes: those whose copy is damaged."""
     nodes: list = dataclasses.field(default_factory=list)
+    damaged_nodes: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -527,7 +530,8 @@ def _info_py(s, cls=None, **extra):
     """SessionInfo (or cls, with extra fields) from a _SessionInfo."""
     return (cls or SessionInfo)(s.ns, s.sid.decode(), s.layers, s.page_tokens, s.n_chunks,
                                 s.tail_tokens, codec_name(s.codec) if s.codec else "", s.heads,
-                                s.head_dim, s.where, s.bytes, s.version, **extra)
+                                s.head_dim, s.where, s.bytes, s.version, bool(s.damaged),
+                                **extra)
 
 
 class _Handle:
@@ -782,7 +786,9 @@ class Cluster(_Handle):
             lst, peers = out.contents, self.peers
             ss = [_info_py(lst.sessions[i], ClusterSessionInfo,
                            nodes=[a for k, a in enumerate(peers)
-                                  if lst.holders[i] >> k & 1])
+                                  if lst.holders[i] >> k & 1],
+                           damaged_nodes=[a for k, a in enumerate(peers)
+                                          if lst.damaged[i] >> k & 1])
                   for i in range(lst.n)]
             down = [(a, name) for a, name, _ in self._tried(rep)[0]]
             return ClusterSessionList(ss, bool(lst.truncated), lst.requests, down)

@@ -463,6 +463,20 @@ static void case_corrupt_on_disk(void)
         kvp_page_ref_release(ref);
     }
     CHECK_ST(t_check_session(st, NS, "victim", &G, &a), KVP_ERR_CORRUPT);
+    /* listed as damaged (the bystander is not); a put of the session heals it */
+    {
+        kvp_store_session_info_t info[4];
+        uint32_t                 got;
+        int                      more;
+
+        CHECK_OK(kvp_store_session_list(st, 0, NULL, info, 4, &got, &more));
+        CHECK(got == 2 && strcmp(info[0].sid, "bystander") == 0 && !info[0].damaged &&
+              strcmp(info[1].sid, "victim") == 0 && info[1].damaged);
+        CHECK_OK(t_put_session(st, NS, "victim", &G, &a));
+        CHECK_OK(t_check_session(st, NS, "victim", &G, &a));
+        CHECK_OK(kvp_store_session_list(st, 0, NULL, info, 4, &got, &more));
+        CHECK(got == 2 && !info[1].damaged);
+    }
     kvp_store_close(st);
     /* after a restart the dropped page stays dropped: the victim is not resumable (never
      * served partly), lookup still stops before chunk 2 */

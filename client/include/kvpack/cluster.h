@@ -66,11 +66,13 @@ typedef struct {
 } kvp_cluster_report_t;
 
 /* The union of the nodes' session lists: each (ns, sid) once, in (ns, sid) order; the info is the
- * lowest-indexed holder's, holders[i] has bit k set when node k listed sessions[i]. */
+ * lowest-indexed holder's, holders[i] has bit k set when node k listed sessions[i], damaged[i]
+ * when node k's copy is damaged (kvp_session_info_t.damaged; also in holders). */
 typedef struct {
     uint32_t            n;
     kvp_session_info_t *sessions;
     uint64_t           *holders;
+    uint64_t           *damaged;
     int                 truncated; /* max reached while some node held more */
     uint32_t            requests;  /* LIST round trips, all nodes */
     /* with KVP_LIST_DELETED (kvp_cluster_list_sessions_ex), else NULL / 0: */

@@ -137,6 +137,9 @@ typedef struct {
     uint64_t       version;          /* record (or tombstone) version; 0: before versions */
     uint32_t       deleted;          /* a delete tombstone (KVP_LIST_DELETED): only ns, sid and
                                       * version are set */
+    uint32_t       damaged;          /* the node lost a page it names (failed its CRC on read, or
+                                      * missing on disk): it answers KVP_ERR_CORRUPT for it until
+                                      * the session is put again (kvpack repair copies it back) */
 } kvp_session_info_t;
 
 typedef struct {

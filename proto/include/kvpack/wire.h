@@ -24,7 +24,7 @@ extern "C" {
 #define KVP_WIRE_MAX_LIST   4096u /* sessions per LIST reply (and the largest limit asked) */
 /* Packed bytes one LIST entry can take at most (a 127-byte sid, every varint at its widest):
  * a node sends at most (header limit - KVP_WIRE_LIST_SLACK) / KVP_WIRE_LIST_ENTRY_MAX entries. */
-#define KVP_WIRE_LIST_ENTRY_MAX 240u /* 224 + version (11) + deleted (2), rounded up */
+#define KVP_WIRE_LIST_ENTRY_MAX 248u /* 224 + version (11) + deleted (2) + damaged (2), rounded up */
 #define KVP_WIRE_LIST_SLACK     128u
 
 typedef enum {
@@ -85,6 +85,7 @@ typedef struct {
     uint64_t bytes;                  /* page bytes the session names + its tail */
     uint64_t version;                /* record or tombstone version (0: before versions) */
     uint32_t deleted;                /* a tombstone (every count above is 0) */
+    uint32_t damaged;                /* names a page the node lost (not served until put again) */
 } kvp_wire_session_t;
 
 /* A reply. Same ownership rules as kvp_wire_req_t. */

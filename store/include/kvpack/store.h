@@ -212,6 +212,9 @@ typedef struct {
                                       * store opened counts as the profile's full page size */
     uint64_t version;                /* record or tombstone version */
     uint32_t deleted;                /* a tombstone: only ns, sid and version are set */
+    uint32_t damaged;                /* it names a page this store lost (failed its check or
+                                      * missing on disk): never served here, KVP_ERR_CORRUPT,
+                                      * until it is put again (kvpack repair does that) */
 } kvp_store_session_info_t;
 
 #define KVP_STORE_LIST_DELETED KVP_BIT(0) /* kvp_store_session_list_ex: tombstones too */

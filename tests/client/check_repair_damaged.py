@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""check_repair_damaged.py - a damaged copy heals from its replica. Two kvpackd nodes
+(write-through data dirs), session s1 put with --replicas 2; with node B stopped one byte of s1's
+first page is flipped in B's segment file. B back: `kvpack get --node B` fails (the page fails
+its CRC32C and B drops it, exit 1, no file), `kvpack ls --node A,B` shows s1 damaged on B, a
+get over both nodes is still served byte-identical (from A), `kvpack repair --replicas 2` puts s1
+on B again (replaced_damaged 1), and B then serves it byte-identical and lists it healthy.
+usage: check_repair_damaged.py KVPACK KVPACKD"""
+import array
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
+KVPACK, KVPACKD = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="kvp_dmg_")
+ENV = dict(os.environ, KVP_PROGRESS="0")
+fails = []
+procs = {}
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+def start(name):
+    procs[name], addr = kvptest.start_kvpackd(
+        KVPACKD, os.path.join(TMP, name + ".ready"),
+        ["--listen", "127.0.0.1:" + str(ports.get(name, 0)), "--data-dir", os.path.join(TMP, name),
+         "--dram-budget", "64M", "--durability", "write-through"], env=ENV)
+    ports[name] = int(addr.rsplit(":", 1)[1])
+    return addr
+
+
+def stop(name):
+    procs[name].terminate()
+    procs[name].wait(timeout=60)
+
+
+def cli(*args):
+    p = subprocess.run([KVPACK, *args], capture_output=True, text=True, timeout=120, env=ENV)
+    if p.stderr:
+        sys.stderr.write(p.stderr)
+    return p.returncode, p.stdout
+
+
+def get(nodes, out):
+    if os.path.exists(out):
+        os.unlink(out)
+    rc, _ = cli("get", "--node", nodes, "--session", "s1", "--out", out)
+    return rc, open(out, "rb").read() if rc == 0 and os.path.exists(out) else None
+
+
+def ls(nodes):
+    rc, out = cli("ls", "--node", nodes, "--json")
+    check(rc == 0, f"ls {nodes}: exit {rc}")
+    return {s["session"]: s for s in json.loads(out)["sessions"]} if rc == 0 else {}
+
+
+ports = {}
+try:
+    a, b = start("a"), start("b")
+    both = f"{a},{b}"
+    kvd = os.path.join(TMP, "s1.kvd")
+    L, T, H, D = 2, 300, 2, 64
+    kvptest.write_kvd(kvd, L, T, H, D,
+                      array.array("f", (((i * 37) % 509 - 254) / 64.0 for i in range(2 * L * T * H * D))))
+    rc, _ = cli("put", "--node", both, "--replicas", "2", "--session", "s1", "--kvd", kvd, "--codec", "kivi")
+    check(rc == 0, f"put: exit {rc}")
+    rc, ref = get(a, os.path.join(TMP, "ref.kvd"))
+    check(rc == 0 and ref, "get from A")
+
+    stop("b")  # flip one payload byte of the first page in B's only segment file
+    segs = sorted(glob.glob(os.path.join(TMP, "b", "seg", "*.seg")))
+    check(len(segs) == 1, f"B's segment files: {segs}")
+    with open(segs[0], "r+b") as f:
+        f.seek(200)
+        byte = f.read(1)[0]
+        f.seek(200)
+        f.write(bytes([byte ^ 0x40]))
+    b = start("b")
+    both = f"{a},{b}"
+
+    rc, got = get(b, os.path.join(TMP, "b1.kvd"))
+    check(rc == 1 and got is None, f"get of the damaged copy from B: exit {rc}")
+    info = ls(both).get("s1", {})
+    check(info.get("damaged") is True and info.get("damaged_on") == [b] and
+          sorted(info.get("nodes", [])) == sorted([a, b]), f"ls does not show B's copy damaged: {info}")
+    rc, got = get(both, os.path.join(TMP, "both.kvd"))
+    check(rc == 0 and got == ref, "a get over both nodes is not served byte-identical")
+
+    rc, out = cli("repair", "--node", both, "--replicas", "2", "--json")
+    rep = json.loads(out) if out.strip() else {}
+    print("repair:", {k: rep.get(k) for k in ("sessions", "repaired", "failed", "copied",
+                                              "replaced_damaged")})
+    check(rc == 0 and rep.get("replaced_damaged") == 1 and rep.get("copied") == 1 and
+          rep.get("failed") == 0, f"repair did not put the damaged copy back: exit {rc} {rep}")
+    rc, got = get(b, os.path.join(TMP, "b2.kvd"))
+    check(rc == 0 and got == ref, "B does not serve s1 byte-identical after the repair")
+    info = ls(both).get("s1", {})
+    check(info.get("damaged") is False and info.get("damaged_on") == [], f"still damaged: {info}")
+    rc, out = cli("repair", "--node", both, "--replicas", "2", "--json")
+    rep = json.loads(out) if out.strip() else {}
+    check(rc == 0 and rep.get("already_ok") == 1 and rep.get("copied") == 0,
+          f"a second repair is not a no-op: {rep}")
+    stop("a")
+    stop("b")
+finally:
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+print("FAILED" if fails else "ok")
+sys.exit(1 if fails else 0)
