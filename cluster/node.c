@@ -714,6 +714,9 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask        |= KVP_STORE_PARAM_COMPACT;
         sp.compact_dead_ratio = params->compact_dead_ratio;
     }
+    sp.field_mask       |= KVP_STORE_PARAM_SCRUB;
+    sp.scrub_bytes_per_s = (uint64_t)((fm & KVP_NODE_PARAM_SCRUB_MIB) ? params->scrub_mib_s
+                                                                       : KVP_NODE_SCRUB_MIB_S) << 20;
     if (fm & KVP_NODE_PARAM_SEGMENT_MIB) {
         sp.field_mask   |= KVP_STORE_PARAM_SEGMENT_BYTES;
         sp.segment_bytes = (uint64_t)params->segment_mib << 20;

@@ -54,6 +54,9 @@ static void usage(const char *prog, FILE *out)
             "                          is dead (deleted or rewritten pages), 0..1, 0 = never\n"
             "                          (default 0.5; checked every 2 s)\n"
             "  --segment-mib N         size of the SSD tier's segment files, 1..16384 (default 256)\n"
+            "  --scrub-mib-s N         read every page on disk back and check it, N MiB a second,\n"
+            "                          over and over; a bad one is dropped and its sessions listed\n"
+            "                          damaged for kvpack repair (0..4096, 0 = off; default 4)\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection\n"
@@ -149,7 +152,9 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                  &p.sync_interval_ms},
                 {"--workers", 1, 64, KVP_NODE_PARAM_WORKERS, "1..64 threads", &p.workers},
                 {"--segment-mib", 1, 16384, KVP_NODE_PARAM_SEGMENT_MIB, "1..16384 MiB",
-                 &p.segment_mib}};
+                 &p.segment_mib},
+                {"--scrub-mib-s", 0, 4096, KVP_NODE_PARAM_SCRUB_MIB, "0..4096 MiB/s (0: off)",
+                 &p.scrub_mib_s}};
         size_t k = 0;
 
         while (k < sizeof(nums) / sizeof(nums[0]) &&

@@ -26,14 +26,10 @@ static bool page_ok(const void *page, const kvp_tier_loc_t *l)
            info.chunk_key.hi == l->pk.key.hi && info.chunk_key.lo == l->pk.key.lo;
 }
 
-/* Move pages [0, n) of locs (one run, spans fitting buf). Every page is checked before it moves:
- * a bad one is not copied; the store drops it as a failed read would (counted in *bad_p). */
-static kvp_status_t move_run(kvp_store_h st, kvp_tier_loc_t *locs, size_t n, uint8_t *buf,
-                             void **dst, kvp_tier_moved_t *moved, uint64_t *unread_p,
-                             uint64_t *bad_p)
+void kvp_store_read_checked(kvp_store_h st, kvp_tier_loc_t *locs, size_t n, uint8_t *buf,
+                            void **dst, uint64_t *unread_p, uint64_t *bad_p)
 {
-    size_t       off = 0;
-    kvp_status_t status;
+    size_t off = 0;
 
     for (size_t i = 0; i < n; i++) {
         dst[i] = buf + off;
@@ -47,15 +43,19 @@ static kvp_status_t move_run(kvp_store_h st, kvp_tier_loc_t *locs, size_t n, uin
         } else if (!page_ok(dst[i], &locs[i])) {
             dst[i] = NULL;
             *bad_p += 1;
-        }
-    }
-    status = kvp_tier_pages_move(st->tier, n, locs, dst, moved);
-    for (size_t i = 0; i < n; i++) {
-        if (locs[i].status == KVP_OK && dst[i] == NULL) {
             (void)kvp_store_disk_copy_bad(st, &locs[i].pk);
         }
     }
-    return status;
+}
+
+/* Move pages [0, n) of locs (one run, spans fitting buf); a page that failed its check is not
+ * copied (kvp_store_read_checked dropped it). */
+static kvp_status_t move_run(kvp_store_h st, kvp_tier_loc_t *locs, size_t n, uint8_t *buf,
+                             void **dst, kvp_tier_moved_t *moved, uint64_t *unread_p,
+                             uint64_t *bad_p)
+{
+    kvp_store_read_checked(st, locs, n, buf, dst, unread_p, bad_p);
+    return kvp_tier_pages_move(st->tier, n, locs, dst, moved);
 }
 
 /* One compaction of the victims (st->compact_mu held, store lock not held); stops between runs

@@ -575,6 +575,16 @@ uint64_t kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
     return f->live <= 0 && f->id != s->active ? seg_unlink(s, f) : 0;
 }
 
+uint64_t kvp_segs_next(kvp_segs_t *s, uint64_t after)
+{
+    for (size_t i = 0; i < s->nfiles; i++) { /* sorted by id */
+        if (s->files[i].id > after) {
+            return s->files[i].id;
+        }
+    }
+    return 0;
+}
+
 /* dead bytes of a segment file */
 static uint64_t seg_dead(const seg_file_t *f)
 {

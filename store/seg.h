@@ -63,6 +63,8 @@ void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
  * deleted. A segment that is not the active one and reaches zero is unlinked; returns the file
  * bytes that gave back (0 when none). */
 uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* The smallest segment id above after (0: none), for walks over every segment file. */
+uint64_t kvp_segs_next(kvp_segs_t *segs, uint64_t after);
 /* Compaction victims: up to max ids of segments other than the active one whose dead bytes (size
  * minus live) are at least dead_ratio of their size (and not 0), the deadest first. */
 size_t kvp_segs_victims(kvp_segs_t *segs, double dead_ratio, uint64_t *ids, size_t max);

@@ -187,9 +187,9 @@ kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_pkey_t *pk)
     pthread_mutex_lock(&st->lock);
     p = kvp_index_page_find(&st->pages, pk->ns, pk->key, pk->layer);
     if (p != NULL && p->on_disk && p->slot.ptr == NULL && p->pins == 0) {
-        KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u failed its check when compaction read it; "
-                      "dropped", (unsigned long long)p->key.hi, (unsigned long long)p->key.lo,
-                      p->layer);
+        KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u failed its check when read back in the "
+                      "background (compaction or scrub); dropped", (unsigned long long)p->key.hi,
+                      (unsigned long long)p->key.lo, p->layer);
         page_drop_bad(st, p, KVP_ERR_CORRUPT);
     } else {
         status = KVP_ERR_BUSY;
@@ -465,6 +465,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
                                                          : DEFAULT_COMPACT_RATIO;
     uint64_t     seg_bytes = (m & KVP_STORE_PARAM_SEGMENT_BYTES) ? params->segment_bytes
                                                                  : DEFAULT_SEGMENT_BYTES;
+    uint64_t     scrub = (m & KVP_STORE_PARAM_SCRUB) ? params->scrub_bytes_per_s : 0;
 
     if (store_p == NULL || budget < 4096 || !(low > 0.0 && low <= high && high <= 1.0) ||
         (unsigned)dur > KVP_DURABILITY_INTERVAL) {
@@ -498,6 +499,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     pthread_cond_init(&st->spill_wake, NULL);
     pthread_mutex_init(&st->compact_mu, NULL);
     st->compact_ratio = compact;
+    st->scrub_rate    = scrub;
     kvp_pool_init(&st->pool, budget);
     kvp_list_init(&st->hot_lru);
     kvp_list_init(&st->cold_lru);
@@ -562,6 +564,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         if (status == KVP_OK && compact > 0.0) {
             status = kvp_store_compactor_start(st);
         }
+        if (status == KVP_OK && scrub > 0) {
+            status = kvp_store_scrubber_start(st);
+        }
         if (status != KVP_OK) {
             goto err_close;
         }
@@ -589,6 +594,7 @@ void kvp_store_close(kvp_store_h st)
     if (st == NULL) {
         return;
     }
+    kvp_store_scrubber_stop(st);  /* finishes its tick */
     kvp_store_compactor_stop(st); /* stops between moves: what moved is committed */
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */

@@ -248,6 +248,9 @@ struct kvp_store {
     kvp_ticker_t       compactor;   /* segment compaction (compact.c); with a tier and ratio > 0 */
     pthread_mutex_t    compact_mu;  /* one compaction at a time */
     double             compact_ratio; /* dead fraction that makes a segment a victim; 0 = off */
+    kvp_ticker_t       scrubber;    /* scrubbing (scrub.c); with a tier and scrub_rate > 0 */
+    uint64_t           scrub_rate;  /* bytes a second; 0 = off */
+    struct kvp_scrub_cursor *scrub_cursor; /* the scrubber thread's place */
     uint64_t           write_gen;   /* bumped by every commit without an fsync that succeeded */
     uint64_t           synced_gen;  /* write_gen the last interval sync covered */
     kvp_list_t         unsynced;    /* unsynced sessions, oldest write_gen first */
@@ -352,11 +355,23 @@ void         kvp_store_syncer_stop(struct kvp_store *st);  /* close: one last ti
  * mark (the next tick retries). KVP_OK also when there was nothing to sync. */
 kvp_status_t kvp_store_sync_tick(struct kvp_store *st, void (*during)(void *arg), void *arg);
 
-/* A page's disk copy failed its check when compaction read it (store lock not held): when the
+/* A page's disk copy failed its check on a background read (compaction, scrub; store lock not
+ * held): when the
  * page has no DRAM copy and nobody reads it, it is dropped as a failed read drops it (locator
  * deleted, crc_failures, the sessions naming it report KVP_ERR_CORRUPT); else KVP_ERR_BUSY and
  * the copy stays where it is (not moved). */
 kvp_status_t kvp_store_disk_copy_bad(struct kvp_store *st, const kvp_tier_pkey_t *pk);
+
+/* Read pages [0, n) of locs into buf (their spans back to back, 4 KiB-aligned) and check each
+ * (CRC, header, the key it is stored under): dst[i] gets its bytes, or NULL when it could not be
+ * read (deleted meanwhile, I/O error: *unread_p) or failed its check (then dropped through
+ * kvp_store_disk_copy_bad: *bad_p). Store lock not held. Compaction and scrubbing read this way. */
+void kvp_store_read_checked(struct kvp_store *st, kvp_tier_loc_t *locs, size_t n, uint8_t *buf,
+                            void **dst, uint64_t *unread_p, uint64_t *bad_p);
+
+/* scrubbing thread (scrub.c) */
+kvp_status_t kvp_store_scrubber_start(struct kvp_store *st); /* open, once the tier is up */
+void         kvp_store_scrubber_stop(struct kvp_store *st);  /* close: finishes its tick */
 
 /* segment compaction thread (compact.c) */
 kvp_status_t kvp_store_compactor_start(struct kvp_store *st); /* open, once the tier is up */

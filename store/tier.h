@@ -103,6 +103,8 @@ void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n);
  * by copying it to the active segment and rewriting its locator; the old file goes once no
  * locator names it. */
 
+/* The smallest segment id above after (0: none): a walk over every segment file (scrubbing). */
+uint64_t kvp_tier_segment_after(kvp_tier_t *tier, uint64_t after);
 /* Up to max ids of segments (not the active one) whose dead bytes are at least dead_ratio of
  * their size, the deadest first. */
 size_t kvp_tier_compact_victims(kvp_tier_t *tier, double dead_ratio, uint64_t *ids, size_t max);

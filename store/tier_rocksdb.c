@@ -859,6 +859,16 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
     return status;
 }
 
+uint64_t kvp_tier_segment_after(kvp_tier_t *t, uint64_t after)
+{
+    uint64_t id;
+
+    pthread_mutex_lock(&t->mu);
+    id = kvp_segs_next(t->segs, after);
+    pthread_mutex_unlock(&t->mu);
+    return id;
+}
+
 size_t kvp_tier_compact_victims(kvp_tier_t *t, double dead_ratio, uint64_t *ids, size_t max)
 {
     size_t n;

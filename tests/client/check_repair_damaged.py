@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """check_repair_damaged.py - a damaged copy heals from its replica. Two kvpackd nodes
 (write-through data dirs), session s1 put with --replicas 2; with node B stopped one byte of s1's
-first page is flipped in B's segment file. B back: `kvpack get --node B` fails (the page fails
-its CRC32C and B drops it, exit 1, no file), `kvpack ls --node A,B` shows s1 damaged on B, a
-get over both nodes is still served byte-identical (from A), `kvpack repair --replicas 2` puts s1
+first page is flipped in B's segment file. B back: before any get, B's scrubber (default
+--scrub-mib-s 4) finds the page bad and drops it, so `kvpack ls --node A,B` shows s1 damaged on B
+within seconds; `kvpack get --node B` fails (exit 1, no file), a get over both nodes is still
+served byte-identical (from A), `kvpack repair --replicas 2` puts s1
 on B again (replaced_damaged 1), and B then serves it byte-identical and lists it healthy.
 usage: check_repair_damaged.py KVPACK KVPACKD"""
 import array
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -90,11 +92,15 @@ try:
     b = start("b")
     both = f"{a},{b}"
 
-    rc, got = get(b, os.path.join(TMP, "b1.kvd"))
-    check(rc == 1 and got is None, f"get of the damaged copy from B: exit {rc}")
+    deadline = time.monotonic() + 15  # the scrubber finds it; no get reads it before
+    while time.monotonic() < deadline and not ls(both).get("s1", {}).get("damaged"):
+        time.sleep(0.2)
     info = ls(both).get("s1", {})
     check(info.get("damaged") is True and info.get("damaged_on") == [b] and
-          sorted(info.get("nodes", [])) == sorted([a, b]), f"ls does not show B's copy damaged: {info}")
+          sorted(info.get("nodes", [])) == sorted([a, b]),
+          f"the scrubber did not find B's copy damaged: {info}")
+    rc, got = get(b, os.path.join(TMP, "b1.kvd"))
+    check(rc == 1 and got is None, f"get of the damaged copy from B: exit {rc}")
     rc, got = get(both, os.path.join(TMP, "both.kvd"))
     check(rc == 0 and got == ref, "a get over both nodes is not served byte-identical")
 

@@ -218,7 +218,8 @@ try:
                 "kvpack_crc_failures_total", "kvpack_disk_errors_total",
                 "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving",
                 "kvpack_compact_segments_total", "kvpack_compact_moved_bytes_total",
-                "kvpack_compact_freed_bytes_total",
+                "kvpack_compact_freed_bytes_total", "kvpack_scrub_bytes_total",
+                "kvpack_scrub_passes_total",
                 HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
                 RESTORE_H + "_sum", RESTORE_H + "_bucket"):
         check(any(k[0] == fam for k in m0), f"/metrics lacks {fam}")

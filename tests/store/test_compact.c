@@ -11,7 +11,6 @@
 
 #include "kvpack/alloc.h"
 
-#include <dirent.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -21,19 +20,25 @@ static const tgeom_t G = {4, 2, 64, 16};
 #define SESS     24
 #define SESS_ON_DISK (4ull * 4 * 12288)
 
-static kvp_store_h open_compact(const char *dir, double ratio)
+static kvp_store_h open_compact_scrub(const char *dir, double ratio, uint64_t scrub)
 {
     kvp_store_params_t p = {0};
     kvp_store_h        st;
 
     p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                    KVP_STORE_PARAM_COMPACT | KVP_STORE_PARAM_SEGMENT_BYTES;
+                    KVP_STORE_PARAM_COMPACT | KVP_STORE_PARAM_SEGMENT_BYTES | KVP_STORE_PARAM_SCRUB;
     p.dram_budget = 64u << 20;
     p.db_path     = dir;
     p.compact_dead_ratio = ratio;
     p.segment_bytes      = SEG;
+    p.scrub_bytes_per_s  = scrub;
     CHECK_OK(kvp_store_open(&p, &st));
     return st;
+}
+
+static kvp_store_h open_compact(const char *dir, double ratio)
+{
+    return open_compact_scrub(dir, ratio, 0);
 }
 
 static void sid_of(int i, char *sid)
@@ -231,51 +236,6 @@ static void case_disk_full(const char *dir)
     clear_all(d, SESS);
 }
 
-/* Flip one byte of the page whose first 256 payload bytes are pay, in whichever segment file
- * holds it. */
-static void flip_on_disk(const char *dir, const uint8_t *pay)
-{
-    char           sub[600], path[900];
-    DIR           *dp;
-    struct dirent *e;
-    int            done = 0;
-
-    snprintf(sub, sizeof(sub), "%s/seg", dir);
-    dp = opendir(sub);
-    CHECK(dp != NULL);
-    while (!done && (e = readdir(dp)) != NULL) {
-        FILE    *f;
-        long     n;
-        uint8_t *buf;
-
-        snprintf(path, sizeof(path), "%s/%s", sub, e->d_name);
-        if (e->d_name[0] == '.' || (f = fopen(path, "r+b")) == NULL) {
-            continue;
-        }
-        fseek(f, 0, SEEK_END);
-        n   = ftell(f);
-        buf = kvp_malloc((size_t)n + 1, "seg file");
-        CHECK(buf != NULL);
-        fseek(f, 0, SEEK_SET);
-        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
-        for (long off = 0; off + 256 <= n && !done; off += 4096) {
-            for (long k = off; k < off + 4096 && k + 256 <= n; k += 64) {
-                if (memcmp(buf + k, pay, 256) == 0) {
-                    uint8_t b = buf[k + 100] ^ 0x40;
-
-                    CHECK(fseek(f, k + 100, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
-                    done = 1;
-                    break;
-                }
-            }
-        }
-        kvp_free(buf);
-        fclose(f);
-    }
-    closedir(dp);
-    CHECK(done);
-}
-
 /* A page whose disk copy went bad in a victim segment: compaction checks every page it moves, so
  * it is not copied; it is dropped as a failed read drops it (crc_failures 1, its session reports
  * ERR_CORRUPT, never a wrong byte), the others move, the file goes. */
@@ -290,7 +250,7 @@ static void case_corrupt(const char *dir)
     delete_most(st, SESS);
     kvp_store_close(st);
     page = t_page(&G, d[3].chunk_keys[1], 2, 1 * G.page_tokens, G.page_tokens, 0, &len);
-    flip_on_disk(dir, page + 64);
+    t_flip_on_disk(dir, page + 64);
     kvp_free(page);
     st = open_compact(dir, 0);
     CHECK_OK(kvp_store_compact(st, 0.5));
@@ -352,12 +312,13 @@ static void *reader_main(void *arg)
 }
 
 /* Two threads restore (get, check every byte, spill again) the kept sessions over and over
- * while the main thread puts, spills and deletes other sessions and compacts: every read stays
- * byte-identical, nothing fails (run under TSan too). */
+ * while the main thread puts, spills and deletes other sessions and compacts, and the scrubber
+ * reads everything back at 64 MiB/s: every read stays byte-identical, nothing fails, the scrub
+ * finds nothing bad (run under TSan too). */
 static void case_concurrent(const char *dir)
 {
     kvp_session_desc_t d[SESS], e;
-    kvp_store_h        st = open_compact(dir, 0);
+    kvp_store_h        st = open_compact_scrub(dir, 0, 64u << 20);
     int                stop = 0;
     reader_t           r[2];
     pthread_t          th[2];
@@ -391,9 +352,12 @@ static void case_concurrent(const char *dir)
     for (int k = 0; k < 2; k++) {
         CHECK(pthread_join(th[k], NULL) == 0);
     }
-    printf("%d writer rounds, reader rounds %d + %d, %llu files removed by compaction\n", n,
-           r[0].rounds, r[1].rounds, (unsigned long long)t_stats(st).compact_segments);
+    printf("%d writer rounds, reader rounds %d + %d, %llu files removed by compaction, %llu bytes "
+           "scrubbed\n", n, r[0].rounds, r[1].rounds,
+           (unsigned long long)t_stats(st).compact_segments,
+           (unsigned long long)t_stats(st).scrub_bytes);
     CHECK(r[0].rounds > 0 && r[1].rounds > 0 && t_stats(st).compact_segments >= 7);
+    CHECK(t_stats(st).scrub_bytes > 0);
     CHECK(t_stats(st).crc_failures == 0 && t_stats(st).disk_errors == 0);
     check_kept(st, d, SESS, -1);
     for (int i = 0; i + 2 < n; i += 3) { /* the writer's survivors */

@@ -33,7 +33,10 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_SYNC_INTERVAL = KVP_BIT(13),
     KVP_NODE_PARAM_COMPACT       = KVP_BIT(14),
     KVP_NODE_PARAM_SEGMENT_MIB   = KVP_BIT(15),
+    KVP_NODE_PARAM_SCRUB_MIB     = KVP_BIT(16),
 };
+
+#define KVP_NODE_SCRUB_MIB_S 4u /* default scrubbing rate of a node with a data dir */
 
 typedef struct kvp_node_params {
     uint64_t         field_mask;    /* MUST be first */
@@ -60,6 +63,7 @@ typedef struct kvp_node_params {
     double           compact_dead_ratio; /* segment compaction threshold, 0..1 (0: off);
                                           * default 0.5 (kvp_store_params_t) */
     uint32_t         segment_mib;   /* segment file size, 1..16384 MiB; default 256 */
+    uint32_t         scrub_mib_s;   /* scrubbing rate in MiB/s, 0 = off; default 4 */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on

@@ -64,6 +64,7 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_SYNC_INTERVAL = KVP_BIT(9),
     KVP_STORE_PARAM_COMPACT       = KVP_BIT(10),
     KVP_STORE_PARAM_SEGMENT_BYTES = KVP_BIT(11),
+    KVP_STORE_PARAM_SCRUB         = KVP_BIT(12),
 };
 
 typedef struct kvp_store_params {
@@ -87,6 +88,9 @@ typedef struct kvp_store_params {
                                           * of their size (0 < r <= 1); 0 = off; default 0.5 */
     uint64_t         segment_bytes;  /* a segment file this large starts the next one;
                                       * 64 KiB..16 GiB, default 256 MiB */
+    uint64_t         scrub_bytes_per_s; /* scrubbing: a background thread reads every page on
+                                         * disk back and checks it, this many bytes a second, over
+                                         * and over; 0 = off (default) */
 } kvp_store_params_t;
 
 typedef struct {
@@ -132,6 +136,8 @@ typedef struct {
     uint64_t compact_segments;    /* segment files compaction emptied and removed */
     uint64_t compact_moved_bytes; /* live page bytes compaction copied to move them */
     uint64_t compact_freed_bytes; /* file bytes given back by the segments it removed */
+    uint64_t scrub_bytes;         /* page bytes scrubbing read back and checked */
+    uint64_t scrub_passes;        /* complete passes over every page on disk */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
@@ -252,6 +258,14 @@ kvp_status_t kvp_store_quiesce(kvp_store_h store);
  * store lock is not held. A failed write (full disk) counts one disk error and loses nothing;
  * the old file stays. KVP_ERR_UNSUPPORTED without a db_path. */
 kvp_status_t kvp_store_compact(kvp_store_h store, double dead_ratio);
+
+/* Scrubbing (scrub.c), one whole pass now (the background thread, scrub_bytes_per_s > 0, does the
+ * same a little every second): every page on disk is read back and checked (CRC32C, header, the
+ * key it is stored under); a bad one is dropped as a failed read drops it (crc_failures; the
+ * sessions naming it list as damaged and answer KVP_ERR_CORRUPT; a page whose DRAM copy is
+ * intact keeps it and its disk copy). Counted in scrub_bytes and scrub_passes. KVP_ERR_UNSUPPORTED
+ * without a db_path. */
+kvp_status_t kvp_store_scrub(kvp_store_h store);
 
 /* ---- tail append and sealing (append.c) ----
  * A session's last < P tokens live in its fp16 tail (one KVP_PAGE_F_TAIL page per layer). An
