@@ -1,5 +1,6 @@
 """kvptest.py - what the Python test scripts share: starting a kvpackd and waiting until it listens
-(its --ready-file, written by rename, names the bound port), and importing the source tree's
+(its --ready-file, written by rename, names the bound port; with --http, its port and one
+/metrics value), and importing the source tree's
 Python binding against a built libkvpack.so; free ports and a one-member etcd; .kvd files. The scripts put tests/ on sys.path with bytecode
 writing off, so nothing lands in the source tree."""
 import json
@@ -30,6 +31,30 @@ def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", t
         proc.kill()
         proc.wait()
     sys.exit(f"{what} did not start")
+
+
+def start_kvpackd_http(kvpackd, tmp, args, env=None):
+    """start_kvpackd(ARGS + --http 127.0.0.1:0) with its ready files in tmp; once it listens on
+    both returns (proc, "127.0.0.1:PORT", http_port)."""
+    ready, http_ready = os.path.join(tmp, "ready"), os.path.join(tmp, "http_ready")
+    if os.path.exists(http_ready):
+        os.unlink(http_ready)
+    proc, addr = start_kvpackd(kvpackd, ready, [*args, "--http", "127.0.0.1:0",
+                                                "--http-ready-file", http_ready], env=env)
+    for _ in range(300):
+        if os.path.exists(http_ready):
+            break
+        time.sleep(0.01)
+    return proc, addr, int(open(http_ready).read())
+
+
+def metric(http_port, name):
+    """The value of the unlabelled series `name` in the node's /metrics, or None."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read()
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
 
 
 def load_kvpack(lib):

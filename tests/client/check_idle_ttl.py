@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -31,19 +30,9 @@ def check(cond, what):
 
 
 def start_node():
-    http_ready = os.path.join(tmp, "http_ready")
-    if os.path.exists(http_ready):
-        os.unlink(http_ready)
-    node["proc"], node["addr"] = kvptest.start_kvpackd(
-        kvpackd, os.path.join(tmp, "ready"),
-        ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"), "--dram-budget", "64M",
-         "--durability", "write-through", "--idle-ttl", "3", "--http", "127.0.0.1:0",
-         "--http-ready-file", http_ready], env=env)
-    for _ in range(300):
-        if os.path.exists(http_ready):
-            break
-        time.sleep(0.01)
-    node["http"] = int(open(http_ready).read())
+    node["proc"], node["addr"], node["http"] = kvptest.start_kvpackd_http(
+        kvpackd, tmp, ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"), "--dram-budget", "64M",
+         "--durability", "write-through", "--idle-ttl", "3"], env=env)
 
 
 def stop_node():
@@ -60,11 +49,7 @@ def kv(cmd, *args):
 
 
 def metric(name):
-    body = urllib.request.urlopen(f"http://127.0.0.1:{node['http']}/metrics", timeout=10).read()
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
+    return kvptest.metric(node["http"], name)
 
 
 try:
