@@ -69,6 +69,12 @@ static const struct {
      offsetof(kvp_store_stats_t, disk_bytes)},
     {"kvpack_disk_live_bytes", "gauge", "Bytes of the segment files that pages on disk still use",
      offsetof(kvp_store_stats_t, disk_live_bytes)},
+    {"kvpack_disk_logical_bytes_total", "counter",
+     "Page and record bytes the store committed to its SSD tier (spills, write-through puts)",
+     offsetof(kvp_store_stats_t, disk_logical_bytes)},
+    {"kvpack_disk_segment_write_bytes_total", "counter",
+     "Bytes appended to segment files (4 KiB page spans, compaction copies included)",
+     offsetof(kvp_store_stats_t, disk_segment_write_bytes)},
     {"kvpack_compact_segments_total", "counter",
      "Segment files compaction emptied and removed (--compact-ratio)",
      offsetof(kvp_store_stats_t, compact_segments)},
@@ -169,6 +175,36 @@ static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
     }
 }
 
+/* What the node process sent to storage (/proc/self/io write_bytes: segment files, RocksDB's WAL,
+ * flushes and compactions, everything else) and that over the logical bytes: the write
+ * amplification an SSD sees. Left out where the kernel does not account task I/O. */
+static void process_writes(kvp_http_reply_t *r, uint64_t logical)
+{
+    FILE              *f = fopen("/proc/self/io", "r");
+    char               line[128];
+    unsigned long long wb = 0;
+    int                found = 0;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        found |= sscanf(line, "write_bytes: %llu", &wb) == 1;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    if (!found) {
+        return;
+    }
+    family(r, "kvpack_process_disk_write_bytes_total", "counter",
+           "Bytes the node process sent to storage (/proc/self/io write_bytes: segment files, "
+           "RocksDB WAL, flushes and compactions)");
+    kvp_http_reply_printf(r, "kvpack_process_disk_write_bytes_total %llu\n", wb);
+    if (logical > 0) {
+        family(r, "kvpack_write_amplification", "gauge",
+               "kvpack_process_disk_write_bytes_total over kvpack_disk_logical_bytes_total");
+        kvp_http_reply_printf(r, "kvpack_write_amplification %.4f\n", (double)wb / (double)logical);
+    }
+}
+
 static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
 {
     kvp_store_stats_t st;
@@ -189,6 +225,7 @@ static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
         kvp_http_reply_printf(r, "%s %llu\n", store_families[i].name, (unsigned long long)v);
     }
     if (open) {
+        process_writes(r, st.disk_logical_bytes);
         family(r, "kvpack_spill_duration_seconds", "histogram",
                "Time to spill one session to disk, its write and fdatasync included");
         hist_series(r, "kvpack_spill_duration_seconds", "", st.spill_hist, st.spill_ns);

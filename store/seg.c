@@ -44,6 +44,7 @@ struct kvp_segs {
     uint64_t    roll;    /* segment size that starts a new one */
     uint64_t    active;  /* id of the file being appended, 0 = none yet */
     int         wfd;
+    uint64_t    written;  /* bytes appended to segment files since open (spans, padding included) */
     uint64_t    app_gen;  /* appends so far (each non-empty kvp_segs_append adds one) */
     uint64_t    sync_gen; /* appends an fdatasync has covered: < app_gen means dirty */
 };
@@ -341,6 +342,7 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
             return errno_status(e ? e : EIO);
         }
         f->size += bytes;
+        s->written += bytes;
         i += (size_t)cnt;
     }
     return sync ? kvp_segs_sync(s) : KVP_OK;
@@ -631,7 +633,7 @@ void kvp_segs_reap(kvp_segs_t *s)
 }
 
 void kvp_segs_stats(kvp_segs_t *s, uint64_t *files_p, uint64_t *file_bytes_p,
-                    uint64_t *live_bytes_p)
+                    uint64_t *live_bytes_p, uint64_t *written_p)
 {
     uint64_t bytes = 0, live = 0;
 
@@ -642,4 +644,5 @@ void kvp_segs_stats(kvp_segs_t *s, uint64_t *files_p, uint64_t *file_bytes_p,
     *files_p      = s->nfiles;
     *file_bytes_p = bytes;
     *live_bytes_p = live;
+    *written_p    = s->written;
 }

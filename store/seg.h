@@ -70,7 +70,9 @@ uint64_t kvp_segs_next(kvp_segs_t *segs, uint64_t after);
 size_t kvp_segs_victims(kvp_segs_t *segs, double dead_ratio, uint64_t *ids, size_t max);
 /* After the open-time sweep: unlink every non-active segment with no live bytes. */
 void kvp_segs_reap(kvp_segs_t *segs);
+/* Segment files, their bytes, the bytes durable locators name, and the bytes appended since
+ * open (every page's 4 KiB-aligned span, compaction copies included). */
 void kvp_segs_stats(kvp_segs_t *segs, uint64_t *files_p, uint64_t *file_bytes_p,
-                    uint64_t *live_bytes_p);
+                    uint64_t *live_bytes_p, uint64_t *written_p);
 
 #endif

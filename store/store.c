@@ -1179,8 +1179,14 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     }
     *stats                  = st->stats;
     if (st->tier != NULL) {
-        kvp_tier_disk_stats(st->tier, &stats->disk_files, &stats->disk_bytes,
-                            &stats->disk_live_bytes);
+        kvp_tier_disk_t d;
+
+        kvp_tier_disk_stats(st->tier, &d);
+        stats->disk_files               = d.files;
+        stats->disk_bytes               = d.file_bytes;
+        stats->disk_live_bytes          = d.live_bytes;
+        stats->disk_logical_bytes       = d.logical_bytes;
+        stats->disk_segment_write_bytes = d.segment_write_bytes;
     }
     stats->dram_bytes       = st->pool.used;
     stats->sessions         = st->sessions.count;

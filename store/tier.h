@@ -135,9 +135,15 @@ void kvp_tier_set_read_hook(kvp_tier_t *tier, void (*fn)(void *arg), void *arg);
 typedef bool (*kvp_tier_keep_cb_t)(void *arg, const kvp_tier_pkey_t *pk);
 kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *tier, kvp_tier_keep_cb_t keep, void *arg,
                                   uint64_t *dropped_p);
-/* Segment files, their bytes, and the bytes durable locators name. */
-void kvp_tier_disk_stats(kvp_tier_t *tier, uint64_t *files_p, uint64_t *file_bytes_p,
-                         uint64_t *live_bytes_p);
+/* What is on disk and what was written since open. */
+typedef struct {
+    uint64_t files, file_bytes, live_bytes; /* segment files, their size, what locators name */
+    uint64_t logical_bytes;       /* bytes of committed batches: pages and records the store asked
+                                   * to persist (not compaction's copies) */
+    uint64_t segment_write_bytes; /* bytes appended to segment files (4 KiB spans, compaction
+                                   * copies included) */
+} kvp_tier_disk_t;
+void kvp_tier_disk_stats(kvp_tier_t *tier, kvp_tier_disk_t *out);
 
 /* Session record: *blob_p is kvp_malloc'd (kvp_free). */
 kvp_status_t kvp_tier_session_get(kvp_tier_t *tier, uint64_t ns, const char *sid, uint8_t **blob_p,

@@ -44,6 +44,7 @@ struct kvp_tier {
     pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
                                                   * kvp_tier_sync do their I/O outside it) */
     uint64_t                         moves;      /* compaction moves committed (written under mu) */
+    uint64_t                         logical;    /* bytes of committed batches (kvp_tier_disk_t) */
     void                           (*read_hook)(void *arg); /* test hook (kvp_tier_set_read_hook) */
     void                            *read_hook_arg;
     char                            *path;
@@ -582,6 +583,7 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     rocksdb_write(t->db, mode == KVP_TIER_SYNC ? t->wo_sync : t->wo_wal, b->wb, &err);
     status = map_err("write", &err);
     if (status == KVP_OK) {
+        t->logical += b->bytes;
         for (size_t i = 0; i < b->nputs; i++) {
             kvp_segs_live_add(t->segs, b->puts[i].ext.seg,
                               (int64_t)kvp_seg_span(b->puts[i].ext.len));
@@ -1039,11 +1041,12 @@ void kvp_tier_set_read_hook(kvp_tier_t *t, void (*fn)(void *arg), void *arg)
     __atomic_store_n(&t->read_hook, fn, __ATOMIC_RELEASE);
 }
 
-void kvp_tier_disk_stats(kvp_tier_t *t, uint64_t *files_p, uint64_t *file_bytes_p,
-                         uint64_t *live_bytes_p)
+void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
 {
     pthread_mutex_lock(&t->mu);
-    kvp_segs_stats(t->segs, files_p, file_bytes_p, live_bytes_p);
+    kvp_segs_stats(t->segs, &out->files, &out->file_bytes, &out->live_bytes,
+                   &out->segment_write_bytes);
+    out->logical_bytes = t->logical;
     pthread_mutex_unlock(&t->mu);
 }
 

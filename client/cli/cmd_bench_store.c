@@ -100,6 +100,26 @@ static size_t make_page(const opts_t *o, kvp_key128_t key, uint32_t layer, uint8
     return KVP_PAGE_HDR_BYTES + payload;
 }
 
+/* Bytes this process sent to storage so far (/proc/self/io write_bytes), or -1 where the kernel
+ * does not account task I/O. */
+static int64_t proc_write_bytes(void)
+{
+    FILE              *f = fopen("/proc/self/io", "r");
+    char               line[128];
+    unsigned long long wb;
+    int64_t            out = -1;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "write_bytes: %llu", &wb) == 1) {
+            out = (int64_t)wb;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return out;
+}
+
 static void drop_cache(const char *path)
 {
     int fd = open(path, O_RDONLY);
@@ -463,6 +483,8 @@ int kvp_cmd_bench_store(int argc, char **argv)
     spiller_run_t     sp[2];
     compact_run_t     cr;
     double            raw_copy_s = 0;
+    int64_t           wb0, spill_dev;
+    uint64_t          spill_logical, spill_seg;
     int               nsp = 0;
     char              dir[512], db[600], raw[600];
     const char       *base;
@@ -538,6 +560,7 @@ int kvp_cmd_bench_store(int argc, char **argv)
 
     /* 2. spill: each session is put (untimed), then spilled (timed, durable on return) */
     st = open_store(db, (size_t)(sess_bytes * 2 + (64u << 20)));
+    wb0 = proc_write_bytes();
     if (st == NULL) {
         return 1;
     }
@@ -573,7 +596,11 @@ int kvp_cmd_bench_store(int argc, char **argv)
         }
         kvp_progress("spill", s + 1, o.sessions);
     }
-    kvp_store_close(st);
+    kvp_store_stats(st, &stats);
+    kvp_store_close(st); /* its last WAL and memtable writes count too */
+    spill_logical = stats.disk_logical_bytes;
+    spill_seg     = stats.disk_segment_write_bytes;
+    spill_dev     = wb0 >= 0 && proc_write_bytes() >= wb0 ? proc_write_bytes() - wb0 : -1;
 
     /* 3. restart, cold page cache, restore every session */
     drop_cache_dir(db);
@@ -668,6 +695,15 @@ int kvp_cmd_bench_store(int argc, char **argv)
             kvp_json_num(&j, "spill_vs_raw_write", spill_gbs / raw_wr);
             kvp_json_num(&j, "restore_vs_raw_read", restore_gbs / raw_rd);
             kvp_json_num(&j, "warm_restart_ms", restart_ms);
+            /* what the spills wrote: logical (pages + records), segment file bytes, and all the
+             * process's disk writes (segments, WAL, flushes, compactions) over the logical bytes */
+            kvp_json_int(&j, "spill_logical_bytes", (int64_t)spill_logical);
+            kvp_json_int(&j, "spill_segment_write_bytes", (int64_t)spill_seg);
+            if (spill_dev >= 0) {
+                kvp_json_int(&j, "spill_device_write_bytes", spill_dev);
+                kvp_json_num(&j, "spill_write_amplification",
+                             spill_logical ? (double)spill_dev / (double)spill_logical : 0.0);
+            }
             kvp_json_int(&j, "spills", (int64_t)stats.spills);
             kvp_json_int(&j, "restores", (int64_t)stats.restores);
             kvp_json_int(&j, "crc_failures", (int64_t)stats.crc_failures);
@@ -715,6 +751,12 @@ int kvp_cmd_bench_store(int argc, char **argv)
             printf("  restore   %.2f GB/s  = %.2f x raw read (cold cache)\n", restore_gbs,
                    restore_gbs / raw_rd);
             printf("  warm restart %.1f ms\n", restart_ms);
+            if (spill_dev >= 0 && spill_logical > 0) {
+                printf("  spill writes: %.1f MiB logical, %.1f MiB to segment files, %.1f MiB "
+                       "sent to the device in all: write amplification %.3f\n",
+                       (double)spill_logical / 1048576.0, (double)spill_seg / 1048576.0,
+                       (double)spill_dev / 1048576.0, (double)spill_dev / (double)spill_logical);
+            }
             for (int k = 0; k < nsp; k++) {
                 printf("  spiller, %llu sessions of %llu pages, group %llu: %.0f sessions/s, "
                        "%.0f MB/s (%llu syncs for %llu spills)\n",

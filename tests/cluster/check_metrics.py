@@ -219,6 +219,7 @@ try:
                 "kvpack_expired_sessions_total", "kvpack_uptime_seconds", "kvpack_serving",
                 "kvpack_compact_segments_total", "kvpack_compact_moved_bytes_total",
                 "kvpack_compact_freed_bytes_total", "kvpack_scrub_bytes_total",
+                "kvpack_disk_logical_bytes_total", "kvpack_disk_segment_write_bytes_total",
                 "kvpack_scrub_passes_total",
                 HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
                 RESTORE_H + "_sum", RESTORE_H + "_bucket"):
@@ -279,6 +280,16 @@ try:
     check(m(m2, "kvpack_spill_syncs_total") == m(m1, "kvpack_spill_syncs_total") + 1,
           "the SPILL's sync not counted")
     check(m(m2, "kvpack_spill_bytes_total") >= put.get("bytes", 1), "spill bytes")
+    # what the spill wrote: its pages and record (logical), the pages' 4 KiB spans in segment
+    # files, and (where the kernel accounts task I/O) the process's disk writes and their ratio
+    logical = m(m2, "kvpack_disk_logical_bytes_total") - m(m1, "kvpack_disk_logical_bytes_total")
+    seg = (m(m2, "kvpack_disk_segment_write_bytes_total") -
+           m(m1, "kvpack_disk_segment_write_bytes_total"))
+    check(logical >= m(m2, "kvpack_spill_bytes_total") - m(m1, "kvpack_spill_bytes_total") > 0 and
+          seg >= logical - 65536 and seg % 4096 == 0, f"spill write bytes: logical {logical} segment {seg}")
+    if m(m2, "kvpack_process_disk_write_bytes_total") is not None:
+        check(m(m2, "kvpack_write_amplification") is not None and
+              m(m2, "kvpack_write_amplification") >= 0, "write amplification gauge")
     check(m(m2, "kvpack_sessions_on_disk") == 1 and m(m2, "kvpack_sessions_in_dram") == 0,
           "spilled session still counted in DRAM")
     check(m(m2, "kvpack_dram_bytes") == 0, "spilled pages still in DRAM")

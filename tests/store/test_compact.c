@@ -130,6 +130,11 @@ static void case_reclaim(const char *dir)
     CHECK(s1.compact_freed_bytes >= 7ull * SEG && s1.compact_moved_bytes > 0);
     CHECK(s1.disk_bytes <= s1.disk_live_bytes + SEG + SESS_ON_DISK);
     CHECK(s1.disk_errors == 0 && s1.crc_failures == 0);
+    /* bytes written: every spilled page's 4 KiB span, then the moved ones again; the logical
+     * bytes (what the store asked to persist) do not grow with compaction */
+    CHECK(s0.disk_segment_write_bytes == SESS * SESS_ON_DISK);
+    CHECK(s1.disk_segment_write_bytes == s0.disk_segment_write_bytes + SESS / 3 * SESS_ON_DISK);
+    CHECK(s0.disk_logical_bytes >= SESS * 16ull * 8256 && s1.disk_logical_bytes == s0.disk_logical_bytes);
     check_kept(st, d, SESS, -1);
     CHECK_OK(kvp_store_compact(st, 0.5)); /* nothing left to do */
     CHECK(t_stats(st).compact_segments == s1.compact_segments);

@@ -110,6 +110,12 @@ typedef struct {
     uint64_t disk_files;      /* segment files holding page bytes */
     uint64_t disk_bytes;      /* their size */
     uint64_t disk_live_bytes; /* bytes of those that pages on disk still name (rest: garbage) */
+    uint64_t disk_logical_bytes; /* since open: page and record bytes the store committed to the
+                                  * SSD tier (spills, write-through puts), each once */
+    uint64_t disk_segment_write_bytes; /* since open: bytes appended to segment files (pages in
+                                        * 4 KiB-aligned spans, compaction's copies included);
+                                        * over disk_logical_bytes: the segment write
+                                        * amplification (RocksDB's own writes not counted) */
     uint64_t swept_pages;     /* pages no session named, removed from disk at open */
     uint64_t spill_waits;     /* calls that waited for the background spiller at the budget */
     uint64_t sessions_in_dram; /* hot sessions: pages and tail in the DRAM pool */
