@@ -1,7 +1,8 @@
 /* scrub.c - scrubbing: every page on disk is read back and checked (CRC32C, header, the key it is
- * stored under) at a bounded rate, so a damaged copy is found before a get needs it: it is dropped
- * as a failed read drops it (crc_failures), its sessions list as damaged and kvpack repair puts
- * them back from a replica. A ticker thread runs once a second with scrub_bytes_per_s of budget;
+ * stored under) at a bounded rate, so a damaged copy is found before a get needs it: written again
+ * from the page's DRAM copy when there is one, else dropped as a failed read drops it
+ * (crc_failures), its sessions then listed as damaged for kvpack repair to put back from a
+ * replica. A ticker thread runs once a second with scrub_bytes_per_s of budget;
  * a cursor walks the segment files in id order (a file's page list is taken once, when the
  * cursor enters it) and starts over after the last one (scrub_passes). kvp_store_scrub runs one
  * whole pass at once (tests, operators). Reads are O_DIRECT runs of up to 8 MiB, the store lock
@@ -109,8 +110,9 @@ static void scrub_count(kvp_store_h st, uint64_t bytes, uint64_t bad, bool passe
     st->stats.scrub_passes += passed;
     pthread_mutex_unlock(&st->lock);
     if (bad > 0) {
-        KVP_LOG_ERROR(MOD, "scrub: %" PRIu64 " pages on disk failed their check (dropped: their "
-                      "sessions are damaged here; kvpack repair copies them back)", bad);
+        KVP_LOG_ERROR(MOD, "scrub: %" PRIu64 " pages on disk failed their check (written again from "
+                      "DRAM where a copy is there, else dropped: their sessions are damaged here "
+                      "until kvpack repair copies them back)", bad);
     }
 }
 

@@ -191,6 +191,23 @@ kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_pkey_t *pk)
                       "background (compaction or scrub); dropped", (unsigned long long)p->key.hi,
                       (unsigned long long)p->key.lo, p->layer);
         page_drop_bad(st, p, KVP_ERR_CORRUPT);
+    } else if (p != NULL && p->on_disk && p->slot.ptr != NULL) {
+        /* the DRAM copy was checked when it came in: write it again over the bad disk copy */
+        kvp_tier_batch_t *b = kvp_tier_batch_create();
+
+        st->stats.crc_failures++;
+        status = b != NULL ? KVP_OK : KVP_ERR_NO_MEMORY;
+        if (b != NULL) {
+            kvp_tier_batch_put_page(st->tier, b, pk, p->slot.ptr, p->len);
+            status = kvp_store_commit(st, b, KVP_TIER_SYNC);
+            kvp_tier_batch_destroy(b);
+        }
+        st->stats.disk_errors += status != KVP_OK;
+        KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u failed its check when read back in the "
+                      "background (compaction or scrub); %s", (unsigned long long)p->key.hi,
+                      (unsigned long long)p->key.lo, p->layer,
+                      status == KVP_OK ? "written again from its DRAM copy"
+                                       : "its DRAM copy could not be written again");
     } else {
         status = KVP_ERR_BUSY;
     }

@@ -356,10 +356,10 @@ void         kvp_store_syncer_stop(struct kvp_store *st);  /* close: one last ti
 kvp_status_t kvp_store_sync_tick(struct kvp_store *st, void (*during)(void *arg), void *arg);
 
 /* A page's disk copy failed its check on a background read (compaction, scrub; store lock not
- * held): when the
- * page has no DRAM copy and nobody reads it, it is dropped as a failed read drops it (locator
- * deleted, crc_failures, the sessions naming it report KVP_ERR_CORRUPT); else KVP_ERR_BUSY and
- * the copy stays where it is (not moved). */
+ * held), counted in crc_failures: with a DRAM copy (checked when it came in) that copy is written
+ * again in its place (a synced commit); with none and nobody reading it, it is dropped as a failed
+ * read drops it (locator deleted, the sessions naming it report KVP_ERR_CORRUPT); else
+ * KVP_ERR_BUSY and the copy stays where it is (not moved). */
 kvp_status_t kvp_store_disk_copy_bad(struct kvp_store *st, const kvp_tier_pkey_t *pk);
 
 /* Read pages [0, n) of locs into buf (their spans back to back, 4 KiB-aligned) and check each

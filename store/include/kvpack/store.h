@@ -267,9 +267,9 @@ kvp_status_t kvp_store_compact(kvp_store_h store, double dead_ratio);
 
 /* Scrubbing (scrub.c), one whole pass now (the background thread, scrub_bytes_per_s > 0, does the
  * same a little every second): every page on disk is read back and checked (CRC32C, header, the
- * key it is stored under); a bad one is dropped as a failed read drops it (crc_failures; the
- * sessions naming it list as damaged and answer KVP_ERR_CORRUPT; a page whose DRAM copy is
- * intact keeps it and its disk copy). Counted in scrub_bytes and scrub_passes. KVP_ERR_UNSUPPORTED
+ * key it is stored under); a bad one (crc_failures) is written again from its DRAM copy when the
+ * page is in DRAM, else dropped as a failed read drops it (the sessions naming it list as
+ * damaged and answer KVP_ERR_CORRUPT). Counted in scrub_bytes and scrub_passes. KVP_ERR_UNSUPPORTED
  * without a db_path. */
 kvp_status_t kvp_store_scrub(kvp_store_h store);
 
