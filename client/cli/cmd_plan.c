@@ -103,6 +103,9 @@ static int plan_validate(kvp_plan_opts_t *o)
     if (!(o->fill > 0 && o->fill <= 1) || !(o->link_gbps > 0 && o->link_gbps < 1e9)) {
         return plan_bad("--fill must be in (0, 1] and --link-gbps > 0", NULL);
     }
+    if (!(o->compact_ratio > 0 && o->compact_ratio < 1)) {
+        return plan_bad("--compact-ratio must be in (0, 1)", NULL);
+    }
     if (o->trace != NULL && (o->sessions != 0 || o->rate > 0)) {
         return plan_bad("--trace is the workload: no --sessions or --rate with it", NULL);
     }
@@ -122,6 +125,7 @@ static int plan_parse(int argc, char **argv, kvp_plan_opts_t *o)
     o->ssd_gb      = 2000;
     o->fill        = 0.9;
     o->link_gbps   = 100;
+    o->compact_ratio = 0.5;
     for (int i = 1; i < argc; i++) {
         if (kvp_opt_str(argc, argv, &i, "--model", &o->model) ||
             kvp_opt_str(argc, argv, &i, "--trace", &o->trace) ||
@@ -138,6 +142,7 @@ static int plan_parse(int argc, char **argv, kvp_plan_opts_t *o)
             kvp_opt_f64(argc, argv, &i, "--dram", &o->dram_gb) ||
             kvp_opt_f64(argc, argv, &i, "--ssd", &o->ssd_gb) ||
             kvp_opt_f64(argc, argv, &i, "--fill", &o->fill) ||
+            kvp_opt_f64(argc, argv, &i, "--compact-ratio", &o->compact_ratio) ||
             kvp_opt_f64(argc, argv, &i, "--link-gbps", &o->link_gbps)) {
             continue;
         }
@@ -321,7 +326,9 @@ static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64
 {
     uint64_t T    = o->tokens;
     double   dram = floor(o->dram_gb * PLAN_GB * o->fill);
-    double   ssd  = floor(o->ssd_gb * PLAN_GB * o->fill);
+    /* a segment file is compacted once compact_ratio of it is dead: live pages are guaranteed
+     * only 1 - compact_ratio of the SSD */
+    double   ssd  = floor(o->ssd_gb * PLAN_GB * o->fill * (1.0 - o->compact_ratio));
 
     r->full_page     = plan_page(o, r->codec, o->page_tokens);
     r->page_bytes    = plan_pages(o, r->codec, T);

@@ -13,6 +13,7 @@ typedef struct {
     const char    *model, *trace;
     uint64_t       layers, heads, head_dim, page_tokens, sink_tokens, tokens, sessions;
     double         rate, ttl, dram_gb, ssd_gb, fill, link_gbps;
+    double         compact_ratio; /* --compact-ratio: SSD headroom for dead bytes */
     kvp_codec_id_t codecs[KVP_CODEC_MAX];
     int            n_codecs;
     bool           json;

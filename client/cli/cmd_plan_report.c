@@ -29,6 +29,9 @@ void kvp_plan_usage(FILE *out)
         "  --dram GB --ssd GB  per node, decimal GB (defaults 256 and 2000)\n"
         "  --fill F            fraction of DRAM and SSD used for pages (default 0.9: the store's\n"
         "                      high watermark, where the spiller starts evicting)\n"
+        "  --compact-ratio R   the nodes' kvpackd --compact-ratio (default 0.5): a segment file\n"
+        "                      may hold up to R dead bytes before compaction empties it, so\n"
+        "                      live pages are sure of only 1 - R of the SSD\n"
         "  --link-gbps G       link speed in Gbit/s for the ship time (default 100)\n"
         "  --json              one JSON object\n"
         "fields (per codec):\n"
@@ -41,7 +44,8 @@ void kvp_plan_usage(FILE *out)
         "  bits_per_elem       session_bytes x 8 / (2 x L x T x H x D)\n"
         "  fp16_raw_bytes      raw fp16 K+V of the session, no headers: 4 x L x T x H x D\n"
         "  ratio_vs_fp16       fp16_raw_bytes / session_bytes\n"
-        "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_bytes)\n"
+        "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_bytes); SSD: GB x 1e9 x\n"
+        "                      F x (1 - R) (compaction headroom)\n"
         "  nodes_dram          nodes to keep every live session in DRAM\n"
         "  nodes_spill         nodes when sessions spill to SSD (DRAM + SSD per node); a session\n"
         "                      is served from DRAM, so it must also fit one node's DRAM\n"
@@ -80,6 +84,7 @@ void kvp_plan_report_json(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
     kvp_json_num(&j, "dram_gb", o->dram_gb);
     kvp_json_num(&j, "ssd_gb", o->ssd_gb);
     kvp_json_num(&j, "fill", o->fill);
+    kvp_json_num(&j, "compact_ratio", o->compact_ratio);
     kvp_json_num(&j, "link_gbps", o->link_gbps);
     if (t != NULL) {
         kvp_json_obj(&j, "trace");
@@ -139,9 +144,10 @@ void kvp_plan_report_text(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
 
     printf("%s: %" PRIu64 " layers x %" PRIu64 " KV heads x %" PRIu64 ", P = %" PRIu64
            ", sink %" PRIu64 ", %" PRIu64 " tokens/session; node %.0f GB DRAM + %.0f GB SSD "
-           "(fill %.2f), link %.0f Gbit/s", o->model != NULL ? o->model : "custom", o->layers,
-           o->heads, o->head_dim, o->page_tokens, o->sink_tokens, o->tokens, o->dram_gb,
-           o->ssd_gb, o->fill, o->link_gbps);
+           "(fill %.2f, compact ratio %.2f), link %.0f Gbit/s",
+           o->model != NULL ? o->model : "custom", o->layers, o->heads, o->head_dim,
+           o->page_tokens, o->sink_tokens, o->tokens, o->dram_gb, o->ssd_gb, o->fill,
+           o->compact_ratio, o->link_gbps);
     if (live != 0) {
         printf(", %" PRIu64 " live sessions", live);
     }

@@ -45,7 +45,7 @@ def fp16_session(L, H, D, P, T):
 def check_arith(j, live):
     L, H, D, T = j["layers"], j["kv_heads"], j["head_dim"], j["tokens"]
     dram = int(j["dram_gb"] * 1e9 * j["fill"])
-    ssd = int(j["ssd_gb"] * 1e9 * j["fill"])
+    ssd = int(j["ssd_gb"] * 1e9 * j["fill"] * (1 - j["compact_ratio"]))
     fp16 = [c for c in j["codecs"] if c["codec"] == "fp16"][0]
     for c in j["codecs"]:
         sb = c["session_bytes"]
@@ -75,8 +75,9 @@ kivi = [c for c in j["codecs"] if c["codec"] == "kivi"][0]
 expect(abs(kivi["bits_per_elem"] - 3.002) < 0.001, "kivi at 8 x 128, P 128: 3.002 bits (README)")
 j = plan_json("--layers", "5", "--kv-heads", "2", "--head-dim", "64", "--page-tokens", "64",
               "--tokens", "1000", "--rate", "3.5", "--ttl", "101", "--dram", "0.2", "--ssd", "3",
-              "--fill", "0.75", "--link-gbps", "25", "--sink-tokens", "128")
+              "--fill", "0.75", "--link-gbps", "25", "--sink-tokens", "128", "--compact-ratio", "0.3")
 expect(j["live_sessions"] == 354, f"live sessions ceil(3.5 x 101) = 354, got {j['live_sessions']}")
+expect(j["compact_ratio"] == 0.3, "--compact-ratio not taken")
 check_arith(j, 354)
 # a session larger than a node's DRAM cannot be placed: null nodes, "no fit" in the text table
 j = plan_json("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "5", "--dram", "0.5",
@@ -116,7 +117,7 @@ def trace_check(path, args, P=128, S=0):
     expect(j["trace"]["unique_chunks"] == len(seen), f"{path}: unique chunks")
     expect(j["tokens"] == sum(per_req) // len(reqs), f"{path}: default tokens = mean length")
     dram = int(j["dram_gb"] * 1e9 * j["fill"])
-    ssd = int(j["ssd_gb"] * 1e9 * j["fill"])
+    ssd = int(j["ssd_gb"] * 1e9 * j["fill"] * (1 - j["compact_ratio"]))
     fp16_full = 64 + 4 * P * H * D
     for c in j["codecs"]:
         full = c["full_page_bytes"]
@@ -175,6 +176,7 @@ cases = [
     (2, ["--model", "qwen3-8b"]),
     (2, ["--model", "qwen3-8b", "--tokens", "10", "--rate", "2"]),
     (2, ["--model", "qwen3-8b", "--tokens", "10", "--fill", "1.5"]),
+    (2, ["--model", "qwen3-8b", "--tokens", "10", "--compact-ratio", "1"]),
     (2, ["--model", "qwen3-8b", "--tokens", "10", "--dram", "0"]),
     (2, ["--model", "qwen3-8b", "--tokens", "ten"]),
     (2, ["--model", "qwen3-8b", "--trace", small, "--page-tokens", "96"]),
