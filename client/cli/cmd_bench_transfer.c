@@ -7,6 +7,7 @@
  * Flow: encode pages -> fork a node (kvp_node_main, same code as kvpackd) -> put kivi / fp16 pages
  * per repetition (fresh namespace each) -> get the session back -> ucx_perftest pair -> JSON. */
 #include "cli.h"
+#include "proc.h"
 
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
@@ -141,67 +142,12 @@ static void bt_free(bt_set_t *set)
     kvp_session_desc_clear(&set->desc);
 }
 
-/* Start a node in a child (the same kvp_node_main as kvpackd); returns its port or 0. */
-static uint16_t bt_node_start(const char *dir, pid_t *pid_p)
-{
-    char   ready[300];
-    double end = kvp_time_s() + 30;
-    FILE  *f;
-    unsigned port = 0;
-
-    snprintf(ready, sizeof(ready), "%s/ready", dir);
-    *pid_p = fork();
-    if (*pid_p < 0) {
-        return 0;
-    }
-    if (*pid_p == 0) {
-        char *argv[] = {"node", "--listen", "127.0.0.1:0", "--dram-budget", "8G",
-                        "--ready-file", ready, NULL};
-
-        if (freopen("/dev/null", "w", stdout) == NULL) {
-            _exit(1);
-        }
-        _exit(kvp_node_main("kvpack bench node", 7, argv));
-    }
-    while ((f = fopen(ready, "r")) == NULL) {
-        if (waitpid(*pid_p, NULL, WNOHANG) != 0 || kvp_time_s() > end) {
-            return 0;
-        }
-        usleep(20000);
-    }
-    if (fscanf(f, "%u", &port) != 1) {
-        port = 0;
-    }
-    fclose(f);
-    unlink(ready);
-    return (uint16_t)port;
-}
-
-static int bt_free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t          len = sizeof(a);
-    int                fd  = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
-        port = ntohs(a.sin_port);
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    return port;
-}
-
 /* ucx_perftest ucp_am_bw server + client on loopback; returns GB/s (1e9 B/s) or NaN. */
 static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
 {
     char   cmd[512], line[512];
     double mbs = NAN;
-    int    port = bt_free_port();
+    int    port = kvp_proc_free_port();
     pid_t  srv;
     FILE  *p;
 
@@ -371,7 +317,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     }
     fp16_equiv = (double)o.layers * (double)(o.tokens / o.page_tokens) * o.page_tokens *
                  (double)o.heads * (double)o.head_dim * 2.0 /* K,V */ * 2.0 /* bytes */;
-    if (mkdtemp(dir) == NULL || (port = bt_node_start(dir, &node)) == 0) {
+    if (mkdtemp(dir) == NULL || (port = kvp_proc_node_start(dir, "8G", &node)) == 0) {
         fprintf(stderr, "kvpack bench transfer: could not start a node\n");
         s = KVP_ERR_IO;
         goto out;

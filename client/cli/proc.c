@@ -3,13 +3,17 @@
  * read "key value" result files written by child roles. */
 #include "proc.h"
 
+#include "kvpack/node.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -156,4 +160,51 @@ double kvp_kv_file_num(const char *path, const char *key)
         return 0.0 / 0.0;
     }
     return strtod(val, NULL);
+}
+
+unsigned short kvp_proc_node_start(const char *dir, const char *budget, pid_t *pid_p)
+{
+    char            ready[PATH_MAX], line[32];
+    unsigned        port = 0;
+
+    snprintf(ready, sizeof(ready), "%s/ready", dir);
+    unlink(ready);
+    *pid_p = fork();
+    if (*pid_p < 0) {
+        return 0;
+    }
+    if (*pid_p == 0) {
+        char *argv[] = {"node", "--listen", "127.0.0.1:0", "--dram-budget", (char *)budget,
+                        "--ready-file", ready, NULL};
+
+        if (freopen("/dev/null", "w", stdout) == NULL) {
+            _exit(1);
+        }
+        _exit(kvp_node_main("kvpack bench node", 7, argv));
+    }
+    if (kvp_proc_wait_file(ready, *pid_p, 30000, line, sizeof(line)) != 0 ||
+        sscanf(line, "%u", &port) != 1) {
+        return 0;
+    }
+    unlink(ready);
+    return (unsigned short)port;
+}
+
+int kvp_proc_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t          len = sizeof(a);
+    int                fd  = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return port;
 }

@@ -17,6 +17,12 @@ int   kvp_proc_sibling(const char *name, char *out, size_t out_len);
 /* Wait until path holds a complete line (ends in '\n'); copy it to buf. -1 if pid exits first,
  * -2 on timeout. */
 int   kvp_proc_wait_file(const char *path, pid_t pid, unsigned timeout_ms, char *buf, size_t buf_len);
+/* A node in a forked child (kvp_node_main, the same code as kvpackd) on 127.0.0.1, a free port,
+ * DRAM only with budget (e.g. "8G"); its ready file goes in dir. Returns the port (0: it did not
+ * start in 30 s) and the child in *pid_p (stop it with kvp_proc_stop). */
+unsigned short kvp_proc_node_start(const char *dir, const char *budget, pid_t *pid_p);
+/* A loopback TCP port that was free a moment ago, or -1. */
+int   kvp_proc_free_port(void);
 /* "key value" result files: the last line starting with key. -1 when absent. */
 int    kvp_kv_file_get(const char *path, const char *key, char *val, size_t val_len);
 double kvp_kv_file_num(const char *path, const char *key); /* NaN when absent */
