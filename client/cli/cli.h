@@ -19,6 +19,7 @@ int kvp_cmd_eval(int argc, char **argv);
 int kvp_cmd_model(int argc, char **argv);
 int kvp_cmd_bench_codec(int argc, char **argv);
 int kvp_cmd_bench_store(int argc, char **argv);
+int kvp_cmd_bench_node(int argc, char **argv);
 int kvp_cmd_bench_transfer(int argc, char **argv);
 int kvp_cmd_bench_attn(int argc, char **argv);
 int kvp_cmd_stat(int argc, char **argv);

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""check_bench_node.py - `kvpack bench node` runs both sides: a local node (kvpackd's code) and a
+local redis-server, each putting and getting back every session with no failed operation (the
+node checks every page's CRC, the Redis side every value's CRC32C), and the JSON carries both
+sides' rates and latencies and the ratios; bad options are refused with exit 2. Speed is never
+asserted (shared, noisy machines). Without redis-server: skipped (exit 77).
+usage: check_bench_node.py KVPACK"""
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+kvpack = sys.argv[1]
+if shutil.which("redis-server") is None:
+    print("SKIP: redis-server not installed (apt-get install redis-server)")
+    sys.exit(77)
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+cmd = [kvpack, "bench", "node", "--clients", "2", "--sessions", "30", "--pages", "3",
+       "--page-tokens", "8", "--json"]
+p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+check(p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode} {p.stderr.strip()[-300:]}")
+d = json.loads(p.stdout) if p.returncode == 0 else {}
+check(d.get("page_bytes") == 64 + 8 * 128 * 8 * 4 and d.get("session_bytes") == 3 * d.get("page_bytes", 0),
+      f"page/session bytes: {d.get('page_bytes')} {d.get('session_bytes')}")
+for side in ("kvpack", "redis"):
+    for op in ("put", "get"):
+        r = d.get(side, {}).get(op, {})
+        check(r.get("errors") == 0, f"{side} {op}: errors {r.get('errors')}")
+        for k in ("seconds", "sessions_per_s", "gbs", "p50_ms", "p99_ms"):
+            v = r.get(k)
+            check(isinstance(v, (int, float)) and math.isfinite(v) and v > 0, f"{side} {op} {k}: {v}")
+for k in ("put_vs_redis", "get_vs_redis"):
+    v = d.get(k)
+    check(isinstance(v, (int, float)) and math.isfinite(v) and v > 0, f"{k}: {v}")
+print("kvpack vs redis: put %.2fx get %.2fx" % (d.get("put_vs_redis", 0), d.get("get_vs_redis", 0)))
+
+for bad in (["--clients", "0"], ["--pages", "1000"], ["--bogus"]):
+    p = subprocess.run([kvpack, "bench", "node", *bad], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and p.stderr.strip() != "", f"bench node {bad}: exit {p.returncode}")
+p = subprocess.run([kvpack, "bench", "node", "--redis-server", "/nonexistent/redis-server",
+                    "--clients", "1", "--sessions", "2", "--json"], capture_output=True, text=True,
+                   timeout=120)
+d = json.loads(p.stdout) if p.returncode == 0 else {}
+check(p.returncode == 0 and "not found" in d.get("redis_skipped", "") and "redis" not in d,
+      f"a missing redis-server is not said: {p.returncode} {p.stdout[:200]}")
+
+print("FAILED" if fails else "ok")
+sys.exit(1 if fails else 0)
