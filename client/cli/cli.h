@@ -126,6 +126,14 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
 void kvp_progress(const char *what, uint64_t done, uint64_t total);
 void kvp_progress_done(void);
 
+/* ---- benchmark data ---- */
+uint64_t kvp_cli_mix(uint64_t *state); /* splitmix64: the next of a reproducible stream */
+/* A sealed fp16 page (passes kvp_page_parse) of heads x head_dim x tokens (full) under key and
+ * layer, its payload finite random halves from seed; out holds KVP_PAGE_HDR_BYTES + payload
+ * bytes. Returns its length (0: not an fp16 geometry). */
+size_t   kvp_cli_fp16_page(uint32_t heads, uint32_t head_dim, uint32_t tokens, kvp_key128_t key,
+                           uint32_t layer, uint64_t seed, uint8_t *out);
+
 /* ---- small statistics ---- */
 void   kvp_sort_f64(double *v, size_t n);              /* ascending */
 double kvp_median_sorted(const double *v, size_t n);   /* NaN when n == 0 */

@@ -87,22 +87,13 @@ static void usage(FILE *out)
             "  --json            machine-readable output\n");
 }
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static kvp_key128_t key_of(uint32_t client, uint64_t sess, uint32_t page)
 {
     uint64_t     s = ((uint64_t)client << 40) ^ (sess << 8) ^ page ^ 0x5eedull;
     kvp_key128_t k;
 
-    k.lo = mix(&s);
-    k.hi = mix(&s);
+    k.lo = kvp_cli_mix(&s);
+    k.hi = kvp_cli_mix(&s);
     return k;
 }
 
@@ -508,24 +499,7 @@ int kvp_cmd_bench_node(int argc, char **argv)
     if (r.tmpl == NULL || !kv.lat[0] || !kv.lat[1] || !rd.lat[0] || !rd.lat[1]) {
         return 1;
     }
-    {
-        kvp_page_info_t info = {0};
-        uint64_t        s    = 99;
-
-        info.codec = KVP_CODEC_FP16;
-        info.bits_k = info.bits_v = 16;
-        info.valid = info.capacity = (uint32_t)o.page_tokens;
-        info.heads       = 8;
-        info.head_dim    = 128;
-        info.payload_len = (uint32_t)payload;
-        for (size_t i = 0; i + 8 <= payload; i += 8) {
-            uint64_t v = mix(&s) & 0x3bff3bff3bff3bffull; /* finite halves */
-
-            memcpy(r.tmpl + KVP_PAGE_HDR_BYTES + i, &v, 8);
-        }
-        kvp_page_hdr_write(&info, r.tmpl);
-        kvp_page_seal(r.tmpl);
-    }
+    kvp_cli_fp16_page(8, 128, (uint32_t)o.page_tokens, key_of(0, 0, 0), 0, 99, r.tmpl);
     snprintf(dir, sizeof(dir), "%s/kvp-bench-node-XXXXXX", base);
     budget_mib = (uint64_t)((double)n * (double)(r.sess_bytes + 4096 * o.pages) * 1.5 / 1048576.0) + 64;
     snprintf(budget, sizeof(budget), "%lluM", (unsigned long long)budget_mib);

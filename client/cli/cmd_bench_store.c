@@ -63,41 +63,11 @@ static void usage(FILE *out)
             "  --json             machine-readable output\n");
 }
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* One fp16 page with random payload (sealed: it passes kvp_page_parse). */
 static size_t make_page(const opts_t *o, kvp_key128_t key, uint32_t layer, uint8_t *out)
 {
-    kvp_page_info_t info;
-    size_t payload = kvp_codec_payload_bytes(KVP_CODEC_FP16, (uint32_t)o->heads,
-                                             (uint32_t)o->head_dim, (uint32_t)o->tokens,
-                                             (uint32_t)o->tokens);
-    uint64_t s     = key.lo ^ layer;
-
-    memset(&info, 0, sizeof(info));
-    info.codec = KVP_CODEC_FP16;
-    info.bits_k = info.bits_v = 16;
-    info.valid = info.capacity = (uint32_t)o->tokens;
-    info.heads       = (uint32_t)o->heads;
-    info.head_dim    = (uint32_t)o->head_dim;
-    info.layer       = layer;
-    info.chunk_key   = key;
-    info.payload_len = (uint32_t)payload;
-    for (size_t i = 0; i + 8 <= payload; i += 8) {
-        uint64_t r = mix(&s) & 0x3bff3bff3bff3bffull;
-
-        memcpy(out + KVP_PAGE_HDR_BYTES + i, &r, 8);
-    }
-    kvp_page_hdr_write(&info, out);
-    kvp_page_seal(out);
-    return KVP_PAGE_HDR_BYTES + payload;
+    return kvp_cli_fp16_page((uint32_t)o->heads, (uint32_t)o->head_dim, (uint32_t)o->tokens, key,
+                             layer, key.lo ^ layer, out);
 }
 
 /* Bytes this process sent to storage so far (/proc/self/io write_bytes), or -1 where the kernel
@@ -161,7 +131,7 @@ static int raw_io(const char *path, uint64_t bytes, double *wr_gbs, double *rd_g
         return -1;
     }
     for (size_t i = 0; i < RAW_BLK; i += 8) {
-        uint64_t r = mix(&s);
+        uint64_t r = kvp_cli_mix(&s);
 
         memcpy(buf + i, &r, 8);
     }
@@ -233,8 +203,8 @@ static kvp_key128_t key_of(uint64_t sess, uint64_t chunk)
     uint64_t     s = sess * 1000003ull + chunk + 1;
     kvp_key128_t k;
 
-    k.lo = mix(&s);
-    k.hi = mix(&s);
+    k.lo = kvp_cli_mix(&s);
+    k.hi = kvp_cli_mix(&s);
     return k;
 }
 
