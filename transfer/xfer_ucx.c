@@ -424,6 +424,8 @@ static void send_done_cb(void *request, ucs_status_t st, void *user_data)
     ucp_request_free(request);
 }
 
+#define KVP_XFER_RNDV_THRESH "1m"
+
 /* Error mode when the caller did not choose: KVP_UCX_ERR_MODE=peer|none, else peer. */
 static kvp_status_t peer_errors_default(int *peer_errors_p)
 {
@@ -628,6 +630,14 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
         KVP_LOG_ERROR(MOD, "ucp_config_read: %s", ucs_status_string(st));
         status = KVP_ERR_IO;
         goto err_free;
+    }
+    /* Messages up to 1 MiB go eager rather than rendezvous (UCX's default switches far lower on
+     * tcp): a session's GET_PAGES reply of a few pages then needs no extra round trips
+     * (`kvpack bench node`: get 0.44-0.56 -> 0.68-0.71 GB/s, put unchanged); larger batches keep
+     * zero-copy rendezvous. UCX_RNDV_THRESH, when set, wins. */
+    if (getenv("UCX_RNDV_THRESH") == NULL &&
+        (st = ucp_config_modify(cfg, "RNDV_THRESH", KVP_XFER_RNDV_THRESH)) != UCS_OK) {
+        KVP_LOG_WARN(MOD, "cannot set the rendezvous threshold: %s", ucs_status_string(st));
     }
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
