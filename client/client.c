@@ -1153,6 +1153,8 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
         stat_p->crc_failures     = w->crc_failures;
         stat_p->disk_errors      = w->disk_errors;
         stat_p->uptime_ms        = w->uptime_ms;
+        stat_p->disk_bytes       = w->disk_bytes;
+        stat_p->disk_live_bytes  = w->disk_live_bytes;
     }
     call_release(call);
     return s;

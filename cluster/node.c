@@ -307,6 +307,8 @@ static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     rep->stat.uptime_ms        = (kvp_time_ns() - n->start_ns) / 1000000u;
     rep->stat.requests         = atomic_load_explicit(&n->requests, memory_order_relaxed);
     rep->stat.bad_requests     = atomic_load_explicit(&n->bad_requests, memory_order_relaxed);
+    rep->stat.disk_bytes       = st.disk_bytes;
+    rep->stat.disk_live_bytes  = st.disk_live_bytes;
     reply_status(job, rep, KVP_OK, NULL);
 }
 

@@ -26,6 +26,8 @@ static const struct {
     {"restores", offsetof(kvp_node_stat_t, restores), true},
     {"crc_failures", offsetof(kvp_node_stat_t, crc_failures), true},
     {"disk_errors", offsetof(kvp_node_stat_t, disk_errors), true},
+    {"disk_bytes", offsetof(kvp_node_stat_t, disk_bytes), true},
+    {"disk_live_bytes", offsetof(kvp_node_stat_t, disk_live_bytes), true},
 };
 #define N_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
@@ -39,7 +41,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvpack stat (--node LIST | --etcd URL[,URL] [--etcd-prefix P]) [--json]\n"
             "                   [--timeout-ms MS]\n"
-            "Print each node's statistics: DRAM use, sessions, spills and restores, errors; with\n"
+            "Print each node's statistics: DRAM use, sessions, spills and restores, errors, disk\n"
+            "use (segment files and the part still live); with\n"
             "several nodes a row per node and the totals over those that answered. A node that\n"
             "does not answer is named on stderr and the others are still reported (exit 1).\n"
             "  --node LIST     HOST:PORT, or a comma-separated list of nodes\n"
@@ -73,6 +76,8 @@ static void print_one(const char *node, const kvp_node_stat_t *st)
            (unsigned long long)st->restores);
     printf("crc failures      %llu\n", (unsigned long long)st->crc_failures);
     printf("disk errors       %llu\n", (unsigned long long)st->disk_errors);
+    printf("disk              %llu bytes in segment files, %llu of them live\n",
+           (unsigned long long)st->disk_bytes, (unsigned long long)st->disk_live_bytes);
 }
 
 /* one node's row (uptime already formatted), or (error) why it has none */
@@ -83,12 +88,13 @@ static void print_row(const char *node, const kvp_node_stat_t *st, const char *e
         printf("%-22s %s\n", node, error);
         return;
     }
-    printf("%-22s %9s %8.1f %8.1f %8llu %9llu %8llu %8llu %8llu %8llu %8llu\n", node,
+    printf("%-22s %9s %8.1f %8.1f %8llu %9llu %8llu %8llu %8llu %8llu %8llu %9.1f %9.1f\n", node,
            uptime, (double)st->dram_bytes / 1048576.0,
            (double)st->dram_budget / 1048576.0, (unsigned long long)st->dram_pages,
            (unsigned long long)st->sessions, (unsigned long long)st->sessions_on_disk,
            (unsigned long long)st->spills, (unsigned long long)st->restores,
-           (unsigned long long)st->crc_failures, (unsigned long long)st->disk_errors);
+           (unsigned long long)st->crc_failures, (unsigned long long)st->disk_errors,
+           (double)st->disk_bytes / 1048576.0, (double)st->disk_live_bytes / 1048576.0);
 }
 
 int kvp_cmd_stat(int argc, char **argv)
@@ -177,9 +183,9 @@ int kvp_cmd_stat(int argc, char **argv)
         kvp_json_close(&j);
         kvp_json_end(&j);
     } else if (n > 1) {
-        printf("%-22s %9s %8s %8s %8s %9s %8s %8s %8s %8s %8s\n", "node", "uptime_s", "dram_MiB",
-               "budget", "pages", "sessions", "on_disk", "spills", "restores", "crc_fail",
-               "disk_err");
+        printf("%-22s %9s %8s %8s %8s %9s %8s %8s %8s %8s %8s %9s %9s\n", "node", "uptime_s",
+               "dram_MiB", "budget", "pages", "sessions", "on_disk", "spills", "restores",
+               "crc_fail", "disk_err", "disk_MiB", "live_MiB");
         for (uint32_t k = 0; k < n; k++) {
             char up[32];
 

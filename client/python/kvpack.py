@@ -101,7 +101,8 @@ class _ClientParams(ctypes.Structure):
 
 
 _STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
-                "spills", "restores", "crc_failures", "disk_errors", "uptime_ms"]
+                "spills", "restores", "crc_failures", "disk_errors", "uptime_ms", "disk_bytes",
+                "disk_live_bytes"]
 
 
 class _NodeStat(ctypes.Structure):

@@ -298,6 +298,9 @@ try:
     check(m(m3, "kvpack_restores_total") == m(m2, "kvpack_restores_total") + 1, "restore count")
     check(m(m3, "kvpack_restore_bytes_total") >= put.get("bytes", 1), "restore bytes")
     check(m(m3, "kvpack_dram_bytes") == stat.dram_bytes == dram, "DRAM after restore vs STAT")
+    check(stat.disk_bytes == m(m3, "kvpack_disk_bytes") > 0 and
+          stat.disk_live_bytes == m(m3, "kvpack_disk_live_bytes") > 0,
+          f"STAT disk bytes {stat.disk_bytes}/{stat.disk_live_bytes} vs /metrics")
     check(m(m3, "kvpack_requests_total", op="get_session", result="err_not_found") == 1,
           "NOT_FOUND not counted by result")
     check(m(m3, "kvpack_interval_syncs_total") == 0, "interval syncs on a --durability spill node")

@@ -46,6 +46,8 @@ typedef struct {
     uint64_t sessions, sessions_on_disk;
     uint64_t spills, restores, crc_failures, disk_errors;
     uint64_t uptime_ms;
+    uint64_t disk_bytes, disk_live_bytes; /* segment files' size and the part still in use (0:
+                                           * DRAM only, or an older node) */
 } kvp_node_stat_t;
 
 /* A fetched session: record plus every page, in order page[chunk * layers + layer]. */
