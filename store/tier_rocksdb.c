@@ -953,10 +953,40 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
     return KVP_OK;
 }
 
+/* which[j] for j < m: the pages (of from) whose locator still names where they were read from
+ * (t->mu held); the others are dropped from the list. Returns false on no memory. */
+static bool still_current(kvp_tier_t *t, const kvp_tier_loc_t *from, size_t *which, size_t *m,
+                          const kvp_tier_pkey_t **pks, cur_loc_t *cur)
+{
+    size_t keep = 0;
+
+    for (size_t j = 0; j < *m; j++) {
+        pks[j] = &from[which[j]].pk;
+    }
+    if (!cur_locs(t, *m, pks, cur)) {
+        return false;
+    }
+    for (size_t j = 0; j < *m; j++) {
+        const kvp_tier_loc_t *f = &from[which[j]];
+
+        if (cur[j].found && cur[j].seg == f->seg && cur[j].off == f->off && cur[j].len == f->len) {
+            which[keep++] = which[j];
+        }
+    }
+    *m = keep;
+    return true;
+}
+
+/* A move in three short holds of t->mu, its fsyncs outside them: (1) the pages still where they
+ * were read from are appended to the active segment, (2) after their fdatasync, the locators of
+ * those still current are written (WAL, no fsync; a copy whose page went meanwhile is dead bytes),
+ * (3) after the WAL fsync the old places die and emptied segments go. A crash before (3) leaves
+ * the old file, so whichever locator the WAL kept names durable bytes. */
 kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *from,
                                  void *const *bytes, kvp_tier_moved_t *moved)
 {
     kvp_seg_ext_t        *ext   = kvp_malloc((n ? n : 1) * sizeof(*ext), "compaction extents");
+    kvp_seg_ext_t        *put   = kvp_malloc((n ? n : 1) * sizeof(*put), "compaction extents");
     size_t               *which = kvp_malloc((n ? n : 1) * sizeof(*which), "compaction extents");
     const kvp_tier_pkey_t **pks = kvp_malloc((n ? n : 1) * sizeof(*pks), "compaction keys");
     cur_loc_t            *cur   = kvp_malloc((n ? n : 1) * sizeof(*cur), "compaction locators");
@@ -964,55 +994,88 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     kvp_status_t          status = KVP_OK;
     size_t                m      = 0, total = 0;
     char                 *err    = NULL;
+    uint64_t              gen, held = 0, t0;
+    int                   fd = -1;
 
-    if (ext == NULL || which == NULL || pks == NULL || cur == NULL) {
+    if (ext == NULL || put == NULL || which == NULL || pks == NULL || cur == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
         status = KVP_ERR_NO_MEMORY;
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         total += bytes[i] != NULL ? from[i].len : 0;
-    }
-    pthread_mutex_lock(&t->mu);
-    if (inject_take(t, "compaction write", total, &status)) {
-        goto out; /* unlocked by inject_take */
-    }
-    for (size_t i = 0; i < n; i++) {
-        pks[i] = &from[i].pk;
-    }
-    if (!cur_locs(t, n, pks, cur)) {
-        pthread_mutex_unlock(&t->mu);
-        KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
-        status = KVP_ERR_NO_MEMORY;
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) { /* only pages still where they were read from */
-        if (bytes[i] != NULL && from[i].seg != 0 && cur[i].found && cur[i].seg == from[i].seg &&
-            cur[i].off == from[i].off && cur[i].len == from[i].len) {
-            ext[m]     = (kvp_seg_ext_t){bytes[i], from[i].len, 0, 0, KVP_OK};
+        if (bytes[i] != NULL && from[i].seg != 0) {
             which[m++] = i;
         }
     }
-    if (m > 0) {
-        status = kvp_segs_append(t->segs, ext, m, true); /* durable before a locator names it */
+    /* (1) append */
+    pthread_mutex_lock(&t->mu);
+    t0 = kvp_time_ns();
+    if (inject_take(t, "compaction write", total, &status)) {
+        goto out; /* unlocked by inject_take */
+    }
+    if (!still_current(t, from, which, &m, pks, cur)) {
+        status = KVP_ERR_NO_MEMORY;
     }
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        uint8_t k[PKEY_BYTES], v[LOC_BYTES];
+        ext[j] = (kvp_seg_ext_t){bytes[which[j]], from[which[j]].len, 0, 0, KVP_OK};
+    }
+    if (m > 0 && status == KVP_OK) {
+        status = kvp_segs_append(t->segs, ext, m, false);
+        fd     = status == KVP_OK ? kvp_segs_sync_begin(t->segs, &gen) : -1;
+        status = status == KVP_OK && fd == -2 ? KVP_ERR_IO : status;
+    }
+    held += kvp_time_ns() - t0;
+    pthread_mutex_unlock(&t->mu);
+    if (m == 0 || status != KVP_OK) {
+        goto out;
+    }
+    if (fd >= 0) { /* the copies durable before any locator names them */
+        status = kvp_segs_sync_run(fd);
+    }
+    if (status != KVP_OK) {
+        goto out;
+    }
+    /* (2) the locators of the pages still current */
+    pthread_mutex_lock(&t->mu);
+    t0 = kvp_time_ns();
+    if (fd >= 0) {
+        kvp_segs_sync_end(t->segs, gen);
+    }
+    for (size_t j = 0; j < m; j++) { /* ext[] by page index, for the ones still current */
+        put[which[j]] = ext[j];
+    }
+    if (!still_current(t, from, which, &m, pks, cur)) {
+        status = KVP_ERR_NO_MEMORY;
+    }
+    for (size_t j = 0; j < m && status == KVP_OK; j++) {
+        const kvp_seg_ext_t *e = &put[which[j]];
+        uint8_t              k[PKEY_BYTES], v[LOC_BYTES];
 
         page_key(&from[which[j]].pk, k);
-        loc_encode(ext[j].seg, ext[j].off, ext[j].len, v);
+        loc_encode(e->seg, e->off, e->len, v);
         rocksdb_writebatch_put_cf(wb, t->cf[CF_PAGES], (const char *)k, sizeof(k), (const char *)v,
                                   sizeof(v));
     }
     if (m > 0 && status == KVP_OK) {
-        rocksdb_write(t->db, t->wo_sync, wb, &err); /* the old segment may go right after */
+        rocksdb_write(t->db, t->wo_wal, wb, &err);
         status = map_err("compaction write", &err);
     }
-    if (m > 0 && status == KVP_OK) {
-        for (size_t j = 0; j < m; j++) {
-            kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
-            moved->bytes += ext[j].len;
-        }
+    for (size_t j = 0; j < m && status == KVP_OK; j++) {
+        kvp_segs_live_add(t->segs, put[which[j]].seg, (int64_t)kvp_seg_span(put[which[j]].len));
+        moved->bytes += put[which[j]].len;
+    }
+    held += kvp_time_ns() - t0;
+    pthread_mutex_unlock(&t->mu);
+    if (m == 0 || status != KVP_OK) {
+        goto out;
+    }
+    rocksdb_flush_wal(t->db, 1, &err); /* the new locators durable before an old file can go */
+    status = map_err("compaction wal sync", &err);
+    /* (3) the old places die (a failed sync leaves them counted live: the files stay) */
+    pthread_mutex_lock(&t->mu);
+    t0 = kvp_time_ns();
+    if (status == KVP_OK) {
         /* a reader that located a page before this and finds its segment gone locates again */
         __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);
         for (size_t j = 0; j < m; j++) {
@@ -1025,12 +1088,16 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         }
         moved->pages += m;
     }
+    held += kvp_time_ns() - t0;
     pthread_mutex_unlock(&t->mu);
+    KVP_LOG_DEBUG(MOD, "compaction move of %zu pages: tier lock held %.1f ms", m,
+                  (double)held / 1e6);
 out:
     rocksdb_writebatch_destroy(wb);
     kvp_free(cur);
     kvp_free(pks);
     kvp_free(which);
+    kvp_free(put);
     kvp_free(ext);
     return status;
 }
