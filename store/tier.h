@@ -126,9 +126,11 @@ typedef struct {
  * segments. Adds to *moved. A failed write changes nothing on disk that anything names. */
 kvp_status_t kvp_tier_pages_move(kvp_tier_t *tier, size_t n, const kvp_tier_loc_t *from,
                                  void *const *bytes, kvp_tier_moved_t *moved);
-/* Test hook: fn(arg) runs in kvp_tier_pages_read after the pages were located and before they
- * are read (NULL: none). */
-void kvp_tier_set_read_hook(kvp_tier_t *tier, void (*fn)(void *arg), void *arg);
+/* Test hooks: fn(arg) runs (NULL: none) at READ, in kvp_tier_pages_read after the pages were
+ * located and before they are read; at MOVE, in kvp_tier_pages_move after the copies were
+ * appended and synced and before their locators are written (no lock held at either). */
+typedef enum { KVP_TIER_HOOK_READ = 0, KVP_TIER_HOOK_MOVE = 1, KVP_TIER_HOOKS } kvp_tier_hook_t;
+void kvp_tier_set_hook(kvp_tier_t *tier, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg);
 
 /* Garbage sweep (open time): walk the pages column family, delete every page keep() rejects (no
  * session names it), count the live bytes of every segment and unlink segments nobody names. */

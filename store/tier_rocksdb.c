@@ -45,8 +45,10 @@ struct kvp_tier {
                                                   * kvp_tier_sync do their I/O outside it) */
     uint64_t                         moves;      /* compaction moves committed (written under mu) */
     uint64_t                         logical;    /* bytes of committed batches (kvp_tier_disk_t) */
-    void                           (*read_hook)(void *arg); /* test hook (kvp_tier_set_read_hook) */
-    void                            *read_hook_arg;
+    struct {
+        void (*fn)(void *arg);
+        void *arg;
+    } hooks[KVP_TIER_HOOKS];                                 /* test hooks (kvp_tier_set_hook) */
     char                            *path;
     uint32_t                         fail_n;     /* test hook */
     kvp_status_t                     fail_status;
@@ -687,6 +689,16 @@ out:
     return status;
 }
 
+/* the test hook at `at`, if one is set (kvp_tier_set_hook) */
+static void hook_run(kvp_tier_t *t, kvp_tier_hook_t at)
+{
+    void (*fn)(void *) = __atomic_load_n(&t->hooks[at].fn, __ATOMIC_ACQUIRE);
+
+    if (fn != NULL) {
+        fn(__atomic_load_n(&t->hooks[at].arg, __ATOMIC_ACQUIRE));
+    }
+}
+
 /* Read the pages idx[0..m) of locs into dst: inline ones copied, segment ones planned under the
  * lock and read without it. Returns the compaction moves the plan saw (a page located before
  * that count and missing now may have moved). */
@@ -755,7 +767,6 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
     kvp_seg_ext_t *ext = kvp_malloc((n ? n : 1) * sizeof(*ext), "tier read extents");
     size_t        *idx = kvp_malloc((n ? n : 1) * sizeof(*idx), "tier read extents");
     size_t         m   = 0;
-    void         (*hook)(void *);
 
     if (ext == NULL || idx == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to read %zu pages", n);
@@ -766,10 +777,7 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
         kvp_free(idx);
         return;
     }
-    hook = __atomic_load_n(&t->read_hook, __ATOMIC_ACQUIRE);
-    if (hook != NULL) {
-        hook(__atomic_load_n(&t->read_hook_arg, __ATOMIC_ACQUIRE));
-    }
+    hook_run(t, KVP_TIER_HOOK_READ);
     for (size_t i = 0; i < n; i++) {
         if (locs[i].status == KVP_OK && dst[i] != NULL) {
             idx[m++] = i;
@@ -1036,6 +1044,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (status != KVP_OK) {
         goto out;
     }
+    hook_run(t, KVP_TIER_HOOK_MOVE);
     /* (2) the locators of the pages still current */
     pthread_mutex_lock(&t->mu);
     t0 = kvp_time_ns();
@@ -1102,10 +1111,10 @@ out:
     return status;
 }
 
-void kvp_tier_set_read_hook(kvp_tier_t *t, void (*fn)(void *arg), void *arg)
+void kvp_tier_set_hook(kvp_tier_t *t, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg)
 {
-    __atomic_store_n(&t->read_hook_arg, arg, __ATOMIC_RELEASE);
-    __atomic_store_n(&t->read_hook, fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->hooks[at].arg, arg, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->hooks[at].fn, fn, __ATOMIC_RELEASE);
 }
 
 void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)

@@ -178,9 +178,9 @@ static void case_race(const char *dir)
 
     put_spilled(st, d, SESS);
     delete_most(st, SESS);
-    kvp_tier_set_read_hook(st->tier, hook_fn, &h);
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_READ, hook_fn, &h);
     CHECK_OK(t_check_session(st, NS, "s00", &G, &d[0])); /* its restore runs the compaction */
-    kvp_tier_set_read_hook(st->tier, NULL, NULL);
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_READ, NULL, NULL);
     CHECK(h.fired >= 1 && h.status == KVP_OK);
     CHECK(t_stats(st).compact_segments >= 7 && victims(st) == 0);
     CHECK(t_stats(st).crc_failures == 0);
@@ -189,9 +189,11 @@ static void case_race(const char *dir)
     clear_all(d, SESS);
 }
 
-/* A session deleted while the compaction reads its pages: its pages are not moved back to life,
- * the other pages move, every victim segment goes. */
-static void case_delete_during(const char *dir)
+/* A session deleted while the compaction moves its pages (before they are read, or after their
+ * copies were appended and synced but before the locators are written): its pages are not moved
+ * back to life (the live bytes are exactly the others', a reopen sweeps nothing), the other pages
+ * move, every victim segment goes. */
+static void delete_during(const char *dir, kvp_tier_hook_t at)
 {
     kvp_session_desc_t d[SESS];
     kvp_store_h        st = open_compact(dir, 0);
@@ -200,9 +202,9 @@ static void case_delete_during(const char *dir)
 
     put_spilled(st, d, SESS);
     delete_most(st, SESS);
-    kvp_tier_set_read_hook(st->tier, hook_fn, &h);
+    kvp_tier_set_hook(st->tier, at, hook_fn, &h);
     CHECK_OK(kvp_store_compact(st, 0.5));
-    kvp_tier_set_read_hook(st->tier, NULL, NULL);
+    kvp_tier_set_hook(st->tier, at, NULL, NULL);
     CHECK(h.fired >= 1 && h.status == KVP_OK);
     s = t_stats(st);
     CHECK(victims(st) == 0 && s.compact_segments >= 7);
@@ -211,9 +213,20 @@ static void case_delete_during(const char *dir)
     kvp_store_close(st);
     st = open_compact(dir, 0);
     CHECK(t_stats(st).sessions == SESS / 3 - 1 && t_stats(st).swept_pages == 0);
+    CHECK(t_stats(st).disk_live_bytes == (SESS / 3 - 1) * SESS_ON_DISK);
     check_kept(st, d, SESS, 0);
     kvp_store_close(st);
     clear_all(d, SESS);
+}
+
+static void case_delete_during(const char *dir)
+{
+    delete_during(dir, KVP_TIER_HOOK_READ);
+}
+
+static void case_delete_after_copy(const char *dir)
+{
+    delete_during(dir, KVP_TIER_HOOK_MOVE);
 }
 
 /* A full disk during the move: the compaction fails with the disk's error, counts one disk error,
@@ -382,6 +395,7 @@ int main(int argc, char **argv)
     static const t_case_t cases[] = {{"reclaim", case_reclaim},
                                      {"race", case_race},
                                      {"delete_during", case_delete_during},
+                                     {"delete_after_copy", case_delete_after_copy},
                                      {"disk_full", case_disk_full},
                                      {"background", case_background},
                                      {"concurrent", case_concurrent},
