@@ -137,5 +137,7 @@ size_t   kvp_cli_fp16_page(uint32_t heads, uint32_t head_dim, uint32_t tokens, k
 /* ---- small statistics ---- */
 void   kvp_sort_f64(double *v, size_t n);              /* ascending */
 double kvp_median_sorted(const double *v, size_t n);   /* NaN when n == 0 */
+/* nearest rank: v[ceil(q n) - 1] (0 < q <= 1), NaN when n == 0 */
+double kvp_quantile_sorted(const double *v, size_t n, double q);
 
 #endif

@@ -313,6 +313,13 @@ size_t kvp_cli_fp16_page(uint32_t heads, uint32_t head_dim, uint32_t tokens, kvp
     return KVP_PAGE_HDR_BYTES + payload;
 }
 
+double kvp_quantile_sorted(const double *v, size_t n, double q)
+{
+    size_t k = (size_t)ceil(q * (double)n);
+
+    return n == 0 ? NAN : v[k == 0 ? 0 : (k > n ? n : k) - 1];
+}
+
 double kvp_median_sorted(const double *v, size_t n)
 {
     return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);

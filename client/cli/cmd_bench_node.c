@@ -361,38 +361,13 @@ static int run_side(bn_run_t *r, int redis, bn_side_t *sd)
     return rc;
 }
 
-/* bin itself when it names a path, else the first executable bin on PATH (into buf) */
-static const char *find_bin(const char *bin, char *buf, size_t cap)
-{
-    const char *path = getenv("PATH");
-
-    if (strchr(bin, '/') != NULL || path == NULL) {
-        return bin;
-    }
-    for (const char *p = path; *p != '\0';) {
-        size_t n = strcspn(p, ":");
-
-        snprintf(buf, cap, "%.*s/%s", (int)n, p, bin);
-        if (n > 0 && access(buf, X_OK) == 0) {
-            return buf;
-        }
-        p += n + (p[n] == ':');
-    }
-    return bin;
-}
-
 /* redis-server on a free loopback port, no persistence; its pid, or -1 (*why says why) */
-static pid_t redis_start(const char *name, int *port_p, const char **why)
+static pid_t redis_start(const char *bin, int *port_p, const char **why)
 {
-    char        port[16], where[1024];
-    const char *bin = find_bin(name, where, sizeof(where));
-    pid_t       pid;
-    int         fd = -1;
+    char  port[16];
+    pid_t pid;
+    int   fd = -1, rc;
 
-    if (access(bin, X_OK) != 0) {
-        *why = "redis-server not found (apt-get install redis-server, or --redis-server PATH)";
-        return -1;
-    }
     *port_p = kvp_proc_free_port();
     snprintf(port, sizeof(port), "%d", *port_p);
     {
@@ -402,8 +377,10 @@ static pid_t redis_start(const char *name, int *port_p, const char **why)
         pid = *port_p > 0 ? kvp_proc_spawn(argv, "/dev/null") : -1;
     }
     for (int i = 0; pid > 0 && i < 500 && (fd = redis_connect(*port_p)) < 0; i++) {
-        if (kvp_proc_wait(pid, 10) >= 0) {
-            *why = "redis-server exited at start";
+        if ((rc = kvp_proc_wait(pid, 10)) >= 0) {
+            *why = rc == 127 ? "redis-server not found (apt-get install redis-server, or "
+                               "--redis-server PATH)"
+                             : "redis-server exited at start";
             return -1;
         }
     }
@@ -418,14 +395,11 @@ static pid_t redis_start(const char *name, int *port_p, const char **why)
     return pid;
 }
 
-/* p50 / p99 of n latencies (sorted in place) */
+/* the q quantile of n latencies (sorted in place) */
 static double pct(double *v, size_t n, double q)
 {
-    if (n == 0) {
-        return NAN;
-    }
     kvp_sort_f64(v, n);
-    return v[(size_t)fmin((double)n - 1, floor(q * (double)n))];
+    return kvp_quantile_sorted(v, n, q);
 }
 
 static void side_json(kvp_json_t *j, const char *key, const bn_side_t *sd, const bn_run_t *r)

@@ -40,9 +40,9 @@ static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, si
     }
     if (r.n > 0) {
         kvp_sort_f64(v, r.n);
-        r.p50 = v[(size_t)ceil(0.50 * r.n) - 1];
-        r.p90 = v[(size_t)ceil(0.90 * r.n) - 1];
-        r.p99 = v[(size_t)ceil(0.99 * r.n) - 1];
+        r.p50 = kvp_quantile_sorted(v, r.n, 0.50);
+        r.p90 = kvp_quantile_sorted(v, r.n, 0.90);
+        r.p99 = kvp_quantile_sorted(v, r.n, 0.99);
         r.max = v[r.n - 1];
     }
     kvp_free(v);

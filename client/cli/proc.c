@@ -32,7 +32,7 @@ pid_t kvp_proc_spawn(char *const argv[], const char *log_path)
                 close(fd);
             }
         }
-        execv(argv[0], argv);
+        execvp(argv[0], argv);
         fprintf(stderr, "kvpack: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }

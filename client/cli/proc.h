@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* fork + execv(argv[0], argv), stdout and stderr appended to log_path when it is not NULL;
- * returns the pid or -1. */
+/* fork + execvp(argv[0], argv) (a name without '/' is looked up in PATH), stdout and stderr
+ * appended to log_path when it is not NULL; returns the pid or -1. A program that cannot be run
+ * exits 127. */
 pid_t kvp_proc_spawn(char *const argv[], const char *log_path);
 /* Exit status (0..255, 128+signal), -1 on error, -2 when timeout_ms passed (child left running). */
 int   kvp_proc_wait(pid_t pid, unsigned timeout_ms);
