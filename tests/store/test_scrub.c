@@ -11,18 +11,24 @@ static const tgeom_t G = {4, 2, 64, 16};
 #define NS   0x5C4Bu
 #define SESS 6
 
-static kvp_store_h open_scrub(const char *dir, uint64_t rate)
+static kvp_store_h open_scrub_dur(const char *dir, uint64_t rate, kvp_durability_t dur)
 {
     kvp_store_params_t p = {0};
     kvp_store_h        st;
 
     p.field_mask        = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                          KVP_STORE_PARAM_SCRUB;
+                          KVP_STORE_PARAM_SCRUB | KVP_STORE_PARAM_DURABILITY;
     p.dram_budget       = 64u << 20;
     p.db_path           = dir;
     p.scrub_bytes_per_s = rate;
+    p.durability        = dur;
     CHECK_OK(kvp_store_open(&p, &st));
     return st;
+}
+
+static kvp_store_h open_scrub(const char *dir, uint64_t rate)
+{
+    return open_scrub_dur(dir, rate, KVP_DURABILITY_SPILL);
 }
 
 /* sessions put and spilled, the store closed, one byte of s2's chunk 1 layer 3 flipped */
@@ -124,18 +130,11 @@ static void case_background(const char *dir)
  * finds nothing. */
 static void case_dram_copy(const char *dir)
 {
-    kvp_store_params_t p = {0};
     kvp_session_desc_t d;
-    kvp_store_h        st;
+    kvp_store_h        st = open_scrub_dur(dir, 0, KVP_DURABILITY_WRITE_THROUGH);
     uint8_t           *page;
     size_t             len;
 
-    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                    KVP_STORE_PARAM_DURABILITY;
-    p.dram_budget = 64u << 20;
-    p.db_path     = dir;
-    p.durability  = KVP_DURABILITY_WRITE_THROUGH;
-    CHECK_OK(kvp_store_open(&p, &st));
     t_session(&G, 90, 0, 90, 4, 0, &d);
     CHECK_OK(t_put_session(st, NS, "hot", &G, &d));
     page = t_page(&G, d.chunk_keys[1], 3, 1 * G.page_tokens, G.page_tokens, 0, &len);
