@@ -962,9 +962,10 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
 }
 
 /* which[j] for j < m: the pages (of from) whose locator still names where they were read from
- * (t->mu held); the others are dropped from the list. Returns false on no memory. */
+ * (t->mu held); the others are dropped from the list, and from ext[] alongside it when not NULL.
+ * Returns false on no memory. */
 static bool still_current(kvp_tier_t *t, const kvp_tier_loc_t *from, size_t *which, size_t *m,
-                          const kvp_tier_pkey_t **pks, cur_loc_t *cur)
+                          kvp_seg_ext_t *ext, const kvp_tier_pkey_t **pks, cur_loc_t *cur)
 {
     size_t keep = 0;
 
@@ -978,6 +979,9 @@ static bool still_current(kvp_tier_t *t, const kvp_tier_loc_t *from, size_t *whi
         const kvp_tier_loc_t *f = &from[which[j]];
 
         if (cur[j].found && cur[j].seg == f->seg && cur[j].off == f->off && cur[j].len == f->len) {
+            if (ext != NULL) {
+                ext[keep] = ext[j];
+            }
             which[keep++] = which[j];
         }
     }
@@ -994,7 +998,6 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
                                  void *const *bytes, kvp_tier_moved_t *moved)
 {
     kvp_seg_ext_t        *ext   = kvp_malloc((n ? n : 1) * sizeof(*ext), "compaction extents");
-    kvp_seg_ext_t        *put   = kvp_malloc((n ? n : 1) * sizeof(*put), "compaction extents");
     size_t               *which = kvp_malloc((n ? n : 1) * sizeof(*which), "compaction extents");
     const kvp_tier_pkey_t **pks = kvp_malloc((n ? n : 1) * sizeof(*pks), "compaction keys");
     cur_loc_t            *cur   = kvp_malloc((n ? n : 1) * sizeof(*cur), "compaction locators");
@@ -1005,7 +1008,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     uint64_t              gen, held = 0, t0;
     int                   fd = -1;
 
-    if (ext == NULL || put == NULL || which == NULL || pks == NULL || cur == NULL) {
+    if (ext == NULL || which == NULL || pks == NULL || cur == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
         status = KVP_ERR_NO_MEMORY;
         goto out;
@@ -1022,7 +1025,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (inject_take(t, "compaction write", total, &status)) {
         goto out; /* unlocked by inject_take */
     }
-    if (!still_current(t, from, which, &m, pks, cur)) {
+    if (!still_current(t, from, which, &m, NULL, pks, cur)) {
         status = KVP_ERR_NO_MEMORY;
     }
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
@@ -1051,18 +1054,14 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (fd >= 0) {
         kvp_segs_sync_end(t->segs, gen);
     }
-    for (size_t j = 0; j < m; j++) { /* ext[] by page index, for the ones still current */
-        put[which[j]] = ext[j];
-    }
-    if (!still_current(t, from, which, &m, pks, cur)) {
+    if (!still_current(t, from, which, &m, ext, pks, cur)) { /* ext[j] stays with which[j] */
         status = KVP_ERR_NO_MEMORY;
     }
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        const kvp_seg_ext_t *e = &put[which[j]];
-        uint8_t              k[PKEY_BYTES], v[LOC_BYTES];
+        uint8_t k[PKEY_BYTES], v[LOC_BYTES];
 
         page_key(&from[which[j]].pk, k);
-        loc_encode(e->seg, e->off, e->len, v);
+        loc_encode(ext[j].seg, ext[j].off, ext[j].len, v);
         rocksdb_writebatch_put_cf(wb, t->cf[CF_PAGES], (const char *)k, sizeof(k), (const char *)v,
                                   sizeof(v));
     }
@@ -1071,8 +1070,8 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         status = map_err("compaction write", &err);
     }
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        kvp_segs_live_add(t->segs, put[which[j]].seg, (int64_t)kvp_seg_span(put[which[j]].len));
-        moved->bytes += put[which[j]].len;
+        kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
+        moved->bytes += ext[j].len;
     }
     held += kvp_time_ns() - t0;
     pthread_mutex_unlock(&t->mu);
@@ -1106,7 +1105,6 @@ out:
     kvp_free(cur);
     kvp_free(pks);
     kvp_free(which);
-    kvp_free(put);
     kvp_free(ext);
     return status;
 }
