@@ -180,24 +180,15 @@ static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
  * amplification an SSD sees. Left out where the kernel does not account task I/O. */
 static void process_writes(kvp_http_reply_t *r, uint64_t logical)
 {
-    FILE              *f = fopen("/proc/self/io", "r");
-    char               line[128];
-    unsigned long long wb = 0;
-    int                found = 0;
+    int64_t wb = kvp_proc_write_bytes();
 
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        found |= sscanf(line, "write_bytes: %llu", &wb) == 1;
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    if (!found) {
+    if (wb < 0) {
         return;
     }
     family(r, "kvpack_process_disk_write_bytes_total", "counter",
            "Bytes the node process sent to storage (/proc/self/io write_bytes: segment files, "
            "RocksDB WAL, flushes and compactions)");
-    kvp_http_reply_printf(r, "kvpack_process_disk_write_bytes_total %llu\n", wb);
+    kvp_http_reply_printf(r, "kvpack_process_disk_write_bytes_total %lld\n", (long long)wb);
     if (logical > 0) {
         family(r, "kvpack_write_amplification", "gauge",
                "kvpack_process_disk_write_bytes_total over kvpack_disk_logical_bytes_total");

@@ -1,8 +1,10 @@
-/* alloc.c - tagged allocation wrappers with a failure-injection hook, and the monotonic clock. */
+/* alloc.c - tagged allocation wrappers with a failure-injection hook, the monotonic clock, and the
+ * process's storage writes (/proc/self/io). */
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -142,4 +144,22 @@ uint64_t kvp_time_ns(void)
 double kvp_time_s(void)
 {
     return (double)kvp_time_ns() * 1e-9;
+}
+
+int64_t kvp_proc_write_bytes(void)
+{
+    FILE              *f = fopen("/proc/self/io", "r");
+    char               line[128];
+    unsigned long long wb;
+    int64_t            out = -1;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "write_bytes: %llu", &wb) == 1) {
+            out = (int64_t)wb;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return out;
 }

@@ -70,26 +70,6 @@ static size_t make_page(const opts_t *o, kvp_key128_t key, uint32_t layer, uint8
                              layer, key.lo ^ layer, out);
 }
 
-/* Bytes this process sent to storage so far (/proc/self/io write_bytes), or -1 where the kernel
- * does not account task I/O. */
-static int64_t proc_write_bytes(void)
-{
-    FILE              *f = fopen("/proc/self/io", "r");
-    char               line[128];
-    unsigned long long wb;
-    int64_t            out = -1;
-
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "write_bytes: %llu", &wb) == 1) {
-            out = (int64_t)wb;
-        }
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    return out;
-}
-
 static void drop_cache(const char *path)
 {
     int fd = open(path, O_RDONLY);
@@ -530,7 +510,7 @@ int kvp_cmd_bench_store(int argc, char **argv)
 
     /* 2. spill: each session is put (untimed), then spilled (timed, durable on return) */
     st = open_store(db, (size_t)(sess_bytes * 2 + (64u << 20)));
-    wb0 = proc_write_bytes();
+    wb0 = kvp_proc_write_bytes();
     if (st == NULL) {
         return 1;
     }
@@ -570,7 +550,7 @@ int kvp_cmd_bench_store(int argc, char **argv)
     kvp_store_close(st); /* its last WAL and memtable writes count too */
     spill_logical = stats.disk_logical_bytes;
     spill_seg     = stats.disk_segment_write_bytes;
-    spill_dev     = wb0 >= 0 && proc_write_bytes() >= wb0 ? proc_write_bytes() - wb0 : -1;
+    spill_dev     = wb0 >= 0 && kvp_proc_write_bytes() >= wb0 ? kvp_proc_write_bytes() - wb0 : -1;
 
     /* 3. restart, cold page cache, restore every session */
     drop_cache_dir(db);

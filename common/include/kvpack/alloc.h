@@ -32,6 +32,10 @@ int64_t  kvp_alloc_live_count(void);
 uint64_t kvp_time_ns(void);
 double   kvp_time_s(void);
 
+/* Bytes this process has sent to storage (/proc/self/io write_bytes), or -1 where the kernel does
+ * not account task I/O. */
+int64_t  kvp_proc_write_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif
