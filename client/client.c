@@ -6,8 +6,11 @@
  * per message and messages in flight); so is GET_PAGES, each reply copied once into one block its
  * pages point into. get_session verifies every page (CRC, key, layer, one codec and geometry
  * matching the record and, with _expect, the caller) before returning.
- * Main flow: kvp_client_get_session -> GET_SESSION -> verify_tail -> get_pages (get_issue /
- * get_take, up to max_inflight in flight) -> check_shape per page. */
+ * Main flow: kvp_client_get_session -> GET_SESSION (the record and its first pages) ->
+ * verify_tail -> take_inline -> get_pages for the rest (get_issue / get_take, up to max_inflight
+ * in flight) -> take_pages -> check_shape per page. A session that fits one reply (batch_bytes /
+ * max_inflight) is one round trip; so is a put of one that fits batch_bytes (its pages ride with
+ * the record in PUT_SESSION). */
 #include "kvpack/kvpack.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -358,6 +361,23 @@ static void put_finish(kvp_client_h c, call_t *call, kvp_status_t *first_p)
     call_release(call);
 }
 
+/* Every page given, of a length a page can have. */
+static int pages_ok(const void *const *pages, const size_t *lens, size_t n, const char *what)
+{
+    if (n > 0 && (pages == NULL || lens == NULL)) {
+        KVP_LOG_ERROR(MOD, "%s: %zu pages without page or length arrays", what, n);
+        return 0;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (pages[k] == NULL || lens[k] < KVP_PAGE_HDR_BYTES ||
+            lens[k] > KVP_PAGE_HDR_BYTES + (size_t)KVP_PAGE_MAX_PAYLOAD) {
+            KVP_LOG_ERROR(MOD, "%s: page %zu has an impossible length %zu", what, k, lens[k]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *const *pages,
                                   const size_t *lens, size_t n)
 {
@@ -366,15 +386,8 @@ kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *
     kvp_status_t first = KVP_OK;
     size_t       i     = 0;
 
-    if (n > 0 && (pages == NULL || lens == NULL)) {
+    if (!pages_ok(pages, lens, n, "put_pages")) {
         return KVP_ERR_INVALID;
-    }
-    for (size_t k = 0; k < n; k++) {
-        if (pages[k] == NULL || lens[k] < KVP_PAGE_HDR_BYTES ||
-            lens[k] > KVP_PAGE_HDR_BYTES + (size_t)KVP_PAGE_MAX_PAYLOAD) {
-            KVP_LOG_ERROR(MOD, "put_pages: page %zu has an impossible length %zu", k, lens[k]);
-            return KVP_ERR_INVALID;
-        }
     }
     while (i < n || count > 0) {
         while (first == KVP_OK && i < n && count < client->max_inflight) {
@@ -445,43 +458,88 @@ uint64_t kvp_version_now(void)
 kvp_status_t kvp_client_put_session(kvp_client_h client, uint64_t ns, const char *sid,
                                     const kvp_session_desc_t *desc)
 {
-    return kvp_client_put_session_version(client, ns, sid, desc, kvp_version_now());
+    return kvp_client_put_session_pages(client, ns, sid, desc, NULL, NULL, 0, kvp_version_now());
 }
 
 kvp_status_t kvp_client_put_session_version(kvp_client_h client, uint64_t ns, const char *sid,
                                             const kvp_session_desc_t *desc, uint64_t version)
 {
+    return kvp_client_put_session_pages(client, ns, sid, desc, NULL, NULL, 0, version);
+}
+
+/* The pages that fit one PUT_SESSION with the record: as many trailing pages as batch_bytes and
+ * the header allow (the record's header fields take room of their own). */
+static size_t put_tail_count(kvp_client_h c, const size_t *lens, size_t n)
+{
+    uint32_t max_pages = c->max_pages > HDR_SLACK / 5 ? c->max_pages - HDR_SLACK / 5 : 0;
+    size_t   cnt = 0, bytes = 0;
+
+    while (cnt < n && cnt < max_pages && bytes + lens[n - 1 - cnt] <= c->batch_bytes) {
+        bytes += lens[n - 1 - cnt];
+        cnt++;
+    }
+    return cnt;
+}
+
+kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, const char *sid,
+                                          const kvp_session_desc_t *desc,
+                                          const void *const *pages, const size_t *lens, size_t n,
+                                          uint64_t version)
+{
     kvp_wire_req_t  req;
     kvp_xfer_iov_t *iov;
+    uint32_t       *plens;
     uint8_t        *blob;
-    size_t          len;
+    size_t          len, tail, head;
     call_t         *call;
     kvp_status_t    s = check_sid(sid);
 
     if (s != KVP_OK) {
         return s;
     }
+    if (!pages_ok(pages, lens, n, "put_session")) {
+        return KVP_ERR_INVALID;
+    }
+    tail = put_tail_count(client, lens, n);
+    head = n - tail;
+    if (head > 0) { /* the pages beyond one message go ahead, pipelined; all must land first */
+        s = kvp_client_put_pages(client, ns, pages, lens, head);
+        if (s != KVP_OK) {
+            return s;
+        }
+    }
     s = kvp_session_desc_pack(desc, &blob, &len);
     if (s != KVP_OK) {
         return s;
     }
-    iov = kvp_malloc(sizeof(*iov), "client iov");
+    iov = kvp_malloc((tail + 1) * (sizeof(*iov) + sizeof(uint32_t)), "client put iov");
     if (iov == NULL || len > UINT32_MAX) {
         kvp_free(iov);
         kvp_free(blob);
         return (iov == NULL) ? KVP_ERR_NO_MEMORY : KVP_ERR_TOO_LARGE;
     }
-    iov->buf = blob;
-    iov->len = len;
+    plens = (uint32_t *)(iov + tail + 1);
+    for (size_t k = 0; k < tail; k++) {
+        iov[k].buf = pages[head + k];
+        iov[k].len = lens[head + k];
+        plens[k]   = (uint32_t)lens[head + k];
+    }
+    iov[tail].buf = blob;
+    iov[tail].len = len;
     memset(&req, 0, sizeof(req));
     req.op         = KVP_WIRE_OP_PUT_SESSION;
     req.ns         = ns;
     req.record_len = (uint32_t)len;
     req.version    = version;
+    req.n_pages    = (uint32_t)tail;
+    req.page_lens  = tail > 0 ? plens : NULL;
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
-    s = call_start(client, &req, iov, 1, &call);
+    s = call_start(client, &req, iov, (int)tail + 1, &call);
     if (s == KVP_OK) {
         s = call_wait(client, call);
+        if (s != KVP_OK && tail > 0 && call->rep.message[0] != '\0') {
+            KVP_LOG_INFO(MOD, "put_session %s: %s", sid, call->rep.message);
+        }
         call_release(call);
     }
     kvp_free(blob);
@@ -519,6 +577,7 @@ typedef struct {
     uint32_t                 tail_heads, tail_dim; /* of the fp16 tail; 0 when none */
     size_t                   page_len; /* sizes the requests; 0 until known */
     size_t                   req_bytes; /* page bytes per GET_PAGES */
+    uint32_t                 taken;     /* leading pages that came with the record */
 } get_ctx_t;
 
 static const char *codec_str(uint32_t codec)
@@ -673,37 +732,26 @@ static kvp_status_t get_issue(get_ctx_t *g, uint32_t first, uint32_t end, get_re
     return call_start(g->c, &req, NULL, 0, &r->call);
 }
 
-/* Wait for r's reply; copy its pages (at most r->end - r->first) into one block, verify each
- * (CRC, key, layer, shape) and point the session's page slots at them. *took_p = pages taken. */
-static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
+/* Copy k pages (lens, back to back at data) for items first.. into one block, verify each (CRC,
+ * key, layer, shape) and point the session's page slots at them. *took_p = pages taken. */
+static kvp_status_t take_pages(get_ctx_t *g, uint32_t first, uint32_t k, const uint32_t *lens,
+                               const uint8_t *data, uint32_t *took_p)
 {
-    sp_impl_t     *sp     = g->sp;
-    uint32_t       layers = sp->pub.desc.layers, k, took = 0;
-    kvp_status_t   s      = call_wait(g->c, r->call);
-    call_t        *call   = r->call;
-    const uint8_t *data;
-    size_t         dl, off = 0, boff = 0, need = 0;
-    uint8_t       *block;
+    sp_impl_t   *sp     = g->sp;
+    uint32_t     layers = sp->pub.desc.layers, took = 0;
+    size_t       off = 0, boff = 0, need = 0;
+    uint8_t     *block;
+    kvp_status_t s = KVP_OK;
 
-    if (s == KVP_OK && (call->rep.n_pages == 0 || call->rep.n_pages > r->end - r->first + layers)) {
-        KVP_LOG_ERROR(MOD, "get_pages reply with %u pages for %u wanted", call->rep.n_pages,
-                      r->end - r->first);
-        s = KVP_ERR_PROTOCOL;
-    }
-    if (s != KVP_OK) {
-        call_release(call);
-        return s;
-    }
-    k = call->rep.n_pages < r->end - r->first ? call->rep.n_pages : r->end - r->first;
+    *took_p = 0;
     for (uint32_t i = 0; i < k; i++) {
-        need += ((size_t)call->rep.page_lens[i] + GET_ALIGN - 1) & ~(size_t)(GET_ALIGN - 1);
+        need += ((size_t)lens[i] + GET_ALIGN - 1) & ~(size_t)(GET_ALIGN - 1);
     }
     if (sp->nblocks == sp->cap_blocks) {
         uint32_t  cap = sp->cap_blocks ? sp->cap_blocks * 2 : 16;
         uint8_t **b   = kvp_realloc(sp->blocks, cap * sizeof(*b), "session blocks");
 
         if (b == NULL) {
-            call_release(call);
             return KVP_ERR_NO_MEMORY;
         }
         sp->blocks     = b;
@@ -712,13 +760,11 @@ static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
     block = kvp_aligned_alloc(GET_ALIGN, need, "session pages");
     if (block == NULL) {
         KVP_LOG_ERROR(MOD, "no memory for %zu bytes of session %s pages", need, g->sid);
-        call_release(call);
         return KVP_ERR_NO_MEMORY;
     }
     sp->blocks[sp->nblocks++] = block;
-    data = kvp_xfer_msg_data(call->msg, &dl);
     for (; took < k && s == KVP_OK; took++) {
-        uint32_t        item = r->first + took, len = call->rep.page_lens[took];
+        uint32_t        item = first + took, len = lens[took];
         kvp_key128_t    key  = sp->pub.desc.chunk_keys[item / layers];
         kvp_page_info_t info;
         uint8_t        *p    = block + boff;
@@ -747,8 +793,30 @@ static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
         off += len;
         boff += ((size_t)len + GET_ALIGN - 1) & ~(size_t)(GET_ALIGN - 1);
     }
-    call_release(call);
     *took_p = took;
+    return s;
+}
+
+/* Wait for r's reply and take its pages (at most r->end - r->first). */
+static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
+{
+    uint32_t     layers = g->sp->pub.desc.layers, k;
+    kvp_status_t s      = call_wait(g->c, r->call);
+    call_t      *call   = r->call;
+    size_t       dl;
+
+    *took_p = 0;
+    if (s == KVP_OK && (call->rep.n_pages == 0 || call->rep.n_pages > r->end - r->first + layers)) {
+        KVP_LOG_ERROR(MOD, "get_pages reply with %u pages for %u wanted", call->rep.n_pages,
+                      r->end - r->first);
+        s = KVP_ERR_PROTOCOL;
+    }
+    if (s == KVP_OK) {
+        k = call->rep.n_pages < r->end - r->first ? call->rep.n_pages : r->end - r->first;
+        s = take_pages(g, r->first, k, call->rep.page_lens, kvp_xfer_msg_data(call->msg, &dl),
+                       took_p);
+    }
+    call_release(call);
     return s;
 }
 
@@ -759,7 +827,7 @@ static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
 static kvp_status_t get_pages(get_ctx_t *g)
 {
     kvp_client_h c     = g->c;
-    uint32_t     total = g->sp->pub.n_pages, next = 0, head = 0, count = 0, nrem = 0;
+    uint32_t     total = g->sp->pub.n_pages, next = g->taken, head = 0, count = 0, nrem = 0;
     uint32_t     rem_first[2 * MAX_INFLIGHT], rem_end[2 * MAX_INFLIGHT];
     get_req_t    q[MAX_INFLIGHT];
     kvp_status_t s = KVP_OK;
@@ -818,6 +886,23 @@ static kvp_status_t get_pages(get_ctx_t *g)
     return s;
 }
 
+/* Take the pages that came with the record (GET_SESSION reply data after it). A reply with more
+ * pages than the record names is a protocol error. */
+static kvp_status_t take_inline(get_ctx_t *g, const call_t *call, const uint8_t *data)
+{
+    uint32_t k = call->rep.n_pages;
+
+    if (k == 0) {
+        return KVP_OK;
+    }
+    if (k > g->sp->pub.n_pages) {
+        KVP_LOG_ERROR(MOD, "get_session reply with %u pages for a record of %u", k,
+                      g->sp->pub.n_pages);
+        return KVP_ERR_PROTOCOL;
+    }
+    return take_pages(g, 0, k, call->rep.page_lens, data + call->rep.record_len, &g->taken);
+}
+
 static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *sid,
                                 const kvp_page_params_t *expect, kvp_session_pages_t **out_p)
 {
@@ -839,9 +924,20 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
                       out_p == NULL ? "no output pointer" : "the expected codec params are invalid");
         return KVP_ERR_INVALID;
     }
+    memset(&g, 0, sizeof(g));
+    g.c        = client;
+    g.ns       = ns;
+    g.sid      = sid;
+    g.expect    = expect;
+    g.page_len  = expect != NULL ? kvp_page_max_bytes(expect) : 0;
+    g.codec_min = UINT32_MAX;
+    /* batch_bytes in flight, split over max_inflight requests: the same footprint as one batch
+     * (measured: 4 x 1 MiB beats 4 x 4 MiB on the shared VM, cache-bound), latency hidden */
+    g.req_bytes = client->batch_bytes / client->max_inflight;
     memset(&req, 0, sizeof(req));
-    req.op = KVP_WIRE_OP_GET_SESSION;
-    req.ns = ns;
+    req.op        = KVP_WIRE_OP_GET_SESSION;
+    req.ns        = ns;
+    req.max_bytes = (uint32_t)g.req_bytes; /* the first pages come with the record */
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_simple(client, &req, &call);
     if (s != KVP_OK) {
@@ -853,28 +949,18 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
         call_release(call);
         return KVP_ERR_NO_MEMORY;
     }
+    g.sp = sp;
     data = kvp_xfer_msg_data(call->msg, &dl);
-    s    = kvp_session_desc_unpack(data, dl, &sp->pub.desc);
+    s    = kvp_session_desc_unpack(data, call->rep.record_len, &sp->pub.desc);
     sp->pub.version    = call->rep.version;
     sp->pub.disk_pages = call->rep.disk_pages;
     sp->pub.disk_bytes = call->rep.disk_bytes;
-    call_release(call);
     if (s != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s record from the node: %s", sid, kvp_status_str(s));
+        call_release(call);
         kvp_free(sp);
         return s;
     }
-    memset(&g, 0, sizeof(g));
-    g.c        = client;
-    g.ns       = ns;
-    g.sid      = sid;
-    g.sp       = sp;
-    g.expect    = expect;
-    g.page_len  = expect != NULL ? kvp_page_max_bytes(expect) : 0;
-    g.codec_min = UINT32_MAX;
-    /* batch_bytes in flight, split over max_inflight requests: the same footprint as one batch
-     * (measured: 4 x 1 MiB beats 4 x 4 MiB on the shared VM, cache-bound), latency hidden */
-    g.req_bytes = client->batch_bytes / client->max_inflight;
     if (expect != NULL && sp->pub.desc.page_tokens != expect->page_tokens) {
         KVP_LOG_ERROR(MOD, "session %s has P %u; the caller expects %u", sid,
                       sp->pub.desc.page_tokens, expect->page_tokens);
@@ -895,7 +981,11 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
             s = KVP_ERR_NO_MEMORY;
         }
     }
-    if (s == KVP_OK && n_pages > 0) {
+    if (s == KVP_OK) {
+        s = take_inline(&g, call, data);
+    }
+    call_release(call);
+    if (s == KVP_OK && g.taken < n_pages) {
         s = get_pages(&g);
     }
     sp->pub.wire_bytes = client->rx_bytes - rx0;
@@ -1155,6 +1245,8 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
         stat_p->uptime_ms        = w->uptime_ms;
         stat_p->disk_bytes       = w->disk_bytes;
         stat_p->disk_live_bytes  = w->disk_live_bytes;
+        stat_p->requests         = w->requests;
+        stat_p->bad_requests     = w->bad_requests;
     }
     call_release(call);
     return s;

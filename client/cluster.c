@@ -223,7 +223,8 @@ static int put_stops(kvp_status_t s)
            s == KVP_ERR_STALE;
 }
 
-/* The whole session to one node: one chunk (layers pages) per put_pages, then the record. */
+/* The whole session to one node: one chunk (layers pages) per put_pages, then the last chunk
+ * with the record (one PUT_SESSION when it fits a batch). */
 static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
                             const char *sid, const void *const *pages, const size_t *lens,
                             size_t n, const kvp_session_desc_t *desc, uint64_t version,
@@ -234,7 +235,7 @@ static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uin
     kvp_status_t s      = KVP_OK;
 
     *stage_p = "pages";
-    for (uint64_t ch = 0; s == KVP_OK && ch < chunks; ch++) {
+    for (uint64_t ch = 0; s == KVP_OK && ch + 1 < chunks; ch++) {
         s = kvp_client_put_pages(cl, ns, pages + ch * L, lens + ch * L, L);
         if (s == KVP_OK && c->progress_cb != NULL) {
             c->progress_cb(c->progress_arg, c->peer[node], ch + 1, chunks);
@@ -243,8 +244,14 @@ static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uin
     if (s != KVP_OK) {
         return s;
     }
-    *stage_p = "session record";
-    return kvp_client_put_session_version(cl, ns, sid, desc, version);
+    *stage_p = chunks > 0 ? "last chunk and session record" : "session record";
+    s = kvp_client_put_session_pages(cl, ns, sid, desc, chunks > 0 ? pages + (chunks - 1) * L : NULL,
+                                     chunks > 0 ? lens + (chunks - 1) * L : NULL,
+                                     chunks > 0 ? L : 0, version);
+    if (s == KVP_OK && chunks > 0 && c->progress_cb != NULL) {
+        c->progress_cb(c->progress_arg, c->peer[node], chunks, chunks);
+    }
+    return s;
 }
 
 typedef struct {

@@ -148,8 +148,11 @@ static void reply_status(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t stat
 
 /* ---- private: one handler per op ---- */
 
-static void handle_put_pages(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
-                             const uint8_t *data, kvp_wire_rep_t *rep)
+/* Store the request's pages (data: back to back, lengths in req->page_lens): every one is tried;
+ * rep->accepted / first_bad count them. On a rejection the error reply is set and that status
+ * returned; *off_p = the bytes the pages took. */
+static kvp_status_t pages_store(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
+                                const uint8_t *data, kvp_wire_rep_t *rep, size_t *off_p)
 {
     kvp_status_t first = KVP_OK;
     size_t       off   = 0;
@@ -166,22 +169,41 @@ static void handle_put_pages(node_t *n, node_job_t *job, const kvp_wire_req_t *r
             rep->first_bad = i;
         }
     }
+    *off_p = off;
     if (first != KVP_OK) {
         char what[64];
 
         snprintf(what, sizeof(what), "page %u of %u", rep->first_bad, req->n_pages);
         reply_status(job, rep, first, what);
-        return;
     }
-    reply_status(job, rep, KVP_OK, NULL);
+    return first;
 }
 
+static void handle_put_pages(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
+                             const uint8_t *data, kvp_wire_rep_t *rep)
+{
+    size_t off;
+
+    if (pages_store(n, job, req, data, rep, &off) == KVP_OK) {
+        reply_status(job, rep, KVP_OK, NULL);
+    }
+}
+
+/* The record, after the pages that came with it (if any): a rejected page leaves the record
+ * unwritten (the session stays as it was). */
 static void handle_put_session(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                                const uint8_t *data, kvp_wire_rep_t *rep)
 {
     kvp_session_desc_t desc;
-    kvp_status_t       s = kvp_session_desc_unpack(data, req->record_len, &desc);
+    size_t             off = 0;
+    kvp_status_t       s;
 
+    if (req->n_pages > 0 && pages_store(n, job, req, data, rep, &off) != KVP_OK) {
+        KVP_LOG_INFO(MOD, "session %s from %s not written: page %u of its %u rejected", req->sid,
+                     kvp_xfer_conn_peer(job->conn), rep->first_bad, req->n_pages);
+        return;
+    }
+    s = kvp_session_desc_unpack(data + off, req->record_len, &desc);
     if (s != KVP_OK) {
         KVP_LOG_WARN(MOD, "session %s record from %s rejected: %s", req->sid,
                      kvp_xfer_conn_peer(job->conn), kvp_status_str(s));
@@ -194,6 +216,67 @@ static void handle_put_session(node_t *n, node_job_t *job, const kvp_wire_req_t 
     reply_status(job, rep, s, s == KVP_ERR_STALE ? req->sid : "session put");
 }
 
+/* Pin pages of keys[0..n_keys) x layers from item start on, at most max_bytes of them (at least
+ * one when min_one) and max_reply_pages, into rc (refs; iov from rc->iov[iov0]) and rep->page_lens
+ * (both sized for max_reply_pages by the caller). Stops at the first page the store cannot give:
+ * that status is returned, with the pages before it still pinned. */
+static kvp_status_t pages_gather(node_t *n, uint64_t ns, const kvp_key128_t *keys, uint32_t n_keys,
+                                 uint32_t layers, uint32_t start, uint64_t max_bytes, int min_one,
+                                 reply_ctx_t *rc, uint32_t iov0, kvp_wire_rep_t *rep)
+{
+    uint64_t room  = (uint64_t)n_keys * layers - start; /* start < n_keys * layers */
+    uint64_t bytes = 0;
+
+    if (room > n->max_reply_pages) {
+        room = n->max_reply_pages;
+    }
+    for (uint32_t i = 0; i < room; i++) {
+        uint64_t       item = start + (uint64_t)i;
+        kvp_key128_t   key  = keys[item / layers];
+        kvp_page_ref_h ref;
+        const void    *p;
+        size_t         len;
+        kvp_status_t   s = kvp_store_page_get(n->store, ns, key, (uint32_t)(item % layers), &ref);
+
+        if (s != KVP_OK) {
+            KVP_LOG_INFO(MOD, "page %016llx%016llx layer %u: %s", (unsigned long long)key.hi,
+                         (unsigned long long)key.lo, (uint32_t)(item % layers),
+                         kvp_status_str(s));
+            return s;
+        }
+        p = kvp_page_ref_data(ref, &len);
+        if ((i > 0 || !min_one) && bytes + len > max_bytes) {
+            kvp_page_ref_release(ref);
+            break;
+        }
+        rc->refs[rc->n_refs]           = ref;
+        rc->iov[iov0 + rc->n_refs]     = (kvp_xfer_iov_t){p, len};
+        rep->page_lens[rc->n_refs]     = (uint32_t)len;
+        rc->n_refs++;
+        bytes += len;
+    }
+    return KVP_OK;
+}
+
+/* A reply context with room for the record (iov0 = 1) or not (0) and up to `pages` pages. */
+static reply_ctx_t *reply_ctx_pages(uint32_t iov0, uint32_t pages, kvp_wire_rep_t *rep)
+{
+    reply_ctx_t *rc = kvp_calloc(1, sizeof(*rc), "node reply");
+
+    if (rc == NULL || (rc->iov = kvp_calloc(iov0 + pages, sizeof(*rc->iov), "node iov")) == NULL ||
+        (pages > 0 && ((rc->refs = kvp_calloc(pages, sizeof(*rc->refs), "node refs")) == NULL ||
+                       (rep->page_lens = kvp_calloc(pages, sizeof(uint32_t), "node lens")) == NULL))) {
+        if (rc != NULL) {
+            reply_ctx_free(rc);
+        }
+        return NULL;
+    }
+    return rc;
+}
+
+/* The record, and (req->max_bytes > 0) its first pages up to that many bytes: a session that
+ * fits costs one round trip. A page the store cannot give ends the pages early without an error
+ * (the client's GET_PAGES for the rest then reports it). */
 static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                                kvp_wire_rep_t *rep)
 {
@@ -201,23 +284,35 @@ static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t 
     reply_ctx_t         *rc;
     size_t               len;
     kvp_store_get_info_t got;
+    uint64_t             items;
+    uint32_t             want = 0;
     kvp_status_t         s = kvp_store_session_get_info(n->store, req->ns, req->sid, &desc, &got);
 
     if (s != KVP_OK) {
         reply_status(job, rep, s, req->sid);
         return;
     }
-    rc = kvp_calloc(1, sizeof(*rc), "node reply");
+    items = (uint64_t)desc.n_chunks * desc.layers;
+    if (req->max_bytes > 0 && items > 0) {
+        want = items < n->max_reply_pages ? (uint32_t)items : n->max_reply_pages;
+    }
+    rc = reply_ctx_pages(1, want, rep);
     if (rc == NULL) {
         kvp_session_desc_clear(&desc);
+        reply_status(job, rep, KVP_ERR_NO_MEMORY, "get session");
         return;
+    }
+    if (want > 0) {
+        (void)pages_gather(n, req->ns, desc.chunk_keys, desc.n_chunks, desc.layers, 0,
+                           req->max_bytes, 0, rc, 1, rep);
     }
     s = kvp_session_desc_pack(&desc, &rc->blob, &len);
     kvp_session_desc_clear(&desc);
-    rc->iov = kvp_calloc(1, sizeof(*rc->iov), "node reply iov");
-    if (s != KVP_OK || rc->iov == NULL || len > UINT32_MAX) {
+    if (s != KVP_OK || len > UINT32_MAX) {
         reply_ctx_free(rc);
-        reply_status(job, rep, (s != KVP_OK) ? s : KVP_ERR_NO_MEMORY, "session record");
+        kvp_free(rep->page_lens);
+        rep->page_lens = NULL;
+        reply_status(job, rep, (s != KVP_OK) ? s : KVP_ERR_TOO_LARGE, "session record");
         return;
     }
     rc->iov[0].buf  = rc->blob;
@@ -226,55 +321,27 @@ static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t 
     rep->version    = got.version;
     rep->disk_pages = got.disk_pages;
     rep->disk_bytes = got.disk_bytes;
+    rep->n_pages    = rc->n_refs;
     rep->status     = KVP_OK;
-    reply_set(job, rep, rc, 1);
+    reply_set(job, rep, rc, 1 + (int)rc->n_refs);
+    kvp_free(rep->page_lens);
+    rep->page_lens = NULL;
 }
 
 static void handle_get_pages(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                              kvp_wire_rep_t *rep)
 {
-    uint32_t     total = req->n_keys * req->layers;
-    uint32_t     room  = total - req->start;
-    uint64_t     bytes = 0;
-    reply_ctx_t *rc    = kvp_calloc(1, sizeof(*rc), "node reply");
-    kvp_status_t s     = KVP_OK;
+    uint64_t     room = (uint64_t)req->n_keys * req->layers - req->start;
+    reply_ctx_t *rc   = reply_ctx_pages(0, room < n->max_reply_pages ? (uint32_t)room
+                                                                    : n->max_reply_pages, rep);
+    kvp_status_t s;
 
-    if (room > n->max_reply_pages) {
-        room = n->max_reply_pages;
-    }
-    if (rc == NULL || (rc->refs = kvp_calloc(room, sizeof(*rc->refs), "node refs")) == NULL ||
-        (rc->iov = kvp_calloc(room, sizeof(*rc->iov), "node iov")) == NULL ||
-        (rep->page_lens = kvp_calloc(room, sizeof(uint32_t), "node lens")) == NULL) {
-        if (rc != NULL) {
-            reply_ctx_free(rc);
-        }
+    if (rc == NULL) {
         reply_status(job, rep, KVP_ERR_NO_MEMORY, "get pages");
         return;
     }
-    for (uint32_t i = 0; i < room; i++) {
-        uint32_t       item = req->start + i;
-        kvp_key128_t   key  = req->keys[item / req->layers];
-        kvp_page_ref_h ref;
-        const void    *p;
-        size_t         len;
-
-        s = kvp_store_page_get(n->store, req->ns, key, item % req->layers, &ref);
-        if (s != KVP_OK) {
-            KVP_LOG_INFO(MOD, "page %016llx%016llx layer %u: %s", (unsigned long long)key.hi,
-                         (unsigned long long)key.lo, item % req->layers, kvp_status_str(s));
-            break;
-        }
-        p = kvp_page_ref_data(ref, &len);
-        if (i > 0 && bytes + len > req->max_bytes) {
-            kvp_page_ref_release(ref);
-            break;
-        }
-        rc->refs[rc->n_refs]   = ref;
-        rc->iov[rc->n_refs]    = (kvp_xfer_iov_t){p, len};
-        rep->page_lens[rc->n_refs] = (uint32_t)len;
-        rc->n_refs++;
-        bytes += len;
-    }
+    s = pages_gather(n, req->ns, req->keys, req->n_keys, req->layers, req->start, req->max_bytes,
+                     1, rc, 0, rep);
     if (s != KVP_OK) {
         reply_ctx_free(rc);
         kvp_free(rep->page_lens);

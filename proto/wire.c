@@ -53,11 +53,13 @@ static int sid_ok(const char *sid)
 }
 
 /* Page lengths: 1..KVP_WIRE_MAX_PAGES entries, each a plausible page, summing to data_len. */
-static int page_lens_ok(const uint32_t *lens, size_t n, uint64_t data_len)
+/* n page lengths, each a possible page, summing to data_len; at least min_n of them (1 for the
+ * page ops; 0 for the session ops, whose pages ride along with the record) */
+static int page_lens_ok(const uint32_t *lens, size_t n, size_t min_n, uint64_t data_len)
 {
     uint64_t sum = 0;
 
-    if (n == 0 || n > KVP_WIRE_MAX_PAGES) {
+    if (n < min_n || n > KVP_WIRE_MAX_PAGES) {
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
@@ -93,8 +95,13 @@ static kvp_status_t keys_copy(const uint64_t *lo, const uint64_t *hi, size_t n,
 
 static kvp_status_t lens_copy(const uint32_t *src, size_t n, uint32_t **lens_p)
 {
-    uint32_t *l = kvp_malloc(n * sizeof(*l), "wire lens");
+    uint32_t *l;
 
+    if (n == 0) { /* a session op without pages */
+        *lens_p = NULL;
+        return KVP_OK;
+    }
+    l = kvp_malloc(n * sizeof(*l), "wire lens");
     if (l == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
@@ -167,6 +174,8 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         ps.record_len  = req->record_len;
         ps.has_version = req->version != 0;
         ps.version     = req->version;
+        ps.n_page_len  = req->n_pages;
+        ps.page_len    = req->page_lens;
         r.body_case    = KVP__REQUEST__BODY_PUT_SESSION;
         r.put_session  = &ps;
         break;
@@ -179,6 +188,8 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         sr.version     = req->version;
         sr.has_drop    = req->op == KVP_WIRE_OP_DELETE && req->drop != 0;
         sr.drop        = req->drop != 0;
+        sr.has_pages_max_bytes = req->op == KVP_WIRE_OP_GET_SESSION && req->max_bytes != 0;
+        sr.pages_max_bytes     = req->max_bytes;
         if (req->op == KVP_WIRE_OP_SPILL) {
             r.body_case = KVP__REQUEST__BODY_SPILL;
             r.spill     = &sr;
@@ -264,7 +275,7 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
     case KVP__REQUEST__BODY_PUT_PAGES:
         req->op = KVP_WIRE_OP_PUT_PAGES;
         req->ns = r->put_pages->ns;
-        if (!page_lens_ok(r->put_pages->page_len, r->put_pages->n_page_len, data_len)) {
+        if (!page_lens_ok(r->put_pages->page_len, r->put_pages->n_page_len, 1, data_len)) {
             return req_bad(req, "page lengths do not match the data");
         }
         req->n_pages = (uint32_t)r->put_pages->n_page_len;
@@ -275,13 +286,16 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         if (!sid_ok(r->put_session->sid)) {
             return req_bad(req, "bad session id");
         }
-        if (r->put_session->record_len == 0 || r->put_session->record_len != data_len) {
-            return req_bad(req, "record length does not match the data");
+        if (r->put_session->record_len == 0 || r->put_session->record_len > data_len ||
+            !page_lens_ok(r->put_session->page_len, r->put_session->n_page_len, 0,
+                          data_len - r->put_session->record_len)) {
+            return req_bad(req, "record and page lengths do not match the data");
         }
         strcpy(req->sid, r->put_session->sid);
         req->record_len = r->put_session->record_len;
         req->version    = r->put_session->has_version ? r->put_session->version : 0;
-        return KVP_OK;
+        req->n_pages    = (uint32_t)r->put_session->n_page_len;
+        return lens_copy(r->put_session->page_len, req->n_pages, &req->page_lens);
     case KVP__REQUEST__BODY_GET_SESSION:
     case KVP__REQUEST__BODY_SPILL:
     case KVP__REQUEST__BODY_DEL_SESSION: {
@@ -305,6 +319,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         strcpy(req->sid, s->sid);
         req->version = req->op == KVP_WIRE_OP_DELETE && s->has_version ? s->version : 0;
         req->drop    = req->op == KVP_WIRE_OP_DELETE && s->has_drop && s->drop;
+        req->max_bytes = req->op == KVP_WIRE_OP_GET_SESSION && s->has_pages_max_bytes
+                             ? s->pages_max_bytes : 0;
         return KVP_OK;
     }
     case KVP__REQUEST__BODY_GET_PAGES: {
@@ -474,6 +490,8 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             gs.disk_pages     = rep->disk_pages;
             gs.has_disk_bytes = rep->disk_bytes != 0;
             gs.disk_bytes     = rep->disk_bytes;
+            gs.n_page_len     = rep->n_pages;
+            gs.page_len       = rep->page_lens;
             r.body_case   = KVP__REPLY__BODY_GET_SESSION;
             r.get_session = &gs;
             break;
@@ -631,16 +649,19 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         rep->first_bad = r->put_pages->first_bad;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     case KVP__REPLY__BODY_GET_SESSION:
-        if (r->get_session->record_len == 0 || r->get_session->record_len != data_len) {
-            return rep_bad(rep, "record length does not match the data");
+        if (r->get_session->record_len == 0 || r->get_session->record_len > data_len ||
+            !page_lens_ok(r->get_session->page_len, r->get_session->n_page_len, 0,
+                          data_len - r->get_session->record_len)) {
+            return rep_bad(rep, "record and page lengths do not match the data");
         }
         rep->record_len = r->get_session->record_len;
         rep->version    = r->get_session->has_version ? r->get_session->version : 0;
         rep->disk_pages = r->get_session->has_disk_pages ? r->get_session->disk_pages : 0;
         rep->disk_bytes = r->get_session->has_disk_bytes ? r->get_session->disk_bytes : 0;
-        return KVP_OK;
+        rep->n_pages    = (uint32_t)r->get_session->n_page_len;
+        return lens_copy(r->get_session->page_len, rep->n_pages, &rep->page_lens);
     case KVP__REPLY__BODY_GET_PAGES:
-        if (!page_lens_ok(r->get_pages->page_len, r->get_pages->n_page_len, data_len)) {
+        if (!page_lens_ok(r->get_pages->page_len, r->get_pages->n_page_len, 1, data_len)) {
             return rep_bad(rep, "page lengths do not match the data");
         }
         rep->n_pages = (uint32_t)r->get_pages->n_page_len;

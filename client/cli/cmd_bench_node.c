@@ -258,9 +258,8 @@ static int one_op(bn_worker_t *w, uint64_t s, uint8_t *pages, uint8_t *got)
         d.page_tokens = (uint32_t)r->o->page_tokens;
         d.n_chunks    = n;
         d.chunk_keys  = keys;
-        return kvp_client_put_pages(w->cl, NS, pp, lens, n) == KVP_OK &&
-                       kvp_client_put_session(w->cl, NS, sid, &d) == KVP_OK
-                   ? 0 : -1;
+        return kvp_client_put_session_pages(w->cl, NS, sid, &d, pp, lens, n, kvp_version_now()) ==
+                       KVP_OK ? 0 : -1;
     }
     {
         kvp_session_pages_t *sp = NULL;

@@ -358,12 +358,8 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
     desc.tail        = rem ? e->tail : NULL;
     snprintf(sid, sizeof(sid), "lt-%u", r->session);
     t0 = kvp_time_ns();
-    if (n > 0) {
-        st = kvp_client_put_pages(c, e->ns, e->ptrs, e->lens, n);
-    }
-    if (st == KVP_OK) {
-        st = kvp_client_put_session(c, e->ns, sid, &desc);
-    }
+    st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n,
+                                      kvp_version_now());
     s->put_ms    = (isnan(s->put_ms) ? 0 : s->put_ms) + ms_since(t0);
     s->pages_put += n;
     res->bytes_put += tail_len;

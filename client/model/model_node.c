@@ -162,17 +162,14 @@ static kvp_status_t node_prefill(const kvp_model_t *m, const kvp_model_node_para
     if (status == KVP_OK) {
         status = node_connect(p->node, &cl);
     }
-    if (status == KVP_OK && n_pages > 0) {
-        status = kvp_client_put_pages(cl, ns, (const void *const *)c->pages, c->page_lens,
-                                      n_pages);
-    }
     if (status == KVP_OK) {
         d.layers      = m->cfg.layers;
         d.page_tokens = p->page_tokens;
         d.n_chunks    = c->sealed / p->page_tokens;
         d.chunk_keys  = c->keys;
         d.tail_tokens = c->ntok - c->sealed;
-        status        = kvp_client_put_session(cl, ns, sid, &d);
+        status        = kvp_client_put_session_pages(cl, ns, sid, &d, (const void *const *)c->pages,
+                                                     c->page_lens, n_pages, kvp_version_now());
     }
     if (status != KVP_OK) {
         KVP_LOG_ERROR("model", "putting session %s to %s failed: %s", sid, p->node,

@@ -102,7 +102,7 @@ class _ClientParams(ctypes.Structure):
 
 _STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
                 "spills", "restores", "crc_failures", "disk_errors", "uptime_ms", "disk_bytes",
-                "disk_live_bytes"]
+                "disk_live_bytes", "requests", "bad_requests"]
 
 
 class _NodeStat(ctypes.Structure):
@@ -266,6 +266,9 @@ def _declare(lib):
         "kvp_client_destroy": (None, [vp]),
         "kvp_client_put_pages": (st, [vp, u64, P(vp), P(sz), sz]),
         "kvp_client_put_session": (st, [vp, u64, c.c_char_p, P(_SessionDesc)]),
+        "kvp_client_put_session_pages": (st, [vp, u64, c.c_char_p, P(_SessionDesc), P(vp), P(sz),
+                                              sz, u64]),
+        "kvp_version_now": (u64, []),
         "kvp_client_get_session": (st, [vp, u64, c.c_char_p, P(P(_SessionPages))]),
         "kvp_session_pages_free": (None, [P(_SessionPages)]),
         "kvp_client_lookup": (st, [vp, u64, P(Key128), u32, u32, P(u32)]),
@@ -584,12 +587,21 @@ class Client(_Handle):
         _check(_L().kvp_client_put_pages(self._handle(), _u(ns, "ns", 64), ptrs, lens, n),
                "put_pages")
 
-    def put_session(self, ns, sid, desc):
-        """Set (create or replace) session sid from a SessionDesc; its pages must be put."""
+    def put_session(self, ns, sid, desc, pages=None):
+        """Set (create or replace) session sid from a SessionDesc. Its pages must be on the node
+        already, or given here (buffers, as put_pages): then they travel with the record (one
+        round trip when they fit a batch) and the record is written only if every page was."""
         sid_b = _sid(sid)
         c, _ = _desc_c(desc)
-        _check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
-                                           ctypes.byref(c)), f"put_session '{sid}'")
+        if pages is None:
+            _check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
+                                               ctypes.byref(c)), f"put_session '{sid}'")
+            return
+        ptrs, lens, n, _keep = _page_array(pages)
+        _check(_L().kvp_client_put_session_pages(self._handle(), _u(ns, "ns", 64), sid_b,
+                                                 ctypes.byref(c), ptrs, lens, n,
+                                                 _L().kvp_version_now()),
+               f"put_session '{sid}'")
 
     def get_session(self, ns, sid):
         """Fetch session sid with every page (CRC-checked by libkvpack) as SessionPages."""

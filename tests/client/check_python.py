@@ -268,6 +268,11 @@ def run_node():
             check(raises(lambda: c.put_pages(ns, [bad]), kvpack.KvpError, {"ERR_CORRUPT"})
                   is not None, "corrupt page accepted by the node")
             check(c.get_session(ns, "py-1").pages == pages, "corrupt put changed the session")
+            # ... and with the record: refused whole, the record not written
+            check(raises(lambda: c.put_session(ns, "py-2", desc, pages=pages[:-1] + [bad]),
+                         kvpack.KvpError, {"ERR_CORRUPT"}) is not None,
+                  "put_session with a corrupt page accepted")
+            raises(lambda: c.get_session(ns, "py-2"), kvpack.KvpError, {"ERR_NOT_FOUND"})
             raises(lambda: c.get_session(ns, "nope"), kvpack.KvpError, {"ERR_NOT_FOUND"})
             raises(lambda: c.put_session(ns, "x" * 128, desc), ValueError)
 
@@ -288,8 +293,8 @@ def run_node():
             ns16 = kvpack.ns_fingerprint("kvd", L, H, D, P, "fp16")
             keys16 = [kvpack.chunk_key(None, ns16, range(10 ** 6, 10 ** 6 + P))]
             keys16.append(kvpack.chunk_key(keys16[0], ns16, range(P)))
-            c.put_pages(ns16, pages_of(kk, vv, "fp16", L, T, keys16))
-            c.put_session(ns16, "from-py", kvpack.SessionDesc(L, P, keys16))
+            c.put_session(ns16, "from-py", kvpack.SessionDesc(L, P, keys16),
+                          pages=pages_of(kk, vv, "fp16", L, T, keys16))
             cli("get", "--node", node.addr, "--session", "from-py", "--ns", f"{ns16:016x}",
                 "--out", os.path.join(tmp, "back.kvd"))
             check(open(os.path.join(tmp, "back.kvd"), "rb").read() ==

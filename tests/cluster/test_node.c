@@ -1,5 +1,6 @@
 /* test_node.c - libkvpack against a real kvpackd child on a loopback port 0: put/get round trip
- * (byte-identical, CRC-verified), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
+ * (byte-identical, CRC-verified), pages put with the record (one request each way when they fit
+ * a batch; a corrupt one leaves the record unwritten), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
  * CORRUPT from the node, malformed and truncated requests -> PROTOCOL while the node keeps
  * serving, a client killed mid-put, a stopped node -> TIMEOUT at the deadline, and a node killed
  * while the client waits -> PEER_GONE before the deadline. */
@@ -55,6 +56,82 @@ static void test_malformed(const test_node_t *n)
     test_raw_close(&r);
 }
 
+/* The node's request count (STAT counts itself). */
+static uint64_t node_requests(kvp_client_h c)
+{
+    kvp_node_stat_t st;
+
+    CHECK_ST(kvp_client_stat(c, &st), KVP_OK);
+    return st.requests;
+}
+
+/* Pages with the record: a session that fits one batch is one PUT_SESSION and comes back in one
+ * GET_SESSION; one larger than a batch (a client with 3-page batches) goes as PUT_PAGES + the
+ * last batch with the record, and comes back as GET_SESSION + GET_PAGES for the rest. A corrupt
+ * page among them: CORRUPT, and the record is not written (a new session stays absent, an
+ * existing one keeps its old version). */
+static void test_put_with_pages(const test_node_t *n, kvp_client_h c, const test_session_t *alpha)
+{
+    test_session_t       ts;
+    kvp_session_pages_t *sp = NULL;
+    kvp_client_params_t  p;
+    kvp_client_h         small;
+    uint64_t             r0;
+    uint8_t             *bad;
+    const void         **pp;
+
+    test_session_make(&ts, 3, 4, 9, 21); /* 12 pages of ~16 KB + a tail */
+    r0 = node_requests(c);
+    CHECK_ST(kvp_client_put_session_pages(c, NS, "beta", &ts.desc, (const void *const *)ts.pages,
+                                          ts.lens, ts.n_pages, kvp_version_now()), KVP_OK);
+    CHECK(node_requests(c) == r0 + 2); /* the put, then this STAT */
+    CHECK_ST(kvp_client_get_session(c, NS, "beta", &sp), KVP_OK);
+    CHECK(node_requests(c) == r0 + 4);
+    test_session_check(&ts, sp);
+    kvp_session_pages_free(sp);
+    sp = NULL;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask   = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS |
+                     KVP_CLIENT_PARAM_BATCH | KVP_CLIENT_PARAM_INFLIGHT;
+    p.server       = n->addr;
+    p.timeout_ms   = 10000;
+    p.batch_bytes  = 3 * ts.lens[0] + 100; /* one get reply: 3 pages with the record, 3 per */
+    p.max_inflight = 1;                    /* GET_PAGES after it */
+    CHECK_ST(kvp_client_create(&p, &small), KVP_OK);
+    r0 = node_requests(small);
+    CHECK_ST(kvp_client_put_session_pages(small, NS, "gamma", &ts.desc,
+                                          (const void *const *)ts.pages, ts.lens, ts.n_pages, 0),
+             KVP_OK);
+    CHECK(node_requests(small) == r0 + 2 + 3); /* 3 PUT_PAGES went ahead of the record */
+    CHECK_ST(kvp_client_get_session(small, NS, "gamma", &sp), KVP_OK);
+    CHECK(node_requests(small) == r0 + 5 + 1 + 3 + 1); /* GET_SESSION (3 pages), 3 GET_PAGES */
+    test_session_check(&ts, sp);
+    kvp_session_pages_free(sp);
+    sp = NULL;
+    kvp_client_destroy(small);
+
+    /* a corrupt page in the record's message */
+    pp  = kvp_calloc(alpha->n_pages, sizeof(*pp), "t");
+    bad = kvp_malloc(alpha->lens[1], "t");
+    memcpy(bad, alpha->pages[1], alpha->lens[1]);
+    bad[alpha->lens[1] - 3] ^= 0x10;
+    for (uint32_t i = 0; i < alpha->n_pages; i++) {
+        pp[i] = i == 1 ? bad : alpha->pages[i];
+    }
+    CHECK_ST(kvp_client_put_session_pages(c, NS, "delta", &alpha->desc, pp, alpha->lens,
+                                          alpha->n_pages, 0), KVP_ERR_CORRUPT);
+    CHECK_ST(kvp_client_get_session(c, NS, "delta", &sp), KVP_ERR_NOT_FOUND);
+    CHECK_ST(kvp_client_put_session_pages(c, NS, "beta", &alpha->desc, pp, alpha->lens,
+                                          alpha->n_pages, 0), KVP_ERR_CORRUPT);
+    CHECK_ST(kvp_client_get_session(c, NS, "beta", &sp), KVP_OK);
+    test_session_check(&ts, sp); /* still the old record */
+    kvp_session_pages_free(sp);
+    kvp_free(bad);
+    kvp_free(pp);
+    test_session_free(&ts);
+}
+
 /* A child client starts a large put and is SIGKILLed part-way. */
 static void test_client_dies(const test_node_t *n)
 {
@@ -104,6 +181,7 @@ int main(void)
     CHECK(sp->wire_bytes > 0);
     kvp_session_pages_free(sp);
     sp = NULL;
+    test_put_with_pages(&n, c, &ts);
 
     /* lookup: full prefix, then a prefix broken at chunk 3 */
     memcpy(keys, ts.desc.chunk_keys, 6 * sizeof(keys[0]));

@@ -84,6 +84,20 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         r->ns    = 0;
         r->limit = KVP_WIRE_MAX_LIST;
         return 1;
+    case 10: /* PUT_SESSION with its pages ahead of the record */
+        r->op = KVP_WIRE_OP_PUT_SESSION;
+        strcpy(r->sid, "with-pages");
+        r->record_len = 777;
+        r->version    = 99;
+        r->n_pages    = 3;
+        r->page_lens  = lens;
+        *data_len     = 100 + 64 + 70000 + 777;
+        return 1;
+    case 11: /* GET_SESSION asking for the first pages with the record */
+        r->op = KVP_WIRE_OP_GET_SESSION;
+        strcpy(r->sid, "s4");
+        r->max_bytes = 1 << 20;
+        return 1;
     }
     return 0;
 }
@@ -138,8 +152,8 @@ static void test_req_roundtrip(void)
             cp[rnd() % len] ^= (uint8_t)(1u + rnd() % 255u);
             kvp_status_t s = kvp_wire_req_unpack(cp, len, dl, &u);
             CHECK(s == KVP_OK || s == KVP_ERR_PROTOCOL);
-            if (s == KVP_OK && u.op == KVP_WIRE_OP_PUT_PAGES) {
-                uint64_t sum = 0;
+            if (s == KVP_OK && (u.op == KVP_WIRE_OP_PUT_PAGES || u.op == KVP_WIRE_OP_PUT_SESSION)) {
+                uint64_t sum = u.record_len;
                 for (uint32_t p = 0; p < u.n_pages; p++) {
                     sum += u.page_lens[p];
                 }
@@ -272,8 +286,21 @@ static void test_rep(void)
     r.disk_pages = 0;
     CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
     CHECK(kvp_wire_rep_unpack(buf, len, 300, &u) == KVP_OK);
-    CHECK(u.version == 0 && u.disk_pages == 0 && u.disk_bytes == 0);
+    CHECK(u.version == 0 && u.disk_pages == 0 && u.disk_bytes == 0 && u.n_pages == 0);
     kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    /* get_session with the record's first pages after it: the data must be record + pages */
+    r.n_pages   = 2;
+    r.page_lens = pl;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 1364, &u) == KVP_OK);
+    CHECK(u.record_len == 300 && u.n_pages == 2 && u.page_lens[0] == 64 && u.page_lens[1] == 1000);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 1363, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 300, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    rep_truncations_fail(buf, len, 1364);
     kvp_free(buf);
     /* an error reply carries status and message, no body */
     memset(&r, 0, sizeof(r));

@@ -48,6 +48,8 @@ typedef struct {
     uint64_t uptime_ms;
     uint64_t disk_bytes, disk_live_bytes; /* segment files' size and the part still in use (0:
                                            * DRAM only, or an older node) */
+    uint64_t requests, bad_requests;      /* received since start (this STAT included), and
+                                           * the malformed or refused ones among them */
 } kvp_node_stat_t;
 
 /* A fetched session: record plus every page, in order page[chunk * layers + layer]. */
@@ -83,6 +85,16 @@ uint64_t     kvp_version_now(void); /* CLOCK_REALTIME ns, strictly increasing in
 /* As kvp_client_put_session with the caller's version (0: the node's clock). */
 kvp_status_t kvp_client_put_session_version(kvp_client_h client, uint64_t ns, const char *sid,
                                             const kvp_session_desc_t *desc, uint64_t version);
+/* A whole session in one call: its pages (borrowed; n may be 0 when the node holds them all) and
+ * its record at version (0: the node's clock). The pages that fit one message travel with the
+ * record in one PUT_SESSION (a session of up to batch_bytes is one round trip); any before them
+ * go first as pipelined PUT_PAGES and must all land. The node writes the record only when it took
+ * every page that came with it, so on an error the session is as it was (pages already stored
+ * stay, unnamed, as after a failed kvp_client_put_pages). */
+kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, const char *sid,
+                                          const kvp_session_desc_t *desc,
+                                          const void *const *pages, const size_t *lens, size_t n,
+                                          uint64_t version);
 /* Fetch a session and all its pages; free with kvp_session_pages_free. Every sealed page is
  * checked (CRC, chunk key, layer) and all must share one codec, rotation flags and geometry that
  * agree with the record (P) and its fp16 tail, else KVP_ERR_WRONG_CODEC (KVP_ERR_CORRUPT for a

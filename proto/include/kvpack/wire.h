@@ -50,14 +50,16 @@ typedef struct {
     uint64_t      ns;                 /* all ops but STAT; LIST: cursor namespace */
     char          sid[KVP_SID_MAX];   /* PUT_SESSION, GET_SESSION, SPILL, DELETE; LIST: cursor
                                        * session id, "" = no cursor (list from the start) */
-    uint32_t      n_pages;            /* PUT_PAGES: page count and lengths (sum = data bytes) */
+    uint32_t      n_pages;            /* PUT_PAGES: page count and lengths (sum = data bytes);
+                                       * PUT_SESSION: pages sent ahead of the record (may be 0) */
     uint32_t     *page_lens;
-    uint32_t      record_len;         /* PUT_SESSION: record bytes (= data bytes) */
+    uint32_t      record_len;         /* PUT_SESSION: record bytes (data = pages, then record) */
     uint32_t      n_keys;             /* GET_PAGES, LOOKUP */
     kvp_key128_t *keys;
     uint32_t      layers;             /* GET_PAGES, LOOKUP */
     uint32_t      start;              /* GET_PAGES: first item (key index * layers + layer) */
-    uint32_t      max_bytes;          /* GET_PAGES: reply data budget */
+    uint32_t      max_bytes;          /* GET_PAGES: reply data budget; GET_SESSION: page bytes to
+                                       * send after the record (0: none) */
     uint32_t      limit;              /* LIST: sessions wanted, 1..KVP_WIRE_MAX_LIST */
     uint64_t      version;            /* PUT_SESSION, DELETE: the write's version; 0 = absent
                                        * (the node uses its own clock) */
@@ -97,11 +99,12 @@ typedef struct {
     char            message[KVP_WIRE_MSG_MAX];
     uint32_t        accepted;       /* PUT_PAGES */
     uint32_t        first_bad;      /* PUT_PAGES */
-    uint32_t        record_len;     /* GET_SESSION (= data bytes) */
+    uint32_t        record_len;     /* GET_SESSION (data = record, then n_pages pages) */
     uint64_t        version;        /* GET_SESSION: the record's version */
     uint32_t        disk_pages;     /* GET_SESSION: pages the node read from its SSD tier */
     uint64_t        disk_bytes;     /* GET_SESSION: their bytes (+ the tail's from disk) */
-    uint32_t        n_pages;        /* GET_PAGES (sum of lengths = data bytes) */
+    uint32_t        n_pages;        /* GET_PAGES (sum of lengths = data bytes); GET_SESSION: the
+                                     * record's first pages, after it in the data (may be 0) */
     uint32_t       *page_lens;
     uint32_t        hit_chunks;     /* LOOKUP */
     kvp_wire_stat_t stat;           /* STAT */
