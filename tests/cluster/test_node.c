@@ -1,6 +1,7 @@
 /* test_node.c - libkvpack against a real kvpackd child on a loopback port 0: put/get round trip
  * (byte-identical, CRC-verified), pages put with the record (one request each way when they fit
- * a batch; a corrupt one leaves the record unwritten), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
+ * a batch; a corrupt one leaves the record unwritten), a streamed put (pushed layer by layer, a
+ * corrupt page failing the finish), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
  * CORRUPT from the node, malformed and truncated requests -> PROTOCOL while the node keeps
  * serving, a client killed mid-put, a stopped node -> TIMEOUT at the deadline, and a node killed
  * while the client waits -> PEER_GONE before the deadline. */
@@ -132,6 +133,80 @@ static void test_put_with_pages(const test_node_t *n, kvp_client_h c, const test
     test_session_free(&ts);
 }
 
+/* Streamed put: a session's pages pushed layer by layer (each layer's pages over all chunks, the
+ * way a prefill produces them), the last layer with the record: the node holds exactly what a
+ * plain put gives. A corrupt page pushed: finish reports CORRUPT, no record, later pushes
+ * refused until then; the stream then carries the next session. Close with pushes pending. */
+static void test_put_stream(const test_node_t *n, kvp_client_h c)
+{
+    test_session_t       ts;
+    kvp_session_pages_t *sp = NULL;
+    kvp_client_params_t  p;
+    kvp_put_stream_h     st;
+    const void         **pp;
+    size_t              *ll, L;
+    uint8_t             *bad;
+
+    test_session_make(&ts, 3, 5, 11, 31); /* NS holds 3 layers */
+    L  = ts.layers;
+    pp = kvp_calloc(ts.n_pages, sizeof(*pp), "t");
+    ll = kvp_calloc(ts.n_pages, sizeof(*ll), "t");
+    for (size_t l = 0, k = 0; l < L; l++) { /* layer-major: layer l of every chunk */
+        for (size_t ch = 0; ch < ts.n_chunks; ch++, k++) {
+            pp[k] = ts.pages[ch * L + l];
+            ll[k] = ts.lens[ch * L + l];
+        }
+    }
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+    p.server     = n->addr;
+    p.timeout_ms = 10000;
+    CHECK_ST(kvp_put_stream_open(&p, NS, &st), KVP_OK);
+    for (size_t l = 0; l + 1 < L; l++) {
+        CHECK_ST(kvp_put_stream_push(st, pp + l * ts.n_chunks, ll + l * ts.n_chunks, ts.n_chunks),
+                 KVP_OK);
+    }
+    CHECK_ST(kvp_put_stream_finish(st, "streamed", &ts.desc, pp + (L - 1) * ts.n_chunks,
+                                   ll + (L - 1) * ts.n_chunks, ts.n_chunks, 0), KVP_OK);
+    CHECK_ST(kvp_client_get_session(c, NS, "streamed", &sp), KVP_OK);
+    test_session_check(&ts, sp);
+    kvp_session_pages_free(sp);
+    sp = NULL;
+
+    /* a corrupt page in the second push */
+    bad = kvp_malloc(ll[ts.n_chunks + 1], "t");
+    memcpy(bad, pp[ts.n_chunks + 1], ll[ts.n_chunks + 1]);
+    bad[100] ^= 0x01;
+    pp[ts.n_chunks + 1] = bad;
+    CHECK_ST(kvp_put_stream_push(st, pp, ll, ts.n_chunks), KVP_OK);
+    CHECK_ST(kvp_put_stream_push(st, pp + ts.n_chunks, ll + ts.n_chunks, ts.n_chunks), KVP_OK);
+    for (int i = 0; i < 200 && kvp_put_stream_push(st, NULL, NULL, 0) == KVP_OK; i++) {
+        usleep(10000); /* until the shipper has met the bad page */
+    }
+    CHECK_ST(kvp_put_stream_push(st, pp, ll, ts.n_chunks), KVP_ERR_CORRUPT); /* refused */
+    CHECK_ST(kvp_put_stream_finish(st, "streamed-bad", &ts.desc, NULL, NULL, 0, 0),
+             KVP_ERR_CORRUPT);
+    CHECK_ST(kvp_client_get_session(c, NS, "streamed-bad", &sp), KVP_ERR_NOT_FOUND);
+    pp[ts.n_chunks + 1] = ts.pages[1 * L + 1];
+    kvp_free(bad);
+    /* the same stream, the next session: whole again */
+    CHECK_ST(kvp_put_stream_push(st, pp, ll, ts.n_pages), KVP_OK);
+    CHECK_ST(kvp_put_stream_finish(st, "streamed-2", &ts.desc, NULL, NULL, 0, 0), KVP_OK);
+    CHECK_ST(kvp_client_get_session(c, NS, "streamed-2", &sp), KVP_OK);
+    test_session_check(&ts, sp);
+    kvp_session_pages_free(sp);
+    /* closed with lists queued and no finish: nothing is left waiting, no record */
+    for (size_t l = 0; l < L; l++) {
+        CHECK_ST(kvp_put_stream_push(st, pp + l * ts.n_chunks, ll + l * ts.n_chunks, ts.n_chunks),
+                 KVP_OK);
+    }
+    kvp_put_stream_close(st);
+    kvp_put_stream_close(NULL);
+    kvp_free(pp);
+    kvp_free(ll);
+    test_session_free(&ts);
+}
+
 /* A child client starts a large put and is SIGKILLed part-way. */
 static void test_client_dies(const test_node_t *n)
 {
@@ -182,6 +257,7 @@ int main(void)
     kvp_session_pages_free(sp);
     sp = NULL;
     test_put_with_pages(&n, c, &ts);
+    test_put_stream(&n, c);
 
     /* lookup: full prefix, then a prefix broken at chunk 3 */
     memcpy(keys, ts.desc.chunk_keys, 6 * sizeof(keys[0]));

@@ -95,6 +95,24 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
                                           const kvp_session_desc_t *desc,
                                           const void *const *pages, const size_t *lens, size_t n,
                                           uint64_t version);
+/* Streamed put: layer l ships while the caller encodes layer l + 1. A stream has its own
+ * connection to params->server and a shipping thread; push queues a list of pages (borrowed
+ * until finish or close returns: keep them unchanged) and returns at once, the thread sends the
+ * lists in order as kvp_client_put_pages would. finish waits until every pushed page landed, then
+ * writes the record with the n pages given to it (as kvp_client_put_session_pages: one request
+ * when they fit a batch); the first error of any push or of the record is returned and the
+ * record is then not written. After an error push returns it at once (nothing more is queued)
+ * until finish reports it; the stream can then carry the next session. close drops lists not
+ * yet shipped (waiting for the one in flight). One thread per stream (push and finish). */
+typedef struct kvp_put_stream *kvp_put_stream_h;
+kvp_status_t kvp_put_stream_open(const kvp_client_params_t *params, uint64_t ns,
+                                 kvp_put_stream_h *stream_p);
+kvp_status_t kvp_put_stream_push(kvp_put_stream_h stream, const void *const *pages,
+                                 const size_t *lens, size_t n);
+kvp_status_t kvp_put_stream_finish(kvp_put_stream_h stream, const char *sid,
+                                   const kvp_session_desc_t *desc, const void *const *pages,
+                                   const size_t *lens, size_t n, uint64_t version);
+void         kvp_put_stream_close(kvp_put_stream_h stream); /* NULL is a no-op */
 /* Fetch a session and all its pages; free with kvp_session_pages_free. Every sealed page is
  * checked (CRC, chunk key, layer) and all must share one codec, rotation flags and geometry that
  * agree with the record (P) and its fp16 tail, else KVP_ERR_WRONG_CODEC (KVP_ERR_CORRUPT for a

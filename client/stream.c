@@ -1,0 +1,229 @@
+/* stream.c - streamed put (kvpack.h): a prefill engine pushes each layer's pages as it encodes
+ * them and a shipping thread of the stream's own sends them to the node meanwhile, so layer l
+ * ships while layer l + 1 encodes (DESIGN 5, "Prefill put"). The stream owns a client (its own
+ * connection: a client is one thread's) and a FIFO of pushed page lists; the pages stay the
+ * caller's until finish or close returns. finish waits for the FIFO to drain, then sends the
+ * record with the last pages (kvp_client_put_session_pages), so the record lands only after every
+ * pushed page did. The first error stops the shipping: later pushes return it, finish reports it.
+ * Main flow: kvp_put_stream_open -> push ... push -> finish (shipper: kvp_client_put_pages per
+ * pushed list) -> close. */
+#include "kvpack/kvpack.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define MOD "client"
+
+typedef struct push {
+    struct push *next;
+    size_t       n;
+    const void **pages; /* borrowed pointers, copied array */
+    size_t      *lens;
+} push_t;
+
+struct kvp_put_stream {
+    kvp_client_h    c;
+    uint64_t        ns;
+    pthread_t       thread;
+    pthread_mutex_t mu;
+    pthread_cond_t  wake;    /* a push queued, or closing */
+    pthread_cond_t  drained; /* the FIFO emptied and the shipper is idle */
+    push_t         *head, *tail;
+    int             busy;    /* the shipper is sending a list (outside the lock) */
+    int             closing;
+    kvp_status_t    first;   /* the first error since open or the last finish */
+};
+
+/* ---- private ---- */
+
+static void push_free(push_t *p)
+{
+    kvp_free(p); /* one allocation: the node and its arrays */
+}
+
+/* Drop everything queued (locked). */
+static void queue_drop(kvp_put_stream_h s)
+{
+    while (s->head != NULL) {
+        push_t *p = s->head;
+
+        s->head = p->next;
+        push_free(p);
+    }
+    s->tail = NULL;
+}
+
+static void *shipper_main(void *arg)
+{
+    kvp_put_stream_h s = arg;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        push_t      *p;
+        kvp_status_t st;
+
+        while (s->head == NULL && !s->closing) {
+            pthread_cond_wait(&s->wake, &s->mu);
+        }
+        if (s->closing) {
+            break;
+        }
+        p       = s->head;
+        s->head = p->next;
+        if (s->head == NULL) {
+            s->tail = NULL;
+        }
+        if (s->first != KVP_OK) { /* after an error nothing more ships */
+            push_free(p);
+            pthread_cond_broadcast(&s->drained);
+            continue;
+        }
+        s->busy = 1;
+        pthread_mutex_unlock(&s->mu);
+        st = kvp_client_put_pages(s->c, s->ns, p->pages, p->lens, p->n);
+        push_free(p);
+        pthread_mutex_lock(&s->mu);
+        s->busy = 0;
+        if (st != KVP_OK && s->first == KVP_OK) {
+            KVP_LOG_INFO(MOD, "put stream: a pushed page list failed: %s", kvp_status_str(st));
+            s->first = st;
+        }
+        if (s->head == NULL) {
+            pthread_cond_broadcast(&s->drained);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- API ---- */
+
+kvp_status_t kvp_put_stream_open(const kvp_client_params_t *params, uint64_t ns,
+                                 kvp_put_stream_h *stream_p)
+{
+    kvp_put_stream_h s;
+    kvp_status_t     st;
+
+    if (params == NULL || stream_p == NULL) {
+        KVP_LOG_ERROR(MOD, "put stream: NULL params or output pointer");
+        return KVP_ERR_INVALID;
+    }
+    s = kvp_calloc(1, sizeof(*s), "put stream");
+    if (s == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    st = kvp_client_create(params, &s->c);
+    if (st != KVP_OK) {
+        goto err_free;
+    }
+    s->ns = ns;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->drained, NULL);
+    if (pthread_create(&s->thread, NULL, shipper_main, s) != 0) {
+        KVP_LOG_ERROR(MOD, "put stream: cannot start its shipping thread");
+        st = KVP_ERR_NO_MEMORY;
+        goto err_sync;
+    }
+    *stream_p = s;
+    return KVP_OK;
+
+err_sync:
+    pthread_cond_destroy(&s->drained);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->mu);
+    kvp_client_destroy(s->c);
+err_free:
+    kvp_free(s);
+    return st;
+}
+
+kvp_status_t kvp_put_stream_push(kvp_put_stream_h s, const void *const *pages, const size_t *lens,
+                                 size_t n)
+{
+    push_t      *p;
+    kvp_status_t st;
+
+    if (s == NULL || (n > 0 && (pages == NULL || lens == NULL))) {
+        KVP_LOG_ERROR(MOD, "put stream push: NULL stream, pages or lengths");
+        return KVP_ERR_INVALID;
+    }
+    if (n == 0) {
+        pthread_mutex_lock(&s->mu);
+        st = s->first;
+        pthread_mutex_unlock(&s->mu);
+        return st;
+    }
+    p = kvp_malloc(sizeof(*p) + n * (sizeof(*p->pages) + sizeof(*p->lens)), "put stream push");
+    if (p == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    p->next  = NULL;
+    p->n     = n;
+    p->pages = (const void **)(void *)(p + 1);
+    p->lens  = (size_t *)(void *)(p->pages + n);
+    memcpy(p->pages, pages, n * sizeof(*p->pages));
+    memcpy(p->lens, lens, n * sizeof(*p->lens));
+    pthread_mutex_lock(&s->mu);
+    st = s->first;
+    if (st == KVP_OK) {
+        if (s->tail != NULL) {
+            s->tail->next = p;
+        } else {
+            s->head = p;
+        }
+        s->tail = p;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (st != KVP_OK) {
+        push_free(p);
+    }
+    return st;
+}
+
+kvp_status_t kvp_put_stream_finish(kvp_put_stream_h s, const char *sid,
+                                   const kvp_session_desc_t *desc, const void *const *pages,
+                                   const size_t *lens, size_t n, uint64_t version)
+{
+    kvp_status_t st;
+
+    if (s == NULL) {
+        KVP_LOG_ERROR(MOD, "put stream finish: NULL stream");
+        return KVP_ERR_INVALID;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (s->head != NULL || s->busy) {
+        pthread_cond_wait(&s->drained, &s->mu);
+    }
+    st       = s->first;
+    s->first = KVP_OK; /* the stream starts afresh for the next session */
+    pthread_mutex_unlock(&s->mu);
+    if (st != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "put stream: session %s not written: its pages failed: %s",
+                      sid != NULL ? sid : "(null)", kvp_status_str(st));
+        return st;
+    }
+    /* the shipper is idle and stays so until the next push: this thread may use the client */
+    return kvp_client_put_session_pages(s->c, s->ns, sid, desc, pages, lens, n, version);
+}
+
+void kvp_put_stream_close(kvp_put_stream_h s)
+{
+    if (s == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    queue_drop(s); /* unfinished: what was not shipped yet is not */
+    s->closing = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->drained);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->mu);
+    kvp_client_destroy(s->c);
+    kvp_free(s);
+}
