@@ -4,7 +4,8 @@
  * connection: a client is one thread's) and a FIFO of pushed page lists; the pages stay the
  * caller's until finish or close returns. finish waits for the FIFO to drain, then sends the
  * record with the last pages (kvp_client_put_session_pages), so the record lands only after every
- * pushed page did. The first error stops the shipping: later pushes return it, finish reports it.
+ * pushed page did. The shipper takes everything queued at once (one pipelined put of all of it),
+ * so a fast producer does not make it drain its in-flight batches after every push. The first error stops the shipping: later pushes return it, finish reports it.
  * Main flow: kvp_put_stream_open -> push ... push -> finish (shipper: kvp_client_put_pages per
  * pushed list) -> close. */
 #include "kvpack/kvpack.h"
@@ -55,6 +56,43 @@ static void queue_drop(kvp_put_stream_h s)
     s->tail = NULL;
 }
 
+/* Everything queued as one list (locked; the FIFO is left empty): one kvp_client_put_pages then
+ * keeps its batches in flight across the pushes instead of draining after each. NULL: no memory
+ * (the FIFO is left as it was). */
+static push_t *queue_take_all(kvp_put_stream_h s)
+{
+    push_t *all, *p = s->head;
+    size_t  n = 0, k = 0;
+
+    if (p->next == NULL) {
+        s->head = s->tail = NULL;
+        return p;
+    }
+    for (push_t *q = p; q != NULL; q = q->next) {
+        n += q->n;
+    }
+    all = kvp_malloc(sizeof(*all) + n * (sizeof(*all->pages) + sizeof(*all->lens)),
+                     "put stream merge");
+    if (all == NULL) {
+        return NULL;
+    }
+    all->next  = NULL;
+    all->n     = n;
+    all->pages = (const void **)(void *)(all + 1);
+    all->lens  = (size_t *)(void *)(all->pages + n);
+    while (p != NULL) {
+        push_t *next = p->next;
+
+        memcpy(all->pages + k, p->pages, p->n * sizeof(*p->pages));
+        memcpy(all->lens + k, p->lens, p->n * sizeof(*p->lens));
+        k += p->n;
+        push_free(p);
+        p = next;
+    }
+    s->head = s->tail = NULL;
+    return all;
+}
+
 static void *shipper_main(void *arg)
 {
     kvp_put_stream_h s = arg;
@@ -70,15 +108,18 @@ static void *shipper_main(void *arg)
         if (s->closing) {
             break;
         }
-        p       = s->head;
-        s->head = p->next;
-        if (s->head == NULL) {
-            s->tail = NULL;
-        }
         if (s->first != KVP_OK) { /* after an error nothing more ships */
-            push_free(p);
+            queue_drop(s);
             pthread_cond_broadcast(&s->drained);
             continue;
+        }
+        p = queue_take_all(s);
+        if (p == NULL) { /* no memory to merge: ship the oldest list alone */
+            p       = s->head;
+            s->head = p->next;
+            if (s->head == NULL) {
+                s->tail = NULL;
+            }
         }
         s->busy = 1;
         pthread_mutex_unlock(&s->mu);
