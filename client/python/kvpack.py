@@ -11,7 +11,7 @@ import glob
 import os
 
 __all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPages", "NodeStat",
-           "SessionInfo", "SessionList", "Client", "Cluster", "ClusterSessionInfo",
+           "SessionInfo", "SessionList", "Client", "PutStream", "Cluster", "ClusterSessionInfo",
            "ClusterSessionList", "page_encode", "page_decode", "page_parse",
            "page_max_bytes", "codec_name", "codec_from_name", "ns_fingerprint", "chunk_key",
            "status_name", "status_str"]
@@ -269,6 +269,10 @@ def _declare(lib):
         "kvp_client_put_session_pages": (st, [vp, u64, c.c_char_p, P(_SessionDesc), P(vp), P(sz),
                                               sz, u64]),
         "kvp_version_now": (u64, []),
+        "kvp_put_stream_open": (st, [P(_ClientParams), u64, P(vp)]),
+        "kvp_put_stream_push": (st, [vp, P(vp), P(sz), sz]),
+        "kvp_put_stream_finish": (st, [vp, c.c_char_p, P(_SessionDesc), P(vp), P(sz), sz, u64]),
+        "kvp_put_stream_close": (None, [vp]),
         "kvp_client_get_session": (st, [vp, u64, c.c_char_p, P(P(_SessionPages))]),
         "kvp_session_pages_free": (None, [P(_SessionPages)]),
         "kvp_client_lookup": (st, [vp, u64, P(Key128), u32, u32, P(u32)]),
@@ -642,6 +646,48 @@ class Client(_Handle):
             return SessionList(ss, bool(lst.truncated), lst.requests)
         finally:
             _L().kvp_session_list_free(out)
+
+
+class PutStream(_Handle):
+    """kvp_put_stream_h: a prefill's streamed put to one node (its own connection and shipping
+    thread). push(pages) queues a layer's pages and returns at once; they ship while the caller
+    encodes the next layer. finish(sid, desc, pages=None) waits for every pushed page, then writes
+    the record (with the last pages); the first error of any push raises there, and the record is
+    then not written. The stream keeps the pushed buffers alive until finish or close."""
+    _destroy = "kvp_put_stream_close"
+
+    def __init__(self, server, ns, timeout_ms=10000):
+        self._h = None
+        self._ns = _u(ns, "ns", 64)
+        self._keep = []
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
+                               _u(timeout_ms, "timeout_ms"), 0, 0)
+        h = ctypes.c_void_p()
+        _check(_L().kvp_put_stream_open(ctypes.byref(params), self._ns, ctypes.byref(h)),
+               f"put stream to {server}")
+        self._h = h
+
+    def push(self, pages):
+        """Queue pages (buffers, each one encoded page) for shipping; returns at once."""
+        ptrs, lens, n, keep = _page_array(pages)
+        self._keep.append((ptrs, lens, keep))
+        _check(_L().kvp_put_stream_push(self._handle(), ptrs, lens, n), "put stream push")
+
+    def finish(self, sid, desc, pages=None):
+        """Wait for the pushed pages, then set session sid (SessionDesc) with pages (if any)."""
+        sid_b = _sid(sid)
+        c, _ = _desc_c(desc)
+        ptrs, lens, n, _keep = _page_array(pages or [])
+        try:
+            _check(_L().kvp_put_stream_finish(self._handle(), sid_b, ctypes.byref(c), ptrs, lens,
+                                              n, _L().kvp_version_now()),
+                   f"put stream finish '{sid}'")
+        finally:
+            self._keep = []  # finish returned: the shipper holds none of them now
+
+    def close(self):
+        super().close()
+        self._keep = []
 
 
 # ---- several nodes ----

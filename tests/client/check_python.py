@@ -273,6 +273,20 @@ def run_node():
                          kvpack.KvpError, {"ERR_CORRUPT"}) is not None,
                   "put_session with a corrupt page accepted")
             raises(lambda: c.get_session(ns, "py-2"), kvpack.KvpError, {"ERR_NOT_FOUND"})
+            # a streamed put, layer by layer (pages are chunk-major: layer l is pages[l::L])
+            with kvpack.PutStream(node.addr, ns, timeout_ms=5000) as ps:
+                for layer in range(L - 1):
+                    ps.push([bytes(p) for p in pages[layer::L]])  # temporaries: kept alive
+                ps.finish("py-stream", desc, pages=pages[L - 1::L])
+                check(c.get_session(ns, "py-stream").pages == pages, "streamed session differs")
+                ps.push(pages[0::L][:1] + [bad])
+                e = raises(lambda: ps.finish("py-stream-bad", desc), kvpack.KvpError,
+                           {"ERR_CORRUPT"})
+                check(e is not None, "a streamed corrupt page was not reported by finish")
+                raises(lambda: c.get_session(ns, "py-stream-bad"), kvpack.KvpError,
+                       {"ERR_NOT_FOUND"})
+            raises(lambda: ps.push(pages[:1]), ValueError)  # closed
+            c.delete_session(ns, "py-stream")  # py-1 alone names these pages again
             raises(lambda: c.get_session(ns, "nope"), kvpack.KvpError, {"ERR_NOT_FOUND"})
             raises(lambda: c.put_session(ns, "x" * 128, desc), ValueError)
 
