@@ -1,7 +1,7 @@
 /* model_node.c - disaggregated prefill/decode of a real model through a kvpackd node.
  * Prefill role: run prompt[0..n-2] with one codec (bare cache regions, or an fp16 sink whose
- * pages carry KVP_PAGE_F_SINK), put every sealed page and a session record
- * (chunk keys + fp16 tail pages) to the node, start a second kvpack process (decode role) that
+ * pages carry KVP_PAGE_F_SINK), pushing each step's sealed pages on a put stream (they ship
+ * while the next chunk computes), then the session record (chunk keys + fp16 tail pages), start a second kvpack process (decode role) that
  * fetches the session, rebuilds its cache from the pages, feeds prompt[n-1] and decodes greedily;
  * then decode in-process with the same codec and compare the two texts.
  * Main flow: kvp_model_node_run -> node_prefill -> node_spawn_decode | node_decode. */
@@ -135,32 +135,48 @@ out:
     return 0;
 }
 
-/* Prefill prompt[0..np-2] in a run that keeps its pages, then put pages and session record. */
+/* Prefill prompt[0..np-2] in a run that keeps its pages, P tokens at a time: the pages each step
+ * sealed are pushed on a put stream and ship while the next step computes; then the record with
+ * the fp16 tail. */
 static kvp_status_t node_prefill(const kvp_model_t *m, const kvp_model_node_params_t *p,
                                  const uint32_t *ids, uint32_t np, const char *sid,
                                  uint64_t *bytes_p)
 {
-    kvp_run_t         *run = NULL;
-    kvp_client_h       cl  = NULL;
-    kvp_session_desc_t d;
-    kvp_kvc_t         *c;
-    uint64_t           ns = kvp_run_ns(m, p->codec, p->page_tokens);
-    kvp_status_t       status;
-    uint32_t           n_pages;
+    kvp_client_params_t cp = {.field_mask = KVP_CLIENT_PARAM_SERVER, .server = p->node};
+    kvp_run_t          *run = NULL;
+    kvp_put_stream_h    ps  = NULL;
+    kvp_session_desc_t  d;
+    kvp_kvc_t          *c;
+    uint64_t            ns = kvp_run_ns(m, p->codec, p->page_tokens);
+    kvp_status_t        status;
+    uint32_t            pushed = 0;
 
     memset(&d, 0, sizeof(d));
     status = node_run_create(m, p, np, 1, &run);
     if (status == KVP_OK) {
-        status = kvp_run_feed(run, ids, np - 1);
+        status = kvp_put_stream_open(&cp, ns, &ps);
+        if (status != KVP_OK) {
+            KVP_LOG_ERROR("model", "cannot reach node %s: %s", p->node, kvp_status_str(status));
+        }
     }
     if (status != KVP_OK) {
         goto out;
     }
-    c       = run->cache[0];
-    n_pages = c->sealed / p->page_tokens * m->cfg.layers;
-    status  = kvp_kvc_tail_pack(c, &d.tail, &d.tail_len, &d.n_tail);
+    c = run->cache[0];
+    for (uint32_t t = 0; t < np - 1 && status == KVP_OK; t += p->page_tokens) {
+        uint32_t n      = np - 1 - t < p->page_tokens ? np - 1 - t : p->page_tokens;
+        uint32_t sealed = 0;
+
+        status = kvp_run_feed(run, ids + t, n);
+        sealed = c->sealed / p->page_tokens * m->cfg.layers;
+        if (status == KVP_OK && sealed > pushed) {
+            status = kvp_put_stream_push(ps, (const void *const *)c->pages + pushed,
+                                         c->page_lens + pushed, sealed - pushed);
+            pushed = sealed;
+        }
+    }
     if (status == KVP_OK) {
-        status = node_connect(p->node, &cl);
+        status = kvp_kvc_tail_pack(c, &d.tail, &d.tail_len, &d.n_tail);
     }
     if (status == KVP_OK) {
         d.layers      = m->cfg.layers;
@@ -168,17 +184,16 @@ static kvp_status_t node_prefill(const kvp_model_t *m, const kvp_model_node_para
         d.n_chunks    = c->sealed / p->page_tokens;
         d.chunk_keys  = c->keys;
         d.tail_tokens = c->ntok - c->sealed;
-        status        = kvp_client_put_session_pages(cl, ns, sid, &d, (const void *const *)c->pages,
-                                                     c->page_lens, n_pages, kvp_version_now());
-    }
-    if (status != KVP_OK) {
-        KVP_LOG_ERROR("model", "putting session %s to %s failed: %s", sid, p->node,
-                      kvp_status_str(status));
+        status        = kvp_put_stream_finish(ps, sid, &d, NULL, NULL, 0, kvp_version_now());
+        if (status != KVP_OK) {
+            KVP_LOG_ERROR("model", "putting session %s to %s failed: %s", sid, p->node,
+                          kvp_status_str(status));
+        }
     }
     *bytes_p = c->page_bytes + c->sink_bytes + d.tail_len;
 out:
     kvp_free(d.tail);
-    kvp_client_destroy(cl);
+    kvp_put_stream_close(ps);
     kvp_run_destroy(run);
     return status;
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_model_node.sh - `kvpack model --node` end to end: start a real kvpackd on loopback, prefill
-# stories260K in one kvpack process, put its pages to the node, decode in a second process that
+# stories260K in one kvpack process, streaming its pages to the node as they seal (kvp_put_stream:
+# several pushes for the 3-chunk oscar@s1 case), decode in a second process that
 # fetches them, and require the fetched decode to equal the in-process one (for two codecs, and
 # for oscar behind an fp16 sink chunk).
 # Usage: test_model_node.sh BIN_DIR REALDATA_DIR. Exit 77 when the real data is absent.
