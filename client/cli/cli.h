@@ -21,7 +21,7 @@ int kvp_cmd_bench_codec(int argc, char **argv);
 int kvp_cmd_bench_store(int argc, char **argv);
 int kvp_cmd_bench_node(int argc, char **argv);
 int kvp_cmd_bench_transfer(int argc, char **argv);
-int kvp_cmd_bench_prefill(int argc, char **argv);
+int kvp_cmd_bench_stream(int argc, char **argv);
 int kvp_cmd_bench_attn(int argc, char **argv);
 int kvp_cmd_stat(int argc, char **argv);
 int kvp_cmd_put(int argc, char **argv);

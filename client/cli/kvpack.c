@@ -25,7 +25,7 @@ static const cli_cmd_t commands[] = {
     {"model", "run a real Llama-family model with its KV through the cache", kvp_cmd_model},
     {"loadtest", "replay a conversation trace or users x rounds against a real node", kvp_cmd_loadtest},
     {"plan",  "capacity calculator: exact bytes per session, sessions and nodes, link time", kvp_cmd_plan},
-    {"bench", "benchmarks: codec | store | node | transfer | prefill | attn (JSON, with same-run baselines)", NULL},
+    {"bench", "benchmarks: codec | store | node | transfer | stream | attn (JSON, with same-run baselines)", NULL},
 };
 
 static const cli_cmd_t bench_commands[] = {
@@ -33,7 +33,7 @@ static const cli_cmd_t bench_commands[] = {
     {"store",    "spill/restore GB/s vs raw disk, index ops/s", kvp_cmd_bench_store},
     {"node",     "session put/get through a node vs Redis SET/GET of the same bytes", kvp_cmd_bench_node},
     {"transfer", "page shipping GB/s vs ucx_perftest-style raw UCX and fp16 shipping", kvp_cmd_bench_transfer},
-    {"prefill",  "a prefill's encode + put, serial vs streamed layer by layer (kvp_put_stream)", kvp_cmd_bench_prefill},
+    {"stream",   "encode + put and get + decode of a session, serial vs streamed (overlapped)", kvp_cmd_bench_stream},
     {"attn",     "decode attention over packed pages vs decode-then-attend and fp16", kvp_cmd_bench_attn},
 };
 

@@ -3,7 +3,7 @@
 # and an unknown option is a usage error (exit 2), never a crash.
 set -u
 kvpack=$1; kvpackd=$2; fail=0
-for cmd in demo serve stat put get ls rm repair nodes eval model loadtest plan "bench codec" "bench store" "bench node" "bench transfer" "bench prefill"; do
+for cmd in demo serve stat put get ls rm repair nodes eval model loadtest plan "bench codec" "bench store" "bench node" "bench transfer" "bench stream"; do
   out=$($kvpack $cmd --help 2>&1); rc=$?
   if [ $rc -ne 0 ] || ! grep -qi usage <<<"$out"; then echo "FAIL: kvpack $cmd --help (rc $rc)"; fail=1; fi
   $kvpack $cmd --no-such-option >/dev/null 2>&1; rc=$?

@@ -66,6 +66,26 @@ static uint64_t node_requests(kvp_client_h c)
     return st.requests;
 }
 
+/* kvp_client_get_session_cb's runs: every item once, pages that are the session's */
+typedef struct {
+    uint32_t           seen[64], runs;
+    const void        *page[64];
+} cb_log_t;
+
+static void cb_record(void *arg, uint32_t first, uint32_t n, const void *const *pages,
+                      const size_t *lens)
+{
+    cb_log_t *l = arg;
+
+    CHECK(n > 0 && first + n <= 64);
+    for (uint32_t i = 0; i < n; i++) {
+        CHECK(lens[i] > 0);
+        l->seen[first + i]++;
+        l->page[first + i] = pages[i];
+    }
+    l->runs++;
+}
+
 /* Pages with the record: a session that fits one batch is one PUT_SESSION and comes back in one
  * GET_SESSION; one larger than a batch (a client with 3-page batches) goes as PUT_PAGES + the
  * last batch with the record, and comes back as GET_SESSION + GET_PAGES for the rest. A corrupt
@@ -110,6 +130,20 @@ static void test_put_with_pages(const test_node_t *n, kvp_client_h c, const test
     test_session_check(&ts, sp);
     kvp_session_pages_free(sp);
     sp = NULL;
+    { /* the same get with a callback: 4 runs (the record's 3 pages, then 3 GET_PAGES) */
+        cb_log_t log;
+
+        memset(&log, 0, sizeof(log));
+        CHECK_ST(kvp_client_get_session_cb(small, NS, "gamma", NULL, cb_record, &log, &sp),
+                 KVP_OK);
+        test_session_check(&ts, sp);
+        CHECK(log.runs == 4);
+        for (uint32_t i = 0; i < ts.n_pages; i++) {
+            CHECK(log.seen[i] == 1 && log.page[i] == sp->pages[i]);
+        }
+        kvp_session_pages_free(sp);
+        sp = NULL;
+    }
     kvp_client_destroy(small);
 
     /* a corrupt page in the record's message */

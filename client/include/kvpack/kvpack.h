@@ -126,6 +126,18 @@ kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char
 kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, const char *sid,
                                            const kvp_page_params_t *expect,
                                            kvp_session_pages_t **out_p);
+/* As kvp_client_get_session (_expect when expect is not NULL), and cb(cb_arg, first, n, pages,
+ * lens) is called in this thread for each run of pages as soon as they are verified (items first
+ * .. first + n - 1, item = chunk * layers + layer; runs come in item order except when a short
+ * reply is asked again), while the later GET_PAGES are in flight: the decode of the first layers
+ * overlaps the arrival of the rest. The pages are those of *out_p (valid until it is freed); if
+ * the call fails they are void (nothing is returned). Mapping an item to its layer needs only the
+ * model's layer count. */
+typedef void (*kvp_client_pages_cb_t)(void *cb_arg, uint32_t first, uint32_t n,
+                                      const void *const *pages, const size_t *lens);
+kvp_status_t kvp_client_get_session_cb(kvp_client_h client, uint64_t ns, const char *sid,
+                                       const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
+                                       void *cb_arg, kvp_session_pages_t **out_p);
 void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op */
 /* How many leading chunks of keys[0..n) the node holds on all layers. */
 kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,

@@ -1,0 +1,533 @@
+/* cmd_bench_stream.c - "kvpack bench stream": both roles of a disaggregated session against a
+ * local node, serial against streamed, in the same run, alternated, medians of --reps.
+ * Prefill: encode every layer then put the session, against each layer's pages pushed on a
+ * kvp_put_stream while the next layer encodes (the last with the record). Decode: get the session
+ * then decode every page to fp16, against kvp_client_get_session_cb handing each run of pages, as
+ * it lands, to a decode thread while the get goes on receiving the rest. Each half's parts alone (encode, ship; get, decode) are
+ * timed too: a perfect overlap would take the larger instead of their sum. Every page is encoded
+ * from one fp32 chunk of synthetic KV (the codecs' cost does not depend on the values). Checked,
+ * not timed: the warm-up's streamed session is read back page-identical, and both decodes give
+ * the same fp16 bytes. Never asserts on speed.
+ * Flow: fork a node -> reps x (prefill: serial, streamed, encode, ship) -> put one session ->
+ * reps x (decode: serial, streamed, get, decode) -> JSON. */
+#include "cli.h"
+#include "proc.h"
+
+#include "kvpack/alloc.h"
+#include "kvpack/codec.h"
+#include "kvpack/kvpack.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_REPS 32
+
+typedef struct {
+    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps;
+    const char *codec;
+    bool        json;
+} bs_opts_t;
+
+/* One session's worth of pages, layer-major (page [l][c] at l * chunks + c) so a layer's pages
+ * are one contiguous list, and its record. */
+typedef struct {
+    uint32_t           layers, chunks;
+    uint64_t           ns; /* the stream's namespace, every run's */
+    kvp_page_params_t  pp;
+    float             *k, *v;  /* one chunk of fp32 KV: [token][head][dim] */
+    uint8_t          **pages;
+    size_t            *lens, cap;
+    kvp_session_desc_t desc;
+} bs_set_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack bench stream [options]\n"
+            "Both roles of a session against a local node, serial against streamed, same run,\n"
+            "alternated, medians. Prefill: encode all then put, against kvp_put_stream (layer l\n"
+            "ships while layer l+1 encodes). Decode: get then decode every page to fp16, against\n"
+            "kvp_client_get_session_cb (each run of pages handed to a decode thread as it lands).\n"
+            "Prints JSON with --json.\n\n"
+            "  --codec NAME        codec of the pages (default kivi)\n"
+            "  --layers N          (default 16)    --heads N       (default 8)\n"
+            "  --head-dim N        (default 128)   --tokens N      (default 4096)\n"
+            "  --page-tokens N     (default 128)   --reps N        (default 5, at most 32)\n"
+            "  --json              one JSON object on stdout\n");
+}
+
+static kvp_status_t bs_make(const bs_opts_t *o, kvp_codec_id_t codec, bs_set_t *s)
+{
+    size_t   n = (size_t)o->page_tokens * o->heads * o->head_dim;
+    uint32_t tokens[4096];
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+
+    memset(s, 0, sizeof(*s));
+    s->layers         = (uint32_t)o->layers;
+    s->ns             = 0x9f11;
+    s->chunks         = (uint32_t)(o->tokens / o->page_tokens);
+    s->pp.codec       = codec;
+    s->pp.heads       = (uint32_t)o->heads;
+    s->pp.head_dim    = (uint32_t)o->head_dim;
+    s->pp.page_tokens = (uint32_t)o->page_tokens;
+    s->cap            = kvp_page_max_bytes(&s->pp);
+    s->k              = kvp_malloc(n * sizeof(float), "prefill k");
+    s->v              = kvp_malloc(n * sizeof(float), "prefill v");
+    s->pages          = kvp_calloc((size_t)s->layers * s->chunks, sizeof(*s->pages), "pages");
+    s->lens           = kvp_calloc((size_t)s->layers * s->chunks, sizeof(*s->lens), "lens");
+    s->desc.layers      = s->layers;
+    s->desc.page_tokens = s->pp.page_tokens;
+    s->desc.n_chunks    = s->chunks;
+    s->desc.chunk_keys  = kvp_calloc(s->chunks, sizeof(kvp_key128_t), "prefill keys");
+    if (s->cap == 0) {
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (s->k == NULL || s->v == NULL || s->pages == NULL || s->lens == NULL ||
+        s->desc.chunk_keys == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) { /* uniform in [-2, 2), a few outlier K channels */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        s->k[i] = ((float)(x >> 40) / 16777216.0f * 4.0f - 2.0f) *
+                  ((i % o->head_dim) % 37 == 3 ? 8.0f : 1.0f);
+        s->v[i] = (float)(x & 0xFFFFFF) / 16777216.0f * 4.0f - 2.0f;
+    }
+    for (uint32_t c = 0; c < s->chunks; c++) {
+        for (uint32_t t = 0; t < s->pp.page_tokens; t++) {
+            tokens[t] = c * s->pp.page_tokens + t;
+        }
+        s->desc.chunk_keys[c] = kvp_chunk_key(c ? &s->desc.chunk_keys[c - 1] : NULL, s->ns,
+                                              tokens, s->pp.page_tokens);
+    }
+    for (size_t i = 0; i < (size_t)s->layers * s->chunks; i++) {
+        s->pages[i] = kvp_malloc(s->cap, "prefill page");
+        if (s->pages[i] == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+    }
+    return KVP_OK;
+}
+
+static void bs_free(bs_set_t *s)
+{
+    for (size_t i = 0; s->pages != NULL && i < (size_t)s->layers * s->chunks; i++) {
+        kvp_free(s->pages[i]);
+    }
+    kvp_free(s->pages);
+    kvp_free(s->lens);
+    kvp_free(s->desc.chunk_keys);
+    kvp_free(s->k);
+    kvp_free(s->v);
+}
+
+/* Encode layer l's page of every chunk. */
+static kvp_status_t bs_encode_layer(bs_set_t *s, uint32_t l)
+{
+    kvp_status_t st = KVP_OK;
+
+    for (uint32_t c = 0; c < s->chunks && st == KVP_OK; c++) {
+        size_t i = (size_t)l * s->chunks + c;
+
+        s->pp.layer     = l;
+        s->pp.chunk_key = s->desc.chunk_keys[c];
+        s->pp.first_pos = (uint64_t)c * s->pp.page_tokens;
+        st = kvp_page_encode(&s->pp, KVP_DTYPE_F32, s->k, s->v, s->pp.page_tokens, s->pages[i],
+                             s->cap, &s->lens[i]);
+    }
+    return st;
+}
+
+/* The stored session must be what was encoded: every page byte-identical (checked once, after
+ * the warm-up's streamed put; not timed). */
+static kvp_status_t bs_verify(const bs_set_t *s, kvp_client_h c, const char *sid)
+{
+    kvp_session_pages_t *sp = NULL;
+    kvp_status_t         st = kvp_client_get_session(c, s->ns, sid, &sp);
+
+    for (uint32_t ch = 0; st == KVP_OK && ch < s->chunks; ch++) {
+        for (uint32_t l = 0; st == KVP_OK && l < s->layers; l++) {
+            size_t i = (size_t)l * s->chunks + ch, j = (size_t)ch * s->layers + l;
+
+            if (sp->page_lens[j] != s->lens[i] || memcmp(sp->pages[j], s->pages[i], s->lens[i])) {
+                fprintf(stderr, "kvpack bench stream: the node's page of chunk %u layer %u "
+                                "differs from what was pushed\n", ch, l);
+                st = KVP_ERR_CORRUPT;
+            }
+        }
+    }
+    kvp_session_pages_free(sp);
+    return st;
+}
+
+/* mode 0: serial (encode all, one put); 1: streamed; 2: encode only; 3: ship only (pages already
+ * encoded). Returns seconds, or a negative number on an error (*st_p says which). Run 1 (the
+ * warm-up's streamed put) is checked against the node by bs_verify. */
+static double bs_run(bs_set_t *s, int mode, kvp_client_h c, kvp_put_stream_h ps, uint64_t run,
+                     kvp_status_t *st_p)
+{
+    const void *const *pages = (const void *const *)s->pages;
+    size_t             per   = s->chunks, last = (size_t)(s->layers - 1) * per;
+    double             t0    = kvp_time_s();
+    kvp_status_t       st    = KVP_OK;
+    char               sid[32];
+
+    snprintf(sid, sizeof(sid), "stream-%llu", (unsigned long long)run);
+    for (uint32_t l = 0; l < s->layers && st == KVP_OK && mode != 3; l++) {
+        st = bs_encode_layer(s, l);
+        if (st == KVP_OK && mode == 1 && l + 1 < s->layers) {
+            st = kvp_put_stream_push(ps, pages + (size_t)l * per, s->lens + (size_t)l * per, per);
+        }
+    }
+    if (st == KVP_OK && (mode == 0 || mode == 3)) {
+        st = kvp_client_put_session_pages(c, s->ns, sid, &s->desc, pages, s->lens,
+                                          (size_t)s->layers * per, kvp_version_now());
+    } else if (st == KVP_OK && mode == 1) {
+        st = kvp_put_stream_finish(ps, sid, &s->desc, pages + last, s->lens + last, per,
+                                   kvp_version_now());
+    }
+    t0 = kvp_time_s() - t0;
+    if (st == KVP_OK && run == 1) {
+        st = bs_verify(s, c, sid);
+    }
+    if (st == KVP_OK && mode != 2) { /* not timed: the next run stores every page afresh */
+        st = kvp_client_delete_session(c, s->ns, sid);
+    }
+    *st_p = st;
+    return st == KVP_OK ? t0 : -1.0;
+}
+
+/* ---- decode half: pages decoded to fp16 (one reused page buffer, as into an engine's cache) ---- */
+
+typedef struct {
+    uint16_t    *k, *v;   /* one page of fp16 K and V */
+    uint64_t     sum;     /* of every decoded K/V word, item-weighted: both decodes must agree */
+    uint32_t     pages;   /* decoded */
+    kvp_status_t status;  /* the first decode error */
+    size_t       words;   /* per K (and V) page */
+} bs_dec_t;
+
+static void bs_decode_run(void *arg, uint32_t first, uint32_t n, const void *const *pages,
+                          const size_t *lens)
+{
+    bs_dec_t *d = arg;
+
+    for (uint32_t i = 0; i < n && d->status == KVP_OK; i++) {
+        d->status = kvp_page_decode(pages[i], lens[i], KVP_DTYPE_F16, KVP_FRAME_ORIGINAL, d->k, d->v,
+                                    NULL);
+        for (size_t w = 0; w < d->words && d->status == KVP_OK; w += 61) { /* a sample suffices */
+            d->sum += (uint64_t)(first + i + 1) * (d->k[w] + 3u * d->v[w]);
+        }
+        d->pages++;
+    }
+}
+
+/* The streamed decode's worker: runs handed over by the get's callback are decoded here while the
+ * get goes on receiving (an engine's decode thread; the callback itself only queues). */
+typedef struct bs_job {
+    struct bs_job     *next;
+    uint32_t           first, n;
+    const void *const *pages;
+    const size_t      *lens;
+} bs_job_t;
+
+typedef struct {
+    bs_dec_t       *d;
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    bs_job_t       *head, *tail;
+    int             done; /* no more runs will come */
+} bs_worker_t;
+
+static void bs_queue_run(void *arg, uint32_t first, uint32_t n, const void *const *pages,
+                         const size_t *lens)
+{
+    bs_worker_t *w = arg;
+    bs_job_t    *j = kvp_malloc(sizeof(*j), "stream decode job");
+
+    if (j == NULL) { /* decode it here instead */
+        bs_decode_run(w->d, first, n, pages, lens);
+        return;
+    }
+    *j = (bs_job_t){NULL, first, n, pages, lens};
+    pthread_mutex_lock(&w->mu);
+    if (w->tail != NULL) {
+        w->tail->next = j;
+    } else {
+        w->head = j;
+    }
+    w->tail = j;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *bs_worker_main(void *arg)
+{
+    bs_worker_t *w = arg;
+
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        bs_job_t *j;
+
+        while (w->head == NULL && !w->done) {
+            pthread_cond_wait(&w->cv, &w->mu);
+        }
+        if (w->head == NULL) {
+            break;
+        }
+        j       = w->head;
+        w->head = j->next;
+        w->tail = w->head == NULL ? NULL : w->tail;
+        pthread_mutex_unlock(&w->mu);
+        bs_decode_run(w->d, j->first, j->n, j->pages, j->lens);
+        kvp_free(j);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* mode 0: get then decode; 1: each run decoded by a worker as it lands (get_session_cb); 2: get
+ * only; 3: decode only (of a session fetched untimed). Returns seconds or a negative number. */
+static double bs_get_run(int mode, kvp_client_h c, uint64_t ns, bs_dec_t *d, kvp_status_t *st_p)
+{
+    kvp_session_pages_t *sp = NULL;
+    double               t0, t;
+    kvp_status_t         st = KVP_OK;
+
+    d->sum    = 0;
+    d->pages  = 0;
+    d->status = KVP_OK;
+    if (mode == 3) {
+        st = kvp_client_get_session(c, ns, "stream-get", &sp);
+    }
+    t0 = kvp_time_s();
+    if (mode == 1) {
+        bs_worker_t w = {.d = d};
+        pthread_t   th;
+
+        pthread_mutex_init(&w.mu, NULL);
+        pthread_cond_init(&w.cv, NULL);
+        if (pthread_create(&th, NULL, bs_worker_main, &w) != 0) {
+            st = KVP_ERR_NO_MEMORY;
+        } else {
+            st = kvp_client_get_session_cb(c, ns, "stream-get", NULL, bs_queue_run, &w, &sp);
+            pthread_mutex_lock(&w.mu);
+            w.done = 1;
+            pthread_cond_signal(&w.cv);
+            pthread_mutex_unlock(&w.mu);
+            pthread_join(th, NULL); /* it drains what was queued, then stops */
+        }
+        pthread_cond_destroy(&w.cv);
+        pthread_mutex_destroy(&w.mu);
+    } else if (mode != 3) {
+        st = kvp_client_get_session(c, ns, "stream-get", &sp);
+    }
+    if (st == KVP_OK && (mode == 0 || mode == 3)) {
+        bs_decode_run(d, 0, sp->n_pages, (const void *const *)sp->pages, sp->page_lens);
+    }
+    t  = kvp_time_s() - t0;
+    st = st != KVP_OK ? st : d->status;
+    if (st == KVP_OK && mode != 2 && d->pages != sp->n_pages) {
+        fprintf(stderr, "kvpack bench stream: %u of %u pages decoded\n", d->pages, sp->n_pages);
+        st = KVP_ERR_PROTOCOL;
+    }
+    kvp_session_pages_free(sp);
+    *st_p = st;
+    return st == KVP_OK ? t : -1.0;
+}
+
+static double median(double *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        for (size_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j]     = v[j - 1];
+            v[j - 1] = x;
+        }
+    }
+    return v[n / 2];
+}
+
+/* One half's JSON object (or text lines): the medians, streamed over serial, the bound. */
+static void bs_report(kvp_json_t *j, const char *half, const char *const *names, const double *med)
+{
+    double bound = med[0] / (med[2] > med[3] ? med[2] : med[3]);
+
+    if (j != NULL) {
+        kvp_json_obj(j, half);
+        for (int m = 0; m < 4; m++) {
+            char key[32];
+
+            snprintf(key, sizeof(key), "%s_s", names[m]);
+            kvp_json_num(j, key, med[m]);
+        }
+        kvp_json_num(j, "streamed_vs_serial", med[0] / med[1]);
+        kvp_json_num(j, "perfect_overlap_vs_serial", bound);
+        kvp_json_close(j);
+        return;
+    }
+    printf("%s:", half);
+    for (int m = 0; m < 4; m++) {
+        printf("  %s %.1f ms", names[m], med[m] * 1e3);
+    }
+    printf("\n  streamed is %.2fx serial (a perfect overlap, max(%s, %s): %.2fx)\n",
+           med[0] / med[1], names[2], names[3], bound);
+}
+
+int kvp_cmd_bench_stream(int argc, char **argv)
+{
+    bs_opts_t           o = {16, 8, 128, 4096, 128, 5, "kivi", false};
+    static const char  *names[2][4] = {{"serial", "streamed", "encode", "ship"},
+                                       {"serial", "streamed", "get", "decode"}};
+    double              t[2][4][MAX_REPS], med[2][4];
+    kvp_client_params_t cp;
+    kvp_client_h        c  = NULL;
+    kvp_put_stream_h    ps = NULL;
+    kvp_codec_id_t      codec;
+    bs_set_t            s;
+    bs_dec_t            d;
+    uint64_t            sums[4] = {0};
+    char                dir[] = "/tmp/kvp_bench_stream_XXXXXX", addr[64];
+    uint64_t            bytes = 0;
+    pid_t               node  = -1;
+    uint16_t            port;
+    kvp_status_t        st;
+
+    if (kvp_opt_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
+            kvp_opt_u64(argc, argv, &i, "--layers", &o.layers) ||
+            kvp_opt_u64(argc, argv, &i, "--heads", &o.heads) ||
+            kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
+            kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o.page_tokens) ||
+            kvp_opt_u64(argc, argv, &i, "--reps", &o.reps)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o.json = true;
+        } else {
+            return kvp_opt_unknown("bench stream", argv[i]);
+        }
+    }
+    if (kvp_codec_from_name(o.codec, &codec) != KVP_OK || o.reps < 1 || o.reps > MAX_REPS ||
+        o.page_tokens < 1 || o.page_tokens > 4096 || o.tokens < o.page_tokens ||
+        o.layers < 2 || o.layers > 1024 || o.heads < 1 || o.heads > 256 || o.head_dim < 1 ||
+        o.head_dim > 1024) {
+        fprintf(stderr, "kvpack bench stream: bad options (see --help)\n");
+        return 2;
+    }
+    memset(&s, 0, sizeof(s));
+    memset(&d, 0, sizeof(d));
+    d.words = (size_t)o.page_tokens * o.heads * o.head_dim;
+    d.k     = kvp_malloc(d.words * sizeof(uint16_t), "stream decode k");
+    d.v     = kvp_malloc(d.words * sizeof(uint16_t), "stream decode v");
+    st      = (d.k == NULL || d.v == NULL) ? KVP_ERR_NO_MEMORY : bs_make(&o, codec, &s);
+    if (st != KVP_OK) {
+        fprintf(stderr, "kvpack bench stream: %s pages of this geometry: %s\n", o.codec,
+                kvp_status_str(st));
+        goto out_mem;
+    }
+    if (mkdtemp(dir) == NULL || (port = kvp_proc_node_start(dir, "8G", &node)) == 0) {
+        fprintf(stderr, "kvpack bench stream: could not start a node\n");
+        st = KVP_ERR_IO;
+        goto out_mem;
+    }
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.server     = addr;
+    cp.timeout_ms = 60000;
+    st = kvp_client_create(&cp, &c);
+    if (st == KVP_OK) {
+        st = kvp_put_stream_open(&cp, s.ns, &ps);
+    }
+    /* prefill; warm-up first: connections, the node's pool first touch, the codec's scratch */
+    if (st == KVP_OK && bs_run(&s, 0, c, ps, 0, &st) >= 0) {
+        (void)bs_run(&s, 1, c, ps, 1, &st);
+    }
+    for (uint64_t r = 0; r < o.reps && st == KVP_OK; r++) {
+        for (int m = 0; m < 4 && st == KVP_OK; m++) {
+            int mode = (r % 2 == 1 && m < 2) ? 1 - m : m; /* serial and streamed alternate first */
+
+            t[0][mode][r] = bs_run(&s, mode, c, ps, 2 + r * 4 + (uint64_t)mode, &st);
+        }
+        kvp_progress("bench stream: prefill", r + 1, o.reps);
+    }
+    /* decode, of one session the node holds (untimed put) */
+    if (st == KVP_OK) {
+        st = kvp_client_put_session_pages(c, s.ns, "stream-get", &s.desc,
+                                          (const void *const *)s.pages, s.lens,
+                                          (size_t)s.layers * s.chunks, kvp_version_now());
+    }
+    for (int m = 0; m < 2 && st == KVP_OK; m++) { /* warm-up */
+        (void)bs_get_run(m, c, s.ns, &d, &st);
+    }
+    for (uint64_t r = 0; r < o.reps && st == KVP_OK; r++) {
+        for (int m = 0; m < 4 && st == KVP_OK; m++) {
+            int mode = (r % 2 == 1 && m < 2) ? 1 - m : m;
+
+            t[1][mode][r] = bs_get_run(mode, c, s.ns, &d, &st);
+            sums[mode]    = d.sum;
+        }
+        if (st == KVP_OK && (sums[1] != sums[0] || sums[3] != sums[0])) {
+            fprintf(stderr, "kvpack bench stream: the streamed decode differs from the serial "
+                            "one\n");
+            st = KVP_ERR_CORRUPT;
+        }
+        kvp_progress("bench stream: decode", r + 1, o.reps);
+    }
+    kvp_progress_done();
+    for (size_t i = 0; i < (size_t)s.layers * s.chunks; i++) {
+        bytes += s.lens[i];
+    }
+    kvp_put_stream_close(ps);
+    kvp_client_destroy(c);
+    kill(node, SIGTERM);
+    waitpid(node, NULL, 0);
+    rmdir(dir);
+    if (st != KVP_OK) {
+        fprintf(stderr, "kvpack bench stream: %s\n", kvp_status_str(st));
+        goto out_mem;
+    }
+    for (int h = 0; h < 2; h++) {
+        for (int m = 0; m < 4; m++) {
+            med[h][m] = median(t[h][m], o.reps);
+        }
+    }
+    if (o.json) {
+        kvp_json_t j;
+
+        kvp_json_begin(&j, stdout);
+        kvp_json_str(&j, "bench", "stream");
+        kvp_json_str(&j, "codec", o.codec);
+        kvp_json_int(&j, "layers", (int64_t)s.layers);
+        kvp_json_int(&j, "heads", (int64_t)o.heads);
+        kvp_json_int(&j, "head_dim", (int64_t)o.head_dim);
+        kvp_json_int(&j, "tokens", (int64_t)s.chunks * s.pp.page_tokens);
+        kvp_json_int(&j, "page_tokens", (int64_t)s.pp.page_tokens);
+        kvp_json_int(&j, "pages", (int64_t)s.layers * s.chunks);
+        kvp_json_int(&j, "session_bytes", (int64_t)bytes);
+        kvp_json_int(&j, "reps", (int64_t)o.reps);
+        bs_report(&j, "prefill", names[0], med[0]);
+        bs_report(&j, "decode", names[1], med[1]);
+        kvp_json_end(&j);
+    } else {
+        printf("%s session: %u layers x %u chunks, %u pages, %.1f MB; medians of %llu\n", o.codec,
+               s.layers, s.chunks, s.layers * s.chunks, bytes / 1e6, (unsigned long long)o.reps);
+        bs_report(NULL, "prefill", names[0], med[0]);
+        bs_report(NULL, "decode", names[1], med[1]);
+    }
+out_mem:
+    bs_free(&s);
+    kvp_free(d.k);
+    kvp_free(d.v);
+    return st == KVP_OK ? 0 : 1;
+}

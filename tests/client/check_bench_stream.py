@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""check_bench_stream.py - `kvpack bench stream` runs both roles of a session against a real local
+node, serial and streamed: prefill (encode + put, and layer by layer over kvp_put_stream) and
+decode (get + decode, and runs of pages handed to a decode thread by kvp_client_get_session_cb).
+It exits 0 only when every put, get and delete succeeded, the streamed session read back
+page-identical and the streamed decode gave the serial one's fp16 values; the JSON carries each
+half's medians and ratios that agree with them; bad options exit 2. Speed is never asserted
+(shared, noisy machines).
+usage: check_bench_stream.py KVPACK"""
+import json
+import math
+import subprocess
+import sys
+
+kvpack = sys.argv[1]
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+for codec in ("kivi", "fp16"):
+    cmd = [kvpack, "bench", "stream", "--codec", codec, "--layers", "3", "--tokens", "512",
+           "--heads", "2", "--head-dim", "64", "--reps", "2", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    d = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(d.get("pages") == 3 * 4 and d.get("layers") == 3 and d.get("tokens") == 512,
+          f"{codec} geometry: {d}")
+    page = 64 + 2 * 128 * 2 * 64 * 2 if codec == "fp16" else None  # fp16 page: header + K,V
+    check(d.get("session_bytes", 0) > 0 and (page is None or d["session_bytes"] == 12 * page),
+          f"{codec} session bytes {d.get('session_bytes')}")
+    for half, parts in (("prefill", ("encode", "ship")), ("decode", ("get", "decode"))):
+        h = d.get(half, {})
+        for k in ("serial", "streamed") + parts:
+            v = h.get(k + "_s")
+            check(isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
+                  f"{codec} {half} {k}_s: {v}")
+        if not fails:
+            check(abs(h["streamed_vs_serial"] - h["serial_s"] / h["streamed_s"]) < 1e-3 *
+                  h["streamed_vs_serial"], f"{codec} {half} streamed_vs_serial")
+            print(f"{codec} {half}: serial {h['serial_s'] * 1e3:.1f} ms, streamed "
+                  f"{h['streamed_s'] * 1e3:.1f} ms ({h['streamed_vs_serial']:.2f}x)")
+
+for bad in (["--reps", "0"], ["--layers", "1"], ["--codec", "nope"], ["--frobnicate"]):
+    p = subprocess.run([kvpack, "bench", "stream"] + bad, capture_output=True, text=True)
+    check(p.returncode == 2 and p.stderr.strip(), f"bench stream {bad}: exit {p.returncode}")
+
+print(f"{len(fails)} check(s) failed" if fails else "bench stream: ok")
+sys.exit(1 if fails else 0)
