@@ -270,7 +270,7 @@ static int role_prefill(const demo_opts_t *o)
     }
     t0 = kvp_time_s();
     /* Chunk by chunk after the whole encode, so encode and put are timed apart (an engine that
-     * ships each layer while the next computes pushes on a kvp_put_stream: bench prefill). */
+     * ships each layer while the next computes pushes on a kvp_put_stream: bench stream). */
     for (uint32_t c = 0; c < s.n_chunks && st == KVP_OK; c++) {
         st = kvp_client_put_pages(client, s.ns, (const void *const *)&s.pages[c * L], &s.lens[c * L], L);
         kvp_progress("prefill put", c + 1, s.n_chunks);
