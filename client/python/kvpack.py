@@ -245,6 +245,9 @@ class ClusterSessionList:
 
 # ---- the library ----
 _lib = None
+# kvp_client_pages_cb_t: (cb_arg, first, n, pages, lens)
+_PAGES_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32,
+                             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t))
 
 
 def _declare(lib):
@@ -274,6 +277,8 @@ def _declare(lib):
         "kvp_put_stream_finish": (st, [vp, c.c_char_p, P(_SessionDesc), P(vp), P(sz), sz, u64]),
         "kvp_put_stream_close": (None, [vp]),
         "kvp_client_get_session": (st, [vp, u64, c.c_char_p, P(P(_SessionPages))]),
+        "kvp_client_get_session_cb": (st, [vp, u64, c.c_char_p, P(_PageParams), _PAGES_CB, vp,
+                                           P(P(_SessionPages))]),
         "kvp_session_pages_free": (None, [P(_SessionPages)]),
         "kvp_client_lookup": (st, [vp, u64, P(Key128), u32, u32, P(u32)]),
         "kvp_client_spill": (st, [vp, u64, c.c_char_p]),
@@ -607,11 +612,34 @@ class Client(_Handle):
                                                  _L().kvp_version_now()),
                f"put_session '{sid}'")
 
-    def get_session(self, ns, sid):
-        """Fetch session sid with every page (CRC-checked by libkvpack) as SessionPages."""
+    def get_session(self, ns, sid, on_pages=None):
+        """Fetch session sid with every page (CRC-checked by libkvpack) as SessionPages. With
+        on_pages(first, pages), each run of verified pages (bytes; items first.., item = chunk *
+        layers + layer) is handed over as it lands, while the rest are in flight
+        (kvp_client_get_session_cb); after an exception it raises, the get completes without calling
+        it again and the exception is raised here."""
         out = ctypes.POINTER(_SessionPages)()
-        _check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
-                                           ctypes.byref(out)), f"get_session '{sid}'")
+        if on_pages is None:
+            _check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                               ctypes.byref(out)), f"get_session '{sid}'")
+            return _pages_take(out)
+        raised = []
+
+        def run(_arg, first, n, pages, lens):
+            if raised:
+                return
+            try:
+                on_pages(first, [ctypes.string_at(pages[i], lens[i]) for i in range(n)])
+            except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
+                raised.append(e)
+
+        status = _L().kvp_client_get_session_cb(self._handle(), _u(ns, "ns", 64), _sid(sid), None,
+                                                _PAGES_CB(run), None, ctypes.byref(out))
+        if raised:
+            if status == 0:
+                _L().kvp_session_pages_free(out)
+            raise raised[0]
+        _check(status, f"get_session '{sid}'")
         return _pages_take(out)
 
     def lookup(self, ns, keys, layers):

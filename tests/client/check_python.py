@@ -261,6 +261,16 @@ def run_node():
             check(back.disk_pages == len(pages) and back.disk_bytes >= sum(map(len, pages)),
                   f"restore not reported: {back.disk_pages} pages, {back.disk_bytes} bytes")
             check(c.get_session(ns, "py-1").disk_pages == 0, "a DRAM hit reports a disk read")
+            runs = []
+            got = c.get_session(ns, "py-1", on_pages=lambda first, pp: runs.append((first, pp)))
+            flat = [p for _, pp in sorted(runs) for p in pp]
+            check(flat == pages and got.pages == pages and runs[0][0] == 0,
+                  f"get_session on_pages runs {[(f, len(pp)) for f, pp in runs]}")
+
+            def boom(first, pp):
+                raise RuntimeError("engine failed")
+            check(isinstance(raises(lambda: c.get_session(ns, "py-1", on_pages=boom), RuntimeError),
+                             RuntimeError), "an on_pages exception was not raised")
 
             # a corrupt page: KvpError CORRUPT from the node, and nothing lost
             bad = bytearray(pages[0])
