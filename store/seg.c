@@ -33,6 +33,7 @@ typedef struct {
     int64_t  live; /* bytes named by durable locators */
     int      rfd;  /* read fd, opened on first read; -1 */
     bool     rdirect;
+    uint32_t pending; /* reservations not ended yet: the file stays (no unlink, no compaction) */
 } seg_file_t;
 
 struct kvp_segs {
@@ -47,6 +48,8 @@ struct kvp_segs {
     uint64_t    written;  /* bytes appended to segment files since open (spans, padding included) */
     uint64_t    app_gen;  /* appends so far (each non-empty kvp_segs_append adds one) */
     uint64_t    sync_gen; /* appends an fdatasync has covered: < app_gen means dirty */
+    char      **dead;     /* paths of segments dropped from the table, unlinked by the caller */
+    size_t      ndead, capdead; /* after its lock (kvp_segs_take_dead / kvp_segs_unlink_dead) */
 };
 
 static kvp_status_t errno_status(int e)
@@ -93,25 +96,39 @@ static seg_file_t *seg_add(kvp_segs_t *s, uint64_t id, uint64_t size)
         s->files = f;
         s->cap   = cap;
     }
-    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false};
+    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false, 0};
     return &s->files[s->nfiles++];
 }
 
-/* returns the file bytes given back */
+/* Drop a dead segment from the table; returns the file bytes given back. Its file is unlinked
+ * later, outside the tier's lock (unlinking a large file takes tens of ms); when there is no
+ * memory to queue the path, or after a crash first, the open-time sweep (kvp_segs_reap) does. */
 static uint64_t seg_unlink(kvp_segs_t *s, seg_file_t *f)
 {
     char     path[PATH_MAX];
     size_t   i = (size_t)(f - s->files);
     uint64_t size;
+    char    *copy;
 
     seg_path(s, f->id, path, sizeof(path));
     if (f->rfd >= 0) {
         close(f->rfd);
     }
-    if (unlink(path) != 0 && errno != ENOENT) {
+    if (s->ndead == s->capdead) {
+        size_t cap = s->capdead ? s->capdead * 2 : 8;
+        char **d   = kvp_realloc(s->dead, cap * sizeof(*d), "dead segments");
+
+        if (d != NULL) {
+            s->dead    = d;
+            s->capdead = cap;
+        }
+    }
+    copy = s->ndead < s->capdead ? kvp_malloc(strlen(path) + 1, "dead segment path") : NULL;
+    if (copy != NULL) {
+        strcpy(copy, path);
+        s->dead[s->ndead++] = copy;
+    } else if (unlink(path) != 0 && errno != ENOENT) { /* no memory to queue it: now */
         KVP_LOG_WARN(MOD, "cannot remove dead segment %s: %m", path);
-    } else {
-        KVP_LOG_DEBUG(MOD, "removed dead segment %s (%" PRIu64 " bytes)", path, f->size);
     }
     size = f->size;
     memmove(&s->files[i], &s->files[i + 1], (s->nfiles - i - 1) * sizeof(*f));
@@ -202,11 +219,44 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
     return KVP_OK;
 }
 
+size_t kvp_segs_take_dead(kvp_segs_t *s, char ***paths_p)
+{
+    size_t n = s->ndead;
+
+    *paths_p = NULL;
+    if (n == 0) {
+        return 0;
+    }
+    *paths_p   = s->dead;
+    s->dead    = NULL;
+    s->ndead   = 0;
+    s->capdead = 0;
+    return n;
+}
+
+void kvp_segs_unlink_dead(char **paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (unlink(paths[i]) != 0 && errno != ENOENT) {
+            KVP_LOG_WARN(MOD, "cannot remove dead segment %s: %m", paths[i]);
+        } else {
+            KVP_LOG_DEBUG(MOD, "removed dead segment %s", paths[i]);
+        }
+        kvp_free(paths[i]);
+    }
+    kvp_free(paths);
+}
+
 void kvp_segs_close(kvp_segs_t *s)
 {
+    char **dead;
+    size_t ndead;
+
     if (s == NULL) {
         return;
     }
+    ndead = kvp_segs_take_dead(s, &dead);
+    kvp_segs_unlink_dead(dead, ndead);
     for (size_t i = 0; i < s->nfiles; i++) {
         if (s->files[i].rfd >= 0) {
             close(s->files[i].rfd);
@@ -262,7 +312,7 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
     s->sync_gen = s->app_gen;
     s->active = id;
     s->next_id++;
-    if (old != NULL && old->live <= 0) {
+    if (old != NULL && old->live <= 0 && old->pending == 0) {
         seg_unlink(s, old);
     }
     return KVP_OK;
@@ -297,18 +347,22 @@ static ssize_t xfer_all(int fd, struct iovec *iov, int cnt, uint64_t off, bool w
     return (ssize_t)done;
 }
 
-kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool sync)
+kvp_status_t kvp_segs_reserve(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, kvp_seg_resv_t *r)
 {
-    struct iovec iov[IOV_CAP];
-    size_t       i = 0;
-    seg_file_t  *f;
+    uint64_t    off;
+    seg_file_t *f;
 
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
     for (size_t k = 0; k < n; k++) {
         if (((uintptr_t)ext[k].buf & (KVP_SEG_ALIGN - 1)) != 0) {
             KVP_LOG_ERROR(MOD, "segment append: page buffer %p is not %u-aligned", ext[k].buf,
                           KVP_SEG_ALIGN);
             return KVP_ERR_INVALID;
         }
+    }
+    if (n == 0) {
+        return KVP_OK;
     }
     if (s->active == 0 || seg_find(s, s->active)->size >= s->roll) {
         kvp_status_t status = seg_roll(s);
@@ -317,35 +371,106 @@ kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool s
             return status;
         }
     }
-    f = seg_find(s, s->active);
-    s->app_gen += n > 0;
+    r->fd = fcntl(s->wfd, F_DUPFD_CLOEXEC, 0);
+    if (r->fd < 0) {
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 ": cannot dup its write fd: %m", s->active);
+        return KVP_ERR_IO;
+    }
+    f   = seg_find(s, s->active);
+    off = f->size;
+    for (size_t k = 0; k < n; k++) {
+        ext[k].seg = f->id;
+        ext[k].off = off;
+        off += kvp_seg_span(ext[k].len);
+    }
+    r->seg   = f->id;
+    r->off   = f->size;
+    r->bytes = off - f->size;
+    f->size  = off; /* the next reservation goes after it, written or not */
+    f->pending++;
+    return KVP_OK;
+}
+
+kvp_status_t kvp_segs_resv_write(const kvp_seg_resv_t *r, const kvp_seg_ext_t *ext, size_t n,
+                                 bool sync)
+{
+    struct iovec iov[IOV_CAP];
+    size_t       i = 0;
+
     while (i < n) {
-        uint64_t off   = f->size;
+        uint64_t off   = ext[i].off;
         size_t   bytes = 0;
         int      cnt   = 0;
 
         while (i + (size_t)cnt < n && cnt < IOV_CAP && (cnt == 0 || bytes < RUN_MAX)) {
-            kvp_seg_ext_t *e = &ext[i + (size_t)cnt];
-
-            e->seg = f->id;
-            e->off = off + bytes;
-            iov[cnt].iov_base = e->buf;
-            iov[cnt].iov_len  = kvp_seg_span(e->len);
+            iov[cnt].iov_base = ext[i + (size_t)cnt].buf;
+            iov[cnt].iov_len  = kvp_seg_span(ext[i + (size_t)cnt].len);
             bytes += iov[cnt].iov_len;
             cnt++;
         }
-        if (xfer_all(s->wfd, iov, cnt, off, true) != (ssize_t)bytes) {
+        if (xfer_all(r->fd, iov, cnt, off, true) != (ssize_t)bytes) {
             int e = errno;
 
             KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " write of %zu bytes at %" PRIu64
-                          " failed: %m", f->id, bytes, off);
+                          " failed: %m", r->seg, bytes, off);
             return errno_status(e ? e : EIO);
         }
-        f->size += bytes;
-        s->written += bytes;
         i += (size_t)cnt;
     }
-    return sync ? kvp_segs_sync(s) : KVP_OK;
+    if (sync && n > 0 && fdatasync(r->fd) != 0) {
+        int e = errno;
+
+        KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", r->seg);
+        return errno_status(e);
+    }
+    return KVP_OK;
+}
+
+kvp_status_t kvp_segs_resv_end(kvp_segs_t *s, kvp_seg_resv_t *r, bool written, bool synced)
+{
+    seg_file_t  *f      = r->seg != 0 ? seg_find(s, r->seg) : NULL;
+    kvp_status_t status = KVP_OK;
+
+    if (f == NULL) { /* nothing reserved */
+        return KVP_OK;
+    }
+    f->pending--;
+    if (written) {
+        s->written += r->bytes;
+        if (f->id == s->active && !synced) {
+            s->app_gen++; /* the next sync of the active file covers it */
+        } else if (!synced && fdatasync(r->fd) != 0) { /* rolled away meanwhile: a later sync
+                                                        * covers only the new active file */
+            int e = errno;
+
+            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", r->seg);
+            status = errno_status(e);
+        }
+    } else if (f->size == r->off + r->bytes) {
+        f->size = r->off; /* the last reservation of its file: give its room back */
+    }
+    close(r->fd);
+    r->fd = -1;
+    /* written: the caller names the bytes next (same lock hold), so the file must stay; if that
+     * fails, the open-time sweep reaps a file nothing names */
+    if (!written && f->pending == 0 && f->live <= 0 && f->id != s->active) {
+        seg_unlink(s, f);
+    }
+    return status;
+}
+
+kvp_status_t kvp_segs_append(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n, bool sync)
+{
+    kvp_seg_resv_t r;
+    kvp_status_t   status = kvp_segs_reserve(s, ext, n, &r), end;
+
+    if (status != KVP_OK || n == 0) {
+        return status;
+    }
+    status = kvp_segs_resv_write(&r, ext, n, false);
+    end    = kvp_segs_resv_end(s, &r, status == KVP_OK, false);
+    status = status != KVP_OK ? status : end;
+    return status == KVP_OK && sync ? kvp_segs_sync(s) : status;
 }
 
 kvp_status_t kvp_segs_sync(kvp_segs_t *s)
@@ -574,7 +699,7 @@ uint64_t kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
         return 0;
     }
     f->live += bytes;
-    return f->live <= 0 && f->id != s->active ? seg_unlink(s, f) : 0;
+    return f->live <= 0 && f->id != s->active && f->pending == 0 ? seg_unlink(s, f) : 0;
 }
 
 uint64_t kvp_segs_next(kvp_segs_t *s, uint64_t after)
@@ -602,7 +727,7 @@ size_t kvp_segs_victims(kvp_segs_t *s, double dead_ratio, uint64_t *ids, size_t 
         uint64_t          dead = seg_dead(f);
         size_t            pos;
 
-        if (f->id == s->active || f->size == 0 || dead == 0 ||
+        if (f->id == s->active || f->pending > 0 || f->size == 0 || dead == 0 ||
             (double)dead < dead_ratio * (double)f->size) {
             continue;
         }

@@ -3,9 +3,10 @@
  * buffers (pool slots), each page at a 4 KiB-aligned offset, so a spill or restore is one
  * large pwritev/preadv per run, like a raw sequential write or read. RocksDB keeps only the
  * locators (pages column family); this file keeps per-segment live bytes, unlinks a segment
- * once nothing on disk names it, and names the mostly dead ones a compaction should empty. Not thread-safe: the tier serialises calls with its mutex, except
- * kvp_segs_read_run and the fdatasync between kvp_segs_sync_begin and _end, which need no lock
- * (so restores read, and a background sync runs, while spills and puts write). */
+ * once nothing on disk names it, and names the mostly dead ones a compaction should empty. Not
+ * thread-safe: the tier serialises calls with its mutex, except kvp_segs_read_run,
+ * kvp_segs_resv_write and the fdatasync between kvp_segs_sync_begin and _end, which need no lock
+ * (so restores read, a background sync runs and other commits go on while a commit writes). */
 #ifndef KVPACK_STORE_SEG_H
 #define KVPACK_STORE_SEG_H
 
@@ -37,8 +38,24 @@ typedef struct {
 kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t **segs_p);
 void         kvp_segs_close(kvp_segs_t *segs); /* NULL is a no-op */
 
-/* Append n extents back to back (each at a 4 KiB-aligned offset) to the active segment, rolling
- * to a new one when it is full; sync = fdatasync before returning. Fills ext[i].seg/off. */
+/* Appends in three steps, so the page bytes are written without the tier's lock: reserve
+ * (locked) places n extents back to back (each at a 4 KiB-aligned offset) in the active segment,
+ * rolling to a new one when it is full, fills ext[i].seg/off and takes a write fd of that file;
+ * resv_write (no lock) writes them there, then fdatasyncs them when sync; resv_end (locked) ends
+ * the reservation: written bytes of the active file count as appended (a later kvp_segs_sync
+ * covers them) unless synced, and a file rolled away meanwhile is fdatasynced here; an unwritten
+ * reservation that is its file's last gives its room back. A file with a reservation open is
+ * never unlinked nor named a compaction victim; after a written one the caller must name its
+ * bytes (kvp_segs_live_add) in the same lock hold. Several reservations may be open at once. */
+typedef struct {
+    uint64_t seg, off, bytes; /* seg 0: nothing reserved (n == 0) */
+    int      fd;              /* owned until resv_end */
+} kvp_seg_resv_t;
+kvp_status_t kvp_segs_reserve(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, kvp_seg_resv_t *r);
+kvp_status_t kvp_segs_resv_write(const kvp_seg_resv_t *r, const kvp_seg_ext_t *ext, size_t n,
+                                 bool sync);
+kvp_status_t kvp_segs_resv_end(kvp_segs_t *segs, kvp_seg_resv_t *r, bool written, bool synced);
+/* The three at once, for a caller holding the lock throughout; sync = kvp_segs_sync after. */
 kvp_status_t kvp_segs_append(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, bool sync);
 /* Read n extents (any order; sorted and coalesced into large preadv runs) in two steps: the plan,
  * under the tier's lock, sorts them and takes its own read fd of each segment; the run, with no
@@ -63,6 +80,11 @@ void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
  * deleted. A segment that is not the active one and reaches zero is unlinked; returns the file
  * bytes that gave back (0 when none). */
 uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* Segments that died (live bytes at zero) leave the table at once but their files are unlinked
+ * by the caller after the tier's lock: take (locked) hands over the queued paths, unlink_dead (no
+ * lock) removes and frees them. kvp_segs_close unlinks what is still queued. */
+size_t kvp_segs_take_dead(kvp_segs_t *segs, char ***paths_p);
+void   kvp_segs_unlink_dead(char **paths, size_t n);
 /* The smallest segment id above after (0: none), for walks over every segment file. */
 uint64_t kvp_segs_next(kvp_segs_t *segs, uint64_t after);
 /* Compaction victims: up to max ids of segments other than the active one whose dead bytes (size

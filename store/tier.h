@@ -128,8 +128,14 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *tier, size_t n, const kvp_tier_loc_
                                  void *const *bytes, kvp_tier_moved_t *moved);
 /* Test hooks: fn(arg) runs (NULL: none) at READ, in kvp_tier_pages_read after the pages were
  * located and before they are read; at MOVE, in kvp_tier_pages_move after the copies were
- * appended and synced and before their locators are written (no lock held at either). */
-typedef enum { KVP_TIER_HOOK_READ = 0, KVP_TIER_HOOK_MOVE = 1, KVP_TIER_HOOKS } kvp_tier_hook_t;
+ * appended and synced and before their locators are written; at WRITE, in kvp_tier_batch_commit
+ * after its pages were placed in a segment and before they are written (no lock held at any). */
+typedef enum {
+    KVP_TIER_HOOK_READ  = 0,
+    KVP_TIER_HOOK_MOVE  = 1,
+    KVP_TIER_HOOK_WRITE = 2,
+    KVP_TIER_HOOKS
+} kvp_tier_hook_t;
 void kvp_tier_set_hook(kvp_tier_t *tier, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg);
 
 /* Garbage sweep (open time): walk the pages column family, delete every page keep() rejects (no

@@ -73,6 +73,19 @@ struct kvp_tier_batch {
 
 /* ---- private ---- */
 
+/* Unlock the tier; then unlink the segment files that died under the lock (no lock held: a large
+ * file's unlink takes tens of ms). */
+static void tier_unlock(kvp_tier_t *t)
+{
+    char **dead;
+    size_t ndead = t->segs != NULL ? kvp_segs_take_dead(t->segs, &dead) : 0;
+
+    pthread_mutex_unlock(&t->mu);
+    if (ndead > 0) {
+        kvp_segs_unlink_dead(dead, ndead);
+    }
+}
+
 static kvp_status_t map_err(const char *what, char **err)
 {
     kvp_status_t status = KVP_ERR_IO;
@@ -515,36 +528,66 @@ static bool inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_statu
     }
     *status_p = t->fail_status;
     t->fail_n--;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     KVP_LOG_ERROR(MOD, "db %s %s of %zu bytes failed: %s (injected)", t->path, what, bytes,
                   kvp_status_str(*status_p));
     return true;
 }
 
+/* the test hook at `at`, if one is set (kvp_tier_set_hook) */
+static void hook_run(kvp_tier_t *t, kvp_tier_hook_t at)
+{
+    void (*fn)(void *) = __atomic_load_n(&t->hooks[at].fn, __ATOMIC_ACQUIRE);
+
+    if (fn != NULL) {
+        fn(__atomic_load_n(&t->hooks[at].arg, __ATOMIC_ACQUIRE));
+    }
+}
+
 kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
 {
-    char        *err = NULL;
-    kvp_status_t status;
-    size_t       nold = b->nputs + b->ndels;
-    cur_loc_t   *old  = NULL;
+    char          *err = NULL;
+    kvp_status_t   status;
+    size_t         nold = b->nputs + b->ndels;
+    cur_loc_t     *old  = NULL;
+    kvp_seg_ext_t *ext  = NULL;
+    kvp_seg_resv_t resv;
 
+    if (b->nputs > 0 && (ext = kvp_malloc(b->nputs * sizeof(*ext), "tier commit extents")) == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to write %zu pages", b->nputs);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < b->nputs; i++) {
+        ext[i] = b->puts[i].ext;
+    }
     pthread_mutex_lock(&t->mu);
     if (inject_take(t, "write", b->bytes, &status)) {
+        kvp_free(ext);
         return status;
     }
-    /* 1. page bytes to the active segment, durable before any locator names them */
+    /* 1. page bytes to the active segment, durable before any locator names them: placed under
+     * the lock, written (and fdatasynced when SYNC) without it, so restores' read plans and other
+     * commits do not wait for this one's disk writes */
     if (b->nputs > 0) {
-        kvp_seg_ext_t *ext = kvp_malloc(b->nputs * sizeof(*ext), "tier commit extents");
+        kvp_status_t end;
 
-        if (ext == NULL) {
-            pthread_mutex_unlock(&t->mu);
-            KVP_LOG_ERROR(MOD, "no memory to write %zu pages", b->nputs);
-            return KVP_ERR_NO_MEMORY;
+        status = kvp_segs_reserve(t->segs, ext, b->nputs, &resv);
+        tier_unlock(t);
+        if (status != KVP_OK) {
+            kvp_free(ext);
+            return status;
         }
-        for (size_t i = 0; i < b->nputs; i++) {
-            ext[i] = b->puts[i].ext;
+        hook_run(t, KVP_TIER_HOOK_WRITE);
+        status = kvp_segs_resv_write(&resv, ext, b->nputs, mode == KVP_TIER_SYNC);
+        pthread_mutex_lock(&t->mu);
+        end    = kvp_segs_resv_end(t->segs, &resv, status == KVP_OK, mode == KVP_TIER_SYNC);
+        status = status != KVP_OK ? status : end;
+        if (status == KVP_OK && mode == KVP_TIER_SYNC) { /* other commits' unsynced bytes in the
+                                                          * active file (usually none): the WAL
+                                                          * sync below makes their locators
+                                                          * durable too */
+            status = kvp_segs_sync(t->segs);
         }
-        status = kvp_segs_append(t->segs, ext, b->nputs, mode == KVP_TIER_SYNC);
         for (size_t i = 0; i < b->nputs && status == KVP_OK; i++) {
             uint8_t k[PKEY_BYTES], v[LOC_BYTES];
 
@@ -555,8 +598,9 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
                                       (const char *)v, sizeof(v));
         }
         kvp_free(ext);
+        ext = NULL;
         if (status != KVP_OK) {
-            pthread_mutex_unlock(&t->mu);
+            tier_unlock(t);
             return status;
         }
     } else if (mode == KVP_TIER_SYNC) { /* no page of its own: bytes written through before
@@ -564,7 +608,7 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
                                          * with it */
         status = kvp_segs_sync(t->segs);
         if (status != KVP_OK) {
-            pthread_mutex_unlock(&t->mu);
+            tier_unlock(t);
             return status;
         }
     }
@@ -596,7 +640,7 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
             }
         }
     }
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     kvp_free(old);
     return status;
 }
@@ -613,7 +657,7 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
         return status;
     }
     fd = kvp_segs_sync_begin(t->segs, &gen);
-    pthread_mutex_unlock(&t->mu); /* commits go on while this one syncs */
+    tier_unlock(t); /* commits go on while this one syncs */
     if (fd == -2) {
         status = KVP_ERR_IO;
     } else if (fd >= 0) {
@@ -626,7 +670,7 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
     if (status == KVP_OK && fd >= 0) {
         pthread_mutex_lock(&t->mu);
         kvp_segs_sync_end(t->segs, gen);
-        pthread_mutex_unlock(&t->mu);
+        tier_unlock(t);
     }
     return status;
 }
@@ -689,16 +733,6 @@ out:
     return status;
 }
 
-/* the test hook at `at`, if one is set (kvp_tier_set_hook) */
-static void hook_run(kvp_tier_t *t, kvp_tier_hook_t at)
-{
-    void (*fn)(void *) = __atomic_load_n(&t->hooks[at].fn, __ATOMIC_ACQUIRE);
-
-    if (fn != NULL) {
-        fn(__atomic_load_n(&t->hooks[at].arg, __ATOMIC_ACQUIRE));
-    }
-}
-
 /* Read the pages idx[0..m) of locs into dst: inline ones copied, segment ones planned under the
  * lock and read without it. Returns the compaction moves the plan saw (a page located before
  * that count and missing now may have moved). */
@@ -721,7 +755,7 @@ static uint64_t read_once(kvp_tier_t *t, const size_t *idx, size_t m, kvp_tier_l
     pthread_mutex_lock(&t->mu); /* the segment table and fds; the I/O runs without it */
     plan  = ne > 0 ? kvp_segs_read_plan(t->segs, ext, ne) : NULL;
     moves = t->moves;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     if (plan != NULL) {
         kvp_segs_read_run(plan);
     }
@@ -862,7 +896,7 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
     if (status == KVP_OK) { /* only a complete walk may unlink segments */
         kvp_segs_reap(t->segs);
     }
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     rocksdb_writebatch_destroy(wb);
     rocksdb_iter_destroy(it);
     *dropped_p = dropped;
@@ -875,7 +909,7 @@ uint64_t kvp_tier_segment_after(kvp_tier_t *t, uint64_t after)
 
     pthread_mutex_lock(&t->mu);
     id = kvp_segs_next(t->segs, after);
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     return id;
 }
 
@@ -885,7 +919,7 @@ size_t kvp_tier_compact_victims(kvp_tier_t *t, double dead_ratio, uint64_t *ids,
 
     pthread_mutex_lock(&t->mu);
     n = kvp_segs_victims(t->segs, dead_ratio, ids, max);
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     return n;
 }
 
@@ -1005,8 +1039,9 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     kvp_status_t          status = KVP_OK;
     size_t                m      = 0, total = 0;
     char                 *err    = NULL;
-    uint64_t              gen, held = 0, t0;
-    int                   fd = -1;
+    uint64_t              held = 0, t0;
+    kvp_seg_resv_t        resv;
+    kvp_status_t          end;
 
     if (ext == NULL || which == NULL || pks == NULL || cur == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
@@ -1031,28 +1066,27 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
         ext[j] = (kvp_seg_ext_t){bytes[which[j]], from[which[j]].len, 0, 0, KVP_OK};
     }
-    if (m > 0 && status == KVP_OK) {
-        status = kvp_segs_append(t->segs, ext, m, false);
-        fd     = status == KVP_OK ? kvp_segs_sync_begin(t->segs, &gen) : -1;
-        status = status == KVP_OK && fd == -2 ? KVP_ERR_IO : status;
+    if (m > 0 && status == KVP_OK) { /* placed here, written and synced without the lock */
+        status = kvp_segs_reserve(t->segs, ext, m, &resv);
     }
     held += kvp_time_ns() - t0;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     if (m == 0 || status != KVP_OK) {
         goto out;
     }
-    if (fd >= 0) { /* the copies durable before any locator names them */
-        status = kvp_segs_sync_run(fd);
+    /* the copies durable before any locator names them */
+    status = kvp_segs_resv_write(&resv, ext, m, true);
+    if (status == KVP_OK) {
+        hook_run(t, KVP_TIER_HOOK_MOVE);
     }
-    if (status != KVP_OK) {
-        goto out;
-    }
-    hook_run(t, KVP_TIER_HOOK_MOVE);
     /* (2) the locators of the pages still current */
     pthread_mutex_lock(&t->mu);
-    t0 = kvp_time_ns();
-    if (fd >= 0) {
-        kvp_segs_sync_end(t->segs, gen);
+    t0  = kvp_time_ns();
+    end = kvp_segs_resv_end(t->segs, &resv, status == KVP_OK, true);
+    status = status != KVP_OK ? status : end;
+    if (status != KVP_OK) {
+        tier_unlock(t);
+        goto out;
     }
     if (!still_current(t, from, which, &m, ext, pks, cur)) { /* ext[j] stays with which[j] */
         status = KVP_ERR_NO_MEMORY;
@@ -1074,7 +1108,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         moved->bytes += ext[j].len;
     }
     held += kvp_time_ns() - t0;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     if (m == 0 || status != KVP_OK) {
         goto out;
     }
@@ -1097,7 +1131,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         moved->pages += m;
     }
     held += kvp_time_ns() - t0;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
     KVP_LOG_DEBUG(MOD, "compaction move of %zu pages: tier lock held %.1f ms", m,
                   (double)held / 1e6);
 out:
@@ -1121,7 +1155,7 @@ void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
     kvp_segs_stats(t->segs, &out->files, &out->file_bytes, &out->live_bytes,
                    &out->segment_write_bytes);
     out->logical_bytes = t->logical;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
 }
 
 kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, uint8_t **blob_p,
@@ -1220,5 +1254,5 @@ void kvp_tier_inject_fail(kvp_tier_t *t, uint32_t n, kvp_status_t status)
     pthread_mutex_lock(&t->mu);
     t->fail_n      = n;
     t->fail_status = status;
-    pthread_mutex_unlock(&t->mu);
+    tier_unlock(t);
 }

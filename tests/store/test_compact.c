@@ -3,7 +3,8 @@
  * restart; a restore that located its pages just before they moved still reads them; a session
  * deleted while its pages are being moved stays deleted and the rest moves; a full disk during a
  * move loses nothing; the background thread compacts on its own; restores on other threads
- * during puts, deletes and compactions read every byte back.
+ * during puts, deletes and compactions read every byte back; a commit's page write holds no
+ * lock a restore needs.
  * Layout used by every case: 8 KiB test pages (12 KiB on disk), sessions of 4 chunks x 4 layers
  * (192 KiB), 512 KiB segments, so each segment file holds three sessions. */
 #include "store_int.h"
@@ -390,6 +391,51 @@ static void case_concurrent(const char *dir)
     clear_all(d, SESS);
 }
 
+typedef struct {
+    kvp_store_h               st;
+    int                       fired;
+    kvp_status_t              status;
+    const kvp_session_desc_t *want;
+} write_hook_t;
+
+static void write_hook(void *arg)
+{
+    write_hook_t *h = arg;
+
+    if (h->fired++ == 0) {
+        h->status = t_check_session(h->st, NS, "s00", &G, h->want); /* a restore from disk */
+    }
+}
+
+/* A commit writes its pages without the tier's lock: from inside a spill's segment write (the
+ * WRITE hook, on the spilling thread) a restore of another session on disk runs to its end and
+ * reads it byte-identical (with the lock held there, it would wait for itself forever); both
+ * sessions read back, also after a reopen. */
+static void case_write_unlocked(const char *dir)
+{
+    kvp_session_desc_t d[2];
+    kvp_store_h        st = open_compact(dir, 0);
+    write_hook_t       h  = {st, 0, KVP_ERR_IO, NULL};
+
+    put_spilled(st, d, 1); /* s00 on disk */
+    h.want = &d[0];
+    t_session(&G, 777, 0, 777, 4, 0, &d[1]);
+    CHECK_OK(t_put_session(st, NS, "s01", &G, &d[1]));
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_WRITE, write_hook, &h);
+    CHECK_OK(kvp_store_session_spill(st, NS, "s01"));
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_WRITE, NULL, NULL);
+    CHECK(h.fired >= 1);
+    CHECK_OK(h.status);
+    CHECK_OK(kvp_store_session_spill(st, NS, "s00"));
+    kvp_store_close(st);
+    st = open_compact(dir, 0);
+    CHECK_OK(t_check_session(st, NS, "s00", &G, &d[0]));
+    CHECK_OK(t_check_session(st, NS, "s01", &G, &d[1]));
+    CHECK(t_stats(st).crc_failures == 0);
+    kvp_store_close(st);
+    clear_all(d, 2);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"reclaim", case_reclaim},
@@ -400,6 +446,7 @@ int main(int argc, char **argv)
                                      {"background", case_background},
                                      {"concurrent", case_concurrent},
                                      {"corrupt", case_corrupt},
+                                     {"write_unlocked", case_write_unlocked},
                                      {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "compact");
