@@ -50,6 +50,7 @@ struct kvp_client {
     uint32_t        max_inflight;
     uint32_t        max_pages;  /* per message, bounded by the transport header limit */
     uint32_t        max_keys;
+    int             pages_apart; /* the node refused pages with a record (it predates them) */
     uint64_t        next_id;
     uint64_t        rx_bytes;   /* reply bytes received (headers + data) */
     call_t          calls[MAX_INFLIGHT];
@@ -500,7 +501,7 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
     if (!pages_ok(pages, lens, n, "put_session")) {
         return KVP_ERR_INVALID;
     }
-    tail = put_tail_count(client, lens, n);
+    tail = client->pages_apart ? 0 : put_tail_count(client, lens, n);
     head = n - tail;
     if (head > 0) { /* the pages beyond one message go ahead, pipelined; all must land first */
         s = kvp_client_put_pages(client, ns, pages, lens, head);
@@ -543,6 +544,14 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
         call_release(call);
     }
     kvp_free(blob);
+    if (s == KVP_ERR_PROTOCOL && tail > 0 && !client->pages_apart) {
+        /* a node older than pages with the record refuses the message whole (it stored
+         * nothing): send them apart from now on, to this node */
+        KVP_LOG_INFO(MOD, "node %s:%u takes no pages with a session record: sending them apart",
+                     client->host, client->port);
+        client->pages_apart = 1;
+        return kvp_client_put_session_pages(client, ns, sid, desc, pages, lens, n, version);
+    }
     return s;
 }
 
