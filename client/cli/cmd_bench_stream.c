@@ -340,18 +340,6 @@ static double bs_get_run(int mode, kvp_client_h c, uint64_t ns, bs_dec_t *d, kvp
     return st == KVP_OK ? t : -1.0;
 }
 
-static double median(double *v, size_t n)
-{
-    for (size_t i = 1; i < n; i++) {
-        for (size_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double x = v[j];
-            v[j]     = v[j - 1];
-            v[j - 1] = x;
-        }
-    }
-    return v[n / 2];
-}
-
 /* One half's JSON object (or text lines): the medians, streamed over serial, the bound. */
 static void bs_report(kvp_json_t *j, const char *half, const char *const *names, const double *med)
 {
@@ -499,7 +487,8 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     }
     for (int h = 0; h < 2; h++) {
         for (int m = 0; m < 4; m++) {
-            med[h][m] = median(t[h][m], o.reps);
+            kvp_sort_f64(t[h][m], o.reps);
+            med[h][m] = kvp_median_sorted(t[h][m], o.reps);
         }
     }
     if (o.json) {

@@ -238,14 +238,8 @@ static kvp_status_t bt_ship(kvp_client_h c, const bt_set_t *set, uint64_t ns0, u
         t[r] = kvp_time_s() - t0;
         kvp_progress("bench transfer", r + 1, reps);
     }
-    for (uint64_t i = 1; i < reps; i++) { /* insertion sort for the median */
-        for (uint64_t j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j]     = t[j - 1];
-            t[j - 1] = x;
-        }
-    }
-    *sec_p = t[reps / 2];
+    kvp_sort_f64(t, reps);
+    *sec_p = kvp_median_sorted(t, reps);
     return KVP_OK;
 }
 
