@@ -28,6 +28,8 @@ static const struct {
     {"disk_errors", offsetof(kvp_node_stat_t, disk_errors), true},
     {"disk_bytes", offsetof(kvp_node_stat_t, disk_bytes), true},
     {"disk_live_bytes", offsetof(kvp_node_stat_t, disk_live_bytes), true},
+    {"requests", offsetof(kvp_node_stat_t, requests), true},
+    {"bad_requests", offsetof(kvp_node_stat_t, bad_requests), true},
 };
 #define N_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
@@ -42,7 +44,7 @@ static void usage(FILE *out)
             "usage: kvpack stat (--node LIST | --etcd URL[,URL] [--etcd-prefix P]) [--json]\n"
             "                   [--timeout-ms MS]\n"
             "Print each node's statistics: DRAM use, sessions, spills and restores, errors, disk\n"
-            "use (segment files and the part still live); with\n"
+            "use (segment files and the part still live), requests received (bad ones); with\n"
             "several nodes a row per node and the totals over those that answered. A node that\n"
             "does not answer is named on stderr and the others are still reported (exit 1).\n"
             "  --node LIST     HOST:PORT, or a comma-separated list of nodes\n"
@@ -78,6 +80,8 @@ static void print_one(const char *node, const kvp_node_stat_t *st)
     printf("disk errors       %llu\n", (unsigned long long)st->disk_errors);
     printf("disk              %llu bytes in segment files, %llu of them live\n",
            (unsigned long long)st->disk_bytes, (unsigned long long)st->disk_live_bytes);
+    printf("requests          %llu (%llu malformed or refused)\n", (unsigned long long)st->requests,
+           (unsigned long long)st->bad_requests);
 }
 
 /* one node's row (uptime already formatted), or (error) why it has none */

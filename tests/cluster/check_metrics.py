@@ -260,6 +260,10 @@ try:
           f"put request bytes {rq} for {put.get('bytes')} page bytes (and a record of 2 keys)")
     check(m(m1, "kvpack_reply_bytes_total", op="put_pages") > 0, "no put_pages reply bytes")
     check(m(m1, "kvpack_requests_total", op="stat", result="ok") >= 1, "STAT not counted")
+    answered = sum(v for (name, _), v in m1.items() if name == "kvpack_requests_total")
+    check(stat.get("requests") == answered and stat.get("bad_requests") == 0,
+          f"STAT requests {stat.get('requests')} (bad {stat.get('bad_requests')}) vs {answered} "
+          "answered in /metrics")
     check(m(m1, "kvpack_sessions_in_dram") == 1 and m(m1, "kvpack_sessions") == 1, "sessions")
 
     # spill, restore, NOT_FOUND through the Python binding
