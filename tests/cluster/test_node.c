@@ -274,6 +274,7 @@ int main(void)
     uint8_t             *bad;
     double               t0;
     pid_t                killer;
+    kvp_put_stream_h     dying;
     kvp_status_t         s;
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
@@ -350,7 +351,14 @@ int main(void)
         kvp_client_destroy(quick);
     }
 
-    /* the node dies while the client waits (deadline 20 s): PEER_GONE well before it */
+    /* the node dies while the client waits (deadline 20 s): PEER_GONE well before it; a put
+     * stream (connected before) whose pages were pushed meanwhile reports it from finish */
+    {
+        kvp_client_params_t p = {.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS,
+                                 .server = n.addr, .timeout_ms = 20000};
+
+        CHECK_ST(kvp_put_stream_open(&p, NS, &dying), KVP_OK);
+    }
     CHECK(kill(n.pid, SIGSTOP) == 0);
     killer = fork();
     CHECK(killer >= 0);
@@ -370,6 +378,15 @@ int main(void)
         CHECK(kvp_time_s() - t0 < 15);
         kvp_client_destroy(slow);
     }
+    t0 = kvp_time_s();
+    CHECK_ST(kvp_put_stream_push(dying, (const void *const *)ts.pages, ts.lens, ts.n_pages),
+             KVP_OK); /* queued at once, whatever the node */
+    s = kvp_put_stream_finish(dying, "never", &ts.desc, NULL, NULL, 0, 0);
+    fprintf(stderr, "killed node, streamed put: %s after %.2f s\n", kvp_status_name(s),
+            kvp_time_s() - t0);
+    CHECK(s == KVP_ERR_PEER_GONE || s == KVP_ERR_PEER_UNREACHABLE);
+    CHECK(kvp_time_s() - t0 < 15);
+    kvp_put_stream_close(dying);
     CHECK(waitpid(killer, NULL, 0) == killer);
     CHECK(test_node_stop(&n, SIGKILL) == 128 + SIGKILL);
     /* and a call to a node that is not there at all */
