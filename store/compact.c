@@ -108,7 +108,7 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
 {
     uint64_t         ids[MAX_VICTIMS];
     size_t           nids, total = 0;
-    kvp_tier_moved_t moved = {0, 0, 0, 0};
+    kvp_tier_moved_t moved = {0, 0, 0, 0, 0};
     kvp_status_t     status = KVP_OK;
     uint64_t         t0 = kvp_time_ns(), before;
 
@@ -138,6 +138,8 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
     st->stats.compact_segments += moved.segments;
     st->stats.compact_moved_bytes += moved.bytes;
     st->stats.compact_freed_bytes += moved.freed_bytes;
+    st->stats.compact_lock_max_ns = moved.lock_max_ns > st->stats.compact_lock_max_ns
+                                        ? moved.lock_max_ns : st->stats.compact_lock_max_ns;
     st->stats.disk_errors += status != KVP_OK;
     pthread_mutex_unlock(&st->lock);
     if (status != KVP_OK) {

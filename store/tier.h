@@ -118,6 +118,7 @@ typedef struct {
     uint64_t bytes;       /* page bytes copied */
     uint64_t segments;    /* segment files removed because nothing names them any more */
     uint64_t freed_bytes; /* their size */
+    uint64_t lock_max_ns; /* the longest single hold of the tier's lock by these moves */
 } kvp_tier_moved_t;
 /* Move n pages read from where from[i] says (bytes[i]: kvp_tier_span(len) bytes, 4 KiB-aligned,
  * NULL to skip) to the active segment: under the tier's lock, only pages whose locator still

@@ -1028,6 +1028,15 @@ static bool still_current(kvp_tier_t *t, const kvp_tier_loc_t *from, size_t *whi
  * those still current are written (WAL, no fsync; a copy whose page went meanwhile is dead bytes),
  * (3) after the WAL fsync the old places die and emptied segments go. A crash before (3) leaves
  * the old file, so whichever locator the WAL kept names durable bytes. */
+/* A compaction move's lock hold that started at t0: its length, kept as the maximum in moved. */
+static uint64_t lock_hold(kvp_tier_moved_t *moved, uint64_t t0)
+{
+    uint64_t ns = kvp_time_ns() - t0;
+
+    moved->lock_max_ns = ns > moved->lock_max_ns ? ns : moved->lock_max_ns;
+    return ns;
+}
+
 kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *from,
                                  void *const *bytes, kvp_tier_moved_t *moved)
 {
@@ -1069,7 +1078,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (m > 0 && status == KVP_OK) { /* placed here, written and synced without the lock */
         status = kvp_segs_reserve(t->segs, ext, m, &resv);
     }
-    held += kvp_time_ns() - t0;
+    held += lock_hold(moved, t0);
     tier_unlock(t);
     if (m == 0 || status != KVP_OK) {
         goto out;
@@ -1107,7 +1116,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
         moved->bytes += ext[j].len;
     }
-    held += kvp_time_ns() - t0;
+    held += lock_hold(moved, t0);
     tier_unlock(t);
     if (m == 0 || status != KVP_OK) {
         goto out;
@@ -1130,7 +1139,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         }
         moved->pages += m;
     }
-    held += kvp_time_ns() - t0;
+    held += lock_hold(moved, t0);
     tier_unlock(t);
     KVP_LOG_DEBUG(MOD, "compaction move of %zu pages: tier lock held %.1f ms", m,
                   (double)held / 1e6);

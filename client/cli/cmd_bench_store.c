@@ -325,7 +325,7 @@ static int bench_spiller(const opts_t *o, const char *db, uint64_t group, spille
  * (each full file half dead), then one kvp_store_compact after a restart, timed; every kept
  * session is read back afterwards (not timed). */
 typedef struct {
-    uint64_t moved, freed, segments, errors;
+    uint64_t moved, freed, segments, errors, lock_max_ns;
     double   secs;
 } compact_run_t;
 
@@ -400,6 +400,7 @@ static int bench_compact(const opts_t *o, const char *db, size_t plen, compact_r
         kvp_store_close(st);
         r->moved    = stats.compact_moved_bytes;
         r->freed    = stats.compact_freed_bytes;
+        r->lock_max_ns = stats.compact_lock_max_ns;
         r->segments = stats.compact_segments;
         r->errors += stats.crc_failures + stats.disk_errors;
     } else if (status == KVP_OK) {
@@ -682,6 +683,7 @@ int kvp_cmd_bench_store(int argc, char **argv)
             kvp_json_num(&j, "raw_copy_seconds", raw_copy_s);
             kvp_json_num(&j, "compact_vs_raw_copy", raw_copy_s / cr.secs);
             kvp_json_int(&j, "errors", (int64_t)cr.errors);
+            kvp_json_num(&j, "tier_lock_max_ms", (double)cr.lock_max_ns / 1e6);
             kvp_json_close(&j);
             kvp_json_obj(&j, "index");
             kvp_json_int(&j, "pages", (int64_t)(o.index_pages / 4 * 4));
@@ -716,9 +718,10 @@ int kvp_cmd_bench_store(int argc, char **argv)
                        (unsigned long long)sp[k].spills);
             }
             printf("  compaction: moved %.1f MiB, removed %llu files (%.1f MiB) in %.3f s = %.2f x "
-                   "a raw read + write of those bytes (%.3f s)%s\n", (double)cr.moved / 1048576.0,
-                   (unsigned long long)cr.segments, (double)cr.freed / 1048576.0, cr.secs,
-                   raw_copy_s / cr.secs, raw_copy_s, cr.errors ? ", WITH ERRORS" : "");
+                   "a raw read + write of those bytes (%.3f s), tier lock held at most %.1f ms%s\n",
+                   (double)cr.moved / 1048576.0, (unsigned long long)cr.segments,
+                   (double)cr.freed / 1048576.0, cr.secs, raw_copy_s / cr.secs, raw_copy_s,
+                   (double)cr.lock_max_ns / 1e6, cr.errors ? ", WITH ERRORS" : "");
             printf("  index: put %.0f/s, get %.0f/s, lookup %.0f/s (16 chunks x 4 layers each)\n",
                    put_ops, get_ops, lookup_ops);
         }

@@ -142,6 +142,7 @@ typedef struct {
     uint64_t compact_segments;    /* segment files compaction emptied and removed */
     uint64_t compact_moved_bytes; /* live page bytes compaction copied to move them */
     uint64_t compact_freed_bytes; /* file bytes given back by the segments it removed */
+    uint64_t compact_lock_max_ns; /* longest hold of the SSD tier's lock by one compaction step */
     uint64_t scrub_bytes;         /* page bytes scrubbing read back and checked */
     uint64_t scrub_passes;        /* complete passes over every page on disk */
 } kvp_store_stats_t;
