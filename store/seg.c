@@ -50,6 +50,9 @@ struct kvp_segs {
     uint64_t    sync_gen; /* appends an fdatasync has covered: < app_gen means dirty */
     char      **dead;     /* paths of segments dropped from the table, unlinked by the caller */
     size_t      ndead, capdead; /* after its lock (kvp_segs_take_dead / kvp_segs_unlink_dead) */
+    int         spare_fd; /* the next segment, created ahead without the lock; -1: none */
+    uint64_t    spare_id; /* its id (taken from next_id when it was asked for) */
+    bool        spare_busy; /* being created (kvp_segs_spare_want .. _set) */
 };
 
 static kvp_status_t errno_status(int e)
@@ -160,6 +163,7 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
     snprintf(s->dir, n, "%s/seg", db_path);
     s->wfd   = -1;
     s->dirfd = -1;
+    s->spare_fd = -1;
     s->roll  = roll_bytes ? roll_bytes : SEG_ROLL;
     if (mkdir(s->dir, 0700) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create segment directory %s: %m", s->dir);
@@ -265,6 +269,13 @@ void kvp_segs_close(kvp_segs_t *s)
     if (s->wfd >= 0) {
         close(s->wfd);
     }
+    if (s->spare_fd >= 0) { /* never used: empty, and not in the table */
+        char path[PATH_MAX];
+
+        close(s->spare_fd);
+        seg_path(s, s->spare_id, path, sizeof(path));
+        unlink(path);
+    }
     if (s->dirfd >= 0) {
         close(s->dirfd);
     }
@@ -273,13 +284,77 @@ void kvp_segs_close(kvp_segs_t *s)
     kvp_free(s);
 }
 
-/* Start a new active segment; the old one is unlinked if nothing names it. */
+/* Create segment file id (O_DIRECT where the filesystem takes it) and make its name durable. */
+static int seg_create(const char *dir, int dirfd, uint64_t id, kvp_status_t *status_p)
+{
+    char path[PATH_MAX];
+    int  fd;
+
+    snprintf(path, sizeof(path), "%s/%016" PRIx64 ".seg", dir, id);
+    fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) {
+        fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    }
+    if (fd < 0) {
+        KVP_LOG_ERROR(MOD, "cannot create segment %s: %m", path);
+        *status_p = errno_status(errno);
+        return -1;
+    }
+    if (fsync(dirfd) != 0) {
+        KVP_LOG_ERROR(MOD, "cannot record segment %s: %m", path);
+        close(fd);
+        unlink(path);
+        *status_p = KVP_ERR_IO;
+        return -1;
+    }
+    *status_p = KVP_OK;
+    return fd;
+}
+
+bool kvp_segs_spare_want(kvp_segs_t *s, uint64_t *id_p, const char **dir_p, int *dirfd_p)
+{
+    seg_file_t *f = s->active ? seg_find(s, s->active) : NULL;
+
+    if (f == NULL || s->spare_fd >= 0 || s->spare_busy || f->size < s->roll / 2) {
+        return false;
+    }
+    s->spare_busy = true;
+    *id_p         = s->next_id++; /* ids only grow: the spare's is the next a roll takes */
+    *dir_p        = s->dir;
+    *dirfd_p      = s->dirfd;
+    return true;
+}
+
+int kvp_segs_spare_create(const char *dir, int dirfd, uint64_t id)
+{
+    kvp_status_t status;
+
+    return seg_create(dir, dirfd, id, &status);
+}
+
+void kvp_segs_spare_set(kvp_segs_t *s, uint64_t id, int fd)
+{
+    s->spare_busy = false;
+    if (fd >= 0 && id < s->active) { /* a roll made its own meanwhile: ids must keep growing */
+        char path[PATH_MAX];
+
+        close(fd);
+        seg_path(s, id, path, sizeof(path));
+        unlink(path); /* empty */
+    } else if (fd >= 0) {
+        s->spare_fd = fd;
+        s->spare_id = id;
+    }
+}
+
+/* Start a new active segment (the spare when one was made ahead, else a file created here); the
+ * old one is unlinked if nothing names it. */
 static kvp_status_t seg_roll(kvp_segs_t *s)
 {
-    char        path[PATH_MAX];
-    uint64_t    id = s->next_id;
-    seg_file_t *old;
-    int         fd;
+    uint64_t     id;
+    seg_file_t  *old;
+    int          fd;
+    kvp_status_t status;
 
     /* a later sync covers only the active segment: bytes written into this one without a sync
      * (write-through) must not be left behind */
@@ -289,20 +364,25 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
         KVP_LOG_ERROR(MOD, "segment %016" PRIx64 " fdatasync failed: %m", s->active);
         return errno_status(e);
     }
-    seg_path(s, id, path, sizeof(path));
-    fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
-    if (fd < 0 && errno == EINVAL) {
-        fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    if (s->spare_fd >= 0) {
+        id          = s->spare_id;
+        fd          = s->spare_fd;
+        s->spare_fd = -1;
+    } else { /* none ready (or one being made: this takes a later id) */
+        id = s->next_id;
+        fd = seg_create(s->dir, s->dirfd, id, &status);
+        if (fd < 0) {
+            return status;
+        }
+        s->next_id++;
     }
-    if (fd < 0) {
-        KVP_LOG_ERROR(MOD, "cannot create segment %s: %m", path);
-        return errno_status(errno);
-    }
-    if (fsync(s->dirfd) != 0 || seg_add(s, id, 0) == NULL) { /* the new name is durable */
-        KVP_LOG_ERROR(MOD, "cannot record segment %s: %m", path);
+    if (seg_add(s, id, 0) == NULL) {
+        char path[PATH_MAX];
+
+        seg_path(s, id, path, sizeof(path));
         close(fd);
         unlink(path);
-        return KVP_ERR_IO;
+        return KVP_ERR_NO_MEMORY;
     }
     if (s->wfd >= 0) {
         close(s->wfd);
@@ -311,7 +391,6 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
     s->wfd      = fd;
     s->sync_gen = s->app_gen;
     s->active = id;
-    s->next_id++;
     if (old != NULL && old->live <= 0 && old->pending == 0) {
         seg_unlink(s, old);
     }

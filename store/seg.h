@@ -80,6 +80,14 @@ void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
  * deleted. A segment that is not the active one and reaches zero is unlinked; returns the file
  * bytes that gave back (0 when none). */
 uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* The next segment made ahead, so a roll under the tier's lock only switches files: want (locked)
+ * says whether one should be made now (the active file is half full and there is none) and hands
+ * out its id and the directory; create (no lock) makes the file durable and returns its fd (-1:
+ * failed, logged); set (locked) keeps it for the next roll (fd -1: none, a roll creates its own).
+ * A spare never used is removed at close, or is an empty segment the next open reaps. */
+bool kvp_segs_spare_want(kvp_segs_t *segs, uint64_t *id_p, const char **dir_p, int *dirfd_p);
+int  kvp_segs_spare_create(const char *dir, int dirfd, uint64_t id);
+void kvp_segs_spare_set(kvp_segs_t *segs, uint64_t id, int fd);
 /* Segments that died (live bytes at zero) leave the table at once but their files are unlinked
  * by the caller after the tier's lock: take (locked) hands over the queued paths, unlink_dead (no
  * lock) removes and frees them. kvp_segs_close unlinks what is still queued. */

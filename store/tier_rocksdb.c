@@ -73,16 +73,28 @@ struct kvp_tier_batch {
 
 /* ---- private ---- */
 
-/* Unlock the tier; then unlink the segment files that died under the lock (no lock held: a large
- * file's unlink takes tens of ms). */
+/* Unlock the tier; then, with no lock held, unlink the segment files that died under it (a large
+ * file's unlink takes tens of ms) and, once the active segment is half full, make the next one
+ * (file creation and a directory fsync), so a roll under the lock only switches files. */
 static void tier_unlock(kvp_tier_t *t)
 {
-    char **dead;
-    size_t ndead = t->segs != NULL ? kvp_segs_take_dead(t->segs, &dead) : 0;
+    char      **dead;
+    size_t      ndead = t->segs != NULL ? kvp_segs_take_dead(t->segs, &dead) : 0;
+    uint64_t    id;
+    const char *dir;
+    int         dirfd;
+    bool        spare = t->segs != NULL && kvp_segs_spare_want(t->segs, &id, &dir, &dirfd);
 
     pthread_mutex_unlock(&t->mu);
     if (ndead > 0) {
         kvp_segs_unlink_dead(dead, ndead);
+    }
+    if (spare) {
+        int fd = kvp_segs_spare_create(dir, dirfd, id);
+
+        pthread_mutex_lock(&t->mu);
+        kvp_segs_spare_set(t->segs, id, fd);
+        pthread_mutex_unlock(&t->mu);
     }
 }
 

@@ -1,7 +1,8 @@
 /* test_seg.c - the segment files' sync bookkeeping (store/seg.c), which lets a background sync
  * run without the tier's lock: appends count as synced only once a sync that began after them
  * has ended; an append made while an unlocked sync runs stays dirty; a locked kvp_segs_sync
- * covers everything; reads through a plan see the bytes, also of a segment rolled meanwhile. */
+ * covers everything; reads through a plan see the bytes, also of a segment rolled meanwhile; the
+ * spare segment made ahead of a roll. */
 #include "seg.h"
 #include "kvpack/alloc.h"
 #include "check.h"
@@ -18,10 +19,75 @@ static void *page(int v)
     return p;
 }
 
+/* one page appended; segments that died meanwhile (nothing names them here) unlinked, as the
+ * tier does after its lock */
 static void append(kvp_segs_t *s, void *buf, kvp_seg_ext_t *e)
 {
+    char **dead;
+    size_t n;
+
     *e = (kvp_seg_ext_t){buf, KVP_SEG_ALIGN, 0, 0, KVP_OK};
     CHECK_OK(kvp_segs_append(s, e, 1, false));
+    n = kvp_segs_take_dead(s, &dead);
+    kvp_segs_unlink_dead(dead, n);
+}
+
+static int seg_files(const char *dir)
+{
+    char  cmd[128];
+    int   n = -1;
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "ls %s/seg | grep -c '\\.seg$'", dir);
+    f = popen(cmd, "r");
+    CHECK(f != NULL && fscanf(f, "%d", &n) == 1);
+    pclose(f);
+    return n;
+}
+
+/* The spare segment: asked for only once the active file is half full, taken by the next roll
+ * (the roll creates no file of its own); one made while a roll happened anyway is dropped
+ * (segment ids keep growing); one never used is removed at close. */
+static void test_spare(const char *dir, void *a)
+{
+    kvp_segs_t   *s;
+    kvp_seg_ext_t e;
+    uint64_t      id, id2;
+    const char   *d;
+    int           dfd, fd, before;
+
+    CHECK_OK(kvp_segs_open(dir, 4 * KVP_SEG_ALIGN, &s)); /* a roll every 4 pages */
+    append(s, a, &e);
+    CHECK(!kvp_segs_spare_want(s, &id, &d, &dfd)); /* a quarter full */
+    append(s, a, &e);
+    CHECK(kvp_segs_spare_want(s, &id, &d, &dfd));
+    CHECK(!kvp_segs_spare_want(s, &id2, &d, &dfd)); /* being made */
+    fd = kvp_segs_spare_create(d, dfd, id);
+    CHECK(fd >= 0);
+    kvp_segs_spare_set(s, id, fd);
+    append(s, a, &e);
+    append(s, a, &e);
+    before = seg_files(dir);
+    append(s, a, &e); /* rolls onto the spare: no new file, the old one (named by nothing) goes */
+    CHECK(e.seg == id && seg_files(dir) == before - 1);
+    /* asked for, then a roll happens before it is set: dropped */
+    append(s, a, &e);
+    CHECK(kvp_segs_spare_want(s, &id, &d, &dfd));
+    fd = kvp_segs_spare_create(d, dfd, id);
+    append(s, a, &e);
+    append(s, a, &e);
+    append(s, a, &e); /* rolls without it */
+    CHECK(e.seg > id);
+    before = seg_files(dir);
+    kvp_segs_spare_set(s, id, fd);
+    CHECK(seg_files(dir) == before - 1);
+    /* made and never used: gone after close */
+    append(s, a, &e);
+    CHECK(kvp_segs_spare_want(s, &id, &d, &dfd));
+    kvp_segs_spare_set(s, id, kvp_segs_spare_create(d, dfd, id));
+    before = seg_files(dir);
+    kvp_segs_close(s);
+    CHECK(seg_files(dir) == before - 1);
 }
 
 int main(void)
@@ -72,6 +138,7 @@ int main(void)
     CHECK_ST(r.status, KVP_ERR_NOT_FOUND);
 
     kvp_segs_close(s);
+    test_spare(dir, a);
     kvp_free(a);
     kvp_free(b);
     kvp_free(out);
