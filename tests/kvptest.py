@@ -1,4 +1,4 @@
-"""kvptest.py - what the Python test scripts share: starting a kvpackd and waiting until it listens
+"""kvptest.py - what the Python test scripts share: check() (failures kept in FAILS), starting a kvpackd and waiting until it listens
 (its --ready-file, written by rename, names the bound port; with --http, its port and one
 /metrics value), and importing the source tree's
 Python binding against a built libkvpack.so; free ports and a one-member etcd; .kvd files. The scripts put tests/ on sys.path with bytecode
@@ -12,6 +12,16 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FAILS = []  # what check() found wrong in this run, in order
+
+
+def check(cond, what):
+    """A check that does not stop the script: a false cond prints FAIL and is kept in FAILS, so
+    one run reports every failure (the script exits non-zero at its end when FAILS is not empty)."""
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what)
 
 
 def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", timeout_s=30):

@@ -7,21 +7,21 @@ asserted (shared, noisy machines). Without redis-server: skipped (exit 77).
 usage: check_bench_node.py KVPACK"""
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
 
 kvpack = sys.argv[1]
 if shutil.which("redis-server") is None:
     print("SKIP: redis-server not installed (apt-get install redis-server)")
     sys.exit(77)
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 
 
 cmd = [kvpack, "bench", "node", "--clients", "2", "--sessions", "30", "--pages", "3",

@@ -8,17 +8,17 @@ bad options exit 2. Speed is never asserted (shared, noisy machines).
 usage: check_bench_store.py KVPACK"""
 import json
 import math
+import os
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
 kvpack = sys.argv[1]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 
 
 def pos(v):

@@ -22,14 +22,9 @@ import kvptest  # noqa: E402
 kvpack, kvpackd = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="kvp_clu_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 procs = {}  # addr -> Popen
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def start_node(k, port=0):

@@ -21,15 +21,10 @@ import kvptest  # noqa: E402
 kvpack, kvpackd = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="kvp_compact_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 node = {}
 N = 12
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def start_node():

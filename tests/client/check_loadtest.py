@@ -16,15 +16,14 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
 KVPACK = sys.argv[2]
 TINY = ["--layers", "1", "--heads", "1", "--head-dim", "32"]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 
 
 def run(args, timeout=300):

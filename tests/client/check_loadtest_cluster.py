@@ -21,13 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kvptest  # noqa: E402
 
 case, KVPACK, KVPACKD = sys.argv[1], sys.argv[2], sys.argv[3]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 
 
 def loadtest(args, timeout=120):

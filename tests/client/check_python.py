@@ -26,14 +26,9 @@ import kvptest  # noqa: E402
 kvpack = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_py_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 L, T, H, D, P = 2, 256, 2, 64, 128
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def raises(fn, exc, names=None):

@@ -30,17 +30,12 @@ import kvptest  # noqa: E402
 kvpack = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_pyclu_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 procs = []
 L, H, D, P, TAIL = 2, 2, 64, 128, 50
 T = 2 * P + TAIL
 UNREACH = {"ERR_TIMEOUT", "ERR_PEER_GONE", "ERR_PEER_UNREACHABLE", "ERR_CANCELED"}
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def raises(fn, names):

@@ -24,14 +24,9 @@ import kvptest  # noqa: E402
 KVPACK, KVPACKD = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="kvp_dmg_")
 ENV = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 procs = {}
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def start(name):

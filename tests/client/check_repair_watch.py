@@ -33,16 +33,11 @@ ETCD = kvptest.etcd_or_skip()
 kvpack_py = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_rwatch_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 nodes = {}  # k -> (Popen, addr)
 URL = None
 NS = None  # the namespace the puts used (from ls)
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def start_node(k, port=0):

@@ -31,17 +31,12 @@ ETCD = kvptest.etcd_or_skip()
 
 tmp = tempfile.mkdtemp(prefix="kvp_etcd_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 nodes = {}  # k -> (Popen, addr)
 starts = []  # k of every kvpackd started
 http = {}  # k -> its --http-ready-file
 TTL = 2
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def gateway(path, body):

@@ -37,14 +37,9 @@ kvpack = kvptest.load_kvpack(lib)
 NS = 0x5151  # watch_driver's namespace
 tmp = tempfile.mkdtemp(prefix="kvp_watch_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 nodes = {}  # k -> (Popen, addr)
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def start_node(k):

@@ -34,19 +34,14 @@ import kvptest  # noqa: E402
 kvpack = kvptest.load_kvpack(lib)
 tmp = tempfile.mkdtemp(prefix="kvp_metrics_")
 env = dict(os.environ, KVP_PROGRESS="0")
-fails = []
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
 L, T, H, D, P = 2, 256, 2, 64, 128  # two full fp16 chunks per layer, no tail
 GETS = 5  # GET_SESSIONs of the session in DRAM after its restore
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
 SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*\})? (\S+)$')
 HIST = "kvpack_request_duration_seconds"
 SPILL_H, RESTORE_H = "kvpack_spill_duration_seconds", "kvpack_restore_duration_seconds"
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def wait_file(path, proc):
