@@ -150,11 +150,14 @@ static void case_reclaim(const char *dir)
     clear_all(d, SESS);
 }
 
+/* What a tier hook does, once: delete a session (del), restore s00 from disk and check it (want),
+ * or else compact */
 typedef struct {
-    kvp_store_h  st;
-    int          fired;
-    kvp_status_t status;
-    const char  *del; /* session to delete from the hook, or NULL: compact from the hook */
+    kvp_store_h               st;
+    int                       fired;
+    kvp_status_t              status;
+    const char               *del;
+    const kvp_session_desc_t *want;
 } hook_t;
 
 static void hook_fn(void *arg)
@@ -164,8 +167,9 @@ static void hook_fn(void *arg)
     if (h->fired++) {
         return; /* once; the compaction's own reads come here too */
     }
-    h->status = h->del != NULL ? kvp_store_session_delete(h->st, NS, h->del)
-                               : kvp_store_compact(h->st, 0.5);
+    h->status = h->del != NULL    ? kvp_store_session_delete(h->st, NS, h->del)
+                : h->want != NULL ? t_check_session(h->st, NS, "s00", &G, h->want)
+                                  : kvp_store_compact(h->st, 0.5);
 }
 
 /* A restore located its pages in a segment that a compaction then empties and removes before the
@@ -175,7 +179,7 @@ static void case_race(const char *dir)
 {
     kvp_session_desc_t d[SESS];
     kvp_store_h        st = open_compact(dir, 0);
-    hook_t             h  = {st, 0, KVP_ERR_IO, NULL};
+    hook_t             h  = {st, 0, KVP_ERR_IO, NULL, NULL};
 
     put_spilled(st, d, SESS);
     delete_most(st, SESS);
@@ -198,7 +202,7 @@ static void delete_during(const char *dir, kvp_tier_hook_t at)
 {
     kvp_session_desc_t d[SESS];
     kvp_store_h        st = open_compact(dir, 0);
-    hook_t             h  = {st, 0, KVP_ERR_IO, "s00"};
+    hook_t             h  = {st, 0, KVP_ERR_IO, "s00", NULL};
     kvp_store_stats_t  s;
 
     put_spilled(st, d, SESS);
@@ -391,22 +395,6 @@ static void case_concurrent(const char *dir)
     clear_all(d, SESS);
 }
 
-typedef struct {
-    kvp_store_h               st;
-    int                       fired;
-    kvp_status_t              status;
-    const kvp_session_desc_t *want;
-} write_hook_t;
-
-static void write_hook(void *arg)
-{
-    write_hook_t *h = arg;
-
-    if (h->fired++ == 0) {
-        h->status = t_check_session(h->st, NS, "s00", &G, h->want); /* a restore from disk */
-    }
-}
-
 /* A commit writes its pages without the tier's lock: from inside a spill's segment write (the
  * WRITE hook, on the spilling thread) a restore of another session on disk runs to its end and
  * reads it byte-identical (with the lock held there, it would wait for itself forever); both
@@ -415,13 +403,13 @@ static void case_write_unlocked(const char *dir)
 {
     kvp_session_desc_t d[2];
     kvp_store_h        st = open_compact(dir, 0);
-    write_hook_t       h  = {st, 0, KVP_ERR_IO, NULL};
+    hook_t             h  = {st, 0, KVP_ERR_IO, NULL, NULL};
 
     put_spilled(st, d, 1); /* s00 on disk */
     h.want = &d[0];
     t_session(&G, 777, 0, 777, 4, 0, &d[1]);
     CHECK_OK(t_put_session(st, NS, "s01", &G, &d[1]));
-    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_WRITE, write_hook, &h);
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_WRITE, hook_fn, &h);
     CHECK_OK(kvp_store_session_spill(st, NS, "s01"));
     kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_WRITE, NULL, NULL);
     CHECK(h.fired >= 1);
