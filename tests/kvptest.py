@@ -58,6 +58,41 @@ def start_kvpackd_http(kvpackd, tmp, args, env=None):
     return proc, addr, int(open(http_ready).read())
 
 
+class CliNode:
+    """One kvpackd (data in tmp/data, 64M DRAM, --http) that a script restarts and drives with the
+    kvpack CLI: start(args) adds args, stop() ends it (SIGTERM), kill() only if still running,
+    kv(cmd, *args) runs `kvpack CMD --node ADDR ARGS` -> (exit status, stderr), metric(name)."""
+
+    def __init__(self, kvpack, kvpackd, tmp, env):
+        self.kvpack, self.kvpackd, self.tmp, self.env = kvpack, kvpackd, tmp, env
+        self.proc = self.addr = self.http = None
+
+    def start(self, args):
+        self.proc, self.addr, self.http = start_kvpackd_http(
+            self.kvpackd, self.tmp, ["--listen", "127.0.0.1:0", "--data-dir",
+                                     os.path.join(self.tmp, "data"), "--dram-budget", "64M", *args],
+            env=self.env)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def kv(self, cmd, *args):
+        p = subprocess.run([self.kvpack, cmd, "--node", self.addr, *args], capture_output=True,
+                           text=True, timeout=120, env=self.env)
+        if p.stderr:
+            sys.stderr.write(p.stderr)
+        return p.returncode, p.stderr
+
+    def metric(self, name):
+        return metric(self.http, name)
+
+
 def metric(http_port, name):
     """The value of the unlabelled series `name` in the node's /metrics, or None."""
     body = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read()

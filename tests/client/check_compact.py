@@ -23,31 +23,19 @@ tmp = tempfile.mkdtemp(prefix="kvp_compact_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
 check = kvptest.check
-node = {}
+node = kvptest.CliNode(kvpack, kvpackd, tmp, env)
 N = 12
 
 
 def start_node():
-    node["proc"], node["addr"], node["http"] = kvptest.start_kvpackd_http(
-        kvpackd, tmp, ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"), "--dram-budget", "64M",
-         "--durability", "write-through", "--segment-mib", "1", "--compact-ratio", "0.4"], env=env)
+    node.start(["--durability", "write-through", "--segment-mib", "1", "--compact-ratio", "0.4"])
 
 
-def stop_node():
-    node["proc"].terminate()
-    node["proc"].wait(timeout=60)
+stop_node, metric = node.stop, node.metric
 
 
 def kv(cmd, *args):
-    p = subprocess.run([kvpack, cmd, "--node", node["addr"], *args], capture_output=True, text=True,
-                       timeout=120, env=env)
-    if p.stderr:
-        sys.stderr.write(p.stderr)
-    return p.returncode
-
-
-def metric(name):
-    return kvptest.metric(node["http"], name)
+    return node.kv(cmd, *args)[0]
 
 
 def read_back(sid, tag):
@@ -112,8 +100,7 @@ try:
         check(read_back(sid, "restart") == before[sid], f"{sid} differs after a restart")
     stop_node()
 finally:
-    if node.get("proc") is not None and node["proc"].poll() is None:
-        node["proc"].kill()
+    node.kill()
     shutil.rmtree(tmp, ignore_errors=True)
 
 print("FAILED" if fails else "ok")

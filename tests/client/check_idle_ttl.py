@@ -21,30 +21,14 @@ tmp = tempfile.mkdtemp(prefix="kvp_ttl_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
 check = kvptest.check
-node = {}
+node = kvptest.CliNode(kvpack, kvpackd, tmp, env)
 
 
 def start_node():
-    node["proc"], node["addr"], node["http"] = kvptest.start_kvpackd_http(
-        kvpackd, tmp, ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"), "--dram-budget", "64M",
-         "--durability", "write-through", "--idle-ttl", "3"], env=env)
+    node.start(["--durability", "write-through", "--idle-ttl", "3"])
 
 
-def stop_node():
-    node["proc"].terminate()
-    node["proc"].wait(timeout=60)
-
-
-def kv(cmd, *args):
-    p = subprocess.run([kvpack, cmd, "--node", node["addr"], *args], capture_output=True, text=True,
-                       timeout=120, env=env)
-    if p.stderr:
-        sys.stderr.write(p.stderr)
-    return p.returncode, p.stderr
-
-
-def metric(name):
-    return kvptest.metric(node["http"], name)
+stop_node, kv, metric = node.stop, node.kv, node.metric
 
 
 try:
@@ -75,8 +59,7 @@ try:
     check(rc == 0, "young session lost across the restart")
     stop_node()
 finally:
-    if node.get("proc") is not None and node["proc"].poll() is None:
-        node["proc"].kill()
+    node.kill()
     shutil.rmtree(tmp, ignore_errors=True)
 
 print("FAILED" if fails else "ok")
