@@ -151,21 +151,35 @@ static inline __attribute__((always_inline)) void row_dots4(const float *const *
     *q = hsum4x(q0, q1, q2, q3);
 }
 
-/* row stds of 8 rows from sums s, q; (upd) new Er/ir; rowstd; returns the column weights (ir,
- * 0 for rows past R) */
-static inline __attribute__((always_inline)) __m256 row_scale(__m256 s, __m256 q, __m256 inv_n,
-    __m256 inv_n1, float *Er, float *ir, float *rowstd, uint32_t r0, uint32_t R, int upd,
-    float e_lo, float e_hi)
+/* raw row stds of 8 rows from sums s, q (the caller keeps them: a later iteration whose column
+ * scales did not move reuses them instead of a row part) */
+static inline __m256 row_raw(__m256 s, __m256 q, __m256 inv_n, __m256 inv_n1)
 {
     __m256 var = _mm256_mul_ps(_mm256_sub_ps(q, _mm256_mul_ps(_mm256_mul_ps(s, s), inv_n)), inv_n1);
-    __m256 raw = _mm256_sqrt_ps(_mm256_max_ps(var, _mm256_setzero_ps()));
-    __m256 w   = _mm256_loadu_ps(ir + r0);
-    __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)R - (int)r0),
-                                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+
+    return _mm256_sqrt_ps(_mm256_max_ps(var, _mm256_setzero_ps()));
+}
+
+/* from the raw stds of rows r0..r0+7: (upd) new Er/ir/rowstd, and in *moved a bit for each valid
+ * row whose scale changed; returns the column weights (ir, 0 for rows past R) */
+/* lanes of the rows r0..r0+7 that are below R */
+static inline __m256 row_valid(uint32_t r0, uint32_t R)
+{
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)R - (int)r0),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+static inline __attribute__((always_inline)) __m256 row_scale(__m256 raw, float *Er, float *ir,
+    float *rowstd, uint32_t r0, uint32_t R, int upd, float e_lo, float e_hi, int *moved)
+{
+    __m256 w     = _mm256_loadu_ps(ir + r0);
+    __m256 valid = row_valid(r0, R);
 
     if (upd) { /* std of the current rows = raw * ir (old); then the new row scale */
-        __m256 e = estep8(_mm256_loadu_ps(Er + r0), _mm256_mul_ps(raw, w), e_lo, e_hi);
+        __m256 e0 = _mm256_loadu_ps(Er + r0);
+        __m256 e  = estep8(e0, _mm256_mul_ps(raw, w), e_lo, e_hi);
 
+        *moved |= _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(e, e0, _CMP_NEQ_UQ), valid));
         w = _mm256_div_ps(_mm256_set1_ps(1.0f), e);
         _mm256_storeu_ps(Er + r0, e);
         _mm256_storeu_ps(ir + r0, w);
@@ -195,25 +209,38 @@ KVP_AI void row4x4(const float *const *xa, const float *xb, size_t ld, const flo
     }
 }
 
-KVP_AI void pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er, float *ir,
-                      float *rowstd, float *S1, float *S2, int upd, float e_lo, float e_hi,
-                      next_cursor_t *nc)
+/* The scratch of one VarN: per row (padded to Rp) its scale, reciprocal, std and raw std (of X
+ * times the column reciprocals), per column the sums S1/S2 of the last column part */
+typedef struct {
+    float *Er, *ir, *rowstd, *raw, *S1, *S2;
+} varn_rows_t;
+
+/* One pass over X's rows in 16-row blocks: the row part (raw std of X_rc * ic_c per row, kept in
+ * v->raw; then, upd, the row's new scale), and, when cols, the column part (S1/S2[c] collect
+ * X_rc * ir_r with the new ir, and its square). A block's column part runs after the next
+ * block's row part, so the std -> scale latency of one block overlaps the other's arithmetic (and
+ * 16 rows give two independent chains per block). Returns whether any row scale moved. */
+KVP_AI int pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, const varn_rows_t *v,
+                     int upd, int cols, float e_lo, float e_hi, next_cursor_t *nc)
 {
     const float *xl[16]; /* rows of a partial last block */
     const float *xq = NULL;
     __m256       wp0 = _mm256_setzero_ps(), wp1 = wp0;
     __m256       inv_n = _mm256_set1_ps(1.0f / (float)C);
     __m256       inv_n1 = _mm256_set1_ps(C > 1 ? 1.0f / (float)(C - 1) : 0.0f);
+    float       *S1 = v->S1, *S2 = v->S2;
+    int          moved = 0;
 
-    for (uint32_t c = 0; c < C; c += 8) { /* not memset: rep stos starts slowly (the asm keeps */
-        _mm256_storeu_ps(S1 + c, _mm256_setzero_ps()); /* GCC from making this loop one) */
-        _mm256_storeu_ps(S2 + c, _mm256_setzero_ps());
+    for (uint32_t c = 0; cols && c < C; c += 8) { /* not memset: rep stos starts slowly (the */
+        _mm256_storeu_ps(S1 + c, _mm256_setzero_ps()); /* asm keeps GCC from making this loop */
+        _mm256_storeu_ps(S2 + c, _mm256_setzero_ps()); /* one) */
         __asm__("" : "+r"(c));
     }
     for (uint32_t r0 = 0; r0 < R; r0 += 16) {
         const float  *xb = X + (size_t)r0 * C;
         const float **xa = NULL;
         __m128        s0, q0, s1, q1, s2, q2, s3, q3;
+        __m256        raw0, raw1;
 
         next_cursor_step(nc);
 
@@ -230,45 +257,95 @@ KVP_AI void pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, f
         }
         /* the previous (full) block's column part before this block's std -> scale chains
          * (sqrt, div): the chains then overlap the next row part instead of stalling retirement */
-        if (xq != NULL && upd) {
+        if (cols && xq != NULL && upd) {
             col_part(NULL, xq, C, wp0, C, S1, S2, 0);
             col_part(NULL, xq + 8 * (size_t)C, C, wp1, C, S1, S2, 0);
-        } else if (xq != NULL) { /* first pass: the weights of a full block are 1 */
+        } else if (cols && xq != NULL) { /* first pass: the weights of a full block are 1 */
             col_part(NULL, xq, C, wp0, C, S1, S2, 1);
             col_part(NULL, xq + 8 * (size_t)C, C, wp1, C, S1, S2, 1);
         }
-        wp0 = row_scale(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1, Er, ir,
-                        rowstd, r0, R, upd, e_lo, e_hi);
-        wp1 = row_scale(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1, Er, ir,
-                        rowstd, r0 + 8, R, upd, e_lo, e_hi);
+        raw0 = row_raw(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1);
+        raw1 = row_raw(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1);
+        _mm256_storeu_ps(v->raw + r0, raw0);
+        _mm256_storeu_ps(v->raw + r0 + 8, raw1);
+        wp0 = row_scale(raw0, v->Er, v->ir, v->rowstd, r0, R, upd, e_lo, e_hi, &moved);
+        wp1 = row_scale(raw1, v->Er, v->ir, v->rowstd, r0 + 8, R, upd, e_lo, e_hi, &moved);
         xq  = xb;
-        if (r0 + 16 >= R && xa == NULL && upd) {
+        if (!cols || r0 + 16 < R) {
+            continue;
+        }
+        if (xa == NULL && upd) {
             col_part(NULL, xb, C, wp0, C, S1, S2, 0);
             col_part(NULL, xb + 8 * (size_t)C, C, wp1, C, S1, S2, 0);
-        } else if (r0 + 16 >= R && xa == NULL) {
+        } else if (xa == NULL) {
             col_part(NULL, xb, C, wp0, C, S1, S2, 1);
             col_part(NULL, xb + 8 * (size_t)C, C, wp1, C, S1, S2, 1);
-        } else if (r0 + 16 >= R) { /* partial: weights of the missing rows are 0 */
+        } else { /* partial: weights of the missing rows are 0 */
             col_part(xa, xb, C, wp0, C, S1, S2, 0);
             col_part(xa + 8, xb, C, wp1, C, S1, S2, 0);
         }
     }
+    return moved;
 }
 
-/* One pass: for each row r, raw_r = std over c of X_rc * ic_c; then (upd) Er/ir/rowstd of the
- * row are updated from it, and S1/S2[c] collect X_rc * ir_r (new ir) and its square. Rows go
- * 16 at a time (Er/ir/rowstd padded to a multiple of 16; pad rows have weight 0); a block's
- * column part runs after the next block's row part, so the std -> scale latency of one block
- * overlaps the other's arithmetic (and 16 rows give two independent chains per block). */
-static void fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, float *Er,
-                       float *ir, float *rowstd, float *S1, float *S2, int upd, float e_lo,
-                       float e_hi, next_cursor_t *nc)
+/* the column part alone, with the current row scales (the same sums, in the same order, as the
+ * column part of a fused pass with these scales) */
+static void col_pass(const float *X, uint32_t R, uint32_t C, const varn_rows_t *v,
+                     next_cursor_t *nc)
 {
-    if (C == 128) { /* the page shape: rows at constant offsets */
-        pass_impl(X, R, 128, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi, nc);
-    } else {
-        pass_impl(X, R, C, ic, Er, ir, rowstd, S1, S2, upd, e_lo, e_hi, nc);
+    const float *xl[16];
+
+    for (uint32_t c = 0; c < C; c += 8) {
+        _mm256_storeu_ps(v->S1 + c, _mm256_setzero_ps());
+        _mm256_storeu_ps(v->S2 + c, _mm256_setzero_ps());
     }
+    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
+        const float *xb = X + (size_t)r0 * C;
+        __m256       w0, w1;
+
+        next_cursor_step(nc);
+        w0 = _mm256_and_ps(_mm256_loadu_ps(v->ir + r0), row_valid(r0, R));
+        w1 = _mm256_and_ps(_mm256_loadu_ps(v->ir + r0 + 8), row_valid(r0 + 8, R));
+
+        if (r0 + 16 <= R) {
+            col_part(NULL, xb, C, w0, C, v->S1, v->S2, 0);
+            col_part(NULL, xb + 8 * (size_t)C, C, w1, C, v->S1, v->S2, 0);
+            continue;
+        }
+        for (uint32_t j = 0; j < 16; j++) {
+            xl[j] = X + (size_t)(r0 + j < R ? r0 + j : r0) * C;
+        }
+        col_part(xl, xb, C, w0, C, v->S1, v->S2, 0);
+        col_part(xl + 8, xb, C, w1, C, v->S1, v->S2, 0);
+    }
+}
+
+static int fused_pass(const float *X, uint32_t R, uint32_t C, const float *ic, const varn_rows_t *v,
+                      int upd, int cols, float e_lo, float e_hi, next_cursor_t *nc)
+{
+    if (C == 128 && cols) { /* the page shape: rows at constant offsets */
+        return pass_impl(X, R, 128, ic, v, upd, 1, e_lo, e_hi, nc);
+    } else if (C == 128) {
+        return pass_impl(X, R, 128, ic, v, upd, 0, e_lo, e_hi, nc);
+    } else if (cols) {
+        return pass_impl(X, R, C, ic, v, upd, 1, e_lo, e_hi, nc);
+    }
+    return pass_impl(X, R, C, ic, v, upd, 0, e_lo, e_hi, nc);
+}
+
+/* the row scales from the kept raw stds (the column scales did not move, so a row part would
+ * compute the same ones), in the row part's 16-row blocks so that pad rows too end as they would */
+static int rows_from_raw(uint32_t R, const varn_rows_t *v, float e_lo, float e_hi)
+{
+    int moved = 0;
+
+    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
+        (void)row_scale(_mm256_loadu_ps(v->raw + r0), v->Er, v->ir, v->rowstd, r0, R, 1, e_lo,
+                        e_hi, &moved);
+        (void)row_scale(_mm256_loadu_ps(v->raw + r0 + 8), v->Er, v->ir, v->rowstd, r0 + 8, R, 1,
+                        e_lo, e_hi, &moved);
+    }
+    return moved;
 }
 
 /* max/min of n floats (n % 8 == 0) */
@@ -308,21 +385,34 @@ static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_
     return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
 }
 
-/* work: 5*C + 3*Rp floats, Rp = R rounded up to 16 (the kernel contract gives R*C + 4*(R+C);
- * tiles too small for that take the reference) */
-void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
-                      float *Sr, float *work, const kvp_next_rows_t *next)
+/* work: 5*C + 4*Rp floats, Rp = R rounded up to 16 (the kernel contract gives R*C + 4*(R+C);
+ * tiles too small for that take the reference).
+ * Skipped parts (exact, not an early stop): every iteration runs, but a part whose inputs did not
+ * change since it last ran is not run again. When step 1 leaves every column scale as it was
+ * (bitwise; e.g. all columns at a clamp), the row part would see the same ic and compute the
+ * same raw stds, so the kept ones are used; when step 2 leaves every row scale as it was, the
+ * column part would compute the same S1/S2, so they are kept. The column part is fused with the
+ * row part while the row scales keep moving; once an iteration left them still, the next runs its
+ * row part alone and a column pass follows only if a row scale moved after all. The scales, the
+ * stds, each imbalance and so the selection are bit for bit those of running every part. */
+/* returns 0 when the tile took the reference (too small a work area for this layout) */
+static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
+                     float *Sr, float *work, const kvp_next_rows_t *next, int skip,
+                     kvp_varn_parts_t *parts)
 {
-    uint32_t Rp = (R + 15) & ~15u;
-    float   *Ec = work, *ic = Ec + C, *colstd = ic + C, *S1 = colstd + C, *S2 = S1 + C;
-    float   *Er = S2 + C, *ir = Er + Rp, *rowstd = ir + Rp;
-    float    best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
+    uint32_t    Rp = (R + 15) & ~15u;
+    float      *Ec = work, *ic = Ec + C, *colstd = ic + C;
+    varn_rows_t v;
+    float       best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
+    int         rows_moved = 1;
     next_cursor_t nc;
 
-    if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 3 * (size_t)Rp) {
+    if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 4 * (size_t)Rp) {
         kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work, next);
-        return;
+        return 0;
     }
+    v.S1 = colstd + C, v.S2 = v.S1 + C, v.Er = v.S2 + C, v.ir = v.Er + Rp;
+    v.rowstd = v.ir + Rp, v.raw = v.rowstd + Rp;
     next_cursor_init(&nc, next, (iters + 1) * (Rp / 16)); /* one step per row block */
     for (uint32_t c = 0; c < C; c += 8) { /* C % 8 == 0, Rp % 16 == 0 */
         _mm256_storeu_ps(Ec + c, _mm256_set1_ps(1.0f));
@@ -330,38 +420,89 @@ void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, fl
         _mm256_storeu_ps(Sc + c, _mm256_set1_ps(1.0f));
     }
     for (uint32_t r = 0; r < Rp; r += 8) {
-        _mm256_storeu_ps(Er + r, _mm256_set1_ps(1.0f));
-        _mm256_storeu_ps(ir + r, _mm256_set1_ps(1.0f));
+        _mm256_storeu_ps(v.Er + r, _mm256_set1_ps(1.0f));
+        _mm256_storeu_ps(v.ir + r, _mm256_set1_ps(1.0f));
     }
     for (uint32_t r = 0; r < R; r++) {
         Sr[r] = 1.0f;
     }
-    fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 0, e_lo, e_hi, &nc);
+    (void)fused_pass(X, R, C, ic, &v, 0, 1, e_lo, e_hi, &nc);
     for (uint32_t c = 0; c < C; c += 8) {
-        _mm256_storeu_ps(colstd + c, std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R));
+        _mm256_storeu_ps(colstd + c, std8(_mm256_loadu_ps(v.S1 + c), _mm256_loadu_ps(v.S2 + c), R));
     }
-    best = imb_v(colstd, C, rowstd, R);
+    best = imb_v(colstd, C, v.rowstd, R);
     for (uint32_t it = 0; it < iters; it++) {
-        float imb;
+        __m256 cm = _mm256_setzero_ps();
+        float  imb;
+        int    moved;
 
         for (uint32_t c = 0; c < C; c += 8) {
-            __m256 e = estep8(_mm256_loadu_ps(Ec + c), _mm256_loadu_ps(colstd + c), e_lo, e_hi);
+            __m256 e0 = _mm256_loadu_ps(Ec + c);
+            __m256 e  = estep8(e0, _mm256_loadu_ps(colstd + c), e_lo, e_hi);
 
+            cm = _mm256_or_ps(cm, _mm256_cmp_ps(e, e0, _CMP_NEQ_UQ));
             _mm256_storeu_ps(Ec + c, e);
             _mm256_storeu_ps(ic + c, _mm256_div_ps(_mm256_set1_ps(1.0f), e));
         }
-        fused_pass(X, R, C, ic, Er, ir, rowstd, S1, S2, 1, e_lo, e_hi, &nc);
+        if (skip && _mm256_movemask_ps(cm) == 0 && it > 0) { /* same ic as the last row part */
+            moved = rows_from_raw(R, &v, e_lo, e_hi);
+            parts->rows_kept++;
+            if (moved) {
+                col_pass(X, R, C, &v, &nc);
+                parts->cols_after_raw++;
+            } else {
+                parts->cols_kept++;
+            }
+            for (uint32_t r0 = 0; !moved && r0 < R; r0 += 16) { /* keep the prefetch pace */
+                next_cursor_step(&nc);
+            }
+        } else if (rows_moved || !skip) {
+            moved = fused_pass(X, R, C, ic, &v, 1, 1, e_lo, e_hi, &nc);
+        } else {
+            moved = fused_pass(X, R, C, ic, &v, 1, 0, e_lo, e_hi, &nc);
+            if (moved) { /* its prefetch steps run ahead of plan: the cursor stops at the end */
+                col_pass(X, R, C, &v, &nc);
+                parts->cols_after_row++;
+            } else {
+                parts->cols_kept++;
+            }
+        }
+        rows_moved = moved;
         for (uint32_t c = 0; c < C; c += 8) {
-            __m256 sd = std8(_mm256_loadu_ps(S1 + c), _mm256_loadu_ps(S2 + c), R);
+            __m256 sd = std8(_mm256_loadu_ps(v.S1 + c), _mm256_loadu_ps(v.S2 + c), R);
 
             _mm256_storeu_ps(colstd + c, _mm256_mul_ps(sd, _mm256_loadu_ps(ic + c)));
         }
-        imb = imb_v(colstd, C, rowstd, R);
+        imb = imb_v(colstd, C, v.rowstd, R);
         if (imb <= best) { /* later ties win */
             best = imb;
             memcpy(Sc, Ec, C * sizeof(float));
-            memcpy(Sr, Er, R * sizeof(float));
+            memcpy(Sr, v.Er, R * sizeof(float));
         }
+    }
+    return 1;
+}
+
+void kvp_q2_avx2_varn(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
+                      float *Sr, float *work, const kvp_next_rows_t *next)
+{
+    kvp_varn_parts_t parts = {0};
+
+    (void)varn_tile(X, R, C, iters, Sc, Sr, work, next, 1, &parts);
+}
+
+void kvp_q2_avx2_varn_parts(const float *X, uint32_t R, uint32_t C, uint32_t iters, float *Sc,
+                            float *Sr, float *work, int skip, kvp_varn_parts_t *parts)
+{
+    const uint8_t *b = (const uint8_t *)work; /* Ec ic colstd S1 S2 [C], Er ir rowstd raw [Rp] */
+    size_t         n = (5 * (size_t)C + 4 * (size_t)((R + 15) & ~15u)) * sizeof(float);
+
+    if (!varn_tile(X, R, C, iters, Sc, Sr, work, NULL, skip, parts)) {
+        b = (const uint8_t *)Sc, n = C * sizeof(float); /* the test compares Sr itself */
+    }
+    parts->state = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) {
+        parts->state = (parts->state ^ b[i]) * 1099511628211ull;
     }
 }
 

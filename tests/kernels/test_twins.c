@@ -6,9 +6,13 @@
  * within 2% (relative) of the reference's and at most 2% of the codes may differ.
  * fp16 in/out (the twins' own fp16 paths): same rules, on Gaussian data and on adversarial fp16
  * (signed zeros, constant groups, subnormals, values on the code thresholds, +-65504), and
- * NaN/Inf fp16 input is rejected by both. */
+ * NaN/Inf fp16 input is rejected by both.
+ * VarN's skipping of parts whose inputs did not change (kvarn_avx2.c) against the same twin with
+ * every part run: bit-identical scales on tiles of every shape, and some parts skipped on tiles
+ * whose rows or columns sit at a clamp (else the comparison would prove nothing). */
 #include "tk.h"
 #include "quant_hd.h"
+#include "q2_int.h"
 
 static size_t encode_with(kvp_codec_id_t c, const char *impl, const kvp_page_params_t *p,
                           const float *k, const float *v, uint32_t T, uint8_t *page, size_t cap)
@@ -181,6 +185,80 @@ static void run_h(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t
     free(k); free(v); free(a); free(p1); free(p2);
 }
 
+/* tile kinds: 0 Gaussian, 1 outlier columns, 2 one offset column over low-std data (its rows end
+ * at the lower clamp), 3 one offset row over low-std data (its columns do), 4 row-and-column
+ * scaled, 5 smoothly varying column scales, 6 random column scales; amp scales the whole tile */
+static float varn_elem(tk_rng_t *rng, int kind, uint32_t r, uint32_t c, float amp, const float *cs)
+{
+    float x = tk_gauss(rng);
+
+    switch (kind) {
+    case 1: return c % 17 == 3 ? 30.0f * x : x;
+    case 2: return c == 5 ? 20.0f + 4.0f * x : 0.5f * x;
+    case 3: return r == 7 ? 20.0f + 4.0f * x : 0.5f * x;
+    case 4: return x * (float)(1 + r % 5) * (float)(1 + c % 3);
+    case 5: return x * amp * (1.0f + 0.3f * sinf((float)c));
+    case 6: return x * amp * cs[c];
+    default: return x;
+    }
+}
+
+/* one tile through VarN with the skipping off and on: the same scales; adds up what it skipped */
+static void varn_skip_tile(tk_rng_t *rng, int kind, uint32_t R, uint32_t C, uint32_t iters,
+                           kvp_varn_parts_t *sum)
+{
+    size_t           wn = (size_t)R * C + 4 * (size_t)(R + C);
+    float           *X = malloc((size_t)R * C * sizeof(float)), *w = malloc(wn * sizeof(float));
+    float           *sc = malloc(2 * (size_t)(R + C) * sizeof(float)), *sr = sc + C;
+    float           *sc0 = sr + R, *sr0 = sc0 + C, cs[256];
+    float            amp = expf(tk_gauss(rng));
+    kvp_varn_parts_t none = {0}, got = {0};
+
+    for (uint32_t c = 0; c < C; c++) {
+        cs[c] = expf(0.5f * tk_gauss(rng));
+    }
+    for (uint32_t i = 0; i < R * C; i++) {
+        X[i] = varn_elem(rng, kind, i / C, i % C, amp, cs);
+    }
+    kvp_q2_avx2_varn_parts(X, R, C, iters, sc0, sr0, w, 0, &none);
+    kvp_q2_avx2_varn_parts(X, R, C, iters, sc, sr, w, 1, &got);
+    EXPECT(none.rows_kept + none.cols_kept == 0, "skip off still skipped parts");
+    EXPECT(memcmp(sc, sc0, C * sizeof(float)) == 0 && memcmp(sr, sr0, R * sizeof(float)) == 0 &&
+           got.state == none.state,
+           "varn R %u C %u iters %u kind %d: skipping parts changed the %s", R, C, iters, kind,
+           got.state == none.state ? "scales" : "final state");
+    sum->rows_kept += got.rows_kept;
+    sum->cols_kept += got.cols_kept;
+    sum->cols_after_raw += got.cols_after_raw;
+    sum->cols_after_row += got.cols_after_row;
+    free(X);
+    free(w);
+    free(sc);
+}
+
+/* every shape and kind; then 128 x 128 tiles of the kinds where the rarer branches happen (a row
+ * scale moving again after an iteration that left them all still turns on last-bit changes, about
+ * one tile in a few hundred) until each branch ran, so every branch is compared */
+static void varn_skip_cases(tk_rng_t *rng)
+{
+    kvp_varn_parts_t sum = {0};
+    uint32_t         t;
+
+    for (t = 0; t < 280; t++) {
+        uint32_t R = t < 140 ? 128 : tk_range(rng, 1, 256), C = t < 140 ? 128 : 8 * tk_range(rng, 1, 32);
+
+        varn_skip_tile(rng, (int)(t % 7), R, C, t < 70 ? KVP_VARN_ITERS : tk_range(rng, 1, 16), &sum);
+    }
+    for (t = 0; t < 20000 && (sum.cols_after_raw == 0 || sum.cols_after_row == 0); t++) {
+        varn_skip_tile(rng, 5 + (int)(t % 2), 128, 128, KVP_VARN_ITERS, &sum);
+    }
+    printf("varn parts: rows kept %u, columns kept %u, column passes after kept rows %u, after a "
+           "row part alone %u (%u extra tiles)\n", sum.rows_kept, sum.cols_kept, sum.cols_after_raw,
+           sum.cols_after_row, t);
+    EXPECT(sum.rows_kept > 0 && sum.cols_kept > 0 && sum.cols_after_raw > 0 && sum.cols_after_row > 0,
+           "a VarN branch never ran: the comparison proves nothing for it");
+}
+
 int main(void)
 {
     tk_rng_t rng = {99};
@@ -190,6 +268,7 @@ int main(void)
         printf("no AVX2 twin on this CPU\n");
         return 77;
     }
+    varn_skip_cases(&rng);
     for (int c = KVP_CODEC_KIVI; c < KVP_CODEC_MAX; c++) {
         run((kvp_codec_id_t)c, 8, 128, 128, 128, 0, &rng);
         run((kvp_codec_id_t)c, 4, 64, 128, 93, 0, &rng);
