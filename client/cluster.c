@@ -4,10 +4,11 @@
  * merges all nodes' lists. Each call records what every node it tried answered. The nodes are a
  * static list, or etcd's: a watch (kvp_etcd_watch_*) publishes them and the routed calls adopt
  * the newest list first (cluster_adopt), keeping the clients of nodes still present.
- * Main flow: kvp_cluster_put_session -> cluster_adopt -> node_open -> put_one (pages, record). */
-#include "kvpack/cluster.h"
+ * The streamed put is cluster_stream.c; both use the helpers of cluster_int.h.
+ * Main flow: kvp_cluster_put_session -> cluster_adopt -> kvp_cluster_node_open ->
+ * kvp_cluster_put_one (pages, record). */
+#include "cluster_int.h"
 #include "kvpack/alloc.h"
-#include "kvpack/etcd.h"
 #include "kvpack/log.h"
 #include "kvpack/placement.h"
 #include "kvpack/xfer.h"
@@ -19,26 +20,6 @@
 #define MOD          "cluster"
 #define DOWN_SKIP_NS (5000ull * 1000000ull) /* a node that failed is skipped this long */
 
-/* One node of the adopted list. */
-typedef struct {
-    char         addr[KVP_ETCD_ADDR_MAX]; /* HOST:PORT */
-    kvp_client_h client;                  /* NULL until first use */
-    uint64_t     down_until;              /* skipped until then (kvp_time_ns) */
-    kvp_status_t down_status;
-} node_t;
-
-struct kvp_cluster {
-    uint32_t                  n, replicas;
-    node_t                    node[KVP_CLUSTER_MAX_NODES];
-    const char               *peer[KVP_CLUSTER_MAX_NODES]; /* node[i].addr, for placement */
-    kvp_client_params_t       cp;
-    kvp_cluster_progress_cb_t progress_cb;
-    void                     *progress_arg;
-    kvp_etcd_watch_h          watch;                       /* NULL: a static list */
-    uint64_t                  gen;                         /* of the adopted list */
-    char                      where[512];                  /* "PREFIX at etcd URL" */
-};
-
 int kvp_cluster_status_unreachable(kvp_status_t s)
 {
     return s == KVP_ERR_TIMEOUT || s == KVP_ERR_CANCELED || s == KVP_ERR_PEER_UNREACHABLE ||
@@ -47,13 +28,24 @@ int kvp_cluster_status_unreachable(kvp_status_t s)
 
 /* ---- private ---- */
 
+int kvp_cluster_addr_ok(const char *addr, const char *what)
+{
+    char     host[256];
+    uint16_t port;
+
+    if (*addr == '\0' || strlen(addr) >= KVP_ETCD_ADDR_MAX ||
+        kvp_xfer_parse_addr(addr, host, sizeof(host), &port) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "%s '%s' is not HOST:PORT", what, addr);
+        return 0;
+    }
+    return 1;
+}
+
 /* Split the list at commas into c->node; each must be HOST:PORT and appear once. */
 static kvp_status_t peers_split(kvp_cluster_h c, char *p)
 {
     for (;;) {
-        char    *comma = strchr(p, ',');
-        char     host[256];
-        uint16_t port;
+        char *comma = strchr(p, ',');
 
         if (comma != NULL) {
             *comma = '\0';
@@ -62,9 +54,7 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *p)
             KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);
             return KVP_ERR_INVALID;
         }
-        if (*p == '\0' || strlen(p) >= KVP_ETCD_ADDR_MAX ||
-            kvp_xfer_parse_addr(p, host, sizeof(host), &port) != KVP_OK) {
-            KVP_LOG_ERROR(MOD, "peer '%s' is not HOST:PORT", p);
+        if (!kvp_cluster_addr_ok(p, "peer")) {
             return KVP_ERR_INVALID;
         }
         for (uint32_t i = 0; i < c->n; i++) {
@@ -89,7 +79,7 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *p)
 static kvp_status_t cluster_adopt(kvp_cluster_h c)
 {
     kvp_etcd_member_t *m;
-    node_t            *next;
+    kvp_cluster_node_t            *next;
     uint32_t           n, k = 0;
     uint64_t           gen;
     kvp_status_t       s;
@@ -147,8 +137,8 @@ static kvp_status_t cluster_ready(kvp_cluster_h c)
     return s;
 }
 
-static void report_add(kvp_cluster_h c, kvp_cluster_report_t *r, uint32_t node, kvp_status_t s,
-                       const char *stage)
+void kvp_cluster_report_add(kvp_cluster_h c, kvp_cluster_report_t *r, uint32_t node,
+                            kvp_status_t s, const char *stage)
 {
     if (r->n_tried < KVP_CLUSTER_MAX_NODES) {
         r->tried[r->n_tried].node   = node;
@@ -162,22 +152,26 @@ static void report_add(kvp_cluster_h c, kvp_cluster_report_t *r, uint32_t node, 
     }
 }
 
-/* The node's client, created on first use. A node that failed recently (several peers only) is
- * not tried: its status comes back as "skipped". Failures are recorded in r. */
-static kvp_status_t node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_report_t *r,
-                              kvp_client_h *client_p)
+kvp_status_t kvp_cluster_node_down(kvp_cluster_h c, uint32_t node)
 {
-    kvp_status_t s;
+    return c->n > 1 && c->node[node].down_until > kvp_time_ns() ? c->node[node].down_status
+                                                                : KVP_OK;
+}
 
-    if (c->n > 1 && c->node[node].down_until > kvp_time_ns()) {
-        report_add(c, r, node, c->node[node].down_status, "skipped");
-        return c->node[node].down_status;
+kvp_status_t kvp_cluster_node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_report_t *r,
+                                   kvp_client_h *client_p)
+{
+    kvp_status_t s = kvp_cluster_node_down(c, node);
+
+    if (s != KVP_OK) {
+        kvp_cluster_report_add(c, r, node, s, "skipped");
+        return s;
     }
     if (c->node[node].client == NULL) {
         c->cp.server = c->peer[node];
         s = kvp_client_create(&c->cp, &c->node[node].client);
         if (s != KVP_OK) {
-            report_add(c, r, node, s, "connect");
+            kvp_cluster_report_add(c, r, node, s, "connect");
             return s;
         }
     }
@@ -185,17 +179,8 @@ static kvp_status_t node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_report
     return KVP_OK;
 }
 
-/* One routed call: its report (the caller's, or local), the rank order and the failures seen. */
-typedef struct {
-    kvp_cluster_report_t *r, local;
-    uint32_t              order[KVP_CLUSTER_MAX_NODES];
-    kvp_status_t          unreach, other; /* first unreachable / first other (not NOT_FOUND) */
-} route_t;
-
-/* Clear the report, adopt etcd's newest members (routed calls) and rank the nodes for (ns, sid);
- * sid NULL: no ranking (list). */
-static kvp_status_t route_begin(kvp_cluster_h c, int routed, uint64_t ns, const char *sid,
-                                kvp_cluster_report_t *report, route_t *rt)
+kvp_status_t kvp_cluster_route_begin(kvp_cluster_h c, int routed, uint64_t ns, const char *sid,
+                                     kvp_cluster_report_t *report, kvp_cluster_route_t *rt)
 {
     kvp_status_t s;
 
@@ -206,7 +191,7 @@ static kvp_status_t route_begin(kvp_cluster_h c, int routed, uint64_t ns, const 
     return (s == KVP_OK && sid) ? kvp_placement_rank(c->peer, c->n, ns, sid, rt->order) : s;
 }
 
-static void route_fail(route_t *rt, kvp_status_t s)
+static void route_fail(kvp_cluster_route_t *rt, kvp_status_t s)
 {
     if (kvp_cluster_status_unreachable(s)) {
         rt->unreach = rt->unreach ? rt->unreach : s;
@@ -215,20 +200,17 @@ static void route_fail(route_t *rt, kvp_status_t s)
     }
 }
 
-/* Statuses every node would give for the same put: no point trying the next. */
-static int put_stops(kvp_status_t s)
+int kvp_cluster_put_stops(kvp_status_t s)
 {
     return s == KVP_ERR_INVALID || s == KVP_ERR_TOO_LARGE || s == KVP_ERR_BAD_PAGE ||
            s == KVP_ERR_WRONG_CODEC || s == KVP_ERR_BAD_INPUT_DATA || s == KVP_ERR_NO_MEMORY ||
            s == KVP_ERR_STALE;
 }
 
-/* The whole session to one node: one chunk (layers pages) per put_pages, then the last chunk
- * with the record (one PUT_SESSION when it fits a batch). */
-static kvp_status_t put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
-                            const char *sid, const void *const *pages, const size_t *lens,
-                            size_t n, const kvp_session_desc_t *desc, uint64_t version,
-                            const char **stage_p)
+kvp_status_t kvp_cluster_put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
+                                 const char *sid, const void *const *pages, const size_t *lens,
+                                 size_t n, const kvp_session_desc_t *desc, uint64_t version,
+                                 const char **stage_p)
 {
     uint32_t     L      = desc->layers;
     uint64_t     chunks = n / L;
@@ -447,7 +429,7 @@ kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client
 {
     kvp_cluster_report_t r = {0};
 
-    return node < cluster->n ? node_open(cluster, node, &r, client_p) : KVP_ERR_INVALID;
+    return node < cluster->n ? kvp_cluster_node_open(cluster, node, &r, client_p) : KVP_ERR_INVALID;
 }
 
 kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
@@ -455,10 +437,10 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      const kvp_session_desc_t *desc,
                                      kvp_cluster_report_t *report)
 {
-    route_t      rt;
+    kvp_cluster_route_t      rt;
     kvp_status_t first   = KVP_OK;
     uint64_t     version = kvp_version_now(); /* one version for every replica */
-    kvp_status_t s       = route_begin(cluster, 1, ns, sid, report, &rt);
+    kvp_status_t s       = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     if (desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
         KVP_LOG_ERROR(MOD, "put: %zu pages are not whole chunks of the record's layers", n);
@@ -467,15 +449,16 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n && rt.r->n_ok < cluster->replicas; k++) {
         const char  *stage = "connect";
         kvp_client_h cl;
-        kvp_status_t ps = node_open(cluster, rt.order[k], rt.r, &cl);
+        kvp_status_t ps = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (ps == KVP_OK) {
-            ps = put_one(cluster, cl, rt.order[k], ns, sid, pages, lens, n, desc, version, &stage);
-            report_add(cluster, rt.r, rt.order[k], ps, stage);
+            ps = kvp_cluster_put_one(cluster, cl, rt.order[k], ns, sid, pages, lens, n, desc,
+                                     version, &stage);
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], ps, stage);
         }
         rt.r->n_ok += ps == KVP_OK;
         first = (first == KVP_OK) ? ps : first;
-        if (put_stops(ps)) {
+        if (kvp_cluster_put_stops(ps)) {
             break;
         }
     }
@@ -487,20 +470,20 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
                                   size_t n, const kvp_session_desc_t *desc, uint64_t version,
                                   kvp_cluster_report_t *report)
 {
-    route_t      rt;
+    kvp_cluster_route_t      rt;
     const char  *stage = "connect";
     kvp_client_h cl;
     kvp_status_t s;
 
-    (void)route_begin(cluster, 0, ns, NULL, report, &rt); /* no rank: only clears the report */
+    (void)kvp_cluster_route_begin(cluster, 0, ns, NULL, report, &rt); /* no rank: clears report */
     if (node >= cluster->n || desc == NULL || desc->layers == 0 || n % desc->layers != 0) {
         KVP_LOG_ERROR(MOD, "put to node %u: bad node or pages not whole chunks", node);
         return KVP_ERR_INVALID;
     }
-    s = node_open(cluster, node, rt.r, &cl);
+    s = kvp_cluster_node_open(cluster, node, rt.r, &cl);
     if (s == KVP_OK) {
-        s = put_one(cluster, cl, node, ns, sid, pages, lens, n, desc, version, &stage);
-        report_add(cluster, rt.r, node, s, stage);
+        s = kvp_cluster_put_one(cluster, cl, node, ns, sid, pages, lens, n, desc, version, &stage);
+        kvp_cluster_report_add(cluster, rt.r, node, s, stage);
     }
     rt.r->n_ok = s == KVP_OK;
     return s;
@@ -510,17 +493,17 @@ kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
                                      kvp_cluster_report_t *report)
 {
-    route_t      rt;
-    kvp_status_t s = route_begin(cluster, 1, ns, sid, report, &rt);
+    kvp_cluster_route_t      rt;
+    kvp_status_t s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
-        kvp_status_t gs = node_open(cluster, rt.order[k], rt.r, &cl);
+        kvp_status_t gs = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (gs == KVP_OK) {
             gs = expect ? kvp_client_get_session_expect(cl, ns, sid, expect, out_p)
                         : kvp_client_get_session(cl, ns, sid, out_p);
-            report_add(cluster, rt.r, rt.order[k], gs, "get");
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], gs, "get");
         }
         if (gs == KVP_OK) {
             rt.r->n_ok      = 1;
@@ -535,18 +518,18 @@ kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const c
 kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                         kvp_cluster_report_t *report)
 {
-    route_t      rt;
+    kvp_cluster_route_t      rt;
     kvp_status_t first_r = KVP_OK;
     uint64_t     version = kvp_version_now(); /* one tombstone version on every node */
-    kvp_status_t s       = route_begin(cluster, 1, ns, sid, report, &rt);
+    kvp_status_t s       = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
-        kvp_status_t ds = node_open(cluster, rt.order[k], rt.r, &cl);
+        kvp_status_t ds = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (ds == KVP_OK) {
             ds = kvp_client_delete_session_version(cl, ns, sid, version);
-            report_add(cluster, rt.r, rt.order[k], ds, "delete");
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], ds, "delete");
         }
         rt.r->n_ok += ds == KVP_OK;
         if (ds != KVP_OK && ds != KVP_ERR_NOT_FOUND && first_r == KVP_OK &&
@@ -576,17 +559,17 @@ kvp_status_t kvp_cluster_list_sessions_ex(kvp_cluster_h cluster, uint32_t page_s
 {
     kvp_session_list_t *ls[KVP_CLUSTER_MAX_NODES] = {0};
     kvp_cluster_list_t *out = NULL;
-    route_t             rt;
+    kvp_cluster_route_t             rt;
     kvp_status_t        first = KVP_OK;
-    kvp_status_t        s     = route_begin(cluster, 1, 0, NULL, report, &rt);
+    kvp_status_t        s     = kvp_cluster_route_begin(cluster, 1, 0, NULL, report, &rt);
 
     for (uint32_t i = 0; s == KVP_OK && i < cluster->n; i++) {
         kvp_client_h cl;
-        kvp_status_t ls_s = node_open(cluster, i, rt.r, &cl);
+        kvp_status_t ls_s = kvp_cluster_node_open(cluster, i, rt.r, &cl);
 
         if (ls_s == KVP_OK) {
             ls_s = kvp_client_list_sessions_ex(cl, page_size, max, flags, &ls[i]);
-            report_add(cluster, rt.r, i, ls_s, "list");
+            kvp_cluster_report_add(cluster, rt.r, i, ls_s, "list");
         }
         rt.r->n_ok += ls_s == KVP_OK;
         first = first ? first : ls_s;

@@ -1,0 +1,249 @@
+/* test_cluster_stream.c - the streamed put over a cluster (kvp_cluster_stream_*, client/
+ * cluster_stream.c) against three real kvpackd nodes X, Y, Z (r = 2) and a fourth, D, standing
+ * for the decode node's kvpackd (the "also" destination, outside the placement):
+ *   - layer-by-layer pushes land on the first two of the rank and on D, byte-identical, one
+ *     version everywhere; the third node holds nothing;
+ *   - an also node nobody listens on: the put still succeeds, also_status says why; a malformed
+ *     also list or a missing session id is refused at open;
+ *   - a corrupt page: no node (and not D) ends with a record;
+ *   - a ranked node killed mid-stream: finish puts the whole session on the next node of the
+ *     rank ("replacement"), so r copies exist; the report names the dead node;
+ *   - opened afterwards with that node dead: it is passed over at open. */
+#include "node_harness.h"
+
+#include "kvpack/cluster.h"
+#include "kvpack/log.h"
+
+#define NS 0x1234ull
+
+static kvp_cluster_h cluster_open(const char *peers, uint32_t replicas)
+{
+    kvp_client_params_t  cp;
+    kvp_cluster_params_t p;
+    kvp_cluster_h        cl = NULL;
+
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.timeout_ms = 3000;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS | KVP_CLUSTER_PARAM_CLIENT;
+    p.peers      = peers;
+    p.replicas   = replicas;
+    p.client     = &cp;
+    CHECK_OK(kvp_cluster_create(&p, &cl));
+    return cl;
+}
+
+/* The session as node addr holds it (NULL: it has none); the caller frees it. */
+static kvp_session_pages_t *node_get(const char *addr, const char *sid)
+{
+    kvp_client_h         c = test_client(addr, 3000);
+    kvp_session_pages_t *sp = NULL;
+    kvp_status_t         s = kvp_client_get_session(c, NS, sid, &sp);
+
+    CHECK(s == KVP_OK || s == KVP_ERR_NOT_FOUND);
+    kvp_client_destroy(c);
+    return s == KVP_OK ? sp : NULL;
+}
+
+/* Node addr holds sid byte-identical to ts at version (0: any); returns that version. */
+static uint64_t node_holds(const char *addr, const char *sid, const test_session_t *ts,
+                           uint64_t version)
+{
+    kvp_session_pages_t *sp = node_get(addr, sid);
+    uint64_t             v;
+
+    CHECK(sp != NULL);
+    if (sp == NULL) {
+        return 0;
+    }
+    test_session_check(ts, sp);
+    v = sp->version;
+    CHECK(version == 0 || v == version);
+    kvp_session_pages_free(sp);
+    return v;
+}
+
+static int node_lacks(const char *addr, const char *sid)
+{
+    kvp_session_pages_t *sp = node_get(addr, sid);
+
+    kvp_session_pages_free(sp);
+    return sp == NULL;
+}
+
+/* The pages of ts layer-major (a prefill produces layer l of every chunk, then l + 1). */
+typedef struct {
+    const void **pp;
+    size_t      *ll;
+} layers_t;
+
+static layers_t layer_major(const test_session_t *ts)
+{
+    layers_t lm = {kvp_calloc(ts->n_pages, sizeof(void *), "t"),
+                   kvp_calloc(ts->n_pages, sizeof(size_t), "t")};
+
+    for (size_t l = 0, k = 0; l < ts->layers; l++) {
+        for (size_t ch = 0; ch < ts->n_chunks; ch++, k++) {
+            lm.pp[k] = ts->pages[ch * ts->layers + l];
+            lm.ll[k] = ts->lens[ch * ts->layers + l];
+        }
+    }
+    return lm;
+}
+
+/* Push layers [0, upto) of lm, one list each. */
+static void push_layers(kvp_cluster_stream_h st, const test_session_t *ts, const layers_t *lm,
+                        size_t from, size_t upto, kvp_status_t want)
+{
+    for (size_t l = from; l < upto; l++) {
+        CHECK_ST(kvp_cluster_stream_push(st, lm->pp + l * ts->n_chunks, lm->ll + l * ts->n_chunks,
+                                         ts->n_chunks), want);
+    }
+}
+
+static kvp_status_t finish_last(kvp_cluster_stream_h st, const test_session_t *ts,
+                                const layers_t *lm, kvp_cluster_report_t *rep,
+                                kvp_status_t *also_status)
+{
+    size_t L = ts->layers;
+
+    return kvp_cluster_stream_finish(st, &ts->desc, lm->pp + (L - 1) * ts->n_chunks,
+                                     lm->ll + (L - 1) * ts->n_chunks, ts->n_chunks, rep,
+                                     also_status);
+}
+
+int main(void)
+{
+    test_node_t          n[4]; /* X, Y, Z: the cluster; n[3]: D, the decode node */
+    char                 peers[256], also[160];
+    kvp_cluster_h        cl;
+    kvp_cluster_stream_h st;
+    kvp_cluster_report_t rep;
+    kvp_status_t         as[2];
+    test_session_t       ts;
+    layers_t             lm;
+    uint32_t             order[3];
+    uint64_t             v;
+    uint8_t             *bad;
+    const char          *D;
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    for (int i = 0; i < 4; i++) {
+        test_node_mkdir(&n[i]);
+        test_node_start(&n[i], "--durability=spill");
+    }
+    D = n[3].addr;
+    snprintf(peers, sizeof(peers), "%s,%s,%s", n[0].addr, n[1].addr, n[2].addr);
+    test_session_make(&ts, 4, 3, 5, 7);
+    lm = layer_major(&ts);
+    cl = cluster_open(peers, 2);
+
+    /* open refuses bad arguments */
+    CHECK_ST(kvp_cluster_stream_open(cl, NS, NULL, NULL, &st), KVP_ERR_INVALID);
+    CHECK_ST(kvp_cluster_stream_open(cl, NS, "s", "nohostport", &st), KVP_ERR_INVALID);
+
+    /* every layer to the first two of the rank and to D */
+    CHECK_OK(kvp_cluster_rank(cl, NS, "s1", order));
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "s1", D, &st));
+    push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
+    as[0] = KVP_ERR_IO; /* a value finish must overwrite */
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, as));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2 && rep.n_tried == 2 && as[0] == KVP_OK);
+    for (uint32_t i = 0; i < rep.n_tried; i++) {
+        CHECK(rep.tried[i].node == order[i] && rep.tried[i].status == KVP_OK &&
+              strcmp(rep.tried[i].stage, "stream") == 0);
+    }
+    v = node_holds(n[order[0]].addr, "s1", &ts, 0);
+    CHECK(v != 0);
+    node_holds(n[order[1]].addr, "s1", &ts, v); /* one version for every copy */
+    node_holds(D, "s1", &ts, v);
+    CHECK(node_lacks(n[order[2]].addr, "s1"));
+
+    /* an also node nobody listens on (D's twin) and D itself: the put is fine, also_status says */
+    snprintf(also, sizeof(also), "%s,127.0.0.1:1", D);
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "s2", also, &st));
+    push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, as));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2 && as[0] == KVP_OK && kvp_cluster_status_unreachable(as[1]));
+    node_holds(D, "s2", &ts, 0);
+
+    /* a corrupt page: nobody ends with a record (the next of the rank refuses it too) */
+    bad = kvp_malloc(lm.ll[1], "t");
+    memcpy(bad, lm.pp[1], lm.ll[1]);
+    bad[100] ^= 0x01;
+    lm.pp[1] = bad;
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "bad", D, &st));
+    push_layers(st, &ts, &lm, 0, 1, KVP_OK);
+    CHECK_ST(finish_last(st, &ts, &lm, &rep, as), KVP_ERR_CORRUPT);
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 0 && as[0] == KVP_ERR_CORRUPT);
+    for (int i = 0; i < 4; i++) {
+        CHECK(node_lacks(n[i].addr, "bad"));
+    }
+    lm.pp[1] = ts.pages[1 * ts.layers + 0];
+    kvp_free(bad);
+
+    /* the rank's first node killed mid-stream: the third takes its place at finish */
+    CHECK_OK(kvp_cluster_rank(cl, NS, "s3", order));
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "s3", D, &st));
+    push_layers(st, &ts, &lm, 0, 1, KVP_OK);
+    CHECK(test_node_stop(&n[order[0]], SIGKILL) == 128 + SIGKILL);
+    push_layers(st, &ts, &lm, 1, ts.layers - 1, KVP_OK); /* not a data error: no early stop */
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, as));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2 && as[0] == KVP_OK && rep.n_tried == 3);
+    CHECK(rep.tried[0].node == order[0] && kvp_cluster_status_unreachable(rep.tried[0].status) &&
+          strcmp(rep.tried[0].stage, "stream") == 0);
+    CHECK(rep.tried[1].node == order[1] && rep.tried[1].status == KVP_OK);
+    CHECK(rep.tried[2].node == order[2] && rep.tried[2].status == KVP_OK &&
+          strcmp(rep.tried[2].stage, "replacement") == 0);
+    v = node_holds(n[order[1]].addr, "s3", &ts, 0);
+    node_holds(n[order[2]].addr, "s3", &ts, v);
+    node_holds(D, "s3", &ts, v);
+    kvp_cluster_destroy(cl);
+
+    /* a new handle, the dead node still listed: each session still gets two copies, and the
+     * dead node shows up in the reports of those it was ranked for (passed over at open, or its
+     * stream failed and was replaced) */
+    cl = cluster_open(peers, 2);
+    for (int k = 0, dead_seen = 0; k < 8 || !dead_seen; k++) {
+        char sid[16];
+
+        snprintf(sid, sizeof(sid), "s4-%d", k);
+        CHECK_OK(kvp_cluster_stream_open(cl, NS, sid, NULL, &st));
+        push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
+        CHECK_OK(finish_last(st, &ts, &lm, &rep, NULL));
+        kvp_cluster_stream_close(st);
+        CHECK(rep.n_ok == 2);
+        for (uint32_t i = 0; i < rep.n_tried; i++) {
+            dead_seen |= rep.tried[i].node == order[0] &&
+                         kvp_cluster_status_unreachable(rep.tried[i].status);
+        }
+        CHECK(k < 64);
+        if (k >= 64) {
+            break;
+        }
+        for (uint32_t i = 0; i < 3; i++) {
+            if (&n[i] != &n[order[0]]) {
+                node_holds(n[i].addr, sid, &ts, 0);
+            }
+        }
+    }
+    kvp_cluster_destroy(cl);
+    kvp_cluster_stream_close(NULL);
+
+    kvp_free(lm.pp);
+    kvp_free(lm.ll);
+    test_session_free(&ts);
+    for (int i = 0; i < 4; i++) {
+        if (i != (int)order[0]) {
+            CHECK(test_node_stop(&n[i], SIGTERM) == 0);
+        }
+        test_node_rmdir(&n[i]);
+    }
+    printf("test_cluster_stream: all checks passed\n");
+    return 0;
+}
