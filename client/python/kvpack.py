@@ -302,6 +302,11 @@ def _declare(lib):
                                            P(_ClusterReport)]),
         "kvp_cluster_list_free": (None, [P(_ClusterList)]),
         "kvp_cluster_stat": (st, [vp, u32, P(_NodeStat)]),
+        "kvp_cluster_stream_open": (st, [vp, u64, c.c_char_p, c.c_char_p, P(vp)]),
+        "kvp_cluster_stream_push": (st, [vp, P(vp), P(sz), sz]),
+        "kvp_cluster_stream_finish": (st, [vp, P(_SessionDesc), P(vp), P(sz), sz,
+                                           P(_ClusterReport), P(st)]),
+        "kvp_cluster_stream_close": (None, [vp]),
         "kvp_cluster_peers_etcd": (st, [c.c_char_p, c.c_char_p, P(vp), P(u32)]),
     }
     for name, (res, args) in sigs.items():
@@ -882,6 +887,11 @@ class Cluster(_Handle):
         finally:
             _L().kvp_cluster_list_free(out)
 
+    def put_stream(self, ns, sid, also=None):
+        """A ClusterPutStream of session sid: layer by layer to the first replicas nodes of its
+        rank and to also (addresses outside the placement, e.g. the decode node's kvpackd)."""
+        return ClusterPutStream(self, ns, sid, also)
+
     def stat(self, node=None):
         """One node's NodeStat (node: index or address; KvpError naming it if it fails), or with
         node=None {address: NodeStat or the KvpError it gave} for every node; KvpError if no
@@ -904,3 +914,57 @@ class Cluster(_Handle):
             raise _cluster_error(errs[0].status, "stat: no node answered",
                                  [f for e in errs for f in e.failed])
         return res
+
+
+class ClusterPutStream(_Handle):
+    """kvp_cluster_stream_h (Cluster.put_stream): one session streamed to the first replicas
+    nodes of its rank, each over its own connection and shipping thread, and to the also nodes
+    (a decode node's kvpackd: P/D mode). push(pages) queues a layer's pages everywhere and returns
+    at once (KvpError only for a page every node would refuse); finish(desc, pages=None) writes
+    the record everywhere at one version, puts the whole session on the next node of the rank in
+    place of a stream that failed, and returns the nodes that took it (like put_session); the
+    also nodes' outcomes are in .also_status ({address: "OK" or a status name}), never raised.
+    The stream keeps the pushed buffers alive until finish or close; use it from the Cluster's
+    thread."""
+    _destroy = "kvp_cluster_stream_close"
+
+    def __init__(self, cluster, ns, sid, also=None):
+        self._h = None
+        self._cluster, self._sid = cluster, sid
+        self._keep = []
+        if also is not None and not isinstance(also, str):
+            also = ",".join(also)
+        self._also = also.split(",") if also else []
+        self.also_status = {}
+        h = ctypes.c_void_p()
+        s = _L().kvp_cluster_stream_open(cluster._handle(), _u(ns, "ns", 64), _sid(sid),
+                                         also.encode() if also else None, ctypes.byref(h))
+        if s != 0:
+            raise _cluster_error(s, f"put_stream '{sid}'" + (f" (also {also})" if also else ""))
+        self._h = h
+
+    def push(self, pages):
+        """Queue pages (buffers, each one encoded page) to every node; returns at once."""
+        ptrs, lens, n, keep = _page_array(pages)
+        self._keep.append((ptrs, lens, keep))
+        _check(_L().kvp_cluster_stream_push(self._handle(), ptrs, lens, n),
+               f"put_stream '{self._sid}' push")
+
+    def finish(self, desc, pages=None):
+        """Wait for the pushed pages, then write the record (SessionDesc) with pages (if any);
+        returns the nodes that took the session; none: KvpError naming the failed nodes."""
+        c, _ = _desc_c(desc)
+        ptrs, lens, n, _keep = _page_array(pages or [])
+        rep = _ClusterReport()
+        also = (ctypes.c_int * max(1, len(self._also)))()
+        try:
+            s = _L().kvp_cluster_stream_finish(self._handle(), ctypes.byref(c), ptrs, lens, n,
+                                               ctypes.byref(rep), also)
+        finally:
+            self._keep = []  # finish returned: no shipper holds them now
+        self.also_status = {a: status_name(also[i]) for i, a in enumerate(self._also)}
+        return self._cluster._call(s, rep, f"put_stream '{self._sid}' finish")
+
+    def close(self):
+        super().close()
+        self._keep = []

@@ -123,6 +123,7 @@ def run_readme(addrs):
 def run_cluster():
     nodes = [start_node(k) for k in range(3)]
     addrs = [a for _, a in nodes]
+    decode = start_node(3)[1]  # a decode engine's own kvpackd: outside the placement
     peers = ",".join(addrs)
     run_readme(addrs)
     sids = [f"py{i}" for i in range(6)]
@@ -198,6 +199,24 @@ def run_cluster():
         new = session("late", "fp16")
         took = cl.put_session(new[0], "late", new[1], new[2])
         check(len(took) == 2 and dead not in took, f"put with {dead} dead went to {took}")
+        # streamed, layer by layer, to two live nodes of the rank and to a decode node's kvpackd
+        sp = session("late-st", "kivi")
+        lm = [[sp[1][c * L + layer] for c in range(T // P)] for layer in range(L)]
+        with cl.put_stream(sp[0], "late-st", also=[decode]) as ps:
+            for layer in range(L - 1):
+                ps.push(lm[layer])
+            took = ps.finish(sp[2], lm[L - 1])
+            check(len(took) == 2 and dead not in took and ps.also_status == {decode: "OK"},
+                  f"streamed put with {dead} dead went to {took}, decode node {ps.also_status}")
+        with kvpack.Client(decode, timeout_ms=5000) as dc:
+            got = dc.get_session(sp[0], "late-st")
+            check(got.pages == sp[1] and got.desc == sp[2], "the decode node's streamed copy")
+        with cl.put_stream(sp[0], "late-st2", also="127.0.0.1:1") as ps:
+            ps.push(sp[1])
+            took = ps.finish(sp[2])
+            check(len(took) == 2 and ps.also_status["127.0.0.1:1"] in UNREACH,
+                  f"an unreachable decode node: took {took}, {ps.also_status}")
+        raises(lambda: cl.put_stream(sp[0], "x", also="nohostport"), {"ERR_INVALID"})
         victim = next(s for s in sids if dead in rank[s][:2])
         e = raises(lambda: cl.delete_session(data[victim][0], victim), UNREACH)
         check(e is not None and e.ok_nodes == [a for a in rank[victim][:2] if a != dead],
