@@ -112,6 +112,7 @@ static kvp_status_t cluster_adopt(kvp_cluster_h c)
             next[k] = c->node[j];
         } else {
             kvp_client_destroy(c->node[j].client);
+            kvp_put_stream_close(c->node[j].stream);
         }
     }
     memcpy(c->node, next, sizeof(c->node));
@@ -394,6 +395,10 @@ void kvp_cluster_destroy(kvp_cluster_h cluster)
     kvp_etcd_watch_stop(cluster->watch);
     for (uint32_t i = 0; i < cluster->n; i++) {
         kvp_client_destroy(cluster->node[i].client);
+        kvp_put_stream_close(cluster->node[i].stream);
+    }
+    for (uint32_t i = 0; i < KVP_CLUSTER_STREAM_ALSO_MAX; i++) {
+        kvp_put_stream_close(cluster->also[i].stream);
     }
     kvp_free(cluster);
 }

@@ -12,7 +12,17 @@ typedef struct {
     kvp_client_h client;                  /* NULL until first use */
     uint64_t     down_until;              /* skipped until then (kvp_time_ns) */
     kvp_status_t down_status;
+    kvp_put_stream_h stream;              /* a streamed put's, kept between sessions (NULL: none
+                                           * or in use: cluster_stream.c takes and returns it) */
+    uint64_t         stream_ns;           /* the namespace it puts into */
 } kvp_cluster_node_t;
+
+/* A put stream to an also node (outside the list), kept between sessions. */
+typedef struct {
+    char             addr[KVP_ETCD_ADDR_MAX];
+    kvp_put_stream_h stream;
+    uint64_t         stream_ns;
+} kvp_cluster_kept_t;
 
 struct kvp_cluster {
     uint32_t                  n, replicas;
@@ -24,6 +34,7 @@ struct kvp_cluster {
     kvp_etcd_watch_h          watch;                       /* NULL: a static list */
     uint64_t                  gen;                         /* of the adopted list */
     char                      where[512];                  /* "PREFIX at etcd URL" */
+    kvp_cluster_kept_t        also[KVP_CLUSTER_STREAM_ALSO_MAX];
 };
 
 /* One routed call: its report (the caller's, or local), the rank order and the failures seen. */

@@ -52,15 +52,76 @@ static void dst_addr(dst_t *d, const char *addr)
     d->addr[l] = '\0';
 }
 
+/* The slot that keeps addr's put stream between sessions (*ns_p: the namespace of the stream in
+ * it): its node's, or an also entry (a free one when want_free and addr has none); NULL when
+ * there is none. */
+static kvp_put_stream_h *kept_slot(kvp_cluster_h c, const char *addr, int want_free,
+                                   uint64_t **ns_p)
+{
+    kvp_cluster_kept_t *free_one = NULL;
+
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (strcmp(c->peer[i], addr) == 0) {
+            *ns_p = &c->node[i].stream_ns;
+            return &c->node[i].stream;
+        }
+    }
+    for (uint32_t i = 0; i < KVP_CLUSTER_STREAM_ALSO_MAX; i++) {
+        if (c->also[i].stream != NULL && strcmp(c->also[i].addr, addr) == 0) {
+            *ns_p = &c->also[i].stream_ns;
+            return &c->also[i].stream;
+        }
+        free_one = free_one == NULL && c->also[i].stream == NULL ? &c->also[i] : free_one;
+    }
+    if (want_free && free_one != NULL) {
+        size_t l = strnlen(addr, sizeof(free_one->addr) - 1);
+
+        memcpy(free_one->addr, addr, l);
+        free_one->addr[l] = '\0';
+        *ns_p             = &free_one->stream_ns;
+        return &free_one->stream;
+    }
+    return NULL;
+}
+
+/* d's stream: the one kept from an earlier session to addr in this namespace (its connection is
+ * up already), else a new one. The stream owns it until dst_release. */
 static kvp_status_t dst_open(kvp_cluster_stream_h s, dst_t *d, const char *addr)
 {
-    kvp_cluster_h c = s->cluster;
+    kvp_cluster_h     c = s->cluster;
+    kvp_put_stream_h *slot;
+    uint64_t         *ns;
 
     dst_addr(d, addr);
+    d->stage = "connect";
+    slot     = kept_slot(c, d->addr, 0, &ns);
+    if (slot != NULL && *slot != NULL && *ns == s->ns) {
+        d->st     = *slot;
+        *slot     = NULL;
+        d->status = KVP_OK;
+        return KVP_OK;
+    }
     c->cp.server = d->addr;
     d->status    = kvp_put_stream_open(&c->cp, s->ns, &d->st);
-    d->stage     = "connect";
     return d->status;
+}
+
+/* Give d's stream back to the handle for the next session when it carried this one through
+ * (keep), else close it (its connection may be gone, or pages of an unfinished session may be
+ * queued on it). A slot holding another namespace's stream keeps that one. */
+static void dst_release(kvp_cluster_stream_h s, dst_t *d, int keep)
+{
+    uint64_t         *ns;
+    kvp_put_stream_h *slot = keep && d->st != NULL && d->status == KVP_OK
+                                 ? kept_slot(s->cluster, d->addr, 1, &ns) : NULL;
+
+    if (slot != NULL && *slot == NULL) {
+        *slot = d->st;
+        *ns   = s->ns;
+    } else {
+        kvp_put_stream_close(d->st);
+    }
+    d->st = NULL;
 }
 
 /* Remember the pushed pointers (for a replacement at finish). */
@@ -309,8 +370,10 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
     }
     c = s->cluster;
     for (uint32_t i = 0; i < s->n_ranked + s->n_also; i++) {
-        dst_finish(s, i < s->n_ranked ? &s->ranked[i] : &s->also[i - s->n_ranked], desc, pages,
-                   lens, n, version);
+        dst_t *d = i < s->n_ranked ? &s->ranked[i] : &s->also[i - s->n_ranked];
+
+        dst_finish(s, d, desc, pages, lens, n, version);
+        dst_release(s, d, 1); /* before an adopt can move the nodes' slots */
     }
     st = kvp_cluster_route_begin(c, 1, s->ns, s->sid, report, &rt); /* adopt, rank again */
     for (uint32_t i = 0; i < s->n_passed; i++) {
@@ -357,10 +420,10 @@ void kvp_cluster_stream_close(kvp_cluster_stream_h s)
         return;
     }
     for (uint32_t i = 0; i < s->n_ranked; i++) {
-        kvp_put_stream_close(s->ranked[i].st);
+        dst_release(s, &s->ranked[i], 0); /* not finished: nothing of it is kept */
     }
     for (uint32_t j = 0; j < s->n_also; j++) {
-        kvp_put_stream_close(s->also[j].st);
+        dst_release(s, &s->also[j], 0);
     }
     kvp_free(s->pages);
     kvp_free(s->lens);

@@ -8,12 +8,18 @@
  * from one fp32 chunk of synthetic KV (the codecs' cost does not depend on the values). Checked,
  * not timed: the warm-up's streamed session is read back page-identical, and both decodes give
  * the same fp16 bytes. Never asserts on speed.
- * Flow: fork a node -> reps x (prefill: serial, streamed, encode, ship) -> put one session ->
+ * --replicas R: the prefill half against R nodes (each gets a copy) and, with --decode-node, a
+ * decode node's kvpackd too: serial is kvp_cluster_put_session (replica after replica) then a put
+ * to the decode node, streamed is one kvp_cluster_stream to all of them (a shipping thread per
+ * node); every copy is checked after the warm-up; the decode half then reads the decode node's
+ * copy (else the first node's).
+ * Flow: fork the nodes -> reps x (prefill: serial, streamed, encode, ship) -> put one session ->
  * reps x (decode: serial, streamed, get, decode) -> JSON. */
 #include "cli.h"
 #include "proc.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/cluster.h"
 #include "kvpack/codec.h"
 #include "kvpack/kvpack.h"
 
@@ -24,13 +30,26 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_REPS 32
+#define MAX_REPS  32
+#define MAX_NODES 5 /* --replicas up to 4, and the decode node */
 
 typedef struct {
-    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps;
+    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps, replicas;
     const char *codec;
-    bool        json;
+    bool        json, decode_node;
 } bs_opts_t;
+
+/* Where the prefill half puts: one node (c and its put stream ps), or a cluster of replicas
+ * nodes (cl) and maybe a decode node (c, at also). */
+typedef struct {
+    kvp_client_h     c;
+    kvp_put_stream_h ps;
+    kvp_cluster_h    cl;
+    uint32_t         replicas;
+    const char      *also;
+    const void     **cm_pages; /* the pages chunk-major, for kvp_cluster_put_session */
+    size_t          *cm_lens;
+} bs_dst_t;
 
 /* One session's worth of pages, layer-major (page [l][c] at l * chunks + c) so a layer's pages
  * are one contiguous list, and its record. */
@@ -57,6 +76,11 @@ static void usage(FILE *out)
             "  --layers N          (default 16)    --heads N       (default 8)\n"
             "  --head-dim N        (default 128)   --tokens N      (default 4096)\n"
             "  --page-tokens N     (default 128)   --reps N        (default 5, at most 32)\n"
+            "  --replicas R        prefill to R local nodes, each a copy (1..4; serial:\n"
+            "                      kvp_cluster_put_session, streamed: kvp_cluster_stream)\n"
+            "  --decode-node       with --replicas: also to a decode node's kvpackd (serial: one\n"
+            "                      more put after the cluster's; streamed: the stream's also\n"
+            "                      node); the decode half reads that copy\n"
             "  --json              one JSON object on stdout\n");
 }
 
@@ -163,38 +187,93 @@ static kvp_status_t bs_verify(const bs_set_t *s, kvp_client_h c, const char *sid
     return st;
 }
 
-/* mode 0: serial (encode all, one put); 1: streamed; 2: encode only; 3: ship only (pages already
- * encoded). Returns seconds, or a negative number on an error (*st_p says which). Run 1 (the
- * warm-up's streamed put) is checked against the node by bs_verify. */
-static double bs_run(bs_set_t *s, int mode, kvp_client_h c, kvp_put_stream_h ps, uint64_t run,
-                     kvp_status_t *st_p)
+/* Every copy of sid the prefill half made must be what was encoded. */
+static kvp_status_t bs_verify_all(const bs_set_t *s, const bs_dst_t *d, const char *sid)
 {
-    const void *const *pages = (const void *const *)s->pages;
-    size_t             per   = s->chunks, last = (size_t)(s->layers - 1) * per;
-    double             t0    = kvp_time_s();
-    kvp_status_t       st    = KVP_OK;
-    char               sid[32];
+    kvp_status_t st = d->c != NULL ? bs_verify(s, d->c, sid) : KVP_OK;
+
+    for (uint32_t k = 0; d->cl != NULL && st == KVP_OK && k < d->replicas; k++) {
+        kvp_client_h nc;
+
+        st = kvp_cluster_client(d->cl, k, &nc);
+        st = st == KVP_OK ? bs_verify(s, nc, sid) : st;
+    }
+    return st;
+}
+
+/* The encoded session to every destination, not streamed: one put to the node, or the cluster's
+ * put_session (replica after replica) and then the decode node's. */
+static kvp_status_t bs_ship(bs_set_t *s, const bs_dst_t *d, const char *sid)
+{
+    const void *const   *pages = (const void *const *)s->pages;
+    size_t               n = (size_t)s->layers * s->chunks;
+    kvp_cluster_report_t rep;
+    kvp_status_t         st;
+
+    if (d->cl == NULL) {
+        return kvp_client_put_session_pages(d->c, s->ns, sid, &s->desc, pages, s->lens, n,
+                                            kvp_version_now());
+    }
+    for (uint32_t ch = 0; ch < s->chunks; ch++) {
+        for (uint32_t l = 0; l < s->layers; l++) {
+            d->cm_pages[(size_t)ch * s->layers + l] = s->pages[(size_t)l * s->chunks + ch];
+            d->cm_lens[(size_t)ch * s->layers + l]  = s->lens[(size_t)l * s->chunks + ch];
+        }
+    }
+    st = kvp_cluster_put_session(d->cl, s->ns, sid, d->cm_pages, d->cm_lens, n, &s->desc, &rep);
+    st = st == KVP_OK && rep.n_ok != d->replicas ? KVP_ERR_PEER_UNREACHABLE : st;
+    if (st == KVP_OK && d->c != NULL) {
+        st = kvp_client_put_session_pages(d->c, s->ns, sid, &s->desc, pages, s->lens, n,
+                                          kvp_version_now());
+    }
+    return st;
+}
+
+/* mode 0: serial (encode all, then bs_ship); 1: streamed (each layer pushed as it is encoded);
+ * 2: encode only; 3: ship only (pages already encoded). Returns seconds, or a negative number on
+ * an error (*st_p says which). Run 1 (the warm-up's streamed put) is checked by bs_verify_all. */
+static double bs_run(bs_set_t *s, int mode, const bs_dst_t *d, uint64_t run, kvp_status_t *st_p)
+{
+    const void *const   *pages = (const void *const *)s->pages;
+    size_t               per = s->chunks, last = (size_t)(s->layers - 1) * per;
+    double               t0 = kvp_time_s();
+    kvp_status_t         st = KVP_OK, also_st = KVP_OK;
+    kvp_cluster_stream_h cs = NULL;
+    kvp_cluster_report_t rep;
+    char                 sid[32];
 
     snprintf(sid, sizeof(sid), "stream-%llu", (unsigned long long)run);
+    if (mode == 1 && d->cl != NULL) {
+        st = kvp_cluster_stream_open(d->cl, s->ns, sid, d->also, &cs);
+    }
     for (uint32_t l = 0; l < s->layers && st == KVP_OK && mode != 3; l++) {
         st = bs_encode_layer(s, l);
         if (st == KVP_OK && mode == 1 && l + 1 < s->layers) {
-            st = kvp_put_stream_push(ps, pages + (size_t)l * per, s->lens + (size_t)l * per, per);
+            st = cs != NULL ? kvp_cluster_stream_push(cs, pages + (size_t)l * per,
+                                                      s->lens + (size_t)l * per, per)
+                            : kvp_put_stream_push(d->ps, pages + (size_t)l * per,
+                                                  s->lens + (size_t)l * per, per);
         }
     }
     if (st == KVP_OK && (mode == 0 || mode == 3)) {
-        st = kvp_client_put_session_pages(c, s->ns, sid, &s->desc, pages, s->lens,
-                                          (size_t)s->layers * per, kvp_version_now());
+        st = bs_ship(s, d, sid);
+    } else if (st == KVP_OK && mode == 1 && cs != NULL) {
+        st = kvp_cluster_stream_finish(cs, &s->desc, pages + last, s->lens + last, per, &rep,
+                                       &also_st);
+        st = st == KVP_OK && (rep.n_ok != d->replicas || also_st != KVP_OK)
+                 ? (also_st != KVP_OK ? also_st : KVP_ERR_PEER_UNREACHABLE) : st;
     } else if (st == KVP_OK && mode == 1) {
-        st = kvp_put_stream_finish(ps, sid, &s->desc, pages + last, s->lens + last, per,
+        st = kvp_put_stream_finish(d->ps, sid, &s->desc, pages + last, s->lens + last, per,
                                    kvp_version_now());
     }
+    kvp_cluster_stream_close(cs);
     t0 = kvp_time_s() - t0;
     if (st == KVP_OK && run == 1) {
-        st = bs_verify(s, c, sid);
+        st = bs_verify_all(s, d, sid);
     }
     if (st == KVP_OK && mode != 2) { /* not timed: the next run stores every page afresh */
-        st = kvp_client_delete_session(c, s->ns, sid);
+        st = d->cl != NULL ? kvp_cluster_delete_session(d->cl, s->ns, sid, NULL) : KVP_OK;
+        st = st == KVP_OK && d->c != NULL ? kvp_client_delete_session(d->c, s->ns, sid) : st;
     }
     *st_p = st;
     return st == KVP_OK ? t0 : -1.0;
@@ -368,21 +447,21 @@ static void bs_report(kvp_json_t *j, const char *half, const char *const *names,
 
 int kvp_cmd_bench_stream(int argc, char **argv)
 {
-    bs_opts_t           o = {16, 8, 128, 4096, 128, 5, "kivi", false};
+    bs_opts_t           o = {16, 8, 128, 4096, 128, 5, 0, "kivi", false, false};
     static const char  *names[2][4] = {{"serial", "streamed", "encode", "ship"},
                                        {"serial", "streamed", "get", "decode"}};
     double              t[2][4][MAX_REPS], med[2][4];
     kvp_client_params_t cp;
-    kvp_client_h        c  = NULL;
-    kvp_put_stream_h    ps = NULL;
+    bs_dst_t            dst;
+    kvp_client_h        c = NULL; /* the decode half's node */
     kvp_codec_id_t      codec;
     bs_set_t            s;
     bs_dec_t            d;
     uint64_t            sums[4] = {0};
-    char                dir[] = "/tmp/kvp_bench_stream_XXXXXX", addr[64];
+    char                dir[MAX_NODES][32], addr[MAX_NODES][64], peers[MAX_NODES * 64];
     uint64_t            bytes = 0;
-    pid_t               node  = -1;
-    uint16_t            port;
+    pid_t               node[MAX_NODES];
+    uint32_t            n_nodes, started = 0;
     kvp_status_t        st;
 
     if (kvp_opt_help(argc, argv)) {
@@ -396,11 +475,14 @@ int kvp_cmd_bench_stream(int argc, char **argv)
             kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
             kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
             kvp_opt_u64(argc, argv, &i, "--page-tokens", &o.page_tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--reps", &o.reps)) {
+            kvp_opt_u64(argc, argv, &i, "--reps", &o.reps) ||
+            kvp_opt_u64(argc, argv, &i, "--replicas", &o.replicas)) {
             continue;
         }
         if (kvp_opt_flag(argv, i, "--json")) {
             o.json = true;
+        } else if (kvp_opt_flag(argv, i, "--decode-node")) {
+            o.decode_node = true;
         } else {
             return kvp_opt_unknown("bench stream", argv[i]);
         }
@@ -408,10 +490,12 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     if (kvp_codec_from_name(o.codec, &codec) != KVP_OK || o.reps < 1 || o.reps > MAX_REPS ||
         o.page_tokens < 1 || o.page_tokens > 4096 || o.tokens < o.page_tokens ||
         o.layers < 2 || o.layers > 1024 || o.heads < 1 || o.heads > 256 || o.head_dim < 1 ||
-        o.head_dim > 1024) {
-        fprintf(stderr, "kvpack bench stream: bad options (see --help)\n");
+        o.head_dim > 1024 || o.replicas > MAX_NODES - 1 || (o.decode_node && o.replicas == 0)) {
+        fprintf(stderr, "kvpack bench stream: bad options (see --help; --replicas is 1..%d, "
+                        "--decode-node needs it)\n", MAX_NODES - 1);
         return 2;
     }
+    n_nodes = o.replicas == 0 ? 1 : (uint32_t)o.replicas + o.decode_node;
     memset(&s, 0, sizeof(s));
     memset(&d, 0, sizeof(d));
     d.words = (size_t)o.page_tokens * o.heads * o.head_dim;
@@ -423,29 +507,67 @@ int kvp_cmd_bench_stream(int argc, char **argv)
                 kvp_status_str(st));
         goto out_mem;
     }
-    if (mkdtemp(dir) == NULL || (port = kvp_proc_node_start(dir, "8G", &node)) == 0) {
-        fprintf(stderr, "kvpack bench stream: could not start a node\n");
-        st = KVP_ERR_IO;
-        goto out_mem;
+    memset(&dst, 0, sizeof(dst));
+    memset(dir, 0, sizeof(dir));
+    for (uint32_t k = 0; k < MAX_NODES; k++) {
+        node[k] = -1;
     }
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+    for (; started < n_nodes; started++) {
+        uint16_t port;
+
+        snprintf(dir[started], sizeof(dir[0]), "/tmp/kvp_bench_stream_XXXXXX");
+        if (mkdtemp(dir[started]) == NULL ||
+            (port = kvp_proc_node_start(dir[started], "8G", &node[started])) == 0) {
+            fprintf(stderr, "kvpack bench stream: could not start node %u\n", started + 1);
+            st = KVP_ERR_IO;
+            goto out_nodes;
+        }
+        snprintf(addr[started], sizeof(addr[0]), "127.0.0.1:%u", port);
+    }
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.server     = addr;
     cp.timeout_ms = 60000;
-    st = kvp_client_create(&cp, &c);
-    if (st == KVP_OK) {
-        st = kvp_put_stream_open(&cp, s.ns, &ps);
+    if (o.replicas == 0) { /* one node: a client and a put stream */
+        cp.server = addr[0];
+        st        = kvp_client_create(&cp, &dst.c);
+        st        = st == KVP_OK ? kvp_put_stream_open(&cp, s.ns, &dst.ps) : st;
+        c         = dst.c;
+    } else {
+        kvp_cluster_params_t clp;
+        size_t               off = 0;
+
+        for (uint32_t k = 0; k < o.replicas; k++) {
+            off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%s", k ? "," : "", addr[k]);
+        }
+        memset(&clp, 0, sizeof(clp));
+        clp.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS |
+                         KVP_CLUSTER_PARAM_CLIENT;
+        clp.peers    = peers;
+        clp.replicas = dst.replicas = (uint32_t)o.replicas;
+        clp.client   = &cp;
+        dst.cm_pages = kvp_calloc((size_t)s.layers * s.chunks, sizeof(*dst.cm_pages), "pages");
+        dst.cm_lens  = kvp_calloc((size_t)s.layers * s.chunks, sizeof(*dst.cm_lens), "lens");
+        st = dst.cm_pages == NULL || dst.cm_lens == NULL ? KVP_ERR_NO_MEMORY
+                                                         : kvp_cluster_create(&clp, &dst.cl);
+        if (st == KVP_OK && o.decode_node) {
+            dst.also  = addr[o.replicas];
+            cp.server = dst.also;
+            st        = kvp_client_create(&cp, &dst.c);
+        }
+        c = dst.c;
+        if (st == KVP_OK && c == NULL) { /* the decode half reads the first node's copy */
+            st = kvp_cluster_client(dst.cl, 0, &c);
+        }
     }
     /* prefill; warm-up first: connections, the node's pool first touch, the codec's scratch */
-    if (st == KVP_OK && bs_run(&s, 0, c, ps, 0, &st) >= 0) {
-        (void)bs_run(&s, 1, c, ps, 1, &st);
+    if (st == KVP_OK && bs_run(&s, 0, &dst, 0, &st) >= 0) {
+        (void)bs_run(&s, 1, &dst, 1, &st);
     }
     for (uint64_t r = 0; r < o.reps && st == KVP_OK; r++) {
         for (int m = 0; m < 4 && st == KVP_OK; m++) {
             int mode = (r % 2 == 1 && m < 2) ? 1 - m : m; /* serial and streamed alternate first */
 
-            t[0][mode][r] = bs_run(&s, mode, c, ps, 2 + r * 4 + (uint64_t)mode, &st);
+            t[0][mode][r] = bs_run(&s, mode, &dst, 2 + r * 4 + (uint64_t)mode, &st);
         }
         kvp_progress("bench stream: prefill", r + 1, o.reps);
     }
@@ -476,11 +598,21 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     for (size_t i = 0; i < (size_t)s.layers * s.chunks; i++) {
         bytes += s.lens[i];
     }
-    kvp_put_stream_close(ps);
-    kvp_client_destroy(c);
-    kill(node, SIGTERM);
-    waitpid(node, NULL, 0);
-    rmdir(dir);
+out_nodes:
+    kvp_put_stream_close(dst.ps);
+    kvp_client_destroy(dst.c);
+    kvp_cluster_destroy(dst.cl); /* c, when it is the first node's, goes with it */
+    kvp_free(dst.cm_pages);
+    kvp_free(dst.cm_lens);
+    for (uint32_t k = 0; k < n_nodes; k++) {
+        if (node[k] > 0) { /* also one that forked but never got ready */
+            kill(node[k], SIGTERM);
+            waitpid(node[k], NULL, 0);
+        }
+        if (dir[k][0] != '\0') {
+            rmdir(dir[k]);
+        }
+    }
     if (st != KVP_OK) {
         fprintf(stderr, "kvpack bench stream: %s\n", kvp_status_str(st));
         goto out_mem;
@@ -505,12 +637,16 @@ int kvp_cmd_bench_stream(int argc, char **argv)
         kvp_json_int(&j, "pages", (int64_t)s.layers * s.chunks);
         kvp_json_int(&j, "session_bytes", (int64_t)bytes);
         kvp_json_int(&j, "reps", (int64_t)o.reps);
+        kvp_json_int(&j, "replicas", (int64_t)o.replicas); /* 0: one node, kvp_put_stream */
+        kvp_json_bool(&j, "decode_node", o.decode_node);
         bs_report(&j, "prefill", names[0], med[0]);
         bs_report(&j, "decode", names[1], med[1]);
         kvp_json_end(&j);
     } else {
-        printf("%s session: %u layers x %u chunks, %u pages, %.1f MB; medians of %llu\n", o.codec,
-               s.layers, s.chunks, s.layers * s.chunks, bytes / 1e6, (unsigned long long)o.reps);
+        printf("%s session: %u layers x %u chunks, %u pages, %.1f MB; medians of %llu; prefill to "
+               "%s%s\n", o.codec, s.layers, s.chunks, s.layers * s.chunks, bytes / 1e6,
+               (unsigned long long)o.reps, o.replicas ? "a cluster (replicas)" : "one node",
+               o.decode_node ? " and a decode node" : "");
         bs_report(NULL, "prefill", names[0], med[0]);
         bs_report(NULL, "decode", names[1], med[1]);
     }

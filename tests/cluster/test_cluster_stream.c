@@ -8,13 +8,17 @@
  *   - a corrupt page: no node (and not D) ends with a record;
  *   - a ranked node killed mid-stream: finish puts the whole session on the next node of the
  *     rank ("replacement"), so r copies exist; the report names the dead node;
- *   - opened afterwards with that node dead: it is passed over at open. */
+ *   - opened afterwards with that node dead: it is passed over at open;
+ *   - the handle keeps each node's put stream between sessions: a session in another namespace
+ *     lands in its own, and a stream closed without finish leaves no record and the next
+ *     session is whole. */
 #include "node_harness.h"
 
 #include "kvpack/cluster.h"
 #include "kvpack/log.h"
 
-#define NS 0x1234ull
+#define NS  0x1234ull
+#define NS2 0x5678ull
 
 static kvp_cluster_h cluster_open(const char *peers, uint32_t replicas)
 {
@@ -34,16 +38,21 @@ static kvp_cluster_h cluster_open(const char *peers, uint32_t replicas)
     return cl;
 }
 
-/* The session as node addr holds it (NULL: it has none); the caller frees it. */
-static kvp_session_pages_t *node_get(const char *addr, const char *sid)
+/* The session as node addr holds it in NS (NULL: it has none); the caller frees it. */
+static kvp_session_pages_t *node_get_ns(const char *addr, uint64_t ns, const char *sid)
 {
     kvp_client_h         c = test_client(addr, 3000);
     kvp_session_pages_t *sp = NULL;
-    kvp_status_t         s = kvp_client_get_session(c, NS, sid, &sp);
+    kvp_status_t         s = kvp_client_get_session(c, ns, sid, &sp);
 
     CHECK(s == KVP_OK || s == KVP_ERR_NOT_FOUND);
     kvp_client_destroy(c);
     return s == KVP_OK ? sp : NULL;
+}
+
+static kvp_session_pages_t *node_get(const char *addr, const char *sid)
+{
+    return node_get_ns(addr, NS, sid);
 }
 
 /* Node addr holds sid byte-identical to ts at version (0: any); returns that version. */
@@ -185,6 +194,36 @@ int main(void)
     }
     lm.pp[1] = ts.pages[1 * ts.layers + 0];
     kvp_free(bad);
+
+    /* the kept streams: another namespace gets streams of its own; an abandoned session (closed
+     * without finish) leaves no record, and the next one through the same handle is whole */
+    CHECK_OK(kvp_cluster_rank(cl, NS2, "ns2", order));
+    CHECK_OK(kvp_cluster_stream_open(cl, NS2, "ns2", D, &st));
+    push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, as));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2 && as[0] == KVP_OK);
+    for (int i = 0; i < 2; i++) {
+        kvp_session_pages_t *sp = node_get_ns(n[order[i]].addr, NS2, "ns2");
+
+        CHECK(sp != NULL && node_lacks(n[order[i]].addr, "ns2"));
+        if (sp != NULL) {
+            test_session_check(&ts, sp);
+        }
+        kvp_session_pages_free(sp);
+    }
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "abandoned", D, &st));
+    push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
+    kvp_cluster_stream_close(st);
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "after", D, &st));
+    push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, as));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2 && as[0] == KVP_OK);
+    node_holds(D, "after", &ts, 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK(node_lacks(n[i].addr, "abandoned"));
+    }
 
     /* the rank's first node killed mid-stream: the third takes its place at finish */
     CHECK_OK(kvp_cluster_rank(cl, NS, "s3", order));
