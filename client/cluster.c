@@ -498,16 +498,25 @@ kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
                                      kvp_cluster_report_t *report)
 {
-    kvp_cluster_route_t      rt;
-    kvp_status_t s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
+    return kvp_cluster_get_session_cb(cluster, ns, sid, expect, NULL, NULL, out_p, report);
+}
+
+kvp_status_t kvp_cluster_get_session_cb(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                        const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
+                                        void *cb_arg, kvp_session_pages_t **out_p,
+                                        kvp_cluster_report_t *report)
+{
+    kvp_cluster_route_t rt;
+    kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
         kvp_status_t gs = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
 
         if (gs == KVP_OK) {
-            gs = expect ? kvp_client_get_session_expect(cl, ns, sid, expect, out_p)
-                        : kvp_client_get_session(cl, ns, sid, out_p);
+            gs = cb != NULL ? kvp_client_get_session_cb(cl, ns, sid, expect, cb, cb_arg, out_p)
+                 : expect   ? kvp_client_get_session_expect(cl, ns, sid, expect, out_p)
+                            : kvp_client_get_session(cl, ns, sid, out_p);
             kvp_cluster_report_add(cluster, rt.r, rt.order[k], gs, "get");
         }
         if (gs == KVP_OK) {

@@ -297,6 +297,8 @@ def _declare(lib):
                                          P(_SessionDesc), P(_ClusterReport)]),
         "kvp_cluster_get_session": (st, [vp, u64, c.c_char_p, P(_PageParams),
                                          P(P(_SessionPages)), P(_ClusterReport)]),
+        "kvp_cluster_get_session_cb": (st, [vp, u64, c.c_char_p, P(_PageParams), _PAGES_CB, vp,
+                                            P(P(_SessionPages)), P(_ClusterReport)]),
         "kvp_cluster_delete_session": (st, [vp, u64, c.c_char_p, P(_ClusterReport)]),
         "kvp_cluster_list_sessions": (st, [vp, u32, u32, P(P(_ClusterList)),
                                            P(_ClusterReport)]),
@@ -552,6 +554,28 @@ def _info_py(s, cls=None, **extra):
                                 **extra)
 
 
+def _with_pages_cb(on_pages, out, call):
+    """call(cb) with cb a C pages callback that hands on_pages(first, [bytes]) each run; an
+    exception in on_pages stops the hand-over (the get completes) and is raised here, freeing
+    what the get returned. Returns call's status."""
+    raised = []
+
+    def run(_arg, first, n, pages, lens):
+        if raised:
+            return
+        try:
+            on_pages(first, [ctypes.string_at(pages[i], lens[i]) for i in range(n)])
+        except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
+            raised.append(e)
+
+    status = call(_PAGES_CB(run))
+    if raised:
+        if status == 0:
+            _L().kvp_session_pages_free(out)
+        raise raised[0]
+    return status
+
+
 class _Handle:
     """Shared life cycle of Client and Cluster: close() once, context manager, closed check."""
     _h = None
@@ -628,22 +652,8 @@ class Client(_Handle):
             _check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
                                                ctypes.byref(out)), f"get_session '{sid}'")
             return _pages_take(out)
-        raised = []
-
-        def run(_arg, first, n, pages, lens):
-            if raised:
-                return
-            try:
-                on_pages(first, [ctypes.string_at(pages[i], lens[i]) for i in range(n)])
-            except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
-                raised.append(e)
-
-        status = _L().kvp_client_get_session_cb(self._handle(), _u(ns, "ns", 64), _sid(sid), None,
-                                                _PAGES_CB(run), None, ctypes.byref(out))
-        if raised:
-            if status == 0:
-                _L().kvp_session_pages_free(out)
-            raise raised[0]
+        status = _with_pages_cb(on_pages, out, lambda cb: _L().kvp_client_get_session_cb(
+            self._handle(), _u(ns, "ns", 64), _sid(sid), None, cb, None, ctypes.byref(out)))
         _check(status, f"get_session '{sid}'")
         return _pages_take(out)
 
@@ -842,16 +852,23 @@ class Cluster(_Handle):
                                          ctypes.byref(c), ctypes.byref(rep))
         return self._call(s, rep, f"put_session '{sid}'")
 
-    def get_session(self, ns, sid, expect=None):
+    def get_session(self, ns, sid, expect=None, on_pages=None):
         """The session from the first node in rank order that has it, as SessionPages with
         served_by set. expect (PageParams: codec, heads, head_dim, page_tokens) refuses other
         pages with ERR_WRONG_CODEC. Nobody has it: ERR_NOT_FOUND, or the unreachable status when
-        a node that may hold it did not answer."""
+        a node that may hold it did not answer. on_pages(first, pages) as Client.get_session's
+        (kvp_cluster_get_session_cb): when a node fails part-way the next one's runs start again
+        at first == 0."""
         out = ctypes.POINTER(_SessionPages)()
         rep = _ClusterReport()
         ex = ctypes.byref(expect._c()) if expect is not None else None
-        s = _L().kvp_cluster_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid), ex,
-                                         ctypes.byref(out), ctypes.byref(rep))
+        if on_pages is None:
+            s = _L().kvp_cluster_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid), ex,
+                                             ctypes.byref(out), ctypes.byref(rep))
+        else:
+            s = _with_pages_cb(on_pages, out, lambda cb: _L().kvp_cluster_get_session_cb(
+                self._handle(), _u(ns, "ns", 64), _sid(sid), ex, cb, None, ctypes.byref(out),
+                ctypes.byref(rep)))
         self._call(s, rep, f"get_session '{sid}'")
         sp = _pages_take(out)
         sp.served_by = self.peers[rep.served_by]

@@ -211,6 +211,12 @@ def run_cluster():
         with kvpack.Client(decode, timeout_ms=5000) as dc:
             got = dc.get_session(sp[0], "late-st")
             check(got.pages == sp[1] and got.desc == sp[2], "the decode node's streamed copy")
+        runs = []
+        got = cl.get_session(sp[0], "late-st", on_pages=lambda first, pages: runs.append(
+            (first, pages)))
+        flat = [p for _, ps in sorted(runs, key=lambda r: r[0]) for p in ps]
+        check(got.pages == sp[1] and flat == sp[1] and got.served_by != dead and runs[0][0] == 0,
+              f"streamed get over the cluster: {len(runs)} runs from {got.served_by}")
         with cl.put_stream(sp[0], "late-st2", also="127.0.0.1:1") as ps:
             ps.push(sp[1])
             took = ps.finish(sp[2])

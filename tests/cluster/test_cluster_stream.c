@@ -8,6 +8,8 @@
  *   - a corrupt page: no node (and not D) ends with a record;
  *   - a ranked node killed mid-stream: finish puts the whole session on the next node of the
  *     rank ("replacement"), so r copies exist; the report names the dead node;
+ *   - kvp_cluster_get_session_cb with that node dead: served by the next, every item handed
+ *     over once, in runs from item 0;
  *   - opened afterwards with that node dead: it is passed over at open;
  *   - the handle keeps each node's put stream between sessions: a session in another namespace
  *     lands in its own, and a stream closed without finish leaves no record and the next
@@ -108,6 +110,24 @@ static void push_layers(kvp_cluster_stream_h st, const test_session_t *ts, const
     for (size_t l = from; l < upto; l++) {
         CHECK_ST(kvp_cluster_stream_push(st, lm->pp + l * ts->n_chunks, lm->ll + l * ts->n_chunks,
                                          ts->n_chunks), want);
+    }
+}
+
+/* kvp_cluster_get_session_cb's callback: counts each item handed over */
+typedef struct {
+    uint32_t seen[64], runs, first0;
+} runs_t;
+
+static void on_run(void *arg, uint32_t first, uint32_t n, const void *const *pages,
+                   const size_t *lens)
+{
+    runs_t *r = arg;
+
+    (void)pages;
+    (void)lens;
+    r->first0 += r->runs++ == 0 && first == 0;
+    for (uint32_t i = first; i < first + n && i < 64; i++) {
+        r->seen[i]++;
     }
 }
 
@@ -242,6 +262,21 @@ int main(void)
     v = node_holds(n[order[1]].addr, "s3", &ts, 0);
     node_holds(n[order[2]].addr, "s3", &ts, v);
     node_holds(D, "s3", &ts, v);
+    { /* a streamed get over the cluster, its first node dead */
+        runs_t               r;
+        kvp_session_pages_t *sp = NULL;
+
+        memset(&r, 0, sizeof(r));
+        CHECK_OK(kvp_cluster_get_session_cb(cl, NS, "s3", NULL, on_run, &r, &sp, &rep));
+        CHECK(rep.served_by == order[1] && r.first0 == 1 && r.runs >= 1);
+        for (uint32_t i = 0; i < ts.n_pages; i++) {
+            CHECK(r.seen[i] == 1);
+        }
+        if (sp != NULL) {
+            test_session_check(&ts, sp);
+        }
+        kvp_session_pages_free(sp);
+    }
     kvp_cluster_destroy(cl);
 
     /* a new handle, the dead node still listed: each session still gets two copies, and the

@@ -175,6 +175,14 @@ void         kvp_cluster_stream_close(kvp_cluster_stream_h stream); /* NULL is a
 kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                      const kvp_page_params_t *expect, kvp_session_pages_t **out_p,
                                      kvp_cluster_report_t *report);
+/* As kvp_cluster_get_session, with kvp_client_get_session_cb's callback: each run of verified
+ * pages is handed to cb (in this thread) as it lands. A node that fails part-way is left for the
+ * next one in rank order, whose runs start again at item 0: pages handed out before are void
+ * then, so a caller that decodes as runs arrive starts over when first goes back to 0. */
+kvp_status_t kvp_cluster_get_session_cb(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                        const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
+                                        void *cb_arg, kvp_session_pages_t **out_p,
+                                        kvp_cluster_report_t *report);
 /* Delete on every node (rank order), one version (kvp_version_now()) for all: each node keeps a
  * tombstone, also one that had no copy, so a copy that comes back later is refused. KVP_OK when some node deleted it and every one of the first
  * r was reached; a first-r node that was unreachable gives its status even when others deleted
