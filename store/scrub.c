@@ -6,9 +6,11 @@
  * a cursor walks the segment files in id order (a file's page list is taken once, when the
  * cursor enters it) and starts over after the last one (scrub_passes). kvp_store_scrub runs one
  * whole pass at once (tests, operators). Reads are O_DIRECT runs of up to 8 MiB, the store lock
- * is never held over them.
+ * is never held over them. After the last segment file a pass walks the pages kept inline in
+ * RocksDB (4 KiB or less: read with its block checksums off, so only their own CRC finds a
+ * damaged one) in key order, a run of pages at a time, then starts over.
  * Main flow: scrub_tick -> scrub_run (budget) -> kvp_tier_segment_after / kvp_tier_pages_in_segs
- * -> kvp_store_read_checked. */
+ * (then kvp_tier_pages_inline) -> kvp_store_read_checked. */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -22,8 +24,11 @@
 
 typedef struct kvp_scrub_cursor {
     uint64_t        seg;  /* segment being scrubbed; 0: before the first */
-    kvp_tier_loc_t *locs; /* its pages, by offset */
+    kvp_tier_loc_t *locs; /* its pages, by offset (inline: a run of them, by key) */
     size_t          n, next;
+    bool            inl;      /* past the last segment: the inline pages */
+    bool            inl_more; /* a key was scanned (inl_key): the next run starts after it */
+    kvp_tier_pkey_t inl_key;
     uint8_t        *buf;  /* RUN_BYTES (or the largest page span), 4 KiB-aligned */
     size_t          cap;
     void          **dst;
@@ -36,6 +41,45 @@ static void cursor_drop_list(scrub_cursor_t *c)
     kvp_free(c->locs);
     c->locs = NULL;
     c->n = c->next = 0;
+}
+
+/* Back to the first segment (a pass ended, or failed). */
+static void cursor_restart(scrub_cursor_t *c)
+{
+    cursor_drop_list(c);
+    c->seg      = 0;
+    c->inl      = false;
+    c->inl_more = false;
+}
+
+/* The next list of pages to check: the next segment file's, or past the last one the next run
+ * of inline pages (at most run_pages); *passed when none is left (the cursor starts over). */
+static kvp_status_t cursor_next_list(kvp_store_h st, scrub_cursor_t *c, size_t run_pages,
+                                     bool *passed)
+{
+    bool         end = false;
+    kvp_status_t status;
+
+    cursor_drop_list(c);
+    if (!c->inl) {
+        c->seg = kvp_tier_segment_after(st->tier, c->seg);
+        if (c->seg != 0) {
+            return kvp_tier_pages_in_segs(st->tier, &c->seg, 1, &c->locs, &c->n);
+        }
+        c->inl = true;
+    }
+    /* the inline pages, from the first or after the last key scanned */
+    status = kvp_tier_pages_inline(st->tier, c->inl_more ? &c->inl_key : NULL, run_pages,
+                                   &c->locs, &c->n, &c->inl_key, &end);
+    if (status != KVP_OK) {
+        return status;
+    }
+    c->inl_more = true;
+    if (c->n == 0 && end) {
+        cursor_restart(c);
+        *passed = true; /* the next call starts over */
+    }
+    return KVP_OK;
 }
 
 static void cursor_free(scrub_cursor_t *c)
@@ -75,14 +119,8 @@ static kvp_status_t scrub_run(kvp_store_h st, scrub_cursor_t *c, uint64_t budget
     while (status == KVP_OK && (budget == 0 || done < budget) && !*passed) {
         size_t j, bytes = 0;
 
-        if (c->next == c->n) { /* on to the next segment file */
-            cursor_drop_list(c);
-            c->seg = kvp_tier_segment_after(st->tier, c->seg);
-            if (c->seg == 0) {
-                *passed = true; /* the next call starts over */
-                break;
-            }
-            status = kvp_tier_pages_in_segs(st->tier, &c->seg, 1, &c->locs, &c->n);
+        if (c->next == c->n) { /* on to the next segment file, or run of inline pages */
+            status = cursor_next_list(st, c, run / 4096 > 0 ? run / 4096 : 1, passed);
             continue;
         }
         for (j = c->next; j < c->n && (j == c->next || bytes + kvp_tier_span(c->locs[j].len) <=
@@ -146,8 +184,7 @@ static void scrub_tick(kvp_store_h st)
     status = scrub_run(st, st->scrub_cursor, st->scrub_rate, &passed, &bytes, &bad);
     if (status != KVP_OK) {
         KVP_LOG_WARN(MOD, "scrub: %s; it starts over at the next tick", kvp_status_str(status));
-        cursor_drop_list(st->scrub_cursor);
-        st->scrub_cursor->seg = 0;
+        cursor_restart(st->scrub_cursor);
     }
     scrub_count(st, bytes, bad, passed);
     pthread_mutex_lock(&st->lock);

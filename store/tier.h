@@ -113,6 +113,14 @@ size_t kvp_tier_compact_victims(kvp_tier_t *tier, double dead_ratio, uint64_t *i
  * when none). */
 kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *tier, const uint64_t *ids, size_t nids,
                                     kvp_tier_loc_t **locs_p, size_t *n_p);
+/* Scrubbing the pages kept inline (4 KiB or less, their bytes in RocksDB): the next ones in key
+ * order after *after (NULL: from the first), at most max_pages of them (0: no limit), as located
+ * pages (status KVP_OK, inline_buf set; *locs_p kvp_malloc'd, kvp_tier_locs_clear then kvp_free).
+ * *last_p gets the last key looked at (the next call's after) and *end_p whether the walk
+ * reached the end of the column family. */
+kvp_status_t kvp_tier_pages_inline(kvp_tier_t *tier, const kvp_tier_pkey_t *after,
+                                   size_t max_pages, kvp_tier_loc_t **locs_p, size_t *n_p,
+                                   kvp_tier_pkey_t *last_p, bool *end_p);
 typedef struct {
     uint64_t pages;       /* locators rewritten */
     uint64_t bytes;       /* page bytes copied */

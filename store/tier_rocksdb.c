@@ -864,10 +864,13 @@ void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n)
     }
 }
 
+/* The walk reads without RocksDB's block checksums (ro_pages), as page reads do: a byte gone bad
+ * in an SST holding inline pages is the page CRC's to find (a get, the scrub), and must not stop
+ * the node from opening with every other session. */
 kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *arg,
                                   uint64_t *dropped_p)
 {
-    rocksdb_iterator_t   *it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_PAGES]);
+    rocksdb_iterator_t   *it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     kvp_status_t          status;
     char                 *err = NULL;
@@ -945,6 +948,84 @@ static int cmp_loc(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* the key of a pages-CF entry back into its parts */
+static void page_key_decode(const uint8_t *k, kvp_tier_pkey_t *pk)
+{
+    pk->ns     = kvp_ld_be64(k);
+    pk->key.hi = kvp_ld_be64(k + 8);
+    pk->key.lo = kvp_ld_be64(k + 16);
+    pk->layer  = kvp_ld_be32(k + 24);
+}
+
+kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, size_t max_pages,
+                                   kvp_tier_loc_t **locs_p, size_t *n_p, kvp_tier_pkey_t *last_p,
+                                   bool *end_p)
+{
+    rocksdb_iterator_t *it    = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
+    kvp_tier_loc_t     *locs  = NULL;
+    size_t              n     = 0, cap = 0;
+    uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
+    uint8_t             from[PKEY_BYTES];
+    kvp_status_t        status = KVP_OK;
+    char               *err    = NULL;
+
+    if (after != NULL) {
+        page_key(after, from);
+        rocksdb_iter_seek(it, (const char *)from, PKEY_BYTES);
+    } else {
+        rocksdb_iter_seek_to_first(it);
+    }
+    *end_p = false;
+    for (; rocksdb_iter_valid(it) && status == KVP_OK && (max_pages == 0 || n < max_pages);
+         rocksdb_iter_next(it)) {
+        size_t         kl, vl;
+        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        const char    *v = rocksdb_iter_value(it, &vl);
+        uint64_t       seg, off;
+        uint32_t       len;
+
+        if (kl != PKEY_BYTES || (after != NULL && memcmp(k, from, PKEY_BYTES) == 0)) {
+            continue;
+        }
+        page_key_decode(k, last_p);
+        if (loc_decode(v, vl, &seg, &off, &len) || vl > UINT32_MAX) {
+            continue; /* in a segment file: the segment walk checks it */
+        }
+        if (n == cap) {
+            kvp_tier_loc_t *g = kvp_realloc(locs, (cap ? 2 * cap : 64) * sizeof(*g),
+                                            "scrub inline pages");
+
+            if (g == NULL) {
+                status = KVP_ERR_NO_MEMORY;
+                break;
+            }
+            locs = g;
+            cap  = cap ? 2 * cap : 64;
+        }
+        locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = (uint32_t)vl, .pk = *last_p,
+                                   .moves = moves, .inline_buf = kvp_malloc(vl ? vl : 1,
+                                                                            "tier inline page")};
+        if (locs[n].inline_buf == NULL) {
+            status = KVP_ERR_NO_MEMORY;
+            break;
+        }
+        memcpy(locs[n].inline_buf, v, vl);
+        n++;
+    }
+    *end_p = status == KVP_OK && !rocksdb_iter_valid(it);
+    rocksdb_iter_get_error(it, &err);
+    status = status != KVP_OK ? status : map_err("scan pages for scrubbing", &err);
+    rocksdb_iter_destroy(it);
+    if (status != KVP_OK) {
+        kvp_tier_locs_clear(locs, n);
+        kvp_free(locs);
+        return status;
+    }
+    *locs_p = locs;
+    *n_p    = n;
+    return KVP_OK;
+}
+
 kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t nids,
                                     kvp_tier_loc_t **locs_p, size_t *n_p)
 {
@@ -986,10 +1067,7 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
         }
         locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = len, .seg = seg, .off = off,
                                    .moves = moves};
-        locs[n].pk.ns     = kvp_ld_be64(k);
-        locs[n].pk.key.hi = kvp_ld_be64(k + 8);
-        locs[n].pk.key.lo = kvp_ld_be64(k + 16);
-        locs[n].pk.layer  = kvp_ld_be32(k + 24);
+        page_key_decode(k, &locs[n].pk);
         n++;
     }
     rocksdb_iter_get_error(it, &err);

@@ -279,41 +279,40 @@ static inline void t_rmrf(const char *dir)
 }
 
 /* Flip one byte (at 100 past the match) of the page whose first 256 payload bytes are pay, in
- * whichever segment file under dir/seg holds it (the store closed). */
-static inline void t_flip_on_disk(const char *dir, const uint8_t *pay)
+ * whichever file of dir/sub holds it (sub "seg": the segment files, pages 64-byte aligned; "":
+ * RocksDB's own files, e.g. an SST holding inline pages, at any offset). */
+static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pay)
 {
-    char           sub[600], path[900];
+    char           path[600], file[900];
     DIR           *dp;
     struct dirent *e;
     int            done = 0;
+    long           step = sub[0] != '\0' ? 64 : 1;
 
-    snprintf(sub, sizeof(sub), "%s/seg", dir);
-    dp = opendir(sub);
+    snprintf(path, sizeof(path), "%s/%s", dir, sub);
+    dp = opendir(path);
     CHECK(dp != NULL);
     while (!done && (e = readdir(dp)) != NULL) {
         FILE    *f;
         long     n;
         uint8_t *buf;
 
-        snprintf(path, sizeof(path), "%s/%s", sub, e->d_name);
-        if (e->d_name[0] == '.' || (f = fopen(path, "r+b")) == NULL) {
+        snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+        if (e->d_name[0] == '.' || (f = fopen(file, "r+b")) == NULL) {
             continue;
         }
         fseek(f, 0, SEEK_END);
         n   = ftell(f);
-        buf = kvp_malloc((size_t)n + 1, "seg file");
+        buf = kvp_malloc((size_t)n + 1, "data file");
         CHECK(buf != NULL);
         fseek(f, 0, SEEK_SET);
-        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
-        for (long off = 0; off + 256 <= n && !done; off += 4096) {
-            for (long k = off; k < off + 4096 && k + 256 <= n; k += 64) {
-                if (memcmp(buf + k, pay, 256) == 0) {
-                    uint8_t b = buf[k + 100] ^ 0x40;
+        CHECK(n < 0 || fread(buf, 1, (size_t)n, f) == (size_t)n);
+        for (long k = 0; k + 256 <= n && !done; k += step) {
+            if (memcmp(buf + k, pay, 256) == 0) {
+                uint8_t b = buf[k + 100] ^ 0x40;
 
-                    CHECK(fseek(f, k + 100, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
-                    done = 1;
-                    break;
-                }
+                CHECK(fseek(f, k + 100, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
+                done = 1;
             }
         }
         kvp_free(buf);
@@ -321,6 +320,11 @@ static inline void t_flip_on_disk(const char *dir, const uint8_t *pay)
     }
     closedir(dp);
     CHECK(done);
+}
+
+static inline void t_flip_on_disk(const char *dir, const uint8_t *pay)
+{
+    t_flip_in(dir, "seg", pay);
 }
 
 /* A test program of named cases, each run in a fresh directory under $TMPDIR: main for
