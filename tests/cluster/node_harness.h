@@ -6,6 +6,7 @@
 #define KVP_TEST_NODE_HARNESS_H
 
 #include "kvpack/alloc.h"
+#include "kvpack/cluster.h"
 #include "kvpack/codec.h"
 #include "kvpack/kvpack.h"
 #include "kvpack/page.h"
@@ -234,6 +235,27 @@ static inline void test_session_check(const test_session_t *ts, const kvp_sessio
     CHECK(sp->desc.tail_tokens == ts->desc.tail_tokens && sp->desc.n_tail == ts->desc.n_tail);
     CHECK(sp->desc.tail_len == ts->desc.tail_len);
     CHECK(ts->desc.tail_len == 0 || memcmp(sp->desc.tail, ts->desc.tail, ts->desc.tail_len) == 0);
+}
+
+/* A cluster handle over peers with replicas copies and a 3 s client timeout; creating it must
+ * give want (NULL handle unless KVP_OK). */
+static inline kvp_cluster_h test_cluster_open(const char *peers, uint32_t replicas,
+                                              kvp_status_t want)
+{
+    kvp_client_params_t  cp;
+    kvp_cluster_params_t p;
+    kvp_cluster_h        cl = NULL;
+
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
+    cp.timeout_ms = 3000;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS | KVP_CLUSTER_PARAM_CLIENT;
+    p.peers      = peers;
+    p.replicas   = replicas;
+    p.client     = &cp;
+    CHECK_ST(kvp_cluster_create(&p, &cl), want);
+    return cl;
 }
 
 /* ---- raw transport connection: hand-made (possibly bad) requests, replies unpacked ---- */

@@ -11,44 +11,26 @@
 
 #define NS 0x1234ull
 
-static kvp_cluster_h cluster_open(const char *peers, uint32_t replicas, kvp_status_t want)
-{
-    kvp_client_params_t  cp;
-    kvp_cluster_params_t p;
-    kvp_cluster_h        cl = NULL;
-
-    memset(&cp, 0, sizeof(cp));
-    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.timeout_ms = 3000;
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS | KVP_CLUSTER_PARAM_CLIENT;
-    p.peers      = peers;
-    p.replicas   = replicas;
-    p.client     = &cp;
-    CHECK_ST(kvp_cluster_create(&p, &cl), want);
-    return cl;
-}
-
 static void test_validation(const char *a)
 {
     char          many[64 * 24 + 32], dup[160];
     size_t        len = 0;
     kvp_cluster_h cl;
 
-    cluster_open("", 1, KVP_ERR_INVALID);
-    cluster_open("nohostport", 1, KVP_ERR_INVALID);
+    test_cluster_open("", 1, KVP_ERR_INVALID);
+    test_cluster_open("nohostport", 1, KVP_ERR_INVALID);
     snprintf(dup, sizeof(dup), "%s,,%s", a, a);
-    cluster_open(dup, 1, KVP_ERR_INVALID);
+    test_cluster_open(dup, 1, KVP_ERR_INVALID);
     snprintf(dup, sizeof(dup), "%s,%s", a, a);
-    cluster_open(dup, 1, KVP_ERR_INVALID); /* listed twice */
+    test_cluster_open(dup, 1, KVP_ERR_INVALID); /* listed twice */
     snprintf(dup, sizeof(dup), "%s,127.0.0.1:1", a);
-    cluster_open(dup, 3, KVP_ERR_INVALID); /* 3 replicas of 2 nodes */
+    test_cluster_open(dup, 3, KVP_ERR_INVALID); /* 3 replicas of 2 nodes */
     for (int i = 0; i < 65; i++) {
         len += (size_t)snprintf(many + len, sizeof(many) - len, "%s10.0.0.1:%d", i ? "," : "",
                                 1000 + i);
     }
-    cluster_open(many, 1, KVP_ERR_INVALID);
-    cl = cluster_open(dup, 2, KVP_OK);
+    test_cluster_open(many, 1, KVP_ERR_INVALID);
+    cl = test_cluster_open(dup, 2, KVP_OK);
     CHECK(kvp_cluster_size(cl) == 2 && kvp_cluster_replicas(cl) == 2);
     CHECK(strcmp(kvp_cluster_peer(cl, 1), "127.0.0.1:1") == 0 && kvp_cluster_peer(cl, 2) == NULL);
     kvp_cluster_destroy(cl);
@@ -92,7 +74,7 @@ int main(void)
     test_session_make(&ts, 2, 3, 5, 7);
 
     /* put r = 2 over A, B, dead: the two live nodes, in rank order */
-    cl = cluster_open(peers, 2, KVP_OK);
+    cl = test_cluster_open(peers, 2, KVP_OK);
     CHECK_OK(kvp_cluster_rank(cl, NS, "s", order));
     for (int i = 0; i < 3; i++) {
         if (order[i] != 2 && k < 2) {
@@ -127,7 +109,7 @@ int main(void)
     kvp_cluster_destroy(cl);
 
     /* r = 1 over the live nodes: one copy on the rank's first; list merges */
-    cl = cluster_open(live, 1, KVP_OK);
+    cl = test_cluster_open(live, 1, KVP_OK);
     CHECK_OK(kvp_cluster_put_session(cl, NS, "t", (const void *const *)ts.pages, ts.lens,
                                      ts.n_pages, &ts.desc, &rep));
     CHECK_OK(kvp_cluster_rank(cl, NS, "t", order));
@@ -144,7 +126,7 @@ int main(void)
     kvp_cluster_destroy(cl);
 
     /* list and delete with the dead node in the list */
-    cl = cluster_open(peers, 2, KVP_OK);
+    cl = test_cluster_open(peers, 2, KVP_OK);
     CHECK_OK(kvp_cluster_list_sessions(cl, 0, 0, &l, &rep));
     CHECK(l->n == 2 && rep.n_ok == 2 && rep.n_tried == 3);
     kvp_cluster_list_free(l);
@@ -154,7 +136,7 @@ int main(void)
     CHECK(order[2] == 2 ? s == KVP_OK : kvp_cluster_status_unreachable(s)); /* dead in first 2? */
     CHECK(!node_has(n[0].addr, "s") && !node_has(n[1].addr, "s"));
     kvp_cluster_destroy(cl);
-    cl = cluster_open(live, 2, KVP_OK);
+    cl = test_cluster_open(live, 2, KVP_OK);
     CHECK_ST(kvp_cluster_delete_session(cl, NS, "s", &rep), KVP_ERR_NOT_FOUND);
     kvp_cluster_destroy(cl);
 

@@ -22,24 +22,6 @@
 #define NS  0x1234ull
 #define NS2 0x5678ull
 
-static kvp_cluster_h cluster_open(const char *peers, uint32_t replicas)
-{
-    kvp_client_params_t  cp;
-    kvp_cluster_params_t p;
-    kvp_cluster_h        cl = NULL;
-
-    memset(&cp, 0, sizeof(cp));
-    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.timeout_ms = 3000;
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS | KVP_CLUSTER_PARAM_CLIENT;
-    p.peers      = peers;
-    p.replicas   = replicas;
-    p.client     = &cp;
-    CHECK_OK(kvp_cluster_create(&p, &cl));
-    return cl;
-}
-
 /* The session as node addr holds it in NS (NULL: it has none); the caller frees it. */
 static kvp_session_pages_t *node_get_ns(const char *addr, uint64_t ns, const char *sid)
 {
@@ -166,7 +148,7 @@ int main(void)
     snprintf(peers, sizeof(peers), "%s,%s,%s", n[0].addr, n[1].addr, n[2].addr);
     test_session_make(&ts, 4, 3, 5, 7);
     lm = layer_major(&ts);
-    cl = cluster_open(peers, 2);
+    cl = test_cluster_open(peers, 2, KVP_OK);
 
     /* open refuses bad arguments */
     CHECK_ST(kvp_cluster_stream_open(cl, NS, NULL, NULL, &st), KVP_ERR_INVALID);
@@ -282,7 +264,7 @@ int main(void)
     /* a new handle, the dead node still listed: each session still gets two copies, and the
      * dead node shows up in the reports of those it was ranked for (passed over at open, or its
      * stream failed and was replaced) */
-    cl = cluster_open(peers, 2);
+    cl = test_cluster_open(peers, 2, KVP_OK);
     for (int k = 0, dead_seen = 0; k < 8 || !dead_seen; k++) {
         char sid[16];
 
