@@ -609,14 +609,9 @@ static kvp_status_t verify_tail(get_ctx_t *g)
         size_t          len;
         kvp_status_t    s;
 
-        if (d->tail_len - off < KVP_PAGE_HDR_BYTES) {
-            KVP_LOG_ERROR(MOD, "session %s tail truncated at page %u", g->sid, i);
-            return KVP_ERR_BAD_PAGE;
-        }
-        len = KVP_PAGE_HDR_BYTES + ((size_t)p[48] | (size_t)p[49] << 8 | (size_t)p[50] << 16 |
-                                    (size_t)p[51] << 24);
-        if (len > d->tail_len - off) {
-            KVP_LOG_ERROR(MOD, "session %s tail page %u overruns the tail", g->sid, i);
+        len = kvp_page_len_at(p, d->tail_len - off);
+        if (len == 0) {
+            KVP_LOG_ERROR(MOD, "session %s tail page %u truncated or overruns the tail", g->sid, i);
             return KVP_ERR_BAD_PAGE;
         }
         s = kvp_page_parse(p, len, &info);
@@ -1120,6 +1115,54 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_simple(client, &req, &call);
     call_release(call);
+    return s;
+}
+
+kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
+                               const kvp_append_t *a, uint32_t *sealed_p)
+{
+    kvp_wire_req_t  req;
+    kvp_xfer_iov_t *iov;
+    call_t         *call = NULL;
+    size_t          esize, bytes;
+    kvp_status_t    s = check_sid(sid);
+
+    if (s != KVP_OK) {
+        return s;
+    }
+    if (a == NULL || a->k == NULL || a->v == NULL || a->ntok == 0 ||
+        a->ntok > KVP_WIRE_MAX_APPEND_TOKENS || a->layers == 0 || a->heads == 0 ||
+        a->head_dim == 0 || a->page_tokens == 0 || a->ids == NULL || a->n_ids < a->ntok ||
+        a->n_ids - a->ntok >= a->page_tokens ||
+        (a->dtype != KVP_DTYPE_F16 && a->dtype != KVP_DTYPE_F32)) {
+        KVP_LOG_ERROR(MOD, "append to %s: needs K/V, 1..%u tokens, a geometry, fp16 or fp32, and "
+                      "the tail's ids then the new ones (fewer than page_tokens before them)",
+                      sid, KVP_WIRE_MAX_APPEND_TOKENS);
+        return KVP_ERR_INVALID;
+    }
+    esize = a->dtype == KVP_DTYPE_F16 ? 2 : 4;
+    bytes = (size_t)a->layers * a->ntok * a->heads * a->head_dim * esize;
+    iov   = kvp_malloc(2 * sizeof(*iov), "client append iov");
+    if (iov == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    iov[0] = (kvp_xfer_iov_t){a->k, bytes};
+    iov[1] = (kvp_xfer_iov_t){a->v, bytes};
+    memset(&req, 0, sizeof(req));
+    req.op     = KVP_WIRE_OP_APPEND;
+    req.ns     = ns;
+    req.append = (kvp_wire_append_t){(uint32_t)a->codec, a->ns_fingerprint, a->layers, a->heads,
+                                     a->head_dim, a->page_tokens, (uint32_t)a->dtype, a->ntok,
+                                     a->n_ids, (uint32_t *)a->ids};
+    snprintf(req.sid, sizeof(req.sid), "%s", sid);
+    s = call_start(client, &req, iov, 2, &call);
+    s = s == KVP_OK ? call_wait(client, call) : s;
+    if (s == KVP_OK && sealed_p != NULL) {
+        *sealed_p = call->rep.sealed;
+    }
+    if (call != NULL) { /* NULL: no call slot was free (start freed iov) */
+        call_release(call);
+    }
     return s;
 }
 

@@ -421,6 +421,49 @@ static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
     rep->sessions = NULL;
 }
 
+/* Tokens' K/V onto a session's tail (kvp_store_session_append: full chunks sealed with the
+ * given codec). An append reads the record, then writes the new one, so appends are serialised
+ * here (two clients appending to one session at once would otherwise lose one's tokens). The
+ * data is K then V; copied to an aligned buffer when the transport's is not aligned for the
+ * dtype. */
+static void handle_append(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
+                          const uint8_t *data, size_t dl, kvp_wire_rep_t *rep)
+{
+    static pthread_mutex_t   append_mu = PTHREAD_MUTEX_INITIALIZER;
+    const kvp_wire_append_t *a   = &req->append;
+    kvp_store_append_t       ap  = {0};
+    void                    *own = NULL;
+    kvp_status_t             s   = KVP_OK;
+
+    if (((uintptr_t)data & 3u) != 0) {
+        own = kvp_malloc(dl, "node append");
+        if (own != NULL) {
+            memcpy(own, data, dl);
+        }
+        data = own;
+        s    = own != NULL ? KVP_OK : KVP_ERR_NO_MEMORY;
+    }
+    if (s == KVP_OK) {
+        ap.codec          = (kvp_codec_id_t)a->codec;
+        ap.ns_fingerprint = a->fingerprint;
+        ap.layers         = a->layers;
+        ap.heads          = a->heads;
+        ap.head_dim       = a->head_dim;
+        ap.page_tokens    = a->page_tokens;
+        ap.dtype          = (kvp_dtype_t)a->dtype;
+        ap.k              = data;
+        ap.v              = data + dl / 2; /* the wire checked dl = 2 x one tensor */
+        ap.ntok           = a->ntok;
+        ap.ids            = a->ids;
+        ap.n_ids          = a->n_ids;
+        pthread_mutex_lock(&append_mu);
+        s = kvp_store_session_append(n->store, req->ns, req->sid, &ap, &rep->sealed);
+        pthread_mutex_unlock(&append_mu);
+    }
+    kvp_free(own);
+    reply_status(job, rep, s, req->sid);
+}
+
 /* One request's store call and packed reply. */
 static void job_handle(node_t *n, node_job_t *job)
 {
@@ -476,6 +519,9 @@ static void job_handle(node_t *n, node_job_t *job)
         break;
     case KVP_WIRE_OP_LIST:
         handle_list(n, job, req, &rep);
+        break;
+    case KVP_WIRE_OP_APPEND:
+        handle_append(n, job, req, data, dl, &rep);
         break;
     default:
         reply_status(job, &rep, KVP_ERR_PROTOCOL, "op");

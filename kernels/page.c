@@ -74,6 +74,17 @@ void kvp_page_seal(void *page)
         return KVP_ERR_BAD_PAGE;                       \
     } while (0)
 
+size_t kvp_page_len_at(const void *p, size_t rem)
+{
+    size_t len;
+
+    if (p == NULL || rem < KVP_PAGE_HDR_BYTES) {
+        return 0;
+    }
+    len = KVP_PAGE_HDR_BYTES + (size_t)kvp_ld32((const uint8_t *)p + OFF_PAYLOAD_LEN);
+    return len <= rem ? len : 0;
+}
+
 kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_p)
 {
     const uint8_t  *p = page;

@@ -5,6 +5,7 @@
  * LIST replies carry their entries in the header (bounded by KVP_WIRE_LIST_ENTRY_MAX each). */
 #include "kvpack/wire.h"
 #include "kvpack/alloc.h"
+#include "kvpack/codec.h"
 #include "kvpack/log.h"
 
 #include "kvpack.pb-c.h"
@@ -31,7 +32,7 @@ static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 static const char *const op_names[KVP_WIRE_OP_MAX] = {
     "none", "put_pages", "put_session", "get_session", "get_pages", "lookup", "spill", "stat",
-    "delete", "list",
+    "delete", "list", "append",
 };
 
 const char *kvp_wire_op_name(kvp_wire_op_t op)
@@ -154,6 +155,7 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
     Kvp__LookupReq     lk  = KVP__LOOKUP_REQ__INIT;
     Kvp__StatReq       st  = KVP__STAT_REQ__INIT;
     Kvp__ListReq       ls  = KVP__LIST_REQ__INIT;
+    Kvp__AppendReq     ap  = KVP__APPEND_REQ__INIT;
     uint64_t          *lo  = NULL, *hi = NULL;
     kvp_status_t       status;
 
@@ -248,6 +250,22 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         r.body_case = KVP__REQUEST__BODY_STAT;
         r.stat      = &st;
         break;
+    case KVP_WIRE_OP_APPEND:
+        ap.ns          = req->ns;
+        ap.sid         = (char *)req->sid;
+        ap.codec       = req->append.codec;
+        ap.fingerprint = req->append.fingerprint;
+        ap.layers      = req->append.layers;
+        ap.heads       = req->append.heads;
+        ap.head_dim    = req->append.head_dim;
+        ap.page_tokens = req->append.page_tokens;
+        ap.dtype       = req->append.dtype;
+        ap.ntok        = req->append.ntok;
+        ap.n_ids       = req->append.n_ids;
+        ap.ids         = req->append.ids;
+        r.body_case    = KVP__REQUEST__BODY_APPEND;
+        r.append       = &ap;
+        break;
     default:
         KVP_LOG_ERROR(MOD, "cannot pack request op %d", (int)req->op);
         return KVP_ERR_INVALID;
@@ -262,6 +280,36 @@ static kvp_status_t req_bad(kvp_wire_req_t *req, const char *why)
     KVP_LOG_WARN(MOD, "malformed %s request %llu: %s", kvp_wire_op_name(req->op),
                  (unsigned long long)req->req_id, why);
     return KVP_ERR_PROTOCOL;
+}
+
+/* APPEND: a geometry in range, ids for at least the new tokens and at most a full tail more,
+ * and K and V of exactly that many values in the data. */
+static kvp_status_t append_from_pb(const Kvp__AppendReq *a, uint64_t data_len,
+                                   kvp_wire_req_t *req)
+{
+    uint64_t esize = a->dtype == KVP_DTYPE_F16 ? 2 : 4, vals;
+
+    req->op = KVP_WIRE_OP_APPEND;
+    req->ns = a->ns;
+    if (!sid_ok(a->sid)) {
+        return req_bad(req, "bad session id");
+    }
+    if (a->layers == 0 || a->layers > KVP_WIRE_MAX_LAYERS || a->heads == 0 || a->heads > 1024 ||
+        a->head_dim == 0 || a->head_dim > 4096 || a->page_tokens == 0 ||
+        a->page_tokens > 65536 || (a->dtype != KVP_DTYPE_F16 && a->dtype != KVP_DTYPE_F32) ||
+        a->ntok == 0 || a->ntok > KVP_WIRE_MAX_APPEND_TOKENS || a->n_ids < a->ntok ||
+        a->n_ids - a->ntok >= a->page_tokens) {
+        return req_bad(req, "bad geometry, dtype, token count or ids");
+    }
+    vals = (uint64_t)a->layers * a->ntok * a->heads * a->head_dim;
+    if (data_len != 2 * vals * esize) {
+        return req_bad(req, "K/V bytes do not match the geometry");
+    }
+    strcpy(req->sid, a->sid);
+    req->append = (kvp_wire_append_t){a->codec, a->fingerprint, a->layers, a->heads, a->head_dim,
+                                      a->page_tokens, a->dtype, a->ntok, (uint32_t)a->n_ids,
+                                      NULL};
+    return lens_copy(a->ids, req->append.n_ids, &req->append.ids);
 }
 
 static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wire_req_t *req)
@@ -375,6 +423,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         req->deleted = l->has_deleted && l->deleted;
         return KVP_OK;
     }
+    case KVP__REQUEST__BODY_APPEND:
+        return append_from_pb(r->append, data_len, req);
     default:
         return req_bad(req, "no body");
     }
@@ -402,6 +452,7 @@ void kvp_wire_req_clear(kvp_wire_req_t *req)
     if (req != NULL) {
         kvp_free(req->page_lens);
         kvp_free(req->keys);
+        kvp_free(req->append.ids);
         memset(req, 0, sizeof(*req));
     }
 }
@@ -464,6 +515,7 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
     Kvp__LookupRep     lk = KVP__LOOKUP_REP__INIT;
     Kvp__StatRep       st = KVP__STAT_REP__INIT;
     Kvp__ListRep       ls = KVP__LIST_REP__INIT;
+    Kvp__AppendRep     ap = KVP__APPEND_REP__INIT;
     void              *mem = NULL;
     kvp_status_t       status;
 
@@ -505,6 +557,11 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             lk.hit_chunks = rep->hit_chunks;
             r.body_case   = KVP__REPLY__BODY_LOOKUP;
             r.lookup      = &lk;
+            break;
+        case KVP_WIRE_OP_APPEND:
+            ap.sealed   = rep->sealed;
+            r.body_case = KVP__REPLY__BODY_APPEND;
+            r.append    = &ap;
             break;
         case KVP_WIRE_OP_STAT:
             st.dram_bytes       = rep->stat.dram_bytes;
@@ -610,6 +667,7 @@ static Kvp__Reply__BodyCase rep_body_for(kvp_wire_op_t op)
     case KVP_WIRE_OP_LOOKUP:      return KVP__REPLY__BODY_LOOKUP;
     case KVP_WIRE_OP_STAT:        return KVP__REPLY__BODY_STAT;
     case KVP_WIRE_OP_LIST:        return KVP__REPLY__BODY_LIST;
+    case KVP_WIRE_OP_APPEND:      return KVP__REPLY__BODY_APPEND;
     default:                      return KVP__REPLY__BODY__NOT_SET;
     }
 }
@@ -666,6 +724,9 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         }
         rep->n_pages = (uint32_t)r->get_pages->n_page_len;
         return lens_copy(r->get_pages->page_len, rep->n_pages, &rep->page_lens);
+    case KVP__REPLY__BODY_APPEND:
+        rep->sealed = r->append->sealed;
+        return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     case KVP__REPLY__BODY_LOOKUP:
         rep->hit_chunks = r->lookup->hit_chunks;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");

@@ -48,17 +48,9 @@ static kvp_status_t layer_gather(const char *sid, const kvp_session_desc_t *cur,
     if (cur->tail_tokens > 0) {
         const uint8_t  *p = cur->tail + *tail_off;
         kvp_page_info_t info;
-        size_t          len;
-        kvp_status_t    status = kvp_page_parse(p, cur->tail_len - *tail_off, &info);
+        size_t          len = kvp_page_len_at(p, cur->tail_len - *tail_off); /* back to back */
+        kvp_status_t    status = len > 0 ? kvp_page_parse(p, len, &info) : KVP_ERR_BAD_PAGE;
 
-        /* the tail pages sit back to back: parse the first with the rest as its bound */
-        if (status == KVP_ERR_BAD_PAGE && cur->tail_len - *tail_off >= KVP_PAGE_HDR_BYTES) {
-            uint32_t pl = (uint32_t)p[48] | (uint32_t)p[49] << 8 | (uint32_t)p[50] << 16 |
-                          (uint32_t)p[51] << 24;
-
-            len    = KVP_PAGE_HDR_BYTES + (size_t)pl;
-            status = len <= cur->tail_len - *tail_off ? kvp_page_parse(p, len, &info) : status;
-        }
         if (status != KVP_OK) {
             KVP_LOG_ERROR(MOD, "session %s tail page %u is unreadable: %s", sid, l,
                           kvp_status_str(status));

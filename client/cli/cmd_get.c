@@ -33,18 +33,6 @@ static void get_usage(FILE *out)
 }
 
 /* Bytes of the page at p (header + payload_len), if it fits in rem; 0 otherwise. */
-static size_t page_len_at(const uint8_t *p, size_t rem)
-{
-    size_t len;
-
-    if (rem < KVP_PAGE_HDR_BYTES) {
-        return 0;
-    }
-    len = KVP_PAGE_HDR_BYTES + ((size_t)p[48] | (size_t)p[49] << 8 | (size_t)p[50] << 16 |
-                                (size_t)p[51] << 24);
-    return len <= rem ? len : 0;
-}
-
 /* Decode one page into kv at token first of its layer; it must hold want tokens of layer l. */
 static kvp_status_t get_decode(const uint8_t *page, size_t len, kvp_kv_t *kv, uint32_t l,
                                uint32_t first, uint32_t want, kvp_page_info_t *info)
@@ -70,7 +58,7 @@ static kvp_status_t get_shape(const kvp_session_pages_t *sp, kvp_kv_t *kv)
 {
     const kvp_session_desc_t *d = &sp->desc;
     const uint8_t            *p = sp->n_pages ? sp->pages[0] : d->tail;
-    size_t n = sp->n_pages ? sp->page_lens[0] : page_len_at(d->tail, d->tail_len);
+    size_t n = sp->n_pages ? sp->page_lens[0] : kvp_page_len_at(d->tail, d->tail_len);
     uint64_t                  T = (uint64_t)d->n_chunks * d->page_tokens + d->tail_tokens;
     kvp_page_info_t           info;
     kvp_status_t              s;
@@ -114,7 +102,7 @@ static kvp_status_t get_decode_all(const get_opts_t *g, const kvp_session_pages_
     }
     kvp_progress_done();
     for (uint32_t l = 0; s == KVP_OK && l < d->n_tail; l++) {
-        size_t len = page_len_at(d->tail + off, d->tail_len - off);
+        size_t len = kvp_page_len_at(d->tail + off, d->tail_len - off);
 
         s = get_decode(d->tail + off, len, kv, l, d->n_chunks * P, d->tail_tokens, &info);
         if (s != KVP_OK) {

@@ -100,6 +100,15 @@ class _ClientParams(ctypes.Structure):
                 ("max_inflight", ctypes.c_uint32)]
 
 
+class _Append(ctypes.Structure):
+    _fields_ = [("codec", ctypes.c_int), ("ns_fingerprint", ctypes.c_uint64),
+                ("layers", ctypes.c_uint32), ("heads", ctypes.c_uint32),
+                ("head_dim", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
+                ("dtype", ctypes.c_int), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                ("ntok", ctypes.c_uint32), ("ids", ctypes.POINTER(ctypes.c_uint32)),
+                ("n_ids", ctypes.c_uint32)]
+
+
 _STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
                 "spills", "restores", "crc_failures", "disk_errors", "uptime_ms", "disk_bytes",
                 "disk_live_bytes", "requests", "bad_requests"]
@@ -281,6 +290,7 @@ def _declare(lib):
                                            P(P(_SessionPages))]),
         "kvp_session_pages_free": (None, [P(_SessionPages)]),
         "kvp_client_lookup": (st, [vp, u64, P(Key128), u32, u32, P(u32)]),
+        "kvp_client_append": (st, [vp, u64, c.c_char_p, P(_Append), P(u32)]),
         "kvp_client_spill": (st, [vp, u64, c.c_char_p]),
         "kvp_client_stat": (st, [vp, P(_NodeStat)]),
         "kvp_client_delete_session": (st, [vp, u64, c.c_char_p]),
@@ -656,6 +666,35 @@ class Client(_Handle):
             self._handle(), _u(ns, "ns", 64), _sid(sid), None, cb, None, ctypes.byref(out)))
         _check(status, f"get_session '{sid}'")
         return _pages_take(out)
+
+    def append(self, ns, sid, codec, geometry, k, v, ids, fingerprint=None, dtype=None):
+        """Append tokens to session sid's fp16 tail on the node, which seals every full chunk of
+        page_tokens into pages of codec (kvp_client_append: the decode->store return path; the
+        next turn's prefill finds them with lookup). geometry: (layers, heads, head_dim,
+        page_tokens); k, v: buffers of [layers][ntok][heads][head_dim] fp32 (or fp16 bits with
+        dtype="f16"); ids: the ids of the session's current tail tokens, then the ntok new ones;
+        fingerprint: chained into chunk keys (default ns, the usual ns_fingerprint). Returns the
+        chunks sealed."""
+        layers, heads, head_dim, page_tokens = (_u(x, "geometry") for x in geometry)
+        kb, kn, kf = _buf(k, "k")
+        vb, vn, vf = _buf(v, "v")
+        dt = _dtype(dtype, kf, "k")
+        if _dtype(dtype, vf, "v") != dt:
+            raise ValueError("k and v have different dtypes")
+        row = layers * heads * head_dim * (4 if dt == DTYPE_F32 else 2)
+        if not row or kn % row or kn != vn or kn == 0:
+            raise ValueError(f"k and v must be the same whole number of {row}-byte tokens "
+                             f"(every layer), got {kn} and {vn} bytes")
+        ids_c = (ctypes.c_uint32 * max(1, len(ids)))(*[_u(i, "id") for i in ids])
+        a = _Append(_codec_id(codec), _u(ns if fingerprint is None else fingerprint,
+                                         "fingerprint", 64), layers, heads, head_dim,
+                    page_tokens, dt, ctypes.cast(kb, ctypes.c_void_p),
+                    ctypes.cast(vb, ctypes.c_void_p), kn // row, ids_c, len(ids))
+        sealed = ctypes.c_uint32()
+        _check(_L().kvp_client_append(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                      ctypes.byref(a), ctypes.byref(sealed)),
+               f"append to '{sid}'")
+        return sealed.value
 
     def lookup(self, ns, keys, layers):
         """How many leading chunks of keys the node holds on all layers."""

@@ -295,6 +295,28 @@ def run_node():
             raises(lambda: c.get_session(ns, "nope"), kvpack.KvpError, {"ERR_NOT_FOUND"})
             raises(lambda: c.put_session(ns, "x" * 128, desc), ValueError)
 
+            # append: a decode's tokens onto a session's fp16 tail, full chunks sealed by the node
+            nsa, g, row = kvpack.ns_fingerprint("append", L, H, D, P, "fp16"), (L, H, D, P), H * D
+            ids = list(range(5000, 5000 + P + 3))
+            k1, v1 = values(L * 3 * row, 9), values(L * 3 * row, 10)
+            k2, v2 = values(L * P * row, 11), values(L * P * row, 12)
+            check(c.append(nsa, "app", "fp16", g, k1, v1, ids[:3]) == 0, "3 tokens sealed a chunk")
+            check(c.append(nsa, "app", "fp16", g, k2, v2, ids) == 1, "P more did not seal one")
+            got = c.get_session(nsa, "app")
+            check(got.desc.chunk_keys == [kvpack.chunk_key(None, nsa, ids[:P])] and
+                  got.desc.tail_tokens == 3 and len(got.pages) == L, f"appended record {got.desc}")
+            for layer in range(L):
+                ek = k1[layer * 3 * row:(layer + 1) * 3 * row] + k2[layer * P * row:
+                                                                    (layer * P + P - 3) * row]
+                tk = k2[(layer * P + P - 3) * row:(layer + 1) * P * row]
+                check(kvpack.page_decode(got.pages[layer])[0] == ek and
+                      kvpack.page_decode(got.desc.tail_pages[layer])[0] == tk,
+                      f"appended layer {layer}: the sealed page or the tail differs")
+            raises(lambda: c.append(nsa, "app", "kivi", g, k1, v1, ids[P:]), kvpack.KvpError,
+                   {"ERR_WRONG_CODEC"})
+            raises(lambda: c.append(nsa, "app", "fp16", g, k1, v1[:-1], ids[P:]), ValueError)
+            check(c.get_session(nsa, "app").pages == got.pages, "a refused append changed it")
+
             # C CLI -> Python: `kvpack put` a .kvd, read it here, decode to eval's values
             kk, vv = values(L * T * H * D, 7), values(L * T * H * D, 8)
             write_kvd(os.path.join(tmp, "c.kvd"), kk, vv, L, T)

@@ -57,7 +57,8 @@ def check_layouts():
                                   check=True).stdout)
     py = {"kvp_cluster_params_t": kvpack._ClusterParams, "kvp_cluster_try_t": kvpack._ClusterTry,
           "kvp_cluster_report_t": kvpack._ClusterReport, "kvp_cluster_list_t": kvpack._ClusterList,
-          "kvp_session_info_t": kvpack._SessionInfo, "kvp_client_params_t": kvpack._ClientParams}
+          "kvp_session_info_t": kvpack._SessionInfo, "kvp_client_params_t": kvpack._ClientParams,
+          "kvp_append_t": kvpack._Append}
     for name, cls in py.items():
         got = {"size": kvpack.ctypes.sizeof(cls)}
         got.update({f: getattr(cls, f).offset for f in c[name] if f != "size"})

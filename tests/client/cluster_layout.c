@@ -1,5 +1,5 @@
 /* cluster_layout.c - prints, as one JSON object, sizeof and every field offset of the cluster.h
- * structs (and the kvpack.h ones they embed) that client/python/kvpack.py mirrors with ctypes;
+ * structs and the kvpack.h ones that client/python/kvpack.py mirrors with ctypes;
  * check_python_cluster.py compares them with ctypes.sizeof and the fields' offsets. */
 #include "kvpack/cluster.h"
 
@@ -35,6 +35,11 @@ int main(void)
     S(kvp_session_info_t);
     F(kvp_session_info_t, ns); F(kvp_session_info_t, sid); F(kvp_session_info_t, where);
     F(kvp_session_info_t, bytes); F(kvp_session_info_t, version); F(kvp_session_info_t, deleted);
+    printf("}");
+    S(kvp_append_t);
+    F(kvp_append_t, codec); F(kvp_append_t, ns_fingerprint); F(kvp_append_t, layers);
+    F(kvp_append_t, page_tokens); F(kvp_append_t, dtype); F(kvp_append_t, k);
+    F(kvp_append_t, v); F(kvp_append_t, ntok); F(kvp_append_t, ids); F(kvp_append_t, n_ids);
     printf("}");
     S(kvp_client_params_t);
     F(kvp_client_params_t, server); F(kvp_client_params_t, timeout_ms);

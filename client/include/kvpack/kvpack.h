@@ -140,6 +140,30 @@ kvp_status_t kvp_client_get_session_cb(kvp_client_h client, uint64_t ns, const c
                                        const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
                                        void *cb_arg, kvp_session_pages_t **out_p);
 void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op */
+/* Append tokens to a session's fp16 tail on the node (the decode->store return path, DESIGN 4:
+ * the decode adds the turn's tokens, and the next turn's prefill finds the sealed chunks with
+ * lookup). Every time the tail reaches page_tokens tokens the node seals them into pages of codec
+ * (the namespace's) under the next chunk key, kvp_chunk_key(previous key, ns_fingerprint, their
+ * ids). k, v: [layers][ntok][heads][head_dim] of dtype; ids: the ids of the session's current
+ * tail tokens, then the ntok new ones (n_ids = tail_tokens + ntok). The first append creates the
+ * session; an append keeps the record's version. *sealed_p (may be NULL): chunks sealed.
+ * KVP_ERR_INVALID for a geometry that differs from the session's or a wrong ids count,
+ * KVP_ERR_WRONG_CODEC for another codec than the namespace's, KVP_ERR_BAD_INPUT_DATA for NaN/Inf;
+ * on an error the session is as it was. The node serialises appends; a put of the same session
+ * at the same time is not ordered against one. One node: a cluster's replicas are not kept in
+ * step by it (put the session to them instead). */
+typedef struct {
+    kvp_codec_id_t  codec;          /* of sealed pages */
+    uint64_t        ns_fingerprint; /* chained into chunk keys */
+    uint32_t        layers, heads, head_dim, page_tokens;
+    kvp_dtype_t     dtype;          /* of k and v */
+    const void     *k, *v;          /* [layers][ntok][heads][head_dim] */
+    uint32_t        ntok;
+    const uint32_t *ids;            /* tail_tokens + ntok ids */
+    uint32_t        n_ids;
+} kvp_append_t;
+kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
+                               const kvp_append_t *append, uint32_t *sealed_p);
 /* How many leading chunks of keys[0..n) the node holds on all layers. */
 kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,
                                uint32_t n, uint32_t layers, uint32_t *hit_chunks_p);

@@ -107,6 +107,11 @@ void kvp_page_seal(void *page);
  * Returns KVP_ERR_BAD_PAGE for inconsistent or truncated input, KVP_ERR_CORRUPT for a CRC mismatch.
  * info_p may be NULL. */
 kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_p);
+/* The length of the page starting at p (header + payload_len), read from its header without
+ * checking it, when that fits the rem bytes available; 0 when it does not (or rem is shorter than
+ * a header). For walking pages stored back to back (a session's fp16 tail); kvp_page_parse then
+ * checks each. */
+size_t kvp_page_len_at(const void *p, size_t rem);
 
 /* Payload bytes a codec needs for this geometry (valid tokens included, capacity P). 0 when the
  * geometry is not supported by the codec. Implemented by the codec layer (codec.c). */

@@ -38,8 +38,23 @@ typedef enum {
     KVP_WIRE_OP_STAT        = 7,
     KVP_WIRE_OP_DELETE      = 8,
     KVP_WIRE_OP_LIST        = 9,
-    KVP_WIRE_OP_MAX         = 10
+    KVP_WIRE_OP_APPEND      = 10,
+    KVP_WIRE_OP_MAX         = 11
 } kvp_wire_op_t;
+
+#define KVP_WIRE_MAX_APPEND_TOKENS (1u << 20) /* new tokens per APPEND */
+
+/* APPEND: tokens' K/V for a session's tail (AppendReq in kvpack.proto); data = K then V, each
+ * layers * ntok * heads * head_dim values of dtype (KVP_DTYPE_F16 or F32). */
+typedef struct {
+    uint32_t  codec;       /* kvp_codec_id_t of sealed pages */
+    uint64_t  fingerprint; /* chained into chunk keys */
+    uint32_t  layers, heads, head_dim, page_tokens;
+    uint32_t  dtype;       /* kvp_dtype_t */
+    uint32_t  ntok;
+    uint32_t  n_ids;       /* the current tail's ids, then the ntok new ones */
+    uint32_t *ids;
+} kvp_wire_append_t;
 
 /* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and
  * freed by kvp_wire_req_clear. Fields not used by op are zero. */
@@ -66,6 +81,7 @@ typedef struct {
     uint32_t      deleted;            /* LIST: also list tombstones */
     uint32_t      drop;               /* DELETE: drop a replica (version = the newest it may
                                        * have), no tombstone */
+    kvp_wire_append_t append;         /* APPEND (with ns, sid) */
 } kvp_wire_req_t;
 
 typedef struct {
@@ -111,6 +127,7 @@ typedef struct {
     uint32_t            n_sessions; /* LIST */
     kvp_wire_session_t *sessions;
     uint32_t            more;       /* LIST: sessions after the last one remain */
+    uint32_t            sealed;     /* APPEND: chunks sealed */
 } kvp_wire_rep_t;
 
 const char *kvp_wire_op_name(kvp_wire_op_t op); /* never NULL */

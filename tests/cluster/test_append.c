@@ -1,0 +1,224 @@
+/* test_append.c - APPEND end to end (kvp_client_append -> kvpackd -> kvp_store_session_append):
+ * a decode's tokens appended to a session in pieces; every P tokens become a kivi page under
+ * kvp_chunk_key(previous, fingerprint, ids), byte-identical to the page this process encodes
+ * from the same tokens, and the rest stay the fp16 tail; lookup finds the sealed chunks; the
+ * record's version is kept. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a
+ * chunk to seal (BAD_INPUT_DATA), a wrong id count (INVALID: the node counts the tail), and hand-made
+ * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). */
+#include "node_harness.h"
+
+#include "kvpack/log.h"
+
+#define L   2u
+#define H   2u
+#define D   64u
+#define P   32u
+#define MAX 96u /* tokens in the test */
+
+static uint64_t fp;  /* the namespace: kivi, L x H x D, P */
+
+/* K/V of token t, layer l, head h, dim d: exact in fp16 */
+static float kv(int v, uint32_t l, uint32_t t, uint32_t h, uint32_t d)
+{
+    return (float)((int)((t * 7 + l * 13 + h * 5 + d * 3 + (uint32_t)v * 11) % 61) - 30) / 8.0f;
+}
+
+/* tokens [t0, t0 + n) as the append's [layers][n][heads][dim] fp32 K or V */
+static float *tokens(int v, uint32_t t0, uint32_t n)
+{
+    float *x = kvp_malloc((size_t)L * n * H * D * sizeof(float), "t");
+
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t t = 0; t < n; t++) {
+            for (uint32_t h = 0; h < H; h++) {
+                for (uint32_t d = 0; d < D; d++) {
+                    x[(((size_t)l * n + t) * H + h) * D + d] = kv(v, l, t0 + t, h, d);
+                }
+            }
+        }
+    }
+    return x;
+}
+
+static uint32_t ids[MAX];
+
+/* Append tokens [t0, t0 + n) to a session whose tail holds tokens [tail0, t0). */
+static kvp_status_t append(kvp_client_h c, const char *sid, uint32_t tail0, uint32_t t0,
+                           uint32_t n, kvp_codec_id_t codec, uint32_t *sealed)
+{
+    float       *k = tokens(0, t0, n), *v = tokens(1, t0, n);
+    kvp_append_t a = {codec, fp, L, H, D, P, KVP_DTYPE_F32, k, v, n, ids + tail0, t0 - tail0 + n};
+    kvp_status_t s = kvp_client_append(c, fp, sid, &a, sealed);
+
+    kvp_free(k);
+    kvp_free(v);
+    return s;
+}
+
+/* The session holds chunks [0, chunks) sealed as this process encodes them and tokens
+ * [chunks * P, total) in its tail. */
+static void check_session(kvp_client_h c, const char *sid, uint32_t chunks, uint32_t total)
+{
+    kvp_session_pages_t *sp = NULL;
+    kvp_key128_t         key = {0, 0};
+    uint32_t             hit = 0;
+
+    CHECK_OK(kvp_client_get_session(c, fp, sid, &sp));
+    if (sp == NULL) {
+        return;
+    }
+    CHECK(sp->desc.n_chunks == chunks && sp->desc.tail_tokens == total - chunks * P &&
+          sp->desc.layers == L && sp->desc.page_tokens == P);
+    for (uint32_t ch = 0; ch < chunks && ch < sp->desc.n_chunks; ch++) {
+        kvp_page_params_t pp = {0};
+        float            *k = tokens(0, ch * P, P), *v = tokens(1, ch * P, P);
+
+        key = kvp_chunk_key(ch ? &key : NULL, fp, ids + ch * P, P);
+        CHECK(sp->desc.chunk_keys[ch].lo == key.lo && sp->desc.chunk_keys[ch].hi == key.hi);
+        for (uint32_t l = 0; l < L; l++) {
+            size_t   cap, len, i = (size_t)ch * L + l;
+            uint8_t *page;
+
+            pp.codec = KVP_CODEC_KIVI, pp.heads = H, pp.head_dim = D, pp.page_tokens = P;
+            pp.layer = l, pp.first_pos = (uint64_t)ch * P, pp.chunk_key = key;
+            cap  = kvp_page_max_bytes(&pp);
+            page = kvp_malloc(cap, "t");
+            CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, k + (size_t)l * P * H * D,
+                                     v + (size_t)l * P * H * D, P, page, cap, &len));
+            CHECK(sp->page_lens[i] == len && memcmp(sp->pages[i], page, len) == 0);
+            kvp_free(page);
+        }
+        kvp_free(k);
+        kvp_free(v);
+    }
+    if (total > chunks * P) { /* the tail: fp16 pages of the rest, exact */
+        size_t          off = 0;
+        uint32_t        rest = total - chunks * P;
+        float          *k = tokens(0, chunks * P, rest), *v = tokens(1, chunks * P, rest);
+        float          *dk = kvp_malloc((size_t)P * H * D * sizeof(float), "t");
+        float          *dv = kvp_malloc((size_t)P * H * D * sizeof(float), "t");
+        kvp_page_info_t info;
+
+        for (uint32_t l = 0; l < L; l++) {
+            size_t len = kvp_page_len_at(sp->desc.tail + off, sp->desc.tail_len - off);
+
+            CHECK_OK(kvp_page_parse(sp->desc.tail + off, len, &info));
+            CHECK_OK(kvp_page_decode(sp->desc.tail + off, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL,
+                                     dk, dv, NULL));
+            CHECK(info.valid == rest && info.layer == l &&
+                  memcmp(dk, k + (size_t)l * rest * H * D, (size_t)rest * H * D * 4) == 0 &&
+                  memcmp(dv, v + (size_t)l * rest * H * D, (size_t)rest * H * D * 4) == 0);
+            off += len;
+        }
+        kvp_free(k);
+        kvp_free(v);
+        kvp_free(dk);
+        kvp_free(dv);
+    }
+    CHECK_OK(kvp_client_lookup(c, fp, sp->desc.chunk_keys, sp->desc.n_chunks, L, &hit));
+    CHECK(hit == chunks);
+    kvp_session_pages_free(sp);
+}
+
+static uint64_t version_of(kvp_client_h c, const char *sid)
+{
+    kvp_session_pages_t *sp = NULL;
+    uint64_t             v  = 0;
+
+    CHECK_OK(kvp_client_get_session(c, fp, sid, &sp));
+    v = sp != NULL ? sp->version : 0;
+    kvp_session_pages_free(sp);
+    return v;
+}
+
+/* Hand-made APPEND requests the node must refuse as PROTOCOL, the session untouched. */
+static void raw_bad(const test_node_t *n, kvp_client_h c)
+{
+    test_raw_t     r;
+    kvp_wire_req_t req;
+    uint8_t       *hdr, *data;
+    size_t         hl, one = (size_t)L * 4 * H * D * 2; /* 4 fp16 tokens, K or V */
+
+    data = kvp_calloc(2, one + 64, "t");
+    test_raw_open(&r, n->port);
+    memset(&req, 0, sizeof(req));
+    req.op     = KVP_WIRE_OP_APPEND;
+    req.req_id = 91;
+    req.ns     = fp;
+    snprintf(req.sid, sizeof(req.sid), "s");
+    req.append = (kvp_wire_append_t){KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, 4, 4 + 2 * P,
+                                     ids};
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl)); /* ids: more than the tail can hold */
+    test_raw_call(&r, hdr, hl, data, 2 * one);
+    CHECK(r.rep.req_id == 91 && r.rep.status == KVP_ERR_PROTOCOL);
+    kvp_free(hdr);
+    req.append.n_ids = 4 + (MAX % P);
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
+    test_raw_call(&r, hdr, hl, data, 2 * one - 2); /* K/V cut short */
+    CHECK(r.rep.status == KVP_ERR_PROTOCOL);
+    test_raw_call(&r, hdr, hl, data, 2 * one + 64); /* and too long */
+    CHECK(r.rep.status == KVP_ERR_PROTOCOL);
+    kvp_free(hdr);
+    test_raw_close(&r);
+    kvp_free(data);
+    (void)c;
+}
+
+int main(void)
+{
+    test_node_t  n;
+    kvp_client_h c;
+    uint32_t     sealed = 99;
+    uint64_t     v;
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    for (uint32_t i = 0; i < MAX; i++) {
+        ids[i] = 1000u + i * 7u;
+    }
+    fp = kvp_ns_fingerprint("append-test", L, H, D, P, KVP_CODEC_KIVI);
+    test_node_mkdir(&n);
+    test_node_start(&n, "--durability=write-through");
+    c = test_client(n.addr, 5000);
+
+    /* 20 tokens: a tail only; then 30 more: one chunk sealed, 18 in the tail */
+    CHECK_OK(append(c, "s", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
+    CHECK(sealed == 0);
+    check_session(c, "s", 0, 20);
+    v = version_of(c, "s");
+    CHECK_OK(append(c, "s", 0, 20, 30, KVP_CODEC_KIVI, &sealed));
+    CHECK(sealed == 1);
+    check_session(c, "s", 1, 50);
+    CHECK(version_of(c, "s") == v); /* an append keeps the version */
+
+    /* bad input: nothing changes */
+    CHECK_ST(append(c, "s", 32, 50, 20, KVP_CODEC_FP16, NULL), KVP_ERR_WRONG_CODEC);
+    {
+        float       *k = tokens(0, 50, 20), *vv = tokens(1, 50, 20);
+        kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, vv, 20, ids + 32, 38};
+
+        k[5] = NAN; /* token 50 seals with the tail's 18 */
+        CHECK_ST(kvp_client_append(c, fp, "s", &a, NULL), KVP_ERR_BAD_INPUT_DATA);
+        a.n_ids = 20; /* must be the tail's 18 ids + the 20 new ones: the node refuses it */
+        k[5]    = 0.5f;
+        CHECK_ST(kvp_client_append(c, fp, "s", &a, NULL), KVP_ERR_INVALID);
+        kvp_free(k);
+        kvp_free(vv);
+    }
+    raw_bad(&n, c);
+    check_session(c, "s", 1, 50);
+
+    /* the rest in one append (two more chunks sealed), then after a restart from disk */
+    CHECK_OK(append(c, "s", 32, 50, MAX - 50, KVP_CODEC_KIVI, &sealed));
+    CHECK(sealed == 2);
+    check_session(c, "s", 3, MAX);
+    kvp_client_destroy(c);
+    CHECK(test_node_stop(&n, SIGTERM) == 0);
+    test_node_start(&n, "--durability=write-through");
+    c = test_client(n.addr, 5000);
+    check_session(c, "s", 3, MAX);
+    kvp_client_destroy(c);
+    CHECK(test_node_stop(&n, SIGTERM) == 0);
+    test_node_rmdir(&n);
+    printf("test_append: all checks passed\n");
+    return 0;
+}
