@@ -22,6 +22,7 @@ static uint64_t rnd(void)
 
 static kvp_key128_t keys[5] = {{1, 2}, {3, 4}, {5, 6}, {~0ull, 7}, {8, ~0ull}};
 static uint32_t     lens[3] = {100, 64, 70000};
+static uint32_t     append_ids[8] = {11, 12, 13, 14, 15, 16, 17, 18};
 
 /* One request of every op, with the data length that goes with it. */
 static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
@@ -98,6 +99,12 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         strcpy(r->sid, "s4");
         r->max_bytes = 1 << 20;
         return 1;
+    case 12: /* APPEND: 5 fp16 tokens of 2 layers x 4 heads x 64 onto a tail of 3 */
+        r->op = KVP_WIRE_OP_APPEND;
+        strcpy(r->sid, "appended");
+        r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids};
+        *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
+        return 1;
     }
     return 0;
 }
@@ -115,6 +122,14 @@ static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
     for (uint32_t i = 0; i < a->n_keys; i++) {
         CHECK(a->keys[i].lo == b->keys[i].lo && a->keys[i].hi == b->keys[i].hi);
     }
+    CHECK(a->append.codec == b->append.codec && a->append.fingerprint == b->append.fingerprint &&
+          a->append.layers == b->append.layers && a->append.heads == b->append.heads &&
+          a->append.head_dim == b->append.head_dim &&
+          a->append.page_tokens == b->append.page_tokens && a->append.dtype == b->append.dtype &&
+          a->append.ntok == b->append.ntok && a->append.n_ids == b->append.n_ids);
+    for (uint32_t i = 0; i < a->append.n_ids; i++) {
+        CHECK(a->append.ids[i] == b->append.ids[i]);
+    }
 }
 
 static void test_req_roundtrip(void)
@@ -130,7 +145,8 @@ static void test_req_roundtrip(void)
         check_req_equal(&r, &u);
         kvp_wire_req_clear(&u);
         /* the data length must match what the header describes */
-        if (r.op != KVP_WIRE_OP_PUT_PAGES && r.op != KVP_WIRE_OP_PUT_SESSION) {
+        if (r.op != KVP_WIRE_OP_PUT_PAGES && r.op != KVP_WIRE_OP_PUT_SESSION &&
+            r.op != KVP_WIRE_OP_APPEND) {
             CHECK(kvp_wire_req_unpack(buf, len, 1, &u) == KVP_ERR_PROTOCOL);
         } else {
             CHECK(kvp_wire_req_unpack(buf, len, dl - 1, &u) == KVP_ERR_PROTOCOL);
@@ -217,6 +233,18 @@ static void test_req_invalid(void)
         r.limit = k ? KVP_WIRE_MAX_LIST + 1 : 0;
         CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
         CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
+        CHECK(u.req_id == r.req_id);
+        kvp_wire_req_clear(&u);
+        kvp_free(buf);
+    }
+    /* APPEND: fewer ids than new tokens, a full tail's worth more, no tokens, a bad dtype */
+    for (int k = 0; k < 4; k++) {
+        make_req(12, &r, &dl);
+        r.append.n_ids       = k == 0 ? 4 : k == 1 ? 5 + 128 : r.append.n_ids;
+        r.append.ntok        = k == 2 ? 0 : r.append.ntok;
+        r.append.dtype       = k == 3 ? 7 : r.append.dtype;
+        CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
+        CHECK(kvp_wire_req_unpack(buf, len, dl, &u) == KVP_ERR_PROTOCOL);
         CHECK(u.req_id == r.req_id);
         kvp_wire_req_clear(&u);
         kvp_free(buf);
@@ -347,6 +375,18 @@ static void test_rep(void)
         CHECK(s == KVP_OK || s == KVP_ERR_PROTOCOL);
         kvp_wire_rep_clear(&u);
     }
+    kvp_free(buf);
+    /* append OK: chunks sealed; no data may come with it */
+    memset(&r, 0, sizeof(r));
+    r.op     = KVP_WIRE_OP_APPEND;
+    r.req_id = 12;
+    r.sealed = 2;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK && u.sealed == 2 && u.op == r.op);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 1, &u) == KVP_ERR_PROTOCOL);
+    kvp_wire_rep_clear(&u);
+    rep_truncations_fail(buf, len, 0);
     kvp_free(buf);
 }
 
