@@ -4,10 +4,14 @@
  * from the same tokens, and the rest stay the fp16 tail; lookup finds the sealed chunks; the
  * record's version is kept. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a
  * chunk to seal (BAD_INPUT_DATA), a wrong id count (INVALID: the node counts the tail), and hand-made
- * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). */
+ * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). Two
+ * clients appending to one session at once: the node serialises them, so the second finds a
+ * longer tail than its ids name and is refused (INVALID) instead of overwriting the first. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
+
+#include <pthread.h>
 
 #define L   2u
 #define H   2u
@@ -164,6 +168,50 @@ static void raw_bad(const test_node_t *n, kvp_client_h c)
     (void)c;
 }
 
+/* Two clients race to append 10 tokens each to a new session (both name an empty tail). */
+typedef struct {
+    const char  *addr, *sid;
+    kvp_status_t status;
+} racer_t;
+
+static void *racer_main(void *arg)
+{
+    racer_t     *r = arg;
+    kvp_client_h c = test_client(r->addr, 5000);
+
+    r->status = append(c, r->sid, 0, 0, 10, KVP_CODEC_KIVI, NULL);
+    kvp_client_destroy(c);
+    return NULL;
+}
+
+static void race(const test_node_t *n, kvp_client_h c)
+{
+    int both = 0;
+
+    for (int k = 0; k < 20; k++) {
+        char                 sid[16];
+        racer_t              r[2];
+        pthread_t            t[2];
+        kvp_session_pages_t *sp = NULL;
+
+        snprintf(sid, sizeof(sid), "race-%d", k);
+        for (int i = 0; i < 2; i++) {
+            r[i] = (racer_t){n->addr, sid, KVP_ERR_IO};
+            CHECK(pthread_create(&t[i], NULL, racer_main, &r[i]) == 0);
+        }
+        for (int i = 0; i < 2; i++) {
+            pthread_join(t[i], NULL);
+        }
+        both += r[0].status == KVP_OK && r[1].status == KVP_OK;
+        CHECK((r[0].status == KVP_OK) != (r[1].status == KVP_OK));
+        CHECK(r[0].status == KVP_ERR_INVALID || r[1].status == KVP_ERR_INVALID);
+        CHECK_OK(kvp_client_get_session(c, fp, sid, &sp));
+        CHECK(sp != NULL && sp->desc.tail_tokens == 10 && sp->desc.n_chunks == 0);
+        kvp_session_pages_free(sp);
+    }
+    CHECK(both == 0);
+}
+
 int main(void)
 {
     test_node_t  n;
@@ -206,6 +254,7 @@ int main(void)
     }
     raw_bad(&n, c);
     check_session(c, "s", 1, 50);
+    race(&n, c);
 
     /* the rest in one append (two more chunks sealed), then after a restart from disk */
     CHECK_OK(append(c, "s", 32, 50, MAX - 50, KVP_CODEC_KIVI, &sealed));
