@@ -149,8 +149,9 @@ void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op
  * session; an append keeps the record's version. *sealed_p (may be NULL): chunks sealed.
  * KVP_ERR_INVALID for a geometry that differs from the session's or a wrong ids count,
  * KVP_ERR_WRONG_CODEC for another codec than the namespace's, KVP_ERR_BAD_INPUT_DATA for NaN/Inf;
- * on an error the session is as it was. The node serialises appends; a put of the same session
- * at the same time is not ordered against one. One node: a cluster's replicas are not kept in
+ * on an error the session is as it was. The node serialises appends, so one whose ids name a
+ * shorter tail than the session has by then (another append came first) is KVP_ERR_INVALID, not a
+ * lost update; a put of the same session at the same time is not ordered against one. One node: a cluster's replicas are not kept in
  * step by it (put the session to them instead). */
 typedef struct {
     kvp_codec_id_t  codec;          /* of sealed pages */
