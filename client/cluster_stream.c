@@ -273,9 +273,10 @@ kvp_status_t kvp_cluster_stream_open(kvp_cluster_h cluster, uint64_t ns, const c
     kvp_cluster_route_t  rt;
     kvp_status_t         st, first = KVP_OK;
 
-    if (cluster == NULL || sid == NULL || stream_p == NULL || strlen(sid) >= KVP_SID_MAX) {
-        KVP_LOG_ERROR(MOD, "stream: NULL cluster, session id or output pointer, or a session id "
-                      "of %d bytes or more", (int)KVP_SID_MAX);
+    if (cluster == NULL || sid == NULL || stream_p == NULL || sid[0] == '\0' ||
+        strlen(sid) >= KVP_SID_MAX) {
+        KVP_LOG_ERROR(MOD, "stream: NULL cluster or output pointer, or a session id not of 1..%d "
+                      "bytes", (int)KVP_SID_MAX - 1);
         return KVP_ERR_INVALID;
     }
     s = kvp_calloc(1, sizeof(*s), "cluster stream");

@@ -152,6 +152,7 @@ int main(void)
 
     /* open refuses bad arguments */
     CHECK_ST(kvp_cluster_stream_open(cl, NS, NULL, NULL, &st), KVP_ERR_INVALID);
+    CHECK_ST(kvp_cluster_stream_open(cl, NS, "", NULL, &st), KVP_ERR_INVALID);
     CHECK_ST(kvp_cluster_stream_open(cl, NS, "s", "nohostport", &st), KVP_ERR_INVALID);
 
     /* every layer to the first two of the rank and to D */
