@@ -2,7 +2,8 @@
  * a decode's tokens appended to a session in pieces; every P tokens become a kivi page under
  * kvp_chunk_key(previous, fingerprint, ids), byte-identical to the page this process encodes
  * from the same tokens, and the rest stay the fp16 tail; lookup finds the sealed chunks; the
- * record's version is kept. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a
+ * record's version is kept; after a restart the session comes back from disk and takes further
+ * appends. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a
  * chunk to seal (BAD_INPUT_DATA), a wrong id count (INVALID: the node counts the tail), and hand-made
  * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). Two
  * clients appending to one session at once: the node serialises them, so the second finds a
@@ -17,7 +18,8 @@
 #define H   2u
 #define D   64u
 #define P   32u
-#define MAX 96u /* tokens in the test */
+#define MAX   136u /* tokens in the test */
+#define FIRST 96u  /* appended before the restart */
 
 static uint64_t fp;  /* the namespace: kivi, L x H x D, P */
 
@@ -256,15 +258,18 @@ int main(void)
     check_session(c, "s", 1, 50);
     race(&n, c);
 
-    /* the rest in one append (two more chunks sealed), then after a restart from disk */
-    CHECK_OK(append(c, "s", 32, 50, MAX - 50, KVP_CODEC_KIVI, &sealed));
+    /* up to FIRST in one append (two more chunks sealed), then after a restart from disk, and
+     * appended to there: the session read back from the SSD tier grows a fourth chunk */
+    CHECK_OK(append(c, "s", 32, 50, FIRST - 50, KVP_CODEC_KIVI, &sealed));
     CHECK(sealed == 2);
-    check_session(c, "s", 3, MAX);
+    check_session(c, "s", 3, FIRST);
     kvp_client_destroy(c);
     CHECK(test_node_stop(&n, SIGTERM) == 0);
     test_node_start(&n, "--durability=write-through");
     c = test_client(n.addr, 5000);
-    check_session(c, "s", 3, MAX);
+    CHECK_OK(append(c, "s", FIRST, FIRST, MAX - FIRST, KVP_CODEC_KIVI, &sealed));
+    CHECK(sealed == 1);
+    check_session(c, "s", 4, MAX);
     kvp_client_destroy(c);
     CHECK(test_node_stop(&n, SIGTERM) == 0);
     test_node_rmdir(&n);
