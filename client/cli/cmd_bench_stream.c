@@ -537,7 +537,8 @@ int kvp_cmd_bench_stream(int argc, char **argv)
         size_t               off = 0;
 
         for (uint32_t k = 0; k < o.replicas; k++) {
-            off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%s", k ? "," : "", addr[k]);
+            off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%s", k ? "," : "",
+                                    addr[k]);
         }
         memset(&clp, 0, sizeof(clp));
         clp.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS |
