@@ -2,7 +2,7 @@
  * a decode's tokens appended to a session in pieces; every P tokens become a kivi page under
  * kvp_chunk_key(previous, fingerprint, ids), byte-identical to the page this process encodes
  * from the same tokens, and the rest stay the fp16 tail; lookup finds the sealed chunks; the
- * record's version is kept; after a restart the session comes back from disk and takes further
+ * record's version is kept; fp16 input gives the same pages and tail; after a restart the session comes back from disk and takes further
  * appends. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a
  * chunk to seal (BAD_INPUT_DATA), a wrong id count (INVALID: the node counts the tail), and hand-made
  * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). Two
@@ -58,6 +58,28 @@ static kvp_status_t append(kvp_client_h c, const char *sid, uint32_t tail0, uint
 
     kvp_free(k);
     kvp_free(v);
+    return s;
+}
+
+/* The same tokens as fp16 (exact: the values are multiples of 1/8 within +-4) to session sid
+ * in one append of n tokens from 0; *sealed_p gets the chunks sealed. */
+static kvp_status_t append_f16(kvp_client_h c, const char *sid, uint32_t n, uint32_t *sealed_p)
+{
+    float       *k = tokens(0, 0, n), *v = tokens(1, 0, n);
+    size_t       m = (size_t)L * n * H * D;
+    uint16_t    *k16 = kvp_malloc(m * sizeof(uint16_t), "t"), *v16 = kvp_malloc(m * 2, "t");
+    kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, k16, v16, n, ids, n};
+    kvp_status_t s;
+
+    for (size_t i = 0; i < m; i++) {
+        k16[i] = kvp_f32_to_f16(k[i]);
+        v16[i] = kvp_f32_to_f16(v[i]);
+    }
+    s = kvp_client_append(c, fp, sid, &a, sealed_p);
+    kvp_free(k);
+    kvp_free(v);
+    kvp_free(k16);
+    kvp_free(v16);
     return s;
 }
 
@@ -239,6 +261,9 @@ int main(void)
     CHECK(sealed == 1);
     check_session(c, "s", 1, 50);
     CHECK(version_of(c, "s") == v); /* an append keeps the version */
+    CHECK_OK(append_f16(c, "s16", 50, &sealed)); /* fp16 input: the same pages and tail */
+    CHECK(sealed == 1);
+    check_session(c, "s16", 1, 50);
 
     /* bad input: nothing changes */
     CHECK_ST(append(c, "s", 32, 50, 20, KVP_CODEC_FP16, NULL), KVP_ERR_WRONG_CODEC);
