@@ -23,6 +23,7 @@ typedef struct {
     kvp_status_t     status; /* its first failure (KVP_OK while it is fine) */
     const char      *stage;  /* static: where status came from */
     int              mirror; /* also only: the ranked dst of the same address, + 1 (0: none) */
+    int              reused; /* st was kept from an earlier session */
 } dst_t;
 
 struct kvp_cluster_stream {
@@ -99,6 +100,7 @@ static kvp_status_t dst_open(kvp_cluster_stream_h s, dst_t *d, const char *addr)
         d->st     = *slot;
         *slot     = NULL;
         d->status = KVP_OK;
+        d->reused = 1;
         return KVP_OK;
     }
     c->cp.server = d->addr;
@@ -231,13 +233,31 @@ static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
     }
 }
 
-/* Finish one destination's stream (record at version) unless it already failed. */
+/* Finish one destination's stream (record at version) unless it already failed. A kept stream
+ * whose connection turns out to be gone (the node restarted since the session that kept it) is
+ * opened afresh once and carries the whole session again, so a node that came back still gets
+ * its copy. */
 static void dst_finish(kvp_cluster_stream_h s, dst_t *d, const kvp_session_desc_t *desc,
                        const void *const *pages, const size_t *lens, size_t n, uint64_t version)
 {
     if (d->st != NULL && d->status == KVP_OK) {
         d->status = kvp_put_stream_finish(d->st, s->sid, desc, pages, lens, n, version);
         d->stage  = "stream";
+    }
+    if (d->st != NULL && d->reused && kvp_cluster_status_unreachable(d->status)) {
+        kvp_cluster_h c = s->cluster;
+
+        kvp_put_stream_close(d->st);
+        d->st        = NULL;
+        d->reused    = 0;
+        c->cp.server = d->addr;
+        d->status    = kvp_put_stream_open(&c->cp, s->ns, &d->st);
+        d->status    = d->status == KVP_OK && s->n > 0
+                           ? kvp_put_stream_push(d->st, s->pages, s->lens, s->n) : d->status;
+        d->status    = d->status == KVP_OK ? kvp_put_stream_finish(d->st, s->sid, desc, pages,
+                                                                   lens, n, version)
+                                           : d->status;
+        d->stage     = "stream (reconnected)";
     }
 }
 

@@ -39,13 +39,15 @@ static inline void test_node_mkdir(test_node_t *n)
     CHECK(mkdtemp(n->dir) != NULL);
 }
 
-/* Start kvpackd on 127.0.0.1:0 with data in n->dir/data; waits up to 30 s for its ready file. */
-static inline void test_node_start(test_node_t *n, const char *extra_arg)
+/* Start kvpackd on 127.0.0.1:port (0: any free one) with data in n->dir/data; waits up to 30 s
+ * for its ready file. */
+static inline void test_node_start_at(test_node_t *n, uint16_t port, const char *extra_arg)
 {
-    char   ready[300], data[300];
+    char   ready[300], data[300], listen[32];
     double end;
     FILE  *f;
 
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
     snprintf(ready, sizeof(ready), "%s/ready", n->dir);
     snprintf(data, sizeof(data), "%s/data", n->dir);
     unlink(ready);
@@ -56,7 +58,7 @@ static inline void test_node_start(test_node_t *n, const char *extra_arg)
         if (fd >= 0) {
             dup2(fd, 1); /* the "listening on" line */
         }
-        execl(KVPACKD_PATH, "kvpackd", "--listen", "127.0.0.1:0", "--data-dir", data,
+        execl(KVPACKD_PATH, "kvpackd", "--listen", listen, "--data-dir", data,
               "--ready-file", ready, "--dram-budget", "256M", extra_arg, (char *)NULL);
         _exit(127);
     }
@@ -71,6 +73,11 @@ static inline void test_node_start(test_node_t *n, const char *extra_arg)
     fclose(f);
     CHECK(n->port != 0);
     snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%u", n->port);
+}
+
+static inline void test_node_start(test_node_t *n, const char *extra_arg)
+{
+    test_node_start_at(n, 0, extra_arg);
 }
 
 /* SIGTERM and wait; returns the exit status (or 128 + signal). */
