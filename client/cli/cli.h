@@ -40,6 +40,14 @@ bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_
 bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p);
 bool kvp_opt_flag(char **argv, int i, const char *name); /* exact match, no value */
 bool kvp_opt_help(int argc, char **argv);               /* any -h/--help present */
+/* The KV session options the benches that build sessions share (bench stream, bench transfer):
+ * --codec --layers --heads --head-dim --tokens --page-tokens --reps, consumed as kvp_opt_str/u64
+ * consume theirs; the caller sets the defaults and checks the ranges. */
+typedef struct {
+    const char *codec;
+    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps;
+} kvp_opt_kv_t;
+bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv);
 /* Report an unknown option and return exit status 2. */
 int  kvp_opt_unknown(const char *cmd, const char *arg);
 

@@ -64,6 +64,17 @@ bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_
     return true;
 }
 
+bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)
+{
+    return kvp_opt_str(argc, argv, i, "--codec", &kv->codec) ||
+           kvp_opt_u64(argc, argv, i, "--layers", &kv->layers) ||
+           kvp_opt_u64(argc, argv, i, "--heads", &kv->heads) ||
+           kvp_opt_u64(argc, argv, i, "--head-dim", &kv->head_dim) ||
+           kvp_opt_u64(argc, argv, i, "--tokens", &kv->tokens) ||
+           kvp_opt_u64(argc, argv, i, "--page-tokens", &kv->page_tokens) ||
+           kvp_opt_u64(argc, argv, i, "--reps", &kv->reps);
+}
+
 bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p)
 {
     const char *v = opt_match(argc, argv, i, name);

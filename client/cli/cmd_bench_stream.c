@@ -34,9 +34,9 @@
 #define MAX_NODES 5 /* --replicas up to 4, and the decode node */
 
 typedef struct {
-    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps, replicas;
-    const char *codec;
-    bool        json, decode_node;
+    kvp_opt_kv_t kv;
+    uint64_t     replicas;
+    bool         json, decode_node;
 } bs_opts_t;
 
 /* Where the prefill half puts: one node (c and its put stream ps), or a cluster of replicas
@@ -86,18 +86,18 @@ static void usage(FILE *out)
 
 static kvp_status_t bs_make(const bs_opts_t *o, kvp_codec_id_t codec, bs_set_t *s)
 {
-    size_t   n = (size_t)o->page_tokens * o->heads * o->head_dim;
+    size_t   n = (size_t)o->kv.page_tokens * o->kv.heads * o->kv.head_dim;
     uint32_t tokens[4096];
     uint64_t x = 0x9E3779B97F4A7C15ull;
 
     memset(s, 0, sizeof(*s));
-    s->layers         = (uint32_t)o->layers;
+    s->layers         = (uint32_t)o->kv.layers;
     s->ns             = 0x9f11;
-    s->chunks         = (uint32_t)(o->tokens / o->page_tokens);
+    s->chunks         = (uint32_t)(o->kv.tokens / o->kv.page_tokens);
     s->pp.codec       = codec;
-    s->pp.heads       = (uint32_t)o->heads;
-    s->pp.head_dim    = (uint32_t)o->head_dim;
-    s->pp.page_tokens = (uint32_t)o->page_tokens;
+    s->pp.heads       = (uint32_t)o->kv.heads;
+    s->pp.head_dim    = (uint32_t)o->kv.head_dim;
+    s->pp.page_tokens = (uint32_t)o->kv.page_tokens;
     s->cap            = kvp_page_max_bytes(&s->pp);
     s->k              = kvp_malloc(n * sizeof(float), "prefill k");
     s->v              = kvp_malloc(n * sizeof(float), "prefill v");
@@ -117,7 +117,7 @@ static kvp_status_t bs_make(const bs_opts_t *o, kvp_codec_id_t codec, bs_set_t *
     for (size_t i = 0; i < n; i++) { /* uniform in [-2, 2), a few outlier K channels */
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         s->k[i] = ((float)(x >> 40) / 16777216.0f * 4.0f - 2.0f) *
-                  ((i % o->head_dim) % 37 == 3 ? 8.0f : 1.0f);
+                  ((i % o->kv.head_dim) % 37 == 3 ? 8.0f : 1.0f);
         s->v[i] = (float)(x & 0xFFFFFF) / 16777216.0f * 4.0f - 2.0f;
     }
     for (uint32_t c = 0; c < s->chunks; c++) {
@@ -447,7 +447,7 @@ static void bs_report(kvp_json_t *j, const char *half, const char *const *names,
 
 int kvp_cmd_bench_stream(int argc, char **argv)
 {
-    bs_opts_t           o = {16, 8, 128, 4096, 128, 5, 0, "kivi", false, false};
+    bs_opts_t           o = {{"kivi", 16, 8, 128, 4096, 128, 5}, 0, false, false};
     static const char  *names[2][4] = {{"serial", "streamed", "encode", "ship"},
                                        {"serial", "streamed", "get", "decode"}};
     double              t[2][4][MAX_REPS], med[2][4];
@@ -469,13 +469,7 @@ int kvp_cmd_bench_stream(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
-            kvp_opt_u64(argc, argv, &i, "--layers", &o.layers) ||
-            kvp_opt_u64(argc, argv, &i, "--heads", &o.heads) ||
-            kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
-            kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o.page_tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--reps", &o.reps) ||
+        if (kvp_opt_kv(argc, argv, &i, &o.kv) ||
             kvp_opt_u64(argc, argv, &i, "--replicas", &o.replicas)) {
             continue;
         }
@@ -487,10 +481,11 @@ int kvp_cmd_bench_stream(int argc, char **argv)
             return kvp_opt_unknown("bench stream", argv[i]);
         }
     }
-    if (kvp_codec_from_name(o.codec, &codec) != KVP_OK || o.reps < 1 || o.reps > MAX_REPS ||
-        o.page_tokens < 1 || o.page_tokens > 4096 || o.tokens < o.page_tokens ||
-        o.layers < 2 || o.layers > 1024 || o.heads < 1 || o.heads > 256 || o.head_dim < 1 ||
-        o.head_dim > 1024 || o.replicas > MAX_NODES - 1 || (o.decode_node && o.replicas == 0)) {
+    if (kvp_codec_from_name(o.kv.codec, &codec) != KVP_OK || o.kv.reps < 1 ||
+        o.kv.reps > MAX_REPS || o.kv.page_tokens < 1 || o.kv.page_tokens > 4096 ||
+        o.kv.tokens < o.kv.page_tokens || o.kv.layers < 2 || o.kv.layers > 1024 ||
+        o.kv.heads < 1 || o.kv.heads > 256 || o.kv.head_dim < 1 || o.kv.head_dim > 1024 ||
+        o.replicas > MAX_NODES - 1 || (o.decode_node && o.replicas == 0)) {
         fprintf(stderr, "kvpack bench stream: bad options (see --help; --replicas is 1..%d, "
                         "--decode-node needs it)\n", MAX_NODES - 1);
         return 2;
@@ -498,12 +493,12 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     n_nodes = o.replicas == 0 ? 1 : (uint32_t)o.replicas + o.decode_node;
     memset(&s, 0, sizeof(s));
     memset(&d, 0, sizeof(d));
-    d.words = (size_t)o.page_tokens * o.heads * o.head_dim;
+    d.words = (size_t)o.kv.page_tokens * o.kv.heads * o.kv.head_dim;
     d.k     = kvp_malloc(d.words * sizeof(uint16_t), "stream decode k");
     d.v     = kvp_malloc(d.words * sizeof(uint16_t), "stream decode v");
     st      = (d.k == NULL || d.v == NULL) ? KVP_ERR_NO_MEMORY : bs_make(&o, codec, &s);
     if (st != KVP_OK) {
-        fprintf(stderr, "kvpack bench stream: %s pages of this geometry: %s\n", o.codec,
+        fprintf(stderr, "kvpack bench stream: %s pages of this geometry: %s\n", o.kv.codec,
                 kvp_status_str(st));
         goto out_mem;
     }
@@ -564,13 +559,13 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     if (st == KVP_OK && bs_run(&s, 0, &dst, 0, &st) >= 0) {
         (void)bs_run(&s, 1, &dst, 1, &st);
     }
-    for (uint64_t r = 0; r < o.reps && st == KVP_OK; r++) {
+    for (uint64_t r = 0; r < o.kv.reps && st == KVP_OK; r++) {
         for (int m = 0; m < 4 && st == KVP_OK; m++) {
             int mode = (r % 2 == 1 && m < 2) ? 1 - m : m; /* serial and streamed alternate first */
 
             t[0][mode][r] = bs_run(&s, mode, &dst, 2 + r * 4 + (uint64_t)mode, &st);
         }
-        kvp_progress("bench stream: prefill", r + 1, o.reps);
+        kvp_progress("bench stream: prefill", r + 1, o.kv.reps);
     }
     /* decode, of one session the node holds (untimed put) */
     if (st == KVP_OK) {
@@ -581,7 +576,7 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     for (int m = 0; m < 2 && st == KVP_OK; m++) { /* warm-up */
         (void)bs_get_run(m, c, s.ns, &d, &st);
     }
-    for (uint64_t r = 0; r < o.reps && st == KVP_OK; r++) {
+    for (uint64_t r = 0; r < o.kv.reps && st == KVP_OK; r++) {
         for (int m = 0; m < 4 && st == KVP_OK; m++) {
             int mode = (r % 2 == 1 && m < 2) ? 1 - m : m;
 
@@ -593,7 +588,7 @@ int kvp_cmd_bench_stream(int argc, char **argv)
                             "one\n");
             st = KVP_ERR_CORRUPT;
         }
-        kvp_progress("bench stream: decode", r + 1, o.reps);
+        kvp_progress("bench stream: decode", r + 1, o.kv.reps);
     }
     kvp_progress_done();
     for (size_t i = 0; i < (size_t)s.layers * s.chunks; i++) {
@@ -620,8 +615,8 @@ out_nodes:
     }
     for (int h = 0; h < 2; h++) {
         for (int m = 0; m < 4; m++) {
-            kvp_sort_f64(t[h][m], o.reps);
-            med[h][m] = kvp_median_sorted(t[h][m], o.reps);
+            kvp_sort_f64(t[h][m], o.kv.reps);
+            med[h][m] = kvp_median_sorted(t[h][m], o.kv.reps);
         }
     }
     if (o.json) {
@@ -629,15 +624,15 @@ out_nodes:
 
         kvp_json_begin(&j, stdout);
         kvp_json_str(&j, "bench", "stream");
-        kvp_json_str(&j, "codec", o.codec);
+        kvp_json_str(&j, "codec", o.kv.codec);
         kvp_json_int(&j, "layers", (int64_t)s.layers);
-        kvp_json_int(&j, "heads", (int64_t)o.heads);
-        kvp_json_int(&j, "head_dim", (int64_t)o.head_dim);
+        kvp_json_int(&j, "heads", (int64_t)o.kv.heads);
+        kvp_json_int(&j, "head_dim", (int64_t)o.kv.head_dim);
         kvp_json_int(&j, "tokens", (int64_t)s.chunks * s.pp.page_tokens);
         kvp_json_int(&j, "page_tokens", (int64_t)s.pp.page_tokens);
         kvp_json_int(&j, "pages", (int64_t)s.layers * s.chunks);
         kvp_json_int(&j, "session_bytes", (int64_t)bytes);
-        kvp_json_int(&j, "reps", (int64_t)o.reps);
+        kvp_json_int(&j, "reps", (int64_t)o.kv.reps);
         kvp_json_int(&j, "replicas", (int64_t)o.replicas); /* 0: one node, kvp_put_stream */
         kvp_json_bool(&j, "decode_node", o.decode_node);
         bs_report(&j, "prefill", names[0], med[0]);
@@ -645,8 +640,8 @@ out_nodes:
         kvp_json_end(&j);
     } else {
         printf("%s session: %u layers x %u chunks, %u pages, %.1f MB; medians of %llu; prefill to "
-               "%s%s\n", o.codec, s.layers, s.chunks, s.layers * s.chunks, bytes / 1e6,
-               (unsigned long long)o.reps, o.replicas ? "a cluster (replicas)" : "one node",
+               "%s%s\n", o.kv.codec, s.layers, s.chunks, s.layers * s.chunks, bytes / 1e6,
+               (unsigned long long)o.kv.reps, o.replicas ? "a cluster (replicas)" : "one node",
                o.decode_node ? " and a decode node" : "");
         bs_report(NULL, "prefill", names[0], med[0]);
         bs_report(NULL, "decode", names[1], med[1]);

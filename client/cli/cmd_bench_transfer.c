@@ -26,9 +26,10 @@
 #include <unistd.h>
 
 typedef struct {
-    uint64_t    layers, heads, head_dim, tokens, page_tokens, reps, batch, inflight;
-    const char *codec, *err_mode;
-    bool        json, perftest;
+    kvp_opt_kv_t kv;
+    uint64_t     batch, inflight;
+    const char  *err_mode;
+    bool         json, perftest;
 } bt_opts_t;
 
 typedef struct {
@@ -73,8 +74,8 @@ static void usage(FILE *out)
 /* Encode the synthetic KV of every layer into pages of codec; chunk-major order. */
 static kvp_status_t bt_encode(const bt_opts_t *o, kvp_codec_id_t codec, bt_set_t *set)
 {
-    uint32_t          P = (uint32_t)o->page_tokens, chunks = (uint32_t)(o->tokens / P);
-    size_t            row = (size_t)o->heads * o->head_dim, n = (size_t)P * row;
+    uint32_t          P = (uint32_t)o->kv.page_tokens, chunks = (uint32_t)(o->kv.tokens / P);
+    size_t            row = (size_t)o->kv.heads * o->kv.head_dim, n = (size_t)P * row;
     float            *k = kvp_malloc(n * sizeof(float), "bench k");
     float            *v = kvp_malloc(n * sizeof(float), "bench v");
     kvp_page_params_t pp;
@@ -84,13 +85,13 @@ static kvp_status_t bt_encode(const bt_opts_t *o, kvp_codec_id_t codec, bt_set_t
     memset(set, 0, sizeof(*set));
     memset(&pp, 0, sizeof(pp));
     pp.codec       = codec;
-    pp.heads       = (uint32_t)o->heads;
-    pp.head_dim    = (uint32_t)o->head_dim;
+    pp.heads       = (uint32_t)o->kv.heads;
+    pp.head_dim    = (uint32_t)o->kv.head_dim;
     pp.page_tokens = P;
-    set->n         = chunks * (uint32_t)o->layers;
+    set->n         = chunks * (uint32_t)o->kv.layers;
     set->pages     = kvp_calloc(set->n, sizeof(*set->pages), "bench pages");
     set->lens      = kvp_calloc(set->n, sizeof(*set->lens), "bench lens");
-    set->desc.layers      = (uint32_t)o->layers;
+    set->desc.layers      = (uint32_t)o->kv.layers;
     set->desc.page_tokens = P;
     set->desc.n_chunks    = chunks;
     set->desc.chunk_keys  = kvp_calloc(chunks, sizeof(kvp_key128_t), "bench keys");
@@ -107,12 +108,12 @@ static kvp_status_t bt_encode(const bt_opts_t *o, kvp_codec_id_t codec, bt_set_t
                                                 (uint64_t)codec, tokens, P);
         pp.chunk_key = set->desc.chunk_keys[c];
         pp.first_pos = (uint64_t)c * P;
-        for (uint32_t l = 0; s == KVP_OK && l < o->layers; l++) {
+        for (uint32_t l = 0; s == KVP_OK && l < o->kv.layers; l++) {
             size_t cap = kvp_page_max_bytes(&pp);
-            size_t idx = (size_t)c * o->layers + l;
+            size_t idx = (size_t)c * o->kv.layers + l;
 
             for (size_t i = 0; i < n; i++) { /* a few outlier K channels, like real models */
-                size_t ch = i % o->head_dim;
+                size_t ch = i % o->kv.head_dim;
                 k[i] = bt_gauss() * ((ch % 37 == 3) ? 8.0f : 1.0f) + ((ch % 53 == 5) ? 4.0f : 0.f);
                 v[i] = bt_gauss();
             }
@@ -245,7 +246,7 @@ static kvp_status_t bt_ship(kvp_client_h c, const bt_set_t *set, uint64_t ns0, u
 
 int kvp_cmd_bench_transfer(int argc, char **argv)
 {
-    bt_opts_t            o = {8, 8, 128, 4096, 128, 3, 4u << 20, 4, "kivi", NULL, false, true};
+    bt_opts_t            o = {{"kivi", 8, 8, 128, 4096, 128, 3}, 4u << 20, 4, NULL, false, true};
     kvp_client_params_t  cp;
     kvp_client_h         c = NULL;
     kvp_codec_id_t       codec;
@@ -264,14 +265,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_opt_str(argc, argv, &i, "--codec", &o.codec) ||
+        if (kvp_opt_kv(argc, argv, &i, &o.kv) ||
             kvp_opt_str(argc, argv, &i, "--err-mode", &o.err_mode) ||
-            kvp_opt_u64(argc, argv, &i, "--layers", &o.layers) ||
-            kvp_opt_u64(argc, argv, &i, "--heads", &o.heads) ||
-            kvp_opt_u64(argc, argv, &i, "--head-dim", &o.head_dim) ||
-            kvp_opt_u64(argc, argv, &i, "--tokens", &o.tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--page-tokens", &o.page_tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--reps", &o.reps) ||
             kvp_opt_u64(argc, argv, &i, "--batch-bytes", &o.batch) ||
             kvp_opt_u64(argc, argv, &i, "--inflight", &o.inflight)) {
             continue;
@@ -284,9 +279,10 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
             return kvp_opt_unknown("bench transfer", argv[i]);
         }
     }
-    if (kvp_codec_from_name(o.codec, &codec) != KVP_OK || o.reps < 1 || o.reps > 64 ||
-        o.page_tokens < 1 || o.page_tokens > 4096 || o.tokens < o.page_tokens ||
-        o.layers < 1 || o.layers > 1024 || o.inflight < 1 || o.inflight > 8 || o.batch < 4096) {
+    if (kvp_codec_from_name(o.kv.codec, &codec) != KVP_OK || o.kv.reps < 1 || o.kv.reps > 64 ||
+        o.kv.page_tokens < 1 || o.kv.page_tokens > 4096 || o.kv.tokens < o.kv.page_tokens ||
+        o.kv.layers < 1 || o.kv.layers > 1024 || o.inflight < 1 || o.inflight > 8 ||
+        o.batch < 4096) {
         fprintf(stderr, "kvpack bench transfer: bad options (see --help)\n");
         return 2;
     }
@@ -309,8 +305,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         fprintf(stderr, "kvpack bench transfer: encoding failed: %s\n", kvp_status_str(s));
         return 1;
     }
-    fp16_equiv = (double)o.layers * (double)(o.tokens / o.page_tokens) * o.page_tokens *
-                 (double)o.heads * (double)o.head_dim * 2.0 /* K,V */ * 2.0 /* bytes */;
+    fp16_equiv = (double)o.kv.layers * (double)(o.kv.tokens / o.kv.page_tokens) * o.kv.page_tokens *
+                 (double)o.kv.heads * (double)o.kv.head_dim * 2.0 /* K,V */ * 2.0 /* bytes */;
     if (mkdtemp(dir) == NULL || (port = kvp_proc_node_start(dir, "8G", &node)) == 0) {
         fprintf(stderr, "kvpack bench transfer: could not start a node\n");
         s = KVP_ERR_IO;
@@ -332,12 +328,12 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     if (s == KVP_OK) {
         double c0 = bt_cpu_s(0), n0 = bt_cpu_s(node);
 
-        s     = bt_ship(c, &q, 1000, o.reps, &t_q);
-        cpu_c = (bt_cpu_s(0) - c0) / ((double)q.bytes * o.reps) * 1e9;
-        cpu_n = (bt_cpu_s(node) - n0) / ((double)q.bytes * o.reps) * 1e9;
+        s     = bt_ship(c, &q, 1000, o.kv.reps, &t_q);
+        cpu_c = (bt_cpu_s(0) - c0) / ((double)q.bytes * o.kv.reps) * 1e9;
+        cpu_n = (bt_cpu_s(node) - n0) / ((double)q.bytes * o.kv.reps) * 1e9;
     }
     if (s == KVP_OK) {
-        s = bt_ship(c, &f, 2000, o.reps, &t_f);
+        s = bt_ship(c, &f, 2000, o.kv.reps, &t_f);
     }
     if (s == KVP_OK) {
         double t0;
@@ -360,7 +356,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         goto out;
     }
     if (o.perftest) {
-        unsigned iters = (unsigned)(q.bytes * o.reps / o.batch) + 50;
+        unsigned iters = (unsigned)(q.bytes * o.kv.reps / o.batch) + 50;
 
         pt     = bt_perftest(o.batch, iters, true);   /* peer error handling: tcp only */
         pt_shm = bt_perftest(o.batch, iters, false);  /* no error handling: shm allowed */
@@ -371,18 +367,18 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
 
         kvp_json_begin(&j, stdout);
         kvp_json_str(&j, "bench", "transfer");
-        kvp_json_str(&j, "codec", o.codec);
+        kvp_json_str(&j, "codec", o.kv.codec);
         kvp_json_obj(&j, "geometry");
-        kvp_json_int(&j, "layers", (int64_t)o.layers);
-        kvp_json_int(&j, "heads", (int64_t)o.heads);
-        kvp_json_int(&j, "head_dim", (int64_t)o.head_dim);
-        kvp_json_int(&j, "tokens", (int64_t)(o.tokens / o.page_tokens * o.page_tokens));
-        kvp_json_int(&j, "page_tokens", (int64_t)o.page_tokens);
+        kvp_json_int(&j, "layers", (int64_t)o.kv.layers);
+        kvp_json_int(&j, "heads", (int64_t)o.kv.heads);
+        kvp_json_int(&j, "head_dim", (int64_t)o.kv.head_dim);
+        kvp_json_int(&j, "tokens", (int64_t)(o.kv.tokens / o.kv.page_tokens * o.kv.page_tokens));
+        kvp_json_int(&j, "page_tokens", (int64_t)o.kv.page_tokens);
         kvp_json_close(&j);
         kvp_json_int(&j, "pages", q.n);
         kvp_json_int(&j, "batch_bytes", (int64_t)o.batch);
         kvp_json_int(&j, "inflight", (int64_t)o.inflight);
-        kvp_json_int(&j, "reps", (int64_t)o.reps);
+        kvp_json_int(&j, "reps", (int64_t)o.kv.reps);
         kvp_json_str(&j, "err_mode", o.err_mode);
         kvp_json_int(&j, "codec_bytes", (int64_t)q.bytes);
         kvp_json_int(&j, "fp16_page_bytes", (int64_t)f.bytes);
@@ -415,12 +411,12 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
                             "in UCX 1.13); ratios against perftest with -e");
         kvp_json_end(&j);
     } else {
-        printf("%s pages: %u pages, %.1f MB (fp16 pages %.1f MB, ratio %.2f)\n", o.codec, q.n,
+        printf("%s pages: %u pages, %.1f MB (fp16 pages %.1f MB, ratio %.2f)\n", o.kv.codec, q.n,
                q.bytes / 1e6, f.bytes / 1e6, (double)f.bytes / q.bytes);
-        printf("put %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.codec,
+        printf("put %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.kv.codec,
                q.bytes / t_q / 1e9, fp16_equiv / t_q / 1e9);
         printf("put fp16 pages:  %.2f GB/s\n", f.bytes / t_f / 1e9);
-        printf("get %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.codec,
+        printf("get %s:        %.2f GB/s  (fp16-equivalent %.2f GB/s)\n", o.kv.codec,
                q.bytes / t_get / 1e9, fp16_equiv / t_get / 1e9);
         printf("put cpu:         %.2f ns/B client, %.2f ns/B node (err_mode %s)\n", cpu_c,
                cpu_n, o.err_mode);
