@@ -8,7 +8,9 @@
  * whole pass at once (tests, operators). Reads are O_DIRECT runs of up to 8 MiB, the store lock
  * is never held over them. After the last segment file a pass walks the pages kept inline in
  * RocksDB (4 KiB or less: read with its block checksums off, so only their own CRC finds a
- * damaged one) in key order, a run of pages at a time, then starts over.
+ * damaged one) in key order, a run of pages at a time, then reads every block of the RocksDB
+ * index with its checksum (kvp_tier_index_verify: a damaged one rebuilds the index) and starts
+ * over.
  * Main flow: scrub_tick -> scrub_run (budget) -> kvp_tier_segment_after / kvp_tier_pages_in_segs
  * (then kvp_tier_pages_inline) -> kvp_store_read_checked. */
 #include "store_int.h"
@@ -76,8 +78,12 @@ static kvp_status_t cursor_next_list(kvp_store_h st, scrub_cursor_t *c, size_t r
     }
     c->inl_more = true;
     if (c->n == 0 && end) {
+        bool rebuilt;
+
         cursor_restart(c);
         *passed = true; /* the next call starts over */
+        /* last, the index's own blocks (a damaged one rebuilds it, logged by the tier) */
+        return kvp_tier_index_verify(st->tier, &rebuilt);
     }
     return KVP_OK;
 }

@@ -1204,6 +1204,8 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         stats->disk_live_bytes          = d.live_bytes;
         stats->disk_logical_bytes       = d.logical_bytes;
         stats->disk_segment_write_bytes = d.segment_write_bytes;
+        stats->index_rebuilds           = d.index_rebuilds;
+        stats->index_lost               = d.index_lost;
     }
     stats->dram_bytes       = st->pool.used;
     stats->sessions         = st->sessions.count;

@@ -1,7 +1,7 @@
 /* tier.h - the SSD tier as the store sees it: column families `pages` (ns | chunk key | layer ->
  * 24-byte locator into a segment file, seg.h, or the bytes inline for pages <= 4 KiB), `sessions`
- * (ns | sid -> packed record) and `meta`. Implemented in tier_rocksdb.c, the only file that sees
- * rocksdb_* types. Errors are logged where detected and mapped to kvp_status_t (Corruption ->
+ * (ns | sid -> packed record) and `meta`. Implemented in tier_rocksdb.c and tier_salvage.c
+ * (tier_int.h), the only files that see rocksdb_* types. Errors are logged where detected and mapped to kvp_status_t (Corruption ->
  * KVP_ERR_CORRUPT, NoSpace -> KVP_ERR_NO_SPACE, IOError -> KVP_ERR_IO). Thread-safe: commits and
  * segment I/O are serialised by the tier's own mutex, so the store may call it unlocked. */
 #ifndef KVPACK_STORE_TIER_H
@@ -140,9 +140,11 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *tier, size_t n, const kvp_tier_loc_
  * appended and synced and before their locators are written; at WRITE, in kvp_tier_batch_commit
  * after its pages were placed in a segment and before they are written (no lock held at any). */
 typedef enum {
-    KVP_TIER_HOOK_READ  = 0,
-    KVP_TIER_HOOK_MOVE  = 1,
-    KVP_TIER_HOOK_WRITE = 2,
+    KVP_TIER_HOOK_READ    = 0,
+    KVP_TIER_HOOK_MOVE    = 1,
+    KVP_TIER_HOOK_WRITE   = 2,
+    KVP_TIER_HOOK_REBUILD = 3, /* in an index rebuild, once the `pages` column family is dropped
+                                * and made again, before its records are copied back */
     KVP_TIER_HOOKS
 } kvp_tier_hook_t;
 void kvp_tier_set_hook(kvp_tier_t *tier, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg);
@@ -159,6 +161,8 @@ typedef struct {
                                    * to persist (not compaction's copies) */
     uint64_t segment_write_bytes; /* bytes appended to segment files (4 KiB spans, compaction
                                    * copies included) */
+    uint64_t index_rebuilds;      /* RocksDB index rebuilt after a damaged block (since open) */
+    uint64_t index_lost;          /* runs of records lost in them: damage no read got past */
 } kvp_tier_disk_t;
 void kvp_tier_disk_stats(kvp_tier_t *tier, kvp_tier_disk_t *out);
 
@@ -176,6 +180,21 @@ typedef kvp_status_t (*kvp_tier_meta_cb_t)(void *arg, const char *key, size_t kl
                                            const uint8_t *val, size_t vlen);
 kvp_status_t kvp_tier_meta_scan(kvp_tier_t *tier, const char *prefix, kvp_tier_meta_cb_t cb,
                                 void *arg);
+
+/* ---- a damaged index ----
+ * One byte gone bad in a RocksDB file makes RocksDB refuse the block holding it when read with
+ * checksums, and once a compaction meets it, every write until the db is opened again, and again
+ * after that. The tier rebuilds the index from every record that still reads (tier_salvage.c):
+ * at open when a block fails its checksum (the open walks every block once, automatic compactions
+ * start after it), when a commit or a compaction move finds writes stopped (the commit is then
+ * written again and succeeds), and from kvp_tier_index_verify. Inline pages are copied as they
+ * are, for their CRC to judge. */
+/* Walk every block of every column family with its checksum; a failing one rebuilds the index
+ * (*rebuilt_p set). The scrubber runs it after each pass. */
+kvp_status_t kvp_tier_index_verify(kvp_tier_t *tier, bool *rebuilt_p);
+/* Compact every column family now (tests, operators). KVP_ERR_CORRUPT when a compaction met a
+ * damaged block and RocksDB stopped writes: the next commit rebuilds the index. */
+kvp_status_t kvp_tier_index_compact(kvp_tier_t *tier);
 
 /* Test hook: the next n commits or syncs (kvp_tier_sync) fail with status (KVP_ERR_NO_SPACE or
  * KVP_ERR_IO) without writing. */

@@ -1,66 +1,47 @@
-/* tier_rocksdb.c - the SSD tier over the RocksDB C API (the only file that sees rocksdb_* types).
- * Opens every existing column family plus `pages`, `sessions`, `meta`. Page bytes larger than
- * 4 KiB go to segment files (seg.c, O_DIRECT, no copy) and the pages column family keeps a
- * 24-byte locator; smaller pages are stored inline, uncompressed. The page CRC is what judges a
- * page read back (the store re-parses every one). RocksDB error strings are logged, freed with
- * rocksdb_free and mapped to kvp_status_t here.
- * Main flow: kvp_tier_open -> batch_put_* -> batch_commit (segments, then one WriteBatch) ->
- * kvp_tier_pages_locate (MultiGet) + kvp_tier_pages_read (coalesced preadv) / session_scan;
+/* tier_rocksdb.c - the SSD tier over the RocksDB C API (with tier_salvage.c, the only files that
+ * see rocksdb_* types; tier_int.h). Opens every existing column family plus `pages`, `sessions`,
+ * `meta`. Page bytes larger than 4 KiB go to segment files (seg.c, O_DIRECT, no copy) and the
+ * pages column family keeps a 24-byte locator; smaller pages are stored inline, uncompressed. The
+ * page CRC is what judges a page read back (the store re-parses every one). RocksDB error strings
+ * are logged, freed with rocksdb_free and mapped to kvp_status_t here. Every operation holds the
+ * db shared (dbl); rebuilding a damaged index (tier_salvage.c) holds it exclusively, so batches
+ * keep their records by column family index and become a WriteBatch only at commit.
+ * Main flow: kvp_tier_open (index check, rebuild if damaged) -> batch_put_* -> batch_commit
+ * (segments, then one WriteBatch; a write RocksDB refused after a compaction met a damaged block
+ * rebuilds the index and is written again) -> kvp_tier_pages_locate (MultiGet) +
+ * kvp_tier_pages_read (coalesced preadv) / session_scan;
  * compaction: kvp_tier_compact_victims -> kvp_tier_pages_in_segs -> read -> kvp_tier_pages_move. */
-#include "tier.h"
-#include "seg.h"
+#include "tier_int.h"
 #include "kvpack/bytes.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
-
-#include <rocksdb/c.h>
-
-#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MOD "store"
+#define MOD TIER_MOD
 
-enum { CF_DEFAULT = 0, CF_PAGES, CF_SESSIONS, CF_META, CF_NREQ };
 static const char *const required_cfs[CF_NREQ] = {"default", "pages", "sessions", "meta"};
-
-struct kvp_tier {
-    rocksdb_t                       *db;
-    rocksdb_options_t               *db_opts;
-    rocksdb_options_t              **cf_opts;    /* one per opened column family */
-    rocksdb_block_based_table_options_t *bbt;
-    rocksdb_column_family_handle_t **cfs;        /* all opened column families */
-    size_t                           ncfs;
-    rocksdb_column_family_handle_t  *cf[CF_NREQ];
-    rocksdb_writeoptions_t          *wo_wal;
-    rocksdb_writeoptions_t          *wo_sync;
-    rocksdb_writeoptions_t          *wo_nowal;
-    rocksdb_readoptions_t           *ro_pages;   /* no block checksum, no cache fill */
-    rocksdb_readoptions_t           *ro;
-    rocksdb_flushoptions_t          *fo;
-    kvp_segs_t                      *segs;       /* segment files (seg.c) */
-    pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
-                                                  * kvp_tier_sync do their I/O outside it) */
-    uint64_t                         moves;      /* compaction moves committed (written under mu) */
-    uint64_t                         logical;    /* bytes of committed batches (kvp_tier_disk_t) */
-    struct {
-        void (*fn)(void *arg);
-        void *arg;
-    } hooks[KVP_TIER_HOOKS];                                 /* test hooks (kvp_tier_set_hook) */
-    char                            *path;
-    uint32_t                         fail_n;     /* test hook */
-    kvp_status_t                     fail_status;
-};
 
 typedef struct {
     kvp_tier_pkey_t pk;
     kvp_seg_ext_t   ext;
 } seg_put_t;
 
+/* A record put or deleted, kept until commit: the column family by index, so a batch made before
+ * an index rebuild (which makes the column families again) still names the right one. */
+typedef struct {
+    uint8_t cf, del;
+    size_t  off, klen, vlen; /* key then value at data + off */
+} batch_op_t;
+
 struct kvp_tier_batch {
-    rocksdb_writebatch_t *wb;
+    batch_op_t           *ops;
+    size_t                nops, cap_ops;
+    uint8_t              *data;  /* keys and values of ops */
+    size_t                dlen, cap_data;
+    bool                  nomem; /* an op could not be kept: commit refuses the batch */
     size_t                bytes;
     seg_put_t            *puts;  /* pages for segment files, written at commit */
     size_t                nputs, cap_puts;
@@ -98,7 +79,7 @@ static void tier_unlock(kvp_tier_t *t)
     }
 }
 
-static kvp_status_t map_err(const char *what, char **err)
+kvp_status_t tier_map_err(const char *what, char **err)
 {
     kvp_status_t status = KVP_ERR_IO;
 
@@ -136,13 +117,14 @@ static size_t sess_key(uint64_t ns, const char *sid, uint8_t *k)
     return 8 + n;
 }
 
-static rocksdb_options_t *cf_options(kvp_tier_t *t, const char *name, size_t write_buffer)
+static rocksdb_options_t *cf_options(kvp_tier_t *t, const char *name, bool compactions)
 {
     rocksdb_options_t *o = rocksdb_options_create();
 
     rocksdb_options_set_compression(o, rocksdb_no_compression);
+    rocksdb_options_set_disable_auto_compactions(o, !compactions);
     if (strcmp(name, "pages") == 0) {
-        rocksdb_options_set_write_buffer_size(o, write_buffer);
+        rocksdb_options_set_write_buffer_size(o, t->write_buffer);
         rocksdb_options_set_max_write_buffer_number(o, 2);
         rocksdb_options_set_level0_file_num_compaction_trigger(o, 8);
         rocksdb_options_set_target_file_size_base(o, 64ull << 20);
@@ -165,7 +147,7 @@ static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
 
     v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_META], "format_version", 14, &len, &err);
     if (err != NULL) {
-        return map_err("get meta", &err);
+        return tier_map_err("get meta", &err);
     }
     if (v == NULL) {
         snprintf(buf, sizeof(buf), "%u", KVP_TIER_FORMAT_VERSION);
@@ -175,7 +157,7 @@ static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
             rocksdb_put_cf(t->db, t->wo_sync, t->cf[CF_META], "node_id", 7, node_id,
                            strlen(node_id), &err);
         }
-        return map_err("put meta", &err);
+        return tier_map_err("put meta", &err);
     }
     if (len >= sizeof(buf) || (memcpy(buf, v, len), buf[len] = 0, atoi(buf)) < 1 ||
         (unsigned)atoi(buf) > KVP_TIER_FORMAT_VERSION) {
@@ -187,7 +169,7 @@ static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
     rocksdb_free(v);
     v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_META], "node_id", 7, &len, &err);
     if (err != NULL) {
-        return map_err("get meta", &err);
+        return tier_map_err("get meta", &err);
     }
     if (v != NULL && (len != strlen(node_id) || memcmp(v, node_id, len) != 0)) {
         KVP_LOG_WARN(MOD, "db %s belongs to node %.*s, opened as %s", t->path, (int)len, v, node_id);
@@ -198,23 +180,167 @@ static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
 
 /* ---- API ---- */
 
+kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
+{
+    char       **existing  = NULL;
+    size_t       nexisting = 0, n = 0;
+    char        *err       = NULL;
+    kvp_status_t status    = KVP_ERR_NO_MEMORY;
+
+    existing = rocksdb_list_column_families(t->db_opts, t->path, &nexisting, &err);
+    if (err != NULL) { /* a new directory: no CURRENT file yet */
+        rocksdb_free(err);
+        rocksdb_free(existing); /* 7.8 returns an empty malloc'd array even on error */
+        err       = NULL;
+        existing  = NULL;
+        nexisting = 0;
+    }
+    t->cf_names = kvp_calloc(nexisting + CF_NREQ, sizeof(*t->cf_names), "tier cf names");
+    t->cfs      = kvp_calloc(nexisting + CF_NREQ, sizeof(*t->cfs), "tier cfs");
+    t->cf_opts  = kvp_calloc(nexisting + CF_NREQ, sizeof(*t->cf_opts), "tier cf opts");
+    if (t->cf_names == NULL || t->cfs == NULL || t->cf_opts == NULL) {
+        goto out;
+    }
+    for (int r = 0; r < CF_NREQ; r++) {
+        t->cf_names[n++] = kvp_strdup(required_cfs[r], "tier cf name");
+    }
+    for (size_t i = 0; i < nexisting; i++) {
+        bool req = false;
+
+        for (int r = 0; r < CF_NREQ; r++) {
+            req = req || strcmp(existing[i], required_cfs[r]) == 0;
+        }
+        if (!req) {
+            KVP_LOG_INFO(MOD, "db %s: opening extra column family %s", t->path, existing[i]);
+            t->cf_names[n++] = kvp_strdup(existing[i], "tier cf name");
+        }
+    }
+    t->ncfs = n;
+    for (size_t i = 0; i < n; i++) {
+        if (t->cf_names[i] == NULL) {
+            goto out;
+        }
+        t->cf_opts[i] = cf_options(t, t->cf_names[i], compactions);
+    }
+    t->db = rocksdb_open_column_families(t->db_opts, t->path, (int)n,
+                                         (const char *const *)t->cf_names,
+                                         (const rocksdb_options_t *const *)t->cf_opts, t->cfs,
+                                         &err);
+    if (err != NULL) {
+        t->db = NULL;
+        status = tier_map_err("open", &err);
+        goto out;
+    }
+    for (int r = 0; r < CF_NREQ; r++) {
+        t->cf[r] = t->cfs[r];
+    }
+    status = KVP_OK;
+out:
+    if (existing != NULL) {
+        rocksdb_list_column_families_destroy(existing, nexisting);
+    }
+    return status;
+}
+
+void tier_db_close(kvp_tier_t *t)
+{
+    if (t->db != NULL) {
+        for (size_t i = 0; i < t->ncfs; i++) {
+            rocksdb_column_family_handle_destroy(t->cfs[i]);
+        }
+        rocksdb_close(t->db);
+        t->db = NULL;
+    }
+    for (size_t i = 0; i < t->ncfs; i++) {
+        if (t->cf_opts != NULL && t->cf_opts[i] != NULL) {
+            rocksdb_options_destroy(t->cf_opts[i]);
+        }
+        if (t->cf_names != NULL) {
+            kvp_free(t->cf_names[i]);
+        }
+    }
+    kvp_free(t->cf_opts);
+    kvp_free(t->cfs);
+    kvp_free(t->cf_names);
+    t->cf_opts  = NULL;
+    t->cfs      = NULL;
+    t->cf_names = NULL;
+    t->ncfs     = 0;
+    memset(t->cf, 0, sizeof(t->cf));
+}
+
+kvp_status_t tier_db_compactions(kvp_tier_t *t, bool on)
+{
+    const char *key = "disable_auto_compactions", *val = on ? "false" : "true";
+    char       *err = NULL;
+
+    for (size_t i = 0; i < t->ncfs && err == NULL; i++) {
+        rocksdb_set_options_cf(t->db, t->cfs[i], 1, &key, &val, &err);
+    }
+    return tier_map_err("set compactions", &err);
+}
+
+/* An operation that began at rebuild count gen met a damaged index (a block failing its
+ * checksum, or RocksDB refusing writes after a compaction met one): the db is opened again (that
+ * clears RocksDB's stop) with compactions off and rebuilt (tier_salvage.c), unless a rebuild ran
+ * since gen. No tier lock held by the caller. */
+static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
+{
+    kvp_status_t status = KVP_OK;
+
+    pthread_rwlock_wrlock(&t->dbl);
+    if (t->gen == gen) {
+        KVP_LOG_WARN(MOD, "db %s: %s: rebuilding the index from every record that reads", t->path,
+                     why);
+        tier_db_close(t);
+        status = tier_db_open(t, false);
+        if (t->db == NULL) { /* it was open a moment ago: nothing sensible is left to do */
+            KVP_LOG_ERROR(MOD, "db %s cannot be opened again (%s); stopping: a restart finishes "
+                          "the rebuild", t->path, kvp_status_str(status));
+            abort();
+        }
+        if (status == KVP_OK) {
+            status = tier_index_rebuild(t);
+        }
+        if (status == KVP_OK) {
+            status = tier_db_compactions(t, true);
+        }
+        t->gen++;
+    }
+    pthread_rwlock_unlock(&t->dbl);
+    return status;
+}
+
+/* shared hold of the db for one operation; the rebuild count it began at */
+static uint64_t db_hold(kvp_tier_t *t)
+{
+    pthread_rwlock_rdlock(&t->dbl);
+    return t->gen;
+}
+
+static void db_release(kvp_tier_t *t) { pthread_rwlock_unlock(&t->dbl); }
+
+/* ---- API ---- */
+
 kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
 {
-    kvp_tier_t  *t;
-    char        *err      = NULL;
-    char       **existing = NULL;
-    size_t       nexisting = 0;
-    const char **names    = NULL;
-    kvp_status_t status;
-    size_t       n = 0;
+    kvp_tier_t         *t;
+    kvp_status_t        status;
+    bool                damaged = false;
+    pthread_rwlockattr_t ra;
 
     t = kvp_calloc(1, sizeof(*t), "tier");
     if (t == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&t->mu, NULL);
-    t->path    = kvp_strdup(params->path, "tier path");
-    t->db_opts = rocksdb_options_create();
+    pthread_rwlockattr_init(&ra); /* a rebuild waiting must not starve behind a stream of reads */
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->dbl, &ra);
+    pthread_rwlockattr_destroy(&ra);
+    t->path         = kvp_strdup(params->path, "tier path");
+    t->write_buffer = params->write_buffer;
+    t->db_opts      = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(t->db_opts, 1);
     rocksdb_options_set_create_missing_column_families(t->db_opts, 1);
     rocksdb_options_increase_parallelism(t->db_opts, 2);
@@ -227,51 +353,6 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_block_based_options_set_filter_policy(t->bbt, rocksdb_filterpolicy_create_bloom_full(10));
     rocksdb_block_based_options_set_no_block_cache(t->bbt, 1);
     rocksdb_block_based_options_set_block_size(t->bbt, 16u << 10);
-
-    existing = rocksdb_list_column_families(t->db_opts, params->path, &nexisting, &err);
-    if (err != NULL) { /* a new directory: no CURRENT file yet */
-        rocksdb_free(err);
-        rocksdb_free(existing); /* 7.8 returns an empty malloc'd array even on error */
-        err       = NULL;
-        existing  = NULL;
-        nexisting = 0;
-    }
-    names      = kvp_calloc(nexisting + CF_NREQ, sizeof(*names), "tier cf names");
-    t->cfs     = kvp_calloc(nexisting + CF_NREQ, sizeof(*t->cfs), "tier cfs");
-    t->cf_opts = kvp_calloc(nexisting + CF_NREQ, sizeof(*t->cf_opts), "tier cf opts");
-    if (t->path == NULL || names == NULL || t->cfs == NULL || t->cf_opts == NULL) {
-        status = KVP_ERR_NO_MEMORY;
-        goto err_close;
-    }
-    for (int r = 0; r < CF_NREQ; r++) {
-        names[n++] = required_cfs[r];
-    }
-    for (size_t i = 0; i < nexisting; i++) {
-        bool req = false;
-
-        for (int r = 0; r < CF_NREQ; r++) {
-            req = req || strcmp(existing[i], required_cfs[r]) == 0;
-        }
-        if (!req) {
-            KVP_LOG_INFO(MOD, "db %s: opening extra column family %s", params->path, existing[i]);
-            names[n++] = existing[i];
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        t->cf_opts[i] = cf_options(t, names[i], params->write_buffer);
-    }
-    t->ncfs = n;
-    t->db   = rocksdb_open_column_families(t->db_opts, params->path, (int)n, names,
-                                           (const rocksdb_options_t *const *)t->cf_opts, t->cfs,
-                                           &err);
-    if (err != NULL) {
-        status = map_err("open", &err);
-        t->db  = NULL;
-        goto err_close;
-    }
-    for (int r = 0; r < CF_NREQ; r++) {
-        t->cf[r] = t->cfs[r];
-    }
     t->wo_wal   = rocksdb_writeoptions_create();
     t->wo_sync  = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(t->wo_sync, 1);
@@ -283,28 +364,40 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_readoptions_set_fill_cache(t->ro_pages, 0);
     t->fo = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(t->fo, 1);
+    if (t->path == NULL) {
+        kvp_tier_close(t);
+        return KVP_ERR_NO_MEMORY;
+    }
 
-    status = meta_check(t, params->node_id);
+    /* compactions start only once every block is known to read: one that met a damaged block
+     * would stop every write */
+    status = tier_db_open(t, false);
+    if (status == KVP_OK) {
+        status = tier_salvage_resume(t);
+    }
+    if (status == KVP_OK) {
+        status = tier_index_check(t, &damaged);
+    }
+    if (status == KVP_OK && damaged) {
+        KVP_LOG_WARN(MOD, "db %s: a block of the index is damaged: rebuilding the index from "
+                     "every record that reads", t->path);
+        status = tier_index_rebuild(t);
+    }
+    if (status == KVP_OK) {
+        status = tier_db_compactions(t, true);
+    }
+    if (status == KVP_OK) {
+        status = meta_check(t, params->node_id);
+    }
     if (status == KVP_OK) {
         status = kvp_segs_open(params->path, params->segment_bytes, &t->segs);
     }
     if (status != KVP_OK) {
-        goto err_close;
+        kvp_tier_close(t);
+        return status;
     }
-    if (existing != NULL) {
-        rocksdb_list_column_families_destroy(existing, nexisting);
-    }
-    kvp_free(names);
     *tier_p = t;
     return KVP_OK;
-
-err_close:
-    if (existing != NULL) {
-        rocksdb_list_column_families_destroy(existing, nexisting);
-    }
-    kvp_free(names);
-    kvp_tier_close(t);
-    return status;
 }
 
 void kvp_tier_close(kvp_tier_t *t)
@@ -312,15 +405,7 @@ void kvp_tier_close(kvp_tier_t *t)
     if (t == NULL) {
         return;
     }
-    if (t->db != NULL) {
-        for (size_t i = 0; i < t->ncfs; i++) {
-            rocksdb_column_family_handle_destroy(t->cfs[i]);
-        }
-        rocksdb_close(t->db);
-    }
-    for (size_t i = 0; t->cf_opts != NULL && i < t->ncfs; i++) {
-        rocksdb_options_destroy(t->cf_opts[i]);
-    }
+    tier_db_close(t);
     if (t->wo_wal != NULL) {
         rocksdb_writeoptions_destroy(t->wo_wal);
         rocksdb_writeoptions_destroy(t->wo_sync);
@@ -333,30 +418,84 @@ void kvp_tier_close(kvp_tier_t *t)
     rocksdb_options_destroy(t->db_opts);
     kvp_segs_close(t->segs);
     pthread_mutex_destroy(&t->mu);
-    kvp_free(t->cf_opts);
-    kvp_free(t->cfs);
+    pthread_rwlock_destroy(&t->dbl);
     kvp_free(t->path);
     kvp_free(t);
 }
 
 kvp_tier_batch_t *kvp_tier_batch_create(void)
 {
-    kvp_tier_batch_t *b = kvp_calloc(1, sizeof(*b), "tier batch");
-
-    if (b != NULL) {
-        b->wb = rocksdb_writebatch_create();
-    }
-    return b;
+    return kvp_calloc(1, sizeof(kvp_tier_batch_t), "tier batch");
 }
 
 void kvp_tier_batch_destroy(kvp_tier_batch_t *b)
 {
     if (b != NULL) {
-        rocksdb_writebatch_destroy(b->wb);
+        kvp_free(b->ops);
+        kvp_free(b->data);
         kvp_free(b->puts);
         kvp_free(b->dels);
         kvp_free(b);
     }
+}
+
+/* Keep one put (val != NULL) or delete of column family cf for commit. */
+static void batch_op(const kvp_tier_t *t, kvp_tier_batch_t *b, int cf, const void *key,
+                     size_t klen, const void *val, size_t vlen)
+{
+    size_t need = klen + (val != NULL ? vlen : 0);
+
+    (void)t; /* the batch is the tier's, its column family handles are taken at commit */
+    if (b->nops == b->cap_ops) {
+        size_t      cap = b->cap_ops ? 2 * b->cap_ops : 16;
+        batch_op_t *o   = kvp_realloc(b->ops, cap * sizeof(*o), "tier batch ops");
+
+        if (o == NULL) {
+            b->nomem = true;
+            return;
+        }
+        b->ops     = o;
+        b->cap_ops = cap;
+    }
+    if (b->dlen + need > b->cap_data) {
+        size_t   cap = b->cap_data ? 2 * b->cap_data : 4096;
+        uint8_t *d;
+
+        while (cap < b->dlen + need) {
+            cap *= 2;
+        }
+        if ((d = kvp_realloc(b->data, cap, "tier batch data")) == NULL) {
+            b->nomem = true;
+            return;
+        }
+        b->data     = d;
+        b->cap_data = cap;
+    }
+    memcpy(b->data + b->dlen, key, klen);
+    if (val != NULL) {
+        memcpy(b->data + b->dlen + klen, val, vlen);
+    }
+    b->ops[b->nops++] = (batch_op_t){(uint8_t)cf, val == NULL, b->dlen, klen,
+                                     val != NULL ? vlen : 0};
+    b->dlen += need;
+}
+
+/* The batch's records as a RocksDB write batch on the column families open now (dbl held). */
+static rocksdb_writebatch_t *batch_build(kvp_tier_t *t, const kvp_tier_batch_t *b)
+{
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+
+    for (size_t i = 0; i < b->nops; i++) {
+        const batch_op_t *o = &b->ops[i];
+        const char       *k = (const char *)b->data + o->off;
+
+        if (o->del) {
+            rocksdb_writebatch_delete_cf(wb, t->cf[o->cf], k, o->klen);
+        } else {
+            rocksdb_writebatch_put_cf(wb, t->cf[o->cf], k, o->klen, k + o->klen, o->vlen);
+        }
+    }
+    return wb;
 }
 
 static void loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v)
@@ -405,7 +544,7 @@ void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
         /* no memory for the list: fall back to storing it inline */
     }
     page_key(pk, k);
-    rocksdb_writebatch_put_cf(b->wb, t->cf[CF_PAGES], (const char *)k, sizeof(k), page, len);
+    batch_op(t, b, CF_PAGES, k, sizeof(k), page, len);
 }
 
 void kvp_tier_batch_del_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_pkey_t *pk)
@@ -425,7 +564,7 @@ void kvp_tier_batch_del_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
         b->dels[b->ndels++] = *pk;
     }
     page_key(pk, k);
-    rocksdb_writebatch_delete_cf(b->wb, t->cf[CF_PAGES], (const char *)k, sizeof(k));
+    batch_op(t, b, CF_PAGES, k, sizeof(k), NULL, 0);
 }
 
 void kvp_tier_batch_put_session(kvp_tier_t *t, kvp_tier_batch_t *b, uint64_t ns, const char *sid,
@@ -434,7 +573,7 @@ void kvp_tier_batch_put_session(kvp_tier_t *t, kvp_tier_batch_t *b, uint64_t ns,
     uint8_t k[8 + KVP_SID_MAX];
     size_t  kl = sess_key(ns, sid, k);
 
-    rocksdb_writebatch_put_cf(b->wb, t->cf[CF_SESSIONS], (const char *)k, kl, blob, len);
+    batch_op(t, b, CF_SESSIONS, k, kl, blob, len);
     b->bytes += len;
 }
 
@@ -443,18 +582,18 @@ void kvp_tier_batch_del_session(kvp_tier_t *t, kvp_tier_batch_t *b, uint64_t ns,
     uint8_t k[8 + KVP_SID_MAX];
     size_t  kl = sess_key(ns, sid, k);
 
-    rocksdb_writebatch_delete_cf(b->wb, t->cf[CF_SESSIONS], (const char *)k, kl);
+    batch_op(t, b, CF_SESSIONS, k, kl, NULL, 0);
 }
 
 void kvp_tier_batch_put_meta(kvp_tier_t *t, kvp_tier_batch_t *b, const char *key, const void *val,
                              size_t len)
 {
-    rocksdb_writebatch_put_cf(b->wb, t->cf[CF_META], key, strlen(key), val, len);
+    batch_op(t, b, CF_META, key, strlen(key), val, len);
 }
 
 void kvp_tier_batch_del_meta(kvp_tier_t *t, kvp_tier_batch_t *b, const char *key)
 {
-    rocksdb_writebatch_delete_cf(b->wb, t->cf[CF_META], key, strlen(key));
+    batch_op(t, b, CF_META, key, strlen(key), NULL, 0);
 }
 
 size_t kvp_tier_batch_bytes(const kvp_tier_batch_t *b)
@@ -464,7 +603,7 @@ size_t kvp_tier_batch_bytes(const kvp_tier_batch_t *b)
 
 bool kvp_tier_batch_empty(const kvp_tier_batch_t *b)
 {
-    return b->nputs == 0 && rocksdb_writebatch_count(b->wb) == 0;
+    return b->nputs == 0 && b->nops == 0 && !b->nomem;
 }
 
 /* One batched MultiGet of the n page keys *pks[i] in the pages column family: vals[i] (NULL when
@@ -546,84 +685,16 @@ static bool inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_statu
     return true;
 }
 
-/* the test hook at `at`, if one is set (kvp_tier_set_hook) */
-static void hook_run(kvp_tier_t *t, kvp_tier_hook_t at)
+/* Steps 2 and 3 of a commit (t->mu held): the locators the batch replaces or deletes, then one
+ * WriteBatch of its records and segment locators; the live-byte accounting when it is written. */
+static kvp_status_t commit_records(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
 {
-    void (*fn)(void *) = __atomic_load_n(&t->hooks[at].fn, __ATOMIC_ACQUIRE);
+    size_t                nold = b->nputs + b->ndels;
+    cur_loc_t            *old  = NULL;
+    rocksdb_writebatch_t *wb;
+    char                 *err = NULL;
+    kvp_status_t          status;
 
-    if (fn != NULL) {
-        fn(__atomic_load_n(&t->hooks[at].arg, __ATOMIC_ACQUIRE));
-    }
-}
-
-kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
-{
-    char          *err = NULL;
-    kvp_status_t   status;
-    size_t         nold = b->nputs + b->ndels;
-    cur_loc_t     *old  = NULL;
-    kvp_seg_ext_t *ext  = NULL;
-    kvp_seg_resv_t resv;
-
-    if (b->nputs > 0 && (ext = kvp_malloc(b->nputs * sizeof(*ext), "tier commit extents")) == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory to write %zu pages", b->nputs);
-        return KVP_ERR_NO_MEMORY;
-    }
-    for (size_t i = 0; i < b->nputs; i++) {
-        ext[i] = b->puts[i].ext;
-    }
-    pthread_mutex_lock(&t->mu);
-    if (inject_take(t, "write", b->bytes, &status)) {
-        kvp_free(ext);
-        return status;
-    }
-    /* 1. page bytes to the active segment, durable before any locator names them: placed under
-     * the lock, written (and fdatasynced when SYNC) without it, so restores' read plans and other
-     * commits do not wait for this one's disk writes */
-    if (b->nputs > 0) {
-        kvp_status_t end;
-
-        status = kvp_segs_reserve(t->segs, ext, b->nputs, &resv);
-        tier_unlock(t);
-        if (status != KVP_OK) {
-            kvp_free(ext);
-            return status;
-        }
-        hook_run(t, KVP_TIER_HOOK_WRITE);
-        status = kvp_segs_resv_write(&resv, ext, b->nputs, mode == KVP_TIER_SYNC);
-        pthread_mutex_lock(&t->mu);
-        end    = kvp_segs_resv_end(t->segs, &resv, status == KVP_OK, mode == KVP_TIER_SYNC);
-        status = status != KVP_OK ? status : end;
-        if (status == KVP_OK && mode == KVP_TIER_SYNC) { /* other commits' unsynced bytes in the
-                                                          * active file (usually none): the WAL
-                                                          * sync below makes their locators
-                                                          * durable too */
-            status = kvp_segs_sync(t->segs);
-        }
-        for (size_t i = 0; i < b->nputs && status == KVP_OK; i++) {
-            uint8_t k[PKEY_BYTES], v[LOC_BYTES];
-
-            b->puts[i].ext = ext[i];
-            page_key(&b->puts[i].pk, k);
-            loc_encode(ext[i].seg, ext[i].off, ext[i].len, v);
-            rocksdb_writebatch_put_cf(b->wb, t->cf[CF_PAGES], (const char *)k, sizeof(k),
-                                      (const char *)v, sizeof(v));
-        }
-        kvp_free(ext);
-        ext = NULL;
-        if (status != KVP_OK) {
-            tier_unlock(t);
-            return status;
-        }
-    } else if (mode == KVP_TIER_SYNC) { /* no page of its own: bytes written through before
-                                         * (a record-only rewrite, a spill group) become durable
-                                         * with it */
-        status = kvp_segs_sync(t->segs);
-        if (status != KVP_OK) {
-            tier_unlock(t);
-            return status;
-        }
-    }
     /* 2. locators this batch replaces or deletes: their segment bytes die with the commit */
     if (nold > 0) {
         const kvp_tier_pkey_t **pks = kvp_malloc(nold * sizeof(*pks), "tier commit old");
@@ -637,9 +708,19 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         }
         kvp_free(pks);
     }
-    /* 3. one WriteBatch: locators, inline pages, records */
-    rocksdb_write(t->db, mode == KVP_TIER_SYNC ? t->wo_sync : t->wo_wal, b->wb, &err);
-    status = map_err("write", &err);
+    /* 3. one WriteBatch: records, inline pages, locators */
+    wb = batch_build(t, b);
+    for (size_t i = 0; i < b->nputs; i++) {
+        uint8_t k[PKEY_BYTES], v[LOC_BYTES];
+
+        page_key(&b->puts[i].pk, k);
+        loc_encode(b->puts[i].ext.seg, b->puts[i].ext.off, b->puts[i].ext.len, v);
+        rocksdb_writebatch_put_cf(wb, t->cf[CF_PAGES], (const char *)k, sizeof(k),
+                                  (const char *)v, sizeof(v));
+    }
+    rocksdb_write(t->db, mode == KVP_TIER_SYNC ? t->wo_sync : t->wo_wal, wb, &err);
+    rocksdb_writebatch_destroy(wb);
+    status = tier_map_err("write", &err);
     if (status == KVP_OK) {
         t->logical += b->bytes;
         for (size_t i = 0; i < b->nputs; i++) {
@@ -652,8 +733,85 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
             }
         }
     }
-    tier_unlock(t);
     kvp_free(old);
+    return status;
+}
+
+/* The segment half of a commit (step 1), t->mu held on entry and on return: page bytes to the
+ * active segment, durable before any locator names them; placed under the lock, written (and
+ * fdatasynced when SYNC) without it, so restores' read plans and other commits do not wait for
+ * this one's disk writes. b->puts[i].ext get their places. */
+static kvp_status_t commit_segments(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
+{
+    kvp_seg_ext_t *ext;
+    kvp_seg_resv_t resv;
+    kvp_status_t   status, end;
+
+    if (b->nputs == 0) { /* no page of its own: bytes written through before (a record-only
+                          * rewrite, a spill group) become durable with it */
+        return mode == KVP_TIER_SYNC ? kvp_segs_sync(t->segs) : KVP_OK;
+    }
+    if ((ext = kvp_malloc(b->nputs * sizeof(*ext), "tier commit extents")) == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to write %zu pages", b->nputs);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < b->nputs; i++) {
+        ext[i] = b->puts[i].ext;
+    }
+    status = kvp_segs_reserve(t->segs, ext, b->nputs, &resv);
+    if (status != KVP_OK) {
+        kvp_free(ext);
+        return status;
+    }
+    tier_unlock(t);
+    tier_hook_run(t, KVP_TIER_HOOK_WRITE);
+    status = kvp_segs_resv_write(&resv, ext, b->nputs, mode == KVP_TIER_SYNC);
+    pthread_mutex_lock(&t->mu);
+    end    = kvp_segs_resv_end(t->segs, &resv, status == KVP_OK, mode == KVP_TIER_SYNC);
+    status = status != KVP_OK ? status : end;
+    if (status == KVP_OK && mode == KVP_TIER_SYNC) { /* other commits' unsynced bytes in the
+                                                      * active file (usually none): the WAL sync
+                                                      * makes their locators durable too */
+        status = kvp_segs_sync(t->segs);
+    }
+    for (size_t i = 0; i < b->nputs && status == KVP_OK; i++) {
+        b->puts[i].ext = ext[i];
+    }
+    kvp_free(ext);
+    return status;
+}
+
+kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
+{
+    kvp_status_t status;
+    uint64_t     gen;
+
+    if (b->nomem) {
+        KVP_LOG_ERROR(MOD, "no memory to keep a batch of %zu bytes", b->bytes);
+        return KVP_ERR_NO_MEMORY;
+    }
+    gen = db_hold(t);
+    pthread_mutex_lock(&t->mu);
+    if (inject_take(t, "write", b->bytes, &status)) {
+        db_release(t);
+        return status;
+    }
+    status = commit_segments(t, b, mode);
+    if (status == KVP_OK) {
+        status = commit_records(t, b, mode);
+    }
+    tier_unlock(t);
+    db_release(t);
+    if (status == KVP_ERR_CORRUPT) { /* RocksDB stopped writes: a compaction met a damaged block */
+        status = salvage(t, gen, "writes stopped by a damaged block");
+        if (status == KVP_OK) {
+            db_hold(t);
+            pthread_mutex_lock(&t->mu);
+            status = commit_records(t, b, mode);
+            tier_unlock(t);
+            db_release(t);
+        }
+    }
     return status;
 }
 
@@ -676,8 +834,10 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
         status = kvp_segs_sync_run(fd);
     }
     if (status == KVP_OK) {
+        db_hold(t);
         rocksdb_flush_wal(t->db, 1, &err); /* RocksDB serialises this with writes itself */
-        status = map_err("flush wal", &err);
+        db_release(t);
+        status = tier_map_err("flush wal", &err);
     }
     if (status == KVP_OK && fd >= 0) {
         pthread_mutex_lock(&t->mu);
@@ -687,8 +847,9 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
     return status;
 }
 
-kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
-                                   kvp_tier_loc_t *locs)
+/* kvp_tier_pages_locate with the db held */
+static kvp_status_t locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
+                           kvp_tier_loc_t *locs)
 {
     const kvp_tier_pkey_t   **pp;
     rocksdb_pinnableslice_t **vals;
@@ -718,7 +879,7 @@ kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_
     }
     for (size_t i = 0; i < n; i++) {
         if (errs[i] != NULL) {
-            locs[i].status = map_err("multiget page", &errs[i]);
+            locs[i].status = tier_map_err("multiget page", &errs[i]);
         } else if (vals[i] == NULL) {
             locs[i].status = KVP_ERR_NOT_FOUND;
         } else {
@@ -742,6 +903,17 @@ out:
     kvp_free(errs);
     kvp_free(vals);
     kvp_free(pp);
+    return status;
+}
+
+kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
+                                   kvp_tier_loc_t *locs)
+{
+    kvp_status_t status;
+
+    db_hold(t);
+    status = locate(t, n, pks, locs);
+    db_release(t);
     return status;
 }
 
@@ -791,7 +963,7 @@ static void relocate(kvp_tier_t *t, const size_t *idx, size_t m, kvp_tier_loc_t 
         for (size_t j = 0; j < m; j++) {
             pks[j] = locs[idx[j]].pk;
         }
-        if (kvp_tier_pages_locate(t, m, pks, now) == KVP_OK) {
+        if (locate(t, m, pks, now) == KVP_OK) {
             for (size_t j = 0; j < m; j++) {
                 kvp_tier_loc_t *l = &locs[idx[j]];
 
@@ -823,7 +995,7 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
         kvp_free(idx);
         return;
     }
-    hook_run(t, KVP_TIER_HOOK_READ);
+    tier_hook_run(t, KVP_TIER_HOOK_READ);
     for (size_t i = 0; i < n; i++) {
         if (locs[i].status == KVP_OK && dst[i] != NULL) {
             idx[m++] = i;
@@ -844,7 +1016,9 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
         }
         KVP_LOG_DEBUG(MOD, "%zu pages moved by a compaction while being read: located again",
                       again);
+        db_hold(t);
         relocate(t, idx, again, locs);
+        db_release(t);
         m = 0;
         for (size_t j = 0; j < again; j++) {
             if (locs[idx[j]].status == KVP_OK) {
@@ -870,12 +1044,14 @@ void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n)
 kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *arg,
                                   uint64_t *dropped_p)
 {
-    rocksdb_iterator_t   *it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
+    rocksdb_iterator_t   *it;
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     kvp_status_t          status;
     char                 *err = NULL;
     uint64_t              dropped = 0;
 
+    db_hold(t);
+    it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
     pthread_mutex_lock(&t->mu);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t          kl, vl;
@@ -903,10 +1079,10 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
         }
     }
     rocksdb_iter_get_error(it, &err);
-    status = map_err("sweep pages", &err);
+    status = tier_map_err("sweep pages", &err);
     if (status == KVP_OK && dropped > 0) {
         rocksdb_write(t->db, t->wo_sync, wb, &err);
-        status = map_err("sweep write", &err);
+        status = tier_map_err("sweep write", &err);
     }
     if (status == KVP_OK) { /* only a complete walk may unlink segments */
         kvp_segs_reap(t->segs);
@@ -914,6 +1090,7 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
     tier_unlock(t);
     rocksdb_writebatch_destroy(wb);
     rocksdb_iter_destroy(it);
+    db_release(t);
     *dropped_p = dropped;
     return status;
 }
@@ -961,7 +1138,7 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
                                    kvp_tier_loc_t **locs_p, size_t *n_p, kvp_tier_pkey_t *last_p,
                                    bool *end_p)
 {
-    rocksdb_iterator_t *it    = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
+    rocksdb_iterator_t *it;
     kvp_tier_loc_t     *locs  = NULL;
     size_t              n     = 0, cap = 0;
     uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
@@ -969,6 +1146,8 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
     kvp_status_t        status = KVP_OK;
     char               *err    = NULL;
 
+    db_hold(t);
+    it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
     if (after != NULL) {
         page_key(after, from);
         rocksdb_iter_seek(it, (const char *)from, PKEY_BYTES);
@@ -1014,8 +1193,9 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
     }
     *end_p = status == KVP_OK && !rocksdb_iter_valid(it);
     rocksdb_iter_get_error(it, &err);
-    status = status != KVP_OK ? status : map_err("scan pages for scrubbing", &err);
+    status = status != KVP_OK ? status : tier_map_err("scan pages for scrubbing", &err);
     rocksdb_iter_destroy(it);
+    db_release(t);
     if (status != KVP_OK) {
         kvp_tier_locs_clear(locs, n);
         kvp_free(locs);
@@ -1029,13 +1209,15 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
 kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t nids,
                                     kvp_tier_loc_t **locs_p, size_t *n_p)
 {
-    rocksdb_iterator_t *it    = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
+    rocksdb_iterator_t *it;
     kvp_tier_loc_t     *locs  = NULL;
     size_t              n     = 0, cap = 0;
     uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
     kvp_status_t        status;
     char               *err = NULL;
 
+    db_hold(t);
+    it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t         kl, vl;
         const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
@@ -1060,6 +1242,7 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
             if (g == NULL) {
                 kvp_free(locs);
                 rocksdb_iter_destroy(it);
+                db_release(t);
                 return KVP_ERR_NO_MEMORY;
             }
             locs = g;
@@ -1071,8 +1254,9 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
         n++;
     }
     rocksdb_iter_get_error(it, &err);
-    status = map_err("scan pages for compaction", &err);
+    status = tier_map_err("scan pages for compaction", &err);
     rocksdb_iter_destroy(it);
+    db_release(t);
     if (status != KVP_OK) {
         kvp_free(locs);
         return status;
@@ -1141,6 +1325,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     uint64_t              held = 0, t0;
     kvp_seg_resv_t        resv;
     kvp_status_t          end;
+    uint64_t              gen = db_hold(t);
 
     if (ext == NULL || which == NULL || pks == NULL || cur == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
@@ -1176,7 +1361,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     /* the copies durable before any locator names them */
     status = kvp_segs_resv_write(&resv, ext, m, true);
     if (status == KVP_OK) {
-        hook_run(t, KVP_TIER_HOOK_MOVE);
+        tier_hook_run(t, KVP_TIER_HOOK_MOVE);
     }
     /* (2) the locators of the pages still current */
     pthread_mutex_lock(&t->mu);
@@ -1200,7 +1385,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     }
     if (m > 0 && status == KVP_OK) {
         rocksdb_write(t->db, t->wo_wal, wb, &err);
-        status = map_err("compaction write", &err);
+        status = tier_map_err("compaction write", &err);
     }
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
         kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
@@ -1212,7 +1397,7 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         goto out;
     }
     rocksdb_flush_wal(t->db, 1, &err); /* the new locators durable before an old file can go */
-    status = map_err("compaction wal sync", &err);
+    status = tier_map_err("compaction wal sync", &err);
     /* (3) the old places die (a failed sync leaves them counted live: the files stay) */
     pthread_mutex_lock(&t->mu);
     t0 = kvp_time_ns();
@@ -1234,11 +1419,17 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     KVP_LOG_DEBUG(MOD, "compaction move of %zu pages: tier lock held %.1f ms", m,
                   (double)held / 1e6);
 out:
+    db_release(t);
     rocksdb_writebatch_destroy(wb);
     kvp_free(cur);
     kvp_free(pks);
     kvp_free(which);
     kvp_free(ext);
+    if (status == KVP_ERR_CORRUPT) { /* a later compaction moves them again */
+        kvp_status_t rebuilt = salvage(t, gen, "writes stopped by a damaged block");
+
+        status = rebuilt != KVP_OK ? rebuilt : status;
+    }
     return status;
 }
 
@@ -1255,6 +1446,10 @@ void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
                    &out->segment_write_bytes);
     out->logical_bytes = t->logical;
     tier_unlock(t);
+    pthread_rwlock_rdlock(&t->dbl);
+    out->index_rebuilds = t->rebuilds;
+    out->index_lost     = t->rebuild_lost;
+    pthread_rwlock_unlock(&t->dbl);
 }
 
 kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, uint8_t **blob_p,
@@ -1267,9 +1462,11 @@ kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, u
     char    *v;
     uint8_t *blob;
 
+    db_hold(t);
     v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_SESSIONS], (const char *)k, kl, &len, &err);
+    db_release(t);
     if (err != NULL) {
-        return map_err("get session", &err);
+        return tier_map_err("get session", &err);
     }
     if (v == NULL) {
         return KVP_ERR_NOT_FOUND;
@@ -1288,11 +1485,13 @@ kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, u
 
 kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void *arg)
 {
-    rocksdb_iterator_t *it  = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_SESSIONS]);
+    rocksdb_iterator_t *it;
     kvp_status_t        status = KVP_OK;
     char               *err = NULL;
     char                sid[KVP_SID_MAX];
 
+    db_hold(t);
+    it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_SESSIONS]);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t         kl, vl;
         const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
@@ -1311,21 +1510,24 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
     }
     rocksdb_iter_get_error(it, &err);
     if (err != NULL && status == KVP_OK) {
-        status = map_err("scan sessions", &err);
+        status = tier_map_err("scan sessions", &err);
     }
     rocksdb_free(err);
     rocksdb_iter_destroy(it);
+    db_release(t);
     return status;
 }
 
 kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta_cb_t cb,
                                 void *arg)
 {
-    rocksdb_iterator_t *it     = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_META]);
+    rocksdb_iterator_t *it;
     size_t              plen   = strlen(prefix);
     kvp_status_t        status = KVP_OK;
     char               *err    = NULL;
 
+    db_hold(t);
+    it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_META]);
     for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t         kl, vl;
         const char    *k = rocksdb_iter_key(it, &kl);
@@ -1341,11 +1543,48 @@ kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta
     }
     rocksdb_iter_get_error(it, &err);
     if (err != NULL && status == KVP_OK) {
-        status = map_err("scan meta", &err);
+        status = tier_map_err("scan meta", &err);
     }
     rocksdb_free(err);
     rocksdb_iter_destroy(it);
+    db_release(t);
     return status;
+}
+
+kvp_status_t kvp_tier_index_verify(kvp_tier_t *t, bool *rebuilt_p)
+{
+    bool         damaged = false;
+    uint64_t     gen     = db_hold(t);
+    kvp_status_t status  = tier_index_check(t, &damaged);
+
+    db_release(t);
+    *rebuilt_p = false;
+    if (status == KVP_OK && damaged) {
+        status     = salvage(t, gen, "a block of the index is damaged");
+        *rebuilt_p = status == KVP_OK;
+    }
+    return status;
+}
+
+kvp_status_t kvp_tier_index_compact(kvp_tier_t *t)
+{
+    char *bg;
+    bool  stopped;
+
+    db_hold(t);
+    for (size_t i = 0; i < t->ncfs; i++) {
+        rocksdb_compact_range_cf(t->db, t->cfs[i], NULL, 0, NULL, 0);
+    }
+    bg      = rocksdb_property_value(t->db, "rocksdb.background-errors");
+    stopped = bg != NULL && strcmp(bg, "0") != 0;
+    rocksdb_free(bg);
+    db_release(t);
+    if (stopped) {
+        KVP_LOG_ERROR(MOD, "db %s: a compaction met a damaged block: RocksDB refuses writes until "
+                      "the index is rebuilt (the next commit does it)", t->path);
+        return KVP_ERR_CORRUPT;
+    }
+    return KVP_OK;
 }
 
 void kvp_tier_inject_fail(kvp_tier_t *t, uint32_t n, kvp_status_t status)

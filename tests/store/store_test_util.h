@@ -280,7 +280,7 @@ static inline void t_rmrf(const char *dir)
 
 /* Flip one byte (at 100 past the match) of the page whose first 256 payload bytes are pay, in
  * whichever file of dir/sub holds it (sub "seg": the segment files, pages 64-byte aligned; "":
- * RocksDB's own files, e.g. an SST holding inline pages, at any offset). */
+ * RocksDB's SST files, e.g. one holding inline pages, at any offset; not its WAL). */
 static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pay)
 {
     char           path[600], file[900];
@@ -297,8 +297,11 @@ static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pa
         long     n;
         uint8_t *buf;
 
+        size_t nl = strlen(e->d_name);
+
         snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
-        if (e->d_name[0] == '.' || (f = fopen(file, "r+b")) == NULL) {
+        if (e->d_name[0] == '.' || (sub[0] == '\0' && (nl < 4 || strcmp(e->d_name + nl - 4, ".sst") != 0)) ||
+            (f = fopen(file, "r+b")) == NULL) {
             continue;
         }
         fseek(f, 0, SEEK_END);

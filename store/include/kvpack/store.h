@@ -145,6 +145,11 @@ typedef struct {
     uint64_t compact_lock_max_ns; /* longest hold of the SSD tier's lock by one compaction step */
     uint64_t scrub_bytes;         /* page bytes scrubbing read back and checked */
     uint64_t scrub_passes;        /* complete passes over every page on disk */
+    uint64_t index_rebuilds;      /* the SSD tier's RocksDB index rebuilt from every record that
+                                   * read after one of its blocks was found damaged (at open, by a
+                                   * write RocksDB refused, by scrubbing); since open */
+    uint64_t index_lost;          /* runs of index records those rebuilds lost to damage no read
+                                   * got past (0 when only values were damaged) */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);

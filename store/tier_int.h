@@ -1,0 +1,85 @@
+/* tier_int.h - internal to the SSD tier: its struct and the calls shared by tier_rocksdb.c (the
+ * tier's operations) and tier_salvage.c (rebuilding a damaged index), the only two files that see
+ * rocksdb_* types. */
+#ifndef KVPACK_STORE_TIER_INT_H
+#define KVPACK_STORE_TIER_INT_H
+
+#include "tier.h"
+#include "seg.h"
+
+#include <rocksdb/c.h>
+
+#include <pthread.h>
+
+#define TIER_MOD "store"
+
+enum { CF_DEFAULT = 0, CF_PAGES, CF_SESSIONS, CF_META, CF_NREQ };
+
+struct kvp_tier {
+    rocksdb_t                       *db;
+    rocksdb_options_t               *db_opts;
+    rocksdb_options_t              **cf_opts;    /* one per opened column family */
+    rocksdb_block_based_table_options_t *bbt;
+    rocksdb_column_family_handle_t **cfs;        /* all opened column families, default first */
+    char                           **cf_names;   /* their names (kvp_strdup) */
+    size_t                           ncfs;
+    rocksdb_column_family_handle_t  *cf[CF_NREQ];
+    size_t                           write_buffer; /* memtable bytes of `pages` */
+    rocksdb_writeoptions_t          *wo_wal;
+    rocksdb_writeoptions_t          *wo_sync;
+    rocksdb_writeoptions_t          *wo_nowal;
+    rocksdb_readoptions_t           *ro_pages;   /* no block checksum, no cache fill */
+    rocksdb_readoptions_t           *ro;
+    rocksdb_flushoptions_t          *fo;
+    kvp_segs_t                      *segs;       /* segment files (seg.c) */
+    pthread_rwlock_t                 dbl;        /* db, cfs, cf: every operation holds it shared,
+                                                  * an index rebuild (which drops and makes again
+                                                  * the column families) exclusive */
+    uint64_t                         gen;        /* index rebuilds tried since open (under dbl):
+                                                  * an operation that met damage rebuilds only
+                                                  * when none was tried since it began */
+    uint64_t                         rebuilds;   /* index rebuilds finished (under dbl) */
+    uint64_t                         rebuild_lost; /* runs of records no read could get past */
+    pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
+                                                  * kvp_tier_sync do their I/O outside it) */
+    uint64_t                         moves;      /* compaction moves committed (written under mu) */
+    uint64_t                         logical;    /* bytes of committed batches (kvp_tier_disk_t) */
+    struct {
+        void (*fn)(void *arg);
+        void *arg;
+    } hooks[KVP_TIER_HOOKS];                                 /* test hooks (kvp_tier_set_hook) */
+    char                            *path;
+    uint32_t                         fail_n;     /* test hook */
+    kvp_status_t                     fail_status;
+};
+
+/* the test hook at `at`, if one is set (kvp_tier_set_hook) */
+static inline void tier_hook_run(kvp_tier_t *t, kvp_tier_hook_t at)
+{
+    void (*fn)(void *) = __atomic_load_n(&t->hooks[at].fn, __ATOMIC_ACQUIRE);
+
+    if (fn != NULL) {
+        fn(__atomic_load_n(&t->hooks[at].arg, __ATOMIC_ACQUIRE));
+    }
+}
+
+/* A RocksDB error string (freed, *err set to NULL) logged as "rocksdb <what> failed" and mapped:
+ * Corruption -> KVP_ERR_CORRUPT, NoSpace -> KVP_ERR_NO_SPACE, NotFound, else KVP_ERR_IO. */
+kvp_status_t tier_map_err(const char *what, char **err);
+/* Open t->path with every existing column family plus the required ones (t->cfs, t->cf),
+ * automatic compactions off unless compactions; tier_db_close undoes it (t->db NULL after). */
+kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions);
+void         tier_db_close(kvp_tier_t *t);
+/* Automatic compactions of every column family on or off. */
+kvp_status_t tier_db_compactions(kvp_tier_t *t, bool on);
+
+/* ---- tier_salvage.c (dbl held exclusively, or at open; automatic compactions off) ---- */
+/* Open time: finish a rebuild a stop interrupted after its records were safe in the side db, or
+ * remove a side db left before that point. */
+kvp_status_t tier_salvage_resume(kvp_tier_t *t);
+/* Every block of every column family read with its checksum: *damaged_p when one fails. */
+kvp_status_t tier_index_check(kvp_tier_t *t, bool *damaged_p);
+/* Rebuild the index from every record that reads (see tier_salvage.c). */
+kvp_status_t tier_index_rebuild(kvp_tier_t *t);
+
+#endif

@@ -1,0 +1,296 @@
+/* test_salvage.c - a damaged block in the SSD tier's RocksDB index (store/tier_salvage.c): one
+ * byte flipped in the SST holding one inline page (1,088 bytes) of session i1.
+ *   stopped: under an open store, a compaction meets the block and RocksDB refuses writes; the
+ *     next put rebuilds the index and succeeds. Every session reads back byte-identical (i1 from
+ *     its DRAM copy); after a reopen i1 answers ERR_CORRUPT (its page was copied as it was, for
+ *     its CRC to find) and the rest are whole; later compactions find nothing more, the side db
+ *     and its mark are gone.
+ *   open: the byte flipped while the store is closed: the open rebuilds before any compaction.
+ *   scrub: a scrubbing pass finds the bad page (written again from DRAM), then the bad block, and
+ *     rebuilds; after a reopen every session is whole.
+ *   concurrent: two threads spill and read back i0 and i2 and a third puts new sessions while
+ *     the rebuild runs: none sees an error, all go on after it.
+ *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
+ *     dropped and empty); the next open finishes it from the side db and nothing is lost.
+ * Without the rebuild the put after the failed compaction fails (and every later write). */
+#include "store_test_util.h"
+#include "store_int.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const tgeom_t S = {2, 1, 16, 16}; /* 1,088-byte pages: inline in RocksDB */
+#define NS    0x5A17u
+#define NSESS 6
+
+static kvp_store_h open_wt(const char *dir)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+
+    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                    KVP_STORE_PARAM_DURABILITY;
+    p.dram_budget = 64u << 20;
+    p.db_path     = dir;
+    p.durability  = KVP_DURABILITY_WRITE_THROUGH;
+    CHECK_OK(kvp_store_open(&p, &st));
+    return st;
+}
+
+static void sid_of(int i, char *sid, size_t n) { snprintf(sid, n, "i%d", i); }
+
+static kvp_status_t put(kvp_store_h st, kvp_session_desc_t *d, int i)
+{
+    char sid[8];
+
+    sid_of(i, sid, sizeof(sid));
+    t_session(&S, 300 + (uint64_t)i, 0, 300 + (uint64_t)i, 3, 0, &d[i]);
+    return t_put_session(st, NS, sid, &S, &d[i]);
+}
+
+/* one byte of i1's chunk 2, layer 1 flipped in the SST holding it */
+static void damage(const char *dir, const kvp_session_desc_t *d)
+{
+    size_t   len;
+    uint8_t *page = t_page(&S, d[1].chunk_keys[2], 1, 2 * S.page_tokens, S.page_tokens, 0, &len);
+
+    CHECK(len <= 4096);
+    t_flip_in(dir, "", page + 64);
+    kvp_free(page);
+}
+
+/* sessions 0..n-1 whole, except i1 (ERR_CORRUPT) when bad */
+static void check_all(kvp_store_h st, const kvp_session_desc_t *d, int n, bool bad)
+{
+    for (int i = 0; i < n; i++) {
+        char sid[8];
+
+        sid_of(i, sid, sizeof(sid));
+        CHECK_ST(t_check_session(st, NS, sid, &S, &d[i]), i == 1 && bad ? KVP_ERR_CORRUPT : KVP_OK);
+    }
+}
+
+/* no side db and no mark left in the directory */
+static void check_clean(const char *dir)
+{
+    char        p[600];
+    struct stat sb;
+
+    snprintf(p, sizeof(p), "%s/salvage.db", dir);
+    CHECK(stat(p, &sb) != 0);
+    snprintf(p, sizeof(p), "%s/SALVAGE", dir);
+    CHECK(stat(p, &sb) != 0);
+}
+
+static void clear_all(kvp_session_desc_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
+/* i0..i2 put and compacted into one SST, i1's page damaged in it, i3 put (in the memtable):
+ * a compaction now has to read the damaged block */
+static kvp_store_h setup_open(const char *dir, kvp_session_desc_t *d)
+{
+    kvp_store_h st = open_wt(dir);
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    damage(dir, d);
+    CHECK_OK(put(st, d, 3));
+    return st;
+}
+
+static void case_stopped(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st = setup_open(dir, d);
+    kvp_store_stats_t  s;
+
+    CHECK_ST(kvp_tier_index_compact(st->tier), KVP_ERR_CORRUPT); /* writes stop here */
+    CHECK(t_stats(st).index_rebuilds == 0);
+    CHECK_OK(put(st, d, 4)); /* refused by RocksDB, rebuilt, written again */
+    s = t_stats(st);
+    printf("stopped: %llu rebuilds, %llu lost\n", (unsigned long long)s.index_rebuilds,
+           (unsigned long long)s.index_lost);
+    CHECK(s.index_rebuilds == 1 && s.index_lost == 0 && s.disk_errors == 0);
+    check_all(st, d, 5, false); /* i1 from its DRAM copy (write-through: hot) */
+    CHECK_OK(kvp_tier_index_compact(st->tier)); /* the damaged page is in a sound block now */
+    CHECK_OK(put(st, d, 5));
+    CHECK(t_stats(st).index_rebuilds == 1);
+    check_clean(dir);
+    kvp_store_close(st);
+    st = open_wt(dir); /* every block reads: no rebuild at open */
+    CHECK(t_stats(st).index_rebuilds == 0);
+    check_all(st, d, NSESS, true); /* i1's disk copy, its page copied as it was, fails its CRC */
+    kvp_store_close(st);
+    clear_all(d, NSESS);
+}
+
+static void case_open(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st = open_wt(dir);
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    kvp_store_close(st);
+    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST */
+    damage(dir, d);
+    st = open_wt(dir);
+    CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 0);
+    check_all(st, d, 3, true);
+    CHECK_OK(put(st, d, 3));
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    CHECK(t_stats(st).index_rebuilds == 1);
+    check_all(st, d, 4, true);
+    check_clean(dir);
+    kvp_store_close(st);
+    clear_all(d, 4);
+}
+
+static void case_scrub(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st = setup_open(dir, d);
+    kvp_store_stats_t  s;
+
+    CHECK_OK(kvp_store_scrub(st));
+    s = t_stats(st);
+    CHECK(s.crc_failures == 1 && s.scrub_passes == 1 && s.index_rebuilds == 1);
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    CHECK_OK(put(st, d, 4));
+    check_all(st, d, 5, false);
+    CHECK_OK(kvp_store_scrub(st)); /* nothing more to find */
+    s = t_stats(st);
+    CHECK(s.crc_failures == 1 && s.scrub_passes == 2 && s.index_rebuilds == 1);
+    check_clean(dir);
+    kvp_store_close(st);
+    st = open_wt(dir); /* the scrub wrote i1's page again from DRAM: whole from disk too */
+    CHECK(t_stats(st).index_rebuilds == 0);
+    check_all(st, d, 5, false);
+    kvp_store_close(st);
+    clear_all(d, 5);
+}
+
+typedef struct {
+    kvp_store_h               st;
+    const kvp_session_desc_t *d; /* NULL: put new sessions */
+    int                       idx;
+    int                      *stop;   /* atomic */
+    int                       errors, rounds; /* rounds: atomic */
+} worker_t;
+
+static void *work(void *arg)
+{
+    worker_t *w = arg;
+
+    while (!__atomic_load_n(w->stop, __ATOMIC_ACQUIRE)) {
+        char sid[16];
+
+        if (w->d != NULL) { /* spilled, then read back from disk */
+            sid_of(w->idx, sid, sizeof(sid));
+            w->errors += kvp_store_session_spill(w->st, NS, sid) != KVP_OK;
+            w->errors += t_check_session(w->st, NS, sid, &S, &w->d[w->idx]) != KVP_OK;
+        } else {
+            kvp_session_desc_t n;
+
+            int r = __atomic_load_n(&w->rounds, __ATOMIC_RELAXED);
+
+            snprintf(sid, sizeof(sid), "n%d", r);
+            t_session(&S, 900 + (uint64_t)r, 0, 900 + (uint64_t)r, 3, 0, &n);
+            w->errors += t_put_session(w->st, NS, sid, &S, &n) != KVP_OK;
+            kvp_session_desc_clear(&n);
+        }
+        __atomic_add_fetch(&w->rounds, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void case_concurrent(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st   = setup_open(dir, d);
+    int                stop = 0;
+    worker_t           w[3] = {{st, d, 0, &stop, 0, 0}, {st, d, 2, &stop, 0, 0},
+                               {st, NULL, 0, &stop, 0, 0}};
+    pthread_t          th[3];
+    int                before[3];
+
+    for (int i = 0; i < 3; i++) {
+        CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0);
+    }
+    usleep(200 * 1000);
+    CHECK_ST(kvp_tier_index_compact(st->tier), KVP_ERR_CORRUPT); /* a worker's commit rebuilds */
+    for (int i = 0; i < 300 && t_stats(st).index_rebuilds == 0; i++) {
+        usleep(10 * 1000);
+    }
+    for (int i = 0; i < 3; i++) {
+        before[i] = __atomic_load_n(&w[i].rounds, __ATOMIC_RELAXED);
+    }
+    usleep(300 * 1000);
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++) {
+        CHECK(pthread_join(th[i], NULL) == 0);
+        printf("worker %d: %d rounds (%d after the rebuild), %d errors\n", i, w[i].rounds,
+               w[i].rounds - before[i], w[i].errors);
+        CHECK(w[i].errors == 0 && w[i].rounds > before[i]);
+    }
+    CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 0);
+    check_all(st, d, 4, false);
+    kvp_store_close(st);
+    clear_all(d, 4);
+}
+
+static void stop_dead(void *arg)
+{
+    (void)arg;
+    _exit(0); /* no close, no flush: as a crash would leave it */
+}
+
+static void case_crash(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st;
+    pid_t              pid;
+    int                wst = -1;
+
+    fflush(NULL);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        st = setup_open(dir, d);
+        CHECK_ST(kvp_tier_index_compact(st->tier), KVP_ERR_CORRUPT);
+        kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_REBUILD, stop_dead, NULL);
+        put(st, d, 4); /* the rebuild it starts never returns */
+        _exit(3);
+    }
+    CHECK(waitpid(pid, &wst, 0) == pid && WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    for (int i = 0; i < 4; i++) { /* the descriptors the child had */
+        t_session(&S, 300 + (uint64_t)i, 0, 300 + (uint64_t)i, 3, 0, &d[i]);
+    }
+    st = open_wt(dir); /* finishes the rebuild from the side db */
+    CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 0);
+    check_all(st, d, 4, true);
+    check_clean(dir);
+    CHECK_OK(put(st, d, 4));
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    check_all(st, d, 5, true);
+    kvp_store_close(st);
+    clear_all(d, 5);
+}
+
+int main(int argc, char **argv)
+{
+    static const t_case_t cases[] = {{"stopped", case_stopped}, {"open", case_open},
+                                     {"scrub", case_scrub},     {"crash", case_crash},
+                                     {"concurrent", case_concurrent}, {NULL, NULL}};
+
+    return t_run_case(argc, argv, cases, "salvage");
+}
