@@ -278,10 +278,10 @@ static inline void t_rmrf(const char *dir)
     }
 }
 
-/* Flip one byte (at 100 past the match) of the page whose first 256 payload bytes are pay, in
- * whichever file of dir/sub holds it (sub "seg": the segment files, pages 64-byte aligned; "":
- * RocksDB's SST files, e.g. one holding inline pages, at any offset; not its WAL). */
-static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pay)
+/* Flip one byte (at min(100, pn/2) past the match) of the first copy of the pn bytes pat, in
+ * whichever file of dir/sub holds it (sub "seg": the segment files, 64-byte aligned matches; "":
+ * RocksDB's SST files, at any offset; not its WAL). */
+static inline void t_flip_bytes(const char *dir, const char *sub, const uint8_t *pat, size_t pn)
 {
     char           path[600], file[900];
     DIR           *dp;
@@ -296,8 +296,7 @@ static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pa
         FILE    *f;
         long     n;
         uint8_t *buf;
-
-        size_t nl = strlen(e->d_name);
+        size_t   nl = strlen(e->d_name);
 
         snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
         if (e->d_name[0] == '.' || (sub[0] == '\0' && (nl < 4 || strcmp(e->d_name + nl - 4, ".sst") != 0)) ||
@@ -310,11 +309,12 @@ static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pa
         CHECK(buf != NULL);
         fseek(f, 0, SEEK_SET);
         CHECK(n < 0 || fread(buf, 1, (size_t)n, f) == (size_t)n);
-        for (long k = 0; k + 256 <= n && !done; k += step) {
-            if (memcmp(buf + k, pay, 256) == 0) {
-                uint8_t b = buf[k + 100] ^ 0x40;
+        for (long k = 0; k + (long)pn <= n && !done; k += step) {
+            if (memcmp(buf + k, pat, pn) == 0) {
+                long    at = k + (long)(pn / 2 < 100 ? pn / 2 : 100);
+                uint8_t b  = buf[at] ^ 0x40;
 
-                CHECK(fseek(f, k + 100, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
+                CHECK(fseek(f, at, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
                 done = 1;
             }
         }
@@ -323,6 +323,12 @@ static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pa
     }
     closedir(dp);
     CHECK(done);
+}
+
+/* the page whose first 256 payload bytes are pay */
+static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pay)
+{
+    t_flip_bytes(dir, sub, pay, 256);
 }
 
 static inline void t_flip_on_disk(const char *dir, const uint8_t *pay)

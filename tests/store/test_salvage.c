@@ -10,6 +10,8 @@
  *     rebuilds; after a reopen every session is whole.
  *   concurrent: two threads spill and read back i0 and i2 and a third puts new sessions while
  *     the rebuild runs: none sees an error, all go on after it.
+ *   record: a session record damaged in its SST: the node opens (it did not before), that session
+ *     is gone, the others are whole.
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
@@ -248,6 +250,41 @@ static void case_concurrent(const char *dir)
     clear_all(d, 4);
 }
 
+/* A session record (sessions column family) damaged in its SST: the open rebuilds (before, the
+ * open's scan of the records failed on the block and the node did not open); i1's record is
+ * copied as it was, fails to unpack and is skipped, the others are whole. */
+static void case_record(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st = open_wt(dir);
+    uint8_t           *blob;
+    size_t             len;
+    kvp_status_t       got;
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    CHECK_OK(kvp_tier_session_get(st->tier, NS, "i1", &blob, &len));
+    kvp_store_close(st);
+    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST */
+    printf("record of %zu bytes\n", len);
+    t_flip_bytes(dir, "", blob, len);
+    kvp_free(blob);
+    st = open_wt(dir);
+    CHECK(t_stats(st).index_rebuilds == 1);
+    for (int i = 0; i < 3; i++) {
+        char sid[8];
+
+        sid_of(i, sid, sizeof(sid));
+        got = t_check_session(st, NS, sid, &S, &d[i]);
+        CHECK(i == 1 ? got != KVP_OK : got == KVP_OK);
+    }
+    CHECK_OK(put(st, d, 3));
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    kvp_store_close(st);
+    clear_all(d, 4);
+}
+
 static void stop_dead(void *arg)
 {
     (void)arg;
@@ -290,7 +327,8 @@ int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"stopped", case_stopped}, {"open", case_open},
                                      {"scrub", case_scrub},     {"crash", case_crash},
-                                     {"concurrent", case_concurrent}, {NULL, NULL}};
+                                     {"concurrent", case_concurrent}, {"record", case_record},
+                                     {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "salvage");
 }
