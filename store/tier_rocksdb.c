@@ -180,7 +180,8 @@ static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
 
 /* ---- API ---- */
 
-kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
+/* tier_db_open, once */
+static kvp_status_t db_open_once(kvp_tier_t *t, bool compactions)
 {
     char       **existing  = NULL;
     size_t       nexisting = 0, n = 0;
@@ -238,6 +239,32 @@ kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
 out:
     if (existing != NULL) {
         rocksdb_list_column_families_destroy(existing, nexisting);
+    }
+    return status;
+}
+
+/* A db that does not open for damage (its manifest, or a table file it names gone) is repaired
+ * with RocksDB's RepairDB, which writes a new manifest from the table and log files found (one it
+ * cannot read moves to lost/, named in the log), and opened again. */
+kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
+{
+    kvp_status_t status = db_open_once(t, compactions);
+    char        *err    = NULL;
+
+    if (status != KVP_ERR_CORRUPT) {
+        return status;
+    }
+    KVP_LOG_WARN(MOD, "db %s does not open: repairing it (RocksDB RepairDB: a new manifest from the "
+                 "table files; a table that does not read moves to lost/)", t->path);
+    tier_db_close(t);
+    rocksdb_repair_db(t->db_opts, t->path, &err);
+    status = tier_map_err("repair", &err);
+    if (status == KVP_OK) {
+        status = db_open_once(t, compactions);
+    }
+    if (status == KVP_OK) {
+        KVP_LOG_WARN(MOD, "db %s repaired and open", t->path);
+        t->rebuilds++;
     }
     return status;
 }

@@ -12,12 +12,15 @@
  *     the rebuild runs: none sees an error, all go on after it.
  *   record: a session record damaged in its SST: the node opens (it did not before), that session
  *     is gone, the others are whole.
+ *   manifest: RocksDB's manifest damaged: the open repairs the db (RepairDB) and every session
+ *     is whole.
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
 #include "store_test_util.h"
 #include "store_int.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -285,6 +288,50 @@ static void case_record(const char *dir)
     clear_all(d, 4);
 }
 
+/* RocksDB's manifest damaged (one byte in its middle): the open fails, the tier repairs the db
+ * (RepairDB: a new manifest from the table files) and opens it; every session is whole. */
+static void case_manifest(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st = open_wt(dir);
+    char               path[900] = "";
+    DIR               *dp;
+    struct dirent     *e;
+    FILE              *f;
+    long               n;
+    int                c;
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    kvp_store_close(st);
+    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST, a manifest naming it */
+    CHECK((dp = opendir(dir)) != NULL);
+    while ((e = readdir(dp)) != NULL) {
+        if (strncmp(e->d_name, "MANIFEST-", 9) == 0) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(dp);
+    CHECK(path[0] != '\0' && (f = fopen(path, "r+b")) != NULL);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    CHECK(n > 64 && fseek(f, n / 2, SEEK_SET) == 0 && (c = fgetc(f)) != EOF);
+    CHECK(fseek(f, n / 2, SEEK_SET) == 0 && fputc(c ^ 0x40, f) != EOF);
+    fclose(f);
+    st = open_wt(dir);
+    CHECK(t_stats(st).index_rebuilds == 1);
+    check_all(st, d, 3, false);
+    CHECK_OK(put(st, d, 3));
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    kvp_store_close(st);
+    st = open_wt(dir);
+    CHECK(t_stats(st).index_rebuilds == 0);
+    check_all(st, d, 4, false);
+    kvp_store_close(st);
+    clear_all(d, 4);
+}
+
 static void stop_dead(void *arg)
 {
     (void)arg;
@@ -328,7 +375,7 @@ int main(int argc, char **argv)
     static const t_case_t cases[] = {{"stopped", case_stopped}, {"open", case_open},
                                      {"scrub", case_scrub},     {"crash", case_crash},
                                      {"concurrent", case_concurrent}, {"record", case_record},
-                                     {NULL, NULL}};
+                                     {"manifest", case_manifest}, {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "salvage");
 }
