@@ -32,16 +32,7 @@ static const tgeom_t S = {2, 1, 16, 16}; /* 1,088-byte pages: inline in RocksDB 
 
 static kvp_store_h open_wt(const char *dir)
 {
-    kvp_store_params_t p = {0};
-    kvp_store_h        st;
-
-    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                    KVP_STORE_PARAM_DURABILITY;
-    p.dram_budget = 64u << 20;
-    p.db_path     = dir;
-    p.durability  = KVP_DURABILITY_WRITE_THROUGH;
-    CHECK_OK(kvp_store_open(&p, &st));
-    return st;
+    return t_open_store(dir, 64u << 20, KVP_DURABILITY_WRITE_THROUGH, 0, 0);
 }
 
 static void sid_of(int i, char *sid, size_t n) { snprintf(sid, n, "i%d", i); }

@@ -119,16 +119,7 @@ static void ksess_check(kvp_store_h st, uint64_t ns, const char *sid, const kses
 
 static kvp_store_h open_store(const char *dir)
 {
-    kvp_store_params_t p = {0};
-    kvp_store_h        st;
-
-    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
-                    KVP_STORE_PARAM_DURABILITY;
-    p.dram_budget = 16u << 20;
-    p.db_path     = dir;
-    p.durability  = KVP_DURABILITY_WRITE_THROUGH;
-    CHECK_OK(kvp_store_open(&p, &st));
-    return st;
+    return t_open_store(dir, 16u << 20, KVP_DURABILITY_WRITE_THROUGH, 0, 0);
 }
 
 /* Every kind of wrong page, record and append in NS (a kivi namespace); expects each refused. */
