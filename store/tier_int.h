@@ -40,6 +40,9 @@ struct kvp_tier {
                                                   * when none was tried since it began */
     uint64_t                         rebuilds;   /* index rebuilds finished (under dbl) */
     uint64_t                         rebuild_lost; /* runs of records no read could get past */
+    bool                             opened;     /* kvp_tier_open returned: a rebuild that fails
+                                                  * half way back stops the process (the index
+                                                  * is partial; the next open finishes it) */
     pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
                                                   * kvp_tier_sync do their I/O outside it) */
     uint64_t                         moves;      /* compaction moves committed (written under mu) */

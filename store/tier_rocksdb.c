@@ -273,7 +273,9 @@ void tier_db_close(kvp_tier_t *t)
 {
     if (t->db != NULL) {
         for (size_t i = 0; i < t->ncfs; i++) {
-            rocksdb_column_family_handle_destroy(t->cfs[i]);
+            if (t->cfs[i] != NULL) { /* NULL: one a failed rebuild could not make again */
+                rocksdb_column_family_handle_destroy(t->cfs[i]);
+            }
         }
         rocksdb_close(t->db);
         t->db = NULL;
@@ -327,10 +329,14 @@ static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
             abort();
         }
         if (status == KVP_OK) {
-            status = tier_index_rebuild(t);
+            status = tier_index_rebuild(t); /* failed: the index as it was (or the process
+                                             * stopped, see tier_salvage.c) */
         }
-        if (status == KVP_OK) {
-            status = tier_db_compactions(t, true);
+        { /* compactions on either way: after a failed rebuild the next one to meet the damage
+           * stops writes again, and the next commit tries again */
+            kvp_status_t on = tier_db_compactions(t, true);
+
+            status = status != KVP_OK ? status : on;
         }
         t->gen++;
     }
@@ -423,7 +429,8 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
         kvp_tier_close(t);
         return status;
     }
-    *tier_p = t;
+    t->opened = true;
+    *tier_p   = t;
     return KVP_OK;
 }
 

@@ -257,7 +257,10 @@ static kvp_status_t flush_all(rocksdb_t *db, rocksdb_column_family_handle_t **cf
     return tier_map_err("salvage flush", &err);
 }
 
-/* Steps 3 and 4: the side db (complete) back into freshly made column families of t. */
+/* Steps 3 and 4: the side db (complete) back into freshly made column families of t. Once a
+ * column family was dropped, a failure leaves the index partial: at open the open fails (the mark
+ * stays, the next open tries again); in a running process, which must not serve from it nor take
+ * writes a later copy back would drop, the process stops. */
 static kvp_status_t copy_back(kvp_tier_t *t)
 {
     rocksdb_column_family_handle_t *scf[t->ncfs];
@@ -265,6 +268,7 @@ static kvp_status_t copy_back(kvp_tier_t *t)
     rocksdb_readoptions_t          *ro;
     uint64_t                        copied = 0, lost = 0;
     kvp_status_t                    status = KVP_OK;
+    bool                            dropped = false;
     char                            buf[4096], *err = NULL;
 
     if (side == NULL) {
@@ -278,13 +282,13 @@ static kvp_status_t copy_back(kvp_tier_t *t)
         if (status != KVP_OK) {
             break;
         }
+        dropped = true;
         rocksdb_column_family_handle_destroy(t->cfs[i]);
         t->cfs[i] = rocksdb_create_column_family(t->db, t->cf_opts[i], t->cf_names[i], &err);
         status    = tier_map_err("salvage make column family", &err);
-        if (status != KVP_OK) { /* the index is unusable: the mark stays for the next open */
-            KVP_LOG_ERROR(MOD, "db %s: column family %s could not be made again; a restart "
-                          "finishes the rebuild", t->path, t->cf_names[i]);
-            abort();
+        if (status != KVP_OK) {
+            t->cfs[i] = NULL;
+            break;
         }
         if (i == CF_PAGES) {
             tier_hook_run(t, KVP_TIER_HOOK_REBUILD);
@@ -297,15 +301,20 @@ static kvp_status_t copy_back(kvp_tier_t *t)
     }
     rocksdb_readoptions_destroy(ro);
     side_close(side, scf, t->ncfs);
-    if (status == KVP_OK) {
+    if (status == KVP_OK) { /* written without the WAL: in the table files before the mark goes */
         status = flush_all(t->db, t->cfs, t->ncfs);
     }
+    if (status == KVP_OK && unlink(join(buf, sizeof(buf), t->path, MARK_FILE)) != 0) {
+        KVP_LOG_ERROR(MOD, "salvage: cannot remove %s: %m", buf);
+        status = KVP_ERR_IO;
+    }
     if (status == KVP_OK) {
-        if (unlink(join(buf, sizeof(buf), t->path, MARK_FILE)) != 0) {
-            KVP_LOG_ERROR(MOD, "salvage: cannot remove %s: %m", buf);
-            return KVP_ERR_IO;
-        }
         status = sync_dir(t->path);
+    }
+    if (status != KVP_OK && dropped && t->opened) {
+        KVP_LOG_ERROR(MOD, "db %s: the index rebuild failed half way (%s); stopping: the next "
+                      "start finishes it", t->path, kvp_status_str(status));
+        abort();
     }
     if (status == KVP_OK) {
         side_remove(t);
