@@ -382,6 +382,9 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_options_set_max_log_file_size(t->db_opts, 4u << 20);
     rocksdb_options_set_info_log_level(t->db_opts, 2); /* warn */
     rocksdb_options_set_compression(t->db_opts, rocksdb_no_compression);
+    /* a damaged record in the WAL costs that write only: RocksDB's default (point in time) would
+     * drop it and every later write, acknowledged ones included, without an error */
+    rocksdb_options_set_wal_recovery_mode(t->db_opts, 3 /* kSkipAnyCorruptedRecords */);
     t->bbt = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_filter_policy(t->bbt, rocksdb_filterpolicy_create_bloom_full(10));
     rocksdb_block_based_options_set_no_block_cache(t->bbt, 1);

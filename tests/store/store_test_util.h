@@ -279,9 +279,11 @@ static inline void t_rmrf(const char *dir)
 }
 
 /* Flip one byte (at min(100, pn/2) past the match) of the first copy of the pn bytes pat, in
- * whichever file of dir/sub holds it (sub "seg": the segment files, 64-byte aligned matches; "":
- * RocksDB's SST files, at any offset; not its WAL). */
-static inline void t_flip_bytes(const char *dir, const char *sub, const uint8_t *pat, size_t pn)
+ * whichever file of dir/sub whose name ends in suffix (NULL: any) holds it (sub "seg": the
+ * segment files, 64-byte aligned matches; "": RocksDB's own files, at any offset, e.g. suffix
+ * ".sst" its tables, ".log" its WAL). */
+static inline void t_flip_bytes(const char *dir, const char *sub, const char *suffix,
+                                const uint8_t *pat, size_t pn)
 {
     char           path[600], file[900];
     DIR           *dp;
@@ -299,7 +301,8 @@ static inline void t_flip_bytes(const char *dir, const char *sub, const uint8_t 
         size_t   nl = strlen(e->d_name);
 
         snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
-        if (e->d_name[0] == '.' || (sub[0] == '\0' && (nl < 4 || strcmp(e->d_name + nl - 4, ".sst") != 0)) ||
+        if (e->d_name[0] == '.' ||
+            (suffix != NULL && (nl < strlen(suffix) || strcmp(e->d_name + nl - strlen(suffix), suffix) != 0)) ||
             (f = fopen(file, "r+b")) == NULL) {
             continue;
         }
@@ -325,10 +328,10 @@ static inline void t_flip_bytes(const char *dir, const char *sub, const uint8_t 
     CHECK(done);
 }
 
-/* the page whose first 256 payload bytes are pay */
+/* the page whose first 256 payload bytes are pay, in a segment file (sub "seg") or an SST ("") */
 static inline void t_flip_in(const char *dir, const char *sub, const uint8_t *pay)
 {
-    t_flip_bytes(dir, sub, pay, 256);
+    t_flip_bytes(dir, sub, sub[0] != '\0' ? NULL : ".sst", pay, 256);
 }
 
 static inline void t_flip_on_disk(const char *dir, const uint8_t *pay)
