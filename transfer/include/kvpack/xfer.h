@@ -79,8 +79,9 @@ void         kvp_xfer_conn_close(kvp_xfer_conn_h conn);
 kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn); /* KVP_OK while usable */
 const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
 
-/* Send hdr (copied) plus the data described by iov (pinned until completion; more than one piece
- * is copied into a staging buffer at once, one piece is sent zero-copy). Returns KVP_OK when
+/* Send hdr (copied) plus the data described by iov (pinned until completion: several pieces of a
+ * message under 1 MiB, which goes eager, are packed by UCX from where they are; over it they are
+ * copied into a staging buffer at once; one piece is sent zero-copy). Returns KVP_OK when
  * the send completed at once (cb is not called), KVP_INPROGRESS when cb will be called from a
  * later progress call, or an error (cb is not called). */
 kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len,
