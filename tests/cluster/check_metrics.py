@@ -215,12 +215,13 @@ try:
                 "kvpack_compact_segments_total", "kvpack_compact_moved_bytes_total",
                 "kvpack_compact_freed_bytes_total", "kvpack_scrub_bytes_total",
                 "kvpack_disk_logical_bytes_total", "kvpack_disk_segment_write_bytes_total",
-                "kvpack_scrub_passes_total",
+                "kvpack_scrub_passes_total", "kvpack_index_rebuilds_total", "kvpack_index_lost_total",
                 HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
                 RESTORE_H + "_sum", RESTORE_H + "_bucket"):
         check(any(k[0] == fam for k in m0), f"/metrics lacks {fam}")
     check(m(m0, "kvpack_dram_budget_bytes") == 64 << 20, "budget is not 64M")
     check(m(m0, "kvpack_serving") == 1, "kvpack_serving is not 1")
+    check(m(m0, "kvpack_index_rebuilds_total") == 0, "a fresh node rebuilt its index")
     check(any(k[0] == "kvpack_build_info" and 'version="' in k[1] and 'codecs="fp16,kivi' in k[1]
               and v == 1 for k, v in m0.items()), "kvpack_build_info")
     for op in ("put_pages", "put_session", "get_session", "spill", "stat"):
