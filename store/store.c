@@ -1206,6 +1206,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         stats->disk_segment_write_bytes = d.segment_write_bytes;
         stats->index_rebuilds           = d.index_rebuilds;
         stats->index_lost               = d.index_lost;
+        stats->wal_dropped_bytes        = d.wal_dropped;
     }
     stats->dram_bytes       = st->pool.used;
     stats->sessions         = st->sessions.count;

@@ -163,6 +163,7 @@ typedef struct {
                                    * copies included) */
     uint64_t index_rebuilds;      /* RocksDB index rebuilt after a damaged block (since open) */
     uint64_t index_lost;          /* runs of records lost in them: damage no read got past */
+    uint64_t wal_dropped;         /* WAL bytes the open's recovery dropped as damaged (writes lost) */
 } kvp_tier_disk_t;
 void kvp_tier_disk_stats(kvp_tier_t *tier, kvp_tier_disk_t *out);
 

@@ -40,6 +40,7 @@ struct kvp_tier {
                                                   * when none was tried since it began */
     uint64_t                         rebuilds;   /* index rebuilds finished (under dbl) */
     uint64_t                         rebuild_lost; /* runs of records no read could get past */
+    uint64_t                         wal_dropped;  /* WAL bytes recovery dropped as damaged */
     bool                             opened;     /* kvp_tier_open returned: a rebuild that fails
                                                   * half way back stops the process (the index
                                                   * is partial; the next open finishes it) */

@@ -243,6 +243,31 @@ out:
     return status;
 }
 
+/* WAL bytes the open just dropped as damaged (kSkipAnyCorruptedRecords): RocksDB 7.8's C API has
+ * no other channel for it than its own LOG file, which every open starts afresh, in lines like
+ * "(ignoring error) <wal>: dropping 30743 bytes; Corruption: checksum mismatch". Logged here
+ * and counted; a LOG in another format counts nothing. */
+static uint64_t wal_dropped(const kvp_tier_t *t)
+{
+    char     path[4096], line[1024];
+    FILE    *f;
+    uint64_t bytes = 0;
+
+    snprintf(path, sizeof(path), "%s/LOG", t->path);
+    if ((f = fopen(path, "r")) == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *d = strstr(line, ": dropping ");
+
+        if (d != NULL && strstr(d, " bytes; Corruption") != NULL) {
+            bytes += strtoull(d + 11, NULL, 10);
+        }
+    }
+    fclose(f);
+    return bytes;
+}
+
 /* A db that does not open for damage (its manifest, or a table file it names gone) is repaired
  * with RocksDB's RepairDB, which writes a new manifest from the table and log files found (one it
  * cannot read moves to lost/, named in the log), and opened again. */
@@ -250,7 +275,14 @@ kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
 {
     kvp_status_t status = db_open_once(t, compactions);
     char        *err    = NULL;
+    uint64_t     lost;
 
+    if (status == KVP_OK && (lost = wal_dropped(t)) > 0) {
+        KVP_LOG_ERROR(MOD, "db %s: %llu bytes of damaged write-ahead log records were dropped at "
+                      "recovery: the writes in them are lost (RocksDB's LOG names them)", t->path,
+                      (unsigned long long)lost);
+        t->wal_dropped += lost;
+    }
     if (status != KVP_ERR_CORRUPT) {
         return status;
     }
@@ -1486,6 +1518,7 @@ void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
     pthread_rwlock_rdlock(&t->dbl);
     out->index_rebuilds = t->rebuilds;
     out->index_lost     = t->rebuild_lost;
+    out->wal_dropped    = t->wal_dropped;
     pthread_rwlock_unlock(&t->dbl);
 }
 

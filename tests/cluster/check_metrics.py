@@ -216,6 +216,7 @@ try:
                 "kvpack_compact_freed_bytes_total", "kvpack_scrub_bytes_total",
                 "kvpack_disk_logical_bytes_total", "kvpack_disk_segment_write_bytes_total",
                 "kvpack_scrub_passes_total", "kvpack_index_rebuilds_total", "kvpack_index_lost_total",
+                "kvpack_wal_dropped_bytes_total",
                 HIST + "_bucket", HIST + "_sum", HIST + "_count", SPILL_H + "_count",
                 RESTORE_H + "_sum", RESTORE_H + "_bucket"):
         check(any(k[0] == fam for k in m0), f"/metrics lacks {fam}")

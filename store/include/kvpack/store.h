@@ -150,6 +150,9 @@ typedef struct {
                                    * write RocksDB refused, by scrubbing); since open */
     uint64_t index_lost;          /* runs of index records those rebuilds lost to damage no read
                                    * got past (0 when only values were damaged) */
+    uint64_t wal_dropped_bytes;   /* bytes of damaged write-ahead log records the open's recovery
+                                   * dropped (the writes in them, and the rest of their 32 KiB log
+                                   * block, are lost); 0 after a clean stop or crash */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
