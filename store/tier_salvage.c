@@ -112,6 +112,7 @@ static kvp_status_t copy_cf(cf_ref_t from, const rocksdb_readoptions_t *ro, cf_r
     rocksdb_writebatch_t *wb   = rocksdb_writebatch_create();
     char                 *last = NULL, *err = NULL;
     size_t                last_len = 0, last_cap = 0, wbytes = 0;
+    uint64_t              since = 1; /* records copied since the walk last stopped (1: start) */
     kvp_status_t          status = KVP_OK;
 
     rocksdb_iter_seek_to_first(it);
@@ -123,6 +124,7 @@ static kvp_status_t copy_cf(cf_ref_t from, const rocksdb_readoptions_t *ro, cf_r
 
             rocksdb_writebatch_put_cf(wb, to.cf, k, kl, v, vl);
             (*copied_p)++;
+            since++;
             wbytes += kl + vl;
             if (!keep_key(&last, &last_len, &last_cap, k, kl)) {
                 status = KVP_ERR_NO_MEMORY;
@@ -143,12 +145,13 @@ static kvp_status_t copy_cf(cf_ref_t from, const rocksdb_readoptions_t *ro, cf_r
             size_t nl   = 0;
             char  *next = next_file_start(from.db, name, last != NULL ? last : "", last_len, &nl);
 
-            KVP_LOG_ERROR(MOD, "salvage: column family %s unreadable after %zu key bytes (%s); "
-                          "the records up to the next file's first key are lost", name, last_len,
-                          err);
+            KVP_LOG_ERROR(MOD, "salvage: column family %s unreadable after %llu records (%s); "
+                          "the records up to the next file's first key are lost", name,
+                          (unsigned long long)*copied_p, err);
             rocksdb_free(err);
             err = NULL;
-            (*lost_p)++;
+            *lost_p += since > 0; /* one run: stopping again at once is the same damage */
+            since = 0;
             if (next == NULL) {
                 break;
             }

@@ -17,9 +17,12 @@
  *   wal: a byte flipped in the WAL before a restart replays it: that write and the two beside it
  *     in its log block are lost, every later one is replayed (was: every later one lost), and
  *     the loss is logged and counted (wal_dropped_bytes), not silent.
+ *   structure: a data block's restart count made impossible: the walk stops there, goes on at
+ *     the next table file; the records between are lost and counted, nothing read is wrong.
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
+#define _GNU_SOURCE /* memmem */
 #include "store_test_util.h"
 #include "store_int.h"
 
@@ -381,6 +384,100 @@ static void case_wal(const char *dir)
     clear_all(d, NWAL);
 }
 
+/* In the SST holding the pages of sessions 0..2, the first page that ends a data block (its value
+ * followed by the block's one restart point and a restart count of 1) gets a restart count no
+ * block can hold: the block's structure is gone, so even a walk without checksums stops there. */
+static void break_block(const char *dir, const kvp_session_desc_t *d)
+{
+    static const uint8_t tail[8] = {0, 0, 0, 0, 1, 0, 0, 0};
+    char                 path[900];
+    DIR                 *dp = opendir(dir);
+    struct dirent       *e;
+    int                  done = 0;
+
+    CHECK(dp != NULL);
+    while (!done && (e = readdir(dp)) != NULL) {
+        size_t   nl = strlen(e->d_name), n;
+        uint8_t *buf;
+        FILE    *f;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (nl < 4 || strcmp(e->d_name + nl - 4, ".sst") != 0 || (f = fopen(path, "r+b")) == NULL) {
+            continue;
+        }
+        fseek(f, 0, SEEK_END);
+        n   = (size_t)ftell(f);
+        buf = kvp_malloc(n + 1, "sst");
+        CHECK(buf != NULL && fseek(f, 0, SEEK_SET) == 0 && fread(buf, 1, n, f) == n);
+        for (int i = 0; i < 3 && !done; i++) {
+            for (uint32_t c = 0; c < 3 && !done; c++) {
+                for (uint32_t l = 0; l < S.layers && !done; l++) {
+                    size_t   len;
+                    uint8_t *page = t_page(&S, d[i].chunk_keys[c], l, c * S.page_tokens,
+                                           S.page_tokens, 0, &len);
+                    uint8_t *at   = memmem(buf, n, page, len);
+
+                    if (at != NULL && (size_t)(at - buf) + len + 8 <= n &&
+                        memcmp(at + len, tail, 8) == 0) {
+                        uint8_t b = 0x7F;
+
+                        CHECK(fseek(f, (long)(at - buf + len + 7), SEEK_SET) == 0 &&
+                              fwrite(&b, 1, 1, f) == 1);
+                        done = 1;
+                    }
+                    kvp_free(page);
+                }
+            }
+        }
+        kvp_free(buf);
+        fclose(f);
+    }
+    closedir(dp);
+    CHECK(done);
+}
+
+/* A data block whose structure is damaged (not only a value): the rebuild's walk stops at it and
+ * goes on at the next table file; the records between are lost and counted (index_lost 1), the
+ * node opens, every session is whole or reported as not found or damaged, none is wrong, and
+ * the node takes puts and compactions afterwards. */
+static void case_structure(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st = open_wt(dir);
+    int                whole = 0;
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    kvp_store_close(st);
+    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST */
+    break_block(dir, d);
+    st = open_wt(dir);
+    printf("structure: %llu rebuilds, %llu lost\n", (unsigned long long)t_stats(st).index_rebuilds,
+           (unsigned long long)t_stats(st).index_lost);
+    CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 1);
+    for (int i = 0; i < 3; i++) {
+        char         sid[8];
+        kvp_status_t got;
+
+        sid_of(i, sid, sizeof(sid));
+        got = t_check_session(st, NS, sid, &S, &d[i]);
+        printf("%s: %s\n", sid, kvp_status_str(got));
+        CHECK(got == KVP_OK || got == KVP_ERR_NOT_FOUND || got == KVP_ERR_CORRUPT);
+        whole += got == KVP_OK;
+    }
+    CHECK(whole < 3);
+    CHECK_OK(put(st, d, 3));
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    check_clean(dir);
+    kvp_store_close(st);
+    st = open_wt(dir);
+    CHECK(t_stats(st).index_rebuilds == 0);
+    CHECK_OK(t_check_session(st, NS, "i3", &S, &d[3]));
+    kvp_store_close(st);
+    clear_all(d, 4);
+}
+
 static void stop_dead(void *arg)
 {
     (void)arg;
@@ -426,7 +523,7 @@ int main(int argc, char **argv)
                                      {"scrub", case_scrub},     {"crash", case_crash},
                                      {"concurrent", case_concurrent}, {"record", case_record},
                                      {"manifest", case_manifest}, {"wal", case_wal},
-                                     {NULL, NULL}};
+                                     {"structure", case_structure}, {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "salvage");
 }
