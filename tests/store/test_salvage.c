@@ -108,6 +108,18 @@ static kvp_store_h setup_open(const char *dir, kvp_session_desc_t *d)
     return st;
 }
 
+/* i0..i2 put, the store closed, opened and closed again: the WAL's batches are in an SST */
+static void put_closed(const char *dir, kvp_session_desc_t *d)
+{
+    kvp_store_h st = open_wt(dir);
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    kvp_store_close(st);
+    kvp_store_close(open_wt(dir));
+}
+
 static void case_stopped(const char *dir)
 {
     kvp_session_desc_t d[NSESS];
@@ -137,13 +149,9 @@ static void case_stopped(const char *dir)
 static void case_open(const char *dir)
 {
     kvp_session_desc_t d[NSESS];
-    kvp_store_h        st = open_wt(dir);
+    kvp_store_h        st;
 
-    for (int i = 0; i < 3; i++) {
-        CHECK_OK(put(st, d, i));
-    }
-    kvp_store_close(st);
-    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST */
+    put_closed(dir, d);
     damage(dir, d);
     st = open_wt(dir);
     CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 0);
@@ -256,17 +264,15 @@ static void case_concurrent(const char *dir)
 static void case_record(const char *dir)
 {
     kvp_session_desc_t d[NSESS];
-    kvp_store_h        st = open_wt(dir);
+    kvp_store_h        st;
     uint8_t           *blob;
     size_t             len;
     kvp_status_t       got;
 
-    for (int i = 0; i < 3; i++) {
-        CHECK_OK(put(st, d, i));
-    }
+    put_closed(dir, d);
+    st = open_wt(dir);
     CHECK_OK(kvp_tier_session_get(st->tier, NS, "i1", &blob, &len));
     kvp_store_close(st);
-    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST */
     printf("record of %zu bytes\n", len);
     t_flip_bytes(dir, "", ".sst", blob, len);
     kvp_free(blob);
@@ -290,7 +296,7 @@ static void case_record(const char *dir)
 static void case_manifest(const char *dir)
 {
     kvp_session_desc_t d[NSESS];
-    kvp_store_h        st = open_wt(dir);
+    kvp_store_h        st;
     char               path[900] = "";
     DIR               *dp;
     struct dirent     *e;
@@ -298,11 +304,7 @@ static void case_manifest(const char *dir)
     long               n;
     int                c;
 
-    for (int i = 0; i < 3; i++) {
-        CHECK_OK(put(st, d, i));
-    }
-    kvp_store_close(st);
-    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST, a manifest naming it */
+    put_closed(dir, d); /* and a manifest naming the SST */
     CHECK((dp = opendir(dir)) != NULL);
     while ((e = readdir(dp)) != NULL) {
         if (strncmp(e->d_name, "MANIFEST-", 9) == 0) {
@@ -443,14 +445,10 @@ static void break_block(const char *dir, const kvp_session_desc_t *d)
 static void case_structure(const char *dir)
 {
     kvp_session_desc_t d[NSESS];
-    kvp_store_h        st = open_wt(dir);
+    kvp_store_h        st;
     int                whole = 0;
 
-    for (int i = 0; i < 3; i++) {
-        CHECK_OK(put(st, d, i));
-    }
-    kvp_store_close(st);
-    kvp_store_close(open_wt(dir)); /* the WAL's batches into an SST */
+    put_closed(dir, d);
     break_block(dir, d);
     st = open_wt(dir);
     printf("structure: %llu rebuilds, %llu lost\n", (unsigned long long)t_stats(st).index_rebuilds,
