@@ -1320,6 +1320,8 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
         stat_p->disk_live_bytes  = w->disk_live_bytes;
         stat_p->requests         = w->requests;
         stat_p->bad_requests     = w->bad_requests;
+        stat_p->index_rebuilds    = w->index_rebuilds;
+        stat_p->wal_dropped_bytes = w->wal_dropped_bytes;
     }
     call_release(call);
     return s;

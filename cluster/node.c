@@ -376,6 +376,8 @@ static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     rep->stat.bad_requests     = atomic_load_explicit(&n->bad_requests, memory_order_relaxed);
     rep->stat.disk_bytes       = st.disk_bytes;
     rep->stat.disk_live_bytes  = st.disk_live_bytes;
+    rep->stat.index_rebuilds    = st.index_rebuilds;
+    rep->stat.wal_dropped_bytes = st.wal_dropped_bytes;
     reply_status(job, rep, KVP_OK, NULL);
 }
 

@@ -580,6 +580,10 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             st.disk_bytes          = rep->stat.disk_bytes;
             st.has_disk_live_bytes = rep->stat.disk_live_bytes != 0;
             st.disk_live_bytes     = rep->stat.disk_live_bytes;
+            st.has_index_rebuilds    = rep->stat.index_rebuilds != 0;
+            st.index_rebuilds        = rep->stat.index_rebuilds;
+            st.has_wal_dropped_bytes = rep->stat.wal_dropped_bytes != 0;
+            st.wal_dropped_bytes     = rep->stat.wal_dropped_bytes;
             r.body_case         = KVP__REPLY__BODY_STAT;
             r.stat              = &st;
             break;
@@ -745,6 +749,9 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         rep->stat.bad_requests     = r->stat->bad_requests;
         rep->stat.disk_bytes       = r->stat->has_disk_bytes ? r->stat->disk_bytes : 0;
         rep->stat.disk_live_bytes  = r->stat->has_disk_live_bytes ? r->stat->disk_live_bytes : 0;
+        rep->stat.index_rebuilds   = r->stat->has_index_rebuilds ? r->stat->index_rebuilds : 0;
+        rep->stat.wal_dropped_bytes =
+            r->stat->has_wal_dropped_bytes ? r->stat->wal_dropped_bytes : 0;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     case KVP__REPLY__BODY_LIST:
         return (data_len == 0) ? list_from_pb(r->list, rep) : rep_bad(rep, "unexpected data");

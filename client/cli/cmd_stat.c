@@ -30,6 +30,8 @@ static const struct {
     {"disk_live_bytes", offsetof(kvp_node_stat_t, disk_live_bytes), true},
     {"requests", offsetof(kvp_node_stat_t, requests), true},
     {"bad_requests", offsetof(kvp_node_stat_t, bad_requests), true},
+    {"index_rebuilds", offsetof(kvp_node_stat_t, index_rebuilds), true},
+    {"wal_dropped_bytes", offsetof(kvp_node_stat_t, wal_dropped_bytes), true},
 };
 #define N_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
@@ -82,6 +84,12 @@ static void print_one(const char *node, const kvp_node_stat_t *st)
            (unsigned long long)st->disk_bytes, (unsigned long long)st->disk_live_bytes);
     printf("requests          %llu (%llu malformed or refused)\n", (unsigned long long)st->requests,
            (unsigned long long)st->bad_requests);
+    if (st->index_rebuilds > 0 || st->wal_dropped_bytes > 0) { /* damage the node recovered from */
+        printf("index rebuilds    %llu (damaged RocksDB blocks found since start)\n",
+               (unsigned long long)st->index_rebuilds);
+        printf("wal dropped       %llu bytes of damaged log records at start (writes lost)\n",
+               (unsigned long long)st->wal_dropped_bytes);
+    }
 }
 
 /* one node's row (uptime already formatted), or (error) why it has none */

@@ -13,7 +13,9 @@ _count equals its kvpack_requests_total and its _sum the handling-seconds counte
 spill and the restore, kvpack_spill/restore_duration_seconds _count equals kvpack_spills_total /
 kvpack_restores_total with a _sum > 0 that never goes back. kvpack_interval_syncs_total stays 0
 on that (spill) node; a --durability interval --sync-ms 20 node counts none before its first put
-and at least one after it; bad --sync-ms values and --sync-ms without interval exit 2.
+and at least one after it; bad --sync-ms values and --sync-ms without interval exit 2. That node's
+MANIFEST damaged: restarted, it repairs its db, STAT, /metrics and `kvpack stat` count one index
+rebuild, and the session reads back byte-identical.
 usage: check_metrics.py KVPACK KVPACKD LIBKVPACK"""
 import json
 import os
@@ -379,8 +381,36 @@ try:
             break
         time.sleep(0.02)
     check(m(scrape(ihp), "kvpack_interval_syncs_total") >= 1, "no interval sync after a put")
+    cli("get", "--node", iaddr, "--session", "s1", "--out", os.path.join(tmp, "before.kvd"))
     inode.send_signal(signal.SIGTERM)
     check(inode.wait(timeout=60) == 0, "the interval node did not exit 0 on SIGTERM")
+
+    # a byte gone bad in RocksDB's MANIFEST: the node repairs its db at start, says so in STAT,
+    # /metrics and `kvpack stat`, and serves the session byte-identical
+    idata = os.path.join(tmp, "idata")
+    man = [f for f in os.listdir(idata) if f.startswith("MANIFEST-")]
+    check(len(man) == 1, f"manifests in the data dir: {man}")
+    with open(os.path.join(idata, man[0]), "r+b") as f:
+        raw = bytearray(f.read())
+        raw[len(raw) // 2] ^= 0x40
+        f.seek(0)
+        f.write(raw)
+    inode, iaddr = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, "iready"),
+        ["--listen", "127.0.0.1:0", "--data-dir", idata, "--http", "127.0.0.1:0",
+         "--http-ready-file", os.path.join(tmp, "ihttp")], env=env, stderr=subprocess.DEVNULL)
+    ihp = wait_file(os.path.join(tmp, "ihttp"), inode)
+    rstat = cli("stat", "--node", iaddr, "--json")
+    check(rstat.get("index_rebuilds") == 1 == m(scrape(ihp), "kvpack_index_rebuilds_total") and
+          rstat.get("wal_dropped_bytes") == 0, f"after a damaged manifest: STAT {rstat}")
+    human = subprocess.run([kvpack_exe, "stat", "--node", iaddr], capture_output=True, text=True,
+                           timeout=60, env=env).stdout
+    check(re.search(r"^index rebuilds +1 ", human, re.M) is not None, f"kvpack stat: {human}")
+    cli("get", "--node", iaddr, "--session", "s1", "--out", os.path.join(tmp, "after.kvd"))
+    check(open(os.path.join(tmp, "before.kvd"), "rb").read() ==
+          open(os.path.join(tmp, "after.kvd"), "rb").read(), "the session changed in the repair")
+    inode.send_signal(signal.SIGTERM)
+    check(inode.wait(timeout=60) == 0, "the repaired node did not exit 0 on SIGTERM")
 finally:
     for p in (node, locals().get("inode")):
         if p is not None and p.poll() is None:

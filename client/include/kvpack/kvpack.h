@@ -50,6 +50,8 @@ typedef struct {
                                            * DRAM only, or an older node) */
     uint64_t requests, bad_requests;      /* received since start (this STAT included), and
                                            * the malformed or refused ones among them */
+    uint64_t index_rebuilds;    /* the node's RocksDB index rebuilt after damage, since start */
+    uint64_t wal_dropped_bytes; /* damaged WAL bytes its start dropped (the writes are lost) */
 } kvp_node_stat_t;
 
 /* A fetched session: record plus every page, in order page[chunk * layers + layer]. */
