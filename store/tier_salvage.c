@@ -33,6 +33,7 @@
 #define SIDE_DIR    "salvage.db"
 #define MARK_FILE   "SALVAGE"
 #define BATCH_BYTES (4u << 20)
+#define PROGRESS_NS (2000000000ull) /* a progress line every 2 s of a long rebuild */
 
 /* dir/name into buf (PATH_MAX-sized) */
 static const char *join(char *buf, size_t cap, const char *dir, const char *name)
@@ -113,6 +114,7 @@ static kvp_status_t copy_cf(cf_ref_t from, const rocksdb_readoptions_t *ro, cf_r
     char                 *last = NULL, *err = NULL;
     size_t                last_len = 0, last_cap = 0, wbytes = 0;
     uint64_t              since = 1; /* records copied since the walk last stopped (1: start) */
+    uint64_t              shown = kvp_time_ns();
     kvp_status_t          status = KVP_OK;
 
     rocksdb_iter_seek_to_first(it);
@@ -134,6 +136,11 @@ static kvp_status_t copy_cf(cf_ref_t from, const rocksdb_readoptions_t *ro, cf_r
                 rocksdb_writebatch_clear(wb);
                 wbytes = 0;
                 status = status != KVP_OK ? status : tier_map_err("salvage write", &err);
+                if (kvp_time_ns() - shown >= PROGRESS_NS) { /* a long rebuild says where it is */
+                    shown = kvp_time_ns();
+                    KVP_LOG_WARN(MOD, "index rebuild: column family %s, %llu records copied %s", name,
+                                 (unsigned long long)*copied_p, past_damage ? "out" : "back");
+                }
             }
         }
         rocksdb_iter_get_error(it, &err);
