@@ -1326,3 +1326,22 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
     call_release(call);
     return s;
 }
+
+kvp_status_t kvp_client_scrub(kvp_client_h client, kvp_scrub_result_t *out)
+{
+    kvp_wire_req_t req;
+    call_t        *call;
+    kvp_status_t   s;
+
+    memset(&req, 0, sizeof(req));
+    req.op = KVP_WIRE_OP_SCRUB;
+    s = call_simple(client, &req, &call);
+    if (s == KVP_OK) {
+        out->bytes         = call->rep.scrub.bytes;
+        out->bad_pages     = call->rep.scrub.bad_pages;
+        out->elapsed_ms    = call->rep.scrub.elapsed_ms;
+        out->index_rebuilt = call->rep.scrub.index_rebuilt;
+    }
+    call_release(call);
+    return s;
+}

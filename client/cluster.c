@@ -628,6 +628,14 @@ kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_sta
     return s == KVP_OK ? kvp_client_stat(cl, stat_p) : s;
 }
 
+kvp_status_t kvp_cluster_scrub(kvp_cluster_h cluster, uint32_t node, kvp_scrub_result_t *out)
+{
+    kvp_client_h cl;
+    kvp_status_t s = kvp_cluster_client(cluster, node, &cl);
+
+    return s == KVP_OK ? kvp_client_scrub(cl, out) : s;
+}
+
 kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char **peers_p,
                                     uint32_t *n_p)
 {

@@ -39,6 +39,7 @@ typedef struct {
     uint64_t    start_ns;
     atomic_uint_fast64_t requests;     /* counted on the transport thread, read by STAT */
     atomic_uint_fast64_t bad_requests;
+    atomic_flag          scrubbing;    /* a SCRUB pass is running (one at a time) */
     kvp_node_work_h work;
     uint64_t    outstanding;  /* jobs received and not yet finished (transport thread) */
     int         stopping;     /* shutting down: new requests are dropped unanswered */
@@ -381,6 +382,32 @@ static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     reply_status(job, rep, KVP_OK, NULL);
 }
 
+/* One whole scrubbing pass now (a worker; as long as the disk takes): every page on disk read back
+ * and checked, then the index. One at a time: a second is refused KVP_ERR_BUSY. */
+static void handle_scrub(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
+{
+    kvp_store_scrub_t r;
+    uint64_t          t0 = kvp_time_ns();
+    kvp_status_t      s;
+
+    if (atomic_flag_test_and_set(&n->scrubbing)) {
+        reply_status(job, rep, KVP_ERR_BUSY, "a scrubbing pass is already running");
+        return;
+    }
+    KVP_LOG_INFO(MOD, "scrub requested by %s: one whole pass", kvp_xfer_conn_peer(job->conn));
+    memset(&r, 0, sizeof(r));
+    s = kvp_store_scrub(n->store, &r);
+    atomic_flag_clear(&n->scrubbing);
+    rep->scrub.bytes         = r.bytes;
+    rep->scrub.bad_pages     = r.bad_pages;
+    rep->scrub.index_rebuilt = r.index_rebuilt;
+    rep->scrub.elapsed_ms    = (kvp_time_ns() - t0) / 1000000u;
+    KVP_LOG_INFO(MOD, "scrub: %llu page bytes checked, %llu bad, index %s, %s",
+                 (unsigned long long)r.bytes, (unsigned long long)r.bad_pages,
+                 r.index_rebuilt ? "rebuilt" : "sound", kvp_status_str(s));
+    reply_status(job, rep, s, s == KVP_ERR_UNSUPPORTED ? "the node has no data dir" : "scrub");
+}
+
 /* One page of the session listing: at most min(limit, max_list) entries after the cursor. */
 static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                         kvp_wire_rep_t *rep)
@@ -524,6 +551,9 @@ static void job_handle(node_t *n, node_job_t *job)
         break;
     case KVP_WIRE_OP_APPEND:
         handle_append(n, job, req, data, dl, &rep);
+        break;
+    case KVP_WIRE_OP_SCRUB:
+        handle_scrub(n, job, &rep);
         break;
     default:
         reply_status(job, &rep, KVP_ERR_PROTOCOL, "op");
@@ -800,6 +830,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     size_t             hdr;
 
     memset(&n, 0, sizeof(n));
+    atomic_flag_clear(&n.scrubbing);
     memset(&sp, 0, sizeof(sp));
     kvp_node_obs_init(&n.obs); /* /health says "starting" until the listener is up */
     n.start_ns = n.obs.start_ns;

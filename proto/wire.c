@@ -32,7 +32,7 @@ static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 static const char *const op_names[KVP_WIRE_OP_MAX] = {
     "none", "put_pages", "put_session", "get_session", "get_pages", "lookup", "spill", "stat",
-    "delete", "list", "append",
+    "delete", "list", "append", "scrub",
 };
 
 const char *kvp_wire_op_name(kvp_wire_op_t op)
@@ -154,6 +154,7 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
     Kvp__GetPagesReq   gp  = KVP__GET_PAGES_REQ__INIT;
     Kvp__LookupReq     lk  = KVP__LOOKUP_REQ__INIT;
     Kvp__StatReq       st  = KVP__STAT_REQ__INIT;
+    Kvp__ScrubReq      sc  = KVP__SCRUB_REQ__INIT;
     Kvp__ListReq       ls  = KVP__LIST_REQ__INIT;
     Kvp__AppendReq     ap  = KVP__APPEND_REQ__INIT;
     uint64_t          *lo  = NULL, *hi = NULL;
@@ -249,6 +250,10 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
     case KVP_WIRE_OP_STAT:
         r.body_case = KVP__REQUEST__BODY_STAT;
         r.stat      = &st;
+        break;
+    case KVP_WIRE_OP_SCRUB:
+        r.body_case = KVP__REQUEST__BODY_SCRUB;
+        r.scrub     = &sc;
         break;
     case KVP_WIRE_OP_APPEND:
         ap.ns          = req->ns;
@@ -399,7 +404,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
         return keys_copy(l->key_lo, l->key_hi, req->n_keys, &req->keys);
     }
     case KVP__REQUEST__BODY_STAT:
-        req->op = KVP_WIRE_OP_STAT;
+    case KVP__REQUEST__BODY_SCRUB:
+        req->op = r->body_case == KVP__REQUEST__BODY_STAT ? KVP_WIRE_OP_STAT : KVP_WIRE_OP_SCRUB;
         if (data_len != 0) {
             return req_bad(req, "unexpected data");
         }
@@ -514,6 +520,7 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
     Kvp__GetPagesRep   gp = KVP__GET_PAGES_REP__INIT;
     Kvp__LookupRep     lk = KVP__LOOKUP_REP__INIT;
     Kvp__StatRep       st = KVP__STAT_REP__INIT;
+    Kvp__ScrubRep      sc = KVP__SCRUB_REP__INIT;
     Kvp__ListRep       ls = KVP__LIST_REP__INIT;
     Kvp__AppendRep     ap = KVP__APPEND_REP__INIT;
     void              *mem = NULL;
@@ -562,6 +569,14 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             ap.sealed   = rep->sealed;
             r.body_case = KVP__REPLY__BODY_APPEND;
             r.append    = &ap;
+            break;
+        case KVP_WIRE_OP_SCRUB:
+            sc.bytes         = rep->scrub.bytes;
+            sc.bad_pages     = rep->scrub.bad_pages;
+            sc.index_rebuilt = rep->scrub.index_rebuilt != 0;
+            sc.elapsed_ms    = rep->scrub.elapsed_ms;
+            r.body_case      = KVP__REPLY__BODY_SCRUB;
+            r.scrub          = &sc;
             break;
         case KVP_WIRE_OP_STAT:
             st.dram_bytes       = rep->stat.dram_bytes;
@@ -672,6 +687,7 @@ static Kvp__Reply__BodyCase rep_body_for(kvp_wire_op_t op)
     case KVP_WIRE_OP_STAT:        return KVP__REPLY__BODY_STAT;
     case KVP_WIRE_OP_LIST:        return KVP__REPLY__BODY_LIST;
     case KVP_WIRE_OP_APPEND:      return KVP__REPLY__BODY_APPEND;
+    case KVP_WIRE_OP_SCRUB:       return KVP__REPLY__BODY_SCRUB;
     default:                      return KVP__REPLY__BODY__NOT_SET;
     }
 }
@@ -730,6 +746,12 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         return lens_copy(r->get_pages->page_len, rep->n_pages, &rep->page_lens);
     case KVP__REPLY__BODY_APPEND:
         rep->sealed = r->append->sealed;
+        return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
+    case KVP__REPLY__BODY_SCRUB:
+        rep->scrub.bytes         = r->scrub->bytes;
+        rep->scrub.bad_pages     = r->scrub->bad_pages;
+        rep->scrub.index_rebuilt = r->scrub->index_rebuilt ? 1u : 0u;
+        rep->scrub.elapsed_ms    = r->scrub->elapsed_ms;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     case KVP__REPLY__BODY_LOOKUP:
         rep->hit_chunks = r->lookup->hit_chunks;

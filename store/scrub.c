@@ -35,6 +35,7 @@ typedef struct kvp_scrub_cursor {
     size_t          cap;
     void          **dst;
     size_t          dst_cap;
+    bool            index_rebuilt; /* the last pass's index walk rebuilt the index */
 } scrub_cursor_t;
 
 static void cursor_drop_list(scrub_cursor_t *c)
@@ -78,12 +79,10 @@ static kvp_status_t cursor_next_list(kvp_store_h st, scrub_cursor_t *c, size_t r
     }
     c->inl_more = true;
     if (c->n == 0 && end) {
-        bool rebuilt;
-
         cursor_restart(c);
         *passed = true; /* the next call starts over */
         /* last, the index's own blocks (a damaged one rebuilds it, logged by the tier) */
-        return kvp_tier_index_verify(st->tier, &rebuilt);
+        return kvp_tier_index_verify(st->tier, &c->index_rebuilt);
     }
     return KVP_OK;
 }
@@ -160,7 +159,7 @@ static void scrub_count(kvp_store_h st, uint64_t bytes, uint64_t bad, bool passe
     }
 }
 
-kvp_status_t kvp_store_scrub(kvp_store_h st)
+kvp_status_t kvp_store_scrub(kvp_store_h st, kvp_store_scrub_t *out)
 {
     scrub_cursor_t c;
     uint64_t       bytes = 0, bad = 0;
@@ -175,6 +174,9 @@ kvp_status_t kvp_store_scrub(kvp_store_h st)
     }
     memset(&c, 0, sizeof(c));
     status = scrub_run(st, &c, 0, &passed, &bytes, &bad);
+    if (out != NULL) {
+        *out = (kvp_store_scrub_t){bytes, bad, c.index_rebuilt ? 1u : 0u};
+    }
     cursor_free(&c);
     scrub_count(st, bytes, bad, status == KVP_OK && passed);
     return status;

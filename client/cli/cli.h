@@ -24,6 +24,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv);
 int kvp_cmd_bench_stream(int argc, char **argv);
 int kvp_cmd_bench_attn(int argc, char **argv);
 int kvp_cmd_stat(int argc, char **argv);
+int kvp_cmd_scrub(int argc, char **argv);
 int kvp_cmd_put(int argc, char **argv);
 int kvp_cmd_get(int argc, char **argv);
 int kvp_cmd_ls(int argc, char **argv);

@@ -20,6 +20,7 @@ static const cli_cmd_t commands[] = {
     {"ls",    "list the sessions a node holds (DRAM and disk)", kvp_cmd_ls},
     {"rm",    "delete a session from a node", kvp_cmd_rm},
     {"repair", "bring every session back to its r copies after a node was lost or added", kvp_cmd_repair},
+    {"scrub", "read back and check every page and index block on each node's disk now", kvp_cmd_scrub},
     {"nodes", "list the nodes registered in etcd and whether they answer", kvp_cmd_nodes},
     {"eval",  "measure codec quality on synthetic or .kvd KV", kvp_cmd_eval},
     {"model", "run a real Llama-family model with its KV through the cache", kvp_cmd_model},

@@ -119,6 +119,11 @@ class _NodeStat(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
 
 
+class _ScrubResult(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint64), ("bad_pages", ctypes.c_uint64),
+                ("elapsed_ms", ctypes.c_uint64), ("index_rebuilt", ctypes.c_uint32)]
+
+
 class _SessionInfo(ctypes.Structure):
     _fields_ = [("ns", ctypes.c_uint64), ("sid", ctypes.c_char * SID_MAX),
                 ("layers", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
@@ -294,6 +299,7 @@ def _declare(lib):
         "kvp_client_append": (st, [vp, u64, c.c_char_p, P(_Append), P(u32)]),
         "kvp_client_spill": (st, [vp, u64, c.c_char_p]),
         "kvp_client_stat": (st, [vp, P(_NodeStat)]),
+        "kvp_client_scrub": (st, [vp, P(_ScrubResult)]),
         "kvp_client_delete_session": (st, [vp, u64, c.c_char_p]),
         "kvp_client_list_sessions": (st, [vp, u32, u32, P(P(_SessionList))]),
         "kvp_session_list_free": (None, [P(_SessionList)]),
@@ -712,6 +718,15 @@ class Client(_Handle):
         s = _NodeStat()
         _check(_L().kvp_client_stat(self._handle(), ctypes.byref(s)), "stat")
         return NodeStat(*[getattr(s, n) for n in _STAT_FIELDS])
+
+    def scrub(self):
+        """One whole scrubbing pass on the node now (every page on its disk, then its index):
+        {"bytes", "bad_pages", "index_rebuilt", "elapsed_ms"}. It takes as long as the disk does:
+        give the client a timeout_ms to match."""
+        r = _ScrubResult()
+        _check(_L().kvp_client_scrub(self._handle(), ctypes.byref(r)), "scrub")
+        return {"bytes": r.bytes, "bad_pages": r.bad_pages,
+                "index_rebuilt": bool(r.index_rebuilt), "elapsed_ms": r.elapsed_ms}
 
     def delete_session(self, ns, sid):
         """Delete sid (record and unshared pages, DRAM and disk); KvpError ERR_NOT_FOUND if none."""

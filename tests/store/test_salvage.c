@@ -170,14 +170,17 @@ static void case_scrub(const char *dir)
     kvp_session_desc_t d[NSESS];
     kvp_store_h        st = setup_open(dir, d);
     kvp_store_stats_t  s;
+    kvp_store_scrub_t  r;
 
-    CHECK_OK(kvp_store_scrub(st));
+    CHECK_OK(kvp_store_scrub(st, &r));
     s = t_stats(st);
     CHECK(s.crc_failures == 1 && s.scrub_passes == 1 && s.index_rebuilds == 1);
+    CHECK(r.bad_pages == 1 && r.index_rebuilt == 1 && r.bytes == s.scrub_bytes && r.bytes > 0);
     CHECK_OK(kvp_tier_index_compact(st->tier));
     CHECK_OK(put(st, d, 4));
     check_all(st, d, 5, false);
-    CHECK_OK(kvp_store_scrub(st)); /* nothing more to find */
+    CHECK_OK(kvp_store_scrub(st, &r)); /* nothing more to find */
+    CHECK(r.bad_pages == 0 && r.index_rebuilt == 0 && r.bytes > 0);
     s = t_stats(st);
     CHECK(s.crc_failures == 1 && s.scrub_passes == 2 && s.index_rebuilds == 1);
     check_clean(dir);

@@ -90,14 +90,14 @@ static void case_pass(const char *dir)
     page = t_page(&G, d[0].chunk_keys[0], 0, 0, G.page_tokens, 0, &len);
     st   = open_scrub(dir, 0);
     CHECK(t_stats(st).crc_failures == 0);
-    CHECK_OK(kvp_store_scrub(st));
+    CHECK_OK(kvp_store_scrub(st, NULL));
     s = t_stats(st);
     printf("one pass: %llu bytes checked, %llu CRC failures\n", (unsigned long long)s.scrub_bytes,
            (unsigned long long)s.crc_failures);
     CHECK(s.scrub_passes == 1 && s.scrub_bytes == (uint64_t)SESS * 4 * G.layers * len);
     CHECK(s.restores == 0); /* found without a get */
     check_found(st, d);
-    CHECK_OK(kvp_store_scrub(st)); /* the bad page is gone: nothing more to find */
+    CHECK_OK(kvp_store_scrub(st, NULL)); /* the bad page is gone: nothing more to find */
     CHECK(t_stats(st).crc_failures == 1 && t_stats(st).scrub_passes == 2);
     kvp_store_close(st);
     kvp_free(page);
@@ -141,14 +141,14 @@ static void case_dram_copy(const char *dir)
     page = t_page(&G, d.chunk_keys[1], 3, 1 * G.page_tokens, G.page_tokens, 0, &len);
     t_flip_on_disk(dir, page + 64); /* under the open store: its disk copy only */
     kvp_free(page);
-    CHECK_OK(kvp_store_scrub(st));
+    CHECK_OK(kvp_store_scrub(st, NULL));
     CHECK(t_stats(st).crc_failures == 1 && t_stats(st).disk_errors == 0);
     CHECK_OK(t_check_session(st, NS, "hot", &G, &d));
     kvp_store_close(st);
     st = open_scrub(dir, 0); /* nothing in DRAM: every page comes from disk */
     CHECK_OK(t_check_session(st, NS, "hot", &G, &d));
     CHECK(t_stats(st).crc_failures == 0 && t_stats(st).restores == 1);
-    CHECK_OK(kvp_store_scrub(st));
+    CHECK_OK(kvp_store_scrub(st, NULL));
     CHECK(t_stats(st).crc_failures == 0);
     kvp_store_close(st);
     kvp_session_desc_clear(&d);
@@ -181,7 +181,7 @@ static void case_inline(const char *dir)
     t_flip_in(dir, "", page + 64);
     kvp_free(page);
     st = open_scrub(dir, 0);
-    CHECK_OK(kvp_store_scrub(st));
+    CHECK_OK(kvp_store_scrub(st, NULL));
     s = t_stats(st);
     printf("inline pass: %llu bytes checked, %llu CRC failures, %llu passes\n",
            (unsigned long long)s.scrub_bytes, (unsigned long long)s.crc_failures,
@@ -194,7 +194,7 @@ static void case_inline(const char *dir)
         snprintf(sid, sizeof(sid), "i%d", i);
         CHECK_ST(t_check_session(st, NS, sid, &S, &d[i]), i == 1 ? KVP_ERR_CORRUPT : KVP_OK);
     }
-    CHECK_OK(kvp_store_scrub(st)); /* dropped: nothing more to find */
+    CHECK_OK(kvp_store_scrub(st, NULL)); /* dropped: nothing more to find */
     CHECK(t_stats(st).crc_failures == 1 && t_stats(st).scrub_passes == 2);
     kvp_store_close(st);
     for (int i = 0; i < 3; i++) {

@@ -105,6 +105,10 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids};
         *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
         return 1;
+    case 13: /* SCRUB: no body fields, no data */
+        r->op = KVP_WIRE_OP_SCRUB;
+        r->ns = 0;
+        return 1;
     }
     return 0;
 }
@@ -358,6 +362,21 @@ static void test_rep(void)
     CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
     CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
     CHECK(u.stat.dram_bytes == 123456789012ull && u.stat.spills == 7 && u.stat.uptime_ms == 42);
+    kvp_wire_rep_clear(&u);
+    kvp_free(buf);
+    /* scrub round trip; a SCRUB reply carrying data is refused */
+    memset(&r, 0, sizeof(r));
+    r.op = KVP_WIRE_OP_SCRUB;
+    r.scrub.bytes = 5ull << 40;
+    r.scrub.bad_pages = 3;
+    r.scrub.index_rebuilt = 1;
+    r.scrub.elapsed_ms = 61000;
+    CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
+    CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
+    CHECK(u.op == KVP_WIRE_OP_SCRUB && u.scrub.bytes == 5ull << 40 && u.scrub.bad_pages == 3 &&
+          u.scrub.index_rebuilt == 1 && u.scrub.elapsed_ms == 61000);
+    kvp_wire_rep_clear(&u);
+    CHECK(kvp_wire_rep_unpack(buf, len, 8, &u) == KVP_ERR_PROTOCOL);
     kvp_wire_rep_clear(&u);
     /* a request header is not a reply */
     kvp_free(buf);

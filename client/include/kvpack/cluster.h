@@ -201,6 +201,8 @@ kvp_status_t kvp_cluster_list_sessions_ex(kvp_cluster_h cluster, uint32_t page_s
                                           kvp_cluster_report_t *report);
 void         kvp_cluster_list_free(kvp_cluster_list_t *list); /* NULL is a no-op */
 kvp_status_t kvp_cluster_stat(kvp_cluster_h cluster, uint32_t node, kvp_node_stat_t *stat_p);
+/* kvp_client_scrub on one node of the cluster (the handle's timeout bounds the wait). */
+kvp_status_t kvp_cluster_scrub(kvp_cluster_h cluster, uint32_t node, kvp_scrub_result_t *out);
 
 /* Membership from etcd read once (one-shot commands; a long-lived handle uses params.etcd): the
  * nodes registered under prefix (NULL: "/kvpack/nodes/", kvpackd --etcd) at etcd "URL[,URL...]",

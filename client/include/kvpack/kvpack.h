@@ -174,6 +174,22 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
 kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid);
 kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p);
 
+/* One scrubbing pass as the node reports it (kvp_client_scrub). */
+typedef struct {
+    uint64_t bytes;         /* page bytes read back from disk and checked */
+    uint64_t bad_pages;     /* pages that failed their check: written again from DRAM, or dropped
+                             * (their sessions then list as damaged, for kvpack repair) */
+    uint64_t elapsed_ms;    /* how long the pass took on the node */
+    uint32_t index_rebuilt; /* 1: a block of the node's RocksDB index failed its checksum and the
+                             * index was rebuilt */
+} kvp_scrub_result_t;
+
+/* One whole scrubbing pass on the node now (SCRUB): every page on its disk read back and checked,
+ * then every block of its index. It takes as long as the disk does (the client's timeout_ms
+ * bounds the wait); KVP_ERR_BUSY while another SCRUB runs there, KVP_ERR_UNSUPPORTED on a node
+ * without a data dir. */
+kvp_status_t kvp_client_scrub(kvp_client_h client, kvp_scrub_result_t *out);
+
 /* Delete a session: its record and every page no other session names, in DRAM and on the
  * node's disk (a restart does not bring it back). Pages shared with other sessions stay.
  * KVP_ERR_NOT_FOUND when the node has no such session. The node keeps a tombstone at version

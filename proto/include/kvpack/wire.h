@@ -39,7 +39,8 @@ typedef enum {
     KVP_WIRE_OP_DELETE      = 8,
     KVP_WIRE_OP_LIST        = 9,
     KVP_WIRE_OP_APPEND      = 10,
-    KVP_WIRE_OP_MAX         = 11
+    KVP_WIRE_OP_SCRUB       = 11,
+    KVP_WIRE_OP_MAX         = 12
 } kvp_wire_op_t;
 
 #define KVP_WIRE_MAX_APPEND_TOKENS (1u << 20) /* new tokens per APPEND */
@@ -129,6 +130,10 @@ typedef struct {
     kvp_wire_session_t *sessions;
     uint32_t            more;       /* LIST: sessions after the last one remain */
     uint32_t            sealed;     /* APPEND: chunks sealed */
+    struct {
+        uint64_t bytes, bad_pages, elapsed_ms;
+        uint32_t index_rebuilt;
+    } scrub;                        /* SCRUB */
 } kvp_wire_rep_t;
 
 const char *kvp_wire_op_name(kvp_wire_op_t op); /* never NULL */

@@ -274,13 +274,21 @@ kvp_status_t kvp_store_quiesce(kvp_store_h store);
  * the old file stays. KVP_ERR_UNSUPPORTED without a db_path. */
 kvp_status_t kvp_store_compact(kvp_store_h store, double dead_ratio);
 
+/* What one scrubbing pass did. */
+typedef struct {
+    uint64_t bytes;          /* page bytes read back and checked */
+    uint64_t bad_pages;      /* pages that failed their check (written again or dropped) */
+    uint32_t index_rebuilt;  /* 1: a block of the RocksDB index failed its checksum: rebuilt */
+} kvp_store_scrub_t;
+
 /* Scrubbing (scrub.c), one whole pass now (the background thread, scrub_bytes_per_s > 0, does the
  * same a little every second): every page on disk is read back and checked (CRC32C, header, the
  * key it is stored under); a bad one (crc_failures) is written again from its DRAM copy when the
  * page is in DRAM, else dropped as a failed read drops it (the sessions naming it list as
- * damaged and answer KVP_ERR_CORRUPT). Counted in scrub_bytes and scrub_passes. KVP_ERR_UNSUPPORTED
- * without a db_path. */
-kvp_status_t kvp_store_scrub(kvp_store_h store);
+ * damaged and answer KVP_ERR_CORRUPT); then every block of the index. Counted in scrub_bytes and
+ * scrub_passes; *out (may be NULL) gets this pass's figures. KVP_ERR_UNSUPPORTED without a
+ * db_path. */
+kvp_status_t kvp_store_scrub(kvp_store_h store, kvp_store_scrub_t *out);
 
 /* ---- tail append and sealing (append.c) ----
  * A session's last < P tokens live in its fp16 tail (one KVP_PAGE_F_TAIL page per layer). An

@@ -1,0 +1,131 @@
+/* cmd_scrub.c - "kvpack scrub --node LIST | --etcd URL [--json]": ask each node for one whole
+ * scrubbing pass now (SCRUB): every page on its disk read back and checked, then every block of
+ * its RocksDB index. Nodes are done one after another (a progress line names the one running);
+ * per node: bytes checked, bad pages found, whether the index was rebuilt, how long it took. Exit
+ * 0 when every node answered and found nothing; 3 when a node found damage (its sessions list as
+ * damaged until `kvpack repair` copies them back); 1 when a node did not answer or failed. */
+#include "cli.h"
+
+#include "kvpack/cluster.h"
+#include "kvpack/kvpack.h"
+
+#include <string.h>
+
+#define SCRUB_TIMEOUT_MS 3600000u /* a pass reads the whole disk */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvpack scrub (--node LIST | --etcd URL[,URL] [--etcd-prefix P]) [--json]\n"
+            "                    [--timeout-ms MS]\n"
+            "Run one whole scrubbing pass on each node now, one node after another: every page\n"
+            "on its disk is read back and checked (CRC, header, key), then every block of its\n"
+            "RocksDB index. A bad page is written again from the node's DRAM copy, else dropped:\n"
+            "its sessions then list as damaged until `kvpack repair` copies them back from a\n"
+            "replica. A damaged index block makes the node rebuild its index. The background\n"
+            "scrubber (kvpackd --scrub-mib-s) does the same slowly; this is the pass at once.\n"
+            "Exit 0: every node answered and found nothing; 3: damage found (and dealt with as\n"
+            "above); 1: a node did not answer or failed (named on stderr).\n"
+            "  --node LIST     HOST:PORT, or a comma-separated list of nodes\n"
+            "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd)\n"
+            "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
+            "  --json          one JSON object: {nodes: [{node, ok, error | bytes, bad_pages,\n"
+            "                  index_rebuilt, elapsed_ms}], bad_pages, index_rebuilds, failed}\n"
+            "  --timeout-ms MS per-node deadline (default %u: a pass reads the whole disk)\n",
+            SCRUB_TIMEOUT_MS);
+}
+
+int kvp_cmd_scrub(int argc, char **argv)
+{
+    kvp_cli_sess_opts_t o;
+    kvp_cluster_h       cl;
+    kvp_scrub_result_t  r[KVP_CLUSTER_MAX_NODES];
+    kvp_status_t        s[KVP_CLUSTER_MAX_NODES];
+    uint64_t            bad = 0, rebuilt = 0;
+    uint32_t            n, failed = 0;
+    int                 rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    memset(&o, 0, sizeof(o));
+    o.timeout_ms = SCRUB_TIMEOUT_MS;
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--node", &o.node) ||
+            kvp_opt_str(argc, argv, &i, "--etcd", &o.etcd) ||
+            kvp_opt_str(argc, argv, &i, "--etcd-prefix", &o.etcd_prefix) ||
+            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o.timeout_ms)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o.json = true;
+            continue;
+        }
+        return kvp_opt_unknown("scrub", argv[i]);
+    }
+    if ((rc = kvp_cli_sess_peers("scrub", &o)) != 0) {
+        return rc;
+    }
+    if (o.node == NULL) {
+        usage(stderr);
+        return 2;
+    }
+    if ((rc = kvp_cli_open("scrub", &o, NULL, &cl)) != 0) {
+        return rc;
+    }
+    n = kvp_cluster_size(cl);
+    memset(r, 0, sizeof(r));
+    for (uint32_t k = 0; k < n; k++) {
+        kvp_progress("scrub", k, n); /* a pass is silent until it ends: say which node runs */
+        s[k] = kvp_cluster_scrub(cl, k, &r[k]);
+        if (s[k] != KVP_OK) {
+            fprintf(stderr, "kvpack scrub: %s: %s (%s)%s\n", kvp_cluster_peer(cl, k),
+                    kvp_status_str(s[k]), kvp_status_name(s[k]),
+                    s[k] == KVP_ERR_UNSUPPORTED ? ": the node has no data dir (DRAM only)"
+                    : s[k] == KVP_ERR_BUSY      ? ": a pass is already running there"
+                                                : "");
+            failed++;
+            continue;
+        }
+        bad += r[k].bad_pages;
+        rebuilt += r[k].index_rebuilt;
+    }
+    kvp_progress_done();
+    if (o.json) {
+        kvp_json_t j;
+
+        kvp_json_begin(&j, stdout);
+        kvp_json_arr(&j, "nodes");
+        for (uint32_t k = 0; k < n; k++) {
+            kvp_json_obj(&j, NULL);
+            kvp_json_str(&j, "node", kvp_cluster_peer(cl, k));
+            kvp_json_bool(&j, "ok", s[k] == KVP_OK);
+            if (s[k] != KVP_OK) {
+                kvp_json_str(&j, "error", kvp_status_name(s[k]));
+            } else {
+                kvp_json_int(&j, "bytes", (int64_t)r[k].bytes);
+                kvp_json_int(&j, "bad_pages", (int64_t)r[k].bad_pages);
+                kvp_json_bool(&j, "index_rebuilt", r[k].index_rebuilt != 0);
+                kvp_json_int(&j, "elapsed_ms", (int64_t)r[k].elapsed_ms);
+            }
+            kvp_json_close(&j);
+        }
+        kvp_json_close(&j);
+        kvp_json_int(&j, "bad_pages", (int64_t)bad);
+        kvp_json_int(&j, "index_rebuilds", (int64_t)rebuilt);
+        kvp_json_int(&j, "failed", failed);
+        kvp_json_end(&j);
+    } else {
+        for (uint32_t k = 0; k < n; k++) {
+            if (s[k] == KVP_OK) {
+                printf("%-22s %.1f MiB of pages checked in %.1f s: %llu bad%s\n",
+                       kvp_cluster_peer(cl, k), (double)r[k].bytes / 1048576.0,
+                       (double)r[k].elapsed_ms / 1000.0, (unsigned long long)r[k].bad_pages,
+                       r[k].index_rebuilt ? "; a damaged index block: index rebuilt" : "");
+            }
+        }
+    }
+    kvp_cluster_destroy(cl);
+    return failed > 0 ? 1 : (bad > 0 || rebuilt > 0) ? 3 : 0;
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""check_scrub_cli.py - `kvpack scrub` (SCRUB) against a real kvpackd whose background scrubber is
+off (--scrub-mib-s 0), write-through. Two sessions put: a pass checks every page byte on disk and
+finds nothing (exit 0). The node stopped, one byte of s1's first page flipped in its segment file,
+the node back: before any get, `kvpack scrub --json` finds exactly that page (bad_pages 1, exit 3),
+`kvpack ls` then lists s1 damaged and s2 not, a second pass finds nothing more (exit 0); text
+output; the Python binding's Client.scrub on the same node; a node without a data dir answers
+UNSUPPORTED and an unreachable one is named (exit 1 both); --help, and no node (exit 2).
+usage: check_scrub_cli.py KVPACK KVPACKD LIBKVPACK"""
+import array
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
+KVPACK, KVPACKD, LIB = sys.argv[1], sys.argv[2], sys.argv[3]
+TMP = tempfile.mkdtemp(prefix="kvp_scrub_")
+ENV = dict(os.environ, KVP_PROGRESS="0")
+fails = kvptest.FAILS  # kvptest.check keeps failed checks here
+check = kvptest.check
+kvpack = kvptest.load_kvpack(LIB)
+procs = {}
+
+
+def start(name, data=True):
+    procs[name], addr = kvptest.start_kvpackd(
+        KVPACKD, os.path.join(TMP, name + ".ready"),
+        ["--listen", "127.0.0.1:" + str(ports.get(name, 0)), "--dram-budget", "64M",
+         "--scrub-mib-s", "0",
+         *(["--data-dir", os.path.join(TMP, name), "--durability", "write-through"] if data
+           else [])], env=ENV)
+    ports[name] = int(addr.rsplit(":", 1)[1])
+    return addr
+
+
+def stop(name):
+    procs[name].terminate()
+    procs[name].wait(timeout=60)
+
+
+def cli(*args):
+    p = subprocess.run([KVPACK, *args], capture_output=True, text=True, timeout=300, env=ENV)
+    return p.returncode, p.stdout, p.stderr
+
+
+def scrub(node):
+    rc, out, err = cli("scrub", "--node", node, "--json")
+    print(f"scrub {node}: exit {rc} {out.strip()} {err.strip()}")
+    return rc, (json.loads(out) if out.strip() else {})
+
+
+def ls(node):
+    rc, out, _ = cli("ls", "--node", node, "--json")
+    check(rc == 0, f"ls {node}: exit {rc}")
+    return {s["session"]: s for s in json.loads(out)["sessions"]} if rc == 0 else {}
+
+
+ports = {}
+try:
+    rc, out, _ = cli("scrub", "--help")
+    check(rc == 0 and "usage: kvpack scrub" in out and "--timeout-ms" in out, f"--help: {rc}")
+    rc, _, err = cli("scrub")
+    check(rc == 2 and "usage: kvpack scrub" in err, f"no node: exit {rc}")
+
+    a = start("a")
+    L, T, H, D = 2, 300, 2, 64
+    for sid, mul in (("s1", 37), ("s2", 41)):
+        kvd = os.path.join(TMP, sid + ".kvd")
+        kvptest.write_kvd(kvd, L, T, H, D, array.array(
+            "f", (((i * mul) % 509 - 254) / 64.0 for i in range(2 * L * T * H * D))))
+        rc, _, err = cli("put", "--node", a, "--session", sid, "--kvd", kvd, "--codec", "kivi")
+        check(rc == 0, f"put {sid}: exit {rc} {err}")
+    seg_bytes = sum(os.path.getsize(f) for f in glob.glob(os.path.join(TMP, "a", "seg", "*.seg")))
+
+    rc, rep = scrub(a)
+    node = (rep.get("nodes") or [{}])[0]
+    check(rc == 0 and node.get("ok") is True and node.get("bad_pages") == 0 and
+          node.get("index_rebuilt") is False and 0 < node.get("bytes", 0) <= seg_bytes and
+          rep.get("failed") == 0, f"a clean pass: exit {rc} {rep}")
+
+    stop("a")  # one payload byte of the first page in A's only segment file
+    segs = sorted(glob.glob(os.path.join(TMP, "a", "seg", "*.seg")))
+    check(len(segs) == 1, f"A's segment files: {segs}")
+    with open(segs[0], "r+b") as f:
+        f.seek(200)
+        byte = f.read(1)[0]
+        f.seek(200)
+        f.write(bytes([byte ^ 0x40]))
+    a = start("a")
+    rc, rep = scrub(a)
+    check(rc == 3 and rep.get("bad_pages") == 1 and rep["nodes"][0].get("bad_pages") == 1,
+          f"the pass did not find the flipped byte: exit {rc} {rep}")
+    held = ls(a)
+    check(held.get("s1", {}).get("damaged") is True and held.get("s2", {}).get("damaged") is False,
+          f"ls after the pass: {held}")
+    rc, rep = scrub(a)
+    check(rc == 0 and rep.get("bad_pages") == 0, f"a second pass: exit {rc} {rep}")
+    rc, out, _ = cli("scrub", "--node", a)
+    check(rc == 0 and "MiB of pages checked" in out and ": 0 bad" in out, f"text: {rc} {out}")
+
+    with kvpack.Client(a, timeout_ms=60000) as c:
+        r = c.scrub()
+        check(r["bad_pages"] == 0 and r["bytes"] > 0 and r["index_rebuilt"] is False,
+              f"Client.scrub: {r}")
+
+    d = start("dram", data=False)
+    rc, rep = scrub(d)
+    check(rc == 1 and rep.get("failed") == 1 and rep["nodes"][0].get("error") == "ERR_UNSUPPORTED",
+          f"a DRAM-only node: exit {rc} {rep}")
+    rc, _, err = cli("scrub", "--node", "127.0.0.1:1", "--timeout-ms", "3000")
+    check(rc == 1 and "127.0.0.1:1" in err, f"an unreachable node: exit {rc} {err}")
+    stop("a")
+    stop("dram")
+finally:
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+if fails:
+    sys.exit(f"{len(fails)} check(s) failed")
+print("scrub cli: all checks passed")
