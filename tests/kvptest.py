@@ -93,6 +93,32 @@ class CliNode:
         return metric(self.http, name)
 
 
+class Nodes:
+    """Named kvpackd processes (ready files in tmp) that come back on the port each got first:
+    start(name, args) -> "127.0.0.1:PORT", stop(name) (SIGTERM, waited), kill_all() (finally)."""
+
+    def __init__(self, kvpackd, tmp, env):
+        self.kvpackd, self.tmp, self.env = kvpackd, tmp, env
+        self.procs, self.ports = {}, {}
+
+    def start(self, name, args):
+        self.procs[name], addr = start_kvpackd(
+            self.kvpackd, os.path.join(self.tmp, name + ".ready"),
+            ["--listen", f"127.0.0.1:{self.ports.get(name, 0)}", *args], env=self.env)
+        self.ports[name] = int(addr.rsplit(":", 1)[1])
+        return addr
+
+    def stop(self, name):
+        self.procs[name].terminate()
+        self.procs[name].wait(timeout=60)
+
+    def kill_all(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def metric(http_port, name):
     """The value of the unlabelled series `name` in the node's /metrics, or None."""
     body = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read()

@@ -103,6 +103,13 @@ int          kvp_cli_sess_peers(const char *cmd, kvp_cli_sess_opts_t *o);
  * progress_cb may be NULL. */
 int          kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
                           kvp_cluster_progress_cb_t progress_cb, kvp_cluster_h *cl_p);
+/* The commands that ask each node something (stat, scrub): --help (usage to stdout), --node |
+ * --etcd [--etcd-prefix], --timeout-ms (default timeout_ms), --json into *o, then the node list
+ * opened into *cl_p. Returns -1 when the command is to go on with *cl_p, else the exit status to
+ * end with (0 after --help; 2 bad usage, usage printed to stderr; 1 no etcd or bad list). */
+int          kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeout_ms,
+                                   void (*usage)(FILE *), kvp_cli_sess_opts_t *o,
+                                   kvp_cluster_h *cl_p);
 /* Print "kvpack CMD: NODE: WHAT: status (NAME)" on stderr; returns exit status 1. */
 int          kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, const char *what,
                                kvp_status_t s);

@@ -45,33 +45,7 @@ int kvp_cmd_scrub(int argc, char **argv)
     uint32_t            n, failed = 0;
     int                 rc;
 
-    if (kvp_opt_help(argc, argv)) {
-        usage(stdout);
-        return 0;
-    }
-    memset(&o, 0, sizeof(o));
-    o.timeout_ms = SCRUB_TIMEOUT_MS;
-    for (int i = 1; i < argc; i++) {
-        if (kvp_opt_str(argc, argv, &i, "--node", &o.node) ||
-            kvp_opt_str(argc, argv, &i, "--etcd", &o.etcd) ||
-            kvp_opt_str(argc, argv, &i, "--etcd-prefix", &o.etcd_prefix) ||
-            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o.timeout_ms)) {
-            continue;
-        }
-        if (kvp_opt_flag(argv, i, "--json")) {
-            o.json = true;
-            continue;
-        }
-        return kvp_opt_unknown("scrub", argv[i]);
-    }
-    if ((rc = kvp_cli_sess_peers("scrub", &o)) != 0) {
-        return rc;
-    }
-    if (o.node == NULL) {
-        usage(stderr);
-        return 2;
-    }
-    if ((rc = kvp_cli_open("scrub", &o, NULL, &cl)) != 0) {
+    if ((rc = kvp_cli_per_node_open("scrub", argc, argv, SCRUB_TIMEOUT_MS, usage, &o, &cl)) >= 0) {
         return rc;
     }
     n = kvp_cluster_size(cl);

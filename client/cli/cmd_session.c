@@ -100,6 +100,40 @@ int kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
     return s == KVP_OK ? 0 : kvp_cli_sess_fail(cmd, o, nodes > 1 ? "peer list" : "connect", s);
 }
 
+int kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeout_ms,
+                          void (*usage)(FILE *), kvp_cli_sess_opts_t *o, kvp_cluster_h *cl_p)
+{
+    int rc;
+
+    if (kvp_opt_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    memset(o, 0, sizeof(*o));
+    o->timeout_ms = timeout_ms;
+    for (int i = 1; i < argc; i++) {
+        if (kvp_opt_str(argc, argv, &i, "--node", &o->node) ||
+            kvp_opt_str(argc, argv, &i, "--etcd", &o->etcd) ||
+            kvp_opt_str(argc, argv, &i, "--etcd-prefix", &o->etcd_prefix) ||
+            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o->timeout_ms)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
+        return kvp_opt_unknown(cmd, argv[i]);
+    }
+    if ((rc = kvp_cli_sess_peers(cmd, o)) != 0) {
+        return rc;
+    }
+    if (o->node == NULL) {
+        usage(stderr);
+        return 2;
+    }
+    return (rc = kvp_cli_open(cmd, o, NULL, cl_p)) != 0 ? rc : -1;
+}
+
 void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_report_t *r,
                          const char *op, const char *what)
 {

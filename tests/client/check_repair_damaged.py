@@ -26,21 +26,15 @@ TMP = tempfile.mkdtemp(prefix="kvp_dmg_")
 ENV = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
 check = kvptest.check
-procs = {}
+nodes = kvptest.Nodes(KVPACKD, TMP, ENV)
 
 
 def start(name):
-    procs[name], addr = kvptest.start_kvpackd(
-        KVPACKD, os.path.join(TMP, name + ".ready"),
-        ["--listen", "127.0.0.1:" + str(ports.get(name, 0)), "--data-dir", os.path.join(TMP, name),
-         "--dram-budget", "64M", "--durability", "write-through"], env=ENV)
-    ports[name] = int(addr.rsplit(":", 1)[1])
-    return addr
+    return nodes.start(name, ["--data-dir", os.path.join(TMP, name), "--dram-budget", "64M",
+                              "--durability", "write-through"])
 
 
-def stop(name):
-    procs[name].terminate()
-    procs[name].wait(timeout=60)
+stop = nodes.stop
 
 
 def cli(*args):
@@ -63,7 +57,6 @@ def ls(nodes):
     return {s["session"]: s for s in json.loads(out)["sessions"]} if rc == 0 else {}
 
 
-ports = {}
 try:
     a, b = start("a"), start("b")
     both = f"{a},{b}"
@@ -116,9 +109,7 @@ try:
     stop("a")
     stop("b")
 finally:
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
+    nodes.kill_all()
     shutil.rmtree(TMP, ignore_errors=True)
 
 print("FAILED" if fails else "ok")

@@ -26,23 +26,16 @@ ENV = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
 check = kvptest.check
 kvpack = kvptest.load_kvpack(LIB)
-procs = {}
+nodes = kvptest.Nodes(KVPACKD, TMP, ENV)
 
 
 def start(name, data=True):
-    procs[name], addr = kvptest.start_kvpackd(
-        KVPACKD, os.path.join(TMP, name + ".ready"),
-        ["--listen", "127.0.0.1:" + str(ports.get(name, 0)), "--dram-budget", "64M",
-         "--scrub-mib-s", "0",
-         *(["--data-dir", os.path.join(TMP, name), "--durability", "write-through"] if data
-           else [])], env=ENV)
-    ports[name] = int(addr.rsplit(":", 1)[1])
-    return addr
+    return nodes.start(name, ["--dram-budget", "64M", "--scrub-mib-s", "0",
+                              *(["--data-dir", os.path.join(TMP, name), "--durability",
+                                 "write-through"] if data else [])])
 
 
-def stop(name):
-    procs[name].terminate()
-    procs[name].wait(timeout=60)
+stop = nodes.stop
 
 
 def cli(*args):
@@ -62,7 +55,6 @@ def ls(node):
     return {s["session"]: s for s in json.loads(out)["sessions"]} if rc == 0 else {}
 
 
-ports = {}
 try:
     rc, out, _ = cli("scrub", "--help")
     check(rc == 0 and "usage: kvpack scrub" in out and "--timeout-ms" in out, f"--help: {rc}")
@@ -119,10 +111,7 @@ try:
     stop("a")
     stop("dram")
 finally:
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    nodes.kill_all()
     shutil.rmtree(TMP, ignore_errors=True)
 
 if fails:
