@@ -3,6 +3,7 @@
 /metrics value), and importing the source tree's
 Python binding against a built libkvpack.so; free ports and a one-member etcd; .kvd files. The scripts put tests/ on sys.path with bytecode
 writing off, so nothing lands in the source tree."""
+import glob
 import json
 import os
 import socket
@@ -91,6 +92,19 @@ class CliNode:
 
     def metric(self, name):
         return metric(self.http, name)
+
+
+def flip_segment_byte(data_dir, offset=200):
+    """Flip one byte (default: in the first page's payload) of the node's only segment file (the
+    node stopped); returns the segment files found (the caller checks there is one)."""
+    segs = sorted(glob.glob(os.path.join(data_dir, "seg", "*.seg")))
+    if len(segs) == 1:
+        with open(segs[0], "r+b") as f:
+            f.seek(offset)
+            byte = f.read(1)[0]
+            f.seek(offset)
+            f.write(bytes([byte ^ 0x40]))
+    return segs
 
 
 class Nodes:

@@ -110,6 +110,10 @@ int          kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
 int          kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeout_ms,
                                    void (*usage)(FILE *), kvp_cli_sess_opts_t *o,
                                    kvp_cluster_h *cl_p);
+/* In a --json "nodes" array of such a command: open node k's object with "node" and "ok" (s ==
+ * KVP_OK), and "error" (the status text) when not; returns whether it answered. The caller adds
+ * its figures when it did, then closes the object. */
+bool         kvp_cli_json_node(kvp_json_t *j, kvp_cluster_h cl, uint32_t k, kvp_status_t s);
 /* Print "kvpack CMD: NODE: WHAT: status (NAME)" on stderr; returns exit status 1. */
 int          kvp_cli_sess_fail(const char *cmd, const kvp_cli_sess_opts_t *o, const char *what,
                                kvp_status_t s);

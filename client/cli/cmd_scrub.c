@@ -72,12 +72,7 @@ int kvp_cmd_scrub(int argc, char **argv)
         kvp_json_begin(&j, stdout);
         kvp_json_arr(&j, "nodes");
         for (uint32_t k = 0; k < n; k++) {
-            kvp_json_obj(&j, NULL);
-            kvp_json_str(&j, "node", kvp_cluster_peer(cl, k));
-            kvp_json_bool(&j, "ok", s[k] == KVP_OK);
-            if (s[k] != KVP_OK) {
-                kvp_json_str(&j, "error", kvp_status_name(s[k]));
-            } else {
+            if (kvp_cli_json_node(&j, cl, k, s[k])) {
                 kvp_json_int(&j, "bytes", (int64_t)r[k].bytes);
                 kvp_json_int(&j, "bad_pages", (int64_t)r[k].bad_pages);
                 kvp_json_bool(&j, "index_rebuilt", r[k].index_rebuilt != 0);

@@ -134,6 +134,17 @@ int kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeo
     return (rc = kvp_cli_open(cmd, o, NULL, cl_p)) != 0 ? rc : -1;
 }
 
+bool kvp_cli_json_node(kvp_json_t *j, kvp_cluster_h cl, uint32_t k, kvp_status_t s)
+{
+    kvp_json_obj(j, NULL);
+    kvp_json_str(j, "node", kvp_cluster_peer(cl, k));
+    kvp_json_bool(j, "ok", s == KVP_OK);
+    if (s != KVP_OK) {
+        kvp_json_str(j, "error", kvp_status_str(s));
+    }
+    return s == KVP_OK;
+}
+
 void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_report_t *r,
                          const char *op, const char *what)
 {

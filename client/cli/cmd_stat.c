@@ -151,13 +151,8 @@ int kvp_cmd_stat(int argc, char **argv)
         kvp_json_begin(&j, stdout);
         kvp_json_arr(&j, "nodes");
         for (uint32_t k = 0; k < n; k++) {
-            kvp_json_obj(&j, NULL);
-            kvp_json_str(&j, "node", kvp_cluster_peer(cl, k));
-            kvp_json_bool(&j, "ok", s[k] == KVP_OK);
-            if (s[k] == KVP_OK) {
+            if (kvp_cli_json_node(&j, cl, k, s[k])) {
                 json_fields(&j, &st[k], false);
-            } else {
-                kvp_json_str(&j, "error", kvp_status_str(s[k]));
             }
             kvp_json_close(&j);
         }

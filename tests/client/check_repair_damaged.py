@@ -8,7 +8,6 @@ served byte-identical (from A), `kvpack repair --replicas 2` puts s1
 on B again (replaced_damaged 1), and B then serves it byte-identical and lists it healthy.
 usage: check_repair_damaged.py KVPACK KVPACKD"""
 import array
-import glob
 import json
 import os
 import shutil
@@ -70,13 +69,8 @@ try:
     check(rc == 0 and ref, "get from A")
 
     stop("b")  # flip one payload byte of the first page in B's only segment file
-    segs = sorted(glob.glob(os.path.join(TMP, "b", "seg", "*.seg")))
+    segs = kvptest.flip_segment_byte(os.path.join(TMP, "b"))
     check(len(segs) == 1, f"B's segment files: {segs}")
-    with open(segs[0], "r+b") as f:
-        f.seek(200)
-        byte = f.read(1)[0]
-        f.seek(200)
-        f.write(bytes([byte ^ 0x40]))
     b = start("b")
     both = f"{a},{b}"
 

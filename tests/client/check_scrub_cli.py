@@ -78,13 +78,8 @@ try:
           rep.get("failed") == 0, f"a clean pass: exit {rc} {rep}")
 
     stop("a")  # one payload byte of the first page in A's only segment file
-    segs = sorted(glob.glob(os.path.join(TMP, "a", "seg", "*.seg")))
+    segs = kvptest.flip_segment_byte(os.path.join(TMP, "a"))
     check(len(segs) == 1, f"A's segment files: {segs}")
-    with open(segs[0], "r+b") as f:
-        f.seek(200)
-        byte = f.read(1)[0]
-        f.seek(200)
-        f.write(bytes([byte ^ 0x40]))
     a = start("a")
     rc, rep = scrub(a)
     check(rc == 3 and rep.get("bad_pages") == 1 and rep["nodes"][0].get("bad_pages") == 1,
@@ -104,7 +99,7 @@ try:
 
     d = start("dram", data=False)
     rc, rep = scrub(d)
-    check(rc == 1 and rep.get("failed") == 1 and rep["nodes"][0].get("error") == "ERR_UNSUPPORTED",
+    check(rc == 1 and rep.get("failed") == 1 and rep["nodes"][0].get("error") == "unsupported",
           f"a DRAM-only node: exit {rc} {rep}")
     rc, _, err = cli("scrub", "--node", "127.0.0.1:1", "--timeout-ms", "3000")
     check(rc == 1 and "127.0.0.1:1" in err, f"an unreachable node: exit {rc} {err}")
