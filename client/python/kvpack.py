@@ -124,6 +124,12 @@ class _ScrubResult(ctypes.Structure):
                 ("elapsed_ms", ctypes.c_uint64), ("index_rebuilt", ctypes.c_uint32)]
 
 
+def _scrub_dict(r):
+    """kvp_scrub_result_t as Client.scrub and Cluster.scrub return it."""
+    return {"bytes": r.bytes, "bad_pages": r.bad_pages, "index_rebuilt": bool(r.index_rebuilt),
+            "elapsed_ms": r.elapsed_ms}
+
+
 class _SessionInfo(ctypes.Structure):
     _fields_ = [("ns", ctypes.c_uint64), ("sid", ctypes.c_char * SID_MAX),
                 ("layers", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
@@ -321,6 +327,7 @@ def _declare(lib):
                                            P(_ClusterReport)]),
         "kvp_cluster_list_free": (None, [P(_ClusterList)]),
         "kvp_cluster_stat": (st, [vp, u32, P(_NodeStat)]),
+        "kvp_cluster_scrub": (st, [vp, u32, P(_ScrubResult)]),
         "kvp_cluster_stream_open": (st, [vp, u64, c.c_char_p, c.c_char_p, P(vp)]),
         "kvp_cluster_stream_push": (st, [vp, P(vp), P(sz), sz]),
         "kvp_cluster_stream_finish": (st, [vp, P(_SessionDesc), P(vp), P(sz), sz,
@@ -725,8 +732,7 @@ class Client(_Handle):
         give the client a timeout_ms to match."""
         r = _ScrubResult()
         _check(_L().kvp_client_scrub(self._handle(), ctypes.byref(r)), "scrub")
-        return {"bytes": r.bytes, "bad_pages": r.bad_pages,
-                "index_rebuilt": bool(r.index_rebuilt), "elapsed_ms": r.elapsed_ms}
+        return _scrub_dict(r)
 
     def delete_session(self, ns, sid):
         """Delete sid (record and unshared pages, DRAM and disk); KvpError ERR_NOT_FOUND if none."""
@@ -964,28 +970,46 @@ class Cluster(_Handle):
         rank and to also (addresses outside the placement, e.g. the decode node's kvpackd)."""
         return ClusterPutStream(self, ns, sid, also)
 
-    def stat(self, node=None):
-        """One node's NodeStat (node: index or address; KvpError naming it if it fails), or with
-        node=None {address: NodeStat or the KvpError it gave} for every node; KvpError if no
-        node answered."""
+    def _per_node(self, what, fn, arg, node):
+        """fn(handle, k, byref(arg)) on one node (node: index or address; its result arg, or
+        KvpError naming the node), or with node=None {address: arg or the KvpError it gave} for
+        every node in turn (a fresh arg each); KvpError if no node answered."""
         if node is not None:
-            k, st = self._node(node), _NodeStat()
-            s = _L().kvp_cluster_stat(self._handle(), k, ctypes.byref(st))
+            k, out = self._node(node), arg()
+            s = fn(self._handle(), k, ctypes.byref(out))
             if s != 0:
-                raise _cluster_error(s, f"stat {self.peers[k]}",
-                                     [(self.peers[k], status_name(s), "stat")])
-            return NodeStat(*[getattr(st, n) for n in _STAT_FIELDS])
+                raise _cluster_error(s, f"{what} {self.peers[k]}",
+                                     [(self.peers[k], status_name(s), what)])
+            return out
         res = {}
         for a in self.peers:
             try:
-                res[a] = self.stat(a)
+                res[a] = self._per_node(what, fn, arg, a)
             except KvpError as e:
                 res[a] = e
         errs = [e for e in res.values() if isinstance(e, KvpError)]
         if len(errs) == len(res):
-            raise _cluster_error(errs[0].status, "stat: no node answered",
+            raise _cluster_error(errs[0].status, f"{what}: no node answered",
                                  [f for e in errs for f in e.failed])
         return res
+
+    def stat(self, node=None):
+        """One node's NodeStat (node: index or address; KvpError naming it if it fails), or with
+        node=None {address: NodeStat or the KvpError it gave} for every node; KvpError if no
+        node answered."""
+        got = self._per_node("stat", _L().kvp_cluster_stat, _NodeStat, node)
+        conv = lambda st: NodeStat(*[getattr(st, n) for n in _STAT_FIELDS])  # noqa: E731
+        if node is not None:
+            return conv(got)
+        return {a: v if isinstance(v, KvpError) else conv(v) for a, v in got.items()}
+
+    def scrub(self, node=None):
+        """Client.scrub on one node (node: index or address), or with node=None on every node in
+        turn: {address: result dict or the KvpError it gave}; KvpError if no node answered."""
+        got = self._per_node("scrub", _L().kvp_cluster_scrub, _ScrubResult, node)
+        if node is not None:
+            return _scrub_dict(got)
+        return {a: v if isinstance(v, KvpError) else _scrub_dict(v) for a, v in got.items()}
 
 
 class ClusterPutStream(_Handle):

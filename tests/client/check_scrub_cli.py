@@ -5,7 +5,8 @@ finds nothing (exit 0). The node stopped, one byte of s1's first page flipped in
 the node back: before any get, `kvpack scrub --json` finds exactly that page (bad_pages 1, exit 3),
 `kvpack ls` then lists s1 damaged and s2 not, a second pass finds nothing more (exit 0); text
 output; the Python binding's Client.scrub on the same node; a node without a data dir answers
-UNSUPPORTED and an unreachable one is named (exit 1 both); --help, and no node (exit 2).
+UNSUPPORTED and an unreachable one is named (exit 1 both); Cluster.scrub over both nodes (a result
+and the KvpError) and of one; --help, and no node (exit 2).
 usage: check_scrub_cli.py KVPACK KVPACKD LIBKVPACK"""
 import array
 import glob
@@ -103,6 +104,14 @@ try:
           f"a DRAM-only node: exit {rc} {rep}")
     rc, _, err = cli("scrub", "--node", "127.0.0.1:1", "--timeout-ms", "3000")
     check(rc == 1 and "127.0.0.1:1" in err, f"an unreachable node: exit {rc} {err}")
+    with kvpack.Cluster(peers=f"{a},{d}", timeout_ms=60000) as cl:
+        every = cl.scrub()
+        check(every[a]["bad_pages"] == 0 and every[a]["bytes"] > 0 and
+              isinstance(every[d], kvpack.KvpError) and kvpack.status_name(every[d].status) == "ERR_UNSUPPORTED",
+              f"Cluster.scrub over both: {every}")
+        check(cl.scrub(a)["bytes"] == every[a]["bytes"], "Cluster.scrub of one node")
+        check(cl.stat(a).sessions == 2 and isinstance(cl.stat()[d], kvpack.NodeStat),
+              "Cluster.stat after the refactor")
     stop("a")
     stop("dram")
 finally:
