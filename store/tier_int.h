@@ -38,9 +38,12 @@ struct kvp_tier {
     uint64_t                         gen;        /* index rebuilds tried since open (under dbl):
                                                   * an operation that met damage rebuilds only
                                                   * when none was tried since it began */
-    uint64_t                         rebuilds;   /* index rebuilds finished (under dbl) */
-    uint64_t                         rebuild_lost; /* runs of records no read could get past */
-    uint64_t                         wal_dropped;  /* WAL bytes recovery dropped as damaged */
+    uint64_t                         rebuilds;   /* index rebuilds finished (atomic: read by
+                                                  * kvp_tier_disk_stats without dbl) */
+    uint64_t                         rebuild_lost; /* runs of records no read could get past
+                                                    * (atomic, as rebuilds) */
+    uint64_t                         wal_dropped;  /* WAL bytes recovery dropped as damaged
+                                                    * (atomic, as rebuilds) */
     bool                             opened;     /* kvp_tier_open returned: a rebuild that fails
                                                   * half way back stops the process (the index
                                                   * is partial; the next open finishes it) */

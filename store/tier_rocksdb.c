@@ -309,7 +309,7 @@ kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
         KVP_LOG_ERROR(MOD, "db %s: %llu bytes of damaged write-ahead log records were dropped at "
                       "recovery: the writes in them are lost (RocksDB's LOG names them)", t->path,
                       (unsigned long long)lost);
-        t->wal_dropped += lost;
+        __atomic_add_fetch(&t->wal_dropped, lost, __ATOMIC_RELAXED);
     }
     if (status != KVP_ERR_CORRUPT) {
         return status;
@@ -324,7 +324,7 @@ kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
     }
     if (status == KVP_OK) {
         KVP_LOG_WARN(MOD, "db %s repaired and open", t->path);
-        t->rebuilds++;
+        __atomic_add_fetch(&t->rebuilds, 1, __ATOMIC_RELAXED);
     }
     return status;
 }
@@ -1546,11 +1546,10 @@ void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
                    &out->segment_write_bytes);
     out->logical_bytes = t->logical;
     tier_unlock(t);
-    pthread_rwlock_rdlock(&t->dbl);
-    out->index_rebuilds = t->rebuilds;
-    out->index_lost     = t->rebuild_lost;
-    out->wal_dropped    = t->wal_dropped;
-    pthread_rwlock_unlock(&t->dbl);
+    /* not under dbl: a stats call (the store holds its lock) must not wait out a rebuild */
+    out->index_rebuilds = __atomic_load_n(&t->rebuilds, __ATOMIC_RELAXED);
+    out->index_lost     = __atomic_load_n(&t->rebuild_lost, __ATOMIC_RELAXED);
+    out->wal_dropped    = __atomic_load_n(&t->wal_dropped, __ATOMIC_RELAXED);
 }
 
 kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, uint8_t **blob_p,

@@ -328,7 +328,7 @@ static kvp_status_t copy_back(kvp_tier_t *t)
     }
     if (status == KVP_OK) {
         side_remove(t);
-        t->rebuilds++;
+        __atomic_add_fetch(&t->rebuilds, 1, __ATOMIC_RELAXED);
         KVP_LOG_WARN(MOD, "db %s: index rebuilt: %llu records", t->path,
                      (unsigned long long)copied);
     }
@@ -357,7 +357,7 @@ kvp_status_t tier_index_rebuild(kvp_tier_t *t)
         status = flush_all(side, scf, t->ncfs);
     }
     side_close(side, scf, t->ncfs);
-    t->rebuild_lost += lost;
+    __atomic_add_fetch(&t->rebuild_lost, lost, __ATOMIC_RELAXED);
     if (status != KVP_OK) {
         side_remove(t);
         return status;
