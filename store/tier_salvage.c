@@ -281,8 +281,16 @@ static kvp_status_t copy_back(kvp_tier_t *t)
     bool                            dropped = false;
     char                            buf[4096], *err = NULL;
 
-    if (side == NULL) {
-        return KVP_ERR_IO;
+    if (side == NULL) { /* nothing dropped yet: the index stays as it is, the mark must go (a
+                         * later open would otherwise drop whatever is written after this) */
+        KVP_LOG_ERROR(MOD, "db %s: the index rebuild's copy does not open: the index is used as "
+                      "it is", t->path);
+        if (unlink(join(buf, sizeof(buf), t->path, MARK_FILE)) != 0 || sync_dir(t->path) != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "salvage: cannot remove %s: %m; stopping", buf);
+            abort();
+        }
+        side_remove(t);
+        return t->opened ? KVP_ERR_IO : KVP_OK; /* at open: go on with the index as it is */
     }
     ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_fill_cache(ro, 0);
@@ -387,6 +395,12 @@ kvp_status_t tier_salvage_resume(kvp_tier_t *t)
 
     if (stat(join(buf, sizeof(buf), t->path, MARK_FILE), &sb) == 0) {
         KVP_LOG_WARN(MOD, "db %s: finishing an index rebuild a stop interrupted", t->path);
+        if (stat(join(buf, sizeof(buf), t->path, SIDE_DIR), &sb) != 0) {
+            KVP_LOG_ERROR(MOD, "db %s: the rebuild's copy %s is gone: the index is used as it is "
+                          "(sessions it lacks are reported missing)", t->path, buf);
+            join(buf, sizeof(buf), t->path, MARK_FILE);
+            return unlink(buf) == 0 ? sync_dir(t->path) : KVP_ERR_IO;
+        }
         return copy_back(t);
     }
     if (stat(join(buf, sizeof(buf), t->path, SIDE_DIR), &sb) == 0) {

@@ -21,6 +21,7 @@
  *     the next table file; the records between are lost and counted, nothing read is wrong.
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
+ *   crash_nocopy: the same with the side db then lost: the open goes on with the index as it is.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
 #define _GNU_SOURCE /* memmem */
 #include "store_test_util.h"
@@ -491,12 +492,12 @@ static void stop_dead(void *arg)
     _exit(0); /* no close, no flush: as a crash would leave it */
 }
 
-static void case_crash(const char *dir)
+/* A child stopped dead in a rebuild, after `pages` was dropped and made again (empty) */
+static void crash_mid_rebuild(const char *dir, kvp_session_desc_t *d)
 {
-    kvp_session_desc_t d[NSESS];
-    kvp_store_h        st;
-    pid_t              pid;
-    int                wst = -1;
+    kvp_store_h st;
+    pid_t       pid;
+    int         wst = -1;
 
     fflush(NULL);
     pid = fork();
@@ -512,6 +513,14 @@ static void case_crash(const char *dir)
     for (int i = 0; i < 4; i++) { /* the descriptors the child had */
         t_session(&S, 300 + (uint64_t)i, 0, 300 + (uint64_t)i, 3, 0, &d[i]);
     }
+}
+
+static void case_crash(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st;
+
+    crash_mid_rebuild(dir, d);
     st = open_wt(dir); /* finishes the rebuild from the side db */
     CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 0);
     CHECK(t_stats(st).wal_dropped_bytes == 0); /* a process stop damages no WAL record */
@@ -524,13 +533,41 @@ static void case_crash(const char *dir)
     clear_all(d, 5);
 }
 
+/* The same stop, then the side db lost (the mark left): the open says so and goes on with the
+ * index as it is (its pages family empty: the sessions report their pages missing) rather than
+ * fail every start; the node takes new sessions. */
+static void case_crash_nocopy(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_h        st;
+    char               side[512];
+
+    crash_mid_rebuild(dir, d);
+    snprintf(side, sizeof(side), "%s/salvage.db", dir);
+    t_rmrf(side);
+    st = open_wt(dir);
+    CHECK(t_stats(st).index_rebuilds == 0);
+    for (int i = 0; i < 4; i++) {
+        char sid[8];
+
+        sid_of(i, sid, sizeof(sid));
+        CHECK(t_check_session(st, NS, sid, &S, &d[i]) != KVP_OK);
+    }
+    check_clean(dir);
+    CHECK_OK(put(st, d, 4));
+    CHECK_OK(t_check_session(st, NS, "i4", &S, &d[4]));
+    kvp_store_close(st);
+    clear_all(d, 5);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"stopped", case_stopped}, {"open", case_open},
                                      {"scrub", case_scrub},     {"crash", case_crash},
                                      {"concurrent", case_concurrent}, {"record", case_record},
                                      {"manifest", case_manifest}, {"wal", case_wal},
-                                     {"structure", case_structure}, {NULL, NULL}};
+                                     {"structure", case_structure}, {"crash_nocopy", case_crash_nocopy},
+                                     {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "salvage");
 }
