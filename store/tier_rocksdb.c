@@ -16,6 +16,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,7 +324,21 @@ kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions)
         status = db_open_once(t, compactions);
     }
     if (status == KVP_OK) {
-        KVP_LOG_WARN(MOD, "db %s repaired and open", t->path);
+        char           lost[4096];
+        DIR           *d;
+        struct dirent *e;
+        int            n = 0;
+
+        snprintf(lost, sizeof(lost), "%s/lost", t->path);
+        if ((d = opendir(lost)) != NULL) {
+            while ((e = readdir(d)) != NULL) {
+                n += e->d_name[0] != '.';
+            }
+            closedir(d);
+        }
+        KVP_LOG_WARN(MOD, "db %s repaired and open%s", t->path,
+                     n > 0 ? "; files it could not read are kept in lost/ (their records are "
+                             "gone from the index)" : "");
         __atomic_add_fetch(&t->rebuilds, 1, __ATOMIC_RELAXED);
     }
     return status;
