@@ -869,6 +869,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask   |= KVP_STORE_PARAM_SEGMENT_BYTES;
         sp.segment_bytes = (uint64_t)params->segment_mib << 20;
     }
+    if (fm & KVP_NODE_PARAM_DISK_RESERVE) {
+        sp.field_mask  |= KVP_STORE_PARAM_DISK_RESERVE;
+        sp.disk_reserve = (uint64_t)params->disk_reserve_mib << 20;
+    }
     if (fm & KVP_NODE_PARAM_TOMB_TTL) {
         sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
         sp.tomb_ttl_s  = params->tomb_ttl_s;

@@ -61,6 +61,12 @@ static void usage(const char *prog, FILE *out)
             "                          over and over, then the index; a bad one is dropped and its\n"
             "                          sessions listed damaged for kvpack repair (0..4096, 0 =\n"
             "                          off; default 4; kvpack scrub runs one pass at once)\n"
+            "  --disk-reserve-mib N    keep N MiB of the data dir's filesystem free: a put or\n"
+            "                          spill that would leave less gets ERR_NO_SPACE (deletes\n"
+            "                          do not), and a file of N MiB (kvpack.reserve) is held and\n"
+            "                          removed when the disk fills anyway, so deletes have room\n"
+            "                          (0 = off; default 4x the index memtable: DRAM budget / 2,\n"
+            "                          16..256)\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection\n"
@@ -158,7 +164,9 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 {"--segment-mib", 1, 16384, KVP_NODE_PARAM_SEGMENT_MIB, "1..16384 MiB",
                  &p.segment_mib},
                 {"--scrub-mib-s", 0, 4096, KVP_NODE_PARAM_SCRUB_MIB, "0..4096 MiB/s (0: off)",
-                 &p.scrub_mib_s}};
+                 &p.scrub_mib_s},
+                {"--disk-reserve-mib", 0, 1u << 20, KVP_NODE_PARAM_DISK_RESERVE, "0..1048576 MiB",
+                 &p.disk_reserve_mib}};
         size_t k = 0;
 
         while (k < sizeof(nums) / sizeof(nums[0]) &&

@@ -159,6 +159,7 @@ static void compactor_tick(kvp_store_h st)
 {
     pthread_mutex_unlock(&st->lock);
     (void)kvp_store_compact(st, st->compact_ratio);
+    (void)kvp_tier_reclaim(st->tier); /* a full disk's deleted index records */
     pthread_mutex_lock(&st->lock);
 }
 

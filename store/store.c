@@ -540,7 +540,10 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     if (path != NULL) {
         size_t            wb = budget / 8;
         kvp_tier_params_t tp = {path, node, wb < (4u << 20) ? (4u << 20)
-                                            : (wb > (64u << 20) ? (64u << 20) : wb), seg_bytes};
+                                            : (wb > (64u << 20) ? (64u << 20) : wb), seg_bytes, 0};
+
+        tp.reserve_bytes = (m & KVP_STORE_PARAM_DISK_RESERVE) ? params->disk_reserve
+                                                               : 4 * (uint64_t)tp.write_buffer;
 
         /* RocksDB's write batches, memtables and read buffers for spills are large and short
          * lived; glibc's adaptive mmap threshold would otherwise move them onto the heap after
@@ -1207,6 +1210,10 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         stats->index_rebuilds           = d.index_rebuilds;
         stats->index_lost               = d.index_lost;
         stats->wal_dropped_bytes        = d.wal_dropped;
+        stats->disk_free_bytes          = d.free_bytes == UINT64_MAX ? 0 : d.free_bytes;
+        stats->disk_reserve_bytes       = d.reserve_bytes;
+        stats->disk_full_refusals       = d.full_refusals;
+        stats->disk_reserve_releases    = d.reserve_releases;
     }
     stats->dram_bytes       = st->pool.used;
     stats->sessions         = st->sessions.count;

@@ -24,6 +24,9 @@ typedef struct {
     const char *node_id;       /* written to meta on first open; a mismatch is logged */
     size_t      write_buffer;  /* memtable bytes per column family */
     uint64_t    segment_bytes; /* a segment file this large starts the next one; 0 = 256 MiB */
+    uint64_t    reserve_bytes; /* disk reserve (tier_space.c): writes that add bytes stop while
+                                * less is free, and a file this large is held for when the disk
+                                * fills anyway; 0 = off; raised to 3 x write_buffer */
 } kvp_tier_params_t;
 
 typedef enum {
@@ -164,6 +167,10 @@ typedef struct {
     uint64_t index_rebuilds;      /* RocksDB index rebuilt after a damaged block (since open) */
     uint64_t index_lost;          /* runs of records lost in them: damage no read got past */
     uint64_t wal_dropped;         /* WAL bytes the open's recovery dropped as damaged (writes lost) */
+    uint64_t free_bytes;          /* free space of the db's filesystem now (UINT64_MAX: unknown) */
+    uint64_t reserve_bytes;       /* bytes held in the reserve file now (0: none) */
+    uint64_t full_refusals;       /* commits refused: they would have left less than the reserve */
+    uint64_t reserve_releases;    /* the reserve file removed because a write failed for space */
 } kvp_tier_disk_t;
 void kvp_tier_disk_stats(kvp_tier_t *tier, kvp_tier_disk_t *out);
 
@@ -193,6 +200,10 @@ kvp_status_t kvp_tier_meta_scan(kvp_tier_t *tier, const char *prefix, kvp_tier_m
 /* Walk every block of every column family with its checksum; a failing one rebuilds the index
  * (*rebuilt_p set). The scrubber runs it after each pass. */
 kvp_status_t kvp_tier_index_verify(kvp_tier_t *tier, bool *rebuilt_p);
+/* Deletes committed while the disk was full (writes refused for the reserve) give their index
+ * space back only when RocksDB compacts them away: compact every column family then, once per
+ * such run of deletes (the segment compactor's tick calls this); KVP_OK when nothing was due. */
+kvp_status_t kvp_tier_reclaim(kvp_tier_t *tier);
 /* Compact every column family now (tests, operators). KVP_ERR_CORRUPT when a compaction met a
  * damaged block and RocksDB stopped writes: the next commit rebuilds the index. */
 kvp_status_t kvp_tier_index_compact(kvp_tier_t *tier);

@@ -1,6 +1,6 @@
 /* tier_int.h - internal to the SSD tier: its struct and the calls shared by tier_rocksdb.c (the
- * tier's operations) and tier_salvage.c (rebuilding a damaged index), the only two files that see
- * rocksdb_* types. */
+ * tier's operations), tier_salvage.c (rebuilding a damaged index; these two are the only files
+ * that see rocksdb_* types) and tier_space.c (the disk reserve). */
 #ifndef KVPACK_STORE_TIER_INT_H
 #define KVPACK_STORE_TIER_INT_H
 
@@ -35,9 +35,10 @@ struct kvp_tier {
     pthread_rwlock_t                 dbl;        /* db, cfs, cf: every operation holds it shared,
                                                   * an index rebuild (which drops and makes again
                                                   * the column families) exclusive */
-    uint64_t                         gen;        /* index rebuilds tried since open (under dbl):
-                                                  * an operation that met damage rebuilds only
-                                                  * when none was tried since it began */
+    uint64_t                         gen;        /* db reopens (index rebuilds, a full disk's
+                                                  * stop cleared) tried since open (under dbl):
+                                                  * an operation that met one reopens only when
+                                                  * none was tried since it began */
     uint64_t                         rebuilds;   /* index rebuilds finished (atomic: read by
                                                   * kvp_tier_disk_stats without dbl) */
     uint64_t                         rebuild_lost; /* runs of records no read could get past
@@ -49,6 +50,16 @@ struct kvp_tier {
                                                   * is partial; the next open finishes it) */
     pthread_mutex_t                  mu;         /* commits, the segment table, accounting (reads and
                                                   * kvp_tier_sync do their I/O outside it) */
+    uint64_t                         reserve;    /* disk reserve bytes, 0 = off (tier_space.c) */
+    bool                             reserve_held; /* the reserve file is in place (under mu) */
+    bool                             full;       /* growth refused for space, logged (under mu) */
+    bool                             reclaim;    /* deletes committed while full: their index
+                                                  * space comes back with a compaction (under mu) */
+    uint64_t                         reserve_file; /* bytes of it held, 0 or reserve (atomic:
+                                                    * read by kvp_tier_disk_stats) */
+    uint64_t                         free_bytes; /* filesystem free space, last seen (atomic) */
+    uint64_t                         full_refusals;    /* commits refused for space (atomic) */
+    uint64_t                         reserve_releases; /* reserve file removed (atomic) */
     uint64_t                         moves;      /* compaction moves committed (written under mu) */
     uint64_t                         logical;    /* bytes of committed batches (kvp_tier_disk_t) */
     struct {
@@ -88,5 +99,24 @@ kvp_status_t tier_salvage_resume(kvp_tier_t *t);
 kvp_status_t tier_index_check(kvp_tier_t *t, bool *damaged_p);
 /* Rebuild the index from every record that reads (see tier_salvage.c). */
 kvp_status_t tier_index_rebuild(kvp_tier_t *t);
+
+/* ---- tier_space.c: the disk reserve (t->mu held, or at open) ---- */
+/* At open, before the db: the reserve (0 = off; raised to three memtables), its file found or
+ * made. */
+void         tier_space_open(kvp_tier_t *t, uint64_t reserve);
+/* Free bytes of the db's filesystem now (UINT64_MAX when statvfs fails). */
+uint64_t     tier_space_free(kvp_tier_t *t);
+/* Every commit (bytes: what it adds): KVP_ERR_NO_SPACE when it would leave less than the reserve
+ * free (twice that while the reserve file is given up; it is made again here first). The
+ * reserve file goes when less is free than a memtable's flush needs. */
+kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes);
+/* Free bytes RocksDB needs to open the db: its write-ahead logs (replayed into a table file) and
+ * a memtable's worth (the new log), plus 1 MiB. */
+uint64_t     tier_space_open_need(const kvp_tier_t *t);
+/* Before an open: that room, the reserve file given up for it if need be; else
+ * KVP_ERR_NO_SPACE, logged. */
+kvp_status_t tier_space_open_room(kvp_tier_t *t);
+/* A write failed for space: the reserve file removed; false when there was none. */
+bool         tier_space_release(kvp_tier_t *t);
 
 #endif

@@ -17,9 +17,11 @@
 #include "kvpack/log.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MOD TIER_MOD
 
@@ -384,31 +386,34 @@ kvp_status_t tier_db_compactions(kvp_tier_t *t, bool on)
     return tier_map_err("set compactions", &err);
 }
 
-/* An operation that began at rebuild count gen met a damaged index (a block failing its
- * checksum, or RocksDB refusing writes after a compaction met one): the db is opened again (that
- * clears RocksDB's stop) with compactions off and rebuilt (tier_salvage.c), unless a rebuild ran
- * since gen. No tier lock held by the caller. */
-static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
+/* An operation that began at reopen count gen met a db RocksDB stopped: writes refused after a
+ * compaction met a damaged block (rebuild: the index is then rebuilt, tier_salvage.c, with
+ * compactions off meanwhile) or after a flush met a full disk (room was made since). Opening the
+ * db again clears the stop. Nothing is done when a reopen ran since gen. No tier lock held by
+ * the caller. */
+static kvp_status_t db_reopen(kvp_tier_t *t, uint64_t gen, const char *why, bool rebuild)
 {
     kvp_status_t status = KVP_OK;
 
     pthread_rwlock_wrlock(&t->dbl);
     if (t->gen == gen) {
-        KVP_LOG_WARN(MOD, "db %s: %s: rebuilding the index from every record that reads", t->path,
-                     why);
+        KVP_LOG_WARN(MOD, "db %s: %s: %s", t->path, why,
+                     rebuild ? "rebuilding the index from every record that reads"
+                             : "opening it again");
         tier_db_close(t);
-        status = tier_db_open(t, false);
+        status = tier_db_open(t, !rebuild);
         if (t->db == NULL) { /* it was open a moment ago: nothing sensible is left to do */
-            KVP_LOG_ERROR(MOD, "db %s cannot be opened again (%s); stopping: a restart finishes "
-                          "the rebuild", t->path, kvp_status_str(status));
+            KVP_LOG_ERROR(MOD, "db %s cannot be opened again (%s); stopping: a restart %s", t->path,
+                          kvp_status_str(status),
+                          rebuild ? "finishes the rebuild" : "opens it once space is free");
             abort();
         }
-        if (status == KVP_OK) {
+        if (status == KVP_OK && rebuild) {
             status = tier_index_rebuild(t); /* failed: the index as it was (or the process
                                              * stopped, see tier_salvage.c) */
         }
-        { /* compactions on either way: after a failed rebuild the next one to meet the damage
-           * stops writes again, and the next commit tries again */
+        if (rebuild) { /* compactions on either way: after a failed rebuild the next one to meet
+                        * the damage stops writes again, and the next commit tries again */
             kvp_status_t on = tier_db_compactions(t, true);
 
             status = status != KVP_OK ? status : on;
@@ -417,6 +422,11 @@ static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
     }
     pthread_rwlock_unlock(&t->dbl);
     return status;
+}
+
+static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
+{
+    return db_reopen(t, gen, why, true);
 }
 
 /* shared hold of the db for one operation; the rebuild count it began at */
@@ -448,6 +458,9 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     pthread_rwlockattr_destroy(&ra);
     t->path         = kvp_strdup(params->path, "tier path");
     t->write_buffer = params->write_buffer;
+    if (t->path != NULL && mkdir(t->path, 0755) != 0 && errno != EEXIST) {
+        KVP_LOG_ERROR(MOD, "cannot create %s: %m", t->path);
+    }
     t->db_opts      = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(t->db_opts, 1);
     rocksdb_options_set_create_missing_column_families(t->db_opts, 1);
@@ -480,9 +493,13 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
         return KVP_ERR_NO_MEMORY;
     }
 
+    tier_space_open(t, params->reserve_bytes);
     /* compactions start only once every block is known to read: one that met a damaged block
      * would stop every write */
-    status = tier_db_open(t, false);
+    status = tier_space_open_room(t);
+    if (status == KVP_OK) {
+        status = tier_db_open(t, false);
+    }
     if (status == KVP_OK) {
         status = tier_salvage_resume(t);
     }
@@ -900,6 +917,7 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
 {
     kvp_status_t status;
     uint64_t     gen;
+    bool         stopped = false; /* RocksDB refused the write for space */
 
     if (b->nomem) {
         KVP_LOG_ERROR(MOD, "no memory to keep a batch of %zu bytes", b->bytes);
@@ -911,10 +929,18 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         db_release(t);
         return status;
     }
-    status = commit_segments(t, b, mode);
+    status = tier_space_admit(t, b->bytes); /* refused: nothing written, the reserve kept */
     if (status == KVP_OK) {
-        status = commit_records(t, b, mode);
+        status = commit_segments(t, b, mode);
+        if (status == KVP_OK) {
+            status  = commit_records(t, b, mode);
+            stopped = status == KVP_ERR_NO_SPACE;
+        }
+        if (status == KVP_ERR_NO_SPACE) { /* the disk filled anyway: make room */
+            tier_space_release(t);
+        }
     }
+    t->reclaim = t->reclaim || (status == KVP_OK && t->full && b->bytes == 0 && b->nops > 0);
     tier_unlock(t);
     db_release(t);
     if (status == KVP_ERR_CORRUPT) { /* RocksDB stopped writes: a compaction met a damaged block */
@@ -925,6 +951,20 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
             status = commit_records(t, b, mode);
             tier_unlock(t);
             db_release(t);
+        }
+    } else if (stopped && tier_space_free(t) >= tier_space_open_need(t)) {
+        /* RocksDB stopped writes at a full disk and resumes by itself only once a memtable fits:
+         * with room now (the reserve file gone, or space freed), opening it again clears the
+         * stop at once; a batch that adds nothing (deletes: what frees space) is written again */
+        status = db_reopen(t, gen, "writes stopped by a full disk", false);
+        if (status == KVP_OK && b->bytes == 0) {
+            db_hold(t);
+            pthread_mutex_lock(&t->mu);
+            status = commit_records(t, b, mode);
+            tier_unlock(t);
+            db_release(t);
+        } else if (status == KVP_OK) {
+            status = KVP_ERR_NO_SPACE;
         }
     }
     return status;
@@ -1544,6 +1584,10 @@ out:
         kvp_status_t rebuilt = salvage(t, gen, "writes stopped by a damaged block");
 
         status = rebuilt != KVP_OK ? rebuilt : status;
+    } else if (status == KVP_ERR_NO_SPACE) { /* room for the next try (and for deletes) */
+        pthread_mutex_lock(&t->mu);
+        tier_space_release(t);
+        tier_unlock(t);
     }
     return status;
 }
@@ -1565,6 +1609,10 @@ void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
     out->index_rebuilds = __atomic_load_n(&t->rebuilds, __ATOMIC_RELAXED);
     out->index_lost     = __atomic_load_n(&t->rebuild_lost, __ATOMIC_RELAXED);
     out->wal_dropped    = __atomic_load_n(&t->wal_dropped, __ATOMIC_RELAXED);
+    out->free_bytes       = tier_space_free(t);
+    out->reserve_bytes    = __atomic_load_n(&t->reserve_file, __ATOMIC_RELAXED);
+    out->full_refusals    = __atomic_load_n(&t->full_refusals, __ATOMIC_RELAXED);
+    out->reserve_releases = __atomic_load_n(&t->reserve_releases, __ATOMIC_RELAXED);
 }
 
 kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, uint8_t **blob_p,
@@ -1684,25 +1732,82 @@ kvp_status_t kvp_tier_index_verify(kvp_tier_t *t, bool *rebuilt_p)
     return status;
 }
 
+/* bytes of the index's table files, every column family (dbl held) */
+static uint64_t index_table_bytes(kvp_tier_t *t)
+{
+    uint64_t total = 0, v;
+
+    for (size_t i = 0; i < t->ncfs; i++) {
+        if (rocksdb_property_int_cf(t->db, t->cfs[i], "rocksdb.total-sst-files-size", &v) == 0) {
+            total += v;
+        }
+    }
+    return total;
+}
+
+kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)
+{
+    bool         want;
+    uint64_t     gen, need, free_b;
+    kvp_status_t status;
+
+    pthread_mutex_lock(&t->mu);
+    want       = t->reclaim;
+    t->reclaim = false;
+    pthread_mutex_unlock(&t->mu);
+    if (!want) {
+        return KVP_OK;
+    }
+    gen  = db_hold(t);
+    need = index_table_bytes(t) + (1u << 20); /* a compaction's output: at most its input */
+    db_release(t);
+    if (tier_space_free(t) < need) { /* the reserve file may make up the difference */
+        pthread_mutex_lock(&t->mu);
+        if (t->reserve_held && tier_space_free(t) + t->reserve >= need) {
+            tier_space_release(t);
+        }
+        tier_unlock(t);
+    }
+    if ((free_b = tier_space_free(t)) < need) {
+        KVP_LOG_WARN(MOD, "db %s: disk full: %llu MiB free, too little to compact the index (%llu "
+                     "MiB of tables) for the space of the records deleted since", t->path,
+                     (unsigned long long)(free_b >> 20), (unsigned long long)(need >> 20));
+        return KVP_ERR_NO_SPACE;
+    }
+    KVP_LOG_WARN(MOD, "db %s: disk full: compacting the index to give back the space of the "
+                 "records deleted since", t->path);
+    status = kvp_tier_index_compact(t);
+    if (status == KVP_ERR_NO_SPACE) { /* its flush or output met the full disk: RocksDB stopped */
+        pthread_mutex_lock(&t->mu);
+        tier_space_release(t);
+        tier_unlock(t);
+        if (tier_space_free(t) >= tier_space_open_need(t)) {
+            status = db_reopen(t, gen, "writes stopped by a full disk", false);
+        }
+    }
+    return status;
+}
+
 kvp_status_t kvp_tier_index_compact(kvp_tier_t *t)
 {
-    char *bg;
-    bool  stopped;
+    static const char probe[] = "kvpack.probe";
+    char             *err = NULL;
+    kvp_status_t      status;
 
     db_hold(t);
     for (size_t i = 0; i < t->ncfs; i++) {
         rocksdb_compact_range_cf(t->db, t->cfs[i], NULL, 0, NULL, 0);
     }
-    bg      = rocksdb_property_value(t->db, "rocksdb.background-errors");
-    stopped = bg != NULL && strcmp(bg, "0") != 0;
-    rocksdb_free(bg);
+    /* CompactRange reports nothing in the C API; a write (unlogged, of nothing) gets the error
+     * RocksDB stopped writes for, if it did */
+    rocksdb_delete_cf(t->db, t->wo_nowal, t->cf[CF_META], probe, sizeof(probe) - 1, &err);
     db_release(t);
-    if (stopped) {
+    status = tier_map_err("write after a compaction", &err);
+    if (status == KVP_ERR_CORRUPT) {
         KVP_LOG_ERROR(MOD, "db %s: a compaction met a damaged block: RocksDB refuses writes until "
                       "the index is rebuilt (the next commit does it)", t->path);
-        return KVP_ERR_CORRUPT;
     }
-    return KVP_OK;
+    return status;
 }
 
 void kvp_tier_inject_fail(kvp_tier_t *t, uint32_t n, kvp_status_t status)

@@ -34,6 +34,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_COMPACT       = KVP_BIT(14),
     KVP_NODE_PARAM_SEGMENT_MIB   = KVP_BIT(15),
     KVP_NODE_PARAM_SCRUB_MIB     = KVP_BIT(16),
+    KVP_NODE_PARAM_DISK_RESERVE  = KVP_BIT(17),
 };
 
 #define KVP_NODE_SCRUB_MIB_S 4u /* default scrubbing rate of a node with a data dir */
@@ -64,6 +65,8 @@ typedef struct kvp_node_params {
                                           * default 0.5 (kvp_store_params_t) */
     uint32_t         segment_mib;   /* segment file size, 1..16384 MiB; default 256 */
     uint32_t         scrub_mib_s;   /* scrubbing rate in MiB/s, 0 = off; default 4 */
+    uint32_t         disk_reserve_mib; /* disk reserve (kvp_store_params_t disk_reserve), 0 =
+                                        * off; default the store's */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on

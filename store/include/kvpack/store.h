@@ -65,6 +65,7 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_COMPACT       = KVP_BIT(10),
     KVP_STORE_PARAM_SEGMENT_BYTES = KVP_BIT(11),
     KVP_STORE_PARAM_SCRUB         = KVP_BIT(12),
+    KVP_STORE_PARAM_DISK_RESERVE  = KVP_BIT(13),
 };
 
 typedef struct kvp_store_params {
@@ -91,6 +92,12 @@ typedef struct kvp_store_params {
     uint64_t         scrub_bytes_per_s; /* scrubbing: a background thread reads every page on
                                          * disk back and checks it, this many bytes a second, over
                                          * and over; 0 = off (default) */
+    uint64_t         disk_reserve;   /* bytes of the db's filesystem kept free: a put or spill that
+                                      * would leave less is refused with KVP_ERR_NO_SPACE (deletes
+                                      * are not), and a file this large is held for when the disk
+                                      * fills anyway (removed then, so deletes have room); 0 = off;
+                                      * default 4x the index memtable (16-256 MiB: dram_budget / 2
+                                      * clamped), at least 3 memtables */
 } kvp_store_params_t;
 
 typedef struct {
@@ -153,6 +160,12 @@ typedef struct {
     uint64_t wal_dropped_bytes;   /* bytes of damaged write-ahead log records the open's recovery
                                    * dropped (the writes in them, and the rest of their 32 KiB log
                                    * block, are lost); 0 after a clean stop or crash */
+    uint64_t disk_free_bytes;     /* free space of the SSD tier's filesystem now (0 without one) */
+    uint64_t disk_reserve_bytes;  /* bytes held in its reserve file now (disk_reserve, or 0 while
+                                   * released) */
+    uint64_t disk_full_refusals;  /* disk writes refused: they would have left less than the
+                                   * reserve free (the puts or spills get KVP_ERR_NO_SPACE) */
+    uint64_t disk_reserve_releases; /* the reserve file removed: a write failed for space */
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
