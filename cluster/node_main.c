@@ -32,6 +32,8 @@ static void usage(const char *prog, FILE *out)
             "                          kvpack stat and /metrics count it)\n"
             "  --dram-budget BYTES     DRAM page budget, suffixes K M G allowed (default 1G)\n"
             "  --durability MODE       spill | write-through | sync | interval (default spill):\n"
+            "                          spill writes sessions to disk when DRAM runs short and\n"
+            "                          on SIGTERM (a kill loses what is only in DRAM);\n"
             "                          write-through acks before an fsync (a power loss may lose\n"
             "                          any acked put), sync fsyncs before each ack, interval\n"
             "                          writes through and fsyncs every --sync-ms when anything\n"

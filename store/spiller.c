@@ -4,7 +4,8 @@
  * itself (kvp_store_room_wait, backpressure); kvp_store_quiesce waits for it to go idle. Victims
  * go in groups (group commit): one WriteBatch and one sync for up to spill_group_max sessions.
  * Main flow: evict_if_needed -> kvp_store_spiller_kick -> spiller_main -> spill_round ->
- * group_pick -> kvp_store_sess_spill_group (evict.c). */
+ * group_pick -> kvp_store_sess_spill_group (evict.c). A closing store spills every session only
+ * in DRAM the same way (kvp_store_spill_at_close). */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -173,4 +174,78 @@ kvp_status_t kvp_store_quiesce(kvp_store_h st)
     }
     pthread_mutex_unlock(&st->lock);
     return status;
+}
+
+/* Sessions whose DRAM copy is not on disk (never spilled, or changed since), up to max, their
+ * page bytes short of GROUP_BYTES past the first; *left_p: how many such there are in all. */
+static size_t unsaved_pick(kvp_store_h st, kvp_sess_t **v, size_t max, size_t *left_p,
+                           uint64_t *bytes_p)
+{
+    size_t   n = 0, left = 0;
+    uint64_t bytes = 0, all = 0;
+
+    for (kvp_list_t *e = st->hot_lru.next; e != &st->hot_lru; e = e->next) {
+        kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
+        uint64_t    b = 0;
+
+        if (s->busy || (s->on_disk && !s->dirty)) {
+            continue;
+        }
+        for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+            b += s->pages[i]->len;
+        }
+        left++;
+        all += b;
+        if (n < max && (n == 0 || bytes + b <= GROUP_BYTES)) {
+            v[n++] = s;
+            bytes += b;
+        }
+    }
+    *left_p  = left;
+    *bytes_p = all;
+    return n;
+}
+
+void kvp_store_spill_at_close(kvp_store_h st)
+{
+    kvp_status_t status = KVP_OK;
+    kvp_sess_t  *one, **v = kvp_malloc(st->spill_group_max * sizeof(*v), "spill group");
+    size_t       max = v != NULL ? st->spill_group_max : 1, left, done = 0;
+    uint64_t     t0 = kvp_time_ns(), shown = t0, bytes;
+
+    if (st->tier == NULL || st->durability != KVP_DURABILITY_SPILL) {
+        kvp_free(v);
+        return; /* nothing is only in DRAM: written through (and synced by the syncer's stop) */
+    }
+    v = v != NULL ? v : &one;
+    pthread_mutex_lock(&st->lock);
+    if (unsaved_pick(st, v, max, &left, &bytes) > 0) {
+        KVP_LOG_WARN(MOD, "stopping: spilling %zu sessions (%.1f MiB of pages) that are only in "
+                     "DRAM, so a restart finds them", left, (double)bytes / 1048576.0);
+    }
+    while (status == KVP_OK) {
+        size_t n = unsaved_pick(st, v, max, &left, &bytes);
+
+        if (n == 0) {
+            break;
+        }
+        if (kvp_time_ns() - shown >= 2000000000ull) {
+            shown = kvp_time_ns();
+            KVP_LOG_WARN(MOD, "stopping: %zu sessions spilled, %zu to go (%.1f MiB)", done, left,
+                         (double)bytes / 1048576.0);
+        }
+        status = kvp_store_sess_spill_group(st, v, n); /* errors logged and counted there */
+        done += status == KVP_OK ? n : 0;
+    }
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "stopping: %zu sessions only in DRAM are lost: a spill failed (%s)",
+                      left, kvp_status_str(status));
+    } else if (done > 0) {
+        KVP_LOG_WARN(MOD, "stopping: %zu sessions spilled in %.2f s", done,
+                     (double)(kvp_time_ns() - t0) / 1e9);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (v != &one) {
+        kvp_free(v);
+    }
 }

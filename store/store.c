@@ -617,6 +617,7 @@ void kvp_store_close(kvp_store_h st)
     kvp_store_scrubber_stop(st);  /* finishes its tick */
     kvp_store_compactor_stop(st); /* stops between moves: what moved is committed */
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
+    kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
     for (size_t i = 0; i < st->sessions.nbuckets; i++) {
         while (st->sessions.buckets[i] != NULL) {

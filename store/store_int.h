@@ -381,6 +381,9 @@ void         kvp_store_compactor_stop(struct kvp_store *st);  /* close: finishes
 kvp_status_t kvp_store_spiller_start(struct kvp_store *st); /* open, once the tier is up */
 void         kvp_store_spiller_stop(struct kvp_store *st);  /* close: waits for a spill in flight */
 void         kvp_store_spiller_kick(struct kvp_store *st);  /* ask for a round */
+/* Close, spill durability: every session only in DRAM (or changed since its spill) spilled in
+ * groups, with progress lines; stops at a failed group (logged). Takes the store lock. */
+void         kvp_store_spill_at_close(struct kvp_store *st);
 /* Backpressure: while used + need would pass the budget and the spiller is (or, asked now, will
  * be) working, wait for it with the lock dropped. Returns true if it waited, i.e. the caller
  * must re-read any state it looked at before; call it only where nothing is assumed across it. */

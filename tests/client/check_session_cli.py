@@ -5,7 +5,9 @@ comes back exactly as `kvpack eval --dequant-out` dequantizes it, and within kiv
 tail; ls lists both (paged with --page); two sessions put over the same --tokens share pages and
 rm of one leaves the other intact; rm then get is a clear error; a delete survives a node restart;
 a get says whether the node read the session back from its SSD tier (pages, bytes) or had it in DRAM;
-a malformed .kvd, a wrong --codec and a dead node each give exit 1 and lose nothing.
+a malformed .kvd, a wrong --codec and a dead node each give exit 1 and lose nothing; a node of
+the default --durability spill keeps its DRAM-only sessions across a SIGTERM (spilled as it stops),
+not across a SIGKILL.
 usage: check_session_cli.py KVPACK KVPACKD"""
 import json
 import math
@@ -205,6 +207,39 @@ try:
         rc, _, err = kv(cmd, "--timeout-ms", "2000", *args, node_addr=addr)
         check(rc == 1 and err.strip() != "", f"{cmd} to a dead node: exit {rc}")
     check(not os.path.exists(p("dead.kvd")), "get from a dead node wrote a file")
+
+    # --durability spill (the default): a put lives only in DRAM, a SIGTERM spills it before the
+    # node exits (a restart finds it byte-identical), a SIGKILL loses it
+    node["proc"], node["addr"] = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, "ready"), ["--listen", "127.0.0.1:0", "--data-dir",
+                                             os.path.join(tmp, "spill"), "--dram-budget", "64M"],
+        env=env)
+    for sid in ("sp1", "sp2"):
+        rc, _, _ = kv("put", "--session", sid, "--kvd", p("a.kvd"), "--codec", "kivi")
+        check(rc == 0, f"put {sid} to a spill node")
+    rc, _, _ = kv("get", "--session", "sp1", "--out", p("sp1.kvd"))
+    stop_node()
+    node["proc"], node["addr"] = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, "ready"), ["--listen", "127.0.0.1:0", "--data-dir",
+                                             os.path.join(tmp, "spill"), "--dram-budget", "64M"],
+        env=env)
+    rc, out, _ = kv("ls", "--json")
+    names = {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
+    check(names == {"sp1", "sp2"}, f"a SIGTERMed spill node did not keep its DRAM sessions: {names}")
+    rc, _, _ = kv("get", "--session", "sp1", "--out", p("sp1_restart.kvd"))
+    check(rc == 0 and open(p("sp1.kvd"), "rb").read() == open(p("sp1_restart.kvd"), "rb").read(),
+          "sp1 not byte-identical after the stop and start")
+    rc, _, _ = kv("put", "--session", "sp3", "--kvd", p("a.kvd"), "--codec", "kivi")
+    node["proc"].kill()
+    node["proc"].wait()
+    node["proc"], node["addr"] = kvptest.start_kvpackd(
+        kvpackd, os.path.join(tmp, "ready"), ["--listen", "127.0.0.1:0", "--data-dir",
+                                             os.path.join(tmp, "spill"), "--dram-budget", "64M"],
+        env=env)
+    rc, out, _ = kv("ls", "--json")
+    names = {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
+    check(names == {"sp1", "sp2"}, f"after a SIGKILL (sp3 was only in DRAM): {names}")
+    stop_node()
 finally:
     if node["proc"] is not None and node["proc"].poll() is None:
         node["proc"].kill()

@@ -42,7 +42,8 @@ typedef struct kvp_store    *kvp_store_h;
 typedef struct kvp_page_ref *kvp_page_ref_h;
 
 typedef enum {
-    KVP_DURABILITY_SPILL         = 0, /* only evicted (or explicitly spilled) sessions reach disk */
+    KVP_DURABILITY_SPILL         = 0, /* only evicted (or explicitly spilled) sessions reach disk,
+                                       * and at kvp_store_close every session only in DRAM */
     KVP_DURABILITY_WRITE_THROUGH = 1, /* every session put also reaches disk (WAL, no fsync) */
     KVP_DURABILITY_SYNC          = 2, /* write-through with an fsync'd WAL before the ack */
     KVP_DURABILITY_INTERVAL      = 3  /* write-through, plus a background segment fdatasync + WAL
@@ -169,7 +170,9 @@ typedef struct {
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
-void         kvp_store_close(kvp_store_h store); /* NULL is a no-op */
+/* Stops the background threads; under KVP_DURABILITY_SPILL spills every session only in DRAM
+ * first (progress lines; a failed spill stops that and logs how many are lost). NULL: no-op. */
+void         kvp_store_close(kvp_store_h store);
 
 /* Namespace profiles: a namespace's first sealed (non-tail) page fixes its codec, rotation flags,
  * heads, head_dim and P, and its first session record fixes its layer count; they are persisted
