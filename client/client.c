@@ -1322,6 +1322,8 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
         stat_p->bad_requests     = w->bad_requests;
         stat_p->index_rebuilds    = w->index_rebuilds;
         stat_p->wal_dropped_bytes = w->wal_dropped_bytes;
+        stat_p->disk_free_bytes    = w->disk_free_bytes;
+        stat_p->disk_full_refusals = w->disk_full_refusals;
     }
     call_release(call);
     return s;

@@ -379,6 +379,8 @@ static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     rep->stat.disk_live_bytes  = st.disk_live_bytes;
     rep->stat.index_rebuilds    = st.index_rebuilds;
     rep->stat.wal_dropped_bytes = st.wal_dropped_bytes;
+    rep->stat.disk_free_bytes    = st.disk_free_bytes;
+    rep->stat.disk_full_refusals = st.disk_full_refusals;
     reply_status(job, rep, KVP_OK, NULL);
 }
 

@@ -599,6 +599,10 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             st.index_rebuilds        = rep->stat.index_rebuilds;
             st.has_wal_dropped_bytes = rep->stat.wal_dropped_bytes != 0;
             st.wal_dropped_bytes     = rep->stat.wal_dropped_bytes;
+            st.has_disk_free_bytes    = rep->stat.disk_free_bytes != 0;
+            st.disk_free_bytes        = rep->stat.disk_free_bytes;
+            st.has_disk_full_refusals = rep->stat.disk_full_refusals != 0;
+            st.disk_full_refusals     = rep->stat.disk_full_refusals;
             r.body_case         = KVP__REPLY__BODY_STAT;
             r.stat              = &st;
             break;
@@ -774,6 +778,9 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         rep->stat.index_rebuilds   = r->stat->has_index_rebuilds ? r->stat->index_rebuilds : 0;
         rep->stat.wal_dropped_bytes =
             r->stat->has_wal_dropped_bytes ? r->stat->wal_dropped_bytes : 0;
+        rep->stat.disk_free_bytes = r->stat->has_disk_free_bytes ? r->stat->disk_free_bytes : 0;
+        rep->stat.disk_full_refusals =
+            r->stat->has_disk_full_refusals ? r->stat->disk_full_refusals : 0;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     case KVP__REPLY__BODY_LIST:
         return (data_len == 0) ? list_from_pb(r->list, rep) : rep_bad(rep, "unexpected data");

@@ -32,6 +32,8 @@ static const struct {
     {"bad_requests", offsetof(kvp_node_stat_t, bad_requests), true},
     {"index_rebuilds", offsetof(kvp_node_stat_t, index_rebuilds), true},
     {"wal_dropped_bytes", offsetof(kvp_node_stat_t, wal_dropped_bytes), true},
+    {"disk_free_bytes", offsetof(kvp_node_stat_t, disk_free_bytes), true},
+    {"disk_full_refusals", offsetof(kvp_node_stat_t, disk_full_refusals), true},
 };
 #define N_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
@@ -46,7 +48,8 @@ static void usage(FILE *out)
             "usage: kvpack stat (--node LIST | --etcd URL[,URL] [--etcd-prefix P]) [--json]\n"
             "                   [--timeout-ms MS]\n"
             "Print each node's statistics: DRAM use, sessions, spills and restores, errors, disk\n"
-            "use (segment files and the part still live), requests received (bad ones); with\n"
+            "use (segment files and the part still live), the data dir's free space and the\n"
+            "writes refused at its reserve, requests received (bad ones); with\n"
             "several nodes a row per node and the totals over those that answered. A node that\n"
             "does not answer is named on stderr and the others are still reported (exit 1).\n"
             "  --node LIST     HOST:PORT, or a comma-separated list of nodes\n"
@@ -82,6 +85,11 @@ static void print_one(const char *node, const kvp_node_stat_t *st)
     printf("disk errors       %llu\n", (unsigned long long)st->disk_errors);
     printf("disk              %llu bytes in segment files, %llu of them live\n",
            (unsigned long long)st->disk_bytes, (unsigned long long)st->disk_live_bytes);
+    if (st->disk_free_bytes > 0 || st->disk_full_refusals > 0) { /* a node with a data dir */
+        printf("disk free         %llu bytes (%llu writes refused at the reserve)\n",
+               (unsigned long long)st->disk_free_bytes,
+               (unsigned long long)st->disk_full_refusals);
+    }
     printf("requests          %llu (%llu malformed or refused)\n", (unsigned long long)st->requests,
            (unsigned long long)st->bad_requests);
     if (st->index_rebuilds > 0 || st->wal_dropped_bytes > 0) { /* damage the node recovered from */

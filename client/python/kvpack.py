@@ -112,7 +112,7 @@ class _Append(ctypes.Structure):
 _STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
                 "spills", "restores", "crc_failures", "disk_errors", "uptime_ms", "disk_bytes",
                 "disk_live_bytes", "requests", "bad_requests", "index_rebuilds",
-                "wal_dropped_bytes"]
+                "wal_dropped_bytes", "disk_free_bytes", "disk_full_refusals"]
 
 
 class _NodeStat(ctypes.Structure):

@@ -6,8 +6,8 @@ after a flush met the full disk, deletes included, until a restart: `kvpack rm` 
 anything. Checked here:
 1. the 24 MiB reserve file is held at start (metrics and the file);
 2. sessions of index-held (inline) and segment pages put until one is refused: exit 1 with
-   ERR_NO_SPACE, counted in kvpack_disk_full_refusals_total; every acked one reads back
-   byte-identical;
+   ERR_NO_SPACE, counted in kvpack_disk_full_refusals_total and `kvpack stat` (with the free
+   space); every acked one reads back byte-identical;
 3. `kvpack rm` of half of them works, and a put goes through again within 30 s (the deleted
    records' space given back by the index compaction the node runs then, which may use the
    reserve file's room: the file is made again before the put);
@@ -20,6 +20,7 @@ anything. Checked here:
    removes the file; a bad value is refused (exit 2).
 usage: check_disk_full.py KVPACK KVPACKD"""
 import array
+import json
 import os
 import shutil
 import subprocess
@@ -84,7 +85,6 @@ def get(sid):
 def held():
     p = subprocess.run([KVPACK, "ls", "--node", node.addr, "--json"], capture_output=True,
                        text=True, timeout=60, env=ENV)
-    import json
     return sorted(s["session"] for s in json.loads(p.stdout)["sessions"]) if p.returncode == 0 \
         else None
 
@@ -122,7 +122,17 @@ try:
         acked.append(f"s{i}")
     print(f"{len(acked)} sessions acked before the disk was full")
     check(len(acked) >= 4 and "ERR_NO_SPACE" in refused_err, f"the refused put: {refused_err!r}")
-    check(node.metric("kvpack_disk_full_refusals_total") >= 1, "refusal not counted")
+    refusals = node.metric("kvpack_disk_full_refusals_total")
+    check(refusals >= 1, "refusal not counted")
+    p = subprocess.run([KVPACK, "stat", "--node", node.addr, "--json"], capture_output=True,
+                       text=True, timeout=60, env=ENV)
+    st = json.loads(p.stdout) if p.returncode == 0 else {}
+    free_now = node.metric("kvpack_disk_free_bytes")
+    check(st.get("disk_full_refusals") == refusals and st.get("disk_free_bytes", 0) > 0 and
+          abs(st.get("disk_free_bytes", 0) - free_now) < 4 * MIB, f"kvpack stat --json: {st}")
+    p = subprocess.run([KVPACK, "stat", "--node", node.addr], capture_output=True, text=True,
+                       timeout=60, env=ENV)
+    check(f"({int(refusals)} writes refused at the reserve)" in p.stdout, f"kvpack stat: {p.stdout}")
     ref = {}
     for sid in (acked[0], acked[1], acked[-2], acked[-1]):
         rc, ref[sid], err = get(sid)

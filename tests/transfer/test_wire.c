@@ -359,9 +359,12 @@ static void test_rep(void)
     r.stat.dram_bytes = 123456789012ull;
     r.stat.spills = 7;
     r.stat.uptime_ms = 42;
+    r.stat.disk_free_bytes    = 5ull << 40;
+    r.stat.disk_full_refusals = 3;
     CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
     CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
     CHECK(u.stat.dram_bytes == 123456789012ull && u.stat.spills == 7 && u.stat.uptime_ms == 42);
+    CHECK(u.stat.disk_free_bytes == 5ull << 40 && u.stat.disk_full_refusals == 3);
     kvp_wire_rep_clear(&u);
     kvp_free(buf);
     /* scrub round trip; a SCRUB reply carrying data is refused */

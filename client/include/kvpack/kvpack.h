@@ -52,6 +52,9 @@ typedef struct {
                                            * the malformed or refused ones among them */
     uint64_t index_rebuilds;    /* the node's RocksDB index rebuilt after damage, since start */
     uint64_t wal_dropped_bytes; /* damaged WAL bytes its start dropped (the writes are lost) */
+    uint64_t disk_free_bytes;   /* free space of its data dir's filesystem (0: DRAM only, or an
+                                 * older node) */
+    uint64_t disk_full_refusals; /* puts and spills refused at its disk reserve, since start */
 } kvp_node_stat_t;
 
 /* A fetched session: record plus every page, in order page[chunk * layers + layer]. */
