@@ -31,11 +31,11 @@ check = kvptest.check
 node = {"proc": None, "addr": None}
 
 
-def start_node():
+def start_node(data="data", durability=("--durability", "write-through")):
     node["proc"], node["addr"] = kvptest.start_kvpackd(
         kvpackd, os.path.join(tmp, "ready"),
-        ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"), "--dram-budget", "64M",
-         "--durability", "write-through"], env=env)
+        ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, data), "--dram-budget", "64M",
+         *durability], env=env)
 
 
 def stop_node():
@@ -210,19 +210,13 @@ try:
 
     # --durability spill (the default): a put lives only in DRAM, a SIGTERM spills it before the
     # node exits (a restart finds it byte-identical), a SIGKILL loses it
-    node["proc"], node["addr"] = kvptest.start_kvpackd(
-        kvpackd, os.path.join(tmp, "ready"), ["--listen", "127.0.0.1:0", "--data-dir",
-                                             os.path.join(tmp, "spill"), "--dram-budget", "64M"],
-        env=env)
+    start_node("spill", [])
     for sid in ("sp1", "sp2"):
         rc, _, _ = kv("put", "--session", sid, "--kvd", p("a.kvd"), "--codec", "kivi")
         check(rc == 0, f"put {sid} to a spill node")
     rc, _, _ = kv("get", "--session", "sp1", "--out", p("sp1.kvd"))
     stop_node()
-    node["proc"], node["addr"] = kvptest.start_kvpackd(
-        kvpackd, os.path.join(tmp, "ready"), ["--listen", "127.0.0.1:0", "--data-dir",
-                                             os.path.join(tmp, "spill"), "--dram-budget", "64M"],
-        env=env)
+    start_node("spill", [])
     rc, out, _ = kv("ls", "--json")
     names = {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
     check(names == {"sp1", "sp2"}, f"a SIGTERMed spill node did not keep its DRAM sessions: {names}")
@@ -232,10 +226,7 @@ try:
     rc, _, _ = kv("put", "--session", "sp3", "--kvd", p("a.kvd"), "--codec", "kivi")
     node["proc"].kill()
     node["proc"].wait()
-    node["proc"], node["addr"] = kvptest.start_kvpackd(
-        kvpackd, os.path.join(tmp, "ready"), ["--listen", "127.0.0.1:0", "--data-dir",
-                                             os.path.join(tmp, "spill"), "--dram-budget", "64M"],
-        env=env)
+    start_node("spill", [])
     rc, out, _ = kv("ls", "--json")
     names = {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
     check(names == {"sp1", "sp2"}, f"after a SIGKILL (sp3 was only in DRAM): {names}")
