@@ -245,6 +245,10 @@ static kvp_status_t call_wait(kvp_client_h c, call_t *call)
                                 ? 100
                                 : (int)((call->deadline_ns - now) / 1000000u) + 1);
     }
+    if (call->status == KVP_ERR_PEER_GONE || call->status == KVP_ERR_PEER_UNREACHABLE) {
+        conn_reset(c, call->status); /* the next call connects afresh (a restarted node's old
+                                      * connection would otherwise fail it too) */
+    }
     return call->status;
 }
 
@@ -1118,8 +1122,10 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
     return s;
 }
 
-kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
-                               const kvp_append_t *a, uint32_t *sealed_p)
+/* APPEND; with has_chunks the session must exist holding chunks chunks; version 0: kept */
+static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *sid,
+                                const kvp_append_t *a, int has_chunks, uint32_t chunks,
+                                uint64_t version, uint32_t *sealed_p)
 {
     kvp_wire_req_t  req;
     kvp_xfer_iov_t *iov;
@@ -1153,7 +1159,8 @@ kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid
     req.ns     = ns;
     req.append = (kvp_wire_append_t){(uint32_t)a->codec, a->ns_fingerprint, a->layers, a->heads,
                                      a->head_dim, a->page_tokens, (uint32_t)a->dtype, a->ntok,
-                                     a->n_ids, (uint32_t *)a->ids};
+                                     a->n_ids, (uint32_t *)a->ids, version, chunks,
+                                     (uint8_t)(has_chunks != 0)};
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = call_start(client, &req, iov, 2, &call);
     s = s == KVP_OK ? call_wait(client, call) : s;
@@ -1164,6 +1171,19 @@ kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid
         call_release(call);
     }
     return s;
+}
+
+kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
+                               const kvp_append_t *a, uint32_t *sealed_p)
+{
+    return append_call(client, ns, sid, a, 0, 0, 0, sealed_p);
+}
+
+kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
+                                  const kvp_append_t *a, uint32_t chunks, uint64_t version,
+                                  uint32_t *sealed_p)
+{
+    return append_call(client, ns, sid, a, 1, chunks, version, sealed_p);
 }
 
 kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)

@@ -470,6 +470,38 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
 }
 
+kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                const kvp_append_t *append, uint32_t chunks, uint32_t *sealed_p,
+                                kvp_cluster_report_t *report)
+{
+    kvp_cluster_route_t rt;
+    uint64_t            version = kvp_version_now(); /* one version for every copy */
+    kvp_status_t        s       = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
+
+    for (uint32_t k = 0; s == KVP_OK && k < cluster->n && rt.r->n_ok < cluster->replicas; k++) {
+        kvp_client_h cl;
+        uint32_t     sealed = 0;
+        kvp_status_t as     = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
+
+        if (as == KVP_OK) {
+            as = kvp_client_append_at(cl, ns, sid, append, chunks, version, &sealed);
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], as, "append");
+        }
+        if (as == KVP_OK && rt.r->n_ok++ == 0 && sealed_p != NULL) {
+            *sealed_p = sealed;
+        }
+        route_fail(&rt, as);
+        if (as != KVP_ERR_INVALID && as != KVP_ERR_STALE && kvp_cluster_put_stops(as)) {
+            break; /* bad input: every copy would refuse it (INVALID and STALE may be this
+                    * copy's own: its chunk count, a newer version) */
+        }
+    }
+    if (s != KVP_OK || rt.r->n_ok > 0) {
+        return s;
+    }
+    return rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+}
+
 kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
                                   const char *sid, const void *const *pages, const size_t *lens,
                                   size_t n, const kvp_session_desc_t *desc, uint64_t version,

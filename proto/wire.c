@@ -268,6 +268,10 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         ap.ntok        = req->append.ntok;
         ap.n_ids       = req->append.n_ids;
         ap.ids         = req->append.ids;
+        ap.has_version = req->append.version != 0;
+        ap.version     = req->append.version;
+        ap.has_chunks  = req->append.has_chunks;
+        ap.chunks      = req->append.chunks;
         r.body_case    = KVP__REQUEST__BODY_APPEND;
         r.append       = &ap;
         break;
@@ -313,7 +317,8 @@ static kvp_status_t append_from_pb(const Kvp__AppendReq *a, uint64_t data_len,
     strcpy(req->sid, a->sid);
     req->append = (kvp_wire_append_t){a->codec, a->fingerprint, a->layers, a->heads, a->head_dim,
                                       a->page_tokens, a->dtype, a->ntok, (uint32_t)a->n_ids,
-                                      NULL};
+                                      NULL, a->has_version ? a->version : 0, a->chunks,
+                                      (uint8_t)(a->has_chunks != 0)};
     return lens_copy(a->ids, req->append.n_ids, &req->append.ids);
 }
 

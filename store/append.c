@@ -3,7 +3,9 @@
  * chained chunk keys, re-encode the rest as the new fp16 tail, and put the new record. Built on
  * the public store calls (session_get/page_put/session_put), so durability and eviction are theirs.
  * Main flow: check -> current record -> per layer: tail + new tokens -> sealed pages + new tail
- * page -> kvp_store_session_put (at the session's version: an append does not change it). */
+ * page -> kvp_store_session_put (at the session's version: an append does not change it, unless
+ * it brings one: a replicated append, kvp_cluster_append, checks the chunk count and moves every
+ * copy to its writer's version, so repair can tell a copy that missed it). */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
@@ -106,6 +108,9 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     P      = a->page_tokens;
     row    = (size_t)a->heads * a->head_dim;
     status = kvp_store_session_get_info(st, ns, sid, &cur, &got);
+    if (status == KVP_ERR_NOT_FOUND && (a->field_mask & KVP_STORE_APPEND_CHUNKS)) {
+        return status; /* a replicated append goes only to copies that exist */
+    }
     if (status == KVP_ERR_NOT_FOUND) {
         memset(&cur, 0, sizeof(cur));
         cur.layers      = a->layers;
@@ -118,6 +123,18 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
                       sid, cur.layers, cur.page_tokens, a->layers, P);
         kvp_session_desc_clear(&cur);
         return KVP_ERR_INVALID;
+    }
+    if ((a->field_mask & KVP_STORE_APPEND_CHUNKS) && cur.n_chunks != a->chunks) {
+        KVP_LOG_ERROR(MOD, "append to session %s: it holds %u chunks, the append expects %u (this "
+                      "copy is behind or ahead of the others)", sid, cur.n_chunks, a->chunks);
+        kvp_session_desc_clear(&cur);
+        return KVP_ERR_INVALID;
+    }
+    if ((a->field_mask & KVP_STORE_APPEND_VERSION) && a->version <= got.version) {
+        KVP_LOG_ERROR(MOD, "append to session %s at version %llu: it is at %llu already", sid,
+                      (unsigned long long)a->version, (unsigned long long)got.version);
+        kvp_session_desc_clear(&cur);
+        return KVP_ERR_STALE;
     }
     status = kvp_store_ns_check_append(st, ns, sid, a);
     if (status != KVP_OK) {
@@ -199,7 +216,8 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         nd.n_tail      = rem ? a->layers : 0;
         nd.tail_len    = rem ? w.tail_len : 0;
         nd.tail        = rem ? w.tail : NULL;
-        status         = kvp_store_session_put_version(st, ns, sid, &nd, got.version);
+        status         = kvp_store_session_put_version(
+            st, ns, sid, &nd, (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version : got.version);
     }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "append of %u tokens to session %s failed: %s", a->ntok, sid,

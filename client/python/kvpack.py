@@ -303,6 +303,8 @@ def _declare(lib):
         "kvp_session_pages_free": (None, [P(_SessionPages)]),
         "kvp_client_lookup": (st, [vp, u64, P(Key128), u32, u32, P(u32)]),
         "kvp_client_append": (st, [vp, u64, c.c_char_p, P(_Append), P(u32)]),
+        "kvp_cluster_append": (st, [vp, u64, c.c_char_p, P(_Append), u32, P(u32),
+                                    P(_ClusterReport)]),
         "kvp_client_spill": (st, [vp, u64, c.c_char_p]),
         "kvp_client_stat": (st, [vp, P(_NodeStat)]),
         "kvp_client_scrub": (st, [vp, P(_ScrubResult)]),
@@ -472,6 +474,26 @@ def page_encode(params, k, v, ntok=None, dtype=None):
     _check(_L().kvp_page_encode(ctypes.byref(p), dt, kb, vb, ntok, out, cap, ctypes.byref(n)),
            "page_encode")
     return out.raw[:n.value]
+
+
+def _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype):
+    """An append's kvp_append_t (Client.append, Cluster.append) and what it points into."""
+    layers, heads, head_dim, page_tokens = (_u(x, "geometry") for x in geometry)
+    kb, kn, kf = _buf(k, "k")
+    vb, vn, vf = _buf(v, "v")
+    dt = _dtype(dtype, kf, "k")
+    if _dtype(dtype, vf, "v") != dt:
+        raise ValueError("k and v have different dtypes")
+    row = layers * heads * head_dim * (4 if dt == DTYPE_F32 else 2)
+    if not row or kn % row or kn != vn or kn == 0:
+        raise ValueError(f"k and v must be the same whole number of {row}-byte tokens "
+                         f"(every layer), got {kn} and {vn} bytes")
+    ids_c = (ctypes.c_uint32 * max(1, len(ids)))(*[_u(i, "id") for i in ids])
+    a = _Append(_codec_id(codec), _u(ns if fingerprint is None else fingerprint,
+                                     "fingerprint", 64), layers, heads, head_dim,
+                page_tokens, dt, ctypes.cast(kb, ctypes.c_void_p),
+                ctypes.cast(vb, ctypes.c_void_p), kn // row, ids_c, len(ids))
+    return a, (kb, vb, ids_c)
 
 
 def _info(c):
@@ -689,21 +711,7 @@ class Client(_Handle):
         dtype="f16"); ids: the ids of the session's current tail tokens, then the ntok new ones;
         fingerprint: chained into chunk keys (default ns, the usual ns_fingerprint). Returns the
         chunks sealed."""
-        layers, heads, head_dim, page_tokens = (_u(x, "geometry") for x in geometry)
-        kb, kn, kf = _buf(k, "k")
-        vb, vn, vf = _buf(v, "v")
-        dt = _dtype(dtype, kf, "k")
-        if _dtype(dtype, vf, "v") != dt:
-            raise ValueError("k and v have different dtypes")
-        row = layers * heads * head_dim * (4 if dt == DTYPE_F32 else 2)
-        if not row or kn % row or kn != vn or kn == 0:
-            raise ValueError(f"k and v must be the same whole number of {row}-byte tokens "
-                             f"(every layer), got {kn} and {vn} bytes")
-        ids_c = (ctypes.c_uint32 * max(1, len(ids)))(*[_u(i, "id") for i in ids])
-        a = _Append(_codec_id(codec), _u(ns if fingerprint is None else fingerprint,
-                                         "fingerprint", 64), layers, heads, head_dim,
-                    page_tokens, dt, ctypes.cast(kb, ctypes.c_void_p),
-                    ctypes.cast(vb, ctypes.c_void_p), kn // row, ids_c, len(ids))
+        a, _keep = _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype)
         sealed = ctypes.c_uint32()
         _check(_L().kvp_client_append(self._handle(), _u(ns, "ns", 64), _sid(sid),
                                       ctypes.byref(a), ctypes.byref(sealed)),
@@ -934,6 +942,19 @@ class Cluster(_Handle):
         sp = _pages_take(out)
         sp.served_by = self.peers[rep.served_by]
         return sp
+
+    def append(self, ns, sid, codec, geometry, k, v, ids, chunks, fingerprint=None, dtype=None):
+        """Client.append on every copy of the session (kvp_cluster_append): the nodes of its rank
+        that hold it, up to replicas, all at one new version. chunks: the sealed chunks the
+        session holds as you know it (its record's n_chunks): a copy that holds another count
+        refuses. Returns (chunks sealed, nodes that took it); KvpError when none did (NOT_FOUND:
+        no node holds the session; put it first)."""
+        a, _keep = _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype)
+        sealed = ctypes.c_uint32()
+        rep = _ClusterReport()
+        s = _L().kvp_cluster_append(self._handle(), _u(ns, "ns", 64), _sid(sid), ctypes.byref(a),
+                                    _u(chunks, "chunks"), ctypes.byref(sealed), ctypes.byref(rep))
+        return sealed.value, self._call(s, rep, f"append to '{sid}'")
 
     def delete_session(self, ns, sid):
         """Delete on every node; returns the nodes that deleted it. KvpError when none did

@@ -3,7 +3,8 @@
 ctypes layouts equal the C ones (cluster_layout); 6 sessions put with replicas=2 are each on the
 nodes rank() names (per-node Client.list_sessions) and listed once with those holders; get is
 byte-equal to the put (and `kvpack get` of an fp16 one to its .kvd); delete takes one off both
-replicas; the busiest primary SIGKILLed: every session still gets from another node, an unknown
+replicas; Cluster.append grows both copies of a session alike (a wrong chunk count and an
+unknown session refused); the busiest primary SIGKILLed: every session still gets from another node, an unknown
 session ranked first on it is the unreachable status (not NOT_FOUND), puts skip it, replicas=3
 is partial (returned, not raised), stat/list name it; bad arguments raise KvpError ERR_INVALID.
 The README's Cluster example runs first. With etcd installed: Cluster(etcd=) of 2 registered
@@ -166,6 +167,30 @@ def run_cluster():
         st = cl.stat()
         check(sorted(st) == sorted(addrs) and
               all(st[a].sessions == len(on[a]) for a in addrs), f"stat {st}")
+        # Cluster.append: 80 tokens onto a kivi session's 50-token tail on both copies (one chunk
+        # sealed, 2 tokens left), at one new version; a chunk count the copies do not hold and a
+        # session nobody holds are refused
+        ns_a, pages_a, desc_a, _ = session("pyapp", "kivi")
+        took = cl.put_session(ns_a, "pyapp", pages_a, desc_a)
+        rnd = random.Random(7)
+        new = array.array("f", [rnd.randint(-256, 256) / 64.0 for _ in range(L * 80 * H * D)])
+        ids = list(range(1000, 1000 + TAIL + 80))
+        sealed, app = cl.append(ns_a, "pyapp", "kivi", (L, H, D, P), new, new, ids, chunks=2)
+        check(sealed == 1 and app == took, f"Cluster.append: sealed {sealed} on {app}, put {took}")
+        vers = []
+        for a in took:
+            with kvpack.Client(a, timeout_ms=5000) as c:
+                sp = c.get_session(ns_a, "pyapp")
+                vers.append(sp.version)
+                check(len(sp.desc.chunk_keys) == 3 and sp.desc.tail_tokens == 2 and
+                      sp.pages[:len(pages_a)] == pages_a, f"appended copy on {a}: {sp.desc}")
+        check(len(set(vers)) == 1 and vers[0] > 0, f"copies' versions after the append: {vers}")
+        raises(lambda: cl.append(ns_a, "pyapp", "kivi", (L, H, D, P), new, new,
+                                 list(range(2 + 80)), chunks=2), {"ERR_INVALID"})
+        raises(lambda: cl.append(ns_a, "nobody", "kivi", (L, H, D, P), new, new,
+                                 list(range(80)), chunks=0), {"ERR_NOT_FOUND"})
+        cl.delete_session(ns_a, "pyapp")
+
         # delete takes it off both replicas; then NOT_FOUND (every node answered)
         gone = sids.pop()
         check(sorted(cl.delete_session(data[gone][0], gone)) == sorted(rank[gone][:2]),

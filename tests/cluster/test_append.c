@@ -7,7 +7,9 @@
  * chunk to seal (BAD_INPUT_DATA), a wrong id count (INVALID: the node counts the tail), and hand-made
  * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). Two
  * clients appending to one session at once: the node serialises them, so the second finds a
- * longer tail than its ids name and is refused (INVALID) instead of overwriting the first. */
+ * longer tail than its ids name and is refused (INVALID) instead of overwriting the first.
+ * kvp_cluster_append over 3 nodes, r = 2 (cluster_case): both copies grow alike at one new
+ * version; a copy that missed one refuses the next (its chunk count) and is left older. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -175,7 +177,7 @@ static void raw_bad(const test_node_t *n, kvp_client_h c)
     req.ns     = fp;
     snprintf(req.sid, sizeof(req.sid), "s");
     req.append = (kvp_wire_append_t){KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, 4, 4 + 2 * P,
-                                     ids};
+                                     ids, 0, 0, 0};
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl)); /* ids: more than the tail can hold */
     test_raw_call(&r, hdr, hl, data, 2 * one);
     CHECK(r.rep.req_id == 91 && r.rep.status == KVP_ERR_PROTOCOL);
@@ -234,6 +236,100 @@ static void race(const test_node_t *n, kvp_client_h c)
         kvp_session_pages_free(sp);
     }
     CHECK(both == 0);
+}
+
+/* kvp_cluster_append of tokens [t0, t0 + n) to "c" (tail from tail0, chunks sealed before) */
+static kvp_status_t cl_append(kvp_cluster_h cl, uint32_t tail0, uint32_t t0, uint32_t n,
+                              uint32_t chunks, uint32_t *sealed, kvp_cluster_report_t *rep)
+{
+    float       *k = tokens(0, t0, n), *v = tokens(1, t0, n);
+    kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, v, n, ids + tail0,
+                      t0 - tail0 + n};
+    kvp_status_t s = kvp_cluster_append(cl, fp, "c", &a, chunks, sealed, rep);
+
+    kvp_free(k);
+    kvp_free(v);
+    return s;
+}
+
+/* Replicated appends (kvp_cluster_append) over 3 nodes, r = 2: the session made on its two
+ * ranked nodes by a first (single-node) append each; a cluster append seals a chunk on both,
+ * which then hold the same pages and tail at one new version; with the second copy's node
+ * stopped, an append goes to the first alone (the third, which never held it, answers
+ * NOT_FOUND); back, the second copy is behind: the next append (chunk count 2) is refused there
+ * (INVALID) and taken by the first, whose version is now above the stale copy's, as repair
+ * needs; a session nobody holds is NOT_FOUND; a chunk count no copy has, INVALID everywhere. */
+static void cluster_case(void)
+{
+    test_node_t          nd[3];
+    char                 peers[256];
+    uint32_t             order[3], sealed = 99;
+    kvp_cluster_h        cl;
+    kvp_cluster_report_t rep;
+    kvp_client_h         c[3];
+
+    for (int i = 0; i < 3; i++) {
+        test_node_mkdir(&nd[i]);
+        test_node_start(&nd[i], "--durability=write-through");
+    }
+    snprintf(peers, sizeof(peers), "%s,%s,%s", nd[0].addr, nd[1].addr, nd[2].addr);
+    cl = test_cluster_open(peers, 2, KVP_OK);
+    CHECK_OK(kvp_cluster_rank(cl, fp, "c", order));
+    for (int i = 0; i < 3; i++) {
+        c[i] = test_client(nd[order[i]].addr, 5000); /* c[i]: the i-th ranked node */
+    }
+    CHECK_OK(append(c[0], "c", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
+    CHECK_OK(append(c[1], "c", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
+    CHECK(version_of(c[0], "c") == 0); /* a first append makes the record at version 0 */
+
+    CHECK_OK(cl_append(cl, 0, 20, 30, 0, &sealed, &rep)); /* 50: one chunk, 18 in the tail */
+    CHECK(sealed == 1 && rep.n_ok == 2);
+    check_session(c[0], "c", 1, 50);
+    check_session(c[1], "c", 1, 50);
+    CHECK(version_of(c[0], "c") == version_of(c[1], "c"));
+
+    kvp_client_destroy(c[1]); /* the second copy misses the next append (it seals one more) */
+    CHECK(test_node_stop(&nd[order[1]], SIGTERM) == 0);
+    CHECK_OK(cl_append(cl, 32, 50, 20, 1, &sealed, &rep)); /* 70: two chunks, 6 in the tail */
+    CHECK(sealed == 1 && rep.n_ok == 1);
+    CHECK(rep.n_tried == 3 && rep.tried[0].status == KVP_OK &&
+          rep.tried[2].node == order[2] && rep.tried[2].status == KVP_ERR_NOT_FOUND);
+    check_session(c[0], "c", 2, 70);
+    test_node_start_at(&nd[order[1]], nd[order[1]].port, "--durability=write-through");
+    c[1] = test_client(nd[order[1]].addr, 5000);
+    check_session(c[1], "c", 1, 50); /* behind */
+    {
+        kvp_node_stat_t st;
+
+        (void)kvp_cluster_stat(cl, order[1], &st); /* the handle's old connection fails once */
+        sleep(6);                                  /* and the node is skipped for 5 s */
+        CHECK_OK(kvp_cluster_stat(cl, order[1], &st));
+    }
+    CHECK_OK(cl_append(cl, 64, 70, 10, 2, &sealed, &rep));
+    CHECK(rep.n_ok == 1 && rep.n_tried == 3 && rep.tried[0].status == KVP_OK &&
+          rep.tried[1].node == order[1] && rep.tried[1].status == KVP_ERR_INVALID &&
+          rep.tried[2].status == KVP_ERR_NOT_FOUND);
+    check_session(c[0], "c", 2, 80);
+    check_session(c[1], "c", 1, 50); /* refused: untouched */
+    CHECK(version_of(c[0], "c") > version_of(c[1], "c"));
+
+    CHECK_ST(cl_append(cl, 64, 80, 4, 7, &sealed, &rep), KVP_ERR_INVALID); /* no copy has 7 */
+    check_session(c[0], "c", 2, 80);
+    {
+        float       *k = tokens(0, 0, 4), *v = tokens(1, 0, 4);
+        kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, v, 4, ids, 4};
+
+        CHECK_ST(kvp_cluster_append(cl, fp, "nobody", &a, 0, &sealed, &rep), KVP_ERR_NOT_FOUND);
+        CHECK(rep.n_ok == 0 && rep.n_tried == 3);
+        kvp_free(k);
+        kvp_free(v);
+    }
+    for (int i = 0; i < 3; i++) {
+        kvp_client_destroy(c[i]);
+        CHECK(test_node_stop(&nd[i], SIGTERM) == 0);
+        test_node_rmdir(&nd[i]);
+    }
+    kvp_cluster_destroy(cl);
 }
 
 int main(void)
@@ -298,6 +394,7 @@ int main(void)
     kvp_client_destroy(c);
     CHECK(test_node_stop(&n, SIGTERM) == 0);
     test_node_rmdir(&n);
+    cluster_case();
     printf("test_append: all checks passed\n");
     return 0;
 }

@@ -99,10 +99,12 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         strcpy(r->sid, "s4");
         r->max_bytes = 1 << 20;
         return 1;
-    case 12: /* APPEND: 5 fp16 tokens of 2 layers x 4 heads x 64 onto a tail of 3 */
+    case 12: /* APPEND: 5 fp16 tokens of 2 layers x 4 heads x 64 onto a tail of 3, replicated
+              * (a version and the chunk count the copy must hold) */
         r->op = KVP_WIRE_OP_APPEND;
         strcpy(r->sid, "appended");
-        r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids};
+        r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids,
+                                        0x1234567890ull, 7, 1};
         *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
         return 1;
     case 13: /* SCRUB: no body fields, no data */
@@ -130,7 +132,9 @@ static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
           a->append.layers == b->append.layers && a->append.heads == b->append.heads &&
           a->append.head_dim == b->append.head_dim &&
           a->append.page_tokens == b->append.page_tokens && a->append.dtype == b->append.dtype &&
-          a->append.ntok == b->append.ntok && a->append.n_ids == b->append.n_ids);
+          a->append.ntok == b->append.ntok && a->append.n_ids == b->append.n_ids &&
+          a->append.version == b->append.version && a->append.chunks == b->append.chunks &&
+          a->append.has_chunks == b->append.has_chunks);
     for (uint32_t i = 0; i < a->append.n_ids; i++) {
         CHECK(a->append.ids[i] == b->append.ids[i]);
     }

@@ -156,8 +156,8 @@ void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op
  * KVP_ERR_WRONG_CODEC for another codec than the namespace's, KVP_ERR_BAD_INPUT_DATA for NaN/Inf;
  * on an error the session is as it was. The node serialises appends, so one whose ids name a
  * shorter tail than the session has by then (another append came first) is KVP_ERR_INVALID, not a
- * lost update; a put of the same session at the same time is not ordered against one. One node: a cluster's replicas are not kept in
- * step by it (put the session to them instead). */
+ * lost update; a put of the same session at the same time is not ordered against one. One node:
+ * over a cluster's replicas use kvp_cluster_append. */
 typedef struct {
     kvp_codec_id_t  codec;          /* of sealed pages */
     uint64_t        ns_fingerprint; /* chained into chunk keys */
@@ -170,6 +170,13 @@ typedef struct {
 } kvp_append_t;
 kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
                                const kvp_append_t *append, uint32_t *sealed_p);
+/* One copy's part of a replicated append (kvp_cluster_append): as kvp_client_append, but the
+ * session must exist (KVP_ERR_NOT_FOUND) holding exactly chunks sealed chunks (KVP_ERR_INVALID:
+ * this copy missed an append, or has one the caller has not seen), and its record takes version
+ * (above its own, else KVP_ERR_STALE; 0: kept), so repair can tell a copy that missed it. */
+kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
+                                  const kvp_append_t *append, uint32_t chunks, uint64_t version,
+                                  uint32_t *sealed_p);
 /* How many leading chunks of keys[0..n) the node holds on all layers. */
 kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,
                                uint32_t n, uint32_t layers, uint32_t *hit_chunks_p);

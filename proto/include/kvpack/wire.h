@@ -55,6 +55,9 @@ typedef struct {
     uint32_t  ntok;
     uint32_t  n_ids;       /* the current tail's ids, then the ntok new ones */
     uint32_t *ids;
+    uint64_t  version;     /* optional: the record's new version (0: absent, kept) */
+    uint32_t  chunks;      /* with has_chunks: the session must exist with this many chunks */
+    uint8_t   has_chunks;
 } kvp_wire_append_t;
 
 /* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and

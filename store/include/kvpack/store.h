@@ -317,8 +317,13 @@ kvp_status_t kvp_store_scrub(kvp_store_h store, kvp_store_scrub_t *out);
  * the ids of the session's current tail tokens followed by the ntok new ones. The first append
  * creates the session. Tail tokens are held as fp16 (f32 input is rounded once, on append).
  * Appends to one session must not run concurrently with each other or with a put of it. */
+enum kvp_store_append_field {
+    KVP_STORE_APPEND_VERSION = KVP_BIT(0), /* the record takes version */
+    KVP_STORE_APPEND_CHUNKS  = KVP_BIT(1), /* the session must exist and hold chunks chunks */
+};
+
 typedef struct kvp_store_append {
-    uint64_t        field_mask;     /* MUST be first; no optional fields yet: set 0 */
+    uint64_t        field_mask;     /* MUST be first; KVP_STORE_APPEND_* for the optional ones */
     kvp_codec_id_t  codec;          /* codec of sealed pages (the namespace's) */
     uint64_t        ns_fingerprint; /* chained into chunk keys */
     uint32_t        layers;         /* geometry: must match an existing session */
@@ -331,6 +336,11 @@ typedef struct kvp_store_append {
     uint32_t        ntok;           /* >= 1 */
     const uint32_t *ids;            /* tail_tokens + ntok token ids (see above) */
     uint32_t        n_ids;
+    uint64_t        version;        /* VERSION: the new record's version, above the session's (else
+                                     * KVP_ERR_STALE); without it the record keeps its version */
+    uint32_t        chunks;         /* CHUNKS: a replicated append's condition: the session exists
+                                     * (else KVP_ERR_NOT_FOUND) holding exactly this many chunks
+                                     * (else KVP_ERR_INVALID: this copy is behind or ahead) */
 } kvp_store_append_t;
 
 /* Append (and seal full chunks). *sealed_p (may be NULL) gets the number of chunks sealed.
