@@ -9,7 +9,8 @@
  * clients appending to one session at once: the node serialises them, so the second finds a
  * longer tail than its ids name and is refused (INVALID) instead of overwriting the first.
  * kvp_cluster_append over 3 nodes, r = 2 (cluster_case): both copies grow alike at one new
- * version; a copy that missed one refuses the next (its chunk count) and is left older. */
+ * version; a copy that missed one refuses the next (its chunk count) and is left older, and
+ * kvpack repair then makes it whole. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -257,8 +258,9 @@ static kvp_status_t cl_append(kvp_cluster_h cl, uint32_t tail0, uint32_t t0, uin
  * which then hold the same pages and tail at one new version; with the second copy's node
  * stopped, an append goes to the first alone (the third, which never held it, answers
  * NOT_FOUND); back, the second copy is behind: the next append (chunk count 2) is refused there
- * (INVALID) and taken by the first, whose version is now above the stale copy's, as repair
- * needs; a session nobody holds is NOT_FOUND; a chunk count no copy has, INVALID everywhere. */
+ * (INVALID) and taken by the first, whose version is now above the stale copy's, so kvpack
+ * repair replaces the stale one (both then byte-identical); a session nobody holds is
+ * NOT_FOUND; a chunk count no copy has, INVALID everywhere. */
 static void cluster_case(void)
 {
     test_node_t          nd[3];
@@ -312,6 +314,17 @@ static void cluster_case(void)
     check_session(c[0], "c", 2, 80);
     check_session(c[1], "c", 1, 50); /* refused: untouched */
     CHECK(version_of(c[0], "c") > version_of(c[1], "c"));
+    { /* the older copy is what kvpack repair replaces: both copies then whole and alike */
+        char cmd[1024], exe[512];
+
+        snprintf(exe, sizeof(exe), "%s", KVPACKD_PATH);
+        exe[strlen(exe) - 1] = '\0'; /* .../kvpackd -> .../kvpack */
+        snprintf(cmd, sizeof(cmd), "KVP_PROGRESS=0 %s repair --node %s --replicas 2 > /dev/null",
+                 exe, peers);
+        CHECK(system(cmd) == 0);
+        check_session(c[1], "c", 2, 80);
+        CHECK(version_of(c[0], "c") == version_of(c[1], "c"));
+    }
 
     CHECK_ST(cl_append(cl, 64, 80, 4, 7, &sealed, &rep), KVP_ERR_INVALID); /* no copy has 7 */
     check_session(c[0], "c", 2, 80);
