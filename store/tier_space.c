@@ -80,36 +80,8 @@ static void reserve_make(kvp_tier_t *t, uint64_t free_b)
     KVP_LOG_INFO(MOD, "disk reserve: %llu MiB held in %s", MIB(t->reserve), path);
 }
 
-void tier_space_open(kvp_tier_t *t, uint64_t reserve)
-{
-    char        path[4096];
-    struct stat sb;
-
-    if (reserve > 0 && reserve < 3 * (uint64_t)t->write_buffer) { /* room for the flushes of the
-                                                                    * memtables RocksDB holds */
-        KVP_LOG_WARN(MOD, "disk reserve of %llu MiB raised to 3x the index memtable: %llu MiB",
-                     MIB(reserve), MIB(3 * (uint64_t)t->write_buffer));
-        reserve = 3 * (uint64_t)t->write_buffer;
-    }
-    t->reserve = reserve;
-    reserve_path(t, path, sizeof(path));
-    if (stat(path, &sb) == 0) {
-        if (reserve > 0 && (uint64_t)sb.st_size == reserve && (uint64_t)sb.st_blocks * 512 >= reserve) {
-            t->reserve_held = true; /* the one a previous run made */
-            __atomic_store_n(&t->reserve_file, reserve, __ATOMIC_RELAXED);
-            return;
-        }
-        unlink(path); /* another size, or the reserve is off now */
-    }
-    reserve_make(t, tier_space_free(t));
-    if (reserve > 0 && !t->reserve_held) {
-        KVP_LOG_WARN(MOD, "disk reserve: only %llu MiB free in %s; the %llu MiB reserve file is made "
-                     "once twice that is free", MIB(tier_space_free(t)), t->path, MIB(reserve));
-    }
-    (void)tier_space_admit(t, 1); /* full already: says so, and deletes get their space back */
-}
-
-kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
+/* tier_space_admit; count: a refusal counts in full_refusals (not the open's look) */
+static kvp_status_t admit(kvp_tier_t *t, uint64_t bytes, bool count)
 {
     uint64_t free_b, need;
 
@@ -134,7 +106,9 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
         reserve_make(t, free_b - bytes);
         return KVP_OK;
     }
-    __atomic_add_fetch(&t->full_refusals, 1, __ATOMIC_RELAXED);
+    if (count) {
+        __atomic_add_fetch(&t->full_refusals, 1, __ATOMIC_RELAXED);
+    }
     if (!t->full) { /* once per spell: a busy node would log every put */
         KVP_LOG_ERROR(MOD, "disk full: %llu MiB free in %s, writes need %llu MiB (the reserve%s): "
                       "refused (ERR_NO_SPACE) until space is freed (kvpack rm, --idle-ttl); reads "
@@ -145,6 +119,38 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
     return KVP_ERR_NO_SPACE;
 }
 
+void tier_space_open(kvp_tier_t *t, uint64_t reserve)
+{
+    char        path[4096];
+    struct stat sb;
+
+    if (reserve > 0 && reserve < 3 * (uint64_t)t->write_buffer) { /* room for the flushes of the
+                                                                    * memtables RocksDB holds */
+        KVP_LOG_WARN(MOD, "disk reserve of %llu MiB raised to 3x the index memtable: %llu MiB",
+                     MIB(reserve), MIB(3 * (uint64_t)t->write_buffer));
+        reserve = 3 * (uint64_t)t->write_buffer;
+    }
+    t->reserve = reserve;
+    reserve_path(t, path, sizeof(path));
+    if (stat(path, &sb) == 0 && reserve > 0 && (uint64_t)sb.st_size == reserve &&
+        (uint64_t)sb.st_blocks * 512 >= reserve) {
+        t->reserve_held = true; /* the one a previous run made */
+        __atomic_store_n(&t->reserve_file, reserve, __ATOMIC_RELAXED);
+    } else {
+        unlink(path); /* another size, or the reserve is off now (or none: ENOENT) */
+        reserve_make(t, tier_space_free(t));
+    }
+    if (reserve > 0 && !t->reserve_held) {
+        KVP_LOG_WARN(MOD, "disk reserve: only %llu MiB free in %s; the %llu MiB reserve file is made "
+                     "once twice that is free", MIB(tier_space_free(t)), t->path, MIB(reserve));
+    }
+    (void)admit(t, 1, false); /* full already: says so, and deletes get their space back */
+}
+
+kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
+{
+    return admit(t, bytes, true);
+}
 uint64_t tier_space_open_need(const kvp_tier_t *t)
 {
     uint64_t       wal = 0;
