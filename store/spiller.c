@@ -176,33 +176,44 @@ kvp_status_t kvp_store_quiesce(kvp_store_h st)
     return status;
 }
 
-/* Sessions whose DRAM copy is not on disk (never spilled, or changed since), up to max, their
- * page bytes short of GROUP_BYTES past the first; *left_p: how many such there are in all. */
-static size_t unsaved_pick(kvp_store_h st, kvp_sess_t **v, size_t max, size_t *left_p,
-                           uint64_t *bytes_p)
+/* Bytes of a session's pages (what a spill of it writes, the tail aside). */
+static uint64_t sess_page_bytes(const kvp_sess_t *s)
 {
-    size_t   n = 0, left = 0;
-    uint64_t bytes = 0, all = 0;
+    uint64_t b = 0;
 
-    for (kvp_list_t *e = st->hot_lru.next; e != &st->hot_lru; e = e->next) {
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        b += s->pages[i]->len;
+    }
+    return b;
+}
+
+/* Sessions whose DRAM copy is not on disk (never spilled, or changed since), from the least
+ * recently used: up to max of them into v while their page bytes stay short of GROUP_BYTES
+ * past the first (*bytes_p: theirs), or, v NULL, all of them counted (*bytes_p: all bytes). */
+static size_t unsaved_pick(kvp_store_h st, kvp_sess_t **v, size_t max, uint64_t *bytes_p)
+{
+    size_t   n     = 0;
+    uint64_t bytes = 0;
+
+    for (kvp_list_t *e = st->hot_lru.next; e != &st->hot_lru && (v == NULL || n < max);
+         e = e->next) {
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
-        uint64_t    b = 0;
+        uint64_t    b;
 
         if (s->busy || (s->on_disk && !s->dirty)) {
             continue;
         }
-        for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
-            b += s->pages[i]->len;
+        b = sess_page_bytes(s);
+        if (v != NULL && n > 0 && bytes + b > GROUP_BYTES) {
+            break;
         }
-        left++;
-        all += b;
-        if (n < max && (n == 0 || bytes + b <= GROUP_BYTES)) {
-            v[n++] = s;
-            bytes += b;
+        if (v != NULL) {
+            v[n] = s;
         }
+        n++;
+        bytes += b;
     }
-    *left_p  = left;
-    *bytes_p = all;
+    *bytes_p = bytes;
     return n;
 }
 
@@ -211,7 +222,7 @@ void kvp_store_spill_at_close(kvp_store_h st)
     kvp_status_t status = KVP_OK;
     kvp_sess_t  *one, **v = kvp_malloc(st->spill_group_max * sizeof(*v), "spill group");
     size_t       max = v != NULL ? st->spill_group_max : 1, left, done = 0;
-    uint64_t     t0 = kvp_time_ns(), shown = t0, bytes;
+    uint64_t     t0 = kvp_time_ns(), shown = t0, bytes, group;
 
     if (st->tier == NULL || st->durability != KVP_DURABILITY_SPILL) {
         kvp_free(v);
@@ -219,27 +230,31 @@ void kvp_store_spill_at_close(kvp_store_h st)
     }
     v = v != NULL ? v : &one;
     pthread_mutex_lock(&st->lock);
-    if (unsaved_pick(st, v, max, &left, &bytes) > 0) {
+    left = unsaved_pick(st, NULL, 0, &bytes);
+    if (left > 0) {
         KVP_LOG_WARN(MOD, "stopping: spilling %zu sessions (%.1f MiB of pages) that are only in "
                      "DRAM, so a restart finds them", left, (double)bytes / 1048576.0);
     }
     while (status == KVP_OK) {
-        size_t n = unsaved_pick(st, v, max, &left, &bytes);
+        size_t n = unsaved_pick(st, v, max, &group);
 
         if (n == 0) {
             break;
         }
         if (kvp_time_ns() - shown >= 2000000000ull) {
             shown = kvp_time_ns();
-            KVP_LOG_WARN(MOD, "stopping: %zu sessions spilled, %zu to go (%.1f MiB)", done, left,
-                         (double)bytes / 1048576.0);
+            KVP_LOG_WARN(MOD, "stopping: %zu sessions spilled, about %zu to go (%.1f MiB)", done,
+                         left > done ? left - done : 0, (double)bytes / 1048576.0);
         }
         status = kvp_store_sess_spill_group(st, v, n); /* errors logged and counted there */
-        done += status == KVP_OK ? n : 0;
+        if (status == KVP_OK) {
+            done += n;
+            bytes = group < bytes ? bytes - group : 0;
+        }
     }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "stopping: %zu sessions only in DRAM are lost: a spill failed (%s)",
-                      left, kvp_status_str(status));
+                      unsaved_pick(st, NULL, 0, &bytes), kvp_status_str(status));
     } else if (done > 0) {
         KVP_LOG_WARN(MOD, "stopping: %zu sessions spilled in %.2f s", done,
                      (double)(kvp_time_ns() - t0) / 1e9);
