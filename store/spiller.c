@@ -229,6 +229,7 @@ void kvp_store_spill_at_close(kvp_store_h st)
         return; /* nothing is only in DRAM: written through (and synced by the syncer's stop) */
     }
     v = v != NULL ? v : &one;
+    kvp_tier_last_writes(st->tier); /* what the stop saves may use the disk reserve */
     pthread_mutex_lock(&st->lock);
     left = unsaved_pick(st, NULL, 0, &bytes);
     if (left > 0) {

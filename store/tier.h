@@ -151,6 +151,9 @@ typedef enum {
     KVP_TIER_HOOKS
 } kvp_tier_hook_t;
 void kvp_tier_set_hook(kvp_tier_t *tier, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg);
+/* The store is closing: from now on commits may use the disk reserve (its file given up for
+ * them), keeping only the room the next open needs (tier_space.c). */
+void kvp_tier_last_writes(kvp_tier_t *tier);
 
 /* Garbage sweep (open time): walk the pages column family, delete every page keep() rejects (no
  * session names it), count the live bytes of every segment and unlink segments nobody names. */

@@ -53,6 +53,8 @@ struct kvp_tier {
     uint64_t                         reserve;    /* disk reserve bytes, 0 = off (tier_space.c) */
     bool                             reserve_held; /* the reserve file is in place (under mu) */
     bool                             full;       /* growth refused for space, logged (under mu) */
+    bool                             closing;    /* kvp_tier_last_writes: commits may use the
+                                                  * reserve (under mu) */
     bool                             reclaim;    /* deletes committed while full: their index
                                                   * space comes back with a compaction (under mu) */
     uint64_t                         reserve_file; /* bytes of it held, 0 or reserve (atomic:

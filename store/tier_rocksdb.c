@@ -1592,6 +1592,13 @@ out:
     return status;
 }
 
+void kvp_tier_last_writes(kvp_tier_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->closing = true;
+    pthread_mutex_unlock(&t->mu);
+}
+
 void kvp_tier_set_hook(kvp_tier_t *t, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg)
 {
     __atomic_store_n(&t->hooks[at].arg, arg, __ATOMIC_RELEASE);

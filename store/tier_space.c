@@ -15,6 +15,8 @@
  * RocksDB 7.8 opening on a disk without room for a new write-ahead log and the replay of the old
  * one fails an assertion and aborts the process (seen here); so an open first makes sure of
  * that room: the reserve file goes if it must, else the open is refused with a clear error.
+ * A closing store's last spills (kvp_tier_last_writes) may use the reserve, keeping only the room
+ * the next open needs: what they save is worth more than a reserve for a process that is going.
  * Everything here runs under the tier's mu, or at open. */
 #define _GNU_SOURCE
 #include "tier_int.h"
@@ -97,14 +99,27 @@ static kvp_status_t admit(kvp_tier_t *t, uint64_t bytes, bool count)
     if (bytes == 0) {
         return KVP_OK;
     }
-    need = t->reserve_held ? t->reserve : 2 * t->reserve; /* a released reserve file comes first */
-    if (free_b >= bytes && free_b - bytes >= need) {
-        if (t->full) {
-            KVP_LOG_WARN(MOD, "disk space back (%llu MiB free): writes accepted again", MIB(free_b));
-            t->full = false;
+    if (t->closing) { /* the stop's last spills may use the reserve: only the next open's room
+                       * must stay */
+        need = tier_space_open_need(t);
+        if (t->reserve_held && (free_b < bytes || free_b - bytes < need)) {
+            tier_space_release(t);
+            free_b = tier_space_free(t);
         }
-        reserve_make(t, free_b - bytes);
-        return KVP_OK;
+        if (free_b >= bytes && free_b - bytes >= need) {
+            return KVP_OK;
+        }
+    } else {
+        need = t->reserve_held ? t->reserve : 2 * t->reserve; /* a given-up file comes first */
+        if (free_b >= bytes && free_b - bytes >= need) {
+            if (t->full) {
+                KVP_LOG_WARN(MOD, "disk space back (%llu MiB free): writes accepted again",
+                             MIB(free_b));
+                t->full = false;
+            }
+            reserve_make(t, free_b - bytes);
+            return KVP_OK;
+        }
     }
     if (count) {
         __atomic_add_fetch(&t->full_refusals, 1, __ATOMIC_RELAXED);
@@ -113,7 +128,8 @@ static kvp_status_t admit(kvp_tier_t *t, uint64_t bytes, bool count)
         KVP_LOG_ERROR(MOD, "disk full: %llu MiB free in %s, writes need %llu MiB (the reserve%s): "
                       "refused (ERR_NO_SPACE) until space is freed (kvpack rm, --idle-ttl); reads "
                       "and deletes go on", MIB(free_b), t->path, MIB(need),
-                      t->reserve_held ? "" : " twice, its file given up");
+                      t->closing ? ": closing, only what the next start needs"
+                      : t->reserve_held ? "" : " twice, its file given up");
         t->full = true;
     }
     return KVP_ERR_NO_SPACE;

@@ -16,8 +16,10 @@ anything. Checked here:
    rm work, puts stay refused; a start with no room at all is refused with a clear error (RocksDB
    aborted there too), one with the reserve file held gives it up; once the filler is gone a put
    works and the reserve file is made again;
-5. a restart keeps exactly the acked, not removed sessions, byte-identical; --disk-reserve-mib 0
-   removes the file; a bad value is refused (exit 2).
+5. a restart keeps exactly the acked, not removed sessions, byte-identical; 6. a --durability
+   spill node whose sessions are only in DRAM when the disk fills spills them as it stops into the
+   reserve's room (only the next start's room is kept), and they come back byte-identical;
+   --disk-reserve-mib 0 removes the file; a bad value is refused (exit 2).
 usage: check_disk_full.py KVPACK KVPACKD"""
 import array
 import json
@@ -204,6 +206,26 @@ try:
         if sid in kept:
             rc, again, err = get(sid)
             check(rc == 0 and again == data, f"{sid} after the restart: {err}")
+
+    # 6. --durability spill: sessions only in DRAM when another process fills the disk; the stop
+    # spills them into the reserve's room (keeping what the next start needs), so they survive
+    node.stop()
+    spill_args = [*ARGS[:1], "spill", *ARGS[2:]]
+    node.start(spill_args)
+    hot = [f"h{i}" for i in range(4)]
+    for sid in hot:
+        rc, err = put(sid)
+        check(rc == 0, f"put {sid} to the spill node: {err}")
+    rc, ref["h1"], err = get("h1")
+    fill()
+    node.stop()
+    os.unlink(os.path.join(DATA, "filler"))
+    node.start(ARGS)
+    now = held()
+    check(now == sorted(kept + hot), f"after a stop on a full disk: {now} != {sorted(kept + hot)}")
+    rc, again, err = get("h1")
+    check(rc == 0 and again == ref["h1"], f"h1 after the stop on a full disk: {err}")
+    kept += hot
     node.stop()
     node.start([*ARGS[:-2], "--disk-reserve-mib", "0"])
     check(not os.path.exists(RESERVE) and node.metric("kvpack_disk_reserve_bytes") == 0,
