@@ -1755,7 +1755,7 @@ static uint64_t index_table_bytes(kvp_tier_t *t)
 kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)
 {
     bool         want;
-    uint64_t     gen, need, free_b;
+    uint64_t     gen, need, free_b, t0;
     kvp_status_t status;
 
     pthread_mutex_lock(&t->mu);
@@ -1781,9 +1781,16 @@ kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)
                      (unsigned long long)(free_b >> 20), (unsigned long long)(need >> 20));
         return KVP_ERR_NO_SPACE;
     }
-    KVP_LOG_WARN(MOD, "db %s: disk full: compacting the index to give back the space of the "
-                 "records deleted since", t->path);
+    KVP_LOG_WARN(MOD, "db %s: disk full: compacting the index (%llu MiB of tables) to give back "
+                 "the space of the records deleted since", t->path,
+                 (unsigned long long)((need - (1u << 20)) >> 20));
+    t0     = kvp_time_ns();
     status = kvp_tier_index_compact(t);
+    if (status == KVP_OK) {
+        KVP_LOG_WARN(MOD, "db %s: index compacted in %.1f s, %llu MiB free now", t->path,
+                     (double)(kvp_time_ns() - t0) / 1e9,
+                     (unsigned long long)(tier_space_free(t) >> 20));
+    }
     if (status == KVP_ERR_NO_SPACE) { /* its flush or output met the full disk: RocksDB stopped */
         pthread_mutex_lock(&t->mu);
         tier_space_release(t);
