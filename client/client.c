@@ -257,7 +257,19 @@ static kvp_status_t call_simple(kvp_client_h c, kvp_wire_req_t *req, call_t **ca
 {
     kvp_status_t s = call_start(c, req, NULL, 0, call_p);
 
-    return (s == KVP_OK) ? call_wait(c, *call_p) : s;
+    s = (s == KVP_OK) ? call_wait(c, *call_p) : s;
+    if (s == KVP_ERR_PEER_GONE && *call_p != NULL &&
+        (req->op == KVP_WIRE_OP_GET_SESSION || req->op == KVP_WIRE_OP_LOOKUP ||
+         req->op == KVP_WIRE_OP_LIST || req->op == KVP_WIRE_OP_STAT)) {
+        /* a read on a connection whose node restarted since the last call: once more on a fresh
+         * one (a dead node then answers unreachable); a write may have reached the node, so its
+         * failure is the caller's to judge */
+        call_release(*call_p);
+        *call_p = NULL;
+        s       = call_start(c, req, NULL, 0, call_p);
+        s       = (s == KVP_OK) ? call_wait(c, *call_p) : s;
+    }
+    return s;
 }
 
 static kvp_status_t check_sid(const char *sid)

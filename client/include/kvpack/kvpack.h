@@ -3,7 +3,10 @@
  * A client holds one UCX worker and endpoints to nodes. Pages are produced by kvp_page_encode
  * (codec.h) and shipped as-is: quantized codes with their scales and CRC, end to end. Every call
  * has a deadline (params timeout_ms); a dead or silent peer yields KVP_ERR_TIMEOUT /
- * KVP_ERR_PEER_GONE / KVP_ERR_PEER_UNREACHABLE, never a hang. Statuses from the node (unknown
+ * KVP_ERR_PEER_GONE / KVP_ERR_PEER_UNREACHABLE, never a hang. A call that failed for its
+ * connection drops it, so the next call connects afresh; a read (get_session, lookup, list,
+ * stat) whose connection had died with a node restart is sent once more on a new one, so it
+ * does not fail; a write is not (it may have reached the node). Statuses from the node (unknown
  * session, bad CRC, malformed message) come back as the node's kvp_status_t.
  * Thread-safety: one client per thread. */
 #ifndef KVPACK_KVPACK_H
