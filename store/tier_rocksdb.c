@@ -429,6 +429,21 @@ static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
     return db_reopen(t, gen, why, true);
 }
 
+/* A write met the full disk (KVP_ERR_NO_SPACE past the reserve's admission; no tier lock held by
+ * the caller): the reserve file goes, so RocksDB and deletes have room; when RocksDB stopped
+ * writes for it (stopped), which it lifts by itself only once a memtable fits, and there is
+ * room now, the db is opened again, which clears the stop at once. KVP_OK when reopened. */
+static kvp_status_t full_disk(kvp_tier_t *t, uint64_t gen, bool stopped)
+{
+    pthread_mutex_lock(&t->mu);
+    tier_space_release(t);
+    tier_unlock(t);
+    if (!stopped || tier_space_free(t) < tier_space_open_need(t)) {
+        return KVP_ERR_NO_SPACE;
+    }
+    return db_reopen(t, gen, "writes stopped by a full disk", false);
+}
+
 /* shared hold of the db for one operation; the rebuild count it began at */
 static uint64_t db_hold(kvp_tier_t *t)
 {
@@ -917,7 +932,7 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
 {
     kvp_status_t status;
     uint64_t     gen;
-    bool         stopped = false; /* RocksDB refused the write for space */
+    bool         admitted, stopped = false; /* stopped: RocksDB refused the write for space */
 
     if (b->nomem) {
         KVP_LOG_ERROR(MOD, "no memory to keep a batch of %zu bytes", b->bytes);
@@ -929,15 +944,13 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         db_release(t);
         return status;
     }
-    status = tier_space_admit(t, b->bytes); /* refused: nothing written, the reserve kept */
-    if (status == KVP_OK) {
+    status   = tier_space_admit(t, b->bytes); /* refused: nothing written, the reserve kept */
+    admitted = status == KVP_OK;
+    if (admitted) {
         status = commit_segments(t, b, mode);
         if (status == KVP_OK) {
             status  = commit_records(t, b, mode);
             stopped = status == KVP_ERR_NO_SPACE;
-        }
-        if (status == KVP_ERR_NO_SPACE) { /* the disk filled anyway: make room */
-            tier_space_release(t);
         }
     }
     t->reclaim = t->reclaim || (status == KVP_OK && t->full && b->bytes == 0 && b->nops > 0);
@@ -945,27 +958,19 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     db_release(t);
     if (status == KVP_ERR_CORRUPT) { /* RocksDB stopped writes: a compaction met a damaged block */
         status = salvage(t, gen, "writes stopped by a damaged block");
-        if (status == KVP_OK) {
-            db_hold(t);
-            pthread_mutex_lock(&t->mu);
-            status = commit_records(t, b, mode);
-            tier_unlock(t);
-            db_release(t);
-        }
-    } else if (stopped && tier_space_free(t) >= tier_space_open_need(t)) {
-        /* RocksDB stopped writes at a full disk and resumes by itself only once a memtable fits:
-         * with room now (the reserve file gone, or space freed), opening it again clears the
-         * stop at once; a batch that adds nothing (deletes: what frees space) is written again */
-        status = db_reopen(t, gen, "writes stopped by a full disk", false);
-        if (status == KVP_OK && b->bytes == 0) {
-            db_hold(t);
-            pthread_mutex_lock(&t->mu);
-            status = commit_records(t, b, mode);
-            tier_unlock(t);
-            db_release(t);
-        } else if (status == KVP_OK) {
-            status = KVP_ERR_NO_SPACE;
-        }
+    } else if (admitted && status == KVP_ERR_NO_SPACE) { /* the disk filled anyway */
+        status = full_disk(t, gen, stopped);
+        /* reopened: a batch that adds nothing (deletes: what frees space) is written again */
+        status = status == KVP_OK && b->bytes > 0 ? KVP_ERR_NO_SPACE : status;
+    } else {
+        return status;
+    }
+    if (status == KVP_OK) { /* the db was opened again: the records once more */
+        db_hold(t);
+        pthread_mutex_lock(&t->mu);
+        status = commit_records(t, b, mode);
+        tier_unlock(t);
+        db_release(t);
     }
     return status;
 }
@@ -1585,9 +1590,7 @@ out:
 
         status = rebuilt != KVP_OK ? rebuilt : status;
     } else if (status == KVP_ERR_NO_SPACE) { /* room for the next try (and for deletes) */
-        pthread_mutex_lock(&t->mu);
-        tier_space_release(t);
-        tier_unlock(t);
+        (void)full_disk(t, gen, false);
     }
     return status;
 }
@@ -1792,12 +1795,7 @@ kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)
                      (unsigned long long)(tier_space_free(t) >> 20));
     }
     if (status == KVP_ERR_NO_SPACE) { /* its flush or output met the full disk: RocksDB stopped */
-        pthread_mutex_lock(&t->mu);
-        tier_space_release(t);
-        tier_unlock(t);
-        if (tier_space_free(t) >= tier_space_open_need(t)) {
-            status = db_reopen(t, gen, "writes stopped by a full disk", false);
-        }
+        status = full_disk(t, gen, true);
     }
     return status;
 }
