@@ -14,6 +14,11 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+/* a kernel launch; tests/kernels/cuda_emu defines its own to run the kernels on the CPU */
+#ifndef KVP_LAUNCH
+#define KVP_LAUNCH(kern, grid, block, ...) kern<<<(grid), (block)>>>(__VA_ARGS__)
+#endif
+
 #define CUDA_TRY(call)                                                                           \
     do {                                                                                         \
         cudaError_t e_ = (call);                                                                 \
@@ -435,25 +440,25 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
     CUDA_TRY(cudaMemcpy(dk, k, n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_TRY(cudaMemcpy(dv, v, n * sizeof(float), cudaMemcpyHostToDevice));
     if (rot) {
-        k_rot_rows<<<nblk((size_t)T * H, 128), 128>>>(dk, (size_t)T * H, D,
-                                                      params->codec == KVP_CODEC_KVARN);
+        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D,
+                   params->codec == KVP_CODEC_KVARN);
         if (vrot) {
-            k_rot_rows<<<nblk((size_t)T * H, 128), 128>>>(dv, (size_t)T * H, D, 1);
+            KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 1);
         }
     }
     if (params->codec == KVP_CODEC_KVARN) {
-        k_kvarn<<<dim3(H, 2), 256>>>(dk, dv, T, H, D, iters, dw, wsz, dp, l.rec, l.off_v);
+        KVP_LAUNCH(k_kvarn, dim3(H, 2), 256, dk, dv, T, H, D, iters, dw, wsz, dp, l.rec, l.off_v);
     } else {
         int rule = params->codec == KVP_CODEC_OSCAR ? RULE_OSCAR : RULE_KIVI;
 
         if (params->codec == KVP_CODEC_OSCAR) {
-            k_oscar_norm<<<nblk(T, 128), 128>>>(dk, T, H * D, dn);
+            KVP_LAUNCH(k_oscar_norm, nblk(T, 128), 128, dk, T, H * D, dn);
             CUDA_TRY(cudaMemcpy(dp + l.norms, dn, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
         }
-        k_chan_encode<<<dim3(l.ngk, H), D < 256 ? D : 256>>>(dk, T, H, D, l.G, rule, dp + l.k_codes,
-                                                             dp + l.k_scale, dp + l.k_zero);
-        k_tok_encode<<<nblk((size_t)T * H * (D / l.gv), 128), 128>>>(
-            dv, (size_t)T * H, D, l.gv, rule, dp + l.v_codes, dp + l.v_scale, dp + l.v_zero);
+        KVP_LAUNCH(k_chan_encode, dim3(l.ngk, H), D < 256 ? D : 256, dk, T, H, D, l.G, rule,
+                   dp + l.k_codes, dp + l.k_scale, dp + l.k_zero);
+        KVP_LAUNCH(k_tok_encode, nblk((size_t)T * H * (D / l.gv), 128), 128, dv, (size_t)T * H, D,
+                   l.gv, rule, dp + l.v_codes, dp + l.v_scale, dp + l.v_zero);
     }
     CUDA_TRY(cudaGetLastError());
     CUDA_TRY(cudaMemcpy((uint8_t *)out + KVP_PAGE_HDR_BYTES, dp, l.total, cudaMemcpyDeviceToHost));
@@ -520,22 +525,22 @@ extern "C" kvp_status_t kvp_cuda_page_decode(const void *page, size_t len, kvp_f
     CUDA_TRY(cudaMemcpy(dp, (const uint8_t *)page + KVP_PAGE_HDR_BYTES, l.total,
                         cudaMemcpyHostToDevice));
     if (info.codec == KVP_CODEC_KVARN) {
-        k_kvarn_deq<<<nblk(2 * n, 256), 256>>>(dp, l.rec, l.off_v, T, H, D, dk, dv);
+        KVP_LAUNCH(k_kvarn_deq, nblk(2 * n, 256), 256, dp, l.rec, l.off_v, T, H, D, dk, dv);
     } else {
-        k_chan_decode<<<dim3(l.ngk, H), D < 256 ? D : 256>>>(dp + l.k_codes, dp + l.k_scale,
-                                                             dp + l.k_zero, T, H, D, l.G, dk);
-        k_tok_decode<<<nblk(n, 256), 256>>>(dp + l.v_codes, dp + l.v_scale, dp + l.v_zero,
-                                            (size_t)T * H, D, l.gv, dv);
+        KVP_LAUNCH(k_chan_decode, dim3(l.ngk, H), D < 256 ? D : 256, dp + l.k_codes,
+                   dp + l.k_scale, dp + l.k_zero, T, H, D, l.G, dk);
+        KVP_LAUNCH(k_tok_decode, nblk(n, 256), 256, dp + l.v_codes, dp + l.v_scale,
+                   dp + l.v_zero, (size_t)T * H, D, l.gv, dv);
         if (info.codec == KVP_CODEC_OSCAR && frame == KVP_FRAME_ORIGINAL) {
             CUDA_TRY(cudaMemcpy(dn, dp + l.norms, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
-            k_scale_rows<<<nblk(n, 256), 256>>>(dk, T, H * D, dn);
+            KVP_LAUNCH(k_scale_rows, nblk(n, 256), 256, dk, T, H * D, dn);
         }
     }
     if (frame == KVP_FRAME_ORIGINAL && (info.flags & KVP_PAGE_F_K_ROTATED)) {
-        k_rot_rows<<<nblk((size_t)T * H, 128), 128>>>(dk, (size_t)T * H, D, 0);
+        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D, 0);
     }
     if (frame == KVP_FRAME_ORIGINAL && (info.flags & KVP_PAGE_F_V_ROTATED)) {
-        k_rot_rows<<<nblk((size_t)T * H, 128), 128>>>(dv, (size_t)T * H, D, 0);
+        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 0);
     }
     CUDA_TRY(cudaGetLastError());
     if (k_out != NULL) {

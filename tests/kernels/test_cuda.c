@@ -3,7 +3,8 @@
  * byte-identical to the reference's (same scalar math, --fmad=false); kvarn's VarN uses the
  * device expf/logf, so its pages may differ: dequant within 2% and at most 2% of the payload
  * bytes differing. Decoding a reference page on the GPU must match the CPU decode to 1e-6
- * (both frames), and GPU pages must decode on the CPU. */
+ * (both frames), and GPU pages must decode on the CPU. The same checks also build as
+ * kernels.test_cuda_emu against codec_cuda.cu run on the CPU (cuda_emu/cuda_runtime.h). */
 #include "tk.h"
 #include "kvpack/codec_cuda.h"
 
