@@ -172,8 +172,14 @@ static void conn_reset(kvp_client_h c, kvp_status_t status)
     }
 }
 
+/* A usable connection: the transport is progressed first, so one whose node went away since the
+ * last call (a restart: the old process closed it) is seen dead here and replaced, instead of
+ * failing the request about to be sent on it (PEER_GONE, not knowing whether it arrived). */
 static kvp_status_t conn_ensure(kvp_client_h c)
 {
+    if (c->conn != NULL) {
+        kvp_xfer_progress(c->x);
+    }
     if (c->conn != NULL && kvp_xfer_conn_status(c->conn) != KVP_OK) {
         conn_reset(c, kvp_xfer_conn_status(c->conn));
     }
@@ -203,6 +209,7 @@ static kvp_status_t call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer_iov
         kvp_free(iov);
         return KVP_ERR_BUSY; /* internal misuse: callers bound their in-flight calls */
     }
+    s = conn_ensure(c); /* before the slot is taken: a dead connection fails the calls on it */
     memset(call, 0, sizeof(*call));
     call->used        = 1;
     call->op          = req->op;
@@ -212,7 +219,6 @@ static kvp_status_t call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer_iov
     req->req_id       = call->req_id;
     req->deadline_ms  = c->timeout_ms;
     *call_p           = call;
-    s = conn_ensure(c);
     if (s == KVP_OK) {
         s = kvp_wire_req_pack(req, &hdr, &len);
     }
