@@ -9,7 +9,7 @@
 #include "kvpack/codec_cuda.h"
 
 static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T, uint32_t flags,
-                tk_rng_t *rng)
+                uint32_t kvarn_iters, tk_rng_t *rng)
 {
     kvp_page_params_t p = tk_params(c, H, D, P);
     size_t            n = (size_t)T * H * D, cap, l1 = 0, l2 = 0, diff = 0;
@@ -17,7 +17,8 @@ static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T
     uint8_t          *p1, *p2;
     kvp_status_t      st;
 
-    p.flags = flags;
+    p.flags       = flags;
+    p.kvarn_iters = kvarn_iters;
     cap = kvp_page_max_bytes(&p);
     p1 = malloc(cap), p2 = malloc(cap);
     for (size_t i = 0; i < n; i++) {
@@ -59,10 +60,21 @@ int main(void)
         return 77;
     }
     for (size_t i = 0; i < 4; i++) {
-        run(cs[i], 8, 128, 128, 128, 0, &rng);
-        run(cs[i], 4, 64, 128, 77, 0, &rng);
-        run(cs[i], 2, 256, 64, 64, KVP_PAGE_F_V_PREROT, &rng);
-        run(cs[i], 3, 16, 32, 5, 0, &rng);
+        run(cs[i], 8, 128, 128, 128, 0, 0, &rng);
+        run(cs[i], 4, 64, 128, 77, 0, 0, &rng);
+        run(cs[i], 2, 256, 64, 64, KVP_PAGE_F_V_PREROT, 0, &rng);
+        run(cs[i], 3, 16, 32, 5, 0, 0, &rng);
+    }
+    for (int it = 0; it < 16; it++) { /* random geometries: D 8..256, partial pages, flags */
+        kvp_codec_id_t    c = cs[tk_range(&rng, 0, 3)];
+        uint32_t          H = tk_range(&rng, 1, 8), D = 1u << tk_range(&rng, 3, 8);
+        uint32_t          P = tk_range(&rng, 1, 256), T = tk_range(&rng, 1, P);
+        kvp_page_params_t p = tk_params(c, H, D, P);
+
+        if (kvp_codec_check(&p) == KVP_OK) {
+            run(c, H, D, P, T, (tk_next(&rng) & 1) ? KVP_PAGE_F_V_PREROT : 0, tk_range(&rng, 0, 12),
+                &rng);
+        }
     }
     return kvp_test_result("test_cuda");
 }
