@@ -53,6 +53,7 @@ struct kvp_client {
     int             pages_apart; /* the node refused pages with a record (it predates them) */
     uint64_t        next_id;
     uint64_t        rx_bytes;   /* reply bytes received (headers + data) */
+    int             conn_heard; /* a reply came on the connection: its set-up is over */
     call_t          calls[MAX_INFLIGHT];
 };
 
@@ -80,6 +81,7 @@ static void on_reply(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     (void)conn;
     kvp_xfer_msg_data(msg, &dl);
     c->rx_bytes += hl + dl;
+    c->conn_heard = 1;
     if (s == KVP_OK) {
         s = kvp_wire_rep_unpack(h, hl, dl, &rep);
     } else {
@@ -172,18 +174,28 @@ static void conn_reset(kvp_client_h c, kvp_status_t status)
     }
 }
 
-/* A usable connection: the transport is progressed first, so one whose node went away since the
- * last call (a restart: the old process closed it) is seen dead here and replaced, instead of
- * failing the request about to be sent on it (PEER_GONE, not knowing whether it arrived). */
+/* A usable connection. On one that has answered before and has no call in flight the
+ * transport is progressed first, so a connection whose node went away since the last call (a
+ * restart: the old process closed it) is seen dead here and replaced, instead of failing the
+ * request about to be sent on it (PEER_GONE, not knowing whether it arrived). Not on a connection
+ * still being set up: UCX 1.13 without peer error handling crashed when progress ran between its
+ * connect and its first send (an assertion in ucp_wireup_replay_pending_requests: 6 runs of 8 of
+ * integ.node_err_none). */
 static kvp_status_t conn_ensure(kvp_client_h c)
 {
-    if (c->conn != NULL) {
+    int idle = c->conn != NULL && c->conn_heard;
+
+    for (int i = 0; i < MAX_INFLIGHT && idle; i++) {
+        idle = !c->calls[i].used;
+    }
+    if (idle) {
         kvp_xfer_progress(c->x);
     }
     if (c->conn != NULL && kvp_xfer_conn_status(c->conn) != KVP_OK) {
         conn_reset(c, kvp_xfer_conn_status(c->conn));
     }
     if (c->conn == NULL) {
+        c->conn_heard = 0;
         return kvp_xfer_connect(c->x, c->host, c->port, &c->conn);
     }
     return KVP_OK;
