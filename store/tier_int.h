@@ -53,6 +53,7 @@ struct kvp_tier {
     uint64_t                         reserve;    /* disk reserve bytes, 0 = off (tier_space.c) */
     bool                             reserve_held; /* the reserve file is in place (under mu) */
     bool                             full;       /* growth refused for space, logged (under mu) */
+    bool                             reopen_noroom; /* a reopen put off for space, logged (dbl) */
     bool                             closing;    /* kvp_tier_last_writes: commits may use the
                                                   * reserve (under mu) */
     bool                             reclaim;    /* deletes committed while full: their index
@@ -115,9 +116,12 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes);
 /* Free bytes RocksDB needs to open the db: its write-ahead logs (replayed into a table file) and
  * a memtable's worth (the new log), plus 1 MiB. */
 uint64_t     tier_space_open_need(const kvp_tier_t *t);
-/* Before an open: that room, the reserve file given up for it if need be; else
- * KVP_ERR_NO_SPACE, logged. */
-kvp_status_t tier_space_open_room(kvp_tier_t *t);
+/* Bytes of the index's table files (an index rebuild copies them into a side db). */
+uint64_t     tier_space_index_bytes(const kvp_tier_t *t);
+/* Before an open (need: tier_space_open_need, plus the index for a rebuild): that much free, the
+ * reserve file given up for it if need be; else KVP_ERR_NO_SPACE, logged as "db P: what: ..."
+ * (what NULL: not logged). */
+kvp_status_t tier_space_room(kvp_tier_t *t, uint64_t need, const char *what);
 /* A write failed for space: the reserve file removed; false when there was none. */
 bool         tier_space_release(kvp_tier_t *t);
 

@@ -396,7 +396,21 @@ static kvp_status_t db_reopen(kvp_tier_t *t, uint64_t gen, const char *why, bool
     kvp_status_t status = KVP_OK;
 
     pthread_rwlock_wrlock(&t->dbl);
-    if (t->gen == gen) {
+    if (t->gen == gen) { /* room first: an open that fails for space would leave no db at all */
+        const char *what = rebuild ? "the damaged index is not rebuilt on this full disk (the "
+                                     "open and a copy of the index need room); writes stay "
+                                     "refused until there is room"
+                                   : "not opened again on this full disk; writes stay refused "
+                                     "until there is room";
+
+        pthread_mutex_lock(&t->mu);
+        status = tier_space_room(t, tier_space_open_need(t) +
+                                        (rebuild ? tier_space_index_bytes(t) : 0),
+                                 t->reopen_noroom ? NULL : what); /* once per spell */
+        pthread_mutex_unlock(&t->mu);
+        t->reopen_noroom = status != KVP_OK;
+    }
+    if (t->gen == gen && status == KVP_OK) {
         KVP_LOG_WARN(MOD, "db %s: %s: %s", t->path, why,
                      rebuild ? "rebuilding the index from every record that reads"
                              : "opening it again");
@@ -511,7 +525,9 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     tier_space_open(t, params->reserve_bytes);
     /* compactions start only once every block is known to read: one that met a damaged block
      * would stop every write */
-    status = tier_space_open_room(t);
+    status = tier_space_room(t, tier_space_open_need(t),
+                             "cannot be opened on this full disk (a new write-ahead log, and the old "
+                             "one replayed into a table file); free some space and start again");
     if (status == KVP_OK) {
         status = tier_db_open(t, false);
     }
@@ -524,7 +540,10 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     if (status == KVP_OK && damaged) {
         KVP_LOG_WARN(MOD, "db %s: a block of the index is damaged: rebuilding the index from "
                      "every record that reads", t->path);
-        status = tier_index_rebuild(t);
+        status = tier_space_room(t, tier_space_index_bytes(t) + (1u << 20),
+                                 "the damaged index cannot be rebuilt on this full disk (a copy of "
+                                 "it is made first); free some space and start again");
+        status = status == KVP_OK ? tier_index_rebuild(t) : status;
     }
     if (status == KVP_OK) {
         status = tier_db_compactions(t, true);
@@ -960,15 +979,15 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         status = salvage(t, gen, "writes stopped by a damaged block");
     } else if (admitted && status == KVP_ERR_NO_SPACE) { /* the disk filled anyway */
         status = full_disk(t, gen, stopped);
-        /* reopened: a batch that adds nothing (deletes: what frees space) is written again */
-        status = status == KVP_OK && b->bytes > 0 ? KVP_ERR_NO_SPACE : status;
     } else {
         return status;
     }
-    if (status == KVP_OK) { /* the db was opened again: the records once more */
+    if (status == KVP_OK) { /* the db was opened again: the records once more, a batch that adds
+                             * bytes only if the reserve's admission lets it now */
         db_hold(t);
         pthread_mutex_lock(&t->mu);
-        status = commit_records(t, b, mode);
+        status = b->bytes > 0 ? tier_space_admit(t, b->bytes) : KVP_OK;
+        status = status == KVP_OK ? commit_records(t, b, mode) : status;
         tier_unlock(t);
         db_release(t);
     }

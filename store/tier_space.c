@@ -167,31 +167,43 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
 {
     return admit(t, bytes, true);
 }
-uint64_t tier_space_open_need(const kvp_tier_t *t)
+/* bytes of the files in the db directory whose names end in suffix */
+static uint64_t dir_bytes(const kvp_tier_t *t, const char *suffix)
 {
-    uint64_t       wal = 0;
+    uint64_t       sum = 0;
     DIR           *d   = opendir(t->path);
     struct dirent *e;
     char           path[4096];
     struct stat    sb;
+    size_t         sl = strlen(suffix);
 
-    while (d != NULL && (e = readdir(d)) != NULL) { /* NNNNNN.log: write-ahead logs */
+    while (d != NULL && (e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
 
-        if (n > 4 && strcmp(e->d_name + n - 4, ".log") == 0) {
+        if (n > sl && strcmp(e->d_name + n - sl, suffix) == 0) {
             snprintf(path, sizeof(path), "%s/%s", t->path, e->d_name);
-            wal += stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+            sum += stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         }
     }
     if (d != NULL) {
         closedir(d);
     }
-    return wal + t->write_buffer + (1u << 20);
+    return sum;
 }
 
-kvp_status_t tier_space_open_room(kvp_tier_t *t)
+uint64_t tier_space_open_need(const kvp_tier_t *t)
 {
-    uint64_t need = tier_space_open_need(t), free_b = tier_space_free(t);
+    return dir_bytes(t, ".log") + t->write_buffer + (1u << 20); /* NNNNNN.log: write-ahead logs */
+}
+
+uint64_t tier_space_index_bytes(const kvp_tier_t *t)
+{
+    return dir_bytes(t, ".sst");
+}
+
+kvp_status_t tier_space_room(kvp_tier_t *t, uint64_t need, const char *what)
+{
+    uint64_t free_b = tier_space_free(t);
 
     if (free_b >= need) {
         return KVP_OK;
@@ -202,9 +214,10 @@ kvp_status_t tier_space_open_room(kvp_tier_t *t)
     if (free_b >= need) {
         return KVP_OK;
     }
-    KVP_LOG_ERROR(MOD, "db %s cannot be opened on this full disk: %llu MiB free, and RocksDB needs "
-                  "about %llu MiB (a new write-ahead log, and the old one replayed into a table "
-                  "file); free some space and start again", t->path, MIB(free_b), MIB(need));
+    if (what != NULL) {
+        KVP_LOG_ERROR(MOD, "db %s: %s: %llu MiB free, and RocksDB needs about %llu MiB", t->path,
+                      what, MIB(free_b), MIB(need));
+    }
     return KVP_ERR_NO_SPACE;
 }
 

@@ -22,13 +22,24 @@
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
  *   crash_nocopy: the same with the side db then lost: the open goes on with the index as it is.
+ *   full_disk: a real 48 MiB tmpfs in a private mount namespace filled by another file (exit 77
+ *     where none can be made), the reserve off. First the compaction fails for space: puts are
+ *     refused, and once the filler goes the next put reopens the db and goes in. Then the damage
+ *     stops writes while there is room and the disk fills: the rebuild's reopen is put off while
+ *     less is free than an open and a copy of the index need (an open that failed for space
+ *     would leave no db, and the process stops), puts are refused ERR_NO_SPACE, and once the
+ *     filler goes the next put rebuilds the index. Nothing is lost; a restart keeps it all.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
 #define _GNU_SOURCE /* memmem */
 #include "store_test_util.h"
 #include "store_int.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -562,6 +573,104 @@ static void case_crash_nocopy(const char *dir)
     clear_all(d, 5);
 }
 
+/* dir becomes a size-byte tmpfs of this process's own mount namespace; false where that is not
+ * allowed (not root, no CAP_SYS_ADMIN, a container that refuses it) */
+static bool private_tmpfs(const char *dir, const char *size)
+{
+    char opts[64];
+
+    snprintf(opts, sizeof(opts), "size=%s", size);
+    return unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+           mount("kvp-salvage", dir, "tmpfs", 0, opts) == 0;
+}
+
+/* path filled with zero blocks until the filesystem has no room left */
+static void fill_disk(const char *path)
+{
+    static uint8_t blk[1 << 16];
+    int            fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ssize_t        n  = 0;
+
+    CHECK(fd >= 0);
+    for (size_t sz = sizeof(blk); sz >= 512; sz /= 2) { /* big blocks, then the last crumbs */
+        while ((n = write(fd, blk, sz)) == (ssize_t)sz) {
+        }
+    }
+    CHECK(n < 0 && errno == ENOSPC);
+    close(fd);
+}
+
+/* put i on the full disk, three times: refused for space each time, the process alive */
+static void refused_puts(kvp_store_h st, kvp_session_desc_t *d, int i)
+{
+    for (int k = 0; k < 3; k++) {
+        kvp_status_t got = put(st, d, i);
+
+        printf("put on the full disk: %s\n", kvp_status_name(got));
+        CHECK_ST(got, KVP_ERR_NO_SPACE);
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
+static void case_full_disk(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+    char               db[600], filler[600];
+    kvp_status_t       got;
+
+    if (!private_tmpfs(dir, "48m")) {
+        printf("skipped: cannot mount a tmpfs in a private mount namespace here (%s)\n",
+               strerror(errno));
+        t_rmrf(dir);
+        exit(77);
+    }
+    snprintf(db, sizeof(db), "%s/db", dir);
+    snprintf(filler, sizeof(filler), "%s/filler", dir);
+    CHECK(mkdir(db, 0755) == 0);
+    p.field_mask   = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DURABILITY |
+                     KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DISK_RESERVE;
+    p.dram_budget  = 32u << 20;
+    p.durability   = KVP_DURABILITY_WRITE_THROUGH;
+    p.db_path      = db;
+    p.disk_reserve = 0; /* off: nothing between the full disk and RocksDB */
+    CHECK_OK(kvp_store_open(&p, &st));
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(put(st, d, i));
+    }
+    CHECK_OK(kvp_tier_index_compact(st->tier));
+    damage(db, d);
+    CHECK_OK(put(st, d, 3));
+    /* 1. the disk fills first: the compaction fails for space (before or at the damage) */
+    fill_disk(filler);
+    got = kvp_tier_index_compact(st->tier);
+    printf("compaction on the full disk: %s\n", kvp_status_name(got));
+    CHECK(got == KVP_ERR_NO_SPACE || got == KVP_ERR_CORRUPT);
+    refused_puts(st, d, 4);
+    CHECK(unlink(filler) == 0);
+    CHECK_OK(put(st, d, 4)); /* room again: the db opened again (or rebuilt), the put goes in */
+    /* 2. the damage stops writes while there is room, then the disk fills: the rebuild's reopen
+     * is put off (before, it closed the db and opened it again, which on a disk without room
+     * for the open fails and stops the process) */
+    if (t_stats(st).index_rebuilds == 0) {
+        CHECK_ST(kvp_tier_index_compact(st->tier), KVP_ERR_CORRUPT);
+    }
+    fill_disk(filler);
+    refused_puts(st, d, 5);
+    check_all(st, d, 5, false); /* from DRAM */
+    CHECK(unlink(filler) == 0);
+    CHECK_OK(put(st, d, 5)); /* the index is rebuilt, the put goes in */
+    CHECK(t_stats(st).index_rebuilds == 1);
+    check_all(st, d, 6, false);
+    kvp_store_close(st);
+    st = t_open_store(db, 32u << 20, KVP_DURABILITY_WRITE_THROUGH, 0, 0);
+    check_all(st, d, 6, true); /* i1's page was copied as it was: its CRC finds it */
+    kvp_store_close(st);
+    clear_all(d, 6);
+    CHECK(umount(dir) == 0);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"stopped", case_stopped}, {"open", case_open},
@@ -569,7 +678,7 @@ int main(int argc, char **argv)
                                      {"concurrent", case_concurrent}, {"record", case_record},
                                      {"manifest", case_manifest}, {"wal", case_wal},
                                      {"structure", case_structure}, {"crash_nocopy", case_crash_nocopy},
-                                     {NULL, NULL}};
+                                     {"full_disk", case_full_disk}, {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "salvage");
 }
