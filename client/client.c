@@ -183,12 +183,12 @@ static void conn_reset(kvp_client_h c, kvp_status_t status)
  * integ.node_err_none). */
 static kvp_status_t conn_ensure(kvp_client_h c)
 {
-    int idle = c->conn != NULL && c->conn_heard;
+    int settled = c->conn != NULL && c->conn_heard; /* answered before, nothing in flight */
 
-    for (int i = 0; i < MAX_INFLIGHT && idle; i++) {
-        idle = !c->calls[i].used;
+    for (int i = 0; i < MAX_INFLIGHT && settled; i++) {
+        settled = !c->calls[i].used;
     }
-    if (idle) {
+    if (settled) {
         kvp_xfer_progress(c->x);
     }
     if (c->conn != NULL && kvp_xfer_conn_status(c->conn) != KVP_OK) {
