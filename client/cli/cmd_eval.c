@@ -139,7 +139,10 @@ int kvp_cmd_eval(int argc, char **argv)
                                       (uint32_t)head_dim, seed)
                    : kvp_kvd_read(input, &kv);
     if (st != KVP_OK) {
-        fprintf(stderr, "kvpack eval: cannot load KV: %s\n", kvp_status_str(st));
+        fprintf(stderr, "kvpack eval: cannot load KV from %s: %s\n",
+                synthetic ? "the generator" : input,
+                st == KVP_ERR_BAD_PAGE ? "not a well-formed .kvd file (see above)"
+                                       : kvp_status_str(st));
         return 1;
     }
     for (int c = 0; c < nlist; c++) {

@@ -146,7 +146,12 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
         KVP_LOG_ERROR("eval", "cannot open %s: %s", path, strerror(errno));
         return KVP_ERR_IO;
     }
-    if (fstat(fileno(f), &stt) != 0 || fread(hdr, 1, KVD_HDR, f) != KVD_HDR) {
+    if (fstat(fileno(f), &stt) != 0 || !S_ISREG(stt.st_mode)) {
+        KVP_LOG_ERROR("eval", "%s: not a regular file", path);
+        fclose(f);
+        return KVP_ERR_BAD_PAGE;
+    }
+    if (fread(hdr, 1, KVD_HDR, f) != KVD_HDR) {
         KVP_LOG_ERROR("eval", "%s: shorter than the 24-byte kvd header", path);
         fclose(f);
         return KVP_ERR_BAD_PAGE;
