@@ -28,7 +28,8 @@
  *     stops writes while there is room and the disk fills: the rebuild's reopen is put off while
  *     less is free than an open and a copy of the index need (an open that failed for space
  *     would leave no db, and the process stops), puts are refused ERR_NO_SPACE, and once the
- *     filler goes the next put rebuilds the index. Nothing is lost; a restart keeps it all.
+ *     filler goes the next put rebuilds the index. Reads go on meanwhile, from DRAM and from
+ *     disk. Nothing is lost; a restart keeps it all.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
 #define _GNU_SOURCE /* memmem */
 #include "store_test_util.h"
@@ -659,6 +660,13 @@ static void case_full_disk(const char *dir)
     fill_disk(filler);
     refused_puts(st, d, 5);
     check_all(st, d, 5, false); /* from DRAM */
+    {   /* and from disk: i0 (written through) leaves DRAM and is read back from the stopped db */
+        uint64_t restores = t_stats(st).restores;
+
+        CHECK_OK(kvp_store_session_spill(st, NS, "i0"));
+        CHECK_OK(t_check_session(st, NS, "i0", &S, &d[0]));
+        CHECK(t_stats(st).restores == restores + 1);
+    }
     CHECK(unlink(filler) == 0);
     CHECK_OK(put(st, d, 5)); /* the index is rebuilt, the put goes in */
     CHECK(t_stats(st).index_rebuilds == 1);
