@@ -376,18 +376,12 @@ static void run_page(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pag
 /* ---- API ---- */
 
 /* Scratch (caller's or allocated), state, q * scale. *owned_p: what to kvp_free. */
-static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint32_t H, uint32_t D,
-                            uint32_t P, const float *q, uint32_t Hq, void **owned_p)
+/* The softmax scale (default 1/sqrt(D)) and a finite query of Hq x D. */
+static kvp_status_t q_check(const kvp_attn_params_t *params, const float *q, uint32_t Hq,
+                            uint32_t D, float *scale_p)
 {
-    size_t need = kvp_attn_scratch_bytes(Hq, H, D, P);
-    float  scale = 1.0f / sqrtf((float)D);
-    void  *mem;
+    float scale = 1.0f / sqrtf((float)D);
 
-    *owned_p = NULL;
-    if (need == 0) {
-        KVP_LOG_ERROR("attn", "%u query heads over %u KV heads x %u: bad shape", Hq, H, D);
-        return KVP_ERR_INVALID;
-    }
     if (params != NULL && (params->field_mask & KVP_ATTN_PARAM_SCALE)) {
         scale = params->scale;
         if (!(scale > 0.0f) || !isfinite(scale)) {
@@ -400,6 +394,27 @@ static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint3
             KVP_LOG_ERROR("attn", "query has NaN or Inf");
             return KVP_ERR_INVALID;
         }
+    }
+    *scale_p = scale;
+    return KVP_OK;
+}
+
+static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint32_t H, uint32_t D,
+                            uint32_t P, const float *q, uint32_t Hq, void **owned_p)
+{
+    size_t       need = kvp_attn_scratch_bytes(Hq, H, D, P);
+    float        scale;
+    void        *mem;
+    kvp_status_t st;
+
+    *owned_p = NULL;
+    if (need == 0) {
+        KVP_LOG_ERROR("attn", "%u query heads over %u KV heads x %u: bad shape", Hq, H, D);
+        return KVP_ERR_INVALID;
+    }
+    st = q_check(params, q, Hq, D, &scale);
+    if (st != KVP_OK) {
+        return st;
     }
     if (params != NULL && (params->field_mask & KVP_ATTN_PARAM_SCRATCH)) {
         mem = params->scratch;
@@ -450,15 +465,13 @@ static void st_finish(attn_st_t *s, float *out)
     }
 }
 
-kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_page_t *pages,
-                              size_t n_pages, const kvp_attn_page_t *tail, const float *q,
-                              uint32_t q_heads, float *out)
+/* The arguments and the first page (pages[0], else the tail) of a call. */
+static kvp_status_t call_first(const kvp_attn_page_t *pages, size_t n_pages,
+                               const kvp_attn_page_t *tail, const float *q, uint32_t q_heads,
+                               const float *out, kvp_page_info_t *first)
 {
-    kvp_page_info_t first, in;
-    attn_st_t       s;
-    void           *owned;
-    kvp_status_t    st;
-    size_t          n_all = n_pages + (tail != NULL);
+    size_t       n_all = n_pages + (tail != NULL);
+    kvp_status_t st;
 
     if ((pages == NULL && n_pages > 0) || n_all == 0 || q == NULL || out == NULL) {
         KVP_LOG_ERROR("attn", "no pages, query or output");
@@ -470,23 +483,30 @@ kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_pa
             return KVP_ERR_INVALID;
         }
     }
-    st = n_pages > 0 ? kvp_page_parse(pages[0].data, pages[0].len, &first)
-                     : kvp_page_parse(tail->data, tail->len, &first);
+    st = n_pages > 0 ? kvp_page_parse(pages[0].data, pages[0].len, first)
+                     : kvp_page_parse(tail->data, tail->len, first);
     if (st != KVP_OK) {
         KVP_LOG_ERROR("attn", "page 0: %s", kvp_status_str(st));
         return st;
     }
-    if (first.head_dim > KVP_PAGE_MAX_DIM || first.heads == 0 || q_heads % first.heads != 0) {
+    if (first->head_dim > KVP_PAGE_MAX_DIM || first->heads == 0 || q_heads % first->heads != 0) {
         KVP_LOG_ERROR("attn", "%u query heads is not a multiple of %u KV heads", q_heads,
-                      first.heads);
+                      first->heads);
         return KVP_ERR_INVALID;
     }
-    st = st_init(&s, params, first.heads, first.head_dim, n_pages > 0 ? first.capacity : 1, q,
-                 q_heads, &owned); /* a tail alone needs no page-wide parameters */
-    if (st != KVP_OK) {
-        return st;
-    }
-    s.layer = first.layer;
+    return KVP_OK;
+}
+
+/* Every page in order, each parsed and checked right before it is used (run: attention over it;
+ * else its header into infos[i]). */
+static kvp_status_t walk(attn_st_t *s, const kvp_attn_page_t *pages, size_t n_pages,
+                         const kvp_attn_page_t *tail, const kvp_page_info_t *first, int run,
+                         kvp_page_info_t *infos)
+{
+    kvp_page_info_t in;
+    kvp_status_t    st = KVP_OK;
+    size_t          n_all = n_pages + (tail != NULL);
+
     for (size_t i = 0; i < n_all && st == KVP_OK; i++) {
         const kvp_attn_page_t *pg  = i < n_pages ? &pages[i] : tail;
         page_pos_t             pos = i >= n_pages ? POS_TAIL : i + 1 == n_pages ? POS_LAST : POS_SEALED;
@@ -498,18 +518,68 @@ kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_pa
                 break;
             }
         } else {
-            in = first;
+            in = *first;
         }
-        st = page_check(&s, &in, pos, first.capacity);
-        if (st == KVP_OK) {
-            run_page(&s, &in, pg->data);
+        st = page_check(s, &in, pos, first->capacity);
+        if (st == KVP_OK && run) {
+            run_page(s, &in, pg->data);
+        } else if (st == KVP_OK) {
+            infos[i] = in;
         }
     }
+    return st;
+}
+
+kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_page_t *pages,
+                              size_t n_pages, const kvp_attn_page_t *tail, const float *q,
+                              uint32_t q_heads, float *out)
+{
+    kvp_page_info_t first;
+    attn_st_t       s;
+    void           *owned;
+    kvp_status_t    st = call_first(pages, n_pages, tail, q, q_heads, out, &first);
+
+    if (st != KVP_OK) {
+        return st;
+    }
+    st = st_init(&s, params, first.heads, first.head_dim, n_pages > 0 ? first.capacity : 1, q,
+                 q_heads, &owned); /* a tail alone needs no page-wide parameters */
+    if (st != KVP_OK) {
+        return st;
+    }
+    s.layer = first.layer;
+    st      = walk(&s, pages, n_pages, tail, &first, 1, NULL);
     if (st == KVP_OK) {
         st_finish(&s, out);
     }
     kvp_free(owned);
     return st;
+}
+
+kvp_status_t kvp_attn_validate(const kvp_attn_params_t *params, const kvp_attn_page_t *pages,
+                               size_t n_pages, const kvp_attn_page_t *tail, const float *q,
+                               uint32_t q_heads, const float *out, kvp_page_info_t *infos,
+                               float *scale_p)
+{
+    kvp_page_info_t first;
+    attn_st_t       s;
+    kvp_status_t    st = call_first(pages, n_pages, tail, q, q_heads, out, &first);
+
+    if (st == KVP_OK && kvp_attn_scratch_bytes(q_heads, first.heads, first.head_dim,
+                                               n_pages > 0 ? first.capacity : 1) == 0) {
+        KVP_LOG_ERROR("attn", "%u query heads over %u KV heads x %u: bad shape", q_heads,
+                      first.heads, first.head_dim);
+        st = KVP_ERR_INVALID;
+    }
+    st = st == KVP_OK ? q_check(params, q, q_heads, first.head_dim, scale_p) : st;
+    if (st != KVP_OK) {
+        return st;
+    }
+    memset(&s, 0, sizeof(s));
+    s.H     = first.heads;
+    s.D     = first.head_dim;
+    s.layer = first.layer;
+    return walk(&s, pages, n_pages, tail, &first, 0, infos);
 }
 
 kvp_status_t kvp_attn_compute_f16(const kvp_attn_params_t *params, const uint16_t *k,

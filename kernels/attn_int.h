@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvpack/attn.h"
+
 #define KVP_ATTN_NH 4u /* query heads per primitive call */
 
 typedef struct {
@@ -44,6 +46,21 @@ typedef struct {
     /* dst[i] = fp16 (little-endian, unaligned) at src + 2i, as float */
     void (*h2f)(const uint8_t *src, size_t n, float *dst);
 } kvp_attn_kern_t;
+
+/* The checks of kvp_attn_compute (arguments, shape, scale, a finite query, every page parsed and
+ * matched to the first codec page) without computing, for a twin that computes elsewhere (the
+ * GPU): with KVP_OK, infos[i] holds pages[i]'s header (the tail's at n_pages) and *scale_p the
+ * softmax scale; else kvp_attn_compute's status and log. */
+#ifdef __cplusplus
+extern "C" { /* attn_cuda.cu calls it */
+#endif
+kvp_status_t kvp_attn_validate(const kvp_attn_params_t *params, const kvp_attn_page_t *pages,
+                               size_t n_pages, const kvp_attn_page_t *tail, const float *q,
+                               uint32_t q_heads, const float *out, kvp_page_info_t *infos,
+                               float *scale_p);
+#ifdef __cplusplus
+}
+#endif
 
 extern const kvp_attn_kern_t kvp_attn_ref;
 extern const kvp_attn_kern_t kvp_attn_avx2; /* only when kvp_cpu_has_avx2() */

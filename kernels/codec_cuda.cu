@@ -8,26 +8,10 @@
  * Layouts: see the header comments of codec_kivi.c, codec_oscar.c, codec_kvarn.c.
  * Host flow: check -> cudaMalloc scratch -> copy in -> kernels -> copy payload out -> header + CRC. */
 #include "kvpack/codec_cuda.h"
-#include "kvpack/log.h"
+#include "cuda_int.h"
 #include "quant_hd.h"
 
-#include <cuda_runtime.h>
 #include <string.h>
-
-/* a kernel launch; tests/kernels/cuda_emu defines its own to run the kernels on the CPU */
-#ifndef KVP_LAUNCH
-#define KVP_LAUNCH(kern, grid, block, ...) kern<<<(grid), (block)>>>(__VA_ARGS__)
-#endif
-
-#define CUDA_TRY(call)                                                                           \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            KVP_LOG_ERROR("cuda", "%s: %s", #call, cudaGetErrorString(e_));                      \
-            status = KVP_ERR_DEVICE;                                                             \
-            goto out;                                                                            \
-        }                                                                                        \
-    } while (0)
 
 enum { RULE_KIVI = 0, RULE_OSCAR = 1 };
 

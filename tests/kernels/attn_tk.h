@@ -118,6 +118,40 @@ static inline void at_attend(const float *k, const float *v, uint32_t T, uint32_
     free(s);
 }
 
+/* out must keep its sentinel after a failed call */
+static inline int at_untouched(const float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] != 1234.5f) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* call fails with want and leaves out[0..nout) as it was */
+#define AT_EXPECT_FAIL(call, want, out, nout)                                                     \
+    do {                                                                                          \
+        for (size_t _i = 0; _i < (nout); _i++) {                                                  \
+            (out)[_i] = 1234.5f;                                                                  \
+        }                                                                                         \
+        kvp_status_t _s = (call);                                                                 \
+        EXPECT(_s == (want), "%s = %s, want %s", #call, kvp_status_name(_s),                     \
+               kvp_status_name(want));                                                            \
+        EXPECT(at_untouched((out), (nout)), "%s wrote out", #call);                               \
+    } while (0)
+
+/* a malloc'd copy of page pg with bit 0x10 of byte at flipped */
+static inline kvp_attn_page_t at_flipped(const kvp_attn_page_t *pg, size_t at)
+{
+    uint8_t *copy = malloc(pg->len);
+
+    CHECK(copy != NULL && at < pg->len);
+    memcpy(copy, pg->data, pg->len);
+    copy[at] ^= 0x10;
+    return (kvp_attn_page_t){copy, pg->len};
+}
+
 /* worst relative error over the Hq output vectors */
 static inline double at_worst(const float *a, const float *b, uint32_t Hq, uint32_t D)
 {

@@ -2,7 +2,8 @@
  * session, reading the 2-bit codes, scales and norms where they lie (no dequantized copy).
  * Softmax is online (flash-decoding style) over the pages in order, so each page is read once,
  * right after its CRC check; the portable C reference (attn_ref.c) and an AVX2+FMA twin
- * (attn_avx2.c) are chosen once at start-up (KVPACK_CODEC_IMPL=ref forces the reference).
+ * (attn_avx2.c) are chosen once at start-up (KVPACK_CODEC_IMPL=ref forces the reference); a GPU
+ * twin, kvp_cuda_attn_compute, is in attn_cuda.h (built with nvcc).
  * Main flow: kvp_attn_compute -> per page kvp_page_parse -> per KV head: scores, softmax
  * update, V mix (attn.c) -> inverse Hadamard of the rotated-frame sum -> out. */
 #ifndef KVPACK_ATTN_H

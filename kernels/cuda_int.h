@@ -1,0 +1,25 @@
+/* cuda_int.h - internal: what the CUDA twins (codec_cuda.cu, attn_cuda.cu) share: a runtime call
+ * checked (logged, KVP_ERR_DEVICE, goto out) and a kernel launch (tests/kernels/cuda_emu defines
+ * KVP_LAUNCH itself to run the kernels on the CPU). */
+#ifndef KVPACK_CUDA_INT_H
+#define KVPACK_CUDA_INT_H
+
+#include "kvpack/log.h"
+
+#include <cuda_runtime.h>
+
+#define CUDA_TRY(call)                                                                           \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            KVP_LOG_ERROR("cuda", "%s: %s", #call, cudaGetErrorString(e_));                      \
+            status = KVP_ERR_DEVICE;                                                             \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+#ifndef KVP_LAUNCH
+#define KVP_LAUNCH(kern, grid, block, ...) kern<<<(grid), (block)>>>(__VA_ARGS__)
+#endif
+
+#endif
