@@ -375,7 +375,6 @@ static void run_page(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pag
 
 /* ---- API ---- */
 
-/* Scratch (caller's or allocated), state, q * scale. *owned_p: what to kvp_free. */
 /* The softmax scale (default 1/sqrt(D)) and a finite query of Hq x D. */
 static kvp_status_t q_check(const kvp_attn_params_t *params, const float *q, uint32_t Hq,
                             uint32_t D, float *scale_p)
@@ -399,6 +398,7 @@ static kvp_status_t q_check(const kvp_attn_params_t *params, const float *q, uin
     return KVP_OK;
 }
 
+/* Scratch (caller's or allocated), state, q * scale. *owned_p: what to kvp_free. */
 static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint32_t H, uint32_t D,
                             uint32_t P, const float *q, uint32_t Hq, void **owned_p)
 {
