@@ -3,7 +3,8 @@
  * scores of its tokens from the codes and fp16 scales in place, updates an online softmax per
  * query head and accumulates V, all in fp32. The math per codec is in the comments of run_q2
  * and run_kvarn; the primitives come from attn_ref.c or attn_avx2.c (attn_int.h).
- * Nothing is written to out before every page has passed. */
+ * Nothing is written to out before every page has passed. kvp_attn_validate (attn_int.h) runs the
+ * same checks without computing, for the GPU twin (attn_cuda.cu). */
 #include "kvpack/attn.h"
 
 #include "attn_int.h"
