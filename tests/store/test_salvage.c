@@ -22,14 +22,13 @@
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
  *   crash_nocopy: the same with the side db then lost: the open goes on with the index as it is.
- *   full_disk: a real 48 MiB tmpfs in a private mount namespace filled by another file (exit 77
- *     where none can be made), the reserve off. First the compaction fails for space: puts are
- *     refused, and once the filler goes the next put reopens the db and goes in. Then the damage
- *     stops writes while there is room and the disk fills: the rebuild's reopen is put off while
- *     less is free than an open and a copy of the index need (an open that failed for space
- *     would leave no db, and the process stops), puts are refused ERR_NO_SPACE, and once the
- *     filler goes the next put rebuilds the index. Reads go on meanwhile, from DRAM and from
- *     disk. Nothing is lost; a restart keeps it all.
+ *   full_disk: a real 48 MiB tmpfs in a private mount namespace (exit 77 where none can be
+ *     made), the reserve off. The damage stops writes while there is room, then another file
+ *     fills the disk: the rebuild's reopen is put off while less is free than an open and a copy
+ *     of the index need (an open that failed for space would leave no db, and the process
+ *     stops), puts are refused ERR_NO_SPACE, and once the filler goes the next put rebuilds the
+ *     index. Reads go on meanwhile, from DRAM and from disk. Nothing is lost; a restart keeps it
+ *     all.
  * Without the rebuild the put after the failed compaction fails (and every later write). */
 #define _GNU_SOURCE /* memmem */
 #include "store_test_util.h"
@@ -619,7 +618,6 @@ static void case_full_disk(const char *dir)
     kvp_store_params_t p = {0};
     kvp_store_h        st;
     char               db[600], filler[600];
-    kvp_status_t       got;
 
     if (!private_tmpfs(dir, "48m")) {
         printf("skipped: cannot mount a tmpfs in a private mount namespace here (%s)\n",
@@ -643,20 +641,13 @@ static void case_full_disk(const char *dir)
     CHECK_OK(kvp_tier_index_compact(st->tier));
     damage(db, d);
     CHECK_OK(put(st, d, 3));
-    /* 1. the disk fills first: the compaction fails for space (before or at the damage) */
-    fill_disk(filler);
-    got = kvp_tier_index_compact(st->tier);
-    printf("compaction on the full disk: %s\n", kvp_status_name(got));
-    CHECK(got == KVP_ERR_NO_SPACE || got == KVP_ERR_CORRUPT);
-    refused_puts(st, d, 4);
-    CHECK(unlink(filler) == 0);
-    CHECK_OK(put(st, d, 4)); /* room again: the db opened again (or rebuilt), the put goes in */
-    /* 2. the damage stops writes while there is room, then the disk fills: the rebuild's reopen
-     * is put off (before, it closed the db and opened it again, which on a disk without room
-     * for the open fails and stops the process) */
-    if (t_stats(st).index_rebuilds == 0) {
-        CHECK_ST(kvp_tier_index_compact(st->tier), KVP_ERR_CORRUPT);
-    }
+    CHECK_OK(put(st, d, 4));
+    /* the damage stops writes while there is room, then the disk fills: the rebuild's reopen is
+     * put off (before, it closed the db and opened it again, which on a disk without room for
+     * the open fails and stops the process). The disk is not filled under a running compaction:
+     * RocksDB 7.8 meeting ENOSPC in a table write may abort on an assertion (the reserve is what
+     * keeps that from happening; it is off here) */
+    CHECK_ST(kvp_tier_index_compact(st->tier), KVP_ERR_CORRUPT);
     fill_disk(filler);
     refused_puts(st, d, 5);
     check_all(st, d, 5, false); /* from DRAM */
