@@ -116,11 +116,9 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes);
 /* Free bytes RocksDB needs to open the db: its write-ahead logs (replayed into a table file) and
  * a memtable's worth (the new log), plus 1 MiB. */
 uint64_t     tier_space_open_need(const kvp_tier_t *t);
-/* Bytes of the index's table files (an index rebuild copies them into a side db). */
-uint64_t     tier_space_index_bytes(const kvp_tier_t *t);
-/* Before an open (need: tier_space_open_need, plus the index for a rebuild): that much free, the
- * reserve file given up for it if need be; else KVP_ERR_NO_SPACE, logged as "db P: what: ..."
- * (what NULL: not logged). */
+/* Before an open (need: tier_space_open_need, plus the index's tables for a rebuild): that much
+ * free, the reserve file given up for it if need be; else KVP_ERR_NO_SPACE, logged as
+ * "db P: what: ..." (what NULL: not logged). */
 kvp_status_t tier_space_room(kvp_tier_t *t, uint64_t need, const char *what);
 /* A write failed for space: the reserve file removed; false when there was none. */
 bool         tier_space_release(kvp_tier_t *t);

@@ -386,6 +386,20 @@ kvp_status_t tier_db_compactions(kvp_tier_t *t, bool on)
     return tier_map_err("set compactions", &err);
 }
 
+/* bytes of the index's table files, every column family (dbl held, or at open) */
+static uint64_t index_table_bytes(kvp_tier_t *t)
+{
+    uint64_t total = 0, v;
+
+    for (size_t i = 0; i < t->ncfs; i++) {
+        if (t->cfs[i] != NULL && /* NULL: one a failed rebuild could not make again */
+            rocksdb_property_int_cf(t->db, t->cfs[i], "rocksdb.total-sst-files-size", &v) == 0) {
+            total += v;
+        }
+    }
+    return total;
+}
+
 /* An operation that began at reopen count gen met a db RocksDB stopped: writes refused after a
  * compaction met a damaged block (rebuild: the index is then rebuilt, tier_salvage.c, with
  * compactions off meanwhile) or after a flush met a full disk (room was made since). Opening the
@@ -405,7 +419,7 @@ static kvp_status_t db_reopen(kvp_tier_t *t, uint64_t gen, const char *why, bool
 
         pthread_mutex_lock(&t->mu);
         status = tier_space_room(t, tier_space_open_need(t) +
-                                        (rebuild ? tier_space_index_bytes(t) : 0),
+                                        (rebuild ? index_table_bytes(t) : 0),
                                  t->reopen_noroom ? NULL : what); /* once per spell */
         pthread_mutex_unlock(&t->mu);
         t->reopen_noroom = status != KVP_OK;
@@ -445,17 +459,15 @@ static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
 
 /* A write met the full disk (KVP_ERR_NO_SPACE past the reserve's admission; no tier lock held by
  * the caller): the reserve file goes, so RocksDB and deletes have room; when RocksDB stopped
- * writes for it (stopped), which it lifts by itself only once a memtable fits, and there is
- * room now, the db is opened again, which clears the stop at once. KVP_OK when reopened. */
+ * writes for it (stopped), which it lifts by itself only once a memtable fits, the db is opened
+ * again if there is room now (db_reopen checks), which clears the stop at once. KVP_OK when
+ * reopened. */
 static kvp_status_t full_disk(kvp_tier_t *t, uint64_t gen, bool stopped)
 {
     pthread_mutex_lock(&t->mu);
     tier_space_release(t);
     tier_unlock(t);
-    if (!stopped || tier_space_free(t) < tier_space_open_need(t)) {
-        return KVP_ERR_NO_SPACE;
-    }
-    return db_reopen(t, gen, "writes stopped by a full disk", false);
+    return stopped ? db_reopen(t, gen, "writes stopped by a full disk", false) : KVP_ERR_NO_SPACE;
 }
 
 /* shared hold of the db for one operation; the rebuild count it began at */
@@ -540,7 +552,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     if (status == KVP_OK && damaged) {
         KVP_LOG_WARN(MOD, "db %s: a block of the index is damaged: rebuilding the index from "
                      "every record that reads", t->path);
-        status = tier_space_room(t, tier_space_index_bytes(t) + (1u << 20),
+        status = tier_space_room(t, index_table_bytes(t) + (1u << 20),
                                  "the damaged index cannot be rebuilt on this full disk (a copy of "
                                  "it is made first); free some space and start again");
         status = status == KVP_OK ? tier_index_rebuild(t) : status;
@@ -1759,19 +1771,6 @@ kvp_status_t kvp_tier_index_verify(kvp_tier_t *t, bool *rebuilt_p)
         *rebuilt_p = status == KVP_OK;
     }
     return status;
-}
-
-/* bytes of the index's table files, every column family (dbl held) */
-static uint64_t index_table_bytes(kvp_tier_t *t)
-{
-    uint64_t total = 0, v;
-
-    for (size_t i = 0; i < t->ncfs; i++) {
-        if (rocksdb_property_int_cf(t->db, t->cfs[i], "rocksdb.total-sst-files-size", &v) == 0) {
-            total += v;
-        }
-    }
-    return total;
 }
 
 kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)

@@ -167,6 +167,7 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
 {
     return admit(t, bytes, true);
 }
+
 /* bytes of the files in the db directory whose names end in suffix */
 static uint64_t dir_bytes(const kvp_tier_t *t, const char *suffix)
 {
@@ -194,11 +195,6 @@ static uint64_t dir_bytes(const kvp_tier_t *t, const char *suffix)
 uint64_t tier_space_open_need(const kvp_tier_t *t)
 {
     return dir_bytes(t, ".log") + t->write_buffer + (1u << 20); /* NNNNNN.log: write-ahead logs */
-}
-
-uint64_t tier_space_index_bytes(const kvp_tier_t *t)
-{
-    return dir_bytes(t, ".sst");
 }
 
 kvp_status_t tier_space_room(kvp_tier_t *t, uint64_t need, const char *what)
