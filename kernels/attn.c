@@ -212,18 +212,17 @@ static void run_q2(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pl)
 {
     const kvp_attn_kern_t *kk = s->kk;
     uint32_t  T = in->valid, H = s->H, D = s->D, G = in->group_k, gv = in->group_v;
-    uint32_t  ng = D / gv, ngk = (T + G - 1) / G, scp = s->scp;
     int       oscar = in->codec == KVP_CODEC_OSCAR;
-    size_t    rt = kvp_hd_run_bytes(T), rd = kvp_hd_run_bytes(D);
-    size_t    k_codes = oscar ? 4 * (size_t)T : 0, k_scale = k_codes + (size_t)H * D * rt;
-    size_t    v_codes = k_scale + 4 * (size_t)H * ngk * D, v_scale = v_codes + (size_t)T * H * rd;
+    kvp_hd_q2_layout_t lo = kvp_hd_q2_layout(oscar, T, H, D, G, gv);
+    uint32_t  ng = lo.ng, ngk = lo.ngk, scp = s->scp;
+    size_t    rt = lo.rt, rd = lo.rd, k_codes = lo.k_codes, v_codes = lo.v_codes;
     const float *qx  = (in->flags & KVP_PAGE_F_K_ROTATED) ? q_rotated(s) : s->b.q;
     float       *acc = (in->flags & KVP_PAGE_F_V_ROTATED) ? s->b.acc_r : s->b.acc_o;
     const float *ks = s->b.kf, *km = ks + (size_t)H * ngk * D;
     const float *vs = s->b.vf, *vm = vs + (size_t)T * H * ng;
 
-    kk->h2f(pl + k_scale, 2 * (size_t)H * ngk * D, s->b.kf);
-    kk->h2f(pl + v_scale, 2 * (size_t)T * H * ng, s->b.vf);
+    kk->h2f(pl + lo.k_scale, 2 * (size_t)H * ngk * D, s->b.kf); /* scales, then zeros */
+    kk->h2f(pl + lo.v_scale, 2 * (size_t)T * H * ng, s->b.vf);
     if (oscar) {
         memcpy(s->b.fac, pl, 4 * (size_t)T);
     }
@@ -261,9 +260,9 @@ static void run_kvarn(attn_st_t *s, const kvp_page_info_t *in, const uint8_t *pl
 {
     const kvp_attn_kern_t *kk = s->kk;
     uint32_t     T = in->valid, H = s->H, D = s->D, scp = s->scp;
-    size_t       rt = kvp_hd_run_bytes(T), rd = kvp_hd_run_bytes(D);
-    size_t       k_a = (size_t)D * rt, v_codes = k_a + 4 * (size_t)D + 2 * (size_t)T;
-    size_t       v_a = v_codes + (size_t)T * rd, rec = v_a + 4 * (size_t)T + 2 * (size_t)D;
+    kvp_hd_kvarn_layout_t lo = kvp_hd_kvarn_layout(T, D);
+    size_t       rt = lo.rt, rd = lo.rd, k_a = lo.k_a, v_codes = lo.v_codes, v_a = lo.v_a;
+    size_t       rec = lo.rec;
     const float *qx  = q_rotated(s);
     float       *acc = (in->flags & KVP_PAGE_F_V_ROTATED) ? s->b.acc_r : s->b.acc_o;
     const float *kA = s->b.kf, *kZ = kA + D, *kB = kZ + D;

@@ -35,7 +35,7 @@ __device__ static float ld_f32(const uint8_t *p) /* little-endian fp32 at an una
 __device__ static float score_at(const dpage_t *pg, const uint8_t *pl, uint32_t t, uint32_t h,
                                  uint32_t H, uint32_t D, const float *q)
 {
-    uint32_t T = pg->valid, rt = kvp_hd_run_bytes(T);
+    uint32_t T = pg->valid;
     float    s = 0.0f;
 
     if (pg->codec == KVP_CODEC_FP16) { /* K [T][H][D] fp16 */
@@ -47,27 +47,27 @@ __device__ static float score_at(const dpage_t *pg, const uint8_t *pl, uint32_t 
         return s;
     }
     if (pg->codec == KVP_CODEC_KVARN) { /* head record: K[d][t] = (c A_d + Z_d) B_t */
-        uint32_t       rd = kvp_hd_run_bytes(D);
-        size_t         k_a = (size_t)D * rt, v_a = k_a + 4 * (size_t)D + 2 * (size_t)T + (size_t)T * rd;
-        const uint8_t *r = pl + (size_t)h * (v_a + 4 * (size_t)T + 2 * (size_t)D);
+        kvp_hd_kvarn_layout_t l = kvp_hd_kvarn_layout(T, D);
+        const uint8_t        *r = pl + (size_t)h * l.rec;
 
         for (uint32_t d = 0; d < D; d++) {
-            s = s + q[d] * kvp_hd_dequant(kvp_hd_code_get(r + (size_t)d * rt, t),
-                                          kvp_hd_ldh(r + k_a + 2 * (size_t)d),
-                                          kvp_hd_ldh(r + k_a + 2 * ((size_t)D + d)));
+            s = s + q[d] * kvp_hd_dequant(kvp_hd_code_get(r + (size_t)d * l.rt, t),
+                                          kvp_hd_ldh(r + l.k_a + 2 * (size_t)d),
+                                          kvp_hd_ldh(r + l.k_a + 2 * ((size_t)D + d)));
         }
-        return s * kvp_hd_ldh(r + k_a + 4 * (size_t)D + 2 * (size_t)t);
+        return s * kvp_hd_ldh(r + l.k_a + 4 * (size_t)D + 2 * (size_t)t);
     }
     { /* kivi, kivi128, oscar: K codes [h][d] along tokens, scale / zero [h][group][d] */
-        uint32_t       G = pg->group_k, ngk = (T + G - 1) / G, g = t / G;
-        int            oscar = pg->codec == KVP_CODEC_OSCAR;
-        size_t         k_codes = oscar ? 4 * (size_t)T : 0, k_scale = k_codes + (size_t)H * D * rt;
-        size_t         k_zero = k_scale + 2 * (size_t)H * ngk * D, po = ((size_t)h * ngk + g) * D;
+        int                oscar = pg->codec == KVP_CODEC_OSCAR;
+        kvp_hd_q2_layout_t l  = kvp_hd_q2_layout(oscar, T, H, D, pg->group_k, pg->group_v);
+        size_t             po = ((size_t)h * l.ngk + t / pg->group_k) * D;
 
         for (uint32_t d = 0; d < D; d++) {
-            s = s + q[d] * kvp_hd_dequant(kvp_hd_code_get(pl + k_codes + ((size_t)h * D + d) * rt, t),
-                                          kvp_hd_ldh(pl + k_scale + 2 * (po + d)),
-                                          kvp_hd_ldh(pl + k_zero + 2 * (po + d)));
+            const uint8_t *run = pl + l.k_codes + ((size_t)h * D + d) * l.rt;
+
+            s = s + q[d] * kvp_hd_dequant(kvp_hd_code_get(run, t),
+                                          kvp_hd_ldh(pl + l.k_scale + 2 * (po + d)),
+                                          kvp_hd_ldh(pl + l.k_zero + 2 * (po + d)));
         }
         return oscar ? s * ld_f32(pl + 4 * (size_t)t) : s;
     }
@@ -77,32 +77,28 @@ __device__ static float score_at(const dpage_t *pg, const uint8_t *pl, uint32_t 
 __device__ static float v_at(const dpage_t *pg, const uint8_t *pl, uint32_t t, uint32_t d,
                              uint32_t h, uint32_t H, uint32_t D)
 {
-    uint32_t T = pg->valid, rd = kvp_hd_run_bytes(D);
+    uint32_t T = pg->valid;
 
     if (pg->codec == KVP_CODEC_FP16) { /* V [T][H][D] after K */
         return kvp_hd_ldh(pl + 2 * ((size_t)T * H * D + ((size_t)t * H + h) * D + d));
     }
     if (pg->codec == KVP_CODEC_KVARN) { /* V[t][d] = (c A_t + Z_t) B_d */
-        uint32_t       rt = kvp_hd_run_bytes(T);
-        size_t         v_codes = (size_t)D * rt + 4 * (size_t)D + 2 * (size_t)T;
-        size_t         v_a = v_codes + (size_t)T * rd;
-        const uint8_t *r = pl + (size_t)h * (v_a + 4 * (size_t)T + 2 * (size_t)D);
+        kvp_hd_kvarn_layout_t l = kvp_hd_kvarn_layout(T, D);
+        const uint8_t        *r = pl + (size_t)h * l.rec;
 
-        return kvp_hd_dequant(kvp_hd_code_get(r + v_codes + (size_t)t * rd, d),
-                              kvp_hd_ldh(r + v_a + 2 * (size_t)t),
-                              kvp_hd_ldh(r + v_a + 2 * ((size_t)T + t))) *
-               kvp_hd_ldh(r + v_a + 4 * (size_t)T + 2 * (size_t)d);
+        return kvp_hd_dequant(kvp_hd_code_get(r + l.v_codes + (size_t)t * l.rd, d),
+                              kvp_hd_ldh(r + l.v_a + 2 * (size_t)t),
+                              kvp_hd_ldh(r + l.v_a + 2 * ((size_t)T + t))) *
+               kvp_hd_ldh(r + l.v_a + 4 * (size_t)T + 2 * (size_t)d);
     }
     { /* V codes [t][h] along channels, scale / zero [t][h][group] */
-        uint32_t G = pg->group_k, ngk = (T + G - 1) / G, gv = pg->group_v, ng = D / gv;
-        size_t   rt = kvp_hd_run_bytes(T);
-        size_t   k_scale = (pg->codec == KVP_CODEC_OSCAR ? 4 * (size_t)T : 0) + (size_t)H * D * rt;
-        size_t   v_codes = k_scale + 4 * (size_t)H * ngk * D, v_scale = v_codes + (size_t)T * H * rd;
-        size_t   pv = ((size_t)t * H + h) * ng + d / gv;
+        kvp_hd_q2_layout_t l = kvp_hd_q2_layout(pg->codec == KVP_CODEC_OSCAR, T, H, D, pg->group_k,
+                                                pg->group_v);
+        size_t             pv = ((size_t)t * H + h) * l.ng + d / pg->group_v;
 
-        return kvp_hd_dequant(kvp_hd_code_get(pl + v_codes + ((size_t)t * H + h) * rd, d),
-                              kvp_hd_ldh(pl + v_scale + 2 * pv),
-                              kvp_hd_ldh(pl + v_scale + 2 * ((size_t)T * H * ng + pv)));
+        return kvp_hd_dequant(kvp_hd_code_get(pl + l.v_codes + ((size_t)t * H + h) * l.rd, d),
+                              kvp_hd_ldh(pl + l.v_scale + 2 * pv),
+                              kvp_hd_ldh(pl + l.v_zero + 2 * pv));
     }
 }
 

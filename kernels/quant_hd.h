@@ -141,6 +141,53 @@ KVP_HD int kvp_hd_f16_all_finite(const uint8_t *p, size_t n)
 
 KVP_HD uint32_t kvp_hd_run_bytes(uint32_t n) { return (n + 3u) / 4u; }
 
+/* Payload offsets of a kivi / kivi128 / oscar page (tables: codec_kivi.c, codec_oscar.c) of T
+ * tokens, H heads x D, K groups of G tokens, V groups of gv channels; each zero section follows
+ * its scale section (fp16). What the attention paths read (attn.c, attn_cuda.cu). */
+typedef struct {
+    size_t   k_codes, k_scale, k_zero, v_codes, v_scale, v_zero;
+    uint32_t rt, rd, ngk, ng; /* code run bytes along tokens / channels, K / V groups */
+} kvp_hd_q2_layout_t;
+
+KVP_HD kvp_hd_q2_layout_t kvp_hd_q2_layout(int oscar, uint32_t T, uint32_t H, uint32_t D,
+                                           uint32_t G, uint32_t gv)
+{
+    kvp_hd_q2_layout_t l;
+
+    l.rt      = kvp_hd_run_bytes(T);
+    l.rd      = kvp_hd_run_bytes(D);
+    l.ngk     = (T + G - 1) / G;
+    l.ng      = D / gv;
+    l.k_codes = oscar ? 4 * (size_t)T : 0; /* oscar: the fp32 norms first */
+    l.k_scale = l.k_codes + (size_t)H * D * l.rt;
+    l.k_zero  = l.k_scale + 2 * (size_t)H * l.ngk * D;
+    l.v_codes = l.k_zero + 2 * (size_t)H * l.ngk * D;
+    l.v_scale = l.v_codes + (size_t)T * H * l.rd;
+    l.v_zero  = l.v_scale + 2 * (size_t)T * H * l.ng;
+    return l;
+}
+
+/* Offsets inside one head's record of a kvarn page (table: codec_kvarn.c) of T tokens x D: K
+ * codes [D][rt], then fp16 A, Z [D] and B [T] at k_a; V codes [T][rd] at v_codes, then fp16 A,
+ * Z [T] and B [D] at v_a; rec bytes per head. */
+typedef struct {
+    size_t   k_a, v_codes, v_a, rec;
+    uint32_t rt, rd;
+} kvp_hd_kvarn_layout_t;
+
+KVP_HD kvp_hd_kvarn_layout_t kvp_hd_kvarn_layout(uint32_t T, uint32_t D)
+{
+    kvp_hd_kvarn_layout_t l;
+
+    l.rt      = kvp_hd_run_bytes(T);
+    l.rd      = kvp_hd_run_bytes(D);
+    l.k_a     = (size_t)D * l.rt;
+    l.v_codes = l.k_a + 4 * (size_t)D + 2 * (size_t)T;
+    l.v_a     = l.v_codes + (size_t)T * l.rd;
+    l.rec     = l.v_a + 4 * (size_t)T + 2 * (size_t)D;
+    return l;
+}
+
 KVP_HD uint32_t kvp_hd_code_get(const uint8_t *run, uint32_t i)
 {
     return (uint32_t)(run[i >> 2] >> ((i & 3u) * 2u)) & 3u;
