@@ -324,31 +324,37 @@ typedef struct {
 
 static int layout_of(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t T, layout_t *l)
 {
-    size_t rows = (size_t)T * H, rd = kvp_hd_run_bytes(D);
+    size_t rows = (size_t)T * H;
 
     memset(l, 0, sizeof(*l));
     if (c == KVP_CODEC_KVARN) {
+        kvp_hd_kvarn_layout_t kl = kvp_hd_kvarn_layout(T, D);
+
         l->kv_params = 4 * (size_t)D + 2 * (size_t)T; /* K: A, Z [D], B [T] */
         l->v_params  = 4 * (size_t)T + 2 * (size_t)D; /* V: A, Z [T], B [D] */
-        l->off_v = (size_t)D * kvp_hd_run_bytes(T) + l->kv_params;
-        l->rec   = l->off_v + (size_t)T * rd + l->v_params;
-        l->total = l->rec * H;
+        l->off_v     = kl.v_codes;
+        l->rec       = kl.rec;
+        l->total     = l->rec * H;
         return 1;
     }
     if (c != KVP_CODEC_KIVI && c != KVP_CODEC_KIVI128 && c != KVP_CODEC_OSCAR) {
         return 0;
     }
-    l->G       = c == KVP_CODEC_KIVI128 ? 128 : 32;
-    l->gv      = D < l->G ? D : l->G;
-    l->ngk     = (T + l->G - 1) / l->G;
-    l->norms   = 0;
-    l->k_codes = c == KVP_CODEC_OSCAR ? 4 * (size_t)T : 0;
-    l->k_scale = l->k_codes + (size_t)H * D * kvp_hd_run_bytes(T);
-    l->k_zero  = l->k_scale + 2 * (size_t)H * l->ngk * D;
-    l->v_codes = l->k_zero + 2 * (size_t)H * l->ngk * D;
-    l->v_scale = l->v_codes + rows * rd;
-    l->v_zero  = l->v_scale + 2 * rows * (D / l->gv);
-    l->total   = l->v_zero + 2 * rows * (D / l->gv);
+    l->G   = c == KVP_CODEC_KIVI128 ? 128 : 32;
+    l->gv  = D < l->G ? D : l->G;
+    {
+        kvp_hd_q2_layout_t ql = kvp_hd_q2_layout(c == KVP_CODEC_OSCAR, T, H, D, l->G, l->gv);
+
+        l->ngk     = ql.ngk;
+        l->norms   = 0;
+        l->k_codes = ql.k_codes;
+        l->k_scale = ql.k_scale;
+        l->k_zero  = ql.k_zero;
+        l->v_codes = ql.v_codes;
+        l->v_scale = ql.v_scale;
+        l->v_zero  = ql.v_zero;
+        l->total   = ql.v_zero + 2 * rows * ql.ng;
+    }
     return 1;
 }
 
