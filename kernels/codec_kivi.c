@@ -32,20 +32,24 @@ static void kivi_layout(const kvp_codec_geom_t *g, uint32_t G, kivi_layout_t *l)
     size_t   rows = T * H, rd = kvp_hd_run_bytes(g->head_dim);
     uint32_t gv = kivi_gv(G, g->head_dim);
 
-    l->G       = G;
-    l->gv      = gv;
-    l->k_codes = 0;
-    if (G == 0) {
-        l->k_scale = rows * rd;
-        l->k_min   = l->k_scale + 2 * rows;
-        l->v_codes = l->k_min + 2 * rows;
-    } else {
-        size_t ngk = (T + G - 1) / G;
+    l->G  = G;
+    l->gv = gv;
+    if (G != 0) { /* kivi, kivi128: the layout oscar shares (quant_hd.h), without norms */
+        kvp_hd_q2_layout_t q = kvp_hd_q2_layout(0, g->valid, g->heads, g->head_dim, G, gv);
 
-        l->k_scale = H * D * kvp_hd_run_bytes(g->valid);
-        l->k_min   = l->k_scale + 2 * H * ngk * D;
-        l->v_codes = l->k_min + 2 * H * ngk * D;
+        l->k_codes = q.k_codes;
+        l->k_scale = q.k_scale;
+        l->k_min   = q.k_zero;
+        l->v_codes = q.v_codes;
+        l->v_scale = q.v_scale;
+        l->v_min   = q.v_zero;
+        l->total   = q.total;
+        return;
     }
+    l->k_codes = 0; /* naive2: K in the V layout */
+    l->k_scale = rows * rd;
+    l->k_min   = l->k_scale + 2 * rows;
+    l->v_codes = l->k_min + 2 * rows;
     l->v_scale = l->v_codes + rows * rd;
     l->v_min   = l->v_scale + 2 * rows * (D / gv);
     l->total   = l->v_min + 2 * rows * (D / gv);

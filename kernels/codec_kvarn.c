@@ -24,23 +24,10 @@
 
 #include <string.h>
 
-typedef struct {
-    size_t k_codes, k_a, k_z, k_b, v_codes, v_a, v_z, v_b, rec;
-} kvarn_layout_t;
-
-static void kvarn_layout(const kvp_codec_geom_t *g, kvarn_layout_t *l)
+/* One head's record (quant_hd.h, shared with the CUDA twin and attention); K codes at 0. */
+static void kvarn_layout(const kvp_codec_geom_t *g, kvp_hd_kvarn_layout_t *l)
 {
-    size_t D = g->head_dim, T = g->valid;
-
-    l->k_codes = 0;
-    l->k_a     = D * kvp_hd_run_bytes(g->valid);
-    l->k_z     = l->k_a + 2 * D;
-    l->k_b     = l->k_z + 2 * D;
-    l->v_codes = l->k_b + 2 * T;
-    l->v_a     = l->v_codes + T * kvp_hd_run_bytes(g->head_dim);
-    l->v_z     = l->v_a + 2 * T;
-    l->v_b     = l->v_z + 2 * T;
-    l->rec     = l->v_b + 2 * D;
+    *l = kvp_hd_kvarn_layout(g->valid, g->head_dim);
 }
 
 static kvp_status_t kvarn_check(const kvp_codec_geom_t *g)
@@ -53,14 +40,15 @@ static kvp_status_t kvarn_check(const kvp_codec_geom_t *g)
 
 static size_t kvarn_bytes(const kvp_codec_geom_t *g)
 {
-    kvarn_layout_t l;
+    kvp_hd_kvarn_layout_t l;
 
     kvarn_layout(g, &l);
     return l.rec * g->heads;
 }
 
 /* Every fp16 scale of every tile record is finite. */
-static int params_finite(const uint8_t *p, const kvp_codec_geom_t *g, const kvarn_layout_t *l)
+static int params_finite(const uint8_t *p, const kvp_codec_geom_t *g,
+                         const kvp_hd_kvarn_layout_t *l)
 {
     for (uint32_t h = 0; h < g->heads; h++) {
         const uint8_t *rec = p + (size_t)h * l->rec;
@@ -76,7 +64,7 @@ static int params_finite(const uint8_t *p, const kvp_codec_geom_t *g, const kvar
 /* Common end of both encoders: the absorbed scales Sr*s, Sr*lo can exceed the data range
  * (Sc >= e^-0.3) and must stay fp16; then the header fields. */
 static kvp_status_t kvarn_finish(const kvp_codec_geom_t *g, kvp_page_info_t *info, const uint8_t *p,
-                                 const kvarn_layout_t *l, uint32_t iters)
+                                 const kvp_hd_kvarn_layout_t *l, uint32_t iters)
 {
     if (!params_finite(p, g, l)) {
         KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
@@ -115,13 +103,13 @@ static kvp_status_t kvarn_tile_work(const kvp_codec_geom_t *g, const kvp_page_in
 static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
                                    kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
 {
-    kvarn_layout_t l;
-    uint32_t       H = g->heads, D = g->head_dim, T = g->valid, iters;
-    size_t         n = (size_t)T * H * D;
-    float         *kr = kvp_codec_scratch(2, n * sizeof(float));
-    float         *X, *Sc, *Sr, *work;
-    const float   *vr = v;
-    kvp_next_rows_t next;
+    kvp_hd_kvarn_layout_t l;
+    uint32_t              H = g->heads, D = g->head_dim, T = g->valid, iters;
+    size_t                n = (size_t)T * H * D;
+    float                *kr = kvp_codec_scratch(2, n * sizeof(float));
+    float                *X, *Sc, *Sr, *work;
+    const float          *vr = v;
+    kvp_next_rows_t       next;
 
     if (kr == NULL || kvarn_tile_work(g, info, &iters, &X, &Sc, &Sr, &work) != KVP_OK) {
         return KVP_ERR_NO_MEMORY;
@@ -158,7 +146,7 @@ static kvp_status_t kvarn_encode_k(const kvp_codec_geom_t *g, const float *k, co
         /* the rows read next (the rotated fp32 copies: stride H*D floats) arrive during VarN */
         next = (kvp_next_rows_t){vr + (size_t)h * D, 4 * (size_t)H * D, T, 4 * (size_t)D};
         kk->varn(X, D, T, iters, Sc, Sr, work, &next);
-        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
+        kk->kvarn_rtn(X, D, T, Sc, Sr, rec, rec + l.k_a, rec + l.k_z, rec + l.k_b);
         /* V tile [T][D] */
         for (uint32_t t = 0; t < T; t++) {
             memcpy(X + (size_t)t * D, vr + ((size_t)t * H + h) * D, D * sizeof(float));
@@ -175,16 +163,16 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
                                    const uint8_t *p, kvp_frame_t frame, float *k_out,
                                    float *v_out, const kvp_q2_kern_t *kk)
 {
-    kvarn_layout_t l;
-    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
-    size_t         HD = (size_t)H * D;
+    kvp_hd_kvarn_layout_t l;
+    uint32_t              H = g->heads, D = g->head_dim, T = g->valid;
+    size_t                HD = (size_t)H * D;
 
     kvarn_layout(g, &l);
     for (uint32_t h = 0; h < H; h++) {
         const uint8_t *rec = p + (size_t)h * l.rec;
 
         if (k_out != NULL) {
-            kk->kvarn_deq(rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b, D, T,
+            kk->kvarn_deq(rec, rec + l.k_a, rec + l.k_z, rec + l.k_b, D, T,
                           k_out + (size_t)h * D, 1, HD);
         }
         if (v_out != NULL) {
@@ -209,11 +197,11 @@ static kvp_status_t kvarn_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
 static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                    const uint16_t *v, kvp_page_info_t *info, uint8_t *p)
 {
-    const kvp_q2_kern_t *kk = &kvp_q2_avx2;
-    kvarn_layout_t       l;
-    uint32_t             H = g->heads, D = g->head_dim, T = g->valid, iters;
-    float               *buf, *X, *Sc, *Sr, *work;
-    kvp_next_rows_t      next;
+    const kvp_q2_kern_t  *kk = &kvp_q2_avx2;
+    kvp_hd_kvarn_layout_t l;
+    uint32_t              H = g->heads, D = g->head_dim, T = g->valid, iters;
+    float                *buf, *X, *Sc, *Sr, *work;
+    kvp_next_rows_t       next;
 
     if (!kvp_cpu_has_avx2() || !kvp_q2h_rot_ok(D) || D < 16 || T % 8 != 0) {
         return KVP_ERR_UNSUPPORTED; /* the fp32 path */
@@ -237,7 +225,7 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
          * few per row block: a burst of prefetches here stalled the VarN that followed */
         next = (kvp_next_rows_t){v + (size_t)h * D, 2 * (size_t)H * D, T, 2 * (size_t)D};
         kk->varn(X, D, T, iters, Sc, Sr, work, &next);
-        kk->kvarn_rtn(X, D, T, Sc, Sr, rec + l.k_codes, rec + l.k_a, rec + l.k_z, rec + l.k_b);
+        kk->kvarn_rtn(X, D, T, Sc, Sr, rec, rec + l.k_a, rec + l.k_z, rec + l.k_b);
         /* V tile [T][D] */
         if (info->flags & KVP_PAGE_F_V_PREROT) {
             ok = kvp_q2h_tile(v + (size_t)h * D, (size_t)H * D, T, D, X);

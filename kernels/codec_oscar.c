@@ -25,25 +25,12 @@
 
 #define OSCAR_G 32u
 
-typedef struct {
-    size_t   norms, k_codes, k_scale, k_zd, v_codes, v_scale, v_zd, total;
-    uint32_t gv, ngk;
-} oscar_layout_t;
-
-static void oscar_layout(const kvp_codec_geom_t *g, oscar_layout_t *l)
+/* The page's offsets (quant_hd.h, shared with the CUDA twin and attention); norms at 0. */
+static kvp_hd_q2_layout_t oscar_layout(const kvp_codec_geom_t *g)
 {
-    size_t H = g->heads, D = g->head_dim, T = g->valid, rows = T * H;
+    uint32_t gv = g->head_dim < OSCAR_G ? g->head_dim : OSCAR_G;
 
-    l->gv      = g->head_dim < OSCAR_G ? g->head_dim : OSCAR_G;
-    l->ngk     = (g->valid + OSCAR_G - 1) / OSCAR_G;
-    l->norms   = 0;
-    l->k_codes = 4 * T;
-    l->k_scale = l->k_codes + H * D * kvp_hd_run_bytes(g->valid);
-    l->k_zd    = l->k_scale + 2 * H * l->ngk * D;
-    l->v_codes = l->k_zd + 2 * H * l->ngk * D;
-    l->v_scale = l->v_codes + rows * kvp_hd_run_bytes(g->head_dim);
-    l->v_zd    = l->v_scale + 2 * rows * (D / l->gv);
-    l->total   = l->v_zd + 2 * rows * (D / l->gv);
+    return kvp_hd_q2_layout(1, g->valid, g->heads, g->head_dim, OSCAR_G, gv);
 }
 
 static kvp_status_t oscar_check(const kvp_codec_geom_t *g)
@@ -56,18 +43,16 @@ static kvp_status_t oscar_check(const kvp_codec_geom_t *g)
 
 static size_t oscar_bytes(const kvp_codec_geom_t *g)
 {
-    oscar_layout_t l;
-
-    oscar_layout(g, &l);
+    kvp_hd_q2_layout_t l = oscar_layout(g);
     return l.total;
 }
 
 /* Common end of both encoders: |zd| = zq*s can exceed the V range by s/2, and beyond 65504 it is
  * not storable in fp16; then the header fields. */
 static kvp_status_t oscar_finish(const kvp_codec_geom_t *g, kvp_page_info_t *info, const uint8_t *p,
-                                 const oscar_layout_t *l)
+                                 const kvp_hd_q2_layout_t *l)
 {
-    if (!kvp_hd_f16_all_finite(p + l->v_zd, (size_t)g->valid * g->heads * (g->head_dim / l->gv))) {
+    if (!kvp_hd_f16_all_finite(p + l->v_zero, (size_t)g->valid * g->heads * (g->head_dim / l->gv))) {
         KVP_LOG_DEBUG("codec", "oscar: V zero point overflows fp16 (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
@@ -82,27 +67,26 @@ static kvp_status_t oscar_finish(const kvp_codec_geom_t *g, kvp_page_info_t *inf
 static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, const float *v,
                                    kvp_page_info_t *info, uint8_t *p, const kvp_q2_kern_t *kk)
 {
-    oscar_layout_t l;
-    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
-    size_t         n = (size_t)T * H * D, rt = kvp_hd_run_bytes(T);
-    float         *kr = kvp_codec_scratch(2, n * sizeof(float));
-    float         *norms = kvp_codec_scratch(4, T * sizeof(float));
-    const float   *vr = v;
+    kvp_hd_q2_layout_t  l = oscar_layout(g);
+    uint32_t            H = g->heads, D = g->head_dim, T = g->valid;
+    size_t              n = (size_t)T * H * D, rt = l.rt;
+    float              *kr = kvp_codec_scratch(2, n * sizeof(float));
+    float              *norms = kvp_codec_scratch(4, T * sizeof(float));
+    const float        *vr = v;
 
     if (kr == NULL || norms == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
-    oscar_layout(g, &l);
     if (!kk->rot_rows(k, kr, (size_t)T * H, D, 0)) {
         KVP_LOG_DEBUG("codec", "oscar: rotated K exceeds the fp16 range (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
     kk->oscar_norm(kr, T, H * D, norms);
-    memcpy(p + l.norms, norms, 4 * (size_t)T);
+    memcpy(p, norms, 4 * (size_t)T);
     for (uint32_t h = 0; h < H; h++) {
         kk->chan_encode(kr + (size_t)h * D, (size_t)H * D, T, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
                         p + l.k_codes + (size_t)h * D * rt, p + l.k_scale + 2 * (size_t)h * l.ngk * D,
-                        p + l.k_zd + 2 * (size_t)h * l.ngk * D);
+                        p + l.k_zero + 2 * (size_t)h * l.ngk * D);
     }
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         float *vs = kvp_codec_scratch(3, n * sizeof(float));
@@ -118,7 +102,7 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
         info->flags |= KVP_PAGE_F_V_ROTATED;
     }
     kk->tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes, p + l.v_scale,
-                   p + l.v_zd);
+                   p + l.v_zero);
     return oscar_finish(g, info, p, &l);
 }
 
@@ -126,16 +110,15 @@ static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
                                    const uint8_t *p, kvp_frame_t frame, float *k_out,
                                    float *v_out, const kvp_q2_kern_t *kk)
 {
-    oscar_layout_t l;
-    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
-    size_t         rt = kvp_hd_run_bytes(T);
+    kvp_hd_q2_layout_t l = oscar_layout(g);
+    uint32_t           H = g->heads, D = g->head_dim, T = g->valid;
+    size_t             rt = l.rt;
 
-    oscar_layout(g, &l);
     if (k_out != NULL) {
         for (uint32_t h = 0; h < H; h++) {
             kk->chan_decode(p + l.k_codes + (size_t)h * D * rt,
                             p + l.k_scale + 2 * (size_t)h * l.ngk * D,
-                            p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G,
+                            p + l.k_zero + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G,
                             k_out + (size_t)h * D, (size_t)H * D);
         }
         if (frame == KVP_FRAME_ORIGINAL) {
@@ -144,13 +127,13 @@ static kvp_status_t oscar_decode_k(const kvp_codec_geom_t *g, const kvp_page_inf
             if (norms == NULL) {
                 return KVP_ERR_NO_MEMORY;
             }
-            memcpy(norms, p + l.norms, 4 * (size_t)T);
+            memcpy(norms, p, 4 * (size_t)T);
             kk->scale_rows(k_out, T, H * D, norms);
             kk->rot_rows(k_out, k_out, (size_t)T * H, D, 0);
         }
     }
     if (v_out != NULL) {
-        kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D, l.gv, v_out);
+        kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zero, (size_t)T * H, D, l.gv, v_out);
         if (frame == KVP_FRAME_ORIGINAL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
             kk->rot_rows(v_out, v_out, (size_t)T * H, D, 0);
         }
@@ -183,12 +166,12 @@ static void oscar_h_log(const uint16_t *x, size_t n, const char *what, uint32_t 
 static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                    const uint16_t *v, kvp_page_info_t *info, uint8_t *p)
 {
-    oscar_layout_t  l;
-    uint32_t        H = g->heads, D = g->head_dim, T = g->valid;
-    size_t          n = (size_t)T * H * D, rt = kvp_hd_run_bytes(T);
-    uint16_t       *kr, *vs;
-    float          *norms, *row;
-    const uint16_t *vr = v;
+    kvp_hd_q2_layout_t  l = oscar_layout(g);
+    uint32_t            H = g->heads, D = g->head_dim, T = g->valid;
+    size_t              n = (size_t)T * H * D, rt = l.rt;
+    uint16_t           *kr, *vs;
+    float              *norms, *row;
+    const uint16_t     *vr = v;
 
     if (!oscar_h_ok(g)) {
         return KVP_ERR_UNSUPPORTED;
@@ -200,15 +183,14 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     if (kr == NULL || vs == NULL || norms == NULL || row == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
-    oscar_layout(g, &l);
     if (!kvp_q2h_oscar_rot_norm(k, T, H, D, row, kr, norms)) {
         oscar_h_log(k, n, "K", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
-    memcpy(p + l.norms, norms, 4 * (size_t)T);
+    memcpy(p, norms, 4 * (size_t)T);
     (void)rt; /* all heads at once; finite by now */
     kvp_q2h_chan_encode(kr, (size_t)H * D, T, H * D, D, OSCAR_G, KVP_Q2_RULE_OSCAR,
-                        p + l.k_codes, p + l.k_scale, p + l.k_zd, v, n * sizeof(uint16_t));
+                        p + l.k_codes, p + l.k_scale, p + l.k_zero, v, n * sizeof(uint16_t));
     if (!(info->flags & KVP_PAGE_F_V_PREROT)) {
         size_t rows = (size_t)T * H, chunk = 16384 / D; /* rotated rows staged in 32 KiB */
 
@@ -220,11 +202,11 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
                 return KVP_ERR_BAD_INPUT_DATA;
             }
             kvp_q2h_tok_encode(vs, nr, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes + r0 * (D / 4),
-                               p + l.v_scale + 2 * r0 * ng, p + l.v_zd + 2 * r0 * ng);
+                               p + l.v_scale + 2 * r0 * ng, p + l.v_zero + 2 * r0 * ng);
         }
         info->flags |= KVP_PAGE_F_V_ROTATED;
     } else if (!kvp_q2h_tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR,
-                                   p + l.v_codes, p + l.v_scale, p + l.v_zd)) {
+                                   p + l.v_codes, p + l.v_scale, p + l.v_zero)) {
         KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
@@ -235,14 +217,13 @@ static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_inf
                                    const uint8_t *p, kvp_frame_t frame, uint16_t *k_out,
                                    uint16_t *v_out)
 {
-    oscar_layout_t l;
-    uint32_t       H = g->heads, D = g->head_dim, T = g->valid;
-    size_t         rt = kvp_hd_run_bytes(T);
+    kvp_hd_q2_layout_t l = oscar_layout(g);
+    uint32_t           H = g->heads, D = g->head_dim, T = g->valid;
+    size_t             rt = l.rt;
 
     if (!oscar_h_ok(g)) {
         return KVP_ERR_UNSUPPORTED;
     }
-    oscar_layout(g, &l);
     if (k_out != NULL && frame == KVP_FRAME_ORIGINAL) {
         float *norms = kvp_codec_scratch(4, T * sizeof(float));
         float *tile  = kvp_codec_scratch(5, 32 * (size_t)D * sizeof(float));
@@ -250,11 +231,11 @@ static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_inf
         if (norms == NULL || tile == NULL) {
             return KVP_ERR_NO_MEMORY;
         }
-        memcpy(norms, p + l.norms, 4 * (size_t)T);
+        memcpy(norms, p, 4 * (size_t)T);
         for (uint32_t h = 0; h < H; h++) {
             kvp_q2h_chan_decode_rot(p + l.k_codes + (size_t)h * D * rt,
                                     p + l.k_scale + 2 * (size_t)h * l.ngk * D,
-                                    p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G, norms,
+                                    p + l.k_zero + 2 * (size_t)h * l.ngk * D, T, D, OSCAR_G, norms,
                                     tile, k_out + (size_t)h * D, (size_t)H * D);
         }
     } else if (k_out != NULL) {
@@ -263,16 +244,16 @@ static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_inf
         for (uint32_t h = 0; h < H; h += hb) {
             kvp_q2h_chan_decode(p + l.k_codes + (size_t)h * D * rt,
                                 p + l.k_scale + 2 * (size_t)h * l.ngk * D,
-                                p + l.k_zd + 2 * (size_t)h * l.ngk * D, T, hb * D, D, OSCAR_G,
+                                p + l.k_zero + 2 * (size_t)h * l.ngk * D, T, hb * D, D, OSCAR_G,
                                 k_out + (size_t)h * D, (size_t)H * D);
         }
     }
     if (v_out != NULL) {
         if (frame == KVP_FRAME_ORIGINAL && (info->flags & KVP_PAGE_F_V_ROTATED)) {
-            kvp_q2h_tok_decode_rot(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D,
+            kvp_q2h_tok_decode_rot(p + l.v_codes, p + l.v_scale, p + l.v_zero, (size_t)T * H, D,
                                    l.gv, v_out);
         } else {
-            kvp_q2h_tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zd, (size_t)T * H, D, l.gv,
+            kvp_q2h_tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zero, (size_t)T * H, D, l.gv,
                                v_out);
         }
     }

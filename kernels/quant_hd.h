@@ -143,10 +143,11 @@ KVP_HD uint32_t kvp_hd_run_bytes(uint32_t n) { return (n + 3u) / 4u; }
 
 /* Payload offsets of a kivi / kivi128 / oscar page (tables: codec_kivi.c, codec_oscar.c) of T
  * tokens, H heads x D, K groups of G tokens, V groups of gv channels; each zero section follows
- * its scale section (fp16). What the attention paths read (attn.c, attn_cuda.cu). */
+ * its scale section (fp16); total = payload bytes. The one description of these pages that the
+ * codecs (codec_*.c, codec_cuda.cu) and the attention paths (attn.c, attn_cuda.cu) all use. */
 typedef struct {
-    size_t   k_codes, k_scale, k_zero, v_codes, v_scale, v_zero;
-    uint32_t rt, rd, ngk, ng; /* code run bytes along tokens / channels, K / V groups */
+    size_t   k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, total;
+    uint32_t rt, rd, ngk, ng, gv; /* code run bytes along tokens / channels, K / V groups, V group */
 } kvp_hd_q2_layout_t;
 
 KVP_HD kvp_hd_q2_layout_t kvp_hd_q2_layout(int oscar, uint32_t T, uint32_t H, uint32_t D,
@@ -164,14 +165,16 @@ KVP_HD kvp_hd_q2_layout_t kvp_hd_q2_layout(int oscar, uint32_t T, uint32_t H, ui
     l.v_codes = l.k_zero + 2 * (size_t)H * l.ngk * D;
     l.v_scale = l.v_codes + (size_t)T * H * l.rd;
     l.v_zero  = l.v_scale + 2 * (size_t)T * H * l.ng;
+    l.total   = l.v_zero + 2 * (size_t)T * H * l.ng;
+    l.gv      = gv;
     return l;
 }
 
 /* Offsets inside one head's record of a kvarn page (table: codec_kvarn.c) of T tokens x D: K
- * codes [D][rt], then fp16 A, Z [D] and B [T] at k_a; V codes [T][rd] at v_codes, then fp16 A,
- * Z [T] and B [D] at v_a; rec bytes per head. */
+ * codes [D][rt] at 0, then fp16 A, Z [D] and B [T]; V codes [T][rd], then fp16 A, Z [T] and
+ * B [D]; rec bytes per head. */
 typedef struct {
-    size_t   k_a, v_codes, v_a, rec;
+    size_t   k_a, k_z, k_b, v_codes, v_a, v_z, v_b, rec;
     uint32_t rt, rd;
 } kvp_hd_kvarn_layout_t;
 
@@ -182,9 +185,13 @@ KVP_HD kvp_hd_kvarn_layout_t kvp_hd_kvarn_layout(uint32_t T, uint32_t D)
     l.rt      = kvp_hd_run_bytes(T);
     l.rd      = kvp_hd_run_bytes(D);
     l.k_a     = (size_t)D * l.rt;
-    l.v_codes = l.k_a + 4 * (size_t)D + 2 * (size_t)T;
+    l.k_z     = l.k_a + 2 * (size_t)D;
+    l.k_b     = l.k_z + 2 * (size_t)D;
+    l.v_codes = l.k_b + 2 * (size_t)T;
     l.v_a     = l.v_codes + (size_t)T * l.rd;
-    l.rec     = l.v_a + 4 * (size_t)T + 2 * (size_t)D;
+    l.v_z     = l.v_a + 2 * (size_t)T;
+    l.v_b     = l.v_z + 2 * (size_t)T;
+    l.rec     = l.v_b + 2 * (size_t)D;
     return l;
 }
 
