@@ -316,64 +316,38 @@ __global__ void k_kvarn_deq(const uint8_t *payload, size_t rec, size_t off_v, ui
 
 /* ---- host ---- */
 
+/* A page's offsets, from the same quant_hd.h helpers as the C codecs and attention. */
 typedef struct {
-    uint32_t G, gv, ngk;
-    size_t   norms, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, total; /* kivi/oscar */
-    size_t   rec, off_v, kv_params, v_params;                                 /* kvarn */
+    uint32_t              G;     /* K group, tokens (kivi/oscar) */
+    size_t                total; /* payload bytes */
+    kvp_hd_q2_layout_t    q;     /* kivi, kivi128, oscar (oscar's norms at 0) */
+    kvp_hd_kvarn_layout_t kv;    /* kvarn: one head's record */
 } layout_t;
 
 static int layout_of(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t T, layout_t *l)
 {
-    size_t rows = (size_t)T * H;
-
     memset(l, 0, sizeof(*l));
     if (c == KVP_CODEC_KVARN) {
-        kvp_hd_kvarn_layout_t kl = kvp_hd_kvarn_layout(T, D);
-
-        l->kv_params = 4 * (size_t)D + 2 * (size_t)T; /* K: A, Z [D], B [T] */
-        l->v_params  = 4 * (size_t)T + 2 * (size_t)D; /* V: A, Z [T], B [D] */
-        l->off_v     = kl.v_codes;
-        l->rec       = kl.rec;
-        l->total     = l->rec * H;
+        l->kv    = kvp_hd_kvarn_layout(T, D);
+        l->total = l->kv.rec * H;
         return 1;
     }
     if (c != KVP_CODEC_KIVI && c != KVP_CODEC_KIVI128 && c != KVP_CODEC_OSCAR) {
         return 0;
     }
-    l->G   = c == KVP_CODEC_KIVI128 ? 128 : 32;
-    l->gv  = D < l->G ? D : l->G;
-    {
-        kvp_hd_q2_layout_t ql = kvp_hd_q2_layout(c == KVP_CODEC_OSCAR, T, H, D, l->G, l->gv);
-
-        l->ngk     = ql.ngk;
-        l->norms   = 0;
-        l->k_codes = ql.k_codes;
-        l->k_scale = ql.k_scale;
-        l->k_zero  = ql.k_zero;
-        l->v_codes = ql.v_codes;
-        l->v_scale = ql.v_scale;
-        l->v_zero  = ql.v_zero;
-        l->total   = ql.v_zero + 2 * rows * ql.ng;
-    }
+    l->G     = c == KVP_CODEC_KIVI128 ? 128 : 32;
+    l->q     = kvp_hd_q2_layout(c == KVP_CODEC_OSCAR, T, H, D, l->G, D < l->G ? D : l->G);
+    l->total = l->q.total;
     return 1;
 }
 
 static int params_finite(const uint8_t *p, kvp_codec_id_t c, uint32_t H, const layout_t *l)
 {
     if (c != KVP_CODEC_KVARN) {
-        return kvp_hd_f16_all_finite(p + l->k_scale, (l->v_codes - l->k_scale) / 2) &&
-               kvp_hd_f16_all_finite(p + l->v_scale, (l->total - l->v_scale) / 2);
+        return kvp_hd_f16_all_finite(p + l->q.k_scale, (l->q.v_codes - l->q.k_scale) / 2) &&
+               kvp_hd_f16_all_finite(p + l->q.v_scale, (l->total - l->q.v_scale) / 2);
     }
-    for (uint32_t h = 0; h < H; h++) {
-        const uint8_t *rec = p + (size_t)h * l->rec;
-        size_t         ka = l->off_v - l->kv_params, va = l->rec - l->v_params;
-
-        if (!kvp_hd_f16_all_finite(rec + ka, l->kv_params / 2) ||
-            !kvp_hd_f16_all_finite(rec + va, l->v_params / 2)) {
-            return 0;
-        }
-    }
-    return 1;
+    return kvp_hd_kvarn_params_finite(p, H, &l->kv);
 }
 
 static unsigned nblk(size_t n, unsigned b) { return (unsigned)((n + b - 1) / b); }
@@ -437,18 +411,18 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
         }
     }
     if (params->codec == KVP_CODEC_KVARN) {
-        KVP_LAUNCH(k_kvarn, dim3(H, 2), 256, dk, dv, T, H, D, iters, dw, wsz, dp, l.rec, l.off_v);
+        KVP_LAUNCH(k_kvarn, dim3(H, 2), 256, dk, dv, T, H, D, iters, dw, wsz, dp, l.kv.rec, l.kv.v_codes);
     } else {
         int rule = params->codec == KVP_CODEC_OSCAR ? RULE_OSCAR : RULE_KIVI;
 
         if (params->codec == KVP_CODEC_OSCAR) {
             KVP_LAUNCH(k_oscar_norm, nblk(T, 128), 128, dk, T, H * D, dn);
-            CUDA_TRY(cudaMemcpy(dp + l.norms, dn, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
+            CUDA_TRY(cudaMemcpy(dp, dn, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
         }
-        KVP_LAUNCH(k_chan_encode, dim3(l.ngk, H), D < 256 ? D : 256, dk, T, H, D, l.G, rule,
-                   dp + l.k_codes, dp + l.k_scale, dp + l.k_zero);
-        KVP_LAUNCH(k_tok_encode, nblk((size_t)T * H * (D / l.gv), 128), 128, dv, (size_t)T * H, D,
-                   l.gv, rule, dp + l.v_codes, dp + l.v_scale, dp + l.v_zero);
+        KVP_LAUNCH(k_chan_encode, dim3(l.q.ngk, H), D < 256 ? D : 256, dk, T, H, D, l.G, rule,
+                   dp + l.q.k_codes, dp + l.q.k_scale, dp + l.q.k_zero);
+        KVP_LAUNCH(k_tok_encode, nblk((size_t)T * H * (D / l.q.gv), 128), 128, dv, (size_t)T * H, D,
+                   l.q.gv, rule, dp + l.q.v_codes, dp + l.q.v_scale, dp + l.q.v_zero);
     }
     CUDA_TRY(cudaGetLastError());
     CUDA_TRY(cudaMemcpy((uint8_t *)out + KVP_PAGE_HDR_BYTES, dp, l.total, cudaMemcpyDeviceToHost));
@@ -461,7 +435,7 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
     info.bits_k      = 2;
     info.bits_v      = 2;
     info.group_k     = params->codec == KVP_CODEC_KVARN ? T : l.G;
-    info.group_v     = params->codec == KVP_CODEC_KVARN ? D : l.gv;
+    info.group_v     = params->codec == KVP_CODEC_KVARN ? D : l.q.gv;
     info.valid       = T;
     info.capacity    = params->page_tokens;
     info.heads       = H;
@@ -515,14 +489,14 @@ extern "C" kvp_status_t kvp_cuda_page_decode(const void *page, size_t len, kvp_f
     CUDA_TRY(cudaMemcpy(dp, (const uint8_t *)page + KVP_PAGE_HDR_BYTES, l.total,
                         cudaMemcpyHostToDevice));
     if (info.codec == KVP_CODEC_KVARN) {
-        KVP_LAUNCH(k_kvarn_deq, nblk(2 * n, 256), 256, dp, l.rec, l.off_v, T, H, D, dk, dv);
+        KVP_LAUNCH(k_kvarn_deq, nblk(2 * n, 256), 256, dp, l.kv.rec, l.kv.v_codes, T, H, D, dk, dv);
     } else {
-        KVP_LAUNCH(k_chan_decode, dim3(l.ngk, H), D < 256 ? D : 256, dp + l.k_codes,
-                   dp + l.k_scale, dp + l.k_zero, T, H, D, l.G, dk);
-        KVP_LAUNCH(k_tok_decode, nblk(n, 256), 256, dp + l.v_codes, dp + l.v_scale,
-                   dp + l.v_zero, (size_t)T * H, D, l.gv, dv);
+        KVP_LAUNCH(k_chan_decode, dim3(l.q.ngk, H), D < 256 ? D : 256, dp + l.q.k_codes,
+                   dp + l.q.k_scale, dp + l.q.k_zero, T, H, D, l.G, dk);
+        KVP_LAUNCH(k_tok_decode, nblk(n, 256), 256, dp + l.q.v_codes, dp + l.q.v_scale,
+                   dp + l.q.v_zero, (size_t)T * H, D, l.q.gv, dv);
         if (info.codec == KVP_CODEC_OSCAR && frame == KVP_FRAME_ORIGINAL) {
-            CUDA_TRY(cudaMemcpy(dn, dp + l.norms, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
+            CUDA_TRY(cudaMemcpy(dn, dp, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
             KVP_LAUNCH(k_scale_rows, nblk(n, 256), 256, dk, T, H * D, dn);
         }
     }

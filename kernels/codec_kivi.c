@@ -18,41 +18,30 @@
 #include "q2h_int.h"
 #include "quant_hd.h"
 
-typedef struct {
-    uint32_t G;  /* K group, tokens (0: per-token K, naive2) */
-    uint32_t gv; /* V group, channels */
-    size_t   k_codes, k_scale, k_min, v_codes, v_scale, v_min, total; /* section offsets */
-} kivi_layout_t;
+#include <string.h>
 
 static uint32_t kivi_gv(uint32_t G, uint32_t D) { return G == 0 || D < G ? D : G; }
 
-static void kivi_layout(const kvp_codec_geom_t *g, uint32_t G, kivi_layout_t *l)
+/* The page's offsets: kivi and kivi128 have oscar's layout without its norms (quant_hd.h, shared
+ * with the CUDA twin and attention); naive2 has K in the V layout (one group per token row). */
+static void kivi_layout(const kvp_codec_geom_t *g, uint32_t G, kvp_hd_q2_layout_t *l)
 {
-    size_t   H = g->heads, D = g->head_dim, T = g->valid;
-    size_t   rows = T * H, rd = kvp_hd_run_bytes(g->head_dim);
-    uint32_t gv = kivi_gv(G, g->head_dim);
+    size_t rows = (size_t)g->valid * g->heads;
 
-    l->G  = G;
-    l->gv = gv;
-    if (G != 0) { /* kivi, kivi128: the layout oscar shares (quant_hd.h), without norms */
-        kvp_hd_q2_layout_t q = kvp_hd_q2_layout(0, g->valid, g->heads, g->head_dim, G, gv);
-
-        l->k_codes = q.k_codes;
-        l->k_scale = q.k_scale;
-        l->k_min   = q.k_zero;
-        l->v_codes = q.v_codes;
-        l->v_scale = q.v_scale;
-        l->v_min   = q.v_zero;
-        l->total   = q.total;
+    if (G != 0) {
+        *l = kvp_hd_q2_layout(0, g->valid, g->heads, g->head_dim, G, kivi_gv(G, g->head_dim));
         return;
     }
-    l->k_codes = 0; /* naive2: K in the V layout */
-    l->k_scale = rows * rd;
-    l->k_min   = l->k_scale + 2 * rows;
-    l->v_codes = l->k_min + 2 * rows;
-    l->v_scale = l->v_codes + rows * rd;
-    l->v_min   = l->v_scale + 2 * rows * (D / gv);
-    l->total   = l->v_min + 2 * rows * (D / gv);
+    memset(l, 0, sizeof(*l));
+    l->gv      = g->head_dim;
+    l->ng      = 1;
+    l->rd      = kvp_hd_run_bytes(g->head_dim);
+    l->k_scale = rows * l->rd;
+    l->k_zero  = l->k_scale + 2 * rows;
+    l->v_codes = l->k_zero + 2 * rows;
+    l->v_scale = l->v_codes + rows * l->rd;
+    l->v_zero  = l->v_scale + 2 * rows;
+    l->total   = l->v_zero + 2 * rows;
 }
 
 static kvp_status_t kivi_check_g(const kvp_codec_geom_t *g, uint32_t G)
@@ -65,7 +54,7 @@ static kvp_status_t kivi_check_g(const kvp_codec_geom_t *g, uint32_t G)
 
 /* Layout of a page at group G and the header fields that describe it (both encoders). */
 static void kivi_header(const kvp_codec_geom_t *g, uint32_t G, kvp_page_info_t *info,
-                        kivi_layout_t *l)
+                        kvp_hd_q2_layout_t *l)
 {
     kivi_layout(g, G, l);
     info->bits_k  = 2;
@@ -78,14 +67,14 @@ static kvp_status_t kivi_encode_g(const kvp_codec_geom_t *g, const float *k, con
                                   kvp_page_info_t *info, uint8_t *p, uint32_t G,
                                   const kvp_q2_kern_t *kk)
 {
-    kivi_layout_t l;
-    size_t        rows = (size_t)g->valid * g->heads;
-    uint32_t      D = g->head_dim, H = g->heads;
+    kvp_hd_q2_layout_t l;
+    size_t             rows = (size_t)g->valid * g->heads;
+    uint32_t           D = g->head_dim, H = g->heads;
 
     kivi_header(g, G, info, &l);
     if (G == 0) {
         kk->tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
-                       p + l.k_min);
+                       p + l.k_zero);
     } else {
         uint32_t ngk = (g->valid + G - 1) / G;
         size_t   rt  = kvp_hd_run_bytes(g->valid);
@@ -94,24 +83,24 @@ static kvp_status_t kivi_encode_g(const kvp_codec_geom_t *g, const float *k, con
             kk->chan_encode(k + (size_t)h * D, (size_t)H * D, g->valid, D, G, KVP_Q2_RULE_KIVI,
                             p + l.k_codes + (size_t)h * D * rt,
                             p + l.k_scale + 2 * (size_t)h * ngk * D,
-                            p + l.k_min + 2 * (size_t)h * ngk * D);
+                            p + l.k_zero + 2 * (size_t)h * ngk * D);
         }
     }
     kk->tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes, p + l.v_scale,
-                   p + l.v_min);
+                   p + l.v_zero);
     return KVP_OK;
 }
 
 static kvp_status_t kivi_decode_g(const kvp_codec_geom_t *g, const uint8_t *p, float *k_out,
                                   float *v_out, uint32_t G, const kvp_q2_kern_t *kk)
 {
-    kivi_layout_t l;
-    size_t        rows = (size_t)g->valid * g->heads;
-    uint32_t      D = g->head_dim, H = g->heads;
+    kvp_hd_q2_layout_t l;
+    size_t             rows = (size_t)g->valid * g->heads;
+    uint32_t           D = g->head_dim, H = g->heads;
 
     kivi_layout(g, G, &l);
     if (k_out != NULL && G == 0) {
-        kk->tok_decode(p + l.k_codes, p + l.k_scale, p + l.k_min, rows, D, D, k_out);
+        kk->tok_decode(p + l.k_codes, p + l.k_scale, p + l.k_zero, rows, D, D, k_out);
     } else if (k_out != NULL) {
         uint32_t ngk = (g->valid + G - 1) / G;
         size_t   rt  = kvp_hd_run_bytes(g->valid);
@@ -119,12 +108,12 @@ static kvp_status_t kivi_decode_g(const kvp_codec_geom_t *g, const uint8_t *p, f
         for (uint32_t h = 0; h < H; h++) {
             kk->chan_decode(p + l.k_codes + (size_t)h * D * rt,
                             p + l.k_scale + 2 * (size_t)h * ngk * D,
-                            p + l.k_min + 2 * (size_t)h * ngk * D, g->valid, D, G,
+                            p + l.k_zero + 2 * (size_t)h * ngk * D, g->valid, D, G,
                             k_out + (size_t)h * D, (size_t)H * D);
         }
     }
     if (v_out != NULL) {
-        kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_min, rows, D, l.gv, v_out);
+        kk->tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zero, rows, D, l.gv, v_out);
     }
     return KVP_OK;
 }
@@ -143,10 +132,10 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                   const uint16_t *v, kvp_page_info_t *info, uint8_t *p,
                                   uint32_t G)
 {
-    kivi_layout_t l;
-    size_t        rows = (size_t)g->valid * g->heads;
-    uint32_t      D = g->head_dim, H = g->heads;
-    int           ok = 1;
+    kvp_hd_q2_layout_t l;
+    size_t             rows = (size_t)g->valid * g->heads;
+    uint32_t           D = g->head_dim, H = g->heads;
+    int                ok = 1;
 
     if (!kivi_h_ok(g, G)) {
         return KVP_ERR_UNSUPPORTED;
@@ -154,15 +143,15 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
     kivi_header(g, G, info, &l);
     if (G == 0) {
         ok &= kvp_q2h_tok_encode(k, rows, D, D, KVP_Q2_RULE_KIVI, p + l.k_codes, p + l.k_scale,
-                                 p + l.k_min);
+                                 p + l.k_zero);
         ok &= kvp_q2h_tok_encode(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes,
-                                 p + l.v_scale, p + l.v_min);
+                                 p + l.v_scale, p + l.v_zero);
     } else { /* V first: its rows stream in order (the hardware prefetchers follow) while K,
               * read a column block at a time across rows, is fetched into L2 meanwhile */
         ok &= kvp_q2h_tok_encode_pf(v, rows, D, l.gv, KVP_Q2_RULE_KIVI, p + l.v_codes,
-                                    p + l.v_scale, p + l.v_min, k, rows * D * sizeof(uint16_t));
+                                    p + l.v_scale, p + l.v_zero, k, rows * D * sizeof(uint16_t));
         ok &= kvp_q2h_chan_encode(k, (size_t)H * D, g->valid, H * D, D, G, KVP_Q2_RULE_KIVI,
-                                  p + l.k_codes, p + l.k_scale, p + l.k_min, NULL, 0); /* all heads */
+                                  p + l.k_codes, p + l.k_scale, p + l.k_zero, NULL, 0); /* all heads */
     }
     if (!ok) {
         KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
@@ -174,16 +163,16 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
 static kvp_status_t kivi_dec_h(const kvp_codec_geom_t *g, const uint8_t *p, uint16_t *k_out,
                                   uint16_t *v_out, uint32_t G)
 {
-    kivi_layout_t l;
-    size_t        rows = (size_t)g->valid * g->heads;
-    uint32_t      D = g->head_dim, H = g->heads;
+    kvp_hd_q2_layout_t l;
+    size_t             rows = (size_t)g->valid * g->heads;
+    uint32_t           D = g->head_dim, H = g->heads;
 
     if (!kivi_h_ok(g, G)) {
         return KVP_ERR_UNSUPPORTED;
     }
     kivi_layout(g, G, &l);
     if (k_out != NULL && G == 0) {
-        kvp_q2h_tok_decode(p + l.k_codes, p + l.k_scale, p + l.k_min, rows, D, D, k_out);
+        kvp_q2h_tok_decode(p + l.k_codes, p + l.k_scale, p + l.k_zero, rows, D, D, k_out);
     } else if (k_out != NULL) {
         uint32_t ngk = (g->valid + G - 1) / G;
         size_t   rt  = kvp_hd_run_bytes(g->valid);
@@ -192,12 +181,12 @@ static kvp_status_t kivi_dec_h(const kvp_codec_geom_t *g, const uint8_t *p, uint
         for (uint32_t h = 0; h < H; h += hb) {
             kvp_q2h_chan_decode(p + l.k_codes + (size_t)h * D * rt,
                                 p + l.k_scale + 2 * (size_t)h * ngk * D,
-                                p + l.k_min + 2 * (size_t)h * ngk * D, g->valid, hb * D, D, G,
+                                p + l.k_zero + 2 * (size_t)h * ngk * D, g->valid, hb * D, D, G,
                                 k_out + (size_t)h * D, (size_t)H * D);
         }
     }
     if (v_out != NULL) {
-        kvp_q2h_tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_min, rows, D, l.gv, v_out);
+        kvp_q2h_tok_decode(p + l.v_codes, p + l.v_scale, p + l.v_zero, rows, D, l.gv, v_out);
     }
     return KVP_OK;
 }
@@ -231,7 +220,7 @@ KIVI_H_OPS(naive2, 0)
     }                                                                                            \
     static size_t _name##_##_impl##_bytes(const kvp_codec_geom_t *g)                            \
     {                                                                                            \
-        kivi_layout_t l;                                                                         \
+        kvp_hd_q2_layout_t l;                                                                    \
         kivi_layout(g, _G, &l);                                                                  \
         return l.total;                                                                          \
     }                                                                                            \

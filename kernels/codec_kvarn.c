@@ -47,26 +47,12 @@ static size_t kvarn_bytes(const kvp_codec_geom_t *g)
 }
 
 /* Every fp16 scale of every tile record is finite. */
-static int params_finite(const uint8_t *p, const kvp_codec_geom_t *g,
-                         const kvp_hd_kvarn_layout_t *l)
-{
-    for (uint32_t h = 0; h < g->heads; h++) {
-        const uint8_t *rec = p + (size_t)h * l->rec;
-
-        if (!kvp_hd_f16_all_finite(rec + l->k_a, (l->v_codes - l->k_a) / 2) ||
-            !kvp_hd_f16_all_finite(rec + l->v_a, (l->rec - l->v_a) / 2)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Common end of both encoders: the absorbed scales Sr*s, Sr*lo can exceed the data range
  * (Sc >= e^-0.3) and must stay fp16; then the header fields. */
 static kvp_status_t kvarn_finish(const kvp_codec_geom_t *g, kvp_page_info_t *info, const uint8_t *p,
                                  const kvp_hd_kvarn_layout_t *l, uint32_t iters)
 {
-    if (!params_finite(p, g, l)) {
+    if (!kvp_hd_kvarn_params_finite(p, g->heads, l)) {
         KVP_LOG_DEBUG("codec", "kvarn: absorbed scale overflows fp16 (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }

@@ -195,6 +195,21 @@ KVP_HD kvp_hd_kvarn_layout_t kvp_hd_kvarn_layout(uint32_t T, uint32_t D)
     return l;
 }
 
+/* Every stored fp16 parameter (A, Z, B of K and V) of a kvarn page of H records is finite. */
+KVP_HD int kvp_hd_kvarn_params_finite(const uint8_t *p, uint32_t H,
+                                      const kvp_hd_kvarn_layout_t *l)
+{
+    for (uint32_t h = 0; h < H; h++) {
+        const uint8_t *rec = p + (size_t)h * l->rec;
+
+        if (!kvp_hd_f16_all_finite(rec + l->k_a, (l->v_codes - l->k_a) / 2) ||
+            !kvp_hd_f16_all_finite(rec + l->v_a, (l->rec - l->v_a) / 2)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 KVP_HD uint32_t kvp_hd_code_get(const uint8_t *run, uint32_t i)
 {
     return (uint32_t)(run[i >> 2] >> ((i & 3u) * 2u)) & 3u;
