@@ -89,6 +89,7 @@ struct kvp_xfer {
     struct kvp_xfer_conn *conns;
     struct kvp_xfer_conn *dead;      /* failed connections to report */
     struct kvp_xfer_msg  *pending;   /* MSG_NEED_RECV */
+    struct send_req      *sends;     /* sends UCX has not completed yet */
     struct kvp_xfer_msg  *ready_head, *ready_tail;
     ucp_conn_request_h    accept_q[64];
     unsigned              n_accept;
@@ -99,7 +100,8 @@ struct kvp_xfer {
     size_t                buf_free_bytes;
 };
 
-typedef struct {
+typedef struct send_req {
+    struct send_req   *prev, *next; /* in x->sends until its completion */
     kvp_xfer_h         x;
     kvp_xfer_conn_h    conn;
     kvp_xfer_send_cb_t cb;
@@ -413,18 +415,32 @@ static void rndv_done_cb(void *request, ucs_status_t st, size_t length, void *us
     ucp_request_free(request);
 }
 
-static void send_done_cb(void *request, ucs_status_t st, void *user_data)
+/* A send is over: the user hears its status once, and what it pinned is let go. */
+static void send_finish(send_req_t *s, kvp_status_t status)
 {
-    send_req_t *s = user_data;
+    kvp_xfer_h x = s->x;
 
+    if (s->prev != NULL) {
+        s->prev->next = s->next;
+    } else {
+        x->sends = s->next;
+    }
+    if (s->next != NULL) {
+        s->next->prev = s->prev;
+    }
     if (s->cb != NULL) {
-        s->cb(s->arg, status_from_ucs(st));
+        s->cb(s->arg, status);
     }
     conn_unref(s->conn);
-    buf_put(s->x, s->stage, s->stage_cap);
+    buf_put(x, s->stage, s->stage_cap);
     kvp_free(s->iov);
     kvp_free(s->hdr);
     kvp_free(s);
+}
+
+static void send_done_cb(void *request, ucs_status_t st, void *user_data)
+{
+    send_finish(user_data, status_from_ucs(st));
     ucp_request_free(request);
 }
 
@@ -723,7 +739,8 @@ void kvp_xfer_destroy(kvp_xfer_h x)
         ep_close(conn);
         conn_unref(conn);
     }
-    /* Finish or drop whatever is still in flight; no callbacks reach the user any more. */
+    /* Finish or drop whatever is still in flight; no receive or connection callbacks reach the
+     * user any more (sends still complete, with their status). */
     x->recv_cb = NULL;
     x->conn_cb = NULL;
     for (int i = 0; i < 100 && ucp_worker_progress(x->worker) != 0; i++) {
@@ -744,6 +761,12 @@ void kvp_xfer_destroy(kvp_xfer_h x)
         conn_unref(conn);
     }
     ucp_worker_destroy(x->worker);
+    /* Sends UCX never completed: in error mode none a force close need not cancel them (UCX
+     * documents it as undefined), so a send to a dead peer can stay queued. With the worker gone
+     * nothing can touch them any more: each completes KVP_ERR_CANCELED here. */
+    while (x->sends != NULL) {
+        send_finish(x->sends, KVP_ERR_CANCELED);
+    }
     ucp_cleanup(x->ctx);
     for (unsigned i = 0; i < x->n_buf_free; i++) {
         kvp_free(x->buf_free[i]);
@@ -981,6 +1004,12 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
         }
         return status;
     }
+    s->prev = NULL; /* UCX calls send_done_cb from a later progress, never from the send */
+    s->next = x->sends;
+    if (x->sends != NULL) {
+        x->sends->prev = s;
+    }
+    x->sends = s;
     return KVP_INPROGRESS;
 }
 

@@ -72,9 +72,19 @@ static void server(int fd)
 
 /* ---- client ---- */
 
+#define MAX_SENDS 64
+
+/* One send's completion: its status and how many times it was reported (must end at 1). */
+typedef struct {
+    kvp_status_t status;
+    int          calls;
+} send_slot_t;
+
 typedef struct {
     kvp_xfer_msg_h msg;
     kvp_status_t   conn_status;
+    send_slot_t    sends[MAX_SENDS]; /* outlive roundtrip: a send may complete after it */
+    unsigned       n_sends;
 } client_state_t;
 
 static void client_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
@@ -96,26 +106,34 @@ static void client_conn(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
 
 static void send_done(void *arg, kvp_status_t status)
 {
-    *(kvp_status_t *)arg = status;
+    send_slot_t *slot = arg;
+
+    slot->status = status;
+    slot->calls++;
 }
 
 /* Send and wait for the echo (or a failure) for up to limit_s seconds. */
 static kvp_status_t roundtrip(kvp_xfer_h x, kvp_xfer_conn_h c, client_state_t *st,
                               const char *hdr, const kvp_xfer_iov_t *iov, int n, double limit_s)
 {
-    kvp_status_t sent = KVP_INPROGRESS;
-    kvp_status_t s    = kvp_xfer_send(c, hdr, strlen(hdr), iov, n, send_done, &sent);
-    double       end  = kvp_time_s() + limit_s;
+    send_slot_t *slot;
+    kvp_status_t s;
+    double       end = kvp_time_s() + limit_s;
 
-    if (s != KVP_INPROGRESS) {
-        sent = s;
+    CHECK(st->n_sends < MAX_SENDS);
+    slot         = &st->sends[st->n_sends++];
+    slot->status = KVP_INPROGRESS;
+    s            = kvp_xfer_send(c, hdr, strlen(hdr), iov, n, send_done, slot);
+    if (s != KVP_INPROGRESS) { /* done at once: the callback is not called */
+        slot->status = s;
+        slot->calls  = 1;
     }
-    if (sent != KVP_OK && sent != KVP_INPROGRESS) {
-        return sent;
+    if (slot->status != KVP_OK && slot->status != KVP_INPROGRESS) {
+        return slot->status;
     }
     while (st->msg == NULL && st->conn_status == KVP_OK && kvp_time_s() < end) {
-        if (sent != KVP_OK && sent != KVP_INPROGRESS) {
-            return sent;
+        if (slot->status != KVP_OK && slot->status != KVP_INPROGRESS) {
+            return slot->status;
         }
         kvp_xfer_wait(x, 20);
     }
@@ -257,6 +275,15 @@ int main(void)
 
     kvp_xfer_conn_close(c);
     kvp_xfer_destroy(x);
+    /* every send completed exactly once, by destroy at the latest (the one to the dead server
+     * too, which UCX in error mode none never cancels by itself) */
+    for (unsigned i = 0; i < st.n_sends; i++) {
+        if (st.sends[i].calls != 1 || st.sends[i].status == KVP_INPROGRESS) {
+            fprintf(stderr, "send %u: %d completions, status %s\n", i, st.sends[i].calls,
+                    kvp_status_name(st.sends[i].status));
+        }
+        CHECK(st.sends[i].calls == 1 && st.sends[i].status != KVP_INPROGRESS);
+    }
     kvp_free(buf);
     printf("test_xfer: ok\n");
     return 0;

@@ -64,7 +64,8 @@ typedef struct kvp_xfer_params {
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
-/* Force-closes every connection and releases everything. NULL is a no-op. */
+/* Force-closes every connection and releases everything; every send not completed yet completes
+ * (its callback runs) before this returns. NULL is a no-op. */
 void         kvp_xfer_destroy(kvp_xfer_h x);
 
 /* Listen on host:port (port 0 picks a free one); *port_p gets the bound port. One per xfer. */
@@ -74,7 +75,8 @@ kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint
 kvp_status_t kvp_xfer_connect(kvp_xfer_h x, const char *host, uint16_t port,
                               kvp_xfer_conn_h *conn_p);
 /* Force-close a connection: outstanding sends complete with KVP_ERR_CANCELED before this
- * returns. NULL is a no-op. */
+ * returns (in error mode none UCX 1.13 may keep a send to a dead peer queued: it then completes
+ * KVP_ERR_CANCELED at kvp_xfer_destroy). NULL is a no-op. */
 void         kvp_xfer_conn_close(kvp_xfer_conn_h conn);
 kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn); /* KVP_OK while usable */
 const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
