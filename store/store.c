@@ -961,7 +961,9 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
         status = KVP_ERR_NO_MEMORY;
         goto err_sess;
     }
-    memcpy(s->desc.chunk_keys, desc->chunk_keys, desc->n_chunks * sizeof(kvp_key128_t));
+    if (desc->n_chunks != 0) { /* a session of only a tail may pass no keys (NULL) */
+        memcpy(s->desc.chunk_keys, desc->chunk_keys, desc->n_chunks * sizeof(kvp_key128_t));
+    }
     status = sess_bind_pages(st, s, false);
     if (status != KVP_OK) {
         goto err_keys;
