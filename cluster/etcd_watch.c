@@ -46,6 +46,9 @@ static kvp_etcd_member_t *cur_find(kvp_etcd_watch_h w, const char *addr)
 {
     kvp_etcd_member_t key;
 
+    if (w->n_cur == 0) { /* w->cur may still be NULL: bsearch's base must not be */
+        return NULL;
+    }
     snprintf(key.addr, sizeof(key.addr), "%s", addr);
     return bsearch(&key, w->cur, w->n_cur, sizeof(*w->cur), kvp_etcd_member_cmp);
 }
@@ -107,7 +110,9 @@ static kvp_status_t publish(kvp_etcd_watch_h w)
     if (copy == NULL) {
         return KVP_ERR_NO_MEMORY;
     }
-    memcpy(copy, w->cur, w->n_cur * sizeof(*copy));
+    if (w->n_cur != 0) { /* an empty list may have no array yet */
+        memcpy(copy, w->cur, w->n_cur * sizeof(*copy));
+    }
     pthread_mutex_lock(&w->mu);
     kvp_free(w->pub);
     w->pub   = copy;
