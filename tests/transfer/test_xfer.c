@@ -163,7 +163,7 @@ static void check_echo(client_state_t *st, const char *hdr, const kvp_xfer_iov_t
 
 int main(void)
 {
-    client_state_t    st = {NULL, KVP_OK};
+    client_state_t    st = {.msg = NULL, .conn_status = KVP_OK};
     kvp_xfer_params_t p  = {0};
     kvp_xfer_h        x;
     kvp_xfer_conn_h   c;
