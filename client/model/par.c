@@ -22,7 +22,7 @@ static struct {
     uint32_t          gen;        /* job generation, under mu */
     _Atomic uint64_t  claim;      /* gen << 32 | next task */
     _Atomic uint32_t  done;       /* tasks finished in this generation */
-    uint32_t          ntasks;
+    _Atomic uint32_t  ntasks;     /* read by a worker late from the last job as it is set */
     kvp_par_fn_t      fn;
     void             *arg;
 } par = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER,
@@ -33,9 +33,9 @@ static void run_tasks(uint32_t gen)
 {
     for (;;) {
         uint64_t c = atomic_load(&par.claim);
-        uint32_t t = (uint32_t)c;
+        uint32_t t = (uint32_t)c, n = atomic_load_explicit(&par.ntasks, memory_order_relaxed);
 
-        if ((uint32_t)(c >> 32) != gen || t >= par.ntasks) {
+        if ((uint32_t)(c >> 32) != gen || t >= n) { /* n of a newer job: the CAS below fails */
             return;
         }
         if (atomic_compare_exchange_weak(&par.claim, &c, c + 1)) {
@@ -107,7 +107,7 @@ void kvp_par_for(uint32_t ntasks, kvp_par_fn_t fn, void *arg)
     atomic_store(&par.claim, ((uint64_t)gen << 32) | UINT32_MAX);
     par.fn     = fn;
     par.arg    = arg;
-    par.ntasks = ntasks;
+    atomic_store_explicit(&par.ntasks, ntasks, memory_order_relaxed);
     atomic_store(&par.done, 0);
     atomic_store(&par.claim, (uint64_t)gen << 32);
     pthread_cond_broadcast(&par.cv);

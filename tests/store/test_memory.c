@@ -28,9 +28,9 @@ static size_t rss_bytes(void)
 
 int main(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
-    fprintf(stderr, "skipped: resident memory under AddressSanitizer measures its quarantine, "
-                    "not the store\n");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    fprintf(stderr, "skipped: resident memory under a sanitizer measures its quarantine and "
+                    "shadow memory, not the store\n");
     return 77;
 #endif
     char               dir[256], sid[32];
