@@ -398,6 +398,16 @@ static kvp_status_t q_check(const kvp_attn_params_t *params, const float *q, uin
     return KVP_OK;
 }
 
+/* Hq query heads over H KV heads x D at page capacity P: a shape there is scratch for. */
+static kvp_status_t shape_check(uint32_t Hq, uint32_t H, uint32_t D, uint32_t P)
+{
+    if (kvp_attn_scratch_bytes(Hq, H, D, P) == 0) {
+        KVP_LOG_ERROR("attn", "%u query heads over %u KV heads x %u: bad shape", Hq, H, D);
+        return KVP_ERR_INVALID;
+    }
+    return KVP_OK;
+}
+
 /* Scratch (caller's or allocated), state, q * scale. *owned_p: what to kvp_free. */
 static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint32_t H, uint32_t D,
                             uint32_t P, const float *q, uint32_t Hq, void **owned_p)
@@ -408,11 +418,8 @@ static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint3
     kvp_status_t st;
 
     *owned_p = NULL;
-    if (need == 0) {
-        KVP_LOG_ERROR("attn", "%u query heads over %u KV heads x %u: bad shape", Hq, H, D);
-        return KVP_ERR_INVALID;
-    }
-    st = q_check(params, q, Hq, D, &scale);
+    st       = shape_check(Hq, H, D, P);
+    st       = st == KVP_OK ? q_check(params, q, Hq, D, &scale) : st;
     if (st != KVP_OK) {
         return st;
     }
@@ -565,12 +572,9 @@ kvp_status_t kvp_attn_validate(const kvp_attn_params_t *params, const kvp_attn_p
     attn_st_t       s;
     kvp_status_t    st = call_first(pages, n_pages, tail, q, q_heads, out, &first);
 
-    if (st == KVP_OK && kvp_attn_scratch_bytes(q_heads, first.heads, first.head_dim,
-                                               n_pages > 0 ? first.capacity : 1) == 0) {
-        KVP_LOG_ERROR("attn", "%u query heads over %u KV heads x %u: bad shape", q_heads,
-                      first.heads, first.head_dim);
-        st = KVP_ERR_INVALID;
-    }
+    st = st == KVP_OK ? shape_check(q_heads, first.heads, first.head_dim,
+                                    n_pages > 0 ? first.capacity : 1)
+                      : st;
     st = st == KVP_OK ? q_check(params, q, q_heads, first.head_dim, scale_p) : st;
     if (st != KVP_OK) {
         return st;
