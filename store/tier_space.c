@@ -168,33 +168,26 @@ kvp_status_t tier_space_admit(kvp_tier_t *t, uint64_t bytes)
     return admit(t, bytes, true);
 }
 
-/* bytes of the files in the db directory whose names end in suffix */
-static uint64_t dir_bytes(const kvp_tier_t *t, const char *suffix)
+uint64_t tier_space_open_need(const kvp_tier_t *t)
 {
-    uint64_t       sum = 0;
+    uint64_t       wal = 0;
     DIR           *d   = opendir(t->path);
     struct dirent *e;
     char           path[4096];
     struct stat    sb;
-    size_t         sl = strlen(suffix);
 
-    while (d != NULL && (e = readdir(d)) != NULL) {
+    while (d != NULL && (e = readdir(d)) != NULL) { /* NNNNNN.log: write-ahead logs */
         size_t n = strlen(e->d_name);
 
-        if (n > sl && strcmp(e->d_name + n - sl, suffix) == 0) {
+        if (n > 4 && strcmp(e->d_name + n - 4, ".log") == 0) {
             snprintf(path, sizeof(path), "%s/%s", t->path, e->d_name);
-            sum += stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+            wal += stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         }
     }
     if (d != NULL) {
         closedir(d);
     }
-    return sum;
-}
-
-uint64_t tier_space_open_need(const kvp_tier_t *t)
-{
-    return dir_bytes(t, ".log") + t->write_buffer + (1u << 20); /* NNNNNN.log: write-ahead logs */
+    return wal + t->write_buffer + (1u << 20);
 }
 
 kvp_status_t tier_space_room(kvp_tier_t *t, uint64_t need, const char *what)
