@@ -1,5 +1,6 @@
 /* tier_int.h - internal to the SSD tier: its struct and the calls shared by tier_rocksdb.c (the
- * tier's operations), tier_salvage.c (rebuilding a damaged index; these two are the only files
+ * tier's opening, batches, commits and reads), tier_move.c (walks of the pages column family and
+ * compaction's moves), tier_salvage.c (rebuilding a damaged index; these three are the only files
  * that see rocksdb_* types) and tier_space.c (the disk reserve). */
 #ifndef KVPACK_STORE_TIER_INT_H
 #define KVPACK_STORE_TIER_INT_H
@@ -93,6 +94,48 @@ kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions);
 void         tier_db_close(kvp_tier_t *t);
 /* Automatic compactions of every column family on or off. */
 kvp_status_t tier_db_compactions(kvp_tier_t *t, bool on);
+
+/* Page key in the pages column family: namespace | chunk key hi | lo (8 B BE each) | layer (4 B
+ * BE). Locator value of a page in a segment file: "KVSL" | segment id (8 B BE) | offset (8 B BE)
+ * | page length (4 B BE). */
+#define PKEY_BYTES 28
+#define LOC_BYTES  24
+void tier_page_key(const kvp_tier_pkey_t *pk, uint8_t *k);
+void tier_loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v);
+/* false when val is not a locator (an inline page) */
+bool tier_loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off, uint32_t *len);
+
+/* Shared hold of the db (dbl) for one operation; returns the reopen count it began at. */
+uint64_t tier_db_hold(kvp_tier_t *t);
+void     tier_db_release(kvp_tier_t *t);
+/* Unlock t->mu; then, with no lock held, unlink the segment files that died under it (a large
+ * file's unlink takes tens of ms) and, once the active segment is half full, make the next one
+ * (file creation and a directory fsync), so a roll under the lock only switches files. */
+void tier_unlock(kvp_tier_t *t);
+
+/* A segment extent a page key names now (live-byte accounting, moves). */
+typedef struct {
+    bool     found;
+    uint32_t len;
+    uint64_t seg, off;
+} tier_cur_loc_t;
+/* cur[i] for the n keys *pks[i], one MultiGet; false (nothing found) when its memory cannot be
+ * had */
+bool tier_cur_locs(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *const *pks,
+                   tier_cur_loc_t *cur);
+
+/* The test hook (kvp_tier_inject_fail), t->mu held: true when this write or sync is to fail
+ * (*status_p); then t->mu is released. */
+bool tier_inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_status_t *status_p);
+
+/* After a write RocksDB refused for a damaged block (no lock held; gen: tier_db_hold's): the db
+ * opened again with its index rebuilt (tier_salvage.c), unless a reopen was tried since gen. */
+kvp_status_t tier_reopen_rebuild(kvp_tier_t *t, uint64_t gen, const char *why);
+/* A write met the full disk (KVP_ERR_NO_SPACE past the reserve's admission; no tier lock held by
+ * the caller): the reserve file goes, so RocksDB and deletes have room; when RocksDB stopped
+ * writes for it (stopped), which it lifts by itself only once a memtable fits, the db is opened
+ * again if there is room now, which clears the stop at once. KVP_OK when reopened. */
+kvp_status_t tier_full_disk(kvp_tier_t *t, uint64_t gen, bool stopped);
 
 /* ---- tier_salvage.c (dbl held exclusively, or at open; automatic compactions off) ---- */
 /* Open time: finish a rebuild a stop interrupted after its records were safe in the side db, or

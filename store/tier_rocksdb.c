@@ -1,16 +1,17 @@
-/* tier_rocksdb.c - the SSD tier over the RocksDB C API (with tier_salvage.c, the only files that
- * see rocksdb_* types; tier_int.h). Opens every existing column family plus `pages`, `sessions`,
- * `meta`. Page bytes larger than 4 KiB go to segment files (seg.c, O_DIRECT, no copy) and the
- * pages column family keeps a 24-byte locator; smaller pages are stored inline, uncompressed. The
- * page CRC is what judges a page read back (the store re-parses every one). RocksDB error strings
- * are logged, freed with rocksdb_free and mapped to kvp_status_t here. Every operation holds the
- * db shared (dbl); rebuilding a damaged index (tier_salvage.c) holds it exclusively, so batches
- * keep their records by column family index and become a WriteBatch only at commit.
+/* tier_rocksdb.c - the SSD tier over the RocksDB C API (with tier_move.c and tier_salvage.c, the
+ * only files that see rocksdb_* types; tier_int.h). Opens every existing column family plus
+ * `pages`, `sessions`, `meta`. Page bytes larger than 4 KiB go to segment files (seg.c, O_DIRECT,
+ * no copy) and the pages column family keeps a 24-byte locator; smaller pages are stored inline,
+ * uncompressed. The page CRC is what judges a page read back (the store re-parses every one).
+ * RocksDB error strings are logged, freed with rocksdb_free and mapped to kvp_status_t here.
+ * Every operation holds the db shared (dbl); rebuilding a damaged index (tier_salvage.c) holds it
+ * exclusively, so batches keep their records by column family index and become a WriteBatch only
+ * at commit.
  * Main flow: kvp_tier_open (index check, rebuild if damaged) -> batch_put_* -> batch_commit
  * (segments, then one WriteBatch; a write RocksDB refused after a compaction met a damaged block
  * rebuilds the index and is written again) -> kvp_tier_pages_locate (MultiGet) +
- * kvp_tier_pages_read (coalesced preadv) / session_scan;
- * compaction: kvp_tier_compact_victims -> kvp_tier_pages_in_segs -> read -> kvp_tier_pages_move. */
+ * kvp_tier_pages_read (coalesced preadv) / session_scan; walks of the pages and compaction's
+ * moves are in tier_move.c. */
 #include "tier_int.h"
 #include "kvpack/bytes.h"
 #include "kvpack/alloc.h"
@@ -52,15 +53,9 @@ struct kvp_tier_batch {
     size_t                ndels, cap_dels;
 };
 
-/* Locator value: "KVSL" | segment id (8 B BE) | offset (8 B BE) | page length (4 B BE). */
-#define LOC_BYTES 24
-
 /* ---- private ---- */
 
-/* Unlock the tier; then, with no lock held, unlink the segment files that died under it (a large
- * file's unlink takes tens of ms) and, once the active segment is half full, make the next one
- * (file creation and a directory fsync), so a roll under the lock only switches files. */
-static void tier_unlock(kvp_tier_t *t)
+void tier_unlock(kvp_tier_t *t)
 {
     char      **dead;
     size_t      ndead = t->segs != NULL ? kvp_segs_take_dead(t->segs, &dead) : 0;
@@ -102,8 +97,7 @@ kvp_status_t tier_map_err(const char *what, char **err)
     return status;
 }
 
-#define PKEY_BYTES 28
-static void page_key(const kvp_tier_pkey_t *pk, uint8_t *k)
+void tier_page_key(const kvp_tier_pkey_t *pk, uint8_t *k)
 {
     kvp_st_be64(k, pk->ns);
     kvp_st_be64(k + 8, pk->key.hi);
@@ -452,17 +446,12 @@ static kvp_status_t db_reopen(kvp_tier_t *t, uint64_t gen, const char *why, bool
     return status;
 }
 
-static kvp_status_t salvage(kvp_tier_t *t, uint64_t gen, const char *why)
+kvp_status_t tier_reopen_rebuild(kvp_tier_t *t, uint64_t gen, const char *why)
 {
     return db_reopen(t, gen, why, true);
 }
 
-/* A write met the full disk (KVP_ERR_NO_SPACE past the reserve's admission; no tier lock held by
- * the caller): the reserve file goes, so RocksDB and deletes have room; when RocksDB stopped
- * writes for it (stopped), which it lifts by itself only once a memtable fits, the db is opened
- * again if there is room now (db_reopen checks), which clears the stop at once. KVP_OK when
- * reopened. */
-static kvp_status_t full_disk(kvp_tier_t *t, uint64_t gen, bool stopped)
+kvp_status_t tier_full_disk(kvp_tier_t *t, uint64_t gen, bool stopped)
 {
     pthread_mutex_lock(&t->mu);
     tier_space_release(t);
@@ -470,14 +459,13 @@ static kvp_status_t full_disk(kvp_tier_t *t, uint64_t gen, bool stopped)
     return stopped ? db_reopen(t, gen, "writes stopped by a full disk", false) : KVP_ERR_NO_SPACE;
 }
 
-/* shared hold of the db for one operation; the rebuild count it began at */
-static uint64_t db_hold(kvp_tier_t *t)
+uint64_t tier_db_hold(kvp_tier_t *t)
 {
     pthread_rwlock_rdlock(&t->dbl);
     return t->gen;
 }
 
-static void db_release(kvp_tier_t *t) { pthread_rwlock_unlock(&t->dbl); }
+void tier_db_release(kvp_tier_t *t) { pthread_rwlock_unlock(&t->dbl); }
 
 /* ---- API ---- */
 
@@ -676,7 +664,7 @@ static rocksdb_writebatch_t *batch_build(kvp_tier_t *t, const kvp_tier_batch_t *
     return wb;
 }
 
-static void loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v)
+void tier_loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v)
 {
     memcpy(v, "KVSL", 4);
     kvp_st_be64(v + 4, seg);
@@ -684,7 +672,7 @@ static void loc_encode(uint64_t seg, uint64_t off, uint32_t len, uint8_t *v)
     kvp_st_be32(v + 20, len);
 }
 
-static bool loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off, uint32_t *len)
+bool tier_loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off, uint32_t *len)
 {
     const uint8_t *v = val;
 
@@ -721,7 +709,7 @@ void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
         }
         /* no memory for the list: fall back to storing it inline */
     }
-    page_key(pk, k);
+    tier_page_key(pk, k);
     batch_op(t, b, CF_PAGES, k, sizeof(k), page, len);
 }
 
@@ -741,7 +729,7 @@ void kvp_tier_batch_del_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
     if (b->ndels < b->cap_dels) { /* else its segment bytes stay counted live: a leak, not a loss */
         b->dels[b->ndels++] = *pk;
     }
-    page_key(pk, k);
+    tier_page_key(pk, k);
     batch_op(t, b, CF_PAGES, k, sizeof(k), NULL, 0);
 }
 
@@ -798,7 +786,7 @@ static kvp_status_t mget_pages(kvp_tier_t *t, const rocksdb_readoptions_t *ro, s
 
     if (kbuf != NULL && keys != NULL && klens != NULL) {
         for (size_t i = 0; i < n; i++) {
-            page_key(pks[i], kbuf + i * PKEY_BYTES);
+            tier_page_key(pks[i], kbuf + i * PKEY_BYTES);
             keys[i]  = (const char *)kbuf + i * PKEY_BYTES;
             klens[i] = PKEY_BYTES;
         }
@@ -812,16 +800,8 @@ static kvp_status_t mget_pages(kvp_tier_t *t, const rocksdb_readoptions_t *ro, s
     return status;
 }
 
-/* A segment extent a page key names now (live-byte accounting, moves). */
-typedef struct {
-    bool     found;
-    uint32_t len;
-    uint64_t seg, off;
-} cur_loc_t;
-
-/* cur[i] for the n keys *pks[i], one MultiGet; false (nothing found) when its memory cannot be
- * had */
-static bool cur_locs(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *const *pks, cur_loc_t *cur)
+bool tier_cur_locs(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *const *pks,
+                   tier_cur_loc_t *cur)
 {
     rocksdb_pinnableslice_t **vals = kvp_calloc(n ? n : 1, sizeof(*vals), "tier mget vals");
     char                    **errs = kvp_calloc(n ? n : 1, sizeof(*errs), "tier mget errs");
@@ -834,7 +814,7 @@ static bool cur_locs(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *const *pks,
             size_t      vlen;
             const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
 
-            cur[i].found = loc_decode(v, vlen, &cur[i].seg, &cur[i].off, &cur[i].len);
+            cur[i].found = tier_loc_decode(v, vlen, &cur[i].seg, &cur[i].off, &cur[i].len);
         }
         if (ok) {
             rocksdb_free(errs[i]);
@@ -848,9 +828,7 @@ static bool cur_locs(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *const *pks,
     return ok;
 }
 
-/* The test hook (kvp_tier_inject_fail), t->mu held: true when this write or sync is to fail
- * (*status_p); then t->mu is released. */
-static bool inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_status_t *status_p)
+bool tier_inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_status_t *status_p)
 {
     if (t->fail_n == 0) {
         return false;
@@ -868,7 +846,7 @@ static bool inject_take(kvp_tier_t *t, const char *what, size_t bytes, kvp_statu
 static kvp_status_t commit_records(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
 {
     size_t                nold = b->nputs + b->ndels;
-    cur_loc_t            *old  = NULL;
+    tier_cur_loc_t       *old  = NULL;
     rocksdb_writebatch_t *wb;
     char                 *err = NULL;
     kvp_status_t          status;
@@ -881,7 +859,7 @@ static kvp_status_t commit_records(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         for (size_t i = 0; pks != NULL && i < nold; i++) {
             pks[i] = i < b->nputs ? &b->puts[i].pk : &b->dels[i - b->nputs];
         }
-        if (pks == NULL || old == NULL || !cur_locs(t, nold, pks, old)) {
+        if (pks == NULL || old == NULL || !tier_cur_locs(t, nold, pks, old)) {
             nold = 0; /* their segment bytes stay counted live: a leak, not a loss */
         }
         kvp_free(pks);
@@ -891,8 +869,8 @@ static kvp_status_t commit_records(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     for (size_t i = 0; i < b->nputs; i++) {
         uint8_t k[PKEY_BYTES], v[LOC_BYTES];
 
-        page_key(&b->puts[i].pk, k);
-        loc_encode(b->puts[i].ext.seg, b->puts[i].ext.off, b->puts[i].ext.len, v);
+        tier_page_key(&b->puts[i].pk, k);
+        tier_loc_encode(b->puts[i].ext.seg, b->puts[i].ext.off, b->puts[i].ext.len, v);
         rocksdb_writebatch_put_cf(wb, t->cf[CF_PAGES], (const char *)k, sizeof(k),
                                   (const char *)v, sizeof(v));
     }
@@ -969,10 +947,10 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
         KVP_LOG_ERROR(MOD, "no memory to keep a batch of %zu bytes", b->bytes);
         return KVP_ERR_NO_MEMORY;
     }
-    gen = db_hold(t);
+    gen = tier_db_hold(t);
     pthread_mutex_lock(&t->mu);
-    if (inject_take(t, "write", b->bytes, &status)) {
-        db_release(t);
+    if (tier_inject_take(t, "write", b->bytes, &status)) {
+        tier_db_release(t);
         return status;
     }
     status   = tier_space_admit(t, b->bytes); /* refused: nothing written, the reserve kept */
@@ -986,22 +964,22 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     }
     t->reclaim = t->reclaim || (status == KVP_OK && t->full && b->bytes == 0 && b->nops > 0);
     tier_unlock(t);
-    db_release(t);
+    tier_db_release(t);
     if (status == KVP_ERR_CORRUPT) { /* RocksDB stopped writes: a compaction met a damaged block */
-        status = salvage(t, gen, "writes stopped by a damaged block");
+        status = tier_reopen_rebuild(t, gen, "writes stopped by a damaged block");
     } else if (admitted && status == KVP_ERR_NO_SPACE) { /* the disk filled anyway */
-        status = full_disk(t, gen, stopped);
+        status = tier_full_disk(t, gen, stopped);
     } else {
         return status;
     }
     if (status == KVP_OK) { /* the db was opened again: the records once more, a batch that adds
                              * bytes only if the reserve's admission lets it now */
-        db_hold(t);
+        tier_db_hold(t);
         pthread_mutex_lock(&t->mu);
         status = b->bytes > 0 ? tier_space_admit(t, b->bytes) : KVP_OK;
         status = status == KVP_OK ? commit_records(t, b, mode) : status;
         tier_unlock(t);
-        db_release(t);
+        tier_db_release(t);
     }
     return status;
 }
@@ -1014,7 +992,7 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
     int          fd;
 
     pthread_mutex_lock(&t->mu);
-    if (inject_take(t, "sync", 0, &status)) {
+    if (tier_inject_take(t, "sync", 0, &status)) {
         return status;
     }
     fd = kvp_segs_sync_begin(t->segs, &gen);
@@ -1025,9 +1003,9 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
         status = kvp_segs_sync_run(fd);
     }
     if (status == KVP_OK) {
-        db_hold(t);
+        tier_db_hold(t);
         rocksdb_flush_wal(t->db, 1, &err); /* RocksDB serialises this with writes itself */
-        db_release(t);
+        tier_db_release(t);
         status = tier_map_err("flush wal", &err);
     }
     if (status == KVP_OK && fd >= 0) {
@@ -1077,7 +1055,7 @@ static kvp_status_t locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
             size_t      len;
             const char *v = rocksdb_pinnableslice_value(vals[i], &len);
 
-            if (!loc_decode(v, len, &locs[i].seg, &locs[i].off, &locs[i].len)) {
+            if (!tier_loc_decode(v, len, &locs[i].seg, &locs[i].off, &locs[i].len)) {
                 locs[i].inline_buf = kvp_malloc(len ? len : 1, "tier inline page");
                 locs[i].status     = locs[i].inline_buf != NULL ? KVP_OK : KVP_ERR_NO_MEMORY;
                 locs[i].len        = (uint32_t)len;
@@ -1102,9 +1080,9 @@ kvp_status_t kvp_tier_pages_locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_
 {
     kvp_status_t status;
 
-    db_hold(t);
+    tier_db_hold(t);
     status = locate(t, n, pks, locs);
-    db_release(t);
+    tier_db_release(t);
     return status;
 }
 
@@ -1207,9 +1185,9 @@ void kvp_tier_pages_read(kvp_tier_t *t, size_t n, kvp_tier_loc_t *locs, void *co
         }
         KVP_LOG_DEBUG(MOD, "%zu pages moved by a compaction while being read: located again",
                       again);
-        db_hold(t);
+        tier_db_hold(t);
         relocate(t, idx, again, locs);
-        db_release(t);
+        tier_db_release(t);
         m = 0;
         for (size_t j = 0; j < again; j++) {
             if (locs[idx[j]].status == KVP_OK) {
@@ -1229,402 +1207,6 @@ void kvp_tier_locs_clear(kvp_tier_loc_t *locs, size_t n)
     }
 }
 
-/* The walk reads without RocksDB's block checksums (ro_pages), as page reads do: a byte gone bad
- * in an SST holding inline pages is the page CRC's to find (a get, the scrub), and must not stop
- * the node from opening with every other session. */
-kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *arg,
-                                  uint64_t *dropped_p)
-{
-    rocksdb_iterator_t   *it;
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    kvp_status_t          status;
-    char                 *err = NULL;
-    uint64_t              dropped = 0;
-
-    db_hold(t);
-    it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
-    pthread_mutex_lock(&t->mu);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t          kl, vl;
-        const uint8_t  *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const char     *v;
-        kvp_tier_pkey_t pk;
-        uint64_t        seg, off;
-        uint32_t        len;
-
-        if (kl != PKEY_BYTES) {
-            continue;
-        }
-        pk.ns     = kvp_ld_be64(k);
-        pk.key.hi = kvp_ld_be64(k + 8);
-        pk.key.lo = kvp_ld_be64(k + 16);
-        pk.layer  = (uint32_t)k[24] << 24 | (uint32_t)k[25] << 16 | (uint32_t)k[26] << 8 | k[27];
-        if (!keep(arg, &pk)) {
-            rocksdb_writebatch_delete_cf(wb, t->cf[CF_PAGES], (const char *)k, kl);
-            dropped++;
-            continue;
-        }
-        v = rocksdb_iter_value(it, &vl);
-        if (loc_decode(v, vl, &seg, &off, &len)) {
-            kvp_segs_live_add(t->segs, seg, (int64_t)kvp_seg_span(len));
-        }
-    }
-    rocksdb_iter_get_error(it, &err);
-    status = tier_map_err("sweep pages", &err);
-    if (status == KVP_OK && dropped > 0) {
-        rocksdb_write(t->db, t->wo_sync, wb, &err);
-        status = tier_map_err("sweep write", &err);
-    }
-    if (status == KVP_OK) { /* only a complete walk may unlink segments */
-        kvp_segs_reap(t->segs);
-    }
-    tier_unlock(t);
-    rocksdb_writebatch_destroy(wb);
-    rocksdb_iter_destroy(it);
-    db_release(t);
-    *dropped_p = dropped;
-    return status;
-}
-
-uint64_t kvp_tier_segment_after(kvp_tier_t *t, uint64_t after)
-{
-    uint64_t id;
-
-    pthread_mutex_lock(&t->mu);
-    id = kvp_segs_next(t->segs, after);
-    tier_unlock(t);
-    return id;
-}
-
-size_t kvp_tier_compact_victims(kvp_tier_t *t, double dead_ratio, uint64_t *ids, size_t max)
-{
-    size_t n;
-
-    pthread_mutex_lock(&t->mu);
-    n = kvp_segs_victims(t->segs, dead_ratio, ids, max);
-    tier_unlock(t);
-    return n;
-}
-
-static int cmp_loc(const void *a, const void *b)
-{
-    const kvp_tier_loc_t *x = a, *y = b;
-
-    if (x->seg != y->seg) {
-        return x->seg < y->seg ? -1 : 1;
-    }
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* the key of a pages-CF entry back into its parts */
-static void page_key_decode(const uint8_t *k, kvp_tier_pkey_t *pk)
-{
-    pk->ns     = kvp_ld_be64(k);
-    pk->key.hi = kvp_ld_be64(k + 8);
-    pk->key.lo = kvp_ld_be64(k + 16);
-    pk->layer  = kvp_ld_be32(k + 24);
-}
-
-kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, size_t max_pages,
-                                   kvp_tier_loc_t **locs_p, size_t *n_p, kvp_tier_pkey_t *last_p,
-                                   bool *end_p)
-{
-    rocksdb_iterator_t *it;
-    kvp_tier_loc_t     *locs  = NULL;
-    size_t              n     = 0, cap = 0;
-    uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
-    uint8_t             from[PKEY_BYTES];
-    kvp_status_t        status = KVP_OK;
-    char               *err    = NULL;
-
-    db_hold(t);
-    it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
-    if (after != NULL) {
-        page_key(after, from);
-        rocksdb_iter_seek(it, (const char *)from, PKEY_BYTES);
-    } else {
-        rocksdb_iter_seek_to_first(it);
-    }
-    *end_p = false;
-    for (; rocksdb_iter_valid(it) && status == KVP_OK && (max_pages == 0 || n < max_pages);
-         rocksdb_iter_next(it)) {
-        size_t         kl, vl;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const char    *v = rocksdb_iter_value(it, &vl);
-        uint64_t       seg, off;
-        uint32_t       len;
-
-        if (kl != PKEY_BYTES || (after != NULL && memcmp(k, from, PKEY_BYTES) == 0)) {
-            continue;
-        }
-        page_key_decode(k, last_p);
-        if (loc_decode(v, vl, &seg, &off, &len) || vl > UINT32_MAX) {
-            continue; /* in a segment file: the segment walk checks it */
-        }
-        if (n == cap) {
-            kvp_tier_loc_t *g = kvp_realloc(locs, (cap ? 2 * cap : 64) * sizeof(*g),
-                                            "scrub inline pages");
-
-            if (g == NULL) {
-                status = KVP_ERR_NO_MEMORY;
-                break;
-            }
-            locs = g;
-            cap  = cap ? 2 * cap : 64;
-        }
-        locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = (uint32_t)vl, .pk = *last_p,
-                                   .moves = moves, .inline_buf = kvp_malloc(vl ? vl : 1,
-                                                                            "tier inline page")};
-        if (locs[n].inline_buf == NULL) {
-            status = KVP_ERR_NO_MEMORY;
-            break;
-        }
-        memcpy(locs[n].inline_buf, v, vl);
-        n++;
-    }
-    *end_p = status == KVP_OK && !rocksdb_iter_valid(it);
-    rocksdb_iter_get_error(it, &err);
-    status = status != KVP_OK ? status : tier_map_err("scan pages for scrubbing", &err);
-    rocksdb_iter_destroy(it);
-    db_release(t);
-    if (status != KVP_OK) {
-        kvp_tier_locs_clear(locs, n);
-        kvp_free(locs);
-        return status;
-    }
-    *locs_p = locs;
-    *n_p    = n;
-    return KVP_OK;
-}
-
-kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t nids,
-                                    kvp_tier_loc_t **locs_p, size_t *n_p)
-{
-    rocksdb_iterator_t *it;
-    kvp_tier_loc_t     *locs  = NULL;
-    size_t              n     = 0, cap = 0;
-    uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
-    kvp_status_t        status;
-    char               *err = NULL;
-
-    db_hold(t);
-    it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t         kl, vl;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const char    *v = rocksdb_iter_value(it, &vl);
-        uint64_t       seg, off;
-        uint32_t       len;
-        size_t         j = 0;
-
-        if (kl != PKEY_BYTES || !loc_decode(v, vl, &seg, &off, &len)) {
-            continue;
-        }
-        while (j < nids && ids[j] != seg) {
-            j++;
-        }
-        if (j == nids) {
-            continue;
-        }
-        if (n == cap) {
-            kvp_tier_loc_t *g = kvp_realloc(locs, (cap ? 2 * cap : 256) * sizeof(*g),
-                                            "compaction pages");
-
-            if (g == NULL) {
-                kvp_free(locs);
-                rocksdb_iter_destroy(it);
-                db_release(t);
-                return KVP_ERR_NO_MEMORY;
-            }
-            locs = g;
-            cap  = cap ? 2 * cap : 256;
-        }
-        locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = len, .seg = seg, .off = off,
-                                   .moves = moves};
-        page_key_decode(k, &locs[n].pk);
-        n++;
-    }
-    rocksdb_iter_get_error(it, &err);
-    status = tier_map_err("scan pages for compaction", &err);
-    rocksdb_iter_destroy(it);
-    db_release(t);
-    if (status != KVP_OK) {
-        kvp_free(locs);
-        return status;
-    }
-    if (n > 1) {
-        qsort(locs, n, sizeof(*locs), cmp_loc);
-    }
-    *locs_p = locs;
-    *n_p    = n;
-    return KVP_OK;
-}
-
-/* which[j] for j < m: the pages (of from) whose locator still names where they were read from
- * (t->mu held); the others are dropped from the list, and from ext[] alongside it when not NULL.
- * Returns false on no memory. */
-static bool still_current(kvp_tier_t *t, const kvp_tier_loc_t *from, size_t *which, size_t *m,
-                          kvp_seg_ext_t *ext, const kvp_tier_pkey_t **pks, cur_loc_t *cur)
-{
-    size_t keep = 0;
-
-    for (size_t j = 0; j < *m; j++) {
-        pks[j] = &from[which[j]].pk;
-    }
-    if (!cur_locs(t, *m, pks, cur)) {
-        return false;
-    }
-    for (size_t j = 0; j < *m; j++) {
-        const kvp_tier_loc_t *f = &from[which[j]];
-
-        if (cur[j].found && cur[j].seg == f->seg && cur[j].off == f->off && cur[j].len == f->len) {
-            if (ext != NULL) {
-                ext[keep] = ext[j];
-            }
-            which[keep++] = which[j];
-        }
-    }
-    *m = keep;
-    return true;
-}
-
-/* A move in three short holds of t->mu, its fsyncs outside them: (1) the pages still where they
- * were read from are appended to the active segment, (2) after their fdatasync, the locators of
- * those still current are written (WAL, no fsync; a copy whose page went meanwhile is dead bytes),
- * (3) after the WAL fsync the old places die and emptied segments go. A crash before (3) leaves
- * the old file, so whichever locator the WAL kept names durable bytes. */
-/* A compaction move's lock hold that started at t0: its length, kept as the maximum in moved. */
-static uint64_t lock_hold(kvp_tier_moved_t *moved, uint64_t t0)
-{
-    uint64_t ns = kvp_time_ns() - t0;
-
-    moved->lock_max_ns = ns > moved->lock_max_ns ? ns : moved->lock_max_ns;
-    return ns;
-}
-
-kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *from,
-                                 void *const *bytes, kvp_tier_moved_t *moved)
-{
-    kvp_seg_ext_t        *ext   = kvp_malloc((n ? n : 1) * sizeof(*ext), "compaction extents");
-    size_t               *which = kvp_malloc((n ? n : 1) * sizeof(*which), "compaction extents");
-    const kvp_tier_pkey_t **pks = kvp_malloc((n ? n : 1) * sizeof(*pks), "compaction keys");
-    cur_loc_t            *cur   = kvp_malloc((n ? n : 1) * sizeof(*cur), "compaction locators");
-    rocksdb_writebatch_t *wb    = rocksdb_writebatch_create();
-    kvp_status_t          status = KVP_OK;
-    size_t                m      = 0, total = 0;
-    char                 *err    = NULL;
-    uint64_t              held = 0, t0;
-    kvp_seg_resv_t        resv;
-    kvp_status_t          end;
-    uint64_t              gen = db_hold(t);
-
-    if (ext == NULL || which == NULL || pks == NULL || cur == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory to move %zu pages", n);
-        status = KVP_ERR_NO_MEMORY;
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        total += bytes[i] != NULL ? from[i].len : 0;
-        if (bytes[i] != NULL && from[i].seg != 0) {
-            which[m++] = i;
-        }
-    }
-    /* (1) append */
-    pthread_mutex_lock(&t->mu);
-    t0 = kvp_time_ns();
-    if (inject_take(t, "compaction write", total, &status)) {
-        goto out; /* unlocked by inject_take */
-    }
-    if (!still_current(t, from, which, &m, NULL, pks, cur)) {
-        status = KVP_ERR_NO_MEMORY;
-    }
-    for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        ext[j] = (kvp_seg_ext_t){bytes[which[j]], from[which[j]].len, 0, 0, KVP_OK};
-    }
-    if (m > 0 && status == KVP_OK) { /* placed here, written and synced without the lock */
-        status = kvp_segs_reserve(t->segs, ext, m, &resv);
-    }
-    held += lock_hold(moved, t0);
-    tier_unlock(t);
-    if (m == 0 || status != KVP_OK) {
-        goto out;
-    }
-    /* the copies durable before any locator names them */
-    status = kvp_segs_resv_write(&resv, ext, m, true);
-    if (status == KVP_OK) {
-        tier_hook_run(t, KVP_TIER_HOOK_MOVE);
-    }
-    /* (2) the locators of the pages still current */
-    pthread_mutex_lock(&t->mu);
-    t0  = kvp_time_ns();
-    end = kvp_segs_resv_end(t->segs, &resv, status == KVP_OK, true);
-    status = status != KVP_OK ? status : end;
-    if (status != KVP_OK) {
-        tier_unlock(t);
-        goto out;
-    }
-    if (!still_current(t, from, which, &m, ext, pks, cur)) { /* ext[j] stays with which[j] */
-        status = KVP_ERR_NO_MEMORY;
-    }
-    for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        uint8_t k[PKEY_BYTES], v[LOC_BYTES];
-
-        page_key(&from[which[j]].pk, k);
-        loc_encode(ext[j].seg, ext[j].off, ext[j].len, v);
-        rocksdb_writebatch_put_cf(wb, t->cf[CF_PAGES], (const char *)k, sizeof(k), (const char *)v,
-                                  sizeof(v));
-    }
-    if (m > 0 && status == KVP_OK) {
-        rocksdb_write(t->db, t->wo_wal, wb, &err);
-        status = tier_map_err("compaction write", &err);
-    }
-    for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
-        moved->bytes += ext[j].len;
-    }
-    held += lock_hold(moved, t0);
-    tier_unlock(t);
-    if (m == 0 || status != KVP_OK) {
-        goto out;
-    }
-    rocksdb_flush_wal(t->db, 1, &err); /* the new locators durable before an old file can go */
-    status = tier_map_err("compaction wal sync", &err);
-    /* (3) the old places die (a failed sync leaves them counted live: the files stay) */
-    pthread_mutex_lock(&t->mu);
-    t0 = kvp_time_ns();
-    if (status == KVP_OK) {
-        /* a reader that located a page before this and finds its segment gone locates again */
-        __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);
-        for (size_t j = 0; j < m; j++) {
-            const kvp_tier_loc_t *f     = &from[which[j]];
-            uint64_t              freed = kvp_segs_live_add(t->segs, f->seg,
-                                                            -(int64_t)kvp_seg_span(f->len));
-
-            moved->segments += freed > 0;
-            moved->freed_bytes += freed;
-        }
-        moved->pages += m;
-    }
-    held += lock_hold(moved, t0);
-    tier_unlock(t);
-    KVP_LOG_DEBUG(MOD, "compaction move of %zu pages: tier lock held %.1f ms", m,
-                  (double)held / 1e6);
-out:
-    db_release(t);
-    rocksdb_writebatch_destroy(wb);
-    kvp_free(cur);
-    kvp_free(pks);
-    kvp_free(which);
-    kvp_free(ext);
-    if (status == KVP_ERR_CORRUPT) { /* a later compaction moves them again */
-        kvp_status_t rebuilt = salvage(t, gen, "writes stopped by a damaged block");
-
-        status = rebuilt != KVP_OK ? rebuilt : status;
-    } else if (status == KVP_ERR_NO_SPACE) { /* room for the next try (and for deletes) */
-        (void)full_disk(t, gen, false);
-    }
-    return status;
-}
 
 void kvp_tier_last_writes(kvp_tier_t *t)
 {
@@ -1666,9 +1248,9 @@ kvp_status_t kvp_tier_session_get(kvp_tier_t *t, uint64_t ns, const char *sid, u
     char    *v;
     uint8_t *blob;
 
-    db_hold(t);
+    tier_db_hold(t);
     v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_SESSIONS], (const char *)k, kl, &len, &err);
-    db_release(t);
+    tier_db_release(t);
     if (err != NULL) {
         return tier_map_err("get session", &err);
     }
@@ -1694,7 +1276,7 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
     char               *err = NULL;
     char                sid[KVP_SID_MAX];
 
-    db_hold(t);
+    tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_SESSIONS]);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t         kl, vl;
@@ -1721,7 +1303,7 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
     }
     rocksdb_free(err);
     rocksdb_iter_destroy(it);
-    db_release(t);
+    tier_db_release(t);
     return status;
 }
 
@@ -1733,7 +1315,7 @@ kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta
     kvp_status_t        status = KVP_OK;
     char               *err    = NULL;
 
-    db_hold(t);
+    tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_META]);
     for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t         kl, vl;
@@ -1754,20 +1336,20 @@ kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta
     }
     rocksdb_free(err);
     rocksdb_iter_destroy(it);
-    db_release(t);
+    tier_db_release(t);
     return status;
 }
 
 kvp_status_t kvp_tier_index_verify(kvp_tier_t *t, bool *rebuilt_p)
 {
     bool         damaged = false;
-    uint64_t     gen     = db_hold(t);
+    uint64_t     gen     = tier_db_hold(t);
     kvp_status_t status  = tier_index_check(t, &damaged);
 
-    db_release(t);
+    tier_db_release(t);
     *rebuilt_p = false;
     if (status == KVP_OK && damaged) {
-        status     = salvage(t, gen, "a block of the index is damaged");
+        status     = tier_reopen_rebuild(t, gen, "a block of the index is damaged");
         *rebuilt_p = status == KVP_OK;
     }
     return status;
@@ -1786,9 +1368,9 @@ kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)
     if (!want) {
         return KVP_OK;
     }
-    gen  = db_hold(t);
+    gen  = tier_db_hold(t);
     need = index_table_bytes(t) + (1u << 20); /* a compaction's output: at most its input */
-    db_release(t);
+    tier_db_release(t);
     if (tier_space_free(t) < need) { /* the reserve file may make up the difference */
         pthread_mutex_lock(&t->mu);
         if (t->reserve_held && tier_space_free(t) + t->reserve >= need) {
@@ -1813,7 +1395,7 @@ kvp_status_t kvp_tier_reclaim(kvp_tier_t *t)
                      (unsigned long long)(tier_space_free(t) >> 20));
     }
     if (status == KVP_ERR_NO_SPACE) { /* its flush or output met the full disk: RocksDB stopped */
-        status = full_disk(t, gen, true);
+        status = tier_full_disk(t, gen, true);
     }
     return status;
 }
@@ -1824,14 +1406,14 @@ kvp_status_t kvp_tier_index_compact(kvp_tier_t *t)
     char             *err = NULL;
     kvp_status_t      status;
 
-    db_hold(t);
+    tier_db_hold(t);
     for (size_t i = 0; i < t->ncfs; i++) {
         rocksdb_compact_range_cf(t->db, t->cfs[i], NULL, 0, NULL, 0);
     }
     /* CompactRange reports nothing in the C API; a write (unlogged, of nothing) gets the error
      * RocksDB stopped writes for, if it did */
     rocksdb_delete_cf(t->db, t->wo_nowal, t->cf[CF_META], probe, sizeof(probe) - 1, &err);
-    db_release(t);
+    tier_db_release(t);
     status = tier_map_err("write after a compaction", &err);
     if (status == KVP_ERR_CORRUPT) {
         KVP_LOG_ERROR(MOD, "db %s: a compaction met a damaged block: RocksDB refuses writes until "

@@ -15,7 +15,7 @@
  * next open runs 3 and 4 again (tier_salvage_resume). Damage to a block's structure can stop even
  * an unchecked walk: the walk goes on from the first key of the next SST file of that column
  * family, and the records between are lost (counted in rebuild_lost, logged).
- * Main flow: kvp_tier_open / salvage (tier_rocksdb.c) -> tier_index_check -> tier_index_rebuild
+ * Main flow: kvp_tier_open / tier_reopen_rebuild (tier_rocksdb.c) -> tier_index_check -> tier_index_rebuild
  * (copy_out, mark, copy_back). */
 #include "tier_int.h"
 #include "kvpack/alloc.h"
