@@ -1,0 +1,62 @@
+/* client_int.h - internal to client/: the node client's handle and its calls (one request and
+ * its reply in flight), shared by client.c (connection, calls, puts and control operations) and
+ * client_get.c (fetching a session). */
+#ifndef KVPACK_CLIENT_INT_H
+#define KVPACK_CLIENT_INT_H
+
+#include "kvpack/kvpack.h"
+#include "kvpack/wire.h"
+#include "kvpack/xfer.h"
+
+#define MAX_INFLIGHT 8 /* calls in flight per client, the ceiling of max_inflight */
+
+/* One request slot: its reply (or failure) and whether its send still pins its data. */
+typedef struct {
+    int             used;
+    int             done;      /* reply (or failure) recorded */
+    int             sending;   /* our send still pinned in the transport */
+    uint64_t        req_id;
+    kvp_wire_op_t   op;
+    kvp_status_t    status;
+    uint64_t        deadline_ns;
+    kvp_wire_rep_t  rep;
+    kvp_xfer_msg_h  msg;       /* reply data, held until kvp_client_call_release */
+    kvp_xfer_iov_t *iov;       /* owned iov array for PUT_PAGES */
+    uint32_t        first;     /* PUT_PAGES: index of the batch's first page */
+} kvp_client_call_t;
+
+struct kvp_client {
+    kvp_xfer_h      x;
+    kvp_xfer_conn_h conn;
+    char            host[256];
+    uint16_t        port;
+    uint32_t        timeout_ms;
+    size_t          batch_bytes;
+    uint32_t        max_inflight;
+    uint32_t        max_pages;  /* per message, bounded by the transport header limit */
+    uint32_t        max_keys;
+    int             pages_apart; /* the node refused pages with a record (it predates them) */
+    uint64_t        next_id;
+    uint64_t        rx_bytes;   /* reply bytes received (headers + data) */
+    int             conn_heard; /* a reply came on the connection: its set-up is over */
+    kvp_client_call_t          calls[MAX_INFLIGHT];
+};
+
+/* Release a finished call: its reply, the reply data it held, its iov; the slot is free again. */
+void kvp_client_call_release(kvp_client_call_t *call);
+/* Send req (+ iov data, pinned until the call finishes; iov is owned by the call); the call slot
+ * is returned in *call_p even when sending failed (its status says why). KVP_ERR_BUSY (iov freed)
+ * when every slot is taken: callers bound their in-flight calls. */
+kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer_iov_t *iov,
+                                   int iovcnt, kvp_client_call_t **call_p);
+/* Wait until the call has its reply and its send is finished, or its deadline passes (then the
+ * connection is reset: KVP_ERR_TIMEOUT). */
+kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call);
+/* One request without bulk data, waited for (a read is tried once more on a fresh connection
+ * after PEER_GONE). The caller releases *call_p. */
+kvp_status_t kvp_client_call_simple(kvp_client_h c, kvp_wire_req_t *req,
+                                    kvp_client_call_t **call_p);
+/* KVP_ERR_INVALID (logged) unless sid is 1..KVP_SID_MAX-1 bytes */
+kvp_status_t kvp_client_sid_check(const char *sid);
+
+#endif
