@@ -16,13 +16,32 @@
 #define KVD_HDR     24u
 #define KVD_MAX_ELEMS (1ull << 32) /* per tensor: 16 GiB of fp32 */
 
+/* Elements per tensor of this geometry; 0 when a dimension is 0 or the count passes
+ * KVD_MAX_ELEMS. Multiplied one factor at a time, each step checked: the plain 4-way product of
+ * u32s can wrap (10256 x 6700417 x 4096 x 65536 = 2^64 + 2^32, each within the .kvd bounds), and
+ * a wrapped count that matched a file's size would size buffers far smaller than the dimensions
+ * they are read with. */
+static uint64_t kv_elems(uint32_t layers, uint32_t tokens, uint32_t heads, uint32_t head_dim)
+{
+    const uint32_t dims[4] = {layers, tokens, heads, head_dim};
+    uint64_t       n       = 1;
+
+    for (int i = 0; i < 4; i++) { /* n <= 2^32 and dims[i] < 2^32: no step can overflow */
+        n *= dims[i];
+        if (n == 0 || n > KVD_MAX_ELEMS) {
+            return 0;
+        }
+    }
+    return n;
+}
+
 kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
                           uint32_t head_dim)
 {
-    uint64_t n = (uint64_t)layers * tokens * heads * head_dim;
+    uint64_t n = kv_elems(layers, tokens, heads, head_dim);
 
     memset(kv, 0, sizeof(*kv));
-    if (n == 0 || n > KVD_MAX_ELEMS) {
+    if (n == 0) {
         KVP_LOG_ERROR("eval", "kv of %u x %u x %u x %u elements is empty or too large", layers,
                       tokens, heads, head_dim);
         return KVP_ERR_INVALID;
@@ -162,13 +181,20 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
-    n = (uint64_t)kvp_ld32(hdr + 8) * kvp_ld32(hdr + 12) * kvp_ld32(hdr + 16) * kvp_ld32(hdr + 20);
-    if (kvp_ld32(hdr + 8) == 0 || kvp_ld32(hdr + 12) == 0 || kvp_ld32(hdr + 16) == 0 || kvp_ld32(hdr + 20) == 0 ||
-        kvp_ld32(hdr + 8) > 65536 || kvp_ld32(hdr + 12) > (1u << 24) || kvp_ld32(hdr + 16) > 4096 ||
-        kvp_ld32(hdr + 20) > 65536 || n > KVD_MAX_ELEMS ||
-        (uint64_t)stt.st_size != KVD_HDR + 8 * n) {
-        KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u does not match the file size %lld",
-                      path, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16), kvp_ld32(hdr + 20),
+    n = kv_elems(kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16), kvp_ld32(hdr + 20));
+    if (n == 0 || kvp_ld32(hdr + 8) > 65536 || kvp_ld32(hdr + 12) > (1u << 24) ||
+        kvp_ld32(hdr + 16) > 4096 || kvp_ld32(hdr + 20) > 65536) {
+        KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u is out of bounds (each at least 1; at "
+                      "most 65536 layers, 2^24 tokens, 4096 heads, head_dim 65536, 2^32 elements "
+                      "per tensor)", path, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12),
+                      kvp_ld32(hdr + 16), kvp_ld32(hdr + 20));
+        fclose(f);
+        return KVP_ERR_BAD_PAGE;
+    }
+    if ((uint64_t)stt.st_size != KVD_HDR + 8 * n) {
+        KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u needs %llu bytes, the file has %lld",
+                      path, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16),
+                      kvp_ld32(hdr + 20), (unsigned long long)(KVD_HDR + 8 * n),
                       (long long)stt.st_size);
         fclose(f);
         return KVP_ERR_BAD_PAGE;
