@@ -105,7 +105,12 @@ kvp_status_t kvp_session_desc_unpack(const uint8_t *blob, size_t len, kvp_sessio
     d.tail_tokens = kvp_ld32(blob + 20);
     d.n_tail      = kvp_ld32(blob + 24);
     d.tail_len    = (size_t)kvp_ld64(blob + 32);
-    need = (uint64_t)SESSION_HDR + 16ull * d.n_chunks + (uint64_t)kvp_ld64(blob + 32) + 4;
+    /* tail_len is checked against len before it is added: a sum taken first could wrap to len
+     * (a tail of 2^64 - 12 with one key in 48 bytes), and the keys and tail would be read far
+     * past the blob */
+    need = kvp_ld64(blob + 32) <= len
+               ? (uint64_t)SESSION_HDR + 16ull * d.n_chunks + kvp_ld64(blob + 32) + 4
+               : 0;
     if (need != len || d.layers == 0 || d.layers > 65535 || d.page_tokens == 0 ||
         d.page_tokens > KVP_PAGE_MAX_TOKENS || d.tail_tokens >= d.page_tokens ||
         (d.n_tail != 0 && d.n_tail != d.layers) || ((d.n_tail == 0) != (d.tail_len == 0))) {

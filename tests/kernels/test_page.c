@@ -2,7 +2,9 @@
  * trailing byte and every single-bit flip anywhere in the page is an error (never a decode or a
  * crash); each header field set to a bad value and re-sealed with a valid CRC is rejected by
  * kvp_page_parse or, for the codec-owned fields (bits, groups, rotation flags, aux), by
- * kvp_page_decode; random garbage never decodes. */
+ * kvp_page_decode; random garbage never decodes. The session record's blob, too: truncations,
+ * flips and byte counts that wrap (session_records). */
+#include "kvpack/alloc.h"
 #include "kvpack/bytes.h"
 #include "tk.h"
 
@@ -141,6 +143,81 @@ static void garbage(void)
     free(out);
 }
 
+/* A record blob re-sealed (CRC32C trailer over the rest) after a field was changed. */
+static void record_reseal(uint8_t *b, size_t len)
+{
+    kvp_st32(b + len - 4, kvp_crc32c(0, b, len - 4));
+}
+
+/* The session record (kvp_session_desc_unpack): a good one round-trips; every truncation, a
+ * trailing byte and every bit flip is an error; and counts whose byte total wraps 64 bits to the
+ * blob's length, re-sealed with a valid CRC (as a client could send), are refused before the keys
+ * or tail are read (a tail of 2^64 - 12 beside one key in a 48-byte blob once passed the length
+ * check and read the key past the blob's end). */
+static void session_records(void)
+{
+    kvp_key128_t       keys[3] = {{1, 2}, {3, 4}, {5, 6}};
+    uint8_t            tail[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+    kvp_session_desc_t d = {.layers = 2, .page_tokens = 32, .n_chunks = 3, .chunk_keys = keys,
+                            .tail_tokens = 5, .n_tail = 2, .tail_len = sizeof(tail), .tail = tail};
+    kvp_session_desc_t back;
+    uint8_t           *blob, *b;
+    size_t             len;
+
+    CHECK_OK(kvp_session_desc_pack(&d, &blob, &len));
+    CHECK_OK(kvp_session_desc_unpack(blob, len, &back));
+    EXPECT(back.n_chunks == 3 && back.chunk_keys[2].hi == 6 && back.tail_len == sizeof(tail) &&
+               memcmp(back.tail, tail, sizeof(tail)) == 0 && back.n_tail == 2,
+           "record does not round-trip");
+    kvp_session_desc_clear(&back);
+    b = malloc(len + 1);
+    CHECK(b != NULL);
+    for (size_t l = 0; l <= len + 1; l++) {
+        if (l == len) {
+            continue;
+        }
+        memcpy(b, blob, len < l ? len : l);
+        if (l > len) {
+            b[len] = 0;
+        }
+        EXPECT(kvp_session_desc_unpack(b, l, &back) != KVP_OK, "record of %zu bytes accepted", l);
+    }
+    for (size_t i = 0; i < len; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(b, blob, len);
+            b[i] ^= (uint8_t)(1u << bit);
+            EXPECT(kvp_session_desc_unpack(b, len, &back) != KVP_OK,
+                   "record with byte %zu bit %d flipped accepted", i, bit);
+        }
+    }
+    free(b);
+    kvp_free(blob);
+    {
+        /* header (40 bytes) + 8 bytes + CRC: one key cannot fit, tail_len wraps the sum to 48 */
+        static const struct {
+            uint32_t n_chunks;
+            uint64_t tail_len;
+        } wraps[] = {{1, UINT64_MAX - 11}, {1u << 28, (uint64_t)0 - (1ull << 32) + 4},
+                     {0xFFFFFFFFu, (uint64_t)0 - 16ull * 0xFFFFFFFFu + 4}};
+        uint8_t w[48];
+
+        for (size_t i = 0; i < sizeof(wraps) / sizeof(wraps[0]); i++) {
+            memset(w, 0, sizeof(w));
+            kvp_st32(w, 0x5353564Bu); /* "KVSS" */
+            w[4] = 1;
+            kvp_st32(w + 8, 2);
+            kvp_st32(w + 12, 32);
+            kvp_st32(w + 16, wraps[i].n_chunks);
+            kvp_st32(w + 24, 2);
+            kvp_st64(w + 32, wraps[i].tail_len);
+            record_reseal(w, sizeof(w));
+            EXPECT(kvp_session_desc_unpack(w, sizeof(w), &back) == KVP_ERR_BAD_PAGE,
+                   "record of %u keys and a %llu-byte tail in 48 bytes not refused",
+                   wraps[i].n_chunks, (unsigned long long)wraps[i].tail_len);
+        }
+    }
+}
+
 int main(void)
 {
     const mut_t common[] = {
@@ -188,5 +265,6 @@ int main(void)
         truncations_and_flips((kvp_codec_id_t)c);
     }
     garbage();
+    session_records();
     return kvp_test_result("test_page");
 }
