@@ -240,12 +240,16 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
     return KVP_OK;
 }
 
-static kvp_status_t decode_parse(const void *page, size_t len, kvp_page_info_t *info)
+kvp_status_t kvp_codec_page_check(const kvp_page_info_t *info, const uint8_t *payload)
 {
-    kvp_status_t status = kvp_page_parse(page, len, info);
+    const kvp_codec_ops_t *ops = codec_ops((kvp_codec_id_t)info->codec);
+    kvp_codec_geom_t       g   = {info->heads, info->head_dim, info->capacity, info->valid};
+    kvp_status_t           status = fields_check(info);
 
-    if (status == KVP_OK) {
-        status = fields_check(info);
+    if (status == KVP_OK && ops->params_ok != NULL && !ops->params_ok(&g, payload)) {
+        KVP_LOG_DEBUG("codec", "%s page (layer %u) holds a non-finite scale or zero, or a norm "
+                      "that is not finite and > 0", kvp_codec_name(info->codec), info->layer);
+        status = KVP_ERR_BAD_PAGE;
     }
     return status;
 }
@@ -264,7 +268,7 @@ kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kv
         (frame != KVP_FRAME_ORIGINAL && frame != KVP_FRAME_ROTATED)) {
         return KVP_ERR_INVALID;
     }
-    status = decode_parse(page, len, &info);
+    status = kvp_page_parse(page, len, &info);
     if (status != KVP_OK) {
         return status;
     }
@@ -312,7 +316,7 @@ kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kv
 kvp_status_t kvp_page_token_norms(const void *page, size_t len, float *norms)
 {
     kvp_page_info_t info;
-    kvp_status_t    status = decode_parse(page, len, &info);
+    kvp_status_t    status = kvp_page_parse(page, len, &info);
 
     if (status != KVP_OK) {
         return status;

@@ -2,6 +2,7 @@
  * Payload: offset 0, 2*valid*H*D bytes K; then 2*valid*H*D bytes V. Used for session tails
  * and as the uncompressed baseline. Conversions go through the front door's (F16C) converters. */
 #include "codec_ops.h"
+#include "kvpack/log.h"
 
 static kvp_status_t fp16_check(const kvp_codec_geom_t *g)
 {
@@ -35,12 +36,13 @@ static kvp_status_t fp16_decode(const kvp_codec_geom_t *g, const kvp_page_info_t
 
     (void)info;
     (void)frame;
-    /* the stored halves are finite (checked at encode, CRC-verified since): status is OK */
-    if (k_out != NULL) {
-        (void)kvp_cvt_ops()->load_f16(h, n, k_out);
-    }
-    if (v_out != NULL) {
-        (void)kvp_cvt_ops()->load_f16(h + n, n, v_out);
+    /* the encoder stores finite halves only: Inf/NaN here is a page no codec wrote (its CRC
+     * made to match), refused as it is converted rather than in kvp_page_parse (a second pass
+     * over the whole payload on every parse) */
+    if ((k_out != NULL && kvp_cvt_ops()->load_f16(h, n, k_out) != KVP_OK) ||
+        (v_out != NULL && kvp_cvt_ops()->load_f16(h + n, n, v_out) != KVP_OK)) {
+        KVP_LOG_DEBUG("codec", "fp16 page holds Inf/NaN");
+        return KVP_ERR_BAD_PAGE;
     }
     return KVP_OK;
 }

@@ -44,6 +44,14 @@ static void kivi_layout(const kvp_codec_geom_t *g, uint32_t G, kvp_hd_q2_layout_
     l->total   = l->v_zero + 2 * rows;
 }
 
+static int kivi_params_ok(const kvp_codec_geom_t *g, const uint8_t *payload, uint32_t G)
+{
+    kvp_hd_q2_layout_t l;
+
+    kivi_layout(g, G, &l);
+    return kvp_hd_q2_params_ok(payload, &l);
+}
+
 static kvp_status_t kivi_check_g(const kvp_codec_geom_t *g, uint32_t G)
 {
     if (g->head_dim % kivi_gv(G, g->head_dim) != 0) {
@@ -230,6 +238,10 @@ KIVI_H_OPS(naive2, 0)
     {                                                                                            \
         return kivi_encode_g(g, k, v, info, payload, _G, &(_kern));                              \
     }                                                                                            \
+    static int _name##_##_impl##_params_ok(const kvp_codec_geom_t *g, const uint8_t *payload)   \
+    {                                                                                            \
+        return kivi_params_ok(g, payload, _G);                                                   \
+    }                                                                                            \
     static kvp_status_t _name##_##_impl##_decode(const kvp_codec_geom_t *g,                     \
                                                  const kvp_page_info_t *info,                    \
                                                  const uint8_t *payload, kvp_frame_t frame,      \
@@ -242,7 +254,8 @@ KIVI_H_OPS(naive2, 0)
     const kvp_codec_ops_t kvp_codec_##_name##_##_impl = {                                       \
         .name = _cname, .impl = #_impl, .check = _name##_##_impl##_check,                        \
         .payload_bytes = _name##_##_impl##_bytes, .encode = _name##_##_impl##_encode,            \
-        .decode = _name##_##_impl##_decode, .encode_h = _ench, .decode_h = _dech,                \
+        .params_ok = _name##_##_impl##_params_ok, .decode = _name##_##_impl##_decode,            \
+        .encode_h = _ench, .decode_h = _dech,                                                    \
     };
 
 KIVI_OPS(kivi, "kivi", 32, ref, kvp_q2_ref, NULL, NULL)

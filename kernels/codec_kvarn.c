@@ -46,7 +46,14 @@ static size_t kvarn_bytes(const kvp_codec_geom_t *g)
     return l.rec * g->heads;
 }
 
-/* Every fp16 scale of every tile record is finite. */
+static int kvarn_params_ok(const kvp_codec_geom_t *g, const uint8_t *payload)
+{
+    kvp_hd_kvarn_layout_t l;
+
+    kvarn_layout(g, &l);
+    return kvp_hd_kvarn_params_finite(payload, g->heads, &l);
+}
+
 /* Common end of both encoders: the absorbed scales Sr*s, Sr*lo can exceed the data range
  * (Sc >= e^-0.3) and must stay fp16; then the header fields. */
 static kvp_status_t kvarn_finish(const kvp_codec_geom_t *g, kvp_page_info_t *info, const uint8_t *p,
@@ -248,7 +255,7 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     }                                                                                            \
     const kvp_codec_ops_t kvp_codec_kvarn_##_impl = {                                           \
         .name = "kvarn", .impl = #_impl, .check = kvarn_check, .payload_bytes = kvarn_bytes,     \
-        .encode = kvarn_encode_##_impl, .decode = kvarn_decode_##_impl, .encode_h = _ench,       \
+        .params_ok = kvarn_params_ok, .encode = kvarn_encode_##_impl, .decode = kvarn_decode_##_impl, .encode_h = _ench,       \
     };
 
 KVARN_OPS(ref, kvp_q2_ref, NULL)

@@ -26,6 +26,10 @@ typedef struct {
      * k and v may be modified (they are the caller's scratch copies or the front door's). */
     kvp_status_t (*encode)(const kvp_codec_geom_t *g, const float *k, const float *v,
                            kvp_page_info_t *info, uint8_t *payload);
+    /* 1 when the stored parameters are usable (finite fp16 scales and zeros; oscar: norms finite
+     * and > 0); kvp_page_parse calls it after the CRC. NULL: nothing beyond the CRC (fp16,
+     * whose values decode checks as it converts them). */
+    int (*params_ok)(const kvp_codec_geom_t *g, const uint8_t *payload);
     /* k_out / v_out may be NULL. */
     kvp_status_t (*decode)(const kvp_codec_geom_t *g, const kvp_page_info_t *info,
                            const uint8_t *payload, kvp_frame_t frame, float *k_out, float *v_out);

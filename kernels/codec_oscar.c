@@ -41,6 +41,13 @@ static kvp_status_t oscar_check(const kvp_codec_geom_t *g)
     return KVP_OK;
 }
 
+static int oscar_params_ok(const kvp_codec_geom_t *g, const uint8_t *payload)
+{
+    kvp_hd_q2_layout_t l = oscar_layout(g);
+
+    return kvp_hd_q2_params_ok(payload, &l);
+}
+
 static size_t oscar_bytes(const kvp_codec_geom_t *g)
 {
     kvp_hd_q2_layout_t l = oscar_layout(g);
@@ -274,7 +281,7 @@ static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_inf
     }                                                                                            \
     const kvp_codec_ops_t kvp_codec_oscar_##_impl = {                                           \
         .name = "oscar", .impl = #_impl, .check = oscar_check, .payload_bytes = oscar_bytes,     \
-        .encode = oscar_encode_##_impl, .decode = oscar_decode_##_impl, .encode_h = _ench,       \
+        .params_ok = oscar_params_ok, .encode = oscar_encode_##_impl, .decode = oscar_decode_##_impl, .encode_h = _ench,       \
         .decode_h = _dech,                                                                       \
     };
 

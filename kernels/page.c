@@ -165,6 +165,9 @@ kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_
                       (unsigned long long)in.first_pos);
         return KVP_ERR_CORRUPT;
     }
+    if (kvp_codec_page_check(&in, p + KVP_PAGE_HDR_BYTES) != KVP_OK) {
+        return KVP_ERR_BAD_PAGE; /* logged by the codec layer */
+    }
     if (info_p != NULL) {
         *info_p = in;
     }

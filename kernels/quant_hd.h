@@ -129,10 +129,23 @@ KVP_HD void  kvp_hd_sth(uint8_t *p, float f) { kvp_hd_st16(p, kvp_hd_f16(f)); }
 /* 1 when none of n fp16 slots at p is Inf/NaN (a stored scale or zero that overflowed). */
 KVP_HD int kvp_hd_f16_all_finite(const uint8_t *p, size_t n)
 {
-    uint32_t bad = 0;
+    /* four halves a step (kvp_page_parse runs this over every scale and zero of a page): v has
+     * a zero 16-bit lane where a half's exponent is all ones, and (v - 1s) & ~v & 0x8000s is
+     * non-zero exactly when some lane of v is zero (a borrow can mark a lane above a zero lane
+     * too, never one without a zero below it). Lanes are little-endian halves, as stored. */
+    const uint64_t m = 0x7C007C007C007C00ull, ones = 0x0001000100010001ull;
+    uint64_t       bad = 0;
+    size_t         i   = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        bad |= (uint32_t)((kvp_hd_ld16(p + 2 * i) & 0x7C00u) == 0x7C00u);
+    for (; i + 4 <= n; i += 4) {
+        uint64_t x, v;
+
+        memcpy(&x, p + 2 * i, 8);
+        v = (x & m) ^ m;
+        bad |= (v - ones) & ~v & 0x8000800080008000ull;
+    }
+    for (; i < n; i++) {
+        bad |= (uint64_t)((kvp_hd_ld16(p + 2 * i) & 0x7C00u) == 0x7C00u);
     }
     return bad == 0;
 }
@@ -168,6 +181,24 @@ KVP_HD kvp_hd_q2_layout_t kvp_hd_q2_layout(int oscar, uint32_t T, uint32_t H, ui
     l.total   = l.v_zero + 2 * (size_t)T * H * l.ng;
     l.gv      = gv;
     return l;
+}
+
+/* 1 when every stored parameter of a 2-bit page of layout l is usable: the fp16 K and V scales
+ * and zeros finite and, for oscar (l->k_codes > 0: its fp32 norms come first), every norm finite
+ * and > 0 (the encoder stores a zero or NaN norm as 1). A page that fails was not written by a
+ * codec, whatever its CRC says; kvp_page_parse refuses it. */
+KVP_HD int kvp_hd_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l)
+{
+    for (size_t t = 0; t < l->k_codes / 4; t++) {
+        uint32_t x = (uint32_t)p[4 * t] | (uint32_t)p[4 * t + 1] << 8 |
+                     (uint32_t)p[4 * t + 2] << 16 | (uint32_t)p[4 * t + 3] << 24;
+
+        if ((x & 0x80000000u) != 0 || (x & 0x7F800000u) == 0x7F800000u || x == 0) {
+            return 0; /* negative, -0, Inf, NaN or 0 */
+        }
+    }
+    return kvp_hd_f16_all_finite(p + l->k_scale, (l->v_codes - l->k_scale) / 2) &&
+           kvp_hd_f16_all_finite(p + l->v_scale, (l->total - l->v_scale) / 2);
 }
 
 /* Offsets inside one head's record of a kvarn page (table: codec_kvarn.c) of T tokens x D: K

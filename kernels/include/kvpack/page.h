@@ -103,7 +103,11 @@ void kvp_page_hdr_write(const kvp_page_info_t *info, void *out);
 void kvp_page_seal(void *page);
 
 /* Validate a page of len bytes: every header field, the payload length against the codec's size
- * for that geometry (kvp_codec_payload_bytes), the CRC. Touches payload bytes only for the CRC.
+ * for that geometry (kvp_codec_payload_bytes), the CRC, then what the codec wrote
+ * (kvp_codec_page_check: bits, groups, rotation flags and aux as that codec sets them, its
+ * stored scales, zeros and norms usable), so a page whose CRC was made to match is refused
+ * before anything sizes a loop by its fields. Reads the payload for the CRC and the codec's
+ * parameters (an fp16 page's values are checked by kvp_page_decode as it converts them).
  * Returns KVP_ERR_BAD_PAGE for inconsistent or truncated input, KVP_ERR_CORRUPT for a CRC mismatch.
  * info_p may be NULL. */
 kvp_status_t kvp_page_parse(const void *page, size_t len, kvp_page_info_t *info_p);
@@ -117,6 +121,11 @@ size_t kvp_page_len_at(const void *p, size_t rem);
  * geometry is not supported by the codec. Implemented by the codec layer (codec.c). */
 size_t kvp_codec_payload_bytes(kvp_codec_id_t codec, uint32_t heads, uint32_t head_dim,
                                uint32_t capacity, uint32_t valid);
+/* A parsed header's codec-owned fields (bits, groups, rotation flags, aux) are the ones its codec
+ * writes for that geometry, and the payload's stored parameters are usable (finite fp16 scales
+ * and zeros; oscar norms finite and > 0): KVP_OK, else KVP_ERR_BAD_PAGE. kvp_page_parse calls it
+ * once the CRC matches. Implemented by the codec layer (codec.c). */
+kvp_status_t kvp_codec_page_check(const kvp_page_info_t *info, const uint8_t *payload);
 
 /* Chunk keys: key[i] = XXH3-128(key[i-1] || ns_fingerprint || token ids of chunk i).
  * prev may be NULL for the first chunk. */
