@@ -6,6 +6,7 @@
 #include "codec_ops.h"
 #include "kvpack/log.h"
 
+#include <cpuid.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +34,18 @@ int kvp_cpu_has_avx2(void)
 {
     static int known = -1;
 
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c") ? 1 : 0;
+    if (known < 0) { /* CPUID and XGETBV (the OS saves AVX state); clang has no "f16c" builtin */
+        unsigned a, b, c, d, xcr0_lo = 0, xcr0_hi = 0;
+        int      ok = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) &&
+                      (c & bit_FMA) && (c & bit_F16C);
+
+        if (ok) {
+            __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+            ok = (xcr0_lo & 6u) == 6u && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+                 (b & bit_AVX2);
+        }
+        (void)xcr0_hi;
+        known = ok ? 1 : 0;
     }
     return known;
 }

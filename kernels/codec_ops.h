@@ -48,7 +48,6 @@ typedef struct {
 const kvp_codec_ops_t *const *kvp_codec_ops_table(void);
 /* A specific implementation of a codec ("ref" always exists; "avx2" only on a capable CPU). */
 const kvp_codec_ops_t *kvp_codec_ops_find(kvp_codec_id_t codec, const char *impl);
-int kvp_cpu_has_avx2(void);
 
 /* Per-thread scratch: slot 0..5, 64-byte aligned, at least bytes; valid until the next call
  * for the same slot on the same thread; freed at thread exit. Slots 0/1 belong to codec.c

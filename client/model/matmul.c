@@ -9,6 +9,7 @@
 #include "par.h"
 
 #include "gguf.h"
+#include "kvpack/codec.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -116,9 +117,7 @@ static row_fn_t mm_row(void)
     static row_fn_t fn;
 
     if (fn == NULL) {
-        __builtin_cpu_init();
-        fn = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? row_avx2
-                                                                               : row_generic;
+        fn = kvp_cpu_has_avx2() ? row_avx2 : row_generic; /* the codecs' test: AVX2, FMA, F16C */
     }
     return fn;
 }
@@ -219,7 +218,7 @@ DQ_AVX2 static void dq_row_q8_0_avx2(const uint8_t *src, float *dst, uint32_t n)
 /* AVX2 row dequantizer for the type; NULL (use the fp32 copy) for other types or CPUs. */
 static dq_fn_t dq_row(uint32_t type)
 {
-    if (mm_row() == row_avx2 && __builtin_cpu_supports("f16c")) {
+    if (mm_row() == row_avx2) {
         switch (type) {
         case KVP_GGML_Q4_0: return dq_row_q4_0_avx2;
         case KVP_GGML_Q4_1: return dq_row_q4_1_avx2;

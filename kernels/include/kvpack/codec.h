@@ -85,6 +85,9 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
 kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kvp_frame_t frame,
                              void *k_out, void *v_out, kvp_page_info_t *info_p);
 
+/* 1 when this CPU and its OS run the AVX2 twins (AVX2, FMA and F16C, AVX state saved by the
+ * OS): the one CPU test every SIMD path of kvpack uses (codecs, attention, the model runner). */
+int kvp_cpu_has_avx2(void);
 /* Name of the implementation in use for a codec ("ref", "avx2", ...). */
 const char *kvp_codec_impl_name(kvp_codec_id_t codec);
 /* Implementations available on this CPU, "ref" first; returns the count (names filled up to max). */
