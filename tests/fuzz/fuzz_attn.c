@@ -1,0 +1,56 @@
+/* fuzz_attn.c - attention straight over a page (kvp_attn_compute, kernels/attn.c) on arbitrary
+ * bytes: a decode node runs it over pages that came from the store, which checked only what
+ * kvp_page_parse checks. The input is one page with its payload_len and CRC made valid (as in
+ * fuzz_page.c); a fixed query of as many heads as the page has KV heads attends over it.
+ * Properties: never a crash and no read or write outside the page and the scratch (ASan): every
+ * geometry the attention reads comes from a header kvp_page_parse accepted. */
+#include "fuzz.h"
+#include "kvpack/alloc.h"
+#include "kvpack/attn.h"
+#include "kvpack/bytes.h"
+
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    kvp_page_info_t   info;
+    kvp_attn_params_t p;
+    kvp_attn_page_t   pg;
+    uint8_t          *page;
+    float            *q, *out;
+    size_t            n;
+
+    if (size < KVP_PAGE_HDR_BYTES || size > KVP_PAGE_HDR_BYTES + (4u << 20)) {
+        return 0;
+    }
+    page = kvp_malloc(size, "fuzz page");
+    if (page == NULL) {
+        return 0;
+    }
+    memcpy(page, data, size);
+    kvp_st32(page + 48, (uint32_t)(size - KVP_PAGE_HDR_BYTES));
+    kvp_page_seal(page);
+    if (kvp_page_parse(page, size, &info) != KVP_OK) {
+        kvp_free(page);
+        return 0;
+    }
+    n   = (size_t)info.heads * info.head_dim;
+    q   = kvp_malloc(n * sizeof(float), "fuzz q");
+    out = kvp_malloc(n * sizeof(float), "fuzz out");
+    if (q != NULL && out != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            q[i] = (float)((int)(i % 7) - 3) * 0.25f;
+        }
+        memset(&p, 0, sizeof(p));
+        pg = (kvp_attn_page_t){page, size};
+        if (info.flags & KVP_PAGE_F_TAIL) {
+            (void)kvp_attn_compute(&p, NULL, 0, &pg, q, info.heads, out);
+        } else {
+            (void)kvp_attn_compute(&p, &pg, 1, NULL, q, info.heads, out);
+        }
+    }
+    kvp_free(out);
+    kvp_free(q);
+    kvp_free(page);
+    return 0;
+}

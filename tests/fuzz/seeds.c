@@ -1,0 +1,225 @@
+/* seeds.c - fuzz_seeds DIR: writes a seed corpus for each harness under DIR/<harness>/, made
+ * here from kvpack's own encoders (nothing is committed): packed requests and replies of every
+ * op (wire), a page of every codec in full and partial geometries (page), session records with
+ * and without keys and tails (record), gateway bodies of each kind the etcd client reads (etcd),
+ * and the tiny GGUF model of tests/model/tiny_gguf.h (gguf). The replay test and a libFuzzer run
+ * both start from these. */
+#include "fuzz.h"
+#include "tiny_gguf.h" /* tests/model */
+#include "tk.h"        /* tests/kernels: page params, RNG */
+
+#include "kvpack/alloc.h"
+#include "kvpack/bytes.h"
+#include "kvpack/wire.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+
+static char root[512];
+static int  nseeds;
+
+static void seed(const char *harness, uint8_t prefix0, int with_len, uint64_t data_len,
+                 const void *body, size_t len)
+{
+    char  path[700];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", root, harness);
+    CHECK(mkdir(path, 0755) == 0 || errno == EEXIST);
+    snprintf(path, sizeof(path), "%s/%s/seed%03d", root, harness, nseeds++);
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (prefix0 != 0xFF) {
+        fputc(prefix0, f);
+    }
+    if (with_len) {
+        uint8_t l[4];
+
+        kvp_st32(l, (uint32_t)data_len);
+        CHECK(fwrite(l, 1, 4, f) == 4);
+    }
+    CHECK(len == 0 || fwrite(body, 1, len, f) == len);
+    CHECK(fclose(f) == 0);
+}
+
+static void wire_seeds(void)
+{
+    uint32_t       lens[3] = {1088, 1088, 2112};
+    kvp_key128_t   keys[2] = {{1, 2}, {3, 4}};
+    uint32_t       ids[4]  = {5, 6, 7, 8};
+    kvp_wire_req_t r[11];
+    kvp_wire_rep_t p[6];
+    kvp_wire_session_t sess = {.ns = 7, .sid = "s1", .layers = 2, .page_tokens = 32,
+                               .n_chunks = 1, .codec = 2, .heads = 2, .head_dim = 32,
+                               .where = KVP_WIRE_WHERE_DRAM, .bytes = 4096, .version = 9};
+    uint8_t       *buf;
+    size_t         len;
+
+    memset(r, 0, sizeof(r));
+    for (int i = 0; i < 11; i++) {
+        r[i].op     = (kvp_wire_op_t)(i + 1);
+        r[i].req_id = 100 + (uint64_t)i;
+        r[i].ns     = 7;
+        snprintf(r[i].sid, sizeof(r[i].sid), "session-%d", i);
+    }
+    r[0].n_pages = 3, r[0].page_lens = lens;                           /* PUT_PAGES */
+    r[1].n_pages = 2, r[1].page_lens = lens, r[1].record_len = 84;     /* PUT_SESSION */
+    r[1].version = 12;
+    r[2].max_bytes = 1 << 20;                                          /* GET_SESSION */
+    r[3].n_keys = 2, r[3].keys = keys, r[3].layers = 2, r[3].max_bytes = 1 << 20; /* GET_PAGES */
+    r[4].n_keys = 2, r[4].keys = keys, r[4].layers = 2;                /* LOOKUP */
+    r[6].sid[0] = '\0', r[6].ns = 0;                                  /* STAT */
+    r[7].version = 3;                                                  /* DELETE */
+    r[8].limit = 100, r[8].deleted = 1;                                /* LIST */
+    r[9].append = (kvp_wire_append_t){.codec = 2, .fingerprint = 99, .layers = 2, .heads = 2,
+                                      .head_dim = 32, .page_tokens = 32, .dtype = 1, .ntok = 2,
+                                      .n_ids = 4, .ids = ids};         /* APPEND */
+    for (int i = 0; i < 11; i++) {
+        uint64_t data = i == 0 ? 1088 + 1088 + 2112 : i == 1 ? 1088 + 1088 + 84
+                      : i == 9 ? 2ull * 2 * 2 * 2 * 32 * 2 : 0;
+
+        if (kvp_wire_req_pack(&r[i], &buf, &len) == KVP_OK) {
+            seed("wire", 0, 1, data, buf, len);
+            kvp_free(buf);
+        } else {
+            fprintf(stderr, "fuzz_seeds: %s request does not pack\n", kvp_wire_op_name(r[i].op));
+            exit(1);
+        }
+    }
+    memset(p, 0, sizeof(p));
+    p[0].op = KVP_WIRE_OP_PUT_PAGES, p[0].accepted = 3;
+    p[1].op = KVP_WIRE_OP_GET_SESSION, p[1].record_len = 84, p[1].n_pages = 2,
+    p[1].page_lens = lens, p[1].version = 12;
+    p[2].op = KVP_WIRE_OP_GET_PAGES, p[2].n_pages = 3, p[2].page_lens = lens;
+    p[3].op = KVP_WIRE_OP_STAT, p[3].stat.dram_bytes = 1 << 20, p[3].stat.sessions = 4;
+    p[4].op = KVP_WIRE_OP_LIST, p[4].n_sessions = 1, p[4].sessions = &sess, p[4].more = 1;
+    p[5].op = KVP_WIRE_OP_LOOKUP, p[5].status = KVP_ERR_NOT_FOUND;
+    snprintf(p[5].message, sizeof(p[5].message), "no such session");
+    for (int i = 0; i < 6; i++) {
+        uint64_t data = i == 1 ? 84 + 1088 + 1088 : i == 2 ? 1088 + 1088 + 2112 : 0;
+
+        p[i].req_id = 200 + (uint64_t)i;
+        if (kvp_wire_rep_pack(&p[i], &buf, &len) == KVP_OK) {
+            seed("wire", 1, 1, data, buf, len);
+            kvp_free(buf);
+        } else {
+            fprintf(stderr, "fuzz_seeds: %s reply does not pack\n", kvp_wire_op_name(p[i].op));
+            exit(1);
+        }
+    }
+}
+
+static void page_seeds(void)
+{
+    static const uint32_t geo[][4] = {{2, 32, 32, 32}, {1, 8, 32, 5}, {2, 128, 128, 130}};
+    tk_rng_t              rng      = {3};
+
+    for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) {
+        for (size_t g = 0; g < sizeof(geo) / sizeof(geo[0]); g++) {
+            kvp_page_params_t pp = tk_params((kvp_codec_id_t)c, geo[g][0], geo[g][1], geo[g][2]);
+            uint32_t          ntok = geo[g][3] < geo[g][2] ? geo[g][3] : geo[g][2];
+            size_t            n = (size_t)ntok * geo[g][0] * geo[g][1], cap, len;
+            float            *k, *v;
+            uint8_t          *out;
+
+            if (kvp_codec_check(&pp) != KVP_OK) {
+                continue; /* a geometry this codec does not take */
+            }
+            cap = kvp_page_max_bytes(&pp);
+            k   = malloc(n * sizeof(float));
+            v   = malloc(n * sizeof(float));
+            out = malloc(cap);
+            CHECK(k != NULL && v != NULL && out != NULL);
+            for (size_t i = 0; i < n; i++) {
+                k[i] = tk_gauss(&rng) * (i % 17 == 0 ? 20.0f : 1.0f);
+                v[i] = tk_gauss(&rng);
+            }
+            CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, ntok, out, cap, &len));
+            seed("page", 0xFF, 0, 0, out, len);
+            free(out);
+            free(v);
+            free(k);
+        }
+    }
+}
+
+static void record_seeds(void)
+{
+    kvp_key128_t       keys[3] = {{1, 2}, {3, 4}, {5, 6}};
+    uint8_t            tail[64];
+    kvp_session_desc_t d[3] = {
+        {.layers = 2, .page_tokens = 32, .n_chunks = 3, .chunk_keys = keys},
+        {.layers = 2, .page_tokens = 32, .n_chunks = 1, .chunk_keys = keys, .tail_tokens = 3,
+         .n_tail = 2, .tail_len = sizeof(tail), .tail = tail},
+        {.layers = 1, .page_tokens = 128, .tail_tokens = 1, .n_tail = 1, .tail_len = 16,
+         .tail = tail},
+    };
+
+    memset(tail, 0xA5, sizeof(tail));
+    for (int i = 0; i < 3; i++) {
+        uint8_t *blob;
+        size_t   len;
+
+        CHECK_OK(kvp_session_desc_pack(&d[i], &blob, &len));
+        seed("record", 0xFF, 0, 0, blob, len);
+        kvp_free(blob);
+    }
+}
+
+static void etcd_seeds(void)
+{
+    /* byte 0 picks the parser (fuzz_etcd.c): 0 lease, 1 range, 2 error, 3 watch, 4 member,
+     * 5 base64, 6 the stream splitter */
+    static const struct {
+        uint8_t     which;
+        const char *body;
+    } s[] = {
+        {0, "{\"header\":{\"revision\":\"5\"},\"ID\":\"7668682553041602564\",\"TTL\":\"10\"}"},
+        {0, "{\"result\":{\"header\":{},\"ID\":\"42\",\"TTL\":\"3\"}}"},
+        {1, "{\"header\":{\"revision\":\"9\"},\"kvs\":[{\"key\":\"L2t2cGFjay9ub2Rlcy9hOjE=\","
+            "\"value\":\"eyJ4IjoxfQ==\",\"lease\":\"42\",\"mod_revision\":\"8\"}],\"count\":\"1\"}"},
+        {2, "{\"error\":\"etcdserver: requested lease not found\",\"code\":5,"
+            "\"message\":\"etcdserver: requested lease not found\"}"},
+        {3, "{\"result\":{\"header\":{\"revision\":\"12\"},\"created\":true}}"},
+        {3, "{\"result\":{\"header\":{\"revision\":\"13\"},\"events\":[{\"kv\":{\"key\":"
+            "\"L2t2cGFjay9ub2Rlcy9hOjE=\",\"value\":\"eyJwaWQiOjF9\",\"mod_revision\":\"13\"}},"
+            "{\"type\":\"DELETE\",\"kv\":{\"key\":\"L2t2cGFjay9ub2Rlcy9iOjI=\","
+            "\"mod_revision\":\"13\"}}]}}"},
+        {3, "{\"result\":{\"header\":{},\"canceled\":true,\"compact_revision\":\"4\","
+            "\"cancel_reason\":\"compacted\"}}"},
+        {4, "{\"pid\":1234,\"since\":1700000000,\"data_dir\":\"/var/lib/kvpack\"}"},
+        {5, "L2t2cGFjay9ub2Rlcy9hOjE="},
+        {6, "{\"result\":{\"created\":true}}\n{\"result\":{\"events\":[]}}\n"},
+    };
+
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+        seed("etcd", s[i].which, 0, 0, s[i].body, strlen(s[i].body));
+    }
+}
+
+static void gguf_seeds(void)
+{
+    buf_t b = {0};
+
+    tiny_gguf(&b, 0, 32);
+    seed("gguf", 0xFF, 0, 0, b.p, b.n);
+    free(b.p);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        printf("usage: fuzz_seeds DIR\n  writes a seed corpus per harness under DIR/<harness>/ "
+               "(wire, page, record, etcd, gguf)\n");
+        return argc == 2 ? 0 : 2;
+    }
+    snprintf(root, sizeof(root), "%s", argv[1]);
+    CHECK(mkdir(root, 0755) == 0 || errno == EEXIST);
+    wire_seeds();
+    page_seeds();
+    record_seeds();
+    etcd_seeds();
+    gguf_seeds();
+    printf("fuzz_seeds: %d seeds under %s\n", nseeds, root);
+    return 0;
+}
