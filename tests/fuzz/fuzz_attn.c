@@ -5,6 +5,7 @@
  * Properties: never a crash and no read or write outside the page and the scratch (ASan): every
  * geometry the attention reads comes from a header kvp_page_parse accepted. */
 #include "fuzz.h"
+#include "sealed_page.h"
 #include "kvpack/alloc.h"
 #include "kvpack/attn.h"
 #include "kvpack/bytes.h"
@@ -20,18 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float            *q, *out;
     size_t            n;
 
-    if (size < KVP_PAGE_HDR_BYTES || size > KVP_PAGE_HDR_BYTES + (4u << 20)) {
-        return 0;
-    }
-    page = kvp_malloc(size, "fuzz page");
+    page = fuzz_page_sealed(data, size, &info);
     if (page == NULL) {
-        return 0;
-    }
-    memcpy(page, data, size);
-    kvp_st32(page + 48, (uint32_t)(size - KVP_PAGE_HDR_BYTES));
-    kvp_page_seal(page);
-    if (kvp_page_parse(page, size, &info) != KVP_OK) {
-        kvp_free(page);
         return 0;
     }
     n   = (size_t)info.heads * info.head_dim;

@@ -5,6 +5,7 @@
  * is refused with a status (never touching memory past its geometry: the outputs are sized
  * exactly by ASan-visible heap buffers), and its token norms are finite. */
 #include "fuzz.h"
+#include "sealed_page.h"
 #include "kvpack/alloc.h"
 #include "kvpack/bytes.h"
 #include "kvpack/codec.h"
@@ -19,18 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float          *k, *v, *norms;
     size_t          n;
 
-    if (size < KVP_PAGE_HDR_BYTES || size > KVP_PAGE_HDR_BYTES + (4u << 20)) {
-        return 0;
-    }
-    page = kvp_malloc(size, "fuzz page");
+    page = fuzz_page_sealed(data, size, &info);
     if (page == NULL) {
-        return 0;
-    }
-    memcpy(page, data, size);
-    kvp_st32(page + 48, (uint32_t)(size - KVP_PAGE_HDR_BYTES));
-    kvp_page_seal(page);
-    if (kvp_page_parse(page, size, &info) != KVP_OK) {
-        kvp_free(page);
         return 0;
     }
     n     = (size_t)info.valid * info.heads * info.head_dim;
