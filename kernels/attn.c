@@ -457,7 +457,20 @@ static kvp_status_t st_init(attn_st_t *s, const kvp_attn_params_t *params, uint3
     return KVP_OK;
 }
 
-static void st_finish(attn_st_t *s, float *out)
+int kvp_attn_out_copy(const float *res, size_t n, float *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(res[i])) {
+            return 0;
+        }
+    }
+    memcpy(out, res, n * sizeof(float));
+    return 1;
+}
+
+/* The result in the original frame, normalized, into out[Hq][D] (built in acc_r first): 0, out
+ * untouched, when it is not finite (kvp_attn_out_copy). */
+static int st_finish(attn_st_t *s, float *out)
 {
     for (uint32_t i = 0; i < s->Hq; i++) {
         float *ar = s->b.acc_r + (size_t)i * s->D, *ao = s->b.acc_o + (size_t)i * s->D;
@@ -467,9 +480,10 @@ static void st_finish(attn_st_t *s, float *out)
             kvp_hd_fwht(ar, s->D); /* Hd is its own inverse */
         }
         for (uint32_t d = 0; d < s->D; d++) {
-            out[(size_t)i * s->D + d] = (ao[d] + ar[d]) * inv;
+            ar[d] = (ao[d] + ar[d]) * inv;
         }
     }
+    return kvp_attn_out_copy(s->b.acc_r, (size_t)s->Hq * s->D, out);
 }
 
 /* The arguments and the first page (pages[0], else the tail) of a call. */
@@ -528,6 +542,14 @@ static kvp_status_t walk(attn_st_t *s, const kvp_attn_page_t *pages, size_t n_pa
             in = *first;
         }
         st = page_check(s, &in, pos, first->capacity);
+        if (st == KVP_OK && in.codec == KVP_CODEC_FP16 &&
+            !kvp_hd_f16_all_finite((const uint8_t *)pg->data + KVP_PAGE_HDR_BYTES,
+                                   in.payload_len / 2)) {
+            /* parse does not read an fp16 page's values (decode checks them as it converts);
+             * a NaN K would drop its token from the softmax without a word */
+            KVP_LOG_ERROR("attn", "page %zu: fp16 values hold Inf/NaN", i);
+            st = KVP_ERR_BAD_PAGE;
+        }
         if (st == KVP_OK && run) {
             run_page(s, &in, pg->data);
         } else if (st == KVP_OK) {
@@ -556,8 +578,10 @@ kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_pa
     }
     s.layer = first.layer;
     st      = walk(&s, pages, n_pages, tail, &first, 1, NULL);
-    if (st == KVP_OK) {
-        st_finish(&s, out);
+    if (st == KVP_OK && !st_finish(&s, out)) {
+        KVP_LOG_ERROR("attn", "attention over layer %u is not finite: scores pass float range "
+                      "(is the softmax scale too large?)", first.layer);
+        st = KVP_ERR_BAD_INPUT_DATA;
     }
     kvp_free(owned);
     return st;
@@ -604,7 +628,11 @@ kvp_status_t kvp_attn_compute_f16(const kvp_attn_params_t *params, const uint16_
         return st;
     }
     run_f16(&s, k, v, tokens, 1);
-    st_finish(&s, out);
+    st = st_finish(&s, out) ? KVP_OK : KVP_ERR_BAD_INPUT_DATA;
+    if (st != KVP_OK) {
+        KVP_LOG_ERROR("attn", "attention over fp16 K/V is not finite: they hold Inf/NaN, or "
+                      "scores pass float range (is the softmax scale too large?)");
+    }
     kvp_free(owned);
-    return KVP_OK;
+    return st;
 }

@@ -203,7 +203,7 @@ extern "C" kvp_status_t kvp_cuda_attn_compute(const kvp_attn_params_t *params,
     dpage_t         *tab = (dpage_t *)kvp_malloc(n_all * sizeof(*tab) + 1, "cuda attn table");
     uint8_t         *dblob = NULL;
     dpage_t         *dtab = NULL;
-    float           *dq = NULL, *dsc = NULL, *dout = NULL, scale = 1.0f;
+    float           *dq = NULL, *dsc = NULL, *dout = NULL, *host = NULL, scale = 1.0f;
     uint32_t         H, D, pmax = 1;
     kvp_status_t     status;
 
@@ -239,8 +239,19 @@ extern "C" kvp_status_t kvp_cuda_attn_compute(const kvp_attn_params_t *params,
     KVP_LAUNCH(k_attn, q_heads, ATTN_THREADS, dblob, dtab, (uint32_t)n_all, H, D, q_heads / H,
                scale, dq, dsc, pmax, dout);
     CUDA_TRY(cudaGetLastError());
-    CUDA_TRY(cudaMemcpy(out, dout, (size_t)q_heads * D * sizeof(float), cudaMemcpyDeviceToHost));
+    host = (float *)kvp_malloc((size_t)q_heads * D * sizeof(float), "cuda attention out");
+    if (host == NULL) {
+        status = KVP_ERR_NO_MEMORY;
+        goto out;
+    }
+    CUDA_TRY(cudaMemcpy(host, dout, (size_t)q_heads * D * sizeof(float), cudaMemcpyDeviceToHost));
+    if (!kvp_attn_out_copy(host, (size_t)q_heads * D, out)) { /* as kvp_attn_compute */
+        KVP_LOG_ERROR("attn", "attention over layer %u is not finite: scores pass float range "
+                      "(softmax scale %g)", in[0].layer, (double)scale);
+        status = KVP_ERR_BAD_INPUT_DATA;
+    }
 out:
+    kvp_free(host);
     cudaFree(dblob);
     cudaFree(dtab);
     cudaFree(dq);

@@ -58,6 +58,10 @@ kvp_status_t kvp_attn_validate(const kvp_attn_params_t *params, const kvp_attn_p
                                size_t n_pages, const kvp_attn_page_t *tail, const float *q,
                                uint32_t q_heads, const float *out, kvp_page_info_t *infos,
                                float *scale_p);
+/* Copy the n finished results to out when every one is finite (1); else 0, out untouched. Over
+ * pages that parsed and whose fp16 values were checked, only scores beyond float range (a huge
+ * softmax scale) make one non-finite: the callers' KVP_ERR_BAD_INPUT_DATA. */
+int kvp_attn_out_copy(const float *res, size_t n, float *out);
 #ifdef __cplusplus
 }
 #endif

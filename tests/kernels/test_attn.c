@@ -4,7 +4,9 @@
  * low-norm sink token, several geometries (D 8/64/128, H 1..8, GQA g 1..6, T not a multiple of P,
  * fp16 sink and tail pages), both twins. Bound: worst relative error of an output vector
  * < ATTN_TOL (fp32 sums in another order than the decoded path; measured ~1e-6). Then the error
- * paths: a flipped byte (CORRUPT), mixed codecs/frames/geometry (WRONG_CODEC), bad arguments
+ * paths: a flipped byte (CORRUPT), a NaN in an fp16 tail with its CRC made to match (BAD_PAGE),
+ * a scale whose scores pass float range (BAD_INPUT_DATA), mixed codecs/frames/geometry
+ * (WRONG_CODEC), bad arguments
  * (INVALID), naive2 (UNSUPPORTED), each with out untouched; caller scratch; the fp16 baseline. */
 #include "attn_tk.h"
 #include "kvpack/alloc.h"
@@ -159,6 +161,24 @@ static void check_errors(void)
     bad = at_flipped(&a.tp, a.tp.len - 3);
     EXPECT_FAIL(kvp_attn_compute(NULL, a.ap, a.n, &bad, q, Hq, out), KVP_ERR_CORRUPT);
     free((void *)bad.data);
+    /* a NaN K value in the fp16 tail, CRC made to match: parse does not read fp16 values, the
+     * result is not finite and is refused */
+    {
+        uint8_t *t = malloc(a.tp.len);
+
+        CHECK(t != NULL);
+        memcpy(t, a.tp.data, a.tp.len);
+        t[KVP_PAGE_HDR_BYTES + 10] = 0x00;
+        t[KVP_PAGE_HDR_BYTES + 11] = 0x7E;
+        kvp_page_seal(t);
+        bad = (kvp_attn_page_t){t, a.tp.len};
+        EXPECT_FAIL(kvp_attn_compute(NULL, a.ap, a.n, &bad, q, Hq, out), KVP_ERR_BAD_PAGE);
+        free(t);
+    }
+    /* a finite scale so large that the scores pass float range: refused, not NaN */
+    prm.field_mask = KVP_ATTN_PARAM_SCALE;
+    prm.scale      = 1e37f;
+    EXPECT_FAIL(kvp_attn_compute(&prm, a.ap, a.n, &a.tp, q, Hq, out), KVP_ERR_BAD_INPUT_DATA);
 
     /* mixed codecs, V frames, a 2-bit tail */
     memcpy(mix, a.ap, a.n * sizeof(*mix));
@@ -230,6 +250,9 @@ static void check_f16(void)
     EXPECT(at_worst(out, want, Hq, g.D) < ATTN_TOL, "fp16 baseline err %.3g",
            at_worst(out, want, Hq, g.D));
     CHECK_ST(kvp_attn_compute_f16(NULL, k16, v16, g.T, g.H, g.D, q, 3, out), KVP_ERR_INVALID);
+    v16[77] = 0x7C00; /* Inf */
+    CHECK_ST(kvp_attn_compute_f16(NULL, k16, v16, g.T, g.H, g.D, q, Hq, out),
+             KVP_ERR_BAD_INPUT_DATA);
     free(k), free(v), free(k16), free(v16);
 }
 

@@ -52,8 +52,10 @@ size_t kvp_attn_scratch_bytes(uint32_t q_heads, uint32_t heads, uint32_t head_di
  * codec (fp16, kivi, kivi128, oscar, kvarn) and one geometry (H, D, P, groups, rotation flags)
  * of one layer, all full but the last. tail (may be NULL): one fp16 page of the same H and D.
  * Errors, with out untouched: a page that fails kvp_page_parse -> its status (KVP_ERR_CORRUPT,
- * KVP_ERR_BAD_PAGE); a page of another codec or geometry than the first codec page (or a tail
- * that is not fp16 of the same H, D) -> KVP_ERR_WRONG_CODEC; naive2 -> KVP_ERR_UNSUPPORTED;
+ * KVP_ERR_BAD_PAGE), and so does an fp16 page holding Inf/NaN (its CRC made to match); a result
+ * that is not finite (scores beyond float range: a huge scale) -> KVP_ERR_BAD_INPUT_DATA; a page
+ * of another codec or geometry than the first codec page (or a tail that is not fp16 of the
+ * same H, D) -> KVP_ERR_WRONG_CODEC; naive2 -> KVP_ERR_UNSUPPORTED;
  * bad arguments, a partial page before the last, another layer, a sink after a codec page ->
  * KVP_ERR_INVALID; scratch allocation -> KVP_ERR_NO_MEMORY. Thread-safe for distinct scratch. */
 kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_page_t *pages,
@@ -62,7 +64,8 @@ kvp_status_t kvp_attn_compute(const kvp_attn_params_t *params, const kvp_attn_pa
 
 /* The same attention over plain fp16 K/V [tokens][heads][head_dim] already in memory (what an
  * fp16 cache does; no pages, no CRC): the baseline kvp_attn_compute is measured against.
- * Scratch: kvp_attn_scratch_bytes(q_heads, heads, head_dim, 1) (or any page_tokens). */
+ * Scratch: kvp_attn_scratch_bytes(q_heads, heads, head_dim, 1) (or any page_tokens). A result
+ * that is not finite (Inf/NaN in K/V, or a huge scale) -> KVP_ERR_BAD_INPUT_DATA, out untouched. */
 kvp_status_t kvp_attn_compute_f16(const kvp_attn_params_t *params, const uint16_t *k,
                                   const uint16_t *v, uint32_t tokens, uint32_t heads,
                                   uint32_t head_dim, const float *q, uint32_t q_heads,
