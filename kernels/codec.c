@@ -240,6 +240,15 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
     return KVP_OK;
 }
 
+int kvp_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l)
+{
+    const kvp_cvt_ops_t *cv = kvp_cvt_ops();
+
+    return kvp_hd_norms_ok(p, l->k_codes / 4) &&
+           cv->f16_finite(p + l->k_scale, (l->v_codes - l->k_scale) / 2) &&
+           cv->f16_finite(p + l->v_scale, (l->total - l->v_scale) / 2);
+}
+
 kvp_status_t kvp_codec_page_check(const kvp_page_info_t *info, const uint8_t *payload)
 {
     const kvp_codec_ops_t *ops = codec_ops((kvp_codec_id_t)info->codec);

@@ -8,6 +8,7 @@
 #define KVPACK_CODEC_OPS_H
 
 #include "kvpack/codec.h"
+#include "quant_hd.h"
 
 typedef struct {
     uint32_t heads;
@@ -48,6 +49,11 @@ typedef struct {
 const kvp_codec_ops_t *const *kvp_codec_ops_table(void);
 /* A specific implementation of a codec ("ref" always exists; "avx2" only on a capable CPU). */
 const kvp_codec_ops_t *kvp_codec_ops_find(kvp_codec_id_t codec, const char *impl);
+
+/* The stored parameters of a 2-bit page of layout l (kivi, kivi128, naive2, oscar) are usable:
+ * the fp16 K and V scales and zeros finite and, for oscar (l->k_codes > 0: its fp32 norms come
+ * first), every norm finite and > 0 (kvp_hd_norms_ok). The codecs' params_ok (codec.c). */
+int kvp_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l);
 
 /* Per-thread scratch: slot 0..5, 64-byte aligned, at least bytes; valid until the next call
  * for the same slot on the same thread; freed at thread exit. Slots 0/1 belong to codec.c
@@ -114,6 +120,8 @@ typedef struct {
     /* KVP_ERR_BAD_INPUT_DATA when any value is NaN/Inf or |x| > 65504. */
     kvp_status_t (*check_f32)(const float *in, size_t n);
     void (*store_f16)(const float *in, size_t n, uint16_t *out);
+    /* 1 when none of the n little-endian fp16 slots at p (any alignment) is Inf/NaN. */
+    int (*f16_finite)(const uint8_t *p, size_t n);
 } kvp_cvt_ops_t;
 
 extern const kvp_cvt_ops_t kvp_cvt_ref;

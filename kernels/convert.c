@@ -37,7 +37,9 @@ static void ref_store_f16(const float *in, size_t n, uint16_t *out)
     }
 }
 
-const kvp_cvt_ops_t kvp_cvt_ref = {ref_load_f16, ref_check_f32, ref_store_f16};
+static int ref_f16_finite(const uint8_t *p, size_t n) { return kvp_hd_f16_all_finite(p, n); }
+
+const kvp_cvt_ops_t kvp_cvt_ref = {ref_load_f16, ref_check_f32, ref_store_f16, ref_f16_finite};
 
 static const kvp_cvt_ops_t *cvt;
 static pthread_once_t       cvt_once = PTHREAD_ONCE_INIT;

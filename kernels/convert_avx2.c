@@ -57,4 +57,19 @@ static void avx2_store_f16(const float *in, size_t n, uint16_t *out)
     }
 }
 
-const kvp_cvt_ops_t kvp_cvt_avx2 = {avx2_load_f16, avx2_check_f32, avx2_store_f16};
+/* 16 halves a step: a lane whose exponent bits are all set is Inf/NaN. */
+static int avx2_f16_finite(const uint8_t *p, size_t n)
+{
+    __m256i bad = _mm256_setzero_si256(), expm = _mm256_set1_epi16(0x7C00);
+    size_t  i   = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * i));
+
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi16(_mm256_and_si256(h, expm), expm));
+    }
+    return _mm256_testz_si256(bad, bad) && kvp_hd_f16_all_finite(p + 2 * i, n - i);
+}
+
+const kvp_cvt_ops_t kvp_cvt_avx2 = {avx2_load_f16, avx2_check_f32, avx2_store_f16,
+                                    avx2_f16_finite};

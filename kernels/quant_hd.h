@@ -183,13 +183,11 @@ KVP_HD kvp_hd_q2_layout_t kvp_hd_q2_layout(int oscar, uint32_t T, uint32_t H, ui
     return l;
 }
 
-/* 1 when every stored parameter of a 2-bit page of layout l is usable: the fp16 K and V scales
- * and zeros finite and, for oscar (l->k_codes > 0: its fp32 norms come first), every norm finite
- * and > 0 (the encoder stores a zero or NaN norm as 1). A page that fails was not written by a
- * codec, whatever its CRC says; kvp_page_parse refuses it. */
-KVP_HD int kvp_hd_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l)
+/* 1 when each of the n little-endian fp32 OScaR norms at p is finite and > 0 (the encoder
+ * stores a zero or NaN norm as 1, so no page it wrote holds another). */
+KVP_HD int kvp_hd_norms_ok(const uint8_t *p, size_t n)
 {
-    for (size_t t = 0; t < l->k_codes / 4; t++) {
+    for (size_t t = 0; t < n; t++) {
         uint32_t x = (uint32_t)p[4 * t] | (uint32_t)p[4 * t + 1] << 8 |
                      (uint32_t)p[4 * t + 2] << 16 | (uint32_t)p[4 * t + 3] << 24;
 
@@ -197,8 +195,7 @@ KVP_HD int kvp_hd_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l)
             return 0; /* negative, -0, Inf, NaN or 0 */
         }
     }
-    return kvp_hd_f16_all_finite(p + l->k_scale, (l->v_codes - l->k_scale) / 2) &&
-           kvp_hd_f16_all_finite(p + l->v_scale, (l->total - l->v_scale) / 2);
+    return 1;
 }
 
 /* Offsets inside one head's record of a kvarn page (table: codec_kvarn.c) of T tokens x D: K
