@@ -75,15 +75,6 @@ typedef struct {
     uint32_t              *sess_chunks; /* chunks of each session's last record */
 } lt_engine_t;
 
-uint64_t kvp_lt_mix64(uint64_t z)
-{
-    z ^= z >> 30;
-    z *= 0xBF58476D1CE4E5B9ull;
-    z ^= z >> 27;
-    z *= 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void page_params(const lt_engine_t *e, kvp_codec_id_t codec, uint32_t layer,
                         kvp_page_params_t *pp)
 {

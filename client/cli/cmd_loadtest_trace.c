@@ -13,6 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+uint64_t kvp_lt_mix64(uint64_t z)
+{
+    z ^= z >> 30;
+    z *= 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 27;
+    z *= 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* ---- a u64 -> u32 open-addressing map (key 0 is stored as 1) ---- */
 
 typedef struct {
@@ -372,10 +381,10 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
                 err = key[0] == 'i' ? "input_length must be 1..16777216 tokens"
                                     : "timestamp must be a non-negative number of ms";
             }
-            if (key[0] == 'i') {
+            if (err == NULL && key[0] == 'i') { /* in range: the conversion is defined */
                 r->input_len = (uint32_t)v;
                 has_len      = true;
-            } else {
+            } else if (err == NULL) {
                 r->ts_ms = v;
                 has_ts   = true;
             }
