@@ -2,8 +2,8 @@
  * here from kvpack's own encoders (nothing is committed): packed requests and replies of every
  * op (wire), a page of every codec in full and partial geometries (page), session records with
  * and without keys and tails (record), gateway bodies of each kind the etcd client reads (etcd),
- * and the tiny GGUF model of tests/model/tiny_gguf.h (gguf). The replay test and a libFuzzer run
- * both start from these. */
+ * the tiny GGUF model of tests/model/tiny_gguf.h (gguf) and Mooncake-format trace lines
+ * (trace). The replay test and a libFuzzer run both start from these. */
 #include "fuzz.h"
 #include "tiny_gguf.h" /* tests/model */
 #include "tk.h"        /* tests/kernels: page params, RNG */
@@ -197,6 +197,30 @@ static void etcd_seeds(void)
     }
 }
 
+static void trace_seeds(void)
+{
+    /* Mooncake-format lines written here: prefixes shared across requests, unknown keys, a
+     * nested value to skip, and a one-line trace */
+    static const char *t[] = {
+        "{\"timestamp\": 0, \"input_length\": 1200, \"output_length\": 40, "
+        "\"hash_ids\": [0, 1, 2]}\n"
+        "{\"timestamp\": 15, \"input_length\": 1800, \"output_length\": 12, "
+        "\"hash_ids\": [0, 1, 2, 3]}\n"
+        "{\"timestamp\": 40.5, \"input_length\": 512, \"hash_ids\": [9]}\n",
+        "{\"hash_ids\": [7, 8], \"meta\": {\"a\": [1, \"x\\\"y\", null]}, "
+        "\"input_length\": 700, \"timestamp\": 3}\n\n"
+        "  {\"timestamp\": 4, \"input_length\": 1, \"hash_ids\": [7], \"flag\": true}\n",
+        "{\"timestamp\": 1e3, \"input_length\": 16777216, \"hash_ids\": [5]}\n",
+        /* refused: a length no uint32 holds (it used to be converted before the range check:
+         * undefined behaviour, UBSan's "outside the range of representable values") */
+        "{\"timestamp\": 0, \"input_length\": 1e300, \"hash_ids\": []}\n",
+    };
+
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        seed("trace", 0xFF, 0, 0, t[i], strlen(t[i]));
+    }
+}
+
 static void gguf_seeds(void)
 {
     buf_t b = {0};
@@ -210,7 +234,7 @@ int main(int argc, char **argv)
 {
     if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: fuzz_seeds DIR\n  writes a seed corpus per harness under DIR/<harness>/ "
-               "(wire, page, record, etcd, gguf)\n");
+               "(wire, page, record, etcd, gguf, trace)\n");
         return argc == 2 ? 0 : 2;
     }
     snprintf(root, sizeof(root), "%s", argv[1]);
@@ -220,6 +244,7 @@ int main(int argc, char **argv)
     record_seeds();
     etcd_seeds();
     gguf_seeds();
+    trace_seeds();
     printf("fuzz_seeds: %d seeds under %s\n", nseeds, root);
     return 0;
 }
