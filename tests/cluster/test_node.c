@@ -90,7 +90,8 @@ static void cb_record(void *arg, uint32_t first, uint32_t n, const void *const *
  * GET_SESSION; one larger than a batch (a client with 3-page batches) goes as PUT_PAGES + the
  * last batch with the record, and comes back as GET_SESSION + GET_PAGES for the rest. A corrupt
  * page among them: CORRUPT, and the record is not written (a new session stays absent, an
- * existing one keeps its old version). */
+ * existing one keeps its old version); a forged one (bits_k 2 on an fp16 page, CRC made valid):
+ * BAD_PAGE, nothing written. */
 static void test_put_with_pages(const test_node_t *n, kvp_client_h c, const test_session_t *alpha)
 {
     test_session_t       ts;
@@ -162,6 +163,15 @@ static void test_put_with_pages(const test_node_t *n, kvp_client_h c, const test
     CHECK_ST(kvp_client_get_session(c, NS, "beta", &sp), KVP_OK);
     test_session_check(&ts, sp); /* still the old record */
     kvp_session_pages_free(sp);
+    sp = NULL;
+    /* a forged page: a codec-owned field no fp16 page has (8 bits per K value), CRC made to
+     * match, as a client can: refused by the node's parse, nothing written */
+    memcpy(bad, alpha->pages[1], alpha->lens[1]);
+    bad[8] = 2;
+    kvp_page_seal(bad);
+    CHECK_ST(kvp_client_put_session_pages(c, NS, "delta", &alpha->desc, pp, alpha->lens,
+                                          alpha->n_pages, 0), KVP_ERR_BAD_PAGE);
+    CHECK_ST(kvp_client_get_session(c, NS, "delta", &sp), KVP_ERR_NOT_FOUND);
     kvp_free(bad);
     kvp_free(pp);
     test_session_free(&ts);
