@@ -247,7 +247,7 @@ extern "C" kvp_status_t kvp_cuda_attn_compute(const kvp_attn_params_t *params,
     CUDA_TRY(cudaMemcpy(host, dout, (size_t)q_heads * D * sizeof(float), cudaMemcpyDeviceToHost));
     if (!kvp_attn_out_copy(host, (size_t)q_heads * D, out)) { /* as kvp_attn_compute */
         KVP_LOG_ERROR("attn", "attention over layer %u is not finite: scores pass float range "
-                      "(softmax scale %g)", in[0].layer, (double)scale);
+                      "(is the softmax scale too large?)", in[0].layer);
         status = KVP_ERR_BAD_INPUT_DATA;
     }
 out:

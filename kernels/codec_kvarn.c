@@ -255,7 +255,8 @@ static kvp_status_t kvarn_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     }                                                                                            \
     const kvp_codec_ops_t kvp_codec_kvarn_##_impl = {                                           \
         .name = "kvarn", .impl = #_impl, .check = kvarn_check, .payload_bytes = kvarn_bytes,     \
-        .params_ok = kvarn_params_ok, .encode = kvarn_encode_##_impl, .decode = kvarn_decode_##_impl, .encode_h = _ench,       \
+        .params_ok = kvarn_params_ok, .encode = kvarn_encode_##_impl,                            \
+        .decode = kvarn_decode_##_impl, .encode_h = _ench,                                       \
     };
 
 KVARN_OPS(ref, kvp_q2_ref, NULL)

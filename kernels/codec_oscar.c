@@ -281,8 +281,8 @@ static kvp_status_t oscar_decode_h(const kvp_codec_geom_t *g, const kvp_page_inf
     }                                                                                            \
     const kvp_codec_ops_t kvp_codec_oscar_##_impl = {                                           \
         .name = "oscar", .impl = #_impl, .check = oscar_check, .payload_bytes = oscar_bytes,     \
-        .params_ok = oscar_params_ok, .encode = oscar_encode_##_impl, .decode = oscar_decode_##_impl, .encode_h = _ench,       \
-        .decode_h = _dech,                                                                       \
+        .params_ok = oscar_params_ok, .encode = oscar_encode_##_impl,                            \
+        .decode = oscar_decode_##_impl, .encode_h = _ench, .decode_h = _dech,                    \
     };
 
 OSCAR_OPS(ref, kvp_q2_ref, NULL, NULL)

@@ -158,6 +158,7 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
     FILE        *f = fopen(path, "rb");
     struct stat  stt;
     uint64_t     n;
+    uint32_t     L, T, H, D; /* layers, tokens, heads, head_dim */
     kvp_status_t st;
 
     memset(kv, 0, sizeof(*kv));
@@ -181,25 +182,23 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
-    n = kv_elems(kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16), kvp_ld32(hdr + 20));
-    if (n == 0 || kvp_ld32(hdr + 8) > 65536 || kvp_ld32(hdr + 12) > (1u << 24) ||
-        kvp_ld32(hdr + 16) > 4096 || kvp_ld32(hdr + 20) > 65536) {
+    L = kvp_ld32(hdr + 8), T = kvp_ld32(hdr + 12), H = kvp_ld32(hdr + 16), D = kvp_ld32(hdr + 20);
+    n = kv_elems(L, T, H, D);
+    if (n == 0 || L > 65536 || T > (1u << 24) || H > 4096 || D > 65536) {
         KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u is out of bounds (each at least 1; at "
                       "most 65536 layers, 2^24 tokens, 4096 heads, head_dim 65536, 2^32 elements "
-                      "per tensor)", path, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12),
-                      kvp_ld32(hdr + 16), kvp_ld32(hdr + 20));
+                      "per tensor)", path, L, T, H, D);
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
     if ((uint64_t)stt.st_size != KVD_HDR + 8 * n) {
         KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u needs %llu bytes, the file has %lld",
-                      path, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16),
-                      kvp_ld32(hdr + 20), (unsigned long long)(KVD_HDR + 8 * n),
+                      path, L, T, H, D, (unsigned long long)(KVD_HDR + 8 * n),
                       (long long)stt.st_size);
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
-    st = kvp_kv_alloc(kv, kvp_ld32(hdr + 8), kvp_ld32(hdr + 12), kvp_ld32(hdr + 16), kvp_ld32(hdr + 20));
+    st = kvp_kv_alloc(kv, L, T, H, D);
     if (st != KVP_OK) {
         fclose(f);
         return st;
