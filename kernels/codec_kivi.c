@@ -162,7 +162,7 @@ static kvp_status_t kivi_enc_h(const kvp_codec_geom_t *g, const uint16_t *k,
                                   p + l.k_codes, p + l.k_scale, p + l.k_zero, NULL, 0); /* all heads */
     }
     if (!ok) {
-        KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
+        KVP_LOG_DEBUG("codec", "encode: input has NaN, Inf or |x| > 65504 (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
     return KVP_OK;

@@ -163,7 +163,7 @@ static void oscar_h_log(const uint16_t *x, size_t n, const char *what, uint32_t 
 {
     for (size_t i = 0; i < n; i++) {
         if ((x[i] & 0x7C00u) == 0x7C00u) {
-            KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", layer);
+            KVP_LOG_DEBUG("codec", "encode: input has NaN, Inf or |x| > 65504 (layer %u)", layer);
             return;
         }
     }
@@ -214,7 +214,7 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
         info->flags |= KVP_PAGE_F_V_ROTATED;
     } else if (!kvp_q2h_tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR,
                                    p + l.v_codes, p + l.v_scale, p + l.v_zero)) {
-        KVP_LOG_DEBUG("codec", "encode: input has NaN or Inf (layer %u)", info->layer);
+        KVP_LOG_DEBUG("codec", "encode: input has NaN, Inf or |x| > 65504 (layer %u)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
     return oscar_finish(g, info, p, &l);

@@ -77,6 +77,7 @@ int kvp_cmd_eval(int argc, char **argv)
     row_t             rows[KVP_CODEC_MAX];
     int               nrows = 0;
     kvp_kv_t          kv;
+    char              bad[160];
     kvp_status_t      st;
 
     if (kvp_opt_help(argc, argv)) {
@@ -143,6 +144,12 @@ int kvp_cmd_eval(int argc, char **argv)
                 synthetic ? "the generator" : input,
                 st == KVP_ERR_BAD_PAGE ? "not a well-formed .kvd file (see above)"
                                        : kvp_status_str(st));
+        return 1;
+    }
+    if (kvp_kv_find_unstorable(&kv, bad, sizeof(bad))) {
+        fprintf(stderr, "kvpack eval: %s: %s: NaN, Inf or past fp16 range (|x| > 65504), which "
+                        "no codec stores\n", synthetic ? "the generator" : input, bad);
+        kvp_kv_free(&kv);
         return 1;
     }
     for (int c = 0; c < nlist; c++) {

@@ -319,6 +319,7 @@ int kvp_cmd_put(int argc, char **argv)
     put_opts_t  p;
     const char *codec = "kivi";
     kvp_kv_t    kv;
+    char        bad[160];
     kvp_status_t s;
     int          rc;
 
@@ -358,6 +359,12 @@ int kvp_cmd_put(int argc, char **argv)
     if (s != KVP_OK) {
         fprintf(stderr, "kvpack put: %s: %s; nothing was sent\n", p.kvd,
                 s == KVP_ERR_BAD_PAGE ? "not a .kvd v1 dump (header or size)" : kvp_status_str(s));
+        return 1;
+    }
+    if (kvp_kv_find_unstorable(&kv, bad, sizeof(bad))) {
+        fprintf(stderr, "kvpack put: %s: %s: NaN, Inf or past fp16 range (|x| > 65504), which no "
+                        "codec stores; nothing was sent\n", p.kvd, bad);
+        kvp_kv_free(&kv);
         return 1;
     }
     rc = put_run(&p, &kv);

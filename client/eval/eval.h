@@ -44,6 +44,11 @@ kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, ui
                               uint32_t head_dim, uint64_t seed);
 kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv);
 kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv);
+/* Find the first element no codec can store (NaN, Inf or |x| > 65504: every codec keeps fp16
+ * values or fp16 scales), K before V; 1 with "K[layer l][token t][head h][dim d] = x" in where,
+ * else 0. A .kvd may hold such values (it is fp32); put and eval name the place before encoding,
+ * where the codec could only say that a page failed. */
+int kvp_kv_find_unstorable(const kvp_kv_t *kv, char *where, size_t cap);
 
 /* Frobenius ||x_hat - x|| / ||x|| (||x_hat - x|| when x is all zero). */
 double kvp_rel_err(const float *x_hat, const float *x, size_t n);

@@ -213,6 +213,28 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
     return KVP_OK;
 }
 
+int kvp_kv_find_unstorable(const kvp_kv_t *kv, char *where, size_t cap)
+{
+    const size_t n = (size_t)kv->layers * kv->tokens * kv->heads * kv->head_dim;
+
+    for (int t = 0; t < 2; t++) {
+        const float *x = t == 0 ? kv->k : kv->v;
+
+        for (size_t i = 0; i < n; i++) {
+            if (!(fabsf(x[i]) <= 65504.0f)) { /* NaN fails the comparison too */
+                const size_t d = i % kv->head_dim, h = i / kv->head_dim % kv->heads;
+                const size_t tok = i / kv->head_dim / kv->heads % kv->tokens;
+                const size_t l   = i / kv->head_dim / kv->heads / kv->tokens;
+
+                snprintf(where, cap, "%c[layer %zu][token %zu][head %zu][dim %zu] = %g",
+                         t == 0 ? 'K' : 'V', l, tok, h, d, (double)x[i]);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
 {
     uint8_t  hdr[KVD_HDR];

@@ -5,7 +5,8 @@ comes back exactly as `kvpack eval --dequant-out` dequantizes it, and within kiv
 tail; ls lists both (paged with --page); two sessions put over the same --tokens share pages and
 rm of one leaves the other intact; rm then get is a clear error; a delete survives a node restart;
 a get says whether the node read the session back from its SSD tier (pages, bytes) or had it in DRAM;
-a malformed .kvd, a wrong --codec and a dead node each give exit 1 and lose nothing; a node of
+a malformed .kvd, a .kvd holding a value no codec stores (named by its place), a wrong --codec
+and a dead node each give exit 1 and lose nothing; a node of
 the default --durability spill keeps its DRAM-only sessions across a SIGTERM (spilled as it stops),
 not across a SIGKILL.
 usage: check_session_cli.py KVPACK KVPACKD"""
@@ -173,6 +174,23 @@ try:
     rc, _, err = kv("put", "--session", "f16", "--kvd", p("bad.kvd"))
     check(rc == 1 and ".kvd" in err, "malformed .kvd is not a clear error")
     check(ls_json()["sessions"] == before, "a failed put changed the node")
+    # values no codec stores (NaN, Inf, past fp16 range): put and eval name the first one, exit 1,
+    # and the node is unchanged
+    L, T, H, D = 2, 40, 2, 16
+    for name, bad in (("nan", float("nan")), ("inf", float("-inf")), ("big", 1e30)):
+        vals = [0.25] * (2 * L * T * H * D)
+        vals[L * T * H * D + ((1 * T + 33) * H + 1) * D + 5] = bad  # V[1][33][1][5]
+        kvptest.write_kvd(p(name + ".kvd"), L, T, H, D, vals)
+        for codec in ("fp16", "kivi"):
+            rc, _, err = kv("put", "--session", "x" + name, "--kvd", p(name + ".kvd"),
+                            "--codec", codec, "--page-tokens", "16")
+            check(rc == 1 and "V[layer 1][token 33][head 1][dim 5]" in err and "65504" in err,
+                  f"put of a .kvd holding {bad} ({codec}) is not a clear error: {err!r}")
+        ev = subprocess.run([kvpack, "eval", "--input", p(name + ".kvd"), "--codec", "all"],
+                            capture_output=True, text=True, timeout=120, env=env)
+        check(ev.returncode == 1 and "V[layer 1][token 33][head 1][dim 5]" in ev.stderr,
+              f"eval of a .kvd holding {bad} is not a clear error: {ev.stderr!r}")
+    check(ls_json()["sessions"] == before, "a refused put changed the node")
 
     # delete survives a restart (write-through: the others are on disk and come back)
     rc, _, _ = kv("rm", "--session", "kvt")

@@ -34,7 +34,7 @@ extern "C" {
     X(ERR_CORRUPT,        -80,  "checksum mismatch")                         \
     X(ERR_BAD_PAGE,       -81,  "malformed page")                            \
     X(ERR_WRONG_CODEC,    -82,  "page codec or geometry does not match")     \
-    X(ERR_BAD_INPUT_DATA, -83,  "input contains NaN or Inf")
+    X(ERR_BAD_INPUT_DATA, -83,  "input has NaN, Inf or a value past fp16 range (|x| > 65504)")
 
 typedef enum {
 #define KVP_STATUS_ENUM(_n, _v, _s) KVP_##_n = (_v),
