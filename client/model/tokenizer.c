@@ -220,6 +220,17 @@ kvp_status_t kvp_tok_load_llama2c(const char *path, uint32_t vocab_size, kvp_tok
             }
         }
     }
+    /* llama2.c's encoder gives a code point the vocabulary lacks as ids byte + 3: those must be
+     * the byte tokens (<0x00>..<0xFF>), or an id would lie past a small vocabulary */
+    for (uint32_t b = 0; b < 256; b++) {
+        if (b + 3 >= vocab_size || tok->out_len[b + 3] != 1 || (uint8_t)tok->out[b + 3][0] != b) {
+            KVP_LOG_ERROR("model", "tokenizer %s: ids 3..258 are not the byte tokens <0x00>.."
+                          "<0xFF> of llama2.c's byte fallback (id %u; vocab %u)", path, b + 3,
+                          vocab_size);
+            status = KVP_ERR_INVALID;
+            goto err;
+        }
+    }
     fclose(f);
     f      = NULL;
     status = kvp_tok_map_build(tok);

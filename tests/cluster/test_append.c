@@ -250,6 +250,10 @@ static kvp_status_t cl_append(kvp_cluster_h cl, uint32_t tail0, uint32_t t0, uin
                       t0 - tail0 + n};
     kvp_status_t s = kvp_cluster_append(cl, fp, "c", &a, chunks, sealed, rep);
 
+    for (uint32_t i = 0; i < rep->n_tried; i++) { /* what each node said, for a failure */
+        fprintf(stderr, "append %u+%u: node %u %s: %s\n", t0, n, rep->tried[i].node,
+                rep->tried[i].stage, kvp_status_name(rep->tried[i].status));
+    }
     kvp_free(k);
     kvp_free(v);
     return s;

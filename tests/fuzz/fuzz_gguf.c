@@ -1,13 +1,55 @@
 /* fuzz_gguf.c - the GGUF reader (client/model/gguf.c) on arbitrary bytes: kvpack model opens
  * files it is pointed at. Properties: never a crash or a leak; a file that parses has tensors
  * whose data lies inside the image (those of a type it cannot read have none), and each small one
- * dequantizes or is refused with a status. */
+ * dequantizes or is refused with a status; a tokenizer it describes encodes any text into ids
+ * inside its vocabulary. */
 #include "fuzz.h"
 #include "gguf.h"
+#include "tokenizer.h"
 #include "kvpack/alloc.h"
 
 #include <stddef.h>
 #include <string.h>
+
+static volatile unsigned sink;
+
+/* The byte-level BPE tokenizer the file describes, if it loads: fixed prompts and the input's
+ * last 64 bytes (tensor data, so mutations there vary the text) encode into ids inside the
+ * vocabulary, each decoding to bytes that can be read. */
+static void tok_check(const kvp_gguf_t *g, const uint8_t *data, size_t size)
+{
+    static const char *texts[] = {"<|im_start|>user\nHello 2024, it's   a\t\n  test<|im_end|>",
+                                  "\xff\xfe\xc3 \xe2\x80\x83x\xf0\x9f\x98\x80'll", ""};
+    kvp_tok_t         *tok;
+
+    if (kvp_tok_load_gguf(g, &tok) != KVP_OK) {
+        return;
+    }
+    for (int t = 0; t < 4; t++) {
+        const char *text = t < 3 ? texts[t] : (const char *)data + (size > 64 ? size - 64 : 0);
+        size_t      len  = t < 3 ? strlen(text) : (size > 64 ? 64 : size), n;
+        uint32_t   *ids;
+
+        if (kvp_tok_encode(tok, text, len, 1, &ids, &n) != KVP_OK) {
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t      bl;
+            const char *b;
+
+            if (ids[i] >= kvp_tok_vocab(tok)) {
+                FUZZ_FAIL("text %d: id %u outside the vocabulary of %u", t, ids[i],
+                          kvp_tok_vocab(tok));
+            }
+            b = kvp_tok_decode(tok, i ? ids[i - 1] : 0, ids[i], &bl);
+            for (size_t k = 0; k < bl; k++) {
+                sink += (uint8_t)b[k];
+            }
+        }
+        kvp_free(ids);
+    }
+    kvp_tok_free(tok);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -60,6 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
     }
+    tok_check(g, data, size);
     kvp_gguf_close(g);
     return 0;
 }

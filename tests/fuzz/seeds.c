@@ -2,8 +2,8 @@
  * here from kvpack's own encoders (nothing is committed): packed requests and replies of every
  * op (wire), a page of every codec in full and partial geometries (page), session records with
  * and without keys and tails (record), gateway bodies of each kind the etcd client reads (etcd),
- * the tiny GGUF model of tests/model/tiny_gguf.h (gguf) and Mooncake-format trace lines
- * (trace). The replay test and a libFuzzer run both start from these. */
+ * the tiny GGUF model of tests/model/tiny_gguf.h (gguf), Mooncake-format trace lines (trace)
+ * and llama2.c tokenizer files with a prompt (tok). The replay test and a libFuzzer run both start from these. */
 #include "fuzz.h"
 #include "tiny_gguf.h" /* tests/model */
 #include "tk.h"        /* tests/kernels: page params, RNG */
@@ -230,11 +230,55 @@ static void gguf_seeds(void)
     free(b.p);
 }
 
+/* A llama2.c tokenizer file (int32 max length, then per token f32 score, i32 length, bytes): the
+ * three specials, the 256 byte-fallback tokens <0xNN>, then a few merges; the first vocab of them,
+ * behind the harness's prefix (u16 vocabulary size, u8 text length, the text). */
+static void tok_seed(uint16_t vocab, const char *text)
+{
+    static const char *merges[] = {" t", "he", " the", "a", "b", "ab", " c", "\xc3\xa9"};
+    uint8_t           *b = malloc(65536);
+    size_t             n = 0, tl = strlen(text);
+    int32_t            maxlen = 7;
+
+    CHECK(b != NULL && tl < 256);
+    b[n++] = (uint8_t)(vocab - 1), b[n++] = (uint8_t)((vocab - 1) >> 8), b[n++] = (uint8_t)tl;
+    memcpy(b + n, text, tl), n += tl;
+    memcpy(b + n, &maxlen, 4), n += 4;
+    for (uint32_t i = 0; i < vocab; i++) {
+        char    piece[16];
+        float   score = i < 259 ? 0.0f : -(float)i;
+        int32_t len;
+
+        if (i < 3) {
+            snprintf(piece, sizeof(piece), "%s", (const char *[]){"<unk>", "\n<s>\n", "\n</s>\n"}[i]);
+        } else if (i < 259) {
+            snprintf(piece, sizeof(piece), "<0x%02X>", i - 3);
+        } else {
+            snprintf(piece, sizeof(piece), "%s", merges[(i - 259) % 8]);
+        }
+        len = (int32_t)strlen(piece);
+        memcpy(b + n, &score, 4), n += 4;
+        memcpy(b + n, &len, 4), n += 4;
+        memcpy(b + n, piece, (size_t)len), n += (size_t)len;
+    }
+    seed("tok", 0xFF, 0, 0, b, n);
+    free(b);
+}
+
+static void tok_seeds(void)
+{
+    tok_seed(267, "the cab \xc3\xa9\xff!");
+    tok_seed(259, "");
+    /* refused: a vocabulary without llama2.c's 256 byte tokens at ids 3..258 (its byte fallback
+     * used to hand out id byte + 3 past the vocabulary) */
+    tok_seed(5, "the");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: fuzz_seeds DIR\n  writes a seed corpus per harness under DIR/<harness>/ "
-               "(wire, page, record, etcd, gguf, trace)\n");
+               "(wire, page, record, etcd, gguf, trace, tok)\n");
         return argc == 2 ? 0 : 2;
     }
     snprintf(root, sizeof(root), "%s", argv[1]);
@@ -245,6 +289,7 @@ int main(int argc, char **argv)
     etcd_seeds();
     gguf_seeds();
     trace_seeds();
+    tok_seeds();
     printf("fuzz_seeds: %d seeds under %s\n", nseeds, root);
     return 0;
 }
