@@ -212,12 +212,13 @@ kvp_status_t kvp_tok_load_llama2c(const char *path, uint32_t vocab_size, kvp_tok
             }
             tok->out[i][0] = (char)(hi * 16 + lo);
         } else {
-            tok->out[i]     = kvp_strdup(p, "tok out");
+            tok->out[i]     = kvp_malloc((size_t)len + 1, "tok out"); /* a piece may hold NULs */
             tok->out_len[i] = (uint32_t)len;
             if (tok->out[i] == NULL) {
                 status = KVP_ERR_NO_MEMORY;
                 goto err;
             }
+            memcpy(tok->out[i], p, (size_t)len + 1);
         }
     }
     /* llama2.c's encoder gives a code point the vocabulary lacks as ids byte + 3: those must be

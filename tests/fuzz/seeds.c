@@ -233,7 +233,7 @@ static void gguf_seeds(void)
 /* A llama2.c tokenizer file (int32 max length, then per token f32 score, i32 length, bytes): the
  * three specials, the 256 byte-fallback tokens <0xNN>, then a few merges; the first vocab of them,
  * behind the harness's prefix (u16 vocabulary size, u8 text length, the text). */
-static void tok_seed(uint16_t vocab, const char *text)
+static void tok_seed(uint16_t vocab, const char *text, int bos_nul)
 {
     static const char *merges[] = {" t", "he", " the", "a", "b", "ab", " c", "\xc3\xa9"};
     uint8_t           *b = malloc(65536);
@@ -257,6 +257,9 @@ static void tok_seed(uint16_t vocab, const char *text)
             snprintf(piece, sizeof(piece), "%s", merges[(i - 259) % 8]);
         }
         len = (int32_t)strlen(piece);
+        if (i == 1 && bos_nul) { /* "\n<\0>\n": printed by its length, not up to the NUL */
+            memcpy(piece, "\n<\0>\n", 6), len = 5;
+        }
         memcpy(b + n, &score, 4), n += 4;
         memcpy(b + n, &len, 4), n += 4;
         memcpy(b + n, piece, (size_t)len), n += (size_t)len;
@@ -267,11 +270,13 @@ static void tok_seed(uint16_t vocab, const char *text)
 
 static void tok_seeds(void)
 {
-    tok_seed(267, "the cab \xc3\xa9\xff!");
-    tok_seed(259, "");
+    tok_seed(267, "the cab \xc3\xa9\xff!", 0);
+    tok_seed(259, "", 0);
     /* refused: a vocabulary without llama2.c's 256 byte tokens at ids 3..258 (its byte fallback
      * used to hand out id byte + 3 past the vocabulary) */
-    tok_seed(5, "the");
+    tok_seed(5, "the", 0);
+    /* BOS holds a NUL: its printed bytes used to be copied up to the NUL, then read to its length */
+    tok_seed(262, "ab", 1);
 }
 
 int main(int argc, char **argv)
