@@ -816,11 +816,6 @@ void kvp_page_ref_release(kvp_page_ref_h ref)
 
 /* ---- sessions ---- */
 
-static uint32_t ld32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Validate a record; *tail_p gets the header of its first tail page (heads 0 when none). Tail
  * pages are fp16 of one geometry with capacity P (else KVP_ERR_WRONG_CODEC). */
 static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp_page_info_t *tail_p)
@@ -843,13 +838,12 @@ static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp
         size_t          len;
         kvp_status_t    status;
 
-        if (d->tail_len - off < KVP_PAGE_HDR_BYTES) {
+        len = kvp_page_len_at(d->tail + off, d->tail_len - off);
+        if (len == 0) {
             KVP_LOG_ERROR(MOD, "session %s tail is truncated at layer %u", sid, l);
             return KVP_ERR_BAD_PAGE;
         }
-        len    = KVP_PAGE_HDR_BYTES + (size_t)ld32le(d->tail + off + 48);
-        status = len <= d->tail_len - off ? kvp_page_parse(d->tail + off, len, &info)
-                                          : KVP_ERR_BAD_PAGE;
+        status = kvp_page_parse(d->tail + off, len, &info);
         if (status == KVP_OK && (info.layer != l || info.valid != d->tail_tokens)) {
             status = KVP_ERR_BAD_PAGE;
         }

@@ -419,23 +419,17 @@ kvp_status_t kvp_kvc_restore(kvp_kvc_t *c, const uint32_t *tokens, uint32_t ntok
         }
     }
     for (uint32_t l = 0; l < n_tail; l++) {
-        uint32_t pl; /* payload_len at header offset 48 (little-endian) */
+        size_t len = kvp_page_len_at(tail + off, tail_len - off);
 
-        if (tail_len - off < KVP_PAGE_HDR_BYTES) {
+        if (len == 0) {
             KVP_LOG_ERROR("model", "tail page of layer %u is truncated", l);
             return KVP_ERR_BAD_PAGE;
         }
-        memcpy(&pl, tail + off + 48, 4);
-        if (pl > tail_len - off - KVP_PAGE_HDR_BYTES) {
-            KVP_LOG_ERROR("model", "tail page of layer %u is truncated", l);
-            return KVP_ERR_BAD_PAGE;
-        }
-        status = restore_page(c, tail + off, KVP_PAGE_HDR_BYTES + pl, KVP_CODEC_FP16, l,
-                              chunks * P, nt, 1);
+        status = restore_page(c, tail + off, len, KVP_CODEC_FP16, l, chunks * P, nt, 1);
         if (status != KVP_OK) {
             return status;
         }
-        off += KVP_PAGE_HDR_BYTES + pl;
+        off += len;
     }
     c->ntok   = ntok;
     c->sealed = chunks * P;

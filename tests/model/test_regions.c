@@ -219,10 +219,7 @@ static void test_run(const kvp_model_t *m, const uint32_t *ids)
         EXPECT(kvp_kvc_tail_pack(run->cache[L_KIVI_S2], &blob, &len, &nt) == KVP_OK &&
                   (nt == 0 || nt == m->cfg.layers), "tail pack of a sink cache");
         if (nt > 0) { /* the first tail page parses on its own length */
-            uint32_t pl;
-
-            memcpy(&pl, blob + 48, 4);
-            EXPECT(kvp_page_parse(blob, KVP_PAGE_HDR_BYTES + pl, &info) == KVP_OK &&
+            EXPECT(kvp_page_parse(blob, kvp_page_len_at(blob, len), &info) == KVP_OK &&
                       info.codec == KVP_CODEC_FP16 && (info.flags & KVP_PAGE_F_TAIL) &&
                       !(info.flags & KVP_PAGE_F_SINK), "sink cache tail page is an fp16 tail");
         }
