@@ -192,38 +192,46 @@ static size_t headers_end(const char *buf, size_t len, size_t from)
     return 0;
 }
 
-/* Act on what has arrived: wait, answer an error, or route a complete request. */
-static void conn_parse(kvp_http_h h, conn_t *c)
+int kvp_http_request_parse(const char *buf, size_t len, size_t cap, int *head_p, char *path,
+                           size_t path_cap)
 {
-    const char      *nl = memchr(c->in, '\n', c->in_len);
-    char             path[KVP_HTTP_MAX_LINE];
-    kvp_http_reply_t r;
-    size_t           ll;
-    int              head = 0, code;
+    const char *nl = memchr(buf, '\n', len);
+    size_t      ll;
+    int         code;
 
-    if (nl == NULL) {
-        if (c->in_len > KVP_HTTP_MAX_LINE) {
-            conn_error(h, c, 400);
-        }
-        return;
+    if (nl == NULL) { /* a line of KVP_HTTP_MAX_LINE may still get its "\r\n" */
+        return len > KVP_HTTP_MAX_LINE + 1 ? 400 : 0;
     }
-    ll = (size_t)(nl - c->in);
-    if (ll > 0 && c->in[ll - 1] == '\r') {
+    ll = (size_t)(nl - buf);
+    if (ll > 0 && buf[ll - 1] == '\r') {
         ll--;
     }
     if (ll > KVP_HTTP_MAX_LINE) {
-        conn_error(h, c, 400);
-        return;
+        return 400;
     }
-    code = request_line_parse(c->in, ll, &head, path, sizeof(path));
+    code = request_line_parse(buf, ll, head_p, path, path_cap);
     if (code != 0) {
-        conn_error(h, c, code);
+        return code;
+    }
+    if (headers_end(buf, len, (size_t)(nl - buf) + 1) == 0) {
+        return len >= cap ? 431 : 0;
+    }
+    return 200;
+}
+
+/* Act on what has arrived: wait, answer an error, or route a complete request. */
+static void conn_parse(kvp_http_h h, conn_t *c)
+{
+    char             path[KVP_HTTP_MAX_LINE];
+    kvp_http_reply_t r;
+    int              head = 0;
+    int code = kvp_http_request_parse(c->in, c->in_len, sizeof(c->in), &head, path, sizeof(path));
+
+    if (code == 0) {
         return;
     }
-    if (headers_end(c->in, c->in_len, (size_t)(nl - c->in) + 1) == 0) {
-        if (c->in_len == sizeof(c->in)) {
-            conn_error(h, c, 431);
-        }
+    if (code != 200) {
+        conn_error(h, c, code);
         return;
     }
     memset(&r, 0, sizeof(r));

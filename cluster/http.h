@@ -2,7 +2,7 @@
  * One thread, plain POSIX sockets, non-blocking connections multiplexed with poll(2): GET and
  * HEAD only, one request per connection (Connection: close), a bounded request size and a
  * per-connection deadline, so a silent or slow client holds one slot, never the thread.
- * Main flow: kvp_http_start -> http_main (poll loop) -> conn_read -> request_line_parse ->
+ * Main flow: kvp_http_start -> http_main (poll loop) -> conn_readable -> kvp_http_request_parse ->
  *            route callback -> conn_write -> linger until the client closes -> close. */
 #ifndef KVPACK_CLUSTER_HTTP_H
 #define KVPACK_CLUSTER_HTTP_H
@@ -47,6 +47,14 @@ typedef struct {
 kvp_status_t kvp_http_start(const kvp_http_params_t *params, kvp_http_h *http_p, uint16_t *port_p);
 /* Stop the thread and close every connection. NULL is a no-op. */
 void         kvp_http_stop(kvp_http_h http);
+
+/* What the first len bytes of a request buffer of cap bytes ask for (the server's parser, pure,
+ * for tests): 0 while incomplete; 200 for a complete GET or HEAD, *head_p and path (the target
+ * up to its query string, shorter than path_cap) filled; else the status to answer: 400 (a
+ * malformed or over-long request line), 405 (a method other than GET or HEAD) or 431 (the
+ * headers filled all cap bytes). */
+int kvp_http_request_parse(const char *buf, size_t len, size_t cap, int *head_p, char *path,
+                           size_t path_cap);
 
 /* Append formatted text to the reply body (sets reply->oom on failure). */
 void kvp_http_reply_printf(kvp_http_reply_t *reply, const char *fmt, ...)

@@ -3,8 +3,9 @@
  * op (wire), a page of every codec in full and partial geometries (page), session records with
  * and without keys and tails (record), gateway bodies of each kind the etcd client reads (etcd),
  * the tiny GGUF model of tests/model/tiny_gguf.h (gguf), Mooncake-format trace lines (trace)
- * and llama2.c tokenizer files with a prompt (tok). The replay test and a libFuzzer run both start from these. */
+ * llama2.c tokenizer files with a prompt (tok) and HTTP requests to kvpackd --http (http). The replay test and a libFuzzer run both start from these. */
 #include "fuzz.h"
+#include "http.h"      /* cluster */
 #include "tiny_gguf.h" /* tests/model */
 #include "tk.h"        /* tests/kernels: page params, RNG */
 
@@ -279,11 +280,41 @@ static void tok_seeds(void)
     tok_seed(262, "ab", 1);
 }
 
+static void http_seeds(void)
+{
+    static const char *req[] = {
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9100\r\nUser-Agent: prom\r\n\r\n",
+        "HEAD /health?verbose=1 HTTP/1.0\n\n",
+        "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", /* 405 */
+        "GET /a b HTTP/1.1\r\n\r\n",                              /* 400 */
+        "GET /health HTTP/1.1\r\nHost: x\r\n",                    /* waits for the blank line */
+    };
+    char *b = malloc(KVP_HTTP_MAX_REQ + 1);
+    size_t n;
+
+    CHECK(b != NULL);
+    for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
+        seed("http", 0xFF, 0, 0, req[i], strlen(req[i]));
+    }
+    /* a request line of the longest accepted length, its "\r\n" arriving after it */
+    n = (size_t)snprintf(b, KVP_HTTP_MAX_REQ, "GET /");
+    memset(b + n, 'x', KVP_HTTP_MAX_LINE - 9 - n), n = KVP_HTTP_MAX_LINE - 9;
+    n += (size_t)snprintf(b + n, 64, " HTTP/1.1\r\n\r\n");
+    seed("http", 0xFF, 0, 0, b, n);
+    /* headers that fill the buffer without a blank line (431) */
+    n = (size_t)snprintf(b, KVP_HTTP_MAX_REQ, "GET / HTTP/1.1\r\n");
+    while (n + 16 < KVP_HTTP_MAX_REQ) {
+        n += (size_t)snprintf(b + n, 17, "X-Pad: 0123456\r\n");
+    }
+    seed("http", 0xFF, 0, 0, b, KVP_HTTP_MAX_REQ);
+    free(b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: fuzz_seeds DIR\n  writes a seed corpus per harness under DIR/<harness>/ "
-               "(wire, page, record, etcd, gguf, trace, tok)\n");
+               "(wire, page, record, etcd, gguf, trace, tok, http)\n");
         return argc == 2 ? 0 : 2;
     }
     snprintf(root, sizeof(root), "%s", argv[1]);
@@ -295,6 +326,7 @@ int main(int argc, char **argv)
     gguf_seeds();
     trace_seeds();
     tok_seeds();
+    http_seeds();
     printf("fuzz_seeds: %d seeds under %s\n", nseeds, root);
     return 0;
 }
