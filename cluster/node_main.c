@@ -3,6 +3,7 @@
  * SIGTERM/SIGINT, then kvp_node_run. */
 #include "kvpack/node.h"
 #include "kvpack/log.h"
+#include "kvpack/num.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -77,41 +78,24 @@ static void usage(const char *prog, FILE *out)
             prog);
 }
 
-/* A decimal integer in lo..hi (no sign, nothing after it) into *out; -1 if it is not one. */
+/* A number (kvp_num_parse_u64) in lo..hi into *out; -1 if it is not one. */
 static int parse_u32(const char *s, uint64_t lo, uint64_t hi, uint32_t *out)
 {
-    char              *end;
-    unsigned long long x;
+    uint64_t x;
 
-    if (*s < '0' || *s > '9') {
-        return -1;
-    }
-    x = strtoull(s, &end, 10);
-    if (*end != '\0' || x < lo || x > hi) {
+    if (kvp_num_parse_u64(s, &x) != 0 || x < lo || x > hi) {
         return -1;
     }
     *out = (uint32_t)x;
     return 0;
 }
 
+/* A byte count, 1 or more ("256M", "4GiB"), into *out; -1 if it is not one. */
 static int parse_bytes(const char *s, size_t *out)
 {
-    char              *end;
-    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t v;
 
-    if (end == s) {
-        return -1;
-    }
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'B') {
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    }
-    if (*end != '\0' || v == 0) {
+    if (kvp_num_parse_u64(s, &v) != 0 || v == 0 || v > SIZE_MAX) {
         return -1;
     }
     *out = (size_t)v;

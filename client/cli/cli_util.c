@@ -1,5 +1,6 @@
 /* cli_util.c - option parsing, JSON writer and progress line shared by all subcommands. */
 #include "cli.h"
+#include "kvpack/num.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -45,21 +46,14 @@ bool kvp_opt_str(int argc, char **argv, int *i, const char *name, const char **v
 bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_p)
 {
     const char *v = opt_match(argc, argv, i, name);
-    char       *end;
 
     if (v == NULL) {
         return false;
     }
-    *val_p = strtoull(v, &end, 0);
-    if (end == v || (*end != '\0' && strchr("kKmMgG", *end) == NULL)) {
-        fprintf(stderr, "kvpack: option %s expects a number, got '%s'\n", name, v);
+    if (kvp_num_parse_u64(v, val_p) != 0) {
+        fprintf(stderr, "kvpack: option %s expects a whole number (decimal or 0x hex, no sign; "
+                "k/M/G suffixes allowed), got '%s'\n", name, v);
         exit(2);
-    }
-    switch (*end) {
-    case 'k': case 'K': *val_p <<= 10; break;
-    case 'm': case 'M': *val_p <<= 20; break;
-    case 'g': case 'G': *val_p <<= 30; break;
-    default: break;
     }
     return true;
 }
@@ -84,8 +78,8 @@ bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p)
         return false;
     }
     *val_p = strtod(v, &end);
-    if (end == v || *end != '\0') {
-        fprintf(stderr, "kvpack: option %s expects a number, got '%s'\n", name, v);
+    if (end == v || *end != '\0' || !isfinite(*val_p)) {
+        fprintf(stderr, "kvpack: option %s expects a finite number, got '%s'\n", name, v);
         exit(2);
     }
     return true;

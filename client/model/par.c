@@ -5,6 +5,8 @@
  * Chosen over OpenMP because spinning OpenMP barriers lose badly on an oversubscribed machine.
  * Threads: KVP_THREADS, else the online CPUs (at most 16). Main flow: kvp_par_for -> run_tasks. */
 #include "par.h"
+#include "kvpack/log.h"
+#include "kvpack/num.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -67,7 +69,14 @@ static void *worker(void *unused)
 static void par_init(void)
 {
     const char *env = getenv("KVP_THREADS");
-    long        n   = env != NULL ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t    t   = 0;
+    long        n   = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (env != NULL && kvp_num_parse_u64(env, &t) == 0 && t > 0) {
+        n = t > PAR_MAX_THREADS ? PAR_MAX_THREADS : (long)t;
+    } else if (env != NULL) {
+        KVP_LOG_WARN("model", "KVP_THREADS='%s' is not a thread count: using %ld", env, n);
+    }
 
     par.nthreads = n < 1 ? 1 : (n > PAR_MAX_THREADS ? PAR_MAX_THREADS : (uint32_t)n);
     for (uint32_t i = 1; i < par.nthreads; i++) {

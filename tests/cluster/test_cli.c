@@ -1,5 +1,6 @@
 /* test_cli.c - the node-facing CLI: `kvpack stat --node ADDR --json` against a real kvpackd
- * reports the session that was put; `kvpack serve --help` and a bad option behave; a smoke run of
+ * reports the session that was put; `kvpack serve --help` and a bad option behave (numbers with a
+ * sign, past 2^64 or past it after a suffix are refused, "010" is ten); a smoke run of
  * `kvpack bench transfer --json` (tiny geometry) exits 0 with finite figures. */
 #include "node_harness.h"
 
@@ -76,6 +77,25 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "%s --tombstone-ttl '%s' 2>/dev/null", KVPACKD_PATH, *bad);
         CHECK(run(cmd, out, sizeof(out)) == 2);
     }
+    /* numbers that used to wrap or flip sign silently (strtoull): a clear error, exit 2 */
+    for (const char *const *bad = (const char *const[]){"-5M", "99999999999999999999G",
+                                                         "17179869184G", "1.5G", NULL};
+         *bad; bad++) {
+        snprintf(cmd, sizeof(cmd), "%s --dram-budget '%s' 2>&1", KVPACKD_PATH, *bad);
+        CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "bad --dram-budget") != NULL);
+    }
+    for (const char *const *bad = (const char *const[]){"-1", "99999999999999999999", NULL};
+         *bad; bad++) {
+        snprintf(cmd, sizeof(cmd), "%s plan --model llama-3.1-8b --tokens 8192 --page-tokens "
+                 "'%s' 2>&1", KVPACK_PATH, *bad);
+        CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "expects a whole number") != NULL);
+    }
+    snprintf(cmd, sizeof(cmd), "%s plan --model llama-3.1-8b --tokens 8192 --fill nan 2>&1",
+             KVPACK_PATH);
+    CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "expects a finite number") != NULL);
+    snprintf(cmd, sizeof(cmd), "%s plan --model llama-3.1-8b --tokens 8192 --page-tokens 010 "
+             "--codec kivi --json", KVPACK_PATH); /* ten, not octal eight */
+    CHECK(run(cmd, out, sizeof(out)) == 0 && json_num(out, "page_tokens") == 10);
     snprintf(cmd, sizeof(cmd), "%s --help", KVPACKD_PATH);
     CHECK(run(cmd, out, sizeof(out)) == 0 && strstr(out, "--workers N") != NULL);
     for (const char *const *bad = (const char *const[]){"0", "65", "2x", "", NULL}; *bad; bad++) {

@@ -1,8 +1,10 @@
 /* test_common.c - unit tests of the common base: status table ranges and strings, allocation
  * accounting and failure injection, growable arrays, the monotonic clock, the duration histogram
- * buckets; plus CRC32C known vectors (kernels). */
+ * buckets, the command-line number parser (signs, octal, overflow before and after a suffix);
+ * plus CRC32C known vectors (kernels). */
 #include "kvpack/alloc.h"
 #include "kvpack/hist.h"
+#include "kvpack/num.h"
 #include "kvpack/page.h"
 #include "kvpack/status.h"
 
@@ -122,6 +124,34 @@ static void test_hist_buckets(void)
     }
 }
 
+static void test_num_parse(void)
+{
+    static const struct {
+        const char *s;
+        uint64_t    v;
+    } ok[] = {{"0", 0}, {"42", 42}, {"010", 10}, {"0x1f", 31}, {"0X10M", 16ull << 20},
+              {"64M", 64ull << 20}, {"64MiB", 64ull << 20}, {"64MB", 64ull << 20},
+              {"3k", 3072}, {"2G", 2ull << 30}, {"5B", 5}, {"18446744073709551615", UINT64_MAX},
+              {"17179869183G", 17179869183ull << 30}};
+    static const char *bad[] = {"", "-5", "+5", " 5", "5 ", "1e3", "1.5G", "0x", "x10",
+                                "18446744073709551616", "99999999999999999999G", "17179869184G",
+                                "4T", "5iB", "5Mi", "5MiBB", "010z", "0xg"};
+    uint64_t v;
+
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        v = 7;
+        CHECK(kvp_num_parse_u64(ok[i].s, &v) == 0 && v == ok[i].v);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 7;
+        if (kvp_num_parse_u64(bad[i], &v) != -1 || v != 7) {
+            fprintf(stderr, "'%s' parsed as %llu\n", bad[i], (unsigned long long)v);
+            CHECK(0);
+        }
+    }
+    CHECK(kvp_num_parse_u64(NULL, &v) == -1);
+}
+
 int main(void)
 {
     test_status_ranges();
@@ -130,5 +160,6 @@ int main(void)
     test_clock();
     test_crc32c();
     test_hist_buckets();
+    test_num_parse();
     return kvp_test_result("test_common");
 }

@@ -1,0 +1,22 @@
+/* num.h - the one parser of the whole numbers people type (command-line options of kvpack and
+ * kvpackd): decimal, or hexadecimal after "0x"; optionally a binary size suffix k/K, m/M or g/G
+ * (x 2^10, 2^20, 2^30), which may be followed by "iB" or "B" ("64M", "64MiB", "64MB"). No sign,
+ * no leading space, no octal ("010" is ten), nothing after the number, and no value past 2^64 - 1
+ * (before or after the suffix): "-5", "1e3", "99999999999999999999" and "17179869184G" are
+ * refused rather than wrapped. */
+#ifndef KVPACK_NUM_H
+#define KVPACK_NUM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 0 with *out set, or -1 (out untouched) when s is not such a number. */
+int kvp_num_parse_u64(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
