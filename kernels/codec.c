@@ -75,6 +75,26 @@ kvp_status_t kvp_codec_check(const kvp_page_params_t *params)
     return ops->check(&g);
 }
 
+_Static_assert(KVP_PAGE_MAX_HEADS == 256 && KVP_PAGE_MAX_DIM == 1024 && KVP_PAGE_MAX_TOKENS == 4096,
+               "kvp_codec_geometry_rule states these limits");
+
+const char *kvp_codec_geometry_rule(kvp_codec_id_t codec)
+{
+#define KVP_LIMITS "1..256 heads, head_dim up to 1024, 1..4096 tokens a page"
+    switch (codec) {
+    case KVP_CODEC_KIVI:
+        return "head_dim below 32 or a multiple of 32 (its V groups); " KVP_LIMITS;
+    case KVP_CODEC_KIVI128:
+        return "head_dim below 128 or a multiple of 128 (its V groups); " KVP_LIMITS;
+    case KVP_CODEC_OSCAR:
+    case KVP_CODEC_KVARN:
+        return "head_dim a power of two, at least 8 (the Hadamard rotation); " KVP_LIMITS;
+    default:
+        return KVP_LIMITS;
+    }
+#undef KVP_LIMITS
+}
+
 size_t kvp_page_max_bytes(const kvp_page_params_t *params)
 {
     if (kvp_codec_check(params) != KVP_OK) {

@@ -357,8 +357,8 @@ int kvp_cmd_bench_codec(int argc, char **argv)
                                 .page_tokens = b.P};
 
         if (kvp_codec_check(&pp) != KVP_OK) {
-            fprintf(stderr, "kvpack bench codec: %s does not support this geometry, skipped\n",
-                    kvp_codec_name(list[c]));
+            fprintf(stderr, "kvpack bench codec: %s does not support this geometry (it takes %s), "
+                    "skipped\n", kvp_codec_name(list[c]), kvp_codec_geometry_rule(list[c]));
             continue;
         }
         for (size_t ii = 0; ii < ni && !err; ii++) {

@@ -157,8 +157,9 @@ static kvp_status_t encode_one(const demo_opts_t *o, demo_session_t *s, kvp_code
     p.flags       = flags;
     cap = kvp_page_max_bytes(&p);
     if (cap == 0) {
-        fprintf(stderr, "kvpack demo: codec %s does not support heads %u head_dim %u P %u\n",
-                kvp_codec_name(codec), p.heads, p.head_dim, p.page_tokens);
+        fprintf(stderr, "kvpack demo: codec %s does not support heads %u head_dim %u P %u: it "
+                "takes %s\n", kvp_codec_name(codec), p.heads, p.head_dim, p.page_tokens,
+                kvp_codec_geometry_rule(codec));
         return KVP_ERR_UNSUPPORTED;
     }
     s->pages[idx] = kvp_malloc(cap, "demo page");

@@ -100,8 +100,9 @@ static int engine_init(lt_engine_t *e, const kvp_lt_params_t *p, const kvp_lt_wo
     page_params(e, KVP_CODEC_FP16, 0, &pp);
     e->tail_cap = kvp_page_max_bytes(&pp);
     if (e->page_cap == 0 || e->tail_cap == 0) {
-        fprintf(stderr, "kvpack loadtest: codec %s does not support heads %u head_dim %u P %u\n",
-                kvp_codec_name(p->codec), p->heads, p->head_dim, p->page_tokens);
+        fprintf(stderr, "kvpack loadtest: codec %s does not support heads %u head_dim %u P %u: it "
+                "takes %s\n", kvp_codec_name(p->codec), p->heads, p->head_dim, p->page_tokens,
+                kvp_codec_geometry_rule(p->codec));
         return -1;
     }
     e->tok         = kvp_malloc(p->page_tokens * sizeof(*e->tok), "loadtest tokens");

@@ -191,8 +191,9 @@ static int plan_check(const kvp_plan_opts_t *o, kvp_codec_id_t codec)
     }
     if (s != KVP_OK) {
         fprintf(stderr, "kvpack plan: codec %s cannot take %" PRIu64 " KV heads x head_dim %" PRIu64
-                " with %" PRIu64 "-token pages (%s)\n", kvp_codec_name(codec), o->heads,
-                o->head_dim, o->page_tokens, kvp_status_str(s));
+                " with %" PRIu64 "-token pages (%s): it takes %s, and a page payload of at most "
+                "%u bytes\n", kvp_codec_name(codec), o->heads, o->head_dim, o->page_tokens,
+                kvp_status_str(s), kvp_codec_geometry_rule(codec), KVP_PAGE_MAX_PAYLOAD);
         return 2;
     }
     return 0;

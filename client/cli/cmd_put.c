@@ -281,9 +281,9 @@ static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
 
     memset(&st, 0, sizeof(st));
     if (kvp_codec_check(&pp) != KVP_OK) {
-        fprintf(stderr, "kvpack put: codec %s cannot encode %u heads x %u dims with P %llu "
-                        "(see kvp_codec_check)\n", kvp_codec_name(p->codec), kv->heads,
-                kv->head_dim, (unsigned long long)p->P);
+        fprintf(stderr, "kvpack put: codec %s cannot encode %u heads x %u dims with P %llu: it "
+                        "takes %s\n", kvp_codec_name(p->codec), kv->heads, kv->head_dim,
+                (unsigned long long)p->P, kvp_codec_geometry_rule(p->codec));
         return 1;
     }
     rc = kvp_cli_open("put", &p->o, put_progress, &cl);

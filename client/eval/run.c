@@ -28,8 +28,9 @@ kvp_status_t kvp_eval_codec(const kvp_kv_t *kv, const kvp_eval_params_t *params,
     pp.kvarn_iters = params->kvarn_iters;
     cap = kvp_page_max_bytes(&pp);
     if (cap == 0) {
-        KVP_LOG_ERROR("eval", "codec %s does not support heads %u head_dim %u page_tokens %u",
-                      kvp_codec_name(params->codec), H, D, P);
+        KVP_LOG_ERROR("eval", "codec %s does not support heads %u head_dim %u page_tokens %u: it "
+                      "takes %s", kvp_codec_name(params->codec), H, D, P,
+                      kvp_codec_geometry_rule(params->codec));
         return KVP_ERR_UNSUPPORTED;
     }
     st = kvp_kv_alloc(hat, L, T, H, D);

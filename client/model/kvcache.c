@@ -97,9 +97,10 @@ kvp_status_t kvp_kvc_create(const kvp_kvc_params_t *params, kvp_kvc_t **c_p)
         pp     = page_params(c, params->codec, 0, 0);
         status = kvp_codec_check(&pp);
         if (status != KVP_OK) {
-            KVP_LOG_ERROR("model", "codec %s does not support heads %u head_dim %u page tokens %u: %s",
-                          kvp_codec_name(params->codec), params->heads, params->head_dim,
-                          params->page_tokens, kvp_status_str(status));
+            KVP_LOG_ERROR("model", "codec %s does not support heads %u head_dim %u page tokens %u: "
+                          "it takes %s", kvp_codec_name(params->codec), params->heads,
+                          params->head_dim, params->page_tokens,
+                          kvp_codec_geometry_rule(params->codec));
             kvp_free(c);
             return KVP_ERR_UNSUPPORTED;
         }

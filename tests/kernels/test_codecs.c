@@ -2,7 +2,8 @@
  * implementation: relative error within each codec's budget on Gaussian KV with outlier
  * channels, full and partial pages, fp16 round trip exact for "fp16", the ROTATED frame equal to
  * the ORIGINAL one after the documented inverse (norm, Hadamard), KVP_PAGE_F_V_PREROT, header
- * fields and flags, and the bits per element at H=8, D=128, P=128. */
+ * fields and flags, the bits per element at H=8, D=128, P=128, and that each codec accepts the
+ * head_dims its geometry rule (the text of the errors) states. */
 #include "tk.h"
 #include "quant_hd.h"
 
@@ -121,11 +122,37 @@ static void bits(void)
     }
 }
 
+/* kvp_codec_check accepts exactly the head_dims kvp_codec_geometry_rule states in words. */
+static void geometry_rules(void)
+{
+    for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) {
+        const char *rule = kvp_codec_geometry_rule((kvp_codec_id_t)c);
+
+        for (uint32_t D = 1; D <= KVP_PAGE_MAX_DIM + 1; D++) {
+            kvp_page_params_t p    = tk_params((kvp_codec_id_t)c, 2, D, 64);
+            int               pow2 = (D & (D - 1)) == 0;
+            int               want = D <= KVP_PAGE_MAX_DIM;
+
+            if (strstr(rule, "power of two, at least 8") != NULL) {
+                want = want && pow2 && D >= 8;
+            } else if (strstr(rule, "below 32 or a multiple of 32") != NULL) {
+                want = want && (D < 32 || D % 32 == 0);
+            } else if (strstr(rule, "below 128 or a multiple of 128") != NULL) {
+                want = want && (D < 128 || D % 128 == 0);
+            }
+            EXPECT((kvp_codec_check(&p) == KVP_OK) == want, "%s D %u: check %s, rule \"%s\"",
+                   kvp_codec_name((kvp_codec_id_t)c), D,
+                   kvp_status_name(kvp_codec_check(&p)), rule);
+        }
+    }
+}
+
 int main(void)
 {
     tk_rng_t rng = {7};
 
     bits();
+    geometry_rules();
     for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) {
         const char *impls[4];
         size_t      ni = kvp_codec_impls((kvp_codec_id_t)c, impls, 4);

@@ -62,6 +62,9 @@ kvp_status_t kvp_codec_from_name(const char *name, kvp_codec_id_t *codec_p);
 
 /* Check a geometry against a codec (power-of-two D for rotating codecs, D % group, limits). */
 kvp_status_t kvp_codec_check(const kvp_page_params_t *params);
+/* What kvp_codec_check accepts for this codec, in words, for error messages ("head_dim a power
+ * of two, at least 8, ..."); never NULL. */
+const char  *kvp_codec_geometry_rule(kvp_codec_id_t codec);
 
 /* Bytes of a full page (header + payload) for these params. 0 if unsupported. */
 size_t kvp_page_max_bytes(const kvp_page_params_t *params);
