@@ -3,7 +3,8 @@
  * op (wire), a page of every codec in full and partial geometries (page), session records with
  * and without keys and tails (record), gateway bodies of each kind the etcd client reads (etcd),
  * the tiny GGUF model of tests/model/tiny_gguf.h (gguf), Mooncake-format trace lines (trace)
- * llama2.c tokenizer files with a prompt (tok) and HTTP requests to kvpackd --http (http). The replay test and a libFuzzer run both start from these. */
+ * llama2.c tokenizer files with a prompt (tok), HTTP requests to kvpackd --http (http) and .kvd
+ * dumps (kvd). The replay test and a libFuzzer run both start from these. */
 #include "fuzz.h"
 #include "http.h"      /* cluster */
 #include "tiny_gguf.h" /* tests/model */
@@ -310,11 +311,32 @@ static void http_seeds(void)
     free(b);
 }
 
+/* .kvd dumps: a small one, one holding a NaN and a value past fp16, one shorter than its header
+ * promises, and a header alone. */
+static void kvd_seeds(void)
+{
+    uint8_t b[24 + 8 * 24];
+    float   x[48];
+
+    kvp_st32(b, 0x3144564Bu), kvp_st32(b + 4, 1);
+    kvp_st32(b + 8, 1), kvp_st32(b + 12, 3), kvp_st32(b + 16, 2), kvp_st32(b + 20, 4);
+    for (int i = 0; i < 48; i++) {
+        x[i] = (float)(i - 24) / 8.0f;
+    }
+    memcpy(b + 24, x, sizeof(x));
+    seed("kvd", 0xFF, 0, 0, b, sizeof(b));
+    x[5] = NAN, x[30] = 1e30f;
+    memcpy(b + 24, x, sizeof(x));
+    seed("kvd", 0xFF, 0, 0, b, sizeof(b));
+    seed("kvd", 0xFF, 0, 0, b, sizeof(b) - 4);
+    seed("kvd", 0xFF, 0, 0, b, 24);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: fuzz_seeds DIR\n  writes a seed corpus per harness under DIR/<harness>/ "
-               "(wire, page, record, etcd, gguf, trace, tok, http)\n");
+               "(wire, page, record, etcd, gguf, trace, tok, http, kvd)\n");
         return argc == 2 ? 0 : 2;
     }
     snprintf(root, sizeof(root), "%s", argv[1]);
@@ -327,6 +349,7 @@ int main(int argc, char **argv)
     trace_seeds();
     tok_seeds();
     http_seeds();
+    kvd_seeds();
     printf("fuzz_seeds: %d seeds under %s\n", nseeds, root);
     return 0;
 }
