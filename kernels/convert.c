@@ -62,3 +62,11 @@ const kvp_cvt_ops_t *kvp_cvt_ops(void)
 
 uint16_t kvp_f32_to_f16(float f) { return kvp_hd_f16(f); }
 float    kvp_f16_to_f32(uint16_t h) { return kvp_hd_f32(h); }
+
+kvp_status_t kvp_values_check(kvp_dtype_t dtype, const void *x, size_t n)
+{
+    if (dtype == KVP_DTYPE_F16) {
+        return kvp_cvt_ops()->f16_finite(x, n) ? KVP_OK : KVP_ERR_BAD_INPUT_DATA;
+    }
+    return kvp_cvt_ops()->check_f32(x, n);
+}

@@ -26,6 +26,7 @@ typedef struct {
 static kvp_status_t append_check(const char *sid, const kvp_store_append_t *a)
 {
     kvp_page_params_t pp = {a->codec, a->heads, a->head_dim, a->page_tokens, 0, 0, {0, 0}, 0, 0};
+    size_t            n;
 
     if (a->layers == 0 || a->layers > 65535 || a->page_tokens == 0 ||
         a->page_tokens > KVP_PAGE_MAX_TOKENS || a->ntok == 0 || a->k == NULL || a->v == NULL ||
@@ -38,7 +39,19 @@ static kvp_status_t append_check(const char *sid, const kvp_store_append_t *a)
         return KVP_ERR_INVALID; /* logged by the codec layer */
     }
     pp.codec = KVP_CODEC_FP16;
-    return kvp_codec_check(&pp) == KVP_OK ? KVP_OK : KVP_ERR_INVALID;
+    if (kvp_codec_check(&pp) != KVP_OK) {
+        return KVP_ERR_INVALID;
+    }
+    /* all of it before any page is sealed: a bad value met in a later layer would otherwise
+     * leave the earlier layers' chunks stored with no record naming them */
+    n = (size_t)a->layers * a->ntok * a->heads * a->head_dim;
+    if (kvp_values_check(a->dtype, a->k, n) != KVP_OK ||
+        kvp_values_check(a->dtype, a->v, n) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "append to session %s: %s", sid,
+                      kvp_status_str(KVP_ERR_BAD_INPUT_DATA));
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
+    return KVP_OK;
 }
 
 /* Fill w->k/v rows [0, told) from the layer's tail page and [told, told + ntok) from the input. */

@@ -6,7 +6,7 @@
  * comes back from disk and takes further appends, the first one sent by the same client (whose
  * connection died with the node: it must see that before sending, since a write is never sent
  * twice), and reads back through it. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a
- * chunk to seal (BAD_INPUT_DATA), a wrong id count (INVALID: the node counts the tail), and hand-made
+ * chunk to seal or 1e30 in the last layer (BAD_INPUT_DATA, no page stored), a wrong id count (INVALID: the node counts the tail), and hand-made
  * requests whose K/V bytes do not match the geometry or whose ids are too many (PROTOCOL). Two
  * clients appending to one session at once: the node serialises them, so the second finds a
  * longer tail than its ids name and is refused (INVALID) instead of overwriting the first.
@@ -380,10 +380,20 @@ int main(void)
         float       *k = tokens(0, 50, 20), *vv = tokens(1, 50, 20);
         kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, vv, 20, ids + 32, 38};
 
+        kvp_node_stat_t before, after;
+
+        CHECK_OK(kvp_client_stat(c, &before));
         k[5] = NAN; /* token 50 seals with the tail's 18 */
         CHECK_ST(kvp_client_append(c, fp, "s", &a, NULL), KVP_ERR_BAD_INPUT_DATA);
+        k[5] = 0.5f;
+        /* in the last layer, where the first layers' chunks used to be sealed and stored before
+         * it was met (pages nobody's record names), and past fp16 rather than NaN */
+        k[(size_t)(L - 1) * 20 * H * D + 7] = 1e30f;
+        CHECK_ST(kvp_client_append(c, fp, "s", &a, NULL), KVP_ERR_BAD_INPUT_DATA);
+        k[(size_t)(L - 1) * 20 * H * D + 7] = 0.5f;
+        CHECK_OK(kvp_client_stat(c, &after));
+        CHECK(after.dram_pages == before.dram_pages && after.dram_bytes == before.dram_bytes);
         a.n_ids = 20; /* must be the tail's 18 ids + the 20 new ones: the node refuses it */
-        k[5]    = 0.5f;
         CHECK_ST(kvp_client_append(c, fp, "s", &a, NULL), KVP_ERR_INVALID);
         kvp_free(k);
         kvp_free(vv);

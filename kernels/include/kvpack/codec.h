@@ -60,6 +60,11 @@ typedef struct {
 const char  *kvp_codec_name(kvp_codec_id_t codec);
 kvp_status_t kvp_codec_from_name(const char *name, kvp_codec_id_t *codec_p);
 
+/* KVP_OK when all n values of dtype at x are ones every codec stores (finite; fp32 also |x| <=
+ * 65504), else KVP_ERR_BAD_INPUT_DATA: kvp_page_encode's input check, for a caller that must
+ * refuse bad input before it does anything (an append seals and stores chunks layer by layer). */
+kvp_status_t kvp_values_check(kvp_dtype_t dtype, const void *x, size_t n);
+
 /* Check a geometry against a codec (power-of-two D for rotating codecs, D % group, limits). */
 kvp_status_t kvp_codec_check(const kvp_page_params_t *params);
 /* What kvp_codec_check accepts for this codec, in words, for error messages ("head_dim a power
