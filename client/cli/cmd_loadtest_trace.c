@@ -6,6 +6,7 @@
 #include "cmd_loadtest.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/file.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -416,7 +417,7 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
 int kvp_lt_trace_load(const char *cmd, const char *path, uint32_t max, uint32_t windows,
                       kvp_lt_workload_t *w)
 {
-    FILE        *f = fopen(path, "r");
+    FILE        *f = kvp_file_open(path, "r");
     char        *line = NULL;
     size_t       line_cap = 0;
     uint32_t     cap = 0, lineno = 0, need;

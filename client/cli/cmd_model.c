@@ -8,6 +8,7 @@
 #include "cli.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/file.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
 #include "model/model_node.h"
@@ -244,7 +245,7 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
 static kvp_status_t text_tokens(const kvp_model_t *m, const char *path, uint64_t offset,
                                 uint32_t n, uint32_t **ids_p, uint32_t *n_p)
 {
-    FILE        *f = fopen(path, "rb");
+    FILE        *f = kvp_file_open(path, "rb");
     size_t       want = (size_t)n * 8 + 256, got;
     char        *buf;
     uint32_t    *ids;

@@ -9,6 +9,7 @@
 
 #include "eval/eval.h"
 #include "kvpack/alloc.h"
+#include "kvpack/file.h"
 
 #include <errno.h>
 #include <string.h>
@@ -74,7 +75,7 @@ static kvp_status_t put_token_ids(const put_opts_t *p, uint32_t T, uint32_t **id
         }
         return KVP_OK;
     }
-    f = fopen(p->tokens, "rb");
+    f = kvp_file_open(p->tokens, "rb");
     if (f == NULL) {
         fprintf(stderr, "kvpack put: cannot open %s: %s\n", p->tokens, strerror(errno));
         return KVP_ERR_IO;

@@ -1,8 +1,9 @@
 /* kv.c - KV tensors for evaluation: allocation, the documented synthetic generator (eval.h) and
  * the .kvd reader/writer (header validated against the file size before any allocation). */
 #include "eval.h"
-#include "kvpack/bytes.h"
 #include "kvpack/alloc.h"
+#include "kvpack/bytes.h"
+#include "kvpack/file.h"
 #include "kvpack/log.h"
 
 #include <errno.h>
@@ -155,7 +156,7 @@ kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, ui
 kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
 {
     uint8_t      hdr[KVD_HDR];
-    FILE        *f = fopen(path, "rb");
+    FILE        *f = kvp_file_open(path, "rb");
     struct stat  stt;
     uint64_t     n;
     uint32_t     L, T, H, D; /* layers, tokens, heads, head_dim */

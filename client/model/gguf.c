@@ -5,6 +5,7 @@
 #include "gguf.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/file.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
 
@@ -432,7 +433,7 @@ kvp_status_t kvp_gguf_parse(uint8_t *buf, size_t len, kvp_gguf_t **g_p)
 
 kvp_status_t kvp_gguf_open(const char *path, kvp_gguf_t **g_p)
 {
-    FILE    *f = fopen(path, "rb");
+    FILE    *f = kvp_file_open(path, "rb");
     uint8_t *buf;
     long     len;
 

@@ -6,6 +6,7 @@
 #include "model.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/file.h"
 #include "kvpack/log.h"
 
 #include <stdio.h>
@@ -331,7 +332,7 @@ kvp_status_t kvp_model_load(const char *path, const char *tokenizer_path, kvp_mo
     long         fsize;
     const char  *base = strrchr(path, '/');
 
-    f = fopen(path, "rb");
+    f = kvp_file_open(path, "rb");
     if (f == NULL) {
         KVP_LOG_ERROR("model", "cannot open model %s: %m", path);
         return KVP_ERR_IO;

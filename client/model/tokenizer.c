@@ -4,6 +4,7 @@
 #include "tokenizer.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/file.h"
 #include "kvpack/log.h"
 
 #include <stdio.h>
@@ -153,7 +154,7 @@ kvp_status_t kvp_tok_load_llama2c(const char *path, uint32_t vocab_size, kvp_tok
     FILE        *f;
     int32_t      max_len;
 
-    f = fopen(path, "rb");
+    f = kvp_file_open(path, "rb");
     if (f == NULL) {
         KVP_LOG_ERROR("model", "cannot open tokenizer %s: %m", path);
         return KVP_ERR_IO;

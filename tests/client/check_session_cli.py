@@ -5,8 +5,8 @@ comes back exactly as `kvpack eval --dequant-out` dequantizes it, and within kiv
 tail; ls lists both (paged with --page); two sessions put over the same --tokens share pages and
 rm of one leaves the other intact; rm then get is a clear error; a delete survives a node restart;
 a get says whether the node read the session back from its SSD tier (pages, bytes) or had it in DRAM;
-a malformed .kvd, a .kvd holding a value no codec stores (named by its place), a wrong --codec
-and a dead node each give exit 1 and lose nothing; a node of
+a malformed .kvd, a .kvd holding a value no codec stores (named by its place), a directory given
+as a file, a wrong --codec and a dead node each give exit 1 and lose nothing; a node of
 the default --durability spill keeps its DRAM-only sessions across a SIGTERM (spilled as it stops),
 not across a SIGKILL.
 usage: check_session_cli.py KVPACK KVPACKD"""
@@ -166,6 +166,14 @@ try:
         f.write(struct.pack("<10I", *range(10)))
     rc, _, err = kv("put", "--session", "bt", "--kvd", p("a.kvd"), "--tokens", bad_tokens)
     check(rc == 1 and "uint32" in err, "a short --tokens file is not a clear error")
+    # a directory where a file is wanted: refused at open, not read as garbage (it used to be
+    # sized by ftell as 2^63 - 1 bytes)
+    rc, _, err = kv("put", "--session", "bt", "--kvd", p("a.kvd"), "--tokens", tmp)
+    check(rc == 1 and "Is a directory" in err, f"a directory as --tokens: {err!r}")
+    for argv in (["eval", "--input", tmp], ["plan", "--model", "llama-3.1-8b", "--trace", tmp]):
+        ev = subprocess.run([kvpack, *argv], capture_output=True, text=True, timeout=60, env=env)
+        check(ev.returncode in (1, 2) and "Is a directory" in ev.stderr,
+              f"a directory to {argv[0]}: {ev.returncode} {ev.stderr!r}")
 
     # malformed .kvd: exit 1, nothing stored, nothing changed
     with open(p("bad.kvd"), "wb") as f:
