@@ -22,4 +22,26 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The path of a file holding data[0..size), for parsers that take a path (a memory file, one per
+ * process, rewritten on every call; the harness defines _GNU_SOURCE before any include). */
+#ifdef _GNU_SOURCE
+#include <sys/mman.h>
+#include <unistd.h>
+
+static inline const char *fuzz_as_file(const uint8_t *data, size_t size)
+{
+    static int  fd = -1;
+    static char path[64];
+
+    if (fd < 0 && (fd = memfd_create("fuzz-input", 0)) < 0) {
+        FUZZ_FAIL("memfd_create: %m");
+    }
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t)size) {
+        FUZZ_FAIL("writing the input file: %m");
+    }
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return path;
+}
+#endif
+
 #endif

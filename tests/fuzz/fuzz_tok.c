@@ -5,22 +5,18 @@
  * an out-of-bounds read (a vocabulary too small for llama2.c's byte fallback used to hand out ids
  * past it); a tokenizer that loads encodes any text into ids inside its vocabulary, BOS first, and
  * every id decodes to bytes of its stated length. */
-#define _GNU_SOURCE /* memfd_create */
+#define _GNU_SOURCE /* fuzz_as_file */
 #include "fuzz.h"
 #include "tokenizer.h" /* client/model */
 
 #include "kvpack/alloc.h"
 
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 static volatile unsigned sink;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int  fd = -1;
-    char        path[64];
     kvp_tok_t  *tok;
     uint32_t    vocab, *ids = NULL;
     size_t      tlen, n = 0;
@@ -32,15 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vocab = 1 + (uint32_t)((data[0] | data[1] << 8) % 1024);
     tlen  = data[2];
     text  = (const char *)data + 3;
-    if (fd < 0 && (fd = memfd_create("fuzz-tok", 0)) < 0) {
-        FUZZ_FAIL("memfd_create: %m");
-    }
-    if (ftruncate(fd, 0) != 0 ||
-        pwrite(fd, data + 3 + tlen, size - 3 - tlen, 0) != (ssize_t)(size - 3 - tlen)) {
-        FUZZ_FAIL("writing the tokenizer file: %m");
-    }
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    if (kvp_tok_load_llama2c(path, vocab, &tok) != KVP_OK) {
+    if (kvp_tok_load_llama2c(fuzz_as_file(data + 3 + tlen, size - 3 - tlen), vocab, &tok) !=
+        KVP_OK) {
         return 0;
     }
     if (kvp_tok_vocab(tok) != vocab) {

@@ -4,28 +4,17 @@
  * numbers out of range are refused before they are converted); a trace that loads has, for every
  * request, one block id per 512 tokens of its input, a window below the count it reports, and a
  * resumed session that came earlier. */
-#define _GNU_SOURCE /* memfd_create */
+#define _GNU_SOURCE /* fuzz_as_file */
 #include "fuzz.h"
 #include "cmd_loadtest.h" /* client/cli */
 
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int        fd = -1;
-    char              path[64];
     kvp_lt_workload_t w;
 
-    if (fd < 0 && (fd = memfd_create("fuzz-trace", 0)) < 0) {
-        FUZZ_FAIL("memfd_create: %m");
-    }
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t)size) {
-        FUZZ_FAIL("writing the trace file: %m");
-    }
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    if (kvp_lt_trace_load("fuzz", path, 1000, 4, &w) != 0) {
+    if (kvp_lt_trace_load("fuzz", fuzz_as_file(data, size), 1000, 4, &w) != 0) {
         return 0;
     }
     for (uint32_t i = 0; i < w.n; i++) {
