@@ -22,7 +22,6 @@ static inline __m256i key16(__m256i h)
 }
 
 static inline int key_of(uint16_t h) { return (int16_t)(h ^ ((h & 0x8000u) ? 0x7FFFu : 0u)); }
-static inline uint16_t key_h(int k) { return (uint16_t)((uint16_t)k ^ (k < 0 ? 0x7FFFu : 0u)); }
 
 #define KEY_MAX_FINITE 0x7BFF   /* +65504 */
 #define KEY_MIN_FINITE (-31744) /* key of -65504 (0xFBFF) */
