@@ -2,7 +2,8 @@
 """check_loadtest.py CASE KVPACK [TRACE|KVPACKD] - `kvpack loadtest` against a real kvpackd. Cases:
 replay (300 trace requests, 3 MiB budget: hits equal this script's own prefix count, spills and
 restores, SVG parses), synthetic (users x rounds: hits per round as predicted, HTML report), errors
-(malformed lines named by file:line, bad options), dead_node (node SIGKILLed mid-run: exit 1 naming
+(malformed lines named by file:line, bad options, a --report that cannot be written, refused
+before the run), dead_node (node SIGKILLed mid-run: exit 1 naming
 the request, no hang), clients (--clients 3: every request once, hits between a per-client floor
 and the unbounded count; synthetic hits exact; bad --clients rejected), dead_node_clients (the
 dead node under --clients 3). Exit 77 when the trace is absent."""
@@ -175,6 +176,15 @@ def case_errors():
             check(len(err.strip().splitlines()) == 1, f"{name}: error is not one line")
         rc, _, err = run(["--trace", os.path.join(d, "absent.jsonl")])
         check(rc == 1 and "cannot read trace" in err, "missing trace file not reported")
+        # a --report that cannot be written is refused before the run, not after it
+        syn = ["--users", "1", "--rounds", "1", "--turn-tokens", "5"]
+        os.mkdir(os.path.join(d, "dir.svg"))
+        for report, says in ((os.path.join(d, "dir.svg"), "directory"),
+                             (os.path.join(d, "r.txt"), ".svg or"),
+                             (os.path.join(d, "no", "r.svg"), "No such file")):
+            rc, out, err = run([*syn, "--report", report], timeout=60)
+            check(rc == 2 and says in err and out == "",
+                  f"--report {report}: exit {rc}, {err.strip()!r}")
     for args in (["--page-tokens", "100"], ["--users", "2"], ["--windows", "0"],
                  ["--codec", "nope"], ["--users", "1", "--rounds", "1", "--turn-tokens", "5",
                                        "--trace", "x"]):
