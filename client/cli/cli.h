@@ -51,6 +51,12 @@ typedef struct {
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv);
 /* Report an unknown option and return exit status 2. */
 int  kvp_opt_unknown(const char *cmd, const char *arg);
+/* An output file named by option opt can be written, checked before the work that fills it: not
+ * a directory, in a directory this process can write, and (suffixes, e.g. ".svg|.html"; NULL: any)
+ * ending in one of the suffixes. Else a one-line error "kvpack CMD: cannot write OPT PATH: why" and
+ * -1. */
+int  kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
+                            const char *suffixes);
 
 /* ---- JSON writer (one object tree to a FILE, commas handled) ---- */
 typedef struct {

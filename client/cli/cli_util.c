@@ -2,9 +2,12 @@
 #include "cli.h"
 #include "kvpack/num.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +59,46 @@ bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_
         exit(2);
     }
     return true;
+}
+
+int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
+                           const char *suffixes)
+{
+    const char *slash = strrchr(path, '/');
+    size_t      n     = strlen(path);
+    char        dir[PATH_MAX];
+    struct stat st;
+    int         suffix_ok = suffixes == NULL;
+
+    for (const char *s = suffixes; s != NULL && *s != '\0' && !suffix_ok;) {
+        size_t k = strcspn(s, "|");
+
+        suffix_ok = n > k && strncmp(path + n - k, s, k) == 0;
+        s += k + (s[k] == '|');
+    }
+    if (!suffix_ok) {
+        fprintf(stderr, "kvpack %s: cannot write %s %s: the file name must end in ", cmd, opt, path);
+        for (const char *s = suffixes; *s != '\0'; s++) {
+            fputs(*s == '|' ? " or " : (char[2]){*s, '\0'}, stderr);
+        }
+        fputc('\n', stderr);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kvpack %s: cannot write %s %s: it is a directory\n", cmd, opt, path);
+        return -1;
+    }
+    if (slash == NULL) {
+        snprintf(dir, sizeof(dir), ".");
+    } else { /* "/x.svg": the root */
+        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    }
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "kvpack %s: cannot write %s %s: %s: %s\n", cmd, opt, path, dir,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)

@@ -126,6 +126,9 @@ int kvp_cmd_eval(int argc, char **argv)
         fprintf(stderr, "kvpack eval: unknown codec '%s'\n", codec_s);
         return 2;
     }
+    if (dq_out != NULL && kvp_cli_out_path_check("eval", "--dequant-out", dq_out, NULL) != 0) {
+        return 2;
+    }
     if (dq_out != NULL && nlist != 1) {
         fprintf(stderr, "kvpack eval: --dequant-out needs a single --codec\n");
         return 2;

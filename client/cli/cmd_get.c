@@ -255,5 +255,8 @@ int kvp_cmd_get(int argc, char **argv)
         fprintf(stderr, "kvpack get: unknown --codec '%s'\n", codec);
         return 2;
     }
+    if (kvp_cli_out_path_check("get", "--out", g.out, NULL) != 0) {
+        return 2;
+    }
     return get_run(&g);
 }

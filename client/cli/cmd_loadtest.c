@@ -9,11 +9,9 @@
 
 #include "kvpack/alloc.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define LT_TRACE_REL "traces/conversation_trace.jsonl"
@@ -90,37 +88,6 @@ static void lt_usage(FILE *out)
 }
 
 #define LT_N(t) (sizeof(t) / sizeof((t)[0]))
-
-/* --report before the run, not after it: a .svg or .html path that is not a directory, in a
- * directory this process can write (a run of many minutes used to end in "cannot write"). */
-static int report_path_check(const char *path)
-{
-    size_t      n = strlen(path);
-    const char *slash = strrchr(path, '/');
-    char        dir[PATH_MAX];
-    struct stat st;
-
-    if (!(n > 4 && strcmp(path + n - 4, ".svg") == 0) &&
-        !(n > 5 && strcmp(path + n - 5, ".html") == 0)) {
-        fprintf(stderr, "kvpack loadtest: --report %s: the chart is FILE.svg or FILE.html\n", path);
-        return -1;
-    }
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "kvpack loadtest: cannot write report %s: it is a directory\n", path);
-        return -1;
-    }
-    if (slash == NULL) {
-        snprintf(dir, sizeof(dir), ".");
-    } else { /* "/x.svg": the root */
-        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    }
-    if (access(dir, W_OK) != 0) {
-        fprintf(stderr, "kvpack loadtest: cannot write report %s: %s: %s\n", path, dir,
-                strerror(errno));
-        return -1;
-    }
-    return 0;
-}
 
 /* The node options together: one source of nodes, and replicas within their count (a peer
  * list's count is known now; etcd's when it is read). 0 or 2. */
@@ -224,8 +191,9 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
         fprintf(stderr, "kvpack loadtest: --node-workers must be 1..64\n");
         return 2;
     }
-    if (o->report != NULL && report_path_check(o->report) != 0) {
-        return 2;
+    if (o->report != NULL &&
+        kvp_cli_out_path_check("loadtest", "--report", o->report, ".svg|.html") != 0) {
+        return 2; /* before the run, not after it */
     }
     return lt_parse_nodes(o, local_given);
 }

@@ -571,6 +571,9 @@ int kvp_cmd_model(int argc, char **argv)
         fprintf(stderr, "kvpack model: --attn fused is not available with --node\n");
         return 2;
     }
+    if (o.dump != NULL && kvp_cli_out_path_check("model", "--dump-kv", o.dump, NULL) != 0) {
+        return 2;
+    }
     status = kvp_model_load(o.model, o.tokenizer, &m);
     if (status != KVP_OK) {
         fprintf(stderr, "kvpack model: cannot load %s: %s\n", o.model, kvp_status_str(status));

@@ -180,7 +180,7 @@ def case_errors():
         syn = ["--users", "1", "--rounds", "1", "--turn-tokens", "5"]
         os.mkdir(os.path.join(d, "dir.svg"))
         for report, says in ((os.path.join(d, "dir.svg"), "directory"),
-                             (os.path.join(d, "r.txt"), ".svg or"),
+                             (os.path.join(d, "r.txt"), ".svg or .html"),
                              (os.path.join(d, "no", "r.svg"), "No such file")):
             rc, out, err = run([*syn, "--report", report], timeout=60)
             check(rc == 2 and says in err and out == "",

@@ -6,7 +6,8 @@ tail; ls lists both (paged with --page); two sessions put over the same --tokens
 rm of one leaves the other intact; rm then get is a clear error; a delete survives a node restart;
 a get says whether the node read the session back from its SSD tier (pages, bytes) or had it in DRAM;
 a malformed .kvd, a .kvd holding a value no codec stores (named by its place), a directory given
-as a file, a wrong --codec and a dead node each give exit 1 and lose nothing; a node of
+as a file, a wrong --codec and a dead node each give exit 1 and lose nothing (an output file that
+cannot be written: exit 2 before any work); a node of
 the default --durability spill keeps its DRAM-only sessions across a SIGTERM (spilled as it stops),
 not across a SIGKILL.
 usage: check_session_cli.py KVPACK KVPACKD"""
@@ -174,6 +175,14 @@ try:
         ev = subprocess.run([kvpack, *argv], capture_output=True, text=True, timeout=60, env=env)
         check(ev.returncode in (1, 2) and "Is a directory" in ev.stderr,
               f"a directory to {argv[0]}: {ev.returncode} {ev.stderr!r}")
+    # an output file that cannot be written: refused before the work that would fill it
+    rc, _, err = kv("get", "--session", "f16", "--out", tmp)
+    check(rc == 2 and "it is a directory" in err, f"get --out DIR: {rc} {err!r}")
+    ev = subprocess.run([kvpack, "eval", "--synthetic", "--codec", "kivi", "--dequant-out",
+                         os.path.join(tmp, "no", "x.kvd")], capture_output=True, text=True,
+                        timeout=60, env=env)
+    check(ev.returncode == 2 and "No such file" in ev.stderr and ev.stdout == "",
+          f"eval --dequant-out in a missing directory: {ev.returncode} {ev.stderr!r}")
 
     # malformed .kvd: exit 1, nothing stored, nothing changed
     with open(p("bad.kvd"), "wb") as f:
