@@ -38,6 +38,9 @@ int kvp_cmd_nodes(int argc, char **argv);
 /* If argv[*i] is --name, store its value (advancing *i) and return true. Missing value: exits 2. */
 bool kvp_opt_str(int argc, char **argv, int *i, const char *name, const char **val_p);
 bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_p);
+/* kvp_opt_u64 for a count that 0 would make meaningless (--replicas, --timeout-ms, ...): 0 exits 2
+ * with a message, rather than quietly meaning "the default" or "no limit". */
+bool kvp_opt_count(int argc, char **argv, int *i, const char *name, uint64_t *val_p);
 bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p);
 bool kvp_opt_flag(char **argv, int i, const char *name); /* exact match, no value */
 bool kvp_opt_help(int argc, char **argv);               /* any -h/--help present */

@@ -101,6 +101,18 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
     return 0;
 }
 
+bool kvp_opt_count(int argc, char **argv, int *i, const char *name, uint64_t *val_p)
+{
+    if (!kvp_opt_u64(argc, argv, i, name, val_p)) {
+        return false;
+    }
+    if (*val_p == 0) {
+        fprintf(stderr, "kvpack: option %s wants 1 or more, got 0\n", name);
+        exit(2);
+    }
+    return true;
+}
+
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)
 {
     return kvp_opt_str(argc, argv, i, "--codec", &kv->codec) ||

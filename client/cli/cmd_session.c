@@ -19,8 +19,8 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o)
     if (kvp_opt_str(argc, argv, i, "--node", &o->node) ||
         kvp_opt_str(argc, argv, i, "--session", &o->session) ||
         kvp_opt_str(argc, argv, i, "--ns", &o->ns_hex) ||
-        kvp_opt_u64(argc, argv, i, "--timeout-ms", &o->timeout_ms) ||
-        kvp_opt_u64(argc, argv, i, "--replicas", &o->replicas) ||
+        kvp_opt_count(argc, argv, i, "--timeout-ms", &o->timeout_ms) ||
+        kvp_opt_count(argc, argv, i, "--replicas", &o->replicas) ||
         kvp_opt_str(argc, argv, i, "--etcd", &o->etcd) ||
         kvp_opt_str(argc, argv, i, "--etcd-prefix", &o->etcd_prefix)) {
         return true;
@@ -115,7 +115,7 @@ int kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeo
         if (kvp_opt_str(argc, argv, &i, "--node", &o->node) ||
             kvp_opt_str(argc, argv, &i, "--etcd", &o->etcd) ||
             kvp_opt_str(argc, argv, &i, "--etcd-prefix", &o->etcd_prefix) ||
-            kvp_opt_u64(argc, argv, &i, "--timeout-ms", &o->timeout_ms)) {
+            kvp_opt_count(argc, argv, &i, "--timeout-ms", &o->timeout_ms)) {
             continue;
         }
         if (kvp_opt_flag(argv, i, "--json")) {
@@ -420,8 +420,8 @@ int kvp_cmd_ls(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_cli_sess_opt(argc, argv, &i, &o) || kvp_opt_u64(argc, argv, &i, "--page", &page) ||
-            kvp_opt_u64(argc, argv, &i, "--max", &max)) {
+        if (kvp_cli_sess_opt(argc, argv, &i, &o) || kvp_opt_count(argc, argv, &i, "--page", &page) ||
+            kvp_opt_count(argc, argv, &i, "--max", &max)) {
             continue;
         }
         if (kvp_opt_flag(argv, i, "--deleted")) {

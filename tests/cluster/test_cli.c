@@ -90,6 +90,14 @@ int main(void)
                  "'%s' 2>&1", KVPACK_PATH, *bad);
         CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "expects a whole number") != NULL);
     }
+    /* a count of 0 used to mean "the default" (--replicas 1, --timeout-ms 10 s) or "no limit" */
+    for (const char *const *bad = (const char *const[]){"ls --max 0", "ls --page 0",
+                                                         "stat --timeout-ms 0",
+                                                         "rm --session x --replicas 0", NULL};
+         *bad; bad++) {
+        snprintf(cmd, sizeof(cmd), "%s %s --node 127.0.0.1:1 2>&1", KVPACK_PATH, *bad);
+        CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "wants 1 or more") != NULL);
+    }
     snprintf(cmd, sizeof(cmd), "%s plan --model llama-3.1-8b --tokens 8192 --fill nan 2>&1",
              KVPACK_PATH);
     CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "expects a finite number") != NULL);
