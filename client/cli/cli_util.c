@@ -61,6 +61,18 @@ bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_
     return true;
 }
 
+bool kvp_opt_count(int argc, char **argv, int *i, const char *name, uint64_t *val_p)
+{
+    if (!kvp_opt_u64(argc, argv, i, name, val_p)) {
+        return false;
+    }
+    if (*val_p == 0) {
+        fprintf(stderr, "kvpack: option %s wants 1 or more, got 0\n", name);
+        exit(2);
+    }
+    return true;
+}
+
 int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
                            const char *suffixes)
 {
@@ -77,9 +89,12 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
         s += k + (s[k] == '|');
     }
     if (!suffix_ok) {
-        fprintf(stderr, "kvpack %s: cannot write %s %s: the file name must end in ", cmd, opt, path);
-        for (const char *s = suffixes; *s != '\0'; s++) {
-            fputs(*s == '|' ? " or " : (char[2]){*s, '\0'}, stderr);
+        fprintf(stderr, "kvpack %s: cannot write %s %s: the file name must end in", cmd, opt, path);
+        for (const char *s = suffixes; *s != '\0';) {
+            size_t k = strcspn(s, "|");
+
+            fprintf(stderr, "%s %.*s", s == suffixes ? "" : " or", (int)k, s);
+            s += k + (s[k] == '|');
         }
         fputc('\n', stderr);
         return -1;
@@ -99,18 +114,6 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
         return -1;
     }
     return 0;
-}
-
-bool kvp_opt_count(int argc, char **argv, int *i, const char *name, uint64_t *val_p)
-{
-    if (!kvp_opt_u64(argc, argv, i, name, val_p)) {
-        return false;
-    }
-    if (*val_p == 0) {
-        fprintf(stderr, "kvpack: option %s wants 1 or more, got 0\n", name);
-        exit(2);
-    }
-    return true;
 }
 
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)
