@@ -221,7 +221,10 @@ int kvp_kv_find_unstorable(const kvp_kv_t *kv, char *where, size_t cap)
     for (int t = 0; t < 2; t++) {
         const float *x = t == 0 ? kv->k : kv->v;
 
-        for (size_t i = 0; i < n; i++) {
+        if (kvp_values_check(KVP_DTYPE_F32, x, n) == KVP_OK) { /* the encoder's own check */
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) { /* where: the same test, one value at a time */
             if (!(fabsf(x[i]) <= 65504.0f)) { /* NaN fails the comparison too */
                 const size_t d = i % kv->head_dim, h = i / kv->head_dim % kv->heads;
                 const size_t tok = i / kv->head_dim / kv->heads % kv->tokens;
