@@ -4,6 +4,9 @@
 #include "kvpack/node.h"
 #include "kvpack/log.h"
 #include "kvpack/num.h"
+#include "kvpack/page.h"
+#include "kvpack/version.h"
+#include "kvpack/wire.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -74,6 +77,7 @@ static void usage(const char *prog, FILE *out)
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
+            "  --version               print the version and exit\n"
             "  -h, --help              this text\n",
             prog);
 }
@@ -169,6 +173,10 @@ int kvp_node_main(const char *prog, int argc, char **argv)
         }
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(prog, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("%s %s (page format v%u, wire v%u)\n", prog, kvp_version(), KVP_PAGE_VERSION,
+                   KVP_WIRE_VERSION);
             return 0;
         } else if ((v = opt(argc, argv, &i, "--listen", &missing)) != NULL) {
             if (kvp_xfer_parse_addr(v, host, sizeof(host), &p.port) != KVP_OK) {

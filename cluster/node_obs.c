@@ -8,15 +8,12 @@
 
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
+#include "kvpack/version.h"
 
 #include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-
-#ifndef KVP_VERSION
-#define KVP_VERSION "unknown"
-#endif
 
 /* Store statistics exported as they are: every field of kvp_store_stats_t is a uint64_t. */
 static const struct {
@@ -181,7 +178,7 @@ static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
     }
     family(r, "kvpack_build_info", "gauge", "Version, codecs and wire version of this kvpackd");
     kvp_http_reply_printf(r, "kvpack_build_info{version=\"%s\",codecs=\"%s\",wire=\"%u\"} 1\n",
-                          KVP_VERSION, codecs, KVP_WIRE_VERSION);
+                          kvp_version(), codecs, KVP_WIRE_VERSION);
     family(r, "kvpack_serving", "gauge", "1 while the store is open and the UCX listener is up");
     kvp_http_reply_printf(r, "kvpack_serving %d\n", serving);
     family(r, "kvpack_uptime_seconds", "gauge", "Seconds since the node started");

@@ -1,6 +1,9 @@
 /* kvpack.c - the kvpack command line: a table of subcommands, each in its own cmd_*.c.
  * main() is last. */
 #include "cli.h"
+#include "kvpack/page.h"
+#include "kvpack/version.h"
+#include "kvpack/wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,8 +45,8 @@ static const cli_cmd_t bench_commands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: kvpack <command> [options]   (kvpack <command> --help for details)\n\n"
-                 "commands:\n");
+    fprintf(out, "usage: kvpack <command> [options]   (kvpack <command> --help for details;\n"
+                 "       kvpack --version)\n\ncommands:\n");
     for (size_t i = 0; i < NCMD(commands); i++) {
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     }
@@ -66,6 +69,11 @@ static int run_table(const cli_cmd_t *table, size_t n, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("kvpack %s (page format v%u, wire v%u)\n", kvp_version(), KVP_PAGE_VERSION,
+               KVP_WIRE_VERSION);
+        return 0;
+    }
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
