@@ -14,7 +14,7 @@ __all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPa
            "SessionInfo", "SessionList", "Client", "PutStream", "Cluster", "ClusterSessionInfo",
            "ClusterSessionList", "page_encode", "page_decode", "page_parse",
            "page_max_bytes", "codec_name", "codec_from_name", "ns_fingerprint", "chunk_key",
-           "status_name", "status_str"]
+           "status_name", "status_str", "version"]
 
 DTYPE_F32, DTYPE_F16 = 0, 1                  # kvp_dtype_t
 FRAME_ORIGINAL, FRAME_ROTATED = 0, 1         # kvp_frame_t
@@ -277,6 +277,7 @@ def _declare(lib):
     P = c.POINTER
     sigs = {
         "kvp_status_str": (c.c_char_p, [st]), "kvp_status_name": (c.c_char_p, [st]),
+        "kvp_version": (c.c_char_p, []),
         "kvp_codec_name": (c.c_char_p, [c.c_int]),
         "kvp_codec_from_name": (st, [c.c_char_p, P(c.c_int)]),
         "kvp_codec_check": (st, [P(_PageParams)]),
@@ -369,6 +370,11 @@ def load(path=None):
 
 def _L():
     return _lib if _lib is not None else load()
+
+
+def version():
+    """The loaded libkvpack's version ("0.1.0"), as `kvpack --version` prints it."""
+    return _L().kvp_version().decode()
 
 
 def status_name(status):

@@ -76,6 +76,9 @@ def rel_err(a, b):
 
 
 def run_codec():
+    ver = kvpack.version()
+    check(len(ver.split(".")) == 3 and all(x.isdigit() for x in ver.split(".")),
+          f"kvpack.version() is {ver!r}, not the project's x.y.z")
     n = P * H * D
     k, v = values(n, 1), values(n, 2)
     fp16 = kvpack.PageParams("fp16", H, D, P, layer=3, first_pos=128)
