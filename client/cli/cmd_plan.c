@@ -100,8 +100,8 @@ static int plan_validate(kvp_plan_opts_t *o)
     if (!(o->dram_gb > 0 && o->dram_gb < 1e9) || !(o->ssd_gb >= 0 && o->ssd_gb < 1e9)) {
         return plan_bad("--dram must be > 0 and --ssd >= 0 GB (below 1e9)", NULL);
     }
-    if (!(o->fill > 0 && o->fill <= 1) || !(o->link_gbps > 0 && o->link_gbps < 1e9)) {
-        return plan_bad("--fill must be in (0, 1] and --link-gbps > 0", NULL);
+    if (!(o->fill > 0 && o->fill <= 1) || !(o->link_gbps >= 1e-3 && o->link_gbps < 1e9)) {
+        return plan_bad("--fill must be in (0, 1] and --link-gbps in [0.001, 1e9)", NULL);
     }
     if (!(o->compact_ratio > 0 && o->compact_ratio < 1)) {
         return plan_bad("--compact-ratio must be in (0, 1)", NULL);
@@ -136,7 +136,7 @@ static int plan_parse(int argc, char **argv, kvp_plan_opts_t *o)
             kvp_opt_u64(argc, argv, &i, "--page-tokens", &o->page_tokens) ||
             kvp_opt_u64(argc, argv, &i, "--sink-tokens", &o->sink_tokens) ||
             kvp_opt_u64(argc, argv, &i, "--tokens", &o->tokens) ||
-            kvp_opt_u64(argc, argv, &i, "--sessions", &o->sessions) ||
+            kvp_opt_count(argc, argv, &i, "--sessions", &o->sessions) ||
             kvp_opt_f64(argc, argv, &i, "--rate", &o->rate) ||
             kvp_opt_f64(argc, argv, &i, "--ttl", &o->ttl) ||
             kvp_opt_f64(argc, argv, &i, "--dram", &o->dram_gb) ||
