@@ -95,8 +95,8 @@ int kvp_cmd_eval(int argc, char **argv)
             kvp_opt_u64(argc, argv, &i, "--head-dim", &head_dim) ||
             kvp_opt_u64(argc, argv, &i, "--seed", &seed) ||
             kvp_opt_u64(argc, argv, &i, "--page-tokens", &P) ||
-            kvp_opt_u64(argc, argv, &i, "--queries", &queries) ||
-            kvp_opt_u64(argc, argv, &i, "--kvarn-iters", &iters)) {
+            kvp_opt_count(argc, argv, &i, "--queries", &queries) ||
+            kvp_opt_count(argc, argv, &i, "--kvarn-iters", &iters)) {
             continue;
         }
         if (kvp_opt_flag(argv, i, "--synthetic")) {
@@ -134,9 +134,11 @@ int kvp_cmd_eval(int argc, char **argv)
         return 2;
     }
     if (P == 0 || P > KVP_PAGE_MAX_TOKENS || iters > KVP_CODEC_KVARN_MAX_ITERS ||
-        layers == 0 || tokens == 0 || heads == 0 || head_dim == 0 || layers > 4096 ||
-        tokens > (1u << 22) || heads > KVP_PAGE_MAX_HEADS || head_dim > KVP_PAGE_MAX_DIM) {
-        fprintf(stderr, "kvpack eval: shape, --page-tokens or --kvarn-iters out of range\n");
+        queries > (1u << 20) || layers == 0 || tokens == 0 || heads == 0 || head_dim == 0 ||
+        layers > 4096 || tokens > (1u << 22) || heads > KVP_PAGE_MAX_HEADS ||
+        head_dim > KVP_PAGE_MAX_DIM) {
+        fprintf(stderr, "kvpack eval: shape, --page-tokens, --queries (at most 2^20) or "
+                        "--kvarn-iters (at most %u) out of range\n", KVP_CODEC_KVARN_MAX_ITERS);
         return 2;
     }
     st = synthetic ? kvp_kv_synthetic(&kv, (uint32_t)layers, (uint32_t)tokens, (uint32_t)heads,

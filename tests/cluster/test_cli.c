@@ -90,10 +90,14 @@ int main(void)
                  "'%s' 2>&1", KVPACK_PATH, *bad);
         CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "expects a whole number") != NULL);
     }
-    /* a count of 0 used to mean "the default" (--replicas 1, --timeout-ms 10 s) or "no limit" */
+    /* a count of 0 used to mean "the default" (--replicas 1, --timeout-ms 10 s, eval's 64
+     * queries, kvarn's 8 iterations) or "no limit" */
     for (const char *const *bad = (const char *const[]){"ls --max 0", "ls --page 0",
                                                          "stat --timeout-ms 0",
-                                                         "rm --session x --replicas 0", NULL};
+                                                         "rm --session x --replicas 0",
+                                                         "eval --synthetic --queries 0",
+                                                         "eval --synthetic --kvarn-iters 0",
+                                                         NULL};
          *bad; bad++) {
         snprintf(cmd, sizeof(cmd), "%s %s --node 127.0.0.1:1 2>&1", KVPACK_PATH, *bad);
         CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "wants 1 or more") != NULL);
