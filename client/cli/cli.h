@@ -52,6 +52,10 @@ typedef struct {
     uint64_t    layers, heads, head_dim, tokens, page_tokens, reps;
 } kvp_opt_kv_t;
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv);
+/* Heads, head_dim and tokens a page holds, as typed (64-bit, before any cast to the 32-bit
+ * fields of kvp_page_params_t, which would wrap 2^32 + 8 heads to 8): each 1..the page format's
+ * limit (KVP_PAGE_MAX_HEADS, KVP_PAGE_MAX_DIM, KVP_PAGE_MAX_TOKENS). */
+bool kvp_cli_page_geometry_ok(uint64_t heads, uint64_t head_dim, uint64_t page_tokens);
 /* Report an unknown option and return exit status 2. */
 int  kvp_opt_unknown(const char *cmd, const char *arg);
 /* An output file named by option opt can be written, checked before the work that fills it: not

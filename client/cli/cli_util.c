@@ -116,6 +116,12 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
     return 0;
 }
 
+bool kvp_cli_page_geometry_ok(uint64_t heads, uint64_t head_dim, uint64_t page_tokens)
+{
+    return heads >= 1 && heads <= KVP_PAGE_MAX_HEADS && head_dim >= 1 &&
+           head_dim <= KVP_PAGE_MAX_DIM && page_tokens >= 1 && page_tokens <= KVP_PAGE_MAX_TOKENS;
+}
+
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)
 {
     return kvp_opt_str(argc, argv, i, "--codec", &kv->codec) ||

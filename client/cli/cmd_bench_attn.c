@@ -332,8 +332,8 @@ int kvp_cmd_bench_attn(int argc, char **argv)
         }
         return kvp_opt_unknown("bench attn", argv[i]);
     }
-    if (T == 0 || T > (1u << 24) || P == 0 || P > KVP_PAGE_MAX_TOKENS || rounds == 0 ||
-        rounds > MAX_ROUNDS || kvp_attn_scratch_bytes((uint32_t)Hq, (uint32_t)H, (uint32_t)D,
+    if (T == 0 || T > (1u << 24) || !kvp_cli_page_geometry_ok(H, D, P) || Hq > (1u << 16) ||
+        rounds == 0 || rounds > MAX_ROUNDS || kvp_attn_scratch_bytes((uint32_t)Hq, (uint32_t)H, (uint32_t)D,
                                                       (uint32_t)P) == 0) {
         fprintf(stderr, "kvpack bench attn: bad shape (tokens %llu, heads %llu, q-heads %llu, "
                         "head-dim %llu, page-tokens %llu, rounds %llu)\n",

@@ -474,12 +474,17 @@ int kvp_cmd_bench_store(int argc, char **argv)
             return kvp_opt_unknown("bench store", argv[i]);
         }
     }
-    if (o.sessions == 0 || o.chunks == 0 || o.layers == 0 || o.layers > 65535 ||
-        o.index_pages < 64 || o.small_pages == 0 || o.small_pages > 65535 || o.group == 0 ||
-        o.group > 65536 ||
+    if (o.sessions == 0 || o.sessions > 100000 || o.chunks == 0 || o.chunks > 65536 ||
+        o.layers == 0 || o.layers > 65535 || o.index_pages < 64 || o.index_pages > (1u << 26) ||
+        o.small_sessions > 1000000 || o.small_pages == 0 || o.small_pages > 65535 ||
+        o.group == 0 || o.group > 65536 || !kvp_cli_page_geometry_ok(o.heads, o.head_dim, o.tokens) ||
         kvp_codec_payload_bytes(KVP_CODEC_FP16, (uint32_t)o.heads, (uint32_t)o.head_dim,
                                 (uint32_t)o.tokens, (uint32_t)o.tokens) == 0) {
-        fprintf(stderr, "kvpack: bench store: bad geometry or counts\n");
+        fprintf(stderr, "kvpack: bench store: bad geometry or counts (--sessions 1..100000, "
+                        "--chunks 1..65536, --layers 1..65535, --index-pages 64..2^26, "
+                        "--small-sessions up to 10^6, --small-pages 1..65535, --group 1..65536, "
+                        "page geometry within %u heads x %u dims x %u tokens)\n",
+                KVP_PAGE_MAX_HEADS, KVP_PAGE_MAX_DIM, KVP_PAGE_MAX_TOKENS);
         return 2;
     }
     if (getenv("KVP_LOG_LEVEL") == NULL) {

@@ -482,9 +482,10 @@ int kvp_cmd_bench_stream(int argc, char **argv)
         }
     }
     if (kvp_codec_from_name(o.kv.codec, &codec) != KVP_OK || o.kv.reps < 1 ||
-        o.kv.reps > MAX_REPS || o.kv.page_tokens < 1 || o.kv.page_tokens > 4096 ||
-        o.kv.tokens < o.kv.page_tokens || o.kv.layers < 2 || o.kv.layers > 1024 ||
-        o.kv.heads < 1 || o.kv.heads > 256 || o.kv.head_dim < 1 || o.kv.head_dim > 1024 ||
+        o.kv.reps > MAX_REPS || !kvp_cli_page_geometry_ok(o.kv.heads, o.kv.head_dim,
+                                                          o.kv.page_tokens) ||
+        o.kv.tokens < o.kv.page_tokens || o.kv.tokens > (1u << 24) || o.kv.layers < 2 ||
+        o.kv.layers > 1024 ||
         o.replicas > MAX_NODES - 1 || (o.decode_node && o.replicas == 0)) {
         fprintf(stderr, "kvpack bench stream: bad options (see --help; --replicas is 1..%d, "
                         "--decode-node needs it)\n", MAX_NODES - 1);

@@ -280,7 +280,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         }
     }
     if (kvp_codec_from_name(o.kv.codec, &codec) != KVP_OK || o.kv.reps < 1 || o.kv.reps > 64 ||
-        o.kv.page_tokens < 1 || o.kv.page_tokens > 4096 || o.kv.tokens < o.kv.page_tokens ||
+        !kvp_cli_page_geometry_ok(o.kv.heads, o.kv.head_dim, o.kv.page_tokens) ||
+        o.kv.tokens < o.kv.page_tokens || o.kv.tokens > (1u << 24) ||
         o.kv.layers < 1 || o.kv.layers > 1024 || o.inflight < 1 || o.inflight > 8 ||
         o.batch < 4096) {
         fprintf(stderr, "kvpack bench transfer: bad options (see --help)\n");

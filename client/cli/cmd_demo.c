@@ -97,8 +97,8 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
         fprintf(stderr, "kvpack demo: unknown codec '%s'\n", codec);
         return 2;
     }
-    if (o->layers == 0 || o->layers > 1024 || o->heads == 0 || o->tokens == 0 ||
-        o->tokens > (1u << 22) || o->page_tokens == 0 || o->page_tokens > KVP_PAGE_MAX_TOKENS) {
+    if (o->layers == 0 || o->layers > 1024 || o->tokens == 0 || o->tokens > (1u << 22) ||
+        !kvp_cli_page_geometry_ok(o->heads, o->head_dim, o->page_tokens)) {
         fprintf(stderr, "kvpack demo: geometry out of range\n");
         return 2;
     }

@@ -82,6 +82,10 @@ static int plan_validate(kvp_plan_opts_t *o)
     if (o->page_tokens == 0 || o->page_tokens > KVP_PAGE_MAX_TOKENS) {
         return plan_bad("--page-tokens must be 1..4096", NULL);
     }
+    if (!kvp_cli_page_geometry_ok(o->heads, o->head_dim, o->page_tokens)) {
+        return plan_bad("--kv-heads is at most 256 and --head-dim at most 1024 (the page format)",
+                        NULL);
+    }
     if (o->sink_tokens % o->page_tokens != 0) {
         return plan_bad("--sink-tokens must be a multiple of --page-tokens", NULL);
     }

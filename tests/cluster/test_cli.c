@@ -102,6 +102,16 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "%s %s --node 127.0.0.1:1 2>&1", KVPACK_PATH, *bad);
         CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "wants 1 or more") != NULL);
     }
+    /* 2^32 + 8 heads used to reach the page parameters' 32-bit fields as 8 (or run out of
+     * memory): a usage error */
+    for (const char *const *bad = (const char *const[]){
+             "bench attn --heads 4294967304", "bench transfer --heads 4294967304",
+             "demo --heads 4294967304", "bench store --sessions 4294967297",
+             "plan --layers 2 --kv-heads 4294967304 --head-dim 128 --tokens 100", NULL};
+         *bad; bad++) {
+        snprintf(cmd, sizeof(cmd), "%s %s > /dev/null 2>&1", KVPACK_PATH, *bad);
+        CHECK(run(cmd, out, sizeof(out)) == 2);
+    }
     snprintf(cmd, sizeof(cmd), "%s plan --model llama-3.1-8b --tokens 8192 --fill nan 2>&1",
              KVPACK_PATH);
     CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "expects a finite number") != NULL);
