@@ -41,7 +41,8 @@ int kvp_cluster_addr_ok(const char *addr, const char *what)
     return 1;
 }
 
-/* Split the list at commas into c->node; each must be HOST:PORT and appear once. */
+/* Split the list at commas into c->node; each must be HOST:PORT and appear once. Spaces around
+ * an item are dropped ("a:1, b:2" is "a:1,b:2", and ranks the same). */
 static kvp_status_t peers_split(kvp_cluster_h c, char *p)
 {
     for (;;) {
@@ -49,6 +50,10 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *p)
 
         if (comma != NULL) {
             *comma = '\0';
+        }
+        p += strspn(p, " \t");
+        for (size_t l = strlen(p); l > 0 && (p[l - 1] == ' ' || p[l - 1] == '\t'); l--) {
+            p[l - 1] = '\0';
         }
         if (c->n == KVP_CLUSTER_MAX_NODES) {
             KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);

@@ -1143,7 +1143,8 @@ kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, 
         hlen -= 2;
     }
     port = strtoul(colon + 1, &end, 10);
-    if (hlen == 0 || hlen >= host_cap || *end != '\0' || colon[1] == '\0' || port > 65535) {
+    if (hlen == 0 || hlen >= host_cap || *end != '\0' || colon[1] < '0' || colon[1] > '9' ||
+        port > 65535) { /* digits only: strtoul would take " 80", "+80" and "-0" */
         KVP_LOG_ERROR(MOD, "address '%s' is not host:port", addr);
         return KVP_ERR_INVALID;
     }

@@ -1,5 +1,6 @@
 /* test_cluster.c - the multi-node layer (client/cluster.c, kvpack/cluster.h) against two real
- * kvpackd children and the address of a killed third: peer-list validation; put goes to the
+ * kvpackd children and the address of a killed third: peer-list validation (spaces around items
+ * dropped, ports digits only); put goes to the
  * first r live nodes of the rank (the dead one skipped), get is served by the first live one and
  * byte-identical; unknown session: NOT_FOUND when every node answered, an unreachable status when
  * one did not; list merges (each session once, its holders); delete everywhere, and a dead
@@ -34,6 +35,15 @@ static void test_validation(const char *a)
     CHECK(kvp_cluster_size(cl) == 2 && kvp_cluster_replicas(cl) == 2);
     CHECK(strcmp(kvp_cluster_peer(cl, 1), "127.0.0.1:1") == 0 && kvp_cluster_peer(cl, 2) == NULL);
     kvp_cluster_destroy(cl);
+    /* spaces around items are dropped ("a, b" as typed), so the peers and their rank are those
+     * of "a,b"; a port is digits only (strtoul took "+1") */
+    snprintf(dup, sizeof(dup), " %s ,\t127.0.0.1:1 ", a);
+    cl = test_cluster_open(dup, 2, KVP_OK);
+    CHECK(strcmp(kvp_cluster_peer(cl, 0), a) == 0 &&
+          strcmp(kvp_cluster_peer(cl, 1), "127.0.0.1:1") == 0);
+    kvp_cluster_destroy(cl);
+    test_cluster_open("127.0.0.1:+1", 1, KVP_ERR_INVALID);
+    test_cluster_open("127.0.0.1: 1", 1, KVP_ERR_INVALID);
     kvp_cluster_destroy(NULL);
 }
 
