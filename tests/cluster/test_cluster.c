@@ -1,10 +1,10 @@
 /* test_cluster.c - the multi-node layer (client/cluster.c, kvpack/cluster.h) against two real
  * kvpackd children and the address of a killed third: peer-list validation (spaces around items
- * dropped, ports digits only); put goes to the
- * first r live nodes of the rank (the dead one skipped), get is served by the first live one and
- * byte-identical; unknown session: NOT_FOUND when every node answered, an unreachable status when
- * one did not; list merges (each session once, its holders); delete everywhere, and a dead
- * first-r replica makes it say so; a bad record stops a put at once. */
+ * dropped, ports digits only); put goes to the first r live nodes of the rank (the dead one
+ * skipped), get is served by the first live one and byte-identical; unknown session: NOT_FOUND
+ * when every node answered, an unreachable status when one did not; list merges (each session
+ * once, its holders); delete everywhere, and a dead first-r replica makes it say so; a bad record
+ * stops a put at once. */
 #include "node_harness.h"
 
 #include "kvpack/cluster.h"
