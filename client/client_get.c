@@ -212,15 +212,14 @@ static kvp_status_t take_pages(get_ctx_t *g, uint32_t first, uint32_t k, const u
     for (uint32_t i = 0; i < k; i++) {
         need += ((size_t)lens[i] + GET_ALIGN - 1) & ~(size_t)(GET_ALIGN - 1);
     }
-    if (sp->nblocks == sp->cap_blocks) {
-        uint32_t  cap = sp->cap_blocks ? sp->cap_blocks * 2 : 16;
-        uint8_t **b   = kvp_realloc(sp->blocks, cap * sizeof(*b), "session blocks");
+    {
+        uint8_t **b = kvp_array_room(sp->blocks, &sp->cap_blocks, sp->nblocks, sizeof(*b), 16,
+                                     "session blocks");
 
         if (b == NULL) {
             return KVP_ERR_NO_MEMORY;
         }
-        sp->blocks     = b;
-        sp->cap_blocks = cap;
+        sp->blocks = b;
     }
     block = kvp_aligned_alloc(GET_ALIGN, need, "session pages");
     if (block == NULL) {
