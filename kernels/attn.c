@@ -543,8 +543,8 @@ static kvp_status_t walk(attn_st_t *s, const kvp_attn_page_t *pages, size_t n_pa
         }
         st = page_check(s, &in, pos, first->capacity);
         if (st == KVP_OK && in.codec == KVP_CODEC_FP16 &&
-            !kvp_cvt_ops()->f16_finite((const uint8_t *)pg->data + KVP_PAGE_HDR_BYTES,
-                                        in.payload_len / 2)) {
+            kvp_values_check(KVP_DTYPE_F16, (const uint8_t *)pg->data + KVP_PAGE_HDR_BYTES,
+                             in.payload_len / 2) != KVP_OK) {
             /* parse does not read an fp16 page's values (decode checks them as it converts);
              * a NaN K would drop its token from the softmax without a word */
             KVP_LOG_ERROR("attn", "page %zu: fp16 values hold Inf/NaN", i);
