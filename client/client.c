@@ -35,12 +35,12 @@ static kvp_client_call_t *call_find(kvp_client_h c, uint64_t req_id)
 
 static void on_reply(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 {
-    kvp_client_h   c = arg;
-    kvp_wire_rep_t rep;
-    size_t         hl, dl;
-    const void    *h = kvp_xfer_msg_hdr(msg, &hl);
-    kvp_status_t   s = kvp_xfer_msg_status(msg);
-    kvp_client_call_t        *call;
+    kvp_client_h       c = arg;
+    kvp_wire_rep_t     rep;
+    size_t             hl, dl;
+    const void        *h = kvp_xfer_msg_hdr(msg, &hl);
+    kvp_status_t       s = kvp_xfer_msg_status(msg);
+    kvp_client_call_t *call;
 
     (void)conn;
     kvp_xfer_msg_data(msg, &dl);
@@ -166,12 +166,12 @@ static kvp_status_t conn_ensure(kvp_client_h c)
 }
 
 kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer_iov_t *iov,
-                               int iovcnt, kvp_client_call_t **call_p)
+                                   int iovcnt, kvp_client_call_t **call_p)
 {
-    kvp_client_call_t      *call = NULL;
-    uint8_t     *hdr;
-    size_t       len;
-    kvp_status_t s;
+    kvp_client_call_t *call = NULL;
+    uint8_t           *hdr;
+    size_t             len;
+    kvp_status_t       s;
 
     for (int i = 0; i < MAX_INFLIGHT; i++) {
         if (!c->calls[i].used) {
@@ -231,7 +231,8 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
     return call->status;
 }
 
-kvp_status_t kvp_client_call_simple(kvp_client_h c, kvp_wire_req_t *req, kvp_client_call_t **call_p)
+kvp_status_t kvp_client_call_simple(kvp_client_h c, kvp_wire_req_t *req,
+                                    kvp_client_call_t **call_p)
 {
     kvp_status_t s = kvp_client_call_start(c, req, NULL, 0, call_p);
 
@@ -376,22 +377,22 @@ static int pages_ok(const void *const *pages, const size_t *lens, size_t n, cons
 kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *const *pages,
                                   const size_t *lens, size_t n)
 {
-    kvp_client_call_t      *ring[MAX_INFLIGHT];
-    uint32_t     head = 0, count = 0;
-    kvp_status_t first = KVP_OK;
-    size_t       i     = 0;
+    kvp_client_call_t *ring[MAX_INFLIGHT];
+    uint32_t           head = 0, count = 0;
+    kvp_status_t       first = KVP_OK;
+    size_t             i     = 0;
 
     if (!pages_ok(pages, lens, n, "put_pages")) {
         return KVP_ERR_INVALID;
     }
     while (i < n || count > 0) {
         while (first == KVP_OK && i < n && count < client->max_inflight) {
-            kvp_wire_req_t  req;
-            kvp_xfer_iov_t *iov;
-            uint32_t        cnt   = 0;
-            size_t          bytes = 0;
-            uint32_t       *plens;
-            kvp_client_call_t         *call;
+            kvp_wire_req_t     req;
+            kvp_xfer_iov_t    *iov;
+            uint32_t           cnt   = 0;
+            size_t             bytes = 0;
+            uint32_t          *plens;
+            kvp_client_call_t *call;
 
             while (i + cnt < n && cnt < client->max_pages &&
                    (cnt == 0 || bytes + lens[i + cnt] <= client->batch_bytes)) {
@@ -481,13 +482,13 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
                                           const void *const *pages, const size_t *lens, size_t n,
                                           uint64_t version)
 {
-    kvp_wire_req_t  req;
-    kvp_xfer_iov_t *iov;
-    uint32_t       *plens;
-    uint8_t        *blob;
-    size_t          len, tail, head;
-    kvp_client_call_t         *call;
-    kvp_status_t    s = kvp_client_sid_check(sid);
+    kvp_wire_req_t     req;
+    kvp_xfer_iov_t    *iov;
+    uint32_t          *plens;
+    uint8_t           *blob;
+    size_t             len, tail, head;
+    kvp_client_call_t *call;
+    kvp_status_t       s = kvp_client_sid_check(sid);
 
     if (s != KVP_OK) {
         return s;
@@ -562,9 +563,9 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
     }
     /* leading-prefix semantics: continue with the next group only while every key hit */
     for (uint32_t k = 0; k < n; k += client->max_keys) {
-        kvp_wire_req_t req;
-        kvp_client_call_t        *call;
-        uint32_t       nk = (n - k > client->max_keys) ? client->max_keys : n - k;
+        kvp_wire_req_t     req;
+        kvp_client_call_t *call;
+        uint32_t           nk = (n - k > client->max_keys) ? client->max_keys : n - k;
 
         memset(&req, 0, sizeof(req));
         req.op     = KVP_WIRE_OP_LOOKUP;
@@ -594,9 +595,9 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
 static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t ns, const char *sid,
                                uint64_t version, uint32_t drop)
 {
-    kvp_wire_req_t req;
-    kvp_client_call_t        *call;
-    kvp_status_t   s = kvp_client_sid_check(sid);
+    kvp_wire_req_t     req;
+    kvp_client_call_t *call;
+    kvp_status_t       s = kvp_client_sid_check(sid);
 
     if (s != KVP_OK) {
         return s;
@@ -617,11 +618,11 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
                                 const kvp_append_t *a, int has_chunks, uint32_t chunks,
                                 uint64_t version, uint32_t *sealed_p)
 {
-    kvp_wire_req_t  req;
-    kvp_xfer_iov_t *iov;
-    kvp_client_call_t         *call = NULL;
-    size_t          esize, bytes;
-    kvp_status_t    s = kvp_client_sid_check(sid);
+    kvp_wire_req_t     req;
+    kvp_xfer_iov_t    *iov;
+    kvp_client_call_t *call = NULL;
+    size_t             esize, bytes;
+    kvp_status_t       s = kvp_client_sid_check(sid);
 
     if (s != KVP_OK) {
         return s;
@@ -760,9 +761,9 @@ kvp_status_t kvp_client_list_sessions_ex(kvp_client_h client, uint32_t page_size
         return KVP_ERR_INVALID;
     }
     while (s == KVP_OK && more && (max == 0 || l->n < max)) {
-        kvp_wire_req_t req;
-        kvp_client_call_t        *call;
-        uint32_t       want = page_size ? page_size : KVP_WIRE_MAX_LIST;
+        kvp_wire_req_t     req;
+        kvp_client_call_t *call;
+        uint32_t           want = page_size ? page_size : KVP_WIRE_MAX_LIST;
 
         memset(&req, 0, sizeof(req));
         req.op      = KVP_WIRE_OP_LIST;
@@ -805,9 +806,9 @@ void kvp_session_list_free(kvp_session_list_t *list)
 
 kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
 {
-    kvp_wire_req_t req;
-    kvp_client_call_t        *call;
-    kvp_status_t   s;
+    kvp_wire_req_t     req;
+    kvp_client_call_t *call;
+    kvp_status_t       s;
 
     memset(&req, 0, sizeof(req));
     req.op = KVP_WIRE_OP_STAT;
@@ -841,9 +842,9 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
 
 kvp_status_t kvp_client_scrub(kvp_client_h client, kvp_scrub_result_t *out)
 {
-    kvp_wire_req_t req;
-    kvp_client_call_t        *call;
-    kvp_status_t   s;
+    kvp_wire_req_t     req;
+    kvp_client_call_t *call;
+    kvp_status_t       s;
 
     memset(&req, 0, sizeof(req));
     req.op = KVP_WIRE_OP_SCRUB;

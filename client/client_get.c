@@ -28,8 +28,8 @@ typedef struct {
 
 /* One GET_PAGES in flight: items [first, end) (item = chunk * layers + layer). */
 typedef struct {
-    kvp_client_call_t  *call;
-    uint32_t first, end;
+    kvp_client_call_t *call;
+    uint32_t           first, end;
 } get_req_t;
 
 typedef struct {
@@ -268,10 +268,10 @@ static kvp_status_t take_pages(get_ctx_t *g, uint32_t first, uint32_t k, const u
 /* Wait for r's reply and take its pages (at most r->end - r->first). */
 static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
 {
-    uint32_t     layers = g->sp->pub.desc.layers, k;
-    kvp_status_t s      = kvp_client_call_wait(g->c, r->call);
-    kvp_client_call_t      *call   = r->call;
-    size_t       dl;
+    uint32_t           layers = g->sp->pub.desc.layers, k;
+    kvp_status_t       s      = kvp_client_call_wait(g->c, r->call);
+    kvp_client_call_t *call   = r->call;
+    size_t             dl;
 
     *took_p = 0;
     if (s == KVP_OK && (call->rep.n_pages == 0 || call->rep.n_pages > r->end - r->first + layers)) {
@@ -375,15 +375,15 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
                                 const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
                                 void *cb_arg, kvp_session_pages_t **out_p)
 {
-    kvp_wire_req_t req;
-    get_ctx_t      g;
-    sp_impl_t     *sp;
-    kvp_client_call_t        *call;
-    const uint8_t *data;
-    size_t         dl;
-    uint64_t       rx0 = client->rx_bytes;
-    uint64_t       n_pages;
-    kvp_status_t   s   = kvp_client_sid_check(sid);
+    kvp_wire_req_t     req;
+    get_ctx_t          g;
+    sp_impl_t         *sp;
+    kvp_client_call_t *call;
+    const uint8_t     *data;
+    size_t             dl;
+    uint64_t           rx0 = client->rx_bytes;
+    uint64_t           n_pages;
+    kvp_status_t       s   = kvp_client_sid_check(sid);
 
     if (s != KVP_OK) {
         return s;
