@@ -3,7 +3,8 @@
  * under the KIVI or OScaR rule, the same operations as q2_ref.c put_params, used by the fp32
  * (q2_avx2.c) and fp16 (q2h_avx2.c) twins so both stay bit-identical to the reference.
  * kvp_tr8x8_store: transpose 8 rows of 8 floats into 8 columns of a row-major tile.
- * kvp_reduce8: lane i of the result is the min (or max) over the 8 lanes of v[i]. */
+ * kvp_reduce8: lane i of the result is the min (or max) over the 8 lanes of v[i].
+ * kvp_f16x8_sat: 8 decoded values to fp16, saturating at +-65504 (kvp_hd_f16_sat's twin). */
 #ifndef KVPACK_AVX2_INT_H
 #define KVPACK_AVX2_INT_H
 
@@ -22,6 +23,15 @@ typedef struct {
 static inline __m256 kvp_rint8(__m256 x)
 {
     return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* min/max return their second operand when one is NaN, so NaN lanes pass through unchanged */
+static inline __m128i kvp_f16x8_sat(__m256 x)
+{
+    const __m256 big = _mm256_set1_ps(65504.0f), nbig = _mm256_set1_ps(-65504.0f);
+
+    x = _mm256_max_ps(nbig, _mm256_min_ps(big, x));
+    return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
 }
 
 static inline kvp_q2_par8_t kvp_q2_par8(kvp_q2_rule_t rule, __m256 mn, __m256 mx)

@@ -33,7 +33,7 @@ static kvp_status_t ref_check_f32(const float *in, size_t n)
 static void ref_store_f16(const float *in, size_t n, uint16_t *out)
 {
     for (size_t i = 0; i < n; i++) {
-        out[i] = kvp_hd_f16(in[i]);
+        out[i] = kvp_hd_f16_sat(in[i]);
     }
 }
 

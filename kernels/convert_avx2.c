@@ -2,6 +2,7 @@
  * with vcvtph2ps / vcvtps2ph (round to nearest even, identical to kvp_hd_f16), scalar tails. */
 #include "codec_ops.h"
 #include "quant_hd.h"
+#include "avx2_int.h"
 
 #include <immintrin.h>
 
@@ -49,11 +50,10 @@ static void avx2_store_f16(const float *in, size_t n, uint16_t *out)
     size_t i = 0;
 
     for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128((__m128i *)(void *)(out + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(void *)(out + i), kvp_f16x8_sat(_mm256_loadu_ps(in + i)));
     }
     for (; i < n; i++) {
-        out[i] = kvp_hd_f16(in[i]);
+        out[i] = kvp_hd_f16_sat(in[i]);
     }
 }
 

@@ -1,9 +1,9 @@
 /* h_avx2.c - fused fp16 stages of the rotating codecs (AVX2+F16C): Walsh-Hadamard straight
  * from fp16 input (fp32 math, the reference's stage order; the OScaR token norm and the fp16
  * rounding fused in), and the ORIGINAL-frame decoders that dequantize, undo the norm and the
- * rotation in registers and store fp16. Same IEEE operations in the same order as q2_ref.c, so
- * results are bit-identical; D = 128 keeps a head in 16 registers, other powers of two >= 8
- * run through a row buffer. */
+ * rotation in registers and store fp16 (saturating at +-65504 where a bound says a row may pass
+ * it). Same IEEE operations in the same order as q2_ref.c, so results are bit-identical;
+ * D = 128 keeps a head in 16 registers, other powers of two >= 8 run through a row buffer. */
 #include "codec_ops.h"
 #include "q2h_int.h"
 #include "quant_hd.h"
@@ -105,6 +105,65 @@ static AINL __m128i f16x8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NE
 static AINL void sth(uint16_t *p, __m256 v)
 {
     _mm_storeu_si128((__m128i *)(void *)p, f16x8(v));
+}
+
+/* A decoder's output row of nv vectors: saturating at +-65504 (kvp_f16x8_sat) when sat is set.
+ * The caller sets it from a bound (row_may_pass), keeping the clamp off the rows of ordinary KV,
+ * which cannot reach the fp16 limit: clamping every row cost ~10% of OScaR's fp16 decode
+ * (bench codec decode_vs_memcpy 0.41 -> 0.37; with the bound 0.415 against 0.415). */
+static AINL void st_row(uint16_t *dst, const __m256 *v, uint32_t nv, int sat)
+{
+    if (sat) {
+        ROW_FOR(i, nv, {
+            _mm_storeu_si128((__m128i *)(void *)(dst + 8 * i), kvp_f16x8_sat(v[i]));
+        });
+    } else {
+        ROW_FOR(i, nv, {
+            sth(dst + 8 * i, v[i]);
+        });
+    }
+}
+
+/* 1 when a row of values within +-amax, rotated back (c = 1/sqrt(D)), may pass +-65504: each
+ * output of the orthonormal Hadamard is at most sqrt(D) max|x| (1e-3 of slack for fp32 sums). */
+static AINL int row_may_pass(float amax, __m256 c)
+{
+    return amax * 1.001f >= 65504.0f * _mm256_cvtss_f32(c);
+}
+
+/* max over lanes of |z| + 3|s|: a bound on |q*s + z|, q = 0..3 */
+static AINL __m256 qz_bound(__m256 s, __m256 z)
+{
+    __m256 nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+
+    return _mm256_fmadd_ps(_mm256_and_ps(s, nosign), _mm256_set1_ps(3.0f), _mm256_and_ps(z, nosign));
+}
+
+static AINL float hmax8(__m256 x)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+/* the qz_bound of n groups' fp16 scales and zeros */
+static float qz_max(const uint8_t *scale, const uint8_t *zero, size_t n)
+{
+    __m256 am = _mm256_setzero_ps();
+    size_t i  = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(scale + 2 * i)));
+        __m256 z = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(zero + 2 * i)));
+
+        am = _mm256_max_ps(am, qz_bound(s, z));
+    }
+    for (; i < n; i++) {
+        am = _mm256_max_ps(am, qz_bound(_mm256_set1_ps(ldh1(scale + 2 * i)),
+                                        _mm256_set1_ps(ldh1(zero + 2 * i))));
+    }
+    return hmax8(am);
 }
 
 int kvp_q2h_rot_ok(uint32_t D) { return D >= 8 && D <= 8 * ROW_MAX_VEC && (D & (D - 1)) == 0; }
@@ -257,9 +316,10 @@ int kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out)
 
 /* ---- decode side: dequantize, (norm), inverse rotation, fp16 ---- */
 
-/* one dequantized row x (fp32), times n when scaled, rotated back, fp16 into dst */
+/* one dequantized row x (fp32), times n when scaled, rotated back, fp16 into dst (saturating
+ * when sat) */
 static AINL void deq_rot_row(const float *x, uint32_t nv, int scaled, __m256 n, __m256 c,
-                             uint16_t *dst)
+                             int sat, uint16_t *dst)
 {
     __m256 v[ROW_MAX_VEC];
 
@@ -270,15 +330,13 @@ static AINL void deq_rot_row(const float *x, uint32_t nv, int scaled, __m256 n, 
         }
     });
     fwht_v(v, nv, c);
-    ROW_FOR(i, nv, {
-        sth(dst + 8 * i, v[i]);
-    });
+    st_row(dst, v, nv, sat);
 }
 
 KVP_COLD void deq_rot_row_any(const float *x, uint32_t nv, int scaled, __m256 n, __m256 c,
-                             uint16_t *dst)
+                             int sat, uint16_t *dst)
 {
-    deq_rot_row(x, nv, scaled, n, c, dst);
+    deq_rot_row(x, nv, scaled, n, c, sat, dst);
 }
 
 /* One head of per-channel groups along tokens; row t of the head at dst + t*stride. norms NULL:
@@ -296,6 +354,8 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
 
         for (uint32_t s0 = t0; s0 < t1; s0 += 32) {
             uint32_t s1 = s0 + 32 < t1 ? s0 + 32 : t1, nb = (s1 - s0 + 3) / 4;
+            __m256   am = _mm256_setzero_ps();
+            float    gmax;
 
             for (uint32_t b = 0; b < D / 16; b++) { /* dequant 16 channels x up to 32 tokens */
                 __m256i q[8];
@@ -305,6 +365,7 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
                 __m256  zl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(zero + p)));
                 __m256  zh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(zero + p + 16)));
 
+                am = _mm256_max_ps(am, _mm256_max_ps(qz_bound(sl, zl), qz_bound(sh, zh)));
                 kvp_q2h_load_quads(codes + (size_t)16 * b * run + s0 / 4, run, nb, q);
                 for (uint32_t t = s0; t < s1; t++) {
                     __m256i cq = q[(t - s0) / 4];
@@ -317,9 +378,12 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
                     _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), sh), zh));
                 }
             }
+            gmax = hmax8(am);
             for (uint32_t t = s0; t < s1; t++) {
-                const float *x = tile + (size_t)(t - s0) * D;
-                __m256       n = _mm256_set1_ps(norms != NULL ? norms[t] : 1.0f);
+                const float *x   = tile + (size_t)(t - s0) * D;
+                float        nt  = norms != NULL ? norms[t] : 1.0f;
+                __m256       n   = _mm256_set1_ps(nt);
+                int          sat = row_may_pass(gmax * nt, c);
 
                 if (t + 4 < T) { /* own the output lines before they are written */
                     for (uint32_t i = 0; i < D; i += 32) {
@@ -327,8 +391,8 @@ void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const u
                     }
                 }
 
-#define DEQ_ROT_ROW(nv) deq_rot_row(x, (nv), norms != NULL, n, c, dst + (size_t)t * stride)
-#define DEQ_ROT_ANY(nv) deq_rot_row_any(x, (nv), norms != NULL, n, c, dst + (size_t)t * stride)
+#define DEQ_ROT_ROW(nv) deq_rot_row(x, (nv), norms != NULL, n, c, sat, dst + (size_t)t * stride)
+#define DEQ_ROT_ANY(nv) deq_rot_row_any(x, (nv), norms != NULL, n, c, sat, dst + (size_t)t * stride)
                 ROW_NV_DISPATCH(D, DEQ_ROT_ROW, DEQ_ROT_ANY);
 #undef DEQ_ROT_ROW
 #undef DEQ_ROT_ANY
@@ -344,6 +408,7 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
     uint32_t nv = D / 8, ng = D / G;
     __m256   c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
     __m256i  m3 = _mm256_set1_epi32(3), sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    int      sat = row_may_pass(qz_max(scale, zero, rows * ng), c); /* one bound for all rows */
 
     if (D == 128 && G == 32) { /* in registers; the 4 values of a group looked up by code */
         __m256 qv = _mm256_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f);
@@ -382,9 +447,7 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
                 }
             }
             fwht_v(v, 16, c);
-            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-                sth(dst + r * D + 8 * i, v[i]);
-            }
+            st_row(dst + r * D, v, 16, sat);
         }
         return;
     }
@@ -404,9 +467,7 @@ void kvp_q2h_tok_decode_rot(const uint8_t *codes, const uint8_t *scale, const ui
             }
         }
         fwht_v(v, nv, c);
-        for (uint32_t i = 0; i < nv; i++) {
-            sth(dst + r * D + 8 * i, v[i]);
-        }
+        st_row(dst + r * D, v, nv, sat);
     }
 }
 

@@ -587,7 +587,7 @@ static inline void values8(const uint8_t *sc, const uint8_t *zr, __m128i v[4])
     for (int q = 0; q < 4; q++) {
         __m256 x = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps((float)q), s), z);
 
-        v[q] = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+        v[q] = kvp_f16x8_sat(x);
     }
 }
 

@@ -113,6 +113,15 @@ KVP_HD float kvp_hd_f32(uint16_t h)
     return kvp_hd_bits_f32(x);
 }
 
+/* fp16 of a decoded value: the 2-bit grid can put a value part of a step past the input's range,
+ * so one past +-65504 saturates there instead of rounding to Inf (NaN stays NaN). Every decoder's
+ * fp16 output goes through this or its AVX2 twin kvp_f16x8_sat (avx2_int.h); h_avx2.c skips the
+ * clamp on rows that a bound shows cannot pass 65504. */
+KVP_HD uint16_t kvp_hd_f16_sat(float f)
+{
+    return kvp_hd_f16(f > 65504.0f ? 65504.0f : f < -65504.0f ? -65504.0f : f);
+}
+
 /* Round a float through fp16 (the model dtype of the references). */
 KVP_HD float kvp_hd_h(float f) { return kvp_hd_f32(kvp_hd_f16(f)); }
 

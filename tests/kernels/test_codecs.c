@@ -2,8 +2,9 @@
  * implementation: relative error within each codec's budget on Gaussian KV with outlier
  * channels, full and partial pages, fp16 round trip exact for "fp16", the ROTATED frame equal to
  * the ORIGINAL one after the documented inverse (norm, Hadamard), KVP_PAGE_F_V_PREROT, header
- * fields and flags, the bits per element at H=8, D=128, P=128, and that each codec accepts the
- * head_dims its geometry rule (the text of the errors) states. */
+ * fields and flags, the bits per element at H=8, D=128, P=128, that each codec accepts the
+ * head_dims its geometry rule (the text of the errors) states, and that a decode to fp16 saturates a
+ * value the 2-bit grid puts past the fp16 range at +-65504 instead of rounding it to Inf. */
 #include "tk.h"
 #include "quant_hd.h"
 
@@ -147,6 +148,63 @@ static void geometry_rules(void)
     }
 }
 
+/* One +-65504 spike per token (a different channel each token), over zeros or over Gaussian
+ * values: the 2-bit grid puts some decoded values past fp16's largest finite 65504 in every codec
+ * (a group's fp16 scale rounds up: 65504/3 is stored as 21840, so the top code is 65520; a
+ * rotating codec spreads the spike over the head and rounds each part). The fp16 decode must give
+ * +-65504 there (never Inf) and f16(x) elsewhere, x the fp32 decode; and some value must pass
+ * 65504 over the two backgrounds, or the check would prove nothing. */
+static size_t f16_out_check(kvp_codec_id_t c, const char *impl, uint32_t D, float background)
+{
+    tk_rng_t          rng = {11};
+    const uint32_t    H = 2, T = 32;
+    kvp_page_params_t p = tk_params(c, H, D, T);
+    size_t            n = (size_t)T * H * D, cap = kvp_page_max_bytes(&p), len = 0, past = 0;
+    float            *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+    float            *f = malloc(2 * n * sizeof(float));
+    uint16_t         *h = malloc(2 * n * sizeof(uint16_t));
+    uint8_t          *page = malloc(cap);
+
+    for (size_t i = 0; i < n; i++) {
+        size_t t = i / ((size_t)H * D), d = i % D;
+        float  spike = (t & 1) ? 65504.0f : -65504.0f;
+
+        k[i] = d == (t * 7) % D ? spike : tk_gauss(&rng) * background;
+        v[i] = d == (t * 5) % D ? -spike : tk_gauss(&rng) * background;
+    }
+    CHECK_OK(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, T, page, cap, &len));
+    for (int fr = 0; fr < 2; fr++) {
+        CHECK_OK(kvp_page_decode(page, len, KVP_DTYPE_F32, (kvp_frame_t)fr, f, f + n, NULL));
+        CHECK_OK(kvp_page_decode(page, len, KVP_DTYPE_F16, (kvp_frame_t)fr, h, h + n, NULL));
+        for (size_t i = 0; i < 2 * n; i++) {
+            float    x    = f[i] > 65504.0f ? 65504.0f : f[i] < -65504.0f ? -65504.0f : f[i];
+            uint16_t want = kvp_hd_f16(x);
+
+            past += fabsf(f[i]) > 65504.0f;
+            if (h[i] != want) {
+                EXPECT(0, "%s %s D %u frame %d background %g: fp16 decode of %.1f is 0x%04x, want 0x%04x",
+                       kvp_codec_name(c), impl, D, fr, (double)background, (double)f[i], h[i], want);
+                break;
+            }
+        }
+    }
+    free(k); free(v); free(f); free(h); free(page);
+    return past;
+}
+
+static void f16_out_saturates(kvp_codec_id_t c, const char *impl)
+{
+    size_t past = 0;
+
+    for (uint32_t D = 64; D <= 256; D *= 2) { /* the twins' paths for D = 64, 128 and any other */
+        past += f16_out_check(c, impl, D, 0.0f) + f16_out_check(c, impl, D, 1000.0f);
+    }
+
+    EXPECT(past > 0 || c == KVP_CODEC_FP16, "%s %s: no value past 65504, the check proves nothing",
+           kvp_codec_name(c), impl);
+    printf("%s %s: %zu decoded values past 65504 saturate in fp16\n", kvp_codec_name(c), impl, past);
+}
+
 int main(void)
 {
     tk_rng_t rng = {7};
@@ -164,6 +222,7 @@ int main(void)
             run((kvp_codec_id_t)c, impls[ii], 2, 32, 64, 1, 0, &rng);
             run((kvp_codec_id_t)c, impls[ii], 3, 256, 32, 32, KVP_PAGE_F_V_PREROT, &rng);
             run((kvp_codec_id_t)c, impls[ii], 1, 16, 16, 5, 0, &rng);
+            f16_out_saturates((kvp_codec_id_t)c, impls[ii]);
         }
     }
     return kvp_test_result("test_codecs");

@@ -89,7 +89,10 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
                              size_t *len_p);
 
 /* Verify (kvp_page_parse) and decode a page into k_out/v_out ([valid][H][D] of dtype).
- * Either output may be NULL to skip it. info_p (may be NULL) receives the header. */
+ * Either output may be NULL to skip it. info_p (may be NULL) receives the header.
+ * fp16 output saturates: a value the 2-bit grid puts past +-65504 (input near the fp16 limit:
+ * a group's fp16 scale rounds up, or a rotation spreads a spike's error) is written as +-65504,
+ * never Inf; the fp32 output keeps it as decoded. */
 kvp_status_t kvp_page_decode(const void *page, size_t len, kvp_dtype_t dtype, kvp_frame_t frame,
                              void *k_out, void *v_out, kvp_page_info_t *info_p);
 
