@@ -702,7 +702,7 @@ kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const cha
 /* ---- list: LIST pages after a (ns, sid) cursor ---- */
 
 /* Append one LIST reply's entries; each must come strictly after the previous one. */
-static kvp_status_t list_take(kvp_session_list_t *l, uint32_t *cap, const kvp_wire_rep_t *rep)
+static kvp_status_t list_take(kvp_session_list_t *l, size_t *cap, const kvp_wire_rep_t *rep)
 {
     for (uint32_t i = 0; i < rep->n_sessions; i++) {
         const kvp_wire_session_t *w    = &rep->sessions[i];
@@ -750,7 +750,7 @@ kvp_status_t kvp_client_list_sessions_ex(kvp_client_h client, uint32_t page_size
                                          uint64_t flags, kvp_session_list_t **out_p)
 {
     kvp_session_list_t *l   = kvp_calloc(1, sizeof(*l), "session list");
-    uint32_t            cap = 0;
+    size_t              cap = 0;
     int                 more = 1;
     kvp_status_t        s    = (l == NULL) ? KVP_ERR_NO_MEMORY : KVP_OK;
 

@@ -23,7 +23,8 @@
 typedef struct {
     kvp_session_pages_t pub;
     uint8_t           **blocks;
-    uint32_t            nblocks, cap_blocks;
+    uint32_t            nblocks;
+    size_t              cap_blocks;
 } sp_impl_t;
 
 /* One GET_PAGES in flight: items [first, end) (item = chunk * layers + layer). */

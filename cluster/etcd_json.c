@@ -337,24 +337,17 @@ size_t kvp_etcd_stream_pending(const kvp_etcd_stream_t *st)
 
 static kvp_status_t stream_put(kvp_etcd_stream_t *st, char c)
 {
+    char *grown;
+
     if (st->len + 1 >= st->max) {
         return KVP_ERR_TOO_LARGE;
     }
-    if (st->len + 1 >= st->cap) {
-        size_t cap = st->cap ? st->cap * 2 : 4096;
-        char  *grown;
-
-        grown = kvp_malloc(cap, "etcd.stream");
-        if (grown == NULL) {
-            return KVP_ERR_NO_MEMORY;
-        }
-        if (st->len > 0) {
-            memcpy(grown, st->buf, st->len);
-        }
-        kvp_free(st->buf);
-        st->buf = grown;
-        st->cap = cap;
+    /* room for c and, after it, the '\0' the message callback gets */
+    grown = kvp_array_room(st->buf, &st->cap, st->len + 1, 1, 4096, "etcd.stream");
+    if (grown == NULL) {
+        return KVP_ERR_NO_MEMORY;
     }
+    st->buf            = grown;
     st->buf[st->len++] = c;
     return KVP_OK;
 }

@@ -32,7 +32,8 @@ struct kvp_etcd_watch {
     atomic_uint_fast64_t gen;
     /* the thread's own */
     kvp_etcd_member_t   *cur;
-    uint32_t             n_cur, cap_cur;
+    uint32_t             n_cur;
+    size_t               cap_cur;
     int64_t              rev;       /* the range's revision: the stream starts at rev + 1 */
     kvp_etcd_stream_t    st;
     int                  changed;   /* cur differs from pub */
@@ -69,26 +70,17 @@ static void cur_del(kvp_etcd_watch_h w, const char *addr)
 
 static kvp_status_t cur_put(kvp_etcd_watch_h w, const kvp_etcd_member_t *m)
 {
-    kvp_etcd_member_t *at = cur_find(w, m->addr);
+    kvp_etcd_member_t *at = cur_find(w, m->addr), *grown;
 
     if (at != NULL) { /* a re-registration: same address, new lease or pid */
         *at = *m;
         return KVP_OK;
     }
-    if (w->n_cur == w->cap_cur) {
-        uint32_t           cap = w->cap_cur ? w->cap_cur * 2 : 16;
-        kvp_etcd_member_t *grown = kvp_calloc(cap, sizeof(*grown), "etcd.watch");
-
-        if (grown == NULL) {
-            return KVP_ERR_NO_MEMORY;
-        }
-        if (w->n_cur > 0) {
-            memcpy(grown, w->cur, w->n_cur * sizeof(*grown));
-        }
-        kvp_free(w->cur);
-        w->cur     = grown;
-        w->cap_cur = cap;
+    grown = kvp_array_room(w->cur, &w->cap_cur, w->n_cur, sizeof(*grown), 16, "etcd.watch");
+    if (grown == NULL) {
+        return KVP_ERR_NO_MEMORY;
     }
+    w->cur = grown; /* entries past n_cur are never read */
     w->cur[w->n_cur++] = *m;
     qsort(w->cur, w->n_cur, sizeof(*w->cur), kvp_etcd_member_cmp);
     w->changed = 1;

@@ -70,20 +70,23 @@ void *kvp_realloc(void *ptr, size_t size, const char *tag)
     return p;
 }
 
-void *kvp_array_room(void *arr, uint32_t *cap, uint32_t n, size_t elem, uint32_t first,
+void *kvp_array_room(void *arr, size_t *cap, size_t n, size_t elem, size_t first,
                      const char *tag)
 {
-    uint32_t nc;
-    void    *p;
+    size_t nc;
+    void  *p;
 
     if (n < *cap) {
         return arr;
     }
-    nc = *cap ? *cap * 2 : first;
-    if (nc <= n || nc < *cap) { /* first too small, or the capacity would wrap */
+    if (*cap > SIZE_MAX / 2) { /* the capacity would wrap */
         return NULL;
     }
-    p = kvp_realloc(arr, (size_t)nc * elem, tag);
+    nc = *cap ? *cap * 2 : first;
+    if (nc <= n || (elem != 0 && nc > SIZE_MAX / elem)) { /* first too small, or bytes wrap */
+        return NULL;
+    }
+    p = kvp_realloc(arr, nc * elem, tag);
     if (p != NULL) {
         *cap = nc;
     }

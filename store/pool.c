@@ -101,23 +101,21 @@ void kvp_pool_cleanup(kvp_pool_t *pool)
 
 static kvp_status_t class_get(kvp_pool_t *pool, size_t slot_bytes, uint32_t *cls_p)
 {
+    kvp_pool_class_t *c;
+
     for (uint32_t i = 0; i < pool->nclasses; i++) {
         if (pool->classes[i].slot_bytes == slot_bytes) {
             *cls_p = i;
             return KVP_OK;
         }
     }
-    if (pool->nclasses == pool->cap_classes) {
-        uint32_t          cap = pool->cap_classes ? pool->cap_classes * 2 : 8;
-        kvp_pool_class_t *c   = kvp_realloc(pool->classes, cap * sizeof(*c), "pool classes");
-
-        if (c == NULL) {
-            KVP_LOG_ERROR(MOD, "no memory for pool class of %zu bytes", slot_bytes);
-            return KVP_ERR_NO_MEMORY;
-        }
-        pool->classes     = c;
-        pool->cap_classes = cap;
+    c = kvp_array_room(pool->classes, &pool->cap_classes, pool->nclasses, sizeof(*c), 8,
+                       "pool classes");
+    if (c == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for pool class of %zu bytes", slot_bytes);
+        return KVP_ERR_NO_MEMORY;
     }
+    pool->classes = c;
     memset(&pool->classes[pool->nclasses], 0, sizeof(pool->classes[0]));
     pool->classes[pool->nclasses].slot_bytes = slot_bytes;
     pool->classes[pool->nclasses].slots =

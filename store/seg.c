@@ -88,17 +88,13 @@ static void seg_path(const kvp_segs_t *s, uint64_t id, char *buf, size_t n)
 /* Append an entry (ids only grow, so the array stays sorted). */
 static seg_file_t *seg_add(kvp_segs_t *s, uint64_t id, uint64_t size)
 {
-    if (s->nfiles == s->cap) {
-        size_t      cap = s->cap ? s->cap * 2 : 16;
-        seg_file_t *f   = kvp_realloc(s->files, cap * sizeof(*f), "segment table");
+    seg_file_t *f = kvp_array_room(s->files, &s->cap, s->nfiles, sizeof(*f), 16, "segment table");
 
-        if (f == NULL) {
-            KVP_LOG_ERROR(MOD, "no memory for the segment table");
-            return NULL;
-        }
-        s->files = f;
-        s->cap   = cap;
+    if (f == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory for the segment table");
+        return NULL;
     }
+    s->files = f;
     s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false, 0};
     return &s->files[s->nfiles++];
 }
@@ -111,20 +107,15 @@ static uint64_t seg_unlink(kvp_segs_t *s, seg_file_t *f)
     char     path[PATH_MAX];
     size_t   i = (size_t)(f - s->files);
     uint64_t size;
-    char    *copy;
+    char    *copy, **d;
 
     seg_path(s, f->id, path, sizeof(path));
     if (f->rfd >= 0) {
         close(f->rfd);
     }
-    if (s->ndead == s->capdead) {
-        size_t cap = s->capdead ? s->capdead * 2 : 8;
-        char **d   = kvp_realloc(s->dead, cap * sizeof(*d), "dead segments");
-
-        if (d != NULL) {
-            s->dead    = d;
-            s->capdead = cap;
-        }
+    d = kvp_array_room(s->dead, &s->capdead, s->ndead, sizeof(*d), 8, "dead segments");
+    if (d != NULL) { /* else the list stays as it was, full */
+        s->dead = d;
     }
     copy = s->ndead < s->capdead ? kvp_malloc(strlen(path) + 1, "dead segment path") : NULL;
     if (copy != NULL) {
@@ -185,18 +176,15 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
         uint64_t id = strtoull(e->d_name, &end, 16);
 
         if (end == e->d_name + 16 && strcmp(end, ".seg") == 0 && id != 0) {
-            if (nids == capids) {
-                uint64_t *t = kvp_realloc(ids, (capids ? capids * 2 : 64) * sizeof(*t), "seg ids");
+            uint64_t *t = kvp_array_room(ids, &capids, nids, sizeof(*t), 64, "seg ids");
 
-                if (t == NULL) {
-                    closedir(dp);
-                    kvp_free(ids);
-                    kvp_segs_close(s);
-                    return KVP_ERR_NO_MEMORY;
-                }
-                ids    = t;
-                capids = capids ? capids * 2 : 64;
+            if (t == NULL) {
+                closedir(dp);
+                kvp_free(ids);
+                kvp_segs_close(s);
+                return KVP_ERR_NO_MEMORY;
             }
+            ids         = t;
             ids[nids++] = id;
         }
     }

@@ -56,7 +56,7 @@ typedef struct {
     uint64_t          nslots;     /* slots in use */
     kvp_pool_class_t *classes;
     uint32_t          nclasses;
-    uint32_t          cap_classes;
+    size_t            cap_classes;
 } kvp_pool_t;
 
 typedef struct {

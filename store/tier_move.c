@@ -133,11 +133,12 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
     *end_p = false;
     for (; rocksdb_iter_valid(it) && status == KVP_OK && (max_pages == 0 || n < max_pages);
          rocksdb_iter_next(it)) {
-        size_t         kl, vl;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const char    *v = rocksdb_iter_value(it, &vl);
-        uint64_t       seg, off;
-        uint32_t       len;
+        size_t          kl, vl;
+        const uint8_t  *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        const char     *v = rocksdb_iter_value(it, &vl);
+        uint64_t        seg, off;
+        uint32_t        len;
+        kvp_tier_loc_t *g;
 
         if (kl != PKEY_BYTES || (after != NULL && memcmp(k, from, PKEY_BYTES) == 0)) {
             continue;
@@ -146,17 +147,12 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
         if (tier_loc_decode(v, vl, &seg, &off, &len) || vl > UINT32_MAX) {
             continue; /* in a segment file: the segment walk checks it */
         }
-        if (n == cap) {
-            kvp_tier_loc_t *g = kvp_realloc(locs, (cap ? 2 * cap : 64) * sizeof(*g),
-                                            "scrub inline pages");
-
-            if (g == NULL) {
-                status = KVP_ERR_NO_MEMORY;
-                break;
-            }
-            locs = g;
-            cap  = cap ? 2 * cap : 64;
+        g = kvp_array_room(locs, &cap, n, sizeof(*g), 64, "scrub inline pages");
+        if (g == NULL) {
+            status = KVP_ERR_NO_MEMORY;
+            break;
         }
+        locs    = g;
         locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = (uint32_t)vl, .pk = *last_p,
                                    .moves = moves, .inline_buf = kvp_malloc(vl ? vl : 1,
                                                                             "tier inline page")};
@@ -195,12 +191,13 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
     tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t         kl, vl;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const char    *v = rocksdb_iter_value(it, &vl);
-        uint64_t       seg, off;
-        uint32_t       len;
-        size_t         j = 0;
+        size_t          kl, vl;
+        const uint8_t  *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        const char     *v = rocksdb_iter_value(it, &vl);
+        uint64_t        seg, off;
+        uint32_t        len;
+        size_t          j = 0;
+        kvp_tier_loc_t *g;
 
         if (kl != PKEY_BYTES || !tier_loc_decode(v, vl, &seg, &off, &len)) {
             continue;
@@ -211,19 +208,14 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
         if (j == nids) {
             continue;
         }
-        if (n == cap) {
-            kvp_tier_loc_t *g = kvp_realloc(locs, (cap ? 2 * cap : 256) * sizeof(*g),
-                                            "compaction pages");
-
-            if (g == NULL) {
-                kvp_free(locs);
-                rocksdb_iter_destroy(it);
-                tier_db_release(t);
-                return KVP_ERR_NO_MEMORY;
-            }
-            locs = g;
-            cap  = cap ? 2 * cap : 256;
+        g = kvp_array_room(locs, &cap, n, sizeof(*g), 256, "compaction pages");
+        if (g == NULL) {
+            kvp_free(locs);
+            rocksdb_iter_destroy(it);
+            tier_db_release(t);
+            return KVP_ERR_NO_MEMORY;
         }
+        locs    = g;
         locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = len, .seg = seg, .off = off,
                                    .moves = moves};
         page_key_decode(k, &locs[n].pk);

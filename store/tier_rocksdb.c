@@ -609,20 +609,16 @@ void kvp_tier_batch_destroy(kvp_tier_batch_t *b)
 static void batch_op(const kvp_tier_t *t, kvp_tier_batch_t *b, int cf, const void *key,
                      size_t klen, const void *val, size_t vlen)
 {
-    size_t need = klen + (val != NULL ? vlen : 0);
+    size_t      need = klen + (val != NULL ? vlen : 0);
+    batch_op_t *o;
 
     (void)t; /* the batch is the tier's, its column family handles are taken at commit */
-    if (b->nops == b->cap_ops) {
-        size_t      cap = b->cap_ops ? 2 * b->cap_ops : 16;
-        batch_op_t *o   = kvp_realloc(b->ops, cap * sizeof(*o), "tier batch ops");
-
-        if (o == NULL) {
-            b->nomem = true;
-            return;
-        }
-        b->ops     = o;
-        b->cap_ops = cap;
+    o = kvp_array_room(b->ops, &b->cap_ops, b->nops, sizeof(*o), 16, "tier batch ops");
+    if (o == NULL) {
+        b->nomem = true;
+        return;
     }
+    b->ops = o;
     if (b->dlen + need > b->cap_data) {
         size_t   cap = b->cap_data ? 2 * b->cap_data : 4096;
         uint8_t *d;
@@ -692,14 +688,11 @@ void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
 
     b->bytes += len;
     if (len > 4096 && len <= UINT32_MAX && ((uintptr_t)page & 4095) == 0) {
-        if (b->nputs == b->cap_puts) {
-            size_t     cap = b->cap_puts ? b->cap_puts * 2 : 64;
-            seg_put_t *p   = kvp_realloc(b->puts, cap * sizeof(*p), "tier batch pages");
+        seg_put_t *p = kvp_array_room(b->puts, &b->cap_puts, b->nputs, sizeof(*p), 64,
+                                      "tier batch pages");
 
-            if (p != NULL) {
-                b->puts     = p;
-                b->cap_puts = cap;
-            }
+        if (p != NULL) { /* else the list stays as it was, full */
+            b->puts = p;
         }
         if (b->nputs < b->cap_puts) {
             b->puts[b->nputs].pk  = *pk;
@@ -715,16 +708,12 @@ void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
 
 void kvp_tier_batch_del_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_pkey_t *pk)
 {
-    uint8_t k[PKEY_BYTES];
+    uint8_t          k[PKEY_BYTES];
+    kvp_tier_pkey_t *d = kvp_array_room(b->dels, &b->cap_dels, b->ndels, sizeof(*d), 16,
+                                        "tier batch dels");
 
-    if (b->ndels == b->cap_dels) {
-        size_t           cap = b->cap_dels ? b->cap_dels * 2 : 16;
-        kvp_tier_pkey_t *d   = kvp_realloc(b->dels, cap * sizeof(*d), "tier batch dels");
-
-        if (d != NULL) {
-            b->dels     = d;
-            b->cap_dels = cap;
-        }
+    if (d != NULL) { /* else the list stays as it was, full */
+        b->dels = d;
     }
     if (b->ndels < b->cap_dels) { /* else its segment bytes stay counted live: a leak, not a loss */
         b->dels[b->ndels++] = *pk;

@@ -216,7 +216,7 @@ int kvp_lt_reference(const kvp_lt_workload_t *w, uint32_t page_tokens, const uin
     return rc;
 }
 
-static kvp_lt_req_t *workload_add(kvp_lt_workload_t *w, uint32_t *cap)
+static kvp_lt_req_t *workload_add(kvp_lt_workload_t *w, size_t *cap)
 {
     kvp_lt_req_t *r = kvp_array_room(w->reqs, cap, w->n, sizeof(*r), 256, "loadtest requests");
 
@@ -321,8 +321,8 @@ static const char *skip_value(const char **p)
 
 static const char *take_ids(const char **p, kvp_lt_req_t *r)
 {
-    uint32_t cap = 0;
-    double   v;
+    size_t cap = 0;
+    double v;
 
     if (**p != '[') {
         return "hash_ids must be an array";
@@ -419,8 +419,8 @@ int kvp_lt_trace_load(const char *cmd, const char *path, uint32_t max, uint32_t 
 {
     FILE        *f = kvp_file_open(path, "r");
     char        *line = NULL;
-    size_t       line_cap = 0;
-    uint32_t     cap = 0, lineno = 0, need;
+    size_t       line_cap = 0, cap = 0;
+    uint32_t     lineno = 0, need;
     lt_prefix_t  px = {0};
     const char  *err = NULL;
     kvp_lt_req_t *r;
@@ -482,7 +482,7 @@ int kvp_lt_synthetic_make(uint64_t users, uint64_t rounds, uint64_t turn_tokens,
                           kvp_lt_workload_t *w)
 {
     lt_prefix_t   px = {0};
-    uint32_t      cap = 0;
+    size_t        cap = 0;
     kvp_lt_req_t *r;
     int           rc = 0;
 

@@ -65,10 +65,14 @@ static void test_alloc_injection(void)
 }
 
 /* kvp_array_room: the same array while there is room, doubling from `first`, contents kept; an
- * allocation failure leaves the array and its capacity as they were. */
+ * allocation failure, or a capacity whose size in bytes would overflow size_t, leaves the array
+ * and its capacity as they were. */
 static void test_array_room(void)
 {
-    uint32_t  cap = 0, *a = NULL, *g;
+    uint32_t *a = NULL, *g;
+    size_t    cap = 0, huge;
+    uint64_t *b;
+    void     *p;
 
     for (uint32_t n = 0; n < 100; n++) {
         g = kvp_array_room(a, &cap, n, sizeof(*a), 4, "test array");
@@ -88,6 +92,26 @@ static void test_array_room(void)
     EXPECT(kvp_array_room(a, &cap, 128, sizeof(*a), 4, "test array") == NULL);
     EXPECT(cap == 128 && a[99] == 99 * 7);
     kvp_free(a);
+
+    /* doubling SIZE_MAX / 8 + 1 eight-byte elements needs more than SIZE_MAX bytes, and doubling
+     * SIZE_MAX / 2 + 1 wraps the capacity itself: both refused before any allocation (the armed
+     * failure is still pending afterwards) */
+    b = kvp_malloc(4 * sizeof(*b), "test array");
+    EXPECT(b != NULL);
+    b[3] = 42;
+    huge = SIZE_MAX / 8 + 1;
+    cap  = huge;
+    kvp_alloc_fail_at(1);
+    EXPECT(kvp_array_room(b, &cap, huge, sizeof(*b), 4, "test array") == NULL);
+    EXPECT(cap == huge && b[3] == 42);
+    cap = SIZE_MAX / 2 + 1;
+    EXPECT(kvp_array_room(b, &cap, cap, 1, 4, "test array") == NULL);
+    EXPECT(cap == SIZE_MAX / 2 + 1 && b[3] == 42);
+    p = kvp_malloc(1, "test array"); /* takes the injected failure the calls above left */
+    EXPECT(p == NULL);
+    kvp_alloc_fail_at(0);
+    kvp_free(p);
+    kvp_free(b);
 }
 
 static void test_clock(void)

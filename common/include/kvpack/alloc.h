@@ -17,9 +17,10 @@ void *kvp_realloc(void *ptr, size_t size, const char *tag);
 void *kvp_aligned_alloc(size_t align, size_t size, const char *tag); /* free with kvp_free */
 char *kvp_strdup(const char *s, const char *tag);
 /* Room for element n of a growable array of elem-byte elements: arr itself while n < *cap, else
- * arr reallocated to twice *cap (first when *cap is 0) and *cap updated. NULL when out of memory
- * (arr and *cap unchanged, still owned by the caller). */
-void *kvp_array_room(void *arr, uint32_t *cap, uint32_t n, size_t elem, uint32_t first,
+ * arr reallocated to twice *cap (first when *cap is 0) and *cap updated. NULL (arr and *cap
+ * unchanged, still owned by the caller) when out of memory, when the new capacity would not hold
+ * n, or when it or its size in bytes would overflow size_t (refused before any allocation). */
+void *kvp_array_room(void *arr, size_t *cap, size_t n, size_t elem, size_t first,
                      const char *tag);
 void  kvp_free(void *ptr);                                            /* NULL is a no-op */
 
