@@ -287,37 +287,30 @@ kvp_status_t kvp_tok_bpe_init(kvp_tok_t *tok, const kvp_gguf_t *g)
 
 /* ---- encode ---- */
 
-/* Merge a word's byte tokens by lowest rank; appends the result to ids. */
-static void bpe_word(const kvp_tok_t *tok, const uint8_t *s, size_t len, uint32_t *ids,
-                     size_t *n_p)
+/* a and b merge when the merges list has the pair: the lower its rank, the higher the priority */
+static int bpe_pair(const void *ctx, uint32_t a, uint32_t b, double *prio, uint32_t *merged)
+{
+    const kvp_tok_t *tok  = ctx;
+    uint32_t         slot = pair_slot(tok, ((uint64_t)a << 32) | b);
+
+    if (tok->pair_key[slot] == 0) {
+        return 0;
+    }
+    *prio   = -(double)tok->pair_rank[slot];
+    *merged = tok->pair_out[slot];
+    return 1;
+}
+
+/* Merge a word's byte tokens by lowest rank (tok_merge.c); appends the result to ids. */
+static void bpe_word(const kvp_tok_t *tok, kvp_tok_merger_t *m, const uint8_t *s, size_t len,
+                     uint32_t *ids, size_t *n_p)
 {
     uint32_t *w = ids + *n_p;
-    size_t    m = len;
 
     for (size_t i = 0; i < len; i++) {
         w[i] = tok->byte_id[s[i]];
     }
-    while (m > 1) {
-        uint32_t best_rank = UINT32_MAX, best_out = 0;
-        size_t   best      = 0;
-
-        for (size_t i = 0; i + 1 < m; i++) {
-            uint32_t slot = pair_slot(tok, ((uint64_t)w[i] << 32) | w[i + 1]);
-
-            if (tok->pair_key[slot] != 0 && tok->pair_rank[slot] < best_rank) {
-                best_rank = tok->pair_rank[slot];
-                best_out  = tok->pair_out[slot];
-                best      = i;
-            }
-        }
-        if (best_rank == UINT32_MAX) {
-            break;
-        }
-        w[best] = best_out;
-        memmove(w + best + 1, w + best + 2, (m - best - 2) * sizeof(*w));
-        m--;
-    }
-    *n_p += m;
+    *n_p += kvp_tok_merge(m, w, len, bpe_pair, tok);
 }
 
 /* Length in bytes of the next pre-token of s[0..len) (len > 0). */
@@ -374,13 +367,13 @@ static size_t pre_split(const uint8_t *s, size_t len)
     }
 }
 
-static void encode_plain(const kvp_tok_t *tok, const uint8_t *s, size_t len, uint32_t *ids,
-                         size_t *n_p)
+static void encode_plain(const kvp_tok_t *tok, kvp_tok_merger_t *m, const uint8_t *s, size_t len,
+                         uint32_t *ids, size_t *n_p)
 {
     while (len > 0) {
         size_t k = pre_split(s, len);
 
-        bpe_word(tok, s, k, ids, n_p);
+        bpe_word(tok, m, s, k, ids, n_p);
         s += k;
         len -= k;
     }
@@ -389,8 +382,14 @@ static void encode_plain(const kvp_tok_t *tok, const uint8_t *s, size_t len, uin
 kvp_status_t kvp_tok_bpe_encode(const kvp_tok_t *tok, const char *text, size_t len,
                                 uint32_t *ids, size_t *n_p)
 {
-    const uint8_t *s     = (const uint8_t *)text;
-    size_t         start = 0, n = 0;
+    const uint8_t   *s     = (const uint8_t *)text;
+    size_t           start = 0, n = 0;
+    kvp_tok_merger_t m;
+    kvp_status_t     status = kvp_tok_merger_init(&m, len); /* a word is at most the text */
+
+    if (status != KVP_OK) {
+        return status;
+    }
 
     for (size_t i = 0; i < len; i++) {
         for (uint32_t k = 0; k < tok->n_special; k++) {
@@ -399,7 +398,7 @@ kvp_status_t kvp_tok_bpe_encode(const kvp_tok_t *tok, const char *text, size_t l
 
             if (pl > 0 && pl <= len - i && s[i] == (uint8_t)tok->piece[id][0] &&
                 memcmp(s + i, tok->piece[id], pl) == 0) {
-                encode_plain(tok, s + start, i - start, ids, &n);
+                encode_plain(tok, &m, s + start, i - start, ids, &n);
                 ids[n++] = id;
                 i += pl - 1;
                 start = i + 1;
@@ -407,7 +406,8 @@ kvp_status_t kvp_tok_bpe_encode(const kvp_tok_t *tok, const char *text, size_t l
             }
         }
     }
-    encode_plain(tok, s + start, len - start, ids, &n);
+    encode_plain(tok, &m, s + start, len - start, ids, &n);
+    kvp_tok_merger_free(&m);
     *n_p = n;
     return KVP_OK;
 }

@@ -249,30 +249,38 @@ err:
     return status;
 }
 
-/* Score of merging ids[i] and ids[i+1], or -1e30 when the concatenation is not in the vocab. */
-static float sp_pair(const kvp_tok_t *tok, const uint32_t *ids, size_t i, char *buf,
-                     uint32_t *merged_p)
-{
-    uint32_t la = tok->piece_len[ids[i]], lb = tok->piece_len[ids[i + 1]];
+typedef struct {
+    const kvp_tok_t *tok;
+    char            *buf; /* 2 * the longest piece */
+} sp_ctx_t;
 
-    memcpy(buf, tok->piece[ids[i]], la);
-    memcpy(buf + la, tok->piece[ids[i + 1]], lb);
-    if (!kvp_tok_map_get(tok, buf, la + lb, merged_p)) {
-        return -1e30f;
+/* a and b merge when their concatenation is a piece, at its score; a score of -1e29 or less (or
+ * NaN) never merges, as in llama2.c's scan from a best score of -1e10 */
+static int sp_pair(const void *ctx, uint32_t a, uint32_t b, double *prio, uint32_t *merged)
+{
+    const sp_ctx_t  *c   = ctx;
+    const kvp_tok_t *tok = c->tok;
+    uint32_t         la = tok->piece_len[a], lb = tok->piece_len[b];
+
+    memcpy(c->buf, tok->piece[a], la);
+    memcpy(c->buf + la, tok->piece[b], lb);
+    if (!kvp_tok_map_get(tok, c->buf, la + lb, merged) || !(tok->score[*merged] > -1e29f)) {
+        return 0;
     }
-    return tok->score[*merged_p];
+    *prio = tok->score[*merged];
+    return 1;
 }
 
 /* llama2.c encoding: dummy-prefix " ", one token per UTF-8 code point (bytes + 3 as fallback),
- * then repeatedly merge the adjacent pair whose concatenation has the best score. */
+ * then repeatedly merge the adjacent pair whose concatenation has the best score (tok_merge.c). */
 static kvp_status_t sp_encode(const kvp_tok_t *tok, const char *text, size_t len, uint32_t *ids,
                               size_t *n_p)
 {
-    size_t    n = 0, maxlen = 0;
-    float    *sc;
-    uint32_t *mg;
-    char     *buf;
-    uint32_t  id;
+    size_t           n = 0, maxlen = 0;
+    sp_ctx_t         ctx = {tok, NULL};
+    kvp_tok_merger_t m;
+    kvp_status_t     status;
+    uint32_t         id;
 
     for (uint32_t i = 0; i < tok->n; i++) {
         maxlen = tok->piece_len[i] > maxlen ? tok->piece_len[i] : maxlen;
@@ -297,47 +305,18 @@ static kvp_status_t sp_encode(const kvp_tok_t *tok, const char *text, size_t len
         }
         i += cl;
     }
-    sc  = kvp_malloc((n + 1) * sizeof(*sc), "sp scores");
-    mg  = kvp_malloc((n + 1) * sizeof(*mg), "sp merged");
-    buf = kvp_malloc(2 * maxlen + 1, "sp buf");
-    if (sc == NULL || mg == NULL || buf == NULL) {
-        kvp_free(sc);
-        kvp_free(mg);
-        kvp_free(buf);
+    status = kvp_tok_merger_init(&m, n);
+    if (status != KVP_OK) {
+        return status;
+    }
+    ctx.buf = kvp_malloc(2 * maxlen + 1, "sp buf");
+    if (ctx.buf == NULL) {
+        kvp_tok_merger_free(&m);
         return KVP_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i + 1 < n; i++) {
-        sc[i] = sp_pair(tok, ids, i, buf, &mg[i]);
-    }
-    for (;;) {
-        size_t best = SIZE_MAX;
-        float  bs   = -1e29f;
-
-        for (size_t i = 0; i + 1 < n; i++) {
-            if (sc[i] > bs) {
-                bs   = sc[i];
-                best = i;
-            }
-        }
-        if (best == SIZE_MAX) {
-            break;
-        }
-        ids[best] = mg[best];
-        memmove(ids + best + 1, ids + best + 2, (n - best - 2) * sizeof(*ids));
-        memmove(sc + best + 1, sc + best + 2, (n - best - 2) * sizeof(*sc));
-        memmove(mg + best + 1, mg + best + 2, (n - best - 2) * sizeof(*mg));
-        n--;
-        if (best > 0) {
-            sc[best - 1] = sp_pair(tok, ids, best - 1, buf, &mg[best - 1]);
-        }
-        if (best + 1 < n) {
-            sc[best] = sp_pair(tok, ids, best, buf, &mg[best]);
-        }
-    }
-    kvp_free(sc);
-    kvp_free(mg);
-    kvp_free(buf);
-    *n_p = n;
+    *n_p = kvp_tok_merge(&m, ids, n, sp_pair, &ctx);
+    kvp_free(ctx.buf);
+    kvp_tok_merger_free(&m);
     return KVP_OK;
 }
 

@@ -71,6 +71,22 @@ kvp_status_t kvp_tok_alloc(kvp_tok_t *tok, uint32_t n);
 kvp_status_t kvp_tok_map_build(kvp_tok_t *tok);
 int          kvp_tok_map_get(const kvp_tok_t *tok, const char *s, size_t len, uint32_t *id_p);
 kvp_status_t kvp_tok_bpe_init(kvp_tok_t *tok, const kvp_gguf_t *g);
+
+/* tok_merge.c: merge adjacent pairs, highest priority first and the leftmost on ties, until no
+ * pair merges. pair() says whether ids a, b merge, into which id and at what priority. */
+typedef int (*kvp_tok_pair_fn)(const void *ctx, uint32_t a, uint32_t b, double *prio,
+                               uint32_t *merged);
+typedef struct {
+    uint32_t *next, *prev, *ver;
+    void     *heap;
+    size_t    cap; /* most symbols one merge takes */
+} kvp_tok_merger_t;
+/* Scratch for runs of up to max_symbols (< 2^32 - 1, else KVP_ERR_TOO_LARGE). */
+kvp_status_t kvp_tok_merger_init(kvp_tok_merger_t *m, size_t max_symbols);
+void         kvp_tok_merger_free(kvp_tok_merger_t *m);
+/* Merges ids[0..n) in place (n <= the init's max_symbols); returns the new count. */
+size_t kvp_tok_merge(kvp_tok_merger_t *m, uint32_t *ids, size_t n, kvp_tok_pair_fn pair,
+                     const void *ctx);
 kvp_status_t kvp_tok_bpe_encode(const kvp_tok_t *tok, const char *text, size_t len,
                                 uint32_t *ids, size_t *n_p);
 
