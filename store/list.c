@@ -149,8 +149,10 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
                                        uint64_t flags, kvp_store_session_info_t *out, uint32_t max,
                                        uint32_t *n_p, int *more_p)
 {
-    list_item_t *keep;
-    size_t       n = 0, kept = 0;
+    list_item_t    *keep;
+    size_t          n = 0, kept = 0;
+    kvp_htab_iter_t it = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
 
     if (st == NULL || n_p == NULL || (out == NULL && max > 0) ||
         (after_sid != NULL && strnlen(after_sid, KVP_SID_MAX) == KVP_SID_MAX)) {
@@ -163,17 +165,18 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
         return KVP_ERR_NO_MEMORY;
     }
     pthread_mutex_lock(&st->lock);
-    for (size_t b = 0; b < st->sessions.nbuckets; b++) {
-        for (const kvp_sess_t *s = st->sessions.buckets[b]; s != NULL; s = s->hnext) {
-            list_offer(keep, &kept, &n, max, after_ns, after_sid,
-                       (list_item_t){s->ns, s->sid, s, NULL});
-        }
+    while ((l = kvp_htab_next(&st->sessions, &it)) != NULL) {
+        const kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
+
+        list_offer(keep, &kept, &n, max, after_ns, after_sid,
+                   (list_item_t){s->ns, s->sid, s, NULL});
     }
-    for (size_t b = 0; (flags & KVP_STORE_LIST_DELETED) && b < st->tombs.nbuckets; b++) {
-        for (const kvp_tomb_t *t = st->tombs.buckets[b]; t != NULL; t = t->hnext) {
-            list_offer(keep, &kept, &n, max, after_ns, after_sid,
-                       (list_item_t){t->ns, t->sid, NULL, t});
-        }
+    it = (kvp_htab_iter_t)KVP_HTAB_ITER_INIT;
+    while ((flags & KVP_STORE_LIST_DELETED) && (l = kvp_htab_next(&st->tombs, &it)) != NULL) {
+        const kvp_tomb_t *t = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
+
+        list_offer(keep, &kept, &n, max, after_ns, after_sid,
+                   (list_item_t){t->ns, t->sid, NULL, t});
     }
     qsort(keep, kept, sizeof(*keep), item_order);
     for (size_t i = 0; i < kept; i++) {

@@ -33,52 +33,9 @@
 
 /* ---- private ---- */
 
-static size_t prof_hash(uint64_t ns, size_t nbuckets)
+static uint64_t prof_hash(uint64_t ns)
 {
-    return (size_t)((ns * 0x9E3779B97F4A7C15ull) >> 32) & (nbuckets - 1);
-}
-
-static kvp_status_t table_grow(kvp_nsprof_table_t *t)
-{
-    size_t          n = t->nbuckets ? t->nbuckets * 2 : 16;
-    kvp_nsprof_t **b  = kvp_calloc(n, sizeof(*b), "ns profile table");
-
-    if (b == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory for the namespace profile table");
-        return KVP_ERR_NO_MEMORY;
-    }
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        while (t->buckets[i] != NULL) {
-            kvp_nsprof_t *p = t->buckets[i];
-            size_t        h = prof_hash(p->ns, n);
-
-            t->buckets[i] = p->hnext;
-            p->hnext      = b[h];
-            b[h]          = p;
-        }
-    }
-    kvp_free(t->buckets);
-    t->buckets  = b;
-    t->nbuckets = n;
-    return KVP_OK;
-}
-
-static kvp_status_t table_insert(kvp_nsprof_table_t *t, kvp_nsprof_t *p)
-{
-    size_t h;
-
-    if (t->count >= t->nbuckets) {
-        kvp_status_t status = table_grow(t);
-
-        if (status != KVP_OK) {
-            return status;
-        }
-    }
-    h             = prof_hash(p->ns, t->nbuckets);
-    p->hnext      = t->buckets[h];
-    t->buckets[h] = p;
-    t->count++;
-    return KVP_OK;
+    return (ns * 0x9E3779B97F4A7C15ull) >> 32;
 }
 
 static const char *codec_name(uint32_t codec)
@@ -88,26 +45,29 @@ static const char *codec_name(uint32_t codec)
 
 /* ---- internal API (store_int.h) ---- */
 
-void kvp_nsprof_cleanup(kvp_nsprof_table_t *t)
+void kvp_nsprof_init(kvp_htab_t *t)
 {
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        while (t->buckets[i] != NULL) {
-            kvp_nsprof_t *p = t->buckets[i];
-
-            t->buckets[i] = p->hnext;
-            kvp_free(p);
-        }
-    }
-    kvp_free(t->buckets);
-    memset(t, 0, sizeof(*t));
+    kvp_htab_init(t, 16, "ns profile table");
 }
 
-kvp_nsprof_t *kvp_nsprof_find(const kvp_nsprof_table_t *t, uint64_t ns)
+void kvp_nsprof_cleanup(kvp_htab_t *t)
 {
-    if (t->nbuckets == 0) {
-        return NULL;
+    kvp_htab_iter_t it = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
+
+    while ((l = kvp_htab_next(t, &it)) != NULL) {
+        kvp_free(KVP_CONTAINER_OF(l, kvp_nsprof_t, hlink));
     }
-    for (kvp_nsprof_t *p = t->buckets[prof_hash(ns, t->nbuckets)]; p != NULL; p = p->hnext) {
+    kvp_htab_cleanup(t);
+}
+
+kvp_nsprof_t *kvp_nsprof_find(const kvp_htab_t *t, uint64_t ns)
+{
+    uint64_t h = prof_hash(ns);
+
+    for (kvp_hlink_t *l = kvp_htab_chain(t, h); l != NULL; l = l->next) {
+        kvp_nsprof_t *p = KVP_CONTAINER_OF(l, kvp_nsprof_t, hlink);
+
         if (p->ns == ns) {
             return p;
         }
@@ -115,11 +75,10 @@ kvp_nsprof_t *kvp_nsprof_find(const kvp_nsprof_table_t *t, uint64_t ns)
     return NULL;
 }
 
-kvp_status_t kvp_nsprof_create(kvp_nsprof_table_t *t, uint64_t ns, const kvp_page_info_t *info,
+kvp_status_t kvp_nsprof_create(kvp_htab_t *t, uint64_t ns, const kvp_page_info_t *info,
                                kvp_nsprof_t **prof_p)
 {
     kvp_nsprof_t *p = kvp_calloc(1, sizeof(*p), "ns profile");
-    kvp_status_t  status;
 
     if (p == NULL) {
         KVP_LOG_ERROR(MOD, "no memory for the profile of namespace %016llx",
@@ -133,10 +92,10 @@ kvp_status_t kvp_nsprof_create(kvp_nsprof_table_t *t, uint64_t ns, const kvp_pag
     p->head_dim = (uint16_t)info->head_dim;
     p->capacity = (uint16_t)info->capacity;
     p->gen      = 1;
-    status      = table_insert(t, p);
-    if (status != KVP_OK) {
+    if (kvp_htab_insert(t, &p->hlink, prof_hash(ns)) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "no memory for the namespace profile table");
         kvp_free(p);
-        return status;
+        return KVP_ERR_NO_MEMORY;
     }
     KVP_LOG_DEBUG(MOD, "namespace %016llx: codec %s, %u heads x %u, P %u", (unsigned long long)ns,
                   codec_name(p->codec), p->heads, p->head_dim, p->capacity);
@@ -199,7 +158,7 @@ void kvp_nsprof_pack(const kvp_nsprof_t *p, uint8_t *val)
     kvp_st32(val + 20, kvp_crc32c(0, val, 20));
 }
 
-kvp_status_t kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen,
+kvp_status_t kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
                              const uint8_t *val, size_t vlen)
 {
     char               hex[17];

@@ -447,14 +447,16 @@ static bool sweep_keep(void *arg, const kvp_tier_pkey_t *pk)
  * stops before them and their sessions fail with KVP_ERR_CORRUPT instead of resuming partly. */
 static void sweep_missing(kvp_store_h st)
 {
-    size_t missing = 0;
+    size_t          missing = 0;
+    kvp_htab_iter_t it      = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
 
-    for (size_t i = 0; i < st->pages.nbuckets; i++) {
-        for (kvp_page_t *p = st->pages.buckets[i]; p != NULL; p = p->hnext) {
-            if (p->on_disk && !p->swept) {
-                p->on_disk = false;
-                missing++;
-            }
+    while ((l = kvp_htab_next(&st->pages, &it)) != NULL) {
+        kvp_page_t *p = KVP_CONTAINER_OF(l, kvp_page_t, hlink);
+
+        if (p->on_disk && !p->swept) {
+            p->on_disk = false;
+            missing++;
         }
     }
     if (missing > 0) {
@@ -533,6 +535,8 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     st->spill_group_max = (m & KVP_STORE_PARAM_SPILL_GROUP) && params->spill_group_max > 0
                               ? params->spill_group_max : DEFAULT_SPILL_GROUP;
     st->stats.dram_budget = budget;
+    kvp_nsprof_init(&st->profiles);
+    kvp_tomb_init(&st->tombs);
     status = kvp_index_init(&st->pages, &st->sessions);
     if (status != KVP_OK) {
         goto err_free;
@@ -611,6 +615,9 @@ err_free:
 
 void kvp_store_close(kvp_store_h st)
 {
+    kvp_htab_iter_t it = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
+
     if (st == NULL) {
         return;
     }
@@ -619,31 +626,28 @@ void kvp_store_close(kvp_store_h st)
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
     kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
-    for (size_t i = 0; i < st->sessions.nbuckets; i++) {
-        while (st->sessions.buckets[i] != NULL) {
-            kvp_sess_t *s = st->sessions.buckets[i];
+    while ((l = kvp_htab_next(&st->sessions, &it)) != NULL) {
+        kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
 
-            kvp_index_sess_remove(&st->sessions, s);
-            for (size_t k = 0; s->hot && k < kvp_store_sess_page_count(s); k++) {
-                s->pages[k]->pins--; /* the session's own pins, not a reader's */
-            }
-            kvp_pool_free(&st->pool, &s->tail_slot);
-            kvp_free(s->desc.chunk_keys);
-            kvp_free(s->pages);
-            kvp_free(s);
+        kvp_index_sess_remove(&st->sessions, s);
+        for (size_t k = 0; s->hot && k < kvp_store_sess_page_count(s); k++) {
+            s->pages[k]->pins--; /* the session's own pins, not a reader's */
         }
+        kvp_pool_free(&st->pool, &s->tail_slot);
+        kvp_free(s->desc.chunk_keys);
+        kvp_free(s->pages);
+        kvp_free(s);
     }
-    for (size_t i = 0; i < st->pages.nbuckets; i++) {
-        while (st->pages.buckets[i] != NULL) {
-            kvp_page_t *p = st->pages.buckets[i];
+    it = (kvp_htab_iter_t)KVP_HTAB_ITER_INIT;
+    while ((l = kvp_htab_next(&st->pages, &it)) != NULL) {
+        kvp_page_t *p = KVP_CONTAINER_OF(l, kvp_page_t, hlink);
 
-            if (p->pins > 0) {
-                KVP_LOG_WARN(MOD, "closing the store with page layer %u still referenced", p->layer);
-            }
-            kvp_index_page_remove(&st->pages, p);
-            kvp_pool_free(&st->pool, &p->slot);
-            kvp_free(p);
+        if (p->pins > 0) {
+            KVP_LOG_WARN(MOD, "closing the store with page layer %u still referenced", p->layer);
         }
+        kvp_index_page_remove(&st->pages, p);
+        kvp_pool_free(&st->pool, &p->slot);
+        kvp_free(p);
     }
     kvp_tier_close(st->tier);
     kvp_nsprof_cleanup(&st->profiles);
@@ -1181,18 +1185,20 @@ kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *k
 
 void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
 {
-    uint64_t on_disk = 0, hot = 0, unsynced = 0;
+    uint64_t        on_disk = 0, hot = 0, unsynced = 0;
+    kvp_htab_iter_t it      = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
 
     if (st == NULL || stats == NULL) {
         return;
     }
     pthread_mutex_lock(&st->lock);
-    for (size_t i = 0; i < st->sessions.nbuckets; i++) {
-        for (kvp_sess_t *s = st->sessions.buckets[i]; s != NULL; s = s->hnext) {
-            on_disk += s->on_disk;
-            hot += s->hot;
-            unsynced += s->unsynced;
-        }
+    while ((l = kvp_htab_next(&st->sessions, &it)) != NULL) {
+        const kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
+
+        on_disk += s->on_disk;
+        hot += s->hot;
+        unsynced += s->unsynced;
     }
     *stats                  = st->stats;
     if (st->tier != NULL) {

@@ -1,5 +1,6 @@
 /* store_int.h - internals shared by the store's files: the page entry (also the kvp_page_ref_h
- * handed to readers), the session entry, the slab pool, the two hash tables and the store object.
+ * handed to readers), the session entry, the slab pool, the entries of the store's hash tables
+ * (kvpack/htab.h: pages, sessions, namespace profiles, tombstones) and the store object.
  * Locking: everything below runs under kvp_store.lock unless it says otherwise. Unlocked spills
  * (the background spiller's and explicit ones), restores and page loads drop it for their disk
  * I/O with the session busy and its pages pinned; whatever would release or replace a busy
@@ -7,6 +8,7 @@
 #ifndef KVPACK_STORE_INT_H
 #define KVPACK_STORE_INT_H
 
+#include "kvpack/htab.h"
 #include "kvpack/store.h"
 #include "tier.h"
 
@@ -35,8 +37,6 @@ static inline void kvp_list_push_tail(kvp_list_t *h, kvp_list_t *e) /* tail = mo
     h->prev->next = e;
     h->prev       = e;
 }
-#define KVP_CONTAINER_OF(_ptr, _type, _member) \
-    ((_type *)(void *)((char *)(_ptr) - offsetof(_type, _member)))
 
 /* ---- slab pool (pool.c) ---- */
 typedef struct kvp_slab kvp_slab_t;
@@ -77,7 +77,7 @@ struct kvp_store;
 /* A page known to the store: in DRAM (data != NULL), on disk (on_disk), or both. Handed to
  * readers as kvp_page_ref_h: a reader holds one pin. */
 typedef struct kvp_page_ref {
-    struct kvp_page_ref *hnext;    /* page-table chain */
+    kvp_hlink_t          hlink;    /* page-table chain */
     struct kvp_store    *store;
     uint64_t             ns;
     kvp_key128_t         key;
@@ -101,7 +101,7 @@ typedef struct kvp_page_ref {
 /* A session (ns, sid). chunk keys and page pointers are always in memory; the tail is in a pool
  * slot while hot and only on disk while cold. */
 typedef struct kvp_sess {
-    struct kvp_sess    *hnext;     /* session-table chain */
+    kvp_hlink_t         hlink;     /* session-table chain */
     uint64_t            ns;
     char                sid[KVP_SID_MAX];
     kvp_session_desc_t  desc;      /* desc.tail points into tail_slot while hot, NULL when cold */
@@ -121,31 +121,22 @@ typedef struct kvp_sess {
     kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
 } kvp_sess_t;
 
-/* ---- hash tables (index.c) ---- */
-typedef struct {
-    kvp_page_t **buckets;
-    size_t       nbuckets; /* power of two */
-    size_t       count;
-} kvp_page_table_t;
-
-typedef struct {
-    kvp_sess_t **buckets;
-    size_t       nbuckets;
-    size_t       count;
-} kvp_sess_table_t;
-
-kvp_status_t kvp_index_init(kvp_page_table_t *pt, kvp_sess_table_t *st);
-void         kvp_index_cleanup(kvp_page_table_t *pt, kvp_sess_table_t *st);
-kvp_page_t  *kvp_index_page_find(kvp_page_table_t *pt, uint64_t ns, kvp_key128_t key, uint32_t layer);
-kvp_status_t kvp_index_page_insert(kvp_page_table_t *pt, kvp_page_t *page);
-void         kvp_index_page_remove(kvp_page_table_t *pt, kvp_page_t *page);
-kvp_sess_t  *kvp_index_sess_find(kvp_sess_table_t *st, uint64_t ns, const char *sid);
-kvp_status_t kvp_index_sess_insert(kvp_sess_table_t *st, kvp_sess_t *sess);
-void         kvp_index_sess_remove(kvp_sess_table_t *st, kvp_sess_t *sess);
+/* ---- page and session tables (index.c; kvpack/htab.h tables of kvp_page_t / kvp_sess_t) ---- */
+/* Both tables get their first bucket arrays here (KVP_ERR_NO_MEMORY, logged), so an insert into
+ * them cannot fail. */
+kvp_status_t kvp_index_init(kvp_htab_t *pt, kvp_htab_t *st);
+void         kvp_index_cleanup(kvp_htab_t *pt, kvp_htab_t *st);
+kvp_page_t  *kvp_index_page_find(const kvp_htab_t *pt, uint64_t ns, kvp_key128_t key,
+                                 uint32_t layer);
+void         kvp_index_page_insert(kvp_htab_t *pt, kvp_page_t *page);
+void         kvp_index_page_remove(kvp_htab_t *pt, kvp_page_t *page);
+kvp_sess_t  *kvp_index_sess_find(const kvp_htab_t *st, uint64_t ns, const char *sid);
+void         kvp_index_sess_insert(kvp_htab_t *st, kvp_sess_t *sess);
+void         kvp_index_sess_remove(kvp_htab_t *st, kvp_sess_t *sess);
 
 /* ---- namespace codec profiles (nsprof.c) ---- */
 typedef struct kvp_nsprof {
-    struct kvp_nsprof *hnext;
+    kvp_hlink_t        hlink;     /* profile-table chain */
     uint64_t           ns;
     uint8_t            codec;     /* of sealed pages */
     uint8_t            rot;       /* K_ROTATED | V_ROTATED | V_PREROT of sealed pages */
@@ -155,19 +146,16 @@ typedef struct kvp_nsprof {
     uint32_t           saved_gen; /* gen of the copy in the meta column family (0: none) */
 } kvp_nsprof_t;
 
-typedef struct {
-    kvp_nsprof_t **buckets;
-    size_t         nbuckets; /* power of two */
-    size_t         count;
-} kvp_nsprof_table_t;
-
 #define KVP_NSPROF_KEY_MAX   24 /* "ns/" + 16 hex + NUL */
 #define KVP_NSPROF_VAL_BYTES 24
 
-void          kvp_nsprof_cleanup(kvp_nsprof_table_t *t);
-kvp_nsprof_t *kvp_nsprof_find(const kvp_nsprof_table_t *t, uint64_t ns);
+/* The profile table (a kvpack/htab.h table owning its kvp_nsprof_t): init allocates nothing,
+ * cleanup frees the profiles too. */
+void          kvp_nsprof_init(kvp_htab_t *t);
+void          kvp_nsprof_cleanup(kvp_htab_t *t);
+kvp_nsprof_t *kvp_nsprof_find(const kvp_htab_t *t, uint64_t ns);
 /* A profile from a sealed page's header (layers 0, not saved). */
-kvp_status_t  kvp_nsprof_create(kvp_nsprof_table_t *t, uint64_t ns, const kvp_page_info_t *info,
+kvp_status_t  kvp_nsprof_create(kvp_htab_t *t, uint64_t ns, const kvp_page_info_t *info,
                                 kvp_nsprof_t **prof_p);
 /* KVP_ERR_WRONG_CODEC (logged, naming `what`) when the page does not fit prof (NULL: only the
  * rule that tail pages are fp16 applies): sealed pages must match codec, rotation flags and
@@ -177,23 +165,17 @@ kvp_status_t  kvp_nsprof_check_page(const kvp_nsprof_t *prof, const kvp_page_inf
 void          kvp_nsprof_key(uint64_t ns, char *key); /* KVP_NSPROF_KEY_MAX bytes */
 void          kvp_nsprof_pack(const kvp_nsprof_t *prof, uint8_t *val); /* KVP_NSPROF_VAL_BYTES */
 /* Insert a profile read from the meta column family; KVP_ERR_CORRUPT (logged) if unreadable. */
-kvp_status_t  kvp_nsprof_load(kvp_nsprof_table_t *t, const char *key, size_t klen,
+kvp_status_t  kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
                               const uint8_t *val, size_t vlen);
 
 /* ---- versions and tombstones (tomb.c) ---- */
 typedef struct kvp_tomb {
-    struct kvp_tomb *hnext;
+    kvp_hlink_t      hlink;   /* tombstone-table chain */
     uint64_t         ns;
     char             sid[KVP_SID_MAX];
     uint64_t         version; /* the delete's version */
     uint64_t         at_ns;   /* when this node recorded it (CLOCK_REALTIME): the ttl counts from it */
 } kvp_tomb_t;
-
-typedef struct {
-    kvp_tomb_t **buckets;
-    size_t       nbuckets; /* power of two */
-    size_t       count;
-} kvp_tomb_table_t;
 
 #define KVP_TOMB_KEY_MAX (5 + 16 + 1 + KVP_SID_MAX) /* "tomb/" hex "/" sid NUL */
 
@@ -203,8 +185,11 @@ kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t vers
                                    uint8_t **blob_p, size_t *len_p);
 kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
                                      uint64_t *version_p);
-kvp_tomb_t  *kvp_tomb_find(const kvp_tomb_table_t *t, uint64_t ns, const char *sid);
-void         kvp_tomb_cleanup(kvp_tomb_table_t *t);
+/* The tombstone table (a kvpack/htab.h table owning its kvp_tomb_t): init allocates nothing,
+ * cleanup frees the tombstones too. */
+void         kvp_tomb_init(kvp_htab_t *t);
+void         kvp_tomb_cleanup(kvp_htab_t *t);
+kvp_tomb_t  *kvp_tomb_find(const kvp_htab_t *t, uint64_t ns, const char *sid);
 /* Record a tombstone unless one as new exists: into b when not NULL (the caller commits), else
  * committed here. */
 kvp_status_t kvp_store_tomb_record(struct kvp_store *st, uint64_t ns, const char *sid,
@@ -255,10 +240,10 @@ struct kvp_store {
     uint64_t           synced_gen;  /* write_gen the last interval sync covered */
     kvp_list_t         unsynced;    /* unsynced sessions, oldest write_gen first */
     kvp_pool_t         pool;
-    kvp_page_table_t   pages;
-    kvp_sess_table_t   sessions;
-    kvp_nsprof_table_t profiles;    /* namespace codec profiles */
-    kvp_tomb_table_t   tombs;       /* delete tombstones */
+    kvp_htab_t         pages;       /* kvp_page_t (index.c) */
+    kvp_htab_t         sessions;    /* kvp_sess_t (index.c) */
+    kvp_htab_t         profiles;    /* kvp_nsprof_t: namespace codec profiles (nsprof.c) */
+    kvp_htab_t         tombs;       /* kvp_tomb_t: delete tombstones (tomb.c) */
     uint64_t           tomb_ttl_ns;
     uint64_t           last_tomb_sweep_ns;
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */

@@ -81,106 +81,65 @@ kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_sessio
 
 /* ---- tombstone table ---- */
 
-static size_t tomb_hash(uint64_t ns, const char *sid, size_t nbuckets)
+static uint64_t tomb_hash(uint64_t ns, const char *sid)
 {
     uint64_t h = ns * 0x9E3779B97F4A7C15ull;
 
     for (const unsigned char *p = (const unsigned char *)sid; *p != 0; p++) {
         h = (h ^ *p) * 0x100000001B3ull;
     }
-    return (size_t)(h ^ (h >> 29)) & (nbuckets - 1);
+    return h ^ (h >> 29);
 }
 
-kvp_tomb_t *kvp_tomb_find(const kvp_tomb_table_t *t, uint64_t ns, const char *sid)
+void kvp_tomb_init(kvp_htab_t *t)
 {
-    if (t->nbuckets == 0) {
-        return NULL;
-    }
-    for (kvp_tomb_t *e = t->buckets[tomb_hash(ns, sid, t->nbuckets)]; e != NULL; e = e->hnext) {
-        if (e->ns == ns && strcmp(e->sid, sid) == 0) {
+    kvp_htab_init(t, 64, "tombstone table");
+}
+
+kvp_tomb_t *kvp_tomb_find(const kvp_htab_t *t, uint64_t ns, const char *sid)
+{
+    uint64_t h = tomb_hash(ns, sid);
+
+    for (kvp_hlink_t *l = kvp_htab_chain(t, h); l != NULL; l = l->next) {
+        kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
+
+        if (l->hash == h && e->ns == ns && strcmp(e->sid, sid) == 0) {
             return e;
         }
     }
     return NULL;
 }
 
-static kvp_status_t tomb_grow(kvp_tomb_table_t *t)
-{
-    size_t       n = t->nbuckets ? t->nbuckets * 2 : 64;
-    kvp_tomb_t **b = kvp_calloc(n, sizeof(*b), "tombstone table");
-
-    if (b == NULL) {
-        return KVP_ERR_NO_MEMORY;
-    }
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        while (t->buckets[i] != NULL) {
-            kvp_tomb_t *e = t->buckets[i];
-            size_t      h = tomb_hash(e->ns, e->sid, n);
-
-            t->buckets[i] = e->hnext;
-            e->hnext      = b[h];
-            b[h]          = e;
-        }
-    }
-    kvp_free(t->buckets);
-    t->buckets  = b;
-    t->nbuckets = n;
-    return KVP_OK;
-}
-
 /* Set (ns, sid)'s tombstone to version (a new entry, or a newer version of one). */
-static kvp_status_t tomb_set(kvp_tomb_table_t *t, uint64_t ns, const char *sid, uint64_t version,
+static kvp_status_t tomb_set(kvp_htab_t *t, uint64_t ns, const char *sid, uint64_t version,
                              uint64_t at_ns)
 {
     kvp_tomb_t *e = kvp_tomb_find(t, ns, sid);
-    size_t      h;
 
     if (e == NULL) {
-        if (t->count >= t->nbuckets && tomb_grow(t) != KVP_OK) {
-            KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
-            return KVP_ERR_NO_MEMORY;
-        }
         e = kvp_calloc(1, sizeof(*e), "tombstone");
-        if (e == NULL) {
+        if (e == NULL || kvp_htab_insert(t, &e->hlink, tomb_hash(ns, sid)) != KVP_OK) {
             KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
+            kvp_free(e);
             return KVP_ERR_NO_MEMORY;
         }
         e->ns = ns;
         snprintf(e->sid, sizeof(e->sid), "%s", sid);
-        h             = tomb_hash(ns, sid, t->nbuckets);
-        e->hnext      = t->buckets[h];
-        t->buckets[h] = e;
-        t->count++;
     }
     e->version = version;
     e->at_ns   = at_ns;
     return KVP_OK;
 }
 
-static void tomb_unlink(kvp_tomb_table_t *t, kvp_tomb_t *e)
+void kvp_tomb_cleanup(kvp_htab_t *t)
 {
-    kvp_tomb_t **pp = &t->buckets[tomb_hash(e->ns, e->sid, t->nbuckets)];
+    kvp_htab_iter_t it = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
 
-    while (*pp != e) {
-        pp = &(*pp)->hnext;
+    while ((l = kvp_htab_next(t, &it)) != NULL) {
+        kvp_free(KVP_CONTAINER_OF(l, kvp_tomb_t, hlink));
     }
-    *pp = e->hnext;
-    t->count--;
-    kvp_free(e);
-}
-
-void kvp_tomb_cleanup(kvp_tomb_table_t *t)
-{
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        while (t->buckets[i] != NULL) {
-            kvp_tomb_t *e = t->buckets[i];
-
-            t->buckets[i] = e->hnext;
-            kvp_free(e);
-        }
-    }
-    kvp_free(t->buckets);
-    memset(t, 0, sizeof(*t));
+    kvp_htab_cleanup(t);
 }
 
 /* ---- persistence (meta column family) ---- */
@@ -258,7 +217,8 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
             return status;
         }
     }
-    tomb_unlink(&st->tombs, e);
+    kvp_htab_remove(&st->tombs, &e->hlink);
+    kvp_free(e);
     return KVP_OK;
 }
 
@@ -341,26 +301,23 @@ kvp_status_t kvp_store_tomb_load(kvp_store_h st)
 
 void kvp_store_tomb_expire(kvp_store_h st)
 {
-    uint64_t now = kvp_store_wall_ns();
+    uint64_t        now = kvp_store_wall_ns();
+    kvp_htab_iter_t it  = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
 
     if (st->tombs.count == 0 || now - st->last_tomb_sweep_ns < 1000000000ull) {
         return; /* at most once a second */
     }
     st->last_tomb_sweep_ns = now;
-    for (size_t i = 0; i < st->tombs.nbuckets; i++) {
-        kvp_tomb_t *e = st->tombs.buckets[i];
+    while ((l = kvp_htab_next(&st->tombs, &it)) != NULL) { /* clearing e removes only e */
+        kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
 
-        while (e != NULL) {
-            kvp_tomb_t *next = e->hnext;
-
-            if (now > e->at_ns && now - e->at_ns >= st->tomb_ttl_ns) {
-                KVP_LOG_DEBUG(MOD, "tombstone of session %s past its ttl; dropped", e->sid);
-                if (kvp_store_tomb_clear(st, e) != KVP_OK) {
-                    return;
-                }
-                st->stats.tombstones_expired++;
+        if (now > e->at_ns && now - e->at_ns >= st->tomb_ttl_ns) {
+            KVP_LOG_DEBUG(MOD, "tombstone of session %s past its ttl; dropped", e->sid);
+            if (kvp_store_tomb_clear(st, e) != KVP_OK) {
+                return;
             }
-            e = next;
+            st->stats.tombstones_expired++;
         }
     }
 }
