@@ -3,12 +3,12 @@
  * priority, take the leftmost on ties, merge, repeat. Random runs over a small alphabet with a
  * random pair table where most priorities tie (runs like "aaa" merge at 0 or at 1 depending on
  * the tie rule), some pairs never merge, and merged ids merge again; every length from 0 to 40,
- * then long runs. End to end, kvp_tok_encode against a plain-scan encode of the same text: a
+ * then long runs. End to end, kvp_tok_encode against llama2.c's plain-scan encode (sp_ref.h): a
  * crafted llama2.c vocabulary of every 1..3-letter string over "ab c" whose scores tie, are NaN
  * or -1e30 (neither merges: the scan starts from a best score of -1e29), on random strings; and
  * tok512 on Emma (skipped without ../shared/realdata). */
 #define _GNU_SOURCE /* mkstemp, fdopen */
-#include "model/tokenizer.h"
+#include "sp_ref.h"
 
 #include "kvpack/alloc.h"
 #include "check.h"
@@ -92,59 +92,6 @@ static void compare(tk_rng_t *rng, const table_t *t, kvp_tok_merger_t *m, size_t
     free(b);
 }
 
-/* tok512 on Emma: the tokenizer's own encode against a plain-scan encode of its pieces */
-static size_t sp_scan_encode(const kvp_tok_t *tok, const char *text, size_t len, uint32_t *ids)
-{
-    size_t   n = 0;
-    uint32_t id;
-    char     buf[256];
-
-    if (len > 0 && kvp_tok_map_get(tok, " ", 1, &id)) {
-        ids[n++] = id;
-    }
-    for (size_t i = 0, cl; i < len; i += cl) {
-        cl = 1;
-        if (((uint8_t)text[i] & 0xC0) == 0xC0) {
-            while (i + cl < len && cl < 4 && ((uint8_t)text[i + cl] & 0xC0) == 0x80) {
-                cl++;
-            }
-        }
-        if (kvp_tok_map_get(tok, text + i, cl, &id)) {
-            ids[n++] = id;
-        } else {
-            for (size_t b = 0; b < cl; b++) {
-                ids[n++] = (uint8_t)text[i + b] + 3u;
-            }
-        }
-    }
-    for (;;) {
-        size_t   best = SIZE_MAX;
-        float    bs   = -1e29f;
-        uint32_t bm   = 0, mg;
-
-        for (size_t i = 0; i + 1 < n; i++) {
-            uint32_t la = tok->piece_len[ids[i]], lb = tok->piece_len[ids[i + 1]];
-
-            if (la + lb > sizeof(buf)) {
-                continue;
-            }
-            memcpy(buf, tok->piece[ids[i]], la);
-            memcpy(buf + la, tok->piece[ids[i + 1]], lb);
-            if (kvp_tok_map_get(tok, buf, la + lb, &mg) && tok->score[mg] > bs) {
-                bs   = tok->score[mg];
-                best = i;
-                bm   = mg;
-            }
-        }
-        if (best == SIZE_MAX) {
-            return n;
-        }
-        ids[best] = bm;
-        memmove(ids + best + 1, ids + best + 2, (n - best - 2) * sizeof(*ids));
-        n--;
-    }
-}
-
 /* A llama2.c tokenizer file: <unk> <s> </s>, the 256 byte tokens, then every string of 1..3
  * characters over "ab c" with scores from a small set (ties, NaN, -1e30). */
 static void crafted_vocab(tk_rng_t *rng)
@@ -189,7 +136,7 @@ static void crafted_vocab(tk_rng_t *rng)
             text[i] = alpha[tk_range(rng, 0, 3)];
         }
         CHECK_OK(kvp_tok_encode(tok, text, len, 0, &ids, &nids));
-        nw = sp_scan_encode(tok, text, len, want);
+        nw = sp_ref_encode(tok, text, len, want);
         EXPECT(nids == nw && memcmp(ids, want, nw * sizeof(*ids)) == 0,
                "crafted vocabulary, \"%.*s\": %zu ids, the plain scan %zu (or they differ)",
                (int)len, text, nids, nw);
@@ -224,7 +171,7 @@ static int real_text(const char *dir)
     fclose(f);
     want = malloc((len + 2) * sizeof(*want));
     CHECK_OK(kvp_tok_encode(tok, text, len, 0, &ids, &n));
-    nw = sp_scan_encode(tok, text, len, want);
+    nw = sp_ref_encode(tok, text, len, want);
     EXPECT(n == nw && memcmp(ids, want, n * sizeof(*ids)) == 0,
            "tok512 on %zu bytes of Emma: %zu ids, the plain scan %zu (or they differ)", len, n, nw);
     printf("tok512: %zu bytes of Emma -> %zu ids, as the plain scan\n", len, n);
