@@ -577,9 +577,9 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
             KVP_LOG_INFO(MOD, "db %s: removed %llu pages no session names", path,
                          (unsigned long long)st->stats.swept_pages);
         }
-        if (st->sessions.count > 0) {
+        if (st->sessions.by_key.count > 0) {
             KVP_LOG_INFO(MOD, "warm restart from %s: %zu sessions, %zu pages on disk", path,
-                         st->sessions.count, st->pages.count);
+                         st->sessions.by_key.count, st->pages.count);
         }
         status = kvp_store_spiller_start(st);
         if (status == KVP_OK && dur == KVP_DURABILITY_INTERVAL) {
@@ -626,7 +626,7 @@ void kvp_store_close(kvp_store_h st)
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
     kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
-    while ((l = kvp_htab_next(&st->sessions, &it)) != NULL) {
+    while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
         kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
 
         kvp_index_sess_remove(&st->sessions, s);
@@ -669,7 +669,7 @@ static void store_enter(kvp_store_h st)
     if (st->ttl_ns != 0) {
         kvp_store_expire_idle(st);
     }
-    if (st->tombs.count != 0) {
+    if (st->tombs.by_key.count != 0) {
         kvp_store_tomb_expire(st);
     }
 }
@@ -1193,7 +1193,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         return;
     }
     pthread_mutex_lock(&st->lock);
-    while ((l = kvp_htab_next(&st->sessions, &it)) != NULL) {
+    while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
         const kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
 
         on_disk += s->on_disk;
@@ -1219,11 +1219,11 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         stats->disk_reserve_releases    = d.reserve_releases;
     }
     stats->dram_bytes       = st->pool.used;
-    stats->sessions         = st->sessions.count;
+    stats->sessions         = st->sessions.by_key.count;
     stats->sessions_on_disk = on_disk;
     stats->sessions_in_dram = hot;
     stats->sessions_unsynced = unsynced;
-    stats->tombstones       = st->tombs.count;
+    stats->tombstones       = st->tombs.by_key.count;
     pthread_mutex_unlock(&st->lock);
 }
 

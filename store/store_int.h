@@ -1,6 +1,7 @@
 /* store_int.h - internals shared by the store's files: the page entry (also the kvp_page_ref_h
  * handed to readers), the session entry, the slab pool, the entries of the store's hash tables
- * (kvpack/htab.h: pages, sessions, namespace profiles, tombstones) and the store object.
+ * (kvpack/htab.h: pages, sessions, namespace profiles, tombstones), the (ns, sid) order of
+ * sessions and tombstones (kvpack/otree.h) and the store object.
  * Locking: everything below runs under kvp_store.lock unless it says otherwise. Unlocked spills
  * (the background spiller's and explicit ones), restores and page loads drop it for their disk
  * I/O with the session busy and its pages pinned; whatever would release or replace a busy
@@ -9,6 +10,7 @@
 #define KVPACK_STORE_INT_H
 
 #include "kvpack/htab.h"
+#include "kvpack/otree.h"
 #include "kvpack/store.h"
 #include "tier.h"
 
@@ -98,10 +100,21 @@ typedef struct kvp_page_ref {
     kvp_list_t           idle;     /* on store->idle_pages while in DRAM with pins == 0 */
 } kvp_page_t;
 
+/* Entries keyed by (ns, sid), sessions or tombstones: a hash table for lookups and a tree in key
+ * order, so a LIST page visits its own entries only. Both link the same entries. */
+typedef struct {
+    kvp_htab_t  by_key;
+    kvp_otree_t in_order;
+} kvp_sid_index_t;
+
+/* (ns, sid) order: namespace first, then the session id's bytes */
+int kvp_sid_cmp(uint64_t ns_a, const char *sid_a, uint64_t ns_b, const char *sid_b);
+
 /* A session (ns, sid). chunk keys and page pointers are always in memory; the tail is in a pool
  * slot while hot and only on disk while cold. */
 typedef struct kvp_sess {
     kvp_hlink_t         hlink;     /* session-table chain */
+    kvp_tnode_t         onode;     /* session-order tree */
     uint64_t            ns;
     char                sid[KVP_SID_MAX];
     kvp_session_desc_t  desc;      /* desc.tail points into tail_slot while hot, NULL when cold */
@@ -124,15 +137,15 @@ typedef struct kvp_sess {
 /* ---- page and session tables (index.c; kvpack/htab.h tables of kvp_page_t / kvp_sess_t) ---- */
 /* Both tables get their first bucket arrays here (KVP_ERR_NO_MEMORY, logged), so an insert into
  * them cannot fail. */
-kvp_status_t kvp_index_init(kvp_htab_t *pt, kvp_htab_t *st);
-void         kvp_index_cleanup(kvp_htab_t *pt, kvp_htab_t *st);
+kvp_status_t kvp_index_init(kvp_htab_t *pt, kvp_sid_index_t *st);
+void         kvp_index_cleanup(kvp_htab_t *pt, kvp_sid_index_t *st);
 kvp_page_t  *kvp_index_page_find(const kvp_htab_t *pt, uint64_t ns, kvp_key128_t key,
                                  uint32_t layer);
 void         kvp_index_page_insert(kvp_htab_t *pt, kvp_page_t *page);
 void         kvp_index_page_remove(kvp_htab_t *pt, kvp_page_t *page);
-kvp_sess_t  *kvp_index_sess_find(const kvp_htab_t *st, uint64_t ns, const char *sid);
-void         kvp_index_sess_insert(kvp_htab_t *st, kvp_sess_t *sess);
-void         kvp_index_sess_remove(kvp_htab_t *st, kvp_sess_t *sess);
+kvp_sess_t  *kvp_index_sess_find(const kvp_sid_index_t *st, uint64_t ns, const char *sid);
+void         kvp_index_sess_insert(kvp_sid_index_t *st, kvp_sess_t *sess);
+void         kvp_index_sess_remove(kvp_sid_index_t *st, kvp_sess_t *sess);
 
 /* ---- namespace codec profiles (nsprof.c) ---- */
 typedef struct kvp_nsprof {
@@ -171,6 +184,7 @@ kvp_status_t  kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
 /* ---- versions and tombstones (tomb.c) ---- */
 typedef struct kvp_tomb {
     kvp_hlink_t      hlink;   /* tombstone-table chain */
+    kvp_tnode_t      onode;   /* tombstone-order tree */
     uint64_t         ns;
     char             sid[KVP_SID_MAX];
     uint64_t         version; /* the delete's version */
@@ -185,11 +199,11 @@ kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t vers
                                    uint8_t **blob_p, size_t *len_p);
 kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
                                      uint64_t *version_p);
-/* The tombstone table (a kvpack/htab.h table owning its kvp_tomb_t): init allocates nothing,
- * cleanup frees the tombstones too. */
-void         kvp_tomb_init(kvp_htab_t *t);
-void         kvp_tomb_cleanup(kvp_htab_t *t);
-kvp_tomb_t  *kvp_tomb_find(const kvp_htab_t *t, uint64_t ns, const char *sid);
+/* The tombstone index (owning its kvp_tomb_t): init allocates nothing, cleanup frees the
+ * tombstones too. */
+void         kvp_tomb_init(kvp_sid_index_t *t);
+void         kvp_tomb_cleanup(kvp_sid_index_t *t);
+kvp_tomb_t  *kvp_tomb_find(const kvp_sid_index_t *t, uint64_t ns, const char *sid);
 /* Record a tombstone unless one as new exists: into b when not NULL (the caller commits), else
  * committed here. */
 kvp_status_t kvp_store_tomb_record(struct kvp_store *st, uint64_t ns, const char *sid,
@@ -241,9 +255,9 @@ struct kvp_store {
     kvp_list_t         unsynced;    /* unsynced sessions, oldest write_gen first */
     kvp_pool_t         pool;
     kvp_htab_t         pages;       /* kvp_page_t (index.c) */
-    kvp_htab_t         sessions;    /* kvp_sess_t (index.c) */
+    kvp_sid_index_t    sessions;    /* kvp_sess_t (index.c) */
     kvp_htab_t         profiles;    /* kvp_nsprof_t: namespace codec profiles (nsprof.c) */
-    kvp_htab_t         tombs;       /* kvp_tomb_t: delete tombstones (tomb.c) */
+    kvp_sid_index_t    tombs;       /* kvp_tomb_t: delete tombstones (tomb.c) */
     uint64_t           tomb_ttl_ns;
     uint64_t           last_tomb_sweep_ns;
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */

@@ -91,16 +91,25 @@ static uint64_t tomb_hash(uint64_t ns, const char *sid)
     return h ^ (h >> 29);
 }
 
-void kvp_tomb_init(kvp_htab_t *t)
+static int tomb_order(const kvp_tnode_t *a, const kvp_tnode_t *b)
 {
-    kvp_htab_init(t, 64, "tombstone table");
+    const kvp_tomb_t *x = KVP_CONTAINER_OF(a, kvp_tomb_t, onode);
+    const kvp_tomb_t *y = KVP_CONTAINER_OF(b, kvp_tomb_t, onode);
+
+    return kvp_sid_cmp(x->ns, x->sid, y->ns, y->sid);
 }
 
-kvp_tomb_t *kvp_tomb_find(const kvp_htab_t *t, uint64_t ns, const char *sid)
+void kvp_tomb_init(kvp_sid_index_t *t)
+{
+    kvp_htab_init(&t->by_key, 64, "tombstone table");
+    kvp_otree_init(&t->in_order, tomb_order);
+}
+
+kvp_tomb_t *kvp_tomb_find(const kvp_sid_index_t *t, uint64_t ns, const char *sid)
 {
     uint64_t h = tomb_hash(ns, sid);
 
-    for (kvp_hlink_t *l = kvp_htab_chain(t, h); l != NULL; l = l->next) {
+    for (kvp_hlink_t *l = kvp_htab_chain(&t->by_key, h); l != NULL; l = l->next) {
         kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
 
         if (l->hash == h && e->ns == ns && strcmp(e->sid, sid) == 0) {
@@ -111,35 +120,37 @@ kvp_tomb_t *kvp_tomb_find(const kvp_htab_t *t, uint64_t ns, const char *sid)
 }
 
 /* Set (ns, sid)'s tombstone to version (a new entry, or a newer version of one). */
-static kvp_status_t tomb_set(kvp_htab_t *t, uint64_t ns, const char *sid, uint64_t version,
+static kvp_status_t tomb_set(kvp_sid_index_t *t, uint64_t ns, const char *sid, uint64_t version,
                              uint64_t at_ns)
 {
     kvp_tomb_t *e = kvp_tomb_find(t, ns, sid);
 
     if (e == NULL) {
         e = kvp_calloc(1, sizeof(*e), "tombstone");
-        if (e == NULL || kvp_htab_insert(t, &e->hlink, tomb_hash(ns, sid)) != KVP_OK) {
+        if (e == NULL || kvp_htab_insert(&t->by_key, &e->hlink, tomb_hash(ns, sid)) != KVP_OK) {
             KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
             kvp_free(e);
             return KVP_ERR_NO_MEMORY;
         }
         e->ns = ns;
         snprintf(e->sid, sizeof(e->sid), "%s", sid);
+        (void)kvp_otree_insert(&t->in_order, &e->onode); /* the key is new: found in neither */
     }
     e->version = version;
     e->at_ns   = at_ns;
     return KVP_OK;
 }
 
-void kvp_tomb_cleanup(kvp_htab_t *t)
+void kvp_tomb_cleanup(kvp_sid_index_t *t)
 {
     kvp_htab_iter_t it = KVP_HTAB_ITER_INIT;
     kvp_hlink_t    *l;
 
-    while ((l = kvp_htab_next(t, &it)) != NULL) {
+    while ((l = kvp_htab_next(&t->by_key, &it)) != NULL) {
         kvp_free(KVP_CONTAINER_OF(l, kvp_tomb_t, hlink));
     }
-    kvp_htab_cleanup(t);
+    kvp_htab_cleanup(&t->by_key);
+    kvp_otree_init(&t->in_order, tomb_order);
 }
 
 /* ---- persistence (meta column family) ---- */
@@ -217,7 +228,8 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
             return status;
         }
     }
-    kvp_htab_remove(&st->tombs, &e->hlink);
+    kvp_htab_remove(&st->tombs.by_key, &e->hlink);
+    kvp_otree_remove(&st->tombs.in_order, &e->onode);
     kvp_free(e);
     return KVP_OK;
 }
@@ -305,11 +317,11 @@ void kvp_store_tomb_expire(kvp_store_h st)
     kvp_htab_iter_t it  = KVP_HTAB_ITER_INIT;
     kvp_hlink_t    *l;
 
-    if (st->tombs.count == 0 || now - st->last_tomb_sweep_ns < 1000000000ull) {
+    if (st->tombs.by_key.count == 0 || now - st->last_tomb_sweep_ns < 1000000000ull) {
         return; /* at most once a second */
     }
     st->last_tomb_sweep_ns = now;
-    while ((l = kvp_htab_next(&st->tombs, &it)) != NULL) { /* clearing e removes only e */
+    while ((l = kvp_htab_next(&st->tombs.by_key, &it)) != NULL) { /* clearing e removes only e */
         kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
 
         if (now > e->at_ns && now - e->at_ns >= st->tomb_ttl_ns) {
