@@ -1183,6 +1183,9 @@ kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *k
     return KVP_OK;
 }
 
+uint64_t kvp_store_page_dram_bytes(uint64_t len) { return kvp_pool_slot_size((size_t)len); }
+uint64_t kvp_store_page_ssd_bytes(uint64_t len) { return kvp_tier_disk_bytes((size_t)len); }
+
 void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
 {
     uint64_t        on_disk = 0, hot = 0, unsynced = 0;

@@ -79,6 +79,15 @@ static inline size_t kvp_tier_span(size_t len)
     return (len + 4095) & ~(size_t)4095;
 }
 
+/* Pages of at most this many bytes are kept inline in RocksDB, longer ones in segment files. */
+#define KVP_TIER_INLINE_MAX 4096u
+
+/* What a page of len bytes takes on disk: its extent in a segment file, or its inline bytes. */
+static inline uint64_t kvp_tier_disk_bytes(size_t len)
+{
+    return len > KVP_TIER_INLINE_MAX ? kvp_tier_span(len) : len;
+}
+
 /* Where a page is on disk: found by kvp_tier_pages_locate, read by kvp_tier_pages_read. */
 typedef struct {
     kvp_status_t    status;     /* KVP_OK, KVP_ERR_NOT_FOUND, or the error of this key */

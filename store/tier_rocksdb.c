@@ -687,7 +687,7 @@ void kvp_tier_batch_put_page(kvp_tier_t *t, kvp_tier_batch_t *b, const kvp_tier_
     uint8_t k[PKEY_BYTES];
 
     b->bytes += len;
-    if (len > 4096 && len <= UINT32_MAX && ((uintptr_t)page & 4095) == 0) {
+    if (len > KVP_TIER_INLINE_MAX && len <= UINT32_MAX && ((uintptr_t)page & 4095) == 0) {
         seg_put_t *p = kvp_array_room(b->puts, &b->cap_puts, b->nputs, sizeof(*p), 64,
                                       "tier batch pages");
 

@@ -1,12 +1,15 @@
 /* cmd_plan.c - "kvpack plan": the capacity calculator. For a model geometry and a workload it
  * gives, per codec, the exact bytes a session stores (page sizes from the codec layer, 64-byte
- * headers, fp16 sink and tail pages, the session record), sessions per node in DRAM and on SSD,
- * nodes needed, and the time to ship one session on a link next to fp16. Nothing is measured or
- * estimated: every figure is arithmetic on kvp_codec_payload_bytes and kvp_session_desc_pack.
+ * headers, fp16 sink and tail pages, the session record), what it takes in a node's DRAM pool and
+ * on its SSD (the store's slot and extent rounding), sessions per node in DRAM and on SSD, nodes
+ * needed, and the time to ship one session on a link next to fp16. Nothing is measured or
+ * estimated: every figure is arithmetic on kvp_codec_payload_bytes, kvp_session_desc_pack and
+ * kvp_store_page_dram_bytes / _ssd_bytes.
  * Main flow: kvp_cmd_plan -> plan_parse -> plan_trace (optional) -> plan_row per codec -> report. */
 #include "cmd_plan.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/store.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -218,16 +221,45 @@ static uint64_t plan_record(uint64_t n_chunks)
     return len + n_chunks * sizeof(kvp_key128_t);
 }
 
-/* Pages of one session of T tokens, all layers: sink, codec, and fp16 tail pages. */
-static uint64_t plan_pages(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T)
+/* Where bytes are counted: as stored and shipped, in a node's DRAM pool, on its SSD. */
+typedef enum { PLAN_BYTES, PLAN_DRAM, PLAN_SSD } plan_space_t;
+
+/* What a sealed page of len bytes takes in space sp: its DRAM slot or its SSD extent. */
+static uint64_t plan_in(plan_space_t sp, uint64_t len)
+{
+    return sp == PLAN_DRAM ? kvp_store_page_dram_bytes(len)
+           : sp == PLAN_SSD ? kvp_store_page_ssd_bytes(len)
+                            : len;
+}
+
+/* The fp16 tail pages of one session (one per layer, T mod P tokens) in space sp: in DRAM one
+ * slot holds them back to back; on SSD they are bytes of the session record. */
+static uint64_t plan_tail(const kvp_plan_opts_t *o, uint64_t T, plan_space_t sp)
+{
+    uint64_t bytes = T % o->page_tokens ? o->layers * plan_page(o, KVP_CODEC_FP16,
+                                                                 T % o->page_tokens) : 0;
+
+    return sp == PLAN_DRAM && bytes != 0 ? kvp_store_page_dram_bytes(bytes) : bytes;
+}
+
+/* Pages of one session of T tokens, all layers, in space sp: sink, codec and fp16 tail pages. */
+static uint64_t plan_pages(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T,
+                           plan_space_t sp)
 {
     uint64_t P = o->page_tokens, full = T / P, sink = o->sink_tokens / P;
-    uint64_t per_layer;
 
-    sink      = sink < full ? sink : full;
-    per_layer = sink * plan_page(o, KVP_CODEC_FP16, P) + (full - sink) * plan_page(o, codec, P);
-    per_layer += T % P ? plan_page(o, KVP_CODEC_FP16, T % P) : 0;
-    return o->layers * per_layer;
+    sink = sink < full ? sink : full;
+    return o->layers * (sink * plan_in(sp, plan_page(o, KVP_CODEC_FP16, P)) +
+                        (full - sink) * plan_in(sp, plan_page(o, codec, P))) +
+           plan_tail(o, T, sp);
+}
+
+/* One session in space sp: its pages and its record (not in DRAM: the pool holds pages only, the
+ * DRAM budget counts the pool). */
+static uint64_t plan_session(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T,
+                             plan_space_t sp)
+{
+    return plan_pages(o, codec, T, sp) + (sp == PLAN_DRAM ? 0 : plan_record(T / o->page_tokens));
 }
 
 /* ---- trace ---- */
@@ -296,22 +328,33 @@ static void plan_trace_free(kvp_plan_trace_t *t)
     kvp_lt_workload_free(&t->w);
 }
 
-/* Every request's own bytes (a session each) and the bytes after chunk sharing. */
-static void plan_trace_bytes(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, kvp_plan_row_t *r)
+/* The trace's bytes in space sp after chunk sharing: every request's own record and tail, and
+ * each unique full chunk once. */
+static uint64_t plan_trace_unique(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t,
+                                  kvp_codec_id_t codec, plan_space_t sp)
 {
     uint64_t P = o->page_tokens, own = 0;
 
-    r->trace_bytes = 0;
     for (uint32_t i = 0; i < t->w.n; i++) {
         uint64_t T = t->w.reqs[i].input_len;
 
-        r->trace_bytes += plan_pages(o, r->codec, T) + plan_record(T / P);
-        own += plan_record(T / P) + (t->tails[i] ? o->layers * plan_page(o, KVP_CODEC_FP16,
-                                                                           t->tails[i]) : 0);
+        own += (sp == PLAN_DRAM ? 0 : plan_record(T / P)) + plan_tail(o, T, sp);
     }
-    r->trace_unique = own + o->layers * (t->chunks_unique_sink * plan_page(o, KVP_CODEC_FP16, P) +
-                                         (t->chunks_unique - t->chunks_unique_sink) *
-                                             plan_page(o, r->codec, P));
+    return own + o->layers * (t->chunks_unique_sink * plan_in(sp, plan_page(o, KVP_CODEC_FP16, P)) +
+                              (t->chunks_unique - t->chunks_unique_sink) *
+                                  plan_in(sp, plan_page(o, codec, P)));
+}
+
+/* Every request's own bytes (a session each) and the bytes after chunk sharing. */
+static void plan_trace_bytes(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, kvp_plan_row_t *r)
+{
+    r->trace_bytes = 0;
+    for (uint32_t i = 0; i < t->w.n; i++) {
+        r->trace_bytes += plan_session(o, r->codec, t->w.reqs[i].input_len, PLAN_BYTES);
+    }
+    r->trace_unique      = plan_trace_unique(o, t, r->codec, PLAN_BYTES);
+    r->trace_unique_dram = plan_trace_unique(o, t, r->codec, PLAN_DRAM);
+    r->trace_unique_ssd  = plan_trace_unique(o, t, r->codec, PLAN_SSD);
 }
 
 /* ---- arithmetic ---- */
@@ -336,21 +379,25 @@ static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64
     double   ssd  = floor(o->ssd_gb * PLAN_GB * o->fill * (1.0 - o->compact_ratio));
 
     r->full_page     = plan_page(o, r->codec, o->page_tokens);
-    r->page_bytes    = plan_pages(o, r->codec, T);
+    r->page_bytes    = plan_pages(o, r->codec, T, PLAN_BYTES);
     r->record_bytes  = plan_record(T / o->page_tokens);
     r->session_bytes = r->page_bytes + r->record_bytes;
+    r->dram_bytes    = plan_session(o, r->codec, T, PLAN_DRAM);
+    r->ssd_bytes     = plan_session(o, r->codec, T, PLAN_SSD);
     r->fp16_raw      = 4 * o->layers * T * o->heads * o->head_dim;
-    r->per_node_dram = (uint64_t)floor(dram / (double)r->session_bytes);
-    r->per_node_ssd  = (uint64_t)floor(ssd / (double)r->session_bytes);
+    r->per_node_dram = (uint64_t)floor(dram / (double)r->dram_bytes);
+    r->per_node_ssd  = (uint64_t)floor(ssd / (double)r->ssd_bytes);
     r->ship_s        = (double)r->session_bytes * 8.0 / (o->link_gbps * 1e9);
     if (t != NULL) {
         /* the longest request must fit one node's DRAM, where sessions are served from */
-        bool fits = plan_pages(o, r->codec, t->tokens_max) +
-                        plan_record(t->tokens_max / o->page_tokens) <= (uint64_t)dram;
+        bool fits = plan_session(o, r->codec, t->tokens_max, PLAN_DRAM) <= (uint64_t)dram;
 
         plan_trace_bytes(o, t, r);
-        r->nodes_dram  = fits ? div_up(r->trace_unique, (uint64_t)dram) : UINT64_MAX;
-        r->nodes_spill = fits ? div_up(r->trace_unique, (uint64_t)(dram + ssd)) : UINT64_MAX;
+        /* a node holds dram / unique_dram of the workload in DRAM and ssd / unique_ssd on SSD */
+        r->nodes_dram  = fits ? div_up(r->trace_unique_dram, (uint64_t)dram) : UINT64_MAX;
+        r->nodes_spill = fits ? (uint64_t)ceil(1.0 / (dram / (double)r->trace_unique_dram +
+                                                      ssd / (double)r->trace_unique_ssd))
+                              : UINT64_MAX;
     } else {
         r->nodes_dram  = plan_nodes(live, r->per_node_dram, r->per_node_dram);
         r->nodes_spill = plan_nodes(live, r->per_node_dram + r->per_node_ssd, r->per_node_dram);

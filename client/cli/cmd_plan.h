@@ -24,8 +24,10 @@ typedef struct {
 typedef struct {
     kvp_codec_id_t codec;
     uint64_t       full_page, page_bytes, record_bytes, session_bytes, fp16_raw;
+    uint64_t       dram_bytes, ssd_bytes;       /* one session in a node's DRAM pool, on its SSD */
     uint64_t       per_node_dram, per_node_ssd, nodes_dram, nodes_spill;
     uint64_t       trace_bytes, trace_unique;   /* --trace only */
+    uint64_t       trace_unique_dram, trace_unique_ssd;
     double         ship_s;
 } kvp_plan_row_t;
 

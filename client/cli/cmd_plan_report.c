@@ -40,19 +40,26 @@ void kvp_plan_usage(FILE *out)
         "                      first S/P of them fp16 sink pages, + one fp16 tail page of T mod P)\n"
         "  record_bytes        the session record without its tail pages (chunk keys, CRC)\n"
         "  session_bytes       page_bytes + record_bytes: what the node stores and ships\n"
+        "  session_dram_bytes  what the session takes of a node's DRAM budget: each page's pool\n"
+        "                      slot (rounded up to 64 B, or to 4 KiB above 4 KiB), the tail pages\n"
+        "                      in one slot; the record is not in the pool\n"
+        "  session_ssd_bytes   what it takes on SSD: each page above 4 KiB a 4 KiB-aligned extent\n"
+        "                      (smaller ones inline in the index), plus the record with the tail\n"
         "  bytes_per_token     session_bytes / T (all layers)\n"
         "  bits_per_elem       session_bytes x 8 / (2 x L x T x H x D)\n"
         "  fp16_raw_bytes      raw fp16 K+V of the session, no headers: 4 x L x T x H x D\n"
         "  ratio_vs_fp16       fp16_raw_bytes / session_bytes\n"
-        "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_bytes); SSD: GB x 1e9 x\n"
-        "                      F x (1 - R) (compaction headroom)\n"
+        "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_dram_bytes); SSD:\n"
+        "                      GB x 1e9 x F x (1 - R) (compaction headroom) / session_ssd_bytes\n"
         "  nodes_dram          nodes to keep every live session in DRAM\n"
         "  nodes_spill         nodes when sessions spill to SSD (DRAM + SSD per node); a session\n"
         "                      is served from DRAM, so it must also fit one node's DRAM\n"
+        "                      (--trace: a node holds DRAM / unique DRAM bytes of the workload\n"
+        "                      plus SSD / unique SSD bytes)\n"
         "  ship_ms, fp16_ship_ms, speedup_vs_fp16   session_bytes x 8 / link, vs the fp16 codec\n"
         "  trace_bytes, trace_unique_bytes  --trace: all sessions, and after prefix sharing\n"
-        "Not counted: the node's allocation rounding (DRAM slots of 64 B, or 4 KiB above 4 KiB;\n"
-        "4 KiB-aligned SSD extents) and index memory.\n");
+        "  trace_unique_dram_bytes / _ssd_bytes  the shared bytes as the node holds them\n"
+        "Not counted: index memory (the node's tables of pages and sessions).\n");
 }
 
 static void json_count(kvp_json_t *j, const char *key, uint64_t v, bool have)
@@ -105,6 +112,8 @@ void kvp_plan_report_json(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
         kvp_json_int(&j, "page_bytes", (int64_t)r->page_bytes);
         kvp_json_int(&j, "record_bytes", (int64_t)r->record_bytes);
         kvp_json_int(&j, "session_bytes", (int64_t)r->session_bytes);
+        kvp_json_int(&j, "session_dram_bytes", (int64_t)r->dram_bytes);
+        kvp_json_int(&j, "session_ssd_bytes", (int64_t)r->ssd_bytes);
         kvp_json_int(&j, "fp16_raw_bytes", (int64_t)r->fp16_raw);
         kvp_json_num(&j, "bytes_per_token", (double)r->session_bytes / (double)o->tokens);
         kvp_json_num(&j, "bits_per_elem", (double)r->session_bytes * 8.0 / elems);
@@ -119,6 +128,8 @@ void kvp_plan_report_json(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
         if (t != NULL) {
             kvp_json_int(&j, "trace_bytes", (int64_t)r->trace_bytes);
             kvp_json_int(&j, "trace_unique_bytes", (int64_t)r->trace_unique);
+            kvp_json_int(&j, "trace_unique_dram_bytes", (int64_t)r->trace_unique_dram);
+            kvp_json_int(&j, "trace_unique_ssd_bytes", (int64_t)r->trace_unique_ssd);
         }
         kvp_json_close(&j);
     }
@@ -156,15 +167,15 @@ void kvp_plan_report_text(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
                " full chunks unique", o->trace, t->w.n, t->tokens_sum, t->chunks_unique,
                t->chunks_total);
     }
-    printf("\n%-8s %12s %10s %9s %7s %9s %9s %9s %9s %10s %8s",
-           "codec", "session B", "B/token", "bits/el", "x fp16", "DRAM ses", "SSD ses",
-           "nodes mem", "nodes ssd", "ship ms", "vs fp16");
+    printf("\n%-8s %12s %12s %10s %9s %7s %9s %9s %9s %9s %10s %8s",
+           "codec", "session B", "in DRAM B", "B/token", "bits/el", "x fp16", "DRAM ses",
+           "SSD ses", "nodes mem", "nodes ssd", "ship ms", "vs fp16");
     printf(t != NULL ? " %14s %14s\n" : "\n", "trace B", "unique B");
     for (int i = 0; i < o->n_codecs; i++) {
         const kvp_plan_row_t *r = &rows[i];
 
-        printf("%-8s %12" PRIu64 " %10.1f %9.3f %7.2f %9" PRIu64 " %9" PRIu64,
-               kvp_codec_name(r->codec), r->session_bytes,
+        printf("%-8s %12" PRIu64 " %12" PRIu64 " %10.1f %9.3f %7.2f %9" PRIu64 " %9" PRIu64,
+               kvp_codec_name(r->codec), r->session_bytes, r->dram_bytes,
                (double)r->session_bytes / (double)o->tokens,
                (double)r->session_bytes * 8.0 / (double)(r->fp16_raw / 2),
                (double)r->fp16_raw / (double)r->session_bytes, r->per_node_dram, r->per_node_ssd);

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """check_plan.py - `kvpack plan` without a node: the per-node and workload arithmetic recomputed
 here in a few lines from the JSON's session bytes; fp16 sizes recomputed from the page format
-(64-byte header + 4*T*H*D) and the session record (44 bytes + 16 per chunk); the model presets'
+(64-byte header + 4*T*H*D) and the session record (44 bytes + 16 per chunk), and what they take in
+a node (a DRAM slot per page rounded up to 64 B, or 4 KiB above 4 KiB, the tail pages one slot
+together; on SSD a 4 KiB extent per page above 4 KiB, the record with its tail); the model presets'
 geometry; trace prefix sharing against an independent count on a small written trace (and the
 Mooncake trace when present); bad input gives one line and exit 2 (options) or 1 (files);
 --help documents every JSON field. Usage: check_plan.py KVPACK [MOONCAKE_TRACE]"""
@@ -34,11 +36,23 @@ def close(a, b):
     return abs(a - b) <= 1e-4 * max(abs(a), abs(b), 1e-9)
 
 
+def slot(n):
+    """A node's DRAM pool slot for n bytes."""
+    return (n + 63) // 64 * 64 if n <= 4096 else (n + 4095) // 4096 * 4096
+
+
+def extent(n):
+    """What a page of n bytes takes on a node's SSD: a 4 KiB extent above 4 KiB, else inline."""
+    return (n + 4095) // 4096 * 4096 if n > 4096 else n
+
+
 def fp16_session(L, H, D, P, T):
-    """Independent fp16 session size from the documented formats."""
+    """Independent fp16 session size from the documented formats: pages, record, DRAM, SSD."""
     full, r = divmod(T, P)
-    pages = L * (full * (64 + 4 * P * H * D) + (64 + 4 * r * H * D if r else 0))
-    return pages, 44 + 16 * full
+    page, tail = 64 + 4 * P * H * D, L * (64 + 4 * r * H * D) if r else 0
+    rec = 44 + 16 * full
+    return (L * full * page + tail, rec, L * full * slot(page) + (slot(tail) if tail else 0),
+            L * full * extent(page) + tail + rec)
 
 
 # ---- (2) arithmetic: sessions per node, nodes, bits, ratio, ship time ----
@@ -48,12 +62,13 @@ def check_arith(j, live):
     ssd = int(j["ssd_gb"] * 1e9 * j["fill"] * (1 - j["compact_ratio"]))
     fp16 = [c for c in j["codecs"] if c["codec"] == "fp16"][0]
     for c in j["codecs"]:
-        sb = c["session_bytes"]
+        sb, sd, ss = c["session_bytes"], c["session_dram_bytes"], c["session_ssd_bytes"]
         name = c["codec"]
         expect(sb == c["page_bytes"] + c["record_bytes"], f"{name}: session = pages + record")
-        expect(c["sessions_per_node_dram"] == dram // sb, f"{name}: sessions per node DRAM")
-        expect(c["sessions_per_node_ssd"] == ssd // sb, f"{name}: sessions per node SSD")
-        pd, ps = dram // sb, ssd // sb
+        expect(sb - c["record_bytes"] <= sd and sb <= ss, f"{name}: rounding only adds bytes")
+        expect(c["sessions_per_node_dram"] == dram // sd, f"{name}: sessions per node DRAM")
+        expect(c["sessions_per_node_ssd"] == ssd // ss, f"{name}: sessions per node SSD")
+        pd, ps = dram // sd, ssd // ss
         want_d = math.ceil(live / pd) if pd else None
         want_s = math.ceil(live / (pd + ps)) if pd else None
         expect(c["nodes_dram"] == want_d, f"{name}: nodes_dram {c['nodes_dram']} want {want_d}")
@@ -64,9 +79,12 @@ def check_arith(j, live):
         expect(close(c["ship_ms"], sb * 8 / (j["link_gbps"] * 1e9) * 1e3), f"{name}: ship ms")
         expect(close(c["fp16_ship_ms"], fp16["ship_ms"]), f"{name}: fp16 ship ms")
         expect(close(c["speedup_vs_fp16"], fp16["session_bytes"] / sb), f"{name}: speedup")
-    pages, rec = fp16_session(L, H, D, j["page_tokens"], T)
+    pages, rec, in_dram, on_ssd = fp16_session(L, H, D, j["page_tokens"], T)
     expect(fp16["page_bytes"] == pages and fp16["record_bytes"] == rec,
            f"fp16 bytes {fp16['page_bytes']}+{fp16['record_bytes']} want {pages}+{rec}")
+    expect(fp16["session_dram_bytes"] == in_dram and fp16["session_ssd_bytes"] == on_ssd,
+           f"fp16 in a node {fp16['session_dram_bytes']} / {fp16['session_ssd_bytes']} B, "
+           f"want {in_dram} / {on_ssd}")
 
 
 j = plan_json("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "10000")
@@ -125,19 +143,31 @@ def trace_check(path, args, P=128, S=0):
         def tail(n):
             return L * (64 + 4 * (n % P) * H * D) if n % P else 0
 
-        def session(n):
+        def sealed(n, f=lambda b: b):  # f: a sealed page's bytes in a node
             k = n // P
             s = min(S // P, k)
-            return L * (s * fp16_full + (k - s) * full) + tail(n) + 44 + 16 * k
-        total = sum(session(n) for n in per_req)
-        uniq = sum(L * (fp16_full if pos < S // P else full) for _, pos in seen)
-        uniq += sum(tail(n) + 44 + 16 * (n // P) for n in per_req)
+            return L * (s * f(fp16_full) + (k - s) * f(full))
+
+        def session_dram(n):  # no record in the pool; the tail pages share one slot
+            return sealed(n, slot) + (slot(tail(n)) if tail(n) else 0)
+        total = sum(sealed(n) + tail(n) + 44 + 16 * (n // P) for n in per_req)
+        uniq, uniq_d, uniq_s = 0, 0, 0
+        for _, pos in seen:
+            page = fp16_full if pos < S // P else full
+            uniq, uniq_d, uniq_s = uniq + L * page, uniq_d + L * slot(page), uniq_s + L * extent(page)
+        for n in per_req:
+            uniq += tail(n) + 44 + 16 * (n // P)
+            uniq_d += slot(tail(n)) if tail(n) else 0
+            uniq_s += tail(n) + 44 + 16 * (n // P)
         expect(c["trace_bytes"] == total, f"{path} {c['codec']}: trace bytes {c['trace_bytes']} want {total}")
         expect(c["trace_unique_bytes"] == uniq,
                f"{path} {c['codec']}: unique bytes {c['trace_unique_bytes']} want {uniq}")
-        fits = session(max(per_req)) <= dram  # the longest session must fit one node's DRAM
-        want_d = math.ceil(uniq / dram) if fits else None
-        want_s = math.ceil(uniq / (dram + ssd)) if fits else None
+        expect(c["trace_unique_dram_bytes"] == uniq_d and c["trace_unique_ssd_bytes"] == uniq_s,
+               f"{path} {c['codec']}: unique in a node {c['trace_unique_dram_bytes']} / "
+               f"{c['trace_unique_ssd_bytes']} want {uniq_d} / {uniq_s}")
+        fits = session_dram(max(per_req)) <= dram  # the longest session must fit one node's DRAM
+        want_d = math.ceil(uniq_d / dram) if fits else None
+        want_s = math.ceil(1 / (dram / uniq_d + ssd / uniq_s)) if fits else None
         expect(c["nodes_dram"] == want_d, f"{path} {c['codec']}: trace nodes_dram {c['nodes_dram']}")
         expect(c["nodes_spill"] == want_s, f"{path} {c['codec']}: trace nodes_spill")
         checked_fit.add(fits)

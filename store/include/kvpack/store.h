@@ -274,6 +274,14 @@ kvp_status_t kvp_store_lookup(kvp_store_h store, uint64_t ns, const kvp_key128_t
 
 void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
 
+/* What a page of len bytes takes in a node, for capacity planning (kvpack plan): its DRAM pool
+ * slot, which the DRAM budget counts (len rounded up to 64 B, or to 4 KiB above 4 KiB), and its
+ * SSD footprint (above 4 KiB a segment-file extent rounded up to 4 KiB; at or below, its bytes
+ * in the RocksDB index). A session's tail pages take one slot together in DRAM (their bytes back
+ * to back) and live in its record on disk. */
+uint64_t kvp_store_page_dram_bytes(uint64_t len);
+uint64_t kvp_store_page_ssd_bytes(uint64_t len);
+
 /* Wait until the background spiller is idle with no round pending (asking for one first when DRAM
  * use is above the high watermark). KVP_OK when use is then at or below the high watermark,
  * KVP_ERR_NO_SPACE when the rest is pinned or could not be written. For tests, operators and
