@@ -35,7 +35,7 @@ static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch
 
     status = kvp_store_record_pack(&s->desc, s->version, &blob, &blen);
     if (status != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session %s: cannot pack its record: %s", s->sid,
+        KVP_LOG_ERROR(MOD, "session %s: cannot pack its record: %s", s->key.sid,
                       kvp_status_str(status));
         return status;
     }
@@ -49,8 +49,8 @@ static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch
             p->batched = true;
         }
     }
-    kvp_tier_batch_put_session(st->tier, b, s->ns, s->sid, blob, blen);
-    kvp_store_ns_batch_add(st, s->ns, b, gen_p);
+    kvp_tier_batch_put_session(st->tier, b, s->key.ns, s->key.sid, blob, blen);
+    kvp_store_ns_batch_add(st, s->key.ns, b, gen_p);
     kvp_free(blob);
     return KVP_OK;
 }
@@ -70,7 +70,7 @@ static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_bat
     kvp_status_t      status;
 
     if (b == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
+        KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
     status = sess_batch_add(st, s, b, gen_p);
@@ -112,7 +112,7 @@ static void sess_unsynced(kvp_store_h st, kvp_sess_t *s)
 /* A commit naming the session returned OK: its record and pages are on disk. */
 static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, uint32_t gen)
 {
-    kvp_store_ns_batch_done(st, s->ns, gen);
+    kvp_store_ns_batch_done(st, s->key.ns, gen);
     if (mode == KVP_TIER_SYNC) {
         kvp_store_sess_synced(st, s);
     } else {
@@ -265,7 +265,7 @@ static size_t group_build(kvp_store_h st, kvp_sess_t **v, size_t n, group_member
         g[m].write = s->dirty || !s->on_disk;
         g[m].gen   = 0;
         if (g[m].write && *b_p == NULL && (*b_p = kvp_tier_batch_create()) == NULL) {
-            KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->sid);
+            KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->key.sid);
             status = KVP_ERR_NO_MEMORY;
         } else if (g[m].write) {
             status = sess_batch_add(st, s, *b_p, &g[m].gen);
@@ -364,7 +364,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
     kvp_status_t  status = KVP_OK;
 
     if (gone == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->sid);
+        KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; i++) { /* pages only this session names */
@@ -378,14 +378,14 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
 
         if (b == NULL) {
             kvp_free(gone);
-            KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->sid);
+            KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->key.sid);
             return KVP_ERR_NO_MEMORY;
         }
         if (s->on_disk) {
-            kvp_tier_batch_del_session(st->tier, b, s->ns, s->sid);
+            kvp_tier_batch_del_session(st->tier, b, s->key.ns, s->key.sid);
         }
         if (tomb_version != 0) {
-            status = kvp_store_tomb_record(st, s->ns, s->sid, tomb_version, b);
+            status = kvp_store_tomb_record(st, s->key.ns, s->key.sid, tomb_version, b);
         }
         for (size_t i = 0; i < ngone; i++) {
             if (gone[i]->on_disk) {
@@ -406,7 +406,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
             return status;
         }
     } else if (tomb_version != 0) { /* DRAM only: the tombstone lives as long as the process */
-        status = kvp_store_tomb_record(st, s->ns, s->sid, tomb_version, NULL);
+        status = kvp_store_tomb_record(st, s->key.ns, s->key.sid, tomb_version, NULL);
         if (status != KVP_OK) {
             kvp_free(gone);
             return status;
@@ -483,11 +483,11 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
     kvp_status_t       status;
 
     pthread_mutex_unlock(&st->lock);
-    status = kvp_tier_session_get(st->tier, s->ns, s->sid, &blob, &blen);
+    status = kvp_tier_session_get(st->tier, s->key.ns, s->key.sid, &blob, &blen);
     pthread_mutex_lock(&st->lock);
     if (status != KVP_OK) {
         st->stats.disk_errors += status != KVP_ERR_NOT_FOUND;
-        KVP_LOG_ERROR(MOD, "session %s record could not be read: %s", s->sid,
+        KVP_LOG_ERROR(MOD, "session %s record could not be read: %s", s->key.sid,
                       kvp_status_str(status));
         return status;
     }
@@ -500,7 +500,7 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
         status = KVP_ERR_CORRUPT;
     }
     if (status != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session %s record on disk is unusable: %s", s->sid,
+        KVP_LOG_ERROR(MOD, "session %s record on disk is unusable: %s", s->key.sid,
                       kvp_status_str(status));
         st->stats.crc_failures += status == KVP_ERR_CORRUPT;
         return status;
@@ -519,7 +519,7 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
         *bytes += d.tail_len;
     } else {
         s->tail_slot.ptr = NULL;
-        KVP_LOG_ERROR(MOD, "no room for the tail of session %s", s->sid);
+        KVP_LOG_ERROR(MOD, "no room for the tail of session %s", s->key.sid);
     }
     kvp_session_desc_clear(&d);
     return status;
@@ -535,14 +535,14 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pag
 
     miss = kvp_malloc((n ? n : 1) * sizeof(*miss), "session restore");
     if (miss == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory to restore session %s", s->sid);
+        KVP_LOG_ERROR(MOD, "no memory to restore session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; i++) {
         if (s->pages[i]->slot.ptr == NULL) {
             if (!s->pages[i]->on_disk) {
                 KVP_LOG_ERROR(MOD, "session %s: chunk %zu layer %zu was lost (failed its crc "
-                              "earlier)", s->sid, i / s->desc.layers, i % s->desc.layers);
+                              "earlier)", s->key.sid, i / s->desc.layers, i % s->desc.layers);
                 kvp_free(miss);
                 return KVP_ERR_CORRUPT;
             }
@@ -563,7 +563,7 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pag
             status = KVP_ERR_CORRUPT;
         }
         if (status != KVP_OK) {
-            KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->sid,
+            KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->key.sid,
                           kvp_status_str(status));
         }
     }
@@ -636,11 +636,11 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             status = kvp_store_sess_spill(st, s);
             if (status != KVP_OK) {
                 KVP_LOG_ERROR(MOD, "eviction stopped: session %s could not be spilled (%s)",
-                              s->sid, kvp_status_str(status));
+                              s->key.sid, kvp_status_str(status));
                 return status;
             }
         } else {
-            KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->sid);
+            KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->key.sid);
             st->stats.dropped++;
             kvp_store_sess_remove(st, s, 0);
         }
@@ -726,7 +726,7 @@ void kvp_store_expire_idle(kvp_store_h st)
             if (now - s->last_ns < st->ttl_ns || s->busy) {
                 break;
             }
-            KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->sid);
+            KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->key.sid);
             if (kvp_store_sess_remove(st, s, 0) != KVP_OK) {
                 break;
             }

@@ -32,15 +32,17 @@ int kvp_sid_cmp(uint64_t ns_a, const char *sid_a, uint64_t ns_b, const char *sid
     return strcmp(sid_a, sid_b);
 }
 
-static int sess_order(const kvp_tnode_t *a, const kvp_tnode_t *b)
+/* ---- (ns, sid) index: sessions and tombstones ---- */
+
+static int sid_order(const kvp_tnode_t *a, const kvp_tnode_t *b)
 {
-    const kvp_sess_t *x = KVP_CONTAINER_OF(a, kvp_sess_t, onode);
-    const kvp_sess_t *y = KVP_CONTAINER_OF(b, kvp_sess_t, onode);
+    const kvp_sid_key_t *x = KVP_CONTAINER_OF(a, kvp_sid_key_t, onode);
+    const kvp_sid_key_t *y = KVP_CONTAINER_OF(b, kvp_sid_key_t, onode);
 
     return kvp_sid_cmp(x->ns, x->sid, y->ns, y->sid);
 }
 
-static uint64_t sess_hash(uint64_t ns, const char *sid)
+static uint64_t sid_hash(uint64_t ns, const char *sid)
 {
     uint64_t h = 0xcbf29ce484222325ull ^ ns;
 
@@ -50,11 +52,82 @@ static uint64_t sess_hash(uint64_t ns, const char *sid)
     return mix64(h);
 }
 
+void kvp_sid_index_init(kvp_sid_index_t *ix, size_t first, const char *tag)
+{
+    kvp_htab_init(&ix->by_key, first, tag);
+    kvp_otree_init(&ix->in_order, sid_order);
+}
+
+void kvp_sid_index_cleanup(kvp_sid_index_t *ix)
+{
+    kvp_htab_cleanup(&ix->by_key);
+    kvp_otree_init(&ix->in_order, sid_order);
+}
+
+kvp_sid_key_t *kvp_sid_index_find(const kvp_sid_index_t *ix, uint64_t ns, const char *sid)
+{
+    uint64_t h = sid_hash(ns, sid);
+
+    for (kvp_hlink_t *l = kvp_htab_chain(&ix->by_key, h); l != NULL; l = l->next) {
+        kvp_sid_key_t *k = KVP_CONTAINER_OF(l, kvp_sid_key_t, hlink);
+
+        if (l->hash == h && k->ns == ns && strcmp(k->sid, sid) == 0) {
+            return k;
+        }
+    }
+    return NULL;
+}
+
+kvp_status_t kvp_sid_index_insert(kvp_sid_index_t *ix, kvp_sid_key_t *k)
+{
+    kvp_status_t status = kvp_htab_insert(&ix->by_key, &k->hlink, sid_hash(k->ns, k->sid));
+
+    if (status == KVP_OK) {
+        (void)kvp_otree_insert(&ix->in_order, &k->onode); /* a new key: cannot be there */
+    }
+    return status;
+}
+
+void kvp_sid_index_remove(kvp_sid_index_t *ix, kvp_sid_key_t *k)
+{
+    kvp_htab_remove(&ix->by_key, &k->hlink);
+    kvp_otree_remove(&ix->in_order, &k->onode);
+}
+
+typedef struct {
+    uint64_t    ns;
+    const char *sid;
+} sid_probe_t;
+
+static int sid_after(const void *key, const kvp_tnode_t *n)
+{
+    const sid_probe_t   *p = key;
+    const kvp_sid_key_t *k = KVP_CONTAINER_OF(n, kvp_sid_key_t, onode);
+
+    return kvp_sid_cmp(p->ns, p->sid, k->ns, k->sid);
+}
+
+void kvp_sid_index_seek(const kvp_sid_index_t *ix, kvp_otree_iter_t *it, uint64_t ns,
+                        const char *sid)
+{
+    sid_probe_t p = {ns, sid};
+
+    kvp_otree_seek(&ix->in_order, it, sid != NULL ? &p : NULL, sid_after);
+}
+
+kvp_sid_key_t *kvp_sid_index_next(kvp_otree_iter_t *it)
+{
+    kvp_tnode_t *n = kvp_otree_next(it);
+
+    return n != NULL ? KVP_CONTAINER_OF(n, kvp_sid_key_t, onode) : NULL;
+}
+
+/* ---- the store's tables ---- */
+
 kvp_status_t kvp_index_init(kvp_htab_t *pt, kvp_sid_index_t *st)
 {
     kvp_htab_init(pt, 1024, "page index");
-    kvp_htab_init(&st->by_key, 256, "session index");
-    kvp_otree_init(&st->in_order, sess_order);
+    kvp_sid_index_init(st, 256, "session index");
     if (kvp_htab_grow(pt) != KVP_OK || kvp_htab_grow(&st->by_key) != KVP_OK) {
         kvp_index_cleanup(pt, st);
         KVP_LOG_ERROR(MOD, "no memory for the store index");
@@ -66,8 +139,7 @@ kvp_status_t kvp_index_init(kvp_htab_t *pt, kvp_sid_index_t *st)
 void kvp_index_cleanup(kvp_htab_t *pt, kvp_sid_index_t *st)
 {
     kvp_htab_cleanup(pt);
-    kvp_htab_cleanup(&st->by_key);
-    kvp_otree_init(&st->in_order, sess_order); /* its entries are the store's to free */
+    kvp_sid_index_cleanup(st);
 }
 
 kvp_page_t *kvp_index_page_find(const kvp_htab_t *pt, uint64_t ns, kvp_key128_t key, uint32_t layer)
@@ -99,27 +171,18 @@ void kvp_index_page_remove(kvp_htab_t *pt, kvp_page_t *page)
 
 kvp_sess_t *kvp_index_sess_find(const kvp_sid_index_t *st, uint64_t ns, const char *sid)
 {
-    uint64_t h = sess_hash(ns, sid);
+    kvp_sid_key_t *k = kvp_sid_index_find(st, ns, sid);
 
-    for (kvp_hlink_t *l = kvp_htab_chain(&st->by_key, h); l != NULL; l = l->next) {
-        kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
-
-        if (l->hash == h && s->ns == ns && strcmp(s->sid, sid) == 0) {
-            return s;
-        }
-    }
-    return NULL;
+    return k != NULL ? KVP_CONTAINER_OF(k, kvp_sess_t, key) : NULL;
 }
 
-/* The caller found no session of this key (or released it first): the key is new to both */
+/* The caller found no session of this key (or released it first) */
 void kvp_index_sess_insert(kvp_sid_index_t *st, kvp_sess_t *sess)
 {
-    (void)kvp_htab_insert(&st->by_key, &sess->hlink, sess_hash(sess->ns, sess->sid));
-    (void)kvp_otree_insert(&st->in_order, &sess->onode);
+    (void)kvp_sid_index_insert(st, &sess->key); /* has buckets since kvp_index_init: cannot fail */
 }
 
 void kvp_index_sess_remove(kvp_sid_index_t *st, kvp_sess_t *sess)
 {
-    kvp_htab_remove(&st->by_key, &sess->hlink);
-    kvp_otree_remove(&st->in_order, &sess->onode);
+    kvp_sid_index_remove(st, &sess->key);
 }

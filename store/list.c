@@ -12,28 +12,6 @@
 
 #define MOD "store"
 
-/* the cursor a walk starts after */
-typedef struct {
-    uint64_t    ns;
-    const char *sid;
-} list_key_t;
-
-static int sess_after(const void *key, const kvp_tnode_t *n)
-{
-    const list_key_t *k = key;
-    const kvp_sess_t *s = KVP_CONTAINER_OF(n, kvp_sess_t, onode);
-
-    return kvp_sid_cmp(k->ns, k->sid, s->ns, s->sid);
-}
-
-static int tomb_after(const void *key, const kvp_tnode_t *n)
-{
-    const list_key_t *k = key;
-    const kvp_tomb_t *t = KVP_CONTAINER_OF(n, kvp_tomb_t, onode);
-
-    return kvp_sid_cmp(k->ns, k->sid, t->ns, t->sid);
-}
-
 /* The session's page bytes + tail; pages whose length is not known yet (on disk, not read since
  * the store opened) count as the namespace's full sealed page. *lost_p: pages it names that this
  * store lost (neither in DRAM nor on disk: dropped after a failed check, or missing). */
@@ -58,12 +36,12 @@ static uint64_t sess_bytes(const kvp_sess_t *s, const kvp_nsprof_t *prof, uint32
 
 static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_session_info_t *o)
 {
-    const kvp_nsprof_t *prof = kvp_nsprof_find(&st->profiles, s->ns);
+    const kvp_nsprof_t *prof = kvp_nsprof_find(&st->profiles, s->key.ns);
     uint32_t            lost;
 
     memset(o, 0, sizeof(*o));
-    o->ns = s->ns;
-    memcpy(o->sid, s->sid, sizeof(o->sid));
+    o->ns = s->key.ns;
+    memcpy(o->sid, s->key.sid, sizeof(o->sid));
     o->layers      = s->desc.layers;
     o->page_tokens = s->desc.page_tokens;
     o->n_chunks    = s->desc.n_chunks;
@@ -89,8 +67,8 @@ kvp_status_t kvp_store_session_list(kvp_store_h st, uint64_t after_ns, const cha
 static void tomb_info(const kvp_tomb_t *t, kvp_store_session_info_t *o)
 {
     memset(o, 0, sizeof(*o));
-    o->ns = t->ns;
-    memcpy(o->sid, t->sid, sizeof(o->sid));
+    o->ns = t->key.ns;
+    memcpy(o->sid, t->key.sid, sizeof(o->sid));
     o->version = t->version;
     o->deleted = 1;
 }
@@ -99,10 +77,9 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
                                        uint64_t flags, kvp_store_session_info_t *out, uint32_t max,
                                        uint32_t *n_p, int *more_p)
 {
-    kvp_otree_iter_t  si, ti;
-    const kvp_tnode_t *sn, *tn;
-    list_key_t        after = {after_ns, after_sid};
-    uint32_t          kept  = 0;
+    kvp_otree_iter_t     si, ti;
+    const kvp_sid_key_t *sk, *tk;
+    uint32_t             kept = 0;
 
     if (st == NULL || n_p == NULL || (out == NULL && max > 0) ||
         (after_sid != NULL && strnlen(after_sid, KVP_SID_MAX) == KVP_SID_MAX)) {
@@ -110,30 +87,27 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
         return KVP_ERR_INVALID;
     }
     pthread_mutex_lock(&st->lock);
-    kvp_otree_seek(&st->sessions.in_order, &si, after_sid != NULL ? &after : NULL, sess_after);
-    kvp_otree_seek(&st->tombs.in_order, &ti, after_sid != NULL ? &after : NULL, tomb_after);
+    kvp_sid_index_seek(&st->sessions, &si, after_ns, after_sid);
+    kvp_sid_index_seek(&st->tombs, &ti, after_ns, after_sid);
     if (!(flags & KVP_STORE_LIST_DELETED)) {
         ti.depth = 0; /* no tombstones in this walk */
     }
-    sn = kvp_otree_next(&si);
-    tn = kvp_otree_next(&ti);
-    for (; kept < max && (sn != NULL || tn != NULL); kept++) { /* merge the two orders */
-        const kvp_sess_t *s = sn != NULL ? KVP_CONTAINER_OF(sn, kvp_sess_t, onode) : NULL;
-        const kvp_tomb_t *t = tn != NULL ? KVP_CONTAINER_OF(tn, kvp_tomb_t, onode) : NULL;
-
+    sk = kvp_sid_index_next(&si);
+    tk = kvp_sid_index_next(&ti);
+    for (; kept < max && (sk != NULL || tk != NULL); kept++) { /* merge the two orders */
         /* a key is never both: a put newer than a tombstone clears it, a delete the record */
-        if (t == NULL || (s != NULL && kvp_sid_cmp(s->ns, s->sid, t->ns, t->sid) < 0)) {
-            sess_info(st, s, &out[kept]);
-            sn = kvp_otree_next(&si);
+        if (tk == NULL || (sk != NULL && kvp_sid_cmp(sk->ns, sk->sid, tk->ns, tk->sid) < 0)) {
+            sess_info(st, KVP_CONTAINER_OF(sk, kvp_sess_t, key), &out[kept]);
+            sk = kvp_sid_index_next(&si);
         } else {
-            tomb_info(t, &out[kept]);
-            tn = kvp_otree_next(&ti);
+            tomb_info(KVP_CONTAINER_OF(tk, kvp_tomb_t, key), &out[kept]);
+            tk = kvp_sid_index_next(&ti);
         }
     }
     pthread_mutex_unlock(&st->lock);
     *n_p = kept;
     if (more_p != NULL) {
-        *more_p = sn != NULL || tn != NULL;
+        *more_p = sk != NULL || tk != NULL;
     }
     return KVP_OK;
 }

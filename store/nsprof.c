@@ -234,7 +234,7 @@ kvp_status_t kvp_store_ns_check_append(kvp_store_h st, uint64_t ns, const char *
 kvp_status_t kvp_store_ns_check_session(kvp_store_h st, const kvp_sess_t *s,
                                         const kvp_page_info_t *tail, kvp_nsprof_t **prof_p)
 {
-    kvp_nsprof_t *prof = kvp_nsprof_find(&st->profiles, s->ns);
+    kvp_nsprof_t *prof = kvp_nsprof_find(&st->profiles, s->key.ns);
     const char   *why  = NULL;
     uint32_t      bad  = 0, codec = 0;
     size_t        codec_from = SIZE_MAX; /* first page of a codec (non-sink) chunk */
@@ -261,7 +261,7 @@ kvp_status_t kvp_store_ns_check_session(kvp_store_h st, const kvp_sess_t *s,
         codec_from = codec_from == SIZE_MAX ? i : codec_from;
     }
     if (why != NULL) {
-        KVP_LOG_ERROR(MOD, "session %s refused: it %s (chunk %u layer %u is %s)", s->sid, why,
+        KVP_LOG_ERROR(MOD, "session %s refused: it %s (chunk %u layer %u is %s)", s->key.sid, why,
                       bad / s->desc.layers, bad % s->desc.layers,
                       codec_name(s->pages[bad]->codec));
         return KVP_ERR_WRONG_CODEC;
@@ -277,7 +277,7 @@ kvp_status_t kvp_store_ns_check_session(kvp_store_h st, const kvp_sess_t *s,
         why = "tail geometry differs";
     }
     for (uint32_t c = 0; why == NULL && prof->layers == 0 && c < s->desc.n_chunks; c++) {
-        kvp_page_t *p = kvp_index_page_find(&st->pages, s->ns, s->desc.chunk_keys[c],
+        kvp_page_t *p = kvp_index_page_find(&st->pages, s->key.ns, s->desc.chunk_keys[c],
                                             s->desc.layers);
 
         if (p != NULL && (p->slot.ptr != NULL || p->on_disk)) {
@@ -286,9 +286,9 @@ kvp_status_t kvp_store_ns_check_session(kvp_store_h st, const kvp_sess_t *s,
     }
     if (why != NULL) {
         KVP_LOG_ERROR(MOD, "session %s refused: %s: record has %u layers, P %u, tail %u x %u; "
-                      "namespace %016llx is %s, %u layers, %u x %u, P %u", s->sid, why,
+                      "namespace %016llx is %s, %u layers, %u x %u, P %u", s->key.sid, why,
                       s->desc.layers, s->desc.page_tokens, tail ? tail->heads : 0,
-                      tail ? tail->head_dim : 0, (unsigned long long)s->ns,
+                      tail ? tail->head_dim : 0, (unsigned long long)s->key.ns,
                       codec_name(prof->codec), prof->layers, prof->heads, prof->head_dim,
                       prof->capacity);
         return KVP_ERR_WRONG_CODEC;

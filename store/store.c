@@ -346,8 +346,8 @@ static kvp_status_t sess_alloc(uint64_t ns, const char *sid, kvp_sess_t **sess_p
         KVP_LOG_ERROR(MOD, "no memory for session %s", sid);
         return KVP_ERR_NO_MEMORY;
     }
-    s->ns = ns;
-    strcpy(s->sid, sid);
+    s->key.ns = ns;
+    strcpy(s->key.sid, sid);
     *sess_p = s;
     return KVP_OK;
 }
@@ -360,15 +360,15 @@ static kvp_status_t sess_bind_pages(kvp_store_h st, kvp_sess_t *s, bool create)
 
     s->pages = kvp_calloc(n ? n : 1, sizeof(*s->pages), "session pages");
     if (s->pages == NULL) {
-        KVP_LOG_ERROR(MOD, "no memory for the page list of session %s", s->sid);
+        KVP_LOG_ERROR(MOD, "no memory for the page list of session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
     for (uint32_t c = 0; c < s->desc.n_chunks; c++) {
         for (uint32_t l = 0; l < s->desc.layers; l++) {
-            kvp_page_t *p = kvp_index_page_find(&st->pages, s->ns, s->desc.chunk_keys[c], l);
+            kvp_page_t *p = kvp_index_page_find(&st->pages, s->key.ns, s->desc.chunk_keys[c], l);
 
             if (p == NULL && create) {
-                p = page_new(st, s->ns, s->desc.chunk_keys[c], l);
+                p = page_new(st, s->key.ns, s->desc.chunk_keys[c], l);
                 if (p != NULL) {
                     p->on_disk = true;
                 }
@@ -376,7 +376,7 @@ static kvp_status_t sess_bind_pages(kvp_store_h st, kvp_sess_t *s, bool create)
             if (p == NULL || !page_present(p)) {
                 if (!create) {
                     KVP_LOG_ERROR(MOD, "session %s names chunk %u layer %u, which is not in the "
-                                  "store", s->sid, c, l);
+                                  "store", s->key.sid, c, l);
                 }
                 for (size_t i = 0; i < (size_t)c * s->desc.layers + l; i++) {
                     s->pages[i]->nsess--;
@@ -627,7 +627,7 @@ void kvp_store_close(kvp_store_h st)
     kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
     while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
-        kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
+        kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, key.hlink);
 
         kvp_index_sess_remove(&st->sessions, s);
         for (size_t k = 0; s->hot && k < kvp_store_sess_page_count(s); k++) {
@@ -1197,7 +1197,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     }
     pthread_mutex_lock(&st->lock);
     while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
-        const kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, hlink);
+        const kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, key.hlink);
 
         on_disk += s->on_disk;
         hot += s->hot;

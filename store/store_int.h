@@ -100,23 +100,42 @@ typedef struct kvp_page_ref {
     kvp_list_t           idle;     /* on store->idle_pages while in DRAM with pins == 0 */
 } kvp_page_t;
 
-/* Entries keyed by (ns, sid), sessions or tombstones: a hash table for lookups and a tree in key
- * order, so a LIST page visits its own entries only. Both link the same entries. */
+/* ---- entries keyed by (ns, sid): sessions and tombstones (index.c) ---- */
+/* The key and links a session or tombstone starts with. */
+typedef struct {
+    kvp_hlink_t hlink; /* hash-table chain */
+    kvp_tnode_t onode; /* (ns, sid) order */
+    uint64_t    ns;
+    char        sid[KVP_SID_MAX];
+} kvp_sid_key_t;
+
+/* A hash table for lookups and a tree in (ns, sid) order, so a LIST page visits its own entries
+ * only; both link the same entries, which the owner allocates and frees. */
 typedef struct {
     kvp_htab_t  by_key;
     kvp_otree_t in_order;
 } kvp_sid_index_t;
 
 /* (ns, sid) order: namespace first, then the session id's bytes */
-int kvp_sid_cmp(uint64_t ns_a, const char *sid_a, uint64_t ns_b, const char *sid_b);
+int            kvp_sid_cmp(uint64_t ns_a, const char *sid_a, uint64_t ns_b, const char *sid_b);
+/* Empty; the hash table gets `first` buckets at kvp_htab_grow or its first insert. */
+void           kvp_sid_index_init(kvp_sid_index_t *ix, size_t first, const char *tag);
+void           kvp_sid_index_cleanup(kvp_sid_index_t *ix); /* unlinks all, frees no entry */
+kvp_sid_key_t *kvp_sid_index_find(const kvp_sid_index_t *ix, uint64_t ns, const char *sid);
+/* Link k, whose (ns, sid) must not be there (the caller found none). KVP_ERR_NO_MEMORY (not
+ * logged, k not linked) only when the hash table has no buckets and cannot get them. */
+kvp_status_t   kvp_sid_index_insert(kvp_sid_index_t *ix, kvp_sid_key_t *k);
+void           kvp_sid_index_remove(kvp_sid_index_t *ix, kvp_sid_key_t *k);
+/* A walk in (ns, sid) order from the first entry after (ns, sid), or from the first of all when
+ * sid is NULL; kvp_sid_index_next gives its entries, NULL at the end. */
+void           kvp_sid_index_seek(const kvp_sid_index_t *ix, kvp_otree_iter_t *it, uint64_t ns,
+                                  const char *sid);
+kvp_sid_key_t *kvp_sid_index_next(kvp_otree_iter_t *it);
 
 /* A session (ns, sid). chunk keys and page pointers are always in memory; the tail is in a pool
  * slot while hot and only on disk while cold. */
 typedef struct kvp_sess {
-    kvp_hlink_t         hlink;     /* session-table chain */
-    kvp_tnode_t         onode;     /* session-order tree */
-    uint64_t            ns;
-    char                sid[KVP_SID_MAX];
+    kvp_sid_key_t       key;       /* (ns, sid) and its links in store->sessions */
     kvp_session_desc_t  desc;      /* desc.tail points into tail_slot while hot, NULL when cold */
     kvp_pool_slot_t     tail_slot;
     kvp_page_t        **pages;     /* n_chunks * layers, chunk-major; each holds one nsess */
@@ -183,10 +202,7 @@ kvp_status_t  kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
 
 /* ---- versions and tombstones (tomb.c) ---- */
 typedef struct kvp_tomb {
-    kvp_hlink_t      hlink;   /* tombstone-table chain */
-    kvp_tnode_t      onode;   /* tombstone-order tree */
-    uint64_t         ns;
-    char             sid[KVP_SID_MAX];
+    kvp_sid_key_t    key;     /* (ns, sid) and its links in store->tombs */
     uint64_t         version; /* the delete's version */
     uint64_t         at_ns;   /* when this node recorded it (CLOCK_REALTIME): the ttl counts from it */
 } kvp_tomb_t;

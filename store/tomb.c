@@ -81,42 +81,16 @@ kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_sessio
 
 /* ---- tombstone table ---- */
 
-static uint64_t tomb_hash(uint64_t ns, const char *sid)
-{
-    uint64_t h = ns * 0x9E3779B97F4A7C15ull;
-
-    for (const unsigned char *p = (const unsigned char *)sid; *p != 0; p++) {
-        h = (h ^ *p) * 0x100000001B3ull;
-    }
-    return h ^ (h >> 29);
-}
-
-static int tomb_order(const kvp_tnode_t *a, const kvp_tnode_t *b)
-{
-    const kvp_tomb_t *x = KVP_CONTAINER_OF(a, kvp_tomb_t, onode);
-    const kvp_tomb_t *y = KVP_CONTAINER_OF(b, kvp_tomb_t, onode);
-
-    return kvp_sid_cmp(x->ns, x->sid, y->ns, y->sid);
-}
-
 void kvp_tomb_init(kvp_sid_index_t *t)
 {
-    kvp_htab_init(&t->by_key, 64, "tombstone table");
-    kvp_otree_init(&t->in_order, tomb_order);
+    kvp_sid_index_init(t, 64, "tombstone table");
 }
 
 kvp_tomb_t *kvp_tomb_find(const kvp_sid_index_t *t, uint64_t ns, const char *sid)
 {
-    uint64_t h = tomb_hash(ns, sid);
+    kvp_sid_key_t *k = kvp_sid_index_find(t, ns, sid);
 
-    for (kvp_hlink_t *l = kvp_htab_chain(&t->by_key, h); l != NULL; l = l->next) {
-        kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
-
-        if (l->hash == h && e->ns == ns && strcmp(e->sid, sid) == 0) {
-            return e;
-        }
-    }
-    return NULL;
+    return k != NULL ? KVP_CONTAINER_OF(k, kvp_tomb_t, key) : NULL;
 }
 
 /* Set (ns, sid)'s tombstone to version (a new entry, or a newer version of one). */
@@ -127,14 +101,15 @@ static kvp_status_t tomb_set(kvp_sid_index_t *t, uint64_t ns, const char *sid, u
 
     if (e == NULL) {
         e = kvp_calloc(1, sizeof(*e), "tombstone");
-        if (e == NULL || kvp_htab_insert(&t->by_key, &e->hlink, tomb_hash(ns, sid)) != KVP_OK) {
+        if (e != NULL) {
+            e->key.ns = ns;
+            snprintf(e->key.sid, sizeof(e->key.sid), "%s", sid);
+        }
+        if (e == NULL || kvp_sid_index_insert(t, &e->key) != KVP_OK) {
             KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
             kvp_free(e);
             return KVP_ERR_NO_MEMORY;
         }
-        e->ns = ns;
-        snprintf(e->sid, sizeof(e->sid), "%s", sid);
-        (void)kvp_otree_insert(&t->in_order, &e->onode); /* the key is new: found in neither */
     }
     e->version = version;
     e->at_ns   = at_ns;
@@ -147,10 +122,9 @@ void kvp_tomb_cleanup(kvp_sid_index_t *t)
     kvp_hlink_t    *l;
 
     while ((l = kvp_htab_next(&t->by_key, &it)) != NULL) {
-        kvp_free(KVP_CONTAINER_OF(l, kvp_tomb_t, hlink));
+        kvp_free(KVP_CONTAINER_OF(l, kvp_tomb_t, key.hlink));
     }
-    kvp_htab_cleanup(&t->by_key);
-    kvp_otree_init(&t->in_order, tomb_order);
+    kvp_sid_index_cleanup(t);
 }
 
 /* ---- persistence (meta column family) ---- */
@@ -220,7 +194,7 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
         if (b == NULL) {
             return KVP_ERR_NO_MEMORY;
         }
-        tomb_key(e->ns, e->sid, key);
+        tomb_key(e->key.ns, e->key.sid, key);
         kvp_tier_batch_del_meta(st->tier, b, key);
         status = tomb_commit(st, b);
         kvp_tier_batch_destroy(b);
@@ -228,8 +202,7 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
             return status;
         }
     }
-    kvp_htab_remove(&st->tombs.by_key, &e->hlink);
-    kvp_otree_remove(&st->tombs.in_order, &e->onode);
+    kvp_sid_index_remove(&st->tombs, &e->key);
     kvp_free(e);
     return KVP_OK;
 }
@@ -322,10 +295,10 @@ void kvp_store_tomb_expire(kvp_store_h st)
     }
     st->last_tomb_sweep_ns = now;
     while ((l = kvp_htab_next(&st->tombs.by_key, &it)) != NULL) { /* clearing e removes only e */
-        kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, hlink);
+        kvp_tomb_t *e = KVP_CONTAINER_OF(l, kvp_tomb_t, key.hlink);
 
         if (now > e->at_ns && now - e->at_ns >= st->tomb_ttl_ns) {
-            KVP_LOG_DEBUG(MOD, "tombstone of session %s past its ttl; dropped", e->sid);
+            KVP_LOG_DEBUG(MOD, "tombstone of session %s past its ttl; dropped", e->key.sid);
             if (kvp_store_tomb_clear(st, e) != KVP_OK) {
                 return;
             }
