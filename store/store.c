@@ -690,6 +690,19 @@ static kvp_sess_t *sess_find_idle(kvp_store_h st, uint64_t ns, const char *sid)
     return s;
 }
 
+/* kvp_page_parse checks a 2-bit page's stored scales, zeros and norms but not an fp16 page's
+ * values (a second pass over every page it parses, decodes included), so the store checks the
+ * fp16 pages it takes: one holding Inf/NaN (a forged CRC) is refused here, not at a decode. */
+static kvp_status_t page_values_ok(const uint8_t *page, const kvp_page_info_t *info)
+{
+    if (info->codec != KVP_CODEC_FP16 ||
+        kvp_values_check(KVP_DTYPE_F16, page + KVP_PAGE_HDR_BYTES, info->payload_len / 2) ==
+            KVP_OK) {
+        return KVP_OK;
+    }
+    return KVP_ERR_BAD_PAGE;
+}
+
 kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, size_t len)
 {
     kvp_page_info_t info;
@@ -703,6 +716,10 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         return KVP_ERR_INVALID;
     }
     status = kvp_page_parse(page, len, &info);
+    if (status == KVP_OK && page_values_ok(page, &info) != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "page put rejected: an fp16 page (layer %u) holds Inf/NaN", info.layer);
+        return KVP_ERR_BAD_PAGE;
+    }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "page put of %zu bytes rejected: %s", len, kvp_status_str(status));
         return status;
@@ -850,6 +867,10 @@ static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp
         status = kvp_page_parse(d->tail + off, len, &info);
         if (status == KVP_OK && (info.layer != l || info.valid != d->tail_tokens)) {
             status = KVP_ERR_BAD_PAGE;
+        }
+        if (status == KVP_OK && page_values_ok(d->tail + off, &info) != KVP_OK) {
+            KVP_LOG_ERROR(MOD, "session %s tail page %u holds Inf/NaN", sid, l);
+            return KVP_ERR_BAD_PAGE;
         }
         if (status == KVP_OK &&
             (info.codec != KVP_CODEC_FP16 || info.capacity != d->page_tokens ||

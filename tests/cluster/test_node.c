@@ -172,6 +172,16 @@ static void test_put_with_pages(const test_node_t *n, kvp_client_h c, const test
     CHECK_ST(kvp_client_put_session_pages(c, NS, "delta", &alpha->desc, pp, alpha->lens,
                                           alpha->n_pages, 0), KVP_ERR_BAD_PAGE);
     CHECK_ST(kvp_client_get_session(c, NS, "delta", &sp), KVP_ERR_NOT_FOUND);
+    /* a forged fp16 page holding +Inf (a valid header, CRC made to match): parse does not read
+     * an fp16 payload, the store does; refused at the put, not at somebody's decode */
+    memcpy(bad, alpha->pages[1], alpha->lens[1]);
+    bad[KVP_PAGE_HDR_BYTES + 6] = 0x00;
+    bad[KVP_PAGE_HDR_BYTES + 7] = 0x7C;
+    kvp_page_seal(bad);
+    CHECK_OK(kvp_page_parse(bad, alpha->lens[1], NULL));
+    CHECK_ST(kvp_client_put_session_pages(c, NS, "delta", &alpha->desc, pp, alpha->lens,
+                                          alpha->n_pages, 0), KVP_ERR_BAD_PAGE);
+    CHECK_ST(kvp_client_get_session(c, NS, "delta", &sp), KVP_ERR_NOT_FOUND);
     kvp_free(bad);
     kvp_free(pp);
     test_session_free(&ts);

@@ -47,6 +47,20 @@ static void case_page_put_get(void)
     CHECK_ST(kvp_store_page_put(st, NS, p, len - 1), KVP_ERR_BAD_PAGE);
     CHECK_ST(kvp_store_page_put(st, NS, p, 10), KVP_ERR_BAD_PAGE);
     CHECK(t_stats(st).dram_pages == 1);
+    /* a forged fp16 page holding -Inf, its CRC made to match: refused, nothing stored */
+    {
+        uint8_t *q = kvp_malloc(len, "test forged");
+
+        CHECK(q != NULL);
+        memcpy(q, p, len);
+        q[KVP_PAGE_HDR_BYTES + 10] = 0x00;
+        q[KVP_PAGE_HDR_BYTES + 11] = 0xFC;
+        kvp_page_seal(q);
+        CHECK_OK(kvp_page_parse(q, len, NULL));
+        CHECK_ST(kvp_store_page_put(st, NS + 7, q, len), KVP_ERR_BAD_PAGE);
+        CHECK(t_stats(st).dram_pages == 1);
+        kvp_free(q);
+    }
     /* a real fp16 page from the codec is accepted as well */
     {
         kvp_page_params_t pp = {KVP_CODEC_FP16, G.heads, G.head_dim, G.page_tokens, 3, 0,
@@ -99,6 +113,11 @@ static void case_session_roundtrip(void)
     bad.tail[70] ^= 1; /* tail page CRC */
     CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_CORRUPT);
     bad.tail[70] ^= 1;
+    bad.tail[KVP_PAGE_HDR_BYTES + 1] = 0x7E; /* a NaN in the tail page, CRC made to match */
+    kvp_page_seal(bad.tail);
+    CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_BAD_PAGE);
+    CHECK_ST(t_check_session(st, NS, "s2", &G, &d), KVP_ERR_NOT_FOUND);
+    memcpy(bad.tail, d.tail, d.tail_len);
     bad.tail_tokens = G.page_tokens;
     CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_INVALID);
     CHECK_ST(kvp_store_session_put(st, NS, "", &d), KVP_ERR_INVALID);
