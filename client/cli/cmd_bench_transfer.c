@@ -149,7 +149,7 @@ static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
     char   cmd[512], line[512];
     double mbs = NAN;
     int    port = kvp_proc_free_port();
-    pid_t  srv;
+    pid_t  srv, parent = getpid();
     FILE  *p;
 
     if (port <= 0) {
@@ -163,6 +163,7 @@ static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
         char portstr[16];
         int  fd = open("/dev/null", O_WRONLY);
 
+        kvp_proc_child_init(parent);
         snprintf(portstr, sizeof(portstr), "%d", port);
         if (fd >= 0) {
             dup2(fd, 1);

@@ -13,16 +13,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+void kvp_proc_child_init(pid_t parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) {
+        _exit(1); /* the command is gone already */
+    }
+}
+
 pid_t kvp_proc_spawn(char *const argv[], const char *log_path)
 {
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
 
     if (pid == 0) {
+        kvp_proc_child_init(parent);
         if (log_path != NULL) {
             int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
@@ -166,9 +175,11 @@ unsigned short kvp_proc_node_start(const char *dir, const char *budget, pid_t *p
 {
     char            ready[PATH_MAX], line[32];
     unsigned        port = 0;
+    pid_t           parent;
 
     snprintf(ready, sizeof(ready), "%s/ready", dir);
     unlink(ready);
+    parent = getpid();
     *pid_p = fork();
     if (*pid_p < 0) {
         return 0;
@@ -177,6 +188,7 @@ unsigned short kvp_proc_node_start(const char *dir, const char *budget, pid_t *p
         char *argv[] = {"node", "--listen", "127.0.0.1:0", "--dram-budget", (char *)budget,
                         "--ready-file", ready, NULL};
 
+        kvp_proc_child_init(parent);
         if (freopen("/dev/null", "w", stdout) == NULL) {
             _exit(1);
         }

@@ -5,9 +5,15 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* In a child a command forked (a node, a server, a client role): SIGTERM when the command dies
+ * (a crash, SIGKILL), so nothing it started lives on without it; a node stops gracefully. parent:
+ * the command's pid taken before fork. Fork from the command's main thread: the signal follows
+ * the thread that forked. */
+void kvp_proc_child_init(pid_t parent);
+
 /* fork + execvp(argv[0], argv) (a name without '/' is looked up in PATH), stdout and stderr
  * appended to log_path when it is not NULL; returns the pid or -1. A program that cannot be run
- * exits 127. */
+ * exits 127. The child ends with this process (kvp_proc_child_init). */
 pid_t kvp_proc_spawn(char *const argv[], const char *log_path);
 /* Exit status (0..255, 128+signal), -1 on error, -2 when timeout_ms passed (child left running). */
 int   kvp_proc_wait(pid_t pid, unsigned timeout_ms);

@@ -46,15 +46,19 @@ static inline void test_node_start_at(test_node_t *n, uint16_t port, const char 
     char   ready[300], data[300], listen[32];
     double end;
     FILE  *f;
+    pid_t  parent;
 
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
     snprintf(ready, sizeof(ready), "%s/ready", n->dir);
     snprintf(data, sizeof(data), "%s/data", n->dir);
     unlink(ready);
+    parent = getpid();
     n->pid = fork();
     CHECK(n->pid >= 0);
     if (n->pid == 0) {
         int fd = open("/dev/null", O_WRONLY);
+
+        kvp_test_child_of(parent); /* a failed CHECK in the test must not leave kvpackd running */
         if (fd >= 0) {
             dup2(fd, 1); /* the "listening on" line */
         }

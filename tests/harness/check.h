@@ -4,12 +4,17 @@
  *   CHECK_OK(expr)         fatal: expr must return KVP_OK
  *   EXPECT(cond[, "fmt", ...]) non-fatal: print and count; kvp_test_result() turns the count into an
  *                          exit status at the end of main
+ *   kvp_test_child_of(parent)  in a forked child that serves the test (a node, a server): it is
+ *                          killed when the test process dies
  * Header-only (static state per test binary), C11 with GNU variadic comma elision. */
 #ifndef KVPACK_TEST_CHECK_H
 #define KVPACK_TEST_CHECK_H
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include "kvpack/status.h"
 
@@ -46,6 +51,16 @@ static int kvp_test_failures;
     } while (0)
 
 /* Exit status for main: 0 when no EXPECT failed; prints a one-line summary either way. */
+/* A failed CHECK exits the test process; a child it forked (a kvpackd, a server) would live on
+ * holding ctest's output pipe, and the run then waited for the test's TIMEOUT. parent: the
+ * test's pid, taken before fork (if it is gone already, the child leaves at once). */
+static inline void kvp_test_child_of(pid_t parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
+        _exit(1);
+    }
+}
+
 static inline int kvp_test_result(const char *name)
 {
     if (kvp_test_failures != 0) {

@@ -172,7 +172,7 @@ int main(void)
     uint8_t          *buf;
     size_t            sizes[] = {0, 1, 100, 8000, 30000, 1u << 20, 6u << 20};
     int               fds[2];
-    pid_t             pid, killer;
+    pid_t             pid, killer, parent;
     char              host[64];
     kvp_status_t      s;
     double            t0;
@@ -187,9 +187,11 @@ int main(void)
     CHECK(kvp_xfer_parse_addr(":80", host, sizeof(host), &port) == KVP_ERR_INVALID);
 
     CHECK(pipe(fds) == 0);
-    pid = fork();
+    parent = getpid();
+    pid    = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
+        kvp_test_child_of(parent);
         close(fds[0]);
         server(fds[1]);
     }
