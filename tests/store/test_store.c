@@ -888,7 +888,7 @@ static int t_key_cmp(const void *a, const void *b)
 }
 
 /* Listing pages walk every session once in (ns, sid) order, whatever the page size, with "more"
- * set on every page but the last (the store keeps the page's smallest keys in a bounded heap). */
+ * set on every page but the last (the store walks its ordered index of sessions from the cursor). */
 static void case_session_list_order(void)
 {
     enum { N = 600 };
