@@ -88,12 +88,12 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
     }
     pthread_mutex_lock(&st->lock);
     kvp_sid_index_seek(&st->sessions, &si, after_ns, after_sid);
-    kvp_sid_index_seek(&st->tombs, &ti, after_ns, after_sid);
-    if (!(flags & KVP_STORE_LIST_DELETED)) {
-        ti.depth = 0; /* no tombstones in this walk */
-    }
     sk = kvp_sid_index_next(&si);
-    tk = kvp_sid_index_next(&ti);
+    tk = NULL;
+    if (flags & KVP_STORE_LIST_DELETED) { /* tombstones join the same order */
+        kvp_sid_index_seek(&st->tombs, &ti, after_ns, after_sid);
+        tk = kvp_sid_index_next(&ti);
+    }
     for (; kept < max && (sk != NULL || tk != NULL); kept++) { /* merge the two orders */
         /* a key is never both: a put newer than a tombstone clears it, a delete the record */
         if (tk == NULL || (sk != NULL && kvp_sid_cmp(sk->ns, sk->sid, tk->ns, tk->sid) < 0)) {
