@@ -242,24 +242,29 @@ static uint64_t plan_tail(const kvp_plan_opts_t *o, uint64_t T, plan_space_t sp)
     return sp == PLAN_DRAM && bytes != 0 ? kvp_store_page_dram_bytes(bytes) : bytes;
 }
 
-/* Pages of one session of T tokens, all layers, in space sp: sink, codec and fp16 tail pages. */
-static uint64_t plan_pages(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T,
-                           plan_space_t sp)
+/* The sealed pages of one session of T tokens, all layers, in space sp: sink and codec pages. */
+static uint64_t plan_sealed(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T,
+                            plan_space_t sp)
 {
     uint64_t P = o->page_tokens, full = T / P, sink = o->sink_tokens / P;
 
     sink = sink < full ? sink : full;
     return o->layers * (sink * plan_in(sp, plan_page(o, KVP_CODEC_FP16, P)) +
-                        (full - sink) * plan_in(sp, plan_page(o, codec, P))) +
-           plan_tail(o, T, sp);
+                        (full - sink) * plan_in(sp, plan_page(o, codec, P)));
 }
 
-/* One session in space sp: its pages and its record (not in DRAM: the pool holds pages only, the
- * DRAM budget counts the pool). */
+/* What a session of T tokens holds of its own (no prefix shares it), in space sp: its tail pages
+ * and its record (not in DRAM: the pool holds pages only, and the DRAM budget counts the pool). */
+static uint64_t plan_own(const kvp_plan_opts_t *o, uint64_t T, plan_space_t sp)
+{
+    return plan_tail(o, T, sp) + (sp == PLAN_DRAM ? 0 : plan_record(T / o->page_tokens));
+}
+
+/* One session in space sp. */
 static uint64_t plan_session(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint64_t T,
                              plan_space_t sp)
 {
-    return plan_pages(o, codec, T, sp) + (sp == PLAN_DRAM ? 0 : plan_record(T / o->page_tokens));
+    return plan_sealed(o, codec, T, sp) + plan_own(o, T, sp);
 }
 
 /* ---- trace ---- */
@@ -336,9 +341,7 @@ static uint64_t plan_trace_unique(const kvp_plan_opts_t *o, const kvp_plan_trace
     uint64_t P = o->page_tokens, own = 0;
 
     for (uint32_t i = 0; i < t->w.n; i++) {
-        uint64_t T = t->w.reqs[i].input_len;
-
-        own += (sp == PLAN_DRAM ? 0 : plan_record(T / P)) + plan_tail(o, T, sp);
+        own += plan_own(o, t->w.reqs[i].input_len, sp);
     }
     return own + o->layers * (t->chunks_unique_sink * plan_in(sp, plan_page(o, KVP_CODEC_FP16, P)) +
                               (t->chunks_unique - t->chunks_unique_sink) *
@@ -379,7 +382,7 @@ static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64
     double   ssd  = floor(o->ssd_gb * PLAN_GB * o->fill * (1.0 - o->compact_ratio));
 
     r->full_page     = plan_page(o, r->codec, o->page_tokens);
-    r->page_bytes    = plan_pages(o, r->codec, T, PLAN_BYTES);
+    r->page_bytes    = plan_sealed(o, r->codec, T, PLAN_BYTES) + plan_tail(o, T, PLAN_BYTES);
     r->record_bytes  = plan_record(T / o->page_tokens);
     r->session_bytes = r->page_bytes + r->record_bytes;
     r->dram_bytes    = plan_session(o, r->codec, T, PLAN_DRAM);
