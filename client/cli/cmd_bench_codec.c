@@ -280,8 +280,8 @@ int kvp_cmd_bench_codec(int argc, char **argv)
                 KVP_BENCH_MAX_THREADS, (unsigned long long)threads);
         return 2;
     }
-    if (heads == 0 || heads > KVP_PAGE_MAX_HEADS || dim == 0 || dim > KVP_PAGE_MAX_DIM || P == 0 ||
-        P > KVP_PAGE_MAX_TOKENS || mib == 0 || mib > 16384 || rounds == 0 || rounds > 1000 ||
+    if (!kvp_cli_page_geometry_ok(heads, dim, P) || mib == 0 || mib > 16384 || rounds == 0 ||
+        rounds > 1000 ||
         !(window_s > 0) || window_s > 60) {
         fprintf(stderr, "kvpack bench codec: options out of range (--rounds 1..1000, --window-s "
                         "above 0 and at most 60, geometry within the page limits, --mib "

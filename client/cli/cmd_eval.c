@@ -133,10 +133,9 @@ int kvp_cmd_eval(int argc, char **argv)
         fprintf(stderr, "kvpack eval: --dequant-out needs a single --codec\n");
         return 2;
     }
-    if (P == 0 || P > KVP_PAGE_MAX_TOKENS || iters > KVP_CODEC_KVARN_MAX_ITERS ||
-        queries > (1u << 20) || layers == 0 || tokens == 0 || heads == 0 || head_dim == 0 ||
-        layers > 4096 || tokens > (1u << 22) || heads > KVP_PAGE_MAX_HEADS ||
-        head_dim > KVP_PAGE_MAX_DIM) {
+    if (!kvp_cli_page_geometry_ok(heads, head_dim, P) || iters > KVP_CODEC_KVARN_MAX_ITERS ||
+        queries > (1u << 20) || layers == 0 || tokens == 0 || layers > 4096 ||
+        tokens > (1u << 22)) {
         fprintf(stderr, "kvpack eval: shape, --page-tokens, --queries (at most 2^20) or "
                         "--kvarn-iters (at most %u) out of range\n", KVP_CODEC_KVARN_MAX_ITERS);
         return 2;

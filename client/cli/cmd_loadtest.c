@@ -164,8 +164,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
         fprintf(stderr, "kvpack loadtest: unknown codec '%s'\n", codec);
         return 2;
     }
-    if (o->layers == 0 || o->layers > 1024 || o->heads == 0 || o->heads > KVP_PAGE_MAX_HEADS ||
-        o->head_dim == 0 || o->head_dim > KVP_PAGE_MAX_DIM || o->page_tokens == 0 ||
+    if (o->layers == 0 || o->layers > 1024 ||
+        !kvp_cli_page_geometry_ok(o->heads, o->head_dim, o->page_tokens) ||
         o->page_tokens > KVP_LT_BLOCK_TOKENS || KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) {
         fprintf(stderr, "kvpack loadtest: geometry out of range (P must divide 512)\n");
         return 2;
