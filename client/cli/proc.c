@@ -3,6 +3,7 @@
  * read "key value" result files written by child roles. */
 #include "proc.h"
 
+#include "kvpack/child.h"
 #include "kvpack/node.h"
 
 #include <errno.h>
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,7 +21,7 @@
 
 void kvp_proc_child_init(pid_t parent)
 {
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) {
+    if (kvp_child_end_with_parent(parent, SIGTERM) != 0) {
         _exit(1); /* the command is gone already */
     }
 }

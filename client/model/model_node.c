@@ -8,11 +8,13 @@
 #include "model_node.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/child.h"
 #include "kvpack/kvpack.h"
 #include "kvpack/log.h"
 
 #include "run.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +207,7 @@ static kvp_status_t node_spawn_decode(const kvp_model_node_params_t *p, const ch
     char   pstr[24], sstr[24], rstr[24];
     char  *argv[24];
     int    a = 0, fds[2], st;
-    pid_t  pid;
+    pid_t  pid, parent = getpid();
     FILE  *in, *ms;
     size_t len;
     char   buf[4096];
@@ -244,6 +246,9 @@ static kvp_status_t node_spawn_decode(const kvp_model_node_params_t *p, const ch
         return KVP_ERR_IO;
     }
     if (pid == 0) {
+        if (kvp_child_end_with_parent(parent, SIGTERM) != 0) { /* no decode role without us */
+            _exit(1);
+        }
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);

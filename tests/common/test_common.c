@@ -1,8 +1,9 @@
 /* test_common.c - unit tests of the common base: status table ranges and strings, allocation
  * accounting and failure injection, growable arrays, the monotonic clock, the duration histogram
- * buckets, the command-line number parser (signs, octal, overflow before and after a suffix);
- * plus CRC32C known vectors (kernels). */
+ * buckets, the command-line number parser (signs, octal, overflow before and after a suffix), a
+ * forked child's end with its parent (child.h); plus CRC32C known vectors (kernels). */
 #include "kvpack/alloc.h"
+#include "kvpack/child.h"
 #include "kvpack/hist.h"
 #include "kvpack/num.h"
 #include "kvpack/page.h"
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
 
 /* Every status lies in the range its name promises and has a distinct, non-empty message. */
@@ -176,6 +179,59 @@ static void test_num_parse(void)
     CHECK(kvp_num_parse_u64(NULL, &v) == -1);
 }
 
+/* A grandchild tied to its parent (the middle process) gets the signal when the middle process
+ * is killed; this process is the subreaper, so it reaps the grandchild and sees the signal. A
+ * grandchild whose parent is gone before the call is told so (-1). */
+static void test_child_end_with_parent(void)
+{
+    for (int late = 0; late < 2; late++) {
+        int   fds[2], st = 0;
+        pid_t mid, grand = -1, got;
+
+        CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 && pipe(fds) == 0);
+        mid = fork();
+        CHECK(mid >= 0);
+        if (mid == 0) {
+            pid_t me = getpid(), g = fork();
+
+            if (g == 0) {
+                if (late) { /* the middle process is gone before the request */
+                    while (getppid() == me) {
+                        usleep(1000);
+                    }
+                    _exit(kvp_child_end_with_parent(me, SIGKILL) == -1 ? 3 : 4);
+                }
+                if (kvp_child_end_with_parent(me, SIGKILL) != 0) {
+                    _exit(2);
+                }
+                CHECK(write(fds[1], "r", 1) == 1);
+                pause(); /* only the parent's death ends this */
+                _exit(5);
+            }
+            if (!late) {
+                char c;
+
+                CHECK(read(fds[0], &c, 1) == 1); /* the grandchild has asked */
+            }
+            _exit(g > 0 ? 0 : 1);
+        }
+        CHECK(waitpid(mid, &st, 0) == mid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        alarm(30); /* a grandchild that did not get the signal would hang the test: fail loudly */
+        got = wait(&st);
+        alarm(0);
+        grand = got;
+        EXPECT(grand > 0 && grand != mid, "grandchild reaped");
+        if (late) {
+            EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 3, "late request reported (status %#x)", st);
+        } else {
+            EXPECT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "grandchild killed with its parent (status %#x)", st);
+        }
+        close(fds[0]);
+        close(fds[1]);
+        CHECK(prctl(PR_SET_CHILD_SUBREAPER, 0) == 0);
+    }
+}
+
 int main(void)
 {
     test_status_ranges();
@@ -185,5 +241,6 @@ int main(void)
     test_crc32c();
     test_hist_buckets();
     test_num_parse();
+    test_child_end_with_parent();
     return kvp_test_result("test_common");
 }

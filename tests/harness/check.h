@@ -13,9 +13,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
+#include "kvpack/child.h"
 #include "kvpack/status.h"
 
 static int kvp_test_failures;
@@ -50,17 +50,17 @@ static int kvp_test_failures;
         }                                                                            \
     } while (0)
 
-/* Exit status for main: 0 when no EXPECT failed; prints a one-line summary either way. */
 /* A failed CHECK exits the test process; a child it forked (a kvpackd, a server) would live on
  * holding ctest's output pipe, and the run then waited for the test's TIMEOUT. parent: the
  * test's pid, taken before fork (if it is gone already, the child leaves at once). */
 static inline void kvp_test_child_of(pid_t parent)
 {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
+    if (kvp_child_end_with_parent(parent, SIGKILL) != 0) {
         _exit(1);
     }
 }
 
+/* Exit status for main: 0 when no EXPECT failed; prints a one-line summary either way. */
 static inline int kvp_test_result(const char *name)
 {
     if (kvp_test_failures != 0) {
