@@ -362,6 +362,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
     kvp_page_t  **gone  = kvp_malloc((n ? n : 1) * sizeof(*gone), "session remove");
     size_t        ngone = 0;
     kvp_status_t  status = KVP_OK;
+    kvp_tomb_pending_t tomb;
 
     if (gone == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->key.sid);
@@ -374,7 +375,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
     }
     if (st->tier != NULL) {
         kvp_tier_batch_t *b = kvp_tier_batch_create();
-        bool              any = s->on_disk || tomb_version != 0;
+        bool              any = s->on_disk;
 
         if (b == NULL) {
             kvp_free(gone);
@@ -384,9 +385,8 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
         if (s->on_disk) {
             kvp_tier_batch_del_session(st->tier, b, s->key.ns, s->key.sid);
         }
-        if (tomb_version != 0) {
-            status = kvp_store_tomb_record(st, s->key.ns, s->key.sid, tomb_version, b);
-        }
+        kvp_store_tomb_stage(st, b, s->key.ns, s->key.sid, tomb_version, &tomb);
+        any = any || tomb.staged;
         for (size_t i = 0; i < ngone; i++) {
             if (gone[i]->on_disk) {
                 kvp_tier_pkey_t pk = {gone[i]->ns, gone[i]->key, gone[i]->layer};
@@ -395,23 +395,22 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
                 any = true;
             }
         }
-        if (any && status == KVP_OK) {
+        if (any) {
             status = kvp_store_commit(st, b, st->durability == KVP_DURABILITY_SYNC
                                                             ? KVP_TIER_SYNC : KVP_TIER_WAL);
         }
         kvp_tier_batch_destroy(b);
-        if (status != KVP_OK) {
+        if (status != KVP_OK) { /* nothing changed: no tombstone, the session stays */
             st->stats.disk_errors++;
             kvp_free(gone);
             return status;
         }
-    } else if (tomb_version != 0) { /* DRAM only: the tombstone lives as long as the process */
-        status = kvp_store_tomb_record(st, s->key.ns, s->key.sid, tomb_version, NULL);
-        if (status != KVP_OK) {
-            kvp_free(gone);
-            return status;
-        }
+    } else { /* DRAM only: the tombstone lives as long as the process */
+        kvp_store_tomb_stage(st, NULL, s->key.ns, s->key.sid, tomb_version, &tomb);
     }
+    /* on disk now (or no disk): into memory; without memory for it the delete still happened and
+     * the caller hears NO_MEMORY (a retry finds no session and records the tombstone again) */
+    status = kvp_store_tomb_staged_done(st, &tomb);
     for (size_t i = 0; i < ngone; i++) {
         gone[i]->on_disk = false;
     }
@@ -426,7 +425,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
         }
     }
     kvp_free(gone);
-    return KVP_OK;
+    return status;
 }
 
 /* Pages that just lost a session's name (a put replaced it): those no session names any more

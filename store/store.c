@@ -1156,7 +1156,7 @@ static kvp_status_t session_remove(kvp_store_h st, uint64_t ns, const char *sid,
     if (status == KVP_OK && s != NULL) {
         status = kvp_store_sess_remove(st, s, tomb ? version : 0);
     } else if (status == KVP_OK) { /* no record: the tombstone still stops a late copy */
-        status = tomb && version != 0 ? kvp_store_tomb_record(st, ns, sid, version, NULL) : KVP_OK;
+        status = tomb && version != 0 ? kvp_store_tomb_record(st, ns, sid, version) : KVP_OK;
         status = status == KVP_OK ? KVP_ERR_NOT_FOUND : status;
     }
     store_leave(st);

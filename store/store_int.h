@@ -220,10 +220,22 @@ kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_sessio
 void         kvp_tomb_init(kvp_sid_index_t *t);
 void         kvp_tomb_cleanup(kvp_sid_index_t *t);
 kvp_tomb_t  *kvp_tomb_find(const kvp_sid_index_t *t, uint64_t ns, const char *sid);
-/* Record a tombstone unless one as new exists: into b when not NULL (the caller commits), else
- * committed here. */
+/* A tombstone on its way: staged into a caller's batch, in memory only once that batch is on
+ * disk (a delete whose commit failed must leave no tombstone behind: it would refuse newer puts,
+ * and a retried delete would find it and write none). */
+typedef struct {
+    uint64_t    ns, version, at_ns;
+    const char *sid;    /* the caller's, alive until staged_done */
+    bool        staged; /* version != 0 and newer than the tombstone in memory */
+} kvp_tomb_pending_t;
+/* Stage (ns, sid, version) into b (NULL: no tier) unless a tombstone as new exists; then, after
+ * the caller committed b, kvp_store_tomb_staged_done puts it into memory. */
+void         kvp_store_tomb_stage(struct kvp_store *st, kvp_tier_batch_t *b, uint64_t ns,
+                                  const char *sid, uint64_t version, kvp_tomb_pending_t *pend);
+kvp_status_t kvp_store_tomb_staged_done(struct kvp_store *st, const kvp_tomb_pending_t *pend);
+/* Stage, commit and put into memory a tombstone in one call (a delete with no record to drop). */
 kvp_status_t kvp_store_tomb_record(struct kvp_store *st, uint64_t ns, const char *sid,
-                                   uint64_t version, kvp_tier_batch_t *b);
+                                   uint64_t version);
 void         kvp_store_tomb_batch_put(struct kvp_store *st, kvp_tier_batch_t *b, uint64_t ns,
                                       const char *sid, uint64_t version, uint64_t at_ns);
 kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e); /* disk, then table */

@@ -156,32 +156,42 @@ void kvp_store_tomb_batch_put(kvp_store_h st, kvp_tier_batch_t *b, uint64_t ns, 
     kvp_tier_batch_put_meta(st->tier, b, key, val, sizeof(val));
 }
 
-kvp_status_t kvp_store_tomb_record(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version,
-                                   kvp_tier_batch_t *b)
+void kvp_store_tomb_stage(kvp_store_h st, kvp_tier_batch_t *b, uint64_t ns, const char *sid,
+                          uint64_t version, kvp_tomb_pending_t *pend)
 {
-    kvp_tomb_t  *e   = kvp_tomb_find(&st->tombs, ns, sid);
-    uint64_t     now = kvp_store_wall_ns();
-    kvp_status_t status;
+    kvp_tomb_t *e = kvp_tomb_find(&st->tombs, ns, sid);
 
-    if (e != NULL && e->version >= version) {
-        return KVP_OK; /* an equal or newer delete is already recorded */
+    pend->ns      = ns;
+    pend->sid     = sid;
+    pend->version = version;
+    pend->at_ns   = kvp_store_wall_ns();
+    pend->staged  = version != 0 && (e == NULL || e->version < version);
+    if (pend->staged && b != NULL) {
+        kvp_store_tomb_batch_put(st, b, ns, sid, version, pend->at_ns);
     }
-    if (st->tier != NULL) {
-        kvp_tier_batch_t *own = b == NULL ? kvp_tier_batch_create() : NULL;
+}
 
-        if (b == NULL && own == NULL) {
-            return KVP_ERR_NO_MEMORY;
-        }
-        kvp_store_tomb_batch_put(st, b != NULL ? b : own, ns, sid, version, now);
-        if (own != NULL) {
-            status = tomb_commit(st, own);
-            kvp_tier_batch_destroy(own);
-            if (status != KVP_OK) {
-                return status;
-            }
-        }
+kvp_status_t kvp_store_tomb_staged_done(kvp_store_h st, const kvp_tomb_pending_t *pend)
+{
+    return pend->staged ? tomb_set(&st->tombs, pend->ns, pend->sid, pend->version, pend->at_ns)
+                        : KVP_OK;
+}
+
+kvp_status_t kvp_store_tomb_record(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version)
+{
+    kvp_tomb_pending_t pend;
+    kvp_tier_batch_t  *b = NULL;
+    kvp_status_t       status = KVP_OK;
+
+    if (st->tier != NULL && (b = kvp_tier_batch_create()) == NULL) {
+        return KVP_ERR_NO_MEMORY;
     }
-    return tomb_set(&st->tombs, ns, sid, version, now);
+    kvp_store_tomb_stage(st, b, ns, sid, version, &pend);
+    if (pend.staged && b != NULL) {
+        status = tomb_commit(st, b);
+    }
+    kvp_tier_batch_destroy(b);
+    return status == KVP_OK ? kvp_store_tomb_staged_done(st, &pend) : status;
 }
 
 kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)

@@ -5,6 +5,8 @@
  * tombstones: a versioned delete keeps a tombstone that survives reopen, refuses older (and
  *   equal) puts, is cleared by a newer put, is recorded for an unknown session too (still
  *   KVP_ERR_NOT_FOUND), is listed only with KVP_STORE_LIST_DELETED; an older delete is refused.
+ * failed_delete: a delete whose commit failed leaves no tombstone (newer puts still go in) and
+ *   its retry writes the tombstone to disk (after a reopen it still refuses an older copy).
  * ttl: a tombstone past tomb_ttl_s is dropped, in process and at open.
  * append: an append to a versioned session keeps its version. */
 #include "store_test_util.h"
@@ -144,6 +146,31 @@ static void case_tombstones(const char *dir)
     kvp_session_desc_clear(&d2);
 }
 
+static void case_failed_delete(const char *dir)
+{
+    kvp_session_desc_t       d;
+    kvp_store_session_info_t e;
+    kvp_store_h              st = open_ttl(dir, 0);
+
+    t_session(&G, 6, 0, 6, 1, 0, &d);
+    CHECK_OK(put_v(st, "t", &d, 100));
+    kvp_store_inject_disk_fail(st, 1, KVP_ERR_IO);
+    CHECK(kvp_store_session_delete_version(st, NS, "t", 200) == KVP_ERR_IO);
+    CHECK(listed(st, "t", 1, &e) && e.deleted == 0 && e.version == 100); /* as it was */
+    CHECK(t_stats(st).tombstones == 0);
+    CHECK_OK(put_v(st, "t", &d, 150)); /* newer than the record: the failed delete stops nothing */
+    CHECK_OK(kvp_store_session_delete_version(st, NS, "t", 200)); /* the client's retry */
+    CHECK(listed(st, "t", 1, &e) && e.deleted == 1 && e.version == 200);
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0); /* the retry's tombstone is on disk */
+    CHECK(listed(st, "t", 1, &e) && e.deleted == 1 && e.version == 200);
+    CHECK(put_v(st, "t", &d, 120) == KVP_ERR_STALE); /* a stale replica's copy stays out */
+    CHECK(kvp_store_session_get(st, NS, "t", &d) == KVP_ERR_NOT_FOUND);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
 static void case_ttl(const char *dir)
 {
     kvp_session_desc_t       d;
@@ -219,7 +246,7 @@ static void case_append(const char *dir)
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
-                                     {"ttl", case_ttl}, {"append", case_append}, {NULL, NULL}};
+                                     {"failed_delete", case_failed_delete}, {"ttl", case_ttl}, {"append", case_append}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     return t_run_case(argc, argv, cases, "tomb");
