@@ -123,6 +123,7 @@ static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, ui
     }
     s->on_disk = true;
     s->dirty   = false;
+    kvp_store_sess_orphans_let_go(st, s); /* the older record they belonged to is replaced */
 }
 
 static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
@@ -332,10 +333,89 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
     return status;
 }
 
-/* The in-memory part of removing a session: page refs, tail, lists, table. */
+kvp_status_t kvp_store_sess_adopt_orphans(kvp_store_h st, kvp_sess_t *s, kvp_sess_t *old)
+{
+    size_t       n_old = kvp_store_sess_page_count(old), n_new = kvp_store_sess_page_count(s);
+    size_t       cap = old->n_orphans + n_old, n = 0;
+    kvp_page_t **v = kvp_malloc((cap ? cap : 1) * sizeof(*v), "session orphans");
+
+    (void)st;
+    if (v == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to keep the older version of session %s whole on disk; "
+                      "its unnamed pages stay until the next open's sweep", s->key.sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n_new; i++) {
+        s->pages[i]->marked = true; /* named by s: no orphan */
+    }
+    for (size_t i = 0; i < old->n_orphans; i++) { /* an update of an update: they move to s */
+        kvp_page_t *p = old->orphans[i];
+
+        if (p->marked) {
+            p->nsess--; /* s names it again (and holds it through its pages) */
+        } else {
+            p->marked = true;
+            v[n++]    = p;
+        }
+    }
+    for (size_t i = 0; i < n_old; i++) {
+        kvp_page_t *p = old->pages[i];
+
+        if (!p->marked) {
+            p->marked = true;
+            p->nsess++; /* old's own name goes with its release */
+            v[n++] = p;
+        }
+    }
+    for (size_t i = 0; i < n_new; i++) {
+        s->pages[i]->marked = false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i]->marked = false;
+    }
+    kvp_free(old->orphans);
+    old->orphans   = NULL;
+    old->n_orphans = 0;
+    s->orphans     = v;
+    s->n_orphans   = n;
+    return KVP_OK;
+}
+
+void kvp_store_sess_orphans_let_go(kvp_store_h st, kvp_sess_t *s)
+{
+    size_t n = s->n_orphans;
+
+    if (n == 0) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvp_store_page_pin(st, s->orphans[i]); /* alive across pages_unnamed */
+        s->orphans[i]->nsess--;
+    }
+    kvp_store_pages_unnamed(st, s->orphans, n);
+    for (size_t i = 0; i < n; i++) {
+        kvp_store_page_unpin(st, s->orphans[i]);
+    }
+    kvp_free(s->orphans);
+    s->orphans   = NULL;
+    s->n_orphans = 0;
+}
+
+/* The in-memory part of removing a session: page refs (its orphans' too: their disk copies, if
+ * any, are the caller's), tail, lists, table. */
 void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
 {
     size_t n = kvp_store_sess_page_count(s);
+
+    for (size_t i = 0; i < s->n_orphans; i++) {
+        kvp_page_t *p = s->orphans[i];
+
+        p->nsess--;
+        if (p->pins == 0 && p->slot.ptr == NULL && !p->on_disk) {
+            kvp_store_page_forget(st, p);
+        }
+    }
+    kvp_free(s->orphans);
 
     kvp_index_sess_remove(&st->sessions, s);
     kvp_list_del(&s->lru);
@@ -408,6 +488,7 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
     } else { /* DRAM only: the tombstone lives as long as the process */
         kvp_store_tomb_stage(st, NULL, s->key.ns, s->key.sid, tomb_version, &tomb);
     }
+    kvp_store_sess_orphans_let_go(st, s); /* the record that named them is deleted */
     /* on disk now (or no disk): into memory; without memory for it the delete still happened and
      * the caller hears NO_MEMORY (a retry finds no session and records the tombstone again) */
     status = kvp_store_tomb_staged_done(st, &tomb);

@@ -271,6 +271,7 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
         kvp_page_t     *p = pages[i];
         kvp_page_info_t info;
         kvp_status_t    ps = locs[i].status;
+        bool            parsed = false, stale;
 
         if (ps == KVP_OK && dst[i] != NULL) {
             ps = kvp_page_parse(dst[i], locs[i].len, &info);
@@ -278,6 +279,16 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                  info.chunk_key.hi != p->key.hi)) {
                 ps = KVP_ERR_CORRUPT;
             }
+            parsed = true;
+        }
+        /* A bad or missing copy, but the page changed while the lock was dropped: deleted on
+         * disk, and maybe put again (a DRAM copy, checked at its put) and written anew since.
+         * This read was of a copy that is gone: dropping "it" would delete the new locator. */
+        stale = ((parsed && ps != KVP_OK) || ps == KVP_ERR_CORRUPT || ps == KVP_ERR_NOT_FOUND) &&
+                (p->slot.ptr != NULL || !p->on_disk);
+        if (stale) {
+            ps = p->slot.ptr != NULL ? KVP_OK : KVP_ERR_NOT_FOUND;
+        } else if (parsed) {
             if (ps == KVP_OK) {
                 ps = kvp_store_ns_page_loaded(st, p, &info); /* kept on disk, never served */
             }
@@ -303,7 +314,7 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
         if (slots[i].ptr != NULL) {
             kvp_pool_free(&st->pool, &slots[i]);
         }
-        if (ps == KVP_ERR_CORRUPT || ps == KVP_ERR_NOT_FOUND) {
+        if (!stale && (ps == KVP_ERR_CORRUPT || ps == KVP_ERR_NOT_FOUND)) {
             page_drop_bad(st, p, ps);
         }
         if (ps != KVP_OK && first == KVP_OK) {
@@ -636,6 +647,7 @@ void kvp_store_close(kvp_store_h st)
         kvp_pool_free(&st->pool, &s->tail_slot);
         kvp_free(s->desc.chunk_keys);
         kvp_free(s->pages);
+        kvp_free(s->orphans);
         kvp_free(s);
     }
     it = (kvp_htab_iter_t)KVP_HTAB_ITER_INIT;
@@ -1033,9 +1045,22 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
             named[i] = old->pages[i];
             kvp_store_page_pin(st, named[i]); /* alive across the release */
         }
-        kvp_store_sess_release(st, old); /* drops its page refs; its disk record is overwritten */
+        /* Under spill this record was not written: the old one stays on disk and is what a
+         * kill must find whole, so the pages it names and this one does not stay there too,
+         * held by s until its record replaces the old (kvp_store_sess_adopt_orphans; without
+         * memory for that they stay until the next open's sweep). */
+        bool keep_disk = old->on_disk && st->durability == KVP_DURABILITY_SPILL;
+
+        if (keep_disk) {
+            (void)kvp_store_sess_adopt_orphans(st, s, old);
+        } else {
+            kvp_store_sess_orphans_let_go(st, old); /* its record is overwritten by s's */
+        }
+        kvp_store_sess_release(st, old); /* drops its page refs */
         if (named != NULL) {
-            kvp_store_pages_unnamed(st, named, n); /* pages nobody names leave the disk too */
+            if (!keep_disk) {
+                kvp_store_pages_unnamed(st, named, n); /* pages nobody names leave the disk */
+            }
             for (size_t i = 0; i < n; i++) {
                 kvp_store_page_unpin(st, named[i]);
             }

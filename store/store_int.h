@@ -94,6 +94,7 @@ typedef struct kvp_page_ref {
     bool                 batched;  /* in a write batch being built (evict.c; cleared before the
                                     * lock is dropped): a group writes a shared page once */
     bool                 swept;    /* seen on disk by the open-time sweep */
+    bool                 marked;   /* scratch of one locked step (evict.c: a session's orphans) */
     bool                 tail;     /* header has KVP_PAGE_F_TAIL (valid while codec != 0) */
     bool                 sink;     /* header has KVP_PAGE_F_SINK (valid while codec != 0) */
     uint8_t              codec;    /* header codec; 0 = not read yet (disk-only since open) */
@@ -139,6 +140,11 @@ typedef struct kvp_sess {
     kvp_session_desc_t  desc;      /* desc.tail points into tail_slot while hot, NULL when cold */
     kvp_pool_slot_t     tail_slot;
     kvp_page_t        **pages;     /* n_chunks * layers, chunk-major; each holds one nsess */
+    kvp_page_t        **orphans;   /* pages only the older record on disk names (an update put
+                                    * under spill durability, not written yet): each holds one
+                                    * nsess, so that version stays whole on disk until this
+                                    * record replaces it (evict.c) */
+    size_t              n_orphans;
     bool                hot;       /* pins its pages, tail in DRAM */
     bool                on_disk;   /* a record is in the sessions column family */
     bool                dirty;     /* DRAM copy is newer than the disk record */
@@ -356,6 +362,12 @@ void         kvp_store_sess_idle(struct kvp_store *st, kvp_sess_t *sess); /* cle
  * was read (0 when it was all in DRAM). */
 kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess, uint32_t *pages_p,
                                     uint64_t *bytes_p);
+/* An update of old (spill durability: s is not written yet, old's record stays on disk): s takes
+ * old's orphans and adds old's pages it does not name. KVP_ERR_NO_MEMORY changes nothing. */
+kvp_status_t kvp_store_sess_adopt_orphans(struct kvp_store *st, kvp_sess_t *s, kvp_sess_t *old);
+/* The record that named s's orphans is gone from disk (replaced or deleted): their nsess drop and
+ * those nobody names leave the disk. */
+void         kvp_store_sess_orphans_let_go(struct kvp_store *st, kvp_sess_t *s);
 /* Remove a session from DRAM and disk; tomb_version != 0 also records that tombstone in the same
  * WriteBatch. */
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess, uint64_t tomb_version);

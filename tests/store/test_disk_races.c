@@ -1,0 +1,178 @@
+/* test_disk_races.c - what is on disk stays what was acknowledged when the store's state changes
+ * behind a step that dropped its lock, or behind a put that was not written.
+ * load_race: a page read back from disk (its lock dropped for the read) while its session is
+ *   deleted, its segment file removed, and the same page put again under a new write-through
+ *   session: the read's "missing" verdict is about the copy that went, so it must not delete the
+ *   new copy's locator. The reader gets the page (from DRAM) and the new session reopens whole.
+ * spill_reput: --durability spill; a spilled session put again with one chunk changed, then the
+ *   process is SIGKILLed. The new put was only in DRAM and may be lost, but the version whose spill
+ *   returned must reopen whole (the update must not delete the pages its record names). The
+ *   chunk only the old version names leaves the disk once the update is spilled, or with a
+ *   delete of the session, also after an update of the update. */
+#include "store_int.h"
+#include "store_test_util.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NS 0xD15Cu
+
+/* fp16 pages of 65,600 bytes (a 69,632-byte span) in 64 KiB segment files: each page commit fills
+ * a file, so the next one rolls and a file dies with its only page */
+static const tgeom_t GB = {1, 8, 128, 16};
+/* small pages, 8,256 bytes */
+static const tgeom_t GS = {1, 2, 64, 16};
+
+static kvp_store_h open_st(const char *dir, kvp_durability_t dur, uint64_t segment_bytes)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+
+    p.field_mask = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                   KVP_STORE_PARAM_DURABILITY | KVP_STORE_PARAM_COMPACT |
+                   KVP_STORE_PARAM_SEGMENT_BYTES;
+    p.dram_budget        = 64u << 20;
+    p.db_path            = dir;
+    p.durability         = dur;
+    p.compact_dead_ratio = 0; /* no compaction: nothing moves on its own */
+    p.segment_bytes      = segment_bytes;
+    CHECK_OK(kvp_store_open(&p, &st));
+    return st;
+}
+
+typedef struct {
+    kvp_store_h               st;
+    int                       fired;
+    const kvp_session_desc_t *z;
+    kvp_status_t              del, put, sput;
+} race_t;
+
+/* runs inside the reader's disk read, with the store lock dropped */
+static void race_hook(void *arg)
+{
+    race_t *r = arg;
+
+    if (r->fired++) {
+        return;
+    }
+    r->del  = kvp_store_session_delete(r->st, NS, "X"); /* page P leaves the disk, its file dies */
+    r->put  = t_put_pages(r->st, NS, &GB, r->z);        /* the same prefix page put again ... */
+    r->sput = kvp_store_session_put(r->st, NS, "Z", r->z); /* ... and written with session Z */
+}
+
+static void case_load_race(const char *dir)
+{
+    kvp_session_desc_t x, f, z;
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 64u << 10);
+    race_t             r  = {st, 0, NULL, KVP_ERR_IO, KVP_ERR_IO, KVP_ERR_IO};
+    kvp_page_ref_h     ref = NULL;
+    kvp_status_t       s;
+    size_t             len = 0;
+
+    t_session(&GB, 7, 0, 7, 1, 0, &x); /* one chunk: page P */
+    t_session(&GB, 8, 0, 8, 1, 0, &f); /* a filler: P's file is no longer the active one */
+    t_session(&GB, 7, 1, 9, 1, 0, &z); /* Z shares X's chunk */
+    CHECK(memcmp(&x.chunk_keys[0], &z.chunk_keys[0], sizeof(kvp_key128_t)) == 0);
+    CHECK_OK(t_put_session(st, NS, "X", &GB, &x));
+    CHECK_OK(t_put_session(st, NS, "F", &GB, &f));
+    CHECK_OK(kvp_store_session_spill(st, NS, "X")); /* P only on disk */
+    r.z = &z;
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_READ, race_hook, &r);
+    s = kvp_store_page_get(st, NS, x.chunk_keys[0], 0, &ref); /* a GET_PAGES of the prefix */
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_READ, NULL, NULL);
+    CHECK(r.fired == 1 && r.del == KVP_OK && r.put == KVP_OK && r.sput == KVP_OK);
+    EXPECT(s == KVP_OK, "page get during the race: %s (the page is in DRAM)", kvp_status_name(s));
+    if (s == KVP_OK) {
+        EXPECT(kvp_page_ref_data(ref, &len) != NULL && len == 65600, "page bytes %zu", len);
+        kvp_page_ref_release(ref);
+    }
+    EXPECT(t_stats(st).crc_failures == 0, "nothing was corrupt");
+    CHECK_OK(t_check_session(st, NS, "Z", &GB, &z));
+    kvp_store_close(st);
+
+    st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 64u << 10); /* Z was acknowledged on disk */
+    s  = t_check_session(st, NS, "Z", &GB, &z);
+    EXPECT(s == KVP_OK, "Z after reopen: %s", kvp_status_name(s));
+    kvp_store_close(st);
+    kvp_session_desc_clear(&x);
+    kvp_session_desc_clear(&f);
+    kvp_session_desc_clear(&z);
+}
+
+static void case_spill_reput(const char *dir)
+{
+    kvp_session_desc_t       a, b, c;
+    kvp_store_session_info_t info;
+    uint64_t                 live_a;
+    uint32_t                 n = 0;
+    pid_t                    pid;
+    int                      wst;
+    kvp_store_h              st;
+    kvp_status_t             s;
+
+    t_session(&GS, 11, 0, 11, 2, 0, &a); /* chunks c0 c1 */
+    t_session(&GS, 11, 1, 12, 2, 0, &b); /* c0 c1': the update changes the last chunk */
+    t_session(&GS, 11, 1, 13, 2, 0, &c); /* c0 c1'' */
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        st = open_st(dir, KVP_DURABILITY_SPILL, 256u << 20);
+        CHECK_OK(t_put_session(st, NS, "S", &GS, &a));
+        CHECK_OK(kvp_store_session_spill(st, NS, "S")); /* version a is durable */
+        CHECK_OK(t_put_session(st, NS, "S", &GS, &b));  /* the update: DRAM only */
+        kill(getpid(), SIGKILL);
+        _exit(3);
+    }
+    CHECK(waitpid(pid, &wst, 0) == pid && WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL);
+    st = open_st(dir, KVP_DURABILITY_SPILL, 256u << 20);
+    s  = t_check_session(st, NS, "S", &GS, &a);
+    EXPECT(s == KVP_OK, "S after the kill: %s (want the version whose spill returned)",
+           kvp_status_name(s));
+    CHECK_OK(kvp_store_session_list(st, 0, NULL, &info, 1, &n, NULL));
+    EXPECT(n == 1 && info.damaged == 0, "listed %u, damaged %u", n, n ? info.damaged : 0);
+    /* an update of an update, then a delete before either was written: nothing left on disk */
+    CHECK_OK(t_put_session(st, NS, "S", &GS, &b));
+    CHECK_OK(t_put_session(st, NS, "S", &GS, &c));
+    CHECK(t_stats(st).disk_live_bytes > 0); /* version a, still whole */
+    CHECK_OK(kvp_store_session_delete(st, NS, "S"));
+    EXPECT(t_stats(st).disk_live_bytes == 0, "disk bytes after the delete: %llu",
+           (unsigned long long)t_stats(st).disk_live_bytes);
+    /* put a, spill, update: the spill of the update frees the chunk only a named */
+    CHECK_OK(t_put_session(st, NS, "S", &GS, &a));
+    CHECK_OK(kvp_store_session_spill(st, NS, "S"));
+    live_a = t_stats(st).disk_live_bytes;
+    CHECK_OK(t_put_session(st, NS, "S", &GS, &b));
+    CHECK(t_stats(st).disk_live_bytes == live_a);
+    CHECK_OK(kvp_store_session_spill(st, NS, "S"));
+    EXPECT(t_stats(st).disk_live_bytes == live_a, "after the update's spill: %llu, want %llu "
+           "(c1 gone, c1' written)", (unsigned long long)t_stats(st).disk_live_bytes,
+           (unsigned long long)live_a);
+    /* the update again, then a graceful close (spills it): the new version reopens */
+    CHECK_OK(t_put_session(st, NS, "S", &GS, &b));
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SPILL, 256u << 20);
+    CHECK_OK(t_check_session(st, NS, "S", &GS, &b));
+    { /* c1, named by no record now, is gone */
+        kvp_page_ref_h ref = NULL;
+
+        s = kvp_store_page_get(st, NS, a.chunk_keys[1], 0, &ref);
+        EXPECT(s == KVP_ERR_NOT_FOUND, "the old chunk after the reopen: %s", kvp_status_name(s));
+        kvp_page_ref_release(ref);
+    }
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+    kvp_session_desc_clear(&b);
+    kvp_session_desc_clear(&c);
+}
+
+int main(int argc, char **argv)
+{
+    static const t_case_t cases[] = {
+        {"load_race", case_load_race},
+        {"spill_reput", case_spill_reput},
+        {NULL, NULL},
+    };
+
+    return t_run_case(argc, argv, cases, "disk_races") != 0 || kvp_test_result("test_disk_races");
+}
