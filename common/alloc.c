@@ -131,6 +131,8 @@ void kvp_alloc_fail_at(uint64_t n)
     atomic_store(&fail_countdown, n);
 }
 
+int kvp_alloc_fail_armed(void) { return atomic_load(&fail_countdown) != 0; }
+
 int64_t kvp_alloc_live_count(void)
 {
     return atomic_load(&live_count);

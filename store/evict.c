@@ -731,6 +731,11 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
         kvp_tier_batch_t *b = st->tier != NULL ? kvp_tier_batch_create() : NULL;
         size_t            freed = 0, excess = st->pool.used - target;
 
+        if (st->tier != NULL && b == NULL) { /* the pages would be marked written, and dropped */
+            KVP_LOG_ERROR(MOD, "no memory for the batch that writes loose pages out");
+            return KVP_ERR_NO_MEMORY;
+        }
+
         for (e = st->idle_pages.next; e != &st->idle_pages && freed < excess; e = e->next) {
             kvp_page_t     *p  = KVP_CONTAINER_OF(e, kvp_page_t, idle);
             kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};

@@ -414,6 +414,11 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
     kvp_status_t       status;
 
     status = kvp_store_record_unpack(blob, len, &desc, &version);
+    if (status == KVP_ERR_NO_MEMORY) { /* not the record's fault: skipping it would let the
+                                        * sweep after the scan delete the pages it names */
+        KVP_LOG_ERROR(MOD, "no memory to read the record of session %s at open", sid);
+        return status;
+    }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s record on disk is unreadable (%s); skipped", sid,
                       kvp_status_str(status));

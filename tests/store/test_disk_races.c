@@ -8,9 +8,14 @@
  *   process is SIGKILLed. The new put was only in DRAM and may be lost, but the version whose spill
  *   returned must reopen whole (the update must not delete the pages its record names). The
  *   chunk only the old version names leaves the disk once the update is spilled, or with a
- *   delete of the session, also after an update of the update. */
+ *   delete of the session, also after an update of the update.
+ * open_oom: each allocation of an open failing in turn loses no session.
+ * evict_oom: loose pages evicted to disk while allocations fail: every acknowledged page reads
+ *   back. */
 #include "store_int.h"
 #include "store_test_util.h"
+
+#include "kvpack/alloc.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -166,11 +171,110 @@ static void case_spill_reput(const char *dir)
     kvp_session_desc_clear(&c);
 }
 
+/* Out of memory at every allocation of an open in turn: the open succeeds or fails with an
+ * error, and the next open finds every session whole (a record that could not be read for want of
+ * memory must not be taken as unreadable: the sweep would delete its pages). */
+static void case_open_oom(const char *dir)
+{
+    kvp_session_desc_t d[3];
+    const char        *sid[3] = {"o0", "o1", "o2"};
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 256u << 20);
+    kvp_store_params_t p  = {0};
+    int                fired = 1, failed = 0;
+
+    for (int i = 0; i < 3; i++) {
+        t_session(&GS, 50, i > 0, 51 + (uint64_t)i, 3, 5, &d[i]); /* o1, o2 share a chunk */
+        CHECK_OK(t_put_session(st, NS, sid[i], &GS, &d[i]));
+    }
+    kvp_store_close(st);
+    p.field_mask = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY | KVP_STORE_PARAM_COMPACT;
+    p.db_path    = dir;
+    p.durability = KVP_DURABILITY_WRITE_THROUGH;
+    for (uint64_t n = 1; fired; n++) {
+        kvp_status_t s;
+
+        kvp_alloc_fail_at(n);
+        s     = kvp_store_open(&p, &st);
+        fired = !kvp_alloc_fail_armed(); /* else the open needed fewer than n: done */
+        kvp_alloc_fail_at(0);
+        if (s == KVP_OK) {
+            kvp_store_close(st);
+        } else {
+            failed++;
+        }
+        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 256u << 20);
+        for (int i = 0; i < 3; i++) {
+            kvp_status_t c = t_check_session(st, NS, sid[i], &GS, &d[i]);
+
+            if (c != KVP_OK) {
+                fprintf(stderr, "FAIL: allocation %llu of the open failed (open: %s): %s -> %s\n",
+                        (unsigned long long)n, kvp_status_name(s), sid[i], kvp_status_name(c));
+                exit(1);
+            }
+        }
+        kvp_store_close(st);
+    }
+    printf("%d opens failed for want of memory, none lost a session\n", failed);
+    CHECK(failed > 0);
+    for (int i = 0; i < 3; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
+/* Eviction of loose pages (put, named by no session: written to disk, their DRAM copies
+ * dropped) with each of its allocations failing in turn: every page still reads back (no page may
+ * count as written out when its batch could not even be made). */
+static void case_evict_oom(const char *dir)
+{
+    kvp_session_desc_t d;
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+    int                fired = 1, failed = 0;
+
+    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                    KVP_STORE_PARAM_DURABILITY | KVP_STORE_PARAM_COMPACT;
+    p.dram_budget = 4u << 20;
+    p.db_path     = dir;
+    p.durability  = KVP_DURABILITY_SPILL;
+    CHECK_OK(kvp_store_open(&p, &st));
+    t_session(&GS, 60, 0, 60, 40, 0, &d);
+    CHECK_OK(t_put_pages(st, NS, &GS, &d)); /* 40 loose pages, ~480 KiB of slots */
+    for (uint64_t n = 1; fired; n++) {
+        kvp_status_t s;
+
+        pthread_mutex_lock(&st->lock);
+        kvp_alloc_fail_at(n);
+        s     = kvp_store_make_room(st, (size_t)st->pool.budget - 64 * 1024, NULL); /* all out */
+        fired = !kvp_alloc_fail_armed(); /* else it needed fewer than n: done */
+        kvp_alloc_fail_at(0);
+        pthread_mutex_unlock(&st->lock);
+        failed += s != KVP_OK;
+        for (uint32_t c = 0; c < d.n_chunks; c++) {
+            kvp_page_ref_h ref = NULL;
+            kvp_status_t   g   = kvp_store_page_get(st, NS, d.chunk_keys[c], 0, &ref);
+
+            if (g != KVP_OK) {
+                fprintf(stderr, "FAIL: allocation %llu of the eviction failed (%s): page %u -> "
+                        "%s\n", (unsigned long long)n, kvp_status_name(s), c,
+                        kvp_status_name(g));
+                exit(1);
+            }
+            kvp_page_ref_release(ref);
+        }
+    }
+    printf("%d evictions failed for want of memory, every page read back\n", failed);
+    CHECK(failed > 0 && t_stats(st).disk_live_bytes > 0); /* they went to disk in the end */
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {
         {"load_race", case_load_race},
         {"spill_reput", case_spill_reput},
+        {"open_oom", case_open_oom},
+        {"evict_oom", case_evict_oom},
         {NULL, NULL},
     };
 

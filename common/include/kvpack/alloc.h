@@ -26,6 +26,8 @@ void  kvp_free(void *ptr);                                            /* NULL is
 
 /* Test hook: the n-th allocation from now (1-based) returns NULL; 0 disables. */
 void     kvp_alloc_fail_at(uint64_t n);
+/* 1 while a failure set by kvp_alloc_fail_at has not happened yet (fewer allocations since). */
+int      kvp_alloc_fail_armed(void);
 /* Number of successful allocations minus frees since start (leak checks in tests). */
 int64_t  kvp_alloc_live_count(void);
 
