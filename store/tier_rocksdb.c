@@ -672,12 +672,21 @@ bool tier_loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off,
 {
     const uint8_t *v = val;
 
+    uint32_t       n;
+
     if (vlen != LOC_BYTES || memcmp(v, "KVSL", 4) != 0) {
+        return false;
+    }
+    /* A length no segment page can have (the pages column family is read without block
+     * checksums): not a locator, so the caller takes the 24 bytes for an inline page, which
+     * then fails its check as the corrupt page it is, rather than ask for gigabytes of DRAM. */
+    n = kvp_ld_be32(v + 20);
+    if (n <= KVP_TIER_INLINE_MAX || n > KVP_PAGE_HDR_BYTES + KVP_PAGE_MAX_PAYLOAD) {
         return false;
     }
     *seg = kvp_ld_be64(v + 4);
     *off = kvp_ld_be64(v + 12);
-    *len = kvp_ld_be32(v + 20);
+    *len = n;
     return true;
 }
 

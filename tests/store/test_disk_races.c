@@ -11,8 +11,10 @@
  *   delete of the session, also after an update of the update.
  * open_oom: each allocation of an open failing in turn loses no session.
  * evict_oom: loose pages evicted to disk while allocations fail: every acknowledged page reads
- *   back. */
+ *   back.
+ * bad_locator: a page locator whose length went bad on disk is a corrupt page (ERR_CORRUPT). */
 #include "store_int.h"
+#include "tier_int.h"
 #include "store_test_util.h"
 
 #include "kvpack/alloc.h"
@@ -268,6 +270,42 @@ static void case_evict_oom(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
+/* A page locator whose length went bad in the index (block checksums are off for the pages
+ * column family: a page's own CRC guards its bytes): the page is corrupt, ERR_CORRUPT and
+ * dropped, not a request for gigabytes of DRAM (ERR_NO_SPACE) retried on every read. */
+static void case_bad_locator(const char *dir)
+{
+    kvp_session_desc_t d;
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 256u << 20);
+    kvp_tier_pkey_t    pk;
+    uint8_t            k[PKEY_BYTES], v[LOC_BYTES];
+    uint64_t           seg, off;
+    uint32_t           len;
+    char              *val, *err = NULL;
+    size_t             vlen;
+    kvp_status_t       s;
+
+    t_session(&GB, 70, 0, 70, 2, 0, &d);
+    CHECK_OK(t_put_session(st, NS, "L", &GB, &d));
+    CHECK_OK(kvp_store_session_spill(st, NS, "L")); /* its pages on disk only */
+    pk = (kvp_tier_pkey_t){NS, d.chunk_keys[1], 0};
+    tier_page_key(&pk, k);
+    val = rocksdb_get_cf(st->tier->db, st->tier->ro, st->tier->cf[CF_PAGES], (const char *)k,
+                         sizeof(k), &vlen, &err);
+    CHECK(err == NULL && val != NULL && tier_loc_decode(val, vlen, &seg, &off, &len));
+    rocksdb_free(val);
+    tier_loc_encode(seg, off, len | 0x80000000u, v); /* one flipped bit: 2 GiB */
+    rocksdb_put_cf(st->tier->db, st->tier->wo_sync, st->tier->cf[CF_PAGES], (const char *)k,
+                   sizeof(k), (const char *)v, sizeof(v), &err);
+    CHECK(err == NULL);
+    s = t_check_session(st, NS, "L", &GB, &d);
+    EXPECT(s == KVP_ERR_CORRUPT, "session with a bad locator: %s", kvp_status_name(s));
+    EXPECT(t_stats(st).crc_failures == 1, "counted as a bad page: %llu",
+           (unsigned long long)t_stats(st).crc_failures);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {
@@ -275,6 +313,7 @@ int main(int argc, char **argv)
         {"spill_reput", case_spill_reput},
         {"open_oom", case_open_oom},
         {"evict_oom", case_evict_oom},
+        {"bad_locator", case_bad_locator},
         {NULL, NULL},
     };
 
