@@ -32,6 +32,14 @@
 /* Requests of one connection held at once (the one running + those waiting behind it); more are
  * answered KVP_ERR_BUSY at once. libkvpack keeps at most 8 in flight per connection. */
 #define NODE_CONN_QUEUE_MAX 256u
+/* Replies a connection has not taken yet (its sends in flight: a client that stops reading, or
+ * reads slowly): past this its next request waits (its strand is parked) until they drain, so a
+ * client cannot make the node hold unbounded reply memory with small requests. 8 GET_PAGES of
+ * the client's default 4 MiB batches stay well under it. */
+#define NODE_CONN_UNSENT_MAX (64u << 20)
+/* The most page bytes one reply carries whatever the request asks (at least one page): the
+ * client asks again for the rest, as for any short reply. */
+#define NODE_REPLY_MAX (64u << 20)
 
 typedef struct {
     kvp_xfer_h  x;
@@ -46,6 +54,7 @@ typedef struct {
     uint32_t    max_reply_pages; /* bounded by the transport's header limit */
     uint32_t    max_list;        /* LIST entries per reply, bounded the same way */
     kvp_node_obs_t obs;          /* state and counters for /health and /metrics */
+    struct node_strand *parked;  /* strands waiting for their replies to drain */
 } node_t;
 
 /* Everything a reply pins until its send completes. */
@@ -78,10 +87,12 @@ typedef struct node_job {
 
 /* A connection's unanswered requests in arrival order (kvp_xfer_conn_user): the head runs, the
  * rest wait. Freed when it empties; touched on the transport thread only. */
-typedef struct {
-    node_job_t *head, *tail;
-    uint32_t    len;    /* jobs in it, head included */
-    int         warned; /* a refusal was logged (once per strand) */
+typedef struct node_strand {
+    node_job_t         *head, *tail;
+    uint32_t            len;       /* jobs in it, head included */
+    int                 warned;    /* a refusal was logged (once per strand) */
+    int                 parked;    /* waits for its connection's replies to drain */
+    struct node_strand *park_next; /* in node_t.parked */
 } node_strand_t;
 
 /* ---- private: replies ---- */
@@ -230,6 +241,9 @@ static kvp_status_t pages_gather(node_t *n, uint64_t ns, const kvp_key128_t *key
 
     if (room > n->max_reply_pages) {
         room = n->max_reply_pages;
+    }
+    if (max_bytes > NODE_REPLY_MAX) {
+        max_bytes = NODE_REPLY_MAX;
     }
     for (uint32_t i = 0; i < room; i++) {
         uint64_t       item = start + (uint64_t)i;
@@ -636,14 +650,38 @@ static node_job_t *job_finish(node_t *n, node_job_t *job)
     return next;
 }
 
+/* A strand whose connection holds NODE_CONN_UNSENT_MAX of replies not taken yet (unless the
+ * node is stopping: then everything is answered, and the transport cancels what is not taken). */
+static int strand_must_wait(const node_t *n, const node_job_t *job)
+{
+    return !n->stopping && kvp_xfer_conn_unsent(job->conn) >= NODE_CONN_UNSENT_MAX;
+}
+
 /* Transport thread: run a connection's strand from job on. job_inline ones are answered here;
- * the first other one goes to a worker and its completion continues the strand. Jobs of a
- * connection that failed meanwhile are not run (no one would get the reply). */
+ * the first other one goes to a worker and its completion continues the strand, unless the
+ * connection's replies are not being taken: then the strand is parked until they drain
+ * (node_resume_parked). Jobs of a connection that failed meanwhile are not run (no one would get
+ * the reply). */
 static void strand_run(node_t *n, node_job_t *job)
 {
     while (job != NULL) {
         int alive = kvp_xfer_conn_status(job->conn) == KVP_OK;
 
+        if (alive && !job_inline(job) && strand_must_wait(n, job)) {
+            node_strand_t *st = kvp_xfer_conn_user(job->conn);
+
+            if (!st->warned) {
+                KVP_LOG_WARN(MOD, "%s has %zu bytes of replies not taken yet: its next requests "
+                             "wait", kvp_xfer_conn_peer(job->conn),
+                             kvp_xfer_conn_unsent(job->conn));
+                st->warned = 1;
+            }
+            st->parked    = 1;
+            st->park_next = n->parked;
+            n->parked     = st;
+            kvp_node_obs_parked(&n->obs);
+            return;
+        }
         if (alive && !job_inline(job)) {
             kvp_node_work_submit(n->work, &job->link);
             return;
@@ -665,6 +703,29 @@ static void node_take_done(node_t *n)
 
         strand_run(n, job_finish(n, (node_job_t *)link));
         link = next;
+    }
+}
+
+/* Transport thread: parked strands whose replies drained (or whose connection failed: its jobs
+ * are then finished unanswered) run again. */
+static void node_resume_parked(node_t *n)
+{
+    node_strand_t *st = n->parked;
+
+    n->parked = NULL;
+    while (st != NULL) {
+        node_strand_t *next = st->park_next;
+        node_job_t    *head = st->head;
+
+        st->park_next = NULL;
+        if (kvp_xfer_conn_status(head->conn) == KVP_OK && strand_must_wait(n, head)) {
+            st->park_next = n->parked; /* still waiting */
+            n->parked     = st;
+        } else {
+            st->parked = 0;
+            strand_run(n, head);
+        }
+        st = next;
     }
 }
 
@@ -949,8 +1010,9 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         }
     }
     while (!*stop) {
-        kvp_xfer_wait(n.x, 100);
+        kvp_xfer_wait(n.x, n.parked != NULL ? 10 : 100); /* parked: see their replies drain */
         node_take_done(&n);
+        node_resume_parked(&n);
     }
     KVP_LOG_INFO(MOD, "shutting down after %llu requests",
                  (unsigned long long)atomic_load(&n.requests));
@@ -962,6 +1024,7 @@ err_xfer:
     while (n.work != NULL && n.outstanding > 0) {
         kvp_xfer_wait(n.x, 10);
         node_take_done(&n);
+        node_resume_parked(&n); /* stopping: parked strands run now */
     }
     kvp_node_work_stop(n.work);
     kvp_xfer_destroy(n.x);

@@ -301,6 +301,10 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
                               op_label(op), (double)busy[op] / 1e9);
     }
     duration_family(obs, r, busy);
+    family(r, "kvpack_reply_waits_total", "counter",
+           "Requests held back because their connection had 64 MiB of replies not taken yet");
+    kvp_http_reply_printf(r, "kvpack_reply_waits_total %llu\n",
+                          (unsigned long long)load(&obs->reply_waits));
 }
 
 /* ---- API ---- */
@@ -317,6 +321,11 @@ void kvp_node_obs_init(kvp_node_obs_t *obs)
 void kvp_node_obs_cleanup(kvp_node_obs_t *obs)
 {
     pthread_mutex_destroy(&obs->store_mu);
+}
+
+void kvp_node_obs_parked(kvp_node_obs_t *obs)
+{
+    atomic_fetch_add_explicit(&obs->reply_waits, 1, memory_order_relaxed);
 }
 
 void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state)

@@ -40,6 +40,7 @@ typedef struct {
     /* requests counted under the first bound >= their busy_ns, not cumulative; last slot: +Inf */
     atomic_uint_fast64_t busy_hist[KVP_NODE_OBS_OPS][KVP_NODE_OBS_BUCKETS + 1];
     atomic_int       etcd_registered; /* -1: no --etcd; else 1 while the etcd key is alive */
+    atomic_uint_fast64_t reply_waits; /* a connection's request held back: replies not taken */
 } kvp_node_obs_t;
 
 void kvp_node_obs_init(kvp_node_obs_t *obs);
@@ -53,6 +54,9 @@ void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store);
  * status and bytes (header + data) was sent. */
 void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint64_t busy_ns);
 void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, uint64_t bytes);
+
+/* Transport thread: a connection's next request waits for its replies to be taken. */
+void kvp_node_obs_parked(kvp_node_obs_t *obs);
 
 /* kvp_http_route_cb_t with arg = the kvp_node_obs_t: GET /health, GET /metrics, else 404. */
 void kvp_node_obs_route(void *obs, const char *path, kvp_http_reply_t *reply);

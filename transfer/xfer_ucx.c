@@ -67,6 +67,7 @@ struct kvp_xfer_conn {
     char                  peer[64];
     struct kvp_xfer_conn *dead_next;
     void                 *user;      /* kvp_xfer_conn_set_user */
+    size_t                unsent;    /* bytes of its sends UCX has not completed */
 };
 
 struct kvp_xfer {
@@ -110,6 +111,7 @@ typedef struct send_req {
     void              *stage;     /* contiguous copy of a multi-iov payload (bulk buffer) */
     size_t             stage_cap;
     ucp_dt_iov_t      *iov;       /* an eager multi-iov payload, packed by UCX from its pieces */
+    size_t             bytes;     /* header and payload, counted in conn->unsent */
 } send_req_t;
 
 /* ---- private: bulk buffers ----
@@ -428,6 +430,7 @@ static void send_finish(send_req_t *s, kvp_status_t status)
     if (s->next != NULL) {
         s->next->prev = s->prev;
     }
+    s->conn->unsent -= s->bytes;
     if (s->cb != NULL) {
         s->cb(s->arg, status);
     }
@@ -1004,6 +1007,8 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
         }
         return status;
     }
+    s->bytes      = hdr_len + total;
+    conn->unsent += s->bytes;
     s->prev = NULL; /* UCX calls send_done_cb from a later progress, never from the send */
     s->next = x->sends;
     if (x->sends != NULL) {
@@ -1115,6 +1120,8 @@ void kvp_xfer_conn_set_user(kvp_xfer_conn_h conn, void *user)
 {
     conn->user = user;
 }
+
+size_t kvp_xfer_conn_unsent(kvp_xfer_conn_h conn) { return conn->unsent; }
 
 void *kvp_xfer_conn_user(kvp_xfer_conn_h conn)
 {

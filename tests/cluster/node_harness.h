@@ -276,7 +276,10 @@ typedef struct {
     kvp_xfer_conn_h conn;
     kvp_wire_rep_t  rep;    /* the last reply */
     kvp_status_t    unpack; /* how it unpacked */
-    int             got;
+    int             got;    /* replies since test_raw_call (or open) */
+    int             n_ok;   /* replies that unpacked with status OK, since open */
+    uint64_t        pages;  /* pages those carried */
+    size_t          data;   /* and their data bytes */
 } test_raw_t;
 
 static inline void test_raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
@@ -287,8 +290,14 @@ static inline void test_raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h
 
     (void)conn;
     kvp_xfer_msg_data(msg, &dl);
+    kvp_wire_rep_clear(&r->rep);
     r->unpack = kvp_wire_rep_unpack(h, hl, dl, &r->rep);
-    r->got    = 1;
+    if (r->unpack == KVP_OK && r->rep.status == KVP_OK) {
+        r->n_ok++;
+        r->pages += r->rep.n_pages;
+        r->data += dl;
+    }
+    r->got++;
     kvp_xfer_msg_release(msg);
 }
 
