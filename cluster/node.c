@@ -964,6 +964,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         xp.field_mask   |= KVP_XFER_PARAM_MAX_MSG;
         xp.max_msg_bytes = params->max_msg_bytes;
     }
+    if (fm & KVP_NODE_PARAM_RECV_TIMEOUT) {
+        xp.field_mask     |= KVP_XFER_PARAM_RECV_TIMEOUT;
+        xp.recv_timeout_ms = params->recv_timeout_s * 1000u;
+    }
     s = kvp_xfer_create(&xp, &n.x);
     if (s != KVP_OK) {
         goto err_store;

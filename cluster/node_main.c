@@ -74,6 +74,10 @@ static void usage(const char *prog, FILE *out)
             "                          (0 = off; default 4x the index memtable: DRAM budget / 2,\n"
             "                          16..256)\n"
             "  --max-msg BYTES         largest request accepted (default 256M)\n"
+            "  --recv-timeout S        a request whose data has not all arrived S seconds after\n"
+            "                          it began (plus 1 s per 10 MB) closes its connection, so a\n"
+            "                          stalled client cannot hold the receive budget (4x\n"
+            "                          --max-msg) from the others (1..3600, default 30)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
@@ -156,7 +160,9 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 {"--scrub-mib-s", 0, 4096, KVP_NODE_PARAM_SCRUB_MIB, "0..4096 MiB/s (0: off)",
                  &p.scrub_mib_s},
                 {"--disk-reserve-mib", 0, 1u << 20, KVP_NODE_PARAM_DISK_RESERVE, "0..1048576 MiB",
-                 &p.disk_reserve_mib}};
+                 &p.disk_reserve_mib},
+                {"--recv-timeout", 1, 3600, KVP_NODE_PARAM_RECV_TIMEOUT, "1..3600 seconds",
+                 &p.recv_timeout_s}};
         size_t k = 0;
 
         while (k < sizeof(nums) / sizeof(nums[0]) &&

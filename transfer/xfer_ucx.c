@@ -54,6 +54,9 @@ struct kvp_xfer_msg {
     size_t               reserved;   /* bytes counted in x->rx_reserved */
     msg_state_t          state;
     kvp_status_t         status;
+    uint64_t             deadline_ns; /* MSG_RECVING: its connection fails past this */
+    struct kvp_xfer_msg *rprev, *rnext; /* in x->recving while its data is being received */
+    int                  in_recving;
 };
 
 struct kvp_xfer_conn {
@@ -90,6 +93,9 @@ struct kvp_xfer {
     struct kvp_xfer_conn *conns;
     struct kvp_xfer_conn *dead;      /* failed connections to report */
     struct kvp_xfer_msg  *pending;   /* MSG_NEED_RECV */
+    struct kvp_xfer_msg  *recving;   /* MSG_RECVING with a UCX request, by start (newest first) */
+    uint64_t              recv_timeout_ns;
+    uint64_t              recv_check_ns; /* next look at the deadlines */
     struct send_req      *sends;     /* sends UCX has not completed yet */
     struct kvp_xfer_msg  *ready_head, *ready_tail;
     ucp_conn_request_h    accept_q[64];
@@ -297,21 +303,12 @@ static void ep_close(kvp_xfer_conn_h conn)
 /* arg is the xfer, not the connection: with UCP_ERR_HANDLING_MODE_NONE, UCX 1.13 may still
  * report an error for an endpoint we already force-closed (and freed the connection of), so the
  * connection is looked up among the open ones and a report for a closed one is ignored. */
-static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
+/* The connection failed (status, unless it had failed already): queued for report_dead, which
+ * tells the user and closes a server connection. */
+static void conn_fail(kvp_xfer_conn_h conn, kvp_status_t status)
 {
-    kvp_xfer_conn_h conn = conn_find(arg, ep);
-
-    if (conn == NULL) {
-        KVP_LOG_DEBUG(MOD, "error on a closed endpoint ignored: %s", ucs_status_string(st));
-        return;
-    }
     if (conn->status == KVP_OK) {
-        conn->status = status_from_ucs(st);
-        if (conn->status == KVP_OK || conn->status == KVP_INPROGRESS ||
-            conn->status == KVP_ERR_CANCELED) {
-            conn->status = KVP_ERR_PEER_GONE;
-        }
-        KVP_LOG_INFO(MOD, "connection %s failed: %s", conn->peer, ucs_status_string(st));
+        conn->status = status;
     }
     if (!conn->dead_queued) {
         conn->dead_queued = 1;
@@ -319,6 +316,24 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
         conn->dead_next = conn->x->dead;
         conn->x->dead   = conn;
     }
+}
+
+static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    kvp_xfer_conn_h conn = conn_find(arg, ep);
+    kvp_status_t    status = status_from_ucs(st);
+
+    if (conn == NULL) {
+        KVP_LOG_DEBUG(MOD, "error on a closed endpoint ignored: %s", ucs_status_string(st));
+        return;
+    }
+    if (conn->status == KVP_OK) {
+        KVP_LOG_INFO(MOD, "connection %s failed: %s", conn->peer, ucs_status_string(st));
+    }
+    if (status == KVP_OK || status == KVP_INPROGRESS || status == KVP_ERR_CANCELED) {
+        status = KVP_ERR_PEER_GONE;
+    }
+    conn_fail(conn, status);
 }
 
 static void conn_request_cb(ucp_conn_request_h req, void *arg)
@@ -404,10 +419,27 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
     return UCS_OK;
 }
 
+static void recving_unlink(struct kvp_xfer_msg *m)
+{
+    if (!m->in_recving) {
+        return;
+    }
+    if (m->rprev != NULL) {
+        m->rprev->rnext = m->rnext;
+    } else {
+        m->x->recving = m->rnext;
+    }
+    if (m->rnext != NULL) {
+        m->rnext->rprev = m->rprev;
+    }
+    m->in_recving = 0;
+}
+
 static void rndv_done_cb(void *request, ucs_status_t st, size_t length, void *user_data)
 {
     struct kvp_xfer_msg *m = user_data;
 
+    recving_unlink(m);
     if (st != UCS_OK) {
         m->status = status_from_ucs(st);
     } else if (length != m->data_len) {
@@ -557,6 +589,40 @@ static unsigned rndv_start(kvp_xfer_h x)
         } else if (UCS_PTR_IS_ERR(req)) {
             m->status = status_from_ucs(UCS_PTR_STATUS(req));
             ready_push(x, m);
+        } else { /* its data on the way: 100 ns a byte is 10 MB/s */
+            m->deadline_ns = kvp_time_ns() + x->recv_timeout_ns + 100 * (uint64_t)m->data_len;
+            m->rprev       = NULL;
+            m->rnext       = x->recving;
+            if (x->recving != NULL) {
+                x->recving->rprev = m;
+            }
+            x->recving    = m;
+            m->in_recving = 1;
+        }
+    }
+    return n;
+}
+
+/* A sender that stalls mid-message would hold its share of the receive budget (x->rx_reserved)
+ * for as long as its connection lives, and a stopped process's TCP still answers keepalives:
+ * past its deadline the message's connection fails (KVP_ERR_TIMEOUT); closing it ends the
+ * receive with an error, which frees the budget. Looked at every 100 ms. */
+static unsigned recv_deadlines(kvp_xfer_h x)
+{
+    uint64_t now;
+    unsigned n = 0;
+
+    if (x->recving == NULL || (now = kvp_time_ns()) < x->recv_check_ns) {
+        return 0;
+    }
+    x->recv_check_ns = now + 100000000ull;
+    for (struct kvp_xfer_msg *m = x->recving; m != NULL; m = m->rnext) {
+        if (now > m->deadline_ns && m->conn->status == KVP_OK) {
+            KVP_LOG_WARN(MOD, "the %zu data bytes of a message from %s did not arrive within "
+                         "%.1f s: connection closed", m->data_len, m->conn->peer,
+                         (double)(x->recv_timeout_ns + 100 * (uint64_t)m->data_len) / 1e9);
+            conn_fail(m->conn, KVP_ERR_TIMEOUT);
+            n++;
         }
     }
     return n;
@@ -631,6 +697,8 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     }
     x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
     x->max_rx      = 4 * x->max_msg;
+    x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
+                                                                         : 30000u);
     x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
     x->conn_cb     = (fm & KVP_XFER_PARAM_CONN_CB) ? params->conn_cb : NULL;
     x->cb_arg      = (fm & KVP_XFER_PARAM_CB_ARG) ? params->cb_arg : NULL;
@@ -1062,6 +1130,7 @@ unsigned kvp_xfer_progress(kvp_xfer_h x)
     }
     n += accept_pending(x);
     n += rndv_start(x);
+    n += recv_deadlines(x);
     n += report_dead(x);
     n += deliver_ready(x);
     return n;

@@ -39,9 +39,10 @@ static inline void test_node_mkdir(test_node_t *n)
     CHECK(mkdtemp(n->dir) != NULL);
 }
 
-/* Start kvpackd on 127.0.0.1:port (0: any free one) with data in n->dir/data; waits up to 30 s
- * for its ready file. */
-static inline void test_node_start_at(test_node_t *n, uint16_t port, const char *extra_arg)
+/* Start kvpackd on 127.0.0.1:port (0: any free one) with data in n->dir/data and up to two more
+ * arguments (NULL: none); waits up to 30 s for its ready file. */
+static inline void test_node_start_args(test_node_t *n, uint16_t port, const char *extra_arg,
+                                        const char *extra_arg2)
 {
     char   ready[300], data[300], listen[32];
     double end;
@@ -63,7 +64,8 @@ static inline void test_node_start_at(test_node_t *n, uint16_t port, const char 
             dup2(fd, 1); /* the "listening on" line */
         }
         execl(KVPACKD_PATH, "kvpackd", "--listen", listen, "--data-dir", data,
-              "--ready-file", ready, "--dram-budget", "256M", extra_arg, (char *)NULL);
+              "--ready-file", ready, "--dram-budget", "256M", extra_arg, extra_arg2,
+              (char *)NULL);
         _exit(127);
     }
     end = kvp_time_s() + 30;
@@ -79,9 +81,14 @@ static inline void test_node_start_at(test_node_t *n, uint16_t port, const char 
     snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%u", n->port);
 }
 
+static inline void test_node_start_at(test_node_t *n, uint16_t port, const char *extra_arg)
+{
+    test_node_start_args(n, port, extra_arg, NULL);
+}
+
 static inline void test_node_start(test_node_t *n, const char *extra_arg)
 {
-    test_node_start_at(n, 0, extra_arg);
+    test_node_start_args(n, 0, extra_arg, NULL);
 }
 
 /* SIGTERM and wait; returns the exit status (or 128 + signal). */

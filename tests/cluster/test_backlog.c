@@ -3,7 +3,9 @@
  * budget, sent without reading the replies. The node caps each reply (64 MiB of pages) and holds
  * the connection's next request back while 64 MiB of its replies are not taken, so its memory
  * stays bounded (it grew by ~250 MiB per request before); another client is served meanwhile;
- * once the first one reads, every request is answered. */
+ * once the first one reads, every request is answered. And a client that starts large puts and
+ * stops sending their data: the node closes its connection after --recv-timeout, so the receive
+ * budget it held serves the other clients again. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -28,6 +30,107 @@ static long rss_mib(pid_t pid)
     fclose(f);
     CHECK(kb >= 0);
     return kb / 1024;
+}
+
+static void send_status(void *arg, kvp_status_t status) { *(kvp_status_t *)arg = status; }
+
+/* One raw PUT_PAGES of n bytes (garbage: a rendezvous message the node takes, then refuses as a
+ * bad page), without waiting for anything */
+static void raw_put(test_raw_t *r, uint64_t req_id, const uint8_t *data, uint32_t n,
+                    kvp_status_t *sent)
+{
+    kvp_wire_req_t req;
+    kvp_xfer_iov_t iov = {data, n};
+    uint32_t       plen[1] = {n};
+    uint8_t       *hdr;
+    size_t         hl;
+    kvp_status_t   s;
+
+    memset(&req, 0, sizeof(req));
+    req.op        = KVP_WIRE_OP_PUT_PAGES;
+    req.req_id    = req_id;
+    req.ns        = NS;
+    req.n_pages   = 1;
+    req.page_lens = plen;
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
+    *sent = KVP_INPROGRESS;
+    s     = kvp_xfer_send(r->conn, hdr, hl, &iov, 1, sent != NULL ? send_status : NULL, sent);
+    CHECK(s == KVP_INPROGRESS || s == KVP_OK);
+    if (s == KVP_OK) {
+        *sent = KVP_OK;
+    }
+    kvp_free(hdr);
+}
+
+/* A client process that starts four rendezvous puts of 7.5 MiB (the whole receive budget of a
+ * node with --max-msg 8M) and is then stopped (SIGSTOP: a paused process's TCP still answers):
+ * the node gives up on them after --recv-timeout (1 s, +0.75 s for the size) and closes that
+ * connection, so another client's 4 MiB messages are taken again (before, they were refused
+ * ERR_BUSY for as long as the stopped process lived). */
+static void stalled_sender(void)
+{
+    test_node_t    node;
+    test_raw_t     other;
+    kvp_wire_req_t req;
+    uint8_t       *data, *hdr;
+    size_t         hl;
+    kvp_status_t   sent = KVP_INPROGRESS;
+    int            busy = 0, st;
+    pid_t          child, parent = getpid();
+    double         end;
+
+    test_node_mkdir(&node);
+    test_node_start_args(&node, 0, "--max-msg=8M", "--recv-timeout=1");
+    data = kvp_calloc(1, 8u << 20, "stalled data");
+    CHECK(data != NULL);
+    memset(&req, 0, sizeof(req));
+    req.op     = KVP_WIRE_OP_STAT;
+    req.req_id = 1;
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
+    child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        test_raw_t raw;
+        kvp_status_t ignored;
+
+        kvp_test_child_of(parent);
+        test_raw_open(&raw, node.port);
+        test_raw_call(&raw, hdr, hl, NULL, 0); /* connected */
+        for (int r = 0; r < 4; r++) {
+            raw_put(&raw, 10 + (uint64_t)r, data, (7u << 20) + (512u << 10), &ignored);
+        }
+        raise(SIGSTOP); /* paused before the node pulls the data */
+        _exit(0);
+    }
+    CHECK(waitpid(child, &st, WUNTRACED) == child && WIFSTOPPED(st));
+    test_raw_open(&other, node.port);
+    test_raw_call(&other, hdr, hl, NULL, 0);
+    end = kvp_time_s() + 20; /* the node gives up on the stopped one after 1.75 s */
+    for (;;) {
+        double wait_end = kvp_time_s() + 10;
+
+        other.got = 0;
+        raw_put(&other, 100 + (uint64_t)busy, data, 4u << 20, &sent);
+        while (sent != KVP_ERR_BUSY && !other.got && kvp_time_s() < wait_end) {
+            kvp_xfer_wait(other.x, 20);
+        }
+        if (sent != KVP_ERR_BUSY || kvp_time_s() > end) {
+            break;
+        }
+        busy++;
+        usleep(200000);
+    }
+    printf("stalled sender: another client's 4 MiB put answered %s after %d refusals (busy)\n",
+           other.got ? kvp_status_name(other.rep.status) : "(no reply)", busy);
+    EXPECT(other.got && sent != KVP_ERR_BUSY, "refused while a sender is stopped: %s",
+           kvp_status_name(sent));
+    test_raw_close(&other);
+    kill(child, SIGKILL);
+    CHECK(waitpid(child, &st, 0) == child);
+    EXPECT(test_node_stop(&node, SIGTERM) == 0, "node exit");
+    test_node_rmdir(&node);
+    kvp_free(hdr);
+    kvp_free(data);
 }
 
 int main(void)
@@ -120,8 +223,9 @@ int main(void)
     EXPECT(raw.data <= (size_t)NREQ * (64u << 20), "data %zu", raw.data);
     test_raw_close(&raw);
     kvp_client_destroy(c);
-    test_node_stop(&node, SIGTERM);
+    EXPECT(test_node_stop(&node, SIGTERM) == 0, "node exit");
     test_node_rmdir(&node);
+    stalled_sender();
     kvp_free(keys);
     kvp_free(page);
     kvp_free(k);

@@ -35,6 +35,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_SEGMENT_MIB   = KVP_BIT(15),
     KVP_NODE_PARAM_SCRUB_MIB     = KVP_BIT(16),
     KVP_NODE_PARAM_DISK_RESERVE  = KVP_BIT(17),
+    KVP_NODE_PARAM_RECV_TIMEOUT  = KVP_BIT(18),
 };
 
 #define KVP_NODE_SCRUB_MIB_S 4u /* default scrubbing rate of a node with a data dir */
@@ -67,6 +68,9 @@ typedef struct kvp_node_params {
     uint32_t         scrub_mib_s;   /* scrubbing rate in MiB/s, 0 = off; default 4 */
     uint32_t         disk_reserve_mib; /* disk reserve (kvp_store_params_t disk_reserve), 0 =
                                         * off; default the store's */
+    uint32_t         recv_timeout_s; /* a request whose data has not all arrived this long after
+                                      * it began (+1 s per 10 MB) closes its connection
+                                      * (kvp_xfer_params_t recv_timeout_ms); default 30 */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on

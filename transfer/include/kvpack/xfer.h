@@ -48,6 +48,7 @@ enum kvp_xfer_params_field {
     KVP_XFER_PARAM_CONN_CB     = KVP_BIT(2),
     KVP_XFER_PARAM_CB_ARG      = KVP_BIT(3),
     KVP_XFER_PARAM_PEER_ERRORS = KVP_BIT(4),
+    KVP_XFER_PARAM_RECV_TIMEOUT = KVP_BIT(5),
 };
 
 typedef struct kvp_xfer_params {
@@ -61,6 +62,11 @@ typedef struct kvp_xfer_params {
     int                peer_errors;   /* default 1 (UCP_ERR_HANDLING_MODE_PEER), or 0 when
                                          KVP_UCX_ERR_MODE=none; KVP_UCX_ERR_MODE other than
                                          peer|none makes kvp_xfer_create fail (INVALID) */
+    uint32_t           recv_timeout_ms; /* a rendezvous message whose data has not all arrived
+                                         this long after it began (plus 1 s per 10 MB of it)
+                                         fails its connection with KVP_ERR_TIMEOUT: a sender
+                                         that stalls mid-message (a paused process, a hostile
+                                         one) cannot hold the receive budget; default 30000 */
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
