@@ -54,8 +54,11 @@ enum kvp_xfer_params_field {
 typedef struct kvp_xfer_params {
     uint64_t           field_mask;    /* MUST be first */
     size_t             max_msg_bytes; /* data bytes accepted per message; default 256 MiB.
-                                         At most 4x this much received data may be held
-                                         (unreleased) at once; more is refused with BUSY. */
+                                         At most 4x this much rendezvous data may be received
+                                         or held (unreleased) at once; more is refused with
+                                         BUSY. Eager messages (under 1 MiB) are not counted:
+                                         UCX has them before the callback can refuse; a user
+                                         bounds them per connection (the node: 256 queued). */
     kvp_xfer_recv_cb_t recv_cb;       /* default: drop messages */
     kvp_xfer_conn_cb_t conn_cb;       /* default: none */
     void              *cb_arg;
