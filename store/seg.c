@@ -769,6 +769,21 @@ uint64_t kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
     return f->live <= 0 && f->id != s->active && f->pending == 0 ? seg_unlink(s, f) : 0;
 }
 
+uint64_t kvp_segs_hold(kvp_segs_t *s, uint64_t seg, int delta)
+{
+    seg_file_t *f = seg_find(s, seg);
+
+    if (f == NULL) {
+        return 0;
+    }
+    if (delta > 0) {
+        f->pending++;
+        return 0;
+    }
+    f->pending--;
+    return kvp_segs_live_add(s, seg, 0);
+}
+
 uint64_t kvp_segs_next(kvp_segs_t *s, uint64_t after)
 {
     for (size_t i = 0; i < s->nfiles; i++) { /* sorted by id */

@@ -80,6 +80,11 @@ void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
  * deleted. A segment that is not the active one and reaches zero is unlinked; returns the file
  * bytes that gave back (0 when none). */
 uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* A hold on a file whose written bytes are not named yet, across a step that drops the lock (a
+ * commit whose records are retried after the db is opened again): +1 keeps it as an open
+ * reservation does (no unlink, no compaction); -1 lets it go, unlinked then if nothing in it is
+ * live and it is not the active one (file bytes given back returned, as live_add). */
+uint64_t kvp_segs_hold(kvp_segs_t *segs, uint64_t seg, int delta);
 /* The next segment made ahead, so a roll under the tier's lock only switches files: want (locked)
  * says whether one should be made now (the active file is half full and there is none) and hands
  * out its id and the directory; create (no lock) makes the file durable and returns its fd (-1:

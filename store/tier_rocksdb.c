@@ -935,11 +935,21 @@ static kvp_status_t commit_segments(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier
     return status;
 }
 
+/* A hold (+1) on, or its release (-1) from, the segment files of the batch's written pages
+ * (kvp_segs_hold), t->mu held. */
+static void commit_hold(kvp_tier_t *t, const kvp_tier_batch_t *b, int delta)
+{
+    for (size_t i = 0; i < b->nputs; i++) {
+        (void)kvp_segs_hold(t->segs, b->puts[i].ext.seg, delta);
+    }
+}
+
 kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_mode_t mode)
 {
     kvp_status_t status;
     uint64_t     gen;
     bool         admitted, stopped = false; /* stopped: RocksDB refused the write for space */
+    bool         written = false, retry;
 
     if (b->nomem) {
         KVP_LOG_ERROR(MOD, "no memory to keep a batch of %zu bytes", b->bytes);
@@ -954,31 +964,42 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     status   = tier_space_admit(t, b->bytes); /* refused: nothing written, the reserve kept */
     admitted = status == KVP_OK;
     if (admitted) {
-        status = commit_segments(t, b, mode);
+        status  = commit_segments(t, b, mode);
+        written = status == KVP_OK;
         if (status == KVP_OK) {
             status  = commit_records(t, b, mode);
             stopped = status == KVP_ERR_NO_SPACE;
         }
     }
     t->reclaim = t->reclaim || (status == KVP_OK && t->full && b->bytes == 0 && b->nops > 0);
+    retry      = status == KVP_ERR_CORRUPT || (admitted && status == KVP_ERR_NO_SPACE);
+    if (retry && written) { /* its page bytes, named by no locator yet, must outlast the reopen:
+                             * another commit could otherwise unlink their file meanwhile */
+        commit_hold(t, b, 1);
+    }
     tier_unlock(t);
     tier_db_release(t);
     if (status == KVP_ERR_CORRUPT) { /* RocksDB stopped writes: a compaction met a damaged block */
         status = tier_reopen_rebuild(t, gen, "writes stopped by a damaged block");
-    } else if (admitted && status == KVP_ERR_NO_SPACE) { /* the disk filled anyway */
+    } else if (retry) { /* the disk filled anyway */
         status = tier_full_disk(t, gen, stopped);
     } else {
         return status;
     }
-    if (status == KVP_OK) { /* the db was opened again: the records once more, a batch that adds
-                             * bytes only if the reserve's admission lets it now */
-        tier_db_hold(t);
-        pthread_mutex_lock(&t->mu);
+    /* the db was opened again: the records once more, a batch that adds bytes only if the
+     * reserve's admission lets it now; then the hold goes (the file with it if nothing names
+     * its bytes after all) */
+    tier_db_hold(t);
+    pthread_mutex_lock(&t->mu);
+    if (status == KVP_OK) {
         status = b->bytes > 0 ? tier_space_admit(t, b->bytes) : KVP_OK;
         status = status == KVP_OK ? commit_records(t, b, mode) : status;
-        tier_unlock(t);
-        tier_db_release(t);
     }
+    if (written) {
+        commit_hold(t, b, -1);
+    }
+    tier_unlock(t);
+    tier_db_release(t);
     return status;
 }
 

@@ -2,7 +2,7 @@
  * run without the tier's lock: appends count as synced only once a sync that began after them
  * has ended; an append made while an unlocked sync runs stays dirty; a locked kvp_segs_sync
  * covers everything; reads through a plan see the bytes, also of a segment rolled meanwhile; the
- * spare segment made ahead of a roll. */
+ * spare segment made ahead of a roll; a hold keeps a file whose bytes are not named yet. */
 #include "seg.h"
 #include "kvpack/alloc.h"
 #include "check.h"
@@ -90,6 +90,34 @@ static void test_spare(const char *dir, void *a)
     CHECK(seg_files(dir) == before - 1);
 }
 
+/* A held file (a commit's written pages whose locators are retried after a db reopen) outlives
+ * what would unlink it, a roll away from it with nothing in it named, and a delete that takes
+ * its live bytes to zero; releasing the hold unlinks it. */
+static void test_hold(const char *dir, void *a)
+{
+    kvp_segs_t   *s;
+    kvp_seg_ext_t e, held;
+    char        **dead;
+    int           before;
+
+    CHECK_OK(kvp_segs_open(dir, 2 * KVP_SEG_ALIGN, &s)); /* a roll every 2 pages */
+    append(s, a, &e);
+    kvp_segs_live_add(s, e.seg, (int64_t)kvp_seg_span(e.len)); /* named */
+    append(s, a, &held);                                        /* written, not named yet */
+    CHECK(held.seg == e.seg);
+    kvp_segs_hold(s, held.seg, 1);
+    append(s, a, &e); /* rolls away from it */
+    CHECK(e.seg != held.seg);
+    before = seg_files(dir);
+    kvp_segs_live_add(s, held.seg, -(int64_t)kvp_seg_span(e.len)); /* its named page deleted */
+    kvp_segs_unlink_dead(dead, kvp_segs_take_dead(s, &dead));
+    CHECK(seg_files(dir) == before); /* held: still there */
+    kvp_segs_hold(s, held.seg, -1); /* the retry failed after all: nothing names it */
+    kvp_segs_unlink_dead(dead, kvp_segs_take_dead(s, &dead));
+    CHECK(seg_files(dir) == before - 1);
+    kvp_segs_close(s);
+}
+
 int main(void)
 {
     char           dir[] = "/tmp/kvp_seg_XXXXXX", cmd[64];
@@ -139,6 +167,7 @@ int main(void)
 
     kvp_segs_close(s);
     test_spare(dir, a);
+    test_hold(dir, a);
     kvp_free(a);
     kvp_free(b);
     kvp_free(out);
