@@ -613,7 +613,8 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
     return s;
 }
 
-/* APPEND; with has_chunks the session must exist holding chunks chunks; version 0: kept */
+/* APPEND; with has_chunks the session must exist holding chunks chunks (a replica's append),
+ * else it must hold a->first_pos tokens; version 0: kept */
 static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *sid,
                                 const kvp_append_t *a, int has_chunks, uint32_t chunks,
                                 uint64_t version, uint32_t *sealed_p)
@@ -651,7 +652,8 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
     req.append = (kvp_wire_append_t){(uint32_t)a->codec, a->ns_fingerprint, a->layers, a->heads,
                                      a->head_dim, a->page_tokens, (uint32_t)a->dtype, a->ntok,
                                      a->n_ids, (uint32_t *)a->ids, version, chunks,
-                                     (uint8_t)(has_chunks != 0)};
+                                     (uint8_t)(has_chunks != 0), (uint8_t)(has_chunks == 0),
+                                     a->first_pos};
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = kvp_client_call_start(client, &req, iov, 2, &call);
     s = s == KVP_OK ? kvp_client_call_wait(client, call) : s;

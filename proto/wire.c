@@ -272,6 +272,8 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         ap.version     = req->append.version;
         ap.has_chunks  = req->append.has_chunks;
         ap.chunks      = req->append.chunks;
+        ap.has_first_pos = req->append.has_first_pos;
+        ap.first_pos     = req->append.first_pos;
         r.body_case    = KVP__REQUEST__BODY_APPEND;
         r.append       = &ap;
         break;
@@ -318,7 +320,8 @@ static kvp_status_t append_from_pb(const Kvp__AppendReq *a, uint64_t data_len,
     req->append = (kvp_wire_append_t){a->codec, a->fingerprint, a->layers, a->heads, a->head_dim,
                                       a->page_tokens, a->dtype, a->ntok, (uint32_t)a->n_ids,
                                       NULL, a->has_version ? a->version : 0, a->chunks,
-                                      (uint8_t)(a->has_chunks != 0)};
+                                      (uint8_t)(a->has_chunks != 0),
+                                      (uint8_t)(a->has_first_pos != 0), a->first_pos};
     return lens_copy(a->ids, req->append.n_ids, &req->append.ids);
 }
 

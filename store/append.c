@@ -109,6 +109,7 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     size_t             row, tail_off = 0;
     kvp_key128_t       tail_key = {0, 0};
     kvp_store_get_info_t got     = {0, 0, 0}; /* got.version: the session's; an append keeps it */
+    bool                 exists  = true;
 
     if (st == NULL || sid == NULL || a == NULL) {
         KVP_LOG_ERROR(MOD, "session append with a NULL argument");
@@ -129,6 +130,7 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         cur.layers      = a->layers;
         cur.page_tokens = P;
         status          = KVP_OK;
+        exists          = false;
     } else if (status != KVP_OK) {
         return status;
     } else if (cur.layers != a->layers || cur.page_tokens != P) {
@@ -136,6 +138,18 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
                       sid, cur.layers, cur.page_tokens, a->layers, P);
         kvp_session_desc_clear(&cur);
         return KVP_ERR_INVALID;
+    }
+    if ((a->field_mask & KVP_STORE_APPEND_FIRST_POS) &&
+        (uint64_t)cur.n_chunks * P + cur.tail_tokens != a->first_pos) {
+        uint64_t have = (uint64_t)cur.n_chunks * P + cur.tail_tokens;
+
+        KVP_LOG_ERROR(MOD, "append to session %s at token %llu: it holds %llu tokens (%s)", sid,
+                      (unsigned long long)a->first_pos, (unsigned long long)have,
+                      !exists ? "it does not exist"
+                              : "an append retried after it went through, or another writer's "
+                                "came first");
+        kvp_session_desc_clear(&cur);
+        return have == 0 && !exists ? KVP_ERR_NOT_FOUND : KVP_ERR_INVALID;
     }
     if ((a->field_mask & KVP_STORE_APPEND_CHUNKS) && cur.n_chunks != a->chunks) {
         KVP_LOG_ERROR(MOD, "append to session %s: it holds %u chunks, the append expects %u (this "
@@ -229,8 +243,14 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         nd.n_tail      = rem ? a->layers : 0;
         nd.tail_len    = rem ? w.tail_len : 0;
         nd.tail        = rem ? w.tail : NULL;
-        status         = kvp_store_session_put_version(
-            st, ns, sid, &nd, (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version : got.version);
+        /* an append keeps the record's version; one that creates the session stamps it with the
+         * node's clock, as a put without a version does (version 0 would lose to any put or
+         * delete, and could not follow a tombstone) */
+        uint64_t version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
+                           : exists                                  ? got.version
+                                                                     : kvp_store_wall_ns();
+
+        status = kvp_store_session_put_version(st, ns, sid, &nd, version);
     }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "append of %u tokens to session %s failed: %s", a->ntok, sid,

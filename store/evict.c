@@ -574,8 +574,9 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
     status = kvp_store_record_unpack(blob, blen, &d, &version);
     kvp_free(blob);
     if (status == KVP_OK && (d.n_chunks != s->desc.n_chunks || d.tail_len != s->desc.tail_len ||
-                             memcmp(d.chunk_keys, s->desc.chunk_keys,
-                                    d.n_chunks * sizeof(kvp_key128_t)) != 0)) {
+                             (d.n_chunks > 0 && /* a tail-only record has no key array */
+                              memcmp(d.chunk_keys, s->desc.chunk_keys,
+                                     d.n_chunks * sizeof(kvp_key128_t)) != 0))) {
         kvp_session_desc_clear(&d);
         status = KVP_ERR_CORRUPT;
     }

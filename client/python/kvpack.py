@@ -106,7 +106,7 @@ class _Append(ctypes.Structure):
                 ("head_dim", ctypes.c_uint32), ("page_tokens", ctypes.c_uint32),
                 ("dtype", ctypes.c_int), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
                 ("ntok", ctypes.c_uint32), ("ids", ctypes.POINTER(ctypes.c_uint32)),
-                ("n_ids", ctypes.c_uint32)]
+                ("n_ids", ctypes.c_uint32), ("first_pos", ctypes.c_uint64)]
 
 
 _STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
@@ -482,7 +482,7 @@ def page_encode(params, k, v, ntok=None, dtype=None):
     return out.raw[:n.value]
 
 
-def _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype):
+def _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype, first_pos=0):
     """An append's kvp_append_t (Client.append, Cluster.append) and what it points into."""
     layers, heads, head_dim, page_tokens = (_u(x, "geometry") for x in geometry)
     kb, kn, kf = _buf(k, "k")
@@ -498,7 +498,8 @@ def _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype):
     a = _Append(_codec_id(codec), _u(ns if fingerprint is None else fingerprint,
                                      "fingerprint", 64), layers, heads, head_dim,
                 page_tokens, dt, ctypes.cast(kb, ctypes.c_void_p),
-                ctypes.cast(vb, ctypes.c_void_p), kn // row, ids_c, len(ids))
+                ctypes.cast(vb, ctypes.c_void_p), kn // row, ids_c, len(ids),
+                _u(first_pos, "first_pos", 64))
     return a, (kb, vb, ids_c)
 
 
@@ -709,15 +710,18 @@ class Client(_Handle):
         _check(status, f"get_session '{sid}'")
         return _pages_take(out)
 
-    def append(self, ns, sid, codec, geometry, k, v, ids, fingerprint=None, dtype=None):
+    def append(self, ns, sid, codec, geometry, k, v, ids, first_pos, fingerprint=None,
+               dtype=None):
         """Append tokens to session sid's fp16 tail on the node, which seals every full chunk of
         page_tokens into pages of codec (kvp_client_append: the decode->store return path; the
         next turn's prefill finds them with lookup). geometry: (layers, heads, head_dim,
         page_tokens); k, v: buffers of [layers][ntok][heads][head_dim] fp32 (or fp16 bits with
         dtype="f16"); ids: the ids of the session's current tail tokens, then the ntok new ones;
-        fingerprint: chained into chunk keys (default ns, the usual ns_fingerprint). Returns the
-        chunks sealed."""
-        a, _keep = _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype)
+        first_pos: the position of the first new token (the tokens the session holds; 0 creates
+        it): a session elsewhere refuses (KvpError ERR_INVALID), so a retry never seals tokens
+        twice; fingerprint: chained into chunk keys (default ns, the usual ns_fingerprint).
+        Returns the chunks sealed."""
+        a, _keep = _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype, first_pos)
         sealed = ctypes.c_uint32()
         _check(_L().kvp_client_append(self._handle(), _u(ns, "ns", 64), _sid(sid),
                                       ctypes.byref(a), ctypes.byref(sealed)),

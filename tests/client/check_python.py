@@ -303,8 +303,11 @@ def run_node():
             ids = list(range(5000, 5000 + P + 3))
             k1, v1 = values(L * 3 * row, 9), values(L * 3 * row, 10)
             k2, v2 = values(L * P * row, 11), values(L * P * row, 12)
-            check(c.append(nsa, "app", "fp16", g, k1, v1, ids[:3]) == 0, "3 tokens sealed a chunk")
-            check(c.append(nsa, "app", "fp16", g, k2, v2, ids) == 1, "P more did not seal one")
+            check(c.append(nsa, "app", "fp16", g, k1, v1, ids[:3], 0) == 0,
+                  "3 tokens sealed a chunk")
+            check(c.append(nsa, "app", "fp16", g, k2, v2, ids, 3) == 1, "P more did not seal one")
+            raises(lambda: c.append(nsa, "app", "fp16", g, k2, v2, ids, 3), kvpack.KvpError,
+                   {"ERR_INVALID"})  # the same append again (a retry): the session is past it
             got = c.get_session(nsa, "app")
             check(got.desc.chunk_keys == [kvpack.chunk_key(None, nsa, ids[:P])] and
                   got.desc.tail_tokens == 3 and len(got.pages) == L, f"appended record {got.desc}")
@@ -315,9 +318,10 @@ def run_node():
                 check(kvpack.page_decode(got.pages[layer])[0] == ek and
                       kvpack.page_decode(got.desc.tail_pages[layer])[0] == tk,
                       f"appended layer {layer}: the sealed page or the tail differs")
-            raises(lambda: c.append(nsa, "app", "kivi", g, k1, v1, ids[P:]), kvpack.KvpError,
-                   {"ERR_WRONG_CODEC"})
-            raises(lambda: c.append(nsa, "app", "fp16", g, k1, v1[:-1], ids[P:]), ValueError)
+            raises(lambda: c.append(nsa, "app", "kivi", g, k1, v1, ids[P:], P + 3),
+                   kvpack.KvpError, {"ERR_WRONG_CODEC"})
+            raises(lambda: c.append(nsa, "app", "fp16", g, k1, v1[:-1], ids[P:], P + 3),
+                   ValueError)
             check(c.get_session(nsa, "app").pages == got.pages, "a refused append changed it")
 
             # C CLI -> Python: `kvpack put` a .kvd, read it here, decode to eval's values

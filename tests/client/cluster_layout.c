@@ -40,6 +40,7 @@ int main(void)
     F(kvp_append_t, codec); F(kvp_append_t, ns_fingerprint); F(kvp_append_t, layers);
     F(kvp_append_t, page_tokens); F(kvp_append_t, dtype); F(kvp_append_t, k);
     F(kvp_append_t, v); F(kvp_append_t, ntok); F(kvp_append_t, ids); F(kvp_append_t, n_ids);
+    F(kvp_append_t, first_pos);
     printf("}");
     S(kvp_client_params_t);
     F(kvp_client_params_t, server); F(kvp_client_params_t, timeout_ms);

@@ -58,7 +58,8 @@ static kvp_status_t append(kvp_client_h c, const char *sid, uint32_t tail0, uint
                            uint32_t n, kvp_codec_id_t codec, uint32_t *sealed)
 {
     float       *k = tokens(0, t0, n), *v = tokens(1, t0, n);
-    kvp_append_t a = {codec, fp, L, H, D, P, KVP_DTYPE_F32, k, v, n, ids + tail0, t0 - tail0 + n};
+    kvp_append_t a = {codec, fp, L, H, D, P, KVP_DTYPE_F32, k, v, n, ids + tail0, t0 - tail0 + n,
+                      t0};
     kvp_status_t s = kvp_client_append(c, fp, sid, &a, sealed);
 
     kvp_free(k);
@@ -73,7 +74,7 @@ static kvp_status_t append_f16(kvp_client_h c, const char *sid, uint32_t n, uint
     float       *k = tokens(0, 0, n), *v = tokens(1, 0, n);
     size_t       m = (size_t)L * n * H * D;
     uint16_t    *k16 = kvp_malloc(m * sizeof(uint16_t), "t"), *v16 = kvp_malloc(m * 2, "t");
-    kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, k16, v16, n, ids, n};
+    kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, k16, v16, n, ids, n, 0};
     kvp_status_t s;
 
     for (size_t i = 0; i < m; i++) {
@@ -164,6 +165,34 @@ static uint64_t version_of(kvp_client_h c, const char *sid)
     return v;
 }
 
+/* An append that went through but whose caller retries it (a timeout after the node applied it;
+ * the node does not drop late requests): the retry names the old position, so it is refused and
+ * nothing is sealed twice, also when the tokens are a multiple of P (the ids count alone cannot
+ * tell then). A session an append creates gets the node's clock as its version (not 0, which any
+ * put or delete would beat), and an append may create again a session deleted before. */
+static void retried(kvp_client_h c)
+{
+    uint32_t sealed = 99;
+    uint64_t v;
+
+    CHECK_OK(append(c, "r", 0, 0, 5, KVP_CODEC_KIVI, &sealed)); /* a tail of 5 */
+    v = version_of(c, "r");
+    CHECK(v > 1000000000ull * 1000000000ull / 1000); /* a wall clock in ns, not 0 */
+    CHECK_OK(append(c, "r", 0, 5, P, KVP_CODEC_KIVI, &sealed)); /* tail 5 + P: seals one */
+    CHECK(sealed == 1);
+    check_session(c, "r", 1, 5 + P);
+    CHECK_ST(append(c, "r", 0, 5, P, KVP_CODEC_KIVI, &sealed), KVP_ERR_INVALID); /* the retry */
+    check_session(c, "r", 1, 5 + P);
+    CHECK_ST(append(c, "r", 5 + P, 5 + P + 1, 3, KVP_CODEC_KIVI, &sealed), KVP_ERR_INVALID);
+    CHECK_OK(kvp_client_delete_session(c, fp, "r")); /* a tombstone at the client's clock */
+    CHECK_ST(append(c, "r", 0, 3, 4, KVP_CODEC_KIVI, &sealed), KVP_ERR_NOT_FOUND); /* gone */
+    CHECK_OK(append(c, "r", 0, 0, 2 * P, KVP_CODEC_KIVI, &sealed)); /* created again, empty tail */
+    CHECK(sealed == 2 && version_of(c, "r") > v);
+    CHECK_ST(append(c, "r", 0, 0, 2 * P, KVP_CODEC_KIVI, &sealed), KVP_ERR_INVALID); /* retry */
+    check_session(c, "r", 2, 2 * P);
+    CHECK_OK(kvp_client_delete_session(c, fp, "r"));
+}
+
 /* Hand-made APPEND requests the node must refuse as PROTOCOL, the session untouched. */
 static void raw_bad(const test_node_t *n, kvp_client_h c)
 {
@@ -180,7 +209,7 @@ static void raw_bad(const test_node_t *n, kvp_client_h c)
     req.ns     = fp;
     snprintf(req.sid, sizeof(req.sid), "s");
     req.append = (kvp_wire_append_t){KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, 4, 4 + 2 * P,
-                                     ids, 0, 0, 0};
+                                     ids, 0, 0, 0, 0, 0};
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl)); /* ids: more than the tail can hold */
     test_raw_call(&r, hdr, hl, data, 2 * one);
     CHECK(r.rep.req_id == 91 && r.rep.status == KVP_ERR_PROTOCOL);
@@ -247,7 +276,7 @@ static kvp_status_t cl_append(kvp_cluster_h cl, uint32_t tail0, uint32_t t0, uin
 {
     float       *k = tokens(0, t0, n), *v = tokens(1, t0, n);
     kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, v, n, ids + tail0,
-                      t0 - tail0 + n};
+                      t0 - tail0 + n, 0}; /* a cluster append checks chunks, not first_pos */
     kvp_status_t s = kvp_cluster_append(cl, fp, "c", &a, chunks, sealed, rep);
 
     for (uint32_t i = 0; i < rep->n_tried; i++) { /* what each node said, for a failure */
@@ -288,7 +317,7 @@ static void cluster_case(void)
     }
     CHECK_OK(append(c[0], "c", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
     CHECK_OK(append(c[1], "c", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
-    CHECK(version_of(c[0], "c") == 0); /* a first append makes the record at version 0 */
+    CHECK(version_of(c[0], "c") > 0); /* a first append stamps the record with the node's clock */
 
     CHECK_OK(cl_append(cl, 0, 20, 30, 0, &sealed, &rep)); /* 50: one chunk, 18 in the tail */
     CHECK(sealed == 1 && rep.n_ok == 2);
@@ -330,7 +359,7 @@ static void cluster_case(void)
     check_session(c[0], "c", 2, 80);
     {
         float       *k = tokens(0, 0, 4), *v = tokens(1, 0, 4);
-        kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, v, 4, ids, 4};
+        kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, v, 4, ids, 4, 0};
 
         CHECK_ST(kvp_cluster_append(cl, fp, "nobody", &a, 0, &sealed, &rep), KVP_ERR_NOT_FOUND);
         CHECK(rep.n_ok == 0 && rep.n_tried == 3);
@@ -378,7 +407,8 @@ int main(void)
     CHECK_ST(append(c, "s", 32, 50, 20, KVP_CODEC_FP16, NULL), KVP_ERR_WRONG_CODEC);
     {
         float       *k = tokens(0, 50, 20), *vv = tokens(1, 50, 20);
-        kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, vv, 20, ids + 32, 38};
+        kvp_append_t a = {KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F32, k, vv, 20, ids + 32, 38,
+                          50};
 
         kvp_node_stat_t before, after;
 
@@ -401,6 +431,7 @@ int main(void)
     raw_bad(&n, c);
     check_session(c, "s", 1, 50);
     race(&n, c);
+    retried(c);
 
     /* up to FIRST in one append (two more chunks sealed), then after a restart from disk, and
      * appended to there: the session read back from the SSD tier grows a fourth chunk */

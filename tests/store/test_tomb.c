@@ -232,13 +232,15 @@ static void case_append(const char *dir)
     for (uint32_t i = 0; i < 64; i++) {
         ids[i] = 1000 + i * 7;
     }
-    CHECK_OK(append_n(st, ns, "ap", ids, 0, 0, 5));          /* creates it, version 0 */
-    CHECK_OK(kvp_store_session_get(st, ns, "ap", &d));
-    CHECK_OK(kvp_store_session_put_version(st, ns, "ap", &d, 500));
+    CHECK_OK(append_n(st, ns, "ap", ids, 0, 0, 5)); /* creates it at the store's clock */
+    CHECK_OK(kvp_store_session_get_info(st, ns, "ap", &d, &got));
+    CHECK(got.version > 0);
+    CHECK_OK(kvp_store_session_put_version(st, ns, "ap", &d, got.version + 500));
     kvp_session_desc_clear(&d);
     CHECK_OK(append_n(st, ns, "ap", ids, 5, 5, 20));          /* seals a chunk: 25 = 16 + 9 */
     CHECK_OK(kvp_store_session_get_info(st, ns, "ap", &d, &got));
-    CHECK(got.version == 500 && d.n_chunks == 1 && d.tail_tokens == 9);
+    CHECK(d.n_chunks == 1 && d.tail_tokens == 9);
+    CHECK(kvp_store_session_put_version(st, ns, "ap", &d, got.version - 1) == KVP_ERR_STALE);
     kvp_session_desc_clear(&d);
     kvp_store_close(st);
 }

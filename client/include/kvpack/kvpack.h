@@ -153,14 +153,17 @@ void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op
  * lookup). Every time the tail reaches page_tokens tokens the node seals them into pages of codec
  * (the namespace's) under the next chunk key, kvp_chunk_key(previous key, ns_fingerprint, their
  * ids). k, v: [layers][ntok][heads][head_dim] of dtype; ids: the ids of the session's current
- * tail tokens, then the ntok new ones (n_ids = tail_tokens + ntok). The first append creates the
- * session; an append keeps the record's version. *sealed_p (may be NULL): chunks sealed.
- * KVP_ERR_INVALID for a geometry that differs from the session's or a wrong ids count,
- * KVP_ERR_WRONG_CODEC for another codec than the namespace's, KVP_ERR_BAD_INPUT_DATA for NaN/Inf;
- * on an error the session is as it was. The node serialises appends, so one whose ids name a
- * shorter tail than the session has by then (another append came first) is KVP_ERR_INVALID, not a
- * lost update; a put of the same session at the same time is not ordered against one. One node:
- * over a cluster's replicas use kvp_cluster_append. */
+ * tail tokens, then the ntok new ones (n_ids = tail_tokens + ntok); first_pos: the position of
+ * the first new token, i.e. the tokens the session holds before it (sealed + tail; 0 for the
+ * first append, which creates the session, stamped with the node's clock as a put without a
+ * version is; a later append keeps the record's version). *sealed_p (may be NULL): chunks sealed.
+ * KVP_ERR_INVALID for a geometry that differs from the session's, a wrong ids count, or a session
+ * that holds another number of tokens than first_pos (an append retried after it went through,
+ * or another writer's that came first: nothing is sealed twice), KVP_ERR_NOT_FOUND when
+ * first_pos > 0 and the session is gone, KVP_ERR_WRONG_CODEC for another codec than the
+ * namespace's, KVP_ERR_BAD_INPUT_DATA for NaN/Inf; on an error the session is as it was. A put of
+ * the same session at the same time is not ordered against an append. One node: over a cluster's
+ * replicas use kvp_cluster_append. */
 typedef struct {
     kvp_codec_id_t  codec;          /* of sealed pages */
     uint64_t        ns_fingerprint; /* chained into chunk keys */
@@ -170,6 +173,8 @@ typedef struct {
     uint32_t        ntok;
     const uint32_t *ids;            /* tail_tokens + ntok ids */
     uint32_t        n_ids;
+    uint64_t        first_pos;      /* tokens the session holds before this append (checked;
+                                     * kvp_cluster_append checks its chunks instead) */
 } kvp_append_t;
 kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
                                const kvp_append_t *append, uint32_t *sealed_p);

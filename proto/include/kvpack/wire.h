@@ -58,6 +58,8 @@ typedef struct {
     uint64_t  version;     /* optional: the record's new version (0: absent, kept) */
     uint32_t  chunks;      /* with has_chunks: the session must exist with this many chunks */
     uint8_t   has_chunks;
+    uint8_t   has_first_pos;
+    uint64_t  first_pos;   /* with has_first_pos: the tokens the session holds before it */
 } kvp_wire_append_t;
 
 /* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and

@@ -328,6 +328,7 @@ kvp_status_t kvp_store_scrub(kvp_store_h store, kvp_store_scrub_t *out);
 enum kvp_store_append_field {
     KVP_STORE_APPEND_VERSION = KVP_BIT(0), /* the record takes version */
     KVP_STORE_APPEND_CHUNKS  = KVP_BIT(1), /* the session must exist and hold chunks chunks */
+    KVP_STORE_APPEND_FIRST_POS = KVP_BIT(2), /* the session must hold first_pos tokens */
 };
 
 typedef struct kvp_store_append {
@@ -349,6 +350,11 @@ typedef struct kvp_store_append {
     uint32_t        chunks;         /* CHUNKS: a replicated append's condition: the session exists
                                      * (else KVP_ERR_NOT_FOUND) holding exactly this many chunks
                                      * (else KVP_ERR_INVALID: this copy is behind or ahead) */
+    uint64_t        first_pos;      /* FIRST_POS: the tokens (sealed and tail) the session holds
+                                     * before this append, 0 for a new one: another count is
+                                     * KVP_ERR_INVALID (a retried append that went through, or
+                                     * another writer's first), or KVP_ERR_NOT_FOUND when it is
+                                     * gone; a retry can then never seal tokens twice */
 } kvp_store_append_t;
 
 /* Append (and seal full chunks). *sealed_p (may be NULL) gets the number of chunks sealed.
