@@ -29,7 +29,7 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
     struct sigaction     sa;
     const uint64_t       s_ns = 1000000000ull;
     uint64_t             gen = 0, seen = 0, changed = kvp_time_ns(), last = 0;
-    uint32_t             pass = 0;
+    uint32_t             pass = 0, n_static = 0;
     bool                 pending = true, empty_said = false;
     kvp_status_t         s;
 
@@ -59,6 +59,9 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
         }
     } else {
         snprintf(peers, sizeof(peers), "%s", o->node);
+        for (const char *c = peers; *c != '\0'; c++) { /* the list's nodes (its commas + 1) */
+            n_static += *c == ',' || c == peers;
+        }
     }
     fprintf(stderr, "kvpack repair: watching %s (r = %llu, settle %llu s, every %llu s)\n",
             o->etcd ? o->etcd : o->node, (unsigned long long)o->replicas,
@@ -67,7 +70,7 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
         uint64_t            now = kvp_time_ns();
         const char         *why = NULL;
         kvp_cli_sess_opts_t po  = *o;
-        uint32_t            n   = 1;
+        uint32_t            n   = n_static; /* etcd: its members at the pass */
 
         if (cl != NULL && kvp_cluster_sync(cl, &gen) == KVP_OK && gen != seen) {
             seen    = gen;

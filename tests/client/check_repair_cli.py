@@ -7,7 +7,7 @@ other contents. Restart X on its data dir: repair deletes the rm'ed session's co
 newer: deleted_tombstoned, nothing copied back), replaces X's old copy of the re-put session with the new
 version (replaced_stale, byte-identical to the new one), deletes the stand-in copies; every session is on
 exactly its rank's first 2 nodes (per-node ls), `ls --deleted` shows the tombstone; a second repair
-changes nothing. X dies mid-repair (the repair is stopped by KVP_REPAIR_STOP_AFTER
+changes nothing, and so does the start pass of `repair --watch` on the same static list. X dies mid-repair (the repair is stopped by KVP_REPAIR_STOP_AFTER
 while the test kills X): exit 1, no session lost a copy on the live nodes, all byte-identical; with X
 back, a last repair converges.
 usage: check_repair_cli.py KVPACK KVPACKD"""
@@ -180,6 +180,18 @@ try:
            res.get("deleted_tombstoned") == 0 and res.get("replaced_stale") == 0 and
            res.get("already_ok") == 9 and res.get("actions") == [],
            f"second repair is not a no-op: exit {rc}, {res}")
+    # the --watch agent on the static list: its start pass is the same no-op (it used to repair to
+    # 1 copy, the list's nodes uncounted, and delete every second copy as surplus)
+    p = subprocess.Popen([KVPACK, "repair", "--node", peers, "--replicas", "2", "--watch",
+                          "--json", "--timeout-ms", "5000"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    first_pass = p.stdout.readline()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    res = json.loads(first_pass) if first_pass.strip() else {}
+    expect(res.get("replicas") == 2 and res.get("deleted_surplus") == 0 and
+           res.get("already_ok") == 9 and holdings(nodes) == first2,
+           f"repair --watch --node: {res} {err.strip()}")
 
     # X dies in the middle of a repair that must delete stand-in copies
     x.kill()
