@@ -73,6 +73,14 @@ static kvp_status_t cur_put(kvp_etcd_watch_h w, const kvp_etcd_member_t *m)
     kvp_etcd_member_t *at = cur_find(w, m->addr), *grown;
 
     if (at != NULL) { /* a re-registration: same address, new lease or pid */
+        if (at->pid != m->pid || at->since != m->since) {
+            /* another process: a node restarted before its old lease ran out (its key never went
+             * away). It may have missed writes and deletes while it was down, so this is a change
+             * (a repair agent runs a pass for it) like a leave and a join. */
+            w->changed = 1;
+            KVP_LOG_INFO(MOD, "node %s restarted (pid %lld); %u nodes", m->addr,
+                         (long long)m->pid, w->n_cur);
+        }
         *at = *m;
         return KVP_OK;
     }

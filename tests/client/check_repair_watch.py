@@ -8,7 +8,8 @@ is put again with other contents. Restart the node on its port and data dir: a p
 of the rm'ed session (deleted_tombstoned), replaces its old copy of the re-put one with the new version
 (replaced_stale, byte-identical) and removes the stand-in copies (each session exactly on its rank's
 first 2 nodes again). A 4th node joins: a
-pass moves the sessions it now ranks among its first 2 onto it. SIGTERM: the agent stops at once,
+pass moves the sessions it now ranks among its first 2 onto it. That node restarted within its lease
+TTL (same key, another pid) is a membership change too: a pass follows. SIGTERM: the agent stops at once,
 exit 0; a one-shot `repair --etcd` then finds nothing to do. One JSON object per pass (--json),
 numbered, with its trigger. Exit 77 without etcd.
 usage: check_repair_watch.py KVPACK KVPACKD LIBKVPACK"""
@@ -193,6 +194,16 @@ try:
           rep["deleted_surplus"] == moved, f"pass after a 4th node joined ({moved} move): {rep}")
     now = placement(four)
     check(all(now[s] == want.get(s) for s in sids), f"not at the 4-node targets: {now} vs {want}")
+
+    # a node restarted before its lease (TTL 2 s) ran out: its key never leaves etcd, but it is
+    # another process (pid, since), which may have missed writes: a membership pass follows (it
+    # used to count as no change, leaving its stale copies until --every)
+    k_quick = next(k for k in nodes if nodes[k][1] == new)
+    nodes[k_quick][0].kill()
+    nodes[k_quick][0].wait()
+    start_node(k_quick, new.split(":")[1])
+    rep = agent.next_pass(30, "membership")
+    check(rep is not None and rep["failed"] == 0, f"no pass after a quick restart: {rep}")
 
     # SIGTERM: stops at once, exit 0
     t0 = time.time()
