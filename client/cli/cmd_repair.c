@@ -47,6 +47,7 @@ typedef struct {
     uint64_t                  fresh;      /* holders of the newest version */
     uint64_t                  tombs;      /* nodes holding a tombstone */
     uint64_t                  version;    /* the newest version over every node */
+    const uint64_t           *versions;   /* each node's record or tombstone version */
     bool                      tombstoned; /* it is a tombstone: every copy goes */
     uint32_t                  order[KVP_CLUSTER_MAX_NODES];
     uint32_t                  src; /* the node a copy comes from: first holder by rank */
@@ -152,7 +153,8 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
     kvp_status_t s;
 
     memset(pl, 0, sizeof(*pl));
-    pl->e       = e;
+    pl->e        = e;
+    pl->versions = versions;
     pl->damaged = holders & damaged;
     pl->holders = holders & ~damaged;
     pl->tombs   = tombs;
@@ -207,7 +209,17 @@ static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t *
     return s;
 }
 
-/* Put the fetched session to every node of copy_to; KVP_OK when all took it. */
+/* The version a drop of node k's copy must name: a damaged copy may be newer than every healthy
+ * one (a re-put that reached only that node, which then lost a page of it): its node still
+ * refuses anything older than its record, so it is dropped at its own version. */
+static uint64_t drop_version(const repair_plan_t *pl, uint32_t k)
+{
+    return (pl->damaged & BIT(k)) && pl->versions[k] > pl->version ? pl->versions[k] : pl->version;
+}
+
+/* Put the fetched session to every node of copy_to; KVP_OK when all took it. A damaged copy
+ * newer than the one put goes first (drop_version), else the node would refuse the put as
+ * older than what it holds, and no repair would ever heal it. */
 static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
 {
     kvp_session_pages_t *sp = NULL;
@@ -224,6 +236,19 @@ static kvp_status_t copy_all(repair_t *rp, repair_plan_t *pl)
 
         if (!(pl->copy_to & BIT(k))) {
             continue;
+        }
+        if ((rp->alive & BIT(k)) && drop_version(pl, k) > sp->version) {
+            kvp_client_h c;
+            kvp_status_t ds = kvp_cluster_client(rp->cl, k, &c);
+
+            ds = ds == KVP_OK ? kvp_client_drop_session(c, pl->e->ns, pl->e->sid,
+                                                        drop_version(pl, k))
+                              : ds;
+            if (ds != KVP_OK && ds != KVP_ERR_NOT_FOUND) {
+                first = first == KVP_OK ? node_fail(rp, pl, k, "drop of a newer damaged copy", ds)
+                                        : first;
+                continue;
+            }
         }
         s = (rp->alive & BIT(k)) ? kvp_cluster_put_node(rp->cl, k, pl->e->ns, pl->e->sid,
                                                                 (const void *const *)sp->pages,
@@ -261,7 +286,7 @@ static kvp_status_t delete_copies(repair_t *rp, repair_plan_t *pl)
         if (ds == KVP_OK) {
             ds = pl->tombstoned
                      ? kvp_client_delete_session_version(c, pl->e->ns, pl->e->sid, pl->version)
-                     : kvp_client_drop_session(c, pl->e->ns, pl->e->sid, pl->version);
+                     : kvp_client_drop_session(c, pl->e->ns, pl->e->sid, drop_version(pl, k));
         }
         if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) {
             *(pl->tombstoned ? &rp->sum.deleted_tombstoned : &rp->sum.deleted) += ds == KVP_OK;

@@ -5,7 +5,9 @@ first page is flipped in B's segment file. B back: before any get, B's scrubber 
 --scrub-mib-s 4) finds the page bad and drops it, so `kvpack ls --node A,B` shows s1 damaged on B
 within seconds; `kvpack get --node B` fails (exit 1, no file), a get over both nodes is still
 served byte-identical (from A), `kvpack repair --replicas 2` puts s1
-on B again (replaced_damaged 1), and B then serves it byte-identical and lists it healthy.
+on B again (replaced_damaged 1), and B then serves it byte-identical and lists it healthy. Then the
+damaged copy is the newest one (s2 at v2 on C only, v1 on D): repair drops it at its own version
+and copies v1 there, so the session converges instead of every repair failing ERR_STALE.
 usage: check_repair_damaged.py KVPACK KVPACKD"""
 import array
 import json
@@ -43,10 +45,10 @@ def cli(*args):
     return p.returncode, p.stdout
 
 
-def get(nodes, out):
+def get(nodes, out, sid="s1"):
     if os.path.exists(out):
         os.unlink(out)
-    rc, _ = cli("get", "--node", nodes, "--session", "s1", "--out", out)
+    rc, _ = cli("get", "--node", nodes, "--session", sid, "--out", out)
     return rc, open(out, "rb").read() if rc == 0 and os.path.exists(out) else None
 
 
@@ -102,6 +104,42 @@ try:
           f"a second repair is not a no-op: {rep}")
     stop("a")
     stop("b")
+
+    # the newest copy is the damaged one: s2 put at v1 on D, then again (other tokens) at v2 on C
+    # only, and C loses a page of it. Its data is gone, but repair must still converge: C's node
+    # refuses anything older than its v2 record, so the damaged copy is dropped at v2 before v1
+    # is copied there (every repair used to fail ERR_STALE, C answering ERR_CORRUPT for good)
+    c, d = start("c"), start("d")
+    cd = f"{c},{d}"
+    kvd2, tok2 = os.path.join(TMP, "s2.kvd"), os.path.join(TMP, "s2.tok")
+    kvptest.write_kvd(kvd2, L, T, H, D,
+                      array.array("f", (((i * 91) % 509 - 254) / 64.0 for i in range(2 * L * T * H * D))))
+    with open(tok2, "wb") as f:
+        f.write(array.array("I", range(1000, 1000 + T)).tobytes())
+    rc, _ = cli("put", "--node", d, "--session", "s2", "--kvd", kvd, "--codec", "kivi")
+    rc2, _ = cli("put", "--node", c, "--session", "s2", "--kvd", kvd2, "--codec", "kivi",
+                 "--tokens", tok2)
+    check(rc == 0 and rc2 == 0, f"puts of s2: exit {rc}, {rc2}")
+    stop("c")
+    segs = kvptest.flip_segment_byte(os.path.join(TMP, "c"))
+    check(len(segs) == 1, f"C's segment files: {segs}")
+    c = start("c")
+    cd = f"{c},{d}"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not ls(cd).get("s2", {}).get("damaged"):
+        time.sleep(0.2)
+    check(ls(cd).get("s2", {}).get("damaged_on") == [c], f"s2 not damaged on C: {ls(cd)}")
+    rc, out = cli("repair", "--node", cd, "--replicas", "2", "--json")
+    rep = json.loads(out) if out.strip() else {}
+    check(rc == 0 and rep.get("failed") == 0 and rep.get("replaced_damaged") == 1,
+          f"repair over a newer damaged copy: exit {rc} {rep}")
+    rc, got = get(c, os.path.join(TMP, "c2.kvd"), "s2")
+    check(rc == 0 and got == ref, "C does not serve the surviving version of s2 after the repair")
+    info = ls(cd).get("s2", {})
+    check(info.get("damaged") is False and sorted(info.get("nodes", [])) == sorted([c, d]),
+          f"s2 after the repair: {info}")
+    stop("c")
+    stop("d")
 finally:
     nodes.kill_all()
     shutil.rmtree(TMP, ignore_errors=True)
