@@ -183,19 +183,55 @@ static void json_key(kvp_json_t *j, const char *key)
     }
 }
 
+/* Length of the well-formed UTF-8 sequence at s (no overlong forms, no surrogates, at most
+ * U+10FFFF), 0 when the bytes there are not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0], n, cp;
+
+    if (c < 0x80) {
+        return 1;
+    }
+    n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? (c <= 0xEF ? 3 : 0) : c >= 0xC2 ? 2 : 0;
+    if (n == 0) {
+        return 0;
+    }
+    cp = c & (0x7Fu >> n);
+    for (unsigned i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) { /* also stops at the NUL */
+            return 0;
+        }
+        cp = cp << 6 | (s[i] & 0x3Fu);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+        return 0;
+    }
+    return n;
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped; UTF-8 as it is; a byte that is
+ * not part of well-formed UTF-8 (a session id may be any bytes) as \u00XX, so the output is
+ * always valid JSON text (it used to be copied raw, and one such id made every ls --json of the
+ * node unreadable). */
 static void json_escaped(FILE *out, const char *s)
 {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    const unsigned char *p = (const unsigned char *)s;
 
-        if (c == '"' || c == '\\') {
-            fprintf(out, "\\%c", c);
-        } else if (c < 0x20) {
-            fprintf(out, "\\u%04x", c);
+    fputc('"', out);
+    while (*p != '\0') {
+        size_t n = utf8_len(p);
+
+        if (*p == '"' || *p == '\\') {
+            fprintf(out, "\\%c", *p);
+        } else if (*p < 0x20 || n == 0) {
+            fprintf(out, "\\u%04x", *p);
         } else {
-            fputc(c, out);
+            fwrite(p, 1, n, out);
+            p += n;
+            continue;
         }
+        p++;
     }
     fputc('"', out);
 }

@@ -172,7 +172,7 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
     }
     if ((o->users || o->rounds || o->turn_tokens) &&
         (o->users == 0 || o->rounds == 0 || o->turn_tokens == 0 || o->trace != NULL ||
-         o->users * o->rounds > (1u << 24) || o->rounds * o->turn_tokens > (1u << 24))) {
+         o->users > (1u << 24) / o->rounds || o->turn_tokens > (1u << 24) / o->rounds)) {
         fprintf(stderr, "kvpack loadtest: synthetic mode needs --users, --rounds and "
                         "--turn-tokens (> 0, at most 2^24 requests and tokens), and no --trace\n");
         return 2;

@@ -86,6 +86,10 @@ int kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
                 cmd, (unsigned long long)o->replicas, (unsigned long long)o->replicas, nodes);
         return 2;
     }
+    if (o->timeout_ms > UINT32_MAX) { /* the client's deadline is 32 bits: never wrap it */
+        fprintf(stderr, "kvpack %s: --timeout-ms must be at most %u\n", cmd, UINT32_MAX);
+        return 2;
+    }
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
     cp.timeout_ms = o->timeout_ms ? (uint32_t)o->timeout_ms : 10000u;

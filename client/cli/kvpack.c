@@ -5,6 +5,7 @@
 #include "kvpack/version.h"
 #include "kvpack/wire.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,6 +68,17 @@ static int run_table(const cli_cmd_t *table, size_t n, int argc, char **argv)
     return 2;
 }
 
+/* A command's status, or 1 when its output could not be written (a full disk under a redirect,
+ * a closed pipe): a cut-off or empty --json file must not come with exit 0. */
+static int output_checked(int rc)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "kvpack: writing the output failed: %s\n", strerror(errno));
+        return rc != 0 ? rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
@@ -83,7 +95,7 @@ int main(int argc, char **argv)
             usage(argc < 3 ? stderr : stdout);
             return argc < 3 ? 2 : 0;
         }
-        return run_table(bench_commands, NCMD(bench_commands), argc - 2, argv + 2);
+        return output_checked(run_table(bench_commands, NCMD(bench_commands), argc - 2, argv + 2));
     }
-    return run_table(commands, NCMD(commands) - 1, argc - 1, argv + 1);
+    return output_checked(run_table(commands, NCMD(commands) - 1, argc - 1, argv + 1));
 }

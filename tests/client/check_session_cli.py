@@ -162,6 +162,27 @@ try:
     rc, _, _ = kv("get", "--session", "sh2", "--out", p("sh2_after.kvd"))
     check(rc == 0 and open(p("sh2_before.kvd"), "rb").read() ==
           open(p("sh2_after.kvd"), "rb").read(), "rm sh1 damaged sh2's shared pages")
+    # a session id that is not UTF-8 (ids are any bytes): --json output stays valid JSON text,
+    # well-formed UTF-8 as it is, other bytes as \u00XX (they used to be copied raw)
+    odd = b"caf\xc3\xa9-\xff"
+    raw = [os.fsencode(kvpack)]
+    pr = subprocess.run(raw + [b"put", b"--node", node["addr"].encode(), b"--session", odd,
+                               b"--kvd", p("a.kvd").encode(), b"--codec", b"kivi", b"--json"],
+                        capture_output=True, timeout=120, env=env)
+    check(pr.returncode == 0, f"put of a non-UTF-8 session id: exit {pr.returncode}")
+    for what, out in (("put", pr.stdout), ("ls", subprocess.run(
+            raw + [b"ls", b"--node", node["addr"].encode(), b"--json"], capture_output=True,
+            timeout=120, env=env).stdout)):
+        try:
+            j = json.loads(out.decode("utf-8"))
+        except ValueError as e:
+            check(False, f"{what} --json is not valid UTF-8 JSON: {e}")
+            continue
+        names = [j.get("session")] if what == "put" else [s["session"] for s in j["sessions"]]
+        check("caf\u00e9-\u00ff" in names, f"{what} --json: {names}")
+    pr = subprocess.run(raw + [b"rm", b"--node", node["addr"].encode(), b"--session", odd],
+                        capture_output=True, timeout=120, env=env)
+    check(pr.returncode == 0, f"rm of the non-UTF-8 session id: exit {pr.returncode}")
     bad_tokens = p("ids_short.bin")
     with open(bad_tokens, "wb") as f:
         f.write(struct.pack("<10I", *range(10)))
