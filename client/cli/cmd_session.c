@@ -246,7 +246,7 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
     kvp_cluster_report_t rep;
     kvp_cluster_list_t  *l;
     kvp_status_t         s, down = KVP_OK;
-    uint32_t             found = 0;
+    uint32_t             found = 0, shapeless = 0, other_codec = 0;
     uint64_t             second = 0;
 
     if (o->ns_hex != NULL) {
@@ -266,10 +266,17 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
         const kvp_session_info_t *e = &l->sessions[i];
         kvp_codec_id_t            cc = codec ? codec : e->codec;
 
-        if (strcmp(e->sid, o->session) != 0 ||
-            (model_id != NULL && (cc == 0 || e->ns != kvp_ns_fingerprint(model_id, e->layers,
-                                                                         e->heads, e->head_dim,
-                                                                         e->page_tokens, cc)))) {
+        if (strcmp(e->sid, o->session) != 0) {
+            continue;
+        }
+        if (model_id != NULL && (cc == 0 || e->heads == 0)) {
+            shapeless++; /* no sealed page yet: its namespace's codec and shape are not known */
+            continue;
+        }
+        if ((model_id != NULL && e->ns != kvp_ns_fingerprint(model_id, e->layers, e->heads,
+                                                             e->head_dim, e->page_tokens, cc)) ||
+            (model_id == NULL && codec != 0 && e->codec != 0 && e->codec != (uint32_t)codec)) {
+            other_codec = e->codec;
             continue;
         }
         *(found++ == 0 ? ns_p : &second) = e->ns;
@@ -281,8 +288,18 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
     if (found == 0) {
         kvp_cli_report_fail(cmd, cl, &rep, "list", "listing sessions");
         fprintf(stderr, "kvpack %s: %s: no session '%s'%s%s\n", cmd, o->node, o->session,
-                model_id != NULL ? " under that model id / codec" : "",
+                model_id != NULL || codec != 0 ? " under that model id / codec" : "",
                 down ? " on the nodes that answered" : "");
+        if (other_codec != 0 && model_id == NULL) {
+            fprintf(stderr, "kvpack %s: session '%s' holds %s pages, not %s; nothing written\n",
+                    cmd, o->session, kvp_codec_name((kvp_codec_id_t)other_codec),
+                    kvp_codec_name(codec));
+        }
+        if (shapeless > 0) {
+            fprintf(stderr, "kvpack %s: a session '%s' shorter than one page (fp16 tail pages only) "
+                            "has no codec or shape to match --model-id against: pass --ns (as "
+                            "kvpack ls prints it)\n", cmd, o->session);
+        }
         return down ? down : KVP_ERR_NOT_FOUND;
     }
     if (found > 1) {

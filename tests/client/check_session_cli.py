@@ -128,6 +128,21 @@ try:
     check(rc == 1 and "kivi" in err and not os.path.exists(p("wrong.kvd")),
           "get --codec oscar of a kivi session not refused cleanly")
 
+    # a session shorter than one page holds fp16 tail pages only: --model-id cannot find its
+    # namespace (no codec page fixed its shape); the error says so and --ns gets it
+    write_kvd(p("short.kvd"), L, 50, H, D, 4)
+    rc, _, _ = kv("put", "--session", "short", "--kvd", p("short.kvd"), "--codec", "oscar")
+    rc2, _, err = kv("get", "--session", "short", "--model-id", "kvd", "--codec", "oscar",
+                     "--out", p("short_back.kvd"))
+    check(rc == 0 and rc2 == 1 and "pass --ns" in err and not os.path.exists(p("short_back.kvd")),
+          f"get --model-id of a tail-only session: exit {rc2}: {err}")
+    ns_short = [s["ns"] for s in ls_json()["sessions"] if s["session"] == "short"]
+    rc, _, _ = kv("get", "--session", "short", "--ns", ns_short[0] if ns_short else "0",
+                  "--out", p("short_back.kvd"))
+    check(rc == 0 and open(p("short_back.kvd"), "rb").read() == open(p("short.kvd"), "rb").read(),
+          "get --ns of a tail-only session is not byte-identical")
+    rc, _, _ = kv("rm", "--session", "short")
+
     # ls: every session, paged
     lj = ls_json("--page", "2")
     names = {s["session"]: s for s in lj["sessions"]}
