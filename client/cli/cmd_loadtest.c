@@ -329,6 +329,14 @@ static int lt_peers(const lt_opts_t *o, lt_node_t *nodes, uint32_t *n_up, char *
     return *peers_p != NULL ? 0 : 1;
 }
 
+volatile sig_atomic_t kvp_lt_interrupted;
+
+static void lt_on_signal(int sig)
+{
+    (void)sig;
+    kvp_lt_interrupted = 1;
+}
+
 static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char *source)
 {
     kvp_lt_params_t p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
@@ -362,13 +370,17 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
                             "unreachable (per node in the report); exit 3\n", failures);
             rc = 3;
         }
+    } else if (rc == 0 && kvp_lt_interrupted) {
+        fprintf(stderr, "kvpack loadtest: interrupted after %u of %u requests; stopping\n",
+                res.done, w->n);
+        rc = 130;
     } else if (rc == 0) {
         fprintf(stderr, "kvpack loadtest: FAILED after %u of %u requests\n", res.done, w->n);
         rc = 1;
     }
     kvp_lt_result_free(&res);
-    for (uint32_t k = 0; k < n_up; k++) {
-        node_down(o, &nodes[k], rc == 0);
+    for (uint32_t k = 0; k < n_up; k++) { /* interrupted: nothing to look at, removed too */
+        node_down(o, &nodes[k], rc == 0 || rc == 130);
     }
     kvp_free(peers);
     return rc;
@@ -403,6 +415,14 @@ int kvp_cmd_loadtest(int argc, char **argv)
     }
     if (rc != 0) {
         return 1;
+    }
+    {
+        struct sigaction sa;
+
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = lt_on_signal; /* its local nodes and their files go on the way out */
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
     }
     rc = lt_replay(&o, &w, w.synthetic ? "synthetic" : (o.trace != NULL ? o.trace : trace));
     kvp_lt_workload_free(&w);

@@ -5,6 +5,7 @@
 #ifndef KVPACK_CLI_LOADTEST_H
 #define KVPACK_CLI_LOADTEST_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -16,6 +17,10 @@
 #define KVP_LT_MAX_CLIENTS  64u /* --clients: concurrent client threads, one kvp_client each */
 #define KVP_LT_MAX_NODES    KVP_CLUSTER_MAX_NODES /* --node A,B,C / --etcd / --local-nodes */
 #define KVP_LT_ADDR_MAX     264u                  /* HOST:PORT and the NUL */
+
+/* Set by SIGINT/SIGTERM during a replay: the clients stop between requests, and the command
+ * cleans up (its local nodes and their data directories) and exits 130. */
+extern volatile sig_atomic_t kvp_lt_interrupted;
 
 /* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
 uint64_t kvp_lt_mix64(uint64_t z);

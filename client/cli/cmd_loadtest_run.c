@@ -644,6 +644,9 @@ static void lt_watch(lt_shared_t *sh)
         nanosleep(&tick, NULL);
         pthread_mutex_lock(&sh->mu);
         running = sh->running;
+        if (kvp_lt_interrupted) {
+            atomic_store(&sh->stop, 1); /* the clients end after their request in flight */
+        }
         if (!atomic_load(&sh->stop)) {
             kvp_progress("loadtest", sh->res->done, sh->w->n);
         }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_loadtest.py CASE KVPACK [TRACE|KVPACKD] - `kvpack loadtest` against a real kvpackd. Cases:
 replay (300 trace requests, 3 MiB budget: hits equal this script's own prefix count, spills and
-restores, SVG parses), synthetic (users x rounds: hits per round as predicted, HTML report), errors
+restores, SVG parses), synthetic (users x rounds: hits per round as predicted, HTML report; a run
+interrupted with SIGINT exits 130 and removes its node's files), errors
 (malformed lines named by file:line, bad options, a --report that cannot be written, refused
 before the run), dead_node (node SIGKILLed mid-run: exit 1 naming
 the request, no hang), clients (--clients 3: every request once, hits between a per-client floor
@@ -137,6 +138,26 @@ def case_synthetic():
     check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] > 0,
           "no spill/restore under a 1 MiB budget")
     check_common(r)
+    interrupted()
+
+
+def interrupted():
+    """SIGINT in the middle of a run: the clients stop, the local node and its data directory go,
+    exit 130 (the node's files used to stay behind: ~1 GB after a few seconds)."""
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.Popen([KVPACK, "loadtest", *TINY, "--users", "512", "--rounds", "200",
+                              "--turn-tokens", "400"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=d))
+        for _ in range(600):  # until its node is up and requests run (its data dir exists)
+            if any(os.path.isdir(os.path.join(d, e, "data")) for e in os.listdir(d)):
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        check(p.returncode == 130 and "interrupted after" in err,
+              f"loadtest after SIGINT: exit {p.returncode}: {err[-300:]}")
+        check(os.listdir(d) == [], f"left behind after SIGINT: {os.listdir(d)}")
 
 
 def check_rounds(r, U, R, T, P):
