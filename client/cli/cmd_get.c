@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
     kvp_cli_sess_opts_t o;
@@ -114,14 +116,30 @@ static kvp_status_t get_decode_all(const get_opts_t *g, const kvp_session_pages_
     return s;
 }
 
-/* Write kv to path through path.tmp + rename. */
+/* Write kv to path through a new temporary file beside it (path.XXXXXX, made with mkstemp: a
+ * file the user has there is never overwritten) + rename. */
 static kvp_status_t get_write(const char *path, const kvp_kv_t *kv)
 {
     char        *tmp = kvp_malloc(strlen(path) + 8, "get tmp path");
     kvp_status_t s   = tmp ? KVP_OK : KVP_ERR_NO_MEMORY;
+    int          fd  = -1;
 
     if (s == KVP_OK) {
-        sprintf(tmp, "%s.tmp", path);
+        sprintf(tmp, "%s.XXXXXX", path);
+        fd = mkstemp(tmp);
+        if (fd < 0) {
+            fprintf(stderr, "kvpack get: cannot create a file beside %s: %s\n", path,
+                    strerror(errno));
+            kvp_free(tmp);
+            return KVP_ERR_IO;
+        }
+        {
+            mode_t um = umask(0); /* the mode a plain create would give, not mkstemp's 0600 */
+
+            umask(um);
+            (void)fchmod(fd, 0666 & ~um);
+        }
+        close(fd);
         s = kvp_kvd_write(tmp, kv);
     }
     if (s == KVP_OK && rename(tmp, path) != 0) {
