@@ -80,6 +80,7 @@ void kvp_json_arr(kvp_json_t *j, const char *key);
 void kvp_json_close(kvp_json_t *j);              /* closes the innermost object or array */
 void kvp_json_num(kvp_json_t *j, const char *key, double v); /* non-finite -> null */
 void kvp_json_int(kvp_json_t *j, const char *key, int64_t v);
+void kvp_json_u64(kvp_json_t *j, const char *key, uint64_t v); /* counts past 2^63 too */
 void kvp_json_str(kvp_json_t *j, const char *key, const char *v);
 void kvp_json_bool(kvp_json_t *j, const char *key, bool v);
 

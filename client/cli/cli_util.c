@@ -290,6 +290,12 @@ void kvp_json_int(kvp_json_t *j, const char *key, int64_t v)
     fprintf(j->out, "%lld", (long long)v);
 }
 
+void kvp_json_u64(kvp_json_t *j, const char *key, uint64_t v)
+{
+    json_key(j, key);
+    fprintf(j->out, "%llu", (unsigned long long)v);
+}
+
 void kvp_json_str(kvp_json_t *j, const char *key, const char *v)
 {
     json_key(j, key);

@@ -67,7 +67,7 @@ static void json_count(kvp_json_t *j, const char *key, uint64_t v, bool have)
     if (!have || v == UINT64_MAX) {
         kvp_json_num(j, key, NAN); /* null: no workload given, or it cannot be placed */
     } else {
-        kvp_json_int(j, key, (int64_t)v);
+        kvp_json_u64(j, key, v);
     }
 }
 
