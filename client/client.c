@@ -110,6 +110,9 @@ static void on_sent(void *arg, kvp_status_t status)
 
 void kvp_client_call_release(kvp_client_call_t *call)
 {
+    if (call == NULL) {
+        return;
+    }
     kvp_wire_rep_clear(&call->rep);
     kvp_xfer_msg_release(call->msg);
     kvp_free(call->iov);
@@ -173,6 +176,7 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
     size_t             len;
     kvp_status_t       s;
 
+    *call_p = NULL; /* callers release it whatever the status: never a stale pointer */
     for (int i = 0; i < MAX_INFLIGHT; i++) {
         if (!c->calls[i].used) {
             call = &c->calls[i];
@@ -209,12 +213,25 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
     return KVP_OK;
 }
 
+void kvp_client_calls_defer(kvp_client_h c, uint64_t ns)
+{
+    for (int i = 0; i < MAX_INFLIGHT; i++) {
+        if (c->calls[i].used && (!c->calls[i].done || c->calls[i].sending)) {
+            c->calls[i].deadline_ns += ns;
+        }
+    }
+}
+
 kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
 {
     while (!call->done || call->sending) {
         uint64_t now = kvp_time_ns();
 
         if (now >= call->deadline_ns) {
+            (void)kvp_xfer_progress(c->x); /* a reply that is here already is not late */
+            if (call->done && !call->sending) {
+                break;
+            }
             KVP_LOG_WARN(MOD, "%s to %s:%u: no reply within %u ms", kvp_wire_op_name(call->op),
                          c->host, c->port, c->timeout_ms);
             conn_reset(c, KVP_ERR_TIMEOUT);

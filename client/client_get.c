@@ -260,8 +260,11 @@ static kvp_status_t take_pages(get_ctx_t *g, uint32_t first, uint32_t k, const u
     }
     *took_p = took;
     if (s == KVP_OK && took > 0 && g->cb != NULL) { /* the caller works on them meanwhile */
+        uint64_t t0 = kvp_time_ns();
+
         g->cb(g->cb_arg, first, took, (const void *const *)&sp->pub.pages[first],
               &sp->pub.page_lens[first]);
+        kvp_client_calls_defer(g->c, kvp_time_ns() - t0); /* the caller's time, not the node's */
     }
     return s;
 }

@@ -42,16 +42,21 @@ struct kvp_client {
     kvp_client_call_t          calls[MAX_INFLIGHT];
 };
 
-/* Release a finished call: its reply, the reply data it held, its iov; the slot is free again. */
+/* Release a finished call: its reply, the reply data it held, its iov; the slot is free again.
+ * NULL is a no-op. */
 void kvp_client_call_release(kvp_client_call_t *call);
 /* Send req (+ iov data, pinned until the call finishes; iov is owned by the call); the call slot
- * is returned in *call_p even when sending failed (its status says why). KVP_ERR_BUSY (iov freed)
- * when every slot is taken: callers bound their in-flight calls. */
+ * is returned in *call_p even when sending failed (its status says why). KVP_ERR_BUSY (iov freed,
+ * *call_p NULL) when every slot is taken: a call made from inside a get's page callback while
+ * the get holds them all. */
 kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer_iov_t *iov,
                                    int iovcnt, kvp_client_call_t **call_p);
 /* Wait until the call has its reply and its send is finished, or its deadline passes (then the
  * connection is reset: KVP_ERR_TIMEOUT). */
 kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call);
+/* The caller spent ns away from the transport (a get's page callback): the deadlines of the calls
+ * in flight move by as much, so its time is not charged to the node. */
+void kvp_client_calls_defer(kvp_client_h c, uint64_t ns);
 /* One request without bulk data, waited for (a read is tried once more on a fresh connection
  * after PEER_GONE). The caller releases *call_p. */
 kvp_status_t kvp_client_call_simple(kvp_client_h c, kvp_wire_req_t *req,

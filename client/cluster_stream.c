@@ -12,6 +12,7 @@
 #include "kvpack/log.h"
 
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define MOD "cluster"
@@ -35,6 +36,7 @@ struct kvp_cluster_stream {
     dst_t         also[KVP_CLUSTER_STREAM_ALSO_MAX];
     uint32_t      n_also;
     kvp_status_t  stop;      /* a ranked node refused a page for good: every node would */
+    bool          finished;  /* finish ran: its streams are released, nothing more goes out */
     dst_t         passed[KVP_CLUSTER_MAX_NODES]; /* ranked nodes open passed over (st NULL) */
     uint32_t      n_passed;
     const void  **pages;     /* every pushed page, in push order (borrowed) */
@@ -350,6 +352,10 @@ kvp_status_t kvp_cluster_stream_push(kvp_cluster_stream_h s, const void *const *
         KVP_LOG_ERROR(MOD, "stream push: NULL stream, pages or lengths");
         return KVP_ERR_INVALID;
     }
+    if (s->finished) { /* its streams are gone: this would reach no node and say OK */
+        KVP_LOG_ERROR(MOD, "stream push after finish: one session per stream");
+        return KVP_ERR_INVALID;
+    }
     if (s->stop != KVP_OK) {
         return s->stop;
     }
@@ -389,6 +395,11 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
         KVP_LOG_ERROR(MOD, "stream finish: NULL stream or record");
         return KVP_ERR_INVALID;
     }
+    if (s->finished) {
+        KVP_LOG_ERROR(MOD, "stream finish after finish: one session per stream");
+        return KVP_ERR_INVALID;
+    }
+    s->finished = true;
     c = s->cluster;
     for (uint32_t i = 0; i < s->n_ranked + s->n_also; i++) {
         dst_t *d = i < s->n_ranked ? &s->ranked[i] : &s->also[i - s->n_ranked];

@@ -9,6 +9,7 @@ import ctypes
 import dataclasses
 import glob
 import os
+import weakref
 
 __all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPages", "NodeStat",
            "SessionInfo", "SessionList", "Client", "PutStream", "Cluster", "ClusterSessionInfo",
@@ -834,6 +835,7 @@ class Cluster(_Handle):
 
     def __init__(self, peers=None, etcd=None, etcd_prefix=None, replicas=1, timeout_ms=10000):
         self._h = None
+        self._streams = weakref.WeakSet()  # its open put streams: closed before it is
         if (peers is None) == (etcd is None):
             raise _cluster_error(ERR_INVALID, "Cluster: give exactly one of peers= and etcd=")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
@@ -1001,6 +1003,12 @@ class Cluster(_Handle):
         rank and to also (addresses outside the placement, e.g. the decode node's kvpackd)."""
         return ClusterPutStream(self, ns, sid, also)
 
+    def close(self):
+        """Close its put streams (they use the cluster's handle), then the cluster, once."""
+        for st in list(getattr(self, "_streams", ())):
+            st.close()
+        super().close()
+
     def _per_node(self, what, fn, arg, node):
         """fn(handle, k, byref(arg)) on one node (node: index or address; its result arg, or
         KvpError naming the node), or with node=None {address: arg or the KvpError it gave} for
@@ -1069,6 +1077,7 @@ class ClusterPutStream(_Handle):
         if s != 0:
             raise _cluster_error(s, f"put_stream '{sid}'" + (f" (also {also})" if also else ""))
         self._h = h
+        cluster._streams.add(self)  # closed with the cluster, never after it
 
     def push(self, pages):
         """Queue pages (buffers, each one encoded page) to every node; returns at once."""

@@ -248,7 +248,22 @@ def run_cluster():
             took = ps.finish(sp[2])
             check(len(took) == 2 and ps.also_status["127.0.0.1:1"] in UNREACH,
                   f"an unreachable decode node: took {took}, {ps.also_status}")
+            # one session per stream: more after its finish is refused (it used to reach no
+            # node and report the ranked nodes as having taken it)
+            raises(lambda: ps.push(sp[1][:1]), {"ERR_INVALID"})
+            raises(lambda: ps.finish(sp[2]), {"ERR_INVALID"})
         raises(lambda: cl.put_stream(sp[0], "x", also="nohostport"), {"ERR_INVALID"})
+        # a stream outliving its cluster (the with block ended): closed with it, so finish raises
+        # ValueError before any C call (it used to run kvp_cluster_stream_finish on the freed
+        # cluster: a crash, or a ValueError only from the cluster afterwards)
+        with kvpack.Cluster(peers=",".join(a for a in addrs if a != dead), replicas=1) as c2:
+            orphan = c2.put_stream(sp[0], "orphan")
+            orphan.push(sp[1])
+        try:
+            orphan.finish(sp[2])
+            check(False, "finish after the cluster closed did not raise")
+        except ValueError as e:
+            check("putstream is closed" in str(e), f"finish after the cluster closed: {e}")
         victim = next(s for s in sids if dead in rank[s][:2])
         e = raises(lambda: cl.delete_session(data[victim][0], victim), UNREACH)
         check(e is not None and e.ok_nodes == [a for a in rank[victim][:2] if a != dead],
