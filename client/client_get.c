@@ -44,6 +44,7 @@ typedef struct {
     uint32_t                 sink_end;   /* 1 + the last chunk seen holding an fp16 sink page */
     uint32_t                 codec_min;  /* the first chunk seen holding a codec page */
     uint32_t                 tail_heads, tail_dim; /* of the fp16 tail; 0 when none */
+    uint32_t                 sink_heads, sink_dim; /* of the first fp16 sink page; 0 when none */
     size_t                   page_len; /* sizes the requests; 0 until known */
     size_t                   req_bytes; /* page bytes per GET_PAGES */
     uint32_t                 taken;     /* leading pages that came with the record */
@@ -118,7 +119,9 @@ static kvp_status_t check_shape(get_ctx_t *g, const kvp_page_info_t *info, uint3
         g->sink_end = chunk + 1 > g->sink_end ? chunk + 1 : g->sink_end;
         if (info->capacity != P || (e != NULL && (info->heads != e->heads ||
                                                   info->head_dim != e->head_dim)) ||
-            (g->tail_heads != 0 && (info->heads != g->tail_heads || info->head_dim != g->tail_dim))) {
+            (g->tail_heads != 0 && (info->heads != g->tail_heads || info->head_dim != g->tail_dim)) ||
+            (g->sink_heads != 0 && (info->heads != g->sink_heads || info->head_dim != g->sink_dim)) ||
+            (g->have_ref && (info->heads != g->ref.heads || info->head_dim != g->ref.head_dim))) {
             why = "is an fp16 sink page of another geometry";
         } else if (g->sink_end > g->codec_min) {
             why = "is an fp16 sink page after a codec chunk";
@@ -127,6 +130,10 @@ static kvp_status_t check_shape(get_ctx_t *g, const kvp_page_info_t *info, uint3
             KVP_LOG_ERROR(MOD, "session %s chunk %u layer %u %s (%u x %u, P %u; record P %u)", g->sid,
                           chunk, info->layer, why, info->heads, info->head_dim, info->capacity, P);
             return KVP_ERR_WRONG_CODEC;
+        }
+        if (g->sink_heads == 0) {
+            g->sink_heads = info->heads;
+            g->sink_dim   = info->head_dim;
         }
         return KVP_OK;
     }
@@ -154,6 +161,9 @@ static kvp_status_t check_shape(get_ctx_t *g, const kvp_page_info_t *info, uint3
     } else if (g->tail_heads != 0 &&
                (info->heads != g->tail_heads || info->head_dim != g->tail_dim)) {
         why = "has another geometry than the tail";
+    } else if (g->sink_heads != 0 &&
+               (info->heads != g->sink_heads || info->head_dim != g->sink_dim)) {
+        why = "has another geometry than the fp16 sink pages";
     } else if (g->have_ref &&
                (info->codec != r->codec || (info->flags & GET_ROT) != (r->flags & GET_ROT) ||
                 info->heads != r->heads || info->head_dim != r->head_dim)) {

@@ -2,7 +2,8 @@
  * session; an oscar page (and a kivi page of another geometry) in that namespace comes back as
  * KVP_ERR_WRONG_CODEC over the wire; a get expecting oscar of the kivi session is
  * KVP_ERR_WRONG_CODEC; a get expecting kivi returns it byte-identical; all of it again after the
- * node restarts on its data dir (the namespace profile is persisted). */
+ * node restarts on its data dir (the namespace profile is persisted). A session whose fp16 sink
+ * pages have another geometry than its codec pages is refused by the get. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -14,11 +15,11 @@
 #define D      64
 #define P      32
 
-/* A page of codec with deterministic K/V, for (key, layer). */
-static uint8_t *codec_page(kvp_codec_id_t codec, uint32_t heads, kvp_key128_t key, uint32_t layer,
-                           size_t *len_p)
+/* A page of codec (fp16 with flags: a sink page) with deterministic K/V, for (key, layer). */
+static uint8_t *page_flags(kvp_codec_id_t codec, uint32_t heads, kvp_key128_t key, uint32_t layer,
+                           uint32_t flags, size_t *len_p)
 {
-    kvp_page_params_t pp = {codec, heads, D, P, layer, 0, key, 0, 0};
+    kvp_page_params_t pp = {codec, heads, D, P, layer, 0, key, flags, 0};
     size_t            n  = (size_t)P * heads * D, cap = kvp_page_max_bytes(&pp);
     float            *k  = kvp_malloc(n * sizeof(float), "t k"), *v = kvp_malloc(n * 4, "t v");
     uint8_t          *out = kvp_malloc(cap, "t page");
@@ -32,6 +33,38 @@ static uint8_t *codec_page(kvp_codec_id_t codec, uint32_t heads, kvp_key128_t ke
     kvp_free(k);
     kvp_free(v);
     return out;
+}
+
+static uint8_t *codec_page(kvp_codec_id_t codec, uint32_t heads, kvp_key128_t key, uint32_t layer,
+                           size_t *len_p)
+{
+    return page_flags(codec, heads, key, layer, 0, len_p);
+}
+
+/* A session whose fp16 sink chunk has another geometry than its kivi chunk, put into a fresh
+ * namespace (the node checks a namespace's pages only from its first codec page on, so the
+ * sinks put before it went in): the get refuses it, WRONG_CODEC (it used to return the pages). */
+static void mixed_sinks(kvp_client_h c)
+{
+    test_session_t       ts;
+    kvp_session_pages_t *sp = NULL;
+    kvp_status_t         s;
+
+    test_session_make(&ts, LAYERS, 2, 0, 9);
+    for (uint32_t i = 0; i < ts.n_pages; i++) {
+        kvp_free(ts.pages[i]);
+        ts.pages[i] = i < LAYERS ? page_flags(KVP_CODEC_FP16, 1, ts.desc.chunk_keys[0], i,
+                                              KVP_PAGE_F_SINK, &ts.lens[i])
+                                 : codec_page(KVP_CODEC_KIVI, H, ts.desc.chunk_keys[1],
+                                              i - LAYERS, &ts.lens[i]);
+    }
+    s = test_session_put(c, NS + 1, "mixed", &ts);
+    CHECK(s == KVP_OK || s == KVP_ERR_WRONG_CODEC); /* refusing it at the put would do too */
+    if (s == KVP_OK) {
+        CHECK_ST(kvp_client_get_session(c, NS + 1, "mixed", &sp), KVP_ERR_WRONG_CODEC);
+        CHECK(sp == NULL);
+    }
+    test_session_free(&ts);
 }
 
 static void expect_params(kvp_page_params_t *e, kvp_codec_id_t codec)
@@ -152,6 +185,7 @@ int main(void)
     CHECK_ST(test_session_put(c, NS, "kivi", &ts), KVP_OK);
     check_puts(c, &ts);
     check_gets(c, &ts);
+    mixed_sinks(c);
 
     /* persisted: spill, restart the node on its data dir, the same answers */
     CHECK_ST(kvp_client_spill(c, NS, "kivi"), KVP_OK);
