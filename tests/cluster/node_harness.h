@@ -339,6 +339,33 @@ static inline void test_raw_call(test_raw_t *r, const void *hdr, size_t hl, cons
     CHECK(r->got);
 }
 
+static inline void test_raw_send_status(void *arg, kvp_status_t status)
+{
+    *(kvp_status_t *)arg = status;
+}
+
+/* Pack req and send it with dl bytes of data, not waiting for anything; *sent (may be NULL)
+ * gets the send's outcome: KVP_INPROGRESS until the transport reports it. */
+static inline void test_raw_send(test_raw_t *r, kvp_wire_req_t *req, const void *data, size_t dl,
+                                 kvp_status_t *sent)
+{
+    kvp_xfer_iov_t iov = {data, dl};
+    uint8_t       *hdr;
+    size_t         hl;
+    kvp_status_t   s;
+
+    CHECK_OK(kvp_wire_req_pack(req, &hdr, &hl));
+    if (sent != NULL) {
+        *sent = KVP_INPROGRESS;
+    }
+    s = kvp_xfer_send(r->conn, hdr, hl, &iov, dl ? 1 : 0, sent ? test_raw_send_status : NULL, sent);
+    CHECK(s == KVP_INPROGRESS || s == KVP_OK);
+    if (s == KVP_OK && sent != NULL) {
+        *sent = KVP_OK;
+    }
+    kvp_free(hdr);
+}
+
 static inline void test_raw_close(test_raw_t *r)
 {
     kvp_wire_rep_clear(&r->rep);

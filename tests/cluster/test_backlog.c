@@ -32,19 +32,13 @@ static long rss_mib(pid_t pid)
     return kb / 1024;
 }
 
-static void send_status(void *arg, kvp_status_t status) { *(kvp_status_t *)arg = status; }
-
 /* One raw PUT_PAGES of n bytes (garbage: a rendezvous message the node takes, then refuses as a
  * bad page), without waiting for anything */
 static void raw_put(test_raw_t *r, uint64_t req_id, const uint8_t *data, uint32_t n,
                     kvp_status_t *sent)
 {
     kvp_wire_req_t req;
-    kvp_xfer_iov_t iov = {data, n};
     uint32_t       plen[1] = {n};
-    uint8_t       *hdr;
-    size_t         hl;
-    kvp_status_t   s;
 
     memset(&req, 0, sizeof(req));
     req.op        = KVP_WIRE_OP_PUT_PAGES;
@@ -52,14 +46,7 @@ static void raw_put(test_raw_t *r, uint64_t req_id, const uint8_t *data, uint32_
     req.ns        = NS;
     req.n_pages   = 1;
     req.page_lens = plen;
-    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
-    *sent = KVP_INPROGRESS;
-    s     = kvp_xfer_send(r->conn, hdr, hl, &iov, 1, sent != NULL ? send_status : NULL, sent);
-    CHECK(s == KVP_INPROGRESS || s == KVP_OK);
-    if (s == KVP_OK) {
-        *sent = KVP_OK;
-    }
-    kvp_free(hdr);
+    test_raw_send(r, &req, data, n, sent);
 }
 
 /* A client process that starts four rendezvous puts of 7.5 MiB (the whole receive budget of a
@@ -189,8 +176,6 @@ int main(void)
     }
     raw.got = 0;
     for (int r = 0; r < NREQ; r++) {
-        kvp_status_t s;
-
         memset(&req, 0, sizeof(req));
         req.op        = KVP_WIRE_OP_GET_PAGES;
         req.req_id    = 100 + (uint64_t)r;
@@ -199,10 +184,7 @@ int main(void)
         req.keys      = keys;
         req.layers    = 1;
         req.max_bytes = UINT32_MAX;
-        CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
-        s = kvp_xfer_send(raw.conn, hdr, hl, NULL, 0, NULL, NULL);
-        CHECK(s == KVP_OK || s == KVP_INPROGRESS);
-        kvp_free(hdr);
+        test_raw_send(&raw, &req, NULL, 0, NULL);
     }
     /* the raw client does not progress now: its replies are not taken. Another client is
      * served meanwhile (the requests above have been handled or held back by now). */
