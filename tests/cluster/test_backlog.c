@@ -192,7 +192,11 @@ int main(void)
     rss1 = rss_mib(node.pid);
     printf("node rss %ld -> %ld MiB with %d requests of %u x %zu-byte pages not taken\n", rss0,
            rss1, NREQ, nkeys, len);
+#if defined(__SANITIZE_THREAD__)
+    (void)rss0; /* TSan's shadow memory multiplies the node's resident memory: not a measure */
+#else
     EXPECT(rss1 - rss0 < 200, "the node held %ld MiB for replies nobody takes", rss1 - rss0);
+#endif
 
     /* now the client reads: every request is answered, each reply at most 64 MiB of pages */
     end = kvp_time_s() + 60;
