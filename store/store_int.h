@@ -10,35 +10,13 @@
 #define KVPACK_STORE_INT_H
 
 #include "kvpack/htab.h"
+#include "kvpack/list.h"
 #include "kvpack/otree.h"
 #include "kvpack/store.h"
 #include "tier.h"
 
 #include <pthread.h>
 #include <stdbool.h>
-
-/* ---- doubly linked list (intrusive, circular with a sentinel) ---- */
-typedef struct kvp_list {
-    struct kvp_list *prev;
-    struct kvp_list *next;
-} kvp_list_t;
-
-static inline void kvp_list_init(kvp_list_t *h) { h->prev = h->next = h; }
-static inline bool kvp_list_empty(const kvp_list_t *h) { return h->next == h; }
-static inline bool kvp_list_linked(const kvp_list_t *e) { return e->next != NULL; }
-static inline void kvp_list_del(kvp_list_t *e)
-{
-    e->prev->next = e->next;
-    e->next->prev = e->prev;
-    e->prev = e->next = NULL;
-}
-static inline void kvp_list_push_tail(kvp_list_t *h, kvp_list_t *e) /* tail = most recent */
-{
-    e->prev       = h->prev;
-    e->next       = h;
-    h->prev->next = e;
-    h->prev       = e;
-}
 
 /* ---- slab pool (pool.c) ---- */
 typedef struct kvp_slab kvp_slab_t;

@@ -7,6 +7,8 @@
  *            -> accept_pending -> rndv_start -> deliver_ready. */
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
+#include "kvpack/htab.h"
+#include "kvpack/list.h"
 #include "kvpack/log.h"
 
 #include <ucp/api/ucp.h>
@@ -55,8 +57,7 @@ struct kvp_xfer_msg {
     msg_state_t          state;
     kvp_status_t         status;
     uint64_t             deadline_ns; /* MSG_RECVING: its connection fails past this */
-    struct kvp_xfer_msg *rprev, *rnext; /* in x->recving while its data is being received */
-    int                  in_recving;
+    kvp_list_t           recving;     /* in x->recving while its data is being received */
 };
 
 struct kvp_xfer_conn {
@@ -93,7 +94,7 @@ struct kvp_xfer {
     struct kvp_xfer_conn *conns;
     struct kvp_xfer_conn *dead;      /* failed connections to report */
     struct kvp_xfer_msg  *pending;   /* MSG_NEED_RECV */
-    struct kvp_xfer_msg  *recving;   /* MSG_RECVING with a UCX request, by start (newest first) */
+    kvp_list_t            recving;   /* MSG_RECVING with a UCX request, oldest first */
     uint64_t              recv_timeout_ns;
     uint64_t              recv_check_ns; /* next look at the deadlines */
     struct send_req      *sends;     /* sends UCX has not completed yet */
@@ -419,27 +420,13 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
     return UCS_OK;
 }
 
-static void recving_unlink(struct kvp_xfer_msg *m)
-{
-    if (!m->in_recving) {
-        return;
-    }
-    if (m->rprev != NULL) {
-        m->rprev->rnext = m->rnext;
-    } else {
-        m->x->recving = m->rnext;
-    }
-    if (m->rnext != NULL) {
-        m->rnext->rprev = m->rprev;
-    }
-    m->in_recving = 0;
-}
-
 static void rndv_done_cb(void *request, ucs_status_t st, size_t length, void *user_data)
 {
     struct kvp_xfer_msg *m = user_data;
 
-    recving_unlink(m);
+    if (kvp_list_linked(&m->recving)) {
+        kvp_list_del(&m->recving);
+    }
     if (st != UCS_OK) {
         m->status = status_from_ucs(st);
     } else if (length != m->data_len) {
@@ -591,13 +578,7 @@ static unsigned rndv_start(kvp_xfer_h x)
             ready_push(x, m);
         } else { /* its data on the way: 100 ns a byte is 10 MB/s */
             m->deadline_ns = kvp_time_ns() + x->recv_timeout_ns + 100 * (uint64_t)m->data_len;
-            m->rprev       = NULL;
-            m->rnext       = x->recving;
-            if (x->recving != NULL) {
-                x->recving->rprev = m;
-            }
-            x->recving    = m;
-            m->in_recving = 1;
+            kvp_list_push_tail(&x->recving, &m->recving);
         }
     }
     return n;
@@ -612,11 +593,13 @@ static unsigned recv_deadlines(kvp_xfer_h x)
     uint64_t now;
     unsigned n = 0;
 
-    if (x->recving == NULL || (now = kvp_time_ns()) < x->recv_check_ns) {
+    if (kvp_list_empty(&x->recving) || (now = kvp_time_ns()) < x->recv_check_ns) {
         return 0;
     }
     x->recv_check_ns = now + 100000000ull;
-    for (struct kvp_xfer_msg *m = x->recving; m != NULL; m = m->rnext) {
+    for (kvp_list_t *e = x->recving.next; e != &x->recving; e = e->next) {
+        struct kvp_xfer_msg *m = KVP_CONTAINER_OF(e, struct kvp_xfer_msg, recving);
+
         if (now > m->deadline_ns && m->conn->status == KVP_OK) {
             KVP_LOG_WARN(MOD, "the %zu data bytes of a message from %s did not arrive within "
                          "%.1f s: connection closed", m->data_len, m->conn->peer,
@@ -697,6 +680,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     }
     x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
     x->max_rx      = 4 * x->max_msg;
+    kvp_list_init(&x->recving);
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
     x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
