@@ -91,8 +91,7 @@ typedef struct node_strand {
     node_job_t         *head, *tail;
     uint32_t            len;       /* jobs in it, head included */
     int                 warned;    /* a refusal was logged (once per strand) */
-    int                 parked;    /* waits for its connection's replies to drain */
-    struct node_strand *park_next; /* in node_t.parked */
+    struct node_strand *park_next; /* in node_t.parked while it waits for its replies to drain */
 } node_strand_t;
 
 /* ---- private: replies ---- */
@@ -678,7 +677,6 @@ static void strand_run(node_t *n, node_job_t *job)
                              kvp_xfer_conn_unsent(job->conn));
                 st->warned = 1;
             }
-            st->parked    = 1;
             st->park_next = n->parked;
             n->parked     = st;
             kvp_node_obs_parked(&n->obs);
@@ -724,7 +722,6 @@ static void node_resume_parked(node_t *n)
             st->park_next = n->parked; /* still waiting */
             n->parked     = st;
         } else {
-            st->parked = 0;
             strand_run(n, head);
         }
         st = next;
