@@ -137,6 +137,8 @@ void         kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl,
 /* "A,B" for the nodes k (in list order) whose bit k is set in mask (UINT64_MAX: all of them), as
  * cl adopted them last (buf of cap bytes). */
 const char  *kvp_cli_nodes_str(kvp_cluster_h cl, uint64_t mask, char *buf, size_t cap);
+/* Nodes of a --node list as given: 1 + its commas. */
+uint32_t     kvp_cli_list_len(const char *list);
 /* "A,B" for the nodes in r that succeeded, in the order they were tried (buf of cap bytes). */
 const char  *kvp_cli_report_ok(kvp_cluster_h cl, const kvp_cluster_report_t *r, char *buf,
                                size_t cap);

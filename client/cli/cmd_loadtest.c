@@ -100,10 +100,7 @@ static int lt_parse_nodes(const lt_opts_t *o, bool local_given)
         return 2;
     }
     if (o->node != NULL) {
-        n = 1;
-        for (const char *c = o->node; *c; c++) {
-            n += *c == ',';
-        }
+        n = kvp_cli_list_len(o->node);
     }
     if (o->local_nodes == 0 || o->local_nodes > KVP_LT_MAX_NODES || n > KVP_LT_MAX_NODES) {
         fprintf(stderr, "kvpack loadtest: --local-nodes / --node: 1..%u nodes\n", KVP_LT_MAX_NODES);

@@ -59,9 +59,7 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
         }
     } else {
         snprintf(peers, sizeof(peers), "%s", o->node);
-        for (const char *c = peers; *c != '\0'; c++) { /* the list's nodes (its commas + 1) */
-            n_static += *c == ',' || c == peers;
-        }
+        n_static = kvp_cli_list_len(peers);
     }
     fprintf(stderr, "kvpack repair: watching %s (r = %llu, settle %llu s, every %llu s)\n",
             o->etcd ? o->etcd : o->node, (unsigned long long)o->replicas,

@@ -75,12 +75,9 @@ int kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
 {
     kvp_client_params_t  cp;
     kvp_cluster_params_t p;
-    uint32_t             nodes = 1;
+    uint32_t             nodes = kvp_cli_list_len(o->node);
     kvp_status_t         s;
 
-    for (const char *c = o->node; *c != '\0'; c++) {
-        nodes += *c == ',';
-    }
     if (o->replicas > nodes) {
         fprintf(stderr, "kvpack %s: --replicas %llu needs at least %llu nodes; --node lists %u\n",
                 cmd, (unsigned long long)o->replicas, (unsigned long long)o->replicas, nodes);
@@ -164,6 +161,16 @@ void kvp_cli_report_fail(const char *cmd, kvp_cluster_h cl, const kvp_cluster_re
                     kvp_status_str(t->status), kvp_status_name(t->status));
         }
     }
+}
+
+uint32_t kvp_cli_list_len(const char *list)
+{
+    uint32_t n = 1;
+
+    for (const char *c = list; *c != '\0'; c++) {
+        n += *c == ',';
+    }
+    return n;
 }
 
 const char *kvp_cli_nodes_str(kvp_cluster_h cl, uint64_t mask, char *buf, size_t cap)
