@@ -141,15 +141,14 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     }
     if ((a->field_mask & KVP_STORE_APPEND_FIRST_POS) &&
         (uint64_t)cur.n_chunks * P + cur.tail_tokens != a->first_pos) {
-        uint64_t have = (uint64_t)cur.n_chunks * P + cur.tail_tokens;
-
         KVP_LOG_ERROR(MOD, "append to session %s at token %llu: it holds %llu tokens (%s)", sid,
-                      (unsigned long long)a->first_pos, (unsigned long long)have,
+                      (unsigned long long)a->first_pos,
+                      (unsigned long long)cur.n_chunks * P + cur.tail_tokens,
                       !exists ? "it does not exist"
                               : "an append retried after it went through, or another writer's "
                                 "came first");
         kvp_session_desc_clear(&cur);
-        return have == 0 && !exists ? KVP_ERR_NOT_FOUND : KVP_ERR_INVALID;
+        return exists ? KVP_ERR_INVALID : KVP_ERR_NOT_FOUND;
     }
     if ((a->field_mask & KVP_STORE_APPEND_CHUNKS) && cur.n_chunks != a->chunks) {
         KVP_LOG_ERROR(MOD, "append to session %s: it holds %u chunks, the append expects %u (this "

@@ -333,13 +333,12 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
     return status;
 }
 
-kvp_status_t kvp_store_sess_adopt_orphans(kvp_store_h st, kvp_sess_t *s, kvp_sess_t *old)
+kvp_status_t kvp_store_sess_adopt_orphans(kvp_sess_t *s, kvp_sess_t *old)
 {
     size_t       n_old = kvp_store_sess_page_count(old), n_new = kvp_store_sess_page_count(s);
     size_t       cap = old->n_orphans + n_old, n = 0;
     kvp_page_t **v = kvp_malloc((cap ? cap : 1) * sizeof(*v), "session orphans");
 
-    (void)st;
     if (v == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to keep the older version of session %s whole on disk; "
                       "its unnamed pages stay until the next open's sweep", s->key.sid);
@@ -401,6 +400,18 @@ void kvp_store_sess_orphans_let_go(kvp_store_h st, kvp_sess_t *s)
     s->n_orphans = 0;
 }
 
+/* A session lets go of its name on p (pinned: a hot session's page, unpinned too); an entry
+ * nothing needs any more goes. */
+static void page_unname(kvp_store_h st, kvp_page_t *p, bool pinned)
+{
+    p->nsess--;
+    if (pinned) {
+        kvp_store_page_unpin(st, p);
+    } else if (p->pins == 0 && p->slot.ptr == NULL && !p->on_disk) {
+        kvp_store_page_forget(st, p);
+    }
+}
+
 /* The in-memory part of removing a session: page refs (its orphans' too: their disk copies, if
  * any, are the caller's), tail, lists, table. */
 void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
@@ -408,12 +419,7 @@ void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
     size_t n = kvp_store_sess_page_count(s);
 
     for (size_t i = 0; i < s->n_orphans; i++) {
-        kvp_page_t *p = s->orphans[i];
-
-        p->nsess--;
-        if (p->pins == 0 && p->slot.ptr == NULL && !p->on_disk) {
-            kvp_store_page_forget(st, p);
-        }
+        page_unname(st, s->orphans[i], false);
     }
     kvp_free(s->orphans);
 
@@ -422,14 +428,7 @@ void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
     kvp_store_sess_synced(st, s); /* off store->unsynced */
     kvp_pool_free(&st->pool, &s->tail_slot);
     for (size_t i = 0; i < n; i++) {
-        kvp_page_t *p = s->pages[i];
-
-        p->nsess--;
-        if (s->hot) {
-            kvp_store_page_unpin(st, p);
-        } else if (p->pins == 0 && p->slot.ptr == NULL && !p->on_disk) {
-            kvp_store_page_forget(st, p);
-        }
+        page_unname(st, s->pages[i], s->hot);
     }
     kvp_free(s->pages);
     kvp_free(s->desc.chunk_keys);

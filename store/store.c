@@ -1057,7 +1057,7 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
         bool keep_disk = old->on_disk && st->durability == KVP_DURABILITY_SPILL;
 
         if (keep_disk) {
-            (void)kvp_store_sess_adopt_orphans(st, s, old);
+            (void)kvp_store_sess_adopt_orphans(s, old);
         } else {
             kvp_store_sess_orphans_let_go(st, old); /* its record is overwritten by s's */
         }

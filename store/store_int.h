@@ -342,7 +342,7 @@ kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess, uint
                                     uint64_t *bytes_p);
 /* An update of old (spill durability: s is not written yet, old's record stays on disk): s takes
  * old's orphans and adds old's pages it does not name. KVP_ERR_NO_MEMORY changes nothing. */
-kvp_status_t kvp_store_sess_adopt_orphans(struct kvp_store *st, kvp_sess_t *s, kvp_sess_t *old);
+kvp_status_t kvp_store_sess_adopt_orphans(kvp_sess_t *s, kvp_sess_t *old);
 /* The record that named s's orphans is gone from disk (replaced or deleted): their nsess drop and
  * those nobody names leave the disk. */
 void         kvp_store_sess_orphans_let_go(struct kvp_store *st, kvp_sess_t *s);
