@@ -41,20 +41,29 @@ int kvp_cluster_addr_ok(const char *addr, const char *what)
     return 1;
 }
 
-/* Split the list at commas into c->node; each must be HOST:PORT and appear once. Spaces around
- * an item are dropped ("a:1, b:2" is "a:1,b:2", and ranks the same). */
-static kvp_status_t peers_split(kvp_cluster_h c, char *p)
+char *kvp_cluster_item_next(char **p_io)
 {
-    for (;;) {
-        char *comma = strchr(p, ',');
+    char *p = *p_io, *comma;
 
-        if (comma != NULL) {
-            *comma = '\0';
-        }
-        p += strspn(p, " \t");
-        for (size_t l = strlen(p); l > 0 && (p[l - 1] == ' ' || p[l - 1] == '\t'); l--) {
-            p[l - 1] = '\0';
-        }
+    if (p == NULL) {
+        return NULL;
+    }
+    comma = strchr(p, ',');
+    if (comma != NULL) {
+        *comma = '\0';
+    }
+    *p_io = comma != NULL ? comma + 1 : NULL;
+    p += strspn(p, " \t");
+    for (size_t l = strlen(p); l > 0 && (p[l - 1] == ' ' || p[l - 1] == '\t'); l--) {
+        p[l - 1] = '\0';
+    }
+    return p;
+}
+
+/* Split the list at commas into c->node; each must be HOST:PORT and appear once. */
+static kvp_status_t peers_split(kvp_cluster_h c, char *list)
+{
+    for (char *p; (p = kvp_cluster_item_next(&list)) != NULL;) {
         if (c->n == KVP_CLUSTER_MAX_NODES) {
             KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);
             return KVP_ERR_INVALID;
@@ -71,11 +80,8 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *p)
         snprintf(c->node[c->n].addr, sizeof(c->node[0].addr), "%s", p);
         c->peer[c->n] = c->node[c->n].addr;
         c->n++;
-        if (comma == NULL) {
-            return KVP_OK;
-        }
-        p = comma + 1;
     }
+    return KVP_OK;
 }
 
 /* Take the watch's newest list when its generation moved: nodes still present keep their client
@@ -469,6 +475,7 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
         rt.r->n_ok += ps == KVP_OK;
         first = (first == KVP_OK) ? ps : first;
         if (kvp_cluster_put_stops(ps)) {
+            first = ps; /* every node would refuse it: that, not an earlier node's outage */
             break;
         }
     }

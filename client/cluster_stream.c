@@ -196,7 +196,7 @@ static int dst_find(const dst_t *a, uint32_t n, const char *addr)
 /* Parse also into s->also and open each (an address already ranked mirrors that stream). */
 static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
 {
-    char buf[KVP_CLUSTER_STREAM_ALSO_MAX * KVP_ETCD_ADDR_MAX], *p = buf;
+    char buf[KVP_CLUSTER_STREAM_ALSO_MAX * KVP_ETCD_ADDR_MAX], *list = buf;
 
     if (also == NULL || *also == '\0') {
         return KVP_OK;
@@ -206,19 +206,21 @@ static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
         return KVP_ERR_INVALID;
     }
     snprintf(buf, sizeof(buf), "%s", also);
-    for (;;) {
-        char  *comma = strchr(p, ',');
+    for (char *p; (p = kvp_cluster_item_next(&list)) != NULL;) {
         dst_t *d;
 
-        if (comma != NULL) {
-            *comma = '\0';
-        }
         if (!kvp_cluster_addr_ok(p, "stream: also node")) {
             return KVP_ERR_INVALID;
         }
         if (s->n_also == KVP_CLUSTER_STREAM_ALSO_MAX) {
             KVP_LOG_ERROR(MOD, "stream: more than %u also nodes", KVP_CLUSTER_STREAM_ALSO_MAX);
             return KVP_ERR_INVALID;
+        }
+        for (uint32_t i = 0; i < s->n_also; i++) {
+            if (strcmp(s->also[i].addr, p) == 0) {
+                KVP_LOG_ERROR(MOD, "stream: also node %s listed twice", p);
+                return KVP_ERR_INVALID;
+            }
         }
         d = &s->also[s->n_also++];
         d->mirror = dst_find(s->ranked, s->n_ranked, p);
@@ -228,11 +230,8 @@ static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
             KVP_LOG_WARN(MOD, "stream: also node %s: %s (the ranked nodes still get the session)",
                          p, kvp_status_str(d->status));
         }
-        if (comma == NULL) {
-            return KVP_OK;
-        }
-        p = comma + 1;
     }
+    return KVP_OK;
 }
 
 /* Finish one destination's stream (record at version) unless it already failed. A kept stream
@@ -433,6 +432,7 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
         rs = replace_one(s, rt.order[k], desc, pages, lens, n, version, rt.r);
         rt.r->n_ok += rs == KVP_OK;
         if (kvp_cluster_put_stops(rs)) {
+            s->stop = rs;
             break;
         }
     }
@@ -442,6 +442,9 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
     }
     if (rt.r->n_ok > 0) {
         return KVP_OK;
+    }
+    if (s->stop != KVP_OK) { /* every node would refuse it: that, not a passed node's outage */
+        return s->stop;
     }
     return first != KVP_OK ? first : st;
 }

@@ -225,6 +225,15 @@ def run_cluster():
         new = session("late", "fp16")
         took = cl.put_session(new[0], "late", new[1], new[2])
         check(len(took) == 2 and dead not in took, f"put with {dead} dead went to {took}")
+        # a page every node refuses is refused as that, not as the dead primary's outage (a
+        # retry on "unreachable" would retry it for ever)
+        bad_sid = next(f"bad{i}" for i in range(1000) if cl.rank(new[0], f"bad{i}")[0] == dead)
+        trunc = [new[1][0][:-1]] + new[1][1:]
+        e = raises(lambda: cl.put_session(new[0], bad_sid, trunc, new[2]), {"ERR_BAD_PAGE"})
+        check(e is not None and dead in [f[0] for f in e.failed], f"bad page put: {e}")
+        with cl.put_stream(new[0], bad_sid) as ps:
+            ps.push(trunc)
+            raises(lambda: ps.finish(new[2]), {"ERR_BAD_PAGE"})
         # streamed, layer by layer, to two live nodes of the rank and to a decode node's kvpackd
         sp = session("late-st", "kivi")
         lm = [[sp[1][c * L + layer] for c in range(T // P)] for layer in range(L)]
@@ -253,6 +262,12 @@ def run_cluster():
             raises(lambda: ps.push(sp[1][:1]), {"ERR_INVALID"})
             raises(lambda: ps.finish(sp[2]), {"ERR_INVALID"})
         raises(lambda: cl.put_stream(sp[0], "x", also="nohostport"), {"ERR_INVALID"})
+        # also= items are trimmed as peers= are, and each may appear once
+        with cl.put_stream(sp[0], "late-st3", also=f" {decode} ") as ps:
+            ps.push(sp[1])
+            ps.finish(sp[2])
+            check(ps.also_status == {decode: "OK"}, f"a spaced also address: {ps.also_status}")
+        raises(lambda: cl.put_stream(sp[0], "x", also=f"{decode},{decode}"), {"ERR_INVALID"})
         # a stream outliving its cluster (the with block ended): closed with it, so finish raises
         # ValueError before any C call (it used to run kvp_cluster_stream_finish on the freed
         # cluster: a crash, or a ValueError only from the cluster afterwards)
