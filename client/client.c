@@ -73,6 +73,7 @@ static void on_reply(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
             KVP_LOG_DEBUG(MOD, "%s %llu: node says %s (%s)", kvp_wire_op_name(call->op),
                           (unsigned long long)rep.req_id, kvp_status_name(rep.status),
                           rep.message);
+            snprintf(c->node_message, sizeof(c->node_message), "%s", rep.message);
         }
         return;
     }
@@ -172,16 +173,20 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
                                    int iovcnt, kvp_client_call_t **call_p)
 {
     kvp_client_call_t *call = NULL;
+    int                busy = 0;
     uint8_t           *hdr;
     size_t             len;
     kvp_status_t       s;
 
     *call_p = NULL; /* callers release it whatever the status: never a stale pointer */
     for (int i = 0; i < MAX_INFLIGHT; i++) {
-        if (!c->calls[i].used) {
+        busy |= c->calls[i].used;
+        if (call == NULL && !c->calls[i].used) {
             call = &c->calls[i];
-            break;
         }
+    }
+    if (!busy) {
+        c->node_message[0] = '\0'; /* a new API call: the last one's refusal is over */
     }
     if (call == NULL) {
         kvp_free(iov);
@@ -342,6 +347,11 @@ err_xfer:
 err_free:
     kvp_free(c);
     return s;
+}
+
+const char *kvp_client_node_message(kvp_client_h client)
+{
+    return client != NULL ? client->node_message : "";
 }
 
 void kvp_client_destroy(kvp_client_h client)

@@ -39,6 +39,7 @@ struct kvp_client {
     uint64_t        next_id;
     uint64_t        rx_bytes;   /* reply bytes received (headers + data) */
     int             conn_heard; /* a reply came on the connection: its set-up is over */
+    char            node_message[KVP_WIRE_MSG_MAX]; /* kvp_client_node_message */
     kvp_client_call_t          calls[MAX_INFLIGHT];
 };
 

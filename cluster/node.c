@@ -151,7 +151,9 @@ static void reply_status(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t stat
         return;
     }
     rep->status = status;
-    if (status != KVP_OK && what != NULL) {
+    if (status != KVP_OK && *kvp_log_last_error() != '\0') { /* the store's reason, said here */
+        snprintf(rep->message, sizeof(rep->message), "%s", kvp_log_last_error());
+    } else if (status != KVP_OK && what != NULL) {
         snprintf(rep->message, sizeof(rep->message), "%s: %s", what, kvp_status_str(status));
     }
     reply_set(job, rep, rc, 0);
@@ -526,6 +528,7 @@ static void job_handle(node_t *n, node_job_t *job)
     memset(&rep, 0, sizeof(rep));
     rep.req_id = req->req_id;
     rep.op     = req->op;
+    kvp_log_error_clear(); /* what the store logs as an error from here on is this request's */
     if (job->bad != KVP_OK) {
         reply_status(job, &rep, job->bad,
                      job->bad == KVP_ERR_BUSY ? "requests queued on this connection"

@@ -8,6 +8,7 @@
 
 int kvp_log_level_current = -1; /* -1: not yet read from the environment */
 static kvp_log_cb_t log_cb;
+static _Thread_local char last_error[256]; /* kvp_log_last_error */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
@@ -52,6 +53,12 @@ void kvp_log_write(kvp_log_level_t level, const char *module, const char *file, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (level == KVP_LOG_LVL_ERROR) {
+        size_t l = strnlen(msg, sizeof(last_error) - 1);
+
+        memcpy(last_error, msg, l);
+        last_error[l] = '\0';
+    }
     if (log_cb != NULL) {
         log_cb(level, module, msg);
         return;
@@ -61,4 +68,14 @@ void kvp_log_write(kvp_log_level_t level, const char *module, const char *file, 
     } else {
         fprintf(stderr, "kvpack %s [%s] %s\n", level_names[level], module, msg);
     }
+}
+
+const char *kvp_log_last_error(void)
+{
+    return last_error;
+}
+
+void kvp_log_error_clear(void)
+{
+    last_error[0] = '\0';
 }

@@ -213,9 +213,9 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
         ((params->flags & KVP_PAGE_F_SINK) != 0 &&
          (params->codec != KVP_CODEC_FP16 || ntok != params->page_tokens ||
           (params->flags & KVP_PAGE_F_TAIL) != 0)) ||
-        params->kvarn_iters > KVP_CODEC_KVARN_MAX_ITERS) {
-        KVP_LOG_DEBUG("codec", "encode: bad arguments (ntok %u of %u, flags 0x%x)", ntok,
-                      params->page_tokens, params->flags);
+        params->kvarn_iters > KVP_CODEC_KVARN_MAX_ITERS || params->layer >= KVP_LAYERS_MAX) {
+        KVP_LOG_DEBUG("codec", "encode: bad arguments (ntok %u of %u, flags 0x%x, layer %u)",
+                      ntok, params->page_tokens, params->flags, params->layer);
         return KVP_ERR_INVALID;
     }
     ops     = codec_ops(params->codec);

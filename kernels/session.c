@@ -111,7 +111,7 @@ kvp_status_t kvp_session_desc_unpack(const uint8_t *blob, size_t len, kvp_sessio
     need = kvp_ld64(blob + 32) <= len
                ? (uint64_t)SESSION_HDR + 16ull * d.n_chunks + kvp_ld64(blob + 32) + 4
                : 0;
-    if (need != len || d.layers == 0 || d.layers > 65535 || d.page_tokens == 0 ||
+    if (need != len || d.layers == 0 || d.layers > KVP_LAYERS_MAX || d.page_tokens == 0 ||
         d.page_tokens > KVP_PAGE_MAX_TOKENS || d.tail_tokens >= d.page_tokens ||
         (d.n_tail != 0 && d.n_tail != d.layers) || ((d.n_tail == 0) != (d.tail_len == 0))) {
         return KVP_ERR_BAD_PAGE;

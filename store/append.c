@@ -28,7 +28,7 @@ static kvp_status_t append_check(const char *sid, const kvp_store_append_t *a)
     kvp_page_params_t pp = {a->codec, a->heads, a->head_dim, a->page_tokens, 0, 0, {0, 0}, 0, 0};
     size_t            n;
 
-    if (a->layers == 0 || a->layers > 65535 || a->page_tokens == 0 ||
+    if (a->layers == 0 || a->layers > KVP_LAYERS_MAX || a->page_tokens == 0 ||
         a->page_tokens > KVP_PAGE_MAX_TOKENS || a->ntok == 0 || a->k == NULL || a->v == NULL ||
         a->ids == NULL || (a->dtype != KVP_DTYPE_F32 && a->dtype != KVP_DTYPE_F16)) {
         KVP_LOG_ERROR(MOD, "append to session %s: bad arguments (layers %u P %u ntok %u)", sid,

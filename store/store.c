@@ -860,7 +860,7 @@ static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp
 {
     size_t off = 0;
 
-    if (d->layers == 0 || d->layers > 65535 || d->page_tokens == 0 ||
+    if (d->layers == 0 || d->layers > KVP_LAYERS_MAX || d->page_tokens == 0 ||
         d->page_tokens > KVP_PAGE_MAX_TOKENS || d->tail_tokens >= d->page_tokens ||
         (d->n_chunks > 0 && d->chunk_keys == NULL) ||
         (d->n_tail != 0 && d->n_tail != d->layers) || ((d->n_tail == 0) != (d->tail_len == 0)) ||

@@ -7,8 +7,11 @@ Library: load(path), else $KVPACK_LIB, else <repo>/build*/lib/libkvpack.so besid
 import array
 import ctypes
 import dataclasses
+import functools
 import glob
+import operator
 import os
+import threading
 import weakref
 
 __all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPages", "NodeStat",
@@ -47,6 +50,9 @@ class KvpError(Exception):
 class Key128(ctypes.Structure):
     """kvp_key128_t: a 128-bit chunk key; compares and hashes by value."""
     _fields_ = [("lo", ctypes.c_uint64), ("hi", ctypes.c_uint64)]
+
+    def __init__(self, lo=0, hi=0):
+        super().__init__(_u(lo, "Key128.lo", 64), _u(hi, "Key128.hi", 64))
 
     def _t(self):
         return (self.lo, self.hi)
@@ -188,9 +194,13 @@ class PageParams:
     kvarn_iters: int = 0
 
     def _c(self):
-        return _PageParams(_codec_id(self.codec), self.heads, self.head_dim, self.page_tokens,
-                           self.layer, self.first_pos, self.chunk_key, self.flags,
-                           self.kvarn_iters)
+        if not isinstance(self.chunk_key, Key128):
+            raise TypeError(f"chunk_key must be a Key128, got {type(self.chunk_key).__name__}")
+        flags, iters = _u(self.flags, "flags"), _u(self.kvarn_iters, "kvarn_iters")
+        nums = (_u(self.heads, "heads"), _u(self.head_dim, "head_dim"),
+                _u(self.page_tokens, "page_tokens"), _u(self.layer, "layer", 16),
+                _u(self.first_pos, "first_pos", 64))
+        return _PageParams(_codec_id(self.codec), *nums, self.chunk_key, flags, iters)
 
 
 @dataclasses.dataclass
@@ -290,6 +300,7 @@ def _declare(lib):
         "kvp_chunk_key": (Key128, [P(Key128), u64, P(u32), sz]),
         "kvp_client_create": (st, [P(_ClientParams), P(vp)]),
         "kvp_client_destroy": (None, [vp]),
+        "kvp_client_node_message": (c.c_char_p, [vp]),
         "kvp_client_put_pages": (st, [vp, u64, P(vp), P(sz), sz]),
         "kvp_client_put_session": (st, [vp, u64, c.c_char_p, P(_SessionDesc)]),
         "kvp_client_put_session_pages": (st, [vp, u64, c.c_char_p, P(_SessionDesc), P(vp), P(sz),
@@ -393,20 +404,35 @@ def _check(status, what=""):
 
 # ---- argument checks (before C is called) ----
 def _u(value, what, bits=32):
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < (1 << bits):
+    """value as an int in 0..2^bits-1 (any integer type, numpy's too; not bool or float)."""
+    try:
+        n = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        n = None
+    if n is None or not 0 <= n < (1 << bits):
         raise ValueError(f"{what} must be an integer in 0..2^{bits}-1, got {value!r}")
-    return value
+    return n
+
+
+def _text(value, what):
+    """str (UTF-8) or bytes as bytes without NUL: ctypes' char* would stop at a NUL silently."""
+    b = value if isinstance(value, bytes) else str(value).encode()
+    if b"\0" in b:
+        raise ValueError(f"{what} must not contain NUL, got {value!r}")
+    return b
 
 
 def _sid(sid):
-    b = sid.encode() if isinstance(sid, str) else bytes(sid)
+    """Session id bytes; a str with bytes that are not UTF-8 (as list_sessions gives them, with
+    surrogate escapes) turns back into those bytes."""
+    b = sid.encode(errors="surrogateescape") if isinstance(sid, str) else bytes(sid)
     if not b or len(b) >= SID_MAX or b"\0" in b:
         raise ValueError(f"session id must be 1..{SID_MAX - 1} bytes without NUL, got {sid!r}")
     return b
 
 
 def _codec_id(codec):
-    return codec_from_name(codec) if isinstance(codec, str) else _u(codec, "codec")
+    return codec_from_name(codec) if isinstance(codec, (str, bytes)) else _u(codec, "codec")
 
 
 def _buf(obj, what):
@@ -431,12 +457,16 @@ def _dtype(dtype, fmt, what):
     names = {"f32": DTYPE_F32, "f16": DTYPE_F16, DTYPE_F32: DTYPE_F32, DTYPE_F16: DTYPE_F16}
     if dtype is None:
         if fmt not in by_fmt:
-            raise ValueError(f"{what}: format '{fmt}' needs dtype='f32' or 'f16'")
+            raise ValueError(f"{what}: format '{fmt}' is not float32 or float16: convert it, "
+                             f"or give raw bytes with dtype='f32' or 'f16'")
         return by_fmt[fmt]
     if dtype not in names:
         raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")
     if fmt in by_fmt and by_fmt[fmt] != names[dtype]:
         raise ValueError(f"{what}: format '{fmt}' does not hold {dtype}")
+    if fmt not in by_fmt and fmt not in ("B", "b", "c"):  # raw bytes only: not f64, ints, '>f'
+        raise ValueError(f"{what}: format '{fmt}' is not {dtype}: give float32 ('f'), float16 "
+                         f"('e' or 'H' bits) or raw bytes")
     return names[dtype]
 
 
@@ -447,7 +477,8 @@ def codec_name(codec_id):
 
 def codec_from_name(name):
     out = ctypes.c_int()
-    _check(_L().kvp_codec_from_name(name.encode(), ctypes.byref(out)), f"codec '{name}'")
+    b = _text(name, "codec name")
+    _check(_L().kvp_codec_from_name(b, ctypes.byref(out)), f"codec '{name}'")
     return out.value
 
 
@@ -535,17 +566,18 @@ def page_decode(page, dtype="f32", frame=FRAME_ORIGINAL):
 
 def ns_fingerprint(model_id, layers, heads, head_dim, page_tokens, codec):
     """64-bit namespace of (model id, geometry, P, codec); codec a name or id."""
-    return _L().kvp_ns_fingerprint(model_id.encode(), _u(layers, "layers"), _u(heads, "heads"),
-                                   _u(head_dim, "head_dim"), _u(page_tokens, "page_tokens"),
-                                   _codec_id(codec))
+    args = (_text(model_id, "model_id"), _u(layers, "layers"), _u(heads, "heads"),
+            _u(head_dim, "head_dim"), _u(page_tokens, "page_tokens"), _codec_id(codec))
+    return _L().kvp_ns_fingerprint(*args)
 
 
 def chunk_key(prev, ns, tokens):
     """Key of a chunk: XXH3-128 over (prev key or None, ns, the uint32 token ids)."""
+    ns = _u(ns, "ns", 64)
     ids = array.array("I", [_u(t, "token id") for t in tokens])
     ptr = ids.buffer_info()[0] if ids else None
     prev_p = ctypes.byref(prev) if prev is not None else None
-    key = _L().kvp_chunk_key(prev_p, _u(ns, "ns", 64),
+    key = _L().kvp_chunk_key(prev_p, ns,
                              ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint32)), len(ids))
     return Key128(key.lo, key.hi)
 
@@ -602,7 +634,7 @@ def _pages_take(out):
 
 def _info_py(s, cls=None, **extra):
     """SessionInfo (or cls, with extra fields) from a _SessionInfo."""
-    return (cls or SessionInfo)(s.ns, s.sid.decode(), s.layers, s.page_tokens, s.n_chunks,
+    return (cls or SessionInfo)(s.ns, s.sid.decode(errors="surrogateescape"), s.layers, s.page_tokens, s.n_chunks,
                                 s.tail_tokens, codec_name(s.codec) if s.codec else "", s.heads,
                                 s.head_dim, s.where, s.bytes, s.version, bool(s.damaged),
                                 **extra)
@@ -630,11 +662,29 @@ def _with_pages_cb(on_pages, out, call):
     return status
 
 
+def _serial(method):
+    """method, run holding its object's lock. ctypes lets go of the GIL inside C, and a C handle
+    takes one thread at a time (kvpack.h), so Python threads sharing a Client, a Cluster or a
+    stream take turns instead of entering it together (which aborts in UCX)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class _Handle:
-    """Shared life cycle of Client and Cluster: close() once, context manager, closed check."""
+    """Shared life cycle of Client and Cluster: close() once, context manager, closed check, and
+    the lock (_serial) its public methods hold, so threads may share one."""
     _h = None
     _destroy = ""
 
+    def __new__(cls, *args, **kwargs):
+        obj = super().__new__(cls)
+        obj._lock = threading.RLock()
+        return obj
+
+    @_serial
     def close(self):
         """Destroy the C handle, once; later calls are no-ops."""
         if self._h is not None:
@@ -661,24 +711,34 @@ class _Handle:
 
 # ---- the client ----
 class Client(_Handle):
-    """kvp_client_h: one connection to a kvpackd node; use as a context manager or close()."""
+    """kvp_client_h: one connection to a kvpackd node; use as a context manager or close().
+    Threads may share it: its calls take turns (_serial)."""
     _destroy = "kvp_client_destroy"
+
+    def _check(self, status, what=""):
+        """_check, with the reason the node gave when it refused (kvp_client_node_message)."""
+        if status != 0:
+            why = _L().kvp_client_node_message(self._h).decode(errors="replace") if self._h else ""
+            raise KvpError(status, status_name(status),
+                           status_str(status) + (f" (node: {why})" if why else ""), what)
 
     def __init__(self, server, timeout_ms=10000):
         self._h = None
         params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
                                _u(timeout_ms, "timeout_ms"), 0, 0)
         h = ctypes.c_void_p()
-        _check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
-               f"client to {server}")
+        self._check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
+                    f"client to {server}")
         self._h = h
 
+    @_serial
     def put_pages(self, ns, pages):
         """Ship pages (buffers, each one encoded page) to the node under namespace ns."""
         ptrs, lens, n, _ = _page_array(pages)
-        _check(_L().kvp_client_put_pages(self._handle(), _u(ns, "ns", 64), ptrs, lens, n),
-               "put_pages")
+        self._check(_L().kvp_client_put_pages(self._handle(), _u(ns, "ns", 64), ptrs, lens, n),
+                    "put_pages")
 
+    @_serial
     def put_session(self, ns, sid, desc, pages=None):
         """Set (create or replace) session sid from a SessionDesc. Its pages must be on the node
         already, or given here (buffers, as put_pages): then they travel with the record (one
@@ -686,15 +746,16 @@ class Client(_Handle):
         sid_b = _sid(sid)
         c, _ = _desc_c(desc)
         if pages is None:
-            _check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
-                                               ctypes.byref(c)), f"put_session '{sid}'")
+            self._check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
+                                                    ctypes.byref(c)), f"put_session '{sid}'")
             return
         ptrs, lens, n, _keep = _page_array(pages)
-        _check(_L().kvp_client_put_session_pages(self._handle(), _u(ns, "ns", 64), sid_b,
-                                                 ctypes.byref(c), ptrs, lens, n,
-                                                 _L().kvp_version_now()),
-               f"put_session '{sid}'")
+        self._check(_L().kvp_client_put_session_pages(self._handle(), _u(ns, "ns", 64), sid_b,
+                                                      ctypes.byref(c), ptrs, lens, n,
+                                                      _L().kvp_version_now()),
+                    f"put_session '{sid}'")
 
+    @_serial
     def get_session(self, ns, sid, on_pages=None):
         """Fetch session sid with every page (CRC-checked by libkvpack) as SessionPages. With
         on_pages(first, pages), each run of verified pages (bytes; items first.., item = chunk *
@@ -703,14 +764,15 @@ class Client(_Handle):
         it again and the exception is raised here."""
         out = ctypes.POINTER(_SessionPages)()
         if on_pages is None:
-            _check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
-                                               ctypes.byref(out)), f"get_session '{sid}'")
+            self._check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                                    ctypes.byref(out)), f"get_session '{sid}'")
             return _pages_take(out)
         status = _with_pages_cb(on_pages, out, lambda cb: _L().kvp_client_get_session_cb(
             self._handle(), _u(ns, "ns", 64), _sid(sid), None, cb, None, ctypes.byref(out)))
-        _check(status, f"get_session '{sid}'")
+        self._check(status, f"get_session '{sid}'")
         return _pages_take(out)
 
+    @_serial
     def append(self, ns, sid, codec, geometry, k, v, ids, first_pos, fingerprint=None,
                dtype=None):
         """Append tokens to session sid's fp16 tail on the node, which seals every full chunk of
@@ -724,45 +786,52 @@ class Client(_Handle):
         Returns the chunks sealed."""
         a, _keep = _append_c(ns, codec, geometry, k, v, ids, fingerprint, dtype, first_pos)
         sealed = ctypes.c_uint32()
-        _check(_L().kvp_client_append(self._handle(), _u(ns, "ns", 64), _sid(sid),
-                                      ctypes.byref(a), ctypes.byref(sealed)),
-               f"append to '{sid}'")
+        self._check(_L().kvp_client_append(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                           ctypes.byref(a), ctypes.byref(sealed)),
+                    f"append to '{sid}'")
         return sealed.value
 
+    @_serial
     def lookup(self, ns, keys, layers):
         """How many leading chunks of keys the node holds on all layers."""
         hit = ctypes.c_uint32()
-        _check(_L().kvp_client_lookup(self._handle(), _u(ns, "ns", 64), _keys(keys), len(keys),
-                                      _u(layers, "layers"), ctypes.byref(hit)), "lookup")
+        self._check(_L().kvp_client_lookup(self._handle(), _u(ns, "ns", 64), _keys(keys), len(keys),
+                                           _u(layers, "layers"), ctypes.byref(hit)), "lookup")
         return hit.value
 
+    @_serial
     def spill(self, ns, sid):
-        _check(_L().kvp_client_spill(self._handle(), _u(ns, "ns", 64), _sid(sid)),
-               f"spill '{sid}'")
+        self._check(_L().kvp_client_spill(self._handle(), _u(ns, "ns", 64), _sid(sid)),
+                    f"spill '{sid}'")
 
+    @_serial
     def stat(self):
         s = _NodeStat()
-        _check(_L().kvp_client_stat(self._handle(), ctypes.byref(s)), "stat")
+        self._check(_L().kvp_client_stat(self._handle(), ctypes.byref(s)), "stat")
         return NodeStat(*[getattr(s, n) for n in _STAT_FIELDS])
 
+    @_serial
     def scrub(self):
         """One whole scrubbing pass on the node now (every page on its disk, then its index):
         {"bytes", "bad_pages", "index_rebuilt", "elapsed_ms"}. It takes as long as the disk does:
         give the client a timeout_ms to match."""
         r = _ScrubResult()
-        _check(_L().kvp_client_scrub(self._handle(), ctypes.byref(r)), "scrub")
+        self._check(_L().kvp_client_scrub(self._handle(), ctypes.byref(r)), "scrub")
         return _scrub_dict(r)
 
+    @_serial
     def delete_session(self, ns, sid):
         """Delete sid (record and unshared pages, DRAM and disk); KvpError ERR_NOT_FOUND if none."""
-        _check(_L().kvp_client_delete_session(self._handle(), _u(ns, "ns", 64), _sid(sid)),
-               f"delete_session '{sid}'")
+        self._check(_L().kvp_client_delete_session(self._handle(), _u(ns, "ns", 64), _sid(sid)),
+                    f"delete_session '{sid}'")
 
+    @_serial
     def list_sessions(self, page_size=0, max=0):
         """The node's sessions in (ns, sid) order, page_size per LIST, at most max (0: all)."""
         out = ctypes.POINTER(_SessionList)()
-        _check(_L().kvp_client_list_sessions(self._handle(), _u(page_size, "page_size"),
-                                             _u(max, "max"), ctypes.byref(out)), "list_sessions")
+        self._check(_L().kvp_client_list_sessions(self._handle(), _u(page_size, "page_size"),
+                                                  _u(max, "max"), ctypes.byref(out)),
+                    "list_sessions")
         try:
             lst = out.contents
             ss = [_info_py(lst.sessions[i]) for i in range(lst.n)]
@@ -776,7 +845,8 @@ class PutStream(_Handle):
     thread). push(pages) queues a layer's pages and returns at once; they ship while the caller
     encodes the next layer. finish(sid, desc, pages=None) waits for every pushed page, then writes
     the record (with the last pages); the first error of any push raises there, and the record is
-    then not written. The stream keeps the pushed buffers alive until finish or close."""
+    then not written. The stream keeps the pushed buffers alive and reads them while it ships:
+    do not change one until finish or close returns (a writable buffer is not copied)."""
     _destroy = "kvp_put_stream_close"
 
     def __init__(self, server, ns, timeout_ms=10000):
@@ -790,12 +860,14 @@ class PutStream(_Handle):
                f"put stream to {server}")
         self._h = h
 
+    @_serial
     def push(self, pages):
         """Queue pages (buffers, each one encoded page) for shipping; returns at once."""
         ptrs, lens, n, keep = _page_array(pages)
         self._keep.append((ptrs, lens, keep))
         _check(_L().kvp_put_stream_push(self._handle(), ptrs, lens, n), "put stream push")
 
+    @_serial
     def finish(self, sid, desc, pages=None):
         """Wait for the pushed pages, then set session sid (SessionDesc) with pages (if any)."""
         sid_b = _sid(sid)
@@ -808,6 +880,7 @@ class PutStream(_Handle):
         finally:
             self._keep = []  # finish returned: the shipper holds none of them now
 
+    @_serial
     def close(self):
         super().close()
         self._keep = []
@@ -830,7 +903,7 @@ class Cluster(_Handle):
     /kvpack/nodes/, kept current by a watch: each routed call - rank, put/get/delete_session,
     list_sessions - and sync() first adopts etcd's newest members). A node is connected on first
     use. Partial success (fewer than replicas copies) is returned; a non-OK status raises
-    KvpError naming the failed nodes. As in C, one Cluster per thread."""
+    KvpError naming the failed nodes. Threads may share it: they take turns (_serial)."""
     _destroy = "kvp_cluster_destroy"
 
     def __init__(self, peers=None, etcd=None, etcd_prefix=None, replicas=1, timeout_ms=10000):
@@ -838,8 +911,10 @@ class Cluster(_Handle):
         self._streams = weakref.WeakSet()  # its open put streams: closed before it is
         if (peers is None) == (etcd is None):
             raise _cluster_error(ERR_INVALID, "Cluster: give exactly one of peers= and etcd=")
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-            raise _cluster_error(ERR_INVALID, f"Cluster: replicas must be >= 1, got {replicas!r}")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or \
+                not 1 <= replicas <= CLUSTER_MAX_NODES:
+            raise _cluster_error(ERR_INVALID, f"Cluster: replicas must be 1..{CLUSTER_MAX_NODES}, "
+                                 f"got {replicas!r}")
         if etcd is None and etcd_prefix is not None:
             raise _cluster_error(ERR_INVALID, "Cluster: etcd_prefix needs etcd=")
         if peers is not None and not isinstance(peers, str):
@@ -870,12 +945,14 @@ class Cluster(_Handle):
         self.replicas = _L().kvp_cluster_replicas(h)
 
     @property
+    @_serial
     def peers(self):
         """The node addresses, in the order node indices use: the static list, or (etcd) the
         members as the last routed call or sync() adopted them, sorted by address."""
         h = self._handle()
         return [_L().kvp_cluster_peer(h, i).decode() for i in range(_L().kvp_cluster_size(h))]
 
+    @_serial
     def sync(self):
         """Adopt etcd's newest members now; returns their generation (1 for the first list, +1
         per change the watch saw; 0 for a static list). peers then shows them."""
@@ -911,6 +988,7 @@ class Cluster(_Handle):
             raise ValueError(f"node must be 0..{len(self.peers) - 1} or an address, got {node!r}")
         return node
 
+    @_serial
     def rank(self, ns, sid):
         """The node addresses by preference for (ns, sid): [0] is the primary; a put goes to the
         first replicas of them that take it."""
@@ -920,6 +998,7 @@ class Cluster(_Handle):
         peers = self.peers  # as rank adopted them
         return [peers[i] for i in order[:len(peers)]]
 
+    @_serial
     def put_session(self, ns, sid, pages, desc):
         """Store a whole session (pages chunk-major, desc.layers per chunk, as Client.put_pages
         takes them, then the record) on the first replicas nodes of its rank that take it: a
@@ -933,6 +1012,7 @@ class Cluster(_Handle):
                                          ctypes.byref(c), ctypes.byref(rep))
         return self._call(s, rep, f"put_session '{sid}'")
 
+    @_serial
     def get_session(self, ns, sid, expect=None, on_pages=None):
         """The session from the first node in rank order that has it, as SessionPages with
         served_by set. expect (PageParams: codec, heads, head_dim, page_tokens) refuses other
@@ -955,6 +1035,7 @@ class Cluster(_Handle):
         sp.served_by = self.peers[rep.served_by]
         return sp
 
+    @_serial
     def append(self, ns, sid, codec, geometry, k, v, ids, chunks, fingerprint=None, dtype=None):
         """Client.append on every copy of the session (kvp_cluster_append): the nodes of its rank
         that hold it, up to replicas, all at one new version. chunks: the sealed chunks the
@@ -968,6 +1049,7 @@ class Cluster(_Handle):
                                     _u(chunks, "chunks"), ctypes.byref(sealed), ctypes.byref(rep))
         return sealed.value, self._call(s, rep, f"append to '{sid}'")
 
+    @_serial
     def delete_session(self, ns, sid):
         """Delete on every node; returns the nodes that deleted it. KvpError when none did
         (ERR_NOT_FOUND), or when one of its first replicas nodes was unreachable (it may keep a
@@ -977,6 +1059,7 @@ class Cluster(_Handle):
                                             ctypes.byref(rep))
         return self._call(s, rep, f"delete_session '{sid}'")
 
+    @_serial
     def list_sessions(self, page_size=0, max=0):
         """Every node's sessions merged (ClusterSessionList: each once, with the nodes that
         hold it); nodes that did not answer are in .unreachable. None answered: KvpError."""
@@ -998,11 +1081,13 @@ class Cluster(_Handle):
         finally:
             _L().kvp_cluster_list_free(out)
 
+    @_serial
     def put_stream(self, ns, sid, also=None):
         """A ClusterPutStream of session sid: layer by layer to the first replicas nodes of its
         rank and to also (addresses outside the placement, e.g. the decode node's kvpackd)."""
         return ClusterPutStream(self, ns, sid, also)
 
+    @_serial
     def close(self):
         """Close its put streams (they use the cluster's handle), then the cluster, once."""
         for st in list(getattr(self, "_streams", ())):
@@ -1032,6 +1117,7 @@ class Cluster(_Handle):
                                  [f for e in errs for f in e.failed])
         return res
 
+    @_serial
     def stat(self, node=None):
         """One node's NodeStat (node: index or address; KvpError naming it if it fails), or with
         node=None {address: NodeStat or the KvpError it gave} for every node; KvpError if no
@@ -1042,6 +1128,7 @@ class Cluster(_Handle):
             return conv(got)
         return {a: v if isinstance(v, KvpError) else conv(v) for a, v in got.items()}
 
+    @_serial
     def scrub(self, node=None):
         """Client.scrub on one node (node: index or address), or with node=None on every node in
         turn: {address: result dict or the KvpError it gave}; KvpError if no node answered."""
@@ -1059,26 +1146,31 @@ class ClusterPutStream(_Handle):
     the record everywhere at one version, puts the whole session on the next node of the rank in
     place of a stream that failed, and returns the nodes that took it (like put_session); the
     also nodes' outcomes are in .also_status ({address: "OK" or a status name}), never raised.
-    The stream keeps the pushed buffers alive until finish or close; use it from the Cluster's
-    thread."""
+    The stream keeps the pushed buffers alive and reads them while it ships: do not change one
+    until finish or close returns. It takes turns with its Cluster (one lock)."""
     _destroy = "kvp_cluster_stream_close"
 
     def __init__(self, cluster, ns, sid, also=None):
         self._h = None
+        self._lock = cluster._lock  # it uses the cluster's handle: one lock for both
         self._cluster, self._sid = cluster, sid
         self._keep = []
         if also is not None and not isinstance(also, str):
             also = ",".join(also)
-        self._also = also.split(",") if also else []
+        self._also = [a.strip() for a in also.split(",")] if also else []
+        also = ",".join(self._also)
         self.also_status = {}
         h = ctypes.c_void_p()
-        s = _L().kvp_cluster_stream_open(cluster._handle(), _u(ns, "ns", 64), _sid(sid),
-                                         also.encode() if also else None, ctypes.byref(h))
-        if s != 0:
-            raise _cluster_error(s, f"put_stream '{sid}'" + (f" (also {also})" if also else ""))
-        self._h = h
-        cluster._streams.add(self)  # closed with the cluster, never after it
+        with self._lock:
+            s = _L().kvp_cluster_stream_open(cluster._handle(), _u(ns, "ns", 64), _sid(sid),
+                                             also.encode() if also else None, ctypes.byref(h))
+            if s != 0:
+                raise _cluster_error(s, f"put_stream '{sid}'" +
+                                     (f" (also {also})" if also else ""))
+            self._h = h
+            cluster._streams.add(self)  # closed with the cluster, never after it
 
+    @_serial
     def push(self, pages):
         """Queue pages (buffers, each one encoded page) to every node; returns at once."""
         ptrs, lens, n, keep = _page_array(pages)
@@ -1086,6 +1178,7 @@ class ClusterPutStream(_Handle):
         _check(_L().kvp_cluster_stream_push(self._handle(), ptrs, lens, n),
                f"put_stream '{self._sid}' push")
 
+    @_serial
     def finish(self, desc, pages=None):
         """Wait for the pushed pages, then write the record (SessionDesc) with pages (if any);
         returns the nodes that took the session; none: KvpError naming the failed nodes."""
@@ -1101,6 +1194,7 @@ class ClusterPutStream(_Handle):
         self.also_status = {a: status_name(also[i]) for i, a in enumerate(self._also)}
         return self._cluster._call(s, rep, f"put_stream '{self._sid}' finish")
 
+    @_serial
     def close(self):
         super().close()
         self._keep = []

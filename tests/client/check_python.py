@@ -3,9 +3,11 @@
 codec: fp16 bit-exact, kivi within its error and equal to `kvpack eval --dequant-out`; bad sizes are
   ValueError before any C call; malformed pages KvpError; load() errors. node: a real kvpackd, the
   README example; put/lookup/get/list/stat/spill/delete from Python, CLI put -> Python get, Python
-  put -> CLI get; corrupt put and dead node are KvpError, nothing lost, no hang.
+  put -> CLI get; corrupt put and dead node are KvpError, nothing lost, no hang; a non-UTF-8 session
+  id lists and round-trips; the node's reason is in the KvpError; threads share one client.
 usage: check_python.py codec|node LIBKVPACK KVPACK KVPACKD README"""
 import array
+import dataclasses
 import json
 import math
 import os
@@ -16,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 mode, lib, kvpack_exe, kvpackd, readme = sys.argv[1:6]
@@ -135,6 +138,20 @@ def run_codec():
     raises(lambda: kvpack.page_encode(kivi_pp, k, v, dtype="f16"), ValueError)  # 'f' is f32
     raises(lambda: kvpack.page_encode(kivi_pp, bytes(4 * n), bytes(4 * n)), ValueError)
     raises(lambda: kvpack.page_encode(kivi_pp, [0.0] * n, v), TypeError)
+    # typed buffers of another type than dtype says are refused, not taken as its bits
+    for typ in ("d", "i"):
+        wrong = array.array(typ, [0]) * n
+        raises(lambda: kvpack.page_encode(kivi_pp, wrong, wrong, dtype="f32"), ValueError)
+    # numbers out of their C type's range: ValueError, not a wrapped value
+    for bad in ({"layer": -1}, {"layer": 1 << 16}, {"first_pos": 1 << 64}, {"flags": 1 << 32},
+                {"heads": 2 ** 32 + H}, {"kvarn_iters": -1}):
+        raises(lambda: kvpack.page_encode(dataclasses.replace(kivi_pp, **bad), k, v), ValueError)
+    raises(lambda: kvpack.Key128(-1, 0), ValueError)
+    raises(lambda: kvpack.Key128(0, 1 << 64), ValueError)
+    raises(lambda: kvpack.ns_fingerprint("llama\0-8b", 1, H, D, P, "kivi"), ValueError)
+    raises(lambda: kvpack.codec_from_name("kivi\0x"), ValueError)
+    raises(lambda: kvpack.chunk_key(None, True, [1]), ValueError)
+    raises(lambda: kvpack.chunk_key(None, 1, [1.0]), ValueError)
     check(calls == [], f"C was called before the size check: {calls}")
     kvpack._lib = real
 
@@ -158,6 +175,20 @@ def run_codec():
         out = subprocess.run([sys.executable, "-B", "-c", probe], capture_output=True, text=True,
                              env=dict(env, KVPACK_LIB=path)).stdout
         check(out.startswith(want), f"load() with KVPACK_LIB={path}: {out!r}")
+    # integer types other than int (numpy's: operator.index) are taken as the int they are
+    class Index:
+        def __init__(self, n):
+            self.n = n
+
+        def __index__(self):
+            return self.n
+    check(kvpack.chunk_key(None, Index(7), map(Index, range(4))) ==
+          kvpack.chunk_key(None, 7, range(4)), "an __index__ integer gives another key")
+    check(kvpack.ns_fingerprint(b"m", 1, H, D, P, "kivi") ==
+          kvpack.ns_fingerprint("m", 1, H, D, P, "kivi"), "a bytes model id differs from str")
+    # the C encoder refuses a layer no session can hold (the header's 16 bits, below 65535)
+    raises(lambda: kvpack.page_encode(dataclasses.replace(kivi_pp, layer=65535), k, v),
+           kvpack.KvpError, {"ERR_INVALID"})
     nan = array.array("f", k)
     nan[5] = float("nan")
     check(raises(lambda: kvpack.page_encode(kivi_pp, nan, v), kvpack.KvpError,
@@ -297,6 +328,36 @@ def run_node():
             c.delete_session(ns, "py-stream")  # py-1 alone names these pages again
             raises(lambda: c.get_session(ns, "nope"), kvpack.KvpError, {"ERR_NOT_FOUND"})
             raises(lambda: c.put_session(ns, "x" * 128, desc), ValueError)
+            # a session id that is not UTF-8 lists (with surrogate escapes) and round-trips
+            c.put_session(ns, b"caf\xe9", desc)
+            odd = [s.sid for s in c.list_sessions().sessions if s.sid.startswith("caf")]
+            check(len(odd) == 1 and c.get_session(ns, odd[0]).pages == pages,
+                  f"a non-UTF-8 session id lists as {odd}")
+            c.delete_session(ns, odd[0])
+            # the node's reason for a refusal reaches the KvpError
+            e = raises(lambda: c.put_session(ns, "py-3", kvpack.SessionDesc(
+                L, P, [kvpack.Key128(1, 2)])), kvpack.KvpError, {"ERR_NOT_FOUND"})
+            check(e is not None and "not in the store" in e.message,
+                  f"the node's reason is not in the error: {e}")
+            # threads sharing one client take turns (two inside it at once aborted in UCX)
+            errs = []
+
+            def worker(i):
+                try:
+                    for _ in range(100):
+                        c.put_session(ns, f"thr-{i}", desc)
+                        if c.get_session(ns, f"thr-{i}").pages != pages:
+                            errs.append(f"thread {i}: the pages differ")
+                except Exception as e:  # noqa: BLE001 - reported as a failure
+                    errs.append(f"thread {i}: {e!r}")
+            ts = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            check(not errs, f"threads sharing a client: {errs[:3]}")
+            for i in range(3):
+                c.delete_session(ns, f"thr-{i}")
 
             # append: a decode's tokens onto a session's fp16 tail, full chunks sealed by the node
             nsa, g, row = kvpack.ns_fingerprint("append", L, H, D, P, "fp16"), (L, H, D, P), H * D

@@ -76,6 +76,10 @@ typedef struct {
 
 kvp_status_t kvp_client_create(const kvp_client_params_t *params, kvp_client_h *client_p);
 void         kvp_client_destroy(kvp_client_h client); /* NULL is a no-op */
+/* The reason the node gave when it last refused a request of the latest call on this client
+ * ("session a names chunk 0 layer 0, which is not in the store"), or "" if it refused none (a
+ * local or transport error); owned by the client, valid until its next call. */
+const char  *kvp_client_node_message(kvp_client_h client);
 
 /* Ship n pages (borrowed) to the node in batches; returns the first error the node reported. */
 kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *const *pages,

@@ -24,6 +24,10 @@ void kvp_log_set_level(kvp_log_level_t level);
 void kvp_log_set_cb(kvp_log_cb_t cb); /* NULL restores the stderr writer */
 void kvp_log_write(kvp_log_level_t level, const char *module, const char *file, int line,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* This thread's last error message since kvp_log_error_clear ("" if none): the reason a server
+ * sends with a refusal ("session a names chunk 0 layer 0, which is not in the store"). */
+const char *kvp_log_last_error(void);
+void        kvp_log_error_clear(void);
 
 #define KVP_LOG(_lvl, _mod, ...)                                                  \
     do {                                                                          \

@@ -140,7 +140,8 @@ uint64_t kvp_ns_fingerprint(const char *model_id, uint32_t layers, uint32_t head
  * A session (namespace, session id) is an ordered list of chunk keys plus an fp16 tail: one
  * fp16 page with KVP_PAGE_F_TAIL per layer, for the last < P tokens. Every page of the session is
  * stored under (namespace, chunk_keys[i], layer) for layer in [0, layers). */
-#define KVP_SID_MAX 128 /* bytes including the terminating NUL */
+#define KVP_SID_MAX    128    /* bytes including the terminating NUL */
+#define KVP_LAYERS_MAX 65535u /* layers of a session; a page's layer index (16 bits) is below it */
 
 typedef struct {
     uint32_t      layers;
