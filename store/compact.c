@@ -42,8 +42,7 @@ void kvp_store_read_checked(kvp_store_h st, kvp_tier_loc_t *locs, size_t n, uint
             *unread_p += 1;
         } else if (!page_ok(dst[i], &locs[i])) {
             dst[i] = NULL;
-            *bad_p += 1;
-            (void)kvp_store_disk_copy_bad(st, &locs[i].pk);
+            *bad_p += kvp_store_disk_copy_bad(st, &locs[i]) != KVP_ERR_STALE;
         }
     }
 }

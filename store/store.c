@@ -179,14 +179,40 @@ static void page_drop_bad(kvp_store_h st, kvp_page_t *p, kvp_status_t why)
     p->on_disk = false;
 }
 
-kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_pkey_t *pk)
+/* Whether the copy read (a locator taken before the read) is still the page's current one: its
+ * segment extent, or for an inline page its bytes. A copy the key no longer names (the page was
+ * dropped and put again since) is nobody's: judging the page by it would drop a good copy. On
+ * no memory or a failed look-up: true (the copy is judged, as before). */
+static bool disk_copy_current(kvp_store_h st, const kvp_tier_loc_t *read)
 {
-    kvp_page_t  *p;
-    kvp_status_t status = KVP_OK;
+    kvp_tier_loc_t now;
+    bool           same;
+
+    if (kvp_tier_pages_locate(st->tier, 1, &read->pk, &now) != KVP_OK) {
+        return true;
+    }
+    same = now.status == KVP_OK && now.len == read->len &&
+           (read->seg != 0 ? now.seg == read->seg && now.off == read->off
+                           : now.seg == 0 && now.inline_buf != NULL && read->inline_buf != NULL &&
+                                 memcmp(now.inline_buf, read->inline_buf, read->len) == 0);
+    kvp_tier_locs_clear(&now, 1);
+    return same;
+}
+
+kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_loc_t *read)
+{
+    const kvp_tier_pkey_t *pk = &read->pk;
+    kvp_page_t            *p;
+    kvp_status_t           status = KVP_OK;
 
     pthread_mutex_lock(&st->lock);
     p = kvp_index_page_find(&st->pages, pk->ns, pk->key, pk->layer);
-    if (p != NULL && p->on_disk && p->slot.ptr == NULL && p->pins == 0) {
+    if (p != NULL && p->on_disk && !disk_copy_current(st, read)) {
+        KVP_LOG_INFO(MOD, "page %016llx%016llx layer %u: a stale copy failed its check when read "
+                     "back in the background; the page's current copy is elsewhere, kept",
+                     (unsigned long long)p->key.hi, (unsigned long long)p->key.lo, p->layer);
+        status = KVP_ERR_STALE;
+    } else if (p != NULL && p->on_disk && p->slot.ptr == NULL && p->pins == 0) {
         KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u failed its check when read back in the "
                       "background (compaction or scrub); dropped", (unsigned long long)p->key.hi,
                       (unsigned long long)p->key.lo, p->layer);

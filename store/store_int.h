@@ -372,12 +372,14 @@ void         kvp_store_syncer_stop(struct kvp_store *st);  /* close: one last ti
  * mark (the next tick retries). KVP_OK also when there was nothing to sync. */
 kvp_status_t kvp_store_sync_tick(struct kvp_store *st, void (*during)(void *arg), void *arg);
 
-/* A page's disk copy failed its check on a background read (compaction, scrub; store lock not
- * held), counted in crc_failures: with a DRAM copy (checked when it came in) that copy is written
- * again in its place (a synced commit); with none and nobody reading it, it is dropped as a failed
- * read drops it (locator deleted, the sessions naming it report KVP_ERR_CORRUPT); else
- * KVP_ERR_BUSY and the copy stays where it is (not moved). */
-kvp_status_t kvp_store_disk_copy_bad(struct kvp_store *st, const kvp_tier_pkey_t *pk);
+/* A page's disk copy (read: where it was read from) failed its check on a background read
+ * (compaction, scrub; store lock not held), counted in crc_failures: with a DRAM copy (checked
+ * when it came in) that copy is written again in its place (a synced commit); with none and nobody
+ * reading it, it is dropped as a failed read drops it (locator deleted, the sessions naming it
+ * report KVP_ERR_CORRUPT); else KVP_ERR_BUSY and the copy stays where it is (not moved). A copy
+ * the key no longer names (dropped and put again since it was listed) is nobody's and is left
+ * alone: KVP_ERR_STALE, not counted. */
+kvp_status_t kvp_store_disk_copy_bad(struct kvp_store *st, const kvp_tier_loc_t *read);
 
 /* Read pages [0, n) of locs into buf (their spans back to back, 4 KiB-aligned) and check each
  * (CRC, header, the key it is stored under): dst[i] gets its bytes, or NULL when it could not be
