@@ -504,10 +504,10 @@ static size_t put_tail_count(kvp_client_h c, const size_t *lens, size_t n)
     return cnt;
 }
 
-kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, const char *sid,
-                                          const kvp_session_desc_t *desc,
-                                          const void *const *pages, const size_t *lens, size_t n,
-                                          uint64_t version)
+static kvp_status_t put_session_pages_once(kvp_client_h client, uint64_t ns, const char *sid,
+                                           const kvp_session_desc_t *desc,
+                                           const void *const *pages, const size_t *lens, size_t n,
+                                           uint64_t version)
 {
     kvp_wire_req_t     req;
     kvp_xfer_iov_t    *iov;
@@ -572,7 +572,24 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
         KVP_LOG_INFO(MOD, "node %s:%u takes no pages with a session record: sending them apart",
                      client->host, client->port);
         client->pages_apart = 1;
-        return kvp_client_put_session_pages(client, ns, sid, desc, pages, lens, n, version);
+        return put_session_pages_once(client, ns, sid, desc, pages, lens, n, version);
+    }
+    return s;
+}
+
+kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, const char *sid,
+                                          const kvp_session_desc_t *desc,
+                                          const void *const *pages, const size_t *lens, size_t n,
+                                          uint64_t version)
+{
+    kvp_status_t s = put_session_pages_once(client, ns, sid, desc, pages, lens, n, version);
+
+    if (s == KVP_ERR_NOT_FOUND && n > 0) {
+        /* A page it put was already on the node, named by another session, which was deleted
+         * before this record came: the node let it go with that name. Once more, pages again. */
+        KVP_LOG_INFO(MOD, "put_session %s: a page went before its record came; putting again",
+                     sid);
+        s = put_session_pages_once(client, ns, sid, desc, pages, lens, n, version);
     }
     return s;
 }

@@ -388,13 +388,10 @@ void kvp_store_sess_orphans_let_go(kvp_store_h st, kvp_sess_t *s)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        kvp_store_page_pin(st, s->orphans[i]); /* alive across pages_unnamed */
+        kvp_store_page_pin(st, s->orphans[i]); /* alive until pages_let_go unpins it */
         s->orphans[i]->nsess--;
     }
-    kvp_store_pages_unnamed(st, s->orphans, n);
-    for (size_t i = 0; i < n; i++) {
-        kvp_store_page_unpin(st, s->orphans[i]);
-    }
+    kvp_store_pages_let_go(st, s->orphans, n);
     kvp_free(s->orphans);
     s->orphans   = NULL;
     s->n_orphans = 0;
@@ -447,8 +444,8 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
         KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < n; i++) { /* pages only this session names */
-        if (s->pages[i]->nsess == 1) {
+    for (size_t i = 0; i < n; i++) { /* pages only this session names, not put again since */
+        if (s->pages[i]->nsess == 1 && !s->pages[i]->put_loose) {
             gone[ngone++] = s->pages[i];
         }
     }
@@ -508,21 +505,16 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
     return status;
 }
 
-/* Pages that just lost a session's name (a put replaced it): those no session names any more
- * are deleted on disk, so an update never leaves unreachable pages behind. The caller pins them. */
-void kvp_store_pages_unnamed(kvp_store_h st, kvp_page_t **pages, size_t n)
+void kvp_store_pages_let_go(kvp_store_h st, kvp_page_t **pages, size_t n)
 {
-    kvp_tier_batch_t *b;
+    kvp_tier_batch_t *b = st->tier != NULL ? kvp_tier_batch_create() : NULL;
     size_t            ndel = 0;
-    kvp_status_t      status;
+    kvp_status_t      status = KVP_OK;
 
-    if (st->tier == NULL || (b = kvp_tier_batch_create()) == NULL) {
-        return; /* without memory for the batch the open-time sweep removes them */
-    }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; b != NULL && i < n; i++) {
         kvp_page_t *p = pages[i];
 
-        if (p->nsess == 0 && p->on_disk && !p->deleting) {
+        if (kvp_store_page_garbage(p) && p->on_disk && !p->deleting) {
             kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};
 
             kvp_tier_batch_del_page(st->tier, b, &pk);
@@ -530,19 +522,21 @@ void kvp_store_pages_unnamed(kvp_store_h st, kvp_page_t **pages, size_t n)
             ndel++;
         }
     }
-    status = ndel == 0 ? KVP_OK
-                       : kvp_store_commit(st, b, st->durability == KVP_DURABILITY_SYNC
-                                                                ? KVP_TIER_SYNC : KVP_TIER_WAL);
+    if (ndel > 0) {
+        status = kvp_store_commit(st, b, st->durability == KVP_DURABILITY_SYNC ? KVP_TIER_SYNC
+                                                                               : KVP_TIER_WAL);
+        st->stats.disk_errors += status != KVP_OK;
+    }
+    kvp_tier_batch_destroy(b); /* NULL (no tier, or no memory): the open-time sweep does it */
     for (size_t i = 0; i < n; i++) {
-        if (pages[i]->deleting) {
-            pages[i]->deleting = false;
-            pages[i]->on_disk  = status != KVP_OK;
+        kvp_page_t *p = pages[i];
+
+        if (p->deleting) {
+            p->deleting = false;
+            p->on_disk  = status != KVP_OK;
         }
+        kvp_store_page_unpin(st, p); /* garbage off disk: its DRAM copy and entry go too */
     }
-    if (status != KVP_OK) {
-        st->stats.disk_errors++;
-    }
-    kvp_tier_batch_destroy(b);
 }
 
 void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)

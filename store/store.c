@@ -97,6 +97,8 @@ void kvp_store_page_unpin(kvp_store_h st, kvp_page_t *p)
     if (p->pins == 0 && p->slot.ptr != NULL && p->on_disk && p->nsess > 0) {
         /* a cold session's page: its copy on disk is the one to keep */
         kvp_store_page_drop_dram(st, p);
+    } else if (p->pins == 0 && kvp_store_page_garbage(p) && !p->on_disk) {
+        kvp_store_page_drop_dram(st, p); /* nobody can name it again: not a loose page to keep */
     }
     page_idle_update(st, p);
     page_maybe_free(st, p);
@@ -777,6 +779,7 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         }
         p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
         if (p != NULL && page_present(p)) {
+            p->put_loose = true; /* a record naming it may be on the way: kept till it comes */
             if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
                 kvp_list_del(&p->idle);
                 kvp_list_push_tail(&st->idle_pages, &p->idle);
@@ -798,6 +801,7 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
     }
     status = page_fill(st, p, page, len, NULL);
     if (status == KVP_OK) {
+        p->put_loose = true;
         p->codec = (uint8_t)info.codec;
         p->tail  = (info.flags & KVP_PAGE_F_TAIL) != 0;
         p->sink  = (info.flags & KVP_PAGE_F_SINK) != 0;
@@ -1088,15 +1092,16 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
             kvp_store_sess_orphans_let_go(st, old); /* its record is overwritten by s's */
         }
         kvp_store_sess_release(st, old); /* drops its page refs */
-        if (named != NULL) {
-            if (!keep_disk) {
-                kvp_store_pages_unnamed(st, named, n); /* pages nobody names leave the disk */
-            }
-            for (size_t i = 0; i < n; i++) {
-                kvp_store_page_unpin(st, named[i]);
-            }
-            kvp_free(named);
+        if (named != NULL && !keep_disk) {
+            kvp_store_pages_let_go(st, named, n); /* pages nobody names leave disk and DRAM */
         }
+        for (size_t i = 0; named != NULL && keep_disk && i < n; i++) {
+            kvp_store_page_unpin(st, named[i]);
+        }
+        kvp_free(named);
+    }
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        s->pages[i]->put_loose = false; /* named: they now go with their last name */
     }
     kvp_index_sess_insert(&st->sessions, s);
     s->last_ns = kvp_time_ns();

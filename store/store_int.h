@@ -72,6 +72,9 @@ typedef struct kvp_page_ref {
     bool                 batched;  /* in a write batch being built (evict.c; cleared before the
                                     * lock is dropped): a group writes a shared page once */
     bool                 swept;    /* seen on disk by the open-time sweep */
+    bool                 put_loose; /* a client put it since a record last named it: when its
+                                     * last name goes it stays, loose (that client's record may
+                                     * be on the way); else it goes with its last name */
     bool                 marked;   /* scratch of one locked step (evict.c: a session's orphans) */
     bool                 tail;     /* header has KVP_PAGE_F_TAIL (valid while codec != 0) */
     bool                 sink;     /* header has KVP_PAGE_F_SINK (valid while codec != 0) */
@@ -344,14 +347,23 @@ kvp_status_t kvp_store_sess_restore(struct kvp_store *st, kvp_sess_t *sess, uint
  * old's orphans and adds old's pages it does not name. KVP_ERR_NO_MEMORY changes nothing. */
 kvp_status_t kvp_store_sess_adopt_orphans(kvp_sess_t *s, kvp_sess_t *old);
 /* The record that named s's orphans is gone from disk (replaced or deleted): their nsess drop and
- * those nobody names leave the disk. */
+ * those nobody names leave the disk and memory (kvp_store_pages_let_go). */
 void         kvp_store_sess_orphans_let_go(struct kvp_store *st, kvp_sess_t *s);
 /* Remove a session from DRAM and disk; tomb_version != 0 also records that tombstone in the same
  * WriteBatch. */
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess, uint64_t tomb_version);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
-void         kvp_store_pages_unnamed(struct kvp_store *st, kvp_page_t **pages, size_t n);
+/* A page that lost its last name goes with it, unless a client put it since a record named it. */
+static inline bool kvp_store_page_garbage(const kvp_page_t *p)
+{
+    return p->nsess == 0 && !p->put_loose;
+}
+/* Pages the caller pinned that just lost a session's name (a put replaced it, its orphans were let
+ * go): those no session names and no client put since (put_loose) are deleted on disk and dropped
+ * in memory, as a delete drops them, so an update leaves no unreachable page behind; then every
+ * one is unpinned. A failed disk delete leaves those on disk (the next open's sweep). */
+void         kvp_store_pages_let_go(struct kvp_store *st, kvp_page_t **pages, size_t n);
 /* Evict until the pool has room for need more bytes at or below the low watermark: the
  * synchronous path (spills under the lock). Never drops the lock. */
 kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);
