@@ -359,6 +359,10 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
         kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
         moved->bytes += ext[j].len;
     }
+    /* when no copy got named (every page went meanwhile, or the write failed) and the file they
+     * were written to is no longer the active one, nothing names that file: it goes now, not at
+     * the next open (a compaction would find no page in it to move) */
+    (void)kvp_segs_live_add(t->segs, resv.seg, 0);
     held += lock_hold(moved, t0);
     tier_unlock(t);
     if (m == 0 || status != KVP_OK) {

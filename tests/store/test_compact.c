@@ -424,6 +424,81 @@ static void case_write_unlocked(const char *dir)
     clear_all(d, 2);
 }
 
+/* The compaction's copies are written to the active file A; before their locators are, every page
+ * being moved is deleted, so are the other sessions in A, and new sessions roll the active file
+ * to another. Nothing names A now and it is not active: it goes at once (it used to stay, a
+ * victim with no page in it that every compaction walked the index for, until the next open). */
+typedef struct {
+    kvp_store_h        st;
+    int                fired, n_new;
+    kvp_session_desc_t d[8];
+} roll_hook_t;
+
+static uint64_t active_seg(kvp_store_h st)
+{
+    uint64_t id = 0, next;
+
+    while ((next = kvp_tier_segment_after(st->tier, id)) != 0) {
+        id = next;
+    }
+    return id;
+}
+
+static void delete_and_roll(void *arg)
+{
+    roll_hook_t *h = arg;
+    uint64_t     a;
+    char         sid[16];
+
+    if (h->fired++ > 0) {
+        return;
+    }
+    a = active_seg(h->st);
+    while (h->n_new < 8 && active_seg(h->st) == a) { /* until a spill rolls the active file */
+        snprintf(sid, sizeof(sid), "new%d", h->n_new);
+        t_session(&G, 900 + (uint64_t)h->n_new, 0, 900 + (uint64_t)h->n_new, 4, 0,
+                  &h->d[h->n_new]);
+        CHECK_OK(t_put_session(h->st, NS, sid, &G, &h->d[h->n_new]));
+        CHECK_OK(kvp_store_session_spill(h->st, NS, sid));
+        h->n_new++;
+    }
+    for (int i = 0; i < SESS; i += 3) { /* every page being moved */
+        sid_of(i, sid);
+        CHECK_OK(kvp_store_session_delete(h->st, NS, sid));
+    }
+    for (int i = 0; i + 1 < h->n_new; i++) { /* the others in A (the last one rolled to B) */
+        snprintf(sid, sizeof(sid), "new%d", i);
+        CHECK_OK(kvp_store_session_delete(h->st, NS, sid));
+    }
+}
+
+static void case_all_gone(const char *dir)
+{
+    kvp_session_desc_t d[SESS];
+    kvp_store_h        st = open_compact(dir, 0);
+    roll_hook_t        h;
+    kvp_store_stats_t  s;
+
+    memset(&h, 0, sizeof(h));
+    h.st = st;
+    put_spilled(st, d, SESS);
+    delete_most(st, SESS);
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_MOVE, delete_and_roll, &h);
+    CHECK_OK(kvp_store_compact(st, 0.5));
+    kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_MOVE, NULL, NULL);
+    CHECK(h.fired >= 1 && h.n_new >= 1);
+    s = t_stats(st);
+    CHECK(victims(st) == 0);
+    printf("after: %llu files, %llu bytes, %llu live; %d new sessions\n",
+           (unsigned long long)s.disk_files, (unsigned long long)s.disk_bytes,
+           (unsigned long long)s.disk_live_bytes, h.n_new);
+    /* only the last new session is left, alone in the file it rolled to */
+    CHECK(s.disk_live_bytes == SESS_ON_DISK && s.disk_bytes == SESS_ON_DISK && s.disk_files == 1);
+    kvp_store_close(st);
+    clear_all(d, SESS);
+    clear_all(h.d, h.n_new);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"reclaim", case_reclaim},
@@ -435,6 +510,7 @@ int main(int argc, char **argv)
                                      {"concurrent", case_concurrent},
                                      {"corrupt", case_corrupt},
                                      {"write_unlocked", case_write_unlocked},
+                                     {"all_gone", case_all_gone},
                                      {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "compact");
