@@ -6,6 +6,7 @@
 #include "kvpack/log.h"
 #include "codec_ops.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *const codec_names[KVP_CODEC_MAX] = {
@@ -63,6 +64,7 @@ kvp_status_t kvp_codec_check(const kvp_page_params_t *params)
 {
     const kvp_codec_ops_t *ops = codec_ops(params->codec);
     kvp_codec_geom_t g = {params->heads, params->head_dim, params->page_tokens, params->page_tokens};
+    kvp_status_t     status;
 
     if (ops == NULL) {
         return KVP_ERR_UNSUPPORTED;
@@ -72,15 +74,23 @@ kvp_status_t kvp_codec_check(const kvp_page_params_t *params)
         params->page_tokens > KVP_PAGE_MAX_TOKENS) {
         return KVP_ERR_INVALID;
     }
-    return ops->check(&g);
+    status = ops->check(&g);
+    if (status != KVP_OK) {
+        return status;
+    }
+    /* a full page within the format's payload limit: kvp_page_parse (every node) refuses a
+     * larger one, and past 4 GiB the header's 32-bit payload_len would wrap */
+    return ops->payload_bytes(&g) <= KVP_PAGE_MAX_PAYLOAD ? KVP_OK : KVP_ERR_TOO_LARGE;
 }
 
-_Static_assert(KVP_PAGE_MAX_HEADS == 256 && KVP_PAGE_MAX_DIM == 1024 && KVP_PAGE_MAX_TOKENS == 4096,
+_Static_assert(KVP_PAGE_MAX_HEADS == 256 && KVP_PAGE_MAX_DIM == 1024 && KVP_PAGE_MAX_TOKENS == 4096 &&
+                   KVP_PAGE_MAX_PAYLOAD == 256u << 20,
                "kvp_codec_geometry_rule states these limits");
 
 const char *kvp_codec_geometry_rule(kvp_codec_id_t codec)
 {
-#define KVP_LIMITS "1..256 heads, head_dim up to 1024, 1..4096 tokens a page"
+#define KVP_LIMITS                                                                                 \
+    "1..256 heads, head_dim up to 1024, 1..4096 tokens a page, a page payload of at most 256 MiB"
     switch (codec) {
     case KVP_CODEC_KIVI:
         return "head_dim below 32 or a multiple of 32 (its V groups); " KVP_LIMITS;
@@ -260,11 +270,12 @@ kvp_status_t kvp_page_encode(const kvp_page_params_t *params, kvp_dtype_t dtype,
     return KVP_OK;
 }
 
-int kvp_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l)
+int kvp_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l, size_t hd)
 {
     const kvp_cvt_ops_t *cv = kvp_cvt_ops();
 
-    return kvp_hd_norms_ok(p, l->k_codes / 4) &&
+    /* twice the encoder's bound (kvp_hd_norms_ok): room for its fp32 sum of squares */
+    return kvp_hd_norms_ok(p, l->k_codes / 4, 2.0f * 65504.0f * sqrtf((float)hd)) &&
            cv->f16_finite(p + l->k_scale, (l->v_codes - l->k_scale) / 2) &&
            cv->f16_finite(p + l->v_scale, (l->total - l->v_scale) / 2);
 }

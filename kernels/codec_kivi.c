@@ -49,7 +49,7 @@ static int kivi_params_ok(const kvp_codec_geom_t *g, const uint8_t *payload, uin
     kvp_hd_q2_layout_t l;
 
     kivi_layout(g, G, &l);
-    return kvp_q2_params_ok(payload, &l);
+    return kvp_q2_params_ok(payload, &l, (size_t)g->heads * g->head_dim);
 }
 
 static kvp_status_t kivi_check_g(const kvp_codec_geom_t *g, uint32_t G)

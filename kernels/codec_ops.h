@@ -50,10 +50,11 @@ const kvp_codec_ops_t *const *kvp_codec_ops_table(void);
 /* A specific implementation of a codec ("ref" always exists; "avx2" only on a capable CPU). */
 const kvp_codec_ops_t *kvp_codec_ops_find(kvp_codec_id_t codec, const char *impl);
 
-/* The stored parameters of a 2-bit page of layout l (kivi, kivi128, naive2, oscar) are usable:
- * the fp16 K and V scales and zeros finite and, for oscar (l->k_codes > 0: its fp32 norms come
- * first), every norm finite and > 0 (kvp_hd_norms_ok). The codecs' params_ok (codec.c). */
-int kvp_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l);
+/* The stored parameters of a 2-bit page of layout l (kivi, kivi128, naive2, oscar; hd = heads x
+ * head_dim) are usable: the fp16 K and V scales and zeros finite and, for oscar (l->k_codes > 0:
+ * its fp32 norms come first), every norm > 0 and within what hd values can have
+ * (kvp_hd_norms_ok). The codecs' params_ok (codec.c). */
+int kvp_q2_params_ok(const uint8_t *p, const kvp_hd_q2_layout_t *l, size_t hd);
 
 /* Per-thread scratch: slot 0..5, 64-byte aligned, at least bytes; valid until the next call
  * for the same slot on the same thread; freed at thread exit. Slots 0/1 belong to codec.c

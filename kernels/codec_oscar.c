@@ -45,7 +45,7 @@ static int oscar_params_ok(const kvp_codec_geom_t *g, const uint8_t *payload)
 {
     kvp_hd_q2_layout_t l = oscar_layout(g);
 
-    return kvp_q2_params_ok(payload, &l);
+    return kvp_q2_params_ok(payload, &l, (size_t)g->heads * g->head_dim);
 }
 
 static size_t oscar_bytes(const kvp_codec_geom_t *g)

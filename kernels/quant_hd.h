@@ -192,16 +192,18 @@ KVP_HD kvp_hd_q2_layout_t kvp_hd_q2_layout(int oscar, uint32_t T, uint32_t H, ui
     return l;
 }
 
-/* 1 when each of the n little-endian fp32 OScaR norms at p is finite and > 0 (the encoder
- * stores a zero or NaN norm as 1, so no page it wrote holds another). */
-KVP_HD int kvp_hd_norms_ok(const uint8_t *p, size_t n)
+/* 1 when each of the n little-endian fp32 OScaR norms at p is > 0 and at most max_norm. The
+ * encoder stores a zero or NaN norm as 1, and a token's norm over hd values within +-65504 is at
+ * most 65504 * sqrt(hd) (the rotation keeps it), so no page it wrote holds another; a larger
+ * finite norm (a forged page) would decode K to Inf and, through the rotation, NaN. */
+KVP_HD int kvp_hd_norms_ok(const uint8_t *p, size_t n, float max_norm)
 {
     for (size_t t = 0; t < n; t++) {
         uint32_t x = (uint32_t)p[4 * t] | (uint32_t)p[4 * t + 1] << 8 |
                      (uint32_t)p[4 * t + 2] << 16 | (uint32_t)p[4 * t + 3] << 24;
 
-        if ((x & 0x80000000u) != 0 || (x & 0x7F800000u) == 0x7F800000u || x == 0) {
-            return 0; /* negative, -0, Inf, NaN or 0 */
+        if ((x & 0x80000000u) != 0 || x == 0 || !(kvp_hd_bits_f32(x) <= max_norm)) {
+            return 0; /* negative, -0, 0, NaN, Inf or past the bound */
         }
     }
     return 1;

@@ -96,8 +96,9 @@ kvp_status_t kvp_session_desc_unpack(const uint8_t *blob, size_t len, kvp_sessio
     uint64_t           need;
 
     memset(&d, 0, sizeof(d));
-    if (blob == NULL || len < SESSION_HDR + 4 || kvp_ld32(blob) != SESSION_MAGIC || blob[4] != 1) {
-        return KVP_ERR_BAD_PAGE;
+    if (blob == NULL || len < SESSION_HDR + 4 || kvp_ld32(blob) != SESSION_MAGIC ||
+        kvp_ld16(blob + 4) != 1 || kvp_ld16(blob + 6) != 0 || kvp_ld32(blob + 28) != 0) {
+        return KVP_ERR_BAD_PAGE; /* not version 1, or a reserved field set */
     }
     d.layers      = kvp_ld32(blob + 8);
     d.page_tokens = kvp_ld32(blob + 12);
@@ -113,7 +114,8 @@ kvp_status_t kvp_session_desc_unpack(const uint8_t *blob, size_t len, kvp_sessio
                : 0;
     if (need != len || d.layers == 0 || d.layers > KVP_LAYERS_MAX || d.page_tokens == 0 ||
         d.page_tokens > KVP_PAGE_MAX_TOKENS || d.tail_tokens >= d.page_tokens ||
-        (d.n_tail != 0 && d.n_tail != d.layers) || ((d.n_tail == 0) != (d.tail_len == 0))) {
+        (d.n_tail != 0 && d.n_tail != d.layers) || ((d.n_tail == 0) != (d.tail_len == 0)) ||
+        ((d.n_tail == 0) != (d.tail_tokens == 0))) {
         return KVP_ERR_BAD_PAGE;
     }
     if (kvp_crc32c(0, blob, len - 4) != kvp_ld32(blob + len - 4)) {

@@ -281,12 +281,19 @@ static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
     int                  rc;
 
     memset(&st, 0, sizeof(st));
-    if (kvp_codec_check(&pp) != KVP_OK) {
-        fprintf(stderr, "kvpack put: codec %s cannot encode %u heads x %u dims with P %llu: it "
-                        "takes %s\n", kvp_codec_name(p->codec), kv->heads, kv->head_dim,
-                (unsigned long long)p->P, kvp_codec_geometry_rule(p->codec));
-        return 1;
+    for (int fp16 = 0; fp16 < 2; fp16++) { /* the codec's pages, and fp16 sink and tail pages */
+        kvp_codec_id_t codec = fp16 ? KVP_CODEC_FP16 : p->codec;
+
+        pp.codec = codec;
+        s        = kvp_codec_check(&pp);
+        if (s != KVP_OK) {
+            fprintf(stderr, "kvpack put: codec %s cannot encode %u heads x %u dims with P %llu "
+                            "(%s): it takes %s\n", kvp_codec_name(codec), kv->heads, kv->head_dim,
+                    (unsigned long long)p->P, kvp_status_str(s), kvp_codec_geometry_rule(codec));
+            return 1;
+        }
     }
+    pp.codec = p->codec;
     rc = kvp_cli_open("put", &p->o, put_progress, &cl);
     if (rc != 0) {
         return rc;

@@ -3,7 +3,8 @@
  * then made valid, so the mutations reach the header checks and the decoders instead of all
  * stopping at the CRC. Properties: never a crash; a page that parses decodes in both frames or
  * is refused with a status (never touching memory past its geometry: the outputs are sized
- * exactly by ASan-visible heap buffers), and its token norms are finite. */
+ * exactly by ASan-visible heap buffers), what it decodes to in fp32 is finite (a forged oscar
+ * norm of 1e34 once decoded to Inf and NaN), and its token norms are finite. */
 #include "fuzz.h"
 #include "sealed_page.h"
 #include "kvpack/alloc.h"
@@ -29,7 +30,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     v     = kvp_malloc(n * sizeof(float), "fuzz v");
     norms = kvp_malloc(info.valid * sizeof(float), "fuzz norms");
     if (k != NULL && v != NULL && norms != NULL) {
-        (void)kvp_page_decode(page, size, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, k, v, NULL);
+        if (kvp_page_decode(page, size, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, k, v, NULL) == KVP_OK) {
+            for (size_t i = 0; i < n; i++) {
+                if (!isfinite(k[i]) || !isfinite(v[i])) {
+                    FUZZ_FAIL("value %zu of a %s page decodes to K %g V %g", i,
+                              kvp_codec_name((kvp_codec_id_t)info.codec), (double)k[i],
+                              (double)v[i]);
+                }
+            }
+        }
         (void)kvp_page_decode(page, size, KVP_DTYPE_F16, KVP_FRAME_ROTATED, k, v, NULL);
         if (kvp_page_token_norms(page, size, norms) == KVP_OK) {
             for (uint32_t t = 0; t < info.valid; t++) {

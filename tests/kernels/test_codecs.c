@@ -145,6 +145,33 @@ static void geometry_rules(void)
                    kvp_codec_name((kvp_codec_id_t)c), D,
                    kvp_status_name(kvp_codec_check(&p)), rule);
         }
+        /* the payload limit the rule names: a page of every geometry it accepts fits it (parse
+         * refuses more, and at 4 GiB the header's length wraps) */
+        EXPECT(strstr(rule, "at most 256 MiB") != NULL, "%s rule \"%s\" omits the payload limit",
+               kvp_codec_name((kvp_codec_id_t)c), rule);
+        for (uint32_t H = 1; H <= KVP_PAGE_MAX_HEADS; H *= 4) {
+            for (uint32_t D = 8; D <= KVP_PAGE_MAX_DIM; D *= 2) {
+                kvp_page_params_t p = tk_params((kvp_codec_id_t)c, H, D, KVP_PAGE_MAX_TOKENS);
+                size_t            payload =
+                    kvp_codec_payload_bytes((kvp_codec_id_t)c, H, D, KVP_PAGE_MAX_TOKENS,
+                                            KVP_PAGE_MAX_TOKENS);
+                kvp_status_t      want = payload <= KVP_PAGE_MAX_PAYLOAD ? KVP_OK
+                                                                         : KVP_ERR_TOO_LARGE;
+
+                if (D % 128 != 0 && c == KVP_CODEC_KIVI128) {
+                    continue; /* refused for its V groups */
+                }
+                EXPECT(kvp_codec_check(&p) == want, "%s %u x %u x 4096 (payload %zu): %s",
+                       kvp_codec_name((kvp_codec_id_t)c), H, D, payload,
+                       kvp_status_name(kvp_codec_check(&p)));
+            }
+        }
+    }
+    {
+        kvp_page_params_t p = tk_params(KVP_CODEC_FP16, 128, 256, KVP_PAGE_MAX_TOKENS);
+
+        EXPECT(kvp_codec_check(&p) == KVP_ERR_TOO_LARGE && kvp_page_max_bytes(&p) == 0,
+               "fp16 128 x 256 x 4096 (a 512 MiB payload) accepted");
     }
 }
 

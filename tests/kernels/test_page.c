@@ -8,6 +8,8 @@
 #include "kvpack/bytes.h"
 #include "tk.h"
 
+#include <math.h>
+
 #define PAD 4096
 
 static uint8_t *good_page(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T,
@@ -155,9 +157,10 @@ static uint8_t *page_set(kvp_codec_id_t c, size_t off, uint32_t val, int size, s
 
 /* Stored parameters no encoder writes, with a valid CRC (payload tables: README "Page format";
  * 2 heads x 32, 20 of 32 tokens: K code runs of 5 bytes): an Inf or NaN fp16 scale or zero of
- * the 2-bit codecs, an oscar norm that is not finite and > 0, are refused by kvp_page_parse (so
- * by decode and attention too); an fp16 page holding Inf/NaN parses (its values are not read
- * there) and is refused by decode. */
+ * the 2-bit codecs, an oscar norm that is not finite and > 0 or past what H x D values within
+ * +-65504 can have (a finite 1e38 decoded K to Inf and NaN), are refused by kvp_page_parse (so
+ * by decode and attention too), while a norm at that bound parses and decodes finite; an fp16
+ * page holding Inf/NaN parses (its values are not read there) and is refused by decode. */
 static void params_bad(void)
 {
     static const struct {
@@ -175,6 +178,8 @@ static void params_bad(void)
         {KVP_CODEC_OSCAR, 4, 4, 0xBF800000u, "oscar norm -1"},
         {KVP_CODEC_OSCAR, 76, 4, 0x7FC00000u, "oscar last norm NaN"},
         {KVP_CODEC_OSCAR, 8, 4, 0x7F800000u, "oscar norm Inf"},
+        {KVP_CODEC_OSCAR, 12, 4, 0x7E967699u, "oscar norm 1e38 (decoded K Inf, then NaN)"},
+        {KVP_CODEC_OSCAR, 16, 4, 0x49F42400u, "oscar norm 2e6 (past 2 x 65504 x sqrt(64))"},
         {KVP_CODEC_OSCAR, 400, 2, 0x7C00, "oscar first K scale Inf"},
         {KVP_CODEC_OSCAR, SIZE_MAX, 2, 0x7E00, "oscar last V zero NaN"},
         {KVP_CODEC_KVARN, 160, 2, 0x7C00, "kvarn first K scale Inf"},
@@ -190,6 +195,20 @@ static void params_bad(void)
         EXPECT(!decodes(p, len, buf), "%s: decoded", m[i].what);
         free(p);
     }
+    p = page_set(KVP_CODEC_OSCAR, 12, 0x48FFE000u, 4, &len); /* 524032 = 65504 x sqrt(2 x 32) */
+    EXPECT(kvp_page_parse(p, len, NULL) == KVP_OK, "oscar norm at the bound: parse refused");
+    {
+        float *k = malloc((size_t)2 * 20 * 2 * 32 * 4), *v = k + 20 * 2 * 32;
+
+        CHECK(k != NULL);
+        EXPECT(kvp_page_decode(p, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, k, v, NULL) == KVP_OK,
+               "oscar norm at the bound: decode refused");
+        for (size_t i = 0; i < (size_t)20 * 2 * 32; i++) {
+            EXPECT(isfinite(k[i]), "oscar norm at the bound: K[%zu] = %g", i, (double)k[i]);
+        }
+        free(k);
+    }
+    free(p);
     p = page_set(KVP_CODEC_FP16, 2 * 100, 0x7E00, 2, &len); /* K value 100 NaN */
     EXPECT(kvp_page_parse(p, len, NULL) == KVP_OK, "fp16 NaN page: parse refused");
     EXPECT(kvp_page_decode(p, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, buf, buf, NULL) ==
@@ -244,6 +263,29 @@ static void session_records(void)
             b[i] ^= (uint8_t)(1u << bit);
             EXPECT(kvp_session_desc_unpack(b, len, &back) != KVP_OK,
                    "record with byte %zu bit %d flipped accepted", i, bit);
+        }
+    }
+    /* re-sealed (a valid CRC): version 257 (only its low byte used to be read), a reserved field
+     * set, tail tokens without tail pages */
+    {
+        static const struct {
+            size_t      at;
+            int         size;
+            uint32_t    val;
+            const char *what;
+        } bad[] = {{4, 2, 0x0101, "version 257"}, {6, 2, 1, "reserved at 6"},
+                   {28, 4, 1, "reserved at 28"}, {20, 4, 0, "n_tail 2 with tail_tokens 0"}};
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            memcpy(b, blob, len);
+            if (bad[i].size == 2) {
+                kvp_st16(b + bad[i].at, (uint16_t)bad[i].val);
+            } else {
+                kvp_st32(b + bad[i].at, bad[i].val);
+            }
+            record_reseal(b, len);
+            EXPECT(kvp_session_desc_unpack(b, len, &back) == KVP_ERR_BAD_PAGE,
+                   "record with %s accepted", bad[i].what);
         }
     }
     free(b);

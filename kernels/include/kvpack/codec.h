@@ -65,7 +65,8 @@ kvp_status_t kvp_codec_from_name(const char *name, kvp_codec_id_t *codec_p);
  * refuse bad input before it does anything (an append seals and stores chunks layer by layer). */
 kvp_status_t kvp_values_check(kvp_dtype_t dtype, const void *x, size_t n);
 
-/* Check a geometry against a codec (power-of-two D for rotating codecs, D % group, limits). */
+/* Check a geometry against a codec (power-of-two D for rotating codecs, D % group, limits);
+ * KVP_ERR_TOO_LARGE when a full page's payload passes KVP_PAGE_MAX_PAYLOAD (256 MiB). */
 kvp_status_t kvp_codec_check(const kvp_page_params_t *params);
 /* What kvp_codec_check accepts for this codec, in words, for error messages ("head_dim a power
  * of two, at least 8, ..."); never NULL. */
