@@ -25,6 +25,7 @@
 #define MOD         "http"
 #define LINGER_NS   1000000000ull /* how long a closing connection may keep sending */
 #define ACCEPT_REST 100000000ull  /* pause accepting after an accept error (e.g. EMFILE) */
+#define ACCEPT_WARN 10000000000ull /* accept errors are logged at most this often */
 
 typedef enum { CONN_FREE = 0, CONN_READ, CONN_WRITE, CONN_LINGER } conn_state_t;
 
@@ -48,6 +49,8 @@ struct kvp_http {
     uint64_t            idle_ns;
     uint32_t            max_conns;
     uint64_t            accept_rest_ns; /* do not accept before this (after an error) */
+    uint64_t            accept_warn_ns; /* when accept errors were last logged */
+    uint64_t            accept_quiet;   /* accept errors since, not logged */
     conn_t             *conns;          /* max_conns slots */
     struct pollfd      *pfd;            /* 2 + max_conns */
     conn_t            **pconn;          /* pfd[i] -> its connection (NULL for the two fds) */
@@ -128,13 +131,14 @@ static void conn_respond(kvp_http_h h, conn_t *c, int code, const char *type, co
     conn_write(h, c);
 }
 
-static void conn_error(kvp_http_h h, conn_t *c, int code)
+/* An error answer; head_only for a HEAD request (a 431 or 500 after its line parsed): no body. */
+static void conn_error(kvp_http_h h, conn_t *c, int code, int head_only)
 {
     char body[64];
     int  n = snprintf(body, sizeof(body), "%s\n", reason(code));
 
     KVP_LOG_DEBUG(MOD, "answering %d to a bad request", code);
-    conn_respond(h, c, code, "text/plain; charset=utf-8", body, (size_t)n, 0);
+    conn_respond(h, c, code, "text/plain; charset=utf-8", body, (size_t)n, head_only);
 }
 
 /* "METHOD SP /target SP HTTP/1.x": 0 with *head_p and path (query string cut) filled, else the
@@ -231,7 +235,7 @@ static void conn_parse(kvp_http_h h, conn_t *c)
         return;
     }
     if (code != 200) {
-        conn_error(h, c, code);
+        conn_error(h, c, code, head); /* head is set once the request line parsed */
         return;
     }
     memset(&r, 0, sizeof(r));
@@ -239,7 +243,7 @@ static void conn_parse(kvp_http_h h, conn_t *c)
     r.content_type = "text/plain; charset=utf-8";
     h->route(h->arg, path, &r);
     if (r.oom) {
-        conn_error(h, c, 500);
+        conn_error(h, c, 500, head);
     } else {
         conn_respond(h, c, r.code, r.content_type, r.body ? r.body : "", r.len, head);
     }
@@ -297,8 +301,18 @@ static void accept_all(kvp_http_h h)
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED) {
-                KVP_LOG_WARN(MOD, "accept: %s", strerror(errno));
-                h->accept_rest_ns = kvp_time_ns() + ACCEPT_REST;
+                uint64_t now = kvp_time_ns();
+
+                if (now - h->accept_warn_ns >= ACCEPT_WARN || h->accept_warn_ns == 0) {
+                    /* out of fds it fails every ACCEPT_REST: one line per 10 s, not ten a second */
+                    KVP_LOG_WARN(MOD, "accept: %s (%llu more since the last such line)",
+                                 strerror(errno), (unsigned long long)h->accept_quiet);
+                    h->accept_warn_ns = now;
+                    h->accept_quiet   = 0;
+                } else {
+                    h->accept_quiet++;
+                }
+                h->accept_rest_ns = now + ACCEPT_REST;
             }
             return;
         }

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MOD "node"
 
@@ -616,6 +617,8 @@ static void job_done(node_t *n, node_job_t *job)
         for (int i = 0; rc != NULL && i < job->iovcnt; i++) {
             bytes += rc->iov[i].len;
         }
+        /* answered before its histogram: a scrape reads them the other way round, so the
+         * histogram's _count never leads kvpack_requests_total */
         kvp_node_obs_reply(&n->obs, job->op, job->status, bytes);
         kvp_node_obs_request(&n->obs, job->op, job->wire_bytes, job->busy_ns);
     }
@@ -822,6 +825,15 @@ static kvp_status_t write_ready_file(const char *path, uint16_t port)
     return KVP_OK;
 }
 
+/* A ready file names a port only while this process listens on it: removed at start (one a
+ * killed run left) and as its listener stops. NULL: none asked for. */
+static void ready_file_remove(const char *path)
+{
+    if (path != NULL && unlink(path) != 0 && errno != ENOENT) {
+        KVP_LOG_WARN(MOD, "cannot remove ready file %s: %s", path, strerror(errno));
+    }
+}
+
 /* Start the HTTP thread of --http and write its ready file; *http_p stays NULL without --http. */
 static kvp_status_t http_start(const kvp_node_params_t *params, kvp_node_obs_t *obs,
                                kvp_http_h *http_p)
@@ -893,6 +905,9 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_http_h         http;
     kvp_node_etcd_h    reg = NULL;
     const char        *host = (fm & KVP_NODE_PARAM_HOST) ? params->host : "127.0.0.1";
+    const char        *ready = (fm & KVP_NODE_PARAM_READY_FILE) ? params->ready_file : NULL;
+    const char        *http_ready =
+        (fm & KVP_NODE_PARAM_HTTP_READY_FILE) ? params->http_ready_file : NULL;
     uint16_t           port = (fm & KVP_NODE_PARAM_PORT) ? params->port : 0;
     uint16_t           bound;
     kvp_status_t       s;
@@ -903,6 +918,8 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     memset(&sp, 0, sizeof(sp));
     kvp_node_obs_init(&n.obs); /* /health says "starting" until the listener is up */
     n.start_ns = n.obs.start_ns;
+    ready_file_remove(ready);
+    ready_file_remove(http_ready);
     s          = http_start(params, &n.obs, &http);
     if (s != KVP_OK) {
         goto err_obs;
@@ -956,6 +973,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
                       kvp_status_str(s));
         goto err_http;
     }
+    if (*stop) { /* asked during the open (signals wait for it): never listen, register or ready */
+        KVP_LOG_INFO(MOD, "stop asked while the store opened: closing it without serving");
+        goto err_store;
+    }
     kvp_node_obs_set_store(&n.obs, n.store);
     memset(&xp, 0, sizeof(xp));
     xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG;
@@ -1004,13 +1025,13 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     printf("kvpackd listening on %s:%u\n", host, bound);
     fflush(stdout);
     KVP_LOG_INFO(MOD, "serving %s on %s:%u", sp.db_path ? sp.db_path : "(dram only)", host, bound);
-    s = etcd_start(params, host, bound, &n.obs, &reg); /* not serving unregistered */
-    if (s != KVP_OK) {
+    s = *stop ? KVP_OK : etcd_start(params, host, bound, &n.obs, &reg); /* serving registered */
+    if (s != KVP_OK || *stop) {
         goto err_xfer;
     }
     kvp_node_obs_set_state(&n.obs, KVP_NODE_SERVING); /* before the ready file: it implies ok */
-    if ((fm & KVP_NODE_PARAM_READY_FILE) && params->ready_file != NULL) {
-        s = write_ready_file(params->ready_file, bound);
+    if (ready != NULL) {
+        s = write_ready_file(ready, bound);
         if (s != KVP_OK) {
             goto err_xfer;
         }
@@ -1024,6 +1045,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
                  (unsigned long long)atomic_load(&n.requests));
     s = KVP_OK;
 err_xfer:
+    ready_file_remove(ready);
     kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
     kvp_node_etcd_stop(reg); /* revoke first: clients stop picking this node at once */
     n.stopping = 1;          /* requests in flight are answered, new ones dropped */
@@ -1038,6 +1060,7 @@ err_store:
     kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */
     kvp_store_close(n.store);
 err_http:
+    ready_file_remove(http_ready);
     kvp_http_stop(http);
 err_obs:
     kvp_node_obs_cleanup(&n.obs);

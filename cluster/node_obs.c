@@ -245,19 +245,16 @@ static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
 
 /* kvpack_request_duration_seconds by op; _sum from busy, the scrape's busy_ns snapshot, so it
  * equals kvpack_request_handling_seconds_total. */
-static void duration_family(kvp_node_obs_t *obs, kvp_http_reply_t *r, const uint64_t *busy)
+static void duration_family(kvp_http_reply_t *r, const uint64_t *busy,
+                            uint64_t (*hists)[KVP_HIST_BUCKETS + 1])
 {
     family(r, "kvpack_request_duration_seconds", "histogram",
            "Time a worker spent handling one request (its handler, not the wait), by op");
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
-        uint64_t hist[KVP_HIST_BUCKETS + 1];
-        char     label[48];
+        char label[48];
 
-        for (uint32_t b = 0; b <= KVP_HIST_BUCKETS; b++) {
-            hist[b] = load(&obs->busy_hist[op][b]);
-        }
         snprintf(label, sizeof(label), "op=\"%s\"", op_label(op));
-        hist_series(r, "kvpack_request_duration_seconds", label, hist, busy[op]);
+        hist_series(r, "kvpack_request_duration_seconds", label, hists[op], busy[op]);
     }
 }
 
@@ -265,9 +262,15 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
 {
     char     res[32];
     uint64_t busy[KVP_NODE_OBS_OPS];
+    uint64_t hists[KVP_NODE_OBS_OPS][KVP_HIST_BUCKETS + 1];
 
+    /* the histograms before answered[]: a request's answered[] is bumped before its histogram
+     * (release there, acquire here), so _count may trail requests_total but never lead it */
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
         busy[op] = load(&obs->busy_ns[op]);
+        for (uint32_t b = 0; b <= KVP_HIST_BUCKETS; b++) {
+            hists[op][b] = atomic_load_explicit(&obs->busy_hist[op][b], memory_order_acquire);
+        }
     }
 
     family(r, "kvpack_requests_total", "counter",
@@ -300,7 +303,7 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
         kvp_http_reply_printf(r, "kvpack_request_handling_seconds_total{op=\"%s\"} %.9f\n",
                               op_label(op), (double)busy[op] / 1e9);
     }
-    duration_family(obs, r, busy);
+    duration_family(r, busy, hists);
     family(r, "kvpack_reply_waits_total", "counter",
            "Requests held back because their connection had 64 MiB of replies not taken yet");
     kvp_http_reply_printf(r, "kvpack_reply_waits_total %llu\n",
@@ -347,7 +350,7 @@ void kvp_node_obs_request(kvp_node_obs_t *obs, uint32_t op, uint64_t bytes, uint
     op = (op < KVP_NODE_OBS_OPS) ? op : 0;
     atomic_fetch_add_explicit(&obs->req_bytes[op], bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&obs->busy_ns[op], busy_ns, memory_order_relaxed);
-    atomic_fetch_add_explicit(&obs->busy_hist[op][b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&obs->busy_hist[op][b], 1, memory_order_release); /* after answered */
 }
 
 void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, uint64_t bytes)

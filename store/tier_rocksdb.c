@@ -487,8 +487,10 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     pthread_rwlockattr_destroy(&ra);
     t->path         = kvp_strdup(params->path, "tier path");
     t->write_buffer = params->write_buffer;
+    status          = KVP_OK;
     if (t->path != NULL && mkdir(t->path, 0755) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create %s: %m", t->path);
+        status = KVP_ERR_IO; /* after the options exist: kvp_tier_close frees them */
     }
     t->db_opts      = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(t->db_opts, 1);
@@ -517,9 +519,10 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_readoptions_set_fill_cache(t->ro_pages, 0);
     t->fo = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(t->fo, 1);
-    if (t->path == NULL) {
+    if (t->path == NULL || status != KVP_OK) {
+        status = t->path == NULL ? KVP_ERR_NO_MEMORY : status;
         kvp_tier_close(t);
-        return KVP_ERR_NO_MEMORY;
+        return status;
     }
 
     tier_space_open(t, params->reserve_bytes);

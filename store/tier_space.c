@@ -157,8 +157,15 @@ void tier_space_open(kvp_tier_t *t, uint64_t reserve)
         reserve_make(t, tier_space_free(t));
     }
     if (reserve > 0 && !t->reserve_held) {
-        KVP_LOG_WARN(MOD, "disk reserve: only %llu MiB free in %s; the %llu MiB reserve file is made "
-                     "once twice that is free", MIB(tier_space_free(t)), t->path, MIB(reserve));
+        uint64_t free_b = tier_space_free(t);
+
+        if (free_b == UINT64_MAX) { /* statvfs failed: no figure to quote */
+            KVP_LOG_WARN(MOD, "disk reserve: the free space of %s is unknown (%s); the %llu MiB "
+                         "reserve file is not made", t->path, strerror(errno), MIB(reserve));
+        } else {
+            KVP_LOG_WARN(MOD, "disk reserve: only %llu MiB free in %s; the %llu MiB reserve file "
+                         "is made once twice that is free", MIB(free_b), t->path, MIB(reserve));
+        }
     }
     (void)admit(t, 1, false); /* full already: says so, and deletes get their space back */
 }

@@ -6,7 +6,8 @@ put counters by the requests it sent and DRAM bytes by its pages' pool slots, eq
 `kvpack stat --json` says; a spill, a restore and a NOT_FOUND move theirs; HEAD, 404, 405, a
 garbage and an over-long request line (400) while the node keeps serving; silent and half-sent
 HTTP clients do not hold up /health or UCX requests, and get 408 at the idle deadline; bad
---http options and a taken port are clear errors; SIGTERM closes the HTTP port. Histograms are
+--http options and a taken port are clear errors; SIGTERM closes the HTTP port and removes both
+ready files (so does a failed start, and a start removes a stale one). Histograms are
 parsed strictly (samples in their family's block, _bucket with le ascending to +Inf, cumulative,
 +Inf = _count, _sum present); after puts and gets each op's kvpack_request_duration_seconds
 _count equals its kvpack_requests_total and its _sum the handling-seconds counter; after the
@@ -357,9 +358,20 @@ try:
         check(rc == 2 and "--sync-ms wants 1..60000" in err, f"--sync-ms {bad}: {rc} {err}")
     rc, err = node_error("--sync-ms", "50")
     check(rc == 2 and "needs --durability interval" in err, f"--sync-ms alone: {rc} {err}")
+    # a start that fails after the HTTP port is up leaves no ready file naming it (it used to;
+    # and one a killed run left is removed at start, not read as this run's port)
+    open(os.path.join(tmp, "plainfile"), "w").close()
+    with open(os.path.join(tmp, "stale"), "w") as f:
+        f.write("1\n")
+    rc, err = node_error("--data-dir", os.path.join(tmp, "plainfile", "x"), "--http",
+                         "127.0.0.1:0", "--http-ready-file", os.path.join(tmp, "stale"))
+    check(rc == 1 and not os.path.exists(os.path.join(tmp, "stale")),
+          f"failed start: rc {rc}, ready file left: {os.path.exists(os.path.join(tmp, 'stale'))}")
 
     node.send_signal(signal.SIGTERM)
     check(node.wait(timeout=60) == 0, "kvpackd did not exit 0 on SIGTERM")
+    for f in ("ready", "http"):  # a ready file names a port only while the node listens
+        check(not os.path.exists(os.path.join(tmp, f)), f"ready file {f} left after exit")
     try:
         socket.create_connection(("127.0.0.1", hp), timeout=5).close()
         check(False, "HTTP port still open after shutdown")
