@@ -57,8 +57,8 @@ static const char *codec_str(uint32_t codec)
     return codec > 0 && codec < KVP_CODEC_MAX ? kvp_codec_name((kvp_codec_id_t)codec) : "?";
 }
 
-/* A tail blob is n_tail valid fp16 pages back to back, of one geometry, with the record's P
- * (and the caller's expectation, if any). */
+/* A tail blob is n_tail valid fp16 pages back to back, page i of layer i holding the record's
+ * tail_tokens, of one geometry, with the record's P (and the caller's expectation, if any). */
 static kvp_status_t verify_tail(get_ctx_t *g)
 {
     const kvp_session_desc_t *d   = &g->sp->pub.desc;
@@ -75,9 +75,15 @@ static kvp_status_t verify_tail(get_ctx_t *g)
             KVP_LOG_ERROR(MOD, "session %s tail page %u truncated or overruns the tail", g->sid, i);
             return KVP_ERR_BAD_PAGE;
         }
+        memset(&info, 0, sizeof(info));
         s = kvp_page_parse(p, len, &info);
+        if (s == KVP_OK && (info.layer != i || info.valid != d->tail_tokens)) {
+            s = KVP_ERR_BAD_PAGE; /* as the store checks it at put: a reader sizes rows by it */
+        }
         if (s != KVP_OK) {
-            KVP_LOG_ERROR(MOD, "session %s tail page %u: %s", g->sid, i, kvp_status_str(s));
+            KVP_LOG_ERROR(MOD, "session %s tail page %u (layer %u, %u tokens; the record says %u): "
+                          "%s", g->sid, i, info.layer, info.valid, d->tail_tokens,
+                          kvp_status_str(s));
             return s;
         }
         if (i == 0) {
