@@ -351,33 +351,46 @@ kvp_status_t kvp_kvc_tail_pack(const kvp_kvc_t *c, uint8_t **blob_p, size_t *len
     return KVP_OK;
 }
 
+/* One fetched page into rows [first, first + ntok) of a layer. The page comes from another
+ * process, so its header is parsed and checked against the session and this cache first (codec,
+ * geometry, layer, position, row count, flags, chunk key): only a page that fits exactly is
+ * decoded, since the decode writes info.valid rows of info.heads x info.head_dim (the rows must
+ * lie inside the cache: kvp_kvc_restore checked first + ntok <= max_tokens). A V_PREROT page
+ * would decode to rotated V: the runner never writes one, so it is refused too. */
 static kvp_status_t restore_page(kvp_kvc_t *c, const uint8_t *page, size_t len, uint32_t codec,
                                  uint32_t layer, uint32_t first, uint32_t ntok, int tail)
 {
     kvp_page_info_t info;
     kvp_status_t    status;
+    int             sink = !tail && first / c->p.page_tokens < c->p.regions.sink_pages;
 
-    status = kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL,
-                             kvp_kvc_k(c, layer) + (size_t)first * c->row,
-                             kvp_kvc_v(c, layer) + (size_t)first * c->row, &info);
+    status = kvp_page_parse(page, len, &info);
     if (status != KVP_OK) {
-        KVP_LOG_ERROR("model", "fetched page layer %u pos %u does not decode: %s", layer, first,
+        KVP_LOG_ERROR("model", "fetched page layer %u pos %u does not parse: %s", layer, first,
                       kvp_status_str(status));
         return status;
     }
     if (info.codec != codec || info.layer != layer || info.first_pos != first ||
         info.valid != ntok || info.heads != c->p.heads || info.head_dim != c->p.head_dim ||
-        info.capacity != c->p.page_tokens || (tail && !(info.flags & KVP_PAGE_F_TAIL)) ||
-        ((info.flags & KVP_PAGE_F_SINK) != 0) != (!tail && first / c->p.page_tokens <
-                                                   c->p.regions.sink_pages) ||
+        info.capacity != c->p.page_tokens || (info.flags & KVP_PAGE_F_V_PREROT) != 0 ||
+        ((info.flags & KVP_PAGE_F_TAIL) != 0) != (tail != 0) ||
+        ((info.flags & KVP_PAGE_F_SINK) != 0) != sink ||
         (!tail && info.chunk_key.lo != c->keys[first / c->p.page_tokens].lo) ||
         (!tail && info.chunk_key.hi != c->keys[first / c->p.page_tokens].hi)) {
         KVP_LOG_ERROR("model", "fetched page layer %u pos %u does not match the session "
-                      "(codec %u layer %u pos %llu valid %u)", layer, first, info.codec,
-                      info.layer, (unsigned long long)info.first_pos, info.valid);
+                      "(codec %u layer %u pos %llu valid %u, %u x %u, P %u)", layer, first,
+                      info.codec, info.layer, (unsigned long long)info.first_pos, info.valid,
+                      info.heads, info.head_dim, info.capacity);
         return KVP_ERR_WRONG_CODEC;
     }
-    return KVP_OK;
+    status = kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL,
+                             kvp_kvc_k(c, layer) + (size_t)first * c->row,
+                             kvp_kvc_v(c, layer) + (size_t)first * c->row, NULL);
+    if (status != KVP_OK) {
+        KVP_LOG_ERROR("model", "fetched page layer %u pos %u does not decode: %s", layer, first,
+                      kvp_status_str(status));
+    }
+    return status;
 }
 
 kvp_status_t kvp_kvc_restore(kvp_kvc_t *c, const uint32_t *tokens, uint32_t ntok,

@@ -83,6 +83,7 @@ static int node_decode(const kvp_model_t *m, const kvp_model_node_params_t *p)
     char                *text = NULL;
     uint64_t             ns   = kvp_run_ns(m, p->codec, p->page_tokens);
     kvp_status_t         status;
+    uint64_t             ntok64;
     uint32_t             ntok;
 
     status = kvp_run_prompt(m, p->prompt, &ids, &np);
@@ -90,7 +91,12 @@ static int node_decode(const kvp_model_t *m, const kvp_model_node_params_t *p)
         status = node_connect(p->node, &cl);
     }
     if (status == KVP_OK) {
-        status = kvp_client_get_session(cl, ns, p->session, &sp);
+        /* the client checks every sealed page (sink pages aside) and the tail against the
+         * geometry this model decodes, on top of kvp_kvc_restore's own checks */
+        kvp_page_params_t expect = {.codec = p->codec, .heads = m->cfg.kv_heads,
+                                    .head_dim = m->cfg.head_dim, .page_tokens = p->page_tokens};
+
+        status = kvp_client_get_session_expect(cl, ns, p->session, &expect, &sp);
         if (status != KVP_OK) {
             KVP_LOG_ERROR("model", "fetching session %s failed: %s", p->session,
                           kvp_status_str(status));
@@ -99,12 +105,15 @@ static int node_decode(const kvp_model_t *m, const kvp_model_node_params_t *p)
     if (status != KVP_OK) {
         goto out;
     }
-    ntok = sp->desc.n_chunks * sp->desc.page_tokens + sp->desc.tail_tokens;
+    /* in 64 bits: a record's n_chunks * P + tail_tokens must not wrap into a matching count */
+    ntok64 = (uint64_t)sp->desc.n_chunks * sp->desc.page_tokens + sp->desc.tail_tokens;
+    ntok   = (uint32_t)ntok64;
     if (sp->desc.layers != m->cfg.layers || sp->desc.page_tokens != p->page_tokens ||
-        ntok + 1 != np) {
-        KVP_LOG_ERROR("model", "session %s holds %u tokens of %u layers (P %u); the prompt needs "
-                      "%u tokens of %u layers (P %u)", p->session, ntok, sp->desc.layers,
-                      sp->desc.page_tokens, np - 1, m->cfg.layers, p->page_tokens);
+        ntok64 + 1 != np) {
+        KVP_LOG_ERROR("model", "session %s holds %llu tokens of %u layers (P %u); the prompt "
+                      "needs %u tokens of %u layers (P %u)", p->session,
+                      (unsigned long long)ntok64, sp->desc.layers, sp->desc.page_tokens, np - 1,
+                      m->cfg.layers, p->page_tokens);
         status = KVP_ERR_INVALID;
         goto out;
     }
