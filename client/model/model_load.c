@@ -9,6 +9,7 @@
 #include "kvpack/file.h"
 #include "kvpack/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -205,6 +206,19 @@ static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, cons
     }
     if (kvp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &c->norm_eps) != KVP_OK) {
         c->norm_eps = 1e-5f;
+    }
+    /* RoPE takes theta^(-2i/D) and RMSNorm 1/sqrt(mean + eps): a theta <= 0 or an eps < 0 (or
+     * either NaN/Inf) turns every logit into NaN, which would pass as a run with ppl nan or be
+     * blamed on the codec ("input has NaN") */
+    if (!isfinite(c->rope_theta) || c->rope_theta <= 0.0f) {
+        KVP_LOG_ERROR("model", "%s: malformed gguf: llama.rope.freq_base %g is not a finite "
+                      "positive number", path, (double)c->rope_theta);
+        return KVP_ERR_INVALID;
+    }
+    if (!isfinite(c->norm_eps) || c->norm_eps < 0.0f) {
+        KVP_LOG_ERROR("model", "%s: malformed gguf: llama.attention.layer_norm_rms_epsilon %g is "
+                      "not a finite number >= 0", path, (double)c->norm_eps);
+        return KVP_ERR_INVALID;
     }
     c->head_dim = c->heads ? c->dim / c->heads : 0;
     if (c->heads == 0 || c->dim % c->heads != 0) {

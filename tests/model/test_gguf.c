@@ -3,7 +3,8 @@
  * dequantizes to values derived independently in this file; the matmul reading quantized rows
  * directly equals the fp32 copy bit for bit; malformed files (bad magic, bad
  * version, truncation at every byte, a string or tensor past the end, too many dims, an
- * unsupported tensor type, a shape mismatch) fail with a clear status and never crash. */
+ * unsupported tensor type, a shape mismatch, a rope theta <= 0 or an rms epsilon < 0 or NaN)
+ * fail with a clear status and never crash. */
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/run.h"
@@ -280,6 +281,36 @@ static void test_malformed(void)
         tiny_gguf(&t, 0, 33);
         expect_fail(&t, "shape", KVP_ERR_INVALID);
         free(t.p);
+    }
+    /* hyper-parameters that make every logit NaN are refused at load (they used to load and
+     * give ppl nan with exit 0): rope theta <= 0 or NaN, rms epsilon < 0 or NaN */
+    {
+        static const struct {
+            const char *key;
+            float       v;
+        } bad[] = {
+            {"llama.rope.freq_base", 0.0f},
+            {"llama.rope.freq_base", -5.0f},
+            {"llama.rope.freq_base", NAN},
+            {"llama.rope.freq_base", INFINITY},
+            {"llama.attention.layer_norm_rms_epsilon", -1.0f},
+            {"llama.attention.layer_norm_rms_epsilon", NAN},
+        };
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            size_t klen = strlen(bad[i].key), at = 0;
+            char   tag[64];
+
+            while (at + klen <= good.n && memcmp(good.p + at, bad[i].key, klen) != 0) {
+                at++;
+            }
+            CHECK(at + klen + 8 <= good.n);
+            memcpy(b.p, good.p, good.n);
+            /* the value follows the key and its 4-byte type (6 = f32) */
+            memcpy(b.p + at + klen + 4, &bad[i].v, 4);
+            snprintf(tag, sizeof(tag), "hparam%zu", i);
+            expect_fail(&b, tag, KVP_ERR_INVALID);
+        }
     }
     /* every truncation of the header and tables fails cleanly through the parser */
     kvp_log_level_current = -1; /* thousands of expected error lines: silence them */
