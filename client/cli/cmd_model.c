@@ -14,6 +14,7 @@
 #include "model/model_node.h"
 #include "model/run.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +55,15 @@ static void usage(FILE *out)
         "                      sealed pages plus the open rows as an fp16 tail (kvp_attn_compute);\n"
         "                      fused needs lanes without a V window (kivi's ref regions have one)\n"
         "  --text FILE         teacher-forced perplexity over the text's first --tokens tokens\n"
+        "                      (--text, --sample and --generate exclude each other)\n"
         "  --offset BYTES      start reading the text at this byte (default 0)\n"
-        "  --sample N          instead of --text: N tokens sampled from the model (fp32 KV)\n"
-        "  --seed S --temp T   sampling seed (default 42) and temperature (default 1.0)\n"
+        "  --sample N          instead of --text: N >= 2 tokens sampled from the model (fp32 KV)\n"
+        "  --seed S --temp T   sampling seed (default 42) and temperature (default 1.0,\n"
+        "                      at least FLT_MIN = 1.2e-38)\n"
         "  --tokens N          tokens scored, BOS included where the model uses one (default 512)\n"
         "  --generate PROMPT   greedy text per codec ('' = from BOS); --steps N tokens (default 64)\n"
-        "  --dump-kv FILE.kvd  write the fp32 post-RoPE K/V of every layer for the text\n"
+        "  --dump-kv FILE.kvd  with --text or --sample: write the fp32 post-RoPE K/V of every\n"
+        "                      layer for the scored tokens\n"
         "  --node HOST:PORT    with --generate: prefill here, put the pages to a kvpackd node, decode\n"
         "                      in a second kvpack process that fetches them (one codec; regions bare\n"
         "                      or an fp16 sink sN, e.g. --codec oscar@s1)\n"
@@ -555,11 +559,43 @@ int kvp_cmd_model(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* one mode per run: cmd_ppl and cmd_generate would each silently ignore the others */
+    if ((o.text != NULL) + (o.prompt != NULL) + (o.sample != 0) > 1) {
+        fprintf(stderr, "kvpack model: --text, --sample and --generate exclude each other: give "
+                "one\n");
+        return 2;
+    }
+    if (o.session != NULL && o.node == NULL) {
+        fprintf(stderr, "kvpack model: --decode-session needs --node HOST:PORT (it is the decode "
+                "role of a --node round trip)\n");
+        return 2;
+    }
+    if (o.node != NULL && o.prompt == NULL) {
+        fprintf(stderr, "kvpack model: --node needs --generate PROMPT\n");
+        return 2;
+    }
+    /* only the scored text's KV is dumped (cmd_ppl); the generate and node paths never wrote it */
+    if (o.dump != NULL && o.prompt != NULL) {
+        fprintf(stderr, "kvpack model: --dump-kv needs --text or --sample (it dumps the scored "
+                "tokens' KV), not --generate or --node\n");
+        return 2;
+    }
     if (o.page_tokens == 0 || o.page_tokens > KVP_PAGE_MAX_TOKENS || o.tokens < 2 ||
-        o.tokens > (1u << 20) || o.steps == 0 || o.steps > (1u << 20) || o.sample > (1u << 20) ||
-        !(o.temp > 0.0)) {
-        fprintf(stderr, "kvpack model: --page-tokens 1..%u, --tokens >= 2, --steps >= 1, "
-                "--temp > 0\n", KVP_PAGE_MAX_TOKENS);
+        o.tokens > (1u << 20) || o.steps == 0 || o.steps > (1u << 20)) {
+        fprintf(stderr, "kvpack model: --page-tokens 1..%u, --tokens 2..%u, --steps 1..%u\n",
+                KVP_PAGE_MAX_TOKENS, 1u << 20, 1u << 20);
+        return 2;
+    }
+    if (o.sample == 1 || o.sample > (1u << 20)) {
+        fprintf(stderr, "kvpack model: --sample takes 2..%u tokens (BOS and at least one sampled "
+                "token to score)\n", 1u << 20);
+        return 2;
+    }
+    /* sampling divides by the temperature as a float: below FLT_MIN it is 0 (or a denormal that
+     * overflows the logits) and every pick becomes the last vocabulary id */
+    if (!(o.temp >= FLT_MIN && o.temp <= FLT_MAX)) {
+        fprintf(stderr, "kvpack model: --temp takes %g..%g\n", (double)FLT_MIN,
+                (double)FLT_MAX);
         return 2;
     }
     o.fused = strcmp(o.attn, "fused") == 0;

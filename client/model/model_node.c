@@ -352,7 +352,11 @@ static int node_prefill_role(const kvp_model_t *m, const kvp_model_node_params_t
 
 int kvp_model_node_run(const kvp_model_t *m, const kvp_model_node_params_t *p)
 {
-    if (p->node == NULL || p->prompt == NULL) {
+    if (p->node == NULL) {
+        fprintf(stderr, "kvpack model: --decode-session needs --node HOST:PORT\n");
+        return 2;
+    }
+    if (p->prompt == NULL) {
         fprintf(stderr, "kvpack model: --node needs --generate PROMPT\n");
         return 2;
     }
