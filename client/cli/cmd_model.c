@@ -8,7 +8,6 @@
 #include "cli.h"
 
 #include "kvpack/alloc.h"
-#include "kvpack/file.h"
 #include "kvpack/codec.h"
 #include "kvpack/log.h"
 #include "model/model_node.h"
@@ -245,53 +244,6 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
     return 0;
 }
 
-/* Tokenize the start of a text file until it yields at least n tokens (or the file ends). */
-static kvp_status_t text_tokens(const kvp_model_t *m, const char *path, uint64_t offset,
-                                uint32_t n, uint32_t **ids_p, uint32_t *n_p)
-{
-    FILE        *f = kvp_file_open(path, "rb");
-    size_t       want = (size_t)n * 8 + 256, got;
-    char        *buf;
-    uint32_t    *ids;
-    size_t       nids;
-    kvp_status_t status;
-
-    if (f == NULL) {
-        KVP_LOG_ERROR("model", "cannot open %s: %m", path);
-        return KVP_ERR_IO;
-    }
-    for (;;) {
-        buf = kvp_malloc(want, "text");
-        if (buf == NULL) {
-            fclose(f);
-            return KVP_ERR_NO_MEMORY;
-        }
-        if (fseek(f, (long)offset, SEEK_SET) != 0) {
-            KVP_LOG_ERROR("model", "cannot seek %s to %llu", path, (unsigned long long)offset);
-            kvp_free(buf);
-            fclose(f);
-            return KVP_ERR_IO;
-        }
-        got    = fread(buf, 1, want, f);
-        status = kvp_tok_encode(m->tok, buf, got, kvp_tok_add_bos(m->tok), &ids, &nids);
-        kvp_free(buf);
-        if (status != KVP_OK) {
-            fclose(f);
-            return status;
-        }
-        if (nids > n || got < want) {
-            break;
-        }
-        kvp_free(ids);
-        want *= 2;
-    }
-    fclose(f);
-    /* a cut in the middle of a word may change the last token: only keep complete ones */
-    *n_p   = nids > n ? n : (uint32_t)nids;
-    *ids_p = ids;
-    return KVP_OK;
-}
-
 /* What the matmul reads: the GGUF blocks (dequantized a row at a time) or the fp32 copies. */
 static const char *weights_kind(const kvp_model_t *m)
 {
@@ -389,7 +341,7 @@ static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
     } else {
         const char *b = strrchr(o->text, '/');
 
-        status = text_tokens(m, o->text, o->offset, (uint32_t)o->tokens, &ids, &n);
+        status = kvp_run_text_tokens(m, o->text, o->offset, (uint32_t)o->tokens, &ids, &n);
         snprintf(src, sizeof(src), "%s", b ? b + 1 : o->text);
     }
     if (status != KVP_OK) {

@@ -5,6 +5,7 @@
 
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
+#include "kvpack/file.h"
 #include "kvpack/log.h"
 #include "eval/eval.h"
 
@@ -281,6 +282,68 @@ kvp_status_t kvp_run_prompt(const kvp_model_t *m, const char *prompt, uint32_t *
         *n_p = (uint32_t)n;
     }
     return status;
+}
+
+kvp_status_t kvp_run_text_tokens(const kvp_model_t *m, const char *path, uint64_t offset,
+                                 uint32_t n, uint32_t **ids_p, uint32_t *n_p)
+{
+    FILE        *f    = kvp_file_open(path, "rb");
+    size_t       want = (size_t)n * 8 + 256, got, use;
+    char        *buf;
+    uint32_t    *ids;
+    size_t       nids;
+    int          eof;
+    kvp_status_t status;
+
+    if (f == NULL) {
+        KVP_LOG_ERROR("model", "cannot open %s: %m", path);
+        return KVP_ERR_IO;
+    }
+    for (;;) {
+        buf = kvp_malloc(want, "text");
+        if (buf == NULL) {
+            fclose(f);
+            return KVP_ERR_NO_MEMORY;
+        }
+        if (fseeko(f, (off_t)offset, SEEK_SET) != 0) {
+            KVP_LOG_ERROR("model", "cannot seek %s to %llu", path, (unsigned long long)offset);
+            kvp_free(buf);
+            fclose(f);
+            return KVP_ERR_IO;
+        }
+        got = fread(buf, 1, want, f);
+        if (ferror(f)) {
+            KVP_LOG_ERROR("model", "cannot read %s: %m", path);
+            kvp_free(buf);
+            fclose(f);
+            return KVP_ERR_IO;
+        }
+        /* a word cut by the end of the buffer may encode to other tokens than in the whole text,
+         * and so may the words before it (a merge or a pre-split that would have reached past
+         * the cut): encode only up to the last word end; none in the buffer -> read more */
+        eof = got < want;
+        use = eof ? got : kvp_tok_prefix_cut(buf, got);
+        if (use == 0 && !eof) {
+            kvp_free(buf);
+            want *= 2;
+            continue;
+        }
+        status = kvp_tok_encode(m->tok, buf, use, kvp_tok_add_bos(m->tok), &ids, &nids);
+        kvp_free(buf);
+        if (status != KVP_OK) {
+            fclose(f);
+            return status;
+        }
+        if (nids >= n || eof) {
+            break;
+        }
+        kvp_free(ids);
+        want *= 2;
+    }
+    fclose(f);
+    *n_p   = nids > n ? n : (uint32_t)nids;
+    *ids_p = ids;
+    return KVP_OK;
 }
 
 /* Print generated ids as text, stopping at EOS (and at BOS for llama2.c story models). */

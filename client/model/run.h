@@ -79,6 +79,13 @@ void kvp_run_finish(kvp_run_t *run);
 /* Prompt ids: BOS (when the model uses one, or when the prompt is empty) + the prompt's tokens. */
 kvp_status_t kvp_run_prompt(const kvp_model_t *m, const char *prompt, uint32_t **ids_p,
                             uint32_t *n_p);
+/* The first tokens of a text file from byte offset on (BOS first where the model uses one): at
+ * most n, fewer only when the file ends first. Reads a prefix, cut back to a word end
+ * (kvp_tok_prefix_cut) unless it reached the end of the file, so the ids are exactly the first
+ * ids of the whole text's tokenization; a longer prefix is read while it yields fewer than n.
+ * *ids_p is kvp_malloc'ed (it may hold more than *n_p ids). */
+kvp_status_t kvp_run_text_tokens(const kvp_model_t *m, const char *path, uint64_t offset,
+                                 uint32_t n, uint32_t **ids_p, uint32_t *n_p);
 /* Print generated ids as text, stopping at EOS (and at BOS for llama2.c story models). */
 void kvp_run_print(FILE *out, const kvp_model_t *m, uint32_t prev, const uint32_t *ids,
                    uint32_t n);

@@ -313,6 +313,29 @@ static void bpe_word(const kvp_tok_t *tok, kvp_tok_merger_t *m, const uint8_t *s
     *n_p += kvp_tok_merge(m, w, len, bpe_pair, tok);
 }
 
+size_t kvp_tok_prefix_cut(const char *text, size_t len)
+{
+    const uint8_t *s = (const uint8_t *)text;
+
+    for (size_t i = len; i-- > 1;) {
+        size_t j = i - 1, cl;
+
+        if (s[i] != ' ' && !(s[i] >= 9 && s[i] <= 13)) {
+            continue;
+        }
+        /* the char that ends at s[i-1]: back over its continuation bytes to the lead byte. A
+         * Unicode space there (NBSP, U+3000, ...) would make this the middle of a whitespace run,
+         * whose pre-split depends on how the run ends */
+        while (j > 0 && i - j < 4 && (s[j] & 0xC0) == 0x80) {
+            j--;
+        }
+        if (cp_class(utf8_get(s + j, i - j, &cl)) != CL_SPACE) {
+            return i;
+        }
+    }
+    return 0;
+}
+
 /* Length in bytes of the next pre-token of s[0..len) (len > 0). */
 static size_t pre_split(const uint8_t *s, size_t len)
 {

@@ -36,6 +36,14 @@ int            kvp_tok_add_bos(const kvp_tok_t *tok); /* whether texts start wit
 kvp_status_t kvp_tok_encode(const kvp_tok_t *tok, const char *text, size_t len, int add_bos,
                             uint32_t **ids_p, size_t *n_p);
 
+/* Where to cut a text read in part so that its tokens are the first tokens of the whole text:
+ * the last point in text[0..len) where a char that is not whitespace is followed by an ASCII
+ * whitespace byte (0 when there is none). Neither tokenizer joins a piece across that point: the
+ * BPE pre-split ends every word before whitespace and a whitespace run that starts there belongs
+ * to what follows, and llama2.c pieces carry whitespace only in front (no merge makes "x " or
+ * "x\n"), so the merges left of it never see what lies beyond. */
+size_t kvp_tok_prefix_cut(const char *text, size_t len);
+
 /* Bytes token id prints as, given the previous token (llama2.c drops the leading space of the
  * first piece after BOS). Borrowed; *len_p bytes, not NUL-terminated. Unknown id: "" (len 0). */
 const char *kvp_tok_decode(const kvp_tok_t *tok, uint32_t prev, uint32_t id, size_t *len_p);

@@ -1,7 +1,8 @@
 /* test_gguf.c - the GGUF reader, block dequantization and the byte-level BPE tokenizer on files
  * crafted here: a tiny valid "llama" model (tokenizer included) loads and runs; every block type
  * dequantizes to values derived independently in this file; the matmul reading quantized rows
- * directly equals the fp32 copy bit for bit; malformed files (bad magic, bad
+ * directly equals the fp32 copy bit for bit; a text read in part gives exactly the first tokens
+ * of the whole text (kvp_run_text_tokens); malformed files (bad magic, bad
  * version, truncation at every byte, a string or tensor past the end, too many dims, an
  * unsupported tensor type, a shape mismatch, a rope theta <= 0 or an rms epsilon < 0 or NaN)
  * fail with a clear status and never crash. */
@@ -226,6 +227,78 @@ static void test_tiny_model(void)
     free(b.p);
 }
 
+/* kvp_run_text_tokens reads a prefix of the file: its ids must be the first ids of the whole
+ * text's tokenization for every n. The text averages > 8 bytes per token (specials of 12 bytes),
+ * so the first read (8n + 256 bytes) ends inside the first n tokens: a special cut by the buffer
+ * end used to be kept as its byte tokens. */
+static void test_text_tokens(void)
+{
+    buf_t        b = {0};
+    kvp_model_t *m = NULL;
+    const char  *path;
+    char        *text;
+    size_t       len = 0, nfull = 0;
+    uint32_t    *full = NULL, rng = 12345, bad = 0;
+    FILE        *f;
+
+    /* the cut rule itself: after a char that is not whitespace, before ASCII whitespace */
+    EXPECT(kvp_tok_prefix_cut("abc def", 7) == 3, "cut 'abc def'");
+    EXPECT(kvp_tok_prefix_cut("abc  \n", 6) == 3, "cut at the start of a whitespace run");
+    EXPECT(kvp_tok_prefix_cut(" abc", 4) == 0 && kvp_tok_prefix_cut("abc", 3) == 0,
+           "no word end before whitespace");
+    EXPECT(kvp_tok_prefix_cut("a\xC3\xA9 x", 5) == 3, "after a 2-byte letter");
+    EXPECT(kvp_tok_prefix_cut("ab\xC2\xA0 c", 6) == 0, "not after a no-break space");
+
+    tiny_gguf(&b, 0, 32);
+    path = write_tmp(&b, "tt");
+    CHECK(kvp_model_load(path, NULL, &m) == KVP_OK);
+    unlink(path);
+    text = malloc(1 << 16);
+    CHECK(text != NULL);
+    while (len < 20000) {
+        static const char *sep[] = {" ", " abc", "\n", " lo lo "};
+        uint32_t           k     = 3 + (rng >> 7) % 4;
+
+        for (uint32_t i = 0; i < k; i++) {
+            memcpy(text + len, "<|im_start|>", 12);
+            len += 12;
+        }
+        memcpy(text + len, sep[(rng >> 3) % 4], strlen(sep[(rng >> 3) % 4]));
+        len += strlen(sep[(rng >> 3) % 4]);
+        rng = rng * 1103515245u + 12345u;
+    }
+    f = fopen(path, "wb");
+    CHECK(f != NULL && fwrite(text, 1, len, f) == len && fclose(f) == 0);
+    CHECK(kvp_tok_encode(m->tok, text, len, kvp_tok_add_bos(m->tok), &full, &nfull) == KVP_OK);
+    EXPECT((double)len / (double)nfull > 8.0, "%.2f bytes per token", (double)len / nfull);
+    for (uint32_t n = 2; n < 600 && n <= nfull; n++) {
+        uint32_t *ids = NULL, k = 0;
+
+        CHECK(kvp_run_text_tokens(m, path, 0, n, &ids, &k) == KVP_OK);
+        if (k != n || memcmp(ids, full, (size_t)n * sizeof(*ids)) != 0) {
+            if (bad++ < 3) {
+                fprintf(stderr, "--tokens %u: %u ids, not the first %u of the whole text\n", n,
+                        k, n);
+            }
+        }
+        kvp_free(ids);
+    }
+    EXPECT(bad == 0, "%u of 598 --tokens values are not a prefix of the whole text", bad);
+    {
+        uint32_t *ids = NULL, k = 0;
+
+        /* past the end: the whole text, fewer than asked */
+        CHECK(kvp_run_text_tokens(m, path, 0, (uint32_t)nfull + 50, &ids, &k) == KVP_OK);
+        EXPECT(k == nfull && memcmp(ids, full, nfull * sizeof(*ids)) == 0, "whole text: %u", k);
+        kvp_free(ids);
+    }
+    unlink(path);
+    kvp_free(full);
+    free(text);
+    kvp_model_free(m);
+    free(b.p);
+}
+
 static void expect_fail(const buf_t *b, const char *tag, kvp_status_t want)
 {
     kvp_model_t *m    = NULL;
@@ -340,6 +413,7 @@ int main(void)
     test_dequant_blocks();
     test_mm_quant();
     test_tiny_model();
+    test_text_tokens();
     test_malformed();
     return kvp_test_result("test_gguf");
 }
