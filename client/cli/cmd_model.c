@@ -52,7 +52,9 @@ static void usage(FILE *out)
         "  --page-tokens P     tokens per page (default 128)\n"
         "  --attn decode|fused attention over the decoded rows (default) or straight over the\n"
         "                      sealed pages plus the open rows as an fp16 tail (kvp_attn_compute);\n"
-        "                      fused needs lanes without a V window (kivi's ref regions have one)\n"
+        "                      fused reads every codec but naive2 (--codec all leaves it out), on\n"
+        "                      lanes without a V window (kivi's ref regions have one) and with\n"
+        "                      residual + eviction batch <= 4096 tokens\n"
         "  --text FILE         teacher-forced perplexity over the text's first --tokens tokens\n"
         "                      (--text, --sample and --generate exclude each other)\n"
         "  --offset BYTES      start reading the text at this byte (default 0)\n"
@@ -153,18 +155,66 @@ static int node_regions(const opts_t *o, uint32_t *sink_pages_p)
     return 0;
 }
 
-/* Apply each lane's region spec to the run (lane 0, the reference, stays bare). */
-/* --attn fused: every lane's attention through kvp_attn_compute (lanes keep their pages) */
+/* --attn fused: every lane's attention through kvp_attn_compute (lanes keep their pages;
+ * check_fused refused what it cannot read before any work). */
 static kvp_status_t apply_attn(const opts_t *o, kvp_run_t *run)
 {
-    for (uint32_t l = 0; o->fused && l < o->n_lanes; l++) {
-        if (run->cache[l]->p.regions.v_residual != 0) {
+    return kvp_fwd_set_attn_fused(run->fwd, o->fused);
+}
+
+/* A lane's display name: the codec, with @SPEC unless it runs the codec's reference regions. */
+static void lane_label(const opts_t *o, uint32_t l, char *buf, size_t cap)
+{
+    const char *name = o->lanes[l] == KVP_KVC_FP32 ? "fp32" : kvp_codec_name(o->lanes[l]);
+
+    if (o->spec[l][0] == '\0' || strcmp(o->spec[l], "ref") == 0) {
+        snprintf(buf, cap, "%s", name);
+    } else {
+        snprintf(buf, cap, "%s@%s", name, o->spec[l]);
+    }
+}
+
+/* --attn fused: refuse, before the model runs, a lane it cannot run (they used to fail at the
+ * first step that needed them, after all the work before it): a codec kvp_attn_compute does not
+ * read (naive2), a V window (its sealed V is read in fp16, which the pages do not hold), or open
+ * rows that outgrow the one fp16 tail page they go in as (residual + eviction batch > 4096). */
+static int check_fused(const opts_t *o)
+{
+    for (uint32_t l = 0; l < o->n_lanes; l++) {
+        kvp_kvc_regions_t r;
+        uint32_t          P = (uint32_t)o->page_tokens, open;
+        char              label[48];
+
+        if (o->lanes[l] == KVP_KVC_FP32) {
+            continue; /* no pages: attends over its rows as with --attn decode */
+        }
+        lane_label(o, l, label, sizeof(label));
+        if (!kvp_fwd_fused_codec_ok(o->lanes[l])) {
+            fprintf(stderr, "kvpack model: --attn fused: lane %s has no fused attention "
+                    "(kvp_attn_compute does not read %s pages); drop it or use --attn decode\n",
+                    label, kvp_codec_name(o->lanes[l]));
+            return 2;
+        }
+        memset(&r, 0, sizeof(r));
+        if (o->lanes[l] != KVP_CODEC_FP16 && o->spec[l][0] != '\0' &&
+            parse_regions(o->spec[l], o->lanes[l], P, &r) != 0) {
+            return 2;
+        }
+        if (r.v_residual != 0) {
             fprintf(stderr, "kvpack model: --attn fused: lane %s keeps a V window (regions vR); "
-                            "use NAME@bare or a spec without vR\n", run->stat[l].name);
-            return KVP_ERR_UNSUPPORTED;
+                    "use NAME@bare or a spec without vR\n", label);
+            return 2;
+        }
+        open = kvp_kvc_open_max(&r, P);
+        if (open > KVP_PAGE_MAX_TOKENS) {
+            fprintf(stderr, "kvpack model: --attn fused: lane %s holds up to %u open rows "
+                    "(residual %u + eviction batch %u), more than the fp16 tail page they are "
+                    "read from takes (%u)\n", label, open, r.residual, r.evict ? r.evict : P,
+                    KVP_PAGE_MAX_TOKENS);
+            return 2;
         }
     }
-    return kvp_fwd_set_attn_fused(run->fwd, o->fused);
+    return 0;
 }
 
 static kvp_status_t apply_regions(const opts_t *o, kvp_run_t *run)
@@ -225,7 +275,17 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
                                         .head_dim = m->cfg.head_dim,
                                         .page_tokens = (uint32_t)o->page_tokens};
 
-                if (kvp_codec_check(&pp) == KVP_OK && add_lane(o, (kvp_codec_id_t)a, spec) != 0) {
+                if (kvp_codec_check(&pp) != KVP_OK) {
+                    continue;
+                }
+                /* 'all' means every codec this run can take: under --attn fused, not the ones
+                 * without fused attention (named, so the table's gap is explained) */
+                if (o->fused && !kvp_fwd_fused_codec_ok((kvp_codec_id_t)a)) {
+                    fprintf(stderr, "kvpack model: --codec all with --attn fused leaves out %s "
+                            "(no fused attention)\n", kvp_codec_name((kvp_codec_id_t)a));
+                    continue;
+                }
+                if (add_lane(o, (kvp_codec_id_t)a, spec) != 0) {
                     return 2;
                 }
             }
@@ -568,6 +628,9 @@ int kvp_cmd_model(int argc, char **argv)
         return 1;
     }
     rc = parse_codecs(&o, m);
+    if (rc == 0 && o.fused) {
+        rc = check_fused(&o);
+    }
     if (rc == 0) {
         if ((o.node != NULL || o.session != NULL) && (strchr(o.codec, ',') != NULL ||
             strcmp(o.codec, "all") == 0)) {

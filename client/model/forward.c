@@ -111,6 +111,11 @@ kvp_status_t kvp_fwd_set_attn_fused(kvp_fwd_t *f, int on)
     return KVP_OK;
 }
 
+int kvp_fwd_fused_codec_ok(kvp_codec_id_t codec)
+{
+    return codec != KVP_CODEC_NAIVE2;
+}
+
 void kvp_fwd_set_kv_cb(kvp_fwd_t *f, kvp_fwd_kv_cb_t cb, void *arg)
 {
     f->cb     = cb;

@@ -66,6 +66,13 @@ kvp_status_t kvp_kvc_regions_check(const kvp_kvc_regions_t *r, uint32_t page_tok
     return KVP_OK;
 }
 
+uint32_t kvp_kvc_open_max(const kvp_kvc_regions_t *r, uint32_t page_tokens)
+{
+    uint64_t n = (uint64_t)r->residual + (r->evict ? r->evict : page_tokens);
+
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 double kvp_kvc_bits_effective(const kvp_kvc_t *c)
 {
     return c->held_elems_sum > 0.0 ? 8.0 * c->held_bytes_sum / c->held_elems_sum : 0.0;

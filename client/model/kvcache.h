@@ -70,6 +70,9 @@ typedef struct {
 kvp_kvc_regions_t kvp_kvc_regions_ref(kvp_codec_id_t codec, uint32_t page_tokens);
 /* Checks regions against P (KVP_ERR_INVALID and one log line when evict is not a multiple of P). */
 kvp_status_t kvp_kvc_regions_check(const kvp_kvc_regions_t *r, uint32_t page_tokens);
+/* The most unsealed rows attention reads in one step (the new token's included): a chunk seals
+ * once evict tokens outside the residual window are open, so R + E (E = P when 0). */
+uint32_t kvp_kvc_open_max(const kvp_kvc_regions_t *r, uint32_t page_tokens);
 /* Bits per K/V element averaged over commits of everything the cache held (0 if none yet). */
 double kvp_kvc_bits_effective(const kvp_kvc_t *c);
 

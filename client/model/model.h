@@ -86,6 +86,10 @@ void         kvp_fwd_set_kv_cb(kvp_fwd_t *f, kvp_fwd_kv_cb_t cb, void *arg);
  * over the sealed pages plus the open rows as an fp16 tail page (kvp_attn_compute) instead of
  * over the decoded rows; other lanes (fp32, V window) are unchanged. Call before the first step. */
 kvp_status_t kvp_fwd_set_attn_fused(kvp_fwd_t *f, int on);
+/* Whether fused attention can read a lane of this codec: kvp_attn_compute takes every page codec
+ * but naive2 (attn.h); fp32 lanes have no pages and attend over their rows as always. The lane's
+ * open rows must also fit one fp16 tail page: kvp_kvc_open_max <= KVP_PAGE_MAX_TOKENS. */
+int kvp_fwd_fused_codec_ok(kvp_codec_id_t codec);
 
 /* One token per lane: tokens[l] at position caches[l]->ntok; appends its K/V to caches[l]
  * (sealing pages as they fill) and writes logits[l*vocab ..]. Caches are borrowed. */
