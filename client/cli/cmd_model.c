@@ -25,7 +25,7 @@ typedef struct {
     int            fused;
     uint64_t       tokens, offset, page_tokens, steps, sample, seed;
     double         temp;
-    int            json;
+    int            json, keep_session;
     kvp_codec_id_t lanes[KVP_RUN_MAX_LANES];
     char           spec[KVP_RUN_MAX_LANES][24]; /* region spec per lane ("" = reference lane) */
     uint32_t       n_lanes;
@@ -67,7 +67,8 @@ static void usage(FILE *out)
         "                      layer for the scored tokens\n"
         "  --node HOST:PORT    with --generate: prefill here, put the pages to a kvpackd node, decode\n"
         "                      in a second kvpack process that fetches them (one codec; regions bare\n"
-        "                      or an fp16 sink sN, e.g. --codec oscar@s1)\n"
+        "                      or an fp16 sink sN, e.g. --codec oscar@s1); the session is\n"
+        "                      deleted from the node afterwards unless --keep-session\n"
         "  --json              machine-readable output\n");
 }
 
@@ -564,6 +565,10 @@ int kvp_cmd_model(int argc, char **argv)
             o.json = 1;
             continue;
         }
+        if (kvp_opt_flag(argv, i, "--keep-session")) {
+            o.keep_session = 1;
+            continue;
+        }
         return kvp_opt_unknown("model", argv[i]);
     }
     if (o.model == NULL || (o.text == NULL && o.prompt == NULL && o.sample == 0)) {
@@ -580,6 +585,11 @@ int kvp_cmd_model(int argc, char **argv)
     if (o.session != NULL && o.node == NULL) {
         fprintf(stderr, "kvpack model: --decode-session needs --node HOST:PORT (it is the decode "
                 "role of a --node round trip)\n");
+        return 2;
+    }
+    if (o.keep_session && (o.node == NULL || o.session != NULL)) {
+        fprintf(stderr, "kvpack model: --keep-session needs --node (the prefill side of the "
+                "round trip)\n");
         return 2;
     }
     if (o.node != NULL && o.prompt == NULL) {
@@ -641,7 +651,7 @@ int kvp_cmd_model(int argc, char **argv)
                 .model = o.model, .tokenizer = o.tokenizer, .node = o.node,
                 .session = o.session, .prompt = o.prompt, .codec = o.lanes[o.n_lanes - 1],
                 .page_tokens = (uint32_t)o.page_tokens, .steps = (uint32_t)o.steps,
-                .json = o.json, .self_exe = "/proc/self/exe",
+                .json = o.json, .keep_session = o.keep_session, .self_exe = "/proc/self/exe",
             };
 
             rc = node_regions(&o, &np.sink_pages);

@@ -3,7 +3,8 @@
  * pages carry KVP_PAGE_F_SINK), pushing each step's sealed pages on a put stream (they ship
  * while the next chunk computes), then the session record (chunk keys + fp16 tail pages), start a second kvpack process (decode role) that
  * fetches the session, rebuilds its cache from the pages, feeds prompt[n-1] and decodes greedily;
- * then decode in-process with the same codec and compare the two texts.
+ * then delete the session from the node (unless keep_session), decode in-process with the same
+ * codec and compare the two texts.
  * Main flow: kvp_model_node_run -> node_prefill -> node_spawn_decode | node_decode. */
 #include "model_node.h"
 
@@ -293,6 +294,28 @@ static kvp_status_t node_spawn_decode(const kvp_model_node_params_t *p, const ch
     return KVP_OK;
 }
 
+/* The round trip is over (the decode process exited): remove its session from the node, record
+ * and pages, unless asked to keep it. Best effort: a failure is a warning naming the session. */
+static void node_drop_session(const kvp_model_t *m, const kvp_model_node_params_t *p,
+                              const char *sid)
+{
+    kvp_client_h cl = NULL;
+    kvp_status_t status;
+
+    if (p->keep_session) {
+        return;
+    }
+    status = node_connect(p->node, &cl);
+    if (status == KVP_OK) {
+        status = kvp_client_delete_session(cl, kvp_run_ns(m, p->codec, p->page_tokens), sid);
+    }
+    if (status != KVP_OK) {
+        KVP_LOG_WARN("model", "session %s stays on node %s: deleting it failed: %s", sid,
+                     p->node, kvp_status_str(status));
+    }
+    kvp_client_destroy(cl);
+}
+
 static int node_prefill_role(const kvp_model_t *m, const kvp_model_node_params_t *p)
 {
     uint32_t    *ids = NULL, np = 0;
@@ -315,6 +338,7 @@ static int node_prefill_role(const kvp_model_t *m, const kvp_model_node_params_t
     }
     if (status == KVP_OK) {
         status = node_spawn_decode(p, sid, &remote);
+        node_drop_session(m, p, sid);
     }
     if (status == KVP_OK) {
         status = node_run_create(m, p, np + p->steps, 0, &run);
@@ -328,15 +352,18 @@ static int node_prefill_role(const kvp_model_t *m, const kvp_model_node_params_t
     if (status == KVP_OK) {
         same = strcmp(remote, local) == 0;
         if (p->json) {
-            printf("{\"codec\": \"%s\", \"session\": \"%s\", \"prompt_tokens\": %u, "
-                   "\"bytes_put\": %llu, \"identical\": %s}\n", kvp_codec_name(p->codec), sid,
-                   np, (unsigned long long)bytes, same ? "true" : "false");
+            printf("{\"codec\": \"%s\", \"session\": \"%s\", \"session_kept\": %s, "
+                   "\"prompt_tokens\": %u, \"bytes_put\": %llu, \"identical\": %s}\n",
+                   kvp_codec_name(p->codec), sid, p->keep_session ? "true" : "false", np,
+                   (unsigned long long)bytes, same ? "true" : "false");
         } else {
             printf("[%s via node %s] %s%s\n", kvp_codec_name(p->codec), p->node, p->prompt,
                    remote);
             printf("[%s in-process] %s%s\n", kvp_codec_name(p->codec), p->prompt, local);
             printf("identical: %s (%llu page bytes put for %u prompt tokens)\n",
                    same ? "yes" : "NO", (unsigned long long)bytes, np - 1);
+            printf("session %s %s\n", sid, p->keep_session ? "kept on the node"
+                                                             : "deleted from the node");
         }
     }
     free(remote);

@@ -20,6 +20,7 @@ typedef struct {
     uint32_t       sink_pages;        /* first chunks kept as fp16 sink pages (0 = bare) */
     uint32_t       steps;
     int            json;
+    int            keep_session;      /* leave the session on the node after the round trip */
     const char    *self_exe;          /* the kvpack binary to run for the decode process */
 } kvp_model_node_params_t;
 

@@ -46,6 +46,7 @@ expect 2 "exclude each other" --codec fp16 --sample 20 --generate Once
 # the decode role without a node used to say "--node needs --generate PROMPT"
 expect 2 "--decode-session needs --node" --codec oscar --decode-session x --generate Once
 expect 2 "--node needs --generate" --codec oscar --node 127.0.0.1:1 --text "$R/emma.txt"
+expect 2 "--keep-session needs --node" --codec oscar --generate Once --keep-session
 # --sample 1 used to blame the text ("the text gives fewer than 2 tokens")
 expect 2 "--sample takes 2\\.\\." --codec fp16 --sample 1
 

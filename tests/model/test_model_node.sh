@@ -3,7 +3,8 @@
 # stories260K in one kvpack process, streaming its pages to the node as they seal (kvp_put_stream:
 # several pushes for the 3-chunk oscar@s1 case), decode in a second process that
 # fetches them, and require the fetched decode to equal the in-process one (for two codecs, and
-# for oscar behind an fp16 sink chunk).
+# for oscar behind an fp16 sink chunk); each round trip deletes its session from the node unless
+# --keep-session, which names the session and leaves it there to decode again.
 # Usage: test_model_node.sh BIN_DIR REALDATA_DIR. Exit 77 when the real data is absent.
 set -u
 BIN=$1
@@ -59,5 +60,29 @@ if "$BIN/kvpack" model --model "$R/stories260K.bin" --tokenizer "$R/tok512.bin" 
         --page-tokens 32 --node "127.0.0.1:$PORT" --decode-session nosuch --generate "$PROMPT" \
         >/dev/null 2>"$TMP/err"; then
     echo "FAIL: fetching a missing session succeeded"; rc=1
+fi
+# every round trip above deleted its session afterwards (they used to stay on the node: 3 sessions)
+"$BIN/kvpack" stat --node "127.0.0.1:$PORT" >"$TMP/stat" 2>&1
+grep -Eq "^sessions +0 " "$TMP/stat" ||
+    { echo "FAIL: sessions left on the node after the round trips"; cat "$TMP/stat"; rc=1; }
+# --keep-session leaves it, names it, and it decodes again
+if ! "$BIN/kvpack" model --model "$R/stories260K.bin" --tokenizer "$R/tok512.bin" --codec oscar \
+        --page-tokens 32 --steps 8 --node "127.0.0.1:$PORT" --keep-session --generate "$PROMPT" \
+        >"$TMP/out" 2>"$TMP/err"; then
+    echo "FAIL: --keep-session round trip"; cat "$TMP/out" "$TMP/err"; rc=1
+fi
+SID=$(sed -n 's/^session \(model-[0-9-]*\) kept on the node$/\1/p' "$TMP/out")
+"$BIN/kvpack" stat --node "127.0.0.1:$PORT" >"$TMP/stat" 2>&1
+if [ -z "$SID" ] || ! grep -Eq "^sessions +1 " "$TMP/stat"; then
+    echo "FAIL: --keep-session did not keep and name its session"; cat "$TMP/out" "$TMP/stat"; rc=1
+elif ! "$BIN/kvpack" model --model "$R/stories260K.bin" --tokenizer "$R/tok512.bin" --codec oscar \
+        --page-tokens 32 --steps 8 --node "127.0.0.1:$PORT" --decode-session "$SID" \
+        --generate "$PROMPT" >"$TMP/out2" 2>"$TMP/err"; then
+    echo "FAIL: the kept session $SID does not decode"; cat "$TMP/err"; rc=1
+else
+    printf '[oscar via node 127.0.0.1:%s] %s%s\n' "$PORT" "$PROMPT" "$(cat "$TMP/out2")" \
+        >"$TMP/want"
+    head -c "$(wc -c <"$TMP/want")" "$TMP/out" | cmp -s - "$TMP/want" ||
+        { echo "FAIL: the kept session decodes to another text"; cat "$TMP/out" "$TMP/out2"; rc=1; }
 fi
 exit $rc
