@@ -85,7 +85,9 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
         return KVP_ERR_NO_MEMORY;
     }
     if (!kk->rot_rows(k, kr, (size_t)T * H, D, 0)) {
-        KVP_LOG_DEBUG("codec", "oscar: rotated K exceeds the fp16 range (layer %u)", info->layer);
+        /* every input value may be within +-65504 and a rotated one not (up to sqrt(D) x) */
+        KVP_LOG_ERROR("codec", "oscar: layer %u: K after the Hadamard rotation passes the fp16 "
+                      "range (|x| > 65504; inputs above 65504/sqrt(D) can)", info->layer);
         return KVP_ERR_BAD_INPUT_DATA;
     }
     kk->oscar_norm(kr, T, H * D, norms);
@@ -102,7 +104,9 @@ static kvp_status_t oscar_encode_k(const kvp_codec_geom_t *g, const float *k, co
             return KVP_ERR_NO_MEMORY;
         }
         if (!kk->rot_rows(v, vs, (size_t)T * H, D, 1)) {
-            KVP_LOG_DEBUG("codec", "oscar: rotated V exceeds the fp16 range (layer %u)", info->layer);
+            /* every input value may be within +-65504 and a rotated one not (up to sqrt(D) x) */
+        KVP_LOG_ERROR("codec", "oscar: layer %u: V after the Hadamard rotation passes the fp16 "
+                      "range (|x| > 65504; inputs above 65504/sqrt(D) can)", info->layer);
             return KVP_ERR_BAD_INPUT_DATA;
         }
         vr = vs;

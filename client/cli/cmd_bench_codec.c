@@ -297,13 +297,23 @@ int kvp_cmd_bench_codec(int argc, char **argv)
     b.page_elems = (size_t)P * heads * dim;
     b.npages     = (uint32_t)((mib << 20) / (b.page_elems * 4));
     if (b.npages < 8) {
+        fprintf(stderr, "kvpack bench codec: --mib %llu holds %u pages of this geometry: 8 are "
+                        "used (%llu MiB)\n", (unsigned long long)mib, b.npages,
+                (unsigned long long)((8 * b.page_elems * 4) >> 20));
         b.npages = 8;
     }
-    {
-        kvp_page_params_t pp = {.codec = KVP_CODEC_FP16, .heads = b.heads, .head_dim = b.dim,
+    for (int c = 0; c < nlist; c++) { /* the largest page of the codecs run: not always fp16's
+                                       * (at P 1 or D <= 2 a group's scales weigh more) */
+        kvp_page_params_t pp = {.codec = list[c], .heads = b.heads, .head_dim = b.dim,
                                 .page_tokens = b.P};
+        size_t            cap = kvp_page_max_bytes(&pp); /* 0: geometry refused, skipped below */
 
-        b.page_cap = kvp_page_max_bytes(&pp); /* fp16 is the largest codec */
+        b.page_cap = cap > b.page_cap ? cap : b.page_cap;
+    }
+    if (b.page_cap == 0) {
+        fprintf(stderr, "kvpack bench codec: no codec asked for takes %u heads x %u dims with P "
+                        "%u\n", b.heads, b.dim, b.P);
+        return 2;
     }
     b.in    = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench in");
     b.out   = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench out");

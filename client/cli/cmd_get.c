@@ -8,11 +8,8 @@
 #include "eval/eval.h"
 #include "kvpack/alloc.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 typedef struct {
     kvp_cli_sess_opts_t o;
@@ -116,43 +113,6 @@ static kvp_status_t get_decode_all(const get_opts_t *g, const kvp_session_pages_
     return s;
 }
 
-/* Write kv to path through a new temporary file beside it (path.XXXXXX, made with mkstemp: a
- * file the user has there is never overwritten) + rename. */
-static kvp_status_t get_write(const char *path, const kvp_kv_t *kv)
-{
-    char        *tmp = kvp_malloc(strlen(path) + 8, "get tmp path");
-    kvp_status_t s   = tmp ? KVP_OK : KVP_ERR_NO_MEMORY;
-    int          fd  = -1;
-
-    if (s == KVP_OK) {
-        sprintf(tmp, "%s.XXXXXX", path);
-        fd = mkstemp(tmp);
-        if (fd < 0) {
-            fprintf(stderr, "kvpack get: cannot create a file beside %s: %s\n", path,
-                    strerror(errno));
-            kvp_free(tmp);
-            return KVP_ERR_IO;
-        }
-        {
-            mode_t um = umask(0); /* the mode a plain create would give, not mkstemp's 0600 */
-
-            umask(um);
-            (void)fchmod(fd, 0666 & ~um);
-        }
-        close(fd);
-        s = kvp_kvd_write(tmp, kv);
-    }
-    if (s == KVP_OK && rename(tmp, path) != 0) {
-        fprintf(stderr, "kvpack get: cannot rename %s to %s: %s\n", tmp, path, strerror(errno));
-        s = KVP_ERR_IO;
-    }
-    if (s != KVP_OK && tmp != NULL) {
-        remove(tmp);
-    }
-    kvp_free(tmp);
-    return s;
-}
-
 static void get_report(const get_opts_t *g, uint64_t ns, const kvp_session_pages_t *sp,
                        const kvp_kv_t *kv, uint32_t codec, const char *from, bool many)
 {
@@ -230,7 +190,7 @@ static int get_run(const get_opts_t *g)
         s = get_decode_all(g, sp, &kv, &codec);
     }
     if (s == KVP_OK) {
-        s = get_write(g->out, &kv);
+        s = kvp_kvd_write(g->out, &kv); /* beside it, then renamed: nothing half-written */
         if (s != KVP_OK) {
             fprintf(stderr, "kvpack get: cannot write %s: %s\n", g->out, kvp_status_str(s));
         }

@@ -43,6 +43,9 @@ void         kvp_kv_free(kvp_kv_t *kv); /* zeroes the struct; NULL arrays are fi
 kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
                               uint32_t head_dim, uint64_t seed);
 kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv);
+/* Written through a new file beside path (path.XXXXXX by mkstemp: a file the user has there is
+ * never overwritten), synced, then renamed over path: a failed write leaves path as it was and no
+ * partial file. */
 kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv);
 /* Find the first element no codec can store (NaN, Inf or |x| > 65504: every codec keeps fp16
  * values or fp16 scales), K before V; 1 with "K[layer l][token t][head h][dim d] = x" in where,

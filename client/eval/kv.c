@@ -8,9 +8,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define KVD_MAGIC   0x3144564Bu /* "KVD1" */
 #define KVD_VERSION 1u
@@ -185,10 +188,11 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
     }
     L = kvp_ld32(hdr + 8), T = kvp_ld32(hdr + 12), H = kvp_ld32(hdr + 16), D = kvp_ld32(hdr + 20);
     n = kv_elems(L, T, H, D);
-    if (n == 0 || L > 65536 || T > (1u << 24) || H > 4096 || D > 65536) {
+    if (n == 0 || L > KVP_LAYERS_MAX || T > (1u << 24) || H > 4096 || D > 65536) {
         KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u is out of bounds (each at least 1; at "
-                      "most 65536 layers, 2^24 tokens, 4096 heads, head_dim 65536, 2^32 elements "
-                      "per tensor)", path, L, T, H, D);
+                      "most %u layers (a page's 16-bit layer index), 2^24 tokens, 4096 heads, "
+                      "head_dim 65536, 2^32 elements per tensor)", path, L, T, H, D,
+                      KVP_LAYERS_MAX);
         fclose(f);
         return KVP_ERR_BAD_PAGE;
     }
@@ -239,28 +243,55 @@ int kvp_kv_find_unstorable(const kvp_kv_t *kv, char *where, size_t cap)
     return 0;
 }
 
-kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
+/* The header and data into f; false (errno set) if a write failed. */
+static bool kvd_put(FILE *f, const kvp_kv_t *kv)
 {
     uint8_t  hdr[KVD_HDR];
     uint64_t n = (uint64_t)kv->layers * kv->tokens * kv->heads * kv->head_dim;
-    FILE    *f = fopen(path, "wb");
-    int      ok;
 
-    if (f == NULL) {
-        KVP_LOG_ERROR("eval", "cannot create %s: %s", path, strerror(errno));
-        return KVP_ERR_IO;
-    }
     kvp_st32(hdr, KVD_MAGIC);
     kvp_st32(hdr + 4, KVD_VERSION);
     kvp_st32(hdr + 8, kv->layers);
     kvp_st32(hdr + 12, kv->tokens);
     kvp_st32(hdr + 16, kv->heads);
     kvp_st32(hdr + 20, kv->head_dim);
-    ok = fwrite(hdr, 1, KVD_HDR, f) == KVD_HDR && fwrite(kv->k, sizeof(float), n, f) == n &&
-         fwrite(kv->v, sizeof(float), n, f) == n;
-    if (fclose(f) != 0 || !ok) {
-        KVP_LOG_ERROR("eval", "write %s failed: %s", path, strerror(errno));
+    return fwrite(hdr, 1, KVD_HDR, f) == KVD_HDR && fwrite(kv->k, sizeof(float), n, f) == n &&
+           fwrite(kv->v, sizeof(float), n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+}
+
+kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
+{
+    char  *tmp = kvp_malloc(strlen(path) + 8, "kvd tmp path");
+    FILE  *f   = NULL;
+    int    fd  = -1;
+    bool   ok;
+    mode_t um;
+
+    if (tmp == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    sprintf(tmp, "%s.XXXXXX", path);
+    fd = mkstemp(tmp);
+    if (fd < 0 || (f = fdopen(fd, "wb")) == NULL) {
+        KVP_LOG_ERROR("eval", "cannot create a file beside %s: %s", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            remove(tmp);
+        }
+        kvp_free(tmp);
         return KVP_ERR_IO;
     }
+    um = umask(0); /* the mode a plain create would give, not mkstemp's 0600 */
+    umask(um);
+    (void)fchmod(fd, 0666 & ~um);
+    ok = kvd_put(f, kv);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        KVP_LOG_ERROR("eval", "write %s failed: %s (it is as it was)", path, strerror(errno));
+        remove(tmp);
+        kvp_free(tmp);
+        return KVP_ERR_IO;
+    }
+    kvp_free(tmp);
     return KVP_OK;
 }

@@ -3,15 +3,19 @@
  * dimension, a file one float short or one byte long are KVP_ERR_BAD_PAGE with nothing
  * allocated; and so are headers whose element count wraps 64 bits (each dimension within its
  * bound, the wrapped count matching the file: a sparse file of 32 GiB + 24 bytes), which the
- * reader once accepted and sized its buffers by the wrapped count. */
+ * reader once accepted and sized its buffers by the wrapped count; 65536 layers (no page can name
+ * the last) are refused up front. A write that fails part-way leaves the old file as it was. */
 #include "check.h"
 #include "eval.h"
 #include "kvpack/bytes.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/kvp-kvd-XXXXXX";
@@ -72,13 +76,43 @@ int main(void)
     fclose(f);
     CHECK(good_size == 24 + 8 * 2 * 37 * 3 * 16);
 
+    /* a write that fails part-way (the file size limit) leaves the file that was there as it was,
+     * and nothing beside it (it used to truncate it and leave half a .kvd) */
+    {
+        struct rlimit lim, small;
+        kvp_kv_t      big;
+        DIR          *d;
+        struct dirent *e;
+        int           files = 0;
+
+        CHECK(getrlimit(RLIMIT_FSIZE, &lim) == 0);
+        small = (struct rlimit){4096, lim.rlim_max}; /* the soft limit only: it goes back up */
+        signal(SIGXFSZ, SIG_IGN); /* write() fails with EFBIG instead */
+        CHECK_OK(kvp_kv_synthetic(&big, 2, 64, 3, 16, 9));
+        CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+        EXPECT(kvp_kvd_write(path, &big) == KVP_ERR_IO, "a write past the size limit succeeded");
+        CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+        kvp_kv_free(&big);
+        CHECK_OK(kvp_kvd_read(path, &back));
+        EXPECT(back.tokens == 37, "the file a failed write replaced holds %u tokens", back.tokens);
+        kvp_kv_free(&back);
+        d = opendir(dir);
+        CHECK(d != NULL);
+        while ((e = readdir(d)) != NULL) {
+            files += e->d_name[0] != '.';
+        }
+        closedir(d);
+        EXPECT(files == 1, "%d files beside the .kvd after a failed write", files);
+    }
+
     {
         const uint32_t ok[4] = {2, 37, 3, 16};
         const uint32_t zero[4] = {2, 0, 3, 16};
         const uint32_t big_heads[4] = {1, 1, 4097, 1};
         /* each within its bound; the product wraps to 2^32 (= the element cap) and to 0 */
         const uint32_t wrap32[4] = {10256, 6700417, 4096, 65536};
-        const uint32_t wrap0[4]  = {65536, 1u << 24, 4096, 4096};
+        const uint32_t wrap0[4]  = {4096, 1u << 24, 4096, 65536};
+        const uint32_t layers[4] = {65536, 1, 1, 1}; /* a page's layer index stops at 65534 */
 
         write_hdr(bad, 0x3144564Bu ^ 1, 1, ok, (uint64_t)good_size);
         expect_bad(bad, "wrong magic");
@@ -98,6 +132,8 @@ int main(void)
         expect_bad(bad, "an element count that wraps to 2^32");
         write_hdr(bad, 0x3144564Bu, 1, wrap0, 24);
         expect_bad(bad, "an element count that wraps to 0");
+        write_hdr(bad, 0x3144564Bu, 1, layers, 24 + 8 * 65536);
+        expect_bad(bad, "65536 layers");
     }
     unlink(bad);
     unlink(path);

@@ -58,6 +58,17 @@ def main():
     refused(kvpack, "--threads", "65", "--threads must be 1..64")
     refused(kvpack, "--rounds", "0", "--rounds 1..1000")
     refused(kvpack, "--window-s", "0", "--window-s above 0 and at most 60")
+    # 1-token pages: a 2-bit page (a group's fp16 scale and min per channel) is larger than the
+    # fp16 page, which the page slots used to be sized by: every codec runs, none is cut short
+    cmd = [kvpack, "bench", "codec", "--codec", "all", "--page-tokens", "1", "--mib", "1",
+           "--rounds", "1", "--window-s", "0.02", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
+    got = {r["codec"] for r in json.loads(p.stdout)["results"]}
+    if got != {"fp16", "kivi", "kivi128", "oscar", "kvarn", "naive2"}:
+        sys.exit(f"FAIL: P=1 benchmarked only {sorted(got)}")
+    print(f"ok: P=1 benchmarks every codec ({p.stderr.strip()})")
 
 
 if __name__ == "__main__":

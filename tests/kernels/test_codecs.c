@@ -7,6 +7,7 @@
  * value the 2-bit grid puts past the fp16 range at +-65504 instead of rounding it to Inf. */
 #include "tk.h"
 #include "quant_hd.h"
+#include "kvpack/bytes.h"
 
 static void gen(tk_rng_t *rng, float *x, uint32_t T, uint32_t H, uint32_t D, int outliers)
 {
@@ -232,6 +233,39 @@ static void f16_out_saturates(kvp_codec_id_t c, const char *impl)
     printf("%s %s: %zu decoded values past 65504 saturate in fp16\n", kvp_codec_name(c), impl, past);
 }
 
+/* VarN's "later ties win" (CODECS.md 2.2), bit for bit, where ties are exact: on an all-zero
+ * tile every std is 0, clamped to 1e-3, so each step's log-scale sits at the -0.3 clamp and every
+ * iteration has the same imbalance (0) as the start. The later iteration wins each tie, so the
+ * stored column scales B are fp16(exp(-0.3)), not the start's 1 (a strict "<" would keep 1: the
+ * faithfulness tests did not notice that change). Both twins, K and V tiles, a partial page. */
+static void varn_later_ties(const char *impl)
+{
+    const uint32_t        H = 2, D = 64, P = 32, T = 20;
+    kvp_page_params_t     p = tk_params(KVP_CODEC_KVARN, H, D, P);
+    kvp_hd_kvarn_layout_t l = kvp_hd_kvarn_layout(T, D);
+    float                *zero = calloc((size_t)T * H * D, sizeof(float));
+    size_t                cap = kvp_page_max_bytes(&p), len = 0;
+    uint8_t              *page = malloc(cap);
+    uint16_t              want = kvp_f32_to_f16(expf(-0.3f));
+
+    CHECK(zero != NULL && page != NULL);
+    CHECK_OK(kvp_page_encode(&p, KVP_DTYPE_F32, zero, zero, T, page, cap, &len));
+    for (uint32_t h = 0; h < H; h++) {
+        const uint8_t *rec = page + KVP_PAGE_HDR_BYTES + (size_t)h * l.rec;
+
+        for (uint32_t i = 0; i < T; i++) {
+            EXPECT(kvp_ld16(rec + l.k_b + 2 * i) == want, "kvarn/%s head %u K B[%u] = 0x%04x, "
+                   "want the later tie's 0x%04x", impl, h, i, kvp_ld16(rec + l.k_b + 2 * i), want);
+        }
+        for (uint32_t i = 0; i < D; i++) {
+            EXPECT(kvp_ld16(rec + l.v_b + 2 * i) == want, "kvarn/%s head %u V B[%u] = 0x%04x, "
+                   "want the later tie's 0x%04x", impl, h, i, kvp_ld16(rec + l.v_b + 2 * i), want);
+        }
+    }
+    free(page);
+    free(zero);
+}
+
 int main(void)
 {
     tk_rng_t rng = {7};
@@ -250,6 +284,9 @@ int main(void)
             run((kvp_codec_id_t)c, impls[ii], 3, 256, 32, 32, KVP_PAGE_F_V_PREROT, &rng);
             run((kvp_codec_id_t)c, impls[ii], 1, 16, 16, 5, 0, &rng);
             f16_out_saturates((kvp_codec_id_t)c, impls[ii]);
+            if (c == KVP_CODEC_KVARN) {
+                varn_later_ties(impls[ii]);
+            }
         }
     }
     return kvp_test_result("test_codecs");
