@@ -50,9 +50,13 @@ __global__ void k_chan_encode(const float *src, uint32_t T, uint32_t H, uint32_t
         float          mn = x[t0 * st], mx = mn, ks = 0.0f;
         kvp_hd_oscar_t op;
 
-        for (uint32_t t = t0 + 1; t < t1; t++) {
-            mn = fminf(mn, x[t * st]);
-            mx = fmaxf(mx, x[t * st]);
+        for (uint32_t t = t0 + 1; t < t1; t++) { /* the reference's compares, not fminf/fmaxf:
+                                                  * with +0 and -0 the first seen stays, so the
+                                                  * stored min's sign bit is the reference's */
+            float xt = x[t * st];
+
+            mn = xt < mn ? xt : mn;
+            mx = xt > mx ? xt : mx;
         }
         put_params(rule, mn, mx, scale + 2 * (((size_t)h * ng + g) * D + d),
                    zero + 2 * (((size_t)h * ng + g) * D + d), &op, &ks);
@@ -98,9 +102,9 @@ __global__ void k_tok_encode(const float *src, size_t rows, uint32_t D, uint32_t
         float          mn = x[g * G], mx = mn, ks = 0.0f;
         kvp_hd_oscar_t op;
 
-        for (uint32_t c = g * G + 1; c < (g + 1) * G; c++) {
-            mn = fminf(mn, x[c]);
-            mx = fmaxf(mx, x[c]);
+        for (uint32_t c = g * G + 1; c < (g + 1) * G; c++) { /* as k_chan_encode */
+            mn = x[c] < mn ? x[c] : mn;
+            mx = x[c] > mx ? x[c] : mx;
         }
         put_params(rule, mn, mx, scale + 2 * i, zero + 2 * i, &op, &ks);
         for (uint32_t c = g * G; c < (g + 1) * G; c += 4) {
@@ -131,15 +135,21 @@ __global__ void k_tok_decode(const uint8_t *codes, const uint8_t *scale, const u
 
 /* ---- rotation and norms ---- */
 
-__global__ void k_rot_rows(float *x, size_t rows, uint32_t D, int round16)
+/* Rotate each row; *past = 1 when a rotated value (fp16-rounded first with round16) is past
+ * +-65504, as the reference's rot_rows refuses it (oscar's fp32 K in (65504, 65520) included,
+ * which the fp16 rounding later would have hidden). past NULL: no check (decode's rotation). */
+__global__ void k_rot_rows(float *x, size_t rows, uint32_t D, int round16, int *past)
 {
     size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 
     if (r < rows) {
         kvp_hd_fwht(x + r * D, D);
-        if (round16) {
-            for (uint32_t i = 0; i < D; i++) {
+        for (uint32_t i = 0; i < D; i++) {
+            if (round16) {
                 x[r * D + i] = kvp_hd_h(x[r * D + i]);
+            }
+            if (past != NULL && !(fabsf(x[r * D + i]) <= 65504.0f)) {
+                *past = 1; /* any writer: they all write 1 */
             }
         }
     }
@@ -354,33 +364,52 @@ static unsigned nblk(size_t n, unsigned b) { return (unsigned)((n + b - 1) / b);
 
 extern "C" int kvp_cuda_available(void)
 {
-    int count = 0;
+    int                 count = 0;
+    cudaFuncAttributes  fa;
 
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    /* a device, and code for it in this build: a GPU older than the architectures built for
+     * (CMAKE_CUDA_ARCHITECTURES, 90 by default) has none, and every launch would fail */
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
+        cudaFuncGetAttributes(&fa, k_rot_rows) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    return count > 0;
+    return 1;
 }
 
 extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, const float *k,
                                              const float *v, uint32_t ntok, void *out,
                                              size_t out_cap, size_t *len_p)
 {
+    static const kvp_page_params_t none = {};
+    const kvp_page_params_t       *pp = params != NULL ? params : &none;
     kvp_status_t    status = KVP_OK;
     kvp_page_info_t info;
     layout_t        l;
-    uint32_t        H = params->heads, D = params->head_dim, T = ntok;
+    uint32_t        H = pp->heads, D = pp->head_dim, T = ntok;
     size_t          n = (size_t)T * H * D, wsz = 0;
     float          *dk = NULL, *dv = NULL, *dn = NULL, *dw = NULL;
     uint8_t        *dp = NULL;
-    int             rot = params->codec == KVP_CODEC_OSCAR || params->codec == KVP_CODEC_KVARN;
-    int             vrot = rot && !(params->flags & KVP_PAGE_F_V_PREROT);
-    uint32_t        iters = params->kvarn_iters ? params->kvarn_iters : KVP_CODEC_KVARN_ITERS;
+    int            *dpast = NULL, past = 0;
+    int             rot = pp->codec == KVP_CODEC_OSCAR || pp->codec == KVP_CODEC_KVARN;
+    int             vrot = rot && !(pp->flags & KVP_PAGE_F_V_PREROT);
+    uint32_t        iters = pp->kvarn_iters ? pp->kvarn_iters : KVP_CODEC_KVARN_ITERS;
 
-    if (kvp_codec_check(params) != KVP_OK || !layout_of(params->codec, H, D, T, &l) || ntok == 0 ||
-        ntok > params->page_tokens || iters > KVP_CODEC_KVARN_MAX_ITERS ||
+    /* the statuses kvp_page_encode gives: its checks, then UNSUPPORTED only for a codec with no
+     * GPU twin (fp16, naive2), which a caller may then run on the CPU */
+    if (params == NULL || k == NULL || v == NULL || out == NULL || len_p == NULL) {
+        return KVP_ERR_INVALID;
+    }
+    status = kvp_codec_check(params);
+    if (status != KVP_OK) {
+        return status;
+    }
+    if (ntok == 0 || ntok > params->page_tokens || iters > KVP_CODEC_KVARN_MAX_ITERS ||
+        params->layer >= KVP_LAYERS_MAX ||
         (params->flags & ~(uint32_t)(KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL)) != 0) {
+        return KVP_ERR_INVALID;
+    }
+    if (!layout_of(params->codec, H, D, T, &l)) {
         return KVP_ERR_UNSUPPORTED;
     }
     if (out_cap < KVP_PAGE_HDR_BYTES + l.total) {
@@ -404,10 +433,21 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
     CUDA_TRY(cudaMemcpy(dk, k, n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_TRY(cudaMemcpy(dv, v, n * sizeof(float), cudaMemcpyHostToDevice));
     if (rot) {
+        CUDA_TRY(cudaMalloc((void **)&dpast, sizeof(int)));
+        CUDA_TRY(cudaMemcpy(dpast, &past, sizeof(int), cudaMemcpyHostToDevice));
         KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D,
-                   params->codec == KVP_CODEC_KVARN);
+                   params->codec == KVP_CODEC_KVARN, dpast);
         if (vrot) {
-            KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 1);
+            KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 1, dpast);
+        }
+        CUDA_TRY(cudaGetLastError());
+        CUDA_TRY(cudaMemcpy(&past, dpast, sizeof(int), cudaMemcpyDeviceToHost));
+        if (past) {
+            KVP_LOG_ERROR("codec", "%s: layer %u: K or V after the Hadamard rotation passes the "
+                          "fp16 range (|x| > 65504; inputs above 65504/sqrt(D) can)",
+                          kvp_codec_name(params->codec), params->layer);
+            status = KVP_ERR_BAD_INPUT_DATA;
+            goto out;
         }
     }
     if (params->codec == KVP_CODEC_KVARN) {
@@ -460,6 +500,7 @@ out:
     cudaFree(dn);
     cudaFree(dp);
     cudaFree(dw);
+    cudaFree(dpast);
     return status;
 }
 
@@ -501,10 +542,10 @@ extern "C" kvp_status_t kvp_cuda_page_decode(const void *page, size_t len, kvp_f
         }
     }
     if (frame == KVP_FRAME_ORIGINAL && (info.flags & KVP_PAGE_F_K_ROTATED)) {
-        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D, 0);
+        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D, 0, (int *)NULL);
     }
     if (frame == KVP_FRAME_ORIGINAL && (info.flags & KVP_PAGE_F_V_ROTATED)) {
-        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 0);
+        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 0, (int *)NULL);
     }
     CUDA_TRY(cudaGetLastError());
     if (k_out != NULL) {

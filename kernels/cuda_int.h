@@ -13,6 +13,8 @@
         cudaError_t e_ = (call);                                                                 \
         if (e_ != cudaSuccess) {                                                                 \
             KVP_LOG_ERROR("cuda", "%s: %s", #call, cudaGetErrorString(e_));                      \
+            (void)cudaGetLastError(); /* reset: a failed call stays "last" until read, and the  \
+                                       * next call's check after its launches would fail too */ \
             status = KVP_ERR_DEVICE;                                                             \
             goto out;                                                                            \
         }                                                                                        \

@@ -11,6 +11,7 @@
  * every part run: bit-identical scales on tiles of every shape, and some parts skipped on tiles
  * whose rows or columns sit at a clamp (else the comparison would prove nothing). */
 #include "tk.h"
+#include "kvarn_codes.h"
 #include "quant_hd.h"
 #include "q2_int.h"
 
@@ -30,28 +31,11 @@ static size_t encode_with(kvp_codec_id_t c, const char *impl, const kvp_page_par
 static void kvarn_compare(const uint8_t *p1, size_t l1, const uint8_t *p2, size_t l2, uint32_t H,
                           uint32_t D, uint32_t T, float *a, float *b)
 {
-    size_t   n = (size_t)T * H * D, codes = 0, cdiff = 0;
-    uint32_t rt = (T + 3) / 4, rd = D / 4;
-    size_t   rec = (size_t)D * rt + (size_t)T * rd + 6 * (size_t)(D + T);
+    size_t n = (size_t)T * H * D, codes = 2 * n, cdiff = kvarn_codes_differ(p1, p2, H, D, T);
 
     kvp_codec_set_impl(KVP_CODEC_KVARN, "ref");
     EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, a, a + n, NULL) == KVP_OK, "kvarn decode");
     EXPECT(kvp_page_decode(p2, l2, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, b, b + n, NULL) == KVP_OK, "kvarn decode");
-    for (uint32_t h = 0; h < H; h++) {
-        const uint8_t *r1 = p1 + KVP_PAGE_HDR_BYTES + h * rec, *r2 = p2 + KVP_PAGE_HDR_BYTES + h * rec;
-        size_t         kv = (size_t)D * rt + 4 * (size_t)D + 2 * (size_t)T;
-
-        for (size_t i = 0; i < (size_t)D * T; i++) { /* K codes, row d along tokens */
-            size_t off = (i / T) * rt + (i % T) / 4, sh = 2 * (i % 4);
-            cdiff += ((r1[off] >> sh) & 3) != ((r2[off] >> sh) & 3);
-            codes++;
-        }
-        for (size_t i = 0; i < (size_t)D * T; i++) { /* V codes */
-            size_t off = kv + (i / D) * rd + (i % D) / 4, sh = 2 * (i % 4);
-            cdiff += ((r1[off] >> sh) & 3) != ((r2[off] >> sh) & 3);
-            codes++;
-        }
-    }
     EXPECT(tk_rel(b, a, 2 * n) < 0.02, "kvarn twin dequant differs by %.4f", tk_rel(b, a, 2 * n));
     EXPECT(cdiff * 50 <= codes, "kvarn twin: %zu of %zu codes differ", cdiff, codes);
     printf("kvarn H %u D %u T %u: %zu/%zu codes differ, dequant rel diff %.2e\n", H, D, T, cdiff,
