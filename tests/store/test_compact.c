@@ -444,15 +444,12 @@ static uint64_t active_seg(kvp_store_h st)
     return id;
 }
 
-static void delete_and_roll(void *arg)
+static void *delete_and_roll_main(void *arg)
 {
     roll_hook_t *h = arg;
     uint64_t     a;
     char         sid[16];
 
-    if (h->fired++ > 0) {
-        return;
-    }
     a = active_seg(h->st);
     while (h->n_new < 8 && active_seg(h->st) == a) { /* until a spill rolls the active file */
         snprintf(sid, sizeof(sid), "new%d", h->n_new);
@@ -470,6 +467,22 @@ static void delete_and_roll(void *arg)
         snprintf(sid, sizeof(sid), "new%d", i);
         CHECK_OK(kvp_store_session_delete(h->st, NS, sid));
     }
+    return NULL;
+}
+
+/* The hook runs inside the move's hold of the index: the store calls go on a thread of their
+ * own, as a client's would (on the hook's thread they would take the store lock inside that hold,
+ * the reverse of the store's order). */
+static void delete_and_roll(void *arg)
+{
+    roll_hook_t *h = arg;
+    pthread_t    th;
+
+    if (h->fired++ > 0) {
+        return;
+    }
+    CHECK(pthread_create(&th, NULL, delete_and_roll_main, h) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
 }
 
 static void case_all_gone(const char *dir)
