@@ -173,20 +173,16 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
                                    int iovcnt, kvp_client_call_t **call_p)
 {
     kvp_client_call_t *call = NULL;
-    int                busy = 0;
     uint8_t           *hdr;
     size_t             len;
     kvp_status_t       s;
 
     *call_p = NULL; /* callers release it whatever the status: never a stale pointer */
     for (int i = 0; i < MAX_INFLIGHT; i++) {
-        busy |= c->calls[i].used;
-        if (call == NULL && !c->calls[i].used) {
+        if (!c->calls[i].used) {
             call = &c->calls[i];
+            break;
         }
-    }
-    if (!busy) {
-        c->node_message[0] = '\0'; /* a new API call: the last one's refusal is over */
     }
     if (call == NULL) {
         kvp_free(iov);
@@ -409,6 +405,7 @@ kvp_status_t kvp_client_put_pages(kvp_client_h client, uint64_t ns, const void *
     kvp_status_t       first = KVP_OK;
     size_t             i     = 0;
 
+    kvp_client_call_begin(client);
     if (!pages_ok(pages, lens, n, "put_pages")) {
         return KVP_ERR_INVALID;
     }
@@ -504,10 +501,10 @@ static size_t put_tail_count(kvp_client_h c, const size_t *lens, size_t n)
     return cnt;
 }
 
-static kvp_status_t put_session_pages_once(kvp_client_h client, uint64_t ns, const char *sid,
-                                           const kvp_session_desc_t *desc,
-                                           const void *const *pages, const size_t *lens, size_t n,
-                                           uint64_t version)
+kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, const char *sid,
+                                          const kvp_session_desc_t *desc,
+                                          const void *const *pages, const size_t *lens, size_t n,
+                                          uint64_t version)
 {
     kvp_wire_req_t     req;
     kvp_xfer_iov_t    *iov;
@@ -517,6 +514,7 @@ static kvp_status_t put_session_pages_once(kvp_client_h client, uint64_t ns, con
     kvp_client_call_t *call;
     kvp_status_t       s = kvp_client_sid_check(sid);
 
+    kvp_client_call_begin(client);
     if (s != KVP_OK) {
         return s;
     }
@@ -572,24 +570,7 @@ static kvp_status_t put_session_pages_once(kvp_client_h client, uint64_t ns, con
         KVP_LOG_INFO(MOD, "node %s:%u takes no pages with a session record: sending them apart",
                      client->host, client->port);
         client->pages_apart = 1;
-        return put_session_pages_once(client, ns, sid, desc, pages, lens, n, version);
-    }
-    return s;
-}
-
-kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, const char *sid,
-                                          const kvp_session_desc_t *desc,
-                                          const void *const *pages, const size_t *lens, size_t n,
-                                          uint64_t version)
-{
-    kvp_status_t s = put_session_pages_once(client, ns, sid, desc, pages, lens, n, version);
-
-    if (s == KVP_ERR_NOT_FOUND && n > 0) {
-        /* A page it put was already on the node, named by another session, which was deleted
-         * before this record came: the node let it go with that name. Once more, pages again. */
-        KVP_LOG_INFO(MOD, "put_session %s: a page went before its record came; putting again",
-                     sid);
-        s = put_session_pages_once(client, ns, sid, desc, pages, lens, n, version);
+        return kvp_client_put_session_pages(client, ns, sid, desc, pages, lens, n, version);
     }
     return s;
 }
@@ -601,6 +582,7 @@ kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key12
     uint32_t     hits = 0;
     kvp_status_t s    = KVP_OK;
 
+    kvp_client_call_begin(client);
     if ((n > 0 && keys == NULL) || layers == 0 || hit_chunks_p == NULL) {
         KVP_LOG_ERROR(MOD, "lookup needs keys and layers > 0");
         return KVP_ERR_INVALID;
@@ -643,6 +625,7 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
     kvp_client_call_t *call;
     kvp_status_t       s = kvp_client_sid_check(sid);
 
+    kvp_client_call_begin(client);
     if (s != KVP_OK) {
         return s;
     }
@@ -669,6 +652,7 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
     size_t             esize, bytes;
     kvp_status_t       s = kvp_client_sid_check(sid);
 
+    kvp_client_call_begin(client);
     if (s != KVP_OK) {
         return s;
     }
@@ -800,6 +784,7 @@ kvp_status_t kvp_client_list_sessions_ex(kvp_client_h client, uint32_t page_size
     int                 more = 1;
     kvp_status_t        s    = (l == NULL) ? KVP_ERR_NO_MEMORY : KVP_OK;
 
+    kvp_client_call_begin(client);
     if (out_p == NULL || page_size > KVP_WIRE_MAX_LIST) {
         KVP_LOG_ERROR(MOD, "list: page size %u over %u, or no output pointer", page_size,
                       KVP_WIRE_MAX_LIST);
@@ -856,6 +841,7 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
     kvp_client_call_t *call;
     kvp_status_t       s;
 
+    kvp_client_call_begin(client);
     memset(&req, 0, sizeof(req));
     req.op = KVP_WIRE_OP_STAT;
     s = kvp_client_call_simple(client, &req, &call);
@@ -892,6 +878,7 @@ kvp_status_t kvp_client_scrub(kvp_client_h client, kvp_scrub_result_t *out)
     kvp_client_call_t *call;
     kvp_status_t       s;
 
+    kvp_client_call_begin(client);
     memset(&req, 0, sizeof(req));
     req.op = KVP_WIRE_OP_SCRUB;
     s = kvp_client_call_simple(client, &req, &call);

@@ -405,6 +405,7 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     uint64_t           n_pages;
     kvp_status_t       s   = kvp_client_sid_check(sid);
 
+    kvp_client_call_begin(client);
     if (s != KVP_OK) {
         return s;
     }
@@ -498,6 +499,8 @@ kvp_status_t kvp_client_get_session_cb(kvp_client_h client, uint64_t ns, const c
                                        const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
                                        void *cb_arg, kvp_session_pages_t **out_p)
 {
+    kvp_client_call_begin(client);
+
     if (expect != NULL && kvp_codec_check(expect) != KVP_OK) {
         KVP_LOG_ERROR(MOD, "get of session %s: the expected codec params are invalid",
                       sid ? sid : "(null)");
@@ -510,6 +513,8 @@ kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, con
                                            const kvp_page_params_t *expect,
                                            kvp_session_pages_t **out_p)
 {
+    kvp_client_call_begin(client);
+
     if (expect == NULL) {
         KVP_LOG_ERROR(MOD, "get of session %s: no expected codec params", sid ? sid : "(null)");
         return KVP_ERR_INVALID;

@@ -43,6 +43,15 @@ struct kvp_client {
     kvp_client_call_t          calls[MAX_INFLIGHT];
 };
 
+/* The start of an API call on c (NULL: none): the last call's node refusal is over
+ * (kvp_client_node_message), whether or not this one reaches the node. */
+static inline void kvp_client_call_begin(kvp_client_h c)
+{
+    if (c != NULL) {
+        c->node_message[0] = '\0';
+    }
+}
+
 /* Release a finished call: its reply, the reply data it held, its iov; the slot is free again.
  * NULL is a no-op. */
 void kvp_client_call_release(kvp_client_call_t *call);

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -143,8 +144,17 @@ static void reply_set(node_job_t *job, const kvp_wire_rep_t *rep, reply_ctx_t *r
     job->iovcnt = iovcnt;
 }
 
-static void reply_status(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t status,
-                         const char *what)
+/* Why status happened, in words: what this request's store call logged as an error (the request
+ * runs on this worker thread, which job_handle cleared), else the status's text. */
+static const char *status_reason(kvp_status_t status)
+{
+    return *kvp_log_last_error() != '\0' ? kvp_log_last_error() : kvp_status_str(status);
+}
+
+/* A reply of status alone; its message (not OK) is "what: reason", or what as it is when
+ * verbatim (a reason the caller took when the status happened). */
+static void reply_status_msg(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t status,
+                             const char *what, bool verbatim)
 {
     reply_ctx_t *rc = kvp_calloc(1, sizeof(*rc), "node reply");
 
@@ -152,12 +162,19 @@ static void reply_status(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t stat
         return;
     }
     rep->status = status;
-    if (status != KVP_OK && *kvp_log_last_error() != '\0') { /* the store's reason, said here */
-        snprintf(rep->message, sizeof(rep->message), "%s", kvp_log_last_error());
-    } else if (status != KVP_OK && what != NULL) {
-        snprintf(rep->message, sizeof(rep->message), "%s: %s", what, kvp_status_str(status));
+    if (status != KVP_OK && verbatim) {
+        snprintf(rep->message, sizeof(rep->message), "%s", what);
+    } else if (status != KVP_OK) {
+        snprintf(rep->message, sizeof(rep->message), "%s: %s", what != NULL ? what : "request",
+                 status_reason(status));
     }
     reply_set(job, rep, rc, 0);
+}
+
+static void reply_status(node_job_t *job, kvp_wire_rep_t *rep, kvp_status_t status,
+                         const char *what)
+{
+    reply_status_msg(job, rep, status, what, false);
 }
 
 /* ---- private: one handler per op ---- */
@@ -170,6 +187,7 @@ static kvp_status_t pages_store(node_t *n, node_job_t *job, const kvp_wire_req_t
 {
     kvp_status_t first = KVP_OK;
     size_t       off   = 0;
+    char         why[KVP_WIRE_MSG_MAX]; /* the first bad page's reason, taken as it happened */
 
     rep->first_bad = req->n_pages;
     for (uint32_t i = 0; i < req->n_pages; i++) {
@@ -181,14 +199,12 @@ static kvp_status_t pages_store(node_t *n, node_job_t *job, const kvp_wire_req_t
         } else if (first == KVP_OK) {
             first          = s;
             rep->first_bad = i;
+            snprintf(why, sizeof(why), "page %u of %u: %s", i, req->n_pages, status_reason(s));
         }
     }
     *off_p = off;
     if (first != KVP_OK) {
-        char what[64];
-
-        snprintf(what, sizeof(what), "page %u of %u", rep->first_bad, req->n_pages);
-        reply_status(job, rep, first, what);
+        reply_status_msg(job, rep, first, why, true);
     }
     return first;
 }

@@ -436,17 +436,20 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
 {
     size_t        n     = kvp_store_sess_page_count(s);
     kvp_page_t  **gone  = kvp_malloc((n ? n : 1) * sizeof(*gone), "session remove");
-    size_t        ngone = 0;
+    size_t        ngone = 0, nwait = 0; /* gone[0, ngone), waiting: gone[n - nwait, n) */
     kvp_status_t  status = KVP_OK;
     kvp_tomb_pending_t tomb;
+    uint64_t      now = kvp_time_ns();
 
     if (gone == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to remove session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < n; i++) { /* pages only this session names, not put again since */
-        if (s->pages[i]->nsess == 1 && !s->pages[i]->put_loose) {
+    for (size_t i = 0; i < n; i++) { /* pages only this session names: they go, or wait (a put) */
+        if (s->pages[i]->nsess == 1 && !kvp_store_page_waiting(st, s->pages[i], now)) {
             gone[ngone++] = s->pages[i];
+        } else if (s->pages[i]->nsess == 1) {
+            gone[n - ++nwait] = s->pages[i];
         }
     }
     if (st->tier != NULL) {
@@ -494,12 +497,21 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
     for (size_t i = 0; i < ngone; i++) {
         gone[i]->pins++; /* keep the entries alive across the release */
     }
+    for (size_t i = n - nwait; i < n; i++) {
+        gone[i]->pins++;
+    }
     kvp_store_sess_release(st, s);
     for (size_t i = 0; i < ngone; i++) {
         gone[i]->pins--;
         if (gone[i]->nsess == 0 && gone[i]->pins == 0) {
             kvp_store_page_forget(st, gone[i]);
         }
+    }
+    for (size_t i = n - nwait; i < n; i++) { /* their grace runs out later */
+        if (gone[i]->nsess == 0) {
+            kvp_store_page_unnamed(st, gone[i]);
+        }
+        kvp_store_page_unpin(st, gone[i]);
     }
     kvp_free(gone);
     return status;
@@ -510,11 +522,12 @@ void kvp_store_pages_let_go(kvp_store_h st, kvp_page_t **pages, size_t n)
     kvp_tier_batch_t *b = st->tier != NULL ? kvp_tier_batch_create() : NULL;
     size_t            ndel = 0;
     kvp_status_t      status = KVP_OK;
+    uint64_t          now = kvp_time_ns();
 
     for (size_t i = 0; b != NULL && i < n; i++) {
         kvp_page_t *p = pages[i];
 
-        if (kvp_store_page_garbage(p) && p->on_disk && !p->deleting) {
+        if (kvp_store_page_garbage(st, p, now) && p->on_disk && !p->deleting) {
             kvp_tier_pkey_t pk = {p->ns, p->key, p->layer};
 
             kvp_tier_batch_del_page(st->tier, b, &pk);
@@ -535,8 +548,55 @@ void kvp_store_pages_let_go(kvp_store_h st, kvp_page_t **pages, size_t n)
             p->deleting = false;
             p->on_disk  = status != KVP_OK;
         }
+        if (p->nsess == 0 && p->named && kvp_store_page_waiting(st, p, now)) {
+            kvp_store_page_unnamed(st, p); /* a put's record may still come: later */
+        }
         kvp_store_page_unpin(st, p); /* garbage off disk: its DRAM copy and entry go too */
     }
+}
+
+void kvp_store_page_unnamed(kvp_store_h st, kvp_page_t *p)
+{
+    if (!kvp_list_linked(&p->unnamed)) {
+        kvp_list_push_tail(&st->unnamed, &p->unnamed);
+    }
+}
+
+void kvp_store_unnamed_expire(kvp_store_h st)
+{
+    uint64_t     now = kvp_time_ns();
+    size_t       n = 0, cap = 0;
+    kvp_page_t **v = NULL;
+
+    if (now - st->last_unnamed_ns < 100000000ull) { /* at most every 100 ms */
+        return;
+    }
+    st->last_unnamed_ns = now;
+    for (kvp_list_t *e = st->unnamed.next, *next; e != &st->unnamed; e = next) {
+        kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, unnamed);
+
+        next = e->next;
+        if (p->nsess > 0) {
+            kvp_list_del(&p->unnamed); /* named again */
+        } else if (!kvp_store_page_waiting(st, p, now)) {
+            if (n == cap) {
+                kvp_page_t **g = kvp_realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v),
+                                             "unnamed pages");
+
+                if (g == NULL) {
+                    break; /* the rest next time */
+                }
+                v = g;
+            }
+            kvp_list_del(&p->unnamed);
+            kvp_store_page_pin(st, p); /* kvp_store_pages_let_go unpins it */
+            v[n++] = p;
+        }
+    }
+    if (n > 0) {
+        kvp_store_pages_let_go(st, v, n);
+    }
+    kvp_free(v);
 }
 
 void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)

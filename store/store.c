@@ -18,6 +18,7 @@
 #define DEFAULT_BUDGET (1ull << 30)
 #define DEFAULT_TOMB_TTL_S (7u * 24u * 3600u)
 #define DEFAULT_SPILL_GROUP 64u
+#define DEFAULT_PUT_GRACE_MS 60000u /* kvp_store_params_t.put_grace_ms */
 #define DEFAULT_SYNC_INTERVAL_MS 100u  /* KVP_DURABILITY_INTERVAL */
 #define MAX_SYNC_INTERVAL_MS     60000u
 #define DEFAULT_COMPACT_RATIO    0.5
@@ -26,6 +27,13 @@
 #define MAX_SEGMENT_BYTES        (16ull << 30)
 
 /* ---- page state ---- */
+
+/* A client put p: one more put for a record to match (kvp_store_page_garbage). */
+static void page_put_counted(kvp_page_t *p)
+{
+    p->put_pending += p->put_pending < UINT16_MAX;
+    p->put_ns = kvp_time_ns();
+}
 
 static void page_idle_update(kvp_store_h st, kvp_page_t *p)
 {
@@ -71,6 +79,9 @@ static void page_maybe_free(kvp_store_h st, kvp_page_t *p)
         if (p->indexed) {
             kvp_index_page_remove(&st->pages, p);
         }
+        if (kvp_list_linked(&p->unnamed)) {
+            kvp_list_del(&p->unnamed);
+        }
         kvp_free(p);
     }
 }
@@ -97,7 +108,8 @@ void kvp_store_page_unpin(kvp_store_h st, kvp_page_t *p)
     if (p->pins == 0 && p->slot.ptr != NULL && p->on_disk && p->nsess > 0) {
         /* a cold session's page: its copy on disk is the one to keep */
         kvp_store_page_drop_dram(st, p);
-    } else if (p->pins == 0 && kvp_store_page_garbage(p) && !p->on_disk) {
+    } else if (p->pins == 0 && p->nsess == 0 && !p->on_disk &&
+               kvp_store_page_garbage(st, p, kvp_time_ns())) {
         kvp_store_page_drop_dram(st, p); /* nobody can name it again: not a loose page to keep */
     }
     page_idle_update(st, p);
@@ -412,6 +424,9 @@ static kvp_status_t sess_bind_pages(kvp_store_h st, kvp_sess_t *s, bool create)
                     p->on_disk = true;
                 }
             }
+            if (p != NULL && create) {
+                p->named = true; /* a record on disk names it */
+            }
             if (p == NULL || !page_present(p)) {
                 if (!create) {
                     KVP_LOG_ERROR(MOD, "session %s names chunk %u layer %u, which is not in the "
@@ -567,7 +582,10 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     kvp_list_init(&st->hot_lru);
     kvp_list_init(&st->cold_lru);
     kvp_list_init(&st->idle_pages);
+    kvp_list_init(&st->unnamed);
     kvp_list_init(&st->unsynced);
+    st->put_grace_ns = ((m & KVP_STORE_PARAM_PUT_GRACE) ? params->put_grace_ms
+                                                        : DEFAULT_PUT_GRACE_MS) * 1000000ull;
     st->durability  = dur;
     st->sync_interval_ns = sync_ms * 1000000ull;
     st->high_bytes  = (size_t)(high * (double)budget);
@@ -717,6 +735,9 @@ static void store_enter(kvp_store_h st)
     if (st->tombs.by_key.count != 0) {
         kvp_store_tomb_expire(st);
     }
+    if (!kvp_list_empty(&st->unnamed)) {
+        kvp_store_unnamed_expire(st);
+    }
 }
 
 static void store_leave(kvp_store_h st)
@@ -779,7 +800,7 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         }
         p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
         if (p != NULL && page_present(p)) {
-            p->put_loose = true; /* a record naming it may be on the way: kept till it comes */
+            page_put_counted(p); /* a record naming it may be on the way: kept for it */
             if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
                 kvp_list_del(&p->idle);
                 kvp_list_push_tail(&st->idle_pages, &p->idle);
@@ -801,7 +822,7 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
     }
     status = page_fill(st, p, page, len, NULL);
     if (status == KVP_OK) {
-        p->put_loose = true;
+        page_put_counted(p);
         p->codec = (uint8_t)info.codec;
         p->tail  = (info.flags & KVP_PAGE_F_TAIL) != 0;
         p->sink  = (info.flags & KVP_PAGE_F_SINK) != 0;
@@ -1100,8 +1121,9 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
         }
         kvp_free(named);
     }
-    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
-        s->pages[i]->put_loose = false; /* named: they now go with their last name */
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) { /* this record's puts matched */
+        s->pages[i]->put_pending -= s->pages[i]->put_pending > 0;
+        s->pages[i]->named = true;
     }
     kvp_index_sess_insert(&st->sessions, s);
     s->last_ns = kvp_time_ns();

@@ -72,9 +72,12 @@ typedef struct kvp_page_ref {
     bool                 batched;  /* in a write batch being built (evict.c; cleared before the
                                     * lock is dropped): a group writes a shared page once */
     bool                 swept;    /* seen on disk by the open-time sweep */
-    bool                 put_loose; /* a client put it since a record last named it: when its
-                                     * last name goes it stays, loose (that client's record may
-                                     * be on the way); else it goes with its last name */
+    uint16_t             put_pending; /* page puts no record has named it for yet (saturating):
+                                       * while > 0 and the last put is within the grace, it
+                                       * outlives its last name, for the record on the way */
+    uint64_t             put_ns;   /* when a client last put it */
+    bool                 named;    /* a record has named it (else a loose page: never garbage) */
+    kvp_list_t           unnamed;  /* on store->unnamed while it waits out that grace */
     bool                 marked;   /* scratch of one locked step (evict.c: a session's orphans) */
     bool                 tail;     /* header has KVP_PAGE_F_TAIL (valid while codec != 0) */
     bool                 sink;     /* header has KVP_PAGE_F_SINK (valid while codec != 0) */
@@ -278,6 +281,9 @@ struct kvp_store {
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */
     kvp_list_t         cold_lru;    /* sessions only on disk, oldest first */
     kvp_list_t         idle_pages;  /* DRAM pages with no pin, oldest first */
+    kvp_list_t         unnamed;     /* pages that lost their last name within their put grace */
+    uint64_t           put_grace_ns; /* kvp_store_params_t.put_grace_ms */
+    uint64_t           last_unnamed_ns; /* the last kvp_store_unnamed_expire pass */
     kvp_tier_t        *tier;        /* NULL = DRAM only */
     kvp_durability_t   durability;
     size_t             high_bytes;  /* eviction starts above this */
@@ -354,15 +360,31 @@ void         kvp_store_sess_orphans_let_go(struct kvp_store *st, kvp_sess_t *s);
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess, uint64_t tomb_version);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
-/* A page that lost its last name goes with it, unless a client put it since a record named it. */
-static inline bool kvp_store_page_garbage(const kvp_page_t *p)
+/* A page no session names any more goes, unless it is waiting: a client put it for a record
+ * that has not come yet (puts not matched by a record naming it), within the put grace, and
+ * that record would be refused without it. A page never named is loose, not garbage (kept
+ * until a record names it, or swept at the next open). */
+static inline bool kvp_store_page_waiting(const struct kvp_store *st, const kvp_page_t *p,
+                                          uint64_t now)
 {
-    return p->nsess == 0 && !p->put_loose;
+    return p->put_pending > 0 && now - p->put_ns < st->put_grace_ns;
 }
+static inline bool kvp_store_page_garbage(const struct kvp_store *st, const kvp_page_t *p,
+                                          uint64_t now)
+{
+    return p->nsess == 0 && p->named && !kvp_store_page_waiting(st, p, now);
+}
+/* p lost its last name but is not garbage yet (a put within the grace): onto store->unnamed,
+ * for kvp_store_unnamed_expire. */
+void kvp_store_page_unnamed(struct kvp_store *st, kvp_page_t *p);
+/* Let go of the pages on store->unnamed whose grace is over (at most every 100 ms; store lock
+ * held, called as requests arrive); ones named again leave the list. */
+void kvp_store_unnamed_expire(struct kvp_store *st);
 /* Pages the caller pinned that just lost a session's name (a put replaced it, its orphans were let
- * go): those no session names and no client put since (put_loose) are deleted on disk and dropped
- * in memory, as a delete drops them, so an update leaves no unreachable page behind; then every
- * one is unpinned. A failed disk delete leaves those on disk (the next open's sweep). */
+ * go, their grace ran out): the garbage ones (kvp_store_page_garbage) are deleted on disk and
+ * dropped in memory, as a delete drops them, so an update leaves no unreachable page behind; ones
+ * in their put grace wait on store->unnamed; then every one is unpinned. A failed disk delete
+ * leaves those on disk (the next open's sweep). */
 void         kvp_store_pages_let_go(struct kvp_store *st, kvp_page_t **pages, size_t n);
 /* Evict until the pool has room for need more bytes at or below the low watermark: the
  * synchronous path (spills under the lock). Never drops the lock. */

@@ -307,6 +307,14 @@ def run_node():
             check(raises(lambda: c.put_pages(ns, [bad]), kvpack.KvpError, {"ERR_CORRUPT"})
                   is not None, "corrupt page accepted by the node")
             check(c.get_session(ns, "py-1").pages == pages, "corrupt put changed the session")
+            # several bad pages: the status and the reason are the first one's, which is named
+            # (the reason used to be the last bad page's: another geometry here)
+            wide = kvpack.page_encode(kvpack.PageParams("kivi", 2 * H, D, P, chunk_key=kvpack.Key128(
+                5, 6)), values(2 * H * D * P, 13), values(2 * H * D * P, 14))
+            e = raises(lambda: c.put_pages(ns, [bad, pages[1], wide]), kvpack.KvpError,
+                       {"ERR_CORRUPT"})
+            check(e is not None and "page 0 of 3" in e.message and "checksum" in e.message,
+                  f"the node's reason for 3 pages, the first corrupt: {e}")
             # ... and with the record: refused whole, the record not written
             check(raises(lambda: c.put_session(ns, "py-2", desc, pages=pages[:-1] + [bad]),
                          kvpack.KvpError, {"ERR_CORRUPT"}) is not None,
@@ -327,6 +335,9 @@ def run_node():
             raises(lambda: ps.push(pages[:1]), ValueError)  # closed
             c.delete_session(ns, "py-stream")  # py-1 alone names these pages again
             raises(lambda: c.get_session(ns, "nope"), kvpack.KvpError, {"ERR_NOT_FOUND"})
+            # a call the library refuses itself has no node reason (not the last call's)
+            e = raises(lambda: c.put_pages(ns, [b""]), kvpack.KvpError, {"ERR_INVALID"})
+            check(e is not None and "(node:" not in e.message, f"a local refusal: {e}")
             raises(lambda: c.put_session(ns, "x" * 128, desc), ValueError)
             # a session id that is not UTF-8 lists (with surrogate escapes) and round-trips
             c.put_session(ns, b"caf\xe9", desc)

@@ -843,6 +843,53 @@ static void case_garbage(void)
     t_rmrf(dir);
 }
 
+/* Pages a client put for a record still on its way outlive their last name, another session's:
+ * B puts a prefix's pages, C puts the same pages with its record and is deleted before B's record
+ * comes, which is still taken (it used to be refused NOT_FOUND once a second record had named
+ * them); once B's record is deleted too, the pages go with it. A put whose record never comes
+ * keeps them only for the put grace (300 ms here), then they go from DRAM and disk. */
+static void case_put_grace(void)
+{
+    char               dir[256];
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+    kvp_session_desc_t a;
+    kvp_store_stats_t  s;
+
+    t_tmpdir(dir, sizeof(dir), "grace");
+    p.field_mask   = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                     KVP_STORE_PARAM_DURABILITY | KVP_STORE_PARAM_PUT_GRACE;
+    p.dram_budget  = 16u << 20;
+    p.db_path      = dir;
+    p.durability   = KVP_DURABILITY_WRITE_THROUGH;
+    p.put_grace_ms = 300;
+    CHECK_OK(kvp_store_open(&p, &st));
+    t_session(&G, 61, 0, 61, 2, 0, &a);
+    CHECK_OK(t_put_pages(st, NS, &G, &a));        /* B's pages; its record comes later */
+    CHECK_OK(t_put_session(st, NS, "c", &G, &a)); /* C: the same pages and its record */
+    CHECK_OK(kvp_store_session_delete(st, NS, "c"));
+    CHECK_OK(kvp_store_session_put(st, NS, "b", &a)); /* B's record */
+    CHECK_OK(t_check_session(st, NS, "b", &G, &a));
+    CHECK_OK(kvp_store_session_delete(st, NS, "b")); /* every put matched: they go with it */
+    s = t_stats(st);
+    CHECK(s.dram_pages == 0 && s.disk_live_bytes == 0);
+
+    CHECK_OK(t_put_session(st, NS, "d", &G, &a));
+    CHECK_OK(t_put_pages(st, NS, &G, &a)); /* a put whose record never lands */
+    CHECK_OK(kvp_store_session_delete(st, NS, "d"));
+    CHECK(t_stats(st).dram_pages == 2 * G.layers); /* waiting out the grace */
+    usleep(400 * 1000);
+    CHECK_ST(kvp_store_session_delete(st, NS, "none"), KVP_ERR_NOT_FOUND); /* a call: a pass */
+    s = t_stats(st);
+    CHECK(s.dram_pages == 0 && s.disk_live_bytes == 0);
+    kvp_store_close(st);
+    CHECK_OK(kvp_store_open(&p, &st));
+    CHECK(t_stats(st).swept_pages == 0 && t_stats(st).disk_live_bytes == 0);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+    t_rmrf(dir);
+}
+
 /* Threads working on their own sessions (sharing a prefix) while the others spill, restore and
  * evict: every get is byte-identical, nothing deadlocks. Each thread runs the store's unlocked
  * disk paths (explicit spill, restore on get, eviction at the end of puts). */
@@ -986,6 +1033,7 @@ static const tcase_t cases[] = {
     {"dram_only", case_dram_only},
     {"tail_append", case_tail_append},
     {"garbage", case_garbage},
+    {"put_grace", case_put_grace},
     {"concurrent_io", case_concurrent_io},
     {"session_list_order", case_session_list_order},
 };

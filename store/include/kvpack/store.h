@@ -67,6 +67,7 @@ enum kvp_store_params_field {
     KVP_STORE_PARAM_SEGMENT_BYTES = KVP_BIT(11),
     KVP_STORE_PARAM_SCRUB         = KVP_BIT(12),
     KVP_STORE_PARAM_DISK_RESERVE  = KVP_BIT(13),
+    KVP_STORE_PARAM_PUT_GRACE     = KVP_BIT(14),
 };
 
 typedef struct kvp_store_params {
@@ -99,6 +100,9 @@ typedef struct kvp_store_params {
                                       * fills anyway (removed then, so deletes have room); 0 = off;
                                       * default 4x the index memtable (16-256 MiB: dram_budget / 2
                                       * clamped), at least 3 memtables */
+    uint32_t         put_grace_ms;   /* a page a client put and no record of its has named yet
+                                      * outlives its last name (another session's, deleted or
+                                      * replaced) this long, for that record; default 60000 */
 } kvp_store_params_t;
 
 typedef struct {
