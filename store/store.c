@@ -801,6 +801,9 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         p = kvp_index_page_find(&st->pages, ns, info.chunk_key, info.layer);
         if (p != NULL && page_present(p)) {
             page_put_counted(p); /* a record naming it may be on the way: kept for it */
+            if (p->nsess == 0 && p->named) {
+                kvp_store_page_unnamed(st, p); /* its grace runs from now (a reader kept it) */
+            }
             if (kvp_list_linked(&p->idle)) { /* refresh its idle age */
                 kvp_list_del(&p->idle);
                 kvp_list_push_tail(&st->idle_pages, &p->idle);

@@ -885,6 +885,25 @@ static void case_put_grace(void)
     kvp_store_close(st);
     CHECK_OK(kvp_store_open(&p, &st));
     CHECK(t_stats(st).swept_pages == 0 && t_stats(st).disk_live_bytes == 0);
+
+    /* the same, with a reader holding the page when its session goes and the put comes: once
+     * the reader lets go and the grace is over it goes too (it was never queued for the grace) */
+    {
+        kvp_page_ref_h ref;
+        size_t         len;
+        uint8_t       *pg = t_page(&G, a.chunk_keys[0], 0, 0, G.page_tokens, 0, &len);
+
+        CHECK_OK(t_put_session(st, NS, "e", &G, &a));
+        CHECK_OK(kvp_store_page_get(st, NS, a.chunk_keys[0], 0, &ref));
+        CHECK_OK(kvp_store_session_delete(st, NS, "e"));
+        CHECK_OK(kvp_store_page_put(st, NS, pg, len));
+        kvp_free(pg);
+        kvp_page_ref_release(ref);
+        usleep(400 * 1000);
+        CHECK_ST(kvp_store_session_delete(st, NS, "none"), KVP_ERR_NOT_FOUND);
+        s = t_stats(st);
+        CHECK(s.dram_pages == 0 && s.disk_live_bytes == 0);
+    }
     kvp_store_close(st);
     kvp_session_desc_clear(&a);
     t_rmrf(dir);
