@@ -381,25 +381,24 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
                                              const float *v, uint32_t ntok, void *out,
                                              size_t out_cap, size_t *len_p)
 {
-    static const kvp_page_params_t none = {};
-    const kvp_page_params_t       *pp = params != NULL ? params : &none;
+    /* the statuses kvp_page_encode gives: its checks, then UNSUPPORTED only for a codec with no
+     * GPU twin (fp16, naive2), which a caller may then run on the CPU; NULLs before any field is
+     * read (C++: the declarations may follow) */
+    if (params == NULL || k == NULL || v == NULL || out == NULL || len_p == NULL) {
+        return KVP_ERR_INVALID;
+    }
     kvp_status_t    status = KVP_OK;
     kvp_page_info_t info;
     layout_t        l;
-    uint32_t        H = pp->heads, D = pp->head_dim, T = ntok;
+    uint32_t        H = params->heads, D = params->head_dim, T = ntok;
     size_t          n = (size_t)T * H * D, wsz = 0;
     float          *dk = NULL, *dv = NULL, *dn = NULL, *dw = NULL;
     uint8_t        *dp = NULL;
     int            *dpast = NULL, past = 0;
-    int             rot = pp->codec == KVP_CODEC_OSCAR || pp->codec == KVP_CODEC_KVARN;
-    int             vrot = rot && !(pp->flags & KVP_PAGE_F_V_PREROT);
-    uint32_t        iters = pp->kvarn_iters ? pp->kvarn_iters : KVP_CODEC_KVARN_ITERS;
+    int             rot = params->codec == KVP_CODEC_OSCAR || params->codec == KVP_CODEC_KVARN;
+    int             vrot = rot && !(params->flags & KVP_PAGE_F_V_PREROT);
+    uint32_t        iters = params->kvarn_iters ? params->kvarn_iters : KVP_CODEC_KVARN_ITERS;
 
-    /* the statuses kvp_page_encode gives: its checks, then UNSUPPORTED only for a codec with no
-     * GPU twin (fp16, naive2), which a caller may then run on the CPU */
-    if (params == NULL || k == NULL || v == NULL || out == NULL || len_p == NULL) {
-        return KVP_ERR_INVALID;
-    }
     status = kvp_codec_check(params);
     if (status != KVP_OK) {
         return status;

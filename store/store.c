@@ -108,8 +108,7 @@ void kvp_store_page_unpin(kvp_store_h st, kvp_page_t *p)
     if (p->pins == 0 && p->slot.ptr != NULL && p->on_disk && p->nsess > 0) {
         /* a cold session's page: its copy on disk is the one to keep */
         kvp_store_page_drop_dram(st, p);
-    } else if (p->pins == 0 && p->nsess == 0 && !p->on_disk &&
-               kvp_store_page_garbage(st, p, kvp_time_ns())) {
+    } else if (p->pins == 0 && !p->on_disk && kvp_store_page_garbage(st, p, kvp_time_ns())) {
         kvp_store_page_drop_dram(st, p); /* nobody can name it again: not a loose page to keep */
     }
     page_idle_update(st, p);
