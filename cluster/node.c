@@ -975,6 +975,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         sp.field_mask  |= KVP_STORE_PARAM_DISK_RESERVE;
         sp.disk_reserve = (uint64_t)params->disk_reserve_mib << 20;
     }
+    if (fm & KVP_NODE_PARAM_PUT_GRACE) {
+        sp.field_mask  |= KVP_STORE_PARAM_PUT_GRACE;
+        sp.put_grace_ms = params->put_grace_s * 1000u;
+    }
     if (fm & KVP_NODE_PARAM_TOMB_TTL) {
         sp.field_mask |= KVP_STORE_PARAM_TOMB_TTL;
         sp.tomb_ttl_s  = params->tomb_ttl_s;

@@ -57,6 +57,10 @@ static void usage(const char *prog, FILE *out)
             "  --tombstone-ttl S       keep delete tombstones S seconds (default 604800, 7 days):\n"
             "                          a replica back from an outage longer than that may bring\n"
             "                          a deleted session back\n"
+            "  --put-grace S           keep a page put without a session record for S seconds\n"
+            "                          after the last record naming it goes (deleted or\n"
+            "                          replaced), so the record its own client sends next still\n"
+            "                          finds it (shared prefixes; 0..86400, default 60)\n"
             "  --idle-ttl S            remove a session nobody put or fetched on this node for S\n"
             "                          seconds, from DRAM and disk (default 0: never)\n"
             "  --compact-ratio F       empty and remove a segment file once this fraction of it\n"
@@ -161,6 +165,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                  &p.scrub_mib_s},
                 {"--disk-reserve-mib", 0, 1u << 20, KVP_NODE_PARAM_DISK_RESERVE, "0..1048576 MiB",
                  &p.disk_reserve_mib},
+                {"--put-grace", 0, 86400, KVP_NODE_PARAM_PUT_GRACE, "0..86400 seconds",
+                 &p.put_grace_s},
                 {"--recv-timeout", 1, 3600, KVP_NODE_PARAM_RECV_TIMEOUT, "1..3600 seconds",
                  &p.recv_timeout_s}};
         size_t k = 0;

@@ -4,7 +4,8 @@ codec: fp16 bit-exact, kivi within its error and equal to `kvpack eval --dequant
   ValueError before any C call; malformed pages KvpError; load() errors. node: a real kvpackd, the
   README example; put/lookup/get/list/stat/spill/delete from Python, CLI put -> Python get, Python
   put -> CLI get; corrupt put and dead node are KvpError, nothing lost, no hang; a non-UTF-8 session
-  id lists and round-trips; the node's reason is in the KvpError; threads share one client.
+  id lists and round-trips; the node's reason is in the KvpError; threads share one client;
+  kvpackd --put-grace keeps a shared page for a record within the grace, not after it.
 usage: check_python.py codec|node LIBKVPACK KVPACK KVPACKD README"""
 import array
 import dataclasses
@@ -196,12 +197,12 @@ def run_codec():
 
 
 class Node:
-    def __init__(self, name):
+    def __init__(self, name, extra=()):
         self.ready = os.path.join(tmp, name + ".ready")
         self.proc = subprocess.Popen(
             [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, name),
-             "--ready-file", self.ready, "--dram-budget", "64M", "--durability", "write-through"],
-            stdout=subprocess.DEVNULL, env=env)
+             "--ready-file", self.ready, "--dram-budget", "64M", "--durability", "write-through",
+             *extra], stdout=subprocess.DEVNULL, env=env)
         for _ in range(1500):  # the ready file appears once the node listens
             if os.path.exists(self.ready) and open(self.ready).read().strip():
                 self.addr = "127.0.0.1:" + open(self.ready).read().strip()
@@ -235,7 +236,38 @@ def run_readme(addr):
     check(0 < rel_err(scope["k2"], scope["k"]) < 0.25, "README example: kivi error out of range")
 
 
+def run_put_grace():
+    """kvpackd --put-grace: B puts a shared page, C puts it with its record and is deleted; B's
+    record still finds the page within the grace (1 s here), and is refused once it has passed."""
+    node = Node("grace", ["--put-grace", "1"])
+    try:
+        ns = kvpack.ns_fingerprint("py-grace", 1, H, D, P, "kivi")
+        k, v = values(P * H * D, 11), values(P * H * D, 12)
+        with kvpack.Client(node.addr, timeout_ms=5000) as c:
+            for rnd, wait_s in enumerate((0.0, 2.5)):
+                key = kvpack.chunk_key(None, ns, range(rnd * P, (rnd + 1) * P))
+                page = kvpack.page_encode(kvpack.PageParams("kivi", H, D, P, chunk_key=key),
+                                          array.array("f", k), array.array("f", v))
+                desc = kvpack.SessionDesc(1, P, [key], 0, [])
+                c.put_pages(ns, [page])  # B: its pages first, its record later
+                c.put_session(ns, f"c{rnd}", desc, [page])  # C: the same page with its record
+                c.delete_session(ns, f"c{rnd}")
+                time.sleep(wait_s)
+                if wait_s == 0:
+                    c.put_session(ns, f"b{rnd}", desc)
+                    check(c.get_session(ns, f"b{rnd}").pages == [page],
+                          "record within the put grace lost its page")
+                    c.delete_session(ns, f"b{rnd}")
+                else:
+                    check(raises(lambda: c.put_session(ns, f"b{rnd}", desc), kvpack.KvpError,
+                                 {"ERR_NOT_FOUND"}) is not None,
+                          "--put-grace 1: a record 2.5 s after the page's last name still found it")
+    finally:
+        node.kill()
+
+
 def run_node():
+    run_put_grace()
     node = Node("n1")
     try:
         run_readme(node.addr)
