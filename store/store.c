@@ -11,6 +11,7 @@
 #include "kvpack/log.h"
 
 #include <malloc.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MOD "store"
@@ -907,11 +908,50 @@ void kvp_page_ref_release(kvp_page_ref_h ref)
 
 /* ---- sessions ---- */
 
+static int key_order(const void *a, const void *b)
+{
+    const kvp_key128_t *x = a, *y = b;
+
+    if (x->hi != y->hi) {
+        return x->hi < y->hi ? -1 : 1;
+    }
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* KVP_ERR_INVALID when the record names one chunk key twice: chunk keys chain the whole prefix,
+ * so no real session does, and a page named twice by one record would outlive its delete. */
+static kvp_status_t desc_keys_unique(const char *sid, const kvp_session_desc_t *d)
+{
+    kvp_key128_t *k;
+    kvp_status_t  status = KVP_OK;
+
+    if (d->n_chunks < 2) {
+        return KVP_OK;
+    }
+    k = kvp_malloc(d->n_chunks * sizeof(*k), "record key check");
+    if (k == NULL) {
+        KVP_LOG_ERROR(MOD, "no memory to check the %u chunk keys of session %s", d->n_chunks, sid);
+        return KVP_ERR_NO_MEMORY;
+    }
+    memcpy(k, d->chunk_keys, d->n_chunks * sizeof(*k));
+    qsort(k, d->n_chunks, sizeof(*k), key_order);
+    for (uint32_t i = 1; i < d->n_chunks && status == KVP_OK; i++) {
+        if (key_order(&k[i - 1], &k[i]) == 0) {
+            KVP_LOG_ERROR(MOD, "session %s record names chunk key %016llx%016llx more than once",
+                          sid, (unsigned long long)k[i].hi, (unsigned long long)k[i].lo);
+            status = KVP_ERR_INVALID;
+        }
+    }
+    kvp_free(k);
+    return status;
+}
+
 /* Validate a record; *tail_p gets the header of its first tail page (heads 0 when none). Tail
  * pages are fp16 of one geometry with capacity P (else KVP_ERR_WRONG_CODEC). */
 static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp_page_info_t *tail_p)
 {
-    size_t off = 0;
+    size_t       off = 0;
+    kvp_status_t status0;
 
     if (d->layers == 0 || d->layers > KVP_LAYERS_MAX || d->page_tokens == 0 ||
         d->page_tokens > KVP_PAGE_MAX_TOKENS || d->tail_tokens >= d->page_tokens ||
@@ -922,6 +962,10 @@ static kvp_status_t desc_check(const char *sid, const kvp_session_desc_t *d, kvp
                       "tokens, %u pages, %zu bytes)", sid, d->layers, d->page_tokens, d->n_chunks,
                       d->tail_tokens, d->n_tail, d->tail_len);
         return KVP_ERR_INVALID;
+    }
+    status0 = desc_keys_unique(sid, d);
+    if (status0 != KVP_OK) {
+        return status0;
     }
     memset(tail_p, 0, sizeof(*tail_p));
     for (uint32_t l = 0; l < d->n_tail; l++) {

@@ -121,6 +121,12 @@ static void case_session_roundtrip(void)
     bad.tail_tokens = G.page_tokens;
     CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_INVALID);
     CHECK_ST(kvp_store_session_put(st, NS, "", &d), KVP_ERR_INVALID);
+    /* one chunk key named twice (its pages all there): refused, s1 untouched */
+    bad.tail_tokens    = d.tail_tokens;
+    bad.chunk_keys[3]  = d.chunk_keys[1];
+    CHECK_ST(kvp_store_session_put(st, NS, "s2", &bad), KVP_ERR_INVALID);
+    CHECK_ST(t_check_session(st, NS, "s2", &G, &d), KVP_ERR_NOT_FOUND);
+    CHECK_OK(t_check_session(st, NS, "s1", &G, &d));
     kvp_session_desc_clear(&bad);
     /* delete */
     CHECK_OK(kvp_store_session_delete(st, NS, "s1"));
