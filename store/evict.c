@@ -694,9 +694,10 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pag
     if (status == KVP_OK) {
         status = kvp_store_pages_load(st, miss, nmiss, s, &bytes);
         if (status == KVP_ERR_NOT_FOUND) { /* the record names a page the disk lost */
+            KVP_LOG_ERROR(MOD, "session %s could not be restored: pages it names are missing "
+                          "from the disk", s->key.sid);
             status = KVP_ERR_CORRUPT;
-        }
-        if (status != KVP_OK) {
+        } else if (status != KVP_OK) {
             KVP_LOG_ERROR(MOD, "session %s could not be restored: %s", s->key.sid,
                           kvp_status_str(status));
         }

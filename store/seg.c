@@ -130,6 +130,41 @@ static uint64_t seg_unlink(kvp_segs_t *s, seg_file_t *f)
     return size;
 }
 
+/* Segment ids stop far below 2^64, so the next one never wraps to 0 (0 names an inline page). */
+#define SEG_ID_MAX (UINT64_C(1) << 62)
+
+/* 1 and *id for a name exactly as seg_path writes one (16 lower-case hex digits, id 1 to
+ * SEG_ID_MAX, ".seg"); -1 for another name ending in .seg (a stray file, logged and left
+ * alone); 0 for anything else. */
+static int seg_name_id(const char *name, uint64_t *id)
+{
+    uint64_t x = 0;
+    size_t   n = strlen(name);
+
+    if (n < 4 || strcmp(name + n - 4, ".seg") != 0) {
+        return 0;
+    }
+    if (n != 20) {
+        return -1;
+    }
+    for (size_t i = 0; i < 16; i++) {
+        char c = name[i];
+
+        if (c >= '0' && c <= '9') {
+            x = x << 4 | (uint64_t)(c - '0');
+        } else if (c >= 'a' && c <= 'f') {
+            x = x << 4 | (uint64_t)(c - 'a' + 10);
+        } else {
+            return -1;
+        }
+    }
+    if (x == 0 || x > SEG_ID_MAX) {
+        return -1;
+    }
+    *id = x;
+    return 1;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -172,10 +207,15 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
         return KVP_ERR_IO;
     }
     while ((e = readdir(dp)) != NULL) {
-        char    *end;
-        uint64_t id = strtoull(e->d_name, &end, 16);
+        uint64_t id;
+        int      named = seg_name_id(e->d_name, &id);
 
-        if (end == e->d_name + 16 && strcmp(end, ".seg") == 0 && id != 0) {
+        if (named < 0) {
+            KVP_LOG_WARN(MOD, "segment directory %s: %s is not a segment file kvpack wrote "
+                         "(16 lower-case hex digits from 1 to %016" PRIx64 ", then .seg): left "
+                         "alone", s->dir, e->d_name, SEG_ID_MAX);
+        }
+        if (named > 0) {
             uint64_t *t = kvp_array_room(ids, &capids, nids, sizeof(*t), 64, "seg ids");
 
             if (t == NULL) {
@@ -767,6 +807,13 @@ uint64_t kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
     }
     f->live += bytes;
     return f->live <= 0 && f->id != s->active && f->pending == 0 ? seg_unlink(s, f) : 0;
+}
+
+bool kvp_segs_holds(kvp_segs_t *s, uint64_t seg, uint64_t off, uint32_t len)
+{
+    seg_file_t *f = seg_find(s, seg);
+
+    return f != NULL && off <= f->size && len <= f->size - off;
 }
 
 uint64_t kvp_segs_hold(kvp_segs_t *s, uint64_t seg, int delta)

@@ -80,6 +80,9 @@ void         kvp_segs_sync_end(kvp_segs_t *segs, uint64_t gen);
  * deleted. A segment that is not the active one and reaches zero is unlinked; returns the file
  * bytes that gave back (0 when none). */
 uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
+/* Whether segment seg is in the table and its file holds bytes [off, off + len): a locator that
+ * fails this names bytes that are not there (its file lost or cut short). */
+bool kvp_segs_holds(kvp_segs_t *segs, uint64_t seg, uint64_t off, uint32_t len);
 /* A hold on a file whose written bytes are not named yet, across a step that drops the lock (a
  * commit whose records are retried after the db is opened again): +1 keeps it as an open
  * reservation does (no unlink, no compaction); -1 lets it go, unlinked then if nothing in it is

@@ -36,7 +36,7 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     kvp_status_t          status;
     char                 *err = NULL;
-    uint64_t              dropped = 0;
+    uint64_t              dropped = 0, lost = 0;
 
     tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
@@ -53,19 +53,31 @@ kvp_status_t kvp_tier_pages_sweep(kvp_tier_t *t, kvp_tier_keep_cb_t keep, void *
             continue;
         }
         page_key_decode(k, &pk);
+        v = rocksdb_iter_value(it, &vl);
+        if (tier_loc_decode(v, vl, &seg, &off, &len) && !kvp_segs_holds(t->segs, seg, off, len)) {
+            /* its bytes are not on disk (segment file lost or cut short): the locator goes
+             * before a new segment can take that id, and a session naming the page is not
+             * resumable (not kept: the store finds it missing) */
+            rocksdb_writebatch_delete_cf(wb, t->cf[CF_PAGES], (const char *)k, kl);
+            lost++;
+            continue;
+        }
         if (!keep(arg, &pk)) {
             rocksdb_writebatch_delete_cf(wb, t->cf[CF_PAGES], (const char *)k, kl);
             dropped++;
             continue;
         }
-        v = rocksdb_iter_value(it, &vl);
         if (tier_loc_decode(v, vl, &seg, &off, &len)) {
             kvp_segs_live_add(t->segs, seg, (int64_t)kvp_seg_span(len));
         }
     }
     rocksdb_iter_get_error(it, &err);
     status = tier_map_err("sweep pages", &err);
-    if (status == KVP_OK && dropped > 0) {
+    if (status == KVP_OK && lost > 0) {
+        KVP_LOG_ERROR(MOD, "%llu pages on disk name segment bytes that are not there (a segment "
+                      "file missing or cut short): dropped", (unsigned long long)lost);
+    }
+    if (status == KVP_OK && dropped + lost > 0) {
         rocksdb_write(t->db, t->wo_sync, wb, &err);
         status = tier_map_err("sweep write", &err);
     }
@@ -368,11 +380,17 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (m == 0 || status != KVP_OK) {
         goto out;
     }
-    rocksdb_flush_wal(t->db, 1, &err); /* the new locators durable before an old file can go */
-    status = tier_map_err("compaction wal sync", &err);
-    /* (3) the old places die (a failed sync leaves them counted live: the files stay) */
+    /* (3) the new locators durable before an old file can go, and the bytes every locator the
+     * WAL sync makes durable names before them (other commits' writes to the active file since
+     * its last sync); then the old places die (a failed sync leaves them counted live: the
+     * files stay) */
     pthread_mutex_lock(&t->mu);
-    t0 = kvp_time_ns();
+    t0     = kvp_time_ns();
+    status = kvp_segs_sync(t->segs);
+    if (status == KVP_OK) {
+        rocksdb_flush_wal(t->db, 1, &err);
+        status = tier_map_err("compaction wal sync", &err);
+    }
     if (status == KVP_OK) {
         /* a reader that located a page before this and finds its segment gone locates again */
         __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);

@@ -687,6 +687,10 @@ bool tier_loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off,
     if (n <= KVP_TIER_INLINE_MAX || n > KVP_PAGE_HDR_BYTES + KVP_PAGE_MAX_PAYLOAD) {
         return false;
     }
+    /* likewise a segment id of 0 (it names inline pages) or an offset off the 4 KiB grid */
+    if (kvp_ld_be64(v + 4) == 0 || kvp_ld_be64(v + 12) % KVP_SEG_ALIGN != 0) {
+        return false;
+    }
     *seg = kvp_ld_be64(v + 4);
     *off = kvp_ld_be64(v + 12);
     *len = n;
@@ -1018,22 +1022,28 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
         return status;
     }
     fd = kvp_segs_sync_begin(t->segs, &gen);
-    tier_unlock(t); /* commits go on while this one syncs */
+    tier_unlock(t); /* commits go on while the bulk of the bytes syncs */
     if (fd == -2) {
         status = KVP_ERR_IO;
     } else if (fd >= 0) {
         status = kvp_segs_sync_run(fd);
     }
     if (status == KVP_OK) {
+        /* The WAL sync makes durable the locators of every commit so far, so the bytes they name
+         * must be first: a commit that landed after the fdatasync above has its bytes synced
+         * here (kvp_segs_sync: nothing to do when none did), and none lands until the WAL is. */
         tier_db_hold(t);
-        rocksdb_flush_wal(t->db, 1, &err); /* RocksDB serialises this with writes itself */
-        tier_db_release(t);
-        status = tier_map_err("flush wal", &err);
-    }
-    if (status == KVP_OK && fd >= 0) {
         pthread_mutex_lock(&t->mu);
-        kvp_segs_sync_end(t->segs, gen);
+        if (fd >= 0) {
+            kvp_segs_sync_end(t->segs, gen);
+        }
+        status = kvp_segs_sync(t->segs);
+        if (status == KVP_OK) {
+            rocksdb_flush_wal(t->db, 1, &err);
+            status = tier_map_err("flush wal", &err);
+        }
         tier_unlock(t);
+        tier_db_release(t);
     }
     return status;
 }

@@ -12,7 +12,13 @@
  * also gets deletes and compacts after every command: a session whose delete was answered must
  * stay gone, one whose delete was cut off by the kill is either gone or intact, and every other
  * acknowledged session must survive kills in the middle of page moves.
- * usage: test_crash <crash_child> [rounds] [seed] [spill|interval|compact] */
+ * With a fifth argument, the path of power_shim.so, the child runs under that model of a power
+ * failure (writes to segment files and write-ahead logs not yet fsync'd are lost with the kill):
+ * sync acks and spill reports must still be durable; under interval an ack is not (the last
+ * window may go), but whatever version is visible must be whole, never a record or locator
+ * whose bytes were not synced before it (the child sleeps 3 ms after each segment sync, widening
+ * the window a commit can race into, and 10 ms after each WAL sync, so kills land after one).
+ * usage: test_crash <crash_child> [rounds] [seed] [sync|spill|interval|compact] [power_shim.so] */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -47,6 +53,7 @@ static int      nsids;
 static uint64_t rng;
 static bool     spill_mode; /* durable = reported spilled, not acked */
 static bool     compact_mode; /* deletes too */
+static bool     acks_durable; /* an ack makes its version durable (not spill, not power interval) */
 static uint64_t deletes_total, compact_reports;
 static uint64_t spilled_total;
 
@@ -164,7 +171,7 @@ static void ack(const char *line)
 
     if (sscanf(line, "ack sess-%d", &i) == 1 && i >= 0 && i < nsids) {
         round_acks[i]++;
-        if (!spill_mode) {
+        if (acks_durable) {
             sids[i].acked = round_first[i] + round_acks[i] - 1;
         }
         CHECK(round_first[i] + round_acks[i] - 1 < sids[i].nv);
@@ -191,22 +198,34 @@ static int replied(const char *line)
     return strncmp(line, "ack", 3) == 0 || strncmp(line, "deleted ", 8) == 0;
 }
 
+/* power model, interval: commits slowed to span several 5 ms syncs, each segment sync followed by
+ * a window a commit can race into, each WAL sync by one a kill can land in (power_shim.c) */
+static bool power_naps(void)
+{
+    return setenv("KVP_POWER_SEG_WRITE_SLEEP_MS", "1", 1) == 0 &&
+           setenv("KVP_POWER_SEG_SYNC_SLEEP_MS", "3", 1) == 0 &&
+           setenv("KVP_POWER_WAL_SYNC_SLEEP_MS", "10", 1) == 0;
+}
+
 int main(int argc, char **argv)
 {
     int      rounds = argc > 2 ? atoi(argv[2]) : 24;
     char     dir[256];
     uint64_t acked_total = 0, killed_early = 0;
-    const char *mode;
+    const char *mode, *shim = argc > 5 ? argv[5] : NULL;
+    bool        interval;
 
     if (argc < 2) {
-        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed] [spill|interval|compact]\n");
+        fprintf(stderr, "usage: test_crash <crash_child> [rounds] [seed] "
+                "[sync|spill|interval|compact] [power_shim.so]\n");
         return 2;
     }
-    rng        = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
-    spill_mode = argc > 4 && strcmp(argv[4], "spill") == 0;
+    rng          = argc > 3 ? strtoull(argv[3], NULL, 0) : 20261129;
+    spill_mode   = argc > 4 && strcmp(argv[4], "spill") == 0;
     compact_mode = argc > 4 && strcmp(argv[4], "compact") == 0;
-    mode       = argc > 4 && (spill_mode || compact_mode || strcmp(argv[4], "interval") == 0)
-                     ? argv[4] : NULL;
+    interval     = argc > 4 && strcmp(argv[4], "interval") == 0;
+    mode         = spill_mode || compact_mode || interval ? argv[4] : NULL;
+    acks_durable = !spill_mode && !(interval && shim != NULL);
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     t_tmpdir(dir, sizeof(dir), "crash");
@@ -228,6 +247,9 @@ int main(int argc, char **argv)
             dup2(out[1], 1);
             close(in[1]);
             close(out[0]);
+            if (shim != NULL && (setenv("LD_PRELOAD", shim, 1) != 0 || (interval && !power_naps()))) {
+                _exit(126);
+            }
             execl(argv[1], argv[1], dir, mode, (char *)NULL);
             _exit(127);
         }
@@ -282,9 +304,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "round %d: %d commands, %d acked, kill %s, %d sessions checked\n", r,
                 ncmd, nack, early ? "during start-up" : "mid-stream", nsids);
     }
-    fprintf(stderr, "crash test: %d rounds, %llu acknowledged commands, %llu spilled reports, %llu "
+    fprintf(stderr, "crash test%s: %d rounds, %llu acknowledged commands, %llu spilled reports, %llu "
             "answered deletes, %llu compactions seen, %llu start-up kills, %d sessions all "
-            "intact\n", rounds, (unsigned long long)acked_total, (unsigned long long)spilled_total,
+            "intact\n", shim != NULL ? " (power-loss model)" : "", rounds, (unsigned long long)acked_total, (unsigned long long)spilled_total,
             (unsigned long long)deletes_total, (unsigned long long)compact_reports, (unsigned long long)killed_early, nsids);
     CHECK(!spill_mode || spilled_total > 0);
     CHECK(!compact_mode || (deletes_total > 0 && compact_reports > 0));

@@ -12,14 +12,23 @@
  * open_oom: each allocation of an open failing in turn loses no session.
  * evict_oom: loose pages evicted to disk while allocations fail: every acknowledged page reads
  *   back.
- * bad_locator: a page locator whose length went bad on disk is a corrupt page (ERR_CORRUPT). */
+ * bad_locator: a page locator whose length, segment id (to 0, the inline pages' id) or offset
+ *   (off the 4 KiB grid) went bad on disk is a corrupt page (ERR_CORRUPT), never a crash.
+ * lost_segment: the highest segment file goes missing between runs; its id is given to a new file
+ *   after the restart, and reading the damaged session must not take that file (another
+ *   session's pages, acked under sync) with it.
+ * stray_segs: files in seg/ kvpack did not write (upper-case hex, an id that would wrap) neither
+ *   stop the open nor get removed, and new segments are numbered as before. */
 #include "store_int.h"
 #include "tier_int.h"
 #include "store_test_util.h"
 
 #include "kvpack/alloc.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -275,35 +284,142 @@ static void case_evict_oom(const char *dir)
  * dropped, not a request for gigabytes of DRAM (ERR_NO_SPACE) retried on every read. */
 static void case_bad_locator(const char *dir)
 {
-    kvp_session_desc_t d;
+    static const char *what[] = {"length", "segment id", "offset"};
     kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 256u << 20);
-    kvp_tier_pkey_t    pk;
-    uint8_t            k[PKEY_BYTES], v[LOC_BYTES];
-    uint64_t           seg, off;
-    uint32_t           len;
-    char              *val, *err = NULL;
-    size_t             vlen;
-    kvp_status_t       s;
 
-    t_session(&GB, 70, 0, 70, 2, 0, &d);
-    CHECK_OK(t_put_session(st, NS, "L", &GB, &d));
-    CHECK_OK(kvp_store_session_spill(st, NS, "L")); /* its pages on disk only */
-    pk = (kvp_tier_pkey_t){NS, d.chunk_keys[1], 0};
-    tier_page_key(&pk, k);
-    val = rocksdb_get_cf(st->tier->db, st->tier->ro, st->tier->cf[CF_PAGES], (const char *)k,
-                         sizeof(k), &vlen, &err);
-    CHECK(err == NULL && val != NULL && tier_loc_decode(val, vlen, &seg, &off, &len));
-    rocksdb_free(val);
-    tier_loc_encode(seg, off, len | 0x80000000u, v); /* one flipped bit: 2 GiB */
-    rocksdb_put_cf(st->tier->db, st->tier->wo_sync, st->tier->cf[CF_PAGES], (const char *)k,
-                   sizeof(k), (const char *)v, sizeof(v), &err);
-    CHECK(err == NULL);
-    s = t_check_session(st, NS, "L", &GB, &d);
-    EXPECT(s == KVP_ERR_CORRUPT, "session with a bad locator: %s", kvp_status_name(s));
-    EXPECT(t_stats(st).crc_failures == 1, "counted as a bad page: %llu",
-           (unsigned long long)t_stats(st).crc_failures);
+    for (int bad = 0; bad < 3; bad++) {
+        kvp_session_desc_t d;
+        kvp_tier_pkey_t    pk;
+        uint8_t            k[PKEY_BYTES], v[LOC_BYTES];
+        uint64_t           seg, off;
+        uint32_t           len;
+        char              *val, *err = NULL, sid[8];
+        size_t             vlen;
+        kvp_status_t       s;
+
+        snprintf(sid, sizeof(sid), "L%d", bad);
+        t_session(&GB, 70 + 10 * bad, 0, 70 + 10 * bad, 2, 0, &d);
+        CHECK_OK(t_put_session(st, NS, sid, &GB, &d));
+        CHECK_OK(kvp_store_session_spill(st, NS, sid)); /* its pages on disk only */
+        pk = (kvp_tier_pkey_t){NS, d.chunk_keys[1], 0};
+        tier_page_key(&pk, k);
+        val = rocksdb_get_cf(st->tier->db, st->tier->ro, st->tier->cf[CF_PAGES], (const char *)k,
+                             sizeof(k), &vlen, &err);
+        CHECK(err == NULL && val != NULL && tier_loc_decode(val, vlen, &seg, &off, &len));
+        rocksdb_free(val);
+        /* one flipped bit: a 2 GiB length; segment 0 (it names inline pages: a NULL copy
+         * crashed the node); an offset off the grid */
+        tier_loc_encode(bad == 1 ? 0 : seg, bad == 2 ? off | 1 : off,
+                        bad == 0 ? len | 0x80000000u : len, v);
+        rocksdb_put_cf(st->tier->db, st->tier->wo_sync, st->tier->cf[CF_PAGES], (const char *)k,
+                       sizeof(k), (const char *)v, sizeof(v), &err);
+        CHECK(err == NULL);
+        s = t_check_session(st, NS, sid, &GB, &d);
+        EXPECT(s == KVP_ERR_CORRUPT, "session with a bad locator %s: %s", what[bad],
+               kvp_status_name(s));
+        EXPECT(t_stats(st).crc_failures == (uint64_t)bad + 1, "bad %s counted as a bad page: %llu",
+               what[bad], (unsigned long long)t_stats(st).crc_failures);
+        kvp_session_desc_clear(&d);
+    }
     kvp_store_close(st);
+}
+
+static void seg_file(const char *dir, const char *name, char *path, size_t n)
+{
+    snprintf(path, n, "%s/seg/%s", dir, name);
+}
+
+/* the id of the highest segment file in dir/seg that holds bytes (0: none) */
+static uint64_t highest_segment(const char *dir)
+{
+    char           path[600];
+    DIR           *dp;
+    struct dirent *e;
+    uint64_t       high = 0;
+
+    snprintf(path, sizeof(path), "%s/seg", dir);
+    dp = opendir(path);
+    CHECK(dp != NULL);
+    while ((e = readdir(dp)) != NULL) {
+        struct stat sb;
+        uint64_t    id = strtoull(e->d_name, NULL, 16);
+
+        seg_file(dir, e->d_name, path, sizeof(path));
+        if (strlen(e->d_name) == 20 && stat(path, &sb) == 0 && sb.st_size > 0 && id > high) {
+            high = id;
+        }
+    }
+    closedir(dp);
+    return high;
+}
+
+static void case_lost_segment(const char *dir)
+{
+    kvp_session_desc_t a, b, c, d;
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    char               path[600];
+    uint64_t           high;
+
+    t_session(&GB, 1, 0, 11, 2, 0, &a);
+    t_session(&GB, 2, 0, 22, 2, 0, &b);
+    t_session(&GB, 3, 0, 33, 2, 0, &c);
+    t_session(&GB, 4, 0, 44, 2, 0, &d);
+    CHECK_OK(t_put_session(st, NS, "A", &GB, &a));
+    CHECK_OK(t_put_session(st, NS, "B", &GB, &b)); /* B's second page: the highest file */
+    kvp_store_close(st);
+    high = highest_segment(dir);
+    CHECK(high > 1);
+    snprintf(path, sizeof(path), "%s/seg/%016llx.seg", dir, (unsigned long long)high);
+    CHECK(unlink(path) == 0);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    CHECK_OK(t_put_session(st, NS, "C", &GB, &c)); /* a new file takes the lost one's id */
+    CHECK_OK(t_put_session(st, NS, "D", &GB, &d));
+    EXPECT(t_check_session(st, NS, "B", &GB, &b) == KVP_ERR_CORRUPT, "B lost a file");
+    CHECK_OK(t_check_session(st, NS, "C", &GB, &c));
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    EXPECT(t_check_session(st, NS, "C", &GB, &c) == KVP_OK, "C lost with B's file");
+    CHECK_OK(t_check_session(st, NS, "A", &GB, &a));
+    CHECK_OK(t_check_session(st, NS, "D", &GB, &d));
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+    kvp_session_desc_clear(&b);
+    kvp_session_desc_clear(&c);
     kvp_session_desc_clear(&d);
+}
+
+static void case_stray_segs(const char *dir)
+{
+    static const char *stray[] = {"ffffffffffffffff.seg", "00000000000000AB.seg",
+                                  "000000000000001.seg"};
+    kvp_session_desc_t a;
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    char               path[600];
+    struct stat        sb;
+
+    kvp_store_close(st); /* seg/ exists */
+    for (size_t i = 0; i < sizeof(stray) / sizeof(stray[0]); i++) {
+        int fd;
+
+        seg_file(dir, stray[i], path, sizeof(path));
+        fd = open(path, O_CREAT | O_WRONLY, 0600);
+        CHECK(fd >= 0);
+        close(fd);
+    }
+    t_session(&GB, 5, 0, 55, 2, 0, &a);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10); /* upper-case hex stopped the open */
+    CHECK_OK(t_put_session(st, NS, "A", &GB, &a));
+    seg_file(dir, "0000000000000001.seg", path, sizeof(path));
+    EXPECT(stat(path, &sb) == 0, "the first segment is not numbered 1");
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    EXPECT(t_check_session(st, NS, "A", &GB, &a) == KVP_OK, "A lost after a restart");
+    kvp_store_close(st);
+    for (size_t i = 0; i < sizeof(stray) / sizeof(stray[0]); i++) {
+        seg_file(dir, stray[i], path, sizeof(path));
+        EXPECT(stat(path, &sb) == 0, "stray file %s removed", stray[i]);
+    }
+    kvp_session_desc_clear(&a);
 }
 
 int main(int argc, char **argv)
@@ -314,6 +430,8 @@ int main(int argc, char **argv)
         {"open_oom", case_open_oom},
         {"evict_oom", case_evict_oom},
         {"bad_locator", case_bad_locator},
+        {"lost_segment", case_lost_segment},
+        {"stray_segs", case_stray_segs},
         {NULL, NULL},
     };
 
