@@ -16,8 +16,9 @@ kvpack_restores_total with a _sum > 0 that never goes back. kvpack_interval_sync
 on that (spill) node; a --durability interval --sync-ms 20 node counts none before its first put
 and at least one after it; bad --sync-ms values and --sync-ms without interval exit 2. That node's
 MANIFEST damaged: restarted, it repairs its db, STAT, /metrics and `kvpack stat` count one index
-rebuild, and the session reads back byte-identical.
-usage: check_metrics.py KVPACK KVPACKD LIBKVPACK"""
+rebuild, and the session reads back byte-identical. A SIGTERM while the store opens (held there
+by gate_preload.so) closes it and exits 0 without listening or writing the ready file.
+usage: check_metrics.py KVPACK KVPACKD LIBKVPACK GATE_PRELOAD"""
 import json
 import os
 import re
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 
-kvpack_exe, kvpackd, lib = sys.argv[1:4]
+kvpack_exe, kvpackd, lib, gate_preload = sys.argv[1:5]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvptest  # noqa: E402
@@ -377,6 +378,28 @@ try:
         check(False, "HTTP port still open after shutdown")
     except ConnectionRefusedError:
         pass
+
+    # SIGTERM while the store opens (held in its open by gate_preload.so): the node closes the
+    # store and exits 0 without ever listening or writing its ready file
+    gate = os.path.join(tmp, "opengate")
+    gnode = subprocess.Popen(
+        [kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "gdata"),
+         "--ready-file", os.path.join(tmp, "gready"), "--log-level", "info"],
+        env=dict(env, LD_PRELOAD=gate_preload, KVP_TEST_OPEN_GATE=gate), stderr=subprocess.PIPE,
+        text=True)
+    for _ in range(3000):
+        if any(f.startswith("opengate.waiting.") for f in os.listdir(tmp)) or gnode.poll() is not None:
+            break
+        time.sleep(0.01)
+    check(gnode.poll() is None, "the gated node did not reach its store open")
+    gnode.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    open(gate, "w").close()
+    gerr = gnode.communicate(timeout=60)[1]
+    check(gnode.returncode == 0 and "stop asked while the store opened" in gerr and
+          not os.path.exists(os.path.join(tmp, "gready")),
+          f"SIGTERM during the open: rc {gnode.returncode}, ready file "
+          f"{os.path.exists(os.path.join(tmp, 'gready'))}, stderr {gerr.strip()[-300:]}")
 
     # --durability interval: the put is synced by the node's syncer (within 10 s at 20 ms)
     inode, iaddr = kvptest.start_kvpackd(

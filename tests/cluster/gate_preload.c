@@ -1,10 +1,13 @@
 /* gate_preload.c - an LD_PRELOAD shim for tests: while $KVP_TEST_GATE names a file that does not
  * exist yet, reads of kvpackd's segment files (*.seg, the SSD tier's page bytes) wait for it, so
  * a test can hold a cold session's restore on the disk for as long as it likes without timing.
+ * Likewise $KVP_TEST_OPEN_GATE holds the store open's listing of its segment directory (opendir
+ * of .../seg), so a test can hold a node inside its open.
  * Each thread that waits creates "$KVP_TEST_GATE.waiting.<tid>" (the test counts these: how many
  * restores are inside their disk read at once). Without the variable it only forwards.
  * Test-only: never linked into kvpack. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -28,12 +31,11 @@ static int is_segment(int fd)
     return strcmp(path + n - 4, ".seg") == 0;
 }
 
-static void gate_wait(int fd)
+static void gate_hold(const char *gate)
 {
-    const char *gate = getenv("KVP_TEST_GATE");
-    char        mark[4096];
+    char mark[4096];
 
-    if (gate == NULL || access(gate, F_OK) == 0 || !is_segment(fd)) {
+    if (gate == NULL || access(gate, F_OK) == 0) {
         return;
     }
     snprintf(mark, sizeof(mark), "%s.waiting.%ld", gate, (long)gettid());
@@ -43,7 +45,15 @@ static void gate_wait(int fd)
     }
 }
 
+static void gate_wait(int fd)
+{
+    if (getenv("KVP_TEST_GATE") != NULL && is_segment(fd)) {
+        gate_hold(getenv("KVP_TEST_GATE"));
+    }
+}
+
 static ssize_t (*next_preadv)(int, const struct iovec *, int, off_t);
+static DIR *(*next_opendir)(const char *);
 static ssize_t (*next_pread)(int, void *, size_t, off_t);
 
 /* Looked up once, before any thread of the program runs. */
@@ -51,6 +61,20 @@ __attribute__((constructor)) static void gate_init(void)
 {
     next_preadv = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
     next_pread  = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    next_opendir = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
+}
+
+DIR *opendir(const char *name)
+{
+    size_t n = strlen(name);
+
+    if (next_opendir == NULL) { /* called by another library's constructor, before ours */
+        next_opendir = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
+    }
+    if (n >= 4 && strcmp(name + n - 4, "/seg") == 0) {
+        gate_hold(getenv("KVP_TEST_OPEN_GATE"));
+    }
+    return next_opendir(name);
 }
 
 ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
