@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #define LT_TRACE_REL "traces/conversation_trace.jsonl"
+#define LT_N(t) (sizeof(t) / sizeof((t)[0]))
+#define LT_SYNTHETIC_TOKENS_MAX (1ull << 32) /* 64 MiB of block ids, 8 bytes per 512 tokens */
 
 typedef struct {
     const char     *trace, *node, *etcd, *report, *kvpackd;
@@ -25,6 +27,7 @@ typedef struct {
     double          time_scale;
     kvp_codec_id_t  codec;
     bool            json, keep_dir;
+    uint32_t        scoped; /* bit k: lt_scoped[k] was given */
 } lt_opts_t;
 
 static void lt_usage(FILE *out)
@@ -38,7 +41,7 @@ static void lt_usage(FILE *out)
             "missing pages and the session record (fp16 tail), then fetch the session as a decode\n"
             "node would and check it. Reports block hit ratio (next to an unbounded cache's),\n"
             "put/get latency percentiles, bytes, node spills/restores, and per-window figures.\n\n"
-            "workload:\n"
+            "workload (--max-requests, --time-scale and --windows apply to a trace only):\n"
             "  --trace FILE        JSONL trace (default ../shared/" LT_TRACE_REL " beside the\n"
             "                      repository, or $KVP_SHARED_DIR/" LT_TRACE_REL ")\n"
             "  --max-requests N    first N requests of the trace, 0 = all (default 300)\n"
@@ -49,7 +52,9 @@ static void lt_usage(FILE *out)
             "                      order; --time-scale paces each client (default 1)\n"
             "  --users U --rounds R --turn-tokens T\n"
             "                      synthetic instead: U sessions, each growing by T tokens a round\n"
-            "                      (round r's prompt = the previous context + T); windows = rounds\n"
+            "                      (round r's prompt = the previous context + T); one window a\n"
+            "                      round, at most 64 (then a window holds consecutive rounds,\n"
+            "                      labelled by their range); U x (1+...+R) x T <= 2^32 tokens\n"
             "nodes:\n"
             "  --node HOST:PORT[,HOST:PORT...]\n"
             "                      existing node(s) (default: start local kvpackd on free ports\n"
@@ -62,6 +67,7 @@ static void lt_usage(FILE *out)
             "                      rank (lookup and missing pages on each); get and resume from\n"
             "                      the first that has it; 1..nodes (default 1). A node found\n"
             "                      unreachable is counted and skipped for the rest of the run\n"
+            "  (--dram-budget, --node-workers, --kvpackd and --keep-dir: local nodes only)\n"
             "  --dram-budget BYTES each local node's DRAM budget, K/M/G suffixes (default 64M;\n"
             "                      small budgets force spills to and restores from the SSD tier)\n"
             "  --node-workers N    each local node's request worker threads (kvpackd --workers),\n"
@@ -82,12 +88,14 @@ static void lt_usage(FILE *out)
             "should hold), DRAM and failures, and two hit references: one big never-evicting\n"
             "node (single_cache) and one never-evicting cache per node fed only the sessions\n"
             "placed on it (placed: the best this cluster can hit; hits equal it when nothing is\n"
-            "evicted). exit status: 0 all requests done; 3 all done but some node failed (its\n"
-            "replicas served); 1 a request failed; 2 bad options\n",
+            "evicted); a node that died counts in the node figures with its last statistics.\n"
+            "Each run puts its sessions under a namespace of its own (run_salt in the report), so\n"
+            "pages an earlier run left on a --node are never hit. A run that fails or is\n"
+            "interrupted still reports the requests that finished (\"ok\": false).\n"
+            "exit status: 0 all requests done; 3 all done but some node failed (its replicas\n"
+            "served); 1 a request failed; 130 interrupted; 2 bad options\n",
             KVP_LT_MAX_CLIENTS, KVP_LT_MAX_NODES);
 }
-
-#define LT_N(t) (sizeof(t) / sizeof((t)[0]))
 
 /* The node options together: one source of nodes, and replicas within their count (a peer
  * list's count is known now; etcd's when it is read). 0 or 2. */
@@ -114,6 +122,44 @@ static int lt_parse_nodes(const lt_opts_t *o, bool local_given)
     return 0;
 }
 
+/* Options that shape one kind of run only: a local node's settings (the first LT_LOCAL_ONLY,
+ * refused with --node / --etcd), then a trace's (refused with the synthetic workload). */
+static const char *const lt_scoped[] = {"--dram-budget", "--node-workers", "--keep-dir",
+                                        "--kvpackd", "--max-requests", "--windows", "--time-scale"};
+#define LT_LOCAL_ONLY 4u
+
+/* The scoped options given (o->scoped) against the kind of run, whatever their order: one line
+ * naming the first that does not apply. 0 or 2. */
+static int lt_parse_scope(const lt_opts_t *o)
+{
+    bool synthetic = o->users || o->rounds || o->turn_tokens;
+
+    for (uint32_t k = 0; k < LT_N(lt_scoped); k++) {
+        if (!(o->scoped >> k & 1)) {
+            continue;
+        }
+        if (k < LT_LOCAL_ONLY && (o->node != NULL || o->etcd != NULL)) {
+            fprintf(stderr, "kvpack loadtest: %s applies to local nodes only, not with %s\n",
+                    lt_scoped[k], o->node != NULL ? "--node" : "--etcd");
+            return 2;
+        }
+        if (k >= LT_LOCAL_ONLY && synthetic) {
+            fprintf(stderr, "kvpack loadtest: %s applies to a trace only, not with --users/"
+                            "--rounds/--turn-tokens (one window per round, no timestamps)\n",
+                    lt_scoped[k]);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Prompt tokens over all synthetic requests: users x (1 + 2 + ... + rounds) x turn (the parser
+ * has bounded users x rounds and rounds x turn by 2^24 each, so this cannot wrap). */
+static uint64_t lt_synthetic_tokens(const lt_opts_t *o)
+{
+    return o->users * o->rounds * ((o->rounds + 1) * o->turn_tokens) / 2;
+}
+
 static int lt_parse(int argc, char **argv, lt_opts_t *o)
 {
     const char *codec = "kivi";
@@ -138,24 +184,31 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
             {"--json", &o->json}, {"--keep-dir", &o->keep_dir}};
 
         for (int i = 1; i < argc; i++) {
-            bool known;
+            const char *name = "--time-scale";
+            bool        known;
 
             local_given |= strcmp(argv[i], "--local-nodes") == 0;
-            known = kvp_opt_f64(argc, argv, &i, "--time-scale", &o->time_scale);
+            known = kvp_opt_f64(argc, argv, &i, name, &o->time_scale);
             for (size_t k = 0; k < LT_N(strs) && !known; k++) {
-                known = kvp_opt_str(argc, argv, &i, strs[k].name, strs[k].val);
+                known = kvp_opt_str(argc, argv, &i, name = strs[k].name, strs[k].val);
             }
             for (size_t k = 0; k < LT_N(nums) && !known; k++) {
-                known = kvp_opt_u64(argc, argv, &i, nums[k].name, nums[k].val);
+                known = kvp_opt_u64(argc, argv, &i, name = nums[k].name, nums[k].val);
             }
             for (size_t k = 0; k < LT_N(flags) && !known; k++) {
-                known = kvp_opt_flag(argv, i, flags[k].name);
+                known = kvp_opt_flag(argv, i, name = flags[k].name);
                 *flags[k].val |= known;
             }
             if (!known) {
                 return kvp_opt_unknown("loadtest", argv[i]);
             }
+            for (uint32_t k = 0; k < LT_N(lt_scoped); k++) {
+                o->scoped |= (uint32_t)(strcmp(name, lt_scoped[k]) == 0) << k;
+            }
         }
+    }
+    if (lt_parse_scope(o) != 0) {
+        return 2;
     }
     if (kvp_codec_from_name(codec, &o->codec) != KVP_OK) {
         fprintf(stderr, "kvpack loadtest: unknown codec '%s'\n", codec);
@@ -172,6 +225,12 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
          o->users > (1u << 24) / o->rounds || o->turn_tokens > (1u << 24) / o->rounds)) {
         fprintf(stderr, "kvpack loadtest: synthetic mode needs --users, --rounds and "
                         "--turn-tokens (> 0, at most 2^24 requests and tokens), and no --trace\n");
+        return 2;
+    }
+    if (o->users > 0 && lt_synthetic_tokens(o) > LT_SYNTHETIC_TOKENS_MAX) {
+        fprintf(stderr, "kvpack loadtest: --users x --rounds x --turn-tokens: %llu prompt tokens "
+                        "over all requests, at most 2^32 (each request holds its block ids)\n",
+                (unsigned long long)lt_synthetic_tokens(o));
         return 2;
     }
     if (o->windows == 0 || o->windows > KVP_LT_MAX_WINDOWS || o->time_scale < 0 ||
@@ -248,6 +307,7 @@ static int node_up(const lt_opts_t *o, lt_node_t *n)
     }
     snprintf(n->dir, sizeof(n->dir), "%s/kvpack-loadtest-XXXXXX", tmp != NULL ? tmp : "/tmp");
     if (mkdtemp(n->dir) == NULL) {
+        n->dir[0] = '\0'; /* glibc fills the template in even when it fails: nothing to keep */
         fprintf(stderr, "kvpack loadtest: cannot make a temporary directory in %s: %m\n",
                 tmp != NULL ? tmp : "/tmp");
         return -1;
@@ -334,44 +394,55 @@ static void lt_on_signal(int sig)
     kvp_lt_interrupted = 1;
 }
 
+/* The report: JSON or text on stdout, and the chart. Also after a failure or an interrupt, over
+ * the requests that finished ("ok": false). 0 or 1 (the chart could not be written). */
+static int lt_report(const lt_opts_t *o, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
+                     const kvp_lt_result_t *res)
+{
+    if (o->json) {
+        kvp_lt_report_json(info, w, res);
+    } else {
+        kvp_lt_report_text(info, w, res);
+    }
+    fflush(stdout);
+    return o->report != NULL && kvp_lt_report_chart(o->report, info, w, res) != 0 ? 1 : 0;
+}
+
 static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char *source)
 {
-    kvp_lt_params_t p = {o->codec, (uint32_t)o->layers, (uint32_t)o->heads,
-                         (uint32_t)o->head_dim, (uint32_t)o->page_tokens, o->time_scale,
-                         (uint32_t)o->clients, (uint32_t)o->replicas, o->etcd};
+    kvp_lt_params_t p = {kvp_lt_mix64(kvp_time_ns() ^ (uint64_t)getpid() << 40), o->codec,
+                         (uint32_t)o->layers, (uint32_t)o->heads, (uint32_t)o->head_dim,
+                         (uint32_t)o->page_tokens, o->time_scale, (uint32_t)o->clients,
+                         (uint32_t)o->replicas, o->etcd};
     kvp_lt_info_t   info = {source, NULL, o->node == NULL && o->etcd == NULL, o->dram_budget,
                             o->node_workers, &p};
     kvp_lt_result_t res;
     lt_node_t       nodes[KVP_LT_MAX_NODES];
     uint32_t        n_up = 0, failures = 0;
     char           *peers = NULL;
-    int             rc;
+    int             rc, run, chart = 0;
 
     memset(&res, 0, sizeof(res));
-    rc = lt_peers(o, nodes, &n_up, &peers);
+    rc        = lt_peers(o, nodes, &n_up, &peers);
     info.node = peers;
-    if (rc == 0 && kvp_lt_run(peers, (uint32_t)o->timeout_ms, &p, w, &res) == 0) {
-        if (o->json) {
-            kvp_lt_report_json(&info, w, &res);
-        } else {
-            kvp_lt_report_text(&info, w, &res);
-        }
-        if (o->report != NULL && kvp_lt_report_chart(o->report, &info, w, &res) != 0) {
-            rc = 1;
-        }
-        for (uint32_t k = 0; k < res.n_nodes; k++) {
-            failures += res.nodes[k].failures;
-        }
-        if (rc == 0 && failures > 0) {
-            fprintf(stderr, "kvpack loadtest: every request done, but %u calls found a node "
-                            "unreachable (per node in the report); exit 3\n", failures);
-            rc = 3;
-        }
-    } else if (rc == 0 && kvp_lt_interrupted) {
+    run       = rc == 0 ? kvp_lt_run(peers, (uint32_t)o->timeout_ms, &p, w, &res) : -1;
+    if (rc == 0 && res.ran) {
+        chart = lt_report(o, &info, w, &res);
+    }
+    for (uint32_t k = 0; k < res.n_nodes; k++) {
+        failures += res.nodes[k].failures;
+    }
+    if (rc == 0 && run == 0 && chart != 0) {
+        rc = 1;
+    } else if (rc == 0 && run == 0 && failures > 0) {
+        fprintf(stderr, "kvpack loadtest: every request done, but %u calls found a node "
+                        "unreachable (per node in the report); exit 3\n", failures);
+        rc = 3;
+    } else if (rc == 0 && run != 0 && kvp_lt_interrupted) {
         fprintf(stderr, "kvpack loadtest: interrupted after %u of %u requests; stopping\n",
                 res.done, w->n);
         rc = 130;
-    } else if (rc == 0) {
+    } else if (rc == 0 && run != 0) {
         fprintf(stderr, "kvpack loadtest: FAILED after %u of %u requests\n", res.done, w->n);
         rc = 1;
     }

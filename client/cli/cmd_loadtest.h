@@ -65,6 +65,8 @@ int  kvp_lt_reference(const kvp_lt_workload_t *w, uint32_t page_tokens, const ui
 
 /* Geometry and pacing of a replay. */
 typedef struct {
+    uint64_t       salt;       /* this run's: in the namespace's model id, so an earlier run's
+                                * pages (same node, same workload) are never this run's hits */
     kvp_codec_id_t codec;
     uint32_t       layers, heads, head_dim, page_tokens;
     double         time_scale; /* 0: closed loop; S: trace time / S */
@@ -77,7 +79,14 @@ typedef struct {
 typedef struct {
     uint32_t blocks, hit_blocks, chunks, hit_chunks, pages_put;
     double   lookup_ms, put_ms, get_ms, resume_ms;
+    bool     done;  /* the request completed (a failed or interrupted run reports only these) */
 } kvp_lt_sample_t;
+
+/* One node's part of a request: its lookup's hit chunks and what was put to it. */
+typedef struct {
+    uint32_t hit_chunks, pages;
+    uint64_t bytes, bytes_fp16;
+} kvp_lt_part_t;
 
 typedef struct {
     uint32_t        first, end;       /* requests [first, end) */
@@ -102,15 +111,29 @@ typedef struct {
     uint64_t          bytes_put, bytes_put_fp16, bytes_fetched, bytes_fetched_fp16;
     uint64_t          bytes_resumed;
     double            encode_s, wall_s, behind_max_ms; /* encode_s: summed over clients */
-    kvp_node_stat_t   stat_begin, stat_end;
+    kvp_node_stat_t   stat_begin, stat_end; /* stat_end: when the last window taken ended */
     kvp_lt_window_t   windows[KVP_LT_MAX_WINDOWS];
-    /* several nodes (n_nodes > 1): stat_* and windows are summed over the nodes that answered */
+    uint32_t          windows_done;        /* windows whose stat_end was taken (all when ok) */
+    bool              ran;                 /* the clients started: there is something to report */
+    bool              ok;                  /* every request done, no failure, not interrupted */
+    /* several nodes (n_nodes > 1): stat_* and windows are summed over every node seen, one
+     * that stopped answering (or left etcd) with its last statistics */
     uint32_t          n_nodes;             /* the members at the end, then nodes that left
                                             * during the run with failures (stat_ok false) */
     kvp_lt_node_t     nodes[KVP_LT_MAX_NODES];
     uint64_t          membership_changes;  /* --etcd: changes the first client's watch saw */
     uint64_t          ref_single, ref_placed; /* kvp_lt_reference block hits: one node, placed */
 } kvp_lt_result_t;
+
+/* Block hits of request r whose lookup found its first hit P-token chunks: a block hits when it
+ * has sealed chunks and all of them were found (the replay's rule, and the references'). */
+uint32_t kvp_lt_block_hits(const kvp_lt_req_t *r, uint32_t page_tokens, uint32_t hit);
+/* A node took request r (its put was acked): its part counts in the request's sample s and in
+ * res's bytes. The first node to take it (first) gives the request's hits; a node that failed
+ * after its lookup is never passed here, so hits come from one node and pages only from puts
+ * that were acked. */
+void kvp_lt_took(kvp_lt_sample_t *s, kvp_lt_result_t *res, const kvp_lt_req_t *r,
+                 uint32_t page_tokens, bool first, const kvp_lt_part_t *part);
 
 /* Replay w against the nodes in peers ("host:port[,...]"), or p->etcd's members (each handle
  * follows them: a node that joins takes its share of new sessions), on p->clients threads, each

@@ -22,7 +22,8 @@ typedef struct {
     lt_pct_t lookup, put, get, resume;
 } lt_sum_t;
 
-/* Nearest-rank percentiles of one latency field over requests [first, end), NaNs skipped. */
+/* Nearest-rank percentiles of one latency field over the requests in [first, end) that finished,
+ * NaNs skipped. */
 static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, size_t field)
 {
     lt_pct_t r = {0, NAN, NAN, NAN, NAN};
@@ -34,7 +35,7 @@ static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, si
     for (uint32_t i = first; i < end; i++) {
         double x = *(const double *)((const char *)&res->samples[i] + field);
 
-        if (!isnan(x)) {
+        if (res->samples[i].done && !isnan(x)) {
             v[r.n++] = x;
         }
     }
@@ -49,6 +50,8 @@ static lt_pct_t pct(const kvp_lt_result_t *res, uint32_t first, uint32_t end, si
     return r;
 }
 
+/* Totals over the requests in [first, end) that finished (all of them unless the run failed or
+ * was interrupted; with --clients > 1 those need not be a prefix). */
 static void sum(const kvp_lt_workload_t *w, const kvp_lt_result_t *res, uint32_t first,
                 uint32_t end, lt_sum_t *s)
 {
@@ -56,6 +59,9 @@ static void sum(const kvp_lt_workload_t *w, const kvp_lt_result_t *res, uint32_t
     for (uint32_t i = first; i < end; i++) {
         const kvp_lt_sample_t *x = &res->samples[i];
 
+        if (!x->done) {
+            continue;
+        }
         s->reqs++;
         s->blocks += x->blocks;
         s->hit_blocks += x->hit_blocks;
@@ -81,9 +87,47 @@ static const kvp_node_stat_t *win_begin(const kvp_lt_result_t *res, uint32_t k)
     return k > 0 ? &res->windows[k - 1].stat_end : &res->stat_begin;
 }
 
+/* A node counter's change over window k; -1 when the window's end was never taken (the run failed
+ * or was interrupted first). */
+static int64_t win_delta(const kvp_lt_result_t *res, uint32_t k, size_t field)
+{
+    if (k >= res->windows_done) {
+        return -1;
+    }
+    return (int64_t)(*(const uint64_t *)((const char *)&res->windows[k].stat_end + field) -
+                     *(const uint64_t *)((const char *)win_begin(res, k) + field));
+}
+
+/* The first column of window k: its index over a trace; the round of a synthetic run, or its
+ * rounds "a-b" when more than KVP_LT_MAX_WINDOWS rounds share the windows (round-major). */
+static void win_label(const kvp_lt_workload_t *w, const kvp_lt_result_t *res, uint32_t k,
+                      char *out, size_t len)
+{
+    uint64_t a = res->windows[k].first / w->users, b = (res->windows[k].end - 1) / w->users;
+
+    if (!w->synthetic) {
+        snprintf(out, len, "%u", k);
+    } else if (a == b) {
+        snprintf(out, len, "%llu", (unsigned long long)a);
+    } else {
+        snprintf(out, len, "%llu-%llu", (unsigned long long)a, (unsigned long long)b);
+    }
+}
+
+/* The name of that column. */
+static const char *win_axis(const kvp_lt_workload_t *w)
+{
+    return !w->synthetic ? "window" : w->rounds > KVP_LT_MAX_WINDOWS ? "rounds" : "round";
+}
+
 static const char *hit_note(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
                             const lt_sum_t *t)
 {
+    if (t->hit_blocks > t->ref_hit) {
+        return "above the unbounded-cache count: these hits are not all this run's own (the "
+               "run's namespace is salted, so the nodes should not have held any of its pages "
+               "before it began); do not read them as a capacity figure";
+    }
     if (w->synthetic) {
         return "a block hits when all its sealed P-token chunks are found; a round's partial last "
                "block was sealed only up to its last full chunk, so it misses the next round, "
@@ -157,10 +201,11 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     const kvp_lt_params_t *p = info->params;
     lt_sum_t               t;
     kvp_json_t             j;
-    char                   ns[24];
+    char                   ns[24], salt[24];
 
-    sum(w, res, 0, res->done, &t);
+    sum(w, res, 0, w->n, &t);
     snprintf(ns, sizeof(ns), "%016llx", (unsigned long long)res->ns);
+    snprintf(salt, sizeof(salt), "%016llx", (unsigned long long)p->salt);
     kvp_json_begin(&j, stdout);
     kvp_json_str(&j, "mode", w->synthetic ? "synthetic" : "trace");
     kvp_json_str(&j, "source", info->source);
@@ -182,6 +227,7 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     }
     kvp_json_close(&j);
     kvp_json_str(&j, "namespace", ns);
+    kvp_json_str(&j, "run_salt", salt);
     if (w->synthetic) {
         kvp_json_int(&j, "users", (int64_t)w->users);
         kvp_json_int(&j, "rounds", (int64_t)w->rounds);
@@ -218,7 +264,8 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     json_pct(&j, "get", &t.get);
     json_pct(&j, "resume", &t.resume);
     kvp_json_close(&j);
-    kvp_json_obj(&j, "node_stats"); /* counters: deltas over the run; levels: at the end */
+    kvp_json_obj(&j, "node_stats"); /* counters: deltas over the windows taken; levels: then */
+    kvp_json_int(&j, "windows_taken", res->windows_done);
     kvp_json_int(&j, "spills", (int64_t)(res->stat_end.spills - res->stat_begin.spills));
     kvp_json_int(&j, "restores", (int64_t)(res->stat_end.restores - res->stat_begin.restores));
     kvp_json_int(&j, "crc_failures",
@@ -240,6 +287,10 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
         kvp_json_obj(&j, NULL);
         kvp_json_int(&j, "window", k);
         kvp_json_int(&j, "first_request", win->first);
+        if (w->synthetic) {
+            kvp_json_int(&j, "first_round", win->first / (int64_t)w->users);
+            kvp_json_int(&j, "last_round", (win->end - 1) / (int64_t)w->users);
+        }
         kvp_json_int(&j, "requests", s.reqs);
         kvp_json_int(&j, "blocks", (int64_t)s.blocks);
         kvp_json_int(&j, "hit_blocks", (int64_t)s.hit_blocks);
@@ -249,15 +300,21 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
         kvp_json_num(&j, "get_p99_ms", s.get.p99);
         kvp_json_num(&j, "put_p50_ms", s.put.p50);
         kvp_json_num(&j, "put_p99_ms", s.put.p99);
-        kvp_json_int(&j, "spills", (int64_t)(win->stat_end.spills - win_begin(res, k)->spills));
-        kvp_json_int(&j, "restores",
-                     (int64_t)(win->stat_end.restores - win_begin(res, k)->restores));
-        kvp_json_int(&j, "dram_bytes", (int64_t)win->stat_end.dram_bytes);
-        kvp_json_int(&j, "sessions_on_disk", (int64_t)win->stat_end.sessions_on_disk);
+        if (k < res->windows_done) {
+            kvp_json_int(&j, "spills", win_delta(res, k, offsetof(kvp_node_stat_t, spills)));
+            kvp_json_int(&j, "restores", win_delta(res, k, offsetof(kvp_node_stat_t, restores)));
+            kvp_json_int(&j, "dram_bytes", (int64_t)win->stat_end.dram_bytes);
+            kvp_json_int(&j, "sessions_on_disk", (int64_t)win->stat_end.sessions_on_disk);
+        } else { /* never ended: the run failed or was interrupted first */
+            kvp_json_num(&j, "spills", NAN);
+            kvp_json_num(&j, "restores", NAN);
+            kvp_json_num(&j, "dram_bytes", NAN);
+            kvp_json_num(&j, "sessions_on_disk", NAN);
+        }
         kvp_json_close(&j);
     }
     kvp_json_close(&j);
-    kvp_json_bool(&j, "ok", res->done == w->n);
+    kvp_json_bool(&j, "ok", res->ok);
     kvp_json_end(&j);
 }
 
@@ -277,13 +334,20 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     const kvp_node_stat_t *b = &res->stat_begin, *e = &res->stat_end;
     lt_sum_t               t;
 
-    sum(w, res, 0, res->done, &t);
+    sum(w, res, 0, w->n, &t);
+    if (!res->ok) {
+        printf("INCOMPLETE: %u of %u requests finished before the run failed or was interrupted; "
+               "the figures below are over those (node counters over %u of %u windows)\n",
+               t.reqs, w->n, res->windows_done, w->n_windows);
+    }
     printf("kvpack loadtest: %s against %s (%s), codec %s, %u layers x %u heads x %u, P %u\n",
            info->source, info->node,
            info->local_node ? (info->node_workers == 1 ? "local kvpackd, 1 worker" : "local kvpackd")
                             : "existing node",
            kvp_codec_name(info->params->codec), info->params->layers, info->params->heads,
            info->params->head_dim, info->params->page_tokens);
+    printf("namespace        %016llx (run salt %016llx: no earlier run's pages are hit)\n",
+           (unsigned long long)res->ns, (unsigned long long)info->params->salt);
     printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn\n", t.reqs,
            res->wall_s, t.reqs / res->wall_s, res->resumes);
     if (info->params->clients > 1) {
@@ -331,17 +395,24 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
            (unsigned long long)(e->crc_failures - b->crc_failures),
            (unsigned long long)e->dram_bytes, (unsigned long long)e->dram_budget,
            (unsigned long long)e->sessions, (unsigned long long)e->sessions_on_disk);
-    printf("%-7s %9s %9s %8s %9s %9s %7s %8s\n", w->synthetic ? "round" : "window", "requests",
-           "blocks", "hit %", "get p50", "get p99", "spills", "restores");
+    printf("%-7s %9s %9s %8s %9s %9s %7s %8s\n", win_axis(w), "requests", "blocks", "hit %",
+           "get p50", "get p99", "spills", "restores");
     for (uint32_t k = 0; k < w->n_windows; k++) {
         const kvp_lt_window_t *win = &res->windows[k];
         lt_sum_t               s;
+        char                   label[48];
 
         sum(w, res, win->first, win->end, &s);
-        printf("%-7u %9u %9llu %8.2f %9.3f %9.3f %7llu %8llu\n", k, s.reqs,
-               (unsigned long long)s.blocks, 100 * ratio(s.hit_blocks, s.blocks), s.get.p50,
-               s.get.p99, (unsigned long long)(win->stat_end.spills - win_begin(res, k)->spills),
-               (unsigned long long)(win->stat_end.restores - win_begin(res, k)->restores));
+        win_label(w, res, k, label, sizeof(label));
+        printf("%-7s %9u %9llu %8.2f %9.3f %9.3f", label, s.reqs, (unsigned long long)s.blocks,
+               100 * ratio(s.hit_blocks, s.blocks), s.get.p50, s.get.p99);
+        if (k < res->windows_done) {
+            printf(" %7lld %8lld\n",
+                   (long long)win_delta(res, k, offsetof(kvp_node_stat_t, spills)),
+                   (long long)win_delta(res, k, offsetof(kvp_node_stat_t, restores)));
+        } else {
+            printf(" %7s %8s\n", "-", "-");
+        }
     }
 }
 
@@ -421,7 +492,7 @@ static void svg_write(FILE *f, const kvp_lt_info_t *info, const kvp_lt_workload_
             hmax = hmax == 10 ? 20 : hmax * (hmax == 20 ? 2.5 : 2);
         }
     }
-    sum(w, res, 0, res->done, &t);
+    sum(w, res, 0, w->n, &t);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"500\" "
                "viewBox=\"0 0 %.0f 500\" font-family=\"sans-serif\">\n", CH_W, CH_W);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"20\" "
@@ -444,17 +515,21 @@ static void svg_write(FILE *f, const kvp_lt_info_t *info, const kvp_lt_workload_
     svg_line(f, p50, n, 260, 150, lmax, "#2a9d4b", "get p50", 0);
     svg_line(f, p99, n, 260, 150, lmax, "#d0452a", "get p99", 1);
     for (uint32_t k = 0; k < n; k++) { /* x labels, then the node's spills/restores per window */
-        const kvp_node_stat_t *b = win_begin(res, k), *e = &res->windows[k].stat_end;
+        char label[48];
 
-        fprintf(f, "<text x=\"%.1f\" y=\"428\" font-size=\"11\" text-anchor=\"middle\">%u</text>\n"
-                   "<text x=\"%.1f\" y=\"470\" font-size=\"10\" text-anchor=\"middle\">%llu/%llu"
-                   "</text>\n", CH_X0 + dx * (k + 0.5), k, CH_X0 + dx * (k + 0.5),
-                (unsigned long long)(e->spills - b->spills),
-                (unsigned long long)(e->restores - b->restores));
+        win_label(w, res, k, label, sizeof(label));
+        fprintf(f, "<text x=\"%.1f\" y=\"428\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
+                CH_X0 + dx * (k + 0.5), label);
+        if (k < res->windows_done) {
+            fprintf(f, "<text x=\"%.1f\" y=\"470\" font-size=\"10\" text-anchor=\"middle\">"
+                       "%lld/%lld</text>\n", CH_X0 + dx * (k + 0.5),
+                    (long long)win_delta(res, k, offsetof(kvp_node_stat_t, spills)),
+                    (long long)win_delta(res, k, offsetof(kvp_node_stat_t, restores)));
+        }
     }
     fprintf(f, "<text x=\"%.0f\" y=\"446\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n"
                "<text x=\"4\" y=\"470\" font-size=\"10\">spills/restores</text>\n</svg>\n",
-            (CH_X0 + CH_X1) / 2, w->synthetic ? "round" : "window (equal runs of requests, in order)");
+            (CH_X0 + CH_X1) / 2, w->synthetic ? win_axis(w) : "window (equal runs of requests, in order)");
 }
 
 int kvp_lt_report_chart(const char *path, const kvp_lt_info_t *info, const kvp_lt_workload_t *w,

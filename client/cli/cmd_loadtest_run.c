@@ -22,25 +22,31 @@
 #include <string.h>
 #include <time.h>
 
-#define LT_MODEL_ID    "kvpack-loadtest/synthetic"
+#define LT_MODEL_ID    "kvpack-loadtest/synthetic/%016llx" /* the run's salt */
 #define LT_POOL_CHUNKS 8u /* distinct P-token KV slabs per pool layer */
 #define LT_POOL_LAYERS 4u
 #define LT_TICK_MS     20  /* progress refresh, and the longest open-loop sleep between stop checks */
 
-/* What the client threads share. mu guards finished/prefix/next_win/running/last_ns, res->done,
- * res->windows[].stat_end and stderr; each request's sample slot is written by its client only. */
+/* What the client threads share. mu guards prefix/next_win/running/last_ns/last, res->done,
+ * samples[].done, res->windows[].stat_end and stderr; the rest of each request's sample slot is
+ * written by its client only. */
 typedef struct {
     pthread_mutex_t          mu;
     const kvp_lt_params_t   *p;
     const kvp_lt_workload_t *w;
     kvp_lt_result_t         *res;
     uint8_t                 *owner;    /* client of each request */
-    uint8_t                 *finished; /* per request */
     uint32_t                 prefix;   /* requests [0, prefix) have all finished */
     uint32_t                 next_win; /* first window whose end statistics are not taken yet */
     uint32_t                 running;  /* client threads that have not returned */
     uint64_t                 start, last_ns;
     atomic_int               stop;     /* set by the first failure */
+    struct {                           /* each node's last statistics, by address: one that stops
+                                        * answering (or leaves etcd) keeps counting with them */
+        char            addr[KVP_LT_ADDR_MAX];
+        kvp_node_stat_t stat;
+    } last[2 * KVP_LT_MAX_NODES];
+    uint32_t                 n_last;
 } lt_shared_t;
 
 /* A node a client used, by address (an etcd list changes under the node indices). */
@@ -90,10 +96,12 @@ static int engine_init(lt_engine_t *e, const kvp_lt_params_t *p, const kvp_lt_wo
 {
     kvp_page_params_t pp;
     uint32_t          pl = p->layers < LT_POOL_LAYERS ? p->layers : LT_POOL_LAYERS;
+    char              model[64];
 
     memset(e, 0, sizeof(*e));
     e->p  = p;
-    e->ns = kvp_ns_fingerprint(LT_MODEL_ID, p->layers, p->heads, p->head_dim, p->page_tokens,
+    snprintf(model, sizeof(model), LT_MODEL_ID, (unsigned long long)p->salt);
+    e->ns = kvp_ns_fingerprint(model, p->layers, p->heads, p->head_dim, p->page_tokens,
                                p->codec);
     page_params(e, p->codec, 0, &pp);
     e->page_cap = kvp_page_max_bytes(&pp);
@@ -307,11 +315,12 @@ static int lt_resume(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_s
     return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
 }
 
-/* Encode and put the chunks [hit, nc) and the record on one node; *tail_len_p gets the tail
- * bytes, *what_p the step that failed. Times and pages add up over the nodes of a request. */
+/* Encode and put the chunks [hit, nc) and the record on one node; part gets what was sent,
+ * *tail_len_p the tail bytes, *what_p the step that failed. Times add up over the nodes of a
+ * request (the pages and bytes count once the put is acked: kvp_lt_took). */
 static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t hit,
-                           kvp_lt_sample_t *s, kvp_lt_result_t *res, size_t *tail_len_p,
-                           const char **what_p)
+                           kvp_lt_sample_t *s, kvp_lt_result_t *res, kvp_lt_part_t *part,
+                           size_t *tail_len_p, const char **what_p)
 {
     uint32_t           L = e->p->layers, P = e->p->page_tokens, nc = r->input_len / P;
     uint32_t           rem = r->input_len % P, n = 0;
@@ -327,7 +336,7 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
             e->ptrs[n] = e->buf + (size_t)n * e->page_cap;
             st = chunk_encode(e, r, j, l, e->p->codec, P, 0, e->buf + (size_t)n * e->page_cap,
                               e->page_cap, &e->lens[n]);
-            res->bytes_put += e->lens[n];
+            part->bytes += e->lens[n];
         }
     }
     for (uint32_t l = 0; l < L && rem > 0 && st == KVP_OK; l++) {
@@ -353,20 +362,19 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
     st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n,
                                       kvp_version_now());
     s->put_ms    = (isnan(s->put_ms) ? 0 : s->put_ms) + ms_since(t0);
-    s->pages_put += n;
-    res->bytes_put += tail_len;
-    res->bytes_put_fp16 += 4ull * ((nc - hit) * (uint64_t)P + rem) * L * e->p->heads *
-                           e->p->head_dim;
+    part->pages  = n;
+    part->bytes += tail_len;
+    part->bytes_fp16 = 4ull * ((nc - hit) * (uint64_t)P + rem) * L * e->p->heads * e->p->head_dim;
     *tail_len_p = tail_len;
     *what_p     = n > 0 ? "put (pages, record)" : "put (record)";
     return st;
 }
 
-/* One node's part of a request: lookup (the first node's hits are the request's), then the pages
- * it lacks and the record. */
+/* One node's part of a request: lookup, then the pages it lacks and the record; part gets its
+ * hits and what was sent (counted by the caller only when this returns KVP_OK). */
 static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kvp_lt_req_t *r,
-                             kvp_lt_sample_t *s, kvp_lt_result_t *res, size_t *tail_len_p,
-                             const char **what_p)
+                             kvp_lt_sample_t *s, kvp_lt_result_t *res, kvp_lt_part_t *part,
+                             size_t *tail_len_p, const char **what_p)
 {
     uint32_t     nc = r->input_len / e->p->page_tokens, hit = 0;
     kvp_client_h c;
@@ -384,17 +392,9 @@ static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kv
     if (st != KVP_OK) {
         return st;
     }
-    if (first) {
-        uint32_t cpb = KVP_LT_BLOCK_TOKENS / e->p->page_tokens;
-
-        s->hit_chunks = hit;
-        for (uint32_t b = 0; b < r->n_ids; b++) { /* a block hits when all its sealed chunks do */
-            uint32_t end = (b + 1) * cpb < nc ? (b + 1) * cpb : nc;
-
-            s->hit_blocks += end > b * cpb && end <= hit;
-        }
-    }
-    return lt_put(e, c, r, hit, s, res, tail_len_p, what_p);
+    memset(part, 0, sizeof(*part));
+    part->hit_chunks = hit;
+    return lt_put(e, c, r, hit, s, res, part, tail_len_p, what_p);
 }
 
 static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_result_t *res)
@@ -430,13 +430,15 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
     n  = kvp_cluster_size(e->cl);
     st = KVP_ERR_PEER_UNREACHABLE;
     for (uint32_t k = 0; k < n && took < e->p->replicas; k++) {
-        kvp_status_t pst;
+        kvp_lt_part_t part;
+        kvp_status_t  pst;
 
         if (lt_peer(e, order[k])->dead) {
             continue;
         }
-        pst = lt_place(e, order[k], took == 0, r, s, res, &tail_len, &what);
-        if (pst == KVP_OK) {
+        pst = lt_place(e, order[k], took == 0, r, s, res, &part, &tail_len, &what);
+        if (pst == KVP_OK) { /* a node that failed after its lookup counted nothing */
+            kvp_lt_took(s, res, r, P, took == 0, &part);
             took++;
         } else if (n > 1 && kvp_cluster_status_unreachable(pst)) {
             node_failed(e, order[k], pst, false); /* the next live node in rank takes its place */
@@ -491,16 +493,36 @@ static int lt_pace(lt_engine_t *e, uint32_t i)
     return atomic_load(&e->sh->stop) ? -1 : 0;
 }
 
-/* Node statistics summed over the nodes this client has not found dead; with several nodes one
- * that does not answer now is counted and skipped. Called with sh->mu held. */
+/* The last statistics of the node at addr (sh->mu held); NULL when the table is full. */
+static kvp_node_stat_t *lt_last(lt_shared_t *sh, const char *addr)
+{
+    uint32_t i;
+
+    for (i = 0; i < sh->n_last && strcmp(sh->last[i].addr, addr) != 0; i++) {
+    }
+    if (i == sh->n_last) {
+        if (i == sizeof(sh->last) / sizeof(sh->last[0])) {
+            return NULL;
+        }
+        snprintf(sh->last[i].addr, KVP_LT_ADDR_MAX, "%s", addr);
+        sh->n_last++;
+    }
+    return &sh->last[i].stat;
+}
+
+/* Node statistics summed over every node seen in the run: those that answer now with what they
+ * say, one this client found dead (or that does not answer now, with several nodes: counted and
+ * skipped) or that left etcd with its last statistics, so that a delta over a window or the run
+ * is over the same nodes at both ends (it used to drop a dead node's counters at the end only:
+ * negative spills). Called with sh->mu held. */
 static kvp_status_t lt_stat(lt_engine_t *e, kvp_node_stat_t *sum)
 {
+    lt_shared_t *sh = e->sh;
     uint32_t     n = kvp_cluster_size(e->cl), ok = 0;
     kvp_status_t st = KVP_OK;
 
-    memset(sum, 0, sizeof(*sum));
     for (uint32_t k = 0; k < n; k++) {
-        kvp_node_stat_t x;
+        kvp_node_stat_t x, *last;
 
         if (lt_peer(e, k)->dead) {
             continue;
@@ -514,8 +536,15 @@ static kvp_status_t lt_stat(lt_engine_t *e, kvp_node_stat_t *sum)
             return st;
         }
         ok++;
-        for (size_t f = 0; f < sizeof(x) / sizeof(uint64_t); f++) {
-            ((uint64_t *)sum)[f] += ((const uint64_t *)&x)[f];
+        last = lt_last(sh, kvp_cluster_peer(e->cl, k));
+        if (last != NULL) {
+            *last = x;
+        }
+    }
+    memset(sum, 0, sizeof(*sum));
+    for (uint32_t i = 0; i < sh->n_last; i++) {
+        for (size_t f = 0; f < sizeof(*sum) / sizeof(uint64_t); f++) {
+            ((uint64_t *)sum)[f] += ((const uint64_t *)&sh->last[i].stat)[f];
         }
     }
     return ok > 0 ? KVP_OK : st;
@@ -531,9 +560,9 @@ static int lt_complete(lt_engine_t *e, uint32_t i)
     uint32_t         k   = 0;
 
     pthread_mutex_lock(&sh->mu);
-    sh->finished[i] = 1;
+    res->samples[i].done = true;
     res->done++;
-    while (sh->prefix < sh->w->n && sh->finished[sh->prefix]) {
+    while (sh->prefix < sh->w->n && res->samples[sh->prefix].done) {
         sh->prefix++;
     }
     while (st == KVP_OK && sh->next_win < sh->w->n_windows &&
@@ -782,9 +811,7 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
     sh.res       = res;
     res->samples = kvp_calloc(w->n, sizeof(*res->samples), "loadtest samples");
     sh.owner     = kvp_calloc(w->n, 1, "loadtest clients");
-    sh.finished  = kvp_calloc(w->n, 1, "loadtest clients");
-    if (eng == NULL || res->samples == NULL || sh.owner == NULL || sh.finished == NULL ||
-        lt_plan(&sh) != 0) {
+    if (eng == NULL || res->samples == NULL || sh.owner == NULL || lt_plan(&sh) != 0) {
         fprintf(stderr, "kvpack loadtest: out of memory for %u requests\n", w->n);
         goto out;
     }
@@ -804,6 +831,7 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
     }
     sh.start = sh.last_ns = kvp_time_ns();
     sh.running = p->clients;
+    res->ran   = true;
     for (; started < p->clients; started++) {
         if (pthread_create(&eng[started].tid, NULL, lt_client_main, &eng[started]) != 0) {
             fprintf(stderr, "kvpack loadtest: cannot start client thread %u\n", started);
@@ -819,10 +847,12 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
         pthread_join(eng[c].tid, NULL);
         lt_merge(res, &eng[c].part);
     }
-    res->wall_s = (double)(sh.last_ns - sh.start) / 1e9;
+    res->wall_s       = (double)(sh.last_ns - sh.start) / 1e9;
+    res->windows_done = sh.next_win;
+    res->stat_end     = sh.next_win > 0 ? res->windows[sh.next_win - 1].stat_end : res->stat_begin;
     if (!atomic_load(&sh.stop) && res->done == w->n) {
-        res->stat_end = res->windows[w->n_windows - 1].stat_end;
-        rc = 0;
+        res->ok = true;
+        rc      = 0;
     }
     lt_nodes_list(eng, started, res);
     if (res->n_nodes > 1 && lt_nodes_end(&eng[0], w, res) != 0) {
@@ -835,7 +865,6 @@ out:
     }
     kvp_free(eng);
     kvp_free(sh.owner);
-    kvp_free(sh.finished);
     pthread_mutex_destroy(&sh.mu);
     return rc;
 }

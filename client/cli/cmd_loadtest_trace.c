@@ -2,7 +2,8 @@
  * ({"timestamp", "input_length", "output_length", "hash_ids"} per line, hash ids = 512-token
  * prefix blocks) or make users x rounds of synthetic multi-turn sessions. For each request it also
  * works out, from the ids alone, how many blocks an unbounded cache would hit and which earlier
- * session it continues (the previous turn, fetched before the new prompt is looked up). */
+ * session it continues (the previous turn, fetched before the new prompt is looked up), and how
+ * the replay counts a request's hits (kvp_lt_block_hits, kvp_lt_took: no network here). */
 #include "cmd_loadtest.h"
 
 #include "kvpack/alloc.h"
@@ -197,12 +198,7 @@ int kvp_lt_reference(const kvp_lt_workload_t *w, uint32_t page_tokens, const uin
         while (rc == 0 && hit < nc && map_get(&held[primary[r->session]], chunk_id(&px, hit, cpb), &v)) {
             hit++;
         }
-        hits[i] = 0;
-        for (uint32_t b = 0; b < r->n_ids; b++) { /* the replay's rule: all sealed chunks found */
-            uint32_t end = (b + 1) * cpb < nc ? (b + 1) * cpb : nc;
-
-            hits[i] += end > b * cpb && end <= hit;
-        }
+        hits[i] = kvp_lt_block_hits(r, page_tokens, hit);
         for (uint32_t k = 0; k < KVP_LT_MAX_NODES && rc == 0; k++) {
             for (uint32_t j = 0; (mask >> k & 1) && j < nc && rc == 0; j++) {
                 rc = map_put(&held[k], chunk_id(&px, j, cpb), 1, &old);
@@ -214,6 +210,30 @@ int kvp_lt_reference(const kvp_lt_workload_t *w, uint32_t page_tokens, const uin
     }
     prefix_free(&px);
     return rc;
+}
+
+uint32_t kvp_lt_block_hits(const kvp_lt_req_t *r, uint32_t page_tokens, uint32_t hit)
+{
+    uint32_t cpb = KVP_LT_BLOCK_TOKENS / page_tokens, nc = r->input_len / page_tokens, n = 0;
+
+    for (uint32_t b = 0; b < r->n_ids; b++) {
+        uint32_t end = (b + 1) * cpb < nc ? (b + 1) * cpb : nc;
+
+        n += end > b * cpb && end <= hit;
+    }
+    return n;
+}
+
+void kvp_lt_took(kvp_lt_sample_t *s, kvp_lt_result_t *res, const kvp_lt_req_t *r,
+                 uint32_t page_tokens, bool first, const kvp_lt_part_t *part)
+{
+    if (first) {
+        s->hit_chunks = part->hit_chunks;
+        s->hit_blocks = kvp_lt_block_hits(r, page_tokens, part->hit_chunks);
+    }
+    s->pages_put += part->pages;
+    res->bytes_put += part->bytes;
+    res->bytes_put_fp16 += part->bytes_fp16;
 }
 
 static kvp_lt_req_t *workload_add(kvp_lt_workload_t *w, size_t *cap)

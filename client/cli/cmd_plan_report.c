@@ -154,8 +154,8 @@ void kvp_plan_report_text(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
     bool have = live != 0 || t != NULL;
 
     printf("%s: %" PRIu64 " layers x %" PRIu64 " KV heads x %" PRIu64 ", P = %" PRIu64
-           ", sink %" PRIu64 ", %" PRIu64 " tokens/session; node %.0f GB DRAM + %.0f GB SSD "
-           "(fill %.2f, compact ratio %.2f), link %.0f Gbit/s",
+           ", sink %" PRIu64 ", %" PRIu64 " tokens/session; node %g GB DRAM + %g GB SSD "
+           "(fill %.2f, compact ratio %.2f), link %g Gbit/s",
            o->model != NULL ? o->model : "custom", o->layers, o->heads, o->head_dim,
            o->page_tokens, o->sink_tokens, o->tokens, o->dram_gb, o->ssd_gb, o->fill,
            o->compact_ratio, o->link_gbps);

@@ -28,8 +28,9 @@ fails = kvptest.FAILS  # kvptest.check keeps failed checks here
 check = kvptest.check
 
 
-def run(args, timeout=300):
-    p = subprocess.run([KVPACK, "loadtest", *args], capture_output=True, text=True, timeout=timeout)
+def run(args, timeout=300, env=None):
+    p = subprocess.run([KVPACK, "loadtest", *args], capture_output=True, text=True, timeout=timeout,
+                       env=env)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -138,7 +139,26 @@ def case_synthetic():
     check(r["node_stats"]["spills"] > 0 and r["node_stats"]["restores"] > 0,
           "no spill/restore under a 1 MiB budget")
     check_common(r)
+    many_rounds()
     interrupted()
+
+
+def many_rounds():
+    """100 rounds over at most 64 windows: each window holds consecutive rounds and says which
+    (the text column used to say "round 63" for round 99)."""
+    args = [*TINY, "--users", "1", "--rounds", "100", "--turn-tokens", "128"]
+    r = run_json(args)
+    if r is None:
+        return
+    wins = r["windows"]
+    check(len(wins) == 64 and wins[0]["first_round"] == 0 and wins[-1]["last_round"] == 99 and
+          all(a["last_round"] + 1 == b["first_round"] for a, b in zip(wins, wins[1:])) and
+          all(w["requests"] == w["last_round"] - w["first_round"] + 1 for w in wins),
+          f"rounds per window: {[(w['first_round'], w['last_round']) for w in wins]}")
+    rc, out, _ = run(args)
+    rows = out.split("\nrounds ")[-1].splitlines() if "\nrounds " in out else []
+    check(rc == 0 and len(rows) == 65 and rows[1].split()[0] == "0-1" and
+          rows[-1].split()[0] == "99", f"text table: exit {rc}, rows {rows[:2]} .. {rows[-1:]}")
 
 
 def interrupted():
@@ -211,6 +231,44 @@ def case_errors():
                                        "--trace", "x"]):
         rc, _, err = run(args)
         check(rc == 2 and err.strip() != "", f"{args}: exit {rc}, want 2 with a message")
+    scoped_options()
+    # a synthetic workload within the per-option bounds but of 2.8e14 prompt tokens (2.2 TB of
+    # block ids): refused at once, where it used to fill memory (here capped at 2 GB) and exit 1
+    rc, out, err = run_limited(["--users", "4096", "--rounds", "4096", "--turn-tokens", "4096"])
+    check(rc == 2 and "2^32" in err and out == "", f"huge synthetic workload: exit {rc}, {err!r}")
+    # a TMPDIR where no directory can be made: no "node files kept in" a path that never existed
+    rc, _, err = run(syn, env=dict(os.environ, TMPDIR="/nonexistent/kvp"))
+    check(rc == 1 and "cannot make a temporary directory" in err and "kept in" not in err,
+          f"unwritable TMPDIR: exit {rc}, {err!r}")
+
+
+def run_limited(args, gib=2):
+    """run() with the address space capped (a bug that allocates without bound fails fast)."""
+    import resource
+    cap = gib << 30
+    p = subprocess.run([KVPACK, "loadtest", *args], capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    return p.returncode, p.stdout, p.stderr
+
+
+def scoped_options():
+    """Options of one kind of run are refused, naming the option, in the other (they used to be
+    accepted and ignored: --dram-budget with --node gave the node's own budget, --windows 7
+    with --users gave one window a round), whatever the order on the command line."""
+    syn = ["--users", "1", "--rounds", "2", "--turn-tokens", "5"]
+    for opt, val in (("--dram-budget", "1M"), ("--node-workers", "2"), ("--keep-dir", None),
+                     ("--kvpackd", "/bin/true")):
+        given = [opt] + ([val] if val else [])
+        for nodes, says in ((["--node", "127.0.0.1:1"], "--node"),
+                            (["--etcd", "http://127.0.0.1:1"], "--etcd")):
+            rc, out, err = run([*given, *syn, *nodes])
+            check(rc == 2 and out == "" and f"{opt} applies to local nodes only, not with {says}"
+                  in err and len(err.strip().splitlines()) == 1,
+                  f"{given} with {says}: exit {rc}, {err!r}")
+    for opt, val in (("--windows", "7"), ("--max-requests", "1"), ("--time-scale", "1000")):
+        rc, out, err = run([opt, val, *syn])
+        check(rc == 2 and out == "" and f"{opt} applies to a trace only" in err and
+              len(err.strip().splitlines()) == 1, f"{opt} with --users: exit {rc}, {err!r}")
 
 
 def client_of(reqs, clients):
@@ -295,12 +353,15 @@ def case_dead_node(kvpackd, clients=1):
             time.sleep(0.02)
         port = int(open(ready).read())
         env = dict(os.environ, KVP_PROGRESS="1")
-        lt = subprocess.Popen([KVPACK, "loadtest", "--node", f"127.0.0.1:{port}", "--users", "4",
-                               "--rounds", "400", "--turn-tokens", "256", "--timeout-ms", "3000",
+        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", f"127.0.0.1:{port}",
+                               "--users", "4", "--rounds", "400", "--turn-tokens", "256",
+                               "--timeout-ms", "3000",
                                *(["--clients", str(clients)] if clients > 1 else [])],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        err = []
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        err, out = [], []
         reader = threading.Thread(target=lambda: err.append(lt.stderr.read().decode()))
+        out_reader = threading.Thread(target=lambda: out.append(lt.stdout.read().decode()))
+        out_reader.start()
         reader.start()
         time.sleep(1.5)  # let it run some requests, then kill the node under it
         node.send_signal(signal.SIGKILL)
@@ -312,12 +373,25 @@ def case_dead_node(kvpackd, clients=1):
             check(False, "loadtest hung after the node died")
             return
         reader.join()
+        out_reader.join()
         last = [l for l in err[0].replace("\r", "\n").splitlines() if l.strip()]
         print("\n".join(last[-3:]))
         check(rc == 1, f"exit {rc}, want 1")
         failing = [l for l in last if l.startswith("kvpack loadtest: request ")]
         check(len(failing) == 1 and " failed: " in failing[0], "no line naming the failing request")
-        check(any("FAILED after" in l for l in last), "no summary of how far it got")
+        summary = [l for l in last if "FAILED after" in l]
+        check(len(summary) == 1, "no summary of how far it got")
+        # the report still comes, over the requests that finished, with "ok": false (stdout
+        # used to be empty: the finished requests' figures were thrown away)
+        r = json.loads(out[0]) if out[0].strip() else None
+        check(r is not None and r["ok"] is False, f"no report with ok false: {out[0][:200]!r}")
+        if r is not None and summary:
+            done = int(summary[0].split("FAILED after ")[1].split()[0])
+            check(r["requests"] == done == r["latency_ms"]["get"]["n"] > 0 and
+                  sum(w["requests"] for w in r["windows"]) == done,
+                  f"report over {r['requests']} requests, {done} finished")
+            check(all(w["spills"] is None or w["spills"] >= 0 for w in r["windows"]),
+                  "a window that never ended reports spills")
     finally:
         if node.poll() is None:
             node.kill()

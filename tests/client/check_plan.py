@@ -220,6 +220,12 @@ for want, args in cases:
     expect(rc == want and out == "" and len(lines) == 1 and lines[0].startswith("kvpack"),
            f"plan {' '.join(args)}: rc {rc} (want {want}), stderr {err.strip()!r}")
 
+# ---- (4b) the text header shows the node and link figures as given (%.0f printed 0.5 as 0) ----
+rc, out, _ = plan("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "100", "--dram", "0.5",
+                  "--ssd", "0.4", "--link-gbps", "0.4", "--codec", "kivi")
+expect(rc == 0 and "node 0.5 GB DRAM + 0.4 GB SSD" in out and "link 0.4 Gbit/s" in out,
+       f"plan header: {out.splitlines()[:1]}")
+
 # ---- (5) --help documents every field the JSON reports ----
 rc, out, _ = plan("--help")
 expect(rc == 0 and "usage" in out, "--help exit 0 with usage")
