@@ -10,6 +10,7 @@
 #include "cluster_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
+#include "kvpack/num.h"
 #include "kvpack/placement.h"
 #include "kvpack/xfer.h"
 
@@ -41,29 +42,10 @@ int kvp_cluster_addr_ok(const char *addr, const char *what)
     return 1;
 }
 
-char *kvp_cluster_item_next(char **p_io)
-{
-    char *p = *p_io, *comma;
-
-    if (p == NULL) {
-        return NULL;
-    }
-    comma = strchr(p, ',');
-    if (comma != NULL) {
-        *comma = '\0';
-    }
-    *p_io = comma != NULL ? comma + 1 : NULL;
-    p += strspn(p, " \t");
-    for (size_t l = strlen(p); l > 0 && (p[l - 1] == ' ' || p[l - 1] == '\t'); l--) {
-        p[l - 1] = '\0';
-    }
-    return p;
-}
-
 /* Split the list at commas into c->node; each must be HOST:PORT and appear once. */
 static kvp_status_t peers_split(kvp_cluster_h c, char *list)
 {
-    for (char *p; (p = kvp_cluster_item_next(&list)) != NULL;) {
+    for (char *p; (p = kvp_list_item_next(&list)) != NULL;) {
         if (c->n == KVP_CLUSTER_MAX_NODES) {
             KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);
             return KVP_ERR_INVALID;
@@ -82,6 +64,18 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *list)
         c->n++;
     }
     return KVP_OK;
+}
+
+/* How many of n members registered under where (sorted by address) a cluster takes: all, or past
+ * KVP_CLUSTER_MAX_NODES the first ones, with a warning. For the watch and the one-shot read. */
+static uint32_t members_cap(uint32_t n, const char *where)
+{
+    if (n > KVP_CLUSTER_MAX_NODES) {
+        KVP_LOG_WARN(MOD, "%u nodes registered under %s: using the first %u by address", n,
+                     where, KVP_CLUSTER_MAX_NODES);
+        return KVP_CLUSTER_MAX_NODES;
+    }
+    return n;
 }
 
 /* Take the watch's newest list when its generation moved: nodes still present keep their client
@@ -107,11 +101,7 @@ static kvp_status_t cluster_adopt(kvp_cluster_h c)
         kvp_free(m);
         return KVP_ERR_NO_MEMORY;
     }
-    if (n > KVP_CLUSTER_MAX_NODES) {
-        KVP_LOG_WARN(MOD, "%u nodes registered under %s: using the first %u by address", n,
-                     c->where, KVP_CLUSTER_MAX_NODES);
-        n = KVP_CLUSTER_MAX_NODES;
-    }
+    n = members_cap(n, c->where);
     for (uint32_t i = 0; i < n; i++) {
         snprintf(next[i].addr, sizeof(next[i].addr), "%s", m[i].addr);
     }
@@ -687,7 +677,7 @@ kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char *
     kvp_etcd_member_t *m = NULL;
     uint32_t           n = 0;
     size_t             len = 0;
-    char              *peers;
+    char              *peers, where[512];
     kvp_status_t       s;
 
     prefix = prefix ? prefix : KVP_ETCD_DEFAULT_PREFIX;
@@ -699,11 +689,12 @@ kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char *
         }
         kvp_etcd_destroy(e);
     }
-    if (s == KVP_OK && (n == 0 || n > KVP_CLUSTER_MAX_NODES)) {
-        KVP_LOG_ERROR(MOD, "%u kvpack nodes registered under %s at etcd %s (want 1..%u)", n,
-                      prefix, etcd, KVP_CLUSTER_MAX_NODES);
-        s = n ? KVP_ERR_INVALID : KVP_ERR_NOT_FOUND;
+    snprintf(where, sizeof(where), "%s at etcd %s", prefix, etcd);
+    if (s == KVP_OK && n == 0) {
+        KVP_LOG_ERROR(MOD, "no kvpack nodes registered under %s", where);
+        s = KVP_ERR_NOT_FOUND;
     }
+    n = members_cap(n, where);
     if (s != KVP_OK) {
         kvp_free(m);
         return s;

@@ -47,9 +47,6 @@ typedef struct {
 /* 1 when addr is HOST:PORT short enough for a node entry; else logged ("<what> '<addr>' is not
  * HOST:PORT") and 0. */
 int kvp_cluster_addr_ok(const char *addr, const char *what);
-/* The next item of a comma list at *p_io, cut out in place with the spaces around it dropped
- * ("a:1, b:2" is "a:1,b:2"); *p_io moves past it. NULL once the list is used up. */
-char *kvp_cluster_item_next(char **p_io);
 /* Clear the report, adopt etcd's newest members (routed calls) and rank the nodes for (ns, sid);
  * sid NULL: no ranking (list). */
 kvp_status_t kvp_cluster_route_begin(kvp_cluster_h c, int routed, uint64_t ns, const char *sid,

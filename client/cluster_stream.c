@@ -10,6 +10,7 @@
 #include "cluster_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
+#include "kvpack/num.h"
 
 #include <stdio.h>
 #include <stdbool.h>
@@ -206,7 +207,7 @@ static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
         return KVP_ERR_INVALID;
     }
     snprintf(buf, sizeof(buf), "%s", also);
-    for (char *p; (p = kvp_cluster_item_next(&list)) != NULL;) {
+    for (char *p; (p = kvp_list_item_next(&list)) != NULL;) {
         dst_t *d;
 
         if (!kvp_cluster_addr_ok(p, "stream: also node")) {

@@ -1,10 +1,12 @@
 /* etcd.c - kvpack's etcd client (kvpack/etcd.h): POSTs to the v3 HTTP JSON gateway over one
- * libcurl easy handle (keep-alive), moving to the next endpoint when one cannot be reached; lease
- * grant / keepalive / revoke, put, prefix range, and the member list built from a range.
+ * libcurl easy handle (keep-alive), moving to the next endpoint when one cannot be reached or
+ * cannot serve (5xx, not JSON, no quorum: kvp_etcd_reply_check); lease grant / keepalive /
+ * revoke, put, prefix range, and the member list built from a range.
  * Main flow: a call -> etcd_post (body in, reply body out, error body -> status) -> etcd_json.c. */
 #include "kvpack/etcd.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
+#include "kvpack/num.h"
 #include "kvpack/xfer.h"
 
 #include <curl/curl.h>
@@ -24,6 +26,7 @@ struct kvp_etcd {
     char      own[MAX_ENDPOINTS][320];
     uint32_t  n_ep, cur;
     uint32_t  timeout_ms;
+    uint32_t  budget_ms;                /* a call's total over its endpoints; 0: none */
     char     *reply;                    /* the last reply's body (grown as needed) */
     size_t    reply_len, reply_cap;
     int       overflow;
@@ -69,8 +72,10 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* One POST to one endpoint: KVP_OK with the body in e->reply, or a transport status. */
-static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json)
+/* One POST to one endpoint within tmo_ms: KVP_OK with the body in e->reply and the HTTP status
+ * in *http_p, or a transport status. */
+static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json, uint32_t tmo_ms,
+                             long *http_p)
 {
     CURLcode rc;
 
@@ -78,9 +83,13 @@ static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json)
     e->overflow  = 0;
     curl_easy_setopt(e->curl, CURLOPT_URL, url);
     curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)tmo_ms);
+    curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)tmo_ms);
     rc = curl_easy_perform(e->curl);
     if (rc == CURLE_OK) {
-        return e->reply_len > 0 ? KVP_OK : KVP_ERR_PROTOCOL;
+        *http_p = 0;
+        curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, http_p);
+        return KVP_OK;
     }
     if (e->quiet && !e->overflow) {
         KVP_LOG_DEBUG(MOD, "%s: %s", url, curl_easy_strerror(rc));
@@ -92,32 +101,57 @@ static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json)
                                           : KVP_ERR_PEER_UNREACHABLE;
 }
 
-/* POST json to path on the current endpoint, then the others while unreachable. An error body
- * becomes its status. */
+/* The time left for one request of a call that must end by end_ns (0: no end): e->timeout_ms, or
+ * less; 0 when the time is up. */
+static uint32_t request_ms(kvp_etcd_h e, uint64_t end_ns)
+{
+    uint64_t now = kvp_time_ns(), left;
+
+    if (end_ns == 0) {
+        return e->timeout_ms;
+    }
+    left = now < end_ns ? (end_ns - now + 999999u) / 1000000u : 0;
+    return left < e->timeout_ms ? (uint32_t)left : e->timeout_ms;
+}
+
+/* POST json to path on the current endpoint, then the others while one cannot be reached or cannot
+ * serve (kvp_etcd_reply_check). An error body becomes its status. */
 static kvp_status_t etcd_post(kvp_etcd_h e, const char *path, const char *json)
 {
     char         url[512], msg[256];
-    kvp_status_t s = KVP_ERR_PEER_UNREACHABLE;
+    uint64_t     end = e->budget_ms ? kvp_time_ns() + (uint64_t)e->budget_ms * 1000000u : 0;
+    kvp_status_t s   = KVP_ERR_PEER_UNREACHABLE;
 
     for (uint32_t k = 0; k < e->n_ep; k++) {
-        uint32_t i = (e->cur + k) % e->n_ep;
+        uint32_t i = (e->cur + k) % e->n_ep, tmo = request_ms(e, end);
+        long     http;
+        int      next;
 
+        if (tmo == 0) {
+            return KVP_ERR_TIMEOUT;
+        }
         snprintf(url, sizeof(url), "%s%s", e->ep[i], path);
-        s = post_one(e, url, json);
-        if (s == KVP_OK) {
-            e->cur = i;
-            break;
+        s = post_one(e, url, json, tmo, &http);
+        if (s != KVP_OK) {
+            if (s != KVP_ERR_PEER_UNREACHABLE && s != KVP_ERR_TIMEOUT) {
+                return s;
+            }
+            continue;
         }
-        if (s != KVP_ERR_PEER_UNREACHABLE && s != KVP_ERR_TIMEOUT) {
-            return s;
+        s = kvp_etcd_reply_check(http, e->reply, e->reply_len, msg, sizeof(msg), &next);
+        if (next) { /* it answered, but cannot serve: another member may */
+            if (e->quiet) {
+                KVP_LOG_DEBUG(MOD, "%s: %s", url, msg);
+            } else {
+                KVP_LOG_WARN(MOD, "%s: %s", url, msg);
+            }
+            continue;
         }
-    }
-    if (s != KVP_OK) {
+        e->cur = i;
+        if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
+            KVP_LOG_WARN(MOD, "%s: %s", url, msg);
+        }
         return s;
-    }
-    s = kvp_etcd_parse_error(e->reply, e->reply_len, msg, sizeof(msg));
-    if (s != KVP_OK && s != KVP_ERR_NOT_FOUND) {
-        KVP_LOG_WARN(MOD, "%s%s: %s", e->ep[e->cur], path, msg);
     }
     return s;
 }
@@ -151,12 +185,7 @@ kvp_status_t kvp_etcd_create(const char *endpoints, uint32_t timeout_ms, kvp_etc
         kvp_etcd_destroy(e);
         return KVP_ERR_NO_MEMORY;
     }
-    for (p = e->buf; p != NULL;) {
-        char *comma = strchr(p, ',');
-
-        if (comma != NULL) {
-            *comma = '\0';
-        }
+    for (char *list = e->buf; (p = kvp_list_item_next(&list)) != NULL;) {
         if (*p == '\0' || e->n_ep == MAX_ENDPOINTS || strlen(p) > 300) {
             KVP_LOG_ERROR(MOD, "bad etcd endpoint list '%s' (at most %u URLs, none empty)",
                           endpoints, MAX_ENDPOINTS);
@@ -168,7 +197,6 @@ kvp_status_t kvp_etcd_create(const char *endpoints, uint32_t timeout_ms, kvp_etc
             p = e->own[e->n_ep];
         }
         e->ep[e->n_ep++] = p;
-        p = comma ? comma + 1 : NULL;
     }
     for (uint32_t i = 0; i < e->n_ep; i++) { /* "http://h:p/" -> "http://h:p" */
         size_t n = strlen(e->ep[i]);
@@ -180,8 +208,6 @@ kvp_status_t kvp_etcd_create(const char *endpoints, uint32_t timeout_ms, kvp_etc
     e->timeout_ms = timeout_ms ? timeout_ms : 3000u;
     curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
-    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
-    curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
     curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
     *etcd_p = e;
@@ -204,6 +230,11 @@ void kvp_etcd_destroy(kvp_etcd_h e)
 void kvp_etcd_set_quiet(kvp_etcd_h e, int quiet)
 {
     e->quiet = quiet;
+}
+
+void kvp_etcd_set_budget(kvp_etcd_h e, uint32_t total_ms)
+{
+    e->budget_ms = total_ms;
 }
 
 const char *kvp_etcd_endpoint(kvp_etcd_h e)

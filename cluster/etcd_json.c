@@ -115,13 +115,20 @@ static kvp_status_t field_i64(const json_t *obj, const char *key, int64_t *v_p)
     return *end == '\0' ? KVP_OK : KVP_ERR_PROTOCOL;
 }
 
-kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_t cap)
+/* An error body's status (the message to msg) and its gRPC code (0 when none); KVP_OK without
+ * "error", KVP_ERR_PROTOCOL when not JSON. */
+static kvp_status_t parse_error_code(const char *body, size_t len, char *msg, size_t cap,
+                                     int64_t *code_p)
 {
     json_t      *root = body_load(body, len);
     json_t      *err;
     int64_t      code = 0;
     kvp_status_t s    = KVP_OK;
 
+    *code_p = 0;
+    if (cap > 0) {
+        msg[0] = '\0';
+    }
     if (root == NULL) {
         snprintf(msg, cap, "reply is not JSON");
         return KVP_ERR_PROTOCOL;
@@ -137,9 +144,37 @@ kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_
         field_i64(root, "code", &code);
     }
     if (err != NULL) {
-        s = code == 5 ? KVP_ERR_NOT_FOUND : code == 3 ? KVP_ERR_INVALID : KVP_ERR_IO;
+        s = code == 5    ? KVP_ERR_NOT_FOUND
+            : code == 3  ? KVP_ERR_INVALID
+            : code == 14 ? KVP_ERR_PEER_UNREACHABLE
+            : code == 4  ? KVP_ERR_TIMEOUT
+                         : KVP_ERR_IO;
+        *code_p = code;
     }
     json_decref(root);
+    return s;
+}
+
+kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_t cap)
+{
+    int64_t code;
+
+    return parse_error_code(body, len, msg, cap, &code);
+}
+
+kvp_status_t kvp_etcd_reply_check(long http, const char *body, size_t len, char *msg, size_t cap,
+                                  int *next_p)
+{
+    int64_t      code;
+    kvp_status_t s = parse_error_code(body, len, msg, cap, &code);
+
+    /* a member that cannot serve now (no quorum: 14 Unavailable, 4 DeadlineExceeded, 2 Unknown
+     * "context deadline exceeded"), a proxy in front of a dead one (5xx), not a gateway at all */
+    *next_p = http >= 500 || s == KVP_ERR_PROTOCOL || code == 14 || code == 4 || code == 2;
+    if (http >= 500 && (s == KVP_OK || s == KVP_ERR_PROTOCOL)) {
+        snprintf(msg, cap, "HTTP %ld%s", http, s == KVP_OK ? "" : ", not a gateway reply");
+        s = KVP_ERR_PEER_UNREACHABLE;
+    }
     return s;
 }
 

@@ -19,6 +19,10 @@
 #define BACKOFF_MAX_MS 2000u
 #define RANGE_TMO_MS   2000u
 #define STREAM_MAX     (4u << 20) /* one watch message past this is refused */
+/* A stream that brought no byte for this long is ended and the range read again (through the
+ * next endpoint when this one does not answer): a hung etcd member keeps its TCP connection up
+ * but says nothing, while the others move on. The cost: one range read per idle period. */
+#define STREAM_IDLE_MS KVP_ETCD_WATCH_IDLE_MS
 
 struct kvp_etcd_watch {
     char                *prefix;
@@ -39,6 +43,7 @@ struct kvp_etcd_watch {
     int                  changed;   /* cur differs from pub */
     int                  compacted; /* the stream was canceled: read the range again */
     int                  live;      /* the stream said "created" */
+    uint64_t             last_ns;   /* the stream's last byte (or its start) */
 };
 
 /* ---- the thread's list ---- */
@@ -196,6 +201,7 @@ static size_t on_chunk(char *data, size_t size, size_t nmemb, void *arg)
     kvp_etcd_watch_h w = arg;
     size_t           n = size * nmemb;
 
+    w->last_ns = kvp_time_ns();
     if (atomic_load(&w->stopping) ||
         kvp_etcd_stream_feed(&w->st, data, n, on_msg, w) != KVP_OK) {
         return 0; /* CURLE_WRITE_ERROR ends the transfer */
@@ -203,7 +209,8 @@ static size_t on_chunk(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* Watch from rev + 1 until the stream ends, is canceled, or stop. */
+/* Watch from rev + 1 until the stream ends, is canceled, says nothing for STREAM_IDLE_MS, or
+ * stop. */
 static void watch_stream(kvp_etcd_watch_h w)
 {
     char        url[512], *body = NULL;
@@ -230,8 +237,14 @@ static void watch_stream(kvp_etcd_watch_h w)
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 2L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_multi_add_handle(w->multi, h);
+    w->last_ns = kvp_time_ns();
     while (running && !atomic_load(&w->stopping)) {
         if (curl_multi_perform(w->multi, &running) != CURLM_OK) {
+            break;
+        }
+        if (kvp_time_ns() - w->last_ns > (uint64_t)STREAM_IDLE_MS * 1000000u) {
+            KVP_LOG_DEBUG(MOD, "watch stream %s: nothing for %u ms; reading the range again", url,
+                          STREAM_IDLE_MS);
             break;
         }
         if (running) {

@@ -15,6 +15,13 @@
 #include <unistd.h>
 
 #define MOD "etcd"
+/* An etcd request ends within min(max(ttl/3, 1 s), REQ_MAX_MS): a hung etcd holds up neither a
+ * start (exit 1) nor a keepalive round for long, whatever --etcd-ttl says. */
+#define REQ_MIN_MS    1000u
+#define REQ_MAX_MS    3000u
+/* The revoke at stop, over all the endpoints: the lease runs out anyway, so a hung etcd must not
+ * hold up a SIGTERM. */
+#define REVOKE_MAX_MS 2000u
 
 struct kvp_node_etcd {
     kvp_etcd_h        etcd;       /* start / stop */
@@ -62,7 +69,7 @@ static void *keepalive_main(void *arg)
         int64_t         ttl;
         kvp_status_t    s;
 
-        clock_gettime(CLOCK_REALTIME, &until);
+        clock_gettime(CLOCK_MONOTONIC, &until); /* the cv's clock: a wall-clock step is no stall */
         until.tv_sec  += (time_t)(period_ms / 1000u);
         until.tv_nsec += (long)(period_ms % 1000u) * 1000000L;
         if (until.tv_nsec >= 1000000000L) {
@@ -102,9 +109,10 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
                                  kvp_node_etcd_h *reg_p)
 {
     kvp_node_etcd_h   r = kvp_calloc(1, sizeof(*r), "node.etcd");
-    kvp_etcd_member_t m;
-    uint32_t          tmo = ttl_s * 1000u / 3u;
-    kvp_status_t      s;
+    kvp_etcd_member_t  m;
+    pthread_condattr_t ca;
+    uint32_t           tmo = ttl_s * 1000u / 3u;
+    kvp_status_t       s;
 
     if (r == NULL) {
         return KVP_ERR_NO_MEMORY;
@@ -117,19 +125,22 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
     r->ttl_s     = ttl_s;
     r->registered = registered ? registered : &r->dummy;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    tmo = tmo < REQ_MIN_MS ? REQ_MIN_MS : tmo > REQ_MAX_MS ? REQ_MAX_MS : tmo;
     if ((size_t)snprintf(r->key, sizeof(r->key), "%s%s", prefix, advertise) >= sizeof(r->key)) {
         KVP_LOG_ERROR(MOD, "etcd key %s%s is too long", prefix, advertise);
         s = KVP_ERR_INVALID;
         goto err;
     }
     s = kvp_etcd_member_json(&m, r->value, sizeof(r->value));
-    /* an HTTP request must end well within a keepalive period */
     if (s == KVP_OK) {
-        s = kvp_etcd_create(endpoints, tmo < 1000u ? 1000u : tmo, &r->etcd);
+        s = kvp_etcd_create(endpoints, tmo, &r->etcd);
     }
     if (s == KVP_OK) {
-        s = kvp_etcd_create(endpoints, tmo < 1000u ? 1000u : tmo, &r->bg);
+        s = kvp_etcd_create(endpoints, tmo, &r->bg);
     }
     if (s != KVP_OK) {
         goto err;
@@ -170,6 +181,7 @@ void kvp_node_etcd_stop(kvp_node_etcd_h r)
         pthread_cond_signal(&r->cv);
         pthread_mutex_unlock(&r->mu);
         pthread_join(r->thread, NULL);
+        kvp_etcd_set_budget(r->etcd, REVOKE_MAX_MS);
         if (kvp_etcd_lease_revoke(r->etcd, r->lease) == KVP_OK) {
             KVP_LOG_INFO(MOD, "left: revoked the lease of %s", r->key);
         } else {

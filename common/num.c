@@ -1,8 +1,9 @@
 /* num.c - kvp_num_parse_u64 (see num.h): digits by hand, so that a sign, an overflow or an octal
- * zero cannot slip through the way they do with strtoull. */
+ * zero cannot slip through the way they do with strtoull; kvp_list_item_next, the comma lists. */
 #include "kvpack/num.h"
 
 #include <stddef.h>
+#include <string.h>
 
 static int digit(char c, unsigned base)
 {
@@ -52,4 +53,23 @@ int kvp_num_parse_u64(const char *s, uint64_t *out)
     }
     *out = v << shift;
     return 0;
+}
+
+char *kvp_list_item_next(char **p_io)
+{
+    char *p = *p_io, *comma;
+
+    if (p == NULL) {
+        return NULL;
+    }
+    comma = strchr(p, ',');
+    if (comma != NULL) {
+        *comma = '\0';
+    }
+    *p_io = comma != NULL ? comma + 1 : NULL;
+    p += strspn(p, " \t");
+    for (size_t l = strlen(p); l > 0 && (p[l - 1] == ' ' || p[l - 1] == '\t'); l--) {
+        p[l - 1] = '\0';
+    }
+    return p;
 }

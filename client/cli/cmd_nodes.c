@@ -22,12 +22,15 @@ static void usage(FILE *out)
             "registered since (UTC), pid, data dir, and whether the node answers a UCX STAT\n"
             "(sessions, uptime) within --timeout-ms (default 2000). A node killed without SIGTERM\n"
             "stays listed until its lease TTL runs out; its STAT then says unreachable.\n"
+            "Every registered node is listed, however many (the other --etcd commands take\n"
+            "the first 64 by address, with a warning).\n"
             "Exit 1 when etcd cannot be read.\n");
 }
 
-/* STAT every member over one kvp_cluster of their addresses (a node that fails is recorded). */
-static kvp_status_t probe_all(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
-                              node_probe_t *pr)
+/* STAT members [0, n) (at most KVP_CLUSTER_MAX_NODES) over one kvp_cluster of their addresses;
+ * a node that fails is recorded. done and total count the progress over all batches. */
+static kvp_status_t probe_batch(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
+                                node_probe_t *pr, uint32_t done, uint32_t total)
 {
     kvp_client_params_t  cp;
     kvp_cluster_params_t p;
@@ -52,13 +55,27 @@ static kvp_status_t probe_all(const kvp_etcd_member_t *m, uint32_t n, uint32_t t
     s            = kvp_cluster_create(&p, &cl);
     kvp_free(peers);
     for (uint32_t i = 0; s == KVP_OK && i < n; i++) {
-        kvp_progress("stat", i, n);
+        kvp_progress("stat", done + i, total);
         pr[i].status = kvp_cluster_stat(cl, i, &pr[i].st);
     }
-    kvp_progress_done();
     if (s == KVP_OK) {
         kvp_cluster_destroy(cl);
     }
+    return s;
+}
+
+/* STAT every member, KVP_CLUSTER_MAX_NODES at a time (one cluster handle holds no more). */
+static kvp_status_t probe_all(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
+                              node_probe_t *pr)
+{
+    kvp_status_t s = KVP_OK;
+
+    for (uint32_t i = 0; s == KVP_OK && i < n; i += KVP_CLUSTER_MAX_NODES) {
+        uint32_t k = n - i < KVP_CLUSTER_MAX_NODES ? n - i : KVP_CLUSTER_MAX_NODES;
+
+        s = probe_batch(m + i, k, timeout_ms, pr + i, i, n);
+    }
+    kvp_progress_done();
     return s;
 }
 

@@ -8,25 +8,34 @@ surviving replica; restarted: listed again. etcd killed while serving: the nodes
 /metrics says kvpack_etcd_registered 0, and 1 again (listed) once etcd is back. A garbage entry under the prefix is skipped with a
 warning; a lease revoked behind a node's back is granted again and the key put again;
 kvpackd with an unreachable --etcd exits 1 with a clear message; put --etcd with
-etcd down exits 1; --node with --etcd is refused (2). Exit 77 when the etcd binary is absent.
-usage: check_etcd.py KVPACK KVPACKD"""
+etcd down exits 1; --node with --etcd is refused (2). Endpoint lists: "127.0.0.1:1, URL" (a
+space after the comma) and "503-server,URL" (a proxy in front of a dead member) fail over to URL.
+64 more members (nobody listening): `kvpack nodes` lists all 67, get --etcd takes the first 64
+with a warning and serves. The wall clock stepped back an hour under a node (CLOCK_PRELOAD):
+its keepalive goes on, it stays listed. A hung etcd: kvpackd --etcd-ttl 60 exits 1 at start, and
+exits 0 on SIGTERM, each within 10 s (each request is capped at 3 s, the revoke at 2 s).
+Exit 77 when the etcd binary is absent.
+usage: check_etcd.py KVPACK KVPACKD CLOCK_PRELOAD"""
 import array
 import base64
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvptest  # noqa: E402
 
-kvpack, kvpackd = sys.argv[1], sys.argv[2]
+kvpack, kvpackd, clock_preload = sys.argv[1:4]
 ETCD = kvptest.etcd_or_skip()
 
 tmp = tempfile.mkdtemp(prefix="kvp_etcd_")
@@ -50,7 +59,7 @@ def start_etcd(cport, pport):
     return kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
 
 
-def start_node(k, port=0):
+def start_node(k, port=0, ttl=TTL, node_env=None):
     """kvpackd k registered in etcd (TTL 2 s), data in tmp/nK; returns its address."""
     starts.append(k)
     ready = os.path.join(tmp, f"ready{len(starts)}")  # a new file per start: never a stale one
@@ -59,7 +68,7 @@ def start_node(k, port=0):
         kvpackd, ready,
         ["--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
          "--durability", "write-through", "--dram-budget", "32M", "--etcd", URL, "--etcd-ttl",
-         str(TTL), "--http", "127.0.0.1:0", "--http-ready-file", http[k]], env=env,
+         str(ttl), "--http", "127.0.0.1:0", "--http-ready-file", http[k]], env=node_env or env,
         what=f"kvpackd {k}")
     return nodes[k][1]
 
@@ -98,6 +107,109 @@ def kvd(path, L, T, H, D):
     return kvptest.write_kvd(path, L, T, H, D, vals)
 
 
+def gateway_b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+class Answer503(BaseHTTPRequestHandler):
+    """A proxy in front of a dead etcd member: every POST gets 503 and a page that is not JSON."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b"no healthy upstream"
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def endpoint_lists(addrs):
+    """Failover past a first endpoint written with a space, and past one that answers 503."""
+    rc, out, err = run("nodes", "--etcd", f"127.0.0.1:1, {URL}", "--json")
+    check(rc == 0 and sorted(n["addr"] for n in json.loads(out)["nodes"]) == sorted(addrs),
+          f"--etcd '127.0.0.1:1, URL' (a space after the comma): {rc} {err!r}")
+    rc, _, err = run("nodes", "--etcd", f"{URL}, ,{URL}")
+    check(rc == 1 and "bad etcd endpoint list" in err, f"an empty endpoint: {rc} {err!r}")
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Answer503)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    bad = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        rc, out, err = run("nodes", "--etcd", f"{bad},{URL}", "--json")
+        check(rc == 0 and sorted(n["addr"] for n in json.loads(out)["nodes"]) == sorted(addrs) and
+              "HTTP 503" in err, f"--etcd 503-first,live: {rc} {err!r}")
+        rc, _, err = run("nodes", "--etcd", bad)
+        check(rc == 1 and "HTTP 503" in err and "unreachable" in err, f"--etcd 503 only: {rc} {err!r}")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def many_members(addrs, sid, original):
+    """64 more members under the prefix (127.0.0.9: sorts after the live nodes; nobody listens):
+    `kvpack nodes` lists all 67, get --etcd takes the first 64 with the handle's warning."""
+    fake = [f"127.0.0.9:{2000 + i}" for i in range(64)]
+    for a in fake:
+        gateway("/v3/kv/put", {"key": gateway_b64("/kvpack/nodes/" + a), "value": gateway_b64(
+            json.dumps({"addr": a, "pid": 1, "since": 1, "data_dir": ""}))})
+    try:
+        rc, out, err = run("nodes", "--etcd", URL, "--json", "--timeout-ms", "1000")
+        got = json.loads(out) if rc == 0 else {}
+        check(rc == 0 and got["registered"] == 67 and got["up"] == 3 and
+              sorted(n["addr"] for n in got["nodes"]) == sorted(addrs + fake),
+              f"kvpack nodes with 67 registered: {rc} {err[-300:]!r}")
+        rc, _, err = run("get", "--etcd", URL, "--session", sid, "--out",
+                         os.path.join(tmp, "m.kvd"))
+        check(rc == 0 and open(os.path.join(tmp, "m.kvd"), "rb").read() == original and
+              f"67 nodes registered under /kvpack/nodes/ at etcd {URL}: using the first 64" in err,
+              f"get --etcd with 67 registered: {rc} {err[-300:]!r}")
+    finally:
+        gateway("/v3/kv/deleterange", {"key": gateway_b64("/kvpack/nodes/127.0.0.9:"),
+                                       "range_end": gateway_b64("/kvpack/nodes/127.0.0.9;")})
+
+
+def clock_step():
+    """A node whose wall clock steps back an hour (it reads CLOCK_REALTIME 3600 s ahead of the
+    kernel from then on): its keepalive, every TTL/3 on the monotonic clock, goes on."""
+    jump = os.path.join(tmp, "clock_jump")
+    addr = start_node(7, node_env=dict(env, LD_PRELOAD=clock_preload, KVP_TEST_CLOCK_JUMP=jump,
+                                       KVP_TEST_CLOCK_JUMP_S="3600"))
+    open(jump, "w").close()
+    listed = []
+    for _ in range(12):  # 3 TTLs: the lease would have run out twice
+        listed.append(addr in members())
+        time.sleep(0.5)
+    check(all(listed) and registered(7) == 1,
+          f"a node whose clock stepped back: listed {listed}, registered {registered(7)}")
+    check(stop_node(7, signal.SIGTERM) == 0, "SIGTERM of the clock-stepped node")
+
+
+def hung_etcd():
+    """--etcd-ttl 60 with etcd hung (it accepts TCP, answers nothing): a start exits 1 and a
+    SIGTERM exits 0, each well within 10 s (each request ends within 3 s, the revoke within 2 s;
+    it used to be TTL/3 = 20 s)."""
+    with socket.create_server(("127.0.0.1", 0)) as hole:  # listens, never accepts
+        t0 = time.monotonic()
+        p = subprocess.run([kvpackd, "--listen", "127.0.0.1:0", "--etcd-ttl", "60", "--etcd",
+                            f"http://127.0.0.1:{hole.getsockname()[1]}"], timeout=60,
+                           capture_output=True, text=True, env=env)
+        took = time.monotonic() - t0
+    check(p.returncode == 1 and "cannot register" in p.stderr and took < 10,
+          f"start with etcd hung, --etcd-ttl 60: exit {p.returncode} after {took:.1f} s")
+    start_node(8, ttl=60)
+    etcd.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        rc = stop_node(8, signal.SIGTERM)
+        took = time.monotonic() - t0
+    finally:
+        etcd.send_signal(signal.SIGCONT)
+    check(rc == 0 and took < 10, f"SIGTERM with etcd hung, --etcd-ttl 60: exit {rc} after "
+          f"{took:.1f} s")
+
+
 etcd = None
 try:
     ports = (kvptest.free_port(), kvptest.free_port())
@@ -108,6 +220,8 @@ try:
           f"kvpack nodes lists {listed}, want {addrs} all up")
     check(all(listed[a]["data_dir"].endswith(f"n{k}") and listed[a]["pid"] == nodes[k][0].pid
               for k, a in enumerate(addrs) if a in listed), f"member values: {listed}")
+
+    endpoint_lists(addrs)
 
     rc, out, _ = run("nodes", "--etcd", URL)
     check(rc == 0 and "3 nodes registered" in out and all(a in out for a in addrs) and
@@ -140,6 +254,8 @@ try:
         rc, _, err = run("get", "--etcd", URL, "--session", sid, "--out", os.path.join(tmp, "o.kvd"))
         check(rc == 0 and open(os.path.join(tmp, "o.kvd"), "rb").read() == original,
               f"get --etcd {sid}: {rc} {err!r}")
+    many_members(addrs, sids[0], original)
+    clock_step()
 
     # SIGTERM: the lease is revoked on the way out, the node is gone at once
     term_port = addrs[0].split(":")[1]
@@ -229,6 +345,7 @@ try:
         time.sleep(0.25)
     check(all(registered(k) == 1 for k in nodes) and sorted(members()) == sorted(addrs),
           "nodes not registered again after etcd came back")
+    hung_etcd()
 finally:
     for proc, _ in nodes.values():
         proc.kill()

@@ -7,7 +7,10 @@ SIGTERM a node: the handle drops it (lease revoked) and every session still come
 byte-identical. SIGKILL etcd: the handle keeps its members (it says etcd is unreachable once) and
 calls still work; etcd restarted on the same data dir: a node that joins afterwards is seen (the
 watch resumed). `kvpack loadtest --etcd` paused mid-run while a node joins: it follows (JSON
-membership_changes >= 1, the new node listed and holding sessions). 70 members under another
+membership_changes >= 1, the new node listed and holding sessions). A second handle whose first
+endpoint hangs (a relay that stops passing bytes, as a SIGSTOPped member whose kernel still keeps
+its TCP connections) sees a node that joins meanwhile: its silent stream ends after
+KVP_ETCD_WATCH_IDLE_MS and the range is read from the next endpoint. 70 members under another
 prefix: the first 64 by address, with a warning; a member put later that sorts first is taken
 in, a garbage entry skipped. Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes
 registered") until one is back. etcd killed again: destroy returns at once. Exit 77 when etcd
@@ -19,6 +22,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +39,7 @@ ETCD = kvptest.etcd_or_skip()
 kvpack = kvptest.load_kvpack(lib)
 
 NS = 0x5151  # watch_driver's namespace
+IDLE_S = 10  # KVP_ETCD_WATCH_IDLE_MS: a silent watch stream is ended after this
 tmp = tempfile.mkdtemp(prefix="kvp_watch_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
@@ -54,9 +59,9 @@ def start_node(k):
 class Driver:
     """watch_driver: one command line in, one reply line out (read with a deadline)."""
 
-    def __init__(self, *prefix):
-        self.log = open(os.path.join(tmp, f"driver{len(prefix)}.log"), "w+")
-        self.p = subprocess.Popen([driver_bin, URL, "2", *prefix], stdin=subprocess.PIPE,
+    def __init__(self, *prefix, url=None, name="driver"):
+        self.log = open(os.path.join(tmp, f"{name}{len(prefix)}.log"), "w+")
+        self.p = subprocess.Popen([driver_bin, url or URL, "2", *prefix], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=self.log, text=True,
                                   env=dict(env, KVP_LOG_LEVEL="info"))
         self.lines = queue.Queue()
@@ -150,6 +155,61 @@ def loadtest_join():
           f"holds {listed[joined]['sessions']} sessions")
 
 
+class Relay:
+    """A TCP relay to etcd's client port on a free loopback port. hang(): it passes no more bytes
+    either way and serves no new connection, while every connection stays open (the kernel still
+    accepts new ones), as with a stopped etcd member."""
+
+    def __init__(self, port):
+        self.port, self.hung, self.held = port, threading.Event(), []
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.srv.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            c, _ = self.srv.accept()
+            if self.hung.is_set():
+                self.held.append(c)  # open, never read: never answered
+                continue
+            up = socket.create_connection(("127.0.0.1", self.port))
+            for a, b in ((c, up), (up, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                while self.hung.is_set():
+                    time.sleep(0.05)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        dst.close()
+
+    def hang(self):
+        self.hung.set()
+
+
+def hung_endpoint():
+    """A handle on "relay,etcd" watches through the relay; the relay hangs, a node joins (through
+    etcd itself): the handle sees it once its silent stream ends and the range is read again."""
+    relay = Relay(cport)
+    h = Driver(url=f"{relay.url},{URL}", name="hung")
+    try:
+        relay.hang()
+        joined = start_node(6)
+        wait_for("a handle whose etcd endpoint hangs sees a node that joined",
+                 lambda: joined in h.members()[1], IDLE_S + 15)
+        check(h.ask("quit").startswith("destroyed "), "quit with a hung endpoint")
+    finally:
+        if h.p.poll() is None:
+            h.p.kill()
+        h.p.wait()
+
+
 def etcd_put(key, value):
     b64 = lambda x: base64.b64encode(x.encode()).decode()  # noqa: E731
     req = urllib.request.Request(URL + "/v3/kv/put", method="POST", data=json.dumps(
@@ -241,6 +301,7 @@ try:
     check("is back" in d.stderr(), "no 'etcd is back' line logged")
     get_all(d, old + new + ["late"])
     loadtest_join()
+    hung_endpoint()
 
     # every node leaves: calls fail with a clear error; one comes back: calls work again
     for k in list(nodes):

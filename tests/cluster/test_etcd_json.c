@@ -2,7 +2,9 @@
  * shaped like etcd 3.4.23's replies (no etcd needed): base64 both ways (padding, bad input),
  * lease grant and keepalive replies with int64 fields as strings, an expired lease's keepalive,
  * range replies (values decoded, empty result), error bodies mapped to statuses, truncated and
- * non-JSON bodies refused, and a member's value written then parsed back (garbage refused). */
+ * non-JSON bodies refused, which replies move a call on to the next endpoint (5xx, not JSON, no
+ * quorum) and which are answers, and a member's value written then parsed back (garbage
+ * refused). */
 #include "kvpack/etcd.h"
 #include "kvpack/alloc.h"
 #include "check.h"
@@ -96,6 +98,59 @@ static void test_range(void)
              KVP_ERR_PROTOCOL);
 }
 
+/* Replies as a leaderless member, a proxy before a dead one and a healthy member send them. */
+static void test_reply_check(void)
+{
+    char msg[128];
+    int  next;
+
+    /* no quorum: a range times out with 14, a lease grant with 2, both as HTTP 503 / 500 */
+    CHECK_ST(kvp_etcd_reply_check(503, BODY("{\"error\":\"etcdserver: request timed out\","
+                                            "\"message\":\"etcdserver: request timed out\","
+                                            "\"code\":14}"), msg, sizeof(msg), &next),
+             KVP_ERR_PEER_UNREACHABLE);
+    CHECK(next == 1 && strcmp(msg, "etcdserver: request timed out") == 0);
+    CHECK_ST(kvp_etcd_reply_check(500, BODY("{\"error\":\"context deadline exceeded\","
+                                            "\"code\":2}"), msg, sizeof(msg), &next), KVP_ERR_IO);
+    CHECK(next == 1);
+    /* the same codes behind a proxy that says 200, and DeadlineExceeded */
+    CHECK_ST(kvp_etcd_reply_check(200, BODY("{\"error\":\"x\",\"code\":14}"), msg, sizeof(msg),
+                                  &next), KVP_ERR_PEER_UNREACHABLE);
+    CHECK(next == 1);
+    CHECK_ST(kvp_etcd_reply_check(200, BODY("{\"error\":\"x\",\"code\":2}"), msg, sizeof(msg),
+                                  &next), KVP_ERR_IO);
+    CHECK(next == 1);
+    CHECK_ST(kvp_etcd_reply_check(504, BODY("{\"error\":\"x\",\"code\":4}"), msg, sizeof(msg),
+                                  &next), KVP_ERR_TIMEOUT);
+    CHECK(next == 1);
+    /* a proxy's own page: 5xx without a gateway body; a 200 that is not JSON; an empty body */
+    CHECK_ST(kvp_etcd_reply_check(503, BODY("no healthy upstream"), msg, sizeof(msg), &next),
+             KVP_ERR_PEER_UNREACHABLE);
+    CHECK(next == 1 && strstr(msg, "HTTP 503") != NULL);
+    CHECK_ST(kvp_etcd_reply_check(502, BODY("{}"), msg, sizeof(msg), &next),
+             KVP_ERR_PEER_UNREACHABLE);
+    CHECK(next == 1);
+    CHECK_ST(kvp_etcd_reply_check(200, BODY("<html>"), msg, sizeof(msg), &next),
+             KVP_ERR_PROTOCOL);
+    CHECK(next == 1);
+    CHECK_ST(kvp_etcd_reply_check(200, BODY(""), msg, sizeof(msg), &next), KVP_ERR_PROTOCOL);
+    CHECK(next == 1);
+    /* answers: success, and real errors every member would give */
+    CHECK_OK(kvp_etcd_reply_check(200, BODY("{\"header\":{\"revision\":\"7\"}}"), msg, sizeof(msg),
+                                  &next));
+    CHECK(next == 0);
+    CHECK_ST(kvp_etcd_reply_check(404, BODY("{\"error\":\"etcdserver: requested lease not found\","
+                                            "\"code\":5}"), msg, sizeof(msg), &next),
+             KVP_ERR_NOT_FOUND);
+    CHECK(next == 0);
+    CHECK_ST(kvp_etcd_reply_check(400, BODY("{\"error\":\"illegal base64\",\"code\":3}"), msg,
+                                  sizeof(msg), &next), KVP_ERR_INVALID);
+    CHECK(next == 0);
+    CHECK_ST(kvp_etcd_reply_check(400, BODY("{\"error\":\"too large\",\"code\":8}"), msg,
+                                  sizeof(msg), &next), KVP_ERR_IO);
+    CHECK(next == 0);
+}
+
 static void test_member(void)
 {
     kvp_etcd_member_t m, back;
@@ -126,6 +181,7 @@ int main(void)
     test_b64();
     test_lease();
     test_range();
+    test_reply_check();
     test_member();
     return kvp_test_result("test_etcd_json");
 }

@@ -141,7 +141,7 @@ static void test_parse(void)
     CHECK(strstr(m.reason, "illegal base64") != NULL);
     CHECK_ST(kvp_etcd_parse_watch(BODY("{\"error\":{\"grpc_code\":14,\"http_code\":503,"
                                        "\"message\":\"etcdserver: no leader\"}}"), &m),
-             KVP_ERR_IO);
+             KVP_ERR_PEER_UNREACHABLE); /* 14 Unavailable */
     CHECK(strcmp(m.reason, "etcdserver: no leader") == 0);
     /* not a watch response, a bad event, bad base64, a cut body */
     CHECK_ST(kvp_etcd_parse_watch(BODY("{\"header\":{}}"), &m), KVP_ERR_PROTOCOL);

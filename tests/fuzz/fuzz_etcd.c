@@ -60,9 +60,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2: {
         char msg[64];
 
+        int  next;
+
         (void)kvp_etcd_parse_error(body, len, msg, sizeof(msg));
         if (memchr(msg, 0, sizeof(msg)) == NULL) {
             FUZZ_FAIL("error message not terminated");
+        }
+        (void)kvp_etcd_reply_check(len % 2 ? 503 : 200, body, len, msg, sizeof(msg), &next);
+        if (memchr(msg, 0, sizeof(msg)) == NULL || (next != 0 && next != 1)) {
+            FUZZ_FAIL("reply check: message not terminated or next %d", next);
         }
         break;
     }

@@ -221,8 +221,9 @@ kvp_status_t kvp_cluster_scrub(kvp_cluster_h cluster, uint32_t node, kvp_scrub_r
  * sorted by address, as "HOST:PORT,HOST:PORT..." for kvp_cluster_params_t.peers (*peers_p:
  * kvp_free it).
  * A malformed entry under the prefix is skipped with a warning (kvpack/etcd.h). etcd
- * unreachable: KVP_ERR_PEER_UNREACHABLE / KVP_ERR_TIMEOUT; nobody registered: KVP_ERR_NOT_FOUND;
- * more than KVP_CLUSTER_MAX_NODES: KVP_ERR_INVALID. Each logged. n_p may be NULL. */
+ * unreachable: KVP_ERR_PEER_UNREACHABLE / KVP_ERR_TIMEOUT; nobody registered: KVP_ERR_NOT_FOUND.
+ * Each logged. More than KVP_CLUSTER_MAX_NODES: the first ones by address, with a warning (as a
+ * handle that follows etcd takes them). n_p may be NULL. */
 kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char **peers_p,
                                     uint32_t *n_p);
 

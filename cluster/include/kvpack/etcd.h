@@ -44,20 +44,26 @@ typedef struct {
 } kvp_etcd_member_t;
 
 /* ---- gateway client ---- */
-/* endpoints: "http://HOST:PORT[,http://HOST:PORT...]" (a bare HOST:PORT gets http://); a call that
- * cannot reach one moves to the next. timeout_ms bounds each HTTP request (0: 3000). Connects to
+/* endpoints: "http://HOST:PORT[,http://HOST:PORT...]" (a bare HOST:PORT gets http://; spaces and
+ * tabs around an item are dropped); a call that cannot reach one moves to the next. timeout_ms bounds each HTTP request (0: 3000). Connects to
  * nothing yet. KVP_ERR_INVALID (logged) for an empty or over-long list. */
 kvp_status_t kvp_etcd_create(const char *endpoints, uint32_t timeout_ms, kvp_etcd_h *etcd_p);
 void         kvp_etcd_destroy(kvp_etcd_h etcd); /* NULL is a no-op */
 /* quiet 1: an endpoint that cannot be reached is logged at debug, not warn (for a caller that
  * retries and says so once itself). */
 void         kvp_etcd_set_quiet(kvp_etcd_h etcd, int quiet);
+/* Each later call ends within total_ms, over all the endpoints it tries (each request still
+ * within timeout_ms; KVP_ERR_TIMEOUT when the time is up); 0: no total (the default). For a
+ * call that must not hold up a shutdown. */
+void         kvp_etcd_set_budget(kvp_etcd_h etcd, uint32_t total_ms);
 const char  *kvp_etcd_endpoint(kvp_etcd_h etcd); /* the one the last call used */
 
 /* Every call: an unreachable endpoint gives KVP_ERR_PEER_UNREACHABLE (KVP_ERR_TIMEOUT when it
  * did not answer in time), an error body the gateway's code (5 -> KVP_ERR_NOT_FOUND, 3 ->
- * KVP_ERR_INVALID, else KVP_ERR_IO), a body that is not the JSON expected KVP_ERR_PROTOCOL; each
- * logged once with the endpoint. */
+ * KVP_ERR_INVALID, 14 -> KVP_ERR_PEER_UNREACHABLE, 4 -> KVP_ERR_TIMEOUT, else KVP_ERR_IO), a body
+ * that is not the JSON expected KVP_ERR_PROTOCOL; each logged once with the endpoint. The next
+ * endpoint is tried after a transport failure, an HTTP 5xx, a body that is not JSON or gRPC code
+ * 14, 4 or 2 (kvp_etcd_reply_check); when none serves, the last one's status. */
 kvp_status_t kvp_etcd_lease_grant(kvp_etcd_h etcd, int64_t ttl_s, int64_t *lease_p);
 /* Refresh the lease; *ttl_p is what is left (s). A lease that expired or was revoked:
  * KVP_ERR_NOT_FOUND. */
@@ -93,7 +99,10 @@ kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const 
  * watches the prefix from the range's revision + 1 (POST /v3/watch, a stream of JSON objects) and
  * applies each PUT / DELETE. A broken stream, an etcd restart or a compacted revision: reconnect
  * with backoff (100 ms doubling to 2 s), read the range again, watch again; while etcd is out of
- * reach the last members stay (one warning; info when back). Each change is logged at info. */
+ * reach the last members stay (one warning; info when back). Each change is logged at info.
+ * A stream silent for KVP_ETCD_WATCH_IDLE_MS is ended the same way, so a hung member (its TCP
+ * connection still up) is left for another endpoint within about that time + 2 s. */
+#define KVP_ETCD_WATCH_IDLE_MS 10000u
 typedef struct kvp_etcd_watch *kvp_etcd_watch_h;
 
 /* Reads the members once (etcd unreachable: its status, logged), then starts the thread. */
@@ -122,6 +131,12 @@ kvp_status_t kvp_etcd_parse_lease(const char *body, size_t len, int64_t *lease_p
 kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t **kvs_p);
 /* KVP_OK for a body without "error"; else the status above (message copied to msg, cap bytes). */
 kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_t cap);
+/* A whole reply (HTTP status http, body): its status as kvp_etcd_parse_error's, a 5xx without an
+ * error body KVP_ERR_PEER_UNREACHABLE; *next_p 1 when another endpoint may serve what this one
+ * did not (HTTP 5xx, a body that is not JSON, gRPC codes 14, 4 and 2), 0 for an answer (success,
+ * NOT_FOUND, INVALID, ...). */
+kvp_status_t kvp_etcd_reply_check(long http, const char *body, size_t len, char *msg, size_t cap,
+                                  int *next_p);
 /* The watch stream: a sequence of JSON objects (newline-separated by etcd 3.4, split here by
  * brace depth outside strings, so no separator is needed), cut into chunks anywhere. */
 typedef struct {

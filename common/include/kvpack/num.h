@@ -3,7 +3,8 @@
  * (x 2^10, 2^20, 2^30), which may be followed by "iB" or "B" ("64M", "64MiB", "64MB"). No sign,
  * no leading space, no octal ("010" is ten), nothing after the number, and no value past 2^64 - 1
  * (before or after the suffix): "-5", "1e3", "99999999999999999999" and "17179869184G" are
- * refused rather than wrapped. */
+ * refused rather than wrapped. Also the one splitter of the comma lists people type (peer lists,
+ * etcd endpoints, also= nodes). */
 #ifndef KVPACK_NUM_H
 #define KVPACK_NUM_H
 
@@ -15,6 +16,9 @@ extern "C" {
 
 /* 0 with *out set, or -1 (out untouched) when s is not such a number. */
 int kvp_num_parse_u64(const char *s, uint64_t *out);
+/* The next item of a comma list at *p_io, cut out in place with the spaces and tabs around it
+ * dropped ("a:1, b:2" is "a:1,b:2"); *p_io moves past it. NULL once the list is used up. */
+char *kvp_list_item_next(char **p_io);
 
 #ifdef __cplusplus
 }
