@@ -142,16 +142,17 @@ static void conn_reset(kvp_client_h c, kvp_status_t status)
     }
 }
 
-/* A usable connection. On one that has answered before and has no call in flight the
- * transport is progressed first, so a connection whose node went away since the last call (a
+/* A usable connection (client_int.h). On one that has answered before and has no call in flight
+ * the transport is progressed first, so a connection whose node went away since the last call (a
  * restart: the old process closed it) is seen dead here and replaced, instead of failing the
- * request about to be sent on it (PEER_GONE, not knowing whether it arrived). Not on a connection
- * still being set up: UCX 1.13 without peer error handling crashed when progress ran between its
- * connect and its first send (an assertion in ucp_wireup_replay_pending_requests: 6 runs of 8 of
- * integ.node_err_none). */
-static kvp_status_t conn_ensure(kvp_client_h c)
+ * request about to be sent on it (PEER_GONE, not knowing whether it arrived). Not on a
+ * connection still being set up: UCX 1.13 without peer error handling crashed when progress ran
+ * between its connect and its first send (an assertion in ucp_wireup_replay_pending_requests: 6
+ * runs of 8 of integ.node_err_none). */
+kvp_status_t kvp_client_conn_ensure(kvp_client_h c)
 {
-    int settled = c->conn != NULL && c->conn_heard; /* answered before, nothing in flight */
+    int          settled = c->conn != NULL && c->conn_heard; /* answered before, none in flight */
+    kvp_status_t s;
 
     for (int i = 0; i < MAX_INFLIGHT && settled; i++) {
         settled = !c->calls[i].used;
@@ -164,7 +165,9 @@ static kvp_status_t conn_ensure(kvp_client_h c)
     }
     if (c->conn == NULL) {
         c->conn_heard = 0;
-        return kvp_xfer_connect(c->x, c->host, c->port, &c->conn);
+        s             = kvp_xfer_connect(c->x, c->host, c->port, &c->conn);
+        c->conn_gen += s == KVP_OK;
+        return s;
     }
     return KVP_OK;
 }
@@ -188,7 +191,8 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
         kvp_free(iov);
         return KVP_ERR_BUSY; /* internal misuse: callers bound their in-flight calls */
     }
-    s = conn_ensure(c); /* before the slot is taken: a dead connection fails the calls on it */
+    s = kvp_client_conn_ensure(c); /* before the slot is taken: a dead connection fails the
+                                    * calls on it */
     memset(call, 0, sizeof(*call));
     call->used        = 1;
     call->op          = req->op;

@@ -39,6 +39,8 @@ struct kvp_client {
     uint64_t        next_id;
     uint64_t        rx_bytes;   /* reply bytes received (headers + data) */
     int             conn_heard; /* a reply came on the connection: its set-up is over */
+    uint64_t        conn_gen;   /* connections made so far: bumped by each new one (a node that
+                                 * restarted is reached on a new one: kvp_client_conn_ensure) */
     char            node_message[KVP_WIRE_MSG_MAX]; /* kvp_client_node_message */
     kvp_client_call_t          calls[MAX_INFLIGHT];
 };
@@ -61,6 +63,10 @@ void kvp_client_call_release(kvp_client_call_t *call);
  * the get holds them all. */
 kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer_iov_t *iov,
                                    int iovcnt, kvp_client_call_t **call_p);
+/* The connection c's next request goes on: the current one, or a new one when it is gone (its
+ * node closed it, e.g. a restart; c->conn_gen then grows), as a call would find it. Only between
+ * calls. A connect failure is returned. */
+kvp_status_t kvp_client_conn_ensure(kvp_client_h c);
 /* Wait until the call has its reply and its send is finished, or its deadline passes (then the
  * connection is reset: KVP_ERR_TIMEOUT). */
 kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call);

@@ -2,9 +2,10 @@
  * one kvp_put_stream per destination (the session's first r ranked nodes and the caller's "also"
  * nodes, e.g. a decode node's kvpackd), each with its own connection and shipping thread, so
  * every destination receives layer l while the prefill encodes layer l + 1. The stream keeps the
- * pointers of every pushed page (the pages stay the caller's until finish returns), so a ranked
- * node whose stream failed is replaced at finish by the next node of the rank, which gets the
- * whole session in one go.
+ * pointers of every pushed page (the pages stay the caller's until finish returns), so a
+ * destination whose connection failed (its node died or restarted) is sent the whole session
+ * again on a fresh stream at finish, and a ranked node that still fails is replaced by the next
+ * node of the rank, which gets the whole session in one go.
  * Main flow: kvp_cluster_stream_open (rank, dst_open per node) -> push (to each live stream) ->
  * finish (kvp_put_stream_finish per stream at one version, then replace) -> close. */
 #include "cluster_int.h"
@@ -25,7 +26,6 @@ typedef struct {
     kvp_status_t     status; /* its first failure (KVP_OK while it is fine) */
     const char      *stage;  /* static: where status came from */
     int              mirror; /* also only: the ranked dst of the same address, + 1 (0: none) */
-    int              reused; /* st was kept from an earlier session */
 } dst_t;
 
 struct kvp_cluster_stream {
@@ -103,7 +103,6 @@ static kvp_status_t dst_open(kvp_cluster_stream_h s, dst_t *d, const char *addr)
         d->st     = *slot;
         *slot     = NULL;
         d->status = KVP_OK;
-        d->reused = 1;
         return KVP_OK;
     }
     c->cp.server = d->addr;
@@ -235,10 +234,10 @@ static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
     return KVP_OK;
 }
 
-/* Finish one destination's stream (record at version) unless it already failed. A kept stream
- * whose connection turns out to be gone (the node restarted since the session that kept it) is
- * opened afresh once and carries the whole session again, so a node that came back still gets
- * its copy. */
+/* Finish one destination's stream (record at version) unless it already failed. A stream that
+ * failed for its connection (unreachable: its node died or timed out, or restarted mid-session,
+ * which kvp_put_stream reports as KVP_ERR_PEER_GONE) is opened afresh once and carries the whole
+ * session again, so a node that came back still gets its copy before a replacement is tried. */
 static void dst_finish(kvp_cluster_stream_h s, dst_t *d, const kvp_session_desc_t *desc,
                        const void *const *pages, const size_t *lens, size_t n, uint64_t version)
 {
@@ -246,12 +245,11 @@ static void dst_finish(kvp_cluster_stream_h s, dst_t *d, const kvp_session_desc_
         d->status = kvp_put_stream_finish(d->st, s->sid, desc, pages, lens, n, version);
         d->stage  = "stream";
     }
-    if (d->st != NULL && d->reused && kvp_cluster_status_unreachable(d->status)) {
+    if (d->st != NULL && kvp_cluster_status_unreachable(d->status)) {
         kvp_cluster_h c = s->cluster;
 
         kvp_put_stream_close(d->st);
         d->st        = NULL;
-        d->reused    = 0;
         c->cp.server = d->addr;
         d->status    = kvp_put_stream_open(&c->cp, s->ns, &d->st);
         d->status    = d->status == KVP_OK && s->n > 0

@@ -5,10 +5,14 @@
  * caller's until finish or close returns. finish waits for the FIFO to drain, then sends the
  * record with the last pages (kvp_client_put_session_pages), so the record lands only after every
  * pushed page did. The shipper takes everything queued at once (one pipelined put of all of it),
- * so a fast producer does not make it drain its in-flight batches after every push. The first error stops the shipping: later pushes return it, finish reports it.
+ * so a fast producer does not make it drain its in-flight batches after every push. The first
+ * error stops the shipping: later pushes return it, finish reports it. A session's pages must all
+ * go on one connection: when the client connects anew mid-session (its node restarted, and the
+ * loose pages shipped before went with the old process) the session fails KVP_ERR_PEER_GONE at
+ * once instead of shipping the rest for a record the node would refuse (conn_same).
  * Main flow: kvp_put_stream_open -> push ... push -> finish (shipper: kvp_client_put_pages per
  * pushed list) -> close. */
-#include "kvpack/kvpack.h"
+#include "client_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
@@ -35,6 +39,8 @@ struct kvp_put_stream {
     int             busy;    /* the shipper is sending a list (outside the lock) */
     int             closing;
     kvp_status_t    first;   /* the first error since open or the last finish */
+    int             shipped; /* the session shipped pages (on connection generation gen) */
+    uint64_t        gen;     /* c->conn_gen of the session's first ship (shipper or finish) */
 };
 
 /* ---- private ---- */
@@ -93,6 +99,43 @@ static push_t *queue_take_all(kvp_put_stream_h s)
     return all;
 }
 
+/* KVP_ERR_PEER_GONE (logged) when the session shipped pages on an older connection than the
+ * client's now: they went to a node process that is gone, and the record would be refused. */
+static kvp_status_t conn_moved(kvp_put_stream_h s)
+{
+    if (!s->shipped || s->c->conn_gen == s->gen) {
+        return KVP_OK;
+    }
+    KVP_LOG_WARN(MOD, "put stream to %s:%u: connected anew mid-session (the node restarted?): the "
+                 "pages shipped before are not there, so the session fails", s->c->host,
+                 s->c->port);
+    return KVP_ERR_PEER_GONE;
+}
+
+/* Before the session's next request (shipper, or finish while the shipper idles): the
+ * connection it will go on, made anew if the old one is gone (kvp_client_conn_ensure); the
+ * session's first request fixes its generation, a later one on another fails (conn_moved). */
+static kvp_status_t conn_same(kvp_put_stream_h s)
+{
+    kvp_status_t st = kvp_client_conn_ensure(s->c);
+
+    if (st == KVP_OK && !s->shipped) {
+        s->shipped = 1;
+        s->gen     = s->c->conn_gen;
+    }
+    return st == KVP_OK ? conn_moved(s) : st;
+}
+
+/* Ship one list: on the session's connection, and still on it afterwards (a put whose batches
+ * straddle a reconnect left its first ones with the old process). */
+static kvp_status_t ship(kvp_put_stream_h s, const push_t *p)
+{
+    kvp_status_t st = conn_same(s);
+
+    st = st == KVP_OK ? kvp_client_put_pages(s->c, s->ns, p->pages, p->lens, p->n) : st;
+    return st == KVP_OK ? conn_moved(s) : st;
+}
+
 static void *shipper_main(void *arg)
 {
     kvp_put_stream_h s = arg;
@@ -123,7 +166,7 @@ static void *shipper_main(void *arg)
         }
         s->busy = 1;
         pthread_mutex_unlock(&s->mu);
-        st = kvp_client_put_pages(s->c, s->ns, p->pages, p->lens, p->n);
+        st = ship(s, p);
         push_free(p);
         pthread_mutex_lock(&s->mu);
         s->busy = 0;
@@ -242,13 +285,19 @@ kvp_status_t kvp_put_stream_finish(kvp_put_stream_h s, const char *sid,
     st       = s->first;
     s->first = KVP_OK; /* the stream starts afresh for the next session */
     pthread_mutex_unlock(&s->mu);
+    /* the shipper is idle and stays so until the next push: this thread may use the client */
+    st = st == KVP_OK && s->shipped ? conn_same(s) : st; /* the record joins pushed pages */
     if (st != KVP_OK) {
         KVP_LOG_ERROR(MOD, "put stream: session %s not written: its pages failed: %s",
                       sid != NULL ? sid : "(null)", kvp_status_str(st));
+        s->shipped = 0;
         return st;
     }
-    /* the shipper is idle and stays so until the next push: this thread may use the client */
-    return kvp_client_put_session_pages(s->c, s->ns, sid, desc, pages, lens, n, version);
+    st = kvp_client_put_session_pages(s->c, s->ns, sid, desc, pages, lens, n, version);
+    /* refused once it went on a new connection: the pushed pages were the old process's */
+    st = st != KVP_OK && conn_moved(s) != KVP_OK ? KVP_ERR_PEER_GONE : st;
+    s->shipped = 0;
+    return st;
 }
 
 void kvp_put_stream_close(kvp_put_stream_h s)

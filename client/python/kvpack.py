@@ -845,8 +845,9 @@ class PutStream(_Handle):
     thread). push(pages) queues a layer's pages and returns at once; they ship while the caller
     encodes the next layer. finish(sid, desc, pages=None) waits for every pushed page, then writes
     the record (with the last pages); the first error of any push raises there, and the record is
-    then not written. The stream keeps the pushed buffers alive and reads them while it ships:
-    do not change one until finish or close returns (a writable buffer is not copied)."""
+    then not written (ERR_PEER_GONE when the node restarted mid-session). The stream keeps the
+    pushed buffers alive and reads them while it ships: do not change one until finish or close
+    returns (a writable buffer is not copied)."""
     _destroy = "kvp_put_stream_close"
 
     def __init__(self, server, ns, timeout_ms=10000):
@@ -1139,15 +1140,16 @@ class Cluster(_Handle):
 
 
 class ClusterPutStream(_Handle):
-    """kvp_cluster_stream_h (Cluster.put_stream): one session streamed to the first replicas
-    nodes of its rank, each over its own connection and shipping thread, and to the also nodes
-    (a decode node's kvpackd: P/D mode). push(pages) queues a layer's pages everywhere and returns
-    at once (KvpError only for a page every node would refuse); finish(desc, pages=None) writes
-    the record everywhere at one version, puts the whole session on the next node of the rank in
-    place of a stream that failed, and returns the nodes that took it (like put_session); the
-    also nodes' outcomes are in .also_status ({address: "OK" or a status name}), never raised.
-    The stream keeps the pushed buffers alive and reads them while it ships: do not change one
-    until finish or close returns. It takes turns with its Cluster (one lock)."""
+    """kvp_cluster_stream_h (Cluster.put_stream): one session streamed to the first replicas nodes
+    of its rank, each over its own connection and shipping thread, and to the also nodes (a decode
+    node's kvpackd: P/D mode). push(pages) queues a layer's pages everywhere and returns at once
+    (KvpError only for a page every node would refuse); finish(desc, pages=None) writes the record
+    everywhere at one version, sends the whole session once more to a node whose stream's
+    connection failed (died, timed out, restarted), puts it on the next node of the rank in place
+    of a stream that still failed, and returns the nodes that took it (like put_session); the also
+    nodes' outcomes are in .also_status ({address: "OK" or a status name}), never raised. The
+    stream keeps the pushed buffers alive and reads them while it ships: do not change one until
+    finish or close returns. It takes turns with its Cluster (one lock)."""
     _destroy = "kvp_cluster_stream_close"
 
     def __init__(self, cluster, ns, sid, also=None):

@@ -15,7 +15,10 @@
  *     session still lands there (reconnected at finish), not on the third node;
  *   - the handle keeps each node's put stream between sessions: a session in another namespace
  *     lands in its own, and a stream closed without finish leaves no record and the next
- *     session is whole. */
+ *     session is whole;
+ *   - a node restarted mid-stream, after layer 0 landed on it: a plain kvp_put_stream fails that
+ *     session ERR_PEER_GONE (not ERR_NOT_FOUND after shipping the rest) and carries the next one,
+ *     and a cluster stream over two nodes with r = 2 still leaves the session on both. */
 #include "node_harness.h"
 
 #include "kvpack/cluster.h"
@@ -126,6 +129,125 @@ static kvp_status_t finish_last(kvp_cluster_stream_h st, const test_session_t *t
                                      also_status);
 }
 
+/* Stop the node with SIGTERM and start it again on its port and data dir. */
+static void node_restart(test_node_t *n)
+{
+    uint16_t port = n->port;
+
+    CHECK(test_node_stop(n, SIGTERM) == 0);
+    test_node_start_at(n, port, "--durability=spill");
+    CHECK(n->port == port);
+}
+
+/* The pages node addr holds in DRAM. */
+static uint64_t node_pages(const char *addr)
+{
+    kvp_client_h    c = test_client(addr, 3000);
+    kvp_node_stat_t ns;
+
+    memset(&ns, 0, sizeof(ns));
+    CHECK_OK(kvp_client_stat(c, &ns));
+    kvp_client_destroy(c);
+    return ns.dram_pages;
+}
+
+/* Wait until node addr holds want pages in DRAM (a pushed list landed; polled, at most 1000x). */
+static void node_pages_reach(const char *addr, uint64_t want)
+{
+    int k = 0;
+
+    while (node_pages(addr) < want && k++ < 1000) {
+        usleep(10000);
+    }
+    CHECK(k <= 1000);
+}
+
+/* Node a restarted mid-session, after layer 0 of it landed there (those loose pages go with the
+ * old process): a plain stream's client reconnects, and the session fails ERR_PEER_GONE instead
+ * of shipping the rest for a record refused ERR_NOT_FOUND; the stream carries the next session.
+ * Then a cluster stream over {a, b} with r = 2 and kept streams, the rank's first node restarted
+ * the same way: finish sends it the whole session again, so both hold it (there is no third node
+ * to replace it; it used to end with one copy). */
+static void restart_mid_stream(test_node_t *a, test_node_t *b)
+{
+    kvp_client_params_t  p;
+    kvp_put_stream_h     ps;
+    kvp_cluster_h        cl;
+    kvp_cluster_stream_h st;
+    kvp_cluster_report_t rep;
+    test_session_t       ts;
+    layers_t             lm;
+    uint32_t             order[2];
+    test_node_t         *first;
+    char                 peers[160];
+    size_t               C, L;
+    uint64_t             v;
+    int                  seen = 0;
+
+    test_session_make(&ts, 4, 3, 5, 11); /* pages no node holds yet */
+    lm = layer_major(&ts);
+    C  = ts.n_chunks;
+    L  = ts.layers;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+    p.server     = a->addr;
+    p.timeout_ms = 3000;
+    v            = node_pages(a->addr);
+    CHECK_OK(kvp_put_stream_open(&p, NS, &ps));
+    CHECK_OK(kvp_put_stream_push(ps, lm.pp, lm.ll, C));
+    node_pages_reach(a->addr, v + C);
+    node_restart(a);
+    for (size_t l = 1; l + 1 < L; l++) {
+        kvp_status_t s = kvp_put_stream_push(ps, lm.pp + l * C, lm.ll + l * C, C);
+
+        CHECK(s == KVP_OK || s == KVP_ERR_PEER_GONE);
+    }
+    CHECK_ST(kvp_put_stream_finish(ps, "mid", &ts.desc, lm.pp + (L - 1) * C,
+                                   lm.ll + (L - 1) * C, C, 0), KVP_ERR_PEER_GONE);
+    CHECK(node_lacks(a->addr, "mid"));
+    CHECK_OK(kvp_put_stream_push(ps, lm.pp, lm.ll, (L - 1) * C)); /* the next session */
+    CHECK_OK(kvp_put_stream_finish(ps, "mid2", &ts.desc, lm.pp + (L - 1) * C,
+                                   lm.ll + (L - 1) * C, C, 0));
+    kvp_put_stream_close(ps);
+    node_holds(a->addr, "mid2", &ts, 0);
+
+    snprintf(peers, sizeof(peers), "%s,%s", a->addr, b->addr);
+    cl = test_cluster_open(peers, 2, KVP_OK);
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "warm", NULL, &st)); /* keeps a stream to each */
+    push_layers(st, &ts, &lm, 0, L - 1, KVP_OK);
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, NULL));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2);
+    test_session_free(&ts);
+    kvp_free(lm.pp);
+    kvp_free(lm.ll);
+    test_session_make(&ts, 4, 3, 5, 13); /* again pages no node holds */
+    lm = layer_major(&ts);
+    CHECK_OK(kvp_cluster_rank(cl, NS, "mid3", order));
+    first = order[0] == 0 ? a : b;
+    v     = node_pages(first->addr);
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, "mid3", NULL, &st));
+    push_layers(st, &ts, &lm, 0, 1, KVP_OK);
+    node_pages_reach(first->addr, v + C);
+    node_restart(first);
+    push_layers(st, &ts, &lm, 1, L - 1, KVP_OK);
+    CHECK_OK(finish_last(st, &ts, &lm, &rep, NULL));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 2 && rep.n_tried == 2);
+    for (uint32_t i = 0; i < rep.n_tried; i++) {
+        CHECK(rep.tried[i].status == KVP_OK);
+        seen += rep.tried[i].node == order[0] &&
+                strcmp(rep.tried[i].stage, "stream (reconnected)") == 0;
+    }
+    CHECK(seen == 1);
+    v = node_holds(a->addr, "mid3", &ts, 0);
+    node_holds(b->addr, "mid3", &ts, v);
+    kvp_cluster_destroy(cl);
+    test_session_free(&ts);
+    kvp_free(lm.pp);
+    kvp_free(lm.ll);
+}
+
 int main(void)
 {
     test_node_t          n[4]; /* X, Y, Z: the cluster; n[3]: D, the decode node */
@@ -178,11 +300,7 @@ int main(void)
     /* the rank's first node restarts on its address: the stream the handle kept to it is stale;
      * s1 put again still lands there (reconnected), not on the third node */
     {
-        uint16_t port = n[order[0]].port;
-
-        CHECK(test_node_stop(&n[order[0]], SIGTERM) == 0);
-        test_node_start_at(&n[order[0]], port, "--durability=spill");
-        CHECK(n[order[0]].port == port);
+        node_restart(&n[order[0]]);
         CHECK_OK(kvp_cluster_stream_open(cl, NS, "s1", D, &st));
         push_layers(st, &ts, &lm, 0, ts.layers - 1, KVP_OK);
         CHECK_OK(finish_last(st, &ts, &lm, &rep, as));
@@ -313,6 +431,7 @@ int main(void)
     }
     kvp_cluster_destroy(cl);
     kvp_cluster_stream_close(NULL);
+    restart_mid_stream(&n[order[1]], &n[order[2]]); /* the two cluster nodes still up */
 
     kvp_free(lm.pp);
     kvp_free(lm.ll);

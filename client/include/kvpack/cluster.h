@@ -155,20 +155,23 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
  * rank that accept one (a node skipped for a recent failure or refusing the connection is passed
  * over, as put_session passes it over), and to each node of also ("HOST:PORT[,...]", at most
  * KVP_CLUSTER_STREAM_ALSO_MAX: e.g. the kvpackd beside the decode engine; outside the placement
- * and not one of the r; NULL: none). No ranked node connects: that status (also logged).
- * push hands a list of pages (borrowed until finish or close returns) to every stream and
- * returns at once; it returns an error only when a ranked node refused a page for a reason every
- * node would give (bad page, wrong codec, stale version: put_session's stops), so the producer
- * can stop early. finish writes the record on every stream at one version (kvp_version_now());
- * a ranked stream that failed otherwise (its node died, timed out) is replaced by the next node
- * of the rank, which then gets every pushed page and the record in one go, until r nodes hold the
- * session or the rank runs out. KVP_OK when at least one ranked node took the session (report:
- * what each ranked node did, n_ok copies: stage "stream" for a stream's outcome, "replacement"
- * for a node that took a failed stream's place, "connect"/"skipped" from open; a node that left an
- * etcd list meanwhile is reported as index kvp_cluster_size); else the first ranked failure. The
- * also nodes never decide the status: also_status[i] (may be NULL; one per also node) gets each
- * one's (an also node that is also ranked: the ranked stream's). One session per stream, used by
- * one thread (the cluster handle's): a push or finish after its finish is KVP_ERR_INVALID. */
+ * and not one of the r; NULL: none). No ranked node connects: that status (also logged). push
+ * hands a list of pages (borrowed until finish or close returns) to every stream and returns at
+ * once; it returns an error only when a ranked node refused a page for a reason every node would
+ * give (bad page, wrong codec, stale version: put_session's stops), so the producer can stop
+ * early. finish writes the record on every stream at one version (kvp_version_now()); a stream
+ * that failed for its connection (its node died, timed out, or restarted mid-session:
+ * KVP_ERR_PEER_GONE) is opened afresh once to its own node, which gets every pushed page and the
+ * record in one go; a ranked stream that still failed (or failed otherwise) is replaced by the
+ * next node of the rank, which gets them the same way, until r nodes hold the session or the
+ * rank runs out. KVP_OK when at least one ranked node took the session (report: what each ranked
+ * node did, n_ok copies: stage "stream" for a stream's outcome, "stream (reconnected)" for its
+ * fresh one, "replacement" for a node that took a failed stream's place, "connect"/"skipped"
+ * from open; a node that left an etcd list meanwhile is reported as index kvp_cluster_size);
+ * else the first ranked failure. The also nodes never decide the status: also_status[i] (may be
+ * NULL; one per also node) gets each one's (an also node that is also ranked: the ranked
+ * stream's). One session per stream, used by one thread (the cluster handle's): a push or finish
+ * after its finish is KVP_ERR_INVALID. */
 #define KVP_CLUSTER_STREAM_ALSO_MAX 8u
 typedef struct kvp_cluster_stream *kvp_cluster_stream_h;
 kvp_status_t kvp_cluster_stream_open(kvp_cluster_h cluster, uint64_t ns, const char *sid,

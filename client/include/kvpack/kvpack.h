@@ -113,10 +113,13 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
  * lists in order as kvp_client_put_pages would. finish waits until every pushed page landed, then
  * writes the record with the n pages given to it (as kvp_client_put_session_pages: one request
  * when they fit a batch); the first error of any push or of the record is returned and the
- * record is then not written. After an error push returns it at once (nothing more is queued)
- * until finish reports it (push of n = 0 pages only asks for it); the stream can then carry the
- * next session. close drops lists not
- * yet shipped (waiting for the one in flight). One thread per stream (push and finish). */
+ * record is then not written. A session's pages all go on one connection: when the stream's
+ * client has to connect anew mid-session (its node restarted, and the pages shipped before went
+ * with the old process) the session fails KVP_ERR_PEER_GONE at once, nothing more of it ships.
+ * After an error push returns it at once (nothing more is queued) until finish reports it (push
+ * of n = 0 pages only asks for it); the stream can then carry the next session. close drops
+ * lists not yet shipped (waiting for the one in flight). One thread per stream (push and
+ * finish). */
 typedef struct kvp_put_stream *kvp_put_stream_h;
 kvp_status_t kvp_put_stream_open(const kvp_client_params_t *params, uint64_t ns,
                                  kvp_put_stream_h *stream_p);
