@@ -3,6 +3,10 @@
  * message. The AM callback copies the (unaligned) header and keeps the data descriptor
  * (UCS_INPROGRESS); rendezvous data is received with ucp_am_recv_data_nbx from the progress loop,
  * and finished messages are handed to recv_cb from there too, never from inside UCX callbacks.
+ * Backpressure: a rendezvous message whose data would pass the receive budget (max_rx) is not
+ * refused; it waits, descriptor held, in x->pending and its receive starts when the budget
+ * allows, in arrival order (the sender's request simply stays in flight, under its own deadline).
+ * Each connection's messages reach recv_cb in their arrival order (conn->rx_order).
  * Main flow: kvp_xfer_progress -> ucp_worker_progress (am_recv_cb, ep_err_cb, send_done_cb)
  *            -> accept_pending -> rndv_start -> deliver_ready. */
 #include "kvpack/xfer.h"
@@ -37,9 +41,10 @@
 /* ---- types ---- */
 
 typedef enum {
-    MSG_NEED_RECV, /* rendezvous: descriptor held, receive not started */
+    MSG_NEED_RECV, /* rendezvous: descriptor held, waiting in x->pending for the budget */
     MSG_RECVING,   /* ucp_am_recv_data_nbx in flight */
-    MSG_READY      /* complete (or failed), queued for recv_cb */
+    MSG_DONE,      /* complete (or failed), waiting for its connection's earlier messages */
+    MSG_READY      /* queued for recv_cb */
 } msg_state_t;
 
 struct kvp_xfer_msg {
@@ -53,11 +58,13 @@ struct kvp_xfer_msg {
     void                *desc;       /* UCX descriptor to release (eager) or receive (rndv) */
     int                  own_data;   /* data was kvp_malloc'd (buf_cap 0) or is a bulk buffer */
     size_t               buf_cap;    /* capacity of a bulk buffer from buf_get */
-    size_t               reserved;   /* bytes counted in x->rx_reserved */
+    size_t               reserved;   /* bytes counted in x->rx_reserved (from its receive's start) */
     msg_state_t          state;
     kvp_status_t         status;
     uint64_t             deadline_ns; /* MSG_RECVING: its connection fails past this */
-    kvp_list_t           recving;     /* in x->recving while its data is being received */
+    kvp_list_t           queue;       /* in x->pending (MSG_NEED_RECV), then in x->recving while
+                                       * its data is being received */
+    kvp_list_t           order;       /* in conn->rx_order until handed to recv_cb */
 };
 
 struct kvp_xfer_conn {
@@ -72,6 +79,7 @@ struct kvp_xfer_conn {
     struct kvp_xfer_conn *dead_next;
     void                 *user;      /* kvp_xfer_conn_set_user */
     size_t                unsent;    /* bytes of its sends UCX has not completed */
+    kvp_list_t            rx_order;  /* its messages not handed to recv_cb yet, arrival order */
 };
 
 struct kvp_xfer {
@@ -82,7 +90,8 @@ struct kvp_xfer {
     int                   wake_fd;   /* eventfd of kvp_xfer_wake */
     atomic_int            woken;     /* set by kvp_xfer_wake, taken by kvp_xfer_wait */
     size_t                max_msg;
-    size_t                max_rx;    /* data bytes of unreleased received messages, at most */
+    size_t                max_rx;    /* rendezvous data bytes being received or received and not
+                                      * released yet, at most (more waits in pending) */
     size_t                rx_reserved;
     size_t                max_hdr;
     size_t                eager_max; /* payloads below this go eager (KVP_XFER_RNDV_THRESH; 0
@@ -93,7 +102,7 @@ struct kvp_xfer {
     void                 *cb_arg;
     struct kvp_xfer_conn *conns;
     struct kvp_xfer_conn *dead;      /* failed connections to report */
-    struct kvp_xfer_msg  *pending;   /* MSG_NEED_RECV */
+    kvp_list_t            pending;   /* MSG_NEED_RECV, oldest first */
     kvp_list_t            recving;   /* MSG_RECVING with a UCX request, oldest first */
     uint64_t              recv_timeout_ns;
     uint64_t              recv_check_ns; /* next look at the deadlines */
@@ -236,6 +245,29 @@ static void ready_push(kvp_xfer_h x, struct kvp_xfer_msg *m)
     x->ready_tail = m;
 }
 
+/* The connection's oldest messages that are done go to recv_cb, in arrival order: a message
+ * whose data comes later (or waits for the budget) holds back the ones after it. */
+static void order_flush(kvp_xfer_conn_h conn)
+{
+    while (!kvp_list_empty(&conn->rx_order)) {
+        struct kvp_xfer_msg *m = KVP_CONTAINER_OF(conn->rx_order.next, struct kvp_xfer_msg,
+                                                  order);
+
+        if (m->state != MSG_DONE) {
+            return;
+        }
+        kvp_list_del(&m->order);
+        ready_push(conn->x, m);
+    }
+}
+
+/* m is complete, or failed (m->status). */
+static void msg_done(struct kvp_xfer_msg *m)
+{
+    m->state = MSG_DONE;
+    order_flush(m->conn);
+}
+
 static void sockaddr_str(const struct sockaddr_storage *ss, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN] = "?";
@@ -373,11 +405,6 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
                      length, conn->peer, x->max_msg);
         return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
     }
-    if (rndv && x->rx_reserved + length > x->max_rx) {
-        KVP_LOG_WARN(MOD, "%zu bytes already being received: message from %s refused (busy)",
-                     x->rx_reserved, conn->peer);
-        return UCS_ERR_BUSY;
-    }
     m = kvp_calloc(1, sizeof(*m) + header_length + 1, "xfer msg");
     if (m == NULL) {
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
@@ -389,22 +416,20 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
     m->data_len = length;
     m->status   = KVP_OK;
     conn->refs++;
+    kvp_list_push_tail(&conn->rx_order, &m->order);
     if (header_length > 0) {
         memcpy(m->hdr, header, header_length); /* the header pointer is not aligned */
     }
-    if (rndv) {
-        m->reserved     = length;
-        x->rx_reserved += length;
+    if (rndv) { /* its receive starts in rndv_start, once the budget allows */
         m->desc  = data;
         m->state = MSG_NEED_RECV;
-        m->next  = x->pending;
-        x->pending = m;
+        kvp_list_push_tail(&x->pending, &m->queue);
         return UCS_INPROGRESS;
     }
     if (length > 0 && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
         m->desc = data;
         m->data = data;
-        ready_push(x, m);
+        msg_done(m);
         return UCS_INPROGRESS;
     }
     if (length > 0) {
@@ -416,7 +441,7 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
             m->own_data = 1;
         }
     }
-    ready_push(x, m);
+    msg_done(m);
     return UCS_OK;
 }
 
@@ -424,15 +449,15 @@ static void rndv_done_cb(void *request, ucs_status_t st, size_t length, void *us
 {
     struct kvp_xfer_msg *m = user_data;
 
-    if (kvp_list_linked(&m->recving)) {
-        kvp_list_del(&m->recving);
+    if (kvp_list_linked(&m->queue)) {
+        kvp_list_del(&m->queue);
     }
     if (st != UCS_OK) {
         m->status = status_from_ucs(st);
     } else if (length != m->data_len) {
         m->status = KVP_ERR_PROTOCOL;
     }
-    ready_push(m->x, m);
+    msg_done(m);
     ucp_request_free(request);
 }
 
@@ -524,6 +549,7 @@ static unsigned accept_pending(kvp_xfer_h x)
         conn->refs   = 1;
         conn->server = 1;
         conn->status = KVP_OK;
+        kvp_list_init(&conn->rx_order);
         attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
         if (ucp_conn_request_query(req, &attr) == UCS_OK) {
             sockaddr_str(&attr.client_address, conn->peer, sizeof(conn->peer));
@@ -545,40 +571,74 @@ static unsigned accept_pending(kvp_xfer_h x)
     return n;
 }
 
+/* Start m's receive (it fits the budget): its bytes count in x->rx_reserved from now until
+ * kvp_xfer_msg_release, and its --recv-timeout clock starts now: the time it waited for the
+ * budget was no stall of its sender's. */
+static void rndv_recv(kvp_xfer_h x, struct kvp_xfer_msg *m)
+{
+    ucp_request_param_t prm;
+    void               *req;
+
+    m->reserved     = m->data_len;
+    x->rx_reserved += m->data_len;
+    m->data = buf_get(x, m->data_len, &m->buf_cap);
+    if (m->data == NULL) {
+        ucp_am_data_release(x->worker, m->desc);
+        m->desc   = NULL;
+        m->status = KVP_ERR_NO_MEMORY;
+        msg_done(m);
+        return;
+    }
+    m->own_data = 1;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.recv_am   = rndv_done_cb;
+    prm.user_data    = m;
+    m->state         = MSG_RECVING;
+    req = ucp_am_recv_data_nbx(x->worker, m->desc, m->data, m->data_len, &prm);
+    m->desc = NULL;
+    if (req == NULL) {
+        msg_done(m);
+    } else if (UCS_PTR_IS_ERR(req)) {
+        m->status = status_from_ucs(UCS_PTR_STATUS(req));
+        msg_done(m);
+    } else { /* its data on the way: 100 ns a byte is 10 MB/s */
+        m->deadline_ns = kvp_time_ns() + x->recv_timeout_ns + 100 * (uint64_t)m->data_len;
+        kvp_list_push_tail(&x->recving, &m->queue);
+    }
+}
+
+/* A waiting message that will never be received (its connection failed or was closed): its
+ * descriptor goes back to UCX, and it is dropped, never delivered. */
+static void pending_drop(kvp_xfer_h x, struct kvp_xfer_msg *m)
+{
+    kvp_list_del(&m->queue);
+    ucp_am_data_release(x->worker, m->desc);
+    m->desc = NULL;
+    kvp_xfer_msg_release(m);
+}
+
+/* Waiting rendezvous messages start, oldest first, while the budget allows; none overtakes an
+ * older one that does not fit (so a large message is not starved by smaller ones). */
 static unsigned rndv_start(kvp_xfer_h x)
 {
-    unsigned n = 0;
+    unsigned    n    = 0;
+    int         full = 0;
+    kvp_list_t *e, *next;
 
-    while (x->pending != NULL) {
-        struct kvp_xfer_msg *m = x->pending;
-        ucp_request_param_t  prm;
-        void                *req;
+    for (e = x->pending.next; e != &x->pending; e = next) {
+        struct kvp_xfer_msg *m = KVP_CONTAINER_OF(e, struct kvp_xfer_msg, queue);
 
-        x->pending = m->next;
-        n++;
-        m->data = buf_get(x, m->data_len, &m->buf_cap);
-        if (m->data == NULL) {
-            ucp_am_data_release(x->worker, m->desc);
-            m->status = KVP_ERR_NO_MEMORY;
-            ready_push(x, m);
-            continue;
-        }
-        m->own_data = 1;
-        memset(&prm, 0, sizeof(prm));
-        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        prm.cb.recv_am   = rndv_done_cb;
-        prm.user_data    = m;
-        m->state         = MSG_RECVING;
-        req = ucp_am_recv_data_nbx(x->worker, m->desc, m->data, m->data_len, &prm);
-        m->desc = NULL;
-        if (req == NULL) {
-            ready_push(x, m);
-        } else if (UCS_PTR_IS_ERR(req)) {
-            m->status = status_from_ucs(UCS_PTR_STATUS(req));
-            ready_push(x, m);
-        } else { /* its data on the way: 100 ns a byte is 10 MB/s */
-            m->deadline_ns = kvp_time_ns() + x->recv_timeout_ns + 100 * (uint64_t)m->data_len;
-            kvp_list_push_tail(&x->recving, &m->recving);
+        next = e->next;
+        if (m->conn->status != KVP_OK) {
+            pending_drop(x, m);
+            n++;
+        } else if (!full && x->rx_reserved + m->data_len <= x->max_rx) {
+            kvp_list_del(e);
+            rndv_recv(x, m);
+            n++;
+        } else {
+            full = 1;
         }
     }
     return n;
@@ -598,7 +658,7 @@ static unsigned recv_deadlines(kvp_xfer_h x)
     }
     x->recv_check_ns = now + 100000000ull;
     for (kvp_list_t *e = x->recving.next; e != &x->recving; e = e->next) {
-        struct kvp_xfer_msg *m = KVP_CONTAINER_OF(e, struct kvp_xfer_msg, recving);
+        struct kvp_xfer_msg *m = KVP_CONTAINER_OF(e, struct kvp_xfer_msg, queue);
 
         if (now > m->deadline_ns && m->conn->status == KVP_OK) {
             KVP_LOG_WARN(MOD, "the %zu data bytes of a message from %s did not arrive within "
@@ -680,6 +740,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     }
     x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
     x->max_rx      = 4 * x->max_msg;
+    kvp_list_init(&x->pending);
     kvp_list_init(&x->recving);
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
@@ -800,13 +861,8 @@ void kvp_xfer_destroy(kvp_xfer_h x)
     x->conn_cb = NULL;
     for (int i = 0; i < 100 && ucp_worker_progress(x->worker) != 0; i++) {
     }
-    while (x->pending != NULL) {
-        struct kvp_xfer_msg *m = x->pending;
-
-        x->pending = m->next;
-        ucp_am_data_release(x->worker, m->desc);
-        m->desc = NULL;
-        kvp_xfer_msg_release(m);
+    while (!kvp_list_empty(&x->pending)) {
+        pending_drop(x, KVP_CONTAINER_OF(x->pending.next, struct kvp_xfer_msg, queue));
     }
     deliver_ready(x);
     while (x->dead != NULL) {
@@ -912,6 +968,7 @@ kvp_status_t kvp_xfer_connect(kvp_xfer_h x, const char *host, uint16_t port,
     conn->x      = x;
     conn->refs   = 1;
     conn->status = KVP_OK;
+    kvp_list_init(&conn->rx_order);
     snprintf(conn->peer, sizeof(conn->peer), "%s:%u", host, port);
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask       = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
@@ -1101,6 +1158,10 @@ void kvp_xfer_msg_release(kvp_xfer_msg_h msg)
         kvp_free(msg->data);
     }
     msg->x->rx_reserved -= msg->reserved;
+    if (kvp_list_linked(&msg->order)) { /* dropped undelivered: the ones after it may go */
+        kvp_list_del(&msg->order);
+        order_flush(msg->conn);
+    }
     conn_unref(msg->conn);
     kvp_free(msg);
 }

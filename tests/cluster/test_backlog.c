@@ -5,7 +5,7 @@
  * stays bounded (it grew by ~250 MiB per request before); another client is served meanwhile;
  * once the first one reads, every request is answered. And a client that starts large puts and
  * stops sending their data: the node closes its connection after --recv-timeout, so the receive
- * budget it held serves the other clients again. */
+ * budget it held serves the other clients again (whose large puts waited for it meanwhile). */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -52,8 +52,10 @@ static void raw_put(test_raw_t *r, uint64_t req_id, const uint8_t *data, uint32_
 /* A client process that starts four rendezvous puts of 7.5 MiB (the whole receive budget of a
  * node with --max-msg 8M) and is then stopped (SIGSTOP: a paused process's TCP still answers):
  * the node gives up on them after --recv-timeout (1 s, +0.75 s for the size) and closes that
- * connection, so another client's 4 MiB messages are taken again (before, they were refused
- * ERR_BUSY for as long as the stopped process lived). */
+ * connection, so another client's 4 MiB message, which waited for the budget meanwhile, is taken
+ * and answered. It is never refused: before, such messages were refused ERR_BUSY until the
+ * stopped one's connection closed (and, earlier still, for as long as the stopped process
+ * lived). */
 static void stalled_sender(void)
 {
     test_node_t    node;
@@ -111,6 +113,7 @@ static void stalled_sender(void)
            other.got ? kvp_status_name(other.rep.status) : "(no reply)", busy);
     EXPECT(other.got && sent != KVP_ERR_BUSY, "refused while a sender is stopped: %s",
            kvp_status_name(sent));
+    EXPECT(busy == 0, "refused ERR_BUSY %d times instead of waiting for the budget", busy);
     test_raw_close(&other);
     kill(child, SIGKILL);
     CHECK(waitpid(child, &st, 0) == child);

@@ -70,7 +70,7 @@ typedef struct kvp_node_params {
     uint32_t         disk_reserve_mib; /* disk reserve (kvp_store_params_t disk_reserve), 0 =
                                         * off; default the store's */
     uint32_t         recv_timeout_s; /* a request whose data has not all arrived this long after
-                                      * it began (+1 s per 10 MB) closes its connection
+                                      * its receive began (+1 s per 10 MB) closes its connection
                                       * (kvp_xfer_params_t recv_timeout_ms); default 30 */
     uint32_t         put_grace_s;   /* a page put with no record naming it yet outlives its last
                                      * name this long (kvp_store_params_t put_grace_ms); default 60 */

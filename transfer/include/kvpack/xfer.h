@@ -55,10 +55,14 @@ typedef struct kvp_xfer_params {
     uint64_t           field_mask;    /* MUST be first */
     size_t             max_msg_bytes; /* data bytes accepted per message; default 256 MiB.
                                          At most 4x this much rendezvous data may be received
-                                         or held (unreleased) at once; more is refused with
-                                         BUSY. Eager messages (under 1 MiB) are not counted:
-                                         UCX has them before the callback can refuse; a user
-                                         bounds them per connection (the node: 256 queued). */
+                                         or held (unreleased) at once; a message past that
+                                         waits, its sender's send in flight, until released
+                                         ones make room (oldest first; never refused BUSY).
+                                         Eager messages (under 1 MiB) are not counted: UCX
+                                         has them before the callback runs; a user bounds
+                                         them per connection (the node: 256 queued). One
+                                         connection's messages reach recv_cb in the order
+                                         they arrived. */
     kvp_xfer_recv_cb_t recv_cb;       /* default: drop messages */
     kvp_xfer_conn_cb_t conn_cb;       /* default: none */
     void              *cb_arg;
@@ -66,8 +70,10 @@ typedef struct kvp_xfer_params {
                                          KVP_UCX_ERR_MODE=none; KVP_UCX_ERR_MODE other than
                                          peer|none makes kvp_xfer_create fail (INVALID) */
     uint32_t           recv_timeout_ms; /* a rendezvous message whose data has not all arrived
-                                         this long after it began (plus 1 s per 10 MB of it)
-                                         fails its connection with KVP_ERR_TIMEOUT: a sender
+                                         this long after its receive began (plus 1 s per 10 MB
+                                         of it; a wait for the budget before is no stall of
+                                         its sender's) fails its connection with
+                                         KVP_ERR_TIMEOUT: a sender
                                          that stalls mid-message (a paused process, a hostile
                                          one) cannot hold the receive budget; default 30000 */
 } kvp_xfer_params_t;
