@@ -137,6 +137,10 @@ static void soft_update(attn_st_t *s, uint32_t qh0, uint32_t nh, uint32_t nt)
         uint32_t qh = qh0 + j;
         float    mx = s->kk->max(x, nt), mo = s->b.m[qh];
 
+        if (mx == -INFINITY) { /* every score underflowed past float range: weight 0 each */
+            memset(x, 0, (size_t)nt * sizeof(float));
+            continue;
+        }
         if (mx > mo) {
             float  a  = expf(mo - mx); /* 0 on the first page (mo = -inf) */
             float *ao = s->b.acc_o + (size_t)qh * s->D, *ar = s->b.acc_r + (size_t)qh * s->D;
@@ -627,11 +631,18 @@ kvp_status_t kvp_attn_compute_f16(const kvp_attn_params_t *params, const uint16_
     if (st != KVP_OK) {
         return st;
     }
+    if (kvp_values_check(KVP_DTYPE_F16, k, (size_t)tokens * heads * head_dim) != KVP_OK ||
+        kvp_values_check(KVP_DTYPE_F16, v, (size_t)tokens * heads * head_dim) != KVP_OK) {
+        /* checked first: an Inf K whose score is -Inf would drop its token without a word */
+        KVP_LOG_ERROR("attn", "fp16 K/V hold Inf or NaN: refused");
+        kvp_free(owned);
+        return KVP_ERR_BAD_INPUT_DATA;
+    }
     run_f16(&s, k, v, tokens, 1);
     st = st_finish(&s, out) ? KVP_OK : KVP_ERR_BAD_INPUT_DATA;
     if (st != KVP_OK) {
-        KVP_LOG_ERROR("attn", "attention over fp16 K/V is not finite: they hold Inf/NaN, or "
-                      "scores pass float range (is the softmax scale too large?)");
+        KVP_LOG_ERROR("attn", "attention over fp16 K/V is not finite: scores pass float range "
+                      "(is the softmax scale too large?)");
     }
     kvp_free(owned);
     return st;

@@ -301,6 +301,19 @@ static void report(const bench_t *b, const char *codec, const result_t *r, int j
     kvp_json_close(j);
 }
 
+/* 1 (and the rule, named) when codec does not take b's geometry */
+static int geometry_refused(const bench_t *b, kvp_codec_id_t codec, const char *then)
+{
+    kvp_page_params_t pp = {.codec = codec, .heads = b->H, .head_dim = b->D, .page_tokens = b->P};
+
+    if (kvp_codec_check(&pp) == KVP_OK) {
+        return 0;
+    }
+    fprintf(stderr, "kvpack bench attn: %s does not support this geometry (it takes %s)%s\n",
+            kvp_codec_name(codec), kvp_codec_geometry_rule(codec), then);
+    return 1;
+}
+
 int kvp_cmd_bench_attn(int argc, char **argv)
 {
     static const kvp_codec_id_t all[] = {KVP_CODEC_FP16, KVP_CODEC_KIVI, KVP_CODEC_KIVI128,
@@ -341,6 +354,12 @@ int kvp_cmd_bench_attn(int argc, char **argv)
                 (unsigned long long)D, (unsigned long long)P, (unsigned long long)rounds);
         return 2;
     }
+    if (P > T) {
+        fprintf(stderr, "kvpack bench attn: --page-tokens %llu is more than --tokens %llu: every "
+                        "token would be in the fp16 tail, no codec page measured\n",
+                (unsigned long long)P, (unsigned long long)T);
+        return 2;
+    }
     if (impl != NULL && kvp_attn_set_impl(impl) != KVP_OK) {
         fprintf(stderr, "kvpack bench attn: implementation %s not available here\n", impl);
         return 2;
@@ -354,6 +373,9 @@ int kvp_cmd_bench_attn(int argc, char **argv)
         if (kvp_codec_from_name(codec, &c) != KVP_OK || c == KVP_CODEC_NAIVE2) {
             fprintf(stderr, "kvpack bench attn: unknown codec %s (fp16|kivi|kivi128|oscar|kvarn)\n",
                     codec);
+            return 2;
+        }
+        if (geometry_refused(&b, c, "")) {
             return 2;
         }
     }
@@ -386,6 +408,9 @@ int kvp_cmd_bench_attn(int argc, char **argv)
         result_t r;
 
         if (strcmp(codec, "all") != 0 && strcmp(codec, kvp_codec_name(all[c])) != 0) {
+            continue;
+        }
+        if (geometry_refused(&b, all[c], ", skipped")) { /* as bench codec: the others go on */
             continue;
         }
         rc = bench_codec(&b, all[c], &r);

@@ -256,6 +256,67 @@ static void check_f16(void)
     free(k), free(v), free(k16), free(v16);
 }
 
+/* Scores past float range and non-finite fp16 K, in both twins: refused, never a quiet result.
+ * The AVX2 exp's clamp used to turn a NaN score into a finite one (a page of whole vectors then
+ * came out OK as the plain mean of V); an fp16 K of +-Inf whose score was -Inf dropped its token;
+ * a page whose every score overflowed to -Inf failed only when it came first. */
+static void check_overflow(void)
+{
+    enum { H = 1, D = 64, P = 64, T = 32, NF = 2 * 16 };
+    static const char *impls[] = {"ref", "avx2"};
+    static const uint16_t nonfinite[] = {0x7C00, 0xFC00, 0x7E00};
+    float             k[P * D], v[P * D], q[D], out[D], o1[D], o2[D];
+    uint16_t          k16[T * D], v16[T * D];
+    tk_rng_t          r = {7};
+    kvp_attn_params_t prm = {.field_mask = KVP_ATTN_PARAM_SCALE, .scale = 1e37f};
+    at_pages_t        a;
+    kvp_attn_page_t   rev[2];
+
+    for (int im = 0; im < 2; im++) {
+        if (kvp_attn_set_impl(impls[im]) != KVP_OK) {
+            continue;
+        }
+        for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+            k[i] = tk_gauss(&r);
+            v[i] = tk_gauss(&r) + 2.0f;
+        }
+        for (int c = 0; c < 2; c++) { /* T a multiple of 8: every score through the vector exp */
+            at_build(&a, c ? KVP_CODEC_KIVI : KVP_CODEC_FP16, 0, H, D, P, k, v, T, 0, 0);
+            memcpy(q, k + 3 * D, sizeof(q)); /* token 3's score tops the others: +inf */
+            AT_EXPECT_FAIL(kvp_attn_compute(&prm, a.ap, a.n, NULL, q, 1, out),
+                           KVP_ERR_BAD_INPUT_DATA, out, D);
+            at_free(&a);
+        }
+        for (size_t i = 0; i < (size_t)T * D; i++) {
+            k16[i] = kvp_f32_to_f16(k[i]);
+            v16[i] = kvp_f32_to_f16(v[i]);
+        }
+        for (size_t b = 0; b < sizeof(nonfinite) / sizeof(nonfinite[0]); b++) {
+            for (uint32_t t = 5; t < T; t += 20) {
+                uint16_t keep = k16[t * D + 7];
+
+                k16[t * D + 7] = nonfinite[b];
+                AT_EXPECT_FAIL(kvp_attn_compute_f16(NULL, k16, v16, T, H, D, k, 1, out),
+                               KVP_ERR_BAD_INPUT_DATA, out, D);
+                k16[t * D + 7] = keep;
+            }
+        }
+        /* two pages, every score of one -inf (weight 0): the same answer in either order */
+        for (size_t i = 0; i < (size_t)NF * D; i++) {
+            k[i] = i < (size_t)NF / 2 * D ? -10.0f : 0.01f * tk_gauss(&r);
+            q[i % D] = 1.0f;
+        }
+        at_build(&a, KVP_CODEC_FP16, 0, H, D, NF / 2, k, v, NF, 0, 0);
+        rev[0] = a.ap[1];
+        rev[1] = a.ap[0];
+        EXPECT(kvp_attn_compute(&prm, a.ap, 2, NULL, q, 1, o1) == KVP_OK &&
+                   kvp_attn_compute(&prm, rev, 2, NULL, q, 1, o2) == KVP_OK &&
+                   memcmp(o1, o2, sizeof(o1)) == 0,
+               "%s: a page of -inf scores fails or changes the result by its place", impls[im]);
+        at_free(&a);
+    }
+}
+
 int main(void)
 {
     int64_t live = kvp_alloc_live_count();
@@ -263,6 +324,7 @@ int main(void)
     check_codecs();
     check_errors();
     check_f16();
+    check_overflow();
     EXPECT(kvp_alloc_live_count() == live, "kvp_malloc'd scratch leaked");
     return kvp_test_result("test_attn");
 }
