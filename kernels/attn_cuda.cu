@@ -166,8 +166,9 @@ __global__ void k_attn(const uint8_t *blob, const dpage_t *tab, uint32_t n, uint
             acc_o[d] = acc_o[d] * a;
             acc_r[d] = acc_r[d] * a;
         }
-        for (uint32_t t = threadIdx.x; t < pg->valid; t += nt) {
-            sc[t] = expf(sc[t] - m);
+        for (uint32_t t = threadIdx.x; t < pg->valid; t += nt) { /* a page whose every score is
+                                                                   * -inf weighs 0 (not NaN) */
+            sc[t] = mx == -INFINITY ? 0.0f : expf(sc[t] - m);
             sum   = sum + sc[t];
         }
         sum = block_reduce(sum, 0, red); /* also orders the sc writes before the V pass */

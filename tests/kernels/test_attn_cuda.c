@@ -62,6 +62,38 @@ static void one(tk_rng_t *r, int c, uint32_t H, uint32_t D, uint32_t g, uint32_t
 
 #define EXPECT_FAIL(call, want) AT_EXPECT_FAIL(call, want, out, nout)
 
+/* scores past float range (a huge scale): refused; a page whose every score overflowed to -inf
+ * weighs 0 wherever it comes (it came out NaN when first). k, v: 2 x 16 tokens x 1 head x 64 */
+static void overflow(float *k, float *v, float *q, float *out)
+{
+    enum { D = 64, P = 16 };
+    kvp_attn_params_t prm = {.field_mask = KVP_ATTN_PARAM_SCALE, .scale = 1e37f};
+    at_pages_t        a;
+    kvp_attn_page_t   rev[2];
+    float             o1[D], o2[D];
+    size_t            nout = D;
+
+    for (uint32_t i = 0; i < 2 * P * D; i++) {
+        k[i] = i < P * D ? -10.0f : 0.01f * (float)((i * 2654435761u) % 201) - 1.0f;
+        q[i % D] = 1.0f;
+    }
+    at_build(&a, KVP_CODEC_FP16, 0, 1, D, P, k, v, 2 * P, 0, 0);
+    rev[0] = a.ap[1];
+    rev[1] = a.ap[0];
+    EXPECT(kvp_cuda_attn_compute(&prm, a.ap, 2, NULL, q, 1, o1) == KVP_OK &&
+               kvp_cuda_attn_compute(&prm, rev, 2, NULL, q, 1, o2) == KVP_OK &&
+               memcmp(o1, o2, sizeof(o1)) == 0,
+           "a page of -inf scores fails or changes the result by its place");
+    at_free(&a);
+    memcpy(q, k + (2 * P - 1) * D, D * sizeof(float)); /* its own key: a score past float range */
+    for (uint32_t d = 0; d < D; d++) {
+        q[d] = q[d] * 1e3f;
+    }
+    at_build(&a, KVP_CODEC_FP16, 0, 1, D, P, k + P * D, v, P, 0, 0);
+    EXPECT_FAIL(kvp_cuda_attn_compute(&prm, a.ap, 1, NULL, q, 1, out), KVP_ERR_BAD_INPUT_DATA);
+    at_free(&a);
+}
+
 static void errors(tk_rng_t *r)
 {
     uint32_t        H = 2, D = 64, P = 64, T = 64 * 3 + 20, Hq = 8;
@@ -86,6 +118,7 @@ static void errors(tk_rng_t *r)
     at_build(&a, KVP_CODEC_NAIVE2, 0, H, D, P, k, v, T, 0, 0);
     EXPECT_FAIL(kvp_cuda_attn_compute(NULL, a.ap, a.n, NULL, q, Hq, out), KVP_ERR_UNSUPPORTED);
     at_free(&a);
+    overflow(k, v, q, out);
     free(k), free(v);
 }
 
