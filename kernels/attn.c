@@ -137,8 +137,11 @@ static void soft_update(attn_st_t *s, uint32_t qh0, uint32_t nh, uint32_t nt)
         uint32_t qh = qh0 + j;
         float    mx = s->kk->max(x, nt), mo = s->b.m[qh];
 
-        if (mx == -INFINITY) { /* every score underflowed past float range: weight 0 each */
-            memset(x, 0, (size_t)nt * sizeof(float));
+        if (mx == -INFINITY) { /* every score -inf (past float range): weight 0 each; or a NaN,
+                                * which max() passes over: kept, so the result is refused */
+            for (uint32_t i = 0; i < nt; i++) {
+                x[i] = x[i] == -INFINITY ? 0.0f : x[i];
+            }
             continue;
         }
         if (mx > mo) {

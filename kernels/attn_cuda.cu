@@ -167,8 +167,10 @@ __global__ void k_attn(const uint8_t *blob, const dpage_t *tab, uint32_t n, uint
             acc_r[d] = acc_r[d] * a;
         }
         for (uint32_t t = threadIdx.x; t < pg->valid; t += nt) { /* a page whose every score is
-                                                                   * -inf weighs 0 (not NaN) */
-            sc[t] = mx == -INFINITY ? 0.0f : expf(sc[t] - m);
+                                                                   * -inf weighs 0, not NaN; a
+                                                                   * NaN the max passed over
+                                                                   * stays, and is refused */
+            sc[t] = mx == -INFINITY ? (sc[t] == -INFINITY ? 0.0f : sc[t]) : expf(sc[t] - m);
             sum   = sum + sc[t];
         }
         sum = block_reduce(sum, 0, red); /* also orders the sc writes before the V pass */

@@ -301,6 +301,25 @@ static void check_overflow(void)
                 k16[t * D + 7] = keep;
             }
         }
+        /* a NaN score (+inf + -inf) among -inf ones, a finite score past them: refused (it
+         * used to be dropped with the -inf ones, OK) */
+        {
+            enum { TN = 129, DN = 16 };
+            static uint16_t kn[TN * DN], vn[TN * DN];
+            float           qn[DN];
+
+            for (uint32_t i = 0; i < TN * DN; i++) {
+                uint32_t t = i / DN;
+
+                kn[i] = t == TN - 1 ? 0 : (t == 1 ? ((i & 1) ? 0xFBFF : 0x7BFF) : 0xFBFF);
+                vn[i] = kvp_f32_to_f16(t == 1 ? 100.0f : 1.0f);
+            }
+            for (uint32_t d = 0; d < DN; d++) {
+                qn[d] = 1e36f;
+            }
+            AT_EXPECT_FAIL(kvp_attn_compute_f16(NULL, kn, vn, TN, H, DN, qn, 1, out),
+                           KVP_ERR_BAD_INPUT_DATA, out, DN);
+        }
         /* two pages, every score of one -inf (weight 0): the same answer in either order */
         for (size_t i = 0; i < (size_t)NF * D; i++) {
             k[i] = i < (size_t)NF / 2 * D ? -10.0f : 0.01f * tk_gauss(&r);

@@ -92,6 +92,18 @@ static void overflow(float *k, float *v, float *q, float *out)
     at_build(&a, KVP_CODEC_FP16, 0, 1, D, P, k + P * D, v, P, 0, 0);
     EXPECT_FAIL(kvp_cuda_attn_compute(&prm, a.ap, 1, NULL, q, 1, out), KVP_ERR_BAD_INPUT_DATA);
     at_free(&a);
+    /* a NaN score (+inf + -inf) among -inf ones on the first page, finite ones on the second:
+     * refused, not dropped with the -inf ones */
+    for (uint32_t i = 0; i < 2 * P * D; i++) {
+        uint32_t t = i / D;
+
+        k[i] = t >= P ? 0.0f : (t == 1 && (i & 1) ? 65504.0f : -65504.0f);
+        q[i % D] = 1e36f;
+    }
+    prm.scale = 1.0f;
+    at_build(&a, KVP_CODEC_FP16, 0, 1, D, P, k, v, 2 * P, 0, 0);
+    EXPECT_FAIL(kvp_cuda_attn_compute(&prm, a.ap, 2, NULL, q, 1, out), KVP_ERR_BAD_INPUT_DATA);
+    at_free(&a);
 }
 
 static void errors(tk_rng_t *r)
