@@ -675,8 +675,9 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pag
     for (size_t i = 0; i < n; i++) {
         if (s->pages[i]->slot.ptr == NULL) {
             if (!s->pages[i]->on_disk) {
-                KVP_LOG_ERROR(MOD, "session %s: chunk %zu layer %zu was lost (failed its crc "
-                              "earlier)", s->key.sid, i / s->desc.layers, i % s->desc.layers);
+                KVP_LOG_ERROR(MOD, "session %s: chunk %zu layer %zu was lost earlier (it failed "
+                              "its check, or its bytes were missing from the disk at open)",
+                              s->key.sid, i / s->desc.layers, i % s->desc.layers);
                 kvp_free(miss);
                 return KVP_ERR_CORRUPT;
             }

@@ -8,7 +8,8 @@
  * after each WAL sync, so a kill often lands while what that sync made durable is all there is;
  * KVP_POWER_SEG_WRITE_SLEEP_MS=N after each segment write, so a stream of commits spans several
  * syncs.
- * Loaded into test_crash's child only. */
+ * A file unlinked (or renamed over) takes its held writes with it, as a power loss would: its
+ * inode may be reused by the next file. Loaded into test_crash's child only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -146,6 +147,59 @@ static void apply(int fd, const struct stat *sb)
     }
     pthread_mutex_unlock(&mu);
     close(wfd);
+}
+
+/* drop the held writes of path's inode (its last name is going) */
+static void forget(int dirfd, const char *path)
+{
+    struct stat sb;
+    held_t    **pp, *h;
+
+    if (fstatat(dirfd, path, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+        sb.st_nlink > 1) {
+        return;
+    }
+    pthread_mutex_lock(&mu);
+    for (pp = &head; (h = *pp) != NULL;) {
+        if (h->dev == sb.st_dev && h->ino == sb.st_ino) {
+            *pp = h->next;
+            free(h->data);
+            free(h);
+            nheld--;
+        } else {
+            pp = &h->next;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+int unlink(const char *path)
+{
+    static int (*real)(const char *);
+
+    real = real ? real : (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
+    forget(AT_FDCWD, path);
+    return real(path);
+}
+
+int unlinkat(int dirfd, const char *path, int flags)
+{
+    static int (*real)(int, const char *, int);
+
+    real = real ? real : (int (*)(int, const char *, int))dlsym(RTLD_NEXT, "unlinkat");
+    if (!(flags & AT_REMOVEDIR)) {
+        forget(dirfd, path);
+    }
+    return real(dirfd, path, flags);
+}
+
+int rename(const char *from, const char *to)
+{
+    static int (*real)(const char *, const char *);
+
+    real = real ? real : (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    forget(AT_FDCWD, to); /* the file renamed over */
+    return real(from, to);
 }
 
 ssize_t write(int fd, const void *buf, size_t n)
