@@ -17,6 +17,10 @@
 
 static volatile sig_atomic_t node_stop;
 
+/* --max-msg at most: the receive budget is 4x it (a value near 2^62 wrapped it to 0, and every
+ * large request then waited forever) */
+#define MAX_MSG_LIMIT ((size_t)16 << 30)
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -78,7 +82,7 @@ static void usage(const char *prog, FILE *out)
             "                          removed when the disk fills anyway, so deletes have room\n"
             "                          (0 = off; default 4x the index memtable: DRAM budget / 2,\n"
             "                          16..256)\n"
-            "  --max-msg BYTES         largest request accepted (default 256M); 4x that of\n"
+            "  --max-msg BYTES         largest request accepted, up to 16G (default 256M); 4x that of\n"
             "                          request data is held at once (being received, or queued\n"
             "                          behind its connection's earlier requests): a request\n"
             "                          past that waits for room, it is not refused\n"
@@ -233,8 +237,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             }
         } else if ((v = opt(argc, argv, &i, "--max-msg", &missing)) != NULL) {
             p.field_mask |= KVP_NODE_PARAM_MAX_MSG;
-            if (parse_bytes(v, &p.max_msg_bytes) != 0) {
-                fprintf(stderr, "%s: bad --max-msg '%s'\n", prog, v);
+            if (parse_bytes(v, &p.max_msg_bytes) != 0 || p.max_msg_bytes > MAX_MSG_LIMIT) {
+                fprintf(stderr, "%s: --max-msg wants 1 byte to 16G, got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--durability", &missing)) != NULL) {

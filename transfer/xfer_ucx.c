@@ -739,7 +739,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
         return KVP_ERR_NO_MEMORY;
     }
     x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
-    x->max_rx      = 4 * x->max_msg;
+    x->max_rx      = x->max_msg > SIZE_MAX / 4 ? SIZE_MAX : 4 * x->max_msg; /* never wraps */
     kvp_list_init(&x->pending);
     kvp_list_init(&x->recving);
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms

@@ -357,6 +357,9 @@ try:
     for bad in ("0", "60001", "2x"):
         rc, err = node_error("--durability", "interval", "--sync-ms", bad)
         check(rc == 2 and "--sync-ms wants 1..60000" in err, f"--sync-ms {bad}: {rc} {err}")
+    for bad in ("4611686018427387904", "17G", "0"):  # 2^62 wrapped the 4x receive budget to 0
+        rc, err = node_error("--max-msg", bad)
+        check(rc == 2 and "--max-msg wants 1 byte to 16G" in err, f"--max-msg {bad}: {rc} {err}")
     rc, err = node_error("--sync-ms", "50")
     check(rc == 2 and "needs --durability interval" in err, f"--sync-ms alone: {rc} {err}")
     # a start that fails after the HTTP port is up leaves no ready file naming it (it used to;
