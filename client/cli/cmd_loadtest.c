@@ -2,7 +2,9 @@
  * multi-turn sessions) against a real kvpackd and report hit ratio, latency percentiles, tier
  * traffic and per-window figures. This file holds the options, finds the trace, starts local
  * nodes (--local-nodes, default 1) with temporary data directories unless --node / --etcd is
- * given, and runs workload -> replay -> report (cmd_loadtest_trace.c, cmd_loadtest_run.c, cmd_loadtest_report.c). */
+ * given (whose run's sessions the replay deletes at its end unless --keep-sessions), and runs
+ * workload -> replay -> report (cmd_loadtest_trace.c, cmd_loadtest_run.c,
+ * cmd_loadtest_report.c). */
 #include "cli.h"
 #include "cmd_loadtest.h"
 #include "proc.h"
@@ -26,7 +28,7 @@ typedef struct {
     uint64_t        node_workers; /* --workers of local nodes */
     double          time_scale;
     kvp_codec_id_t  codec;
-    bool            json, keep_dir;
+    bool            json, keep_dir, keep_sessions;
     uint32_t        scoped; /* bit k: lt_scoped[k] was given */
 } lt_opts_t;
 
@@ -63,6 +65,9 @@ static void lt_usage(FILE *out)
             "                      during the run (a node that joins takes its share of the\n"
             "                      sessions; the report counts membership_changes)\n"
             "  --local-nodes N     start N local kvpackd, 1..%u (default 1)\n"
+            "  --keep-sessions     --node / --etcd: leave the run's sessions on the nodes (default:\n"
+            "                      deleted when the run ends, also after a failure or an\n"
+            "                      interrupt; the report names their namespace and run_salt)\n"
             "  --replicas R        put each session on the first R live nodes of its rendezvous\n"
             "                      rank (lookup and missing pages on each); get and resume from\n"
             "                      the first that has it; 1..nodes (default 1). A node found\n"
@@ -90,8 +95,10 @@ static void lt_usage(FILE *out)
             "placed on it (placed: the best this cluster can hit; hits equal it when nothing is\n"
             "evicted); a node that died counts in the node figures with its last statistics.\n"
             "Each run puts its sessions under a namespace of its own (run_salt in the report), so\n"
-            "pages an earlier run left on a --node are never hit. A run that fails or is\n"
-            "interrupted still reports the requests that finished (\"ok\": false).\n"
+            "pages an earlier run left on a --node are never hit, and deletes them from --node /\n"
+            "--etcd nodes when it ends (a progress line, then how many were deleted and how many\n"
+            "could not be; an interrupt while it runs stops it). A run that fails or is interrupted\n"
+            "still reports the requests that finished (\"ok\": false).\n"
             "exit status: 0 all requests done; 3 all done but some node failed (its replicas\n"
             "served); 1 a request failed; 130 interrupted; 2 bad options\n",
             KVP_LT_MAX_CLIENTS, KVP_LT_MAX_NODES);
@@ -117,6 +124,11 @@ static int lt_parse_nodes(const lt_opts_t *o, bool local_given)
     if (o->replicas == 0 || (o->etcd == NULL && o->replicas > n)) {
         fprintf(stderr, "kvpack loadtest: --replicas %llu: must be 1..%llu (the number of nodes)\n",
                 (unsigned long long)o->replicas, (unsigned long long)n);
+        return 2;
+    }
+    if (o->keep_sessions && o->node == NULL && o->etcd == NULL) {
+        fprintf(stderr, "kvpack loadtest: --keep-sessions applies to --node / --etcd only (local "
+                        "nodes' data directories are removed; --keep-dir keeps them)\n");
         return 2;
     }
     return 0;
@@ -181,7 +193,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
             {"--local-nodes", &o->local_nodes}, {"--replicas", &o->replicas},
             {"--node-workers", &o->node_workers}};
         const struct { const char *name; bool *val; } flags[] = {
-            {"--json", &o->json}, {"--keep-dir", &o->keep_dir}};
+            {"--json", &o->json}, {"--keep-dir", &o->keep_dir},
+            {"--keep-sessions", &o->keep_sessions}};
 
         for (int i = 1; i < argc; i++) {
             const char *name = "--time-scale";
@@ -391,7 +404,7 @@ volatile sig_atomic_t kvp_lt_interrupted;
 static void lt_on_signal(int sig)
 {
     (void)sig;
-    kvp_lt_interrupted = 1;
+    kvp_lt_interrupted = kvp_lt_interrupted + 1; /* only this handler writes it */
 }
 
 /* The report: JSON or text on stdout, and the chart. Also after a failure or an interrupt, over
@@ -413,7 +426,8 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
     kvp_lt_params_t p = {kvp_lt_mix64(kvp_time_ns() ^ (uint64_t)getpid() << 40), o->codec,
                          (uint32_t)o->layers, (uint32_t)o->heads, (uint32_t)o->head_dim,
                          (uint32_t)o->page_tokens, o->time_scale, (uint32_t)o->clients,
-                         (uint32_t)o->replicas, o->etcd};
+                         (uint32_t)o->replicas, o->etcd,
+                         (o->node != NULL || o->etcd != NULL) && !o->keep_sessions};
     kvp_lt_info_t   info = {source, NULL, o->node == NULL && o->etcd == NULL, o->dram_budget,
                             o->node_workers, &p};
     kvp_lt_result_t res;
@@ -438,9 +452,11 @@ static int lt_replay(const lt_opts_t *o, const kvp_lt_workload_t *w, const char 
         fprintf(stderr, "kvpack loadtest: every request done, but %u calls found a node "
                         "unreachable (per node in the report); exit 3\n", failures);
         rc = 3;
-    } else if (rc == 0 && run != 0 && kvp_lt_interrupted) {
-        fprintf(stderr, "kvpack loadtest: interrupted after %u of %u requests; stopping\n",
-                res.done, w->n);
+    } else if (rc == 0 && kvp_lt_interrupted) { /* during the run, or the delete after it */
+        if (run != 0) {
+            fprintf(stderr, "kvpack loadtest: interrupted after %u of %u requests; stopping\n",
+                    res.done, w->n);
+        }
         rc = 130;
     } else if (rc == 0 && run != 0) {
         fprintf(stderr, "kvpack loadtest: FAILED after %u of %u requests\n", res.done, w->n);
@@ -488,7 +504,11 @@ int kvp_cmd_loadtest(int argc, char **argv)
         struct sigaction sa;
 
         memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = lt_on_signal; /* its local nodes and their files go on the way out */
+        sa.sa_handler = lt_on_signal; /* its sessions, local nodes and their files go on the way
+                                       * out; one signal at a time (the handler counts them) */
+        sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGINT);
+        sigaddset(&sa.sa_mask, SIGTERM);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
     }

@@ -18,8 +18,9 @@
 #define KVP_LT_MAX_NODES    KVP_CLUSTER_MAX_NODES /* --node A,B,C / --etcd / --local-nodes */
 #define KVP_LT_ADDR_MAX     264u                  /* HOST:PORT and the NUL */
 
-/* Set by SIGINT/SIGTERM during a replay: the clients stop between requests, and the command
- * cleans up (its local nodes and their data directories) and exits 130. */
+/* Counts SIGINT/SIGTERM during a replay: at the first the clients stop between requests, and the
+ * command cleans up (the sessions it put on existing nodes, its local nodes and their data
+ * directories) and exits 130; one more during the delete of the sessions stops that too. */
 extern volatile sig_atomic_t kvp_lt_interrupted;
 
 /* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
@@ -73,6 +74,8 @@ typedef struct {
     uint32_t       clients;    /* concurrent clients, 1..KVP_LT_MAX_CLIENTS */
     uint32_t       replicas;   /* r: nodes each session is put on (first r live of its rank) */
     const char    *etcd;       /* the members from etcd, followed by a watch (else the peers) */
+    bool           delete_sessions; /* existing nodes, no --keep-sessions: the run's sessions are
+                                     * deleted from the nodes when it ends (kvp_lt_run) */
 } kvp_lt_params_t;
 
 /* Per-request measurements (latencies in ms; NaN where the step did not run). */
@@ -123,6 +126,10 @@ typedef struct {
     kvp_lt_node_t     nodes[KVP_LT_MAX_NODES];
     uint64_t          membership_changes;  /* --etcd: changes the first client's watch saw */
     uint64_t          ref_single, ref_placed; /* kvp_lt_reference block hits: one node, placed */
+    /* the run's sessions: put (a put was sent for them), then with params.delete_sessions:
+     * deleted from the nodes, absent (no node held one: its put failed) and left (a node did not
+     * answer, or the delete was stopped) */
+    uint32_t          sessions_put, sessions_deleted, sessions_absent, sessions_left;
 } kvp_lt_result_t;
 
 /* Block hits of request r whose lookup found its first hit P-token chunks: a block hits when it
@@ -142,7 +149,9 @@ void kvp_lt_took(kvp_lt_sample_t *s, kvp_lt_result_t *res, const kvp_lt_req_t *r
  * missing pages, record on each); get and resume from the first in rank that has it. With several
  * nodes, a node found unreachable is counted in res->nodes[].failures and skipped by that client
  * for the rest of the run. The first other failure (or a request no node took) stops every client
- * and is reported once, naming the request; res->done says how many requests completed.
+ * and is reported once, naming the request; res->done says how many requests completed. Then,
+ * with p->delete_sessions, the sessions it put are deleted from the nodes, also after a failure
+ * or an interrupt (res->sessions_*; a progress line and a one-line summary on stderr).
  * Returns 0 or -1. */
 int  kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
                 const kvp_lt_workload_t *w, kvp_lt_result_t *res);

@@ -195,6 +195,43 @@ static void json_pct(kvp_json_t *j, const char *key, const lt_pct_t *p)
     kvp_json_close(j);
 }
 
+/* What became of the run's sessions: "delete" (existing nodes: deleted when it ended; left: those
+ * that could not be), "keep" (--keep-sessions: all left, under namespace/run_salt) or "local"
+ * (local nodes: their data directories go with them). */
+static const char *cleanup_mode(const kvp_lt_info_t *info)
+{
+    return info->local_node ? "local" : info->params->delete_sessions ? "delete" : "keep";
+}
+
+static void json_cleanup(kvp_json_t *j, const kvp_lt_info_t *info, const kvp_lt_result_t *res)
+{
+    bool keep = !info->local_node && !info->params->delete_sessions;
+
+    kvp_json_obj(j, "cleanup");
+    kvp_json_str(j, "mode", cleanup_mode(info));
+    kvp_json_int(j, "sessions", res->sessions_put);
+    kvp_json_int(j, "deleted", res->sessions_deleted);
+    kvp_json_int(j, "absent", res->sessions_absent);
+    kvp_json_int(j, "left", keep ? res->sessions_put : res->sessions_left);
+    kvp_json_close(j);
+}
+
+static void text_cleanup(const kvp_lt_info_t *info, const kvp_lt_result_t *res)
+{
+    if (info->local_node) {
+        return;
+    }
+    printf("sessions         %u put, ", res->sessions_put);
+    if (!info->params->delete_sessions) {
+        printf("kept on the nodes (--keep-sessions) under the namespace above\n");
+    } else if (res->sessions_left == 0) {
+        printf("deleted from the nodes when the run ended\n");
+    } else {
+        printf("%u deleted from the nodes when the run ended, %u could not be: they stay under "
+               "the namespace above\n", res->sessions_deleted, res->sessions_left);
+    }
+}
+
 void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
                         const kvp_lt_result_t *res)
 {
@@ -228,6 +265,7 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     kvp_json_close(&j);
     kvp_json_str(&j, "namespace", ns);
     kvp_json_str(&j, "run_salt", salt);
+    json_cleanup(&j, info, res);
     if (w->synthetic) {
         kvp_json_int(&j, "users", (int64_t)w->users);
         kvp_json_int(&j, "rounds", (int64_t)w->rounds);
@@ -348,6 +386,7 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
            info->params->head_dim, info->params->page_tokens);
     printf("namespace        %016llx (run salt %016llx: no earlier run's pages are hit)\n",
            (unsigned long long)res->ns, (unsigned long long)info->params->salt);
+    text_cleanup(info, res);
     printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn\n", t.reqs,
            res->wall_s, t.reqs / res->wall_s, res->resumes);
     if (info->params->clients > 1) {

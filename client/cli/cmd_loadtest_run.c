@@ -8,7 +8,8 @@
  * and so its node indices, follow etcd). --clients N runs N threads, each with its own cluster
  * handle and engine; all turns of a conversation stay on one
  * thread, the main thread only reports progress. The first failure stops every thread and is
- * reported once, naming the request. */
+ * reported once, naming the request. At the end, against existing nodes, the sessions the run
+ * put are deleted from them (unless --keep-sessions). */
 #include "cli.h"
 #include "cmd_loadtest.h"
 
@@ -36,6 +37,7 @@ typedef struct {
     const kvp_lt_workload_t *w;
     kvp_lt_result_t         *res;
     uint8_t                 *owner;    /* client of each request */
+    uint8_t                 *sent;     /* sessions a put was sent for (set by their client) */
     uint32_t                 prefix;   /* requests [0, prefix) have all finished */
     uint32_t                 next_win; /* first window whose end statistics are not taken yet */
     uint32_t                 running;  /* client threads that have not returned */
@@ -358,6 +360,7 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
     desc.tail_len    = tail_len;
     desc.tail        = rem ? e->tail : NULL;
     snprintf(sid, sizeof(sid), "lt-%u", r->session);
+    e->sh->sent[r->session] = 1; /* from now on the node may hold some of it */
     t0 = kvp_time_ns();
     st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n,
                                       kvp_version_now());
@@ -793,6 +796,70 @@ out:
     return rc;
 }
 
+/* True when no node answered the call of report rep (each was unreachable, or skipped as such). */
+static bool lt_none_answered(const kvp_cluster_report_t *rep)
+{
+    for (uint32_t k = 0; k < rep->n_tried; k++) {
+        if (!kvp_cluster_status_unreachable(rep->tried[k].status)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The end of a run against existing nodes: delete each session a put was sent for from every
+ * node (kvp_cluster_delete_session: its record and the pages no other session names). Also after
+ * a failure or an interrupt; it stops when no node answers, or at one more SIGINT/SIGTERM (the
+ * rest are left). A progress line while it runs, then one line: deleted, and left. */
+static void lt_delete(lt_engine_t *e, const uint8_t *sent, uint32_t n_sessions,
+                      kvp_lt_result_t *res)
+{
+    sig_atomic_t signals = kvp_lt_interrupted;
+    kvp_status_t first = KVP_OK;
+    const char  *stopped = NULL;
+    char         sid[32], why[96] = "";
+
+    for (uint32_t s = 0, done = 0; s < n_sessions && stopped == NULL; s++) {
+        kvp_cluster_report_t rep;
+        kvp_status_t         st;
+
+        if (!sent[s]) {
+            continue;
+        }
+        snprintf(sid, sizeof(sid), "lt-%u", s);
+        st = kvp_cluster_delete_session(e->cl, e->ns, sid, &rep);
+        res->sessions_deleted += st == KVP_OK;
+        res->sessions_absent += st == KVP_ERR_NOT_FOUND;
+        if (st != KVP_OK && st != KVP_ERR_NOT_FOUND && first == KVP_OK) {
+            first = st;
+            snprintf(why, sizeof(why), "%s: %s", sid, kvp_status_str(st));
+        }
+        if (kvp_cluster_status_unreachable(st) && lt_none_answered(&rep)) {
+            stopped = "no node answered";
+        } else if (kvp_lt_interrupted != signals) {
+            stopped = "interrupted";
+        }
+        kvp_progress("loadtest: deleting sessions", ++done, res->sessions_put);
+    }
+    kvp_progress_done();
+    res->sessions_left = res->sessions_put - res->sessions_deleted - res->sessions_absent;
+    if (res->sessions_put == 0) {
+        return;
+    }
+    fprintf(stderr, "kvpack loadtest: deleted %u of its %u sessions from the nodes, %u could not "
+                    "be", res->sessions_deleted, res->sessions_put, res->sessions_left);
+    if (res->sessions_left > 0) {
+        fprintf(stderr, " (%s%s%s); they stay under namespace %016llx (run salt %016llx)", why,
+                why[0] != '\0' && stopped != NULL ? "; stopped: " : stopped ? "stopped: " : "",
+                stopped != NULL ? stopped : "", (unsigned long long)e->ns,
+                (unsigned long long)e->p->salt);
+    }
+    if (res->sessions_absent > 0) {
+        fprintf(stderr, "; %u were on no node (their put failed)", res->sessions_absent);
+    }
+    fputc('\n', stderr);
+}
+
 int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
                const kvp_lt_workload_t *w, kvp_lt_result_t *res)
 {
@@ -811,7 +878,9 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
     sh.res       = res;
     res->samples = kvp_calloc(w->n, sizeof(*res->samples), "loadtest samples");
     sh.owner     = kvp_calloc(w->n, 1, "loadtest clients");
-    if (eng == NULL || res->samples == NULL || sh.owner == NULL || lt_plan(&sh) != 0) {
+    sh.sent      = kvp_calloc(w->n_sessions + 1, 1, "loadtest sessions");
+    if (eng == NULL || res->samples == NULL || sh.owner == NULL || sh.sent == NULL ||
+        lt_plan(&sh) != 0) {
         fprintf(stderr, "kvpack loadtest: out of memory for %u requests\n", w->n);
         goto out;
     }
@@ -859,12 +928,19 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
         fprintf(stderr, "kvpack loadtest: out of memory for the hit references\n");
         rc = -1;
     }
+    for (uint32_t s = 0; s < w->n_sessions; s++) {
+        res->sessions_put += sh.sent[s];
+    }
+    if (p->delete_sessions) {
+        lt_delete(&eng[0], sh.sent, w->n_sessions, res);
+    }
 out:
     for (uint32_t c = 0; c < ready; c++) {
         engine_free(&eng[c]);
     }
     kvp_free(eng);
     kvp_free(sh.owner);
+    kvp_free(sh.sent);
     pthread_mutex_destroy(&sh.mu);
     return rc;
 }

@@ -7,7 +7,10 @@ where users share nothing, placed == single), each node holds exactly the sessio
 SIGKILLed mid-run: the run finishes every request from the other replica, names the dead node's
 failures, exits 3, and no node counter goes negative (the dead node counts with its last
 statistics); rerun: the same run twice against one node, the second hits only what the first did
-(each run's namespace is salted); errors: bad combinations exit 2 with a clear message.
+(each run's namespace is salted), and each leaves the node as it found it (no session, no DRAM
+byte), as does one interrupted mid-run; with --keep-sessions the node keeps exactly the run's
+sessions, under the namespace its report names; errors: bad combinations exit 2 with a clear
+message.
 usage: check_loadtest_cluster.py CASE KVPACK KVPACKD [TRACE]"""
 import json
 import os
@@ -166,15 +169,43 @@ def case_kill():
         subprocess.run(["rm", "-rf", d])
 
 
+def node_holds(addr):
+    """(sessions, dram_bytes) from `kvpack stat`, and the namespaces `kvpack ls` lists."""
+    st = json.loads(subprocess.run([KVPACK, "stat", "--node", addr, "--json"], capture_output=True,
+                                   text=True, timeout=60).stdout)
+    ls = json.loads(subprocess.run([KVPACK, "ls", "--node", addr, "--json"], capture_output=True,
+                                   text=True, timeout=60).stdout)
+    return st["sessions"], st["dram_bytes"], [e["ns"] for e in ls["sessions"]]
+
+
+def check_left_clean(addr, r, err, what):
+    """After a run against addr: its sessions were deleted (report, stderr) and the node holds
+    nothing (each run leaving its sessions under a new namespace filled the node run by run)."""
+    sessions, dram, ns = node_holds(addr)
+    print(f"{what}: cleanup {r.get('cleanup')}; node: {sessions} sessions, {dram} DRAM bytes, "
+          f"ns {ns}")
+    check(sessions == 0 and dram == 0 and ns == [], f"{what}: the node kept the run's sessions")
+    c = r.get("cleanup", {})
+    check(c.get("mode") == "delete" and c.get("sessions", 0) > 0 and
+          c.get("deleted") == c.get("sessions") and c.get("left") == 0,
+          f"{what}: the report does not say its sessions were deleted: {c}")
+    n = c.get("sessions")
+    check(f"deleted {n} of its {n} sessions from the nodes, 0 could not be" in err,
+          f"{what}: no summary line on stderr: {err[-300:]!r}")
+
+
 def case_rerun():
     """The same synthetic run twice against one node: the second's hits are its own, as the
     first's (it used to hit every page the first put: ~100 % next to an unbounded count of a few,
-    and a note saying "below")."""
+    and a note saying "below"); each run deletes its sessions from the node when it ends (they used
+    to stay, a new copy each run), also when interrupted; --keep-sessions keeps them."""
     d = tempfile.mkdtemp(prefix="kvp_ltc_rerun_")
-    node = start_node(d, 0)
+    node = start_node(d, 0, http=True)
     try:
+        with open(os.path.join(d, "http0")) as f:
+            metrics = f"http://127.0.0.1:{f.read().strip()}/metrics"
         runs = []
-        for _ in range(2):
+        for k in range(2):
             rc, r, err = loadtest(["--node", node[1], "--users", "3", "--rounds", "3",
                                    "--turn-tokens", "700"])
             check(rc == 0 and r is not None, f"exit {rc}: {err[-300:]}")
@@ -183,12 +214,46 @@ def case_rerun():
             runs.append(r)
             print(f"hit_blocks {r['hit_blocks']} / {r['blocks']}, unbounded "
                   f"{r['unbounded_hit_blocks']}, salt {r.get('run_salt')}, ns {r['namespace']}")
+            check_left_clean(node[1], r, err, f"run {k + 1}")
         a, b = runs
         check(b["hit_blocks"] == a["hit_blocks"] and b["hit_chunks"] == a["hit_chunks"],
               "the second run hit pages of the first")
         check(b["hit_blocks"] <= b["unbounded_hit_blocks"], "hits above the unbounded count")
         check(a.get("run_salt") != b.get("run_salt") and a["namespace"] != b["namespace"],
               "both runs in one namespace")
+        # interrupted once the node holds a session (its /metrics polled over plain HTTP): the
+        # sessions put so far are deleted on the way out, and the exit says interrupted
+        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", node[1], "--users", "4",
+                               "--rounds", "400", "--turn-tokens", "256"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(6000):
+            if sessions_of(metrics) > 0 or lt.poll() is not None:
+                break
+            time.sleep(0.005)
+        lt.send_signal(signal.SIGINT)
+        try:
+            out, err = lt.communicate(timeout=120)  # a hang guard, not a speed assertion
+        except subprocess.TimeoutExpired:
+            lt.kill()
+            out, err = lt.communicate()
+            check(False, "loadtest hung after SIGINT")
+        r = json.loads(out) if out.strip() else {}
+        check(lt.returncode == 130 and r.get("ok") is False,
+              f"interrupted: exit {lt.returncode}, ok {r.get('ok')}: {err[-300:]!r}")
+        check_left_clean(node[1], r, err, "interrupted")
+        # --keep-sessions: the node keeps the run's sessions, under the namespace it reports
+        rc, r, err = loadtest(["--node", node[1], "--users", "3", "--rounds", "2",
+                               "--turn-tokens", "700", "--keep-sessions"])
+        check(rc == 0 and r is not None, f"--keep-sessions: exit {rc}: {err[-300:]}")
+        if r is None:
+            return
+        sessions, dram, ns = node_holds(node[1])
+        print(f"--keep-sessions: cleanup {r['cleanup']}; node: {sessions} sessions, ns {ns}")
+        check(sessions == 3 and ns == [r["namespace"]] * 3 and dram > 0,
+              "--keep-sessions: the node does not hold exactly the run's 3 sessions")
+        check(r["cleanup"] == {"mode": "keep", "sessions": 3, "deleted": 0, "absent": 0, "left": 3},
+              f"--keep-sessions: report {r['cleanup']}")
+        check("deleted" not in err, f"--keep-sessions: a delete was reported: {err[-300:]!r}")
     finally:
         node[0].kill()
         node[0].wait()
@@ -200,7 +265,8 @@ def case_errors():
                        (["--local-nodes", "2", "--replicas", "3"], "--replicas 3"),
                        (["--node", "127.0.0.1:1,127.0.0.1:2", "--replicas", "3"], "--replicas 3"),
                        (["--local-nodes", "0"], "--local-nodes"),
-                       (["--replicas", "0"], "--replicas 0")):
+                       (["--replicas", "0"], "--replicas 0"),
+                       (["--keep-sessions"], "--keep-sessions applies to --node / --etcd")):
         rc, r, err = loadtest(["--users", "2", "--rounds", "2", "--turn-tokens", "600", *args])
         check(rc == 2 and want in err and len(err.strip().splitlines()) == 1,
               f"{args}: exit {rc}, stderr {err!r}")
