@@ -103,11 +103,15 @@ static int64_t win_delta(const kvp_lt_result_t *res, uint32_t k, size_t field)
 static void win_label(const kvp_lt_workload_t *w, const kvp_lt_result_t *res, uint32_t k,
                       char *out, size_t len)
 {
-    uint64_t a = res->windows[k].first / w->users, b = (res->windows[k].end - 1) / w->users;
+    uint64_t a, b;
 
-    if (!w->synthetic) {
+    if (!w->synthetic) { /* a trace has no users (0): no division */
         snprintf(out, len, "%u", k);
-    } else if (a == b) {
+        return;
+    }
+    a = res->windows[k].first / w->users;
+    b = (res->windows[k].end - 1) / w->users;
+    if (a == b) {
         snprintf(out, len, "%llu", (unsigned long long)a);
     } else {
         snprintf(out, len, "%llu-%llu", (unsigned long long)a, (unsigned long long)b);
