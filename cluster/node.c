@@ -31,8 +31,10 @@
 
 #define MOD "node"
 
-/* Requests of one connection held at once (the one running + those waiting behind it); more are
- * answered KVP_ERR_BUSY at once. libkvpack keeps at most 8 in flight per connection. */
+/* Requests of one connection held at once (the one running, those queued behind it, and those the
+ * transport still holds behind a large one of its that waits for the receive budget): the
+ * transport's conn_msgs_max, so it counts them all. More are answered KVP_ERR_BUSY at once (a
+ * large one's send fails KVP_ERR_BUSY). libkvpack keeps at most 8 in flight per connection. */
 #define NODE_CONN_QUEUE_MAX 256u
 /* Replies a connection has not taken yet (its sends in flight: a client that stops reading, or
  * reads slowly): past this its next request waits (its strand is parked) until they drain, so a
@@ -91,8 +93,7 @@ typedef struct node_job {
  * rest wait. Freed when it empties; touched on the transport thread only. */
 typedef struct node_strand {
     node_job_t         *head, *tail;
-    uint32_t            len;       /* jobs in it, head included */
-    int                 warned;    /* a refusal was logged (once per strand) */
+    int                 warned;    /* its wait for replies to drain was logged (once per strand) */
     struct node_strand *park_next; /* in node_t.parked while it waits for its replies to drain */
 } node_strand_t;
 
@@ -664,7 +665,6 @@ static node_job_t *job_finish(node_t *n, node_job_t *job)
     node_job_t    *next = job->next;
 
     st->head = next;
-    st->len--;
     if (next == NULL) {
         kvp_xfer_conn_set_user(job->conn, NULL);
         kvp_free(st);
@@ -773,33 +773,26 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     job->msg        = msg;
     job->wire_bytes = hl + dl;
     job->bad        = kvp_xfer_msg_status(msg);
-    if (job->bad != KVP_OK) { /* the data never arrived whole; answer the header's req_id */
-        kvp_wire_req_unpack(h, hl, 0, &job->req);
+    if (job->bad != KVP_OK) { /* refused, or its data never arrived whole: answer its req_id */
+        kvp_wire_req_unpack(h, hl, kvp_xfer_msg_sent_len(msg), &job->req);
     } else if ((job->bad = kvp_wire_req_unpack(h, hl, dl, &job->req)) != KVP_OK) {
         KVP_LOG_WARN(MOD, "malformed request from %s (%zu header, %zu data bytes)",
                      kvp_xfer_conn_peer(conn), hl, dl);
     }
-    if (job->bad != KVP_OK) {
-        atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
-    }
     job->op = job->req.op;
     n->outstanding++;
-    st = kvp_xfer_conn_user(conn);
-    if (st != NULL && st->len >= NODE_CONN_QUEUE_MAX) { /* a flood: refused at once */
-        job->bad = KVP_ERR_BUSY;
-        if (!st->warned) {
-            KVP_LOG_WARN(MOD, "%s has %u requests queued: more are refused (ERR_BUSY)",
-                         kvp_xfer_conn_peer(conn), st->len);
-            st->warned = 1;
-        }
-        job_run(n, &job->link);
+    if (kvp_xfer_msg_status(msg) == KVP_ERR_BUSY) { /* past NODE_CONN_QUEUE_MAX: a flood */
+        job_run(n, &job->link); /* refused at once, ahead of the connection's queued ones */
         job_done(n, job);
         return;
     }
+    if (job->bad != KVP_OK) {
+        atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
+    }
+    st = kvp_xfer_conn_user(conn);
     if (st != NULL) { /* busy: wait behind the connection's earlier requests */
         st->tail->next = job;
         st->tail       = job;
-        st->len++;
         return;
     }
     st = kvp_calloc(1, sizeof(*st), "node strand");
@@ -811,7 +804,6 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         return;
     }
     st->head = st->tail = job;
-    st->len  = 1;
     kvp_xfer_conn_set_user(conn, st);
     strand_run(n, job);
 }
@@ -999,8 +991,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     }
     kvp_node_obs_set_store(&n.obs, n.store);
     memset(&xp, 0, sizeof(xp));
-    xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG;
+    xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG |
+                    KVP_XFER_PARAM_CONN_MSGS_MAX;
     xp.recv_cb    = node_recv;
+    xp.conn_msgs_max = NODE_CONN_QUEUE_MAX;
     xp.conn_cb    = node_conn_failed;
     xp.cb_arg     = &n;
     if (fm & KVP_NODE_PARAM_MAX_MSG) {

@@ -92,7 +92,8 @@ static void usage(const char *prog, FILE *out)
             "                          client cannot hold the receive budget (4x --max-msg)\n"
             "                          from the others (1..3600, default 30)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
-            "                          waits on the disk holds up only its own connection\n"
+            "                          waits on the disk holds up only its own connection (which\n"
+            "                          holds at most 256 requests: more get ERR_BUSY at once)\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
             "  --version               print the version and exit\n"
             "  -h, --help              this text\n",

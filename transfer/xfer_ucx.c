@@ -6,7 +6,9 @@
  * Backpressure: a rendezvous message whose data would pass the receive budget (max_rx) is not
  * refused; it waits, descriptor held, in x->pending and its receive starts when the budget
  * allows, in arrival order (the sender's request simply stays in flight, under its own deadline).
- * Each connection's messages reach recv_cb in their arrival order (conn->rx_order).
+ * Each connection's messages reach recv_cb in their arrival order (conn->rx_order). What one
+ * connection holds (received, not released) is bounded by conn_msgs_max: past it an eager message
+ * is handed over at once with KVP_ERR_BUSY and no data, a rendezvous one is refused to its sender.
  * Main flow: kvp_xfer_progress -> ucp_worker_progress (am_recv_cb, ep_err_cb, send_done_cb)
  *            -> accept_pending -> rndv_start -> deliver_ready. */
 #include "kvpack/xfer.h"
@@ -80,6 +82,8 @@ struct kvp_xfer_conn {
     void                 *user;      /* kvp_xfer_conn_set_user */
     size_t                unsent;    /* bytes of its sends UCX has not completed */
     kvp_list_t            rx_order;  /* its messages not handed to recv_cb yet, arrival order */
+    unsigned              held;      /* its messages received and not released */
+    int                   busy_warned; /* a refusal past x->conn_msgs_max was logged */
 };
 
 struct kvp_xfer {
@@ -106,6 +110,7 @@ struct kvp_xfer {
     kvp_list_t            recving;   /* MSG_RECVING with a UCX request, oldest first */
     uint64_t              recv_timeout_ns;
     uint64_t              recv_check_ns; /* next look at the deadlines */
+    unsigned              conn_msgs_max; /* conn->held at most (0: no limit); more are refused */
     struct send_req      *sends;     /* sends UCX has not completed yet */
     struct kvp_xfer_msg  *ready_head, *ready_tail;
     ucp_conn_request_h    accept_q[64];
@@ -381,6 +386,54 @@ static void conn_request_cb(ucp_conn_request_h req, void *arg)
     x->accept_q[x->n_accept++] = req;
 }
 
+/* A message of conn's, header copied, counted in conn->held; NULL when out of memory. */
+static struct kvp_xfer_msg *msg_new(kvp_xfer_conn_h conn, const void *header,
+                                    size_t header_length, size_t length)
+{
+    struct kvp_xfer_msg *m = kvp_calloc(1, sizeof(*m) + header_length + 1, "xfer msg");
+
+    if (m == NULL) {
+        return NULL;
+    }
+    m->x        = conn->x;
+    m->conn     = conn;
+    m->hdr      = (uint8_t *)(m + 1);
+    m->hdr_len  = header_length;
+    m->data_len = length;
+    m->status   = KVP_OK;
+    if (header_length > 0) {
+        memcpy(m->hdr, header, header_length); /* the header pointer is not aligned */
+    }
+    conn->refs++;
+    conn->held++;
+    return m;
+}
+
+/* conn already holds conn_msgs_max messages: this one is refused. A rendezvous one is not
+ * received (its sender's send fails KVP_ERR_BUSY); an eager one, whose data UCX has already
+ * taken, is dropped and its header handed to recv_cb at once with KVP_ERR_BUSY, ahead of the
+ * connection's waiting messages, so the user can answer it. */
+static ucs_status_t msg_refuse(kvp_xfer_conn_h conn, const void *header, size_t header_length,
+                               size_t length, int rndv)
+{
+    struct kvp_xfer_msg *m;
+
+    if (!conn->busy_warned) {
+        KVP_LOG_WARN(MOD, "%s holds %u messages not handled yet: more are refused (ERR_BUSY)",
+                     conn->peer, conn->held);
+        conn->busy_warned = 1;
+    }
+    if (rndv) {
+        return UCS_ERR_BUSY;
+    }
+    m = msg_new(conn, header, header_length, length);
+    if (m != NULL) {
+        m->status = KVP_ERR_BUSY;
+        ready_push(conn->x, m);
+    }
+    return UCS_OK;
+}
+
 static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
                                size_t length, const ucp_am_recv_param_t *param)
 {
@@ -405,21 +458,14 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
                      length, conn->peer, x->max_msg);
         return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
     }
-    m = kvp_calloc(1, sizeof(*m) + header_length + 1, "xfer msg");
+    if (x->conn_msgs_max != 0 && conn->held >= x->conn_msgs_max) {
+        return msg_refuse(conn, header, header_length, length, rndv);
+    }
+    m = msg_new(conn, header, header_length, length);
     if (m == NULL) {
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
     }
-    m->x        = x;
-    m->conn     = conn;
-    m->hdr      = (uint8_t *)(m + 1);
-    m->hdr_len  = header_length;
-    m->data_len = length;
-    m->status   = KVP_OK;
-    conn->refs++;
     kvp_list_push_tail(&conn->rx_order, &m->order);
-    if (header_length > 0) {
-        memcpy(m->hdr, header, header_length); /* the header pointer is not aligned */
-    }
     if (rndv) { /* its receive starts in rndv_start, once the budget allows */
         m->desc  = data;
         m->state = MSG_NEED_RECV;
@@ -744,6 +790,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     kvp_list_init(&x->recving);
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
+    x->conn_msgs_max = (fm & KVP_XFER_PARAM_CONN_MSGS_MAX) ? params->conn_msgs_max : 0;
     x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
     x->conn_cb     = (fm & KVP_XFER_PARAM_CONN_CB) ? params->conn_cb : NULL;
     x->cb_arg      = (fm & KVP_XFER_PARAM_CB_ARG) ? params->cb_arg : NULL;
@@ -1144,6 +1191,11 @@ kvp_status_t kvp_xfer_msg_status(kvp_xfer_msg_h msg)
     return msg->status;
 }
 
+size_t kvp_xfer_msg_sent_len(kvp_xfer_msg_h msg)
+{
+    return msg->data_len;
+}
+
 void kvp_xfer_msg_release(kvp_xfer_msg_h msg)
 {
     if (msg == NULL) {
@@ -1158,6 +1210,7 @@ void kvp_xfer_msg_release(kvp_xfer_msg_h msg)
         kvp_free(msg->data);
     }
     msg->x->rx_reserved -= msg->reserved;
+    msg->conn->held--;
     if (kvp_list_linked(&msg->order)) { /* dropped undelivered: the ones after it may go */
         kvp_list_del(&msg->order);
         order_flush(msg->conn);

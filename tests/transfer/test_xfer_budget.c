@@ -5,7 +5,10 @@
  * (one connection's messages arrive in order); once the receiver releases, all the rest arrive,
  * in order and intact. A second sender whose message waits for the budget and then closes: that
  * message is dropped, never delivered. Destroying the receiver with messages still waiting frees
- * them. Both ends live in this process (one thread progresses both). */
+ * them. A receiver with conn_msgs_max 8: eager messages behind a waiting one count, the one past
+ * the cap reaches recv_cb at once with ERR_BUSY (before: held with no limit), a rendezvous one
+ * past it fails its send ERR_BUSY; the held ones then arrive in order. Both ends live in this
+ * process (one thread progresses both). */
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -18,6 +21,7 @@
 #define MSG_BYTES (2u << 20)
 #define N_BIG     6
 #define N_HOLD    16
+#define CONN_MAX  8 /* conn_msgs_max of conn_cap's receiver */
 
 typedef struct {
     kvp_xfer_msg_h  held[N_HOLD];
@@ -137,6 +141,82 @@ static kvp_xfer_h sender(kvp_xfer_h rx, rx_t *r, uint16_t port, kvp_xfer_conn_h 
     return x;
 }
 
+/* conn_msgs_max: five 2 MiB messages (four fill the budget, one waits) and three eager ones behind
+ * them make eight held; the next eager one is refused at once (ERR_BUSY, its header, no data),
+ * the next rendezvous one's send fails ERR_BUSY; once released, the held ones arrive in order. */
+static void conn_cap(uint8_t *const *data)
+{
+    kvp_xfer_params_t p;
+    kvp_xfer_h        rx, a;
+    kvp_xfer_conn_h   ca;
+    rx_t              r;
+    tx_t              ta;
+    uint16_t          port;
+    size_t            dl = 1;
+    kvp_xfer_msg_h    refused = NULL;
+    int               in_order = 0;
+
+    memset(&r, 0, sizeof(r));
+    memset(&ta, 0, sizeof(ta));
+    memset(&p, 0, sizeof(p));
+    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG |
+                      KVP_XFER_PARAM_CONN_MSGS_MAX;
+    p.max_msg_bytes = MSG_BYTES;
+    p.recv_cb       = rx_recv;
+    p.cb_arg        = &r;
+    p.conn_msgs_max = CONN_MAX;
+    CHECK_OK(kvp_xfer_create(&p, &rx));
+    CHECK_OK(kvp_xfer_listen(rx, "127.0.0.1", 0, &port));
+    a = sender(rx, &r, port, &ca);
+    for (int i = 0; i < 5; i++) {
+        send_one(ca, (uint8_t)i, data[i], MSG_BYTES, &ta.st[i]);
+    }
+    for (int i = 5; i < CONN_MAX + 1; i++) {
+        send_one(ca, (uint8_t)i, data[0], 100, &ta.st[i]);
+    }
+    PROGRESS_UNTIL(r.n == 5 && ta.st[CONN_MAX] != KVP_INPROGRESS, rx, a, NULL);
+    send_one(ca, CONN_MAX + 1, data[0], MSG_BYTES, &ta.st[CONN_MAX + 1]);
+    PROGRESS_UNTIL(ta.st[CONN_MAX + 1] != KVP_INPROGRESS, rx, a, NULL);
+    for (int k = 0; k < 2000; k++) { /* time for anything that would arrive early */
+        progress(rx, a, NULL);
+    }
+    for (int i = 0; i < r.n; i++) { /* the refused one: at once, maybe before #3's data is in */
+        if (seq_of(r.held[i]) == CONN_MAX) {
+            refused = r.held[i];
+        } else {
+            in_order += seq_of(r.held[i]) == in_order;
+        }
+    }
+    printf("conn_msgs_max %d: %d delivered while 8 are held; the 9th: %s (send %s), the 10th's "
+           "send %s\n", CONN_MAX, r.n,
+           refused != NULL ? kvp_status_name(kvp_xfer_msg_status(refused)) : "not delivered",
+           kvp_status_name(ta.st[CONN_MAX]), kvp_status_name(ta.st[CONN_MAX + 1]));
+    EXPECT(r.n == 5 && in_order == 4, "%d delivered (%d of #0-3 in order) while the connection "
+           "holds %d (want #0-3 + the refused one)", r.n, in_order, CONN_MAX);
+    EXPECT(refused != NULL && kvp_xfer_msg_status(refused) == KVP_ERR_BUSY &&
+               kvp_xfer_msg_data(refused, &dl) == NULL && dl == 0 &&
+               kvp_xfer_msg_sent_len(refused) == 100,
+           "the message past the cap: %s",
+           refused != NULL ? kvp_status_name(kvp_xfer_msg_status(refused)) : "not delivered");
+    EXPECT(ta.st[CONN_MAX + 1] == KVP_ERR_BUSY, "a rendezvous send past the cap: %s",
+           kvp_status_name(ta.st[CONN_MAX + 1]));
+    release_all(&r); /* the waiting one is received, then the eager ones behind it */
+    PROGRESS_UNTIL(r.n == 4, rx, a, NULL);
+    EXPECT(r.n == 4, "after the release %d of 4 delivered", r.n);
+    for (int i = 0; i < r.n; i++) {
+        kvp_xfer_msg_data(r.held[i], &dl);
+        EXPECT(seq_of(r.held[i]) == 4 + i && kvp_xfer_msg_status(r.held[i]) == KVP_OK &&
+                   dl == (i == 0 ? MSG_BYTES : 100),
+               "message %d is #%d, %s, %zu bytes", i, seq_of(r.held[i]),
+               kvp_status_name(kvp_xfer_msg_status(r.held[i])), dl);
+    }
+    EXPECT(r.n == 0 || intact(r.held[0], MSG_BYTES), "the waiting message not intact");
+    release_all(&r);
+    kvp_xfer_conn_close(ca);
+    kvp_xfer_destroy(a);
+    kvp_xfer_destroy(rx);
+}
+
 int main(void)
 {
     kvp_xfer_params_t p;
@@ -228,6 +308,8 @@ int main(void)
     EXPECT(r.n == 1 && seq_of(r.held[0]) == 5 && intact(r.held[0], MSG_BYTES),
            "after b left: %d delivered (want a's #5 only)", r.n);
     release_all(&r);
+
+    conn_cap(data);
 
     /* messages still waiting when the receiver goes are freed with it */
     for (int i = 0; i < N_BIG; i++) {

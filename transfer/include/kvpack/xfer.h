@@ -49,6 +49,7 @@ enum kvp_xfer_params_field {
     KVP_XFER_PARAM_CB_ARG      = KVP_BIT(3),
     KVP_XFER_PARAM_PEER_ERRORS = KVP_BIT(4),
     KVP_XFER_PARAM_RECV_TIMEOUT = KVP_BIT(5),
+    KVP_XFER_PARAM_CONN_MSGS_MAX = KVP_BIT(6),
 };
 
 typedef struct kvp_xfer_params {
@@ -59,10 +60,12 @@ typedef struct kvp_xfer_params {
                                          waits, its sender's send in flight, until released
                                          ones make room (oldest first; never refused BUSY).
                                          Eager messages (under 1 MiB) are not counted: UCX
-                                         has them before the callback runs; a user bounds
-                                         them per connection (the node: 256 queued). One
-                                         connection's messages reach recv_cb in the order
-                                         they arrived. */
+                                         has them before the callback runs; conn_msgs_max
+                                         bounds them per connection. One connection's
+                                         messages reach recv_cb in the order they arrived
+                                         (an eager one waits behind its connection's
+                                         earlier rendezvous ones), except those refused
+                                         past conn_msgs_max. */
     kvp_xfer_recv_cb_t recv_cb;       /* default: drop messages */
     kvp_xfer_conn_cb_t conn_cb;       /* default: none */
     void              *cb_arg;
@@ -76,6 +79,14 @@ typedef struct kvp_xfer_params {
                                          KVP_ERR_TIMEOUT: a sender
                                          that stalls mid-message (a paused process, a hostile
                                          one) cannot hold the receive budget; default 30000 */
+    uint32_t           conn_msgs_max;  /* messages one connection may hold at once, received
+                                         and not released (waiting for its earlier ones or
+                                         for the budget, or held by the user); a message past
+                                         it is refused: an eager one reaches recv_cb at once,
+                                         ahead of the waiting ones, with status KVP_ERR_BUSY
+                                         and no data (so the user can answer it), a
+                                         rendezvous one is not received and its sender's
+                                         send fails KVP_ERR_BUSY. Default 0: no limit */
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
@@ -109,6 +120,9 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
 const void  *kvp_xfer_msg_hdr(kvp_xfer_msg_h msg, size_t *len_p);
 const void  *kvp_xfer_msg_data(kvp_xfer_msg_h msg, size_t *len_p);
 kvp_status_t kvp_xfer_msg_status(kvp_xfer_msg_h msg);
+/* Data bytes its sender sent, also when they did not arrive or were refused (status != OK):
+ * what its header describes. */
+size_t       kvp_xfer_msg_sent_len(kvp_xfer_msg_h msg);
 void         kvp_xfer_msg_release(kvp_xfer_msg_h msg); /* NULL is a no-op */
 
 /* Drive communication and run callbacks; returns the number of events handled (0 = idle). */
