@@ -3,7 +3,8 @@
  * nodes, e.g. a decode node's kvpackd), each with its own connection and shipping thread, so
  * every destination receives layer l while the prefill encodes layer l + 1. The stream keeps the
  * pointers of every pushed page (the pages stay the caller's until finish returns), so a
- * destination whose connection failed (its node died or restarted) is sent the whole session
+ * destination whose stream failed for its connection (its node died or timed out; a restart or
+ * a dropped connection the put stream mends itself by re-shipping) is sent the whole session
  * again on a fresh stream at finish, and a ranked node that still fails is replaced by the next
  * node of the rank, which gets the whole session in one go.
  * Main flow: kvp_cluster_stream_open (rank, dst_open per node) -> push (to each live stream) ->
@@ -235,9 +236,10 @@ static kvp_status_t also_open(kvp_cluster_stream_h s, const char *also)
 }
 
 /* Finish one destination's stream (record at version) unless it already failed. A stream that
- * failed for its connection (unreachable: its node died or timed out, or restarted mid-session,
- * which kvp_put_stream reports as KVP_ERR_PEER_GONE) is opened afresh once and carries the whole
- * session again, so a node that came back still gets its copy before a replacement is tried. */
+ * failed for its connection (unreachable: its node died, timed out, or was still down when the
+ * put stream connected anew; a restart it reached it re-ships to itself) is opened afresh once
+ * and carries the whole session again, so a node that came back still gets its copy before a
+ * replacement is tried. */
 static void dst_finish(kvp_cluster_stream_h s, dst_t *d, const kvp_session_desc_t *desc,
                        const void *const *pages, const size_t *lens, size_t n, uint64_t version)
 {

@@ -6,12 +6,13 @@
  * record with the last pages (kvp_client_put_session_pages), so the record lands only after every
  * pushed page did. The shipper takes everything queued at once (one pipelined put of all of it),
  * so a fast producer does not make it drain its in-flight batches after every push. The first
- * error stops the shipping: later pushes return it, finish reports it. A session's pages must all
- * go on one connection: when the client connects anew mid-session (its node restarted, and the
- * loose pages shipped before went with the old process) the session fails KVP_ERR_PEER_GONE at
- * once instead of shipping the rest for a record the node would refuse (conn_same).
- * Main flow: kvp_put_stream_open -> push ... push -> finish (shipper: kvp_client_put_pages per
- * pushed list) -> close. */
+ * error stops the shipping: later pushes return it, finish reports it. The record needs every
+ * page of the session on the node it lands on: the lists shipped so far are kept (the page
+ * pointers, until finish), and when the client connects anew mid-session (its node restarted and
+ * lost the loose pages with the old process, or only the connection dropped) all of them are put
+ * again on the new connection before anything else (the node takes a page put twice): sent_sync.
+ * Main flow: kvp_put_stream_open -> push ... push -> finish (shipper: sent_sync, i.e.
+ * kvp_client_put_pages per list not yet on the connection) -> close. */
 #include "client_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -20,6 +21,10 @@
 #include <string.h>
 
 #define MOD "client"
+
+/* Tries sent_sync makes after its first one lost the connection, each on a new one carrying the
+ * session again, before the session fails: a node that keeps dropping it is not tried for ever. */
+#define RESYNC_MAX 2
 
 typedef struct push {
     struct push *next;
@@ -39,8 +44,11 @@ struct kvp_put_stream {
     int             busy;    /* the shipper is sending a list (outside the lock) */
     int             closing;
     kvp_status_t    first;   /* the first error since open or the last finish */
-    int             shipped; /* the session shipped pages (on connection generation gen) */
-    uint64_t        gen;     /* c->conn_gen of the session's first ship (shipper or finish) */
+    /* the session's lists taken off the FIFO, oldest first: the shipper's while it is busy,
+     * finish's while it idles; dropped at finish */
+    push_t         *sent, *sent_tail;
+    push_t         *unput;   /* the first of them not yet put on connection generation gen */
+    uint64_t        gen;     /* c->conn_gen the lists before unput went on */
 };
 
 /* ---- private ---- */
@@ -99,41 +107,91 @@ static push_t *queue_take_all(kvp_put_stream_h s)
     return all;
 }
 
-/* KVP_ERR_PEER_GONE (logged) when the session shipped pages on an older connection than the
- * client's now: they went to a node process that is gone, and the record would be refused. */
-static kvp_status_t conn_moved(kvp_put_stream_h s)
+/* Drop the session's kept lists (a finish or close: the session is over). */
+static void sent_drop(kvp_put_stream_h s)
 {
-    if (!s->shipped || s->c->conn_gen == s->gen) {
-        return KVP_OK;
+    while (s->sent != NULL) {
+        push_t *p = s->sent;
+
+        s->sent = p->next;
+        push_free(p);
     }
-    KVP_LOG_WARN(MOD, "put stream to %s:%u: connected anew mid-session (the node restarted?): the "
-                 "pages shipped before are not there, so the session fails", s->c->host,
-                 s->c->port);
-    return KVP_ERR_PEER_GONE;
+    s->sent_tail = s->unput = NULL;
 }
 
-/* Before the session's next request (shipper, or finish while the shipper idles): the
- * connection it will go on, made anew if the old one is gone (kvp_client_conn_ensure); the
- * session's first request fixes its generation, a later one on another fails (conn_moved). */
-static kvp_status_t conn_same(kvp_put_stream_h s)
+/* Keep p as the session's newest list, not yet put. */
+static void sent_add(kvp_put_stream_h s, push_t *p)
 {
-    kvp_status_t st = kvp_client_conn_ensure(s->c);
-
-    if (st == KVP_OK && !s->shipped) {
-        s->shipped = 1;
-        s->gen     = s->c->conn_gen;
+    p->next = NULL;
+    if (s->sent_tail != NULL) {
+        s->sent_tail->next = p;
+    } else {
+        s->sent = p;
     }
-    return st == KVP_OK ? conn_moved(s) : st;
+    s->sent_tail = p;
+    if (s->unput == NULL) {
+        s->unput = p;
+    }
 }
 
-/* Ship one list: on the session's connection, and still on it afterwards (a put whose batches
- * straddle a reconnect left its first ones with the old process). */
-static kvp_status_t ship(kvp_put_stream_h s, const push_t *p)
+/* Pages in the lists put before unput: the ones a new connection has to carry again. */
+static size_t sent_put_pages(kvp_put_stream_h s)
 {
-    kvp_status_t st = conn_same(s);
+    size_t n = 0;
 
-    st = st == KVP_OK ? kvp_client_put_pages(s->c, s->ns, p->pages, p->lens, p->n) : st;
-    return st == KVP_OK ? conn_moved(s) : st;
+    for (const push_t *p = s->sent; p != s->unput; p = p->next) {
+        n += p->n;
+    }
+    return n;
+}
+
+/* Put the kept lists from unput on (the client's connection: a new one when the old one is
+ * gone, kvp_client_conn_ensure). */
+static kvp_status_t sent_put_rest(kvp_put_stream_h s)
+{
+    kvp_status_t st = KVP_OK;
+
+    while (s->unput != NULL && st == KVP_OK) {
+        st = kvp_client_put_pages(s->c, s->ns, s->unput->pages, s->unput->lens, s->unput->n);
+        s->unput = st == KVP_OK ? s->unput->next : s->unput;
+    }
+    return st;
+}
+
+/* Every list of the session kept so far on the client's connection, the one the record will go
+ * on. When that connection is a new one (the old one dropped, or its node restarted: the pages
+ * put on the old one may be gone), every list is put again on it, and likewise when it is made
+ * anew during a put or a put fails KVP_ERR_PEER_GONE (the connection died under it), at most
+ * RESYNC_MAX times (then the status, KVP_ERR_PEER_GONE when the puts themselves succeeded).
+ * Any other failure is returned at once. The shipper, or finish while the shipper idles. */
+static kvp_status_t sent_sync(kvp_put_stream_h s)
+{
+    kvp_status_t st = KVP_OK;
+
+    for (int round = 0; round <= RESYNC_MAX; round++) {
+        st = kvp_client_conn_ensure(s->c);
+        if (st != KVP_OK) {
+            return st;
+        }
+        if (s->c->conn_gen != s->gen) {
+            if (s->unput != s->sent) {
+                KVP_LOG_WARN(MOD, "put stream to %s:%u: connected anew mid-session: the %zu pages "
+                             "put before go again", s->c->host, s->c->port, sent_put_pages(s));
+            }
+            s->gen   = s->c->conn_gen;
+            s->unput = s->sent;
+        }
+        st = sent_put_rest(s);
+        if (st == KVP_OK && s->c->conn_gen == s->gen) {
+            return KVP_OK;
+        }
+        if (st != KVP_OK && st != KVP_ERR_PEER_GONE) {
+            return st;
+        }
+    }
+    KVP_LOG_WARN(MOD, "put stream to %s:%u: the connection dropped %d times in one ship: the "
+                 "session fails", s->c->host, s->c->port, RESYNC_MAX + 1);
+    return st == KVP_OK ? KVP_ERR_PEER_GONE : st;
 }
 
 static void *shipper_main(void *arg)
@@ -166,8 +224,8 @@ static void *shipper_main(void *arg)
         }
         s->busy = 1;
         pthread_mutex_unlock(&s->mu);
-        st = ship(s, p);
-        push_free(p);
+        sent_add(s, p); /* kept until finish: a new connection carries it again */
+        st = sent_sync(s);
         pthread_mutex_lock(&s->mu);
         s->busy = 0;
         if (st != KVP_OK && s->first == KVP_OK) {
@@ -286,17 +344,17 @@ kvp_status_t kvp_put_stream_finish(kvp_put_stream_h s, const char *sid,
     s->first = KVP_OK; /* the stream starts afresh for the next session */
     pthread_mutex_unlock(&s->mu);
     /* the shipper is idle and stays so until the next push: this thread may use the client */
-    st = st == KVP_OK && s->shipped ? conn_same(s) : st; /* the record joins pushed pages */
+    st = st == KVP_OK ? sent_sync(s) : st; /* every pushed page on the record's connection */
     if (st != KVP_OK) {
         KVP_LOG_ERROR(MOD, "put stream: session %s not written: its pages failed: %s",
                       sid != NULL ? sid : "(null)", kvp_status_str(st));
-        s->shipped = 0;
+        sent_drop(s);
         return st;
     }
     st = kvp_client_put_session_pages(s->c, s->ns, sid, desc, pages, lens, n, version);
-    /* refused once it went on a new connection: the pushed pages were the old process's */
-    st = st != KVP_OK && conn_moved(s) != KVP_OK ? KVP_ERR_PEER_GONE : st;
-    s->shipped = 0;
+    /* refused once it went on a new connection: the pushed pages may be the old process's */
+    st = st != KVP_OK && s->c->conn_gen != s->gen ? KVP_ERR_PEER_GONE : st;
+    sent_drop(s);
     return st;
 }
 
@@ -311,6 +369,7 @@ void kvp_put_stream_close(kvp_put_stream_h s)
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+    sent_drop(s);
     pthread_cond_destroy(&s->drained);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);

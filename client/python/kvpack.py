@@ -845,9 +845,10 @@ class PutStream(_Handle):
     thread). push(pages) queues a layer's pages and returns at once; they ship while the caller
     encodes the next layer. finish(sid, desc, pages=None) waits for every pushed page, then writes
     the record (with the last pages); the first error of any push raises there, and the record is
-    then not written (ERR_PEER_GONE when the node restarted mid-session). The stream keeps the
-    pushed buffers alive and reads them while it ships: do not change one until finish or close
-    returns (a writable buffer is not copied)."""
+    then not written. When its connection drops or its node restarts mid-session, the stream
+    connects anew and ships every page pushed so far again. The stream keeps the pushed buffers
+    alive and reads them while it ships: do not change one until finish or close returns (a
+    writable buffer is not copied)."""
     _destroy = "kvp_put_stream_close"
 
     def __init__(self, server, ns, timeout_ms=10000):
@@ -1144,8 +1145,8 @@ class ClusterPutStream(_Handle):
     of its rank, each over its own connection and shipping thread, and to the also nodes (a decode
     node's kvpackd: P/D mode). push(pages) queues a layer's pages everywhere and returns at once
     (KvpError only for a page every node would refuse); finish(desc, pages=None) writes the record
-    everywhere at one version, sends the whole session once more to a node whose stream's
-    connection failed (died, timed out, restarted), puts it on the next node of the rank in place
+    everywhere at one version, sends the whole session once more to a node whose stream failed
+    for its connection (died, timed out), puts it on the next node of the rank in place
     of a stream that still failed, and returns the nodes that took it (like put_session); the also
     nodes' outcomes are in .also_status ({address: "OK" or a status name}), never raised. The
     stream keeps the pushed buffers alive and reads them while it ships: do not change one until

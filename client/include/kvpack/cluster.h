@@ -159,10 +159,11 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
  * hands a list of pages (borrowed until finish or close returns) to every stream and returns at
  * once; it returns an error only when a ranked node refused a page for a reason every node would
  * give (bad page, wrong codec, stale version: put_session's stops), so the producer can stop
- * early. finish writes the record on every stream at one version (kvp_version_now()); a stream
- * that failed for its connection (its node died, timed out, or restarted mid-session:
- * KVP_ERR_PEER_GONE) is opened afresh once to its own node, which gets every pushed page and the
- * record in one go; a ranked stream that still failed (or failed otherwise) is replaced by the
+ * early. finish writes the record on every stream at one version (kvp_version_now()); a node
+ * restarted mid-session or a dropped connection is the stream's own to mend (kvp_put_stream
+ * re-ships the session on its new connection); a stream that failed for its connection all the
+ * same (its node died, timed out, or was down when the stream connected anew) is opened afresh
+ * once to its own node, which gets every pushed page and the record in one go; a ranked stream that still failed (or failed otherwise) is replaced by the
  * next node of the rank, which gets them the same way, until r nodes hold the session or the
  * rank runs out. KVP_OK when at least one ranked node took the session (report: what each ranked
  * node did, n_ok copies: stage "stream" for a stream's outcome, "stream (reconnected)" for its

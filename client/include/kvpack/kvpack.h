@@ -113,9 +113,13 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
  * lists in order as kvp_client_put_pages would. finish waits until every pushed page landed, then
  * writes the record with the n pages given to it (as kvp_client_put_session_pages: one request
  * when they fit a batch); the first error of any push or of the record is returned and the
- * record is then not written. A session's pages all go on one connection: when the stream's
- * client has to connect anew mid-session (its node restarted, and the pages shipped before went
- * with the old process) the session fails KVP_ERR_PEER_GONE at once, nothing more of it ships.
+ * record is then not written. The record needs every page of the session on the node it lands
+ * on: when the stream's client has to connect anew mid-session (its node restarted and lost the
+ * pages shipped before with the old process, or only the connection dropped) the stream puts
+ * every list shipped so far again on the new connection, then the rest (the node takes a page
+ * put twice). A list whose put fails KVP_ERR_PEER_GONE (the connection died under it) goes the
+ * same way, 3 tries in all, then the session fails. A record refused after connecting anew under
+ * it is KVP_ERR_PEER_GONE.
  * After an error push returns it at once (nothing more is queued) until finish reports it (push
  * of n = 0 pages only asks for it); the stream can then carry the next session. close drops
  * lists not yet shipped (waiting for the one in flight). One thread per stream (push and
