@@ -1,7 +1,8 @@
 /* etcd.c - kvpack's etcd client (kvpack/etcd.h): POSTs to the v3 HTTP JSON gateway over one
  * libcurl easy handle (keep-alive), moving to the next endpoint when one cannot be reached or
  * cannot serve (5xx, not JSON, no quorum: kvp_etcd_reply_check); lease grant / keepalive /
- * revoke, put, prefix range, and the member list built from a range.
+ * revoke, put, prefix range, and the member list built from a range. kvp_etcd_cancel (any
+ * thread) ends a call in progress through curl's progress callback, which curl runs while it waits.
  * Main flow: a call -> etcd_post (body in, reply body out, error body -> status) -> etcd_json.c. */
 #include "kvpack/etcd.h"
 #include "kvpack/alloc.h"
@@ -11,6 +12,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@ struct kvp_etcd {
     size_t    reply_len, reply_cap;
     int       overflow;
     int       quiet;                    /* transport failures at debug */
+    atomic_int canceled;                /* kvp_etcd_cancel: every call ends at once */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -72,6 +75,17 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* curl's progress callback, also run while a request waits on a silent server (about once a
+ * second): non-zero aborts the request (CURLE_ABORTED_BY_CALLBACK). */
+static int on_progress(void *arg, curl_off_t dl_total, curl_off_t dl_now, curl_off_t ul_total,
+                       curl_off_t ul_now)
+{
+    kvp_etcd_h e = arg;
+
+    (void)dl_total, (void)dl_now, (void)ul_total, (void)ul_now;
+    return atomic_load(&e->canceled);
+}
+
 /* One POST to one endpoint within tmo_ms: KVP_OK with the body in e->reply and the HTTP status
  * in *http_p, or a transport status. */
 static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json, uint32_t tmo_ms,
@@ -90,6 +104,9 @@ static kvp_status_t post_one(kvp_etcd_h e, const char *url, const char *json, ui
         *http_p = 0;
         curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, http_p);
         return KVP_OK;
+    }
+    if (rc == CURLE_ABORTED_BY_CALLBACK) { /* kvp_etcd_cancel: the caller knows */
+        return KVP_ERR_CANCELED;
     }
     if (e->quiet && !e->overflow) {
         KVP_LOG_DEBUG(MOD, "%s: %s", url, curl_easy_strerror(rc));
@@ -115,7 +132,7 @@ static uint32_t request_ms(kvp_etcd_h e, uint64_t end_ns)
 }
 
 /* POST json to path on the current endpoint, then the others while one cannot be reached or cannot
- * serve (kvp_etcd_reply_check). An error body becomes its status. */
+ * serve (kvp_etcd_reply_check). An error body becomes its status; canceled: KVP_ERR_CANCELED. */
 static kvp_status_t etcd_post(kvp_etcd_h e, const char *path, const char *json)
 {
     char         url[512], msg[256];
@@ -127,6 +144,9 @@ static kvp_status_t etcd_post(kvp_etcd_h e, const char *path, const char *json)
         long     http;
         int      next;
 
+        if (atomic_load(&e->canceled)) {
+            return KVP_ERR_CANCELED;
+        }
         if (tmo == 0) {
             return KVP_ERR_TIMEOUT;
         }
@@ -208,6 +228,9 @@ kvp_status_t kvp_etcd_create(const char *endpoints, uint32_t timeout_ms, kvp_etc
     e->timeout_ms = timeout_ms ? timeout_ms : 3000u;
     curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
+    curl_easy_setopt(e->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e->curl, CURLOPT_XFERINFODATA, e);
+    curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
     *etcd_p = e;
@@ -235,6 +258,11 @@ void kvp_etcd_set_quiet(kvp_etcd_h e, int quiet)
 void kvp_etcd_set_budget(kvp_etcd_h e, uint32_t total_ms)
 {
     e->budget_ms = total_ms;
+}
+
+void kvp_etcd_cancel(kvp_etcd_h e)
+{
+    atomic_store(&e->canceled, 1);
 }
 
 const char *kvp_etcd_endpoint(kvp_etcd_h e)
@@ -371,7 +399,8 @@ kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const 
 }
 
 kvp_status_t kvp_etcd_members_at(kvp_etcd_h e, const char *prefix, kvp_etcd_member_t **members_p,
-                                 uint32_t *n_p, int64_t *revision_p)
+                                 uint32_t *n_p, int64_t *revision_p, kvp_etcd_skip_cb_t skip,
+                                 void *arg)
 {
     kvp_etcd_kvs_t    *kvs;
     kvp_etcd_member_t *m;
@@ -389,6 +418,9 @@ kvp_status_t kvp_etcd_members_at(kvp_etcd_h e, const char *prefix, kvp_etcd_memb
     for (uint32_t i = 0; i < kvs->n; i++) {
         if (kvp_etcd_member_from_kv(prefix, kvs->kv[i].key, kvs->kv[i].value,
                                     kvs->kv[i].value_len, &m[n]) != KVP_OK) {
+            if (skip != NULL && !skip(arg, kvs->kv[i].key)) {
+                continue;
+            }
             KVP_LOG_WARN(MOD, "skipping %s: not a kvpack member (want key PREFIX<HOST:PORT>, "
                          "value {\"addr\":\"HOST:PORT\",...})", kvs->kv[i].key);
             continue;
@@ -408,5 +440,5 @@ kvp_status_t kvp_etcd_members_at(kvp_etcd_h e, const char *prefix, kvp_etcd_memb
 kvp_status_t kvp_etcd_members(kvp_etcd_h e, const char *prefix, kvp_etcd_member_t **members_p,
                               uint32_t *n_p)
 {
-    return kvp_etcd_members_at(e, prefix, members_p, n_p, NULL);
+    return kvp_etcd_members_at(e, prefix, members_p, n_p, NULL, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * kvp_etcd_watch_*): a range read, then etcd's streaming POST /v3/watch from the range's revision
  * + 1 over a libcurl multi handle (so stop can wake it at once), each PUT / DELETE applied to the
  * thread's own sorted list, which is copied to the published one (mutex + generation) on change.
+ * Keys under the prefix that are not members are remembered, so each is warned about once.
  * Main flow: watch_main -> watch_range -> watch_stream (on_chunk -> on_msg -> apply) -> backoff. */
 #include "kvpack/alloc.h"
 #include "kvpack/etcd.h"
@@ -24,6 +25,11 @@
  * but says nothing, while the others move on. The cost: one range read per idle period. */
 #define STREAM_IDLE_MS KVP_ETCD_WATCH_IDLE_MS
 
+typedef struct {
+    char *key;
+    int   seen;  /* by the range read in progress */
+} bad_key_t;
+
 struct kvp_etcd_watch {
     char                *prefix;
     kvp_etcd_h           etcd;      /* range reads: start, then the thread only */
@@ -44,6 +50,9 @@ struct kvp_etcd_watch {
     int                  compacted; /* the stream was canceled: read the range again */
     int                  live;      /* the stream said "created" */
     uint64_t             last_ns;   /* the stream's last byte (or its start) */
+    bad_key_t           *bad;       /* keys that are not members, warned about: sorted */
+    uint32_t             n_bad;
+    size_t               cap_bad;
 };
 
 /* ---- the thread's list ---- */
@@ -103,6 +112,70 @@ static kvp_status_t cur_put(kvp_etcd_watch_h w, const kvp_etcd_member_t *m)
     return KVP_OK;
 }
 
+/* ---- keys that are not members: a warning each, once ---- */
+
+static int bad_cmp(const void *a, const void *b)
+{
+    return strcmp(((const bad_key_t *)a)->key, ((const bad_key_t *)b)->key);
+}
+
+static bad_key_t *bad_find(kvp_etcd_watch_h w, const char *key)
+{
+    bad_key_t k = {(char *)key, 0};
+
+    return w->n_bad ? bsearch(&k, w->bad, w->n_bad, sizeof(k), bad_cmp) : NULL;
+}
+
+/* key is not a member (kvp_etcd_skip_cb_t): 1 (warn) when it was not in the list, which it is now.
+ * Out of memory: 1, and not remembered. */
+static int bad_note(void *arg, const char *key)
+{
+    kvp_etcd_watch_h w = arg;
+    bad_key_t       *b = bad_find(w, key), *grown;
+    char            *copy;
+
+    if (b != NULL) {
+        b->seen = 1;
+        return 0;
+    }
+    grown = kvp_array_room(w->bad, &w->cap_bad, w->n_bad, sizeof(*grown), 8, "etcd.watch");
+    if (grown == NULL || (copy = kvp_strdup(key, "etcd.watch")) == NULL) {
+        w->bad = grown ? grown : w->bad;
+        return 1;
+    }
+    w->bad = grown;
+    w->bad[w->n_bad++] = (bad_key_t){copy, 1};
+    qsort(w->bad, w->n_bad, sizeof(*w->bad), bad_cmp);
+    return 1;
+}
+
+/* key is a member now, or gone: a bad value later is warned about again. */
+static void bad_forget(kvp_etcd_watch_h w, const char *key)
+{
+    bad_key_t *b = bad_find(w, key);
+
+    if (b != NULL) {
+        kvp_free(b->key);
+        memmove(b, b + 1, (w->n_bad - (size_t)(b - w->bad) - 1) * sizeof(*b));
+        w->n_bad--;
+    }
+}
+
+/* After a range read: forget the keys it did not skip (they were fixed or deleted meanwhile). */
+static void bad_sweep(kvp_etcd_watch_h w)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < w->n_bad; i++) {
+        if (w->bad[i].seen) {
+            w->bad[n++] = w->bad[i];
+        } else {
+            kvp_free(w->bad[i].key);
+        }
+    }
+    w->n_bad = n;
+}
+
 /* Copy cur to the published list when it changed; the generation moves last. */
 static kvp_status_t publish(kvp_etcd_watch_h w)
 {
@@ -128,16 +201,22 @@ static kvp_status_t publish(kvp_etcd_watch_h w)
     return KVP_OK;
 }
 
-/* Read the range into cur (joins and leaves since the last list logged) and its revision. */
+/* Read the range into cur (joins and leaves since the last list logged) and its revision; a key
+ * that is not a member is warned about only when it is not in the bad list already. */
 static kvp_status_t watch_range(kvp_etcd_watch_h w)
 {
     kvp_etcd_member_t *m;
     uint32_t           n;
-    kvp_status_t       s = kvp_etcd_members_at(w->etcd, w->prefix, &m, &n, &w->rev);
+    kvp_status_t       s;
 
+    for (uint32_t i = 0; i < w->n_bad; i++) {
+        w->bad[i].seen = 0;
+    }
+    s = kvp_etcd_members_at(w->etcd, w->prefix, &m, &n, &w->rev, bad_note, w);
     if (s != KVP_OK) {
         return s;
     }
+    bad_sweep(w);
     for (uint32_t i = w->n_cur; i-- > 0;) {
         kvp_etcd_member_t key = w->cur[i];
 
@@ -183,12 +262,16 @@ static kvp_status_t on_msg(void *arg, const char *body, size_t len)
             continue;
         }
         if (ev->del) {
+            bad_forget(w, ev->key);
             cur_del(w, ev->key + plen);
         } else if (kvp_etcd_member_from_kv(w->prefix, ev->key, ev->value, ev->value_len, &m) ==
                    KVP_OK) {
+            bad_forget(w, ev->key);
             s = cur_put(w, &m);
         } else {
-            KVP_LOG_WARN(MOD, "skipping %s: not a kvpack member", ev->key);
+            if (bad_note(w, ev->key)) {
+                KVP_LOG_WARN(MOD, "skipping %s: not a kvpack member", ev->key);
+            }
             cur_del(w, ev->key + plen);
         }
     }
@@ -371,6 +454,10 @@ void kvp_etcd_watch_stop(kvp_etcd_watch_h w)
         kvp_etcd_destroy(w->etcd);
     }
     kvp_etcd_stream_free(&w->st);
+    for (uint32_t i = 0; i < w->n_bad; i++) {
+        kvp_free(w->bad[i].key);
+    }
+    kvp_free(w->bad);
     kvp_free(w->cur);
     kvp_free(w->pub);
     kvp_free(w->prefix);

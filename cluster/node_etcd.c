@@ -1,6 +1,7 @@
 /* node_etcd.c - kvpackd --etcd: the node registers PREFIX<advertise> under a lease and keeps the
  * lease alive on a background thread (node_etcd.h). The thread owns its own etcd handle; the
- * start and stop calls use another, so no handle is shared between threads.
+ * start and stop calls use another, so no handle is shared between threads (stop only cancels the
+ * thread's call in progress: kvp_etcd_cancel).
  * Main flow: kvp_node_etcd_start -> reg_put -> keepalive_main (every ttl/3) -> kvp_node_etcd_stop. */
 #include "node_etcd.h"
 #include "kvpack/alloc.h"
@@ -20,7 +21,8 @@
 #define REQ_MIN_MS    1000u
 #define REQ_MAX_MS    3000u
 /* The revoke at stop, over all the endpoints: the lease runs out anyway, so a hung etcd must not
- * hold up a SIGTERM. */
+ * hold up a SIGTERM. A keepalive in flight is canceled first (within about 1 s), so a stop takes
+ * about 3 s at most, however many endpoints. */
 #define REVOKE_MAX_MS 2000u
 
 struct kvp_node_etcd {
@@ -91,7 +93,7 @@ static void *keepalive_main(void *arg)
                 KVP_LOG_WARN(MOD, "registered %s again at %s", r->key, kvp_etcd_endpoint(r->bg));
             }
         }
-        if (s != KVP_OK) {
+        if (s != KVP_OK && s != KVP_ERR_CANCELED) { /* canceled: stop is under way */
             KVP_LOG_WARN(MOD, "keepalive of %s failed: %s; still serving, retrying in %llu ms",
                          r->key, kvp_status_str(s), (unsigned long long)period_ms);
         }
@@ -180,6 +182,8 @@ void kvp_node_etcd_stop(kvp_node_etcd_h r)
         r->stop = 1;
         pthread_cond_signal(&r->cv);
         pthread_mutex_unlock(&r->mu);
+        kvp_etcd_cancel(r->bg); /* a keepalive waiting on a hung etcd ends now, not after trying
+                                 * every endpoint */
         pthread_join(r->thread, NULL);
         kvp_etcd_set_budget(r->etcd, REVOKE_MAX_MS);
         if (kvp_etcd_lease_revoke(r->etcd, r->lease) == KVP_OK) {

@@ -12,8 +12,9 @@ etcd down exits 1; --node with --etcd is refused (2). Endpoint lists: "127.0.0.1
 space after the comma) and "503-server,URL" (a proxy in front of a dead member) fail over to URL.
 64 more members (nobody listening): `kvpack nodes` lists all 67, get --etcd takes the first 64
 with a warning and serves. The wall clock stepped back an hour under a node (CLOCK_PRELOAD):
-its keepalive goes on, it stays listed. A hung etcd: kvpackd --etcd-ttl 60 exits 1 at start, and
-exits 0 on SIGTERM, each within 10 s (each request is capped at 3 s, the revoke at 2 s).
+its keepalive goes on, it stays listed. A hung etcd: kvpackd --etcd-ttl 60 exits 1 at start
+within 10 s (each request is capped at 3 s); with it listed 8 times, SIGTERM while a keepalive
+waits on it exits 0 within 10 s (the keepalive is cut short, the revoke capped at 2 s).
 Exit 77 when the etcd binary is absent.
 usage: check_etcd.py KVPACK KVPACKD CLOCK_PRELOAD"""
 import array
@@ -59,17 +60,18 @@ def start_etcd(cport, pport):
     return kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
 
 
-def start_node(k, port=0, ttl=TTL, node_env=None):
-    """kvpackd k registered in etcd (TTL 2 s), data in tmp/nK; returns its address."""
+def start_node(k, port=0, ttl=TTL, node_env=None, etcd_list=None):
+    """kvpackd k registered in etcd (TTL 2 s; --etcd URL or etcd_list), data in tmp/nK; returns
+    its address."""
     starts.append(k)
     ready = os.path.join(tmp, f"ready{len(starts)}")  # a new file per start: never a stale one
     http[k] = os.path.join(tmp, f"http{len(starts)}")
     nodes[k] = kvptest.start_kvpackd(  # the ready file: once the node listens and is registered
         kvpackd, ready,
         ["--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, f"n{k}"),
-         "--durability", "write-through", "--dram-budget", "32M", "--etcd", URL, "--etcd-ttl",
-         str(ttl), "--http", "127.0.0.1:0", "--http-ready-file", http[k]], env=node_env or env,
-        what=f"kvpackd {k}")
+         "--durability", "write-through", "--dram-budget", "32M", "--etcd", etcd_list or URL,
+         "--etcd-ttl", str(ttl), "--http", "127.0.0.1:0", "--http-ready-file", http[k]],
+        env=node_env or env, what=f"kvpackd {k}")
     return nodes[k][1]
 
 
@@ -187,9 +189,11 @@ def clock_step():
 
 
 def hung_etcd():
-    """--etcd-ttl 60 with etcd hung (it accepts TCP, answers nothing): a start exits 1 and a
-    SIGTERM exits 0, each well within 10 s (each request ends within 3 s, the revoke within 2 s;
-    it used to be TTL/3 = 20 s)."""
+    """etcd hung (it accepts TCP, answers nothing). --etcd-ttl 60: a start exits 1 well within
+    10 s (each request ends within 3 s; it used to be TTL/3 = 20 s). --etcd-ttl 9 (a keepalive
+    every 3 s) with the etcd listed 8 times (the most): SIGTERM while a keepalive waits on it exits
+    0 well within 10 s (the stop cuts the keepalive short, the revoke ends within 2 s; it used to
+    wait for the keepalive to try every endpoint, 3 s each: 25 s)."""
     with socket.create_server(("127.0.0.1", 0)) as hole:  # listens, never accepts
         t0 = time.monotonic()
         p = subprocess.run([kvpackd, "--listen", "127.0.0.1:0", "--etcd-ttl", "60", "--etcd",
@@ -198,16 +202,20 @@ def hung_etcd():
         took = time.monotonic() - t0
     check(p.returncode == 1 and "cannot register" in p.stderr and took < 10,
           f"start with etcd hung, --etcd-ttl 60: exit {p.returncode} after {took:.1f} s")
-    start_node(8, ttl=60)
+    port = URL.rsplit(":", 1)[1]
+    spell = [f"{h}:{port}{s}" for h in ("http://127.0.0.1", "127.0.0.1", "http://localhost",
+                                         "localhost") for s in ("", "/")]
+    start_node(8, ttl=9, etcd_list=",".join(spell))
     etcd.send_signal(signal.SIGSTOP)
     try:
+        time.sleep(3.5)  # a keepalive (every 3 s) is now waiting on the hung etcd
         t0 = time.monotonic()
         rc = stop_node(8, signal.SIGTERM)
         took = time.monotonic() - t0
     finally:
         etcd.send_signal(signal.SIGCONT)
-    check(rc == 0 and took < 10, f"SIGTERM with etcd hung, --etcd-ttl 60: exit {rc} after "
-          f"{took:.1f} s")
+    check(rc == 0 and took < 10, f"SIGTERM with etcd hung and a keepalive in flight, 8 "
+          f"endpoints: exit {rc} after {took:.1f} s")
 
 
 etcd = None

@@ -12,9 +12,10 @@ endpoint hangs (a relay that stops passing bytes, as a SIGSTOPped member whose k
 its TCP connections) sees a node that joins meanwhile: its silent stream ends after
 KVP_ETCD_WATCH_IDLE_MS and the range is read from the next endpoint. 70 members under another
 prefix: the first 64 by address, with a warning; a member put later that sorts first is taken
-in, a garbage entry skipped. Every node leaves: a put fails (ERR_PEER_UNREACHABLE, "no nodes
-registered") until one is back. etcd killed again: destroy returns at once. Exit 77 when etcd
-is absent.
+in, a garbage entry skipped; each garbage entry (one there at the start, one put later) is warned
+about once, however many idle periods and reconnects follow. Every node leaves: a put fails
+(ERR_PEER_UNREACHABLE, "no nodes registered") until one is back. etcd killed again: destroy
+returns at once. Exit 77 when etcd is absent.
 usage: check_etcd_watch.py WATCH_DRIVER KVPACKD LIBKVPACK KVPACK"""
 import base64
 import json
@@ -59,11 +60,11 @@ def start_node(k):
 class Driver:
     """watch_driver: one command line in, one reply line out (read with a deadline)."""
 
-    def __init__(self, *prefix, url=None, name="driver"):
+    def __init__(self, *prefix, url=None, name="driver", level="info"):
         self.log = open(os.path.join(tmp, f"{name}{len(prefix)}.log"), "w+")
         self.p = subprocess.Popen([driver_bin, url or URL, "2", *prefix], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                  env=dict(env, KVP_LOG_LEVEL="info"))
+                                  env=dict(env, KVP_LOG_LEVEL=level))
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         first = self.reply(30)
@@ -218,26 +219,36 @@ def etcd_put(key, value):
 
 
 def too_many():
-    """70 members (nobody listens: only the list is looked at) under /kvpack/many/."""
+    """70 members (nobody listens: only the list is looked at) under /kvpack/many/, and a garbage
+    entry put before the handle starts; the handle (many) is left running for garbage_once()."""
+    global many
     member = lambda a: json.dumps({"addr": a, "pid": 1, "since": 1, "data_dir": ""})  # noqa: E731
     addrs = [f"127.0.0.1:{1000 + i}" for i in range(70)]
     for a in addrs:
         etcd_put("/kvpack/many/" + a, member(a))
-    m = Driver("/kvpack/many/")
-    try:
-        got = m.members()[1]
-        check(got == sorted(addrs)[:64], f"70 registered: handle has {len(got)}, want first 64")
-        check("70 nodes registered under /kvpack/many/" in m.stderr(), "no warning past 64")
-        etcd_put("/kvpack/many/garbage", "not a member")
-        etcd_put("/kvpack/many/127.0.0.0:1", member("127.0.0.0:1"))
-        wait_for("a member put later that sorts first is taken in",
-                 lambda: m.members()[1] == sorted(addrs + ["127.0.0.0:1"])[:64], 5)
-        check("skipping /kvpack/many/garbage" in m.stderr(), "garbage entry not skipped")
-        check(m.ask("quit").startswith("destroyed "), "quit")
-    finally:
-        if m.p.poll() is None:
-            m.p.kill()
-        m.p.wait()
+    etcd_put("/kvpack/many/garbage0", "not a member")
+    many = m = Driver("/kvpack/many/", level="debug")  # debug: its idle periods are logged
+    got = m.members()[1]
+    check(got == sorted(addrs)[:64], f"70 registered: handle has {len(got)}, want first 64")
+    check("70 nodes registered under /kvpack/many/" in m.stderr(), "no warning past 64")
+    etcd_put("/kvpack/many/garbage", "not a member")
+    etcd_put("/kvpack/many/127.0.0.0:1", member("127.0.0.0:1"))
+    wait_for("a member put later that sorts first is taken in",
+             lambda: m.members()[1] == sorted(addrs + ["127.0.0.0:1"])[:64], 5)
+    check("skipping /kvpack/many/garbage:" in m.stderr(), "garbage entry not skipped")
+
+
+def garbage_once():
+    """The /kvpack/many/ handle of too_many(), quiet since (its stream ended and the range read
+    again after each idle period, and once etcd restarted): each garbage entry, the one there at
+    the start and the one put later, was warned about once."""
+    wait_for("two idle periods of the /kvpack/many/ handle",
+             lambda: many.stderr().count("reading the range again") >= 2, 2 * IDLE_S + 5)
+    log = many.stderr()
+    n0 = log.count("skipping /kvpack/many/garbage0:")
+    n1 = log.count("skipping /kvpack/many/garbage:")
+    check(n0 == 1 and n1 == 1, f"garbage entries warned about {n0} and {n1} times, want once each")
+    check(many.ask("quit").startswith("destroyed "), "quit")
 
 
 def get_all(d, sids, dead=()):
@@ -246,7 +257,7 @@ def get_all(d, sids, dead=()):
         check(r.startswith("ok ") and r[3:] not in dead, f"get {sid}: {r!r}")
 
 
-etcd = d = None
+etcd = d = many = None
 try:
     cport, pport = kvptest.free_port(), kvptest.free_port()
     etcd, URL = kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
@@ -302,6 +313,7 @@ try:
     get_all(d, old + new + ["late"])
     loadtest_join()
     hung_endpoint()
+    garbage_once()
 
     # every node leaves: calls fail with a clear error; one comes back: calls work again
     for k in list(nodes):
@@ -325,7 +337,7 @@ try:
     check(d.p.wait(timeout=10) == 0, f"watch_driver exit {d.p.returncode}")
     print(f"destroy with etcd down: {r.split()[-1]} ms")
 finally:
-    for proc in [d and d.p, etcd] + [proc for proc, _ in nodes.values()]:
+    for proc in [d and d.p, many and many.p, etcd] + [proc for proc, _ in nodes.values()]:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -3,7 +3,8 @@
  * it (DESIGN.md §8): each kvpackd puts PREFIX<HOST:PORT> -> {"addr","pid","since","data_dir"}
  * under a lease it keeps alive; a client lists the prefix for the live peers, or watches it
  * (kvp_etcd_watch_*: a background thread on the streaming POST /v3/watch).
- * Thread-safety: one handle per thread (a handle is one keep-alive HTTP connection). */
+ * Thread-safety: one handle per thread (a handle is one keep-alive HTTP connection); only
+ * kvp_etcd_cancel may come from another thread. */
 #ifndef KVPACK_ETCD_H
 #define KVPACK_ETCD_H
 
@@ -56,6 +57,10 @@ void         kvp_etcd_set_quiet(kvp_etcd_h etcd, int quiet);
  * within timeout_ms; KVP_ERR_TIMEOUT when the time is up); 0: no total (the default). For a
  * call that must not hold up a shutdown. */
 void         kvp_etcd_set_budget(kvp_etcd_h etcd, uint32_t total_ms);
+/* From any thread: the call in progress on etcd ends within about 1 s, and every later call at
+ * once, with KVP_ERR_CANCELED (not logged). For a shutdown that must not wait for another
+ * thread's call to try every endpoint of a hung etcd. */
+void         kvp_etcd_cancel(kvp_etcd_h etcd);
 const char  *kvp_etcd_endpoint(kvp_etcd_h etcd); /* the one the last call used */
 
 /* Every call: an unreachable endpoint gives KVP_ERR_PEER_UNREACHABLE (KVP_ERR_TIMEOUT when it
@@ -85,10 +90,14 @@ kvp_status_t kvp_etcd_prefix_body(const char *prefix, int64_t watch_from, char *
  * Free *members_p with kvp_free. */
 kvp_status_t kvp_etcd_members(kvp_etcd_h etcd, const char *prefix, kvp_etcd_member_t **members_p,
                               uint32_t *n_p);
-/* The same, and the revision the range saw (a watch from revision + 1 misses nothing). */
+/* Called with each key skipped as not a member; returns whether to log it (0: the caller
+ * already warned about that key). */
+typedef int (*kvp_etcd_skip_cb_t)(void *arg, const char *key);
+/* The same, and the revision the range saw (a watch from revision + 1 misses nothing); a skipped
+ * key is logged only when skip(arg, key) says so (skip NULL: always). */
 kvp_status_t kvp_etcd_members_at(kvp_etcd_h etcd, const char *prefix,
                                  kvp_etcd_member_t **members_p, uint32_t *n_p,
-                                 int64_t *revision_p);
+                                 int64_t *revision_p, kvp_etcd_skip_cb_t skip, void *arg);
 /* The member a key + value under prefix names, or KVP_ERR_PROTOCOL (not logged) when the key's
  * suffix is not HOST:PORT or the value not a member object naming that address. */
 kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const char *value,
@@ -101,7 +110,9 @@ kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const 
  * with backoff (100 ms doubling to 2 s), read the range again, watch again; while etcd is out of
  * reach the last members stay (one warning; info when back). Each change is logged at info.
  * A stream silent for KVP_ETCD_WATCH_IDLE_MS is ended the same way, so a hung member (its TCP
- * connection still up) is left for another endpoint within about that time + 2 s. */
+ * connection still up) is left for another endpoint within about that time + 2 s. A key under
+ * the prefix that is not a member is warned about once, however many range reads see it (again
+ * only after it was a member or gone). */
 #define KVP_ETCD_WATCH_IDLE_MS 10000u
 typedef struct kvp_etcd_watch *kvp_etcd_watch_h;
 
