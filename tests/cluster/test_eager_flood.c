@@ -224,9 +224,12 @@ int main(void)
         EXPECT(r->ids[i] == EAGER_ID + (uint64_t)(QUEUE_MAX - 1 + i), "refusal %d is request %llu",
                i, (unsigned long long)r->ids[i]);
     }
-    /* the node holds 256 requests of under 1 MiB (README Limits); before, all N */
+    /* the node holds 256 requests of under 1 MiB (README Limits); before, all N. A sanitizer
+     * build's node (same flags as this test) keeps shadow memory besides: its RSS says nothing */
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
     EXPECT(rss1 - rss0 < 256, "node RSS grew by %ld MiB while requests waited (unbounded)",
            rss1 - rss0);
+#endif
 
     kill(child, SIGKILL); /* frees the budget: the waiting put, then the held ones are handled */
     CHECK(waitpid(child, &st, 0) == child);
