@@ -130,6 +130,9 @@ typedef struct {
      * deleted from the nodes, absent (no node held one: its put failed) and left (a node did not
      * answer, or the delete was stopped) */
     uint32_t          sessions_put, sessions_deleted, sessions_absent, sessions_left;
+    uint32_t          departed_nodes;       /* took puts, no member at the end (left etcd) */
+    uint32_t          departed_deleted;     /* copies deleted on those directly */
+    uint32_t          departed_unreachable; /* of those, not reached: their copies stay */
 } kvp_lt_result_t;
 
 /* Block hits of request r whose lookup found its first hit P-token chunks: a block hits when it

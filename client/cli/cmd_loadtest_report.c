@@ -217,6 +217,9 @@ static void json_cleanup(kvp_json_t *j, const kvp_lt_info_t *info, const kvp_lt_
     kvp_json_int(j, "deleted", res->sessions_deleted);
     kvp_json_int(j, "absent", res->sessions_absent);
     kvp_json_int(j, "left", keep ? res->sessions_put : res->sessions_left);
+    kvp_json_int(j, "departed_nodes", res->departed_nodes);
+    kvp_json_int(j, "departed_deleted", res->departed_deleted);
+    kvp_json_int(j, "departed_unreachable", res->departed_unreachable);
     kvp_json_close(j);
 }
 
@@ -228,8 +231,11 @@ static void text_cleanup(const kvp_lt_info_t *info, const kvp_lt_result_t *res)
     printf("sessions         %u put, ", res->sessions_put);
     if (!info->params->delete_sessions) {
         printf("kept on the nodes (--keep-sessions) under the namespace above\n");
-    } else if (res->sessions_left == 0) {
+    } else if (res->sessions_left == 0 && res->departed_unreachable == 0) {
         printf("deleted from the nodes when the run ended\n");
+    } else if (res->sessions_left == 0) {
+        printf("deleted when the run ended, but not from %u node(s) that left the cluster and "
+               "did not answer: their copies stay\n", res->departed_unreachable);
     } else {
         printf("%u deleted from the nodes when the run ended, %u could not be: they stay under "
                "the namespace above\n", res->sessions_deleted, res->sessions_left);

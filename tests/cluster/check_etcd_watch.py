@@ -124,25 +124,49 @@ def sessions_on(addrs):
     return total
 
 
+def etcd_kv(op, key):
+    """deleterange or range of one key; the range's value (None when absent)."""
+    b64 = base64.b64encode(key.encode()).decode()
+    req = urllib.request.Request(f"{URL}/v3/kv/{op}", method="POST",
+                                 data=json.dumps({"key": b64}).encode())
+    kvs = json.loads(urllib.request.urlopen(req, timeout=5).read()).get("kvs", [])
+    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
 def loadtest_join():
-    """kvpack loadtest --etcd, SIGSTOPped once it has put something, a node joins, SIGCONT: the
-    run's handles follow the join."""
+    """kvpack loadtest --etcd, SIGSTOPped once it has put something, a node joins and another
+    leaves the member list (its key deleted; it runs on), SIGCONT: the run's handles follow, and
+    the sessions the run put are deleted at its end from the node that left too (they used to
+    stay there while the report said every session was deleted)."""
     live = [a for _, a in nodes.values()]
     before = sessions_on(live)
+    leaver_k = next(iter(nodes))
+    leaver = nodes[leaver_k][1]
+    leaver_key = "/kvpack/nodes/" + leaver
+    leaver_before = sessions_on([leaver])
     lt = subprocess.Popen([kvpack_exe, "loadtest", "--etcd", URL, "--users", "60", "--rounds", "5",
-                           "--turn-tokens", "256", "--json", "--timeout-ms", "5000"],
+                           "--turn-tokens", "256", "--json", "--timeout-ms", "5000", "--replicas",
+                           "2"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    leaver_value = None
     try:
         wait_for("loadtest puts a session", lambda: lt.poll() is not None or
                  sessions_on(live) > before, 30)
         lt.send_signal(signal.SIGSTOP)
         joined = start_node(5)
+        leaver_value = etcd_kv("range", leaver_key)
+        etcd_kv("deleterange", leaver_key)
         lt.send_signal(signal.SIGCONT)
         out, err = lt.communicate(timeout=120)
     finally:
         if lt.poll() is None:
             lt.kill()
             lt.wait()
+    after = sessions_on([leaver])
+    if leaver_value is not None:  # restarted: a member again, under a lease, for what follows
+        nodes[leaver_k][0].send_signal(signal.SIGTERM)
+        nodes[leaver_k][0].wait(timeout=60)
+        start_node(leaver_k)
     check(lt.returncode == 0, f"loadtest --etcd exited {lt.returncode}: {err[-2000:]!r}")
     if lt.returncode != 0:
         return
@@ -151,7 +175,13 @@ def loadtest_join():
     check(rep["membership_changes"] >= 1, f"loadtest saw {rep['membership_changes']} changes")
     check(joined in listed and listed[joined]["sessions"] > 0,
           f"the joined node {joined} in the loadtest report: {listed.get(joined)}")
-    check(sorted(listed) == sorted(live + [joined]), f"loadtest nodes {sorted(listed)}")
+    check(sorted(listed) == sorted([a for a in live if a != leaver] + [joined]),
+          f"loadtest nodes {sorted(listed)}: the members at its end")
+    cl = rep["cleanup"]
+    check(cl["departed_nodes"] == 1 and cl["departed_deleted"] > 0 and
+          cl["departed_unreachable"] == 0, f"loadtest cleanup with a node that left: {cl}")
+    check(after == leaver_before,
+          f"the node that left holds {after} sessions, {leaver_before} before the run")
     print(f"loadtest --etcd: {rep['membership_changes']} membership change(s), the joined node "
           f"holds {listed[joined]['sessions']} sessions")
 
