@@ -244,10 +244,11 @@ def case_errors():
 
 def run_limited(args, gib=2):
     """run() with the address space capped (a bug that allocates without bound fails fast); not
-    under AddressSanitizer, whose shadow memory alone passes any such cap."""
+    under AddressSanitizer or ThreadSanitizer, whose shadow memory alone passes any such cap."""
     import resource
     cap = gib << 30
-    asan = "libasan" in subprocess.run(["ldd", KVPACK], capture_output=True, text=True).stdout
+    libs = subprocess.run(["ldd", KVPACK], capture_output=True, text=True).stdout
+    asan = "libasan" in libs or "libtsan" in libs
     p = subprocess.run([KVPACK, "loadtest", *args], capture_output=True, text=True, timeout=300,
                        preexec_fn=None if asan else
                        lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
