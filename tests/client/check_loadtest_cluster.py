@@ -251,7 +251,9 @@ def case_rerun():
         print(f"--keep-sessions: cleanup {r['cleanup']}; node: {sessions} sessions, ns {ns}")
         check(sessions == 3 and ns == [r["namespace"]] * 3 and dram > 0,
               "--keep-sessions: the node does not hold exactly the run's 3 sessions")
-        check(r["cleanup"] == {"mode": "keep", "sessions": 3, "deleted": 0, "absent": 0, "left": 3},
+        check(r["cleanup"] == {"mode": "keep", "sessions": 3, "deleted": 0, "absent": 0, "left": 3,
+                               "departed_nodes": 0, "departed_deleted": 0,
+                               "departed_unreachable": 0},
               f"--keep-sessions: report {r['cleanup']}")
         check("deleted" not in err, f"--keep-sessions: a delete was reported: {err[-300:]!r}")
     finally:
