@@ -106,6 +106,23 @@ static inline int test_node_stop(test_node_t *n, int sig)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* resident memory of process pid in MiB (/proc/PID/status VmRSS) */
+static inline long test_node_rss_mib(pid_t pid)
+{
+    char  path[64], line[256];
+    long  kb = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    CHECK(f != NULL);
+    while (fgets(line, sizeof(line), f) != NULL && sscanf(line, "VmRSS: %ld", &kb) != 1) {
+    }
+    fclose(f);
+    CHECK(kb >= 0);
+    return kb / 1024;
+}
+
 static inline void test_node_rmdir(test_node_t *n)
 {
     char cmd[400];

@@ -16,22 +16,6 @@
 #define NREQ    4
 #define PAGE_T  128u
 
-static long rss_mib(pid_t pid)
-{
-    char  path[64], line[256];
-    long  kb = -1;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    CHECK(f != NULL);
-    while (fgets(line, sizeof(line), f) != NULL && sscanf(line, "VmRSS: %ld", &kb) != 1) {
-    }
-    fclose(f);
-    CHECK(kb >= 0);
-    return kb / 1024;
-}
-
 /* One raw PUT_PAGES of n bytes (garbage: a rendezvous message the node takes, then refuses as a
  * bad page), without waiting for anything */
 static void raw_put(test_raw_t *r, uint64_t req_id, const uint8_t *data, uint32_t n,
@@ -170,7 +154,7 @@ int main(void)
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
     test_raw_call(&raw, hdr, hl, NULL, 0); /* connected */
     kvp_free(hdr);
-    rss0  = rss_mib(node.pid);
+    rss0  = test_node_rss_mib(node.pid);
     nkeys = (uint32_t)((kvp_xfer_max_hdr(raw.x) - 64) / 16); /* as many as a header holds */
     keys  = kvp_malloc(nkeys * sizeof(*keys), "keys");
     CHECK(keys != NULL);
@@ -192,7 +176,7 @@ int main(void)
     /* the raw client does not progress now: its replies are not taken. Another client is
      * served meanwhile (the requests above have been handled or held back by now). */
     CHECK_OK(kvp_client_put_pages(c, NS, pages, &len, 1));
-    rss1 = rss_mib(node.pid);
+    rss1 = test_node_rss_mib(node.pid);
     printf("node rss %ld -> %ld MiB with %d requests of %u x %zu-byte pages not taken\n", rss0,
            rss1, NREQ, nkeys, len);
 #if defined(__SANITIZE_THREAD__)

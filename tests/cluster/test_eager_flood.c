@@ -45,22 +45,6 @@ static void on_reply(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     kvp_xfer_msg_release(msg);
 }
 
-static long rss_mib(pid_t pid)
-{
-    char  path[64], line[256];
-    long  kb = -1;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    CHECK(f != NULL);
-    while (fgets(line, sizeof(line), f) != NULL && sscanf(line, "VmRSS: %ld", &kb) != 1) {
-    }
-    fclose(f);
-    CHECK(kb >= 0);
-    return kb / 1024;
-}
-
 /* One fp16 page of PAGE_T tokens; *len_p its bytes. */
 static uint8_t *page_make(size_t *len_p)
 {
@@ -196,7 +180,7 @@ int main(void)
     replies_wait(x, r, 1, 20); /* the STAT: connected */
     CHECK(r->n == 1 && r->st[0] == KVP_OK);
     r->n = 0;
-    rss0 = rss_mib(node.pid);
+    rss0 = test_node_rss_mib(node.pid);
     put_send(conn, PUT_ID, page, (uint32_t)plen, BIG_PAGES); /* past the budget: waits for it */
     for (int i = 0; i < 20; i++) {
         kvp_xfer_wait(x, 10);
@@ -212,7 +196,7 @@ int main(void)
     for (int i = 0; i < 50; i++) { /* nothing more comes while the budget is held */
         kvp_xfer_wait(x, 10);
     }
-    rss1 = rss_mib(node.pid);
+    rss1 = test_node_rss_mib(node.pid);
     for (int i = 0; i < r->n; i++) {
         busy += r->st[i] == KVP_ERR_BUSY;
     }

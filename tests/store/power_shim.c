@@ -121,20 +121,16 @@ static void hold(int k, const struct stat *sb, off_t off, const struct iovec *io
     }
 }
 
-/* write every held write of fd's inode to the file, in order */
-static void apply(int fd, const struct stat *sb)
+/* take the held writes of inode (dev, ino) off the list, in order, writing each to wfd first
+ * when wfd >= 0 (a sync) or dropping it (the file's last name went) */
+static void take(dev_t dev, ino_t ino, int wfd)
 {
-    char    link[64];
-    int     wfd = open((snprintf(link, sizeof(link), "/proc/self/fd/%d", fd), link), O_WRONLY);
     held_t **pp, *h;
 
-    if (wfd < 0) { /* a buffered writer: the held bytes need not be O_DIRECT-aligned */
-        abort();
-    }
     pthread_mutex_lock(&mu);
     for (pp = &head; (h = *pp) != NULL;) {
-        if (h->dev == sb->st_dev && h->ino == sb->st_ino) {
-            if (real_pwrite(wfd, h->data, h->len, h->off) != (ssize_t)h->len) {
+        if (h->dev == dev && h->ino == ino) {
+            if (wfd >= 0 && real_pwrite(wfd, h->data, h->len, h->off) != (ssize_t)h->len) {
                 abort();
             }
             *pp = h->next;
@@ -146,6 +142,18 @@ static void apply(int fd, const struct stat *sb)
         }
     }
     pthread_mutex_unlock(&mu);
+}
+
+/* write every held write of fd's inode to the file, in order */
+static void apply(int fd, const struct stat *sb)
+{
+    char link[64];
+    int  wfd = open((snprintf(link, sizeof(link), "/proc/self/fd/%d", fd), link), O_WRONLY);
+
+    if (wfd < 0) { /* a buffered writer: the held bytes need not be O_DIRECT-aligned */
+        abort();
+    }
+    take(sb->st_dev, sb->st_ino, wfd);
     close(wfd);
 }
 
@@ -153,24 +161,11 @@ static void apply(int fd, const struct stat *sb)
 static void forget(int dirfd, const char *path)
 {
     struct stat sb;
-    held_t    **pp, *h;
 
-    if (fstatat(dirfd, path, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
-        sb.st_nlink > 1) {
-        return;
+    if (fstatat(dirfd, path, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+        sb.st_nlink <= 1) {
+        take(sb.st_dev, sb.st_ino, -1);
     }
-    pthread_mutex_lock(&mu);
-    for (pp = &head; (h = *pp) != NULL;) {
-        if (h->dev == sb.st_dev && h->ino == sb.st_ino) {
-            *pp = h->next;
-            free(h->data);
-            free(h);
-            nheld--;
-        } else {
-            pp = &h->next;
-        }
-    }
-    pthread_mutex_unlock(&mu);
 }
 
 int unlink(const char *path)
