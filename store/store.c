@@ -606,7 +606,8 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     if (path != NULL) {
         size_t            wb = budget / 8;
         kvp_tier_params_t tp = {path, node, wb < (4u << 20) ? (4u << 20)
-                                            : (wb > (64u << 20) ? (64u << 20) : wb), seg_bytes, 0};
+                                            : (wb > (64u << 20) ? (64u << 20) : wb), seg_bytes, 0,
+                                dur == KVP_DURABILITY_INTERVAL};
 
         tp.reserve_bytes = (m & KVP_STORE_PARAM_DISK_RESERVE) ? params->disk_reserve
                                                                : 4 * (uint64_t)tp.write_buffer;

@@ -27,6 +27,9 @@ typedef struct {
     uint64_t    reserve_bytes; /* disk reserve (tier_space.c): writes that add bytes stop while
                                 * less is free, and a file this large is held for when the disk
                                 * fills anyway; 0 = off; raised to 3 x write_buffer */
+    bool        own_flushes;   /* durability interval: kvpack, not RocksDB, switches memtables,
+                                * and only right after a segment sync + WAL fsync (tier_rocksdb.c
+                                * tier_memtables_turn) */
 } kvp_tier_params_t;
 
 typedef enum {

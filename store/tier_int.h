@@ -26,6 +26,8 @@ struct kvp_tier {
     size_t                           ncfs;
     rocksdb_column_family_handle_t  *cf[CF_NREQ];
     size_t                           write_buffer; /* memtable bytes of `pages` */
+    bool                             own_flushes;  /* kvp_tier_params_t.own_flushes */
+    rocksdb_flushoptions_t          *fo_nowait;    /* a flush requested, not waited for */
     rocksdb_writeoptions_t          *wo_wal;
     rocksdb_writeoptions_t          *wo_sync;
     rocksdb_writeoptions_t          *wo_nowal;
@@ -112,6 +114,12 @@ void     tier_db_release(kvp_tier_t *t);
  * file's unlink takes tens of ms) and, once the active segment is half full, make the next one
  * (file creation and a directory fsync), so a roll under the lock only switches files. */
 void tier_unlock(kvp_tier_t *t);
+/* Under t->mu, own_flushes only: when a column family's active memtable has reached num/den of
+ * its flush size, makes every write so far durable (segment sync + WAL fsync, skipped when
+ * `synced`: the caller just did both) and requests the flush of every non-empty memtable without
+ * waiting, so the memtable switch, and with it the closed WAL that RocksDB syncs on its own
+ * before the flush, holds no record naming unsynced bytes. */
+kvp_status_t tier_memtables_turn(kvp_tier_t *t, bool synced, unsigned num, unsigned den);
 
 /* A segment extent a page key names now (live-byte accounting, moves). */
 typedef struct {

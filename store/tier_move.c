@@ -366,6 +366,9 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (m > 0 && status == KVP_OK) {
         rocksdb_write(t->db, t->wo_wal, wb, &err);
         status = tier_map_err("compaction write", &err);
+        if (status == KVP_OK) { /* these copies are synced; earlier commits' bytes may not be */
+            status = tier_memtables_turn(t, false, 1, 1);
+        }
     }
     for (size_t j = 0; j < m && status == KVP_OK; j++) {
         kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));

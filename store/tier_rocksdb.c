@@ -114,14 +114,28 @@ static size_t sess_key(uint64_t ns, const char *sid, uint8_t *k)
     return 8 + n;
 }
 
+/* the memtable size a column family flushes at */
+static size_t cf_flush_size(const kvp_tier_t *t, const char *name)
+{
+    return strcmp(name, "pages") == 0 ? t->write_buffer : (4u << 20);
+}
+
 static rocksdb_options_t *cf_options(kvp_tier_t *t, const char *name, bool compactions)
 {
-    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_t *o     = rocksdb_options_create();
+    size_t             flush = cf_flush_size(t, name);
 
     rocksdb_options_set_compression(o, rocksdb_no_compression);
     rocksdb_options_set_disable_auto_compactions(o, !compactions);
+    /* own_flushes: RocksDB's own limit is 8x the flush size, which tier_memtables_turn never lets
+     * a memtable reach (it switches at the flush size, so memory and the disk reserve's
+     * arithmetic, tier_space.c, see a memtable of at most the flush size plus one batch, as
+     * before); the arena blocks stay the size the flush size gives */
+    rocksdb_options_set_write_buffer_size(o, t->own_flushes ? 8 * flush : flush);
+    if (t->own_flushes) {
+        rocksdb_options_set_arena_block_size(o, flush / 8 < (1u << 20) ? flush / 8 : (1u << 20));
+    }
     if (strcmp(name, "pages") == 0) {
-        rocksdb_options_set_write_buffer_size(o, t->write_buffer);
         rocksdb_options_set_max_write_buffer_number(o, 2);
         rocksdb_options_set_level0_file_num_compaction_trigger(o, 8);
         rocksdb_options_set_target_file_size_base(o, 64ull << 20);
@@ -129,8 +143,6 @@ static rocksdb_options_t *cf_options(kvp_tier_t *t, const char *name, bool compa
         rocksdb_options_set_block_based_table_factory(o, t->bbt);
         /* values are locators or small inline pages: large page bytes live in segment files
          * (a version-1 db's blob files stay readable without enable_blob_files) */
-    } else {
-        rocksdb_options_set_write_buffer_size(o, 4u << 20);
     }
     return o;
 }
@@ -487,6 +499,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     pthread_rwlockattr_destroy(&ra);
     t->path         = kvp_strdup(params->path, "tier path");
     t->write_buffer = params->write_buffer;
+    t->own_flushes  = params->own_flushes;
     status          = KVP_OK;
     if (t->path != NULL && mkdir(t->path, 0755) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create %s: %m", t->path);
@@ -519,6 +532,12 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
     rocksdb_readoptions_set_fill_cache(t->ro_pages, 0);
     t->fo = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(t->fo, 1);
+    t->fo_nowait = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(t->fo_nowait, 0);
+    /* own_flushes: nothing else may switch a memtable. max_total_wal_size stays 0 (4x the
+     * memtables' limits, never reached: every switch flushes every non-empty memtable, so the
+     * live WALs hold about one flush size per column family); db_write_buffer_size stays 0 (no
+     * write buffer manager); a write stall delays writes but switches nothing. */
     if (t->path == NULL || status != KVP_OK) {
         status = t->path == NULL ? KVP_ERR_NO_MEMORY : status;
         kvp_tier_close(t);
@@ -582,6 +601,9 @@ void kvp_tier_close(kvp_tier_t *t)
         rocksdb_readoptions_destroy(t->ro);
         rocksdb_readoptions_destroy(t->ro_pages);
         rocksdb_flushoptions_destroy(t->fo);
+    }
+    if (t->fo_nowait != NULL) {
+        rocksdb_flushoptions_destroy(t->fo_nowait);
     }
     rocksdb_block_based_options_destroy(t->bbt);
     rocksdb_options_destroy(t->db_opts);
@@ -977,6 +999,11 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
             status  = commit_records(t, b, mode);
             stopped = status == KVP_ERR_NO_SPACE;
         }
+        if (status == KVP_OK && tier_memtables_turn(t, false, 1, 1) != KVP_OK) {
+            /* the syncer did not come round in time, and the sync here failed: the commit
+             * stands (its records are written); the next commit or tick tries again */
+            KVP_LOG_WARN(MOD, "db %s: the sync before a memtable switch failed", t->path);
+        }
     }
     t->reclaim = t->reclaim || (status == KVP_OK && t->full && b->bytes == 0 && b->nops > 0);
     retry      = status == KVP_ERR_CORRUPT || (admitted && status == KVP_ERR_NO_SPACE);
@@ -1007,6 +1034,47 @@ kvp_status_t kvp_tier_batch_commit(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
     }
     tier_unlock(t);
     tier_db_release(t);
+    return status;
+}
+
+static bool cf_prop(kvp_tier_t *t, size_t i, const char *prop, uint64_t *v)
+{
+    return rocksdb_property_int_cf(t->db, t->cfs[i], prop, v) == 0;
+}
+
+kvp_status_t tier_memtables_turn(kvp_tier_t *t, bool synced, unsigned num, unsigned den)
+{
+    char        *err    = NULL;
+    kvp_status_t status = KVP_OK;
+    bool         due    = false;
+    uint64_t     v;
+
+    if (!t->own_flushes) {
+        return KVP_OK;
+    }
+    for (size_t i = 0; i < t->ncfs && !due; i++) {
+        due = cf_prop(t, i, "rocksdb.cur-size-active-mem-table", &v) &&
+              v >= cf_flush_size(t, t->cf_names[i]) / den * num &&
+              cf_prop(t, i, "rocksdb.num-entries-active-mem-table", &v) && v > 0;
+    }
+    if (!due) {
+        return KVP_OK;
+    }
+    if (!synced) {
+        status = kvp_segs_sync(t->segs);
+        if (status == KVP_OK) {
+            rocksdb_flush_wal(t->db, 1, &err);
+            status = tier_map_err("flush wal", &err);
+        }
+    }
+    /* every non-empty memtable: none keeps an old WAL alive (that would grow the WALs until
+     * max_total_wal_size switched memtables without a sync first) */
+    for (size_t i = 0; i < t->ncfs && status == KVP_OK; i++) {
+        if (cf_prop(t, i, "rocksdb.num-entries-active-mem-table", &v) && v > 0) {
+            rocksdb_flush_cf(t->db, t->fo_nowait, t->cfs[i], &err);
+            status = tier_map_err("memtable flush", &err);
+        }
+    }
     return status;
 }
 
@@ -1041,6 +1109,12 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
         if (status == KVP_OK) {
             rocksdb_flush_wal(t->db, 1, &err);
             status = tier_map_err("flush wal", &err);
+        }
+        /* every record so far names synced bytes: a memtable past half its flush size switches
+         * now (the commit path would at the full size, with a sync of its own). The sync stands
+         * if the flush request fails: the next tick or commit asks again. */
+        if (status == KVP_OK && tier_memtables_turn(t, true, 1, 2) != KVP_OK) {
+            KVP_LOG_WARN(MOD, "db %s: a memtable flush request failed", t->path);
         }
         tier_unlock(t);
         tier_db_release(t);
@@ -1439,6 +1513,13 @@ kvp_status_t kvp_tier_index_compact(kvp_tier_t *t)
     kvp_status_t      status;
 
     tier_db_hold(t);
+    pthread_mutex_lock(&t->mu); /* CompactRange flushes the memtables first */
+    status = tier_memtables_turn(t, false, 0, 1);
+    tier_unlock(t);
+    if (status != KVP_OK) {
+        tier_db_release(t);
+        return status;
+    }
     for (size_t i = 0; i < t->ncfs; i++) {
         rocksdb_compact_range_cf(t->db, t->cfs[i], NULL, 0, NULL, 0);
     }
