@@ -106,6 +106,40 @@ static inline int test_node_stop(test_node_t *n, int sig)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* A malloc'd fp16 page of ntok tokens x 8 heads x 128 (ntok 128: just over 512 KiB, sent eager
+ * below UCX's 1 MiB threshold) in slot 0 of `copies` slots of *len_p bytes, copies of it in the
+ * others (a multi-page put of one page's bytes); kvp_free it. */
+static inline uint8_t *test_big_page(uint32_t ntok, kvp_key128_t key, uint32_t copies,
+                                     size_t *len_p)
+{
+    kvp_page_params_t pp;
+    size_t            n = (size_t)ntok * 8 * 128, cap;
+    float            *k = kvp_malloc(n * sizeof(float), "k"), *v = kvp_malloc(n * sizeof(float), "v");
+    uint8_t          *page;
+
+    CHECK(k != NULL && v != NULL && copies > 0);
+    for (size_t i = 0; i < n; i++) {
+        k[i] = (float)(i % 7) - 3.0f;
+        v[i] = (float)(i % 5) - 2.0f;
+    }
+    memset(&pp, 0, sizeof(pp));
+    pp.codec       = KVP_CODEC_FP16;
+    pp.heads       = 8;
+    pp.head_dim    = 128;
+    pp.page_tokens = ntok;
+    pp.chunk_key   = key;
+    cap            = kvp_page_max_bytes(&pp);
+    page           = kvp_malloc(cap * copies, "page");
+    CHECK(page != NULL);
+    CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, ntok, page, cap, len_p));
+    for (uint32_t i = 1; i < copies; i++) {
+        memcpy(page + (size_t)i * *len_p, page, *len_p);
+    }
+    kvp_free(k);
+    kvp_free(v);
+    return page;
+}
+
 /* resident memory of process pid in MiB (/proc/PID/status VmRSS) */
 static inline long test_node_rss_mib(pid_t pid)
 {

@@ -111,12 +111,10 @@ int main(void)
 {
     test_node_t       node;
     test_raw_t        raw;
-    kvp_page_params_t pp;
     kvp_wire_req_t    req;
     kvp_client_h      c;
     kvp_key128_t      key = {0x1234, 0x5678}, *keys;
-    size_t            n = (size_t)PAGE_T * 8 * 128, cap, len, hl;
-    float            *k = kvp_malloc(n * sizeof(float), "k"), *v = kvp_malloc(n * sizeof(float), "v");
+    size_t            len, hl;
     uint8_t          *page, *hdr;
     const void       *pages[1];
     uint32_t          nkeys;
@@ -124,21 +122,7 @@ int main(void)
     double            end;
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
-    CHECK(k != NULL && v != NULL);
-    for (size_t i = 0; i < n; i++) {
-        k[i] = (float)(i % 7) - 3.0f;
-        v[i] = (float)(i % 5) - 2.0f;
-    }
-    memset(&pp, 0, sizeof(pp));
-    pp.codec       = KVP_CODEC_FP16;
-    pp.heads       = 8;
-    pp.head_dim    = 128;
-    pp.page_tokens = PAGE_T;
-    pp.chunk_key   = key;
-    cap            = kvp_page_max_bytes(&pp);
-    page           = kvp_malloc(cap, "page");
-    CHECK(page != NULL);
-    CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, PAGE_T, page, cap, &len));
+    page = test_big_page(PAGE_T, key, 1, &len);
     CHECK(len > 512 * 1024);
 
     test_node_mkdir(&node);
@@ -201,7 +185,5 @@ int main(void)
     stalled_sender();
     kvp_free(keys);
     kvp_free(page);
-    kvp_free(k);
-    kvp_free(v);
     return kvp_test_result("test_backlog");
 }

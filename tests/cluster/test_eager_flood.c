@@ -45,39 +45,6 @@ static void on_reply(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     kvp_xfer_msg_release(msg);
 }
 
-/* One fp16 page of PAGE_T tokens; *len_p its bytes. */
-static uint8_t *page_make(size_t *len_p)
-{
-    kvp_page_params_t pp;
-    kvp_key128_t      key = {0xF100D, 1};
-    size_t            n   = (size_t)PAGE_T * 8 * 128, cap;
-    float            *k = kvp_malloc(n * sizeof(float), "k"), *v = kvp_malloc(n * sizeof(float), "v");
-    uint8_t          *page;
-
-    CHECK(k != NULL && v != NULL);
-    for (size_t i = 0; i < n; i++) {
-        k[i] = (float)(i % 7) - 3.0f;
-        v[i] = (float)(i % 5) - 2.0f;
-    }
-    memset(&pp, 0, sizeof(pp));
-    pp.codec       = KVP_CODEC_FP16;
-    pp.heads       = 8;
-    pp.head_dim    = 128;
-    pp.page_tokens = PAGE_T;
-    pp.chunk_key   = key;
-    cap            = kvp_page_max_bytes(&pp);
-    page           = kvp_malloc(cap * BIG_PAGES, "page");
-    CHECK(page != NULL);
-    CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, PAGE_T, page, cap, len_p));
-    CHECK(*len_p > (512u << 10) && *len_p < (1u << 20));
-    for (int i = 1; i < BIG_PAGES; i++) { /* room for the big put: copies of it */
-        memcpy(page + (size_t)i * *len_p, page, *len_p);
-    }
-    kvp_free(k);
-    kvp_free(v);
-    return page;
-}
-
 /* One PUT_PAGES of n_pages pages of len bytes each, not waited for. */
 static void put_send(kvp_xfer_conn_h conn, uint64_t req_id, const uint8_t *data, uint32_t len,
                      uint32_t n_pages)
@@ -162,7 +129,8 @@ int main(void)
     test_node_start_args(&node, 0, "--max-msg=8M", "--recv-timeout=120");
     data = kvp_calloc(1, 8u << 20, "data");
     CHECK(data != NULL);
-    page = page_make(&plen);
+    page = test_big_page(PAGE_T, (kvp_key128_t){0xF100D, 1}, BIG_PAGES, &plen);
+    CHECK(plen > (512u << 10) && plen < (1u << 20));
     memset(&req, 0, sizeof(req));
     req.op     = KVP_WIRE_OP_STAT;
     req.req_id = 1;

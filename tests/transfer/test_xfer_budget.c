@@ -126,6 +126,26 @@ static void release_all(rx_t *r)
 
 /* A sender connected to rx, its connection wired up: until then UCX sends even large messages
  * eager, so one small message goes through first. */
+/* The receiver: MSG_BYTES messages at most (a budget of 4x that), into r; conn_msgs_max held
+ * messages a connection (0: no cap); listening on a free port (*port_p). */
+static kvp_xfer_h receiver(rx_t *r, uint32_t conn_msgs_max, uint16_t *port_p)
+{
+    kvp_xfer_params_t p;
+    kvp_xfer_h        rx;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB |
+                      KVP_XFER_PARAM_CB_ARG | (conn_msgs_max ? KVP_XFER_PARAM_CONN_MSGS_MAX : 0);
+    p.max_msg_bytes = MSG_BYTES;
+    p.recv_cb       = rx_recv;
+    p.conn_cb       = rx_conn;
+    p.cb_arg        = r;
+    p.conn_msgs_max = conn_msgs_max;
+    CHECK_OK(kvp_xfer_create(&p, &rx));
+    CHECK_OK(kvp_xfer_listen(rx, "127.0.0.1", 0, port_p));
+    return rx;
+}
+
 static kvp_xfer_h sender(kvp_xfer_h rx, rx_t *r, uint16_t port, kvp_xfer_conn_h *conn_p)
 {
     kvp_xfer_h   x;
@@ -146,7 +166,6 @@ static kvp_xfer_h sender(kvp_xfer_h rx, rx_t *r, uint16_t port, kvp_xfer_conn_h 
  * the next rendezvous one's send fails ERR_BUSY; once released, the held ones arrive in order. */
 static void conn_cap(uint8_t *const *data)
 {
-    kvp_xfer_params_t p;
     kvp_xfer_h        rx, a;
     kvp_xfer_conn_h   ca;
     rx_t              r;
@@ -158,15 +177,7 @@ static void conn_cap(uint8_t *const *data)
 
     memset(&r, 0, sizeof(r));
     memset(&ta, 0, sizeof(ta));
-    memset(&p, 0, sizeof(p));
-    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG |
-                      KVP_XFER_PARAM_CONN_MSGS_MAX;
-    p.max_msg_bytes = MSG_BYTES;
-    p.recv_cb       = rx_recv;
-    p.cb_arg        = &r;
-    p.conn_msgs_max = CONN_MAX;
-    CHECK_OK(kvp_xfer_create(&p, &rx));
-    CHECK_OK(kvp_xfer_listen(rx, "127.0.0.1", 0, &port));
+    rx = receiver(&r, CONN_MAX, &port);
     a = sender(rx, &r, port, &ca);
     for (int i = 0; i < 5; i++) {
         send_one(ca, (uint8_t)i, data[i], MSG_BYTES, &ta.st[i]);
@@ -219,7 +230,6 @@ static void conn_cap(uint8_t *const *data)
 
 int main(void)
 {
-    kvp_xfer_params_t p;
     kvp_xfer_h        rx, a, b;
     kvp_xfer_conn_h   ca, cb;
     rx_t              r;
@@ -232,15 +242,7 @@ int main(void)
     memset(&r, 0, sizeof(r));
     memset(&ta, 0, sizeof(ta));
     memset(&tb, 0, sizeof(tb));
-    memset(&p, 0, sizeof(p));
-    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB |
-                      KVP_XFER_PARAM_CB_ARG;
-    p.max_msg_bytes = MSG_BYTES;
-    p.recv_cb       = rx_recv;
-    p.conn_cb       = rx_conn;
-    p.cb_arg        = &r;
-    CHECK_OK(kvp_xfer_create(&p, &rx));
-    CHECK_OK(kvp_xfer_listen(rx, "127.0.0.1", 0, &port));
+    rx = receiver(&r, 0, &port);
     for (int i = 0; i <= N_BIG; i++) {
         data[i] = kvp_malloc(MSG_BYTES, "data");
         CHECK(data[i] != NULL);
