@@ -186,16 +186,30 @@ def etcd_or_skip():
     return etcd
 
 
-def start_etcd(etcd, data_dir, cport, pport):
-    """A one-member etcd on 127.0.0.1:cport (clients) and :pport (peers), as PLATFORM.md starts
-    it; returns (proc, client URL) once /health says true. The test exits when it dies or is not
-    up in ~15 s."""
+def free_ports(n):
+    """n distinct loopback TCP ports that were free a moment ago (all bound at once, so no two
+    are the same)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _etcd_try(etcd, data_dir, cport, pport):
+    """One start of a one-member etcd: (proc, url) once /health says true, (None, why) when it
+    exits first (its stderr's last lines: a port taken meanwhile, say) or is not up in ~15 s."""
     url, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-    proc = subprocess.Popen(
-        [etcd, "--name", "kvp", "--data-dir", data_dir, "--logger=zap", "--log-level=error",
-         "--listen-client-urls", url, "--advertise-client-urls", url, "--listen-peer-urls", peer,
-         "--initial-advertise-peer-urls", peer, "--initial-cluster", f"kvp={peer}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err_path = data_dir.rstrip("/") + ".stderr"
+    with open(err_path, "ab") as err:
+        proc = subprocess.Popen(
+            [etcd, "--name", "kvp", "--data-dir", data_dir, "--logger=zap", "--log-level=error",
+             "--listen-client-urls", url, "--advertise-client-urls", url, "--listen-peer-urls",
+             peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", f"kvp={peer}"],
+            stdout=subprocess.DEVNULL, stderr=err)
     for _ in range(300):
         try:
             with urllib.request.urlopen(url + "/health", timeout=1) as r:
@@ -209,4 +223,28 @@ def start_etcd(etcd, data_dir, cport, pport):
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+        why = "not healthy after ~15 s"
+    else:
+        why = f"exited with {proc.returncode}"
+    with open(err_path, "rb") as f:
+        tail = f.read()[-600:].decode("utf-8", "replace").strip()
+    return None, f"{why} on ports {cport}/{pport}" + (f"; its stderr ends: {tail}" if tail else "")
+
+
+def start_etcd(etcd, data_dir, cport=None, pport=None):
+    """A one-member etcd on 127.0.0.1:cport (clients) and :pport (peers), as PLATFORM.md starts
+    it; returns (proc, client URL) once /health says true. Without ports it picks free ones and,
+    should one be taken before etcd binds it (tests run in parallel), tries twice more with new
+    ones. The test exits, saying why (etcd's stderr), when it dies or is not up in ~15 s."""
+    import shutil
+    tries = 3 if cport is None and pport is None else 1
+    for attempt in range(tries):
+        if tries > 1:
+            cport, pport = free_ports(2)
+            if attempt > 0:  # the failed try's member (its old peer URL) must not be reused
+                shutil.rmtree(data_dir, ignore_errors=True)
+        proc, url_or_why = _etcd_try(etcd, data_dir, cport, pport)
+        if proc is not None:
+            return proc, url_or_why
+        print(f"etcd did not start: {url_or_why}", file=sys.stderr)
     sys.exit("etcd did not start")

@@ -322,8 +322,7 @@ def check_etcd():
     if etcd is None:
         print("note: etcd is not installed, the Cluster(etcd=) part is skipped")
         return
-    proc, url = kvptest.start_etcd(etcd, os.path.join(tmp, "etcd"), kvptest.free_port(),
-                                   kvptest.free_port())
+    proc, url = kvptest.start_etcd(etcd, os.path.join(tmp, "etcd"))
     procs.append(proc)
     addrs = [start_node(10 + k, ("--etcd", url, "--etcd-ttl", "5"))[1] for k in range(2)]
     with kvpack.Cluster(etcd=url, replicas=2, timeout_ms=5000) as ce, \

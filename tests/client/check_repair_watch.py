@@ -116,8 +116,7 @@ agent = None
 etcd = None
 sids = [f"w{i:02d}" for i in range(10)]
 try:
-    cport, pport = kvptest.free_port(), kvptest.free_port()
-    etcd, URL = kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
+    etcd, URL = kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"))
     addrs = [start_node(k) for k in range(3)]
     kvd = os.path.join(tmp, "a.kvd")
     make_kvd(kvd, 2, 150, 2, 64)

@@ -220,7 +220,7 @@ def hung_etcd():
 
 etcd = None
 try:
-    ports = (kvptest.free_port(), kvptest.free_port())
+    ports = tuple(kvptest.free_ports(2))
     etcd, URL = start_etcd(*ports)
     addrs = [start_node(k) for k in range(3)]
     listed = members()

@@ -289,7 +289,7 @@ def get_all(d, sids, dead=()):
 
 etcd = d = many = None
 try:
-    cport, pport = kvptest.free_port(), kvptest.free_port()
+    cport, pport = kvptest.free_ports(2)
     etcd, URL = kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
     two = [start_node(0), start_node(1)]
     d = Driver()
