@@ -29,10 +29,12 @@ struct kvp_slab {
     void       *free_head; /* freed slots, linked through their first 8 bytes */
 };
 
+/* The slot a page of len bytes takes: never 0 (a class of 0-byte slots would divide by zero when
+ * its slab is sized), so len 0 takes the smallest slot. */
 size_t kvp_pool_slot_size(size_t len)
 {
     if (len <= 4096) {
-        return (len + 63) & ~(size_t)63;
+        return ((len ? len : 1) + 63) & ~(size_t)63;
     }
     return (len + 4095) & ~(size_t)4095;
 }

@@ -258,8 +258,8 @@ kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_loc_t *read)
 /* Read n disk-only pages back: one MultiGet of their locators, pool slots for all of them, then
  * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. The store
  * lock is dropped for the MultiGet and the reads (the entries are pinned). Entries stay valid: a
- * dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check,
- * KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped). */
+ * dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check or its index
+ * entry is damaged, KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped). */
 kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                   const kvp_sess_t *keep, uint64_t *bytes_p)
 {
@@ -348,6 +348,11 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
             KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u is indexed on disk but missing; "
                           "dropped", (unsigned long long)p->key.hi, (unsigned long long)p->key.lo,
                           p->layer);
+        } else if (ps == KVP_ERR_CORRUPT) {
+            KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u has a damaged index entry (%u bytes: "
+                          "no locator, too short for a page); dropped",
+                          (unsigned long long)p->key.hi, (unsigned long long)p->key.lo, p->layer,
+                          locs[i].len);
         } else if (ps != KVP_OK) {
             st->stats.disk_errors += ps != KVP_ERR_NO_SPACE;
         }

@@ -93,7 +93,9 @@ static inline uint64_t kvp_tier_disk_bytes(size_t len)
 
 /* Where a page is on disk: found by kvp_tier_pages_locate, read by kvp_tier_pages_read. */
 typedef struct {
-    kvp_status_t    status;     /* KVP_OK, KVP_ERR_NOT_FOUND, or the error of this key */
+    kvp_status_t    status;     /* KVP_OK, KVP_ERR_NOT_FOUND, KVP_ERR_CORRUPT (an index value
+                                 * neither a locator nor long enough for a page), or the error
+                                 * of this key */
     uint32_t        len;        /* page bytes */
     uint64_t        seg, off;   /* segment locator (seg != 0) */
     uint8_t        *inline_buf; /* the bytes when stored inline (seg == 0); kvp_tier_locs_clear */

@@ -703,8 +703,8 @@ bool tier_loc_decode(const void *val, size_t vlen, uint64_t *seg, uint64_t *off,
         return false;
     }
     /* A length no segment page can have (the pages column family is read without block
-     * checksums): not a locator, so the caller takes the 24 bytes for an inline page, which
-     * then fails its check as the corrupt page it is, rather than ask for gigabytes of DRAM. */
+     * checksums): not a locator, so the caller takes the 24 bytes for an inline page, which is
+     * too short for one: a corrupt page, rather than a request for gigabytes of DRAM. */
     n = kvp_ld_be32(v + 20);
     if (n <= KVP_TIER_INLINE_MAX || n > KVP_PAGE_HDR_BYTES + KVP_PAGE_MAX_PAYLOAD) {
         return false;
@@ -1160,9 +1160,15 @@ static kvp_status_t locate(kvp_tier_t *t, size_t n, const kvp_tier_pkey_t *pks,
         } else {
             size_t      len;
             const char *v = rocksdb_pinnableslice_value(vals[i], &len);
+            bool        in_seg = tier_loc_decode(v, len, &locs[i].seg, &locs[i].off, &locs[i].len);
 
-            if (!tier_loc_decode(v, len, &locs[i].seg, &locs[i].off, &locs[i].len)) {
-                locs[i].inline_buf = kvp_malloc(len ? len : 1, "tier inline page");
+            if (!in_seg && len < KVP_PAGE_HDR_BYTES) {
+                /* not a locator and too short to be a page (an empty or cut value: the
+                 * column family is read without block checksums): a damaged entry */
+                locs[i].status = KVP_ERR_CORRUPT;
+                locs[i].len    = (uint32_t)len;
+            } else if (!in_seg) {
+                locs[i].inline_buf = kvp_malloc(len, "tier inline page");
                 locs[i].status     = locs[i].inline_buf != NULL ? KVP_OK : KVP_ERR_NO_MEMORY;
                 locs[i].len        = (uint32_t)len;
                 if (locs[i].inline_buf != NULL) {

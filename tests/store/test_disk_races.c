@@ -13,7 +13,9 @@
  * evict_oom: loose pages evicted to disk while allocations fail: every acknowledged page reads
  *   back.
  * bad_locator: a page locator whose length, segment id (to 0, the inline pages' id) or offset
- *   (off the 4 KiB grid) went bad on disk is a corrupt page (ERR_CORRUPT), never a crash.
+ *   (off the 4 KiB grid) went bad on disk, or that was cut short or emptied (an empty value once
+ *   asked the pool for a 0-byte slot: SIGFPE), is a corrupt page (ERR_CORRUPT), never a crash;
+ *   the other sessions still read back.
  * lost_segment: the highest segment file goes missing between runs; its id is given to a new file
  *   after the restart, and reading the damaged session must not take that file (another
  *   session's pages, acked under sync) with it.
@@ -281,13 +283,20 @@ static void case_evict_oom(const char *dir)
 
 /* A page locator whose length went bad in the index (block checksums are off for the pages
  * column family: a page's own CRC guards its bytes): the page is corrupt, ERR_CORRUPT and
- * dropped, not a request for gigabytes of DRAM (ERR_NO_SPACE) retried on every read. */
+ * dropped, not a request for gigabytes of DRAM (ERR_NO_SPACE) retried on every read. Likewise a
+ * value cut to 16 bytes or to none: neither a locator nor a page. */
 static void case_bad_locator(const char *dir)
 {
-    static const char *what[] = {"length", "segment id", "offset"};
+    static const char *what[] = {"length", "segment id", "offset", "value cut short",
+                                 "value emptied"};
+    static const size_t vlen_w[] = {LOC_BYTES, LOC_BYTES, LOC_BYTES, 16, 0};
     kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 256u << 20);
+    kvp_session_desc_t ok;
 
-    for (int bad = 0; bad < 3; bad++) {
+    t_session(&GB, 60, 0, 60, 2, 0, &ok); /* a healthy session: still served at the end */
+    CHECK_OK(t_put_session(st, NS, "ok", &GB, &ok));
+    CHECK_OK(kvp_store_session_spill(st, NS, "ok"));
+    for (int bad = 0; bad < 5; bad++) {
         kvp_session_desc_t d;
         kvp_tier_pkey_t    pk;
         uint8_t            k[PKEY_BYTES], v[LOC_BYTES];
@@ -312,7 +321,7 @@ static void case_bad_locator(const char *dir)
         tier_loc_encode(bad == 1 ? 0 : seg, bad == 2 ? off | 1 : off,
                         bad == 0 ? len | 0x80000000u : len, v);
         rocksdb_put_cf(st->tier->db, st->tier->wo_sync, st->tier->cf[CF_PAGES], (const char *)k,
-                       sizeof(k), (const char *)v, sizeof(v), &err);
+                       sizeof(k), (const char *)v, vlen_w[bad], &err);
         CHECK(err == NULL);
         s = t_check_session(st, NS, sid, &GB, &d);
         EXPECT(s == KVP_ERR_CORRUPT, "session with a bad locator %s: %s", what[bad],
@@ -321,6 +330,8 @@ static void case_bad_locator(const char *dir)
                what[bad], (unsigned long long)t_stats(st).crc_failures);
         kvp_session_desc_clear(&d);
     }
+    CHECK_OK(t_check_session(st, NS, "ok", &GB, &ok));
+    kvp_session_desc_clear(&ok);
     kvp_store_close(st);
 }
 
