@@ -4,7 +4,10 @@
  * malloc once a class has a slab. A slab that empties stays mapped and resident (refilling it
  * costs no page faults, which on this VM are as slow as the disk) while mapped bytes stay within
  * pool->retain (the store sets its high watermark); beyond it, and before a new slab would pass
- * it, empty slabs are unmapped.
+ * it, empty slabs are unmapped. A slab that keeps one live slot is never empty, so while mapped
+ * bytes are beyond retain a freed slot of 16 KiB or more also gives its memory back
+ * (MADV_DONTNEED on its whole 4 KiB pages past the first, which holds the free-list link):
+ * with page sizes that vary, each class would otherwise keep about a budget's worth resident.
  * The budget counts slot bytes in use; eviction policy lives in evict.c, not here. */
 #include "store_int.h"
 #include "kvpack/alloc.h"
@@ -16,6 +19,8 @@
 #define MOD            "store"
 #define SLAB_TARGET    (2u << 20)
 #define SLAB_MAX_SLOTS 512u
+#define RELEASE_SLOT   (16u << 10) /* freed slots this large give memory back beyond retain */
+#define OS_PAGE        4096u
 
 struct kvp_slab {
     kvp_slab_t *next;      /* in the class's partial list */
@@ -216,6 +221,18 @@ kvp_status_t kvp_pool_alloc(kvp_pool_t *pool, size_t len, kvp_pool_slot_t *slot_
     return KVP_OK;
 }
 
+/* Give back the resident memory of a free slot of bytes at p: its whole OS pages past the first
+ * (which holds the free-list link). They read as zeros when the slot is used again. */
+static void slot_release(void *p, size_t bytes)
+{
+    uintptr_t from = ((uintptr_t)p + sizeof(void *) + OS_PAGE - 1) & ~(uintptr_t)(OS_PAGE - 1);
+    uintptr_t to   = ((uintptr_t)p + bytes) & ~(uintptr_t)(OS_PAGE - 1);
+
+    if (to > from) {
+        (void)madvise((void *)from, to - from, MADV_DONTNEED); /* advice: nothing to undo */
+    }
+}
+
 void kvp_pool_free(kvp_pool_t *pool, const kvp_pool_slot_t *slot)
 {
     kvp_slab_t       *s = slot->slab;
@@ -243,5 +260,7 @@ void kvp_pool_free(kvp_pool_t *pool, const kvp_pool_slot_t *slot)
         } else {
             slab_unmap(pool, s);
         }
+    } else if (c->slot_bytes >= RELEASE_SLOT && pool->mapped > pool->retain) {
+        slot_release(slot->ptr, c->slot_bytes);
     }
 }
