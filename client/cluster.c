@@ -225,15 +225,19 @@ kvp_status_t kvp_cluster_put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node
             c->progress_cb(c->progress_arg, c->peer[node], ch + 1, chunks);
         }
     }
-    if (s != KVP_OK) {
-        return s;
+    if (s == KVP_OK) {
+        *stage_p = chunks > 0 ? "last chunk and session record" : "session record";
+        s = kvp_client_put_session_pages(cl, ns, sid, desc,
+                                         chunks > 0 ? pages + (chunks - 1) * L : NULL,
+                                         chunks > 0 ? lens + (chunks - 1) * L : NULL,
+                                         chunks > 0 ? L : 0, version);
     }
-    *stage_p = chunks > 0 ? "last chunk and session record" : "session record";
-    s = kvp_client_put_session_pages(cl, ns, sid, desc, chunks > 0 ? pages + (chunks - 1) * L : NULL,
-                                     chunks > 0 ? lens + (chunks - 1) * L : NULL,
-                                     chunks > 0 ? L : 0, version);
     if (s == KVP_OK && chunks > 0 && c->progress_cb != NULL) {
         c->progress_cb(c->progress_arg, c->peer[node], chunks, chunks);
+    }
+    if (s != KVP_OK && *kvp_client_node_message(cl) != '\0') { /* the node's why, in its words */
+        KVP_LOG_WARN(MOD, "%s refused session %s: %s", c->peer[node], sid,
+                     kvp_client_node_message(cl));
     }
     return s;
 }

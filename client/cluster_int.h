@@ -65,7 +65,8 @@ kvp_status_t kvp_cluster_node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_r
 /* Statuses every node would give for the same put: no point trying the next. */
 int kvp_cluster_put_stops(kvp_status_t s);
 /* The whole session to one node: one chunk (layers pages) per put_pages, then the last chunk
- * with the record (one PUT_SESSION when it fits a batch); *stage_p names the step that failed. */
+ * with the record (one PUT_SESSION when it fits a batch); *stage_p names the step that failed,
+ * and the reason the node gave for refusing it is logged as a warning. */
 kvp_status_t kvp_cluster_put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
                                  const char *sid, const void *const *pages, const size_t *lens,
                                  size_t n, const kvp_session_desc_t *desc, uint64_t version,

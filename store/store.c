@@ -1027,6 +1027,25 @@ static kvp_status_t sid_check(const char *sid)
     return KVP_OK;
 }
 
+/* KVP_ERR_NO_SPACE (logged) when the bound session s and a tail of tail_len bytes take more pool
+ * slot bytes than the DRAM budget: a get restores every page at once, so such a session could be
+ * acknowledged but never read back. A page whose length is not known yet (on disk since the last
+ * open) counts 0: a session that fits is never refused. */
+static kvp_status_t sess_fits_budget(kvp_store_h st, const kvp_sess_t *s, size_t tail_len)
+{
+    size_t need = tail_len ? kvp_pool_slot_size(tail_len) : 0;
+
+    for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
+        need += s->pages[i]->len ? kvp_pool_slot_size(s->pages[i]->len) : 0;
+    }
+    if (need > st->pool.budget) {
+        KVP_LOG_ERROR(MOD, "session %s of %zu bytes cannot fit the DRAM budget of %zu bytes (a "
+                      "get restores all of it)", s->key.sid, need, st->pool.budget);
+        return KVP_ERR_NO_SPACE;
+    }
+    return KVP_OK;
+}
+
 kvp_status_t kvp_store_session_put(kvp_store_h st, uint64_t ns, const char *sid,
                                    const kvp_session_desc_t *desc)
 {
@@ -1111,7 +1130,10 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
         kvp_store_page_pin(st, s->pages[i]);
     }
     s->hot = true;
-    status = kvp_store_ns_check_session(st, s, desc->n_tail ? &tail : NULL, &prof);
+    status = sess_fits_budget(st, s, desc->tail_len);
+    if (status == KVP_OK) {
+        status = kvp_store_ns_check_session(st, s, desc->n_tail ? &tail : NULL, &prof);
+    }
     if (status != KVP_OK) {
         goto err_pages;
     }

@@ -1,6 +1,7 @@
 /* test_store.c - unit tests of the node store: page validation and refs, sessions and prefix
  * sharing, lookup, spill/restore (and their timing), warm restart, eviction between watermarks, idle TTL, CRC on
- * disk reads (bytes flipped inside an SST file), injected disk-full, DRAM-only mode.
+ * disk reads (bytes flipped inside an SST file), injected disk-full, a session larger than the DRAM
+ * budget refused at put, DRAM-only mode.
  * Run one case: test_store <case>; ctest registers each case as store.<case>. */
 #include "store_test_util.h"
 
@@ -587,6 +588,48 @@ static void case_disk_full(void)
     t_rmrf(dir);
 }
 
+/* A session whose pages take more than the DRAM budget (20 chunks x 4 layers of 12 KiB slots into
+ * 256 KiB): a get restores a session whole, so it could never be read back. With a tier its pages
+ * spill as they come and the put used to be acknowledged, then every get failed ERR_NO_SPACE; it
+ * must be refused at put (ERR_NO_SPACE, saying so), leaving nothing. DRAM-only, its pages are
+ * dropped as they come and the put is refused too. Either way the store goes on serving. */
+static void case_big_session(void)
+{
+    for (int tier = 0; tier < 2; tier++) {
+        char               dir[256];
+        kvp_store_h        st;
+        kvp_session_desc_t big, ok;
+        kvp_session_desc_t got;
+        kvp_status_t       s;
+
+        if (tier) {
+            t_tmpdir(dir, sizeof(dir), "big");
+        }
+        st = open_store(tier ? dir : NULL, 256u << 10, KVP_DURABILITY_SPILL);
+        t_session(&G, 30, 0, 30, 20, 3, &big);
+        t_session(&G, 31, 0, 31, 2, 3, &ok);
+        CHECK_OK(t_put_pages(st, NS, &G, &big));
+        s = kvp_store_session_put(st, NS, "big", &big);
+        if (tier) {
+            CHECK_ST(s, KVP_ERR_NO_SPACE);
+            CHECK(strstr(kvp_log_last_error(), "cannot fit the DRAM budget of 262144 bytes") !=
+                  NULL);
+        } else {
+            CHECK(s != KVP_OK); /* its first pages were dropped: ERR_NOT_FOUND */
+        }
+        CHECK_ST(kvp_store_session_get(st, NS, "big", &got), KVP_ERR_NOT_FOUND);
+        CHECK(t_stats(st).sessions == 0);
+        CHECK_OK(t_put_session(st, NS, "ok", &G, &ok));
+        CHECK_OK(t_check_session(st, NS, "ok", &G, &ok));
+        kvp_session_desc_clear(&big);
+        kvp_session_desc_clear(&ok);
+        kvp_store_close(st);
+        if (tier) {
+            t_rmrf(dir);
+        }
+    }
+}
+
 static void case_dram_only(void)
 {
     kvp_store_h        st = open_store(NULL, 1u << 20, KVP_DURABILITY_SPILL);
@@ -1055,6 +1098,7 @@ static const tcase_t cases[] = {
     {"idle_ttl", case_idle_ttl},
     {"corrupt_on_disk", case_corrupt_on_disk},
     {"disk_full", case_disk_full},
+    {"big_session", case_big_session},
     {"dram_only", case_dram_only},
     {"tail_append", case_tail_append},
     {"garbage", case_garbage},

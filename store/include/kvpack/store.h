@@ -198,8 +198,10 @@ void         kvp_page_ref_release(kvp_page_ref_h ref); /* NULL is a no-op */
 /* Sessions. desc is borrowed. Every (chunk key, layer) page the record names must already be in
  * the store (else KVP_ERR_NOT_FOUND), be a sealed page of the namespace's codec, and the record's
  * P, layers and fp16 tail must fit the profile (else KVP_ERR_WRONG_CODEC; an existing session of
- * that id is left as it was). Under write-through/sync/interval the record and its pages reach
- * disk in one WriteBatch before this returns. */
+ * that id is left as it was). A session whose pages and tail take more pool bytes than the DRAM
+ * budget is refused with KVP_ERR_NO_SPACE (a get restores a session whole, so it could never be
+ * read back). Under write-through/sync/interval the record and its pages reach disk in one
+ * WriteBatch before this returns. */
 kvp_status_t kvp_store_session_put(kvp_store_h store, uint64_t ns, const char *sid,
                                    const kvp_session_desc_t *desc);
 /* Deep copy of the record into *desc (kvp_session_desc_clear frees it); restores a spilled
