@@ -777,8 +777,13 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             }
         } else {
             KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->key.sid);
+            status = kvp_store_sess_remove(st, s, 0);
+            if (status != KVP_OK) { /* still at the head: retrying now would spin on it */
+                KVP_LOG_ERROR(MOD, "eviction stopped: session %s could not be dropped (%s)",
+                              s->key.sid, kvp_status_str(status));
+                return status;
+            }
             st->stats.dropped++;
-            kvp_store_sess_remove(st, s, 0);
         }
         next = st->hot_lru.next; /* the spill may have unlinked its neighbours' pages, not them */
     }

@@ -1,7 +1,7 @@
 /* test_store.c - unit tests of the node store: page validation and refs, sessions and prefix
  * sharing, lookup, spill/restore (and their timing), warm restart, eviction between watermarks, idle TTL, CRC on
  * disk reads (bytes flipped inside an SST file), injected disk-full, a session larger than the DRAM
- * budget refused at put, DRAM-only mode.
+ * budget refused at put, DRAM-only mode (and its drops counted right when allocations fail).
  * Run one case: test_store <case>; ctest registers each case as store.<case>. */
 #include "store_test_util.h"
 
@@ -1083,6 +1083,66 @@ static void case_session_list_order(void)
     kvp_store_close(st);
 }
 
+/* DRAM-only eviction with each allocation of a put in turn failing: the put of a third session
+ * (pages, then record) into a budget that holds two drops sessions, and stats.dropped must count
+ * each session that went exactly once (a drop whose remove ran out of memory used to be counted,
+ * and the same session counted again when it was dropped for real). */
+static void case_dram_only_oom(void)
+{
+    int fired = 1, short_of = 0;
+
+    for (uint64_t n = 1; fired; n++) {
+        kvp_store_h        st = open_store(NULL, 256u << 10, KVP_DURABILITY_SPILL);
+        kvp_session_desc_t d[3];
+        kvp_store_stats_t  a, b;
+        char               sid[8];
+        uint64_t           gone = 0;
+        uint8_t           *pg[8];
+        size_t             len[8];
+
+        for (int i = 0; i < 3; i++) { /* 2 chunks x 4 layers of 12 KiB slots: 96 KiB each */
+            t_session(&G, 40 + i, 0, 40 + i, 2, 0, &d[i]);
+        }
+        for (int k = 0; k < 8; k++) { /* made before the failure is armed: it is the store's */
+            pg[k] = t_page(&G, d[2].chunk_keys[k / 4], k % 4, (uint64_t)(k / 4) * G.page_tokens,
+                           G.page_tokens, 0, &len[k]);
+        }
+        CHECK_OK(t_put_session(st, NS, "s0", &G, &d[0]));
+        CHECK_OK(t_put_session(st, NS, "s1", &G, &d[1]));
+        a = t_stats(st);
+        kvp_alloc_fail_at(n);
+        for (int k = 0; k < 8; k++) {
+            (void)kvp_store_page_put(st, NS, pg[k], len[k]);
+        }
+        (void)kvp_store_session_put(st, NS, "s2", &d[2]);
+        fired = !kvp_alloc_fail_armed(); /* else the put needed fewer than n: done */
+        kvp_alloc_fail_at(0);
+        b = t_stats(st);
+        for (int i = 0; i < 2; i++) {
+            kvp_session_desc_t got;
+
+            snprintf(sid, sizeof(sid), "s%d", i);
+            if (kvp_store_session_get(st, NS, sid, &got) == KVP_OK) {
+                kvp_session_desc_clear(&got);
+            } else {
+                gone++;
+            }
+        }
+        short_of += b.dropped - a.dropped != gone;
+        EXPECT(b.dropped - a.dropped == gone, "allocation %llu failing: stats.dropped +%llu, "
+               "but %llu sessions were dropped", (unsigned long long)n,
+               (unsigned long long)(b.dropped - a.dropped), (unsigned long long)gone);
+        for (int i = 0; i < 3; i++) {
+            kvp_session_desc_clear(&d[i]);
+        }
+        for (int k = 0; k < 8; k++) {
+            kvp_free(pg[k]);
+        }
+        kvp_store_close(st);
+    }
+    CHECK(short_of == 0);
+}
+
 typedef struct {
     const char *name;
     void (*fn)(void);
@@ -1100,6 +1160,7 @@ static const tcase_t cases[] = {
     {"disk_full", case_disk_full},
     {"big_session", case_big_session},
     {"dram_only", case_dram_only},
+    {"dram_only_oom", case_dram_only_oom},
     {"tail_append", case_tail_append},
     {"garbage", case_garbage},
     {"put_grace", case_put_grace},
