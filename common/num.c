@@ -45,7 +45,7 @@ int kvp_num_parse_u64(const char *s, uint64_t *out)
     }
     if (shift != 0 && s[0] == 'i' && s[1] == 'B') {
         s += 2;
-    } else if (s[0] == 'B') {
+    } else if (s[0] == 'B') { /* after hex digits a B was taken as a digit above (num.h) */
         s++;
     }
     if (*s != '\0' || v > (UINT64_MAX >> shift)) {

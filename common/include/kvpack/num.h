@@ -1,6 +1,8 @@
 /* num.h - the one parser of the whole numbers people type (command-line options of kvpack and
  * kvpackd): decimal, or hexadecimal after "0x"; optionally a binary size suffix k/K, m/M or g/G
- * (x 2^10, 2^20, 2^30), which may be followed by "iB" or "B" ("64M", "64MiB", "64MB"). No sign,
+ * (x 2^10, 2^20, 2^30), which may be followed by "iB" or "B" ("64M", "64MiB", "64MB", "0x40M").
+ * A decimal number may also end in a bare "B" ("5B" is 5), but in hex B is a digit: "0x1000B" is
+ * 0x1000B (65547), not 0x1000 bytes (write "0x1000", or "0x4KB" for 4 KiB). No sign,
  * no leading space, no octal ("010" is ten), nothing after the number, and no value past 2^64 - 1
  * (before or after the suffix): "-5", "1e3", "99999999999999999999" and "17179869184G" are
  * refused rather than wrapped. Also the one splitter of the comma lists people type (peer lists,
