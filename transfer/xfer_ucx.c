@@ -113,8 +113,11 @@ struct kvp_xfer {
     unsigned              conn_msgs_max; /* conn->held at most (0: no limit); more are refused */
     struct send_req      *sends;     /* sends UCX has not completed yet */
     struct kvp_xfer_msg  *ready_head, *ready_tail;
-    ucp_conn_request_h    accept_q[64];
-    unsigned              n_accept;
+    ucp_conn_request_h   *accept_q;  /* conn requests to accept, grown as a burst needs */
+    size_t                accept_cap;
+    size_t                n_accept;
+    uint64_t              reject_log_ns; /* no reject logged before this */
+    unsigned              n_rejected;    /* rejects not logged yet */
     int                   delivering;
     void                 *buf_free[BUF_KEEP]; /* bulk buffers kept for reuse, see buf_get */
     size_t                buf_free_cap[BUF_KEEP];
@@ -374,15 +377,34 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     conn_fail(conn, status);
 }
 
+/* A connection request that cannot be taken (out of memory) is rejected: its client's
+ * connection fails KVP_ERR_PEER_UNREACHABLE. Logged at most once a second, with the count. */
+static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req)
+{
+    uint64_t now = kvp_time_ns();
+
+    ucp_listener_reject(x->listener, req);
+    x->n_rejected++;
+    if (now >= x->reject_log_ns) {
+        KVP_LOG_WARN(MOD, "out of memory for connection requests: %u rejected", x->n_rejected);
+        x->n_rejected    = 0;
+        x->reject_log_ns = now + 1000000000ull;
+    }
+}
+
+/* Queued for accept_pending, which runs once ucp_worker_progress is drained: a burst of
+ * connects all lands here first, so the queue grows (a fixed 64 slots rejected the rest). */
 static void conn_request_cb(ucp_conn_request_h req, void *arg)
 {
-    kvp_xfer_h x = arg;
+    kvp_xfer_h          x = arg;
+    ucp_conn_request_h *q = kvp_array_room(x->accept_q, &x->accept_cap, x->n_accept,
+                                           sizeof(*q), 64, "xfer accept queue");
 
-    if (x->n_accept == sizeof(x->accept_q) / sizeof(x->accept_q[0])) {
-        KVP_LOG_WARN(MOD, "too many pending connection requests; rejecting one");
-        ucp_listener_reject(x->listener, req);
+    if (q == NULL) {
+        conn_reject(x, req);
         return;
     }
+    x->accept_q                = q;
     x->accept_q[x->n_accept++] = req;
 }
 
@@ -579,16 +601,16 @@ static kvp_status_t ep_create(kvp_xfer_h x, kvp_xfer_conn_h conn, ucp_ep_params_
 
 static unsigned accept_pending(kvp_xfer_h x)
 {
-    unsigned n = x->n_accept;
+    size_t n = x->n_accept;
 
-    for (unsigned i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         ucp_conn_request_h   req = x->accept_q[i];
         ucp_conn_request_attr_t attr;
         ucp_ep_params_t      ep_params;
         kvp_xfer_conn_h      conn = kvp_calloc(1, sizeof(*conn), "xfer conn");
 
         if (conn == NULL) {
-            ucp_listener_reject(x->listener, req);
+            conn_reject(x, req);
             continue;
         }
         conn->x      = x;
@@ -614,7 +636,7 @@ static unsigned accept_pending(kvp_xfer_h x)
         KVP_LOG_DEBUG(MOD, "accepted %s", conn->peer);
     }
     x->n_accept = 0;
-    return n;
+    return (unsigned)n;
 }
 
 /* Start m's receive (it fits the budget): its bytes count in x->rx_reserved from now until
@@ -887,10 +909,12 @@ void kvp_xfer_destroy(kvp_xfer_h x)
     if (x == NULL) {
         return;
     }
-    for (unsigned i = 0; i < x->n_accept; i++) {
+    for (size_t i = 0; i < x->n_accept; i++) {
         ucp_listener_reject(x->listener, x->accept_q[i]);
     }
     x->n_accept = 0;
+    kvp_free(x->accept_q);
+    x->accept_q = NULL;
     if (x->listener != NULL) {
         ucp_listener_destroy(x->listener);
         x->listener = NULL;
