@@ -9,6 +9,7 @@
  * Each connection's messages reach recv_cb in their arrival order (conn->rx_order). What one
  * connection holds (received, not released) is bounded by conn_msgs_max: past it an eager message
  * is handed over at once with KVP_ERR_BUSY and no data, a rendezvous one is refused to its sender.
+ * A message over max_msg (or XFER_HDR_LIMIT) is refused the same way, with KVP_ERR_TOO_LARGE.
  * Main flow: kvp_xfer_progress -> ucp_worker_progress (am_recv_cb, ep_err_cb, send_done_cb)
  *            -> accept_pending -> rndv_start -> deliver_ready. */
 #include "kvpack/xfer.h"
@@ -431,15 +432,28 @@ static struct kvp_xfer_msg *msg_new(kvp_xfer_conn_h conn, const void *header,
     return m;
 }
 
+/* An eager message refused (status): UCX has taken its data already, so the data is dropped and
+ * the header handed to recv_cb at once with that status and no data, ahead of the connection's
+ * waiting messages, so the user can answer it (its sender's send has completed OK: without an
+ * answer it would wait out its deadline). */
+static ucs_status_t eager_refuse(kvp_xfer_conn_h conn, const void *header, size_t header_length,
+                                 size_t length, kvp_status_t status)
+{
+    struct kvp_xfer_msg *m = msg_new(conn, header, header_length, length);
+
+    if (m != NULL) {
+        m->status = status;
+        ready_push(conn->x, m);
+    }
+    return UCS_OK;
+}
+
 /* conn already holds conn_msgs_max messages: this one is refused. A rendezvous one is not
- * received (its sender's send fails KVP_ERR_BUSY); an eager one, whose data UCX has already
- * taken, is dropped and its header handed to recv_cb at once with KVP_ERR_BUSY, ahead of the
- * connection's waiting messages, so the user can answer it. */
+ * received (its sender's send fails KVP_ERR_BUSY); an eager one goes to eager_refuse with
+ * KVP_ERR_BUSY. */
 static ucs_status_t msg_refuse(kvp_xfer_conn_h conn, const void *header, size_t header_length,
                                size_t length, int rndv)
 {
-    struct kvp_xfer_msg *m;
-
     if (!conn->busy_warned) {
         KVP_LOG_WARN(MOD, "%s holds %u messages not handled yet: more are refused (ERR_BUSY)",
                      conn->peer, conn->held);
@@ -448,12 +462,7 @@ static ucs_status_t msg_refuse(kvp_xfer_conn_h conn, const void *header, size_t 
     if (rndv) {
         return UCS_ERR_BUSY;
     }
-    m = msg_new(conn, header, header_length, length);
-    if (m != NULL) {
-        m->status = KVP_ERR_BUSY;
-        ready_push(conn->x, m);
-    }
-    return UCS_OK;
+    return eager_refuse(conn, header, header_length, length, KVP_ERR_BUSY);
 }
 
 static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
@@ -471,14 +480,20 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         KVP_LOG_WARN(MOD, "message from an unknown or failed endpoint dropped");
         return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
     }
+    /* Over a limit: a rendezvous message's send fails KVP_ERR_TOO_LARGE; an eager one (also a
+     * large one sent before its connection's wireup completed) is answered the same way through
+     * recv_cb, as its sender's send has already completed. */
     if (header_length > XFER_HDR_LIMIT) {
-        KVP_LOG_WARN(MOD, "header of %zu bytes from %s dropped", header_length, conn->peer);
-        return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
+        KVP_LOG_WARN(MOD, "header of %zu bytes from %s over the %u limit: rejected",
+                     header_length, conn->peer, XFER_HDR_LIMIT);
+        return rndv ? UCS_ERR_EXCEEDS_LIMIT
+                    : eager_refuse(conn, header, header_length, length, KVP_ERR_TOO_LARGE);
     }
     if (length > x->max_msg) {
         KVP_LOG_WARN(MOD, "message of %zu data bytes from %s over the %zu limit: rejected",
                      length, conn->peer, x->max_msg);
-        return rndv ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
+        return rndv ? UCS_ERR_EXCEEDS_LIMIT
+                    : eager_refuse(conn, header, header_length, length, KVP_ERR_TOO_LARGE);
     }
     if (x->conn_msgs_max != 0 && conn->held >= x->conn_msgs_max) {
         return msg_refuse(conn, header, header_length, length, rndv);

@@ -55,6 +55,10 @@ enum kvp_xfer_params_field {
 typedef struct kvp_xfer_params {
     uint64_t           field_mask;    /* MUST be first */
     size_t             max_msg_bytes; /* data bytes accepted per message; default 256 MiB.
+                                         A message over it is refused: a rendezvous one's
+                                         send fails KVP_ERR_TOO_LARGE, an eager one (its
+                                         send completed) reaches recv_cb at once with status
+                                         KVP_ERR_TOO_LARGE and no data, to be answered.
                                          At most 4x this much rendezvous data may be received
                                          or held (unreleased) at once; a message past that
                                          waits, its sender's send in flight, until released

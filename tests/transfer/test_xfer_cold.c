@@ -1,0 +1,176 @@
+/* test_xfer_cold.c - messages sent right after connect, before the connection's wireup has
+ * completed (UCX 1.13 then sends even a large message eager). A receiver with max_msg 64 KiB
+ * that answers each message with its status, as kvpackd answers a request's req_id: a 128 KiB
+ * message (eager) and a 3 MB one, each first on a fresh connection, are refused with
+ * KVP_ERR_TOO_LARGE within a round trip (the reply, or the send's own status), and the
+ * receiver still serves that connection. Before, the eager one was dropped in silence: its send
+ * completed OK and its sender waited out its whole deadline. Both ends live in this process. */
+#include "kvpack/xfer.h"
+#include "kvpack/alloc.h"
+#include "kvpack/log.h"
+
+#include "check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SMALL_MAX (64u << 10)
+
+/* ---- the answering receiver ---- */
+
+typedef struct {
+    int          got;   /* messages received */
+    kvp_status_t last;  /* the status of the last one */
+    size_t       sent;  /* its kvp_xfer_msg_sent_len */
+} rx_t;
+
+typedef struct {
+    uint8_t      seq;
+    kvp_status_t st;
+} answer_t;
+
+static void answer_done(void *arg, kvp_status_t status)
+{
+    (void)status;
+    kvp_free(arg);
+}
+
+/* Answer every message, refused ones too: its 1-byte header (a seq) and its status. */
+static void rx_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    rx_t          *r = arg;
+    size_t         hl;
+    const uint8_t *h = kvp_xfer_msg_hdr(msg, &hl);
+    answer_t      *a = kvp_malloc(sizeof(*a), "answer");
+    kvp_status_t   s;
+
+    CHECK(a != NULL && hl == 1);
+    a->seq  = h[0];
+    a->st   = kvp_xfer_msg_status(msg);
+    r->got++;
+    r->last = a->st;
+    r->sent = kvp_xfer_msg_sent_len(msg);
+    kvp_xfer_msg_release(msg);
+    s = kvp_xfer_send(conn, a, sizeof(*a), NULL, 0, answer_done, a);
+    if (s != KVP_INPROGRESS) {
+        kvp_free(a);
+    }
+}
+
+/* ---- the sender ---- */
+
+typedef struct {
+    answer_t     ans;
+    int          answered;
+    kvp_status_t sent; /* KVP_INPROGRESS until the send completes */
+} tx_t;
+
+static void tx_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    tx_t       *t = arg;
+    size_t      hl;
+    const void *h = kvp_xfer_msg_hdr(msg, &hl);
+
+    (void)conn;
+    CHECK(hl == sizeof(t->ans));
+    memcpy(&t->ans, h, sizeof(t->ans));
+    t->answered = 1;
+    kvp_xfer_msg_release(msg);
+}
+
+static void tx_sent(void *arg, kvp_status_t status)
+{
+    ((tx_t *)arg)->sent = status;
+}
+
+static kvp_xfer_h receiver(rx_t *r, size_t max_msg, uint16_t *port_p)
+{
+    kvp_xfer_params_t p;
+    kvp_xfer_h        x;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+    p.max_msg_bytes = max_msg;
+    p.recv_cb       = rx_recv;
+    p.cb_arg        = r;
+    CHECK_OK(kvp_xfer_create(&p, &x));
+    CHECK_OK(kvp_xfer_listen(x, "127.0.0.1", 0, port_p));
+    return x;
+}
+
+/* Send seq with len bytes of data on conn and progress both until it is answered, its send
+ * failed, or 10 s passed (a bound for the old silent drop, not a timing check). */
+static void call(kvp_xfer_h rx, kvp_xfer_h tx, kvp_xfer_conn_h conn, tx_t *t, uint8_t seq,
+                 const uint8_t *data, size_t len)
+{
+    kvp_xfer_iov_t iov = {data, len};
+    kvp_status_t   s;
+    double         end = kvp_time_s() + 10;
+
+    memset(t, 0, sizeof(*t));
+    t->sent = KVP_INPROGRESS;
+    s = kvp_xfer_send(conn, &seq, 1, &iov, len ? 1 : 0, tx_sent, t);
+    if (s != KVP_INPROGRESS) {
+        t->sent = s;
+    }
+    while (!t->answered && (t->sent == KVP_INPROGRESS || t->sent == KVP_OK) &&
+           kvp_time_s() < end) {
+        kvp_xfer_progress(rx);
+        kvp_xfer_progress(tx);
+    }
+}
+
+/* A message over the receiver's max_msg, first on a fresh connection: refused TOO_LARGE (by
+ * answer or by its send), then a small one on the same connection is served. */
+static void too_large_cold(const uint8_t *data, size_t len)
+{
+    kvp_xfer_params_t p;
+    kvp_xfer_h        rx, tx;
+    kvp_xfer_conn_h   conn;
+    rx_t              r;
+    tx_t              t;
+    uint16_t          port;
+    kvp_status_t      got;
+
+    memset(&r, 0, sizeof(r));
+    rx = receiver(&r, SMALL_MAX, &port);
+    memset(&p, 0, sizeof(p));
+    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+    p.recv_cb    = tx_recv;
+    p.cb_arg     = &t;
+    CHECK_OK(kvp_xfer_create(&p, &tx));
+    CHECK_OK(kvp_xfer_connect(tx, "127.0.0.1", port, &conn));
+
+    call(rx, tx, conn, &t, 1, data, len);
+    got = t.answered ? t.ans.st : t.sent;
+    printf("%zu bytes against max_msg %u on a cold connection: %s %s\n", len, SMALL_MAX,
+           t.answered ? "answered" : "send", kvp_status_name(got));
+    EXPECT(got == KVP_ERR_TOO_LARGE, "%zu bytes over max_msg: %s %s (want ERR_TOO_LARGE)", len,
+           t.answered ? "answered" : t.sent == KVP_OK ? "sent, never answered, send"
+                                                      : "send",
+           kvp_status_name(got));
+    EXPECT(!t.answered || (t.ans.seq == 1 && r.sent == len),
+           "the refusal answers seq %u (want 1), sent_len %zu (want %zu)", t.ans.seq, r.sent, len);
+
+    call(rx, tx, conn, &t, 2, data, 100); /* the connection still serves */
+    EXPECT(t.answered && t.ans.seq == 2 && t.ans.st == KVP_OK,
+           "a small message after the refusal: %s", t.answered ? kvp_status_name(t.ans.st)
+                                                               : "not answered");
+    kvp_xfer_conn_close(conn);
+    kvp_xfer_destroy(tx);
+    kvp_xfer_destroy(rx);
+}
+
+int main(void)
+{
+    size_t   big  = 3000000;
+    uint8_t *data = kvp_malloc(big, "data");
+
+    kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    CHECK(data != NULL);
+    memset(data, 7, big);
+    too_large_cold(data, 2 * SMALL_MAX); /* eager */
+    too_large_cold(data, big);           /* eager before wireup, else rendezvous */
+    kvp_free(data);
+    return kvp_test_result("test_xfer_cold");
+}
