@@ -1175,6 +1175,12 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
     prm.cb.send      = send_done_cb;
     prm.user_data    = s;
     prm.flags        = UCP_AM_SEND_FLAG_REPLY;
+    /* Over the eager size, rendezvous always: until the connection's wireup completes UCX 1.13
+     * sends any size eager, which the receiver gets whole before it can check max_msg or its
+     * receive budget (ten cold 3 MB messages were all held against a 16 MB budget). */
+    if (x->eager_max != 0 && total > 0 && total + hdr_len >= x->eager_max) {
+        prm.flags |= UCP_AM_SEND_FLAG_RNDV;
+    }
     if (s->iov != NULL) {
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         prm.datatype      = ucp_dt_make_iov();

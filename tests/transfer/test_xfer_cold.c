@@ -4,7 +4,11 @@
  * message (eager) and a 3 MB one, each first on a fresh connection, are refused with
  * KVP_ERR_TOO_LARGE within a round trip (the reply, or the send's own status), and the
  * receiver still serves that connection. Before, the eager one was dropped in silence: its send
- * completed OK and its sender waited out its whole deadline. Both ends live in this process. */
+ * completed OK and its sender waited out its whole deadline. A receiver with max_msg 4 MB
+ * (a 16 MB receive budget) that holds what it gets, and ten 3 MB messages sent right after
+ * connect: it never holds more than the budget (the rest wait for releases), and all ten then
+ * arrive intact, in order. Before, all ten came eager and were held at once (30 MB). Both ends
+ * live in this process. */
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -15,13 +19,21 @@
 #include <string.h>
 
 #define SMALL_MAX (64u << 10)
+#define FLOOD_MAX 4000000u /* max_msg of the holding receiver: a 16 MB budget */
+#define FLOOD_N   10
+#define FLOOD_LEN 3000000u
 
-/* ---- the answering receiver ---- */
+/* ---- the receiver: answers, or holds ---- */
 
 typedef struct {
-    int          got;   /* messages received */
-    kvp_status_t last;  /* the status of the last one */
-    size_t       sent;  /* its kvp_xfer_msg_sent_len */
+    int            got;   /* messages received */
+    kvp_status_t   last;  /* the status of the last one */
+    size_t         sent;  /* its kvp_xfer_msg_sent_len */
+    int            hold;  /* keep messages (in held) instead of answering */
+    kvp_xfer_msg_h held[FLOOD_N];
+    int            n_held;
+    size_t         held_bytes, max_held; /* data bytes held now, at most so far */
+    int            in_order; /* held messages that arrived in seq order, intact */
 } rx_t;
 
 typedef struct {
@@ -41,10 +53,27 @@ static void rx_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     rx_t          *r = arg;
     size_t         hl;
     const uint8_t *h = kvp_xfer_msg_hdr(msg, &hl);
-    answer_t      *a = kvp_malloc(sizeof(*a), "answer");
+    answer_t      *a;
     kvp_status_t   s;
 
-    CHECK(a != NULL && hl == 1);
+    CHECK(hl == 1);
+    if (r->hold) {
+        size_t         dl;
+        const uint8_t *d = kvp_xfer_msg_data(msg, &dl);
+
+        CHECK(r->n_held < FLOOD_N);
+        r->in_order += h[0] == r->got && kvp_xfer_msg_status(msg) == KVP_OK &&
+                       dl == FLOOD_LEN && d[0] == h[0] && d[dl - 1] == h[0];
+        r->got++;
+        r->held[r->n_held++] = msg;
+        r->held_bytes += dl;
+        if (r->held_bytes > r->max_held) {
+            r->max_held = r->held_bytes;
+        }
+        return;
+    }
+    a = kvp_malloc(sizeof(*a), "answer");
+    CHECK(a != NULL);
     a->seq  = h[0];
     a->st   = kvp_xfer_msg_status(msg);
     r->got++;
@@ -161,16 +190,90 @@ static void too_large_cold(const uint8_t *data, size_t len)
     kvp_xfer_destroy(rx);
 }
 
+static void release_held(rx_t *r)
+{
+    for (int i = 0; i < r->n_held; i++) {
+        kvp_xfer_msg_release(r->held[i]);
+    }
+    r->n_held     = 0;
+    r->held_bytes = 0;
+}
+
+static void sent_count(void *arg, kvp_status_t status)
+{
+    int *n = arg;
+
+    n[status == KVP_OK ? 0 : 1]++;
+}
+
+/* Ten 3 MB messages right after connect, against a 16 MB budget the receiver fills by holding
+ * them: it never holds more than that, and once it releases, all ten arrive in order. */
+static void flood_cold(uint8_t *const *data)
+{
+    kvp_xfer_h      rx, tx;
+    kvp_xfer_conn_h conn;
+    rx_t            r;
+    uint16_t        port;
+    int             sent[2] = {0, 0}; /* OK, failed */
+    double          end;
+
+    memset(&r, 0, sizeof(r));
+    r.hold = 1;
+    rx = receiver(&r, FLOOD_MAX, &port);
+    CHECK_OK(kvp_xfer_create(NULL, &tx));
+    CHECK_OK(kvp_xfer_connect(tx, "127.0.0.1", port, &conn));
+    for (int i = 0; i < FLOOD_N; i++) {
+        uint8_t        seq = (uint8_t)i;
+        kvp_xfer_iov_t iov = {data[i], FLOOD_LEN};
+
+        CHECK_ST(kvp_xfer_send(conn, &seq, 1, &iov, 1, sent_count, sent), KVP_INPROGRESS);
+    }
+    end = kvp_time_s() + 20; /* bounds for a hang, not timing checks */
+    while (r.got < 5 && sent[1] == 0 && kvp_time_s() < end) {
+        kvp_xfer_progress(rx);
+        kvp_xfer_progress(tx);
+    }
+    for (int k = 0; k < 2000; k++) { /* time for anything that would arrive past the budget */
+        kvp_xfer_progress(rx);
+        kvp_xfer_progress(tx);
+    }
+    printf("%d x %u bytes on a cold connection, budget %u: %d held (%zu bytes)\n", FLOOD_N,
+           FLOOD_LEN, 4 * FLOOD_MAX, r.got, r.held_bytes);
+    EXPECT(r.max_held <= 4 * FLOOD_MAX && r.got == 5,
+           "%d messages held at once, %zu bytes, over the %u byte budget (want 5)", r.got,
+           r.max_held, 4 * FLOOD_MAX);
+    end = kvp_time_s() + 20;
+    while ((r.got < FLOOD_N || sent[0] + sent[1] < FLOOD_N) && kvp_time_s() < end) {
+        release_held(&r);
+        kvp_xfer_progress(rx);
+        kvp_xfer_progress(tx);
+    }
+    release_held(&r);
+    EXPECT(r.got == FLOOD_N && r.in_order == FLOOD_N && sent[0] == FLOOD_N,
+           "after releases: %d of %d arrived, %d in order and intact, %d sends OK, %d failed",
+           r.got, FLOOD_N, r.in_order, sent[0], sent[1]);
+    EXPECT(r.max_held <= 4 * FLOOD_MAX, "held %zu bytes at once, over the %u budget",
+           r.max_held, 4 * FLOOD_MAX);
+    kvp_xfer_conn_close(conn);
+    kvp_xfer_destroy(tx);
+    kvp_xfer_destroy(rx);
+}
+
 int main(void)
 {
-    size_t   big  = 3000000;
-    uint8_t *data = kvp_malloc(big, "data");
+    uint8_t *data[FLOOD_N];
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
-    CHECK(data != NULL);
-    memset(data, 7, big);
-    too_large_cold(data, 2 * SMALL_MAX); /* eager */
-    too_large_cold(data, big);           /* eager before wireup, else rendezvous */
-    kvp_free(data);
+    for (int i = 0; i < FLOOD_N; i++) {
+        data[i] = kvp_malloc(FLOOD_LEN, "data");
+        CHECK(data[i] != NULL);
+        memset(data[i], i, FLOOD_LEN);
+    }
+    too_large_cold(data[0], 2 * SMALL_MAX); /* eager */
+    too_large_cold(data[0], FLOOD_LEN);     /* eager before wireup, else rendezvous */
+    flood_cold(data);
+    for (int i = 0; i < FLOOD_N; i++) {
+        kvp_free(data[i]);
+    }
     return kvp_test_result("test_xfer_cold");
 }

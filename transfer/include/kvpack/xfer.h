@@ -113,7 +113,9 @@ const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
 
 /* Send hdr (copied) plus the data described by iov (pinned until completion: several pieces of a
  * message under 1 MiB, which goes eager, are packed by UCX from where they are; over it they are
- * copied into a staging buffer at once; one piece is sent zero-copy). Returns KVP_OK when
+ * copied into a staging buffer at once; one piece is sent zero-copy). A message of 1 MiB or more
+ * goes rendezvous, also before the connection's wireup completes (UCX 1.13 would send it eager,
+ * past the receiver's budget), unless UCX_RNDV_THRESH is set. Returns KVP_OK when
  * the send completed at once (cb is not called), KVP_INPROGRESS when cb will be called from a
  * later progress call, or an error (cb is not called). */
 kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len,
