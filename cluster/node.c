@@ -41,6 +41,7 @@
  * client cannot make the node hold unbounded reply memory with small requests. 8 GET_PAGES of
  * the client's default 4 MiB batches stay well under it. */
 #define NODE_CONN_UNSENT_MAX (64u << 20)
+#define NODE_SEND_TIMEOUT_S  30u /* --send-timeout default */
 /* The most page bytes one reply carries whatever the request asks (at least one page): the
  * client asks again for the rest, as for any short reply. */
 #define NODE_REPLY_MAX (64u << 20)
@@ -1005,6 +1006,9 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         xp.field_mask     |= KVP_XFER_PARAM_RECV_TIMEOUT;
         xp.recv_timeout_ms = params->recv_timeout_s * 1000u;
     }
+    xp.field_mask     |= KVP_XFER_PARAM_SEND_TIMEOUT;
+    xp.send_timeout_ms = 1000u * ((fm & KVP_NODE_PARAM_SEND_TIMEOUT) ? params->send_timeout_s
+                                                                       : NODE_SEND_TIMEOUT_S);
     s = kvp_xfer_create(&xp, &n.x);
     if (s != KVP_OK) {
         goto err_store;

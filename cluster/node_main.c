@@ -91,6 +91,10 @@ static void usage(const char *prog, FILE *out)
             "                          does not count) closes its connection, so a stalled\n"
             "                          client cannot hold the receive budget (4x --max-msg)\n"
             "                          from the others (1..3600, default 30)\n"
+            "  --send-timeout S        a reply its client has not taken S seconds after it was\n"
+            "                          sent (plus 1 s per 10 MB) closes that connection, so a\n"
+            "                          hung client cannot keep the pages it asked for pinned in\n"
+            "                          DRAM (1..3600, default 30)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection (which\n"
             "                          holds at most 256 requests: more get ERR_BUSY at once)\n"
@@ -178,7 +182,9 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 {"--put-grace", 0, 86400, KVP_NODE_PARAM_PUT_GRACE, "0..86400 seconds",
                  &p.put_grace_s},
                 {"--recv-timeout", 1, 3600, KVP_NODE_PARAM_RECV_TIMEOUT, "1..3600 seconds",
-                 &p.recv_timeout_s}};
+                 &p.recv_timeout_s},
+                {"--send-timeout", 1, 3600, KVP_NODE_PARAM_SEND_TIMEOUT, "1..3600 seconds",
+                 &p.send_timeout_s}};
         size_t k = 0;
 
         while (k < sizeof(nums) / sizeof(nums[0]) &&

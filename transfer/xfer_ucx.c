@@ -111,6 +111,8 @@ struct kvp_xfer {
     kvp_list_t            recving;   /* MSG_RECVING with a UCX request, oldest first */
     uint64_t              recv_timeout_ns;
     uint64_t              recv_check_ns; /* next look at the deadlines */
+    uint64_t              send_timeout_ns; /* 0: sends wait as long as their connection lives */
+    uint64_t              send_check_ns;   /* next look at the sends' deadlines */
     unsigned              conn_msgs_max; /* conn->held at most (0: no limit); more are refused */
     struct send_req      *sends;     /* sends UCX has not completed yet */
     struct kvp_xfer_msg  *ready_head, *ready_tail;
@@ -137,6 +139,7 @@ typedef struct send_req {
     size_t             stage_cap;
     ucp_dt_iov_t      *iov;       /* an eager multi-iov payload, packed by UCX from its pieces */
     size_t             bytes;     /* header and payload, counted in conn->unsent */
+    uint64_t           deadline_ns; /* x->send_timeout_ns: its connection fails past it */
 } send_req_t;
 
 /* ---- private: bulk buffers ----
@@ -754,6 +757,32 @@ static unsigned recv_deadlines(kvp_xfer_h x)
     return n;
 }
 
+/* A receiver that stops taking a message it was sent (a rendezvous reply it asked for, then
+ * paused or hung: its TCP still answers keepalives) would keep the send, and whatever the
+ * sender pinned for it, for as long as the connection lives: past send_timeout (plus 1 s per
+ * 10 MB) the send's connection fails (KVP_ERR_TIMEOUT); the close completes its sends with an
+ * error. Looked at every 100 ms. */
+static unsigned send_deadlines(kvp_xfer_h x)
+{
+    uint64_t now;
+    unsigned n = 0;
+
+    if (x->send_timeout_ns == 0 || x->sends == NULL || (now = kvp_time_ns()) < x->send_check_ns) {
+        return 0;
+    }
+    x->send_check_ns = now + 100000000ull;
+    for (send_req_t *s = x->sends; s != NULL; s = s->next) {
+        if (now > s->deadline_ns && s->conn->status == KVP_OK) {
+            KVP_LOG_WARN(MOD, "%s did not take a message of %zu bytes within %.1f s: connection "
+                         "closed", s->conn->peer, s->bytes,
+                         (double)(x->send_timeout_ns + 100 * (uint64_t)s->bytes) / 1e9);
+            conn_fail(s->conn, KVP_ERR_TIMEOUT);
+            n++;
+        }
+    }
+    return n;
+}
+
 static unsigned report_dead(kvp_xfer_h x)
 {
     unsigned n = 0;
@@ -828,6 +857,8 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
     x->conn_msgs_max = (fm & KVP_XFER_PARAM_CONN_MSGS_MAX) ? params->conn_msgs_max : 0;
+    x->send_timeout_ns =
+        1000000ull * ((fm & KVP_XFER_PARAM_SEND_TIMEOUT) ? params->send_timeout_ms : 0u);
     x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
     x->conn_cb     = (fm & KVP_XFER_PARAM_CONN_CB) ? params->conn_cb : NULL;
     x->cb_arg      = (fm & KVP_XFER_PARAM_CB_ARG) ? params->cb_arg : NULL;
@@ -1210,6 +1241,9 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
     }
     s->bytes      = hdr_len + total;
     conn->unsent += s->bytes;
+    s->deadline_ns = x->send_timeout_ns != 0
+                         ? kvp_time_ns() + x->send_timeout_ns + 100 * (uint64_t)s->bytes
+                         : UINT64_MAX;
     s->prev = NULL; /* UCX calls send_done_cb from a later progress, never from the send */
     s->next = x->sends;
     if (x->sends != NULL) {
@@ -1274,6 +1308,7 @@ unsigned kvp_xfer_progress(kvp_xfer_h x)
     n += accept_pending(x);
     n += rndv_start(x);
     n += recv_deadlines(x);
+    n += send_deadlines(x);
     n += report_dead(x);
     n += deliver_ready(x);
     return n;

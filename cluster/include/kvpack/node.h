@@ -37,6 +37,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_DISK_RESERVE  = KVP_BIT(17),
     KVP_NODE_PARAM_RECV_TIMEOUT  = KVP_BIT(18),
     KVP_NODE_PARAM_PUT_GRACE     = KVP_BIT(19),
+    KVP_NODE_PARAM_SEND_TIMEOUT  = KVP_BIT(20),
 };
 
 #define KVP_NODE_SCRUB_MIB_S 4u /* default scrubbing rate of a node with a data dir */
@@ -72,6 +73,10 @@ typedef struct kvp_node_params {
     uint32_t         recv_timeout_s; /* a request whose data has not all arrived this long after
                                       * its receive began (+1 s per 10 MB) closes its connection
                                       * (kvp_xfer_params_t recv_timeout_ms); default 30 */
+    uint32_t         send_timeout_s; /* a reply its client has not taken this long after it was
+                                      * sent (+1 s per 10 MB) closes its connection, releasing
+                                      * the pages it pinned (kvp_xfer_params_t send_timeout_ms);
+                                      * default 30 */
     uint32_t         put_grace_s;   /* a page put with no record naming it yet outlives its last
                                      * name this long (kvp_store_params_t put_grace_ms); default 60 */
 } kvp_node_params_t;

@@ -50,6 +50,7 @@ enum kvp_xfer_params_field {
     KVP_XFER_PARAM_PEER_ERRORS = KVP_BIT(4),
     KVP_XFER_PARAM_RECV_TIMEOUT = KVP_BIT(5),
     KVP_XFER_PARAM_CONN_MSGS_MAX = KVP_BIT(6),
+    KVP_XFER_PARAM_SEND_TIMEOUT = KVP_BIT(7),
 };
 
 typedef struct kvp_xfer_params {
@@ -91,6 +92,14 @@ typedef struct kvp_xfer_params {
                                          and no data (so the user can answer it), a
                                          rendezvous one is not received and its sender's
                                          send fails KVP_ERR_BUSY. Default 0: no limit */
+    uint32_t           send_timeout_ms; /* a send not completed this long after it was made
+                                         (plus 1 s per 10 MB of it) fails its connection with
+                                         KVP_ERR_TIMEOUT, which completes the send with an
+                                         error: a peer that stops taking what it asked for (a
+                                         paused or hung process, whose TCP still answers)
+                                         cannot keep the sender's buffers pinned. For servers;
+                                         a client's request may rightly wait for the receiver's
+                                         budget. Default 0: no limit */
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
