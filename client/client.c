@@ -96,15 +96,29 @@ static void on_conn_failed(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
     }
 }
 
+/* What a send's callback gets: its call and the call's request id. */
+typedef struct {
+    kvp_client_call_t *call;
+    uint64_t           req_id;
+} send_ticket_t;
+
+/* A send completed. One that the force close of a timed-out connection did not end (UCX 1.13: a
+ * rendezvous send to a stopped peer) completes later, when its call slot may hold another call:
+ * only the call it was sent for is touched (the slot is part of the client, which outlives the
+ * transport). */
 static void on_sent(void *arg, kvp_status_t status)
 {
-    kvp_client_call_t *call = arg;
+    send_ticket_t     *t    = arg;
+    kvp_client_call_t *call = t->call;
 
-    call->sending = 0;
-    if (status != KVP_OK && !call->done) {
-        call->done   = 1;
-        call->status = status;
+    if (call->used && call->req_id == t->req_id) {
+        call->sending = 0;
+        if (status != KVP_OK && !call->done) {
+            call->done   = 1;
+            call->status = status;
+        }
     }
+    kvp_free(t);
 }
 
 /* ---- private: calls ---- */
@@ -120,8 +134,11 @@ void kvp_client_call_release(kvp_client_call_t *call)
     memset(call, 0, sizeof(*call));
 }
 
-/* Drop the connection: in-flight sends are cancelled (their buffers unpinned) before this
- * returns, and every unfinished call ends with status. */
+/* Drop the connection: in-flight sends are cancelled before this returns (UCX 1.13 may keep a
+ * rendezvous send to a stopped peer and complete it later: on_sent ignores that), and every
+ * unfinished call ends with status. The calls are ended before the close: it cancels their
+ * sends, and on_sent would otherwise end a call still being sent (a deadline passed on a stopped
+ * peer that never took the request) with KVP_ERR_CANCELED, not status. */
 static void conn_reset(kvp_client_h c, kvp_status_t status)
 {
     kvp_xfer_conn_h conn = c->conn;
@@ -130,15 +147,15 @@ static void conn_reset(kvp_client_h c, kvp_status_t status)
         return;
     }
     c->conn = NULL;
+    for (int i = 0; i < MAX_INFLIGHT; i++) {
+        if (c->calls[i].used && !c->calls[i].done) {
+            c->calls[i].done   = 1;
+            c->calls[i].status = status;
+        }
+    }
     kvp_xfer_conn_close(conn);
     for (int i = 0; i < MAX_INFLIGHT; i++) {
-        if (c->calls[i].used) {
-            c->calls[i].sending = 0;
-            if (!c->calls[i].done) {
-                c->calls[i].done   = 1;
-                c->calls[i].status = status;
-            }
-        }
+        c->calls[i].sending = 0; /* a send the close did not end is on_sent's to ignore */
     }
 }
 
@@ -176,6 +193,7 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
                                    int iovcnt, kvp_client_call_t **call_p)
 {
     kvp_client_call_t *call = NULL;
+    send_ticket_t     *ticket = NULL;
     uint8_t           *hdr;
     size_t             len;
     kvp_status_t       s;
@@ -203,15 +221,21 @@ kvp_status_t kvp_client_call_start(kvp_client_h c, kvp_wire_req_t *req, kvp_xfer
     req->deadline_ms  = c->timeout_ms;
     *call_p           = call;
     if (s == KVP_OK) {
-        s = kvp_wire_req_pack(req, &hdr, &len);
+        ticket = kvp_malloc(sizeof(*ticket), "send ticket");
+        s      = ticket != NULL ? kvp_wire_req_pack(req, &hdr, &len) : KVP_ERR_NO_MEMORY;
     }
     if (s == KVP_OK) {
-        s = kvp_xfer_send(c->conn, hdr, len, iov, iovcnt, on_sent, call);
+        ticket->call   = call;
+        ticket->req_id = call->req_id;
+        s = kvp_xfer_send(c->conn, hdr, len, iov, iovcnt, on_sent, ticket);
         kvp_free(hdr);
     }
     if (s == KVP_INPROGRESS) {
-        call->sending = 1;
-    } else if (s != KVP_OK) {
+        call->sending = 1; /* on_sent frees the ticket */
+        return KVP_OK;
+    }
+    kvp_free(ticket); /* the callback is not called */
+    if (s != KVP_OK) {
         call->done   = 1;
         call->status = s;
     }

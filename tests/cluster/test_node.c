@@ -3,8 +3,8 @@
  * a batch; a corrupt one leaves the record unwritten), a streamed put (pushed layer by layer, a
  * corrupt page failing the finish), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
  * CORRUPT from the node, malformed and truncated requests -> PROTOCOL while the node keeps
- * serving, a client killed mid-put, a stopped node -> TIMEOUT at the deadline, and a node killed
- * while the client waits -> PEER_GONE before the deadline. */
+ * serving, a client killed mid-put, a stopped node -> TIMEOUT at the deadline (also for a request
+ * still being sent), and a node killed while the client waits -> PEER_GONE before the deadline. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -282,6 +282,33 @@ static void test_client_dies(const test_node_t *n)
     CHECK(waitpid(pid, &st, 0) == pid);
 }
 
+/* A stopped node and requests whose sends cannot complete: a 4 MiB put on a connection that has
+ * answered (rendezvous: the node never pulls the pages) and a STAT on a fresh connection (its
+ * wireup waits for the node). Both end at the deadline with TIMEOUT, as for a sent request, not
+ * with the CANCELED of the send that the deadline's force close cancels; and the put's send,
+ * which that close does not end in UCX 1.13, completing later must not end the next call. */
+static void test_stopped_sending(test_node_t *n, kvp_client_h quick)
+{
+    kvp_key128_t    key = {0x51, 0x0b};
+    kvp_node_stat_t st;
+    kvp_client_h    fresh = test_client(n->addr, 1000);
+    uint8_t        *big;
+    size_t          len;
+    const void     *pp[1];
+
+    big   = test_big_page(1024, key, 1, &len);
+    pp[0] = big;
+    CHECK(len > 4u << 20);
+    CHECK(kill(n->pid, SIGSTOP) == 0);
+    CHECK_ST(kvp_client_put_pages(quick, NS, pp, &len, 1), KVP_ERR_TIMEOUT);
+    CHECK_ST(kvp_client_stat(fresh, &st), KVP_ERR_TIMEOUT);
+    CHECK(kill(n->pid, SIGCONT) == 0);
+    CHECK_ST(kvp_client_stat(quick, &st), KVP_OK); /* both reconnect */
+    CHECK_ST(kvp_client_stat(fresh, &st), KVP_OK);
+    kvp_client_destroy(fresh);
+    kvp_free(big);
+}
+
 int main(void)
 {
     test_node_t          n;
@@ -368,6 +395,7 @@ int main(void)
         CHECK(kill(n.pid, SIGCONT) == 0);
         /* the client reconnects on its next call */
         CHECK_ST(kvp_client_stat(quick, &st), KVP_OK);
+        test_stopped_sending(&n, quick);
         kvp_client_destroy(quick);
     }
 
