@@ -1073,6 +1073,10 @@ err_xfer:
         node_resume_parked(&n); /* stopping: parked strands run now */
     }
     kvp_node_work_stop(n.work);
+    /* the store durable before the transport goes: UCX 1.13 can crash inside the listener's
+     * teardown when a client connects meanwhile (openucx/ucx#11087), and the sessions only in
+     * DRAM (--durability spill) must not depend on that; requests arriving now are dropped */
+    kvp_store_shutdown(n.store);
     kvp_xfer_destroy(n.x);
 err_store:
     kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */

@@ -681,6 +681,20 @@ err_free:
     return status;
 }
 
+void kvp_store_shutdown(kvp_store_h st)
+{
+    if (st == NULL) {
+        return;
+    }
+    /* each step is a no-op the second time: the threads are gone, and the spill finds only what
+     * was written since (nothing, for kvpackd: it drops requests from here on) */
+    kvp_store_scrubber_stop(st);  /* finishes its tick */
+    kvp_store_compactor_stop(st); /* stops between moves: what moved is committed */
+    kvp_store_spiller_stop(st); /* before anything it could touch goes */
+    kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
+    kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
+}
+
 void kvp_store_close(kvp_store_h st)
 {
     kvp_htab_iter_t it = KVP_HTAB_ITER_INIT;
@@ -689,11 +703,7 @@ void kvp_store_close(kvp_store_h st)
     if (st == NULL) {
         return;
     }
-    kvp_store_scrubber_stop(st);  /* finishes its tick */
-    kvp_store_compactor_stop(st); /* stops between moves: what moved is committed */
-    kvp_store_spiller_stop(st); /* before anything it could touch goes */
-    kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
-    kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
+    kvp_store_shutdown(st); /* a caller that shut it down already: nothing is left to do */
     while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
         kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, key.hlink);
 

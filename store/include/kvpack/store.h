@@ -174,8 +174,16 @@ typedef struct {
 } kvp_store_stats_t;
 
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p);
+/* Makes the store durable ahead of kvp_store_close, for a process that has more teardown to do
+ * before it (kvpackd: the transport, which can crash): stops the background threads and, under
+ * KVP_DURABILITY_SPILL, spills every session only in DRAM (as kvp_store_close does), then the
+ * interval syncer's last sync. Reads still work afterwards; a later write is kept only in DRAM
+ * until kvp_store_close spills it. Idempotent: kvp_store_close repeats none of the work done.
+ * Not concurrently with itself or kvp_store_close. NULL: no-op. */
+void         kvp_store_shutdown(kvp_store_h store);
 /* Stops the background threads; under KVP_DURABILITY_SPILL spills every session only in DRAM
- * first (progress lines; a failed spill stops that and logs how many are lost). NULL: no-op. */
+ * first (progress lines; a failed spill stops that and logs how many are lost); all of this is
+ * kvp_store_shutdown, skipped where it was done. NULL: no-op. */
 void         kvp_store_close(kvp_store_h store);
 
 /* Namespace profiles: a namespace's first sealed (non-tail) page fixes its codec, rotation flags,
