@@ -1,6 +1,6 @@
 /* node_main.c - the node command line shared by kvpackd and `kvpack serve`: options (including
- * --http for /health and /metrics, --etcd registration), signal handling for a clean shutdown on
- * SIGTERM/SIGINT, then kvp_node_run. */
+ * --http for /health and /metrics, --etcd registration), the open files limit raised to its hard
+ * limit, signal handling for a clean shutdown on SIGTERM/SIGINT, then kvp_node_run. */
 #include "kvpack/node.h"
 #include "kvpack/log.h"
 #include "kvpack/num.h"
@@ -12,8 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "kvpack/xfer.h"
+
+#define MOD "node"
 
 static volatile sig_atomic_t node_stop;
 
@@ -25,6 +28,32 @@ static void on_signal(int sig)
 {
     (void)sig;
     node_stop = 1;
+}
+
+/* Raise the soft RLIMIT_NOFILE to the hard limit: every client connection costs about 2 file
+ * descriptors, and the store's segment and RocksDB files share the budget, so a soft limit of
+ * 1024 (a common default) would refuse clients past about 450 while the hard limit allows more.
+ * Nothing in the node uses select(), so descriptors past 1024 are fine. */
+static void nofile_raise(void)
+{
+    struct rlimit rl;
+    rlim_t        was;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        KVP_LOG_WARN(MOD, "cannot read the open files limit: %m");
+        return;
+    }
+    was = rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            KVP_LOG_WARN(MOD, "cannot raise the open files limit from %llu to %llu: %m",
+                         (unsigned long long)was, (unsigned long long)rl.rlim_max);
+            return;
+        }
+    }
+    KVP_LOG_INFO(MOD, "open files limit %llu (was %llu; about 2 per client connection)",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)was);
 }
 
 static void usage(const char *prog, FILE *out)
@@ -318,6 +347,7 @@ int kvp_node_main(const char *prog, int argc, char **argv)
         fprintf(stderr, "%s: listening on %s, --etcd needs --advertise HOST:PORT\n", prog, host);
         return 2;
     }
+    nofile_raise();
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal; /* no SA_RESTART: the poll in the loop returns at once */
     sigemptyset(&sa.sa_mask);
