@@ -196,7 +196,8 @@ static void page_drop_bad(kvp_store_h st, kvp_page_t *p, kvp_status_t why)
 /* Whether the copy read (a locator taken before the read) is still the page's current one: its
  * segment extent, or for an inline page its bytes. A copy the key no longer names (the page was
  * dropped and put again since) is nobody's: judging the page by it would drop a good copy. On
- * no memory or a failed look-up: true (the copy is judged, as before). */
+ * no memory or a failed look-up: true (the copy is judged, as before); likewise when the key's
+ * entry is the same damaged value (no locator, too short for a page) the copy was read from. */
 static bool disk_copy_current(kvp_store_h st, const kvp_tier_loc_t *read)
 {
     kvp_tier_loc_t now;
@@ -204,6 +205,9 @@ static bool disk_copy_current(kvp_store_h st, const kvp_tier_loc_t *read)
 
     if (kvp_tier_pages_locate(st->tier, 1, &read->pk, &now) != KVP_OK) {
         return true;
+    }
+    if (now.status == KVP_ERR_CORRUPT && read->seg == 0 && now.len == read->len) {
+        return true; /* the key still holds the damaged entry read as an inline page: this copy */
     }
     same = now.status == KVP_OK && now.len == read->len &&
            (read->seg != 0 ? now.seg == read->seg && now.off == read->off

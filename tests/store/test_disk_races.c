@@ -14,8 +14,8 @@
  *   back.
  * bad_locator: a page locator whose length, segment id (to 0, the inline pages' id) or offset
  *   (off the 4 KiB grid) went bad on disk, or that was cut short or emptied (an empty value once
- *   asked the pool for a 0-byte slot: SIGFPE), is a corrupt page (ERR_CORRUPT), never a crash;
- *   the other sessions still read back.
+ *   asked the pool for a 0-byte slot: SIGFPE), is a corrupt page (ERR_CORRUPT), never a crash,
+ *   and a scrub finds it; the other sessions still read back.
  * lost_segment: the highest segment file goes missing between runs; its id is given to a new file
  *   after the restart, and reading the damaged session must not take that file (another
  *   session's pages, acked under sync) with it.
@@ -284,7 +284,8 @@ static void case_evict_oom(const char *dir)
 /* A page locator whose length went bad in the index (block checksums are off for the pages
  * column family: a page's own CRC guards its bytes): the page is corrupt, ERR_CORRUPT and
  * dropped, not a request for gigabytes of DRAM (ERR_NO_SPACE) retried on every read. Likewise a
- * value cut to 16 bytes or to none: neither a locator nor a page. */
+ * value cut to 16 bytes or to none: neither a locator nor a page. A scrub pass finds each first
+ * (it judged such an entry a stale copy of nothing and kept it, listed healthy). */
 static void case_bad_locator(const char *dir)
 {
     static const char *what[] = {"length", "segment id", "offset", "value cut short",
@@ -305,6 +306,7 @@ static void case_bad_locator(const char *dir)
         char              *val, *err = NULL, sid[8];
         size_t             vlen;
         kvp_status_t       s;
+        kvp_store_scrub_t  sc;
 
         snprintf(sid, sizeof(sid), "L%d", bad);
         t_session(&GB, 70 + 10 * bad, 0, 70 + 10 * bad, 2, 0, &d);
@@ -323,6 +325,9 @@ static void case_bad_locator(const char *dir)
         rocksdb_put_cf(st->tier->db, st->tier->wo_sync, st->tier->cf[CF_PAGES], (const char *)k,
                        sizeof(k), (const char *)v, vlen_w[bad], &err);
         CHECK(err == NULL);
+        CHECK_OK(kvp_store_scrub(st, &sc)); /* the scrubber finds it first: counted, dropped */
+        EXPECT(sc.bad_pages == 1, "scrub of a bad locator %s: %llu bad pages", what[bad],
+               (unsigned long long)sc.bad_pages);
         s = t_check_session(st, NS, sid, &GB, &d);
         EXPECT(s == KVP_ERR_CORRUPT, "session with a bad locator %s: %s", what[bad],
                kvp_status_name(s));
