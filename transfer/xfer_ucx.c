@@ -82,6 +82,8 @@ struct kvp_xfer_conn {
     struct kvp_xfer_conn *dead_next;
     void                 *user;      /* kvp_xfer_conn_set_user */
     size_t                unsent;    /* bytes of its sends UCX has not completed */
+    uint64_t              sends_moved_ns; /* its last send completion, or a send made while
+                                           * none was in flight: send_deadlines' clock */
     kvp_list_t            rx_order;  /* its messages not handed to recv_cb yet, arrival order */
     unsigned              held;      /* its messages received and not released */
     int                   busy_warned; /* a refusal past x->conn_msgs_max was logged */
@@ -139,7 +141,7 @@ typedef struct send_req {
     size_t             stage_cap;
     ucp_dt_iov_t      *iov;       /* an eager multi-iov payload, packed by UCX from its pieces */
     size_t             bytes;     /* header and payload, counted in conn->unsent */
-    uint64_t           deadline_ns; /* x->send_timeout_ns: its connection fails past it */
+    uint64_t           made_ns;   /* when it was made (send_deadlines) */
 } send_req_t;
 
 /* ---- private: bulk buffers ----
@@ -561,6 +563,7 @@ static void send_finish(send_req_t *s, kvp_status_t status)
         s->next->prev = s->prev;
     }
     s->conn->unsent -= s->bytes;
+    s->conn->sends_moved_ns = kvp_time_ns(); /* the peer takes what it was sent */
     if (s->cb != NULL) {
         s->cb(s->arg, status);
     }
@@ -757,11 +760,13 @@ static unsigned recv_deadlines(kvp_xfer_h x)
     return n;
 }
 
-/* A receiver that stops taking a message it was sent (a rendezvous reply it asked for, then
- * paused or hung: its TCP still answers keepalives) would keep the send, and whatever the
- * sender pinned for it, for as long as the connection lives: past send_timeout (plus 1 s per
- * 10 MB) the send's connection fails (KVP_ERR_TIMEOUT); the close completes its sends with an
- * error. Looked at every 100 ms. */
+/* A receiver that stops taking what it was sent (a rendezvous reply it asked for, then paused or
+ * hung: its TCP still answers keepalives) would keep the sends, and whatever the sender pinned
+ * for them, for as long as the connection lives. The clock is a connection's: it restarts at each
+ * of its send completions, so a live receiver behind a long queue or a slow link is never cut,
+ * only one that took nothing for send_timeout (plus 1 s per 10 MB of the send waited on). Past
+ * that its connection fails (KVP_ERR_TIMEOUT); the close completes its sends with an error.
+ * Looked at every 100 ms. */
 static unsigned send_deadlines(kvp_xfer_h x)
 {
     uint64_t now;
@@ -772,10 +777,12 @@ static unsigned send_deadlines(kvp_xfer_h x)
     }
     x->send_check_ns = now + 100000000ull;
     for (send_req_t *s = x->sends; s != NULL; s = s->next) {
-        if (now > s->deadline_ns && s->conn->status == KVP_OK) {
-            KVP_LOG_WARN(MOD, "%s did not take a message of %zu bytes within %.1f s: connection "
-                         "closed", s->conn->peer, s->bytes,
-                         (double)(x->send_timeout_ns + 100 * (uint64_t)s->bytes) / 1e9);
+        uint64_t from  = s->made_ns > s->conn->sends_moved_ns ? s->made_ns : s->conn->sends_moved_ns;
+        uint64_t allow = x->send_timeout_ns + 100 * (uint64_t)s->bytes;
+
+        if (now > from + allow && s->conn->status == KVP_OK) {
+            KVP_LOG_WARN(MOD, "%s took none of its replies for %.1f s (one of %zu bytes waits): "
+                         "connection closed", s->conn->peer, (double)allow / 1e9, s->bytes);
             conn_fail(s->conn, KVP_ERR_TIMEOUT);
             n++;
         }
@@ -1239,11 +1246,12 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
         }
         return status;
     }
-    s->bytes      = hdr_len + total;
+    s->bytes   = hdr_len + total;
+    s->made_ns = kvp_time_ns();
+    if (conn->unsent == 0) {
+        conn->sends_moved_ns = s->made_ns; /* nothing was waiting for the peer before */
+    }
     conn->unsent += s->bytes;
-    s->deadline_ns = x->send_timeout_ns != 0
-                         ? kvp_time_ns() + x->send_timeout_ns + 100 * (uint64_t)s->bytes
-                         : UINT64_MAX;
     s->prev = NULL; /* UCX calls send_done_cb from a later progress, never from the send */
     s->next = x->sends;
     if (x->sends != NULL) {

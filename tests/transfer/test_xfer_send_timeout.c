@@ -1,9 +1,12 @@
 /* test_xfer_send_timeout.c - a server's send to a peer that stops taking it: a forked client
- * asks for an 8 MiB reply and takes it (a send timeout does not cut a reply that is taken), then
- * asks again and stops making progress (a hung process: its TCP still answers). The server's
- * 8 MiB rendezvous reply can never complete; with send_timeout_ms 1000 its connection must fail
- * KVP_ERR_TIMEOUT and the send complete with an error, so the buffers it pinned come back.
- * Before send deadlines the send stayed in flight for as long as the connection lived. */
+ * asks for an 8 MiB reply and takes it (a send timeout does not cut a reply that is taken); then
+ * for eight 8 MiB replies at once, which it takes slowly (its receive budget holds four, and it
+ * releases one every 0.7 s: the last completes ~3 s after it was sent, past its own 1.84 s
+ * allowance, yet the connection moves all along, so none is cut); then asks again and stops making
+ * progress (a hung process: its TCP still answers). That last reply can never complete; with
+ * send_timeout_ms 1000 its connection must fail KVP_ERR_TIMEOUT and the send complete with an
+ * error, so the buffers it pinned come back. Before send deadlines the send stayed in flight for
+ * as long as the connection lived; with deadlines counted from each send, the slow one was cut. */
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -18,23 +21,46 @@
 #include <unistd.h>
 
 #define REPLY_BYTES (8u << 20) /* rendezvous: the receiver must fetch it */
+#define N_SLOW      8          /* replies taken slowly: twice the client's receive budget */
+#define SLOW_GAP_S  0.7        /* between the client's releases of them */
 
 /* ---- client (child) ---- */
 
 typedef struct {
-    kvp_xfer_msg_h msg;
+    kvp_xfer_msg_h msg;          /* the latest reply */
+    kvp_xfer_msg_h held[N_SLOW]; /* replies received, not released yet, oldest first */
+    int            n_held, n_got;
     int            sent;
 } client_t;
 
 static void client_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 {
+    client_t *cl = arg;
+
     (void)conn;
-    ((client_t *)arg)->msg = msg;
+    cl->msg = msg;
+    if (cl->n_held < N_SLOW) {
+        cl->held[cl->n_held++] = msg;
+    }
+    cl->n_got++;
 }
 
 static void client_sent(void *arg, kvp_status_t status)
 {
     ((client_t *)arg)->sent = status == KVP_OK ? 1 : -1;
+}
+
+/* Release the oldest held reply (it must be a whole REPLY_BYTES one); 0 when it is not. */
+static int client_release_oldest(client_t *cl)
+{
+    size_t len;
+    int    ok;
+
+    (void)kvp_xfer_msg_data(cl->held[0], &len);
+    ok = kvp_xfer_msg_status(cl->held[0]) == KVP_OK && len == REPLY_BYTES;
+    kvp_xfer_msg_release(cl->held[0]);
+    memmove(cl->held, cl->held + 1, (size_t)(--cl->n_held) * sizeof(cl->held[0]));
+    return ok;
 }
 
 /* Send hdr; progress until it is sent (and, want_reply, until the reply came) or 10 s pass. */
@@ -59,36 +85,52 @@ static int client_ask(kvp_xfer_h x, kvp_xfer_conn_h c, client_t *cl, const char 
 
 static void client(int port_fd, int ready_fd)
 {
-    client_t          cl = {NULL, 0};
-    kvp_xfer_params_t p  = {0};
+    client_t          cl;
+    kvp_xfer_params_t p = {0};
     kvp_xfer_h        x;
     kvp_xfer_conn_h   c;
-    size_t            len;
     uint16_t          port;
+    double            next, end;
+    int               released = 0;
 
+    memset(&cl, 0, sizeof(cl));
     if (read(port_fd, &port, sizeof(port)) != sizeof(port)) {
         _exit(2);
     }
-    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
-    p.recv_cb    = client_recv;
-    p.cb_arg     = &cl;
+    p.field_mask    = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG | KVP_XFER_PARAM_MAX_MSG;
+    p.recv_cb       = client_recv;
+    p.cb_arg        = &cl;
+    p.max_msg_bytes = REPLY_BYTES; /* receive budget 4x: four replies held at once */
     if (kvp_xfer_create(&p, &x) != KVP_OK || kvp_xfer_connect(x, "127.0.0.1", port, &c) != KVP_OK) {
         _exit(3);
     }
-    if (!client_ask(x, c, &cl, "take", 1) || kvp_xfer_msg_status(cl.msg) != KVP_OK) {
+    if (!client_ask(x, c, &cl, "take", 1) || !client_release_oldest(&cl)) {
         _exit(4);
     }
-    (void)kvp_xfer_msg_data(cl.msg, &len);
-    if (len != REPLY_BYTES) {
+    cl.n_got = 0;
+    if (!client_ask(x, c, &cl, "slow", 0)) {
         _exit(5);
     }
-    kvp_xfer_msg_release(cl.msg);
-    cl.msg = NULL;
+    next = kvp_time_s() + SLOW_GAP_S;
+    end  = kvp_time_s() + 60;
+    while (released < N_SLOW && kvp_time_s() < end) { /* one released every SLOW_GAP_S */
+        kvp_xfer_wait(x, 20);
+        if (cl.n_held > 0 && kvp_time_s() >= next) {
+            if (!client_release_oldest(&cl)) {
+                _exit(6);
+            }
+            released++;
+            next = kvp_time_s() + SLOW_GAP_S;
+        }
+    }
+    if (released < N_SLOW || cl.n_got != N_SLOW) {
+        _exit(7);
+    }
     if (!client_ask(x, c, &cl, "stall", 0)) {
-        _exit(6);
+        _exit(8);
     }
     if (write(ready_fd, "s", 1) != 1) { /* from here on: no progress, as a hung process */
-        _exit(7);
+        _exit(9);
     }
     for (;;) {
         pause();
@@ -101,7 +143,8 @@ typedef struct {
     uint8_t       *reply;
     kvp_xfer_msg_h  stalled;     /* the "stall" request, answered once the client is stuck */
     kvp_xfer_conn_h stalled_conn;
-    kvp_status_t   send_status[2]; /* "take", "stall": KVP_INPROGRESS until completed */
+    kvp_status_t   send_status[2 + N_SLOW]; /* "take", "stall", the slow ones: INPROGRESS
+                                             * until completed */
     kvp_status_t   conn_status;
 } server_t;
 
@@ -128,6 +171,11 @@ static void server_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     if (hl == 4 && memcmp(h, "take", 4) == 0) {
         server_reply(sv, conn, 0);
         kvp_xfer_msg_release(msg);
+    } else if (hl == 4 && memcmp(h, "slow", 4) == 0) {
+        for (int i = 0; i < N_SLOW; i++) {
+            server_reply(sv, conn, 2 + i);
+        }
+        kvp_xfer_msg_release(msg);
     } else {
         sv->stalled      = msg; /* held until answered */
         sv->stalled_conn = conn;
@@ -150,7 +198,7 @@ static int readable(int fd)
 
 int main(void)
 {
-    server_t          sv = {NULL, NULL, NULL, {KVP_OK, KVP_OK}, KVP_OK};
+    server_t          sv;
     kvp_xfer_params_t p  = {0};
     kvp_xfer_h        x;
     uint16_t          port;
@@ -160,6 +208,7 @@ int main(void)
     double            t0, end;
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
+    memset(&sv, 0, sizeof(sv)); /* statuses KVP_OK (0) */
     CHECK(pipe(to_child) == 0 && pipe(from_child) == 0);
     pid = fork(); /* before any UCX state: the child makes its own */
     CHECK(pid >= 0);
@@ -192,6 +241,12 @@ int main(void)
     CHECK(sv.stalled != NULL);
     CHECK(read(from_child[0], &c, 1) == 1 && c == 's');
     CHECK(sv.send_status[0] == KVP_OK); /* an 8 MiB reply that was taken is not cut */
+    for (int i = 0; i < N_SLOW; i++) { /* nor those taken slowly: the connection kept moving */
+        if (sv.send_status[2 + i] != KVP_OK) {
+            fprintf(stderr, "slow reply %d: %s\n", i, kvp_status_name(sv.send_status[2 + i]));
+        }
+        CHECK(sv.send_status[2 + i] == KVP_OK);
+    }
     CHECK(sv.conn_status == KVP_OK);
 
     /* the reply the client never takes: its connection fails at the send deadline (1 s plus

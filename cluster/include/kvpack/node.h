@@ -73,9 +73,9 @@ typedef struct kvp_node_params {
     uint32_t         recv_timeout_s; /* a request whose data has not all arrived this long after
                                       * its receive began (+1 s per 10 MB) closes its connection
                                       * (kvp_xfer_params_t recv_timeout_ms); default 30 */
-    uint32_t         send_timeout_s; /* a reply its client has not taken this long after it was
-                                      * sent (+1 s per 10 MB) closes its connection, releasing
-                                      * the pages it pinned (kvp_xfer_params_t send_timeout_ms);
+    uint32_t         send_timeout_s; /* a client that takes none of its replies this long (+1 s
+                                      * per 10 MB of the one waiting) is closed, releasing the
+                                      * pages they pinned (kvp_xfer_params_t send_timeout_ms);
                                       * default 30 */
     uint32_t         put_grace_s;   /* a page put with no record naming it yet outlives its last
                                      * name this long (kvp_store_params_t put_grace_ms); default 60 */
