@@ -317,12 +317,12 @@ static int lt_resume(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_s
     return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
 }
 
-/* Encode and put the chunks [hit, nc) and the record on one node; part gets what was sent,
- * *tail_len_p the tail bytes, *what_p the step that failed. Times add up over the nodes of a
- * request (the pages and bytes count once the put is acked: kvp_lt_took). */
+/* Encode and put the chunks [hit, nc) and the record, at version, on one node; part gets what
+ * was sent, *tail_len_p the tail bytes, *what_p the step that failed. Times add up over the nodes
+ * of a request (the pages and bytes count once the put is acked: kvp_lt_took). */
 static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t hit,
-                           kvp_lt_sample_t *s, kvp_lt_result_t *res, kvp_lt_part_t *part,
-                           size_t *tail_len_p, const char **what_p)
+                           uint64_t version, kvp_lt_sample_t *s, kvp_lt_result_t *res,
+                           kvp_lt_part_t *part, size_t *tail_len_p, const char **what_p)
 {
     uint32_t           L = e->p->layers, P = e->p->page_tokens, nc = r->input_len / P;
     uint32_t           rem = r->input_len % P, n = 0;
@@ -362,8 +362,7 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
     snprintf(sid, sizeof(sid), "lt-%u", r->session);
     e->sh->sent[r->session] = 1; /* from now on the node may hold some of it */
     t0 = kvp_time_ns();
-    st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n,
-                                      kvp_version_now());
+    st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n, version);
     s->put_ms    = (isnan(s->put_ms) ? 0 : s->put_ms) + ms_since(t0);
     part->pages  = n;
     part->bytes += tail_len;
@@ -373,11 +372,12 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
     return st;
 }
 
-/* One node's part of a request: lookup, then the pages it lacks and the record; part gets its
- * hits and what was sent (counted by the caller only when this returns KVP_OK). */
+/* One node's part of a request: lookup, then the pages it lacks and the record at version (the
+ * request's, the same on every replica); part gets its hits and what was sent (counted by the
+ * caller only when this returns KVP_OK). */
 static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kvp_lt_req_t *r,
-                             kvp_lt_sample_t *s, kvp_lt_result_t *res, kvp_lt_part_t *part,
-                             size_t *tail_len_p, const char **what_p)
+                             uint64_t version, kvp_lt_sample_t *s, kvp_lt_result_t *res,
+                             kvp_lt_part_t *part, size_t *tail_len_p, const char **what_p)
 {
     uint32_t     nc = r->input_len / e->p->page_tokens, hit = 0;
     kvp_client_h c;
@@ -397,7 +397,7 @@ static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kv
     }
     memset(part, 0, sizeof(*part));
     part->hit_chunks = hit;
-    return lt_put(e, c, r, hit, s, res, part, tail_len_p, what_p);
+    return lt_put(e, c, r, hit, version, s, res, part, tail_len_p, what_p);
 }
 
 static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_result_t *res)
@@ -409,7 +409,7 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
     kvp_status_t         st = KVP_ERR_PEER_UNREACHABLE;
     size_t               tail_len = 0;
     const char          *what = "put";
-    uint64_t             t0;
+    uint64_t             t0, version;
     char                 sid[32];
 
     s->lookup_ms = s->put_ms = s->get_ms = s->resume_ms = NAN;
@@ -430,8 +430,9 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
     if (st != KVP_OK) {
         return fail(e, r, i, "placement", st);
     }
-    n  = kvp_cluster_size(e->cl);
-    st = KVP_ERR_PEER_UNREACHABLE;
+    n       = kvp_cluster_size(e->cl);
+    st      = KVP_ERR_PEER_UNREACHABLE;
+    version = kvp_version_now(); /* once per put: every replica gets the same (as kvp_cluster_put) */
     for (uint32_t k = 0; k < n && took < e->p->replicas; k++) {
         kvp_lt_part_t part;
         kvp_status_t  pst;
@@ -439,7 +440,7 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
         if (lt_peer(e, order[k])->dead) {
             continue;
         }
-        pst = lt_place(e, order[k], took == 0, r, s, res, &part, &tail_len, &what);
+        pst = lt_place(e, order[k], took == 0, r, version, s, res, &part, &tail_len, &what);
         if (pst == KVP_OK) { /* a node that failed after its lookup counted nothing */
             kvp_lt_took(s, res, r, P, took == 0, &part);
             took++;

@@ -9,8 +9,10 @@ failures, exits 3, and no node counter goes negative (the dead node counts with 
 statistics); rerun: the same run twice against one node, the second hits only what the first did
 (each run's namespace is salted), and each leaves the node as it found it (no session, no DRAM
 byte), as does one interrupted mid-run; with --keep-sessions the node keeps exactly the run's
-sessions, under the namespace its report names; errors: bad combinations exit 2 with a clear
-message.
+sessions, under the namespace its report names; versions: 2 nodes, --replicas 2
+--keep-sessions: both copies of every session carry one version (it is taken once per request),
+and `kvpack repair --dry-run` finds nothing to replace; errors: bad combinations exit 2 with a
+clear message.
 usage: check_loadtest_cluster.py CASE KVPACK KVPACKD [TRACE]"""
 import json
 import os
@@ -261,6 +263,42 @@ def case_rerun():
         node[0].wait()
         subprocess.run(["rm", "-rf", d])
 
+def case_versions():
+    """--replicas 2 --keep-sessions on 2 nodes: every session's two copies carry the same version
+    (each replica of a request used to get a kvp_version_now() of its own put, so every copy
+    looked divergent and repair rewrote them all), and repair --dry-run finds nothing stale."""
+    d = tempfile.mkdtemp(prefix="kvp_ltc_ver_")
+    nodes = [start_node(d, k) for k in range(2)]
+    try:
+        peers = ",".join(a for _, a in nodes)
+        rc, r, err = loadtest(["--node", peers, "--replicas", "2", "--users", "6", "--rounds", "2",
+                               "--turn-tokens", "700", "--keep-sessions"])
+        check(rc == 0 and r is not None, f"exit {rc}: {err[-300:]}")
+        vers = []
+        for _, addr in nodes:
+            ls = json.loads(subprocess.run([KVPACK, "ls", "--node", addr, "--json"],
+                                           capture_output=True, text=True, timeout=60).stdout)
+            vers.append({(e["ns"], e["session"]): e["version"] for e in ls["sessions"]})
+        both = set(vers[0]) & set(vers[1])
+        diff = sorted(k for k in both if vers[0][k] != vers[1][k])
+        print(f"sessions on both nodes: {len(both)}, with different versions: {len(diff)} "
+              f"{[(k[1], vers[0][k], vers[1][k]) for k in diff[:3]]}")
+        check(len(both) == 6 and set(vers[0]) == set(vers[1]), "not every session on both nodes")
+        check(not diff, "the copies of one put carry different versions")
+        p = subprocess.run([KVPACK, "repair", "--node", peers, "--replicas", "2", "--dry-run",
+                            "--json"], capture_output=True, text=True, timeout=120)
+        plan = json.loads(p.stdout) if p.stdout.strip() else {}
+        got = {k: plan.get(k) for k in ("sessions", "already_ok", "replaced_stale", "bytes_moved")}
+        print("repair --dry-run:", got)
+        check(p.returncode == 0 and got == {"sessions": 6, "already_ok": 6, "replaced_stale": 0,
+                                            "bytes_moved": 0},
+              f"repair --dry-run after the run: exit {p.returncode}, {got}: {p.stderr[-300:]}")
+    finally:
+        for p, _ in nodes:
+            p.kill()
+            p.wait()
+        subprocess.run(["rm", "-rf", d])
+
 
 def case_errors():
     for args, want in ((["--local-nodes", "2", "--node", "127.0.0.1:1"], "one of --node"),
@@ -275,6 +313,6 @@ def case_errors():
 
 
 {"synthetic": case_synthetic, "replay": lambda: case_replay(sys.argv[4]), "kill": case_kill,
- "errors": case_errors, "rerun": case_rerun}[case]()
+ "errors": case_errors, "rerun": case_rerun, "versions": case_versions}[case]()
 print("FAILED" if fails else f"check_loadtest_cluster {case}: all checks passed")
 sys.exit(1 if fails else 0)
