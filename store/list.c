@@ -41,7 +41,7 @@ static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_sessi
 
     memset(o, 0, sizeof(*o));
     o->ns = s->key.ns;
-    memcpy(o->sid, s->key.sid, sizeof(o->sid));
+    strcpy(o->sid, s->key.sid); /* under KVP_SID_MAX bytes */
     o->layers      = s->desc.layers;
     o->page_tokens = s->desc.page_tokens;
     o->n_chunks    = s->desc.n_chunks;
@@ -68,7 +68,7 @@ static void tomb_info(const kvp_tomb_t *t, kvp_store_session_info_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->ns = t->key.ns;
-    memcpy(o->sid, t->key.sid, sizeof(o->sid));
+    strcpy(o->sid, t->key.sid); /* only its own bytes are there */
     o->version = t->version;
     o->deleted = 1;
 }

@@ -406,8 +406,8 @@ static kvp_status_t sess_alloc(uint64_t ns, const char *sid, kvp_sess_t **sess_p
         KVP_LOG_ERROR(MOD, "no memory for session %s", sid);
         return KVP_ERR_NO_MEMORY;
     }
-    s->key.ns = ns;
-    strcpy(s->key.sid, sid);
+    s->key.ns  = ns;
+    s->key.sid = strcpy(s->sid, sid);
     *sess_p = s;
     return KVP_OK;
 }
@@ -1419,6 +1419,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     stats->sessions_in_dram = hot;
     stats->sessions_unsynced = unsynced;
     stats->tombstones       = st->tombs.by_key.count;
+    stats->tombstone_bytes  = kvp_store_tomb_bytes(st);
     pthread_mutex_unlock(&st->lock);
 }
 

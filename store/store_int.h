@@ -86,12 +86,13 @@ typedef struct kvp_page_ref {
 } kvp_page_t;
 
 /* ---- entries keyed by (ns, sid): sessions and tombstones (index.c) ---- */
-/* The key and links a session or tombstone starts with. */
+/* The key and links a session or tombstone starts with. sid points into the entry itself
+ * (kvp_sess_t.sid, kvp_tomb_t.sid): a tombstone holds only its id's own bytes. */
 typedef struct {
     kvp_hlink_t hlink; /* hash-table chain */
     kvp_tnode_t onode; /* (ns, sid) order */
     uint64_t    ns;
-    char        sid[KVP_SID_MAX];
+    const char *sid;   /* NUL-terminated, under KVP_SID_MAX bytes with it */
 } kvp_sid_key_t;
 
 /* A hash table for lookups and a tree in (ns, sid) order, so a LIST page visits its own entries
@@ -141,6 +142,7 @@ typedef struct kvp_sess {
     uint64_t            version;   /* the writer's version (0: written before versions) */
     uint64_t            last_ns;   /* last access */
     kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
+    char                sid[KVP_SID_MAX]; /* key.sid */
 } kvp_sess_t;
 
 /* ---- page and session tables (index.c; kvpack/htab.h tables of kvp_page_t / kvp_sess_t) ---- */
@@ -191,10 +193,13 @@ kvp_status_t  kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
                               const uint8_t *val, size_t vlen);
 
 /* ---- versions and tombstones (tomb.c) ---- */
+/* One allocation of sizeof(kvp_tomb_t) + strlen(sid) + 1 bytes (a fixed 128-byte id made a
+ * tombstone about 230 B of RSS; kvpack_tombstone_bytes counts what they take now). */
 typedef struct kvp_tomb {
-    kvp_sid_key_t    key;     /* (ns, sid) and its links in store->tombs */
+    kvp_sid_key_t    key;     /* (ns, sid) and its links in store->tombs; key.sid = sid */
     uint64_t         version; /* the delete's version */
     uint64_t         at_ns;   /* when this node recorded it (CLOCK_REALTIME): the ttl counts from it */
+    char             sid[];   /* the session id and its NUL */
 } kvp_tomb_t;
 
 #define KVP_TOMB_KEY_MAX (5 + 16 + 1 + KVP_SID_MAX) /* "tomb/" hex "/" sid NUL */
@@ -231,6 +236,9 @@ void         kvp_store_tomb_batch_put(struct kvp_store *st, kvp_tier_batch_t *b,
 kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e); /* disk, then table */
 kvp_status_t kvp_store_tomb_load(struct kvp_store *st); /* open, after the sessions */
 void         kvp_store_tomb_expire(struct kvp_store *st); /* at most once a second */
+/* DRAM the tombstones take (kvpack_tombstone_bytes): their allocations, each counted as a
+ * 16-byte-aligned malloc chunk with its 8-byte header, and the table's bucket array. */
+uint64_t     kvp_store_tomb_bytes(const struct kvp_store *st);
 
 /* ---- periodic store threads (ticker.c) ---- */
 typedef struct kvp_ticker {
@@ -278,6 +286,7 @@ struct kvp_store {
     kvp_sid_index_t    tombs;       /* kvp_tomb_t: delete tombstones (tomb.c) */
     uint64_t           tomb_ttl_ns;
     uint64_t           last_tomb_sweep_ns;
+    uint64_t           tomb_alloc_bytes; /* the tombstones' allocations, as malloc holds them */
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */
     kvp_list_t         cold_lru;    /* sessions only on disk, oldest first */
     kvp_list_t         idle_pages;  /* DRAM pages with no pin, oldest first */

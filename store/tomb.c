@@ -9,7 +9,9 @@
  * (a record without it, written before versions, is version 0). A tombstone (ns, sid, version)
  * lives in a small hash table and in the meta column family under "tomb/<16 hex ns>/<sid>" ->
  * version (8) | recorded at (8, node CLOCK_REALTIME ns) | crc32c of those 16 (4); it expires
- * tombstone_ttl after it was recorded (swept at open and at most once a second after). */
+ * tombstone_ttl after it was recorded (swept at open and at most once a second after). In DRAM
+ * a tombstone is one allocation holding only its id's own bytes: 112 B with a 21-byte id, plus
+ * 8-16 B of the table's buckets (kvp_store_tomb_bytes). */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/bytes.h"
@@ -93,27 +95,43 @@ kvp_tomb_t *kvp_tomb_find(const kvp_sid_index_t *t, uint64_t ns, const char *sid
     return k != NULL ? KVP_CONTAINER_OF(k, kvp_tomb_t, key) : NULL;
 }
 
+/* The bytes malloc holds for a tombstone of an id of sid_len bytes: the request with an 8-byte
+ * header, in 16-byte steps (glibc's chunks; close for other allocators). */
+static uint64_t tomb_chunk_bytes(size_t sid_len)
+{
+    return (sizeof(kvp_tomb_t) + sid_len + 1 + 8 + 15) & ~(uint64_t)15;
+}
+
 /* Set (ns, sid)'s tombstone to version (a new entry, or a newer version of one). */
-static kvp_status_t tomb_set(kvp_sid_index_t *t, uint64_t ns, const char *sid, uint64_t version,
+static kvp_status_t tomb_set(kvp_store_h st, uint64_t ns, const char *sid, uint64_t version,
                              uint64_t at_ns)
 {
-    kvp_tomb_t *e = kvp_tomb_find(t, ns, sid);
+    kvp_tomb_t *e = kvp_tomb_find(&st->tombs, ns, sid);
+    size_t      len;
 
     if (e == NULL) {
-        e = kvp_calloc(1, sizeof(*e), "tombstone");
+        len = strnlen(sid, KVP_SID_MAX - 1);
+        e   = kvp_calloc(1, sizeof(*e) + len + 1, "tombstone");
         if (e != NULL) {
-            e->key.ns = ns;
-            snprintf(e->key.sid, sizeof(e->key.sid), "%s", sid);
+            e->key.ns  = ns;
+            e->key.sid = e->sid;
+            memcpy(e->sid, sid, len); /* NUL from calloc */
         }
-        if (e == NULL || kvp_sid_index_insert(t, &e->key) != KVP_OK) {
+        if (e == NULL || kvp_sid_index_insert(&st->tombs, &e->key) != KVP_OK) {
             KVP_LOG_ERROR(MOD, "no memory for the tombstone of session %s", sid);
             kvp_free(e);
             return KVP_ERR_NO_MEMORY;
         }
+        st->tomb_alloc_bytes += tomb_chunk_bytes(len);
     }
     e->version = version;
     e->at_ns   = at_ns;
     return KVP_OK;
+}
+
+uint64_t kvp_store_tomb_bytes(const struct kvp_store *st)
+{
+    return st->tomb_alloc_bytes + st->tombs.by_key.nbuckets * sizeof(kvp_hlink_t *);
 }
 
 void kvp_tomb_cleanup(kvp_sid_index_t *t)
@@ -173,7 +191,7 @@ void kvp_store_tomb_stage(kvp_store_h st, kvp_tier_batch_t *b, uint64_t ns, cons
 
 kvp_status_t kvp_store_tomb_staged_done(kvp_store_h st, const kvp_tomb_pending_t *pend)
 {
-    return pend->staged ? tomb_set(&st->tombs, pend->ns, pend->sid, pend->version, pend->at_ns)
+    return pend->staged ? tomb_set(st, pend->ns, pend->sid, pend->version, pend->at_ns)
                         : KVP_OK;
 }
 
@@ -213,6 +231,7 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
         }
     }
     kvp_sid_index_remove(&st->tombs, &e->key);
+    st->tomb_alloc_bytes -= tomb_chunk_bytes(strlen(e->sid));
     kvp_free(e);
     return KVP_OK;
 }
@@ -239,7 +258,7 @@ static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8
     if (s != NULL && s->version > kvp_ld64(val)) {
         return KVP_OK; /* a newer put landed before its tombstone was cleared: swept below */
     }
-    return tomb_set(&st->tombs, ns, sid, kvp_ld64(val), kvp_ld64(val + 8));
+    return tomb_set(st, ns, sid, kvp_ld64(val), kvp_ld64(val + 8));
 }
 
 /* Tombstones a put cleared on disk too late (a crash between): the meta keys the table lacks. */

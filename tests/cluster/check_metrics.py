@@ -3,7 +3,8 @@
 Prometheus text 0.0.4 (every sample `name{labels} value`, every family with HELP and TYPE before
 its samples, kvpack_* names, counters end in _total, no series twice); a `kvpack put` moves the
 put counters by the requests it sent and DRAM bytes by its pages' pool slots, equal to what
-`kvpack stat --json` says; a spill, a restore and a NOT_FOUND move theirs; HEAD, 404, 405, a
+`kvpack stat --json` says; a spill, a restore and a NOT_FOUND move theirs, an rm of a session
+the node never held kvpack_tombstones and kvpack_tombstone_bytes; HEAD, 404, 405, a
 garbage and an over-long request line (400) while the node keeps serving; silent and half-sent
 HTTP clients do not hold up /health or UCX requests, and get 408 at the idle deadline; bad
 --http options and a taken port are clear errors; SIGTERM closes the HTTP port and removes both
@@ -316,6 +317,20 @@ try:
           "GET_SESSION ok count")
     check_histograms(hp, ("put_pages", "put_session", "get_session", "spill", "stat"))
     check_store_histograms(m0, m1, m2, m3)
+
+    # rm of a session the node never held leaves a tombstone; its gauge counts its DRAM (one
+    # small allocation and the table's first 64 buckets), 0 while there is none
+    with kvpack.Client(addr, timeout_ms=10000) as c:
+        try:
+            c.delete_session(ns, "never-held")
+        except kvpack.KvpError as e:
+            check(e.name == "ERR_NOT_FOUND", f"rm of an unknown session: {e.name}")
+    m4 = scrape(hp)
+    print(f"rm: tombstones {m(m3, 'kvpack_tombstones'):.0f} -> {m(m4, 'kvpack_tombstones'):.0f}, "
+          f"bytes {m(m3, 'kvpack_tombstone_bytes'):.0f} -> {m(m4, 'kvpack_tombstone_bytes'):.0f}")
+    check(m(m3, "kvpack_tombstones") == 0 and m(m3, "kvpack_tombstone_bytes") == 0 and
+          m(m4, "kvpack_tombstones") == 1 and 64 < m(m4, "kvpack_tombstone_bytes") <= 1024,
+          "kvpack_tombstone_bytes does not count the tombstone")
 
     # HTTP edge cases; the node keeps serving after each
     code, hdrs, body = get(hp, "/metrics", "HEAD")

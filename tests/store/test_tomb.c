@@ -8,11 +8,16 @@
  * failed_delete: a delete whose commit failed leaves no tombstone (newer puts still go in) and
  *   its retry writes the tombstone to disk (after a reopen it still refuses an older copy).
  * ttl: a tombstone past tomb_ttl_s is dropped, in process and at open.
+ * bytes: tombstone_bytes (kvpack_tombstone_bytes) counts what tombstones take: 100k of 21-byte
+ *   ids (a DRAM-only store) at most 128 B each, one cleared takes its share off, the count is the
+ *   same after a reopen; not under a sanitizer, the resident memory they add stays within 160 B
+ *   each and within the gauge + 25 % (a fixed 128-byte id made them about 230 B each).
  * append: an append to a versioned session keeps its version. */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
 
+#include <stdio.h>
 #include <unistd.h>
 
 static const tgeom_t G = {2, 2, 32, 16}; /* layers, heads, head_dim, P */
@@ -203,6 +208,72 @@ static void case_ttl(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
+static size_t rss_bytes(void)
+{
+    FILE  *f = fopen("/proc/self/status", "r");
+    char   line[256];
+    size_t kb = 0;
+
+    CHECK(f != NULL);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+#define TOMB_N       100000u
+#define TOMB_MAX_B   128u /* gauge bytes per tombstone of a 21-byte id, buckets included */
+#define TOMB_RSS_MAX 160u /* resident bytes per tombstone (the allocator's slack included) */
+
+static void case_bytes(const char *dir)
+{
+    kvp_session_desc_t d;
+    kvp_store_h        st = t_open_store(NULL, 16u << 20, KVP_DURABILITY_SPILL, 0, 0);
+    uint64_t           b0, b1, b2, b3;
+    size_t             rss0, rss1;
+    char               sid[32];
+
+    b0   = t_stats(st).tombstone_bytes;
+    rss0 = rss_bytes();
+    for (uint32_t i = 0; i < TOMB_N; i++) { /* deletes of sessions never put: one tombstone each */
+        snprintf(sid, sizeof(sid), "conversation-%08u", i);
+        CHECK(kvp_store_session_delete_version(st, NS, sid, 1000 + i) == KVP_ERR_NOT_FOUND);
+    }
+    rss1 = rss_bytes();
+    b1   = t_stats(st).tombstone_bytes;
+    CHECK(t_stats(st).tombstones == TOMB_N);
+    printf("%u tombstones: gauge %.1f B each, RSS %+.1f B each\n", TOMB_N,
+           (double)(b1 - b0) / TOMB_N, ((double)rss1 - (double)rss0) / TOMB_N);
+    CHECK(b1 > b0 + 64ull * TOMB_N && b1 - b0 <= (uint64_t)TOMB_MAX_B * TOMB_N);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* a sanitizer's RSS measures its quarantine and shadow memory, not the store */
+    CHECK(rss1 <= rss0 + (size_t)TOMB_RSS_MAX * TOMB_N);
+    CHECK(rss1 <= rss0 + (b1 - b0) + (b1 - b0) / 4);
+#endif
+    t_session(&G, 7, 0, 7, 1, 0, &d);
+    CHECK_OK(put_v(st, "conversation-00000007", &d, 5000)); /* newer: its tombstone goes */
+    b2 = t_stats(st).tombstone_bytes;
+    CHECK(t_stats(st).tombstones == TOMB_N - 1 && b2 < b1 && b1 - b2 <= TOMB_MAX_B);
+    kvp_store_close(st);
+
+    st = open_ttl(dir, 0); /* on disk: counted again as the open loads them */
+    CHECK(kvp_store_session_delete_version(st, NS, "a", 10) == KVP_ERR_NOT_FOUND);
+    CHECK(kvp_store_session_delete_version(st, NS, "a-much-longer-session-id-of-a-conversation",
+                                           10) == KVP_ERR_NOT_FOUND);
+    b3 = t_stats(st).tombstone_bytes;
+    CHECK(b3 > 0);
+    kvp_store_close(st);
+    st = open_ttl(dir, 0);
+    CHECK(t_stats(st).tombstones == 2 && t_stats(st).tombstone_bytes == b3);
+    CHECK_OK(put_v(st, "a", &d, 20));
+    CHECK(t_stats(st).tombstones == 1 && t_stats(st).tombstone_bytes < b3);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
 /* Append tokens [from, from + n) (fp16, values from the token index) to sid in namespace ns. */
 static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const uint32_t *ids,
                              uint32_t tail, uint32_t from, uint32_t n)
@@ -248,7 +319,8 @@ static void case_append(const char *dir)
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
-                                     {"failed_delete", case_failed_delete}, {"ttl", case_ttl}, {"append", case_append}, {NULL, NULL}};
+                                     {"failed_delete", case_failed_delete}, {"ttl", case_ttl},
+                                     {"append", case_append}, {"bytes", case_bytes}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     return t_run_case(argc, argv, cases, "tomb");

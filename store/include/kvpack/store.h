@@ -133,6 +133,9 @@ typedef struct {
     uint64_t sessions_in_dram; /* hot sessions: pages and tail in the DRAM pool */
     uint64_t tombstones;      /* delete tombstones held */
     uint64_t tombstones_expired; /* dropped after the tombstone ttl */
+    uint64_t tombstone_bytes; /* DRAM those held take (outside the DRAM budget): each its
+                               * allocation as malloc holds it (about 90 B + its id's
+                               * length) and 8-16 B of hash buckets */
     uint64_t stale_refused;   /* puts and deletes refused as older than what the store holds */
     /* Time of each counted spill (record + page write and its fdatasync, or the WAL sync; for a
      * session the background spiller wrote in a group, the whole group's I/O, one sample per
