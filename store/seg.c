@@ -2,7 +2,8 @@
  * from pool slots (rolled at SEG_ROLL bytes), reads sorted and coalesced into preadv runs straight
  * into pool slots, live-byte accounting and unlinking of dead segments. Falls back to buffered
  * I/O where the filesystem refuses O_DIRECT (tmpfs). Errors are logged here with %m and mapped:
- * ENOSPC -> KVP_ERR_NO_SPACE, a missing file or short read -> KVP_ERR_NOT_FOUND, else KVP_ERR_IO.
+ * ENOSPC -> KVP_ERR_NO_SPACE, a missing file (ENOENT, or not in the table) or short read ->
+ * KVP_ERR_NOT_FOUND, anything else (EMFILE included) -> KVP_ERR_IO, which drops nothing.
  * Main flow: kvp_segs_append (spill) / kvp_segs_read_plan + _run (restore) / kvp_segs_live_add
  * (delete). */
 #define _GNU_SOURCE /* O_DIRECT */
@@ -206,7 +207,7 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
         kvp_segs_close(s);
         return KVP_ERR_IO;
     }
-    while ((e = readdir(dp)) != NULL) {
+    for (errno = 0; (e = readdir(dp)) != NULL; errno = 0) {
         uint64_t id;
         int      named = seg_name_id(e->d_name, &id);
 
@@ -227,6 +228,13 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
             ids         = t;
             ids[nids++] = id;
         }
+    }
+    if (errno != 0) { /* a partial list would make the open-time sweep drop live locators */
+        KVP_LOG_ERROR(MOD, "cannot list segment directory %s: %m", s->dir);
+        closedir(dp);
+        kvp_free(ids);
+        kvp_segs_close(s);
+        return KVP_ERR_IO;
     }
     closedir(dp);
     if (nids > 1) {
@@ -627,7 +635,8 @@ void kvp_segs_sync_end(kvp_segs_t *s, uint64_t gen)
     s->sync_gen = gen > s->sync_gen ? gen : s->sync_gen;
 }
 
-static int seg_rfd(kvp_segs_t *s, seg_file_t *f)
+/* The segment's read fd, opened on first use; -1 with *err_p = errno when open() failed. */
+static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
 {
     if (f->rfd < 0) {
         char path[PATH_MAX];
@@ -639,6 +648,7 @@ static int seg_rfd(kvp_segs_t *s, seg_file_t *f)
             f->rfd = open(path, O_RDONLY);
         }
         if (f->rfd < 0) {
+            *err_p = errno;
             KVP_LOG_ERROR(MOD, "cannot open segment %s: %m", path);
         }
     }
@@ -720,7 +730,7 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
     qsort(p->ord, n, sizeof(*p->ord), cmp_ext);
     for (size_t k = 0; k < n; k++) {
         seg_file_t *f;
-        int         fd;
+        int         fd, err = ENOENT;
 
         if (k > 0 && p->ord[k]->seg == p->ord[k - 1]->seg) { /* the same segment's fd */
             p->fd[k]     = p->fd[k - 1];
@@ -731,7 +741,7 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
             continue;
         }
         f  = seg_find(s, p->ord[k]->seg);
-        fd = f != NULL ? seg_rfd(s, f) : -1;
+        fd = f != NULL ? seg_rfd(s, f, &err) : -1;
         if (f == NULL) { /* the caller says what it means (moved by a compaction, or lost) */
             KVP_LOG_DEBUG(MOD, "segment %016" PRIx64 " named by a locator is gone",
                           p->ord[k]->seg);
@@ -741,7 +751,12 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         if (fd >= 0 && p->fd[k] < 0) {
             KVP_LOG_ERROR(MOD, "segment %016" PRIx64 ": cannot dup its read fd: %m", f->id);
         }
-        p->ord[k]->status = p->fd[k] >= 0 ? KVP_OK : (fd >= 0 ? KVP_ERR_IO : KVP_ERR_NOT_FOUND);
+        /* missing only when the segment is known gone (not in the table, or its file is not
+         * there); a file that could not be opened otherwise (out of fds: EMFILE, ENFILE; EIO,
+         * EACCES, ENOMEM) is a transient I/O error, so its pages are kept */
+        p->ord[k]->status = p->fd[k] >= 0 ? KVP_OK
+                                          : (fd < 0 && err == ENOENT ? KVP_ERR_NOT_FOUND
+                                                                     : KVP_ERR_IO);
     }
     p->n = n;
     return p;

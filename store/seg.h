@@ -60,7 +60,9 @@ kvp_status_t kvp_segs_append(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, boo
 /* Read n extents (any order; sorted and coalesced into large preadv runs) in two steps: the plan,
  * under the tier's lock, sorts them and takes its own read fd of each segment; the run, with no
  * lock, does the I/O and frees the plan. Sets ext[i].status: KVP_OK, KVP_ERR_NOT_FOUND (segment
- * missing or short), KVP_ERR_IO (or KVP_ERR_NO_MEMORY, and NULL from the plan: nothing to run). */
+ * gone: not in the table or its file not there (ENOENT), or short), KVP_ERR_IO (any other failure
+ * to open or read it, out of fds included: transient, the page is kept), or KVP_ERR_NO_MEMORY
+ * (and NULL from the plan: nothing to run). */
 typedef struct kvp_seg_read kvp_seg_read_t;
 kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n);
 void            kvp_segs_read_run(kvp_seg_read_t *plan);

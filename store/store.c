@@ -263,7 +263,9 @@ kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_loc_t *read)
  * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. The store
  * lock is dropped for the MultiGet and the reads (the entries are pinned). Entries stay valid: a
  * dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check or its index
- * entry is damaged, KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped). */
+ * entry is damaged, KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped); a read that
+ * failed otherwise (KVP_ERR_IO: a segment that could not be opened for want of fds, an I/O
+ * error) drops nothing: the locator stays and a later read retries. */
 kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                   const kvp_sess_t *keep, uint64_t *bytes_p)
 {

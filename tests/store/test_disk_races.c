@@ -20,7 +20,10 @@
  *   after the restart, and reading the damaged session must not take that file (another
  *   session's pages, acked under sync) with it.
  * stray_segs: files in seg/ kvpack did not write (upper-case hex, an id that would wrap) neither
- *   stop the open nor get removed, and new segments are numbered as before. */
+ *   stop the open nor get removed, and new segments are numbered as before.
+ * fd_limit: out of file descriptors (RLIMIT_NOFILE lowered so opening a segment fails EMFILE), a
+ *   get of a spilled session fails with a transient error, not ERR_CORRUPT or NOT_FOUND, and drops
+ *   nothing: with the limit back the same get is byte-identical, and so after a reopen. */
 #include "store_int.h"
 #include "tier_int.h"
 #include "store_test_util.h"
@@ -30,6 +33,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -438,6 +442,59 @@ static void case_stray_segs(const char *dir)
     kvp_session_desc_clear(&a);
 }
 
+/* Whether session sid is listed as damaged (it must be listed). */
+static bool listed_damaged(kvp_store_h st, const char *sid)
+{
+    kvp_store_session_info_t info[8];
+    uint32_t                 n = 0;
+
+    CHECK_OK(kvp_store_session_list(st, 0, NULL, info, 8, &n, NULL));
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(info[i].sid, sid) == 0) {
+            return info[i].damaged != 0;
+        }
+    }
+    CHECK(!"session listed");
+    return true;
+}
+
+static void case_fd_limit(const char *dir)
+{
+    kvp_session_desc_t a, b;
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    struct rlimit      was, low;
+    kvp_status_t       s;
+    int                fd;
+
+    t_session(&GB, 6, 0, 66, 3, 0, &a); /* 3 pages, one segment file each */
+    t_session(&GB, 7, 0, 77, 1, 0, &b);
+    CHECK_OK(t_put_session(st, NS, "A", &GB, &a));
+    CHECK_OK(t_put_session(st, NS, "B", &GB, &b));
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10); /* cold, no segment opened for reading */
+    /* no fd left: the lowest free one becomes the limit, so any new one fails with EMFILE */
+    fd = dup(0);
+    CHECK(fd >= 0 && close(fd) == 0);
+    CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0 && (rlim_t)fd < was.rlim_cur);
+    low          = was;
+    low.rlim_cur = (rlim_t)fd;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    s = t_check_session(st, NS, "A", &GB, &a);
+    CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+    EXPECT(s != KVP_OK && s != KVP_ERR_CORRUPT && s != KVP_ERR_NOT_FOUND,
+           "get out of fds: %s (want a transient error)", kvp_status_name(s));
+    EXPECT(!listed_damaged(st, "A"), "A listed damaged after a get out of fds");
+    EXPECT(t_check_session(st, NS, "A", &GB, &a) == KVP_OK, "A lost to a get out of fds");
+    CHECK_OK(t_check_session(st, NS, "B", &GB, &b));
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    EXPECT(!listed_damaged(st, "A"), "A listed damaged after a reopen");
+    EXPECT(t_check_session(st, NS, "A", &GB, &a) == KVP_OK, "A lost after a reopen");
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+    kvp_session_desc_clear(&b);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {
@@ -448,6 +505,7 @@ int main(int argc, char **argv)
         {"bad_locator", case_bad_locator},
         {"lost_segment", case_lost_segment},
         {"stray_segs", case_stray_segs},
+        {"fd_limit", case_fd_limit},
         {NULL, NULL},
     };
 
