@@ -1,6 +1,7 @@
 /* seg.c - segment files for page bytes: one active file appended with O_DIRECT pwritev straight
  * from pool slots (rolled at SEG_ROLL bytes), reads sorted and coalesced into preadv runs straight
- * into pool slots, live-byte accounting and unlinking of dead segments. Falls back to buffered
+ * into pool slots through read fds cached per file (at most RFD_MAX open, least recently used
+ * closed first), live-byte accounting and unlinking of dead segments. Falls back to buffered
  * I/O where the filesystem refuses O_DIRECT (tmpfs). Errors are logged here with %m and mapped:
  * ENOSPC -> KVP_ERR_NO_SPACE, a missing file (ENOENT, or not in the table) or short read ->
  * KVP_ERR_NOT_FOUND, anything else (EMFILE included) -> KVP_ERR_IO, which drops nothing.
@@ -27,13 +28,16 @@
 #define SEG_ROLL  (256ull << 20) /* default: start a new segment once the active one is this large */
 #define RUN_MAX   (16u << 20)    /* bytes per preadv/pwritev call */
 #define IOV_CAP   1024           /* IOV_MAX on Linux */
+#define RFD_MAX   256            /* default: segment read fds kept open (the least recently used
+                                  * is closed to open another) */
 
 typedef struct {
     uint64_t id;
     uint64_t size; /* bytes written (a multiple of KVP_SEG_ALIGN) */
     int64_t  live; /* bytes named by durable locators */
-    int      rfd;  /* read fd, opened on first read; -1 */
+    int      rfd;  /* read fd, opened on first read and kept while fewer than rfd_max are; -1 */
     bool     rdirect;
+    uint64_t rused; /* the read tick of its last read plan (kvp_segs.rtick): the LRU order */
     uint32_t pending; /* reservations not ended yet: the file stays (no unlink, no compaction) */
 } seg_file_t;
 
@@ -54,6 +58,9 @@ struct kvp_segs {
     int         spare_fd; /* the next segment, created ahead without the lock; -1: none */
     uint64_t    spare_id; /* its id (taken from next_id when it was asked for) */
     bool        spare_busy; /* being created (kvp_segs_spare_want .. _set) */
+    size_t      nrfd;       /* read fds open (files[i].rfd >= 0) */
+    size_t      rfd_max;    /* at most that many (kvp_segs_set_rfd_max; RFD_MAX) */
+    uint64_t    rtick;      /* read plans so far */
 };
 
 static kvp_status_t errno_status(int e)
@@ -96,8 +103,18 @@ static seg_file_t *seg_add(kvp_segs_t *s, uint64_t id, uint64_t size)
         return NULL;
     }
     s->files = f;
-    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false, 0};
+    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false, 0, 0};
     return &s->files[s->nfiles++];
+}
+
+/* Close a segment's cached read fd, if open (a read plan in flight holds its own duplicate). */
+static void seg_rfd_close(kvp_segs_t *s, seg_file_t *f)
+{
+    if (f->rfd >= 0) {
+        close(f->rfd);
+        f->rfd = -1;
+        s->nrfd--;
+    }
 }
 
 /* Drop a dead segment from the table; returns the file bytes given back. Its file is unlinked
@@ -111,9 +128,7 @@ static uint64_t seg_unlink(kvp_segs_t *s, seg_file_t *f)
     char    *copy, **d;
 
     seg_path(s, f->id, path, sizeof(path));
-    if (f->rfd >= 0) {
-        close(f->rfd);
-    }
+    seg_rfd_close(s, f);
     d = kvp_array_room(s->dead, &s->capdead, s->ndead, sizeof(*d), 8, "dead segments");
     if (d != NULL) { /* else the list stays as it was, full */
         s->dead = d;
@@ -191,6 +206,7 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
     s->wfd   = -1;
     s->dirfd = -1;
     s->spare_fd = -1;
+    s->rfd_max  = RFD_MAX;
     s->roll  = roll_bytes ? roll_bytes : SEG_ROLL;
     if (mkdir(s->dir, 0700) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create segment directory %s: %m", s->dir);
@@ -298,9 +314,7 @@ void kvp_segs_close(kvp_segs_t *s)
     ndead = kvp_segs_take_dead(s, &dead);
     kvp_segs_unlink_dead(dead, ndead);
     for (size_t i = 0; i < s->nfiles; i++) {
-        if (s->files[i].rfd >= 0) {
-            close(s->files[i].rfd);
-        }
+        seg_rfd_close(s, &s->files[i]);
     }
     if (s->wfd >= 0) {
         close(s->wfd);
@@ -635,12 +649,44 @@ void kvp_segs_sync_end(kvp_segs_t *s, uint64_t gen)
     s->sync_gen = gen > s->sync_gen ? gen : s->sync_gen;
 }
 
-/* The segment's read fd, opened on first use; -1 with *err_p = errno when open() failed. */
+/* Close cached read fds, least recently used first, until fewer than max are open. A scan of
+ * the table per close: it runs only when a file is opened past the cap, next to an open(). */
+static void seg_rfd_trim(kvp_segs_t *s, size_t max)
+{
+    while (s->nrfd > max) {
+        seg_file_t *lru = NULL;
+
+        for (size_t i = 0; i < s->nfiles; i++) {
+            seg_file_t *f = &s->files[i];
+
+            if (f->rfd >= 0 && (lru == NULL || f->rused < lru->rused)) {
+                lru = f;
+            }
+        }
+        if (lru == NULL) { /* cannot happen: nrfd counts the open ones */
+            s->nrfd = 0;
+            return;
+        }
+        seg_rfd_close(s, lru);
+    }
+}
+
+void kvp_segs_set_rfd_max(kvp_segs_t *s, size_t max)
+{
+    s->rfd_max = max > 0 ? max : RFD_MAX;
+    seg_rfd_trim(s, s->rfd_max);
+}
+
+/* The segment's read fd, opened on first use (closing the least recently used one when rfd_max
+ * are open: a node with thousands of segment files holds at most rfd_max of them open); -1 with
+ * *err_p = errno when open() failed. */
 static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
 {
+    f->rused = s->rtick;
     if (f->rfd < 0) {
         char path[PATH_MAX];
 
+        seg_rfd_trim(s, s->rfd_max - 1);
         seg_path(s, f->id, path, sizeof(path));
         f->rfd     = open(path, O_RDONLY | O_DIRECT);
         f->rdirect = f->rfd >= 0;
@@ -650,6 +696,8 @@ static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
         if (f->rfd < 0) {
             *err_p = errno;
             KVP_LOG_ERROR(MOD, "cannot open segment %s: %m", path);
+        } else {
+            s->nrfd++;
         }
     }
     return f->rfd;
@@ -667,7 +715,8 @@ static int cmp_ext(const void *a, const void *b)
 
 /* A read's plan: the extents in disk order and, per extent, a read fd of its segment that the
  * plan owns (one dup per segment), so the I/O runs without the tier's lock while segments are
- * appended, rolled or unlinked meanwhile (an unlinked file stays readable through an open fd). */
+ * appended, rolled or unlinked meanwhile (an unlinked file stays readable through an open fd),
+ * and while the cache of read fds closes the one it was duplicated from (rfd_max). */
 struct kvp_seg_read {
     kvp_seg_ext_t **ord;
     int            *fd;     /* per extent; -1: its status is set already */
@@ -728,6 +777,7 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         p->ord[k] = &ext[k];
     }
     qsort(p->ord, n, sizeof(*p->ord), cmp_ext);
+    s->rtick++;
     for (size_t k = 0; k < n; k++) {
         seg_file_t *f;
         int         fd, err = ENOENT;

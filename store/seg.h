@@ -66,6 +66,10 @@ kvp_status_t kvp_segs_append(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n, boo
 typedef struct kvp_seg_read kvp_seg_read_t;
 kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *segs, kvp_seg_ext_t *ext, size_t n);
 void            kvp_segs_read_run(kvp_seg_read_t *plan);
+/* Read fds are cached per segment file, at most max of them (0: the default, 256): opening one
+ * more closes the least recently used (a plan in flight reads through its own duplicate). Tests
+ * set a small cap; the ones over it are closed at once. */
+void kvp_segs_set_rfd_max(kvp_segs_t *segs, size_t max);
 /* fdatasync the active segment if anything was appended since its last one (a roll syncs the
  * segment it leaves, so this covers every byte appended so far). */
 kvp_status_t kvp_segs_sync(kvp_segs_t *segs);

@@ -165,6 +165,8 @@ typedef enum {
     KVP_TIER_HOOKS
 } kvp_tier_hook_t;
 void kvp_tier_set_hook(kvp_tier_t *tier, kvp_tier_hook_t at, void (*fn)(void *arg), void *arg);
+/* Cached segment read fds kept open at most (kvp_segs_set_rfd_max; 0: the default 256). */
+void kvp_tier_set_read_fds(kvp_tier_t *tier, size_t max);
 /* The store is closing: from now on commits may use the disk reserve (its file given up for
  * them), keeping only the room the next open needs (tier_space.c). */
 void kvp_tier_last_writes(kvp_tier_t *tier);

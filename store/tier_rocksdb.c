@@ -1333,6 +1333,13 @@ void kvp_tier_set_hook(kvp_tier_t *t, kvp_tier_hook_t at, void (*fn)(void *arg),
     __atomic_store_n(&t->hooks[at].fn, fn, __ATOMIC_RELEASE);
 }
 
+void kvp_tier_set_read_fds(kvp_tier_t *t, size_t max)
+{
+    pthread_mutex_lock(&t->mu);
+    kvp_segs_set_rfd_max(t->segs, max);
+    tier_unlock(t);
+}
+
 void kvp_tier_disk_stats(kvp_tier_t *t, kvp_tier_disk_t *out)
 {
     pthread_mutex_lock(&t->mu);

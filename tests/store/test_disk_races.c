@@ -23,7 +23,11 @@
  *   stop the open nor get removed, and new segments are numbered as before.
  * fd_limit: out of file descriptors (RLIMIT_NOFILE lowered so opening a segment fails EMFILE), a
  *   get of a spilled session fails with a transient error, not ERR_CORRUPT or NOT_FOUND, and drops
- *   nothing: with the limit back the same get is byte-identical, and so after a reopen. */
+ *   nothing: with the limit back the same get is byte-identical, and so after a reopen.
+ * fd_cap: more segment files than the cap of cached read fds (64 KiB files, one page each, cap 4):
+ *   every session reads back byte-identical, twice, while the process's open fds stay within the
+ *   cap (plus slack) of what it had before; a session spread over 3 files read under a cap of 2
+ *   (the plan's first file's cached fd closed while the plan holds its duplicate) reads whole. */
 #include "store_int.h"
 #include "tier_int.h"
 #include "store_test_util.h"
@@ -495,6 +499,73 @@ static void case_fd_limit(const char *dir)
     kvp_session_desc_clear(&b);
 }
 
+/* The process's open file descriptors (the directory's own included). */
+static int open_fds(void)
+{
+    DIR *dp = opendir("/proc/self/fd");
+    int  n  = 0;
+
+    CHECK(dp != NULL);
+    while (readdir(dp) != NULL) {
+        n++;
+    }
+    closedir(dp);
+    return n - 2; /* . and .. */
+}
+
+#define CAP_SESS 24
+#define CAP_FDS  4
+#define CAP_SLACK 3 /* RocksDB may open a file of its own meanwhile */
+
+static void case_fd_cap(const char *dir)
+{
+    kvp_session_desc_t d[CAP_SESS], m[3];
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    kvp_tier_disk_t    disk;
+    char               sid[16];
+    int                base, most = 0;
+
+    for (int i = 0; i < CAP_SESS; i++) { /* one page each: a segment file each */
+        snprintf(sid, sizeof(sid), "s%d", i);
+        t_session(&GB, 100 + (uint64_t)i, 0, 100 + (uint64_t)i, 1, 0, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &GB, &d[i]));
+    }
+    for (uint32_t c = 0; c < 3; c++) { /* M2's 3 pages in 3 files: M0 and M1 put its prefix */
+        snprintf(sid, sizeof(sid), "M%u", c);
+        t_session(&GB, 9, c + 1, 90 + c, c + 1, 0, &m[c]);
+        CHECK_OK(t_put_session(st, NS, sid, &GB, &m[c]));
+    }
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10); /* every session cold, on disk only */
+    kvp_tier_disk_stats(st->tier, &disk);
+    CHECK(disk.files >= CAP_SESS + 3);
+    kvp_tier_set_read_fds(st->tier, CAP_FDS);
+    base = open_fds();
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < CAP_SESS; k++) {
+            int i = round == 0 ? k : CAP_SESS - 1 - k, now;
+
+            snprintf(sid, sizeof(sid), "s%d", i);
+            EXPECT(t_check_session(st, NS, sid, &GB, &d[i]) == KVP_OK, "%s read back", sid);
+            CHECK_OK(kvp_store_session_spill(st, NS, sid)); /* read from disk again next round */
+            now  = open_fds();
+            most = now > most ? now : most;
+        }
+    }
+    EXPECT(most <= base + CAP_FDS + CAP_SLACK, "%d fds open reading %llu segment files (%d before, "
+           "cap %d)", most, (unsigned long long)disk.files, base, CAP_FDS);
+    kvp_tier_set_read_fds(st->tier, 2);
+    EXPECT(t_check_session(st, NS, "M2", &GB, &m[2]) == KVP_OK, "M2 read under a cap of 2");
+    EXPECT(open_fds() <= base + 2 + CAP_SLACK, "%d fds open under a cap of 2", open_fds());
+    kvp_store_close(st);
+    for (int i = 0; i < CAP_SESS; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+    for (int c = 0; c < 3; c++) {
+        kvp_session_desc_clear(&m[c]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {
@@ -506,6 +577,7 @@ int main(int argc, char **argv)
         {"lost_segment", case_lost_segment},
         {"stray_segs", case_stray_segs},
         {"fd_limit", case_fd_limit},
+        {"fd_cap", case_fd_cap},
         {NULL, NULL},
     };
 
