@@ -679,7 +679,7 @@ void kvp_segs_set_rfd_max(kvp_segs_t *s, size_t max)
 
 /* The segment's read fd, opened on first use (closing the least recently used one when rfd_max
  * are open: a node with thousands of segment files holds at most rfd_max of them open); -1 with
- * *err_p = errno when open() failed. */
+ * *err_p = errno when open() failed (not logged here). */
 static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
 {
     f->rused = s->rtick;
@@ -694,8 +694,7 @@ static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
             f->rfd = open(path, O_RDONLY);
         }
         if (f->rfd < 0) {
-            *err_p = errno;
-            KVP_LOG_ERROR(MOD, "cannot open segment %s: %m", path);
+            *err_p = errno; /* logged by the plan, once per read */
         } else {
             s->nrfd++;
         }
@@ -759,7 +758,10 @@ static void read_plan_free(kvp_seg_read_t *p)
 kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
 {
     kvp_seg_read_t *p = kvp_calloc(1, sizeof(*p), "segment read plan");
-    size_t          m = n ? n : 1;
+    size_t          m = n ? n : 1, nfail = 0;
+    uint64_t        fail_id = 0;
+    int             fail_err = 0;
+    bool            fail_dup = false;
 
     if (p == NULL || (p->ord = kvp_malloc(m * sizeof(*p->ord), "segment read order")) == NULL ||
         (p->fd = kvp_malloc(m * sizeof(*p->fd), "segment read fds")) == NULL ||
@@ -799,7 +801,12 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         p->fd[k]     = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
         p->direct[k] = f != NULL && f->rdirect;
         if (fd >= 0 && p->fd[k] < 0) {
-            KVP_LOG_ERROR(MOD, "segment %016" PRIx64 ": cannot dup its read fd: %m", f->id);
+            err = errno;
+        }
+        if (f != NULL && p->fd[k] < 0 && nfail++ == 0) {
+            fail_id  = f->id;
+            fail_err = err;
+            fail_dup = fd >= 0;
         }
         /* missing only when the segment is known gone (not in the table, or its file is not
          * there); a file that could not be opened otherwise (out of fds: EMFILE, ENFILE; EIO,
@@ -807,6 +814,14 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         p->ord[k]->status = p->fd[k] >= 0 ? KVP_OK
                                           : (fd < 0 && err == ENOENT ? KVP_ERR_NOT_FOUND
                                                                      : KVP_ERR_IO);
+    }
+    if (nfail > 0) { /* one line per read, not per file (out of fds, every file fails) */
+        char path[PATH_MAX];
+
+        seg_path(s, fail_id, path, sizeof(path));
+        errno = fail_err;
+        KVP_LOG_ERROR(MOD, "cannot %s segment %s: %m (%zu segment files of this read could not "
+                      "be opened)", fail_dup ? "dup the read fd of" : "open", path, nfail);
     }
     p->n = n;
     return p;

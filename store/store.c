@@ -259,13 +259,57 @@ kvp_status_t kvp_store_disk_copy_bad(kvp_store_h st, const kvp_tier_loc_t *read)
     return status;
 }
 
+/* Pages one read dropped for one reason: how many, and the first one. A read logs one line per
+ * reason, not one per page (a lost segment file used to log thousands of lines in seconds). */
+typedef struct {
+    size_t       n;
+    kvp_key128_t key;
+    uint32_t     layer, len;
+    kvp_status_t why; /* the first one's check status (a failed check) */
+} drop_note_t;
+
+static void drop_note(drop_note_t *d, const kvp_page_t *p, uint32_t len, kvp_status_t why)
+{
+    if (d->n++ == 0) {
+        d->key   = p->key;
+        d->layer = p->layer;
+        d->len   = len;
+        d->why   = why;
+    }
+}
+
+/* The lines for a read's dropped pages: [0] missing on disk, [1] failed their check, [2] had a
+ * damaged index entry. */
+static void drop_notes_log(const drop_note_t *d)
+{
+    if (d[0].n > 0) {
+        KVP_LOG_ERROR(MOD, "%zu pages indexed on disk but missing (segment file gone or cut "
+                      "short; first: page %016llx%016llx layer %u); dropped", d[0].n,
+                      (unsigned long long)d[0].key.hi, (unsigned long long)d[0].key.lo,
+                      d[0].layer);
+    }
+    if (d[1].n > 0) {
+        KVP_LOG_ERROR(MOD, "%zu pages read from disk failed their check (first: page "
+                      "%016llx%016llx layer %u, %s); dropped", d[1].n,
+                      (unsigned long long)d[1].key.hi, (unsigned long long)d[1].key.lo,
+                      d[1].layer, kvp_status_str(d[1].why));
+    }
+    if (d[2].n > 0) {
+        KVP_LOG_ERROR(MOD, "%zu pages have a damaged index entry (no locator, too short for a "
+                      "page; first: page %016llx%016llx layer %u, %u bytes); dropped", d[2].n,
+                      (unsigned long long)d[2].key.hi, (unsigned long long)d[2].key.lo,
+                      d[2].layer, d[2].len);
+    }
+}
+
 /* Read n disk-only pages back: one MultiGet of their locators, pool slots for all of them, then
  * coalesced O_DIRECT reads straight into the slots; every page is CRC- and key-checked. The store
  * lock is dropped for the MultiGet and the reads (the entries are pinned). Entries stay valid: a
  * dropped page just loses its bytes. KVP_ERR_CORRUPT if a page failed its check or its index
  * entry is damaged, KVP_ERR_NOT_FOUND if one was missing on disk (both are dropped); a read that
  * failed otherwise (KVP_ERR_IO: a segment that could not be opened for want of fds, an I/O
- * error) drops nothing: the locator stays and a later read retries. */
+ * error) drops nothing: the locator stays and a later read retries. Dropped pages are logged
+ * as one line per reason (count and first page). */
 kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                                   const kvp_sess_t *keep, uint64_t *bytes_p)
 {
@@ -276,6 +320,7 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
     kvp_status_t     status = KVP_OK, first = KVP_OK;
     size_t           need   = 0;
     uint64_t         bytes  = 0;
+    drop_note_t      drops[3] = {{0}, {0}, {0}};
 
     if (n == 0) { /* nothing to read: keep the lock */
         goto out;
@@ -341,9 +386,7 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
             if (ps == KVP_ERR_WRONG_CODEC) {
                 /* logged by the check */
             } else if (ps != KVP_OK) {
-                KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u read from disk failed its check "
-                              "(%s); dropped", (unsigned long long)p->key.hi,
-                              (unsigned long long)p->key.lo, p->layer, kvp_status_str(ps));
+                drop_note(&drops[1], p, locs[i].len, ps);
                 ps = KVP_ERR_CORRUPT;
             } else if (p->slot.ptr == NULL) {
                 page_install(st, p, &slots[i], locs[i].len);
@@ -351,14 +394,9 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
                 bytes += locs[i].len;
             }
         } else if (ps == KVP_ERR_NOT_FOUND) {
-            KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u is indexed on disk but missing; "
-                          "dropped", (unsigned long long)p->key.hi, (unsigned long long)p->key.lo,
-                          p->layer);
+            drop_note(&drops[0], p, locs[i].len, ps);
         } else if (ps == KVP_ERR_CORRUPT) {
-            KVP_LOG_ERROR(MOD, "page %016llx%016llx layer %u has a damaged index entry (%u bytes: "
-                          "no locator, too short for a page); dropped",
-                          (unsigned long long)p->key.hi, (unsigned long long)p->key.lo, p->layer,
-                          locs[i].len);
+            drop_note(&drops[2], p, locs[i].len, ps);
         } else if (ps != KVP_OK) {
             st->stats.disk_errors += ps != KVP_ERR_NO_SPACE;
         }
@@ -372,6 +410,7 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
             first = ps;
         }
     }
+    drop_notes_log(drops);
     status = first;
 unpin:
     for (size_t i = 0; i < n; i++) {

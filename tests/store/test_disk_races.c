@@ -27,12 +27,16 @@
  * fd_cap: more segment files than the cap of cached read fds (64 KiB files, one page each, cap 4):
  *   every session reads back byte-identical, twice, while the process's open fds stay within the
  *   cap (plus slack) of what it had before; a session spread over 3 files read under a cap of 2
- *   (the plan's first file's cached fd closed while the plan holds its duplicate) reads whole. */
+ *   (the plan's first file's cached fd closed while the plan holds its duplicate) reads whole.
+ * drop_log: a session of 6 pages whose segment files are removed while the store is open: its get
+ *   is ERR_CORRUPT and the log says so in one "missing" line naming the count and the first page,
+ *   and one "cannot open segment" line, not one line per page (a log flood, soak audit F4). */
 #include "store_int.h"
 #include "tier_int.h"
 #include "store_test_util.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/log.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -566,6 +570,55 @@ static void case_fd_cap(const char *dir)
     }
 }
 
+static int missing_lines, open_lines;
+static char missing_msg[512];
+
+static void count_log(kvp_log_level_t level, const char *module, const char *msg)
+{
+    (void)level;
+    (void)module;
+    if (strstr(msg, "missing") != NULL && strstr(msg, "dropped") != NULL) {
+        missing_lines++;
+        snprintf(missing_msg, sizeof(missing_msg), "%s", msg);
+    }
+    open_lines += strstr(msg, "cannot open segment") != NULL;
+}
+
+static void case_drop_log(const char *dir)
+{
+    kvp_session_desc_t a;
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    char               path[600];
+    DIR               *dp;
+    struct dirent     *e;
+    kvp_status_t       s;
+
+    t_session(&GS, 3, 0, 33, 6, 0, &a); /* 6 pages of 8,256 bytes */
+    CHECK_OK(t_put_session(st, NS, "A", &GS, &a));
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10); /* cold; its files are in the table */
+    snprintf(path, sizeof(path), "%s/seg", dir);
+    dp = opendir(path);
+    CHECK(dp != NULL);
+    while ((e = readdir(dp)) != NULL) {
+        if (e->d_name[0] != '.') {
+            seg_file(dir, e->d_name, path, sizeof(path));
+            CHECK(unlink(path) == 0);
+        }
+    }
+    closedir(dp);
+    kvp_log_set_cb(count_log);
+    s = t_check_session(st, NS, "A", &GS, &a);
+    kvp_log_set_cb(NULL);
+    EXPECT(s == KVP_ERR_CORRUPT, "get of a session whose files are gone: %s", kvp_status_name(s));
+    EXPECT(missing_lines == 1, "%d log lines for 6 missing pages (want one)", missing_lines);
+    EXPECT(strstr(missing_msg, "6 pages") != NULL && strstr(missing_msg, "first") != NULL,
+           "the line names the count and the first page: %s", missing_msg);
+    EXPECT(open_lines == 1, "%d \"cannot open segment\" lines for one read", open_lines);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&a);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {
@@ -578,6 +631,7 @@ int main(int argc, char **argv)
         {"stray_segs", case_stray_segs},
         {"fd_limit", case_fd_limit},
         {"fd_cap", case_fd_cap},
+        {"drop_log", case_drop_log},
         {NULL, NULL},
     };
 
