@@ -122,7 +122,7 @@ static void usage(const char *prog, FILE *out)
             "                          client cannot hold the receive budget (4x --max-msg)\n"
             "                          from the others (1..3600, default 30)\n"
             "  --send-timeout S        a client that takes none of its replies for S seconds\n"
-            "                          (plus 1 s per 10 MB of the one waiting; each reply taken\n"
+            "                          (plus 1 s per 10 MB of all its replies waiting; each taken\n"
             "                          restarts the clock) is taken for hung: its connection is\n"
             "                          closed, so it cannot keep the pages it asked for pinned\n"
             "                          in DRAM (1..3600, default 30)\n"

@@ -764,8 +764,9 @@ static unsigned recv_deadlines(kvp_xfer_h x)
  * hung: its TCP still answers keepalives) would keep the sends, and whatever the sender pinned
  * for them, for as long as the connection lives. The clock is a connection's: it restarts at each
  * of its send completions, so a live receiver behind a long queue or a slow link is never cut,
- * only one that took nothing for send_timeout (plus 1 s per 10 MB of the send waited on). Past
- * that its connection fails (KVP_ERR_TIMEOUT); the close completes its sends with an error.
+ * only one that took nothing for send_timeout plus 1 s per 10 MB of all it has queued (a small
+ * send behind a large one being taken slowly waits for that one too). Past that its connection
+ * fails (KVP_ERR_TIMEOUT); the close completes its sends with an error.
  * Looked at every 100 ms. */
 static unsigned send_deadlines(kvp_xfer_h x)
 {
@@ -778,11 +779,11 @@ static unsigned send_deadlines(kvp_xfer_h x)
     x->send_check_ns = now + 100000000ull;
     for (send_req_t *s = x->sends; s != NULL; s = s->next) {
         uint64_t from  = s->made_ns > s->conn->sends_moved_ns ? s->made_ns : s->conn->sends_moved_ns;
-        uint64_t allow = x->send_timeout_ns + 100 * (uint64_t)s->bytes;
+        uint64_t allow = x->send_timeout_ns + 100 * (uint64_t)s->conn->unsent;
 
         if (now > from + allow && s->conn->status == KVP_OK) {
-            KVP_LOG_WARN(MOD, "%s took none of its replies for %.1f s (one of %zu bytes waits): "
-                         "connection closed", s->conn->peer, (double)allow / 1e9, s->bytes);
+            KVP_LOG_WARN(MOD, "%s took none of its replies for %.1f s (%zu bytes wait): "
+                         "connection closed", s->conn->peer, (double)allow / 1e9, s->conn->unsent);
             conn_fail(s->conn, KVP_ERR_TIMEOUT);
             n++;
         }

@@ -74,7 +74,7 @@ typedef struct kvp_node_params {
                                       * its receive began (+1 s per 10 MB) closes its connection
                                       * (kvp_xfer_params_t recv_timeout_ms); default 30 */
     uint32_t         send_timeout_s; /* a client that takes none of its replies this long (+1 s
-                                      * per 10 MB of the one waiting) is closed, releasing the
+                                      * per 10 MB of all waiting) is closed, releasing the
                                       * pages they pinned (kvp_xfer_params_t send_timeout_ms);
                                       * default 30 */
     uint32_t         put_grace_s;   /* a page put with no record naming it yet outlives its last

@@ -93,8 +93,8 @@ typedef struct kvp_xfer_params {
                                          rendezvous one is not received and its sender's
                                          send fails KVP_ERR_BUSY. Default 0: no limit */
     uint32_t           send_timeout_ms; /* a connection with sends in flight that completes
-                                         none of them for this long (plus 1 s per 10 MB of the
-                                         one waited on; the clock restarts at each completion,
+                                         none of them for this long (plus 1 s per 10 MB of all
+                                         its sends in flight; the clock restarts at each completion,
                                          so a slow but live peer is not cut) fails with
                                          KVP_ERR_TIMEOUT, which completes its sends with an
                                          error: a peer that stops taking what it asked for (a
