@@ -372,10 +372,12 @@ kvp_status_t kvp_store_pages_load(kvp_store_h st, kvp_page_t **pages, size_t n,
             }
             parsed = true;
         }
-        /* A bad or missing copy, but the page changed while the lock was dropped: deleted on
-         * disk, and maybe put again (a DRAM copy, checked at its put) and written anew since.
-         * This read was of a copy that is gone: dropping "it" would delete the new locator. */
-        stale = ((parsed && ps != KVP_OK) || ps == KVP_ERR_CORRUPT || ps == KVP_ERR_NOT_FOUND) &&
+        /* A bad, missing or unreadable copy (an I/O error, out of fds), but the page changed
+         * while the lock was dropped: deleted on disk, and maybe put again (a DRAM copy, checked
+         * at its put) and written anew since. This read was of a copy that is gone: dropping
+         * "it" would delete the new locator, and failing the get would ignore the DRAM copy. */
+        stale = ((parsed && ps != KVP_OK) || ps == KVP_ERR_CORRUPT || ps == KVP_ERR_NOT_FOUND ||
+                 ps == KVP_ERR_IO) &&
                 (p->slot.ptr != NULL || !p->on_disk);
         if (stale) {
             ps = p->slot.ptr != NULL ? KVP_OK : KVP_ERR_NOT_FOUND;

@@ -4,6 +4,8 @@
  *   deleted, its segment file removed, and the same page put again under a new write-through
  *   session: the read's "missing" verdict is about the copy that went, so it must not delete the
  *   new copy's locator. The reader gets the page (from DRAM) and the new session reopens whole.
+ * load_race_emfile: the same race, but the read fails for want of fds (a transient ERR_IO): the
+ *   page is in DRAM again by then, so the get is OK all the same.
  * spill_reput: --durability spill; a spilled session put again with one chunk changed, then the
  *   process is SIGKILLed. The new put was only in DRAM and may be lost, but the version whose spill
  *   returned must reopen whole (the update must not delete the pages its record names). The
@@ -76,6 +78,8 @@ typedef struct {
     int                       fired;
     const kvp_session_desc_t *z;
     kvp_status_t              del, put, sput;
+    int                       emfile; /* then: no fd left for the reader's open (EMFILE) */
+    struct rlimit             was;
 } race_t;
 
 /* runs inside the reader's disk read, with the store lock dropped */
@@ -89,13 +93,24 @@ static void race_hook(void *arg)
     r->del  = kvp_store_session_delete(r->st, NS, "X"); /* page P leaves the disk, its file dies */
     r->put  = t_put_pages(r->st, NS, &GB, r->z);        /* the same prefix page put again ... */
     r->sput = kvp_store_session_put(r->st, NS, "Z", r->z); /* ... and written with session Z */
+    if (r->emfile) { /* the reader's open of the segment file (still there) fails EMFILE */
+        int           fd  = dup(0);
+        struct rlimit low = r->was;
+
+        close(fd);
+        low.rlim_cur = (rlim_t)fd;
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    }
 }
 
-static void case_load_race(const char *dir)
+/* emfile: the read of the old copy fails for want of fds instead (segments of 4 MiB: the file
+ * stays, so the open fails EMFILE, a transient ERR_IO), with the same outcome: the page is in
+ * DRAM, so the get is OK (it answered ERR_IO). */
+static void load_race(const char *dir, int emfile)
 {
     kvp_session_desc_t x, f, z;
-    kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, 64u << 10);
-    race_t             r  = {st, 0, NULL, KVP_ERR_IO, KVP_ERR_IO, KVP_ERR_IO};
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_WRITE_THROUGH, emfile ? 4u << 20 : 64u << 10);
+    race_t             r  = {st, 0, NULL, KVP_ERR_IO, KVP_ERR_IO, KVP_ERR_IO, emfile, {0, 0}};
     kvp_page_ref_h     ref = NULL;
     kvp_status_t       s;
     size_t             len = 0;
@@ -108,8 +123,10 @@ static void case_load_race(const char *dir)
     CHECK_OK(t_put_session(st, NS, "F", &GB, &f));
     CHECK_OK(kvp_store_session_spill(st, NS, "X")); /* P only on disk */
     r.z = &z;
+    CHECK(getrlimit(RLIMIT_NOFILE, &r.was) == 0);
     kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_READ, race_hook, &r);
     s = kvp_store_page_get(st, NS, x.chunk_keys[0], 0, &ref); /* a GET_PAGES of the prefix */
+    CHECK(setrlimit(RLIMIT_NOFILE, &r.was) == 0);
     kvp_tier_set_hook(st->tier, KVP_TIER_HOOK_READ, NULL, NULL);
     CHECK(r.fired == 1 && r.del == KVP_OK && r.put == KVP_OK && r.sput == KVP_OK);
     EXPECT(s == KVP_OK, "page get during the race: %s (the page is in DRAM)", kvp_status_name(s));
@@ -129,6 +146,10 @@ static void case_load_race(const char *dir)
     kvp_session_desc_clear(&f);
     kvp_session_desc_clear(&z);
 }
+
+static void case_load_race(const char *dir) { load_race(dir, 0); }
+
+static void case_load_race_emfile(const char *dir) { load_race(dir, 1); }
 
 static void case_spill_reput(const char *dir)
 {
@@ -623,6 +644,7 @@ int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {
         {"load_race", case_load_race},
+        {"load_race_emfile", case_load_race_emfile},
         {"spill_reput", case_spill_reput},
         {"open_oom", case_open_oom},
         {"evict_oom", case_evict_oom},
