@@ -1,7 +1,7 @@
 /* seg.c - segment files for page bytes: one active file appended with O_DIRECT pwritev straight
  * from pool slots (rolled at SEG_ROLL bytes), reads sorted and coalesced into preadv runs straight
- * into pool slots through read fds cached per file (at most RFD_MAX open, least recently used
- * closed first), live-byte accounting and unlinking of dead segments. Falls back to buffered
+ * into pool slots through read fds cached per file (at most a quarter of the fds limit, 256 at
+ * least, open; least recently used closed first), live-byte accounting and unlinking of dead segments. Falls back to buffered
  * I/O where the filesystem refuses O_DIRECT (tmpfs). Errors are logged here with %m and mapped:
  * ENOSPC -> KVP_ERR_NO_SPACE, a missing file (ENOENT, or not in the table) or short read ->
  * KVP_ERR_NOT_FOUND, anything else (EMFILE included) -> KVP_ERR_IO, which drops nothing.
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -28,8 +29,9 @@
 #define SEG_ROLL  (256ull << 20) /* default: start a new segment once the active one is this large */
 #define RUN_MAX   (16u << 20)    /* bytes per preadv/pwritev call */
 #define IOV_CAP   1024           /* IOV_MAX on Linux */
-#define RFD_MAX   256            /* default: segment read fds kept open (the least recently used
-                                  * is closed to open another) */
+#define RFD_MAX   256            /* segment read fds kept open at least (the least recently used
+                                  * is closed to open another); more with a higher fds limit */
+#define RFD_CAP   65536          /* ... and at most */
 
 typedef struct {
     uint64_t id;
@@ -62,6 +64,21 @@ struct kvp_segs {
     size_t      rfd_max;    /* at most that many (kvp_segs_set_rfd_max; RFD_MAX) */
     uint64_t    rtick;      /* read plans so far */
 };
+
+/* Read fds to cache: a quarter of the open files limit (kvpackd raises its soft limit to the
+ * hard one at start), at least RFD_MAX and at most RFD_CAP, so a node whose segment files fit
+ * does not open and close one per read, and one with more leaves room for clients and RocksDB. */
+static size_t seg_rfd_default(void)
+{
+    struct rlimit rl;
+    rlim_t        q;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+        return RFD_MAX;
+    }
+    q = rl.rlim_cur / 4;
+    return q < RFD_MAX ? RFD_MAX : q > RFD_CAP ? RFD_CAP : (size_t)q;
+}
 
 static kvp_status_t errno_status(int e)
 {
@@ -206,7 +223,7 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
     s->wfd   = -1;
     s->dirfd = -1;
     s->spare_fd = -1;
-    s->rfd_max  = RFD_MAX;
+    s->rfd_max  = seg_rfd_default();
     s->roll  = roll_bytes ? roll_bytes : SEG_ROLL;
     if (mkdir(s->dir, 0700) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create segment directory %s: %m", s->dir);
@@ -673,13 +690,25 @@ static void seg_rfd_trim(kvp_segs_t *s, size_t max)
 
 void kvp_segs_set_rfd_max(kvp_segs_t *s, size_t max)
 {
-    s->rfd_max = max > 0 ? max : RFD_MAX;
+    s->rfd_max = max > 0 ? max : seg_rfd_default();
     seg_rfd_trim(s, s->rfd_max);
 }
 
 /* The segment's read fd, opened on first use (closing the least recently used one when rfd_max
- * are open: a node with thousands of segment files holds at most rfd_max of them open); -1 with
- * *err_p = errno when open() failed (not logged here). */
+ * are open: a node with thousands of segment files holds at most rfd_max of them open; out of
+ * fds, the cached ones are closed and the open tried once more); -1 with *err_p = errno when
+ * open() failed (not logged here). */
+static int seg_rfd_open(const char *path, bool *direct)
+{
+    int fd = open(path, O_RDONLY | O_DIRECT);
+
+    *direct = fd >= 0;
+    if (fd < 0 && errno == EINVAL) { /* no O_DIRECT here (tmpfs) */
+        fd = open(path, O_RDONLY);
+    }
+    return fd;
+}
+
 static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
 {
     f->rused = s->rtick;
@@ -688,10 +717,10 @@ static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
 
         seg_rfd_trim(s, s->rfd_max - 1);
         seg_path(s, f->id, path, sizeof(path));
-        f->rfd     = open(path, O_RDONLY | O_DIRECT);
-        f->rdirect = f->rfd >= 0;
-        if (f->rfd < 0 && errno == EINVAL) {
-            f->rfd = open(path, O_RDONLY);
+        f->rfd = seg_rfd_open(path, &f->rdirect);
+        if (f->rfd < 0 && (errno == EMFILE || errno == ENFILE) && s->nrfd > 0) {
+            seg_rfd_trim(s, 0); /* out of fds: give back those kept idle (reads hold dups) */
+            f->rfd = seg_rfd_open(path, &f->rdirect);
         }
         if (f->rfd < 0) {
             *err_p = errno; /* logged by the plan, once per read */
@@ -799,6 +828,10 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
                           p->ord[k]->seg);
         }
         p->fd[k]     = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (fd >= 0 && p->fd[k] < 0 && (errno == EMFILE || errno == ENFILE) && s->nrfd > 1) {
+            seg_rfd_trim(s, 1); /* out of fds: the idle cached ones go (this one, the newest, stays) */
+            p->fd[k] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        }
         p->direct[k] = f != NULL && f->rdirect;
         if (fd >= 0 && p->fd[k] < 0) {
             err = errno;

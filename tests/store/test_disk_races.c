@@ -26,6 +26,8 @@
  * fd_limit: out of file descriptors (RLIMIT_NOFILE lowered so opening a segment fails EMFILE), a
  *   get of a spilled session fails with a transient error, not ERR_CORRUPT or NOT_FOUND, and drops
  *   nothing: with the limit back the same get is byte-identical, and so after a reopen.
+ * fd_idle: out of fds while idle segment read fds are cached: the open (or dup) that hit EMFILE
+ *   gives them back and tries again, so the get is served (it failed ERR_IO while they sat).
  * fd_cap: more segment files than the cap of cached read fds (64 KiB files, one page each, cap 4):
  *   every session reads back byte-identical, twice, while the process's open fds stay within the
  *   cap (plus slack) of what it had before; a session spread over 3 files read under a cap of 2
@@ -524,6 +526,44 @@ static void case_fd_limit(const char *dir)
     kvp_session_desc_clear(&b);
 }
 
+#define IDLE_SESS 4
+
+static void case_fd_idle(const char *dir)
+{
+    kvp_session_desc_t d[IDLE_SESS];
+    kvp_store_h        st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10);
+    struct rlimit      was, low;
+    kvp_status_t       s;
+    char               sid[8];
+    int                fd;
+
+    for (int i = 0; i < IDLE_SESS; i++) { /* one page each: a segment file each */
+        snprintf(sid, sizeof(sid), "I%d", i);
+        t_session(&GB, 200 + (uint64_t)i, 0, 200 + (uint64_t)i, 1, 0, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &GB, &d[i]));
+    }
+    kvp_store_close(st);
+    st = open_st(dir, KVP_DURABILITY_SYNC, 64u << 10); /* cold */
+    for (int i = 0; i < IDLE_SESS - 1; i++) { /* their files' read fds cached, then idle */
+        snprintf(sid, sizeof(sid), "I%d", i);
+        CHECK_OK(t_check_session(st, NS, sid, &GB, &d[i]));
+    }
+    fd = dup(0); /* no fd left: the lowest free one becomes the limit */
+    CHECK(fd >= 0 && close(fd) == 0);
+    CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0 && (rlim_t)fd < was.rlim_cur);
+    low          = was;
+    low.rlim_cur = (rlim_t)fd;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    snprintf(sid, sizeof(sid), "I%d", IDLE_SESS - 1);
+    s = t_check_session(st, NS, sid, &GB, &d[IDLE_SESS - 1]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+    EXPECT(s == KVP_OK, "get out of fds with idle cached read fds: %s", kvp_status_name(s));
+    kvp_store_close(st);
+    for (int i = 0; i < IDLE_SESS; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
 /* The process's open file descriptors (the directory's own included). */
 static int open_fds(void)
 {
@@ -652,6 +692,7 @@ int main(int argc, char **argv)
         {"lost_segment", case_lost_segment},
         {"stray_segs", case_stray_segs},
         {"fd_limit", case_fd_limit},
+        {"fd_idle", case_fd_idle},
         {"fd_cap", case_fd_cap},
         {"drop_log", case_drop_log},
         {NULL, NULL},
