@@ -370,4 +370,21 @@ static inline int t_run_case(int argc, char **argv, const t_case_t *cases, const
     return 2;
 }
 
+/* This process's resident memory in bytes (/proc/self/status VmRSS). */
+static inline size_t t_rss_bytes(void)
+{
+    FILE  *f = fopen("/proc/self/status", "r");
+    char   line[256];
+    size_t kb = 0;
+
+    CHECK(f != NULL);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
 #endif

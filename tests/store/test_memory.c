@@ -16,22 +16,6 @@ static const tgeom_t G = {8, 4, 128, 32}; /* 64 KiB pages, 8 chunks x 8 layers =
 #define CLASSES_BUDGET (32u << 20)
 #define CLASSES_PHASES 8
 
-static size_t rss_bytes(void)
-{
-    FILE  *f = fopen("/proc/self/status", "r");
-    char   line[256];
-    size_t kb = 0;
-
-    CHECK(f != NULL);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) {
-            break;
-        }
-    }
-    fclose(f);
-    return kb * 1024;
-}
-
 static void case_3x_budget(const char *dir)
 {
     char               sid[32];
@@ -51,7 +35,7 @@ static void case_3x_budget(const char *dir)
         t_session(&G, 1, 0, 1, 1, 3, &d);
         kvp_session_desc_clear(&d);
     }
-    base = rss_bytes();
+    base = t_rss_bytes();
     for (; total < 3ull * BUDGET; n++) {
         kvp_session_desc_t d;
         size_t             r;
@@ -61,7 +45,7 @@ static void case_3x_budget(const char *dir)
         CHECK_OK(t_put_session(st, NS, sid, &G, &d));
         total += (size_t)8 * G.layers * (64 + 2u * 32 * 4 * 128 * 2) + d.tail_len;
         kvp_session_desc_clear(&d);
-        r    = rss_bytes();
+        r    = t_rss_bytes();
         peak = r > peak ? r : peak;
     }
     for (int i = 0; i < n; i++) { /* every one retrievable, oldest (on SSD) first */
@@ -72,7 +56,7 @@ static void case_3x_budget(const char *dir)
         t_session(&G, 100 + i, 0, 100 + i, 8, 5, &d);
         CHECK_OK(t_check_session(st, NS, sid, &G, &d));
         kvp_session_desc_clear(&d);
-        r    = rss_bytes();
+        r    = t_rss_bytes();
         peak = r > peak ? r : peak;
     }
     kvp_store_stats(st, &s);
@@ -107,7 +91,7 @@ static void case_classes(const char *dir)
         t_session(&g, 1, 0, 1, 1, 0, &d);
         kvp_session_desc_clear(&d);
     }
-    base = rss_bytes();
+    base = t_rss_bytes();
     for (int ph = 0; ph < CLASSES_PHASES; ph++) {
         tgeom_t  g  = {2, 2, (uint32_t)(64 + 32 * ph), 16};
         uint64_t ns = 0x100u + (uint64_t)ph;
@@ -131,7 +115,7 @@ static void case_classes(const char *dir)
             }
         }
         s = t_stats(st);
-        r = rss_bytes();
+        r = t_rss_bytes();
         fprintf(stderr, "phase %d: %d sessions put, 23 in 24 deleted: dram %.1f MiB, rss above "
                 "baseline %.1f MiB (limit %.1f)\n", ph, n, s.dram_bytes / 1048576.0,
                 (double)(r - base) / 1048576.0, CLASSES_BUDGET * 1.5 / 1048576.0);

@@ -208,22 +208,6 @@ static void case_ttl(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
-static size_t rss_bytes(void)
-{
-    FILE  *f = fopen("/proc/self/status", "r");
-    char   line[256];
-    size_t kb = 0;
-
-    CHECK(f != NULL);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) {
-            break;
-        }
-    }
-    fclose(f);
-    return kb * 1024;
-}
-
 #define TOMB_N       100000u
 #define TOMB_MAX_B   128u /* gauge bytes per tombstone of a 21-byte id, buckets included */
 #define TOMB_RSS_MAX 160u /* resident bytes per tombstone (the allocator's slack included) */
@@ -237,12 +221,12 @@ static void case_bytes(const char *dir)
     char               sid[32];
 
     b0   = t_stats(st).tombstone_bytes;
-    rss0 = rss_bytes();
+    rss0 = t_rss_bytes();
     for (uint32_t i = 0; i < TOMB_N; i++) { /* deletes of sessions never put: one tombstone each */
         snprintf(sid, sizeof(sid), "conversation-%08u", i);
         CHECK(kvp_store_session_delete_version(st, NS, sid, 1000 + i) == KVP_ERR_NOT_FOUND);
     }
-    rss1 = rss_bytes();
+    rss1 = t_rss_bytes();
     b1   = t_stats(st).tombstone_bytes;
     CHECK(t_stats(st).tombstones == TOMB_N);
     printf("%u tombstones: gauge %.1f B each, RSS %+.1f B each\n", TOMB_N,
