@@ -688,6 +688,17 @@ static void seg_rfd_trim(kvp_segs_t *s, size_t max)
     }
 }
 
+/* Out of fds: close every cached read fd but keep's, in one pass (reads in flight hold their
+ * own dups, so none is in use). */
+static void seg_rfd_drop_idle(kvp_segs_t *s, const seg_file_t *keep)
+{
+    for (size_t i = 0; i < s->nfiles; i++) {
+        if (&s->files[i] != keep) {
+            seg_rfd_close(s, &s->files[i]);
+        }
+    }
+}
+
 void kvp_segs_set_rfd_max(kvp_segs_t *s, size_t max)
 {
     s->rfd_max = max > 0 ? max : seg_rfd_default();
@@ -719,7 +730,7 @@ static int seg_rfd(kvp_segs_t *s, seg_file_t *f, int *err_p)
         seg_path(s, f->id, path, sizeof(path));
         f->rfd = seg_rfd_open(path, &f->rdirect);
         if (f->rfd < 0 && (errno == EMFILE || errno == ENFILE) && s->nrfd > 0) {
-            seg_rfd_trim(s, 0); /* out of fds: give back those kept idle (reads hold dups) */
+            seg_rfd_drop_idle(s, NULL); /* out of fds: give back those kept idle */
             f->rfd = seg_rfd_open(path, &f->rdirect);
         }
         if (f->rfd < 0) {
@@ -829,7 +840,7 @@ kvp_seg_read_t *kvp_segs_read_plan(kvp_segs_t *s, kvp_seg_ext_t *ext, size_t n)
         }
         p->fd[k]     = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
         if (fd >= 0 && p->fd[k] < 0 && (errno == EMFILE || errno == ENFILE) && s->nrfd > 1) {
-            seg_rfd_trim(s, 1); /* out of fds: the idle cached ones go (this one, the newest, stays) */
+            seg_rfd_drop_idle(s, f); /* out of fds: the idle cached ones go, not this one */
             p->fd[k] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         }
         p->direct[k] = f != NULL && f->rdirect;
