@@ -302,6 +302,17 @@ try:
     names = {s["session"] for s in json.loads(out)["sessions"]} if rc == 0 else set()
     check(names == {"sp1", "sp2"}, f"after a SIGKILL (sp3 was only in DRAM): {names}")
     stop_node()
+
+    # a request over the node's --max-msg that still goes eager (~300 KB of fp16 pages against
+    # 64K): refused "too large" at once, not dropped unanswered until the client's deadline
+    start_node("small", ["--max-msg", "64K"])
+    rc, _, err = kv("put", "--session", "big", "--kvd", p("a.kvd"), "--codec", "fp16",
+                    "--timeout-ms", "3000")
+    check(rc != 0 and "too large" in err.lower() and "deadline" not in err,
+          f"put over --max-msg 64K: exit {rc}, {err.strip()[-200:]!r} (want a too-large refusal)")
+    rc, _, _ = kv("stat")
+    check(rc == 0, "the node serves on after refusing a too-large request")
+    stop_node()
 finally:
     if node["proc"] is not None and node["proc"].poll() is None:
         node["proc"].kill()
