@@ -782,13 +782,16 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     }
     job->op = job->req.op;
     n->outstanding++;
-    if (kvp_xfer_msg_status(msg) == KVP_ERR_BUSY) { /* past NODE_CONN_QUEUE_MAX: a flood */
-        job_run(n, &job->link); /* refused at once, ahead of the connection's queued ones */
+    if (job->bad != KVP_OK && kvp_xfer_msg_status(msg) != KVP_ERR_BUSY) {
+        atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
+    }
+    /* refused by the transport with no data to wait for: past NODE_CONN_QUEUE_MAX (a flood), or
+     * over --max-msg (eager): answered at once, ahead of the connection's queued ones, so a
+     * stream of them holds no job behind the connection's strand */
+    if (kvp_xfer_msg_status(msg) == KVP_ERR_BUSY || kvp_xfer_msg_status(msg) == KVP_ERR_TOO_LARGE) {
+        job_run(n, &job->link);
         job_done(n, job);
         return;
-    }
-    if (job->bad != KVP_OK) {
-        atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
     }
     st = kvp_xfer_conn_user(conn);
     if (st != NULL) { /* busy: wait behind the connection's earlier requests */
