@@ -152,9 +152,7 @@ def load_kvpack(lib):
 
 def free_port():
     """A loopback TCP port that was free a moment ago (for servers that must be told a port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def kvd_bytes(L, T, H, D, values):
