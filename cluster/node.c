@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -906,6 +907,19 @@ static kvp_status_t etcd_start(const kvp_node_params_t *params, const char *host
 
 /* ---- API ---- */
 
+uint32_t kvp_node_max_conns_default(void)
+{
+    struct rlimit rl;
+    uint64_t      lim, store = kvp_store_fd_budget(), n;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+        return 0; /* nothing to protect, or nothing known */
+    }
+    lim = rl.rlim_cur;
+    n   = lim >= store + 128 + 32 ? (lim - store - 128) / 2 : 16; /* 128: HTTP, etcd, UCX's own */
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop)
 {
     uint64_t           fm = params->field_mask;
@@ -1009,6 +1023,12 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         xp.field_mask     |= KVP_XFER_PARAM_RECV_TIMEOUT;
         xp.recv_timeout_ms = params->recv_timeout_s * 1000u;
     }
+    xp.field_mask |= KVP_XFER_PARAM_MAX_CONNS;
+    xp.max_conns   = (fm & KVP_NODE_PARAM_MAX_CONNS) ? params->max_conns
+                                                     : kvp_node_max_conns_default();
+    atomic_store(&n.obs.max_conns, xp.max_conns);
+    KVP_LOG_INFO(MOD, "client connections: at most %u%s", xp.max_conns,
+                 xp.max_conns == 0 ? " (no limit)" : "");
     xp.field_mask     |= KVP_XFER_PARAM_SEND_TIMEOUT;
     xp.send_timeout_ms = 1000u * ((fm & KVP_NODE_PARAM_SEND_TIMEOUT) ? params->send_timeout_s
                                                                        : NODE_SEND_TIMEOUT_S);
@@ -1058,9 +1078,14 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         }
     }
     while (!*stop) {
+        unsigned conns;
+        uint64_t rejected;
+
         kvp_xfer_wait(n.x, n.parked != NULL ? 10 : 100); /* parked: see their replies drain */
         node_take_done(&n);
         node_resume_parked(&n);
+        kvp_xfer_conn_counts(n.x, &conns, &rejected);
+        kvp_node_obs_conns(&n.obs, conns, rejected);
     }
     KVP_LOG_INFO(MOD, "shutting down after %llu requests",
                  (unsigned long long)atomic_load(&n.requests));

@@ -126,6 +126,12 @@ static void usage(const char *prog, FILE *out)
             "                          restarts the clock) is taken for hung: its connection is\n"
             "                          closed, so it cannot keep the pages it asked for pinned\n"
             "                          in DRAM (1..3600, default 30)\n"
+            "  --max-conns N           client connections held at once; a connect past it is\n"
+            "                          refused at once (its client sees the node unreachable and\n"
+            "                          tries a replica), so clients cannot run the node out of\n"
+            "                          file descriptors (0 = no limit; default from the open\n"
+            "                          files limit: (limit - max(limit/4, 256) - 384) / 2, 192\n"
+            "                          for 1024; kvpack_connections* in /metrics)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection (which\n"
             "                          holds at most 256 requests: more get ERR_BUSY at once)\n"
@@ -215,7 +221,9 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 {"--recv-timeout", 1, 3600, KVP_NODE_PARAM_RECV_TIMEOUT, "1..3600 seconds",
                  &p.recv_timeout_s},
                 {"--send-timeout", 1, 3600, KVP_NODE_PARAM_SEND_TIMEOUT, "1..3600 seconds",
-                 &p.send_timeout_s}};
+                 &p.send_timeout_s},
+                {"--max-conns", 0, 1u << 24, KVP_NODE_PARAM_MAX_CONNS,
+                 "0..16777216 connections (0: no limit)", &p.max_conns}};
         size_t k = 0;
 
         while (k < sizeof(nums) / sizeof(nums[0]) &&

@@ -311,6 +311,16 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
            "Requests held back because their connection had 64 MiB of replies not taken yet");
     kvp_http_reply_printf(r, "kvpack_reply_waits_total %llu\n",
                           (unsigned long long)load(&obs->reply_waits));
+    family(r, "kvpack_connections", "gauge", "Client connections open");
+    kvp_http_reply_printf(r, "kvpack_connections %llu\n", (unsigned long long)load(&obs->conns));
+    family(r, "kvpack_connections_max", "gauge",
+           "Client connections held at most (--max-conns; 0: no limit)");
+    kvp_http_reply_printf(r, "kvpack_connections_max %llu\n",
+                          (unsigned long long)load(&obs->max_conns));
+    family(r, "kvpack_connections_rejected_total", "counter",
+           "Connection requests rejected at --max-conns");
+    kvp_http_reply_printf(r, "kvpack_connections_rejected_total %llu\n",
+                          (unsigned long long)load(&obs->conns_rejected));
 }
 
 /* ---- API ---- */
@@ -332,6 +342,12 @@ void kvp_node_obs_cleanup(kvp_node_obs_t *obs)
 void kvp_node_obs_parked(kvp_node_obs_t *obs)
 {
     atomic_fetch_add_explicit(&obs->reply_waits, 1, memory_order_relaxed);
+}
+
+void kvp_node_obs_conns(kvp_node_obs_t *obs, uint64_t open, uint64_t rejected)
+{
+    atomic_store_explicit(&obs->conns, open, memory_order_relaxed);
+    atomic_store_explicit(&obs->conns_rejected, rejected, memory_order_relaxed);
 }
 
 void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state)

@@ -41,6 +41,9 @@ typedef struct {
     atomic_uint_fast64_t busy_hist[KVP_NODE_OBS_OPS][KVP_NODE_OBS_BUCKETS + 1];
     atomic_int       etcd_registered; /* -1: no --etcd; else 1 while the etcd key is alive */
     atomic_uint_fast64_t reply_waits; /* a connection's request held back: replies not taken */
+    atomic_uint_fast64_t conns;       /* client connections open */
+    atomic_uint_fast64_t conns_rejected; /* connection requests rejected at --max-conns */
+    atomic_uint_fast64_t max_conns;   /* --max-conns (0: no limit) */
 } kvp_node_obs_t;
 
 void kvp_node_obs_init(kvp_node_obs_t *obs);
@@ -57,6 +60,8 @@ void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, u
 
 /* Transport thread: a connection's next request waits for its replies to be taken. */
 void kvp_node_obs_parked(kvp_node_obs_t *obs);
+/* Transport thread: client connections open now, requests rejected at the cap since start. */
+void kvp_node_obs_conns(kvp_node_obs_t *obs, uint64_t open, uint64_t rejected);
 
 /* kvp_http_route_cb_t with arg = the kvp_node_obs_t: GET /health, GET /metrics, else 404. */
 void kvp_node_obs_route(void *obs, const char *path, kvp_http_reply_t *reply);

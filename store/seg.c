@@ -68,7 +68,7 @@ struct kvp_segs {
 /* Read fds to cache: a quarter of the open files limit (kvpackd raises its soft limit to the
  * hard one at start), at least RFD_MAX and at most RFD_CAP, so a node whose segment files fit
  * does not open and close one per read, and one with more leaves room for clients and RocksDB. */
-static size_t seg_rfd_default(void)
+size_t kvp_segs_rfd_default(void)
 {
     struct rlimit rl;
     rlim_t        q;
@@ -223,7 +223,7 @@ kvp_status_t kvp_segs_open(const char *db_path, uint64_t roll_bytes, kvp_segs_t 
     s->wfd   = -1;
     s->dirfd = -1;
     s->spare_fd = -1;
-    s->rfd_max  = seg_rfd_default();
+    s->rfd_max  = kvp_segs_rfd_default();
     s->roll  = roll_bytes ? roll_bytes : SEG_ROLL;
     if (mkdir(s->dir, 0700) != 0 && errno != EEXIST) {
         KVP_LOG_ERROR(MOD, "cannot create segment directory %s: %m", s->dir);
@@ -701,7 +701,7 @@ static void seg_rfd_drop_idle(kvp_segs_t *s, const seg_file_t *keep)
 
 void kvp_segs_set_rfd_max(kvp_segs_t *s, size_t max)
 {
-    s->rfd_max = max > 0 ? max : seg_rfd_default();
+    s->rfd_max = max > 0 ? max : kvp_segs_rfd_default();
     seg_rfd_trim(s, s->rfd_max);
 }
 

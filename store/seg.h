@@ -18,6 +18,10 @@
 
 #define KVP_SEG_ALIGN 4096u
 
+/* Segment read fds cached open by default under the open files limit now: a quarter of it, 256
+ * at least, 65536 at most. */
+size_t kvp_segs_rfd_default(void);
+
 typedef struct kvp_segs kvp_segs_t;
 
 static inline size_t kvp_seg_span(size_t len)

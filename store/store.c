@@ -7,6 +7,7 @@
  * Main flow: kvp_store_page_put -> pool -> index; kvp_store_session_put -> record (+ WriteBatch
  * under write-through/sync) -> evict.c when past the high watermark -> spiller.c. */
 #include "store_int.h"
+#include "seg.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
@@ -1420,6 +1421,8 @@ kvp_status_t kvp_store_lookup(kvp_store_h st, uint64_t ns, const kvp_key128_t *k
 
 uint64_t kvp_store_page_dram_bytes(uint64_t len) { return kvp_pool_slot_size((size_t)len); }
 uint64_t kvp_store_page_ssd_bytes(uint64_t len) { return kvp_tier_disk_bytes((size_t)len); }
+
+size_t kvp_store_fd_budget(void) { return kvp_segs_rfd_default() + 256; }
 
 void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
 {

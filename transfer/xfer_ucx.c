@@ -89,6 +89,12 @@ struct kvp_xfer_conn {
     int                   busy_warned; /* a refusal past x->conn_msgs_max was logged */
 };
 
+typedef struct {
+    uint64_t log_ns; /* none logged before this */
+    unsigned n;      /* not logged yet */
+    uint64_t total;  /* since kvp_xfer_create */
+} reject_log_t;
+
 struct kvp_xfer {
     ucp_context_h         ctx;
     ucp_worker_h          worker;
@@ -121,8 +127,10 @@ struct kvp_xfer {
     ucp_conn_request_h   *accept_q;  /* conn requests to accept, grown as a burst needs */
     size_t                accept_cap;
     size_t                n_accept;
-    uint64_t              reject_log_ns; /* no reject logged before this */
-    unsigned              n_rejected;    /* rejects not logged yet */
+    reject_log_t          rej_oom;       /* connection requests rejected out of memory */
+    reject_log_t          rej_capped;    /* ... past max_conns */
+    unsigned              max_conns;     /* server connections at most (0: no limit) */
+    unsigned              n_server;      /* server connections open (in conns) */
     int                   delivering;
     void                 *buf_free[BUF_KEEP]; /* bulk buffers kept for reuse, see buf_get */
     size_t                buf_free_cap[BUF_KEEP];
@@ -235,6 +243,7 @@ static kvp_xfer_conn_h conn_find(kvp_xfer_h x, ucp_ep_h ep)
     return NULL;
 }
 
+/* the one way a connection leaves x->conns (kvp_xfer_destroy aside): counts server ones out */
 static void conn_unlink(kvp_xfer_conn_h conn)
 {
     kvp_xfer_conn_h *pp = &conn->x->conns;
@@ -244,6 +253,7 @@ static void conn_unlink(kvp_xfer_conn_h conn)
     }
     if (*pp == conn) {
         *pp = conn->next;
+        conn->x->n_server -= conn->server != 0;
     }
 }
 
@@ -383,18 +393,23 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     conn_fail(conn, status);
 }
 
-/* A connection request that cannot be taken (out of memory) is rejected: its client's
- * connection fails KVP_ERR_PEER_UNREACHABLE. Logged at most once a second, with the count. */
-static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req)
+/* A connection request is rejected: its client's connection fails KVP_ERR_PEER_UNREACHABLE and
+ * the descriptor UCX accepted for it is closed at once. Why: out of memory, or past max_conns
+ * (open server connections plus those queued to be accepted), which keeps clients past the cap
+ * from running the process out of descriptors (UCX then retries accept() in a tight loop,
+ * logging each failure). Logged at most once per 10 s per reason, with the count. */
+static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req, reject_log_t *rl, const char *why)
 {
     uint64_t now = kvp_time_ns();
 
     ucp_listener_reject(x->listener, req);
-    x->n_rejected++;
-    if (now >= x->reject_log_ns) {
-        KVP_LOG_WARN(MOD, "out of memory for connection requests: %u rejected", x->n_rejected);
-        x->n_rejected    = 0;
-        x->reject_log_ns = now + 1000000000ull;
+    rl->n++;
+    rl->total++;
+    if (now >= rl->log_ns) {
+        KVP_LOG_WARN(MOD, "%s: %u connection request%s rejected since the last report", why, rl->n,
+                     rl->n == 1 ? "" : "s");
+        rl->n      = 0;
+        rl->log_ns = now + 10000000000ull;
     }
 }
 
@@ -403,11 +418,19 @@ static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req)
 static void conn_request_cb(ucp_conn_request_h req, void *arg)
 {
     kvp_xfer_h          x = arg;
-    ucp_conn_request_h *q = kvp_array_room(x->accept_q, &x->accept_cap, x->n_accept,
-                                           sizeof(*q), 64, "xfer accept queue");
+    ucp_conn_request_h *q;
 
+    if (x->max_conns != 0 && x->n_server + x->n_accept >= x->max_conns) {
+        char why[64];
+
+        snprintf(why, sizeof(why), "at the connection limit (%u)", x->max_conns);
+        conn_reject(x, req, &x->rej_capped, why);
+        return;
+    }
+    q = kvp_array_room(x->accept_q, &x->accept_cap, x->n_accept, sizeof(*q), 64,
+                       "xfer accept queue");
     if (q == NULL) {
-        conn_reject(x, req);
+        conn_reject(x, req, &x->rej_oom, "out of memory for a connection");
         return;
     }
     x->accept_q                = q;
@@ -631,7 +654,7 @@ static unsigned accept_pending(kvp_xfer_h x)
         kvp_xfer_conn_h      conn = kvp_calloc(1, sizeof(*conn), "xfer conn");
 
         if (conn == NULL) {
-            conn_reject(x, req);
+            conn_reject(x, req, &x->rej_oom, "out of memory for a connection");
             continue;
         }
         conn->x      = x;
@@ -654,6 +677,7 @@ static unsigned accept_pending(kvp_xfer_h x)
         }
         conn->next = x->conns;
         x->conns   = conn;
+        x->n_server++;
         KVP_LOG_DEBUG(MOD, "accepted %s", conn->peer);
     }
     x->n_accept = 0;
@@ -865,6 +889,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
     x->conn_msgs_max = (fm & KVP_XFER_PARAM_CONN_MSGS_MAX) ? params->conn_msgs_max : 0;
+    x->max_conns     = (fm & KVP_XFER_PARAM_MAX_CONNS) ? params->max_conns : 0;
     x->send_timeout_ns =
         1000000ull * ((fm & KVP_XFER_PARAM_SEND_TIMEOUT) ? params->send_timeout_ms : 0u);
     x->recv_cb     = (fm & KVP_XFER_PARAM_RECV_CB) ? params->recv_cb : NULL;
@@ -1382,6 +1407,16 @@ size_t kvp_xfer_conn_unsent(kvp_xfer_conn_h conn) { return conn->unsent; }
 void *kvp_xfer_conn_user(kvp_xfer_conn_h conn)
 {
     return conn->user;
+}
+
+void kvp_xfer_conn_counts(kvp_xfer_h x, unsigned *open_p, uint64_t *capped_p)
+{
+    if (open_p != NULL) {
+        *open_p = x->n_server;
+    }
+    if (capped_p != NULL) {
+        *capped_p = x->rej_capped.total;
+    }
 }
 
 size_t kvp_xfer_max_hdr(kvp_xfer_h x)

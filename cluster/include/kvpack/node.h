@@ -38,6 +38,7 @@ enum kvp_node_params_field {
     KVP_NODE_PARAM_RECV_TIMEOUT  = KVP_BIT(18),
     KVP_NODE_PARAM_PUT_GRACE     = KVP_BIT(19),
     KVP_NODE_PARAM_SEND_TIMEOUT  = KVP_BIT(20),
+    KVP_NODE_PARAM_MAX_CONNS     = KVP_BIT(21),
 };
 
 #define KVP_NODE_SCRUB_MIB_S 4u /* default scrubbing rate of a node with a data dir */
@@ -79,6 +80,9 @@ typedef struct kvp_node_params {
                                       * default 30 */
     uint32_t         put_grace_s;   /* a page put with no record naming it yet outlives its last
                                      * name this long (kvp_store_params_t put_grace_ms); default 60 */
+    uint32_t         max_conns;     /* client connections held at once, more rejected at once
+                                     * (kvp_xfer_params_t max_conns); 0 = no limit; default from
+                                     * the open files limit (kvp_node_max_conns_default) */
 } kvp_node_params_t;
 
 /* Serve until *stop becomes non-zero (a signal handler sets it). Prints the bound address on
@@ -88,6 +92,13 @@ typedef struct kvp_node_params {
  * With KVP_NODE_PARAM_ETCD the node registers in etcd once listening (KVP_ERR_* and no serving
  * when it cannot), keeps its lease alive while it serves and revokes it on the way out. */
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop);
+
+/* The default --max-conns under the soft open files limit now (0, no limit, when it is
+ * unlimited): each client connection costs the node 2 descriptors, the store may hold
+ * kvp_store_fd_budget() (a quarter of the limit, 256 at least, plus 256), and HTTP, etcd and
+ * UCX itself about 128: (limit - max(limit / 4, 256) - 384) / 2, at least 16 (192 for a
+ * limit of 1024, 491328 for 1048576). */
+uint32_t kvp_node_max_conns_default(void);
 
 /* The node command line (kvpackd and `kvpack serve`): parses options, installs SIGTERM/SIGINT
  * handlers for a clean shutdown, runs the node. prog names the command in messages. Returns a

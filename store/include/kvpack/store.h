@@ -299,6 +299,11 @@ void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
 uint64_t kvp_store_page_dram_bytes(uint64_t len);
 uint64_t kvp_store_page_ssd_bytes(uint64_t len);
 
+/* File descriptors a store with a db_path may hold at most under the open files limit now: its
+ * segment read cache (a quarter of the limit, 256..65536) plus 256 for RocksDB's files, the
+ * segment being written and the next one. A node leaves them out of its connection cap. */
+size_t kvp_store_fd_budget(void);
+
 /* Wait until the background spiller is idle with no round pending (asking for one first when DRAM
  * use is above the high watermark). KVP_OK when use is then at or below the high watermark,
  * KVP_ERR_NO_SPACE when the rest is pinned or could not be written. For tests, operators and

@@ -51,6 +51,7 @@ enum kvp_xfer_params_field {
     KVP_XFER_PARAM_RECV_TIMEOUT = KVP_BIT(5),
     KVP_XFER_PARAM_CONN_MSGS_MAX = KVP_BIT(6),
     KVP_XFER_PARAM_SEND_TIMEOUT = KVP_BIT(7),
+    KVP_XFER_PARAM_MAX_CONNS    = KVP_BIT(8),
 };
 
 typedef struct kvp_xfer_params {
@@ -102,6 +103,13 @@ typedef struct kvp_xfer_params {
                                          cannot keep the sender's buffers pinned. For servers;
                                          a client's request may rightly wait for the receiver's
                                          budget. Default 0: no limit */
+    uint32_t           max_conns;      /* connections the listener holds at once (accepted and
+                                         not closed, or waiting to be accepted); a request past
+                                         it is rejected at once, its descriptor closed (its
+                                         client's connection fails KVP_ERR_PEER_UNREACHABLE),
+                                         logged once per 10 s with the count: clients past it
+                                         cannot run the process out of file descriptors.
+                                         Default 0: no limit */
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
@@ -156,6 +164,9 @@ void        *kvp_xfer_conn_user(kvp_xfer_conn_h conn);
 /* Bytes of the connection's sends still in flight (started, not completed): replies a peer has
  * not taken yet stay here (a rendezvous send until the peer pulls it). */
 size_t       kvp_xfer_conn_unsent(kvp_xfer_conn_h conn);
+/* Server connections open now, and connection requests rejected past max_conns since create
+ * (either pointer may be NULL). */
+void         kvp_xfer_conn_counts(kvp_xfer_h x, unsigned *open_p, uint64_t *capped_p);
 /* Largest header kvp_xfer_send accepts. */
 size_t       kvp_xfer_max_hdr(kvp_xfer_h x);
 
