@@ -190,7 +190,7 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
     kr    = kvp_codec_scratch(2, n * sizeof(uint16_t));
     vs    = kvp_codec_scratch(3, 16384 * sizeof(uint16_t));
     norms = kvp_codec_scratch(4, T * sizeof(float));
-    row   = kvp_codec_scratch(5, (size_t)H * D * sizeof(float));
+    row   = kvp_codec_scratch(5, (size_t)H * D * sizeof(float)); /* two tokens of f16 */
     if (kr == NULL || vs == NULL || norms == NULL || row == NULL) {
         return KVP_ERR_NO_MEMORY;
     }

@@ -170,8 +170,9 @@ int kvp_q2h_rot_ok(uint32_t D) { return D >= 8 && D <= 8 * ROW_MAX_VEC && (D & (
 
 /* ---- encode side ---- */
 
-/* one head x of a token rotated into row (fp32); squares into *acc, |x| <= 65504 into *ok */
-static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, float *row, __m256 *acc,
+/* one head x of a token rotated and rounded to fp16 into row; squares (fp32) into *acc,
+ * |x| <= 65504 (fp32) into *ok */
+static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *row, __m256 *acc,
                                __m256 *ok)
 {
     __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
@@ -186,13 +187,13 @@ static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, float *
     ROW_FOR(i, nv, {
         o = _mm256_and_ps(o, _mm256_cmp_ps(_mm256_and_ps(v[i], absm), lim, _CMP_LE_OQ));
         a = _mm256_add_ps(a, _mm256_mul_ps(v[i], v[i]));
-        _mm256_storeu_ps(row + 8 * i, v[i]);
+        sth(row + 8 * i, v[i]); /* f16(x): the norm pass divides it */
     });
     *acc = a;
     *ok  = o;
 }
 
-KVP_COLD void rot_norm_head_any(const uint16_t *x, uint32_t nv, __m256 c, float *row, __m256 *acc,
+KVP_COLD void rot_norm_head_any(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *row, __m256 *acc,
                                __m256 *ok)
 {
     rot_norm_head(x, nv, c, row, acc, ok);
@@ -202,16 +203,31 @@ KVP_COLD void rot_norm_head_any(const uint16_t *x, uint32_t nv, __m256 c, float 
  * page's first read of K waiting on DRAM (147.5 -> 130 us per cold H8 D128 P128 page on Zen 5;
  * 2 to 8 ahead measured alike, 2 best) */
 #define KVP_ROT_NORM_PF 2u
+/* f16(f16(x) / n) of nv vectors: the division of the norm pass. vdivps is the one slow op here
+ * (~2.5 cycles per vector, its own unit): dividing token t - 1 head by head while token t is
+ * rotated keeps the divider busy beside the rotation, instead of a divider-bound pass after each
+ * token (in-cache H8 D128 P128 page on Zen 5: rot_norm 38.7 -> 34.0 us; the rounded f16(x) kept
+ * instead of the fp32 row saves a conversion; cold pages 120 -> 115.5 us) */
+static AINL void div_norm(const uint16_t *row16, uint32_t nv, __m256 vn, uint16_t *out)
+{
+    for (uint32_t i = 0; i < nv; i++) {
+        sth(out + 8 * i, _mm256_div_ps(ldh(row16 + 8 * i), vn));
+    }
+}
+
 int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D, float *row,
                            uint16_t *out, float *norms)
 {
-    __m256   c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
-    __m256   ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    uint32_t HD = H * D;
+    __m256    c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
+    __m256    ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    __m256    vp = _mm256_set1_ps(1.0f); /* token t - 1's norm */
+    uint32_t  HD = H * D;
+    uint16_t *r16[2] = {(uint16_t *)(void *)row, (uint16_t *)(void *)row + HD}; /* f16(x) */
 
     for (uint32_t t = 0; t < T; t++) {
         const uint16_t *x   = k + (size_t)t * HD;
-        __m256          acc = _mm256_setzero_ps(), vn;
+        uint16_t       *cur = r16[t & 1], *prv = r16[(t & 1) ^ 1];
+        __m256          acc = _mm256_setzero_ps();
         float           a[8], n;
 
         if (t + KVP_ROT_NORM_PF < T) { /* a later token's row on its way from DRAM */
@@ -223,22 +239,23 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
         }
 
         for (uint32_t h = 0; h < H; h++) {
-#define ROT_NORM_HEAD(nv) rot_norm_head(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
+#define ROT_NORM_HEAD(nv) rot_norm_head(x + (size_t)h * D, (nv), c, cur + (size_t)h * D, &acc, &ok)
 #define ROT_NORM_ANY(nv)                                                                           \
-    rot_norm_head_any(x + (size_t)h * D, (nv), c, row + (size_t)h * D, &acc, &ok)
+    rot_norm_head_any(x + (size_t)h * D, (nv), c, cur + (size_t)h * D, &acc, &ok)
             ROW_NV_DISPATCH(D, ROT_NORM_HEAD, ROT_NORM_ANY);
 #undef ROT_NORM_HEAD
 #undef ROT_NORM_ANY
+            if (t > 0) { /* the divider works on token t - 1 beside this token's rotation */
+                div_norm(prv + (size_t)h * D, D / 8, vp, out + ((size_t)t - 1) * HD + (size_t)h * D);
+            }
         }
         _mm256_storeu_ps(a, acc);
         n        = kvp_hd_oscar_norm(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
         norms[t] = n;
-        vn       = _mm256_set1_ps(n);
-        for (uint32_t i = 0; i < HD; i += 8) { /* f16(f16(x) / n) */
-            __m256 v = _mm256_cvtph_ps(f16x8(_mm256_loadu_ps(row + i)));
-
-            sth(out + (size_t)t * HD + i, _mm256_div_ps(v, vn));
-        }
+        vp       = _mm256_set1_ps(n);
+    }
+    if (T > 0) {
+        div_norm(r16[(T - 1) & 1], HD / 8, vp, out + (size_t)(T - 1) * HD);
     }
     return _mm256_movemask_ps(ok) == 0xFF;
 }

@@ -33,7 +33,7 @@ void kvp_q2h_tok_decode(const uint8_t *codes, const uint8_t *scale, const uint8_
 /* h_avx2.c: D a power of two, 8 <= D <= 1024 (kvp_q2h_rot_ok). */
 int  kvp_q2h_rot_ok(uint32_t D);
 /* OScaR K from fp16: per token, rotate each head (fp32), norm over the row, out = f16(f16(x)/n);
- * row: H*D floats of scratch. 0 when a rotated value is beyond 65504 (or NaN). */
+ * row: H*D floats of scratch (two tokens' f16(x)). 0 when a rotated value is beyond 65504 (or NaN). */
 int  kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D, float *row,
                             uint16_t *out, float *norms);
 /* out = f16(Hd(row)) for each row of D; 0 when a result overflows fp16 (or is NaN). */

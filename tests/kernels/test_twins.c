@@ -266,6 +266,10 @@ int main(void)
             run_h((kvp_codec_id_t)c, 3, 32, 32, 5, 0, mode, &rng);
             run_h((kvp_codec_id_t)c, 1, 16, 64, 37, 0, mode, &rng);
             run_h((kvp_codec_id_t)c, 1, 8, 16, 13, 0, mode, &rng);
+            /* the wide rows (generic row code) and one-token pages (OScaR's norm pass divides
+             * token t - 1 while t is rotated: the last token, or the only one, after the loop) */
+            run_h((kvp_codec_id_t)c, 2, 512, 32, 1, 0, mode, &rng);
+            run_h((kvp_codec_id_t)c, 1, 1024, 16, 7, 0, mode, &rng);
         }
     }
     return kvp_test_result("test_twins");
