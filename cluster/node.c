@@ -56,7 +56,8 @@ typedef struct {
     atomic_flag          scrubbing;    /* a SCRUB pass is running (one at a time) */
     kvp_node_work_h work;
     uint64_t    outstanding;  /* jobs received and not yet finished (transport thread) */
-    int         stopping;     /* shutting down: new requests are dropped unanswered */
+    int         stopping;     /* shutting down: new requests are answered KVP_ERR_PEER_GONE at
+                               * once ("node is shutting down"), so clients fail over now */
     uint32_t    max_reply_pages; /* bounded by the transport's header limit */
     uint32_t    max_list;        /* LIST entries per reply, bounded the same way */
     kvp_node_obs_t obs;          /* state and counters for /health and /metrics */
@@ -552,6 +553,7 @@ static void job_handle(node_t *n, node_job_t *job)
     if (job->bad != KVP_OK) {
         reply_status(job, &rep, job->bad,
                      job->bad == KVP_ERR_BUSY ? "requests queued on this connection"
+                     : job->bad == KVP_ERR_PEER_GONE ? "node is shutting down"
                      : kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data"
                                                                : "malformed request");
         return;
@@ -767,7 +769,7 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 
     (void)kvp_xfer_msg_data(msg, &dl);
     atomic_fetch_add_explicit(&n->requests, 1, memory_order_relaxed);
-    if (n->stopping || (job = kvp_calloc(1, sizeof(*job), "node job")) == NULL) {
+    if ((job = kvp_calloc(1, sizeof(*job), "node job")) == NULL) {
         kvp_xfer_msg_release(msg); /* unanswered: the client's deadline reports it */
         return;
     }
@@ -786,10 +788,14 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     if (job->bad != KVP_OK && kvp_xfer_msg_status(msg) != KVP_ERR_BUSY) {
         atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
     }
+    if (n->stopping && job->bad == KVP_OK) {
+        job->bad = KVP_ERR_PEER_GONE; /* a client counts it unreachable: it tries a replica */
+    }
     /* refused by the transport with no data to wait for: past NODE_CONN_QUEUE_MAX (a flood), or
-     * over --max-msg (eager): answered at once, ahead of the connection's queued ones, so a
-     * stream of them holds no job behind the connection's strand */
-    if (kvp_xfer_msg_status(msg) == KVP_ERR_BUSY || kvp_xfer_msg_status(msg) == KVP_ERR_TOO_LARGE) {
+     * over --max-msg (eager), or the node is stopping: answered at once, ahead of the
+     * connection's queued ones, so a stream of them holds no job behind the connection's strand */
+    if (kvp_xfer_msg_status(msg) == KVP_ERR_BUSY || kvp_xfer_msg_status(msg) == KVP_ERR_TOO_LARGE ||
+        job->bad == KVP_ERR_PEER_GONE) {
         job_run(n, &job->link);
         job_done(n, job);
         return;
@@ -906,6 +912,50 @@ static kvp_status_t etcd_start(const kvp_node_params_t *params, const char *host
 }
 
 /* ---- API ---- */
+
+typedef struct {
+    kvp_store_h store;
+    kvp_xfer_h  x;
+    atomic_int  done;
+} store_stop_t;
+
+static void *store_stop_run(void *arg)
+{
+    store_stop_t *ss = arg;
+
+    kvp_store_shutdown(ss->store);
+    atomic_store(&ss->done, 1);
+    kvp_xfer_wake(ss->x);
+    return NULL;
+}
+
+/* kvp_store_shutdown (the stop-time spill under --durability spill: seconds per GB only in DRAM)
+ * on a thread of its own while this one keeps the transport moving, so requests that arrive
+ * meanwhile are answered KVP_ERR_PEER_GONE at once and their clients go to a replica (the
+ * transport stood still for the spill, and they waited for their deadlines). all: the signal
+ * mask for new threads. */
+static void node_store_shutdown(node_t *n, const sigset_t *all)
+{
+    store_stop_t ss = {.store = n->store, .x = n->x};
+    sigset_t     old_mask;
+    pthread_t    t;
+    int          rc;
+
+    atomic_init(&ss.done, 0);
+    pthread_sigmask(SIG_SETMASK, all, &old_mask);
+    rc = pthread_create(&t, NULL, store_stop_run, &ss);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (rc != 0) {
+        KVP_LOG_WARN(MOD, "no thread for the store's shutdown (%s): requests wait for it",
+                     strerror(rc));
+        kvp_store_shutdown(n->store);
+        return;
+    }
+    while (!atomic_load(&ss.done)) {
+        kvp_xfer_wait(n->x, 100);
+    }
+    pthread_join(t, NULL);
+}
 
 uint32_t kvp_node_max_conns_default(void)
 {
@@ -1094,7 +1144,7 @@ err_xfer:
     ready_file_remove(ready);
     kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
     kvp_node_etcd_stop(reg); /* revoke first: clients stop picking this node at once */
-    n.stopping = 1;          /* requests in flight are answered, new ones dropped */
+    n.stopping = 1;          /* requests in flight are answered, new ones refused at once */
     while (n.work != NULL && n.outstanding > 0) {
         kvp_xfer_wait(n.x, 10);
         node_take_done(&n);
@@ -1103,8 +1153,8 @@ err_xfer:
     kvp_node_work_stop(n.work);
     /* the store durable before the transport goes: UCX 1.13 can crash inside the listener's
      * teardown when a client connects meanwhile (openucx/ucx#11087), and the sessions only in
-     * DRAM (--durability spill) must not depend on that; requests arriving now are dropped */
-    kvp_store_shutdown(n.store);
+     * DRAM (--durability spill) must not depend on that */
+    node_store_shutdown(&n, &all);
     kvp_xfer_destroy(n.x);
 err_store:
     kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */

@@ -2,7 +2,8 @@
  * exist yet, reads of kvpackd's segment files (*.seg, the SSD tier's page bytes) wait for it, so
  * a test can hold a cold session's restore on the disk for as long as it likes without timing.
  * Likewise $KVP_TEST_OPEN_GATE holds the store open's listing of its segment directory (opendir
- * of .../seg), so a test can hold a node inside its open.
+ * of .../seg), so a test can hold a node inside its open, and $KVP_TEST_WRITE_GATE holds writes
+ * of segment files (pwritev: a spill), so a test can hold a node inside its stop-time spill.
  * Each thread that waits creates "$KVP_TEST_GATE.waiting.<tid>" (the test counts these: how many
  * restores are inside their disk read at once). Without the variable it only forwards.
  * Test-only: never linked into kvpack. */
@@ -53,6 +54,7 @@ static void gate_wait(int fd)
 }
 
 static ssize_t (*next_preadv)(int, const struct iovec *, int, off_t);
+static ssize_t (*next_pwritev)(int, const struct iovec *, int, off_t);
 static DIR *(*next_opendir)(const char *);
 static ssize_t (*next_pread)(int, void *, size_t, off_t);
 
@@ -60,6 +62,7 @@ static ssize_t (*next_pread)(int, void *, size_t, off_t);
 __attribute__((constructor)) static void gate_init(void)
 {
     next_preadv = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
+    next_pwritev = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
     next_pread  = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
     next_opendir = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
 }
@@ -81,6 +84,14 @@ ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 {
     gate_wait(fd);
     return next_preadv(fd, iov, cnt, off);
+}
+
+ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    if (getenv("KVP_TEST_WRITE_GATE") != NULL && is_segment(fd)) {
+        gate_hold(getenv("KVP_TEST_WRITE_GATE"));
+    }
+    return next_pwritev(fd, iov, cnt, off);
 }
 
 ssize_t pread(int fd, void *buf, size_t len, off_t off)
