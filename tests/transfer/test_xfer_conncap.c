@@ -7,8 +7,7 @@
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
-
-#include "check.h"
+#include "xfer_clients.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,76 +16,8 @@
 #define CAP    3
 #define N_CONN 6 /* five at first, then one more after a client left */
 
-typedef struct {
-    kvp_xfer_conn_h conn[N_CONN];
-    int             replied[N_CONN];
-    kvp_status_t    failed[N_CONN];
-} clients_t;
-
-static void echo_done(void *arg, kvp_status_t status)
-{
-    (void)status;
-    kvp_xfer_msg_release(arg);
-}
-
-/* Server: the request's header goes back as the reply. */
-static void echo_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
-{
-    size_t       hl;
-    const void  *h = kvp_xfer_msg_hdr(msg, &hl);
-    kvp_status_t s;
-
-    (void)arg;
-    s = kvp_xfer_send(conn, h, hl, NULL, 0, echo_done, msg);
-    if (s != KVP_INPROGRESS) {
-        kvp_xfer_msg_release(msg);
-    }
-}
-
-static int conn_index(const clients_t *c, kvp_xfer_conn_h conn)
-{
-    for (int i = 0; i < N_CONN; i++) {
-        if (c->conn[i] == conn) {
-            return i;
-        }
-    }
-    return -1;
-}
-
-static void client_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
-{
-    clients_t  *c = arg;
-    int         i = conn_index(c, conn);
-    size_t      hl;
-    const char *h = kvp_xfer_msg_hdr(msg, &hl);
-
-    CHECK(i >= 0 && hl == 1 && (uint8_t)h[0] == (uint8_t)i);
-    c->replied[i]++;
-    kvp_xfer_msg_release(msg);
-}
-
-static void client_conn(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
-{
-    clients_t *c = arg;
-    int        i = conn_index(c, conn);
-
-    if (i >= 0 && c->failed[i] == KVP_OK) {
-        c->failed[i] = status;
-    }
-}
-
-static void connect_send(kvp_xfer_h cli, uint16_t port, clients_t *c, int i)
-{
-    uint8_t      id = (uint8_t)i;
-    kvp_status_t s;
-
-    CHECK_OK(kvp_xfer_connect(cli, "127.0.0.1", port, &c->conn[i]));
-    s = kvp_xfer_send(c->conn[i], &id, 1, NULL, 0, NULL, NULL);
-    CHECK(s == KVP_OK || s == KVP_INPROGRESS);
-}
-
 /* progress both until clients [lo, hi) each got a reply or failed (or a hang bound passes) */
-static void settle(kvp_xfer_h srv, kvp_xfer_h cli, clients_t *c, int lo, int hi)
+static void settle(kvp_xfer_h srv, kvp_xfer_h cli, xt_clients_t *c, int lo, int hi)
 {
     double end = kvp_time_s() + 20; /* a bound for a hang, not a timing check */
 
@@ -108,7 +39,7 @@ int main(void)
 {
     kvp_xfer_params_t p;
     kvp_xfer_h        srv, cli;
-    clients_t         c;
+    xt_clients_t      c;
     uint16_t          port;
     int               replied = 0, unreachable = 0, gone = -1;
     unsigned          open;
@@ -116,22 +47,14 @@ int main(void)
     double            end;
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
-    memset(&c, 0, sizeof(c));
     memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_MAX_CONNS;
-    p.recv_cb    = echo_recv;
+    p.field_mask = KVP_XFER_PARAM_MAX_CONNS;
     p.max_conns  = CAP;
-    CHECK_OK(kvp_xfer_create(&p, &srv));
-    CHECK_OK(kvp_xfer_listen(srv, "127.0.0.1", 0, &port));
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG;
-    p.recv_cb    = client_recv;
-    p.conn_cb    = client_conn;
-    p.cb_arg     = &c;
-    CHECK_OK(kvp_xfer_create(&p, &cli));
+    srv          = xt_server(&p, &port);
+    cli          = xt_client(&c);
 
     for (int i = 0; i < N_CONN - 1; i++) {
-        connect_send(cli, port, &c, i);
+        xt_connect_send(cli, port, &c, i);
     }
     settle(srv, cli, &c, 0, N_CONN - 1);
     for (int i = 0; i < N_CONN - 1; i++) {
@@ -162,7 +85,7 @@ int main(void)
         kvp_xfer_conn_counts(srv, &open, NULL);
     } while (open >= CAP && kvp_time_s() < end);
     EXPECT(open == CAP - 1, "server still counts %u open after a client left", open);
-    connect_send(cli, port, &c, N_CONN - 1);
+    xt_connect_send(cli, port, &c, N_CONN - 1);
     settle(srv, cli, &c, N_CONN - 1, N_CONN);
     EXPECT(c.replied[N_CONN - 1] > 0, "a client under the cap again was not answered (%s)",
            kvp_status_name(c.failed[N_CONN - 1]));
