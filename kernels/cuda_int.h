@@ -1,6 +1,6 @@
 /* cuda_int.h - internal: what the CUDA twins (codec_cuda.cu, attn_cuda.cu) share: a runtime call
- * checked (logged, KVP_ERR_DEVICE, goto out) and a kernel launch (tests/kernels/cuda_emu defines
- * KVP_LAUNCH itself to run the kernels on the CPU). */
+ * checked (logged, KVP_ERR_DEVICE, goto out) and a kernel launch, on the default stream or a given
+ * one (tests/kernels/cuda_emu defines both launch macros itself to run the kernels on the CPU). */
 #ifndef KVPACK_CUDA_INT_H
 #define KVPACK_CUDA_INT_H
 
@@ -22,6 +22,8 @@
 
 #ifndef KVP_LAUNCH
 #define KVP_LAUNCH(kern, grid, block, ...) kern<<<(grid), (block)>>>(__VA_ARGS__)
+#define KVP_LAUNCH_STREAM(kern, grid, block, stream, ...)                                        \
+    kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif
 
 #endif

@@ -1,11 +1,12 @@
-/* cuda_runtime.h (test shim) - runs kernels/codec_cuda.cu on the CPU so its kernels' logic is
- * checked on every machine, GPU or not: kernels.test_cuda_emu compiles that file as C++ with this
+/* cuda_runtime.h (test shim) - runs the kernels/ .cu files on the CPU so their kernels' logic is
+ * checked on every machine, GPU or not: each stand-in test compiles one as C++ with this
  * directory first on the include path, so its `#include <cuda_runtime.h>` lands here.
  * What it stands in for: the __global__/__device__/__shared__ qualifiers, threadIdx/blockIdx/
  * blockDim/gridDim, __syncthreads, the launch (KVP_LAUNCH: blocks one after the other, a block's
  * threads as host threads, so its __shared__ variables, emulated as statics, belong to one block
  * at a time and __syncthreads is a barrier of them), and the runtime calls the file makes (device
- * memory is host memory; copies are memcpy).
+ * memory is host memory; copies are memcpy; streams are in order by construction: every call
+ * is done when it returns).
  * What it does not check: device numerics (nvcc's --fmad=false, the device expf/logf), memory
  * limits, occupancy, or anything an sm_90 GPU does differently; kernels.test_cuda does that. */
 #ifndef KVP_CUDA_EMU_RUNTIME_H
@@ -84,6 +85,9 @@ template <class F> static void kvp_emu_launch(dim3 grid, dim3 block, F kernel)
 }
 
 #define KVP_LAUNCH(kern, grid, block, ...) kvp_emu_launch((grid), (block), [&] { kern(__VA_ARGS__); })
+/* streams: every call runs to completion when made, so one order serves them all */
+#define KVP_LAUNCH_STREAM(kern, grid, block, stream, ...)                                        \
+    ((void)(stream), kvp_emu_launch((grid), (block), [&] { kern(__VA_ARGS__); }))
 
 typedef enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 } cudaError_t;
 typedef enum {
@@ -124,6 +128,18 @@ static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaM
 {
     (void)kind;
     memcpy(dst, src, n);
+    return cudaSuccess;
+}
+typedef struct kvp_emu_stream *cudaStream_t;
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
+                                          cudaMemcpyKind kind, cudaStream_t s)
+{
+    (void)s;
+    return cudaMemcpy(dst, src, n, kind);
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    (void)s;
     return cudaSuccess;
 }
 

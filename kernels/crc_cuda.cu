@@ -1,0 +1,157 @@
+/* crc_cuda.cu - CRC32C of device ranges and the page check behind crc_cuda.h. One kernel: a block
+ * per range, KVP_CUDA_CRC_THREADS threads; the byte table and the x^(2^k) table are built in
+ * shared memory, each thread CRCs its slice (crc32c_hd.h) and shifts it past the bytes after it,
+ * a tree of xors in shared memory combines them, and thread 0 finishes the CRC (and for pages
+ * compares it with the stored one). Slices are contiguous per thread: simple, not coalesced;
+ * the check is a small part of a transfer's time.
+ * Host flow: one scratch allocation (offsets, lengths, results) -> copy in -> kernel -> copy out. */
+#include "kvpack/crc_cuda.h"
+#include "kvpack/alloc.h"
+#include "kvpack/page.h"
+#include "crc32c_hd.h"
+#include "cuda_int.h"
+
+#define PAGE_CRC_AT 56u /* page.h: the crc32c field */
+
+__device__ static uint32_t ld32_dev(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* grid n, block KVP_CUDA_CRC_THREADS. pages: read [56, 60) as 0 and write a verdict. */
+__global__ void k_crc32c(const uint8_t *buf, const uint64_t *off, const uint32_t *len, int pages,
+                         uint32_t *crc_out, int32_t *verdict)
+{
+    __shared__ uint32_t table[256];
+    __shared__ uint32_t x2n[KVP_CRC_X2N_BITS];
+    __shared__ uint32_t part[KVP_CUDA_CRC_THREADS];
+    const uint8_t      *p = buf + off[blockIdx.x];
+    uint64_t            L = len[blockIdx.x], from, to;
+    uint32_t            t = threadIdx.x;
+
+    for (uint32_t i = t; i < 256; i += KVP_CUDA_CRC_THREADS) {
+        table[i] = kvp_hd_crc32c_entry(i);
+    }
+    if (t == 0) {
+        kvp_hd_crc_x2n_init(x2n);
+    }
+    __syncthreads();
+    kvp_hd_crc_slice(L, t, KVP_CUDA_CRC_THREADS, &from, &to);
+    part[t] = kvp_hd_crc_shift(kvp_hd_crc32c_raw(p, from, to, pages ? PAGE_CRC_AT : L, table),
+                               L - to, x2n);
+    __syncthreads();
+    for (uint32_t s = KVP_CUDA_CRC_THREADS / 2; s > 0; s >>= 1) {
+        if (t < s) {
+            part[t] ^= part[t + s];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        uint32_t crc = kvp_hd_crc32c_finish(part[0], L, x2n);
+
+        crc_out[blockIdx.x] = crc;
+        if (pages) {
+            int32_t v = KVP_OK;
+
+            if (L < KVP_PAGE_HDR_BYTES || ld32_dev(p) != KVP_PAGE_MAGIC ||
+                ld32_dev(p + 48) != L - KVP_PAGE_HDR_BYTES) {
+                v = KVP_ERR_BAD_PAGE;
+            } else if (ld32_dev(p + PAGE_CRC_AT) != crc) {
+                v = KVP_ERR_CORRUPT;
+            }
+            verdict[blockIdx.x] = v;
+        }
+    }
+}
+
+/* Run the kernel over n ranges; off NULL: back to back from 0. crc_out and/or verdict (host) may
+ * be NULL when not wanted. */
+static kvp_status_t crc_run(const void *dev, const uint64_t *off, const uint32_t *len, uint32_t n,
+                            int pages, void *stream, uint32_t *crc_out, int32_t *verdict)
+{
+    cudaStream_t s       = (cudaStream_t)stream;
+    kvp_status_t status  = KVP_OK;
+    size_t       bytes   = (size_t)n * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(int32_t));
+    uint64_t    *hoff    = NULL, at = 0;
+    uint8_t     *scratch = NULL;
+    uint64_t    *doff;
+    uint32_t    *dlen, *dcrc;
+    int32_t     *dver;
+
+    if (n == 0) {
+        return KVP_OK;
+    }
+    hoff = (uint64_t *)kvp_malloc((size_t)n * sizeof(uint64_t), "crc offsets");
+    if (hoff == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) { /* off NULL: back to back (64-bit: past 4 GiB too) */
+        hoff[i] = off != NULL ? off[i] : at;
+        at += len[i];
+    }
+    CUDA_TRY(cudaMalloc((void **)&scratch, bytes));
+    doff = (uint64_t *)scratch;
+    dlen = (uint32_t *)(doff + n);
+    dcrc = dlen + n;
+    dver = (int32_t *)(dcrc + n);
+    CUDA_TRY(cudaMemcpyAsync(doff, hoff, (size_t)n * sizeof(uint64_t), cudaMemcpyHostToDevice, s));
+    CUDA_TRY(cudaMemcpyAsync(dlen, len, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
+    KVP_LAUNCH_STREAM(k_crc32c, n, KVP_CUDA_CRC_THREADS, s, (const uint8_t *)dev, doff, dlen, pages,
+                      dcrc, dver);
+    CUDA_TRY(cudaGetLastError());
+    if (crc_out != NULL) {
+        CUDA_TRY(cudaMemcpyAsync(crc_out, dcrc, (size_t)n * sizeof(uint32_t),
+                                 cudaMemcpyDeviceToHost, s));
+    }
+    if (verdict != NULL) {
+        CUDA_TRY(cudaMemcpyAsync(verdict, dver, (size_t)n * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, s));
+    }
+    CUDA_TRY(cudaStreamSynchronize(s));
+out:
+    cudaFree(scratch); /* synchronizes: nothing of ours is queued past it */
+    kvp_free(hoff);
+    return status;
+}
+
+extern "C" kvp_status_t kvp_cuda_crc32c(const void *dev, const uint64_t *off, const uint32_t *len,
+                                        uint32_t n, void *stream, uint32_t *crc_out)
+{
+    if (n > 0 && (dev == NULL || off == NULL || len == NULL || crc_out == NULL)) {
+        return KVP_ERR_INVALID;
+    }
+    return crc_run(dev, off, len, n, 0, stream, crc_out, NULL);
+}
+
+extern "C" kvp_status_t kvp_cuda_pages_verify(const void *dev, const uint32_t *lens, uint32_t n,
+                                              void *stream, kvp_status_t *page_status,
+                                              uint32_t *n_bad_p)
+{
+    int32_t     *verdict;
+    kvp_status_t status;
+    uint32_t     bad = 0;
+
+    if (n > 0 && (dev == NULL || lens == NULL)) {
+        return KVP_ERR_INVALID;
+    }
+    verdict = (int32_t *)kvp_malloc((n ? n : 1) * sizeof(int32_t), "crc verdicts");
+    if (verdict == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    status = crc_run(dev, NULL, lens, n, 1, stream, NULL, verdict);
+    for (uint32_t i = 0; i < n && status == KVP_OK; i++) {
+        bad += verdict[i] != KVP_OK;
+        if (page_status != NULL) {
+            page_status[i] = (kvp_status_t)verdict[i];
+        }
+    }
+    kvp_free(verdict);
+    if (n_bad_p != NULL) {
+        *n_bad_p = bad;
+    }
+    if (status == KVP_OK && bad > 0) {
+        KVP_LOG_WARN("cuda", "%u of %u pages failed their check on the gpu", bad, n);
+        status = KVP_ERR_CORRUPT;
+    }
+    return status;
+}
