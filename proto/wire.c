@@ -2,7 +2,8 @@
  * kvp_wire_rep_t into protobuf and unpacks + validates received headers against the AM data
  * length that came with them. Unpacked protobuf is copied into our structs and freed here.
  * Main flow: kvp_wire_req_unpack -> kvp__request__unpack -> req_from_pb (validates) -> free.
- * LIST replies carry their entries in the header (bounded by KVP_WIRE_LIST_ENTRY_MAX each). */
+ * LIST replies carry their entries in the header (bounded by KVP_WIRE_LIST_ENTRY_MAX each).
+ * The NCCL link's messages (LinkMsg: hello, accept, batch, ready, ack) are at the end. */
 #include "kvpack/wire.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
@@ -820,5 +821,254 @@ void kvp_wire_rep_clear(kvp_wire_rep_t *rep)
         kvp_free(rep->page_lens);
         kvp_free(rep->sessions);
         memset(rep, 0, sizeof(*rep));
+    }
+}
+
+/* ---- NCCL link messages ---- */
+
+static const char *const link_kind_names[] = {"none", "hello", "accept", "batch", "ready", "ack"};
+
+const char *kvp_wire_link_kind_name(kvp_wire_link_kind_t kind)
+{
+    return ((unsigned)kind <= KVP_WIRE_LINK_ACK) ? link_kind_names[kind] : "unknown";
+}
+
+static void link_dev_to_pb(const kvp_wire_link_dev_t *d, Kvp__LinkDevice *pb)
+{
+    pb->index = d->index;
+    pb->name  = d->name[0] != '\0' ? (char *)d->name : NULL;
+    pb->has_cc = d->cc != 0;
+    pb->cc     = d->cc;
+    pb->why    = d->why[0] != '\0' ? (char *)d->why : NULL;
+}
+
+/* Copy a peer's string into cap bytes (truncated: it is only ever logged). */
+static void str_in(char *dst, size_t cap, const char *src)
+{
+    if (src != NULL) {
+        strncpy(dst, src, cap - 1);
+        dst[cap - 1] = '\0';
+    }
+}
+
+static int link_dev_from_pb(const Kvp__LinkDevice *pb, kvp_wire_link_dev_t *d)
+{
+    if (pb->index < -1) {
+        return 0;
+    }
+    d->index = pb->index;
+    d->cc    = pb->has_cc ? pb->cc : 0;
+    str_in(d->name, sizeof(d->name), pb->name);
+    str_in(d->why, sizeof(d->why), pb->why);
+    return 1;
+}
+
+/* BATCH lengths: 1..KVP_WIRE_MAX_PAGES possible pages, at most KVP_WIRE_LINK_MAX_BATCH_BYTES. */
+static int link_lens_ok(const uint32_t *lens, size_t n)
+{
+    uint64_t sum = 0;
+
+    if (n == 0 || n > KVP_WIRE_MAX_PAGES || lens == NULL) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (lens[i] < KVP_PAGE_HDR_BYTES || lens[i] > KVP_PAGE_HDR_BYTES + KVP_PAGE_MAX_PAYLOAD) {
+            return 0;
+        }
+        sum += lens[i];
+    }
+    return sum <= KVP_WIRE_LINK_MAX_BATCH_BYTES;
+}
+
+kvp_status_t kvp_wire_link_pack(const kvp_wire_link_t *m, uint8_t **buf_p, size_t *len_p)
+{
+    Kvp__LinkMsg     r  = KVP__LINK_MSG__INIT;
+    Kvp__LinkHello   he = KVP__LINK_HELLO__INIT;
+    Kvp__LinkAccept  ac = KVP__LINK_ACCEPT__INIT;
+    Kvp__LinkBatch   ba = KVP__LINK_BATCH__INIT;
+    Kvp__LinkReady   rd = KVP__LINK_READY__INIT;
+    Kvp__LinkAck     ak = KVP__LINK_ACK__INIT;
+    Kvp__LinkDevice  dv = KVP__LINK_DEVICE__INIT;
+    int32_t         *st = NULL;
+    kvp_status_t     status;
+
+    r.version = m->version != 0 ? m->version : KVP_WIRE_LINK_VERSION;
+    switch (m->kind) {
+    case KVP_WIRE_LINK_HELLO:
+        link_dev_to_pb(&m->device, &dv);
+        he.nccl_version   = m->nccl_version;
+        he.unique_id.len  = KVP_WIRE_NCCL_ID_BYTES;
+        he.unique_id.data = (uint8_t *)m->unique_id;
+        he.device         = &dv;
+        r.body_case       = KVP__LINK_MSG__BODY_HELLO;
+        r.hello           = &he;
+        break;
+    case KVP_WIRE_LINK_ACCEPT:
+        link_dev_to_pb(&m->device, &dv);
+        ac.status       = (int32_t)m->status;
+        ac.message      = m->message[0] != '\0' ? (char *)m->message : NULL;
+        ac.nccl_version = m->nccl_version;
+        ac.device       = &dv;
+        r.body_case     = KVP__LINK_MSG__BODY_ACCEPT;
+        r.accept        = &ac;
+        break;
+    case KVP_WIRE_LINK_BATCH:
+        if (!link_lens_ok(m->page_lens, m->n_pages)) {
+            KVP_LOG_ERROR(MOD, "cannot pack a link batch of %u pages (1..%u possible pages, at "
+                          "most %llu bytes)", m->n_pages, KVP_WIRE_MAX_PAGES,
+                          (unsigned long long)KVP_WIRE_LINK_MAX_BATCH_BYTES);
+            return KVP_ERR_INVALID;
+        }
+        ba.batch_id   = m->batch_id;
+        ba.n_page_len = m->n_pages;
+        ba.page_len   = m->page_lens;
+        r.body_case   = KVP__LINK_MSG__BODY_BATCH;
+        r.batch       = &ba;
+        break;
+    case KVP_WIRE_LINK_READY:
+        rd.batch_id = m->batch_id;
+        rd.status   = (int32_t)m->status;
+        rd.message  = m->message[0] != '\0' ? (char *)m->message : NULL;
+        r.body_case = KVP__LINK_MSG__BODY_READY;
+        r.ready     = &rd;
+        break;
+    case KVP_WIRE_LINK_ACK:
+        if (m->n_pages > KVP_WIRE_MAX_PAGES || (m->n_pages > 0 && m->page_status == NULL)) {
+            KVP_LOG_ERROR(MOD, "cannot pack a link ack of %u page statuses", m->n_pages);
+            return KVP_ERR_INVALID;
+        }
+        st = kvp_malloc((m->n_pages ? m->n_pages : 1) * sizeof(*st), "wire link ack");
+        if (st == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        for (uint32_t i = 0; i < m->n_pages; i++) {
+            st[i] = (int32_t)m->page_status[i];
+        }
+        ak.batch_id      = m->batch_id;
+        ak.status        = (int32_t)m->status;
+        ak.message       = m->message[0] != '\0' ? (char *)m->message : NULL;
+        ak.n_page_status = m->n_pages;
+        ak.page_status   = st;
+        r.body_case      = KVP__LINK_MSG__BODY_ACK;
+        r.ack            = &ak;
+        break;
+    default:
+        KVP_LOG_ERROR(MOD, "cannot pack link message kind %d", (int)m->kind);
+        return KVP_ERR_INVALID;
+    }
+    status = pack_msg(&r.base, buf_p, len_p);
+    kvp_free(st);
+    return status;
+}
+
+static kvp_status_t link_bad(const kvp_wire_link_t *m, const char *why)
+{
+    KVP_LOG_WARN(MOD, "malformed link %s message: %s", kvp_wire_link_kind_name(m->kind), why);
+    return KVP_ERR_PROTOCOL;
+}
+
+static kvp_status_t link_from_pb(const Kvp__LinkMsg *r, uint64_t data_len, kvp_wire_link_t *m)
+{
+    m->version = r->version;
+    switch (r->body_case) {
+    case KVP__LINK_MSG__BODY_HELLO:  m->kind = KVP_WIRE_LINK_HELLO; break;
+    case KVP__LINK_MSG__BODY_ACCEPT: m->kind = KVP_WIRE_LINK_ACCEPT; break;
+    case KVP__LINK_MSG__BODY_BATCH:  m->kind = KVP_WIRE_LINK_BATCH; break;
+    case KVP__LINK_MSG__BODY_READY:  m->kind = KVP_WIRE_LINK_READY; break;
+    case KVP__LINK_MSG__BODY_ACK:    m->kind = KVP_WIRE_LINK_ACK; break;
+    default:                         break;
+    }
+    if (r->version != KVP_WIRE_LINK_VERSION) {
+        KVP_LOG_WARN(MOD, "link %s message of link version %u, this side speaks %u",
+                     kvp_wire_link_kind_name(m->kind), r->version, KVP_WIRE_LINK_VERSION);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (m->kind == KVP_WIRE_LINK_NONE) {
+        return link_bad(m, "no body");
+    }
+    if (data_len != 0) {
+        return link_bad(m, "unexpected data");
+    }
+    switch (m->kind) {
+    case KVP_WIRE_LINK_HELLO:
+        if (r->hello->unique_id.len != KVP_WIRE_NCCL_ID_BYTES || r->hello->nccl_version == 0 ||
+            !link_dev_from_pb(r->hello->device, &m->device)) {
+            return link_bad(m, "bad unique id length, nccl version or device");
+        }
+        m->nccl_version = r->hello->nccl_version;
+        memcpy(m->unique_id, r->hello->unique_id.data, KVP_WIRE_NCCL_ID_BYTES);
+        return KVP_OK;
+    case KVP_WIRE_LINK_ACCEPT:
+        if (!status_known(r->accept->status) || r->accept->nccl_version == 0 ||
+            !link_dev_from_pb(r->accept->device, &m->device)) {
+            return link_bad(m, "bad status, nccl version or device");
+        }
+        m->status       = (kvp_status_t)r->accept->status;
+        m->nccl_version = r->accept->nccl_version;
+        str_in(m->message, sizeof(m->message), r->accept->message);
+        return KVP_OK;
+    case KVP_WIRE_LINK_BATCH:
+        if (!link_lens_ok(r->batch->page_len, r->batch->n_page_len)) {
+            return link_bad(m, "page count or lengths out of range");
+        }
+        m->batch_id = r->batch->batch_id;
+        m->n_pages  = (uint32_t)r->batch->n_page_len;
+        return lens_copy(r->batch->page_len, m->n_pages, &m->page_lens);
+    case KVP_WIRE_LINK_READY:
+        if (!status_known(r->ready->status)) {
+            return link_bad(m, "unknown status");
+        }
+        m->batch_id = r->ready->batch_id;
+        m->status   = (kvp_status_t)r->ready->status;
+        str_in(m->message, sizeof(m->message), r->ready->message);
+        return KVP_OK;
+    default: /* ACK */
+        if (!status_known(r->ack->status) || r->ack->n_page_status > KVP_WIRE_MAX_PAGES) {
+            return link_bad(m, "unknown status or too many page statuses");
+        }
+        for (size_t i = 0; i < r->ack->n_page_status; i++) {
+            if (!status_known(r->ack->page_status[i])) {
+                return link_bad(m, "unknown page status");
+            }
+        }
+        m->batch_id = r->ack->batch_id;
+        m->status   = (kvp_status_t)r->ack->status;
+        str_in(m->message, sizeof(m->message), r->ack->message);
+        m->page_status = kvp_malloc((r->ack->n_page_status ? r->ack->n_page_status : 1) *
+                                        sizeof(*m->page_status), "wire link ack");
+        if (m->page_status == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        m->n_pages = (uint32_t)r->ack->n_page_status;
+        for (uint32_t i = 0; i < m->n_pages; i++) {
+            m->page_status[i] = (kvp_status_t)r->ack->page_status[i];
+        }
+        return KVP_OK;
+    }
+}
+
+kvp_status_t kvp_wire_link_unpack(const void *buf, size_t len, uint64_t data_len,
+                                  kvp_wire_link_t *m)
+{
+    Kvp__LinkMsg *r;
+    kvp_status_t  status;
+
+    memset(m, 0, sizeof(*m));
+    r = kvp__link_msg__unpack(&pb_allocator, len, buf);
+    if (r == NULL) {
+        KVP_LOG_WARN(MOD, "undecodable link message of %zu bytes", len);
+        return KVP_ERR_PROTOCOL;
+    }
+    status = link_from_pb(r, data_len, m);
+    kvp__link_msg__free_unpacked(r, &pb_allocator);
+    return status;
+}
+
+void kvp_wire_link_clear(kvp_wire_link_t *m)
+{
+    if (m != NULL) {
+        kvp_free(m->page_lens);
+        kvp_free(m->page_status);
+        memset(m, 0, sizeof(*m));
     }
 }

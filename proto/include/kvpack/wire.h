@@ -159,6 +159,56 @@ kvp_status_t kvp_wire_rep_unpack(const void *buf, size_t len, uint64_t data_len,
 void         kvp_wire_req_clear(kvp_wire_req_t *req);
 void         kvp_wire_rep_clear(kvp_wire_rep_t *rep);
 
+/* ---- NCCL link messages (transfer/xfer_nccl.c; LinkMsg in kvpack.proto) ----
+ * The header of a UCX message without data, version checked first: one of another link version
+ * unpacks as KVP_ERR_UNSUPPORTED with kind and version filled in (the link then refuses the peer
+ * by name), anything malformed as KVP_ERR_PROTOCOL. */
+#define KVP_WIRE_LINK_VERSION         1u
+#define KVP_WIRE_NCCL_ID_BYTES        128u          /* NCCL_UNIQUE_ID_BYTES (xfer_nccl.c asserts) */
+#define KVP_WIRE_LINK_NAME_MAX        64u           /* a device name's bytes, NUL included */
+#define KVP_WIRE_LINK_MAX_BATCH_BYTES (16ull << 30) /* page bytes of one batch */
+
+typedef enum {
+    KVP_WIRE_LINK_NONE   = 0,
+    KVP_WIRE_LINK_HELLO  = 1, /* prefill -> decode: NCCL version, unique id, device */
+    KVP_WIRE_LINK_ACCEPT = 2, /* decode -> prefill: status (refusal: why), NCCL version, device */
+    KVP_WIRE_LINK_BATCH  = 3, /* sender -> receiver: page lengths of the batch that follows */
+    KVP_WIRE_LINK_READY  = 4, /* receiver -> sender: its receives are posted, or refused */
+    KVP_WIRE_LINK_ACK    = 5  /* receiver -> sender: the GPU check, one status per page */
+} kvp_wire_link_kind_t;
+
+typedef struct {
+    int32_t  index;                        /* CUDA device; -1: none usable */
+    uint32_t cc;                           /* compute capability major * 10 + minor */
+    char     name[KVP_WIRE_LINK_NAME_MAX]; /* truncated to fit */
+    char     why[KVP_WIRE_MSG_MAX];        /* index -1: the reason (truncated to fit) */
+} kvp_wire_link_dev_t;
+
+/* Same ownership rules as kvp_wire_req_t; fields not used by kind are zero. */
+typedef struct {
+    kvp_wire_link_kind_t kind;
+    uint32_t             version;        /* packed as given, 0 = KVP_WIRE_LINK_VERSION (tests
+                                          * pack others); unpacked: the sender's */
+    uint32_t             nccl_version;   /* HELLO, ACCEPT: ncclGetVersion's code */
+    uint8_t              unique_id[KVP_WIRE_NCCL_ID_BYTES]; /* HELLO */
+    kvp_wire_link_dev_t  device;         /* HELLO, ACCEPT: the sender's */
+    kvp_status_t         status;         /* ACCEPT, READY, ACK */
+    char                 message[KVP_WIRE_MSG_MAX]; /* ACCEPT, READY, ACK: why (truncated) */
+    uint64_t             batch_id;       /* BATCH, READY, ACK */
+    uint32_t             n_pages;        /* BATCH: 1..KVP_WIRE_MAX_PAGES lengths; ACK: statuses
+                                          * (0..KVP_WIRE_MAX_PAGES) */
+    uint32_t            *page_lens;      /* BATCH: each a possible page, summing to at most
+                                          * KVP_WIRE_LINK_MAX_BATCH_BYTES */
+    kvp_status_t        *page_status;    /* ACK: known statuses, none INPROGRESS */
+} kvp_wire_link_t;
+
+const char  *kvp_wire_link_kind_name(kvp_wire_link_kind_t kind); /* never NULL */
+kvp_status_t kvp_wire_link_pack(const kvp_wire_link_t *m, uint8_t **buf_p, size_t *len_p);
+/* data_len: the AM data bytes that came with the header (link messages carry none). */
+kvp_status_t kvp_wire_link_unpack(const void *buf, size_t len, uint64_t data_len,
+                                  kvp_wire_link_t *m);
+void         kvp_wire_link_clear(kvp_wire_link_t *m);
+
 #ifdef __cplusplus
 }
 #endif
