@@ -3,7 +3,7 @@
  * length that came with them. Unpacked protobuf is copied into our structs and freed here.
  * Main flow: kvp_wire_req_unpack -> kvp__request__unpack -> req_from_pb (validates) -> free.
  * LIST replies carry their entries in the header (bounded by KVP_WIRE_LIST_ENTRY_MAX each).
- * The NCCL link's messages (LinkMsg: hello, accept, batch, ready, ack) are at the end. */
+ * The NCCL link's messages (LinkMsg: hello, accept, batch, ready, ack, close) are at the end. */
 #include "kvpack/wire.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
@@ -826,11 +826,12 @@ void kvp_wire_rep_clear(kvp_wire_rep_t *rep)
 
 /* ---- NCCL link messages ---- */
 
-static const char *const link_kind_names[] = {"none", "hello", "accept", "batch", "ready", "ack"};
+static const char *const link_kind_names[] = {"none",  "hello", "accept", "batch",
+                                               "ready", "ack",   "close"};
 
 const char *kvp_wire_link_kind_name(kvp_wire_link_kind_t kind)
 {
-    return ((unsigned)kind <= KVP_WIRE_LINK_ACK) ? link_kind_names[kind] : "unknown";
+    return ((unsigned)kind <= KVP_WIRE_LINK_CLOSE) ? link_kind_names[kind] : "unknown";
 }
 
 static void link_dev_to_pb(const kvp_wire_link_dev_t *d, Kvp__LinkDevice *pb)
@@ -888,6 +889,7 @@ kvp_status_t kvp_wire_link_pack(const kvp_wire_link_t *m, uint8_t **buf_p, size_
     Kvp__LinkBatch   ba = KVP__LINK_BATCH__INIT;
     Kvp__LinkReady   rd = KVP__LINK_READY__INIT;
     Kvp__LinkAck     ak = KVP__LINK_ACK__INIT;
+    Kvp__LinkClose   cl = KVP__LINK_CLOSE__INIT;
     Kvp__LinkDevice  dv = KVP__LINK_DEVICE__INIT;
     int32_t         *st = NULL;
     kvp_status_t     status;
@@ -952,6 +954,12 @@ kvp_status_t kvp_wire_link_pack(const kvp_wire_link_t *m, uint8_t **buf_p, size_
         r.body_case      = KVP__LINK_MSG__BODY_ACK;
         r.ack            = &ak;
         break;
+    case KVP_WIRE_LINK_CLOSE:
+        cl.status   = (int32_t)m->status;
+        cl.message  = m->message[0] != '\0' ? (char *)m->message : NULL;
+        r.body_case = KVP__LINK_MSG__BODY_CLOSE;
+        r.close     = &cl;
+        break;
     default:
         KVP_LOG_ERROR(MOD, "cannot pack link message kind %d", (int)m->kind);
         return KVP_ERR_INVALID;
@@ -976,6 +984,7 @@ static kvp_status_t link_from_pb(const Kvp__LinkMsg *r, uint64_t data_len, kvp_w
     case KVP__LINK_MSG__BODY_BATCH:  m->kind = KVP_WIRE_LINK_BATCH; break;
     case KVP__LINK_MSG__BODY_READY:  m->kind = KVP_WIRE_LINK_READY; break;
     case KVP__LINK_MSG__BODY_ACK:    m->kind = KVP_WIRE_LINK_ACK; break;
+    case KVP__LINK_MSG__BODY_CLOSE:  m->kind = KVP_WIRE_LINK_CLOSE; break;
     default:                         break;
     }
     if (r->version != KVP_WIRE_LINK_VERSION) {
@@ -1021,6 +1030,13 @@ static kvp_status_t link_from_pb(const Kvp__LinkMsg *r, uint64_t data_len, kvp_w
         m->batch_id = r->ready->batch_id;
         m->status   = (kvp_status_t)r->ready->status;
         str_in(m->message, sizeof(m->message), r->ready->message);
+        return KVP_OK;
+    case KVP_WIRE_LINK_CLOSE:
+        if (!status_known(r->close->status)) {
+            return link_bad(m, "unknown status");
+        }
+        m->status = (kvp_status_t)r->close->status;
+        str_in(m->message, sizeof(m->message), r->close->message);
         return KVP_OK;
     default: /* ACK */
         if (!status_known(r->ack->status) || r->ack->n_page_status > KVP_WIRE_MAX_PAGES) {

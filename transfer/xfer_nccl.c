@@ -21,6 +21,7 @@
 
 #define MOD       "nccl"
 #define LINK_QMAX 8u /* control messages held; the protocol has at most two in flight */
+#define LINK_BYE_MS 200u /* how long a failing link waits for its close message to go out */
 
 _Static_assert(KVP_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "nccl unique id size");
 _Static_assert(KVP_WIRE_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "wire unique id size");
@@ -54,21 +55,26 @@ static uint64_t deadline_in(uint32_t ms)
     return kvp_time_ns() + (uint64_t)ms * 1000000u;
 }
 
-/* The link cannot go on: log why, abort the communicator, close the control connection (the
- * peer then sees PEER_GONE at once instead of waiting for its deadline). Returns status. */
+static kvp_status_t link_say(kvp_nccl_link_h link, kvp_xfer_conn_h conn, const kvp_wire_link_t *m,
+                             uint64_t deadline);
+
+/* The link cannot go on: log why, abort the communicator, tell a peer still there (a close
+ * message, so it need not wait for its own deadline: UCX 1.13 does not report a closed idle
+ * connection to the other side) and close the control connection. Returns status. */
 static kvp_status_t link_fail(kvp_nccl_link_h link, kvp_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static kvp_status_t link_fail(kvp_nccl_link_h link, kvp_status_t status, const char *fmt, ...)
 {
     kvp_xfer_conn_h conn = link->conn;
-    char            why[256];
+    kvp_wire_link_t bye;
     va_list         ap;
 
+    memset(&bye, 0, sizeof(bye));
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    vsnprintf(bye.message, sizeof(bye.message), fmt, ap);
     va_end(ap);
-    KVP_LOG_ERROR(MOD, "link rank %d: %s (%s): link closed", link->rank, why,
+    KVP_LOG_ERROR(MOD, "link rank %d: %s (%s): link closed", link->rank, bye.message,
                   kvp_status_str(status));
     if (link->broken == KVP_OK) {
         link->broken = status;
@@ -76,6 +82,11 @@ static kvp_status_t link_fail(kvp_nccl_link_h link, kvp_status_t status, const c
     if (link->comm != NULL) {
         ncclCommAbort(link->comm);
         link->comm = NULL;
+    }
+    if (conn != NULL && link->gone == KVP_OK) {
+        bye.kind   = KVP_WIRE_LINK_CLOSE;
+        bye.status = status;
+        (void)link_say(link, conn, &bye, deadline_in(LINK_BYE_MS));
     }
     link->conn = NULL;
     kvp_xfer_conn_close(conn);
@@ -134,6 +145,12 @@ static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_
             st = kvp_xfer_msg_status(msg) != KVP_OK ? KVP_ERR_PROTOCOL
                                                      : kvp_wire_link_unpack(h, hl, dl, m);
             kvp_xfer_msg_release(msg);
+            if (st == KVP_OK && m->kind == KVP_WIRE_LINK_CLOSE) {
+                KVP_LOG_ERROR(MOD, "link rank %d: the peer closed the link: %s (%s)", link->rank,
+                              m->message, kvp_status_str(m->status));
+                link->gone = KVP_ERR_PEER_GONE;
+                st         = KVP_ERR_PEER_GONE;
+            }
             return st;
         }
         if (link->q_dropped > 0) {
@@ -253,6 +270,14 @@ static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int strea
             return KVP_OK;
         }
         kvp_xfer_progress(link->x);
+        if (link->q_n > 0) { /* nothing is due from the peer now: a close, or out of step */
+            kvp_wire_link_t m;
+            kvp_status_t    st = link_next(link, 0, &m, NULL);
+
+            kvp_wire_link_clear(&m);
+            return link_fail(link, st == KVP_OK ? KVP_ERR_PROTOCOL : st, "%s: %s from the peer",
+                             what, st == KVP_ERR_PEER_GONE ? "close" : "a message out of step");
+        }
         if (link->gone != KVP_OK) {
             return link_fail(link, link->gone, "%s: the peer's control connection failed", what);
         }

@@ -1,5 +1,5 @@
 /* test_wire_link.c - the NCCL link's control messages in proto/wire.c: hello, accept, batch,
- * ready and ack round-trip field for field; every truncation of a hello or a batch, and a hello
+ * ready, ack and close round-trip field for field; every truncation of a hello or a batch, and a hello
  * whose unique id is 127 or 129 bytes, are KVP_ERR_PROTOCOL; a batch of 0 or 4097 pages, of a
  * page shorter than a header or longer than the largest page, or of more than 16 GiB, an ack
  * with an unknown status or 4097 statuses, and any message with data are KVP_ERR_PROTOCOL (the
@@ -131,6 +131,10 @@ static void make(kvp_wire_link_kind_t kind, kvp_wire_link_t *m)
         m->status   = KVP_ERR_TOO_LARGE;
         strcpy(m->message, "does not fit");
         break;
+    case KVP_WIRE_LINK_CLOSE:
+        m->status = KVP_ERR_TIMEOUT;
+        strcpy(m->message, "receiving pages: not done within 1500 ms");
+        break;
     default:
         m->batch_id    = 6;
         m->status      = KVP_ERR_CORRUPT;
@@ -143,7 +147,7 @@ static void make(kvp_wire_link_kind_t kind, kvp_wire_link_t *m)
 
 static void roundtrips(void)
 {
-    for (int k = KVP_WIRE_LINK_HELLO; k <= KVP_WIRE_LINK_ACK; k++) {
+    for (int k = KVP_WIRE_LINK_HELLO; k <= KVP_WIRE_LINK_CLOSE; k++) {
         kvp_wire_link_t a, b;
         uint8_t        *buf;
         size_t          len;

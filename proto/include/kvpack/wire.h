@@ -174,7 +174,8 @@ typedef enum {
     KVP_WIRE_LINK_ACCEPT = 2, /* decode -> prefill: status (refusal: why), NCCL version, device */
     KVP_WIRE_LINK_BATCH  = 3, /* sender -> receiver: page lengths of the batch that follows */
     KVP_WIRE_LINK_READY  = 4, /* receiver -> sender: its receives are posted, or refused */
-    KVP_WIRE_LINK_ACK    = 5  /* receiver -> sender: the GPU check, one status per page */
+    KVP_WIRE_LINK_ACK    = 5, /* receiver -> sender: the GPU check, one status per page */
+    KVP_WIRE_LINK_CLOSE  = 6  /* either side, last: it closed the link; status and why */
 } kvp_wire_link_kind_t;
 
 typedef struct {
@@ -192,8 +193,9 @@ typedef struct {
     uint32_t             nccl_version;   /* HELLO, ACCEPT: ncclGetVersion's code */
     uint8_t              unique_id[KVP_WIRE_NCCL_ID_BYTES]; /* HELLO */
     kvp_wire_link_dev_t  device;         /* HELLO, ACCEPT: the sender's */
-    kvp_status_t         status;         /* ACCEPT, READY, ACK */
-    char                 message[KVP_WIRE_MSG_MAX]; /* ACCEPT, READY, ACK: why (truncated) */
+    kvp_status_t         status;         /* ACCEPT, READY, ACK, CLOSE */
+    char                 message[KVP_WIRE_MSG_MAX]; /* ACCEPT, READY, ACK, CLOSE: why
+                                          * (truncated) */
     uint64_t             batch_id;       /* BATCH, READY, ACK */
     uint32_t             n_pages;        /* BATCH: 1..KVP_WIRE_MAX_PAGES lengths; ACK: statuses
                                           * (0..KVP_WIRE_MAX_PAGES) */
