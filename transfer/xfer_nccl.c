@@ -533,6 +533,25 @@ static kvp_status_t link_usable(kvp_nccl_link_h link)
     return link->rank < 0 || link->comm == NULL ? KVP_ERR_NOT_FOUND : KVP_OK;
 }
 
+/* A batch may run on another thread than the set-up did: the CUDA device is per thread (the
+ * stream and the check kernel must be on the link's). */
+static kvp_status_t link_enter(kvp_nccl_link_h link)
+{
+    kvp_status_t st = link_usable(link);
+    cudaError_t  e;
+
+    if (st != KVP_OK) {
+        return st;
+    }
+    e = cudaSetDevice(link->device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return link_fail(link, KVP_ERR_DEVICE, "device %d: %s", link->device,
+                         cudaGetErrorString(e));
+    }
+    return KVP_OK;
+}
+
 /* "pages 3, 7 (of 9)" into out: the failed ones, as many as fit. */
 static void name_bad(const kvp_status_t *st, uint32_t n, char *out, size_t cap)
 {
@@ -558,7 +577,7 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     if (link == NULL || pages == NULL || lens == NULL || n == 0 || n > KVP_WIRE_MAX_PAGES) {
         return KVP_ERR_INVALID;
     }
-    st = link_usable(link);
+    st = link_enter(link);
     if (st != KVP_OK) {
         return st;
     }
@@ -584,10 +603,14 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
         return link_fail(link, st, "waiting for the receiver of batch %llu",
                          (unsigned long long)b.batch_id);
     }
-    if (m.status != KVP_OK) {
+    st = m.status;
+    if (st != KVP_OK) {
         KVP_LOG_ERROR(MOD, "batch %llu refused by the receiver: %s (%s)",
-                      (unsigned long long)b.batch_id, m.message, kvp_status_str(m.status));
-        return m.status; /* nothing moved: the link goes on */
+                      (unsigned long long)b.batch_id, m.message, kvp_status_str(st));
+    }
+    kvp_wire_link_clear(&m);
+    if (st != KVP_OK) {
+        return st; /* nothing moved: the link goes on */
     }
     ncclGroupStart();
     for (uint32_t i = 0; i < n; i++) {
@@ -656,7 +679,7 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
     if (link == NULL || buf == NULL || lens == NULL || lens_cap == 0 || n_p == NULL) {
         return KVP_ERR_INVALID;
     }
-    st = link_usable(link);
+    st = link_enter(link);
     if (st != KVP_OK) {
         return st;
     }

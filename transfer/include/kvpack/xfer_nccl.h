@@ -15,8 +15,10 @@
  * batch at a time (both sending at once is KVP_ERR_PROTOCOL).
  * Failures: a dead peer (its control connection failed) is KVP_ERR_PEER_GONE, a deadline
  * KVP_ERR_TIMEOUT, a malformed control message KVP_ERR_PROTOCOL, a CUDA or NCCL error
- * KVP_ERR_DEVICE; each aborts the communicator, closes the control connection (the peer sees
- * PEER_GONE at once) and leaves the link unusable: later calls return the same status.
+ * KVP_ERR_DEVICE; each aborts the communicator, tells the peer (a close message: it returns
+ * PEER_GONE at once), closes the control connection and leaves the link unusable: later calls
+ * return the same status. A batch runs under one deadline from its first message to its ack,
+ * so the receiver must be in kvp_nccl_link_recv within the sender's timeout.
  * A refused batch or one with corrupt pages leaves it usable.
  * Threading: one thread per link; calls block until done or their deadline. Memory: pages and
  * buffers are device memory of the link's device; every other array is host memory. */
