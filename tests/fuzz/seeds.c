@@ -1,6 +1,6 @@
 /* seeds.c - fuzz_seeds DIR: writes a seed corpus for each harness under DIR/<harness>/, made
  * here from kvpack's own encoders (nothing is committed): packed requests and replies of every
- * op (wire), a page of every codec in full and partial geometries (page), session records with
+ * op and an NCCL link message of each kind (wire), a page of every codec in full and partial geometries (page), session records with
  * and without keys and tails (record), gateway bodies of each kind the etcd client reads (etcd),
  * the tiny GGUF model of tests/model/tiny_gguf.h (gguf), Mooncake-format trace lines (trace)
  * llama2.c tokenizer files with a prompt (tok), HTTP requests to kvpackd --http (http) and .kvd
@@ -108,6 +108,42 @@ static void wire_seeds(void)
             fprintf(stderr, "fuzz_seeds: %s reply does not pack\n", kvp_wire_op_name(p[i].op));
             exit(1);
         }
+    }
+}
+
+/* one NCCL link message of each kind (prefix 2) */
+static void link_seeds(void)
+{
+    uint32_t        lens[3] = {1088, 64, 2112};
+    kvp_status_t    st[3]   = {KVP_OK, KVP_ERR_CORRUPT, KVP_ERR_BAD_PAGE};
+    kvp_wire_link_t m;
+    uint8_t        *buf;
+    size_t          len;
+
+    for (int k = KVP_WIRE_LINK_HELLO; k <= KVP_WIRE_LINK_CLOSE; k++) {
+        memset(&m, 0, sizeof(m));
+        m.kind         = (kvp_wire_link_kind_t)k;
+        m.nccl_version = 22809;
+        m.batch_id     = 9;
+        memset(m.unique_id, 0x33, sizeof(m.unique_id));
+        m.device.index = k == KVP_WIRE_LINK_HELLO ? 0 : -1;
+        snprintf(m.device.name, sizeof(m.device.name), "gpu");
+        snprintf(m.device.why, sizeof(m.device.why), "%s", k == KVP_WIRE_LINK_HELLO ? "" : "none");
+        m.status = k == KVP_WIRE_LINK_ACK     ? KVP_ERR_CORRUPT
+                   : k == KVP_WIRE_LINK_CLOSE ? KVP_ERR_TIMEOUT
+                                              : KVP_OK;
+        snprintf(m.message, sizeof(m.message), "why");
+        if (k == KVP_WIRE_LINK_BATCH || k == KVP_WIRE_LINK_ACK) {
+            m.n_pages     = 3;
+            m.page_lens   = lens;
+            m.page_status = st;
+        }
+        if (kvp_wire_link_pack(&m, &buf, &len) != KVP_OK) {
+            fprintf(stderr, "fuzz_seeds: link %s does not pack\n", kvp_wire_link_kind_name(m.kind));
+            exit(1);
+        }
+        seed("wire", 2, 1, 0, buf, len);
+        kvp_free(buf);
     }
 }
 
@@ -342,6 +378,7 @@ int main(int argc, char **argv)
     snprintf(root, sizeof(root), "%s", argv[1]);
     CHECK(mkdir(root, 0755) == 0 || errno == EEXIST);
     wire_seeds();
+    link_seeds();
     page_seeds();
     record_seeds();
     etcd_seeds();
