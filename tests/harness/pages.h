@@ -1,6 +1,7 @@
 /* pages.h - real kvpack pages for the tests that move or check them in bulk (GPU page verifier,
  * NCCL link): n kivi pages of assorted sizes (a few hundred bytes to about 140 KB) encoded from
- * random values and stored back to back, as a batch travels. Header-only; links kvp_kernels. */
+ * random values and stored back to back, as a batch travels. Header-only; links kvp_kernels and
+ * needs tests/kernels on the include path (tk.h: the RNG). */
 #ifndef KVPACK_TEST_PAGES_H
 #define KVPACK_TEST_PAGES_H
 
@@ -11,15 +12,7 @@
 #include "kvpack/codec.h"
 
 #include "check.h"
-
-static inline uint64_t test_pages_rnd(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+#include "tk.h"
 
 /* n pages (seeded by seed) back to back in *buf_p (malloc'd, the caller frees), their lengths in
  * lens[0..n); returns the total bytes. Page i has 2..8 heads of head_dim 64 or 128 and 16..256
@@ -28,6 +21,7 @@ static inline size_t test_pages_make(uint64_t seed, uint32_t n, uint8_t **buf_p,
 {
     size_t   total = 0, cap = 0;
     uint8_t *buf   = NULL;
+    tk_rng_t rng   = {seed};
 
     for (uint32_t i = 0; i < n; i++) {
         kvp_page_params_t p;
@@ -37,9 +31,9 @@ static inline size_t test_pages_make(uint64_t seed, uint32_t n, uint8_t **buf_p,
 
         memset(&p, 0, sizeof(p));
         p.codec       = KVP_CODEC_KIVI;
-        p.heads       = i == 0 ? 2 : (i % 4 == 3 ? 8 : 2 + (uint32_t)(test_pages_rnd(&seed) % 7));
-        p.head_dim    = (i % 4 == 3 || test_pages_rnd(&seed) % 2) ? 128 : 64;
-        p.page_tokens = i == 0 ? 16 : (i % 4 == 3 ? 256 : 32 * (1 + (uint32_t)(test_pages_rnd(&seed) % 8)));
+        p.heads       = i == 0 ? 2 : (i % 4 == 3 ? 8 : 2 + (uint32_t)(tk_next(&rng) % 7));
+        p.head_dim    = (i % 4 == 3 || tk_next(&rng) % 2) ? 128 : 64;
+        p.page_tokens = i == 0 ? 16 : (i % 4 == 3 ? 256 : 32 * (1 + (uint32_t)(tk_next(&rng) % 8)));
         p.layer       = i;
         p.first_pos   = (uint64_t)i * 256;
         p.chunk_key.lo = seed;
@@ -49,7 +43,7 @@ static inline size_t test_pages_make(uint64_t seed, uint32_t n, uint8_t **buf_p,
         kv   = malloc(2 * vals * sizeof(float));
         CHECK(kv != NULL);
         for (size_t j = 0; j < 2 * vals; j++) {
-            kv[j] = (float)((int64_t)(test_pages_rnd(&seed) % 2001) - 1000) / 250.0f;
+            kv[j] = (float)((int64_t)(tk_next(&rng) % 2001) - 1000) / 250.0f;
         }
         need = kvp_page_max_bytes(&p);
         if (total + need > cap) {

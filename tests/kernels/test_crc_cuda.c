@@ -21,12 +21,12 @@
 #include "kvpack/codec_cuda.h"
 #endif
 
-static uint64_t seed = 42;
+static tk_rng_t rng = {42};
 
 static void fill(uint8_t *b, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        b[i] = (uint8_t)test_pages_rnd(&seed);
+        b[i] = (uint8_t)tk_next(&rng);
     }
 }
 
