@@ -166,6 +166,23 @@ static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_
     }
 }
 
+/* link_next for a message of kind (of batch batch_id and n_pages pages where those are not 0 and
+ * UINT32_MAX): another one is KVP_ERR_PROTOCOL; on any error *m is cleared. */
+static kvp_status_t link_expect(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_link_kind_t kind,
+                                uint64_t batch_id, uint32_t n_pages, kvp_wire_link_t *m)
+{
+    kvp_status_t st = link_next(link, deadline, m, NULL);
+
+    if (st == KVP_OK && (m->kind != kind || (batch_id != 0 && m->batch_id != batch_id) ||
+                         (n_pages != UINT32_MAX && m->n_pages != n_pages))) {
+        st = KVP_ERR_PROTOCOL;
+    }
+    if (st != KVP_OK) {
+        kvp_wire_link_clear(m);
+    }
+    return st;
+}
+
 static void said(void *arg, kvp_status_t status)
 {
     ((kvp_nccl_link_h)arg)->said = status;
@@ -594,12 +611,8 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     if (st != KVP_OK) {
         return link_fail(link, st, "sending batch %llu", (unsigned long long)b.batch_id);
     }
-    st = link_next(link, deadline, &m, NULL);
-    if (st == KVP_OK && (m.kind != KVP_WIRE_LINK_READY || m.batch_id != b.batch_id)) {
-        st = KVP_ERR_PROTOCOL;
-    }
+    st = link_expect(link, deadline, KVP_WIRE_LINK_READY, b.batch_id, UINT32_MAX, &m);
     if (st != KVP_OK) {
-        kvp_wire_link_clear(&m);
         return link_fail(link, st, "waiting for the receiver of batch %llu",
                          (unsigned long long)b.batch_id);
     }
@@ -628,13 +641,8 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     if (link_poll(link, deadline, 1, "sending pages") != KVP_OK) {
         return link->broken;
     }
-    st = link_next(link, deadline, &m, NULL);
-    if (st == KVP_OK &&
-        (m.kind != KVP_WIRE_LINK_ACK || m.batch_id != b.batch_id || m.n_pages != n)) {
-        st = KVP_ERR_PROTOCOL;
-    }
+    st = link_expect(link, deadline, KVP_WIRE_LINK_ACK, b.batch_id, n, &m);
     if (st != KVP_OK) {
-        kvp_wire_link_clear(&m);
         return link_fail(link, st, "waiting for the ack of batch %llu",
                          (unsigned long long)b.batch_id);
     }
@@ -683,15 +691,11 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
     if (st != KVP_OK) {
         return st;
     }
-    st = link_next(link, deadline_in(wait_ms), &b, NULL);
+    st = link_expect(link, deadline_in(wait_ms), KVP_WIRE_LINK_BATCH, 0, UINT32_MAX, &b);
     if (st == KVP_ERR_TIMEOUT) {
         return st; /* no batch began: nothing to undo */
     }
-    if (st == KVP_OK && b.kind != KVP_WIRE_LINK_BATCH) {
-        st = KVP_ERR_PROTOCOL;
-    }
     if (st != KVP_OK) {
-        kvp_wire_link_clear(&b);
         return link_fail(link, st, "waiting for a batch");
     }
     deadline = deadline_in(link->timeout_ms);
