@@ -270,7 +270,8 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
                                 ? 100
                                 : (int)((call->deadline_ns - now) / 1000000u) + 1);
     }
-    if (call->status == KVP_ERR_PEER_GONE || call->status == KVP_ERR_PEER_UNREACHABLE) {
+    if (call->status == KVP_ERR_PEER_GONE || call->status == KVP_ERR_PEER_UNREACHABLE ||
+        call->status == KVP_ERR_SHUTTING_DOWN) {
         conn_reset(c, call->status); /* the next call connects afresh (a restarted node's old
                                       * connection would otherwise fail it too) */
     }

@@ -24,7 +24,7 @@
 int kvp_cluster_status_unreachable(kvp_status_t s)
 {
     return s == KVP_ERR_TIMEOUT || s == KVP_ERR_CANCELED || s == KVP_ERR_PEER_UNREACHABLE ||
-           s == KVP_ERR_PEER_GONE;
+           s == KVP_ERR_PEER_GONE || s == KVP_ERR_SHUTTING_DOWN;
 }
 
 /* ---- private ---- */

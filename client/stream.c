@@ -353,7 +353,8 @@ kvp_status_t kvp_put_stream_finish(kvp_put_stream_h s, const char *sid,
     }
     st = kvp_client_put_session_pages(s->c, s->ns, sid, desc, pages, lens, n, version);
     /* refused once it went on a new connection: the pushed pages may be the old process's */
-    st = st != KVP_OK && s->c->conn_gen != s->gen ? KVP_ERR_PEER_GONE : st;
+    st = st != KVP_OK && st != KVP_ERR_SHUTTING_DOWN && s->c->conn_gen != s->gen ? KVP_ERR_PEER_GONE
+                                                                                : st;
     sent_drop(s);
     return st;
 }

@@ -56,8 +56,8 @@ typedef struct {
     atomic_flag          scrubbing;    /* a SCRUB pass is running (one at a time) */
     kvp_node_work_h work;
     uint64_t    outstanding;  /* jobs received and not yet finished (transport thread) */
-    int         stopping;     /* shutting down: new requests are answered KVP_ERR_PEER_GONE at
-                               * once ("node is shutting down"), so clients fail over now */
+    int         stopping;     /* shutting down: new requests are answered KVP_ERR_SHUTTING_DOWN
+                               * at once, so clients fail over now */
     uint32_t    max_reply_pages; /* bounded by the transport's header limit */
     uint32_t    max_list;        /* LIST entries per reply, bounded the same way */
     kvp_node_obs_t obs;          /* state and counters for /health and /metrics */
@@ -550,10 +550,13 @@ static void job_handle(node_t *n, node_job_t *job)
     rep.req_id = req->req_id;
     rep.op     = req->op;
     kvp_log_error_clear(); /* what the store logs as an error from here on is this request's */
+    if (job->bad == KVP_ERR_SHUTTING_DOWN) {
+        reply_status_msg(job, &rep, job->bad, "node is shutting down: ask another replica", true);
+        return;
+    }
     if (job->bad != KVP_OK) {
         reply_status(job, &rep, job->bad,
                      job->bad == KVP_ERR_BUSY ? "requests queued on this connection"
-                     : job->bad == KVP_ERR_PEER_GONE ? "node is shutting down"
                      : kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data"
                                                                : "malformed request");
         return;
@@ -789,13 +792,13 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
     }
     if (n->stopping && job->bad == KVP_OK) {
-        job->bad = KVP_ERR_PEER_GONE; /* a client counts it unreachable: it tries a replica */
+        job->bad = KVP_ERR_SHUTTING_DOWN; /* a client counts it unreachable: it tries a replica */
     }
     /* refused by the transport with no data to wait for: past NODE_CONN_QUEUE_MAX (a flood), or
      * over --max-msg (eager), or the node is stopping: answered at once, ahead of the
      * connection's queued ones, so a stream of them holds no job behind the connection's strand */
     if (kvp_xfer_msg_status(msg) == KVP_ERR_BUSY || kvp_xfer_msg_status(msg) == KVP_ERR_TOO_LARGE ||
-        job->bad == KVP_ERR_PEER_GONE) {
+        job->bad == KVP_ERR_SHUTTING_DOWN) {
         job_run(n, &job->link);
         job_done(n, job);
         return;
@@ -931,7 +934,7 @@ static void *store_stop_run(void *arg)
 
 /* kvp_store_shutdown (the stop-time spill under --durability spill: seconds per GB only in DRAM)
  * on a thread of its own while this one keeps the transport moving, so requests that arrive
- * meanwhile are answered KVP_ERR_PEER_GONE at once and their clients go to a replica (the
+ * meanwhile are answered KVP_ERR_SHUTTING_DOWN at once and their clients go to a replica (the
  * transport stood still for the spill, and they waited for their deadlines). all: the signal
  * mask for new threads. */
 static void node_store_shutdown(node_t *n, const sigset_t *all)

@@ -2,7 +2,7 @@
  * spill a SIGTERMed node first writes its DRAM-only sessions to disk (seconds per GB); the
  * spill is held on the disk here (gate_preload.so, KVP_TEST_WRITE_GATE: segment writes wait for
  * a file). Meanwhile a connected client's call and a new client's call must both end
- * KVP_ERR_PEER_GONE well before their 20 s deadline (a cluster client then goes to a replica),
+ * KVP_ERR_SHUTTING_DOWN well before their 20 s deadline (a cluster client then goes to a replica),
  * and a cluster handle over this node and a live one must get the session from the live one.
  * Before, the transport stood still for the spill and every such call waited for its deadline
  * (KVP_ERR_TIMEOUT). Once the gate opens the node exits 0, and restarted it serves the session
@@ -36,7 +36,7 @@ static void expect_fast_gone(const char *what, kvp_status_t st, double t0)
 
     fprintf(stderr, "%s during the stop-time spill: %s after %.2f s\n", what,
             kvp_status_name(st), took);
-    EXPECT(st == KVP_ERR_PEER_GONE, "%s got %s, want ERR_PEER_GONE", what, kvp_status_name(st));
+    EXPECT(st == KVP_ERR_SHUTTING_DOWN, "%s got %s, want ERR_SHUTTING_DOWN", what, kvp_status_name(st));
     EXPECT(took < DEADLINE / 2000.0, "%s took %.1f s: it waited for its deadline", what, took);
 }
 
@@ -130,7 +130,7 @@ int main(void)
             rep.served_by, rep.n_tried > 0 ? kvp_status_name(rep.tried[0].status) : "-");
     EXPECT(s == KVP_OK && rep.served_by == 1, "cluster get got %s", kvp_status_name(s));
     EXPECT(rep.n_tried >= 1 && rep.tried[0].node == 0 &&
-           rep.tried[0].status == KVP_ERR_PEER_GONE, "the stopping node was not asked first");
+           rep.tried[0].status == KVP_ERR_SHUTTING_DOWN, "the stopping node was not asked first");
     EXPECT(kvp_time_s() - t0 < DEADLINE / 2000.0, "the cluster get waited for a deadline");
     if (s == KVP_OK) {
         test_session_check(&ts, sp);

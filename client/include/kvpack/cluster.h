@@ -231,8 +231,9 @@ kvp_status_t kvp_cluster_scrub(kvp_cluster_h cluster, uint32_t node, kvp_scrub_r
 kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char **peers_p,
                                     uint32_t *n_p);
 
-/* True for the statuses a dead, partitioned or silent node gives: ERR_TIMEOUT, ERR_CANCELED,
- * ERR_PEER_UNREACHABLE, ERR_PEER_GONE (not ERR_PROTOCOL: that node answered). */
+/* True for the statuses a dead, partitioned, silent or stopping node gives: ERR_TIMEOUT,
+ * ERR_CANCELED, ERR_PEER_UNREACHABLE, ERR_PEER_GONE, ERR_SHUTTING_DOWN (not ERR_PROTOCOL: that
+ * node answered). */
 int          kvp_cluster_status_unreachable(kvp_status_t s);
 
 #ifdef __cplusplus

@@ -93,11 +93,11 @@ typedef struct kvp_node_params {
  * when it cannot), keeps its lease alive while it serves and revokes it on the way out. */
 kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t *stop);
 
-/* The default --max-conns under the soft open files limit now (0, no limit, when it is
+/* The default --max-conns under the soft open files limit L now (0, no limit, when it is
  * unlimited): each client connection costs the node 2 descriptors, the store may hold
- * kvp_store_fd_budget() (a quarter of the limit, 256 at least, plus 256), and HTTP, etcd and
- * UCX itself about 128: (limit - max(limit / 4, 256) - 384) / 2, at least 16 (192 for a
- * limit of 1024, 491328 for 1048576). */
+ * kvp_store_fd_budget() (L/4 within 256..65536, plus 256), and HTTP, etcd and UCX itself about
+ * 128: (L - min(max(L / 4, 256), 65536) - 384) / 2, at least 16 (192 for L = 1024, 491328 for
+ * L = 1048576). */
 uint32_t kvp_node_max_conns_default(void);
 
 /* The node command line (kvpackd and `kvpack serve`): parses options, installs SIGTERM/SIGINT

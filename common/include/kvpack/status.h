@@ -31,6 +31,7 @@ extern "C" {
     X(ERR_PROTOCOL,       -42,  "malformed or truncated wire message")       \
     X(ERR_NODE_SUSPECT,   -60,  "node marked suspect")                       \
     X(ERR_NODE_STORE,     -61,  "node storage failure")                      \
+    X(ERR_SHUTTING_DOWN,  -62,  "node is shutting down")                     \
     X(ERR_CORRUPT,        -80,  "checksum mismatch")                         \
     X(ERR_BAD_PAGE,       -81,  "malformed page")                            \
     X(ERR_WRONG_CODEC,    -82,  "page codec or geometry does not match")     \
