@@ -413,6 +413,18 @@ static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req, reject_log_t *rl, 
     }
 }
 
+/* Server connections not failed: one whose peer left in this same ucp_worker_progress drain is
+ * still in x->conns until report_dead, and must not keep a newcomer out. Walked only at the cap. */
+static unsigned server_conns_live(kvp_xfer_h x)
+{
+    unsigned n = 0;
+
+    for (kvp_xfer_conn_h c = x->conns; c != NULL; c = c->next) {
+        n += c->server && c->status == KVP_OK;
+    }
+    return n;
+}
+
 /* Queued for accept_pending, which runs once ucp_worker_progress is drained: a burst of
  * connects all lands here first, so the queue grows (a fixed 64 slots rejected the rest). */
 static void conn_request_cb(ucp_conn_request_h req, void *arg)
@@ -420,7 +432,8 @@ static void conn_request_cb(ucp_conn_request_h req, void *arg)
     kvp_xfer_h          x = arg;
     ucp_conn_request_h *q;
 
-    if (x->max_conns != 0 && x->n_server + x->n_accept >= x->max_conns) {
+    if (x->max_conns != 0 && x->n_server + x->n_accept >= x->max_conns &&
+        server_conns_live(x) + x->n_accept >= x->max_conns) {
         char why[64];
 
         snprintf(why, sizeof(why), "at the connection limit (%u)", x->max_conns);

@@ -1,7 +1,8 @@
 /* test_xfer_conncap.c - the listener's connection cap (KVP_XFER_PARAM_MAX_CONNS): with a cap of
  * 3, five clients connect and send a request; three are answered, the other two fail
  * KVP_ERR_PEER_UNREACHABLE (rejected at once, not left hanging), and kvp_xfer_conn_counts says
- * 3 open and 2 rejected. Once a client leaves, a new client gets in. Without the cap every
+ * 3 open and 2 rejected. Once a client leaves, a new client gets in, also when the leave and the
+ * connect reach the server in one progress (the leaving one counted until then). Without the cap every
  * connection was accepted, so a node could be run out of file descriptors by its clients.
  * Both ends live in this process. */
 #include "kvpack/xfer.h"
@@ -14,7 +15,8 @@
 #include <unistd.h>
 
 #define CAP    3
-#define N_CONN 6 /* five at first, then one more after a client left */
+#define N_CONN 7 /* five at first, then one after a client left, one as another leaves */
+#define FIRST  5
 
 /* progress both until clients [lo, hi) each got a reply or failed (or a hang bound passes) */
 static void settle(kvp_xfer_h srv, kvp_xfer_h cli, xt_clients_t *c, int lo, int hi)
@@ -53,11 +55,11 @@ int main(void)
     srv          = xt_server(&p, &port);
     cli          = xt_client(&c);
 
-    for (int i = 0; i < N_CONN - 1; i++) {
+    for (int i = 0; i < FIRST; i++) {
         xt_connect_send(cli, port, &c, i);
     }
-    settle(srv, cli, &c, 0, N_CONN - 1);
-    for (int i = 0; i < N_CONN - 1; i++) {
+    settle(srv, cli, &c, 0, FIRST);
+    for (int i = 0; i < FIRST; i++) {
         replied += c.replied[i] > 0;
         unreachable += c.failed[i] == KVP_ERR_PEER_UNREACHABLE;
         if (c.replied[i] > 0 && gone < 0) {
@@ -66,12 +68,10 @@ int main(void)
     }
     kvp_xfer_conn_counts(srv, &open, &capped);
     printf("%d connects against a cap of %d: %d answered, %d PEER_UNREACHABLE; server: %u open, "
-           "%llu rejected\n", N_CONN - 1, CAP, replied, unreachable, open,
-           (unsigned long long)capped);
-    EXPECT(replied == CAP && unreachable == N_CONN - 1 - CAP,
-           "%d answered and %d rejected, want %d and %d", replied, unreachable, CAP,
-           N_CONN - 1 - CAP);
-    EXPECT(open == CAP && capped == (uint64_t)(N_CONN - 1 - CAP),
+           "%llu rejected\n", FIRST, CAP, replied, unreachable, open, (unsigned long long)capped);
+    EXPECT(replied == CAP && unreachable == FIRST - CAP,
+           "%d answered and %d rejected, want %d and %d", replied, unreachable, CAP, FIRST - CAP);
+    EXPECT(open == CAP && capped == (uint64_t)(FIRST - CAP),
            "server counts %u open, %llu rejected", open, (unsigned long long)capped);
 
     /* a client leaves: once the server saw it go, the next one gets in */
@@ -85,10 +85,29 @@ int main(void)
         kvp_xfer_conn_counts(srv, &open, NULL);
     } while (open >= CAP && kvp_time_s() < end);
     EXPECT(open == CAP - 1, "server still counts %u open after a client left", open);
-    xt_connect_send(cli, port, &c, N_CONN - 1);
-    settle(srv, cli, &c, N_CONN - 1, N_CONN);
-    EXPECT(c.replied[N_CONN - 1] > 0, "a client under the cap again was not answered (%s)",
-           kvp_status_name(c.failed[N_CONN - 1]));
+    xt_connect_send(cli, port, &c, FIRST);
+    settle(srv, cli, &c, FIRST, FIRST + 1);
+    EXPECT(c.replied[FIRST] > 0, "a client under the cap again was not answered (%s)",
+           kvp_status_name(c.failed[FIRST]));
+
+    /* the cap full again: a client leaves and another connects before the server progresses,
+     * so it sees the leave and the connect in one go; the newcomer takes the freed place */
+    gone = -1;
+    for (int i = 0; i <= FIRST && gone < 0; i++) {
+        gone = c.conn[i] != NULL && c.replied[i] > 0 ? i : -1;
+    }
+    CHECK(gone >= 0);
+    kvp_xfer_conn_close(c.conn[gone]);
+    c.conn[gone] = NULL;
+    xt_connect_send(cli, port, &c, FIRST + 1);
+    end = kvp_time_s() + 0.5; /* time for both to reach the listener (not a check) */
+    while (kvp_time_s() < end) {
+        kvp_xfer_progress(cli);
+        usleep(1000);
+    }
+    settle(srv, cli, &c, FIRST + 1, FIRST + 2);
+    EXPECT(c.replied[FIRST + 1] > 0, "a client connecting as another left was refused (%s)",
+           kvp_status_name(c.failed[FIRST + 1]));
 
     for (int i = 0; i < N_CONN; i++) {
         kvp_xfer_conn_close(c.conn[i]);
