@@ -697,6 +697,10 @@ static void strand_run(node_t *n, node_job_t *job)
     while (job != NULL) {
         int alive = kvp_xfer_conn_status(job->conn) == KVP_OK;
 
+        if (n->stopping && job->bad == KVP_OK) { /* not started yet: refused like a new one, so
+                                                  * the stop waits only for the running jobs */
+            job->bad = KVP_ERR_SHUTTING_DOWN;
+        }
         if (alive && !job_inline(job) && strand_must_wait(n, job)) {
             node_strand_t *st = kvp_xfer_conn_user(job->conn);
 
@@ -1147,7 +1151,7 @@ err_xfer:
     ready_file_remove(ready);
     kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
     kvp_node_etcd_stop(reg); /* revoke first: clients stop picking this node at once */
-    n.stopping = 1;          /* requests in flight are answered, new ones refused at once */
+    n.stopping = 1;          /* running requests are answered, the others refused at once */
     while (n.work != NULL && n.outstanding > 0) {
         kvp_xfer_wait(n.x, 10);
         node_take_done(&n);
