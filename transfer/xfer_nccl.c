@@ -40,6 +40,7 @@ struct kvp_nccl_link {
         kvp_xfer_msg_h  msg;
     } q[LINK_QMAX];             /* received control messages, oldest at q_head */
     unsigned        q_head, q_n, q_dropped;
+    unsigned        q_seen;     /* queued messages link_closed has looked at (from q_head) */
     uint8_t         id[KVP_NCCL_ID_BYTES];
     ncclComm_t      comm;
     cudaStream_t    stream;
@@ -122,6 +123,25 @@ static void on_conn(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
     }
 }
 
+/* Unpack a received control message into m (the caller clears it). */
+static kvp_status_t msg_unpack(kvp_xfer_msg_h msg, kvp_wire_link_t *m)
+{
+    size_t      hl, dl;
+    const void *h = kvp_xfer_msg_hdr(msg, &hl);
+
+    (void)kvp_xfer_msg_data(msg, &dl);
+    memset(m, 0, sizeof(*m));
+    return kvp_xfer_msg_status(msg) != KVP_OK ? KVP_ERR_PROTOCOL
+                                              : kvp_wire_link_unpack(h, hl, dl, m);
+}
+
+static void peer_closed(kvp_nccl_link_h link, const kvp_wire_link_t *m)
+{
+    KVP_LOG_ERROR(MOD, "link rank %d: the peer closed the link: %s (%s)", link->rank, m->message,
+                  kvp_status_str(m->status));
+    link->gone = KVP_ERR_PEER_GONE;
+}
+
 /* Wait for the next control message until deadline: unpacked into m (the caller clears it),
  * its connection in *conn_p (may be NULL; valid while the peer's connection lives). */
 static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_link_t *m,
@@ -132,24 +152,19 @@ static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_
         kvp_xfer_progress(link->x);
         if (link->q_n > 0) {
             kvp_xfer_msg_h msg = link->q[link->q_head].msg;
-            size_t         hl, dl;
-            const void    *h = kvp_xfer_msg_hdr(msg, &hl);
             kvp_status_t   st;
 
-            (void)kvp_xfer_msg_data(msg, &dl);
             if (conn_p != NULL) {
                 *conn_p = link->q[link->q_head].conn;
             }
             link->q_head = (link->q_head + 1) % LINK_QMAX;
             link->q_n--;
-            st = kvp_xfer_msg_status(msg) != KVP_OK ? KVP_ERR_PROTOCOL
-                                                     : kvp_wire_link_unpack(h, hl, dl, m);
+            link->q_seen -= link->q_seen > 0;
+            st = msg_unpack(msg, m);
             kvp_xfer_msg_release(msg);
             if (st == KVP_OK && m->kind == KVP_WIRE_LINK_CLOSE) {
-                KVP_LOG_ERROR(MOD, "link rank %d: the peer closed the link: %s (%s)", link->rank,
-                              m->message, kvp_status_str(m->status));
-                link->gone = KVP_ERR_PEER_GONE;
-                st         = KVP_ERR_PEER_GONE;
+                peer_closed(link, m);
+                st = KVP_ERR_PEER_GONE;
             }
             return st;
         }
@@ -164,6 +179,29 @@ static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_
         }
         kvp_xfer_wait(link->x, 2);
     }
+}
+
+/* Whether the peer closed the link: a CLOSE among the queued control messages (each looked at
+ * once). Every other message stays queued, in order, for the next link_expect, which refuses
+ * one out of step: a BATCH may rightly arrive while this side still polls its communicator's
+ * init (real NCCL finishes the two ranks' inits at different moments), an ACK while the
+ * sender's stream has not reported drained yet. */
+static int link_closed(kvp_nccl_link_h link)
+{
+    for (; link->q_seen < link->q_n; link->q_seen++) {
+        kvp_wire_link_t m;
+        kvp_status_t    st = msg_unpack(link->q[(link->q_head + link->q_seen) % LINK_QMAX].msg, &m);
+        int             closed = st == KVP_OK && m.kind == KVP_WIRE_LINK_CLOSE;
+
+        if (closed) {
+            peer_closed(link, &m);
+        }
+        kvp_wire_link_clear(&m);
+        if (closed) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* link_next for a message of kind (of batch batch_id and n_pages pages where those are not 0 and
@@ -258,8 +296,8 @@ static int gpu_probe(int device, kvp_wire_link_dev_t *d)
 }
 
 /* Poll until the communicator's work is done (stream 0) or the link's stream has drained
- * (stream 1): an NCCL error, the peer's control connection failing or the deadline fail the
- * link. */
+ * (stream 1): an NCCL error, the peer closing the link or its control connection failing, or the
+ * deadline fail the link; the peer's other messages stay queued (link_closed). */
 static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int stream,
                               const char *what)
 {
@@ -287,13 +325,12 @@ static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int strea
             return KVP_OK;
         }
         kvp_xfer_progress(link->x);
-        if (link->q_n > 0) { /* nothing is due from the peer now: a close, or out of step */
-            kvp_wire_link_t m;
-            kvp_status_t    st = link_next(link, 0, &m, NULL);
-
-            kvp_wire_link_clear(&m);
-            return link_fail(link, st == KVP_OK ? KVP_ERR_PROTOCOL : st, "%s: %s from the peer",
-                             what, st == KVP_ERR_PEER_GONE ? "close" : "a message out of step");
+        if (link_closed(link)) {
+            return link_fail(link, KVP_ERR_PEER_GONE, "%s: close from the peer", what);
+        }
+        if (link->q_dropped > 0) {
+            return link_fail(link, KVP_ERR_PROTOCOL, "%s: control messages lost (too many from "
+                             "the peer)", what);
         }
         if (link->gone != KVP_OK) {
             return link_fail(link, link->gone, "%s: the peer's control connection failed", what);

@@ -3,7 +3,9 @@
  * once both are posted, streams counting their operations) and kernels/crc_cuda.cu run by the
  * cuda_emu shim, over real UCX on loopback, under ASan + UBSan. It checks kvpack's logic, not
  * NCCL and not a GPU (transfer.nccl_gpu does that with two GPUs):
- *   set-up: both sides up, same unique id; a side without a GPU refused on both sides
+ *   set-up: both sides up, same unique id; a side without a GPU refused on both sides; one
+ *     side's init finishing 300 ms after the other's (either side), the side up first sending
+ *     at once: the batch waits for the other's recv, both links stay up
  *   batches: real pages arrive byte-identical with their lengths and pass the check, both ways,
  *     several in a row
  *   refusals: a batch over the buffer or its page count is KVP_ERR_TOO_LARGE on both sides,
@@ -46,6 +48,13 @@ typedef struct {
     int          destroy_after_ms;
     kvp_status_t st;
     double       secs;
+    /* right after set-up (setup_main): 1 send pages/slens/sn, 2 receive as recv_main; status in
+     * then_st */
+    int                then;
+    const void *const *pages;
+    const uint32_t    *slens;
+    uint32_t           sn;
+    kvp_status_t       then_st;
 } side_t;
 
 static kvp_nccl_link_h link_new(uint32_t timeout_ms)
@@ -63,6 +72,12 @@ static void *setup_main(void *arg)
 
     s->st = s->connect ? kvp_nccl_link_connect(s->link, HOST, s->port)
                        : kvp_nccl_link_accept(s->link);
+    if (s->st == KVP_OK && s->then == 1) {
+        s->then_st = kvp_nccl_link_send(s->link, s->pages, s->slens, s->sn);
+    } else if (s->st == KVP_OK && s->then == 2) {
+        s->then_st = kvp_nccl_link_recv(s->link, s->buf, s->cap, s->lens, s->lens_cap, 10000,
+                                        &s->n, s->pst);
+    }
     return NULL;
 }
 
@@ -235,6 +250,62 @@ static void failures(const uint8_t *h, const uint32_t *lens, size_t total)
     kvp_nccl_link_destroy(p.link);
 }
 
+/* Real NCCL finishes the two ranks' non-blocking inits at different moments: the side up first
+ * sends its first batch at once, which reaches the other side while it still polls its own
+ * init (the other side's batch lags the same way). The batch waits for the receiver's
+ * kvp_nccl_link_recv; both links stay up. lag_rank: the rank whose init lags (1: decode, which
+ * then receives; 0: prefill, which then receives from the decode side). */
+static void skewed_init(int lag_rank, const uint8_t *h, const uint32_t *lens, size_t total)
+{
+    side_t      d, p, *tx = lag_rank == 1 ? &p : &d, *rx = lag_rank == 1 ? &d : &p;
+    const void *pages[NPAGES];
+    uint8_t    *dev = dev_alloc(total), *got = malloc(total);
+
+    CHECK(got != NULL);
+    dev_put(dev, h, total);
+    for (uint32_t i = 0, at = 0; i < NPAGES; at += lens[i], i++) {
+        pages[i] = dev + at;
+    }
+    memset(&d, 0, sizeof(d));
+    memset(&p, 0, sizeof(p));
+    d.link = link_new(10000);
+    p.link = link_new(10000);
+    CHECK_OK(kvp_nccl_link_listen(d.link, HOST, 0, &d.port));
+    p.connect = 1;
+    p.port    = d.port;
+    tx->then_st = rx->then_st = KVP_INPROGRESS; /* not run */
+    tx->then  = 1;
+    tx->pages = pages;
+    tx->slens = lens;
+    tx->sn    = NPAGES;
+    rx->then  = 2;
+    rx->buf   = dev_alloc(total);
+    rx->cap   = total;
+    rx->lens_cap = NPAGES;
+    kvp_nccl_emu_init_lag(lag_rank, 300);
+    CHECK(pthread_create(&d.th, NULL, setup_main, &d) == 0);
+    setup_main(&p);
+    CHECK(pthread_join(d.th, NULL) == 0);
+    kvp_nccl_emu_init_lag(lag_rank, 0);
+    EXPECT(d.st == KVP_OK && p.st == KVP_OK, "rank %d lags: accept %s connect %s", lag_rank,
+           kvp_status_name(d.st), kvp_status_name(p.st));
+    EXPECT(tx->then_st == KVP_OK && rx->then_st == KVP_OK, "rank %d lags: send %s recv %s",
+           lag_rank, kvp_status_name(tx->then_st), kvp_status_name(rx->then_st));
+    if (rx->then_st == KVP_OK) {
+        dev_get(got, rx->buf, total);
+        EXPECT(rx->n == NPAGES && memcmp(got, h, total) == 0, "the pages did not arrive intact");
+    }
+    EXPECT(kvp_nccl_link_status(d.link) == KVP_OK && kvp_nccl_link_status(p.link) == KVP_OK,
+           "rank %d lags: links decode %s prefill %s", lag_rank,
+           kvp_status_name(kvp_nccl_link_status(d.link)),
+           kvp_status_name(kvp_nccl_link_status(p.link)));
+    kvp_nccl_link_destroy(d.link);
+    kvp_nccl_link_destroy(p.link);
+    dev_free(rx->buf);
+    dev_free(dev);
+    free(got);
+}
+
 static void no_gpu(void)
 {
     side_t d, p;
@@ -260,6 +331,8 @@ int main(void)
     live0 = kvp_alloc_live_count();
     no_gpu();
     flows(h, lens, total);
+    skewed_init(1, h, lens, total);
+    skewed_init(0, h, lens, total);
     failures(h, lens, total);
     EXPECT(kvp_nccl_emu_live() == 0, "%d communicators left", kvp_nccl_emu_live());
     EXPECT(kvp_alloc_live_count() == live0, "%lld allocations left",

@@ -1,7 +1,7 @@
 /* nccl.h (test stand-in, C) - the NCCL calls transfer/xfer_nccl.c makes, for transfer.nccl_emu:
  * two ranks in one process meet by unique id; ncclSend/ncclRecv between them are matched in
  * order and copied with memcpy when both are posted (nccl_emu.c). A non-blocking init stays "in
- * progress" until both ranks joined. Test controls stall sends or change a byte in transit.
+ * progress" until both ranks joined (and a rank's lag, a test control, has passed). Test controls stall sends or change a byte in transit.
  * Names map to kvp_emu_*. This checks kvpack's logic, not NCCL (nor its transports, its
  * ordering across streams, or anything a GPU does). */
 #ifndef KVP_NCCL_EMU_NCCL_H
@@ -65,5 +65,7 @@ void kvp_nccl_emu_stall(int on);                  /* 1: posted sends never move 
 void kvp_nccl_emu_corrupt(unsigned skip, size_t byte); /* after skip more transfers, the next one
                                                         * arrives with byte (clamped) flipped */
 int  kvp_nccl_emu_live(void);                     /* communicators not yet destroyed/aborted */
+void kvp_nccl_emu_init_lag(int rank, unsigned ms); /* rank's non-blocking init stays in progress
+                                                    * ms after both ranks joined (default 0) */
 
 #endif

@@ -6,6 +6,7 @@
  * dropped; its peer's stay pending forever, as a real peer's would until its own deadline.
  * This checks kvpack's logic, not NCCL. */
 #include "nccl.h"
+#include "kvpack/alloc.h" /* kvp_time_s */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@ typedef struct pair {
     int          refs;
     op_t        *q[2][2];   /* [rank][send?] FIFO heads */
     ncclResult_t error;     /* async error of both ranks */
+    double       up_at;     /* when the second rank joined (kvp_time_s) */
     struct pair *next;
 } pair_t;
 
@@ -45,6 +47,7 @@ static pair_t         *pairs;
 static int             gpus = 2, version = NCCL_VERSION_CODE, stalled, live;
 static long            corrupt_skip = -1;
 static size_t          corrupt_byte;
+static unsigned        init_lag_ms[2];
 static unsigned        id_seq;
 
 /* ---- test controls ---- */
@@ -60,6 +63,12 @@ void kvp_nccl_emu_corrupt(unsigned skip, size_t byte)
     pthread_mutex_unlock(&mu);
 }
 int kvp_nccl_emu_live(void) { return live; }
+void kvp_nccl_emu_init_lag(int rank, unsigned ms)
+{
+    pthread_mutex_lock(&mu);
+    init_lag_ms[rank & 1] = ms;
+    pthread_mutex_unlock(&mu);
+}
 
 /* ---- CUDA runtime ---- */
 
@@ -174,6 +183,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
         r = ncclInvalidUsage;
     } else {
         p->joined |= 1 << rank;
+        p->up_at = kvp_time_s();
         p->refs++;
         *comm = calloc(1, sizeof(**comm));
         (*comm)->pair = p;
@@ -184,12 +194,17 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     return r;
 }
 
+/* A rank's init is done once both joined and its lag (kvp_nccl_emu_init_lag) has passed since:
+ * real NCCL finishes the two ranks' non-blocking inits at different moments. */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 {
+    pair_t *p = comm->pair;
+
     pthread_mutex_lock(&mu);
-    *state = comm->pair->error != ncclSuccess ? comm->pair->error
-             : comm->pair->joined == 3        ? ncclSuccess
-                                              : ncclInProgress;
+    *state = p->error != ncclSuccess ? p->error
+             : p->joined == 3 && kvp_time_s() >= p->up_at + init_lag_ms[comm->rank] / 1e3
+                 ? ncclSuccess
+                 : ncclInProgress;
     pthread_mutex_unlock(&mu);
     return ncclSuccess;
 }
