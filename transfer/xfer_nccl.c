@@ -47,6 +47,7 @@ struct kvp_nccl_link {
     int             have_stream;
     uint64_t        batch_id;   /* the last batch this side sent */
     kvp_status_t    said;       /* the last control message's send: INPROGRESS until done */
+    uint64_t        say_seq;    /* the last control message's number (say_t) */
 };
 
 /* ---- private: failure, time ---- */
@@ -123,16 +124,20 @@ static void on_conn(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
     }
 }
 
-/* Unpack a received control message into m (the caller clears it). */
+/* Unpack a received control message into m (the caller clears it): the header, or for an empty
+ * header the data (a message too large for a header, link_say). */
 static kvp_status_t msg_unpack(kvp_xfer_msg_h msg, kvp_wire_link_t *m)
 {
     size_t      hl, dl;
     const void *h = kvp_xfer_msg_hdr(msg, &hl);
+    const void *d = kvp_xfer_msg_data(msg, &dl);
 
-    (void)kvp_xfer_msg_data(msg, &dl);
     memset(m, 0, sizeof(*m));
-    return kvp_xfer_msg_status(msg) != KVP_OK ? KVP_ERR_PROTOCOL
-                                              : kvp_wire_link_unpack(h, hl, dl, m);
+    if (kvp_xfer_msg_status(msg) != KVP_OK) {
+        return KVP_ERR_PROTOCOL;
+    }
+    return hl == 0 && dl > 0 ? kvp_wire_link_unpack(d, dl, 0, m)
+                             : kvp_wire_link_unpack(h, hl, dl, m);
 }
 
 static void peer_closed(kvp_nccl_link_h link, const kvp_wire_link_t *m)
@@ -221,20 +226,41 @@ static kvp_status_t link_expect(kvp_nccl_link_h link, uint64_t deadline, kvp_wir
     return st;
 }
 
+/* One control message's send: its completion lands in link->said only while it is the link's
+ * latest (an older one, left in flight by a timed-out wait, completes when its connection
+ * closes); buf (a message sent as data) is held until then. */
+typedef struct {
+    kvp_nccl_link_h link;
+    uint64_t        seq;
+    uint8_t        *buf;
+} say_t;
+
 static void said(void *arg, kvp_status_t status)
 {
-    ((kvp_nccl_link_h)arg)->said = status;
+    say_t *s = arg;
+
+    if (s->seq == s->link->say_seq) {
+        s->link->said = status;
+    }
+    kvp_free(s->buf);
+    kvp_free(s);
 }
 
 /* Send m to conn and wait (until deadline, or the peer's connection failing) for the send to
- * complete, so a refusal is out before anything is closed. A send left in flight completes into
- * link->said when its connection closes (link_fail or destroy). */
+ * complete, so a refusal is out before anything is closed. A message larger than the transport's
+ * largest header (a BATCH of thousands of lengths: 3 bytes each from 16 KiB, 4 from 2 MiB, and
+ * UCX's header limit is about 8 KB on TCP) goes as the data of a message with an empty header
+ * (msg_unpack takes either). A send left in flight completes when its connection closes
+ * (link_fail or destroy). */
 static kvp_status_t link_say(kvp_nccl_link_h link, kvp_xfer_conn_h conn, const kvp_wire_link_t *m,
                              uint64_t deadline)
 {
-    kvp_status_t st;
-    uint8_t     *buf;
-    size_t       len;
+    static const uint8_t none = 0;
+    kvp_xfer_iov_t       iov;
+    kvp_status_t         st;
+    uint8_t             *buf;
+    size_t               len;
+    say_t               *s;
 
     if (conn == NULL) {
         return link->gone != KVP_OK ? link->gone : KVP_ERR_PEER_GONE;
@@ -243,10 +269,26 @@ static kvp_status_t link_say(kvp_nccl_link_h link, kvp_xfer_conn_h conn, const k
     if (st != KVP_OK) {
         return st;
     }
+    s = kvp_calloc(1, sizeof(*s), "nccl say");
+    if (s == NULL) {
+        kvp_free(buf);
+        return KVP_ERR_NO_MEMORY;
+    }
+    s->link    = link;
+    s->seq     = ++link->say_seq;
     link->said = KVP_INPROGRESS;
-    st = kvp_xfer_send(conn, buf, len, NULL, 0, said, link);
-    kvp_free(buf);
+    if (len <= kvp_xfer_max_hdr(link->x)) {
+        st = kvp_xfer_send(conn, buf, len, NULL, 0, said, s);
+        kvp_free(buf); /* the header is copied */
+    } else {
+        iov.buf = buf;
+        iov.len = len;
+        s->buf  = buf;
+        st = kvp_xfer_send(conn, &none, 0, &iov, 1, said, s);
+    }
     if (st != KVP_INPROGRESS) {
+        kvp_free(s->buf); /* said is not called */
+        kvp_free(s);
         return st;
     }
     while (link->said == KVP_INPROGRESS && link->gone == KVP_OK && kvp_time_ns() < deadline) {

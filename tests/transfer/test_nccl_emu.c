@@ -9,7 +9,8 @@
  *   batches: real pages arrive byte-identical with their lengths and pass the check, both ways,
  *     several in a row
  *   refusals: a batch over the buffer or its page count is KVP_ERR_TOO_LARGE on both sides,
- *     nothing moved, the link goes on; no batch within the wait is TIMEOUT, the link goes on
+ *     nothing moved, the link goes on (also one of 4096 pages of 2 MiB, whose BATCH message is
+ *     larger than a UCX header); no batch within the wait is TIMEOUT, the link goes on
  *   corruption: a byte changed in transit is KVP_ERR_CORRUPT on both sides, that page named
  *   failures: a transfer that never completes is TIMEOUT on the receiver at its deadline and
  *     PEER_GONE on the sender at once (not at its own, much later, deadline), both links then
@@ -306,6 +307,50 @@ static void skewed_init(int lag_rank, const uint8_t *h, const uint32_t *lens, si
     free(got);
 }
 
+/* A legal batch whose BATCH message is larger than UCX's largest header (about 8 KB on TCP):
+ * 4096 pages of 2 MiB + 64 bytes (4-byte lengths) sent to a receiver whose buffer holds one
+ * page: refused, KVP_ERR_TOO_LARGE on both sides (the receiver read every length), both links
+ * usable and the next batch goes through. The pages are never read: one buffer serves them all. */
+static void big_batch(const uint8_t *h, const uint32_t *lens, size_t total)
+{
+    enum { N = 4096 };
+    const void  **pages = malloc(N * sizeof(*pages));
+    uint32_t     *big   = malloc(N * sizeof(*big));
+    uint8_t      *dev   = dev_alloc(64);
+    side_t        d, p;
+    kvp_status_t  st;
+
+    CHECK(pages != NULL && big != NULL);
+    for (uint32_t i = 0; i < N; i++) {
+        pages[i] = dev;
+        big[i]   = (2u << 20) + 64;
+    }
+    pair(&d, &p, 10000, 10000);
+    CHECK_OK(d.st);
+    CHECK_OK(p.st);
+    d.buf      = dev_alloc(total);
+    d.cap      = total;
+    d.lens_cap = NPAGES;
+    d.wait_ms  = 10000;
+    CHECK(pthread_create(&d.th, NULL, recv_main, &d) == 0);
+    st = kvp_nccl_link_send(p.link, pages, big, N);
+    CHECK(pthread_join(d.th, NULL) == 0);
+    EXPECT(st == KVP_ERR_TOO_LARGE && d.st == KVP_ERR_TOO_LARGE, "4096 pages: send %s recv %s",
+           kvp_status_name(st), kvp_status_name(d.st));
+    EXPECT(kvp_nccl_link_status(d.link) == KVP_OK && kvp_nccl_link_status(p.link) == KVP_OK,
+           "4096 pages: links decode %s prefill %s", kvp_status_name(kvp_nccl_link_status(d.link)),
+           kvp_status_name(kvp_nccl_link_status(p.link)));
+    dev_free(d.buf);
+    d.buf = NULL;
+    CHECK_OK(batch(&p, &d, h, lens, NPAGES, total, NPAGES, NULL));
+    CHECK_OK(d.st);
+    kvp_nccl_link_destroy(d.link);
+    kvp_nccl_link_destroy(p.link);
+    dev_free(dev);
+    free(pages);
+    free(big);
+}
+
 static void no_gpu(void)
 {
     side_t d, p;
@@ -333,6 +378,7 @@ int main(void)
     flows(h, lens, total);
     skewed_init(1, h, lens, total);
     skewed_init(0, h, lens, total);
+    big_batch(h, lens, total);
     failures(h, lens, total);
     EXPECT(kvp_nccl_emu_live() == 0, "%d communicators left", kvp_nccl_emu_live());
     EXPECT(kvp_alloc_live_count() == live0, "%lld allocations left",

@@ -160,7 +160,9 @@ void         kvp_wire_req_clear(kvp_wire_req_t *req);
 void         kvp_wire_rep_clear(kvp_wire_rep_t *rep);
 
 /* ---- NCCL link messages (transfer/xfer_nccl.c; LinkMsg in kvpack.proto) ----
- * The header of a UCX message without data, version checked first: one of another link version
+ * Each is the header of a UCX message without data, or, when larger than the transport's largest
+ * header (a BATCH of thousands of lengths), the data of one with an empty header (xfer_nccl.c
+ * unpacks that data with data_len 0). Version checked first: one of another link version
  * unpacks as KVP_ERR_UNSUPPORTED with kind and version filled in (the link then refuses the peer
  * by name), anything malformed as KVP_ERR_PROTOCOL. */
 #define KVP_WIRE_LINK_VERSION         1u

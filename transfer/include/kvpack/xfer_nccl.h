@@ -62,9 +62,12 @@ kvp_status_t kvp_nccl_link_accept(kvp_nccl_link_h link);
 /* Prefill side: connect, send the hello, wait for the answer, init the communicator. */
 kvp_status_t kvp_nccl_link_connect(kvp_nccl_link_h link, const char *host, uint16_t port);
 
-/* Send n pages (pages[i]: lens[i] bytes of device memory; borrowed) to the peer. KVP_OK once
- * the peer checked them all; KVP_ERR_CORRUPT when it found any that failed (logged by number);
- * the peer's KVP_ERR_TOO_LARGE when they do not fit its buffer. */
+/* Send n pages (pages[i]: lens[i] bytes of device memory; borrowed) to the peer: n from 1 to
+ * KVP_WIRE_MAX_PAGES (4096), each lens[i] a possible page (64 bytes to 64 + 256 MiB), summing to
+ * at most KVP_WIRE_LINK_MAX_BATCH_BYTES (16 GiB); else KVP_ERR_INVALID, nothing sent, the link
+ * usable. (The lengths need not fit a UCX header: a control message too large for one goes as
+ * message data.) KVP_OK once the peer checked them all; KVP_ERR_CORRUPT when it found any that
+ * failed (logged by number); the peer's KVP_ERR_TOO_LARGE when they do not fit its buffer. */
 kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
                                 const uint32_t *lens, uint32_t n);
 /* Receive one batch into buf (cap bytes of device memory), pages back to back: waits up to
