@@ -29,7 +29,8 @@ _Static_assert(KVP_WIRE_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "wire unique id s
 struct kvp_nccl_link {
     kvp_xfer_h      x;
     kvp_xfer_conn_h conn;       /* the peer's control connection; NULL before it, after a break */
-    kvp_status_t    gone;       /* the peer's connection failed (or, accepting, any before) */
+    kvp_status_t    gone;       /* the peer's connection failed (accepting: not one that failed
+                                   before its hello was taken, on_conn) */
     kvp_status_t    broken;     /* KVP_OK while usable */
     int             listening;  /* decode side */
     int             rank;       /* 0 prefill, 1 decode; -1 until set up */
@@ -117,6 +118,27 @@ static void on_conn(void *arg, kvp_xfer_conn_h conn, kvp_status_t status)
 
     if (conn != link->conn && link->conn != NULL) {
         return; /* a stranger's connection */
+    }
+    if (link->listening && link->conn == NULL) {
+        /* accepting, no hello taken yet: a connection that failed before (a port probe, a
+         * prefill gone) is no reason to stop listening; its queued messages go with it (the
+         * handle is freed once this returns) and accept waits on for another */
+        unsigned kept = 0;
+
+        for (unsigned i = 0; i < link->q_n; i++) {
+            unsigned at = (link->q_head + i) % LINK_QMAX;
+
+            if (link->q[at].conn == conn) {
+                kvp_xfer_msg_release(link->q[at].msg);
+            } else {
+                link->q[(link->q_head + kept++) % LINK_QMAX] = link->q[at];
+            }
+        }
+        link->q_n    = kept;
+        link->q_seen = 0;
+        KVP_LOG_INFO(MOD, "accepting: a connection failed before its hello (%s): ignored",
+                     kvp_status_str(status));
+        return;
     }
     link->gone = status == KVP_ERR_PEER_UNREACHABLE ? status : KVP_ERR_PEER_GONE;
     if (link->listening) {

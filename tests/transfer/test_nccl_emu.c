@@ -3,7 +3,8 @@
  * once both are posted, streams counting their operations) and kernels/crc_cuda.cu run by the
  * cuda_emu shim, over real UCX on loopback, under ASan + UBSan. It checks kvpack's logic, not
  * NCCL and not a GPU (transfer.nccl_gpu does that with two GPUs):
- *   set-up: both sides up, same unique id; a side without a GPU refused on both sides; one
+ *   set-up: both sides up, same unique id; a side without a GPU refused on both sides; a raw
+ *     TCP connect+close and a UCX client gone before its hello do not stop the accept; one
  *     side's init finishing 300 ms after the other's (either side), the side up first sending
  *     at once: the batch waits for the other's recv, both links stay up
  *   batches: real pages arrive byte-identical with their lengths and pass the check, both ways,
@@ -20,14 +21,18 @@
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 #include "kvpack/page.h"
+#include "kvpack/xfer.h"
 
 #include "check.h"
 #include "devmem.h"
 #include "nccl.h"
 #include "pages.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -351,6 +356,53 @@ static void big_batch(const uint8_t *h, const uint32_t *lens, size_t total)
     free(big);
 }
 
+/* Connections that fail before they send a hello while the decode side accepts (a port probe:
+ * a raw TCP connect and close; a UCX client that connects and goes away) are ignored: the
+ * listener keeps waiting and takes the real prefill that comes next. */
+static void stray_connects(const uint8_t *h, const uint32_t *lens, size_t total)
+{
+    struct sockaddr_in a;
+    kvp_xfer_params_t  xp = {0};
+    kvp_xfer_h         x;
+    kvp_xfer_conn_h    c;
+    side_t             d, p;
+    int                fd;
+
+    memset(&d, 0, sizeof(d));
+    memset(&p, 0, sizeof(p));
+    d.link = link_new(10000);
+    p.link = link_new(10000);
+    CHECK_OK(kvp_nccl_link_listen(d.link, HOST, 0, &d.port));
+    CHECK(pthread_create(&d.th, NULL, setup_main, &d) == 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_port        = htons(d.port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    EXPECT(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "raw connect");
+    close(fd);
+    CHECK_OK(kvp_xfer_create(&xp, &x));
+    CHECK_OK(kvp_xfer_connect(x, HOST, d.port, &c));
+    for (int i = 0; i < 100; i++) {
+        kvp_xfer_wait(x, 2);
+    }
+    kvp_xfer_destroy(x); /* closes c */
+    usleep(300 * 1000);
+    p.connect = 1;
+    p.port    = d.port;
+    setup_main(&p);
+    CHECK(pthread_join(d.th, NULL) == 0);
+    EXPECT(d.st == KVP_OK && p.st == KVP_OK, "after stray connects: accept %s connect %s",
+           kvp_status_name(d.st), kvp_status_name(p.st));
+    if (d.st == KVP_OK && p.st == KVP_OK) {
+        CHECK_OK(batch(&p, &d, h, lens, NPAGES, total, NPAGES, NULL));
+        CHECK_OK(d.st);
+    }
+    kvp_nccl_link_destroy(d.link);
+    kvp_nccl_link_destroy(p.link);
+}
+
 static void no_gpu(void)
 {
     side_t d, p;
@@ -379,6 +431,7 @@ int main(void)
     skewed_init(1, h, lens, total);
     skewed_init(0, h, lens, total);
     big_batch(h, lens, total);
+    stray_connects(h, lens, total);
     failures(h, lens, total);
     EXPECT(kvp_nccl_emu_live() == 0, "%d communicators left", kvp_nccl_emu_live());
     EXPECT(kvp_alloc_live_count() == live0, "%lld allocations left",

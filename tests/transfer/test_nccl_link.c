@@ -220,8 +220,9 @@ static void decode_refusals(void)
 }
 
 /* A prefill process connects and is killed before its hello: accept ends at its deadline
- * (3 s here) at the latest. UCX 1.13 reports no failure of a server connection that never
- * carried a message, so this is KVP_ERR_TIMEOUT, not PEER_GONE: an error, never a hang. */
+ * (3 s here) at the latest, KVP_ERR_TIMEOUT (a connection failing before its hello is ignored:
+ * accept waits on for another prefill; UCX 1.13 may not even report it): an error, never a
+ * hang. */
 static void decode_peer_killed(void)
 {
     side_t d;

@@ -55,7 +55,9 @@ kvp_status_t kvp_nccl_link_create(const kvp_nccl_params_t *params, kvp_nccl_link
 void         kvp_nccl_link_destroy(kvp_nccl_link_h link);
 
 /* Decode side: listen on host:port (0 picks one, *port_p gets it; port_p may be NULL), then
- * accept: wait for one prefill's hello (the link's deadline), answer it, init the communicator. */
+ * accept: wait for one prefill's hello (the link's deadline), answer it, init the communicator.
+ * A connection that fails before a hello was taken from it (a port probe, a prefill gone) is
+ * ignored: accept waits on for another until its deadline (KVP_ERR_TIMEOUT). */
 kvp_status_t kvp_nccl_link_listen(kvp_nccl_link_h link, const char *host, uint16_t port,
                                   uint16_t *port_p);
 kvp_status_t kvp_nccl_link_accept(kvp_nccl_link_h link);
