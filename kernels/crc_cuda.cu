@@ -4,7 +4,11 @@
  * a tree of xors in shared memory combines them, and thread 0 finishes the CRC (and for pages
  * compares it with the stored one). Slices are contiguous per thread: simple, not coalesced;
  * the check is a small part of a transfer's time.
- * Host flow: one scratch allocation (offsets, lengths, results) -> copy in -> kernel -> copy out. */
+ * Host flow: scratch (offsets, lengths, results) -> copy in -> kernel -> copy out. The check
+ * object (kvp_cuda_check_*) makes its scratch once (device, and pinned host so the copies are
+ * asynchronous) and ends each check with an event its caller polls: no allocation, free or
+ * synchronisation per batch (a cudaMalloc/cudaFree between another library's kernels
+ * synchronises the device; NCCL's in-flight collectives can hang on it). */
 #include "kvpack/crc_cuda.h"
 #include "kvpack/alloc.h"
 #include "kvpack/page.h"
@@ -64,6 +68,23 @@ __global__ void k_crc32c(const uint8_t *buf, const uint64_t *off, const uint32_t
     }
 }
 
+/* Queue on s: the offsets and lengths (host) copied into the device scratch, then the kernel
+ * over n ranges; dcrc/dver get its results. */
+static kvp_status_t crc_enqueue(const void *dev, const uint64_t *hoff, const uint32_t *hlen,
+                                uint32_t n, int pages, cudaStream_t s, uint64_t *doff,
+                                uint32_t *dlen, uint32_t *dcrc, int32_t *dver)
+{
+    kvp_status_t status = KVP_OK;
+
+    CUDA_TRY(cudaMemcpyAsync(doff, hoff, (size_t)n * sizeof(uint64_t), cudaMemcpyHostToDevice, s));
+    CUDA_TRY(cudaMemcpyAsync(dlen, hlen, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
+    KVP_LAUNCH_STREAM(k_crc32c, n, KVP_CUDA_CRC_THREADS, s, (const uint8_t *)dev, doff, dlen, pages,
+                      dcrc, dver);
+    CUDA_TRY(cudaGetLastError());
+out:
+    return status;
+}
+
 /* Run the kernel over n ranges; off NULL: back to back from 0. crc_out and/or verdict (host) may
  * be NULL when not wanted. */
 static kvp_status_t crc_run(const void *dev, const uint64_t *off, const uint32_t *len, uint32_t n,
@@ -94,11 +115,10 @@ static kvp_status_t crc_run(const void *dev, const uint64_t *off, const uint32_t
     dlen = (uint32_t *)(doff + n);
     dcrc = dlen + n;
     dver = (int32_t *)(dcrc + n);
-    CUDA_TRY(cudaMemcpyAsync(doff, hoff, (size_t)n * sizeof(uint64_t), cudaMemcpyHostToDevice, s));
-    CUDA_TRY(cudaMemcpyAsync(dlen, len, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
-    KVP_LAUNCH_STREAM(k_crc32c, n, KVP_CUDA_CRC_THREADS, s, (const uint8_t *)dev, doff, dlen, pages,
-                      dcrc, dver);
-    CUDA_TRY(cudaGetLastError());
+    status = crc_enqueue(dev, hoff, len, n, pages, s, doff, dlen, dcrc, dver);
+    if (status != KVP_OK) {
+        goto out;
+    }
     if (crc_out != NULL) {
         CUDA_TRY(cudaMemcpyAsync(crc_out, dcrc, (size_t)n * sizeof(uint32_t),
                                  cudaMemcpyDeviceToHost, s));
@@ -111,6 +131,145 @@ static kvp_status_t crc_run(const void *dev, const uint64_t *off, const uint32_t
 out:
     cudaFree(scratch); /* synchronizes: nothing of ours is queued past it */
     kvp_free(hoff);
+    return status;
+}
+
+/* ---- the page check with its scratch made once, polled ---- */
+
+struct kvp_cuda_check {
+    uint32_t    cap;        /* pages per check */
+    uint8_t    *scratch;    /* device: offsets, lengths, crcs, verdicts (cap each) */
+    uint8_t    *pinned;     /* host, page-locked: offsets, lengths in; verdicts out */
+    uint64_t   *hoff;
+    uint32_t   *hlen;
+    int32_t    *hver;
+    cudaEvent_t done;       /* recorded after the verdicts' copy */
+    int         have_event;
+    int         state;      /* 0 idle, 1 queued, 2 done (results in hver) */
+    uint32_t    n;          /* pages of the last check */
+};
+
+extern "C" kvp_status_t kvp_cuda_check_create(uint32_t max_pages, kvp_cuda_check_h *check_p)
+{
+    kvp_status_t     status = KVP_OK;
+    kvp_cuda_check_h c;
+    size_t           cap;
+
+    if (check_p == NULL || max_pages == 0) {
+        return KVP_ERR_INVALID;
+    }
+    c = (kvp_cuda_check_h)kvp_calloc(1, sizeof(*c), "cuda check");
+    if (c == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    c->cap = max_pages;
+    cap    = max_pages;
+    CUDA_TRY(cudaMalloc((void **)&c->scratch,
+                        cap * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(int32_t))));
+    CUDA_TRY(cudaMallocHost((void **)&c->pinned,
+                            cap * (sizeof(uint64_t) + sizeof(uint32_t) + sizeof(int32_t))));
+    c->hoff = (uint64_t *)c->pinned;
+    c->hlen = (uint32_t *)(c->hoff + cap);
+    c->hver = (int32_t *)(c->hlen + cap);
+    CUDA_TRY(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    c->have_event = 1;
+out:
+    if (status != KVP_OK) {
+        kvp_cuda_check_destroy(c);
+        return status;
+    }
+    *check_p = c;
+    return KVP_OK;
+}
+
+extern "C" void kvp_cuda_check_destroy(kvp_cuda_check_h c)
+{
+    if (c == NULL) {
+        return;
+    }
+    if (c->state == 1) {
+        (void)cudaEventSynchronize(c->done); /* the copies into pinned must be done first */
+        (void)cudaGetLastError();
+    }
+    if (c->have_event) {
+        cudaEventDestroy(c->done);
+    }
+    cudaFreeHost(c->pinned);
+    cudaFree(c->scratch);
+    kvp_free(c);
+}
+
+extern "C" kvp_status_t kvp_cuda_check_start(kvp_cuda_check_h c, const void *dev,
+                                             const uint32_t *lens, uint32_t n, void *stream)
+{
+    cudaStream_t s      = (cudaStream_t)stream;
+    kvp_status_t status = KVP_OK;
+    uint64_t    *doff;
+    uint32_t    *dlen, *dcrc;
+    int32_t     *dver;
+    uint64_t     at = 0;
+
+    if (c == NULL || n > c->cap || (n > 0 && (dev == NULL || lens == NULL))) {
+        return KVP_ERR_INVALID;
+    }
+    if (c->state == 1) {
+        return KVP_ERR_BUSY;
+    }
+    c->state = 0;
+    c->n     = n;
+    for (uint32_t i = 0; i < n; i++) { /* pinned: the copies below are truly asynchronous */
+        c->hoff[i] = at;
+        c->hlen[i] = lens[i];
+        at += lens[i];
+    }
+    doff = (uint64_t *)c->scratch;
+    dlen = (uint32_t *)(doff + c->cap);
+    dcrc = dlen + c->cap;
+    dver = (int32_t *)(dcrc + c->cap);
+    if (n > 0) {
+        status = crc_enqueue(dev, c->hoff, c->hlen, n, 1, s, doff, dlen, dcrc, dver);
+        if (status != KVP_OK) {
+            return status;
+        }
+        CUDA_TRY(cudaMemcpyAsync(c->hver, dver, (size_t)n * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, s));
+    }
+    CUDA_TRY(cudaEventRecord(c->done, s));
+    c->state = 1;
+out:
+    return status;
+}
+
+extern "C" kvp_status_t kvp_cuda_check_poll(kvp_cuda_check_h c, kvp_status_t *page_status,
+                                            uint32_t *n_bad_p)
+{
+    kvp_status_t status = KVP_OK;
+    uint32_t     bad    = 0;
+
+    if (c == NULL || c->state == 0) {
+        return KVP_ERR_INVALID;
+    }
+    if (c->state == 1) {
+        cudaError_t e = cudaEventQuery(c->done);
+
+        if (e == cudaErrorNotReady) {
+            return KVP_INPROGRESS;
+        }
+        c->state = 0;
+        CUDA_TRY(e);
+        c->state = 2;
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+        bad += c->hver[i] != KVP_OK;
+        if (page_status != NULL) {
+            page_status[i] = (kvp_status_t)c->hver[i];
+        }
+    }
+    if (n_bad_p != NULL) {
+        *n_bad_p = bad;
+    }
+    status = bad > 0 ? KVP_ERR_CORRUPT : KVP_OK;
+out:
     return status;
 }
 
@@ -127,31 +286,38 @@ extern "C" kvp_status_t kvp_cuda_pages_verify(const void *dev, const uint32_t *l
                                               void *stream, kvp_status_t *page_status,
                                               uint32_t *n_bad_p)
 {
-    int32_t     *verdict;
-    kvp_status_t status;
-    uint32_t     bad = 0;
+    kvp_cuda_check_h c = NULL;
+    kvp_status_t     status;
+    uint32_t         bad = 0;
 
     if (n > 0 && (dev == NULL || lens == NULL)) {
         return KVP_ERR_INVALID;
     }
-    verdict = (int32_t *)kvp_malloc((n ? n : 1) * sizeof(int32_t), "crc verdicts");
-    if (verdict == NULL) {
-        return KVP_ERR_NO_MEMORY;
-    }
-    status = crc_run(dev, NULL, lens, n, 1, stream, NULL, verdict);
-    for (uint32_t i = 0; i < n && status == KVP_OK; i++) {
-        bad += verdict[i] != KVP_OK;
-        if (page_status != NULL) {
-            page_status[i] = (kvp_status_t)verdict[i];
+    if (n > 0) {
+        status = kvp_cuda_check_create(n, &c);
+        if (status == KVP_OK) {
+            status = kvp_cuda_check_start(c, dev, lens, n, stream);
         }
+        if (status == KVP_OK) {
+            cudaError_t e = cudaEventSynchronize(c->done);
+
+            if (e != cudaSuccess) {
+                KVP_LOG_ERROR("cuda", "cudaEventSynchronize: %s", cudaGetErrorString(e));
+                (void)cudaGetLastError();
+                status = KVP_ERR_DEVICE;
+            } else {
+                status = kvp_cuda_check_poll(c, page_status, &bad);
+            }
+        }
+        kvp_cuda_check_destroy(c);
+    } else {
+        status = KVP_OK;
     }
-    kvp_free(verdict);
     if (n_bad_p != NULL) {
-        *n_bad_p = bad;
+        *n_bad_p = status == KVP_OK || status == KVP_ERR_CORRUPT ? bad : 0;
     }
-    if (status == KVP_OK && bad > 0) {
+    if (status == KVP_ERR_CORRUPT) {
         KVP_LOG_WARN("cuda", "%u of %u pages failed their check on the gpu", bad, n);
-        status = KVP_ERR_CORRUPT;
     }
     return status;
 }

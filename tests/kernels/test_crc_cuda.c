@@ -4,7 +4,8 @@
  * the device: ranges of every length 0..64 and assorted ones up to ~100 KB at odd offsets; real
  * pages back to back pass, and one changed byte (payload, header, the stored crc itself) makes
  * exactly that page KVP_ERR_CORRUPT, a bad magic or a length that disagrees with the header
- * KVP_ERR_BAD_PAGE. Exits 77 when no GPU is usable. Also built as kernels.test_crc_cuda_emu
+ * KVP_ERR_BAD_PAGE; the polled check (kvp_cuda_check_*) gives the same verdicts batch after batch
+ * from one scratch and refuses misuse. Exits 77 when no GPU is usable. Also built as kernels.test_crc_cuda_emu
  * against crc_cuda.cu run on the CPU (cuda_emu/cuda_runtime.h, KVP_CUDA_EMU). */
 #include "kvpack/crc_cuda.h"
 #include "kvpack/log.h"
@@ -151,6 +152,69 @@ static void device_pages(void)
     free(h);
 }
 
+#ifdef KVP_CUDA_EMU
+void kvp_cuda_emu_event_stall(int on); /* cuda_emu/crc_cuda_emu.cpp */
+#endif
+
+/* Poll a started check until it is done. */
+static kvp_status_t check_wait(kvp_cuda_check_h c, kvp_status_t *st, uint32_t *n_bad)
+{
+    kvp_status_t ret;
+
+    while ((ret = kvp_cuda_check_poll(c, st, n_bad)) == KVP_INPROGRESS) {
+    }
+    return ret;
+}
+
+/* The polled check (kvp_cuda_check_*): one scratch for batch after batch, results as
+ * kvp_cuda_pages_verify's, and its misuse refused. */
+static void device_check(void)
+{
+    enum { N = 9 };
+    kvp_cuda_check_h c;
+    kvp_status_t     st[N];
+    uint32_t         lens[N], at[N], n_bad = 99;
+    uint8_t         *h, *d;
+    size_t           total = test_pages_make(8, N, &h, lens);
+
+    for (uint32_t i = 0, a = 0; i < N; a += lens[i], i++) {
+        at[i] = a;
+    }
+    d = dev_alloc(total);
+    CHECK_ST(kvp_cuda_check_create(0, &c), KVP_ERR_INVALID);
+    CHECK_OK(kvp_cuda_check_create(N, &c));
+    CHECK_ST(kvp_cuda_check_poll(c, st, &n_bad), KVP_ERR_INVALID); /* nothing started */
+    for (int round = 0; round < 3; round++) {
+        h[at[6] + 100] ^= (uint8_t)(round == 1); /* round 1: page 6 changed */
+        dev_put(d, h, total);
+        CHECK_OK(kvp_cuda_check_start(c, d, lens, N, NULL));
+        CHECK_ST(kvp_cuda_check_start(c, d, lens, N, NULL), KVP_ERR_BUSY);
+        CHECK_ST(check_wait(c, st, &n_bad), round == 1 ? KVP_ERR_CORRUPT : KVP_OK);
+        EXPECT(n_bad == (round == 1 ? 1u : 0u), "round %d: %u bad", round, n_bad);
+        for (uint32_t i = 0; i < N; i++) {
+            EXPECT(st[i] == (round == 1 && i == 6 ? KVP_ERR_CORRUPT : KVP_OK), "round %d page %u %s",
+                   round, i, kvp_status_name(st[i]));
+        }
+        CHECK_ST(kvp_cuda_check_poll(c, NULL, NULL), round == 1 ? KVP_ERR_CORRUPT : KVP_OK);
+        h[at[6] + 100] ^= (uint8_t)(round == 1);
+    }
+    CHECK_OK(kvp_cuda_check_start(c, d, lens, 3, NULL)); /* fewer pages than made for */
+    CHECK_OK(check_wait(c, st, &n_bad));
+    CHECK_ST(kvp_cuda_check_start(c, d, lens, N + 1, NULL), KVP_ERR_INVALID);
+#ifdef KVP_CUDA_EMU
+    kvp_cuda_emu_event_stall(1);
+    CHECK_OK(kvp_cuda_check_start(c, d, lens, N, NULL));
+    CHECK_ST(kvp_cuda_check_poll(c, st, &n_bad), KVP_INPROGRESS);
+    kvp_cuda_emu_event_stall(0);
+#else
+    CHECK_OK(kvp_cuda_check_start(c, d, lens, N, NULL));
+#endif
+    kvp_cuda_check_destroy(c); /* one still queued: waited for */
+    kvp_cuda_check_destroy(NULL);
+    dev_free(d);
+    free(h);
+}
+
 int main(void)
 {
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
@@ -163,5 +227,6 @@ int main(void)
 #endif
     device_ranges();
     device_pages();
+    device_check();
     return kvp_test_result("test_crc_cuda");
 }

@@ -3,7 +3,8 @@
  * NCCL link, transfer/xfer_nccl.c, verifies every batch with it). One block per range, each
  * thread a slice, the slices combined by shifting (kernels/crc32c_hd.h); the result is
  * kvp_crc32c's. Pointers named dev are device memory; every other array is host memory.
- * stream: a cudaStream_t (NULL: the default stream); calls return once their work is done. */
+ * stream: a cudaStream_t (NULL: the default stream); calls return once their work is done,
+ * except kvp_cuda_check_start (polled). */
 #ifndef KVPACK_CRC_CUDA_H
 #define KVPACK_CRC_CUDA_H
 
@@ -32,6 +33,23 @@ kvp_status_t kvp_cuda_crc32c(const void *dev, const uint64_t *off, const uint32_
  * run here: a consumer that reads a page's fields on the host still parses it. */
 kvp_status_t kvp_cuda_pages_verify(const void *dev, const uint32_t *lens, uint32_t n, void *stream,
                                    kvp_status_t *page_status, uint32_t *n_bad_p);
+
+/* The same page check for a caller that checks batch after batch and must not block (the NCCL
+ * link, under its deadline): the scratch (device, and page-locked host) is made once by create
+ * for up to max_pages pages; start queues one check on stream and returns at once; poll says
+ * KVP_INPROGRESS until it is done (a cudaEventQuery: never blocks), then what
+ * kvp_cuda_pages_verify returns (page_status, n_bad_p as there; results stay until the next
+ * start). start: KVP_ERR_INVALID for n > max_pages, KVP_ERR_BUSY while one is still queued.
+ * destroy waits for a check still queued (a finite kernel) and frees the scratch; NULL: no-op.
+ * One thread at a time per check; the pages must stay until poll says done. */
+typedef struct kvp_cuda_check *kvp_cuda_check_h;
+
+kvp_status_t kvp_cuda_check_create(uint32_t max_pages, kvp_cuda_check_h *check_p);
+void         kvp_cuda_check_destroy(kvp_cuda_check_h check);
+kvp_status_t kvp_cuda_check_start(kvp_cuda_check_h check, const void *dev, const uint32_t *lens,
+                                  uint32_t n, void *stream);
+kvp_status_t kvp_cuda_check_poll(kvp_cuda_check_h check, kvp_status_t *page_status,
+                                 uint32_t *n_bad_p);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
  * threads as host threads, so its __shared__ variables, emulated as statics, belong to one block
  * at a time and __syncthreads is a barrier of them), and the runtime calls the file makes (device
  * memory is host memory; copies are memcpy; streams are in order by construction: every call
- * is done when it returns).
+ * is done when it returns, so an event is done once recorded).
  * What it does not check: device numerics (nvcc's --fmad=false, the device expf/logf), memory
  * limits, occupancy, or anything an sm_90 GPU does differently; kernels.test_cuda does that. */
 #ifndef KVP_CUDA_EMU_RUNTIME_H
@@ -89,7 +89,9 @@ template <class F> static void kvp_emu_launch(dim3 grid, dim3 block, F kernel)
 #define KVP_LAUNCH_STREAM(kern, grid, block, stream, ...)                                        \
     ((void)(stream), kvp_emu_launch((grid), (block), [&] { kern(__VA_ARGS__); }))
 
-typedef enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 } cudaError_t;
+typedef enum {
+    cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600
+} cudaError_t;
 typedef enum {
     cudaMemcpyHostToDevice   = 1,
     cudaMemcpyDeviceToHost   = 2,
@@ -98,7 +100,8 @@ typedef enum {
 
 static inline const char *cudaGetErrorString(cudaError_t e)
 {
-    return e == cudaSuccess ? "no error" : "out of memory (emulated device)";
+    return e == cudaSuccess ? "no error" : e == cudaErrorNotReady ? "device not ready"
+                                                                  : "out of memory (emulated device)";
 }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceCount(int *n)
@@ -140,6 +143,42 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
+static inline cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+
+/* events: the work before a record is done when it is recorded, so a query says done, unless a
+ * test holds every query at "not ready" (kvp_cuda_emu_event_stall, crc_cuda_emu.cpp: a check
+ * that takes too long) */
+inline int kvp_emu_event_stalled;
+typedef struct kvp_emu_event *cudaEvent_t;
+#define cudaEventDisableTiming 2u
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    *e = (cudaEvent_t)malloc(1);
+    return *e != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    (void)e, (void)s;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    (void)e;
+    return __atomic_load_n(&kvp_emu_event_stalled, __ATOMIC_RELAXED) ? cudaErrorNotReady
+                                                                      : cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    (void)e;
     return cudaSuccess;
 }
 
