@@ -921,7 +921,9 @@ kvp_status_t kvp_wire_link_pack(const kvp_wire_link_t *m, uint8_t **buf_p, size_
                           (unsigned long long)KVP_WIRE_LINK_MAX_BATCH_BYTES);
             return KVP_ERR_INVALID;
         }
-        ba.batch_id   = m->batch_id;
+        ba.batch_id      = m->batch_id;
+        ba.has_budget_ms = m->budget_ms != 0;
+        ba.budget_ms     = m->budget_ms;
         ba.n_page_len = m->n_pages;
         ba.page_len   = m->page_lens;
         r.body_case   = KVP__LINK_MSG__BODY_BATCH;
@@ -1020,7 +1022,8 @@ static kvp_status_t link_from_pb(const Kvp__LinkMsg *r, uint64_t data_len, kvp_w
         if (!link_lens_ok(r->batch->page_len, r->batch->n_page_len)) {
             return link_bad(m, "page count or lengths out of range");
         }
-        m->batch_id = r->batch->batch_id;
+        m->batch_id  = r->batch->batch_id;
+        m->budget_ms = r->batch->has_budget_ms ? r->batch->budget_ms : 0;
         m->n_pages  = (uint32_t)r->batch->n_page_len;
         return lens_copy(r->batch->page_len, m->n_pages, &m->page_lens);
     case KVP_WIRE_LINK_READY:

@@ -1,10 +1,13 @@
 /* xfer_nccl.c - the NCCL link behind xfer_nccl.h: a kvp_xfer_h carries the control messages
  * (proto/wire.c: hello, accept, batch, ready, ack), NCCL moves the page bytes GPU to GPU, and
  * kernels/crc_cuda.cu checks them where they land. Every wait polls: the communicator's async
- * state (non-blocking init config), the stream, the control connection and the deadline, so a
- * dead peer or a stuck transfer is an error and never a hang (the communicator is then aborted).
- * Main flows: connect -> hello -> accept -> comm_init; send: batch -> ready -> ncclSend ->
- * ack; recv: batch -> ncclRecv -> ready -> stream -> verify -> ack.
+ * state (non-blocking init config), the stream, the page check's event (its scratch made once
+ * per link), the control connection and the deadline, so a dead peer, a stuck transfer or
+ * check is an error and never a hang (the communicator is then aborted). While polling, only
+ * the peer's CLOSE is fatal; its other messages wait for the step that expects them.
+ * Main flows: connect -> hello -> accept -> comm_init; send: batch (with the sender's budget)
+ * -> ready -> ncclSend -> ack; recv: batch -> ncclRecv -> ready -> stream -> check -> ack
+ * (none when the sender closed the link first: the batch failed on both sides).
  * tests/transfer/nccl_emu stands in for NCCL and the CUDA runtime to run this file on a CPU. */
 #include "kvpack/xfer_nccl.h"
 #include "kvpack/alloc.h"
@@ -22,6 +25,10 @@
 #define MOD       "nccl"
 #define LINK_QMAX 8u /* control messages held; the protocol has at most two in flight */
 #define LINK_BYE_MS 200u /* how long a failing link waits for its close message to go out */
+#define LINK_ACK_MARGIN_MS 1000u /* at most this much of the sender's budget the receiver leaves
+                                  * for its ack's way back (an eighth of it, when less) */
+
+enum { POLL_COMM, POLL_STREAM, POLL_CHECK }; /* what link_poll waits for */
 
 _Static_assert(KVP_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "nccl unique id size");
 _Static_assert(KVP_WIRE_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "wire unique id size");
@@ -36,6 +43,7 @@ struct kvp_nccl_link {
     int             rank;       /* 0 prefill, 1 decode; -1 until set up */
     int             device;
     uint32_t        timeout_ms;
+    uint32_t        limit_ms;   /* the length of the deadline link_poll runs under (logs) */
     struct {
         kvp_xfer_conn_h conn;
         kvp_xfer_msg_h  msg;
@@ -46,6 +54,7 @@ struct kvp_nccl_link {
     ncclComm_t      comm;
     cudaStream_t    stream;
     int             have_stream;
+    kvp_cuda_check_h check;     /* the receiver's GPU page check: scratch made at set-up */
     uint64_t        batch_id;   /* the last batch this side sent */
     kvp_status_t    said;       /* the last control message's send: INPROGRESS until done */
     uint64_t        say_seq;    /* the last control message's number (say_t) */
@@ -359,10 +368,11 @@ static int gpu_probe(int device, kvp_wire_link_dev_t *d)
     return 1;
 }
 
-/* Poll until the communicator's work is done (stream 0) or the link's stream has drained
- * (stream 1): an NCCL error, the peer closing the link or its control connection failing, or the
- * deadline fail the link; the peer's other messages stay queued (link_closed). */
-static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int stream,
+/* Poll until what is done: the communicator's work (POLL_COMM), the link's stream drained
+ * (POLL_STREAM) or the page check (POLL_CHECK, an event query): an NCCL, CUDA or check error, the
+ * peer closing the link or its control connection failing, or the deadline fail the link; the
+ * peer's other messages stay queued (link_closed). */
+static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int what_kind,
                               const char *what)
 {
     for (;;) {
@@ -375,7 +385,16 @@ static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int strea
             return link_fail(link, KVP_ERR_DEVICE, "%s: nccl %s (%s)", what,
                              ncclGetErrorString(a), ncclGetLastError(link->comm));
         }
-        if (stream && a == ncclSuccess) {
+        if (what_kind == POLL_CHECK) {
+            kvp_status_t c = kvp_cuda_check_poll(link->check, NULL, NULL);
+
+            if (c == KVP_OK || c == KVP_ERR_CORRUPT) {
+                return KVP_OK;
+            }
+            if (c != KVP_INPROGRESS) {
+                return link_fail(link, c, "%s: the check failed", what);
+            }
+        } else if (what_kind == POLL_STREAM && a == ncclSuccess) {
             cudaError_t e = cudaStreamQuery(link->stream);
 
             if (e == cudaSuccess) {
@@ -401,7 +420,7 @@ static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int strea
         }
         if (kvp_time_ns() >= deadline) {
             return link_fail(link, KVP_ERR_TIMEOUT, "%s: not done within %u ms", what,
-                             link->timeout_ms);
+                             link->limit_ms);
         }
         kvp_xfer_wait(link->x, 1);
     }
@@ -413,6 +432,7 @@ static kvp_status_t comm_init(kvp_nccl_link_h link, int rank, uint64_t deadline)
     ncclUniqueId uid;
     ncclResult_t r;
     cudaError_t  e;
+    kvp_status_t st;
 
     link->rank = rank;
     e = cudaSetDevice(link->device);
@@ -432,7 +452,11 @@ static kvp_status_t comm_init(kvp_nccl_link_h link, int rank, uint64_t deadline)
         return link_fail(link, KVP_ERR_DEVICE, "ncclCommInitRankConfig rank %d: %s (%s)", rank,
                          ncclGetErrorString(r), ncclGetLastError(link->comm));
     }
-    if (link_poll(link, deadline, 0, "communicator set-up") != KVP_OK) {
+    st = kvp_cuda_check_create(KVP_WIRE_MAX_PAGES, &link->check);
+    if (st != KVP_OK) {
+        return link_fail(link, st, "device %d: the page check's scratch", link->device);
+    }
+    if (link_poll(link, deadline, POLL_COMM, "communicator set-up") != KVP_OK) {
         return link->broken;
     }
     KVP_LOG_INFO(MOD, "link up: rank %d on device %d", rank, link->device);
@@ -455,6 +479,7 @@ kvp_status_t kvp_nccl_link_create(const kvp_nccl_params_t *params, kvp_nccl_link
     link->rank       = -1;
     link->device     = (fm & KVP_NCCL_PARAM_DEVICE) ? params->device : 0;
     link->timeout_ms = (fm & KVP_NCCL_PARAM_TIMEOUT_MS) ? params->timeout_ms : 30000;
+    link->limit_ms   = link->timeout_ms;
     xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG |
                     KVP_XFER_PARAM_MAX_MSG;
     xp.recv_cb       = on_recv;
@@ -478,6 +503,7 @@ void kvp_nccl_link_destroy(kvp_nccl_link_h link)
     if (link->comm != NULL) {
         ncclCommDestroy(link->comm);
     }
+    kvp_cuda_check_destroy(link->check); /* a check still queued: waited for (a finite kernel) */
     if (link->have_stream) {
         cudaStreamDestroy(link->stream);
     }
@@ -661,6 +687,7 @@ static kvp_status_t link_enter(kvp_nccl_link_h link)
     if (st != KVP_OK) {
         return st;
     }
+    link->limit_ms = link->timeout_ms;
     e = cudaSetDevice(link->device);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -705,6 +732,7 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     b.batch_id  = ++link->batch_id;
     b.n_pages   = n;
     b.page_lens = (uint32_t *)lens;
+    b.budget_ms = link->timeout_ms;
     st = link_say(link, link->conn, &b, deadline);
     if (st == KVP_ERR_INVALID) {
         return st; /* lengths the wire refuses (logged): nothing sent */
@@ -739,7 +767,7 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     if (r != ncclSuccess && r != ncclInProgress) {
         return link_fail(link, KVP_ERR_DEVICE, "ncclGroupEnd: %s", ncclGetErrorString(r));
     }
-    if (link_poll(link, deadline, 1, "sending pages") != KVP_OK) {
+    if (link_poll(link, deadline, POLL_STREAM, "sending pages") != KVP_OK) {
         return link->broken;
     }
     st = link_expect(link, deadline, KVP_WIRE_LINK_ACK, b.batch_id, n, &m);
@@ -755,6 +783,16 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     }
     kvp_wire_link_clear(&m);
     return st;
+}
+
+/* The receiver's time for a batch: its own timeout, or less when the sender said it has less
+ * left (budget_ms), then less a margin for the ack's way back, so the receiver gives up before
+ * the sender does and never acks a batch the sender already counted as failed. */
+static uint32_t recv_budget(uint32_t own_ms, uint32_t budget_ms)
+{
+    uint32_t margin = budget_ms / 8 < LINK_ACK_MARGIN_MS ? budget_ms / 8 : LINK_ACK_MARGIN_MS;
+
+    return budget_ms == 0 || budget_ms - margin >= own_ms ? own_ms : budget_ms - margin;
 }
 
 /* Answer a batch with status (READY or ACK) and why. */
@@ -799,7 +837,8 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
     if (st != KVP_OK) {
         return link_fail(link, st, "waiting for a batch");
     }
-    deadline = deadline_in(link->timeout_ms);
+    link->limit_ms = recv_budget(link->timeout_ms, b.budget_ms);
+    deadline       = deadline_in(link->limit_ms);
     for (uint32_t i = 0; i < b.n_pages; i++) {
         total += b.page_lens[i];
     }
@@ -835,13 +874,19 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
     } else if ((st = link_answer(link, KVP_WIRE_LINK_READY, b.batch_id, KVP_OK, "", NULL, 0,
                                  deadline)) != KVP_OK) {
         st = link_fail(link, st, "answering batch %llu", (unsigned long long)b.batch_id);
-    } else if (link_poll(link, deadline, 1, "receiving pages") != KVP_OK) {
+    } else if (link_poll(link, deadline, POLL_STREAM, "receiving pages") != KVP_OK) {
+        st = link->broken;
+    } else if ((st = kvp_cuda_check_start(link->check, buf, b.page_lens, b.n_pages,
+                                          (void *)link->stream)) != KVP_OK) {
+        st = link_fail(link, st, "checking batch %llu on the gpu", (unsigned long long)b.batch_id);
+    } else if (link_poll(link, deadline, POLL_CHECK, "checking pages") != KVP_OK) {
         st = link->broken;
     } else {
-        st = kvp_cuda_pages_verify(buf, b.page_lens, b.n_pages, (void *)link->stream, pst, &n_bad);
-        if (st != KVP_OK && st != KVP_ERR_CORRUPT) {
-            st = link_fail(link, st, "checking batch %llu on the gpu",
-                           (unsigned long long)b.batch_id);
+        kvp_xfer_progress(link->x);
+        st = kvp_cuda_check_poll(link->check, pst, &n_bad);
+        if (link_closed(link)) { /* the sender gave up before the ack: the batch failed */
+            st = link_fail(link, KVP_ERR_PEER_GONE, "batch %llu: closed by the sender before "
+                           "the ack", (unsigned long long)b.batch_id);
         } else {
             name_bad(pst, b.n_pages, why, sizeof(why));
             if (st != KVP_OK) {

@@ -15,7 +15,9 @@
  *   corruption: a byte changed in transit is KVP_ERR_CORRUPT on both sides, that page named
  *   failures: a transfer that never completes is TIMEOUT on the receiver at its deadline and
  *     PEER_GONE on the sender at once (not at its own, much later, deadline), both links then
- *     unusable; a receiver destroyed before it answers is PEER_GONE on the sender
+ *     unusable; a receiver destroyed before it answers is PEER_GONE on the sender; a GPU check
+ *     that never finishes is TIMEOUT on the receiver within the shorter of its deadline and the
+ *     sender's budget, PEER_GONE on the sender
  *   no communicator or allocation left behind. */
 #include "kvpack/xfer_nccl.h"
 #include "kvpack/alloc.h"
@@ -403,6 +405,37 @@ static void stray_connects(const uint8_t *h, const uint32_t *lens, size_t total)
     kvp_nccl_link_destroy(p.link);
 }
 
+void kvp_cuda_emu_event_stall(int on); /* tests/kernels/cuda_emu/crc_cuda_emu.cpp */
+
+/* The receiver's GPU check runs under the batch's deadline (polled, never waited for): a check
+ * that never finishes fails the receiver TIMEOUT at its own deadline (1.5 s) when that is the
+ * shorter, and before the sender's (1.5 s, the budget its BATCH carries, less a margin) when the
+ * sender's is; either way the sender sees PEER_GONE at once, never TIMEOUT while the receiver
+ * acks: both count the batch as failed. */
+static void slow_check(const uint8_t *h, const uint32_t *lens, size_t total)
+{
+    for (int shorter = 0; shorter < 2; shorter++) { /* 0: the receiver's deadline, 1: sender's */
+        side_t       d, p;
+        kvp_status_t st;
+        double       secs;
+
+        pair(&d, &p, shorter == 0 ? 1500 : 60000, shorter == 0 ? 60000 : 1500);
+        CHECK_OK(d.st);
+        CHECK_OK(p.st);
+        kvp_cuda_emu_event_stall(1);
+        st = batch(&p, &d, h, lens, NPAGES, total, NPAGES, &secs);
+        kvp_cuda_emu_event_stall(0);
+        EXPECT(d.st == KVP_ERR_TIMEOUT, "%s shorter: recv %s", shorter ? "sender" : "receiver",
+               kvp_status_name(d.st));
+        EXPECT(shorter ? d.secs < 1.45 : d.secs >= 1.4 && d.secs < 3.5, "%s shorter: recv "
+               "took %.2f s", shorter ? "sender" : "receiver", d.secs);
+        EXPECT(st == KVP_ERR_PEER_GONE && secs < d.secs + 1, "%s shorter: send %s after %.2f s",
+               shorter ? "sender" : "receiver", kvp_status_name(st), secs);
+        kvp_nccl_link_destroy(d.link);
+        kvp_nccl_link_destroy(p.link);
+    }
+}
+
 static void no_gpu(void)
 {
     side_t d, p;
@@ -433,6 +466,7 @@ int main(void)
     big_batch(h, lens, total);
     stray_connects(h, lens, total);
     failures(h, lens, total);
+    slow_check(h, lens, total);
     EXPECT(kvp_nccl_emu_live() == 0, "%d communicators left", kvp_nccl_emu_live());
     EXPECT(kvp_alloc_live_count() == live0, "%lld allocations left",
            (long long)(kvp_alloc_live_count() - live0));

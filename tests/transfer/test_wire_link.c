@@ -125,6 +125,7 @@ static void make(kvp_wire_link_kind_t kind, kvp_wire_link_t *m)
         m->batch_id  = 0xFFFFFFFFFFull;
         m->n_pages   = 3;
         m->page_lens = lens;
+        m->budget_ms = 29999;
         break;
     case KVP_WIRE_LINK_READY:
         m->batch_id = 5;
@@ -157,7 +158,7 @@ static void roundtrips(void)
         CHECK_OK(kvp_wire_link_unpack(buf, len, 0, &b));
         CHECK(b.kind == a.kind && b.version == KVP_WIRE_LINK_VERSION);
         CHECK(b.nccl_version == a.nccl_version && b.status == a.status &&
-              b.batch_id == a.batch_id && b.n_pages == a.n_pages);
+              b.batch_id == a.batch_id && b.n_pages == a.n_pages && b.budget_ms == a.budget_ms);
         CHECK(strcmp(b.message, a.message) == 0);
         CHECK(b.device.index == a.device.index && b.device.cc == a.device.cc &&
               strcmp(b.device.name, a.device.name) == 0 && strcmp(b.device.why, a.device.why) == 0);

@@ -203,6 +203,7 @@ typedef struct {
                                           * (0..KVP_WIRE_MAX_PAGES) */
     uint32_t            *page_lens;      /* BATCH: each a possible page, summing to at most
                                           * KVP_WIRE_LINK_MAX_BATCH_BYTES */
+    uint32_t             budget_ms;      /* BATCH: the sender's time left for it; 0: not said */
     kvp_status_t        *page_status;    /* ACK: known statuses, none INPROGRESS */
 } kvp_wire_link_t;
 

@@ -18,7 +18,14 @@
  * KVP_ERR_DEVICE; each aborts the communicator, tells the peer (a close message: it returns
  * PEER_GONE at once), closes the control connection and leaves the link unusable: later calls
  * return the same status. A batch runs under one deadline from its first message to its ack,
- * so the receiver must be in kvp_nccl_link_recv within the sender's timeout.
+ * so the receiver must be in kvp_nccl_link_recv within the sender's timeout: the BATCH carries
+ * the sender's budget, and the receiver finishes (its GPU check included, polled) within the
+ * shorter of its own timeout and that budget less a margin (an eighth, at most 1 s) for the
+ * ack's way back, so it gives up before the sender does; a receiver that finds the sender's
+ * close queued before it acks fails the batch too (PEER_GONE). The two sides then agree on a
+ * batch's outcome, except for an ack slower on the wire than that margin.
+ * Either side may send its first batch as soon as its own set-up returned: the peer's set-up
+ * may finish later, and the batch waits queued for its kvp_nccl_link_recv.
  * A refused batch or one with corrupt pages leaves it usable.
  * Threading: one thread per link; calls block until done or their deadline. Memory: pages and
  * buffers are device memory of the link's device; every other array is host memory. */
@@ -47,7 +54,7 @@ typedef struct kvp_nccl_params {
     uint64_t field_mask; /* MUST be first */
     int      device;     /* this side's CUDA device; default 0 */
     uint32_t timeout_ms; /* deadline of the set-up, and of each batch from its first message to
-                            its ack; default 30000 */
+                            its ack (a receiver: or the sender's, when shorter); default 30000 */
 } kvp_nccl_params_t;
 
 kvp_status_t kvp_nccl_link_create(const kvp_nccl_params_t *params, kvp_nccl_link_h *link_p);
