@@ -247,7 +247,8 @@ static void dst_finish(kvp_cluster_stream_h s, dst_t *d, const kvp_session_desc_
         d->status = kvp_put_stream_finish(d->st, s->sid, desc, pages, lens, n, version);
         d->stage  = "stream";
     }
-    if (d->st != NULL && kvp_cluster_status_unreachable(d->status)) {
+    if (d->st != NULL && kvp_cluster_status_unreachable(d->status) &&
+        d->status != KVP_ERR_SHUTTING_DOWN) { /* a stopping node is not asked again */
         kvp_cluster_h c = s->cluster;
 
         kvp_put_stream_close(d->st);

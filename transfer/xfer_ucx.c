@@ -131,6 +131,7 @@ struct kvp_xfer {
     reject_log_t          rej_capped;    /* ... past max_conns */
     unsigned              max_conns;     /* server connections at most (0: no limit) */
     unsigned              n_server;      /* server connections open (in conns) */
+    unsigned              n_server_failed; /* ... of them failed, until report_dead unlinks them */
     int                   delivering;
     void                 *buf_free[BUF_KEEP]; /* bulk buffers kept for reuse, see buf_get */
     size_t                buf_free_cap[BUF_KEEP];
@@ -254,6 +255,7 @@ static void conn_unlink(kvp_xfer_conn_h conn)
     if (*pp == conn) {
         *pp = conn->next;
         conn->x->n_server -= conn->server != 0;
+        conn->x->n_server_failed -= conn->server != 0 && conn->status != KVP_OK;
     }
 }
 
@@ -366,6 +368,7 @@ static void conn_fail(kvp_xfer_conn_h conn, kvp_status_t status)
 {
     if (conn->status == KVP_OK) {
         conn->status = status;
+        conn->x->n_server_failed += conn->server != 0; /* still linked: only linked ones fail */
     }
     if (!conn->dead_queued) {
         conn->dead_queued = 1;
@@ -413,18 +416,6 @@ static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req, reject_log_t *rl, 
     }
 }
 
-/* Server connections not failed: one whose peer left in this same ucp_worker_progress drain is
- * still in x->conns until report_dead, and must not keep a newcomer out. Walked only at the cap. */
-static unsigned server_conns_live(kvp_xfer_h x)
-{
-    unsigned n = 0;
-
-    for (kvp_xfer_conn_h c = x->conns; c != NULL; c = c->next) {
-        n += c->server && c->status == KVP_OK;
-    }
-    return n;
-}
-
 /* Queued for accept_pending, which runs once ucp_worker_progress is drained: a burst of
  * connects all lands here first, so the queue grows (a fixed 64 slots rejected the rest). */
 static void conn_request_cb(ucp_conn_request_h req, void *arg)
@@ -432,8 +423,9 @@ static void conn_request_cb(ucp_conn_request_h req, void *arg)
     kvp_xfer_h          x = arg;
     ucp_conn_request_h *q;
 
-    if (x->max_conns != 0 && x->n_server + x->n_accept >= x->max_conns &&
-        server_conns_live(x) + x->n_accept >= x->max_conns) {
+    /* the failed ones do not count: a peer that left in this same ucp_worker_progress drain is
+     * still linked until report_dead, and must not keep a newcomer out */
+    if (x->max_conns != 0 && x->n_server - x->n_server_failed + x->n_accept >= x->max_conns) {
         char why[64];
 
         snprintf(why, sizeof(why), "at the connection limit (%u)", x->max_conns);

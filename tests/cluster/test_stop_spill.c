@@ -3,7 +3,9 @@
  * spill is held on the disk here (gate_preload.so, KVP_TEST_WRITE_GATE: segment writes wait for
  * a file). Meanwhile a connected client's call and a new client's call must both end
  * KVP_ERR_SHUTTING_DOWN well before their 20 s deadline (a cluster client then goes to a replica),
- * and a cluster handle over this node and a live one must get the session from the live one.
+ * and a cluster handle over this node and a live one must get the session from the live one; a
+ * cluster put stream (2 copies over 3 nodes) that began before the stop finishes on the other two
+ * without shipping the session to the stopping node again.
  * Before, the transport stood still for the spill and every such call waited for its deadline
  * (KVP_ERR_TIMEOUT). Once the gate opens the node exits 0, and restarted it serves the session
  * byte-identical. */
@@ -40,7 +42,7 @@ static void expect_fast_gone(const char *what, kvp_status_t st, double t0)
     EXPECT(took < DEADLINE / 2000.0, "%s took %.1f s: it waited for its deadline", what, took);
 }
 
-/* a cluster handle over peers (both copies), calls under the DEADLINE */
+/* a cluster handle over peers (2 copies), calls under the DEADLINE */
 static kvp_cluster_h cluster_open(const char *peers)
 {
     kvp_client_params_t  cp;
@@ -61,14 +63,16 @@ static kvp_cluster_h cluster_open(const char *peers)
 
 int main(void)
 {
-    test_node_t          n, live;
+    test_node_t          n, live, spare;
     test_session_t       ts;
     kvp_client_h         c, fresh;
     kvp_node_stat_t      st;
     kvp_session_pages_t *sp = NULL;
     kvp_cluster_h        cl;
-    char                 gate[300], peers[160], sid[32];
-    uint32_t             order[2];
+    char                 gate[300], peers[160], peers3[240], sid[32], sid3[32];
+    kvp_cluster_h        cl3;
+    kvp_cluster_stream_h cs;
+    uint32_t             order[2], order3[3];
     kvp_cluster_report_t rep;
     double               t0, end;
     kvp_status_t         s;
@@ -77,8 +81,10 @@ int main(void)
     setenv("KVP_LOG_LEVEL", "error", 1);
     memset(&n, 0, sizeof(n));
     memset(&live, 0, sizeof(live));
+    memset(&spare, 0, sizeof(spare));
     test_node_mkdir(&n);
     test_node_mkdir(&live);
+    test_node_mkdir(&spare);
     snprintf(gate, sizeof(gate), "%s/wgate", n.dir);
     CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
     CHECK(setenv("KVP_TEST_WRITE_GATE", gate, 1) == 0);
@@ -86,6 +92,7 @@ int main(void)
     CHECK(unsetenv("LD_PRELOAD") == 0); /* only that node is shimmed */
     CHECK(unsetenv("KVP_TEST_WRITE_GATE") == 0);
     test_node_start(&live, "--durability=spill");
+    test_node_start(&spare, "--durability=spill");
 
     /* a session id whose rank over the two puts the node that will stop first, a copy on each */
     snprintf(peers, sizeof(peers), "%s,%s", n.addr, live.addr);
@@ -104,6 +111,21 @@ int main(void)
     fresh = test_client(live.addr, DEADLINE);
     CHECK_OK(test_session_put(fresh, NS, sid, &ts)); /* the replica */
     kvp_client_destroy(fresh);
+
+    /* a cluster put stream ranked to the node first, all but its last pages shipped before the stop */
+    snprintf(peers3, sizeof(peers3), "%s,%s,%s", n.addr, live.addr, spare.addr);
+    cl3 = cluster_open(peers3);
+    for (int i = 0;; i++) {
+        CHECK(i < 256);
+        snprintf(sid3, sizeof(sid3), "stream%d", i);
+        CHECK_OK(kvp_cluster_rank(cl3, NS, sid3, order3));
+        if (order3[0] == 0) {
+            break;
+        }
+    }
+    CHECK(ts.n_pages > 4);
+    CHECK_OK(kvp_cluster_stream_open(cl3, NS, sid3, NULL, &cs));
+    CHECK_OK(kvp_cluster_stream_push(cs, (const void *const *)ts.pages, ts.lens, ts.n_pages - 4));
 
     /* SIGTERM: the node's stop-time spill waits at the gate (the cluster handle has no connection
      * to the stopping node yet: its get connects during the spill) */
@@ -140,6 +162,24 @@ int main(void)
     kvp_cluster_destroy(cl);
     kvp_client_destroy(c);
 
+    /* the stream's record: refused by the stopping node, not shipped to it again, two copies */
+    s = kvp_cluster_stream_finish(cs, &ts.desc, (const void *const *)(ts.pages + ts.n_pages - 4),
+                                  ts.lens + ts.n_pages - 4, 4, &rep, NULL);
+    fprintf(stderr, "cluster stream finished during the stop: %s, %u copies\n",
+            kvp_status_name(s), rep.n_ok);
+    EXPECT(s == KVP_OK && rep.n_ok == 2, "cluster stream: %s with %u copies", kvp_status_name(s),
+           rep.n_ok);
+    for (uint32_t k = 0; k < rep.n_tried; k++) {
+        fprintf(stderr, "  node %u: %s (%s)\n", rep.tried[k].node,
+                kvp_status_name(rep.tried[k].status), rep.tried[k].stage);
+        EXPECT(rep.tried[k].node != 0 || (rep.tried[k].status == KVP_ERR_SHUTTING_DOWN &&
+                                          strcmp(rep.tried[k].stage, "stream") == 0),
+               "the stopping node was tried as %s (%s)", kvp_status_name(rep.tried[k].status),
+               rep.tried[k].stage);
+    }
+    kvp_cluster_stream_close(cs);
+    kvp_cluster_destroy(cl3);
+
     /* the gate opens: the spill ends, the node exits cleanly and kept the session */
     close(open(gate, O_CREAT | O_WRONLY, 0600));
     CHECK(test_node_stop(&n, 0) == 0); /* signal 0: already asked to stop, just wait */
@@ -151,8 +191,10 @@ int main(void)
     kvp_client_destroy(c);
     CHECK(test_node_stop(&n, SIGTERM) == 0);
     CHECK(test_node_stop(&live, SIGTERM) == 0);
+    CHECK(test_node_stop(&spare, SIGTERM) == 0);
     test_session_free(&ts);
     test_node_rmdir(&n);
     test_node_rmdir(&live);
+    test_node_rmdir(&spare);
     return kvp_test_result("test_stop_spill");
 }

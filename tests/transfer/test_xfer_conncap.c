@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define CAP    3
-#define N_CONN 7 /* five at first, then one after a client left, one as another leaves */
+#define N_CONN 8 /* five at first, one after a client left, one as another leaves, one more */
 #define FIRST  5
 
 /* progress both until clients [lo, hi) each got a reply or failed (or a hang bound passes) */
@@ -108,6 +108,14 @@ int main(void)
     settle(srv, cli, &c, FIRST + 1, FIRST + 2);
     EXPECT(c.replied[FIRST + 1] > 0, "a client connecting as another left was refused (%s)",
            kvp_status_name(c.failed[FIRST + 1]));
+
+    /* full again: the ones that left are counted out for good, so a newcomer is still refused */
+    xt_connect_send(cli, port, &c, FIRST + 2);
+    settle(srv, cli, &c, FIRST + 2, FIRST + 3);
+    kvp_xfer_conn_counts(srv, &open, &capped);
+    EXPECT(c.failed[FIRST + 2] == KVP_ERR_PEER_UNREACHABLE && open == CAP,
+           "a connect past the full cap at the end: %s, %u open",
+           kvp_status_name(c.failed[FIRST + 2]), open);
 
     for (int i = 0; i < N_CONN; i++) {
         kvp_xfer_conn_close(c.conn[i]);
