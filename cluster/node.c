@@ -43,6 +43,7 @@
  * the client's default 4 MiB batches stay well under it. */
 #define NODE_CONN_UNSENT_MAX (64u << 20)
 #define NODE_SEND_TIMEOUT_S  30u /* --send-timeout default */
+#define NODE_STOP_DRAIN_MS   5000u /* a stop waits this long for replies not taken yet */
 /* The most page bytes one reply carries whatever the request asks (at least one page): the
  * client asks again for the rest, as for any short reply. */
 #define NODE_REPLY_MAX (64u << 20)
@@ -984,6 +985,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_xfer_params_t  xp;
     kvp_node_work_params_t wp;
     sigset_t           all, old_mask;
+    size_t             left;
     node_t             n;
     kvp_http_h         http;
     kvp_node_etcd_h    reg = NULL;
@@ -1162,6 +1164,11 @@ err_xfer:
      * teardown when a client connects meanwhile (openucx/ucx#11087), and the sessions only in
      * DRAM (--durability spill) must not depend on that */
     node_store_shutdown(&n, &all);
+    left = kvp_xfer_drain(n.x, NODE_STOP_DRAIN_MS); /* replies not taken yet still reach them */
+    if (left > 0) {
+        KVP_LOG_WARN(MOD, "%zu replies not taken by their clients within %u ms of the stop: "
+                     "dropped", left, NODE_STOP_DRAIN_MS);
+    }
     kvp_xfer_destroy(n.x);
 err_store:
     kvp_node_obs_set_store(&n.obs, NULL); /* no scrape reads it from here on */

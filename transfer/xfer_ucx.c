@@ -1414,6 +1414,20 @@ void *kvp_xfer_conn_user(kvp_xfer_conn_h conn)
     return conn->user;
 }
 
+size_t kvp_xfer_drain(kvp_xfer_h x, int timeout_ms)
+{
+    uint64_t end = kvp_time_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+    size_t   n   = 0;
+
+    while (x->sends != NULL && kvp_time_ns() < end) {
+        kvp_xfer_wait(x, 10);
+    }
+    for (send_req_t *s = x->sends; s != NULL; s = s->next) {
+        n++;
+    }
+    return n;
+}
+
 void kvp_xfer_conn_counts(kvp_xfer_h x, unsigned *open_p, uint64_t *capped_p)
 {
     if (open_p != NULL) {

@@ -8,7 +8,9 @@
  * without shipping the session to the stopping node again.
  * Before, the transport stood still for the spill and every such call waited for its deadline
  * (KVP_ERR_TIMEOUT). Once the gate opens the node exits 0, and restarted it serves the session
- * byte-identical. */
+ * byte-identical. Last, a reply the node sent but its client had not taken yet when the node was
+ * asked to stop (a 4 MiB GET_PAGES reply, rendezvous: it waits for the client to pull it) still
+ * reaches that client: the stop waits for it a while (it was dropped by the close). */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -59,6 +61,67 @@ static kvp_cluster_h cluster_open(const char *peers)
     p.client     = &cp;
     CHECK_OK(kvp_cluster_create(&p, &cl));
     return cl;
+}
+
+/* a reply in flight at the stop: a raw client asks for 8 copies of a 512 KiB page and takes
+ * nothing until the node was asked to stop */
+static void reply_in_flight(void)
+{
+    test_node_t    n;
+    test_raw_t     raw;
+    kvp_wire_req_t req;
+    kvp_key128_t   key = {0x51, 0x52}, keys[8];
+    kvp_client_h   c;
+    uint8_t       *page, *hdr;
+    const void    *pages[1];
+    size_t         len, hl;
+    double         end;
+
+    memset(&n, 0, sizeof(n));
+    test_node_mkdir(&n);
+    test_node_start(&n, NULL);
+    page     = test_big_page(128, key, 1, &len);
+    pages[0] = page;
+    c        = test_client(n.addr, DEADLINE);
+    CHECK_OK(kvp_client_put_pages(c, NS, pages, &len, 1));
+    kvp_client_destroy(c);
+
+    test_raw_open(&raw, n.port);
+    memset(&req, 0, sizeof(req));
+    req.op     = KVP_WIRE_OP_STAT;
+    req.req_id = 1;
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
+    test_raw_call(&raw, hdr, hl, NULL, 0); /* connected */
+    kvp_free(hdr);
+    for (int i = 0; i < 8; i++) {
+        keys[i] = key;
+    }
+    memset(&req, 0, sizeof(req));
+    req.op        = KVP_WIRE_OP_GET_PAGES;
+    req.req_id    = 2;
+    req.ns        = NS;
+    req.n_keys    = 8;
+    req.keys      = keys;
+    req.layers    = 1;
+    req.max_bytes = UINT32_MAX;
+    raw.got       = 0;
+    test_raw_send(&raw, &req, NULL, 0, NULL); /* not progressed: the reply is not taken */
+    usleep(300000);                           /* the node answered (not a check) */
+    CHECK(kill(n.pid, SIGTERM) == 0);
+    usleep(300000); /* the node is stopping meanwhile (it used to be gone by now) */
+    end = kvp_time_s() + 20; /* a bound for a hang, not a timing check */
+    while (!raw.got && kvp_time_s() < end && kvp_xfer_conn_status(raw.conn) == KVP_OK) {
+        kvp_xfer_wait(raw.x, 50);
+    }
+    fprintf(stderr, "a 4 MiB reply not taken when the node was asked to stop: %s, %zu bytes\n",
+            raw.got ? kvp_status_name(raw.rep.status) : kvp_status_name(kvp_xfer_conn_status(raw.conn)),
+            raw.data);
+    EXPECT(raw.got && raw.rep.status == KVP_OK && raw.rep.n_pages == 8 && raw.data == 8 * len,
+           "the reply in flight at the stop did not arrive whole");
+    test_raw_close(&raw);
+    CHECK(test_node_stop(&n, 0) == 0);
+    kvp_free(page);
+    test_node_rmdir(&n);
 }
 
 int main(void)
@@ -196,5 +259,6 @@ int main(void)
     test_node_rmdir(&n);
     test_node_rmdir(&live);
     test_node_rmdir(&spare);
+    reply_in_flight();
     return kvp_test_result("test_stop_spill");
 }
