@@ -47,9 +47,11 @@ struct kvp_nccl_link {
     struct {
         kvp_xfer_conn_h conn;
         kvp_xfer_msg_h  msg;
+        uint64_t        at_ns;  /* when it arrived */
     } q[LINK_QMAX];             /* received control messages, oldest at q_head */
     unsigned        q_head, q_n, q_dropped;
     unsigned        q_seen;     /* queued messages link_closed has looked at (from q_head) */
+    uint64_t        last_at_ns; /* arrival of the message link_next returned last */
     uint8_t         id[KVP_NCCL_ID_BYTES];
     ncclComm_t      comm;
     cudaStream_t    stream;
@@ -116,8 +118,9 @@ static void on_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
         kvp_xfer_msg_release(msg);
         return;
     }
-    link->q[(link->q_head + link->q_n) % LINK_QMAX].conn = conn;
-    link->q[(link->q_head + link->q_n) % LINK_QMAX].msg  = msg;
+    link->q[(link->q_head + link->q_n) % LINK_QMAX].conn  = conn;
+    link->q[(link->q_head + link->q_n) % LINK_QMAX].msg   = msg;
+    link->q[(link->q_head + link->q_n) % LINK_QMAX].at_ns = kvp_time_ns();
     link->q_n++;
 }
 
@@ -193,7 +196,8 @@ static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_
             if (conn_p != NULL) {
                 *conn_p = link->q[link->q_head].conn;
             }
-            link->q_head = (link->q_head + 1) % LINK_QMAX;
+            link->last_at_ns = link->q[link->q_head].at_ns;
+            link->q_head     = (link->q_head + 1) % LINK_QMAX;
             link->q_n--;
             link->q_seen -= link->q_seen > 0;
             st = msg_unpack(msg, m);
@@ -500,6 +504,9 @@ void kvp_nccl_link_destroy(kvp_nccl_link_h link)
     if (link == NULL) {
         return;
     }
+    if (link->rank >= 0) {
+        (void)cudaSetDevice(link->device); /* the caller's thread may be on another device */
+    }
     if (link->comm != NULL) {
         ncclCommDestroy(link->comm);
     }
@@ -552,6 +559,58 @@ static kvp_status_t hello_check(const kvp_wire_link_t *h, int own_nccl, int have
     return KVP_ERR_UNSUPPORTED;
 }
 
+/* Accepting: the next hello (or a message of another link version, to be refused) by deadline.
+ * Anything else that comes first (a stranger's junk, a stray READY or CLOSE) is dropped and
+ * logged, as a connection that fails before its hello is ignored (on_conn): no stranger can end
+ * the accept. Once a hello is taken, what other connections queued is released, so none of it
+ * can pass for the prefill's later. */
+static kvp_status_t accept_hello(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_link_t *h,
+                                 kvp_xfer_conn_h *conn_p)
+{
+    for (;;) {
+        kvp_xfer_progress(link->x);
+        while (link->q_n > 0) {
+            kvp_xfer_msg_h msg = link->q[link->q_head].msg;
+            kvp_status_t   st;
+            unsigned       kept = 0;
+
+            *conn_p      = link->q[link->q_head].conn;
+            link->q_head = (link->q_head + 1) % LINK_QMAX;
+            link->q_n--;
+            st = msg_unpack(msg, h);
+            kvp_xfer_msg_release(msg);
+            if (!(st == KVP_OK && h->kind == KVP_WIRE_LINK_HELLO) && st != KVP_ERR_UNSUPPORTED) {
+                KVP_LOG_INFO(MOD, "accepting: a message that is no hello (%s, kind %d) from %s: "
+                             "dropped", kvp_status_str(st), (int)h->kind,
+                             kvp_xfer_conn_peer(*conn_p));
+                kvp_wire_link_clear(h);
+                continue;
+            }
+            for (unsigned i = 0; i < link->q_n; i++) { /* the rest: the hello's connection's only */
+                unsigned at = (link->q_head + i) % LINK_QMAX;
+
+                if (link->q[at].conn == *conn_p) {
+                    link->q[(link->q_head + kept++) % LINK_QMAX] = link->q[at];
+                } else {
+                    kvp_xfer_msg_release(link->q[at].msg);
+                }
+            }
+            link->q_n       = kept;
+            link->q_seen    = 0;
+            link->q_dropped = 0;
+            return st;
+        }
+        link->q_dropped = 0; /* strangers' messages past the queue: nothing of the prefill's yet */
+        if (link->gone != KVP_OK) {
+            return link->gone;
+        }
+        if (kvp_time_ns() >= deadline) {
+            return KVP_ERR_TIMEOUT;
+        }
+        kvp_xfer_wait(link->x, 2);
+    }
+}
+
 kvp_status_t kvp_nccl_link_accept(kvp_nccl_link_h link)
 {
     uint64_t        deadline;
@@ -564,15 +623,12 @@ kvp_status_t kvp_nccl_link_accept(kvp_nccl_link_h link)
         return link == NULL || link->broken == KVP_OK ? KVP_ERR_INVALID : link->broken;
     }
     deadline = deadline_in(link->timeout_ms);
-    st       = link_next(link, deadline, &h, &conn);
+    st       = accept_hello(link, deadline, &h, &conn);
     memset(&a, 0, sizeof(a));
     a.kind = KVP_WIRE_LINK_ACCEPT;
     ncclGetVersion(&version);
     a.nccl_version = (uint32_t)version;
     have = gpu_probe(link->device, &a.device);
-    if (st == KVP_OK && link->gone == KVP_OK && h.kind != KVP_WIRE_LINK_HELLO) {
-        st = KVP_ERR_PROTOCOL;
-    }
     if (st == KVP_ERR_UNSUPPORTED && link->gone == KVP_OK) { /* another link version: say so */
         a.status = KVP_ERR_UNSUPPORTED;
         snprintf(a.message, sizeof(a.message), "link version %u refused: this side speaks %u",
@@ -838,7 +894,8 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
         return link_fail(link, st, "waiting for a batch");
     }
     link->limit_ms = recv_budget(link->timeout_ms, b.budget_ms);
-    deadline       = deadline_in(link->limit_ms);
+    deadline       = link->last_at_ns + (uint64_t)link->limit_ms * 1000000u; /* from its arrival:
+                                                * a recv called late has less of the budget left */
     for (uint32_t i = 0; i < b.n_pages; i++) {
         total += b.page_lens[i];
     }

@@ -171,8 +171,9 @@ static kvp_wire_link_t hello_of(uint32_t version, uint32_t nccl)
 
 /* ---- decode side against fake prefills ---- */
 
-/* A fake prefill sends hello h; the decode side's accept must end want, and the fake must get
- * an accept naming `says` (NULL: expect no answer). */
+/* A fake prefill sends raw bytes (if any: junk, which accept drops), then hello h (if any); the
+ * decode side's accept must end want, and the fake must get an accept naming `says` (NULL:
+ * expect no answer). */
 static void decode_against(const kvp_wire_link_t *h, const void *raw, size_t raw_len,
                            kvp_status_t want, const char *says)
 {
@@ -183,10 +184,11 @@ static void decode_against(const kvp_wire_link_t *h, const void *raw, size_t raw
     side_start(&d, 0, 0);
     fake_make(&f, NULL);
     CHECK_OK(kvp_xfer_connect(f.x, HOST, d.port, &f.conn));
+    if (raw != NULL) {
+        fake_send_raw(&f, raw, raw_len);
+    }
     if (h != NULL) {
         fake_say(&f, h);
-    } else {
-        fake_send_raw(&f, raw, raw_len);
     }
     if (says != NULL) {
         CHECK_OK(fake_wait(&f, 10, &a));
@@ -212,7 +214,20 @@ static void decode_refusals(void)
     decode_against(&h, NULL, 0, KVP_ERR_UNSUPPORTED, "link version 2 refused");
     h = hello_of(0, 30000); /* NCCL 3.0.0 */
     decode_against(&h, NULL, 0, KVP_ERR_UNSUPPORTED, "major versions differ");
-    decode_against(NULL, garbage, sizeof(garbage), KVP_ERR_PROTOCOL, NULL);
+    h = hello_of(2, 22809); /* junk first: dropped, the accept waits on and takes the hello */
+    decode_against(&h, garbage, sizeof(garbage), KVP_ERR_UNSUPPORTED, "link version 2 refused");
+    {                       /* a stray CLOSE first: the same (it used to end the accept) */
+        kvp_wire_link_t c;
+        uint8_t        *cb;
+        size_t          cl;
+
+        memset(&c, 0, sizeof(c));
+        c.kind   = KVP_WIRE_LINK_CLOSE;
+        c.status = KVP_ERR_PEER_GONE;
+        CHECK_OK(kvp_wire_link_pack(&c, &cb, &cl));
+        decode_against(&h, cb, cl, KVP_ERR_UNSUPPORTED, "link version 2 refused");
+        kvp_free(cb);
+    }
     h = hello_of(0, 22809);
     h.device.index = -1;
     strcpy(h.device.why, "no driver here");

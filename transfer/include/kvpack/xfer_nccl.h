@@ -85,7 +85,9 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
  * page_status (lens_cap entries, may be NULL) each page's check. KVP_OK when every page passed,
  * KVP_ERR_CORRUPT when any failed (they are named in the log and in page_status: their bytes are
  * in buf but must not be used), KVP_ERR_TOO_LARGE (refused: more than cap bytes or lens_cap
- * pages; nothing received). */
+ * pages; nothing received). After a recv that failed on the link (TIMEOUT, PEER_GONE, DEVICE:
+ * the link is then broken) the GPU may still be writing or checking buf: free or reuse it only
+ * after kvp_nccl_link_destroy returns, which aborts the transfer and waits for the check. */
 kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uint32_t *lens,
                                 uint32_t lens_cap, uint32_t wait_ms, uint32_t *n_p,
                                 kvp_status_t *page_status);
