@@ -896,6 +896,9 @@ kvp_status_t kvp_client_stat(kvp_client_h client, kvp_node_stat_t *stat_p)
         stat_p->wal_dropped_bytes = w->wal_dropped_bytes;
         stat_p->disk_free_bytes    = w->disk_free_bytes;
         stat_p->disk_full_refusals = w->disk_full_refusals;
+        stat_p->connections          = w->connections;
+        stat_p->connections_max      = w->connections_max;
+        stat_p->connections_rejected = w->connections_rejected;
     }
     kvp_client_call_release(call);
     return s;

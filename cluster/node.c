@@ -418,6 +418,9 @@ static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     rep->stat.wal_dropped_bytes = st.wal_dropped_bytes;
     rep->stat.disk_free_bytes    = st.disk_free_bytes;
     rep->stat.disk_full_refusals = st.disk_full_refusals;
+    rep->stat.connections          = atomic_load(&n->obs.conns);
+    rep->stat.connections_max      = atomic_load(&n->obs.max_conns);
+    rep->stat.connections_rejected = atomic_load(&n->obs.conns_rejected);
     reply_status(job, rep, KVP_OK, NULL);
 }
 
@@ -767,6 +770,16 @@ static void node_wake(void *arg)
     kvp_xfer_wake(arg);
 }
 
+/* Transport thread: the connection counts into /metrics and STAT (each request and each loop) */
+static void node_conns_publish(node_t *n)
+{
+    unsigned conns;
+    uint64_t rejected;
+
+    kvp_xfer_conn_counts(n->x, &conns, &rejected);
+    kvp_node_obs_conns(&n->obs, conns, rejected);
+}
+
 static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 {
     node_t        *n = arg;
@@ -774,6 +787,8 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     node_strand_t *st;
     size_t         hl, dl;
     const void    *h = kvp_xfer_msg_hdr(msg, &hl);
+
+    node_conns_publish(n); /* a STAT it asks for counts this connection */
 
     (void)kvp_xfer_msg_data(msg, &dl);
     atomic_fetch_add_explicit(&n->requests, 1, memory_order_relaxed);
@@ -1137,14 +1152,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
         }
     }
     while (!*stop) {
-        unsigned conns;
-        uint64_t rejected;
-
         kvp_xfer_wait(n.x, n.parked != NULL ? 10 : 100); /* parked: see their replies drain */
         node_take_done(&n);
         node_resume_parked(&n);
-        kvp_xfer_conn_counts(n.x, &conns, &rejected);
-        kvp_node_obs_conns(&n.obs, conns, rejected);
+        node_conns_publish(&n);
     }
     KVP_LOG_INFO(MOD, "shutting down after %llu requests",
                  (unsigned long long)atomic_load(&n.requests));

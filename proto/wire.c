@@ -612,6 +612,12 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
             st.disk_free_bytes        = rep->stat.disk_free_bytes;
             st.has_disk_full_refusals = rep->stat.disk_full_refusals != 0;
             st.disk_full_refusals     = rep->stat.disk_full_refusals;
+            st.has_connections          = rep->stat.connections != 0;
+            st.connections              = rep->stat.connections;
+            st.has_connections_max      = rep->stat.connections_max != 0;
+            st.connections_max          = rep->stat.connections_max;
+            st.has_connections_rejected = rep->stat.connections_rejected != 0;
+            st.connections_rejected     = rep->stat.connections_rejected;
             r.body_case         = KVP__REPLY__BODY_STAT;
             r.stat              = &st;
             break;
@@ -790,6 +796,10 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         rep->stat.disk_free_bytes = r->stat->has_disk_free_bytes ? r->stat->disk_free_bytes : 0;
         rep->stat.disk_full_refusals =
             r->stat->has_disk_full_refusals ? r->stat->disk_full_refusals : 0;
+        rep->stat.connections = r->stat->has_connections ? r->stat->connections : 0;
+        rep->stat.connections_max = r->stat->has_connections_max ? r->stat->connections_max : 0;
+        rep->stat.connections_rejected =
+            r->stat->has_connections_rejected ? r->stat->connections_rejected : 0;
         return (data_len == 0) ? KVP_OK : rep_bad(rep, "unexpected data");
     case KVP__REPLY__BODY_LIST:
         return (data_len == 0) ? list_from_pb(r->list, rep) : rep_bad(rep, "unexpected data");

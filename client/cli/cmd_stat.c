@@ -34,6 +34,9 @@ static const struct {
     {"wal_dropped_bytes", offsetof(kvp_node_stat_t, wal_dropped_bytes), true},
     {"disk_free_bytes", offsetof(kvp_node_stat_t, disk_free_bytes), true},
     {"disk_full_refusals", offsetof(kvp_node_stat_t, disk_full_refusals), true},
+    {"connections", offsetof(kvp_node_stat_t, connections), true},
+    {"connections_max", offsetof(kvp_node_stat_t, connections_max), true},
+    {"connections_rejected", offsetof(kvp_node_stat_t, connections_rejected), true},
 };
 #define N_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
@@ -92,6 +95,11 @@ static void print_one(const char *node, const kvp_node_stat_t *st)
     }
     printf("requests          %llu (%llu malformed or refused)\n", (unsigned long long)st->requests,
            (unsigned long long)st->bad_requests);
+    if (st->connections_max > 0) { /* a node that reports its connections */
+        printf("connections       %llu of at most %llu (%llu refused at the cap)\n",
+               (unsigned long long)st->connections, (unsigned long long)st->connections_max,
+               (unsigned long long)st->connections_rejected);
+    }
     if (st->index_rebuilds > 0 || st->wal_dropped_bytes > 0) { /* damage the node recovered from */
         printf("index rebuilds    %llu (damaged RocksDB blocks found since start)\n",
                (unsigned long long)st->index_rebuilds);

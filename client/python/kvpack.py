@@ -119,7 +119,8 @@ class _Append(ctypes.Structure):
 _STAT_FIELDS = ["dram_bytes", "dram_pages", "dram_budget", "sessions", "sessions_on_disk",
                 "spills", "restores", "crc_failures", "disk_errors", "uptime_ms", "disk_bytes",
                 "disk_live_bytes", "requests", "bad_requests", "index_rebuilds",
-                "wal_dropped_bytes", "disk_free_bytes", "disk_full_refusals"]
+                "wal_dropped_bytes", "disk_free_bytes", "disk_full_refusals", "connections",
+                "connections_max", "connections_rejected"]
 
 
 class _NodeStat(ctypes.Structure):

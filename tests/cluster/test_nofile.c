@@ -57,6 +57,13 @@ static void conn_cap(void)
            kvp_time_s() - t0); /* a bound for a hang (20 s deadline), not a timing check */
     CHECK_OK(kvp_client_stat(c[0], &st)); /* the two in are still served */
     CHECK_OK(kvp_client_stat(c[1], &st));
+    fprintf(stderr, "STAT: %llu connections of at most %llu, %llu refused\n",
+            (unsigned long long)st.connections, (unsigned long long)st.connections_max,
+            (unsigned long long)st.connections_rejected);
+    EXPECT(st.connections == 2 && st.connections_max == 2 && st.connections_rejected == 1,
+           "STAT says %llu connections of %llu, %llu refused; want 2 of 2, 1",
+           (unsigned long long)st.connections, (unsigned long long)st.connections_max,
+           (unsigned long long)st.connections_rejected);
     kvp_client_destroy(c[2]);
 
     /* one leaves: a new client gets in once the node saw it go */

@@ -374,10 +374,15 @@ static void test_rep(void)
     r.stat.uptime_ms = 42;
     r.stat.disk_free_bytes    = 5ull << 40;
     r.stat.disk_full_refusals = 3;
+    r.stat.connections          = 190;
+    r.stat.connections_max      = 192;
+    r.stat.connections_rejected = 11;
     CHECK(kvp_wire_rep_pack(&r, &buf, &len) == KVP_OK);
     CHECK(kvp_wire_rep_unpack(buf, len, 0, &u) == KVP_OK);
     CHECK(u.stat.dram_bytes == 123456789012ull && u.stat.spills == 7 && u.stat.uptime_ms == 42);
     CHECK(u.stat.disk_free_bytes == 5ull << 40 && u.stat.disk_full_refusals == 3);
+    CHECK(u.stat.connections == 190 && u.stat.connections_max == 192 &&
+          u.stat.connections_rejected == 11);
     kvp_wire_rep_clear(&u);
     kvp_free(buf);
     /* scrub round trip; a SCRUB reply carrying data is refused */

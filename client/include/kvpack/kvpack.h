@@ -58,6 +58,9 @@ typedef struct {
     uint64_t disk_free_bytes;   /* free space of its data dir's filesystem (0: DRAM only, or an
                                  * older node) */
     uint64_t disk_full_refusals; /* puts and spills refused at its disk reserve, since start */
+    uint64_t connections;       /* client connections open (0 from an older node) */
+    uint64_t connections_max;   /* its --max-conns (0: no limit, or an older node) */
+    uint64_t connections_rejected; /* connection requests refused at it, since start */
 } kvp_node_stat_t;
 
 /* A fetched session: record plus every page, in order page[chunk * layers + layer]. */

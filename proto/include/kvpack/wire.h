@@ -98,6 +98,7 @@ typedef struct {
     uint64_t disk_bytes, disk_live_bytes; /* optional on the wire: 0 from an older node */
     uint64_t index_rebuilds, wal_dropped_bytes; /* optional likewise */
     uint64_t disk_free_bytes, disk_full_refusals; /* optional likewise */
+    uint64_t connections, connections_max, connections_rejected; /* optional likewise */
 } kvp_wire_stat_t;
 
 /* One LIST entry (SessionInfo in kvpack.proto). */
