@@ -579,7 +579,7 @@ static kvp_status_t accept_hello(kvp_nccl_link_h link, uint64_t deadline, kvp_wi
             link->q_n--;
             st = msg_unpack(msg, h);
             kvp_xfer_msg_release(msg);
-            if (!(st == KVP_OK && h->kind == KVP_WIRE_LINK_HELLO) && st != KVP_ERR_UNSUPPORTED) {
+            if (!((st == KVP_OK || st == KVP_ERR_UNSUPPORTED) && h->kind == KVP_WIRE_LINK_HELLO)) {
                 KVP_LOG_INFO(MOD, "accepting: a message that is no hello (%s, kind %d) from %s: "
                              "dropped", kvp_status_str(st), (int)h->kind,
                              kvp_xfer_conn_peer(*conn_p));
@@ -894,8 +894,9 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
         return link_fail(link, st, "waiting for a batch");
     }
     link->limit_ms = recv_budget(link->timeout_ms, b.budget_ms);
-    deadline       = link->last_at_ns + (uint64_t)link->limit_ms * 1000000u; /* from its arrival:
-                                                * a recv called late has less of the budget left */
+    deadline       = link->last_at_ns + (uint64_t)link->limit_ms * 1000000u; /* from when this
+                  * side saw it arrive (only while the link is progressed: after an idle wait,
+                  * the recv call itself) */
     for (uint32_t i = 0; i < b.n_pages; i++) {
         total += b.page_lens[i];
     }

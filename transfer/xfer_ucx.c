@@ -1414,16 +1414,25 @@ void *kvp_xfer_conn_user(kvp_xfer_conn_h conn)
     return conn->user;
 }
 
+/* sends in flight on connections still open (one to a closed or failed connection may never
+ * complete in error mode none: nobody waits for it) */
+static size_t sends_live(kvp_xfer_h x)
+{
+    size_t n = 0;
+
+    for (send_req_t *s = x->sends; s != NULL; s = s->next) {
+        n += s->conn->status == KVP_OK && s->conn->ep != NULL;
+    }
+    return n;
+}
+
 size_t kvp_xfer_drain(kvp_xfer_h x, int timeout_ms)
 {
     uint64_t end = kvp_time_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
-    size_t   n   = 0;
+    size_t   n;
 
-    while (x->sends != NULL && kvp_time_ns() < end) {
+    while ((n = sends_live(x)) > 0 && kvp_time_ns() < end) {
         kvp_xfer_wait(x, 10);
-    }
-    for (send_req_t *s = x->sends; s != NULL; s = s->next) {
-        n++;
     }
     return n;
 }

@@ -227,6 +227,11 @@ static void decode_refusals(void)
         CHECK_OK(kvp_wire_link_pack(&c, &cb, &cl));
         decode_against(&h, cb, cl, KVP_ERR_UNSUPPORTED, "link version 2 refused");
         kvp_free(cb);
+        c.version = 2; /* a CLOSE of another link version: no hello either, dropped the same, */
+        CHECK_OK(kvp_wire_link_pack(&c, &cb, &cl)); /* and the hello of ours is judged */
+        h = hello_of(0, 22809);
+        decode_against(&h, cb, cl, KVP_ERR_UNSUPPORTED, "decode side has no usable gpu");
+        kvp_free(cb);
     }
     h = hello_of(0, 22809);
     h.device.index = -1;
