@@ -390,6 +390,22 @@ static inline void test_raw_call(test_raw_t *r, const void *hdr, size_t hl, cons
     CHECK(r->got);
 }
 
+/* test_raw_open, then one STAT answered: the connection is up when this returns */
+static inline void test_raw_open_up(test_raw_t *r, uint16_t port)
+{
+    kvp_wire_req_t req;
+    uint8_t       *hdr;
+    size_t         hl;
+
+    test_raw_open(r, port);
+    memset(&req, 0, sizeof(req));
+    req.op     = KVP_WIRE_OP_STAT;
+    req.req_id = 1;
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
+    test_raw_call(r, hdr, hl, NULL, 0);
+    kvp_free(hdr);
+}
+
 static inline void test_raw_send_status(void *arg, kvp_status_t status)
 {
     *(kvp_status_t *)arg = status;

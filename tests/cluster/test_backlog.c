@@ -114,8 +114,8 @@ int main(void)
     kvp_wire_req_t    req;
     kvp_client_h      c;
     kvp_key128_t      key = {0x1234, 0x5678}, *keys;
-    size_t            len, hl;
-    uint8_t          *page, *hdr;
+    size_t            len;
+    uint8_t          *page;
     const void       *pages[1];
     uint32_t          nkeys;
     long              rss0, rss1;
@@ -131,13 +131,7 @@ int main(void)
     pages[0] = page;
     CHECK_OK(kvp_client_put_pages(c, NS, pages, &len, 1));
 
-    test_raw_open(&raw, node.port);
-    memset(&req, 0, sizeof(req));
-    req.op     = KVP_WIRE_OP_STAT;
-    req.req_id = 1;
-    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
-    test_raw_call(&raw, hdr, hl, NULL, 0); /* connected */
-    kvp_free(hdr);
+    test_raw_open_up(&raw, node.port);
     rss0  = test_node_rss_mib(node.pid);
     nkeys = (uint32_t)((kvp_xfer_max_hdr(raw.x) - 64) / 16); /* as many as a header holds */
     keys  = kvp_malloc(nkeys * sizeof(*keys), "keys");

@@ -72,9 +72,9 @@ static void reply_in_flight(void)
     kvp_wire_req_t req;
     kvp_key128_t   key = {0x51, 0x52}, keys[8];
     kvp_client_h   c;
-    uint8_t       *page, *hdr;
+    uint8_t       *page;
     const void    *pages[1];
-    size_t         len, hl;
+    size_t         len;
     double         end;
 
     memset(&n, 0, sizeof(n));
@@ -86,13 +86,7 @@ static void reply_in_flight(void)
     CHECK_OK(kvp_client_put_pages(c, NS, pages, &len, 1));
     kvp_client_destroy(c);
 
-    test_raw_open(&raw, n.port);
-    memset(&req, 0, sizeof(req));
-    req.op     = KVP_WIRE_OP_STAT;
-    req.req_id = 1;
-    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
-    test_raw_call(&raw, hdr, hl, NULL, 0); /* connected */
-    kvp_free(hdr);
+    test_raw_open_up(&raw, n.port);
     for (int i = 0; i < 8; i++) {
         keys[i] = key;
     }
