@@ -181,6 +181,25 @@ static void peer_closed(kvp_nccl_link_h link, const kvp_wire_link_t *m)
     link->gone = KVP_ERR_PEER_GONE;
 }
 
+/* Take the oldest queued control message, unpacked into m (the caller clears it) and released;
+ * its connection in *conn_p (may be NULL). Returns msg_unpack's status. */
+static kvp_status_t queue_pop(kvp_nccl_link_h link, kvp_wire_link_t *m, kvp_xfer_conn_h *conn_p)
+{
+    kvp_xfer_msg_h msg = link->q[link->q_head].msg;
+    kvp_status_t   st;
+
+    if (conn_p != NULL) {
+        *conn_p = link->q[link->q_head].conn;
+    }
+    link->last_at_ns = link->q[link->q_head].at_ns;
+    link->q_head     = (link->q_head + 1) % LINK_QMAX;
+    link->q_n--;
+    link->q_seen -= link->q_seen > 0;
+    st = m != NULL ? msg_unpack(msg, m) : KVP_OK;
+    kvp_xfer_msg_release(msg);
+    return st;
+}
+
 /* Wait for the next control message until deadline: unpacked into m (the caller clears it),
  * its connection in *conn_p (may be NULL; valid while the peer's connection lives). */
 static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_link_t *m,
@@ -190,18 +209,8 @@ static kvp_status_t link_next(kvp_nccl_link_h link, uint64_t deadline, kvp_wire_
     for (;;) {
         kvp_xfer_progress(link->x);
         if (link->q_n > 0) {
-            kvp_xfer_msg_h msg = link->q[link->q_head].msg;
-            kvp_status_t   st;
+            kvp_status_t st = queue_pop(link, m, conn_p);
 
-            if (conn_p != NULL) {
-                *conn_p = link->q[link->q_head].conn;
-            }
-            link->last_at_ns = link->q[link->q_head].at_ns;
-            link->q_head     = (link->q_head + 1) % LINK_QMAX;
-            link->q_n--;
-            link->q_seen -= link->q_seen > 0;
-            st = msg_unpack(msg, m);
-            kvp_xfer_msg_release(msg);
             if (st == KVP_OK && m->kind == KVP_WIRE_LINK_CLOSE) {
                 peer_closed(link, m);
                 st = KVP_ERR_PEER_GONE;
@@ -515,9 +524,7 @@ void kvp_nccl_link_destroy(kvp_nccl_link_h link)
         cudaStreamDestroy(link->stream);
     }
     while (link->q_n > 0) {
-        kvp_xfer_msg_release(link->q[link->q_head].msg);
-        link->q_head = (link->q_head + 1) % LINK_QMAX;
-        link->q_n--;
+        (void)queue_pop(link, NULL, NULL);
     }
     kvp_xfer_destroy(link->x);
     kvp_free(link);
@@ -570,15 +577,9 @@ static kvp_status_t accept_hello(kvp_nccl_link_h link, uint64_t deadline, kvp_wi
     for (;;) {
         kvp_xfer_progress(link->x);
         while (link->q_n > 0) {
-            kvp_xfer_msg_h msg = link->q[link->q_head].msg;
-            kvp_status_t   st;
-            unsigned       kept = 0;
+            kvp_status_t st   = queue_pop(link, h, conn_p);
+            unsigned     kept = 0;
 
-            *conn_p      = link->q[link->q_head].conn;
-            link->q_head = (link->q_head + 1) % LINK_QMAX;
-            link->q_n--;
-            st = msg_unpack(msg, h);
-            kvp_xfer_msg_release(msg);
             if (!((st == KVP_OK || st == KVP_ERR_UNSUPPORTED) && h->kind == KVP_WIRE_LINK_HELLO)) {
                 KVP_LOG_INFO(MOD, "accepting: a message that is no hello (%s, kind %d) from %s: "
                              "dropped", kvp_status_str(st), (int)h->kind,
