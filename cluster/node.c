@@ -696,15 +696,22 @@ static int strand_must_wait(const node_t *n, const node_job_t *job)
  * connection's replies are not being taken: then the strand is parked until they drain
  * (node_resume_parked). Jobs of a connection that failed meanwhile are not run (no one would get
  * the reply). */
+/* A job not started while the node stops is answered KVP_ERR_SHUTTING_DOWN (inline, at once):
+ * its client counts the node unreachable and tries a replica. */
+static void job_refuse_if_stopping(const node_t *n, node_job_t *job)
+{
+    if (n->stopping && job->bad == KVP_OK) {
+        job->bad = KVP_ERR_SHUTTING_DOWN;
+    }
+}
+
 static void strand_run(node_t *n, node_job_t *job)
 {
     while (job != NULL) {
         int alive = kvp_xfer_conn_status(job->conn) == KVP_OK;
 
-        if (n->stopping && job->bad == KVP_OK) { /* not started yet: refused like a new one, so
-                                                  * the stop waits only for the running jobs */
-            job->bad = KVP_ERR_SHUTTING_DOWN;
-        }
+        job_refuse_if_stopping(n, job); /* not started yet: refused like a new one, so the
+                                         * stop waits only for the running jobs */
         if (alive && !job_inline(job) && strand_must_wait(n, job)) {
             node_strand_t *st = kvp_xfer_conn_user(job->conn);
 
@@ -811,9 +818,7 @@ static void node_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
     if (job->bad != KVP_OK && kvp_xfer_msg_status(msg) != KVP_ERR_BUSY) {
         atomic_fetch_add_explicit(&n->bad_requests, 1, memory_order_relaxed);
     }
-    if (n->stopping && job->bad == KVP_OK) {
-        job->bad = KVP_ERR_SHUTTING_DOWN; /* a client counts it unreachable: it tries a replica */
-    }
+    job_refuse_if_stopping(n, job);
     /* refused by the transport with no data to wait for: past NODE_CONN_QUEUE_MAX (a flood), or
      * over --max-msg (eager), or the node is stopping: answered at once, ahead of the
      * connection's queued ones, so a stream of them holds no job behind the connection's strand */
