@@ -1142,13 +1142,15 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     if (s != KVP_OK) {
         goto err_xfer;
     }
-    printf("kvpackd listening on %s:%u\n", host, bound);
-    fflush(stdout);
-    KVP_LOG_INFO(MOD, "serving %s on %s:%u", sp.db_path ? sp.db_path : "(dram only)", host, bound);
     s = *stop ? KVP_OK : etcd_start(params, host, bound, &n.obs, &reg); /* serving registered */
     if (s != KVP_OK || *stop) {
         goto err_xfer;
     }
+    /* only now: a supervisor waiting for this line must not see it from a node that then fails
+     * to register in etcd and exits */
+    printf("kvpackd listening on %s:%u\n", host, bound);
+    fflush(stdout);
+    KVP_LOG_INFO(MOD, "serving %s on %s:%u", sp.db_path ? sp.db_path : "(dram only)", host, bound);
     kvp_node_obs_set_state(&n.obs, KVP_NODE_SERVING); /* before the ready file: it implies ok */
     if (ready != NULL) {
         s = write_ready_file(ready, bound);

@@ -1041,6 +1041,27 @@ void kvp_xfer_destroy(kvp_xfer_h x)
     kvp_free(x);
 }
 
+/* Whether another socket already listens on addr: bind a socket of our own there first, with
+ * SO_REUSEADDR as UCX's listener has it (kvp_xfer_create sets UCX_TCP_CM_REUSEADDR). UCX reports
+ * that case as a bare UCS_ERR_BUSY ("Device is busy") after logging its own line to stdout; this
+ * way the user reads the real reason and kvpackd's stdout stays its own. 0 when free (or when
+ * the check itself cannot run: UCX then has the last word). */
+static int listen_addr_in_use(const struct addrinfo *ai)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    int one = 1, err = 0;
+
+    if (fd < 0) {
+        return 0;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRINUSE) {
+        err = EADDRINUSE;
+    }
+    close(fd);
+    return err;
+}
+
 kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint16_t *port_p)
 {
     ucp_listener_params_t lp;
@@ -1065,6 +1086,12 @@ kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint
                       gai_strerror(rc));
         return KVP_ERR_INVALID;
     }
+    if (port != 0 && listen_addr_in_use(ai)) {
+        KVP_LOG_ERROR(MOD, "listen on %s:%u: address already in use (another process listens "
+                      "there; pick another --listen port)", host ? host : "*", port);
+        freeaddrinfo(ai);
+        return KVP_ERR_BUSY;
+    }
     memset(&lp, 0, sizeof(lp));
     lp.field_mask         = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
                             UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -1075,7 +1102,8 @@ kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint
     st = ucp_listener_create(x->worker, &lp, &x->listener);
     freeaddrinfo(ai);
     if (st != UCS_OK) {
-        KVP_LOG_ERROR(MOD, "listen on %s:%u: %s", host ? host : "*", port, ucs_status_string(st));
+        KVP_LOG_ERROR(MOD, "listen on %s:%u: %s", host ? host : "*", port,
+                      st == UCS_ERR_BUSY ? "address already in use" : ucs_status_string(st));
         x->listener = NULL;
         return (st == UCS_ERR_BUSY) ? KVP_ERR_BUSY : KVP_ERR_IO;
     }

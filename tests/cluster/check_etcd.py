@@ -328,6 +328,8 @@ try:
                        capture_output=True, text=True, env=env)
     check(p.returncode == 1 and "cannot register" in p.stderr and nowhere in p.stderr,
           f"kvpackd with etcd unreachable: {p.returncode} {p.stderr!r}")
+    # a supervisor waiting for the "listening" line must not get it from a node that then exits
+    check("listening" not in p.stdout, f"kvpackd said listening, then exited: {p.stdout!r}")
     rc, _, err = run("put", "--etcd", nowhere, "--session", "x", "--kvd",
                      os.path.join(tmp, "a.kvd"))
     check(rc == 1 and nowhere in err and "unreachable" in err, f"put, etcd down: {rc} {err!r}")

@@ -7,7 +7,7 @@ put counters by the requests it sent and DRAM bytes by its pages' pool slots, eq
 the node never held kvpack_tombstones and kvpack_tombstone_bytes; HEAD, 404, 405, a
 garbage and an over-long request line (400) while the node keeps serving; silent and half-sent
 HTTP clients do not hold up /health or UCX requests, and get 408 at the idle deadline; bad
---http options and a taken port are clear errors; SIGTERM closes the HTTP port and removes both
+--http options and a taken HTTP or UCX port are clear errors (nothing of UCX's on stdout); SIGTERM closes the HTTP port and removes both
 ready files (so does a failed start, and a start removes a stale one). Histograms are
 parsed strictly (samples in their family's block, _bucket with le ascending to +Inf, cumulative,
 +Inf = _count, _sum present); after puts and gets each op's kvpack_request_duration_seconds
@@ -369,6 +369,12 @@ try:
     rc, err = node_error("--http", f"127.0.0.1:{hp}")
     check(rc == 1 and f"127.0.0.1:{hp}" in err, f"--http on a taken port: {rc} {err}")
     check(get(hp, "/health")[0] == 200, "the first node stopped serving")
+    p = subprocess.run([kvpackd, "--listen", addr], capture_output=True, text=True, timeout=60,
+                       env=env)  # the running node's own UCX port
+    err = p.stderr.strip()
+    check(p.returncode == 1 and "address already in use" in err and addr in err and
+          p.stdout == "", f"--listen on a taken port: {p.returncode} {err!r} stdout {p.stdout!r}")
+    cli("stat", "--node", addr, "--json")  # the first node still serves
     for bad in ("0", "60001", "2x"):
         rc, err = node_error("--durability", "interval", "--sync-ms", bad)
         check(rc == 2 and "--sync-ms wants 1..60000" in err, f"--sync-ms {bad}: {rc} {err}")
