@@ -171,22 +171,45 @@ static AINL __m256i pred16(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256i e
     return _mm256_andnot_si256(_mm256_cmpgt_epi16(klo, e), _mm256_or_si256(m, _mm256_cmpgt_epi16(e, khi)));
 }
 
-/* thresholds of 16 groups for one k, in 16-bit lanes: the fp16 rounding e0 of the estimate is
- * the answer or one below it, and code(e0) picks the neighbour that confirms it (thr8, the
- * 8-lane search with bisection, takes the rare lanes where that fails) */
+/* Thresholds of 16 groups for one k, in 16-bit lanes, from v0, the fp16 rounding of the
+ * estimate est. The real threshold t (where code(x) >= k starts, through the reference's
+ * roundings) lies within B = (|est| + s) 2^-20 of est: worst case |est| 2^-22 + s 2^-23 for OScaR
+ * and |est| 2^-24 + 7 s 2^-24 for KIVI (the ulp-level errors of s, inv and est and of each
+ * rounding the code takes at its half-integer boundaries). When 2B is below half the gap from
+ * v0 to its fp16 neighbours, which B < |v0| 2^-13 ensures (s > 0), every other fp16 value is on
+ * the same side of t as of v0, so the answer is v0 when code(v0) >= k, else the value above v0:
+ * one code evaluation. Lanes where that does not hold (v0 = 0, s = 0: constant groups, est near
+ * 0 against s) send the 16 groups to the search: v0 is the answer or one below it, code(v0)
+ * picks the neighbour that confirms it, and thr8 (the 8-lane search with bisection) takes the
+ * rare lanes where that fails. */
 static AINL __m256i thr16(kvp_q2_rule_t rule, const kvp_q2_par8_t *p, __m256i rmn, __m256i rmx, int k)
 {
     __m256  kk = _mm256_set1_ps((float)k - 0.5f);
-    __m256i one = _mm256_set1_epi16(1), e, p0, pn, hb;
-    __m256  est[2];
+    __m256  nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256i one = _mm256_set1_epi16(1), e, p0, pn;
+    __m256i pv[2], ok[2];
+    __m128i h16[2];
 
     for (int h = 0; h < 2; h++) {
-        est[h] = rule == KVP_Q2_RULE_KIVI ? _mm256_add_ps(p[h].mn, _mm256_mul_ps(kk, p[h].s))
+        __m256 est, v0, b;
+
+        est    = rule == KVP_Q2_RULE_KIVI ? _mm256_add_ps(p[h].mn, _mm256_mul_ps(kk, p[h].s))
                                           : _mm256_mul_ps(_mm256_sub_ps(kk, p[h].zq), p[h].s);
+        h16[h] = _mm256_cvtps_ph(est, _MM_FROUND_TO_NEAREST_INT);
+        v0     = _mm256_cvtph_ps(h16[h]);
+        b      = _mm256_mul_ps(_mm256_add_ps(_mm256_and_ps(est, nosign), p[h].s), _mm256_set1_ps(0x1p-7f));
+        b      = _mm256_cmp_ps(b, _mm256_and_ps(v0, nosign), _CMP_LT_OQ); /* B < |v0| 2^-13 */
+        if (rule == KVP_Q2_RULE_KIVI) { /* OScaR: s = 0 only with est = v0 = 0 */
+            b = _mm256_and_ps(b, _mm256_cmp_ps(p[h].s, _mm256_setzero_ps(), _CMP_GT_OQ));
+        }
+        ok[h] = _mm256_castps_si256(b);
+        pv[h] = pred8(rule, &p[h], v0, k);
     }
-    hb = _mm256_set_m128i(_mm256_cvtps_ph(est[1], _MM_FROUND_TO_NEAREST_INT),
-                          _mm256_cvtps_ph(est[0], _MM_FROUND_TO_NEAREST_INT));
-    e  = key16(hb);
+    e = key16(_mm256_set_m128i(h16[1], h16[0]));
+    if (_mm256_movemask_epi8(_mm256_and_si256(ok[0], ok[1])) == -1) {
+        e = _mm256_add_epi16(_mm256_add_epi16(e, one), mask16(pv[0], pv[1])); /* +1 where not */
+        return _mm256_max_epi16(_mm256_min_epi16(e, _mm256_add_epi16(rmx, one)), rmn);
+    }
     e  = _mm256_max_epi16(_mm256_min_epi16(e, _mm256_add_epi16(rmx, one)), rmn);
     p0 = pred16(rule, p, e, rmn, rmx, k);
     pn = pred16(rule, p, _mm256_add_epi16(e, _mm256_or_si256(p0, one)), rmn, rmx, k);
