@@ -208,12 +208,13 @@ static kvp_status_t oscar_encode_h(const kvp_codec_geom_t *g, const uint16_t *k,
         for (size_t r0 = 0; r0 < rows; r0 += chunk) {
             size_t nr = rows - r0 < chunk ? rows - r0 : chunk, ng = D / l.gv;
 
-            if (!kvp_q2h_rot16(v + r0 * D, nr, D, vs)) {
+            kvp_q2h_rot16(v + r0 * D, nr, D, vs);
+            if (!kvp_q2h_tok_encode(vs, nr, D, l.gv, KVP_Q2_RULE_OSCAR,
+                                    p + l.v_codes + r0 * (D / 4), p + l.v_scale + 2 * r0 * ng,
+                                    p + l.v_zero + 2 * r0 * ng)) { /* Inf/NaN keys */
                 oscar_h_log(v, n, "V", info->layer);
                 return KVP_ERR_BAD_INPUT_DATA;
             }
-            kvp_q2h_tok_encode(vs, nr, D, l.gv, KVP_Q2_RULE_OSCAR, p + l.v_codes + r0 * (D / 4),
-                               p + l.v_scale + 2 * r0 * ng, p + l.v_zero + 2 * r0 * ng);
         }
         info->flags |= KVP_PAGE_F_V_ROTATED;
     } else if (!kvp_q2h_tok_encode(vr, (size_t)T * H, D, l.gv, KVP_Q2_RULE_OSCAR,

@@ -36,8 +36,9 @@ int  kvp_q2h_rot_ok(uint32_t D);
  * row: H*D floats of scratch (two tokens' f16(x)). 0 when a rotated value is beyond 65504 (or NaN). */
 int  kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D, float *row,
                             uint16_t *out, float *norms);
-/* out = f16(Hd(row)) for each row of D; 0 when a result overflows fp16 (or is NaN). */
-int  kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out);
+/* out = f16(Hd(row)) for each row of D; a result beyond fp16 is stored as +-Inf (NaN as NaN),
+ * unchecked: kvp_q2h_tok_encode of out rejects it. */
+void kvp_q2h_rot16(const uint16_t *in, size_t rows, uint32_t D, uint16_t *out);
 /* chan_decode of one head, rows times norms[t] (NULL: 1), rotated back, fp16 out; tile: 32*D
  * floats of scratch. D % 16 == 0. */
 void kvp_q2h_chan_decode_rot(const uint8_t *codes, const uint8_t *scale, const uint8_t *zero,
