@@ -170,10 +170,11 @@ int kvp_q2h_rot_ok(uint32_t D) { return D >= 8 && D <= 8 * ROW_MAX_VEC && (D & (
 
 /* ---- encode side ---- */
 
-/* one head x of a token rotated and rounded to fp16 into row; squares (fp32) into *acc, the
- * largest |x| bits (fp32 as int32: NaN and Inf above every finite value) into *amax */
+/* one head x of a token rotated and rounded to fp16 into row; squares (fp32) into *acc and,
+ * when chk, the largest |x| bits (fp32 as int32: NaN and Inf above every finite value) into
+ * *amax */
 static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *row, __m256 *acc,
-                               __m256i *amax)
+                               int chk, __m256i *amax)
 {
     __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
     __m256  v[ROW_MAX_VEC], a = *acc; /* locals: no store-load chain through *acc */
@@ -183,9 +184,10 @@ static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, uint16_
         v[i] = ldh(x + 8 * i);
     });
     fwht_v(v, nv, c);
-    /* striped sumsq; the range check as an integer max (2 ops, not and + cmp + and) */
-    ROW_FOR(i, nv, {
-        m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_castps_si256(v[i]), absm));
+    ROW_FOR(i, nv, { /* striped sumsq */
+        if (chk) {
+            m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_castps_si256(v[i]), absm));
+        }
         a = _mm256_add_ps(a, _mm256_mul_ps(v[i], v[i]));
         sth(row + 8 * i, v[i]); /* f16(x): the norm pass divides it */
     });
@@ -193,10 +195,31 @@ static AINL void rot_norm_head(const uint16_t *x, uint32_t nv, __m256 c, uint16_
     *amax = m;
 }
 
-KVP_COLD void rot_norm_head_any(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *row, __m256 *acc,
-                               __m256i *amax)
+KVP_COLD void rot_norm_head_any(const uint16_t *x, uint32_t nv, __m256 c, uint16_t *row, __m256 *acc)
 {
-    rot_norm_head(x, nv, c, row, acc, amax);
+    __m256i unused = _mm256_setzero_si256();
+
+    rot_norm_head(x, nv, c, row, acc, 0, &unused);
+}
+
+/* Every rotated value of a token within +-65504 (fp32), the reference's check. The norm pass
+ * needs it only for a token whose sum of squares ss is not below KVP_ROT_SS_SURE: ss >= v^2
+ * (1 - 2^-9) for each value v of the token (positive terms, fewer than 2^15 fp32 roundings in a
+ * lane at H*D <= 2^18), so ss < 4.2e9 < 65504^2 (1 - 2^-9) proves every |v| <= 65504, and NaN
+ * or Inf fail the compare.
+ * Cold: real KV has ss near 1 (checking each value cost 2 of the row's ~20 ops per vector). The
+ * token is rotated again; row gets the same f16(x) it already holds. */
+#define KVP_ROT_SS_SURE 4.2e9f
+KVP_COLD int rot_token_in_range(const uint16_t *x, uint32_t H, uint32_t D, __m256 c, uint16_t *row)
+{
+    __m256i amax = _mm256_setzero_si256();
+    __m256  acc  = _mm256_setzero_ps();
+
+    for (uint32_t h = 0; h < H; h++) {
+        rot_norm_head(x + (size_t)h * D, D / 8, c, row + (size_t)h * D, &acc, 1, &amax);
+    }
+    return _mm256_testz_si256(_mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x477FE000)), /* 65504 */
+                              _mm256_set1_epi32(-1));
 }
 
 /* tokens ahead whose K row is prefetched into L1: the hardware prefetcher alone left the
@@ -219,7 +242,8 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
                            uint16_t *out, float *norms)
 {
     __m256    c  = _mm256_set1_ps(kvp_hd_fwht_norm(D));
-    __m256i   amax = _mm256_setzero_si256(); /* |x| bits: 65504 is 0x477FE000 */
+    __m256i   unused = _mm256_setzero_si256();
+    int       ok = 1;
     __m256    vp = _mm256_set1_ps(1.0f); /* token t - 1's norm */
     uint32_t  HD = H * D;
     uint16_t *r16[2] = {(uint16_t *)(void *)row, (uint16_t *)(void *)row + HD}; /* f16(x) */
@@ -228,7 +252,7 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
         const uint16_t *x   = k + (size_t)t * HD;
         uint16_t       *cur = r16[t & 1], *prv = r16[(t & 1) ^ 1];
         __m256          acc = _mm256_setzero_ps();
-        float           a[8], n;
+        float           a[8], ss, n;
 
         if (t + KVP_ROT_NORM_PF < T) { /* a later token's row on its way from DRAM */
             const char *nx = (const char *)(x + (size_t)KVP_ROT_NORM_PF * HD);
@@ -239,9 +263,9 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
         }
 
         for (uint32_t h = 0; h < H; h++) {
-#define ROT_NORM_HEAD(nv) rot_norm_head(x + (size_t)h * D, (nv), c, cur + (size_t)h * D, &acc, &amax)
-#define ROT_NORM_ANY(nv)                                                                           \
-    rot_norm_head_any(x + (size_t)h * D, (nv), c, cur + (size_t)h * D, &acc, &amax)
+#define ROT_NORM_HEAD(nv)                                                                          \
+    rot_norm_head(x + (size_t)h * D, (nv), c, cur + (size_t)h * D, &acc, 0, &unused)
+#define ROT_NORM_ANY(nv) rot_norm_head_any(x + (size_t)h * D, (nv), c, cur + (size_t)h * D, &acc)
             ROW_NV_DISPATCH(D, ROT_NORM_HEAD, ROT_NORM_ANY);
 #undef ROT_NORM_HEAD
 #undef ROT_NORM_ANY
@@ -250,15 +274,18 @@ int kvp_q2h_oscar_rot_norm(const uint16_t *k, uint32_t T, uint32_t H, uint32_t D
             }
         }
         _mm256_storeu_ps(a, acc);
-        n        = kvp_hd_oscar_norm(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+        ss = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        if (!(ss < KVP_ROT_SS_SURE)) {
+            ok &= rot_token_in_range(x, H, D, c, cur);
+        }
+        n        = kvp_hd_oscar_norm(ss);
         norms[t] = n;
         vp       = _mm256_set1_ps(n);
     }
     if (T > 0) {
         div_norm(r16[(T - 1) & 1], HD / 8, vp, out + (size_t)(T - 1) * HD);
     }
-    return _mm256_testz_si256(_mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x477FE000)),
-                              _mm256_set1_epi32(-1));
+    return ok;
 }
 
 /* one row x (fp16) rotated and rounded to fp16, stored at out as fp16 or, f32 set, as fp32 (the

@@ -6,7 +6,8 @@
  * within 2% (relative) of the reference's and at most 2% of the codes may differ.
  * fp16 in/out (the twins' own fp16 paths): same rules, on Gaussian data and on adversarial fp16
  * (signed zeros, constant groups, subnormals, values on the code thresholds, +-65504), and
- * NaN/Inf fp16 input is rejected by both.
+ * NaN/Inf fp16 input is rejected by both; OScaR K and V rows rotated to just under, just over
+ * (still 65504 in fp16) and past the fp16 limit get the reference's status.
  * VarN's skipping of parts whose inputs did not change (kvarn_avx2.c) against the same twin with
  * every part run: bit-identical scales on tiles of every shape, and some parts skipped on tiles
  * whose rows or columns sit at a clamp (else the comparison would prove nothing). */
@@ -169,6 +170,47 @@ static void run_h(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t
     free(k); free(v); free(a); free(p1); free(p2);
 }
 
+/* OScaR fp16 pages whose one K or V row rotates to just under 65504, into (65504, 65520) (over
+ * the limit in fp32, 65504 once rounded to fp16) or past 65520: 127 values 5792 and one last
+ * value, the row's first rotated value (sum / sqrt(128)) 65495, 65512.6 or 65529. Statuses and
+ * bytes must equal the reference's; the AVX2 K pass checks each value only for tokens whose
+ * sum of squares comes near 65504^2 (h_avx2.c), which these rows reach. */
+static void oscar_range_edges(tk_rng_t *rng)
+{
+    static const float last[] = {5400.0f, 5600.0f, 5792.0f};
+    uint32_t           H = 8, D = 128, T = 128;
+    kvp_page_params_t  p = tk_params(KVP_CODEC_OSCAR, H, D, T);
+    size_t             n = (size_t)T * H * D, cap = kvp_page_max_bytes(&p);
+    uint16_t          *kv = malloc(2 * n * 2);
+    uint8_t           *p1 = malloc(cap), *p2 = malloc(cap);
+
+    for (int which = 0; which < 2; which++) {
+        for (int e = 0; e < 3; e++) {
+            uint16_t    *row = kv + (which ? n : 0) + (size_t)tk_range(rng, 0, T * H - 1) * D;
+            size_t       l1 = 0, l2 = 0;
+            kvp_status_t s1, s2;
+
+            for (size_t i = 0; i < 2 * n; i++) {
+                kv[i] = kvp_hd_f16(tk_gauss(rng));
+            }
+            for (uint32_t d = 0; d < D; d++) {
+                row[d] = kvp_hd_f16(d + 1 < D ? 5792.0f : last[e]);
+            }
+            kvp_codec_set_impl(KVP_CODEC_OSCAR, "ref");
+            s1 = kvp_page_encode(&p, KVP_DTYPE_F16, kv, kv + n, T, p1, cap, &l1);
+            kvp_codec_set_impl(KVP_CODEC_OSCAR, "avx2");
+            s2 = kvp_page_encode(&p, KVP_DTYPE_F16, kv, kv + n, T, p2, cap, &l2);
+            EXPECT(s1 == s2, "oscar %s row to %.0f: ref %s avx2 %s", which ? "V" : "K",
+                   (127.0f * 5792.0f + last[e]) / sqrtf(128.0f), kvp_status_name(s1), kvp_status_name(s2));
+            EXPECT(s1 != KVP_OK || (l1 == l2 && memcmp(p1, p2, l1) == 0), "oscar %s edge page differs",
+                   which ? "V" : "K");
+            EXPECT((s1 == KVP_OK) == (e == 0 || (which && e == 1)), "oscar %s edge %d: ref says %s",
+                   which ? "V" : "K", e, kvp_status_name(s1));
+        }
+    }
+    free(kv); free(p1); free(p2);
+}
+
 /* tile kinds: 0 Gaussian, 1 outlier columns, 2 one offset column over low-std data (its rows end
  * at the lower clamp), 3 one offset row over low-std data (its columns do), 4 row-and-column
  * scaled, 5 smoothly varying column scales, 6 random column scales; amp scales the whole tile */
@@ -253,6 +295,7 @@ int main(void)
         return 77;
     }
     varn_skip_cases(&rng);
+    oscar_range_edges(&rng);
     for (int c = KVP_CODEC_KIVI; c < KVP_CODEC_MAX; c++) {
         run((kvp_codec_id_t)c, 8, 128, 128, 128, 0, &rng);
         run((kvp_codec_id_t)c, 4, 64, 128, 93, 0, &rng);
