@@ -10,6 +10,11 @@
  * connection holds (received, not released) is bounded by conn_msgs_max: past it an eager message
  * is handed over at once with KVP_ERR_BUSY and no data, a rendezvous one is refused to its sender.
  * A message over max_msg (or XFER_HDR_LIMIT) is refused the same way, with KVP_ERR_TOO_LARGE.
+ * Fairness: one connection cannot hold the progress thread. A kvp_xfer_progress takes at most
+ * XFER_PROGRESS_CALLS rounds of ucp_worker_progress, and hands recv_cb each connection's ready
+ * messages in turns of at most XFER_CONN_TURN_MSGS, connections in turn (the rest wait for the
+ * next call): a connection that floods is answered at the pace of its turns while another's
+ * message is handed over in its first turn.
  * Main flow: kvp_xfer_progress -> ucp_worker_progress (am_recv_cb, ep_err_cb, send_done_cb)
  *            -> accept_pending -> rndv_start -> deliver_ready. */
 #include "kvpack/xfer.h"
@@ -40,6 +45,11 @@
 #define BUF_MIN        (64u << 10) /* smallest cached bulk buffer (power-of-two classes) */
 #define BUF_KEEP       16          /* free bulk buffers kept for reuse ... */
 #define BUF_KEEP_BYTES (64u << 20) /* ... holding at most this many bytes */
+/* ucp_worker_progress rounds one kvp_xfer_progress takes at most: over tcp one takes in up to a
+ * thousand small messages of a flooding peer, and the drain went on for seconds while it sent */
+#define XFER_PROGRESS_CALLS 4
+/* messages one connection hands recv_cb in a turn, before the next connection's turn */
+#define XFER_CONN_TURN_MSGS 32
 
 /* ---- types ---- */
 
@@ -85,6 +95,8 @@ struct kvp_xfer_conn {
     uint64_t              sends_moved_ns; /* its last send completion, or a send made while
                                            * none was in flight: send_deadlines' clock */
     kvp_list_t            rx_order;  /* its messages not handed to recv_cb yet, arrival order */
+    struct kvp_xfer_msg  *ready_head, *ready_tail; /* for recv_cb, in its next turns */
+    kvp_list_t            turn;      /* in x->turns while it has ready messages */
     unsigned              held;      /* its messages received and not released */
     int                   busy_warned; /* a refusal past x->conn_msgs_max was logged */
 };
@@ -123,7 +135,7 @@ struct kvp_xfer {
     uint64_t              send_check_ns;   /* next look at the sends' deadlines */
     unsigned              conn_msgs_max; /* conn->held at most (0: no limit); more are refused */
     struct send_req      *sends;     /* sends UCX has not completed yet */
-    struct kvp_xfer_msg  *ready_head, *ready_tail;
+    kvp_list_t            turns;     /* connections with ready messages, next turn first */
     ucp_conn_request_h   *accept_q;  /* conn requests to accept, grown as a burst needs */
     size_t                accept_cap;
     size_t                n_accept;
@@ -259,16 +271,23 @@ static void conn_unlink(kvp_xfer_conn_h conn)
     }
 }
 
+/* m goes to recv_cb in one of its connection's turns (deliver_ready), after the connection's
+ * ready ones; a connection that had none takes the last place in the turn order. */
 static void ready_push(kvp_xfer_h x, struct kvp_xfer_msg *m)
 {
+    kvp_xfer_conn_h conn = m->conn;
+
     m->state = MSG_READY;
     m->next  = NULL;
-    if (x->ready_tail != NULL) {
-        x->ready_tail->next = m;
+    if (conn->ready_tail != NULL) {
+        conn->ready_tail->next = m;
     } else {
-        x->ready_head = m;
+        conn->ready_head = m;
     }
-    x->ready_tail = m;
+    conn->ready_tail = m;
+    if (!kvp_list_linked(&conn->turn)) {
+        kvp_list_push_tail(&x->turns, &conn->turn);
+    }
 }
 
 /* The connection's oldest messages that are done go to recv_cb, in arrival order: a message
@@ -842,28 +861,43 @@ static unsigned report_dead(kvp_xfer_h x)
     return n;
 }
 
+/* One turn of each connection that has ready messages now: up to XFER_CONN_TURN_MSGS of them
+ * to recv_cb, oldest first; one with more left takes the last place in the turn order. */
 static unsigned deliver_ready(kvp_xfer_h x)
 {
-    unsigned n = 0;
+    unsigned n = 0, conns = 0;
 
     if (x->delivering) {
         return 0;
     }
     x->delivering = 1;
-    while (x->ready_head != NULL) {
-        struct kvp_xfer_msg *m = x->ready_head;
+    for (kvp_list_t *e = x->turns.next; e != &x->turns; e = e->next) {
+        conns++;
+    }
+    while (conns-- > 0 && !kvp_list_empty(&x->turns)) {
+        kvp_xfer_conn_h conn = KVP_CONTAINER_OF(x->turns.next, struct kvp_xfer_conn, turn);
 
-        x->ready_head = m->next;
-        if (x->ready_head == NULL) {
-            x->ready_tail = NULL;
+        kvp_list_del(&conn->turn);
+        conn->refs++; /* its last message may go in this turn */
+        for (unsigned i = 0; i < XFER_CONN_TURN_MSGS && conn->ready_head != NULL; i++) {
+            struct kvp_xfer_msg *m = conn->ready_head;
+
+            conn->ready_head = m->next;
+            if (conn->ready_head == NULL) {
+                conn->ready_tail = NULL;
+            }
+            m->next = NULL;
+            n++;
+            if (x->recv_cb != NULL) {
+                x->recv_cb(x->cb_arg, conn, m);
+            } else {
+                kvp_xfer_msg_release(m);
+            }
         }
-        m->next = NULL;
-        n++;
-        if (x->recv_cb != NULL) {
-            x->recv_cb(x->cb_arg, m->conn, m);
-        } else {
-            kvp_xfer_msg_release(m);
+        if (conn->ready_head != NULL && !kvp_list_linked(&conn->turn)) {
+            kvp_list_push_tail(&x->turns, &conn->turn);
         }
+        conn_unref(conn);
     }
     x->delivering = 0;
     return n;
@@ -891,6 +925,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     x->max_rx      = x->max_msg > SIZE_MAX / 4 ? SIZE_MAX : 4 * x->max_msg; /* never wraps */
     kvp_list_init(&x->pending);
     kvp_list_init(&x->recving);
+    kvp_list_init(&x->turns);
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
     x->conn_msgs_max = (fm & KVP_XFER_PARAM_CONN_MSGS_MAX) ? params->conn_msgs_max : 0;
@@ -1019,7 +1054,8 @@ void kvp_xfer_destroy(kvp_xfer_h x)
     while (!kvp_list_empty(&x->pending)) {
         pending_drop(x, KVP_CONTAINER_OF(x->pending.next, struct kvp_xfer_msg, queue));
     }
-    deliver_ready(x);
+    while (deliver_ready(x) != 0) { /* recv_cb is gone: each is released */
+    }
     while (x->dead != NULL) {
         kvp_xfer_conn_h conn = x->dead;
 
@@ -1369,7 +1405,7 @@ unsigned kvp_xfer_progress(kvp_xfer_h x)
 {
     unsigned n = 0, k;
 
-    while ((k = ucp_worker_progress(x->worker)) != 0) {
+    for (int i = 0; i < XFER_PROGRESS_CALLS && (k = ucp_worker_progress(x->worker)) != 0; i++) {
         n += k;
     }
     n += accept_pending(x);

@@ -150,7 +150,10 @@ kvp_status_t kvp_xfer_msg_status(kvp_xfer_msg_h msg);
 size_t       kvp_xfer_msg_sent_len(kvp_xfer_msg_h msg);
 void         kvp_xfer_msg_release(kvp_xfer_msg_h msg); /* NULL is a no-op */
 
-/* Drive communication and run callbacks; returns the number of events handled (0 = idle). */
+/* Drive communication and run callbacks; returns the number of events handled (0 = idle). One
+ * call does a bounded amount of work, shared fairly: a few rounds of UCX progress, then a turn of
+ * each connection with received messages, at most 32 of them to recv_cb per turn (the rest wait
+ * for its next turn, in the next call): a connection that floods cannot hold up another's. */
 unsigned     kvp_xfer_progress(kvp_xfer_h x);
 /* Progress, and if idle sleep on the worker's event fd for up to timeout_ms; returns early after
  * a kvp_xfer_wake. */
