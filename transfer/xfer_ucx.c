@@ -101,6 +101,7 @@ struct kvp_xfer_conn {
     int                   busy_warned; /* a refusal past x->conn_msgs_max was logged */
 };
 
+/* a kind of event logged at most once per 10 s, with the count (count_logged) */
 typedef struct {
     uint64_t log_ns; /* none logged before this */
     unsigned n;      /* not logged yet */
@@ -141,6 +142,7 @@ struct kvp_xfer {
     size_t                n_accept;
     reject_log_t          rej_oom;       /* connection requests rejected out of memory */
     reject_log_t          rej_capped;    /* ... past max_conns */
+    reject_log_t          rej_stray;     /* messages from unknown or failed endpoints dropped */
     unsigned              max_conns;     /* server connections at most (0: no limit) */
     unsigned              n_server;      /* server connections open (in conns) */
     unsigned              n_server_failed; /* ... of them failed, until report_dead unlinks them */
@@ -420,19 +422,24 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
  * (open server connections plus those queued to be accepted), which keeps clients past the cap
  * from running the process out of descriptors (UCX then retries accept() in a tight loop,
  * logging each failure). Logged at most once per 10 s per reason, with the count. */
-static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req, reject_log_t *rl, const char *why)
+static void count_logged(reject_log_t *rl, const char *why, const char *noun, const char *verb)
 {
     uint64_t now = kvp_time_ns();
 
-    ucp_listener_reject(x->listener, req);
     rl->n++;
     rl->total++;
     if (now >= rl->log_ns) {
-        KVP_LOG_WARN(MOD, "%s: %u connection request%s rejected since the last report", why, rl->n,
-                     rl->n == 1 ? "" : "s");
+        KVP_LOG_WARN(MOD, "%s: %u %s%s %s since the last report", why, rl->n, noun,
+                     rl->n == 1 ? "" : "s", verb);
         rl->n      = 0;
         rl->log_ns = now + 10000000000ull;
     }
+}
+
+static void conn_reject(kvp_xfer_h x, ucp_conn_request_h req, reject_log_t *rl, const char *why)
+{
+    ucp_listener_reject(x->listener, req);
+    count_logged(rl, why, "connection request", "rejected");
 }
 
 /* Queued for accept_pending, which runs once ucp_worker_progress is drained: a burst of
@@ -529,7 +536,9 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         conn = conn_find(x, param->reply_ep);
     }
     if (conn == NULL || conn->status != KVP_OK) {
-        KVP_LOG_WARN(MOD, "message from an unknown or failed endpoint dropped");
+        /* a peer that keeps sending after its connection failed: one line per 10 s, not one
+         * per message (thousands a second under a flood) */
+        count_logged(&x->rej_stray, "from unknown or failed endpoints", "message", "dropped");
         return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
     }
     /* Over a limit: a rendezvous message's send fails KVP_ERR_TOO_LARGE; an eager one (also a
