@@ -333,8 +333,7 @@ int kvp_node_main(const char *prog, int argc, char **argv)
             if (missing) {
                 fprintf(stderr, "%s: option %s needs a value\n", prog, argv[i]);
             } else {
-                fprintf(stderr, "%s: unknown option '%s'\n", prog, argv[i]);
-                usage(prog, stderr);
+                fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", prog, argv[i], prog);
             }
             return 2;
         }
