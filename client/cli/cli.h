@@ -56,8 +56,20 @@ bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv);
  * fields of kvp_page_params_t, which would wrap 2^32 + 8 heads to 8): each 1..the page format's
  * limit (KVP_PAGE_MAX_HEADS, KVP_PAGE_MAX_DIM, KVP_PAGE_MAX_TOKENS). */
 bool kvp_cli_page_geometry_ok(uint64_t heads, uint64_t head_dim, uint64_t page_tokens);
-/* Report an unknown option and return exit status 2. */
+/* A usage error: "kvpack CMD: WHAT (see kvpack CMD --help)", one line on stderr; returns 2, the
+ * exit status of every usage error. Say what is wrong (the option missing, in conflict or out of
+ * range), never the whole usage text. */
+int  kvp_cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Report an unknown option (kvp_cli_usage_error) and return exit status 2. */
 int  kvp_opt_unknown(const char *cmd, const char *arg);
+/* The codec named name into *codec_p and true; else the usage error "kvpack CMD: unknown codec
+ * 'NAME' (fp16|kivi|kivi128|oscar|kvarn|naive2)" (with "|ALSO" when also, the other words the
+ * option takes, e.g. "all", is not NULL) and false: the caller exits 2. */
+bool kvp_cli_codec(const char *cmd, const char *name, const char *also, kvp_codec_id_t *codec_p);
+/* A --node list as given: every comma-separated item HOST:PORT (port 1..65535; [v6]:PORT), at
+ * most KVP_CLUSTER_MAX_NODES, none twice. 0, or the usage error naming the bad item and 2. */
+int  kvp_cli_node_list_check(const char *cmd, const char *list);
 /* An output file named by option opt can be written, checked before the work that fills it: not
  * a directory, in a directory this process can write, and (suffixes, e.g. ".svg|.html"; NULL: any)
  * ending in one of the suffixes. Else a one-line error "kvpack CMD: cannot write OPT PATH: why" and
@@ -84,33 +96,57 @@ void kvp_json_u64(kvp_json_t *j, const char *key, uint64_t v); /* counts past 2^
 void kvp_json_str(kvp_json_t *j, const char *key, const char *v);
 void kvp_json_bool(kvp_json_t *j, const char *key, bool v);
 
-/* ---- put / get / ls / rm: shared options and node helpers (cmd_session.c) ---- */
+/* ---- put / get / ls / rm / repair: shared options and node helpers (cmd_session.c) ---- */
+#define KVP_CLI_TIMEOUT_MS 10000 /* --timeout-ms when not given: each request's deadline */
+#define KVP_CLI_STR_(x) #x
+#define KVP_CLI_STR(x)  KVP_CLI_STR_(x)
+
 typedef struct {
     const char *node;       /* --node HOST:PORT[,HOST:PORT...]: the static peer list */
     const char *session;    /* --session SID */
     const char *ns_hex;     /* --ns HEX */
-    uint64_t    timeout_ms; /* --timeout-ms; 0 = 10000 */
+    uint64_t    timeout_ms; /* --timeout-ms; 0 = KVP_CLI_TIMEOUT_MS */
     uint64_t    replicas;   /* --replicas N; 0 = 1 */
     bool        json;       /* --json */
     const char *etcd;       /* --etcd URL[,URL...]: the peer list is read from etcd instead */
     const char *etcd_prefix;/* --etcd-prefix P; NULL = /kvpack/nodes/ */
 } kvp_cli_sess_opts_t;
 
-/* The --node / --replicas lines of put/get/ls/rm --help. */
+/* Which of the session options a command takes besides --node, --etcd, --etcd-prefix,
+ * --timeout-ms and --json, which all of them take: an option not taken is an unknown option. */
+enum {
+    KVP_CLI_TAKES_SESSION  = 1u << 0, /* --session SID */
+    KVP_CLI_TAKES_NS       = 1u << 1, /* --ns HEX */
+    KVP_CLI_TAKES_REPLICAS = 1u << 2, /* --replicas N */
+};
+
+/* The --node / --etcd / --etcd-prefix / --timeout-ms lines of put/get/ls/rm --help. */
 #define KVP_CLI_NODES_HELP                                                                    \
     "  --node LIST     HOST:PORT, or a comma-separated static peer list: each session lives\n"  \
-    "                  on the first --replicas nodes of its rendezvous rank over the list\n"    \
-    "  --replicas N    copies a put makes (default 1; at most the number of nodes)\n"      \
+    "                  on the first nodes of its rendezvous rank over the list (put --replicas)\n" \
     "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd),\n" \
     "                  read once when the command starts\n"                                  \
-    "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
+    "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"                          \
+    KVP_CLI_TIMEOUT_HELP
+/* The --timeout-ms line of put/get/ls/rm/repair --help. */
+#define KVP_CLI_TIMEOUT_HELP \
+    "  --timeout-ms MS per-node request deadline (default " KVP_CLI_STR(KVP_CLI_TIMEOUT_MS) ")\n"
+/* The --replicas line of put/rm --help. */
+#define KVP_CLI_REPLICAS_HELP \
+    "  --replicas N    copies a put makes (default 1; at most the number of nodes)\n"
 
-/* If argv[*i] is one of the options above, store it (advancing *i) and return true. */
-bool         kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o);
-/* After parsing: --node or --etcd, not both. With --etcd, o->node becomes the live peer list read
- * from etcd once (kvp_cluster_peers_etcd; static storage, kept for the process). Prints a
- * one-line error and returns 2 (both given, --etcd-prefix alone) or 1 (etcd unreachable, no node
- * registered); else 0, o->node still NULL when neither was given. */
+/* If argv[*i] is one of the options above that the command takes (takes: KVP_CLI_TAKES_*), store
+ * it (advancing *i) and return true. */
+bool         kvp_cli_sess_opt(int argc, char **argv, int *i, unsigned takes,
+                              kvp_cli_sess_opts_t *o);
+/* After parsing, the usage checks: --node or --etcd, one of them, not both; --etcd-prefix only
+ * with --etcd; every item of --node HOST:PORT (kvp_cli_node_list_check). The one-line usage error
+ * and 2, or 0. */
+int          kvp_cli_sess_check(const char *cmd, const kvp_cli_sess_opts_t *o);
+/* kvp_cli_sess_check, then with --etcd o->node becomes the live peer list read from etcd once
+ * (kvp_cluster_peers_etcd; static storage, kept for the process). Prints a one-line error and
+ * returns 2 (the usage errors above) or 1 (etcd unreachable, no node registered); else 0 with
+ * o->node set. */
 int          kvp_cli_sess_peers(const char *cmd, kvp_cli_sess_opts_t *o);
 /* Open o's node list (nothing is connected yet). Prints a one-line error and returns the exit
  * status (2: --replicas over the number of nodes; 1: a bad list), or 0 with *cl_p set.
@@ -120,7 +156,7 @@ int          kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
 /* The commands that ask each node something (stat, scrub): --help (usage to stdout), --node |
  * --etcd [--etcd-prefix], --timeout-ms (default timeout_ms), --json into *o, then the node list
  * opened into *cl_p. Returns -1 when the command is to go on with *cl_p, else the exit status to
- * end with (0 after --help; 2 bad usage, usage printed to stderr; 1 no etcd or bad list). */
+ * end with (0 after --help; 2 a usage error, one line; 1 no etcd or bad list). */
 int          kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeout_ms,
                                    void (*usage)(FILE *), kvp_cli_sess_opts_t *o,
                                    kvp_cluster_h *cl_p);

@@ -1,10 +1,12 @@
 /* cli_util.c - option parsing, JSON writer and progress line shared by all subcommands. */
 #include "cli.h"
+#include "kvpack/etcd.h"
 #include "kvpack/num.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -164,10 +166,97 @@ bool kvp_opt_help(int argc, char **argv)
     return false;
 }
 
+int kvp_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "kvpack %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see kvpack %s --help)\n", cmd);
+    return 2;
+}
+
 int kvp_opt_unknown(const char *cmd, const char *arg)
 {
-    fprintf(stderr, "kvpack %s: unknown option '%s' (see kvpack %s --help)\n", cmd, arg, cmd);
-    return 2;
+    return kvp_cli_usage_error(cmd, "unknown option '%s'", arg);
+}
+
+bool kvp_cli_codec(const char *cmd, const char *name, const char *also, kvp_codec_id_t *codec_p)
+{
+    char   names[128];
+    size_t len = 0;
+
+    if (kvp_codec_from_name(name, codec_p) == KVP_OK) {
+        return true;
+    }
+    for (int c = 1; c < KVP_CODEC_MAX && len < sizeof(names); c++) { /* the codec table's names */
+        const char *n = kvp_codec_name((kvp_codec_id_t)c);
+
+        if (strcmp(n, "unknown") != 0) {
+            len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", len ? "|" : "", n);
+        }
+    }
+    fprintf(stderr, "kvpack %s: unknown codec '%s' (%s%s%s)\n", cmd, name, names,
+            also != NULL ? "|" : "", also != NULL ? also : "");
+    return false;
+}
+
+/* NULL when item is HOST:PORT as the client takes it (kvp_xfer_parse_addr: a host, "[v6]" or
+ * not, before the last ':'), with a port of digits only in 1..65535; else what is wrong with it. */
+static const char *node_item_problem(const char *item)
+{
+    const char *colon = strrchr(item, ':');
+    uint64_t    port  = 0;
+
+    if (strlen(item) >= KVP_ETCD_ADDR_MAX) {
+        return "longer than an address can be";
+    }
+    if (colon == NULL) {
+        return "it has no :PORT";
+    }
+    if (colon == item || strncmp(item, "[]:", 3) == 0) {
+        return "it has no HOST";
+    }
+    for (const char *c = colon + 1; *c != '\0' && port <= 65535; c++) {
+        port = *c >= '0' && *c <= '9' ? port * 10 + (uint64_t)(*c - '0') : 65536;
+    }
+    return colon[1] == '\0' || port == 0 || port > 65535 ? "the port is not a number in 1..65535"
+                                                          : NULL;
+}
+
+int kvp_cli_node_list_check(const char *cmd, const char *list)
+{
+    char        copy[KVP_CLUSTER_MAX_NODES * KVP_ETCD_ADDR_MAX];
+    char       *rest = copy, *item;
+    const char *seen[KVP_CLUSTER_MAX_NODES];
+    uint32_t    n = 0;
+
+    if (strlen(list) >= sizeof(copy)) {
+        return kvp_cli_usage_error(cmd, "--node: more than %u nodes", KVP_CLUSTER_MAX_NODES);
+    }
+    snprintf(copy, sizeof(copy), "%s", list);
+    while ((item = kvp_list_item_next(&rest)) != NULL) {
+        const char *why = node_item_problem(item);
+
+        if (*item == '\0') {
+            return kvp_cli_usage_error(cmd, "--node '%s' has an empty item", list);
+        }
+        if (why != NULL) {
+            return kvp_cli_usage_error(cmd, "--node '%s' is not HOST:PORT: %s", item, why);
+        }
+        if (n == KVP_CLUSTER_MAX_NODES) {
+            return kvp_cli_usage_error(cmd, "--node: more than %u nodes", KVP_CLUSTER_MAX_NODES);
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            if (strcmp(seen[k], item) == 0) {
+                return kvp_cli_usage_error(cmd, "--node lists %s twice", item);
+            }
+        }
+        seen[n++] = item;
+    }
+    return 0;
 }
 
 /* ---- JSON ---- */

@@ -370,10 +370,12 @@ int kvp_cmd_bench_attn(int argc, char **argv)
     if (strcmp(codec, "all") != 0) {
         kvp_codec_id_t c;
 
-        if (kvp_codec_from_name(codec, &c) != KVP_OK || c == KVP_CODEC_NAIVE2) {
-            fprintf(stderr, "kvpack bench attn: unknown codec %s (fp16|kivi|kivi128|oscar|kvarn)\n",
-                    codec);
+        if (!kvp_cli_codec("bench attn", codec, "all", &c)) {
             return 2;
+        }
+        if (c == KVP_CODEC_NAIVE2) {
+            return kvp_cli_usage_error("bench attn", "codec naive2 has no attention kernel "
+                                                     "(fp16|kivi|kivi128|oscar|kvarn|all)");
         }
         if (geometry_refused(&b, c, "")) {
             return 2;

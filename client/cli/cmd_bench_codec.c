@@ -269,10 +269,9 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) {
             list[nlist++] = (kvp_codec_id_t)c;
         }
-    } else if (kvp_codec_from_name(codec_s, &list[0]) == KVP_OK) {
+    } else if (kvp_cli_codec("bench codec", codec_s, "all", &list[0])) {
         nlist = 1;
     } else {
-        fprintf(stderr, "kvpack bench codec: unknown codec '%s'\n", codec_s);
         return 2;
     }
     if (threads == 0 || threads > KVP_BENCH_MAX_THREADS) {

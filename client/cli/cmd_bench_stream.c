@@ -481,7 +481,10 @@ int kvp_cmd_bench_stream(int argc, char **argv)
             return kvp_opt_unknown("bench stream", argv[i]);
         }
     }
-    if (kvp_codec_from_name(o.kv.codec, &codec) != KVP_OK || o.kv.reps < 1 ||
+    if (!kvp_cli_codec("bench stream", o.kv.codec, NULL, &codec)) {
+        return 2;
+    }
+    if (o.kv.reps < 1 ||
         o.kv.reps > MAX_REPS || !kvp_cli_page_geometry_ok(o.kv.heads, o.kv.head_dim,
                                                           o.kv.page_tokens) ||
         o.kv.tokens < o.kv.page_tokens || o.kv.tokens > (1u << 24) || o.kv.layers < 2 ||

@@ -280,7 +280,10 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
             return kvp_opt_unknown("bench transfer", argv[i]);
         }
     }
-    if (kvp_codec_from_name(o.kv.codec, &codec) != KVP_OK || o.kv.reps < 1 || o.kv.reps > 64 ||
+    if (!kvp_cli_codec("bench transfer", o.kv.codec, NULL, &codec)) {
+        return 2;
+    }
+    if (o.kv.reps < 1 || o.kv.reps > 64 ||
         !kvp_cli_page_geometry_ok(o.kv.heads, o.kv.head_dim, o.kv.page_tokens) ||
         o.kv.tokens < o.kv.page_tokens || o.kv.tokens > (1u << 24) ||
         o.kv.layers < 1 || o.kv.layers > 1024 || o.inflight < 1 || o.inflight > 8 ||

@@ -93,8 +93,7 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
             return kvp_opt_unknown("demo", argv[i]);
         }
     }
-    if (kvp_codec_from_name(codec, &o->codec) != KVP_OK) {
-        fprintf(stderr, "kvpack demo: unknown codec '%s'\n", codec);
+    if (!kvp_cli_codec("demo", codec, NULL, &o->codec)) {
         return 2;
     }
     if (o->layers == 0 || o->layers > 1024 || o->tokens == 0 || o->tokens > (1u << 22) ||

@@ -77,7 +77,7 @@ int kvp_cmd_eval(int argc, char **argv)
     row_t             rows[KVP_CODEC_MAX];
     int               nrows = 0;
     kvp_kv_t          kv;
-    char              bad[160];
+    char              bad[160], why[KVP_KVD_WHY_MAX];
     kvp_status_t      st;
 
     if (kvp_opt_help(argc, argv)) {
@@ -110,9 +110,7 @@ int kvp_cmd_eval(int argc, char **argv)
         }
     }
     if (synthetic == (input != NULL)) {
-        fprintf(stderr, "kvpack eval: give exactly one of --synthetic or --input FILE.kvd\n");
-        usage(stderr);
-        return 2;
+        return kvp_cli_usage_error("eval", "give exactly one of --synthetic or --input FILE.kvd");
     }
     if (strcmp(codec_s, "all") == 0) {
         const kvp_codec_id_t all[] = {KVP_CODEC_FP16,  KVP_CODEC_KIVI,  KVP_CODEC_KIVI128,
@@ -120,10 +118,9 @@ int kvp_cmd_eval(int argc, char **argv)
 
         memcpy(list, all, sizeof(all));
         nlist = 6;
-    } else if (kvp_codec_from_name(codec_s, &list[0]) == KVP_OK) {
+    } else if (kvp_cli_codec("eval", codec_s, "all", &list[0])) {
         nlist = 1;
     } else {
-        fprintf(stderr, "kvpack eval: unknown codec '%s'\n", codec_s);
         return 2;
     }
     if (dq_out != NULL && kvp_cli_out_path_check("eval", "--dequant-out", dq_out, NULL) != 0) {
@@ -142,12 +139,14 @@ int kvp_cmd_eval(int argc, char **argv)
     }
     st = synthetic ? kvp_kv_synthetic(&kv, (uint32_t)layers, (uint32_t)tokens, (uint32_t)heads,
                                       (uint32_t)head_dim, seed)
-                   : kvp_kvd_read(input, &kv);
+                   : kvp_kvd_read(input, &kv, why, sizeof(why));
     if (st != KVP_OK) {
-        fprintf(stderr, "kvpack eval: cannot load KV from %s: %s\n",
-                synthetic ? "the generator" : input,
-                st == KVP_ERR_BAD_PAGE ? "not a well-formed .kvd file (see above)"
-                                       : kvp_status_str(st));
+        if (synthetic) {
+            fprintf(stderr, "kvpack eval: cannot generate the synthetic KV: %s\n",
+                    kvp_status_str(st));
+        } else {
+            fprintf(stderr, "kvpack eval: %s\n", why);
+        }
         return 1;
     }
     if (kvp_kv_find_unstorable(&kv, bad, sizeof(bad))) {

@@ -215,7 +215,7 @@ int kvp_cmd_get(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_cli_sess_opt(argc, argv, &i, &g.o) ||
+        if (kvp_cli_sess_opt(argc, argv, &i, KVP_CLI_TAKES_SESSION | KVP_CLI_TAKES_NS, &g.o) ||
             kvp_opt_str(argc, argv, &i, "--out", &g.out) ||
             kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
             kvp_opt_str(argc, argv, &i, "--model-id", &g.model_id)) {
@@ -223,19 +223,20 @@ int kvp_cmd_get(int argc, char **argv)
         }
         return kvp_opt_unknown("get", argv[i]);
     }
-    if ((rc = kvp_cli_sess_peers("get", &g.o)) != 0) { /* --etcd: the nodes from etcd */
-        return rc;
+    if (g.o.session == NULL) {
+        return kvp_cli_usage_error("get", "--session SID is required");
     }
-    if (g.o.node == NULL || g.o.session == NULL || g.out == NULL) {
-        get_usage(stderr);
-        return 2;
+    if (g.out == NULL) {
+        return kvp_cli_usage_error("get", "--out FILE.kvd is required");
     }
-    if (codec != NULL && kvp_codec_from_name(codec, &g.codec) != KVP_OK) {
-        fprintf(stderr, "kvpack get: unknown --codec '%s'\n", codec);
+    if (codec != NULL && !kvp_cli_codec("get", codec, NULL, &g.codec)) {
         return 2;
     }
     if (kvp_cli_out_path_check("get", "--out", g.out, NULL) != 0) {
         return 2;
+    }
+    if ((rc = kvp_cli_sess_peers("get", &g.o)) != 0) { /* --etcd: the nodes from etcd */
+        return rc;
     }
     return get_run(&g);
 }

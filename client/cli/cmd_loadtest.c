@@ -115,6 +115,9 @@ static int lt_parse_nodes(const lt_opts_t *o, bool local_given)
         return 2;
     }
     if (o->node != NULL) {
+        if (kvp_cli_node_list_check("loadtest", o->node) != 0) {
+            return 2;
+        }
         n = kvp_cli_list_len(o->node);
     }
     if (o->local_nodes == 0 || o->local_nodes > KVP_LT_MAX_NODES || n > KVP_LT_MAX_NODES) {
@@ -223,8 +226,7 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
     if (lt_parse_scope(o) != 0) {
         return 2;
     }
-    if (kvp_codec_from_name(codec, &o->codec) != KVP_OK) {
-        fprintf(stderr, "kvpack loadtest: unknown codec '%s'\n", codec);
+    if (!kvp_cli_codec("loadtest", codec, NULL, &o->codec)) {
         return 2;
     }
     if (o->layers == 0 || o->layers > 1024 ||

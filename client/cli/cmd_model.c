@@ -294,8 +294,7 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
         }
         if (strcmp(tok, "fp32") == 0) {
             c = KVP_KVC_FP32;
-        } else if (kvp_codec_from_name(tok, &c) != KVP_OK) {
-            fprintf(stderr, "kvpack model: unknown codec '%s'\n", tok);
+        } else if (!kvp_cli_codec("model", tok, "fp32|all", &c)) {
             return 2;
         }
         if (add_lane(o, c, spec) != 0) {
@@ -572,14 +571,16 @@ int kvp_cmd_model(int argc, char **argv)
         return kvp_opt_unknown("model", argv[i]);
     }
     if (o.model == NULL || (o.text == NULL && o.prompt == NULL && o.sample == 0)) {
-        fprintf(stderr, "kvpack model: needs --model and one of --text, --sample, --generate\n");
-        usage(stderr);
-        return 2;
+        return kvp_cli_usage_error("model", "needs --model and one of --text, --sample, "
+                                            "--generate");
     }
     /* one mode per run: cmd_ppl and cmd_generate would each silently ignore the others */
     if ((o.text != NULL) + (o.prompt != NULL) + (o.sample != 0) > 1) {
         fprintf(stderr, "kvpack model: --text, --sample and --generate exclude each other: give "
                 "one\n");
+        return 2;
+    }
+    if (o.node != NULL && kvp_cli_node_list_check("model", o.node) != 0) {
         return 2;
     }
     if (o.session != NULL && o.node == NULL) {

@@ -21,7 +21,8 @@ static void usage(FILE *out)
             "List the kvpackd nodes registered in etcd under the prefix (kvpackd --etcd): address,\n"
             "registered since (UTC), pid, data dir, and whether the node answers a UCX STAT\n"
             "(sessions, uptime) within --timeout-ms (default 2000). A node killed without SIGTERM\n"
-            "stays listed until its lease TTL runs out; its STAT then says unreachable.\n"
+            "stays listed until its lease TTL runs out; its STAT column then says down, and its\n"
+            "line ends with \"stat: \" and the error's name (--json: up false, stat the name).\n"
             "Every registered node is listed, however many (the other --etcd commands take\n"
             "the first 64 by address, with a warning).\n"
             "Exit 1 when etcd cannot be read.\n");
@@ -163,9 +164,12 @@ int kvp_cmd_nodes(int argc, char **argv)
         }
         return kvp_opt_unknown("nodes", argv[i]);
     }
-    if (etcd == NULL || timeout == 0 || timeout > 600000) {
-        usage(stderr);
-        return 2;
+    if (etcd == NULL) {
+        return kvp_cli_usage_error("nodes", "--etcd URL is required");
+    }
+    if (timeout == 0 || timeout > 600000) {
+        return kvp_cli_usage_error("nodes", "--timeout-ms wants 1..600000, got %llu",
+                                   (unsigned long long)timeout);
     }
     s = kvp_etcd_create(etcd, 0, &e);
     if (s == KVP_OK) {

@@ -51,8 +51,8 @@ static int plan_codecs(kvp_plan_opts_t *o, const char *arg)
         return 0;
     }
     o->n_codecs = 1;
-    if (kvp_codec_from_name(arg, &o->codecs[0]) != KVP_OK) {
-        return plan_bad("unknown codec", arg);
+    if (!kvp_cli_codec("plan", arg, "all", &o->codecs[0])) {
+        return 2;
     }
     return 0;
 }

@@ -42,6 +42,7 @@ static void put_usage(FILE *out)
             "--replicas nodes of the session's rank that take it (a node that fails is skipped\n"
             "and the next takes its place); fewer than --replicas is a warning, none an error.\n"
             KVP_CLI_NODES_HELP
+            KVP_CLI_REPLICAS_HELP
             "  --codec NAME       fp16, kivi (default), kivi128, oscar, kvarn or naive2\n"
             "  --page-tokens P    tokens per page (default 128)\n"
             "  --model-id ID      model id of the namespace fingerprint (default \"kvd\")\n"
@@ -327,7 +328,7 @@ int kvp_cmd_put(int argc, char **argv)
     put_opts_t  p;
     const char *codec = "kivi";
     kvp_kv_t    kv;
-    char        bad[160];
+    char        bad[160], why[KVP_KVD_WHY_MAX];
     kvp_status_t s;
     int          rc;
 
@@ -339,7 +340,8 @@ int kvp_cmd_put(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_cli_sess_opt(argc, argv, &i, &p.o) ||
+        if (kvp_cli_sess_opt(argc, argv, &i, KVP_CLI_TAKES_SESSION | KVP_CLI_TAKES_REPLICAS,
+                             &p.o) ||
             kvp_opt_str(argc, argv, &i, "--kvd", &p.kvd) ||
             kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
             kvp_opt_str(argc, argv, &i, "--tokens", &p.tokens) ||
@@ -349,24 +351,29 @@ int kvp_cmd_put(int argc, char **argv)
         }
         return kvp_opt_unknown("put", argv[i]);
     }
+    if (p.o.session == NULL) {
+        return kvp_cli_usage_error("put", "--session SID is required");
+    }
+    if (p.o.session[0] == '\0' || strlen(p.o.session) >= KVP_SID_MAX) {
+        return kvp_cli_usage_error("put", "--session wants 1..%d bytes, got %zu", KVP_SID_MAX - 1,
+                                   strlen(p.o.session));
+    }
+    if (p.kvd == NULL) {
+        return kvp_cli_usage_error("put", "--kvd FILE.kvd is required");
+    }
+    if (!kvp_cli_codec("put", codec, NULL, &p.codec)) {
+        return 2;
+    }
+    if (p.P == 0 || p.P > KVP_PAGE_MAX_TOKENS) {
+        return kvp_cli_usage_error("put", "--page-tokens wants 1..%u, got %llu",
+                                   KVP_PAGE_MAX_TOKENS, (unsigned long long)p.P);
+    }
     if ((rc = kvp_cli_sess_peers("put", &p.o)) != 0) { /* --etcd: the nodes from etcd */
         return rc;
     }
-    if (p.o.node == NULL || p.o.session == NULL || p.kvd == NULL || p.o.ns_hex != NULL) {
-        put_usage(stderr);
-        return 2;
-    }
-    if (kvp_codec_from_name(codec, &p.codec) != KVP_OK || p.P == 0 || p.P > KVP_PAGE_MAX_TOKENS ||
-        p.o.session[0] == '\0' || strlen(p.o.session) >= KVP_SID_MAX) {
-        fprintf(stderr, "kvpack put: bad --codec '%s', --page-tokens %llu (1..%u) or --session "
-                        "(1..%d bytes)\n", codec, (unsigned long long)p.P, KVP_PAGE_MAX_TOKENS,
-                KVP_SID_MAX - 1);
-        return 2;
-    }
-    s = kvp_kvd_read(p.kvd, &kv);
+    s = kvp_kvd_read(p.kvd, &kv, why, sizeof(why));
     if (s != KVP_OK) {
-        fprintf(stderr, "kvpack put: %s: %s; nothing was sent\n", p.kvd,
-                s == KVP_ERR_BAD_PAGE ? "not a .kvd v1 dump (header or size)" : kvp_status_str(s));
+        fprintf(stderr, "kvpack put: %s; nothing was sent\n", why);
         return 1;
     }
     if (kvp_kv_find_unstorable(&kv, bad, sizeof(bad))) {

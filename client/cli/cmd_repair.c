@@ -81,6 +81,7 @@ static void repair_usage(FILE *out)
             "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd)\n"
             "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
             "  --replicas N    r, required: a session's copies beyond its first N nodes are deleted\n"
+            KVP_CLI_TIMEOUT_HELP
             "  --dry-run       print the plan (copies and deletes per session), change nothing\n"
             "  --json          one JSON object: sessions, already_ok, repaired, failed, copied,\n"
             "                  deleted_surplus, deleted_tombstoned, replaced_stale,\n"
@@ -449,25 +450,19 @@ static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_
         } else if (kvp_opt_u64(argc, argv, &i, "--settle", &w->settle_s) ||
                    kvp_opt_u64(argc, argv, &i, "--every", &w->every_s)) {
             continue;
-        } else if (!kvp_cli_sess_opt(argc, argv, &i, o)) {
+        } else if (!kvp_cli_sess_opt(argc, argv, &i, KVP_CLI_TAKES_REPLICAS, o)) {
             return kvp_opt_unknown("repair", argv[i]);
         }
     }
-    if ((o->node == NULL && o->etcd == NULL) || o->session != NULL || o->ns_hex != NULL) {
-        repair_usage(stderr);
-        return 2;
-    }
     if (o->replicas == 0) {
-        fprintf(stderr, "kvpack repair: --replicas N is required (copies beyond a session's "
-                        "first N nodes are deleted)\n");
-        return 2;
+        return kvp_cli_usage_error("repair", "--replicas N is required (copies beyond a "
+                                             "session's first N nodes are deleted)");
     }
     if (w->on && (w->every_s == 0 || w->every_s > 31536000 || w->settle_s > 31536000)) {
-        fprintf(stderr, "kvpack repair: --every takes 1 .. 31536000 seconds, --settle 0 .. "
-                        "31536000\n");
-        return 2;
+        return kvp_cli_usage_error("repair", "--every takes 1 .. 31536000 seconds, --settle 0 "
+                                             ".. 31536000");
     }
-    return 0;
+    return kvp_cli_sess_check("repair", o); /* --watch reads etcd itself, not once */
 }
 
 /* cmd_repair.h */
@@ -549,10 +544,6 @@ int kvp_cmd_repair(int argc, char **argv)
         return 0;
     }
     rc = repair_args(argc, argv, &o, &dry_run, &w);
-    if (rc == 0 && o.etcd != NULL && o.node != NULL) {
-        fprintf(stderr, "kvpack repair: give --node LIST or --etcd URL, not both\n");
-        rc = 2;
-    }
     if (rc != 0) {
         return rc;
     }

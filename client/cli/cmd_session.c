@@ -12,15 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- shared by put / get / ls / rm ---- */
+/* ---- shared by put / get / ls / rm / repair (and stat / scrub) ---- */
 
-bool kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o)
+bool kvp_cli_sess_opt(int argc, char **argv, int *i, unsigned takes, kvp_cli_sess_opts_t *o)
 {
     if (kvp_opt_str(argc, argv, i, "--node", &o->node) ||
-        kvp_opt_str(argc, argv, i, "--session", &o->session) ||
-        kvp_opt_str(argc, argv, i, "--ns", &o->ns_hex) ||
+        ((takes & KVP_CLI_TAKES_SESSION) && kvp_opt_str(argc, argv, i, "--session", &o->session)) ||
+        ((takes & KVP_CLI_TAKES_NS) && kvp_opt_str(argc, argv, i, "--ns", &o->ns_hex)) ||
         kvp_opt_count(argc, argv, i, "--timeout-ms", &o->timeout_ms) ||
-        kvp_opt_count(argc, argv, i, "--replicas", &o->replicas) ||
+        ((takes & KVP_CLI_TAKES_REPLICAS) &&
+         kvp_opt_count(argc, argv, i, "--replicas", &o->replicas)) ||
         kvp_opt_str(argc, argv, i, "--etcd", &o->etcd) ||
         kvp_opt_str(argc, argv, i, "--etcd-prefix", &o->etcd_prefix)) {
         return true;
@@ -32,22 +33,33 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, kvp_cli_sess_opts_t *o)
     return false;
 }
 
+int kvp_cli_sess_check(const char *cmd, const kvp_cli_sess_opts_t *o)
+{
+    if (o->node != NULL && o->etcd != NULL) {
+        return kvp_cli_usage_error(cmd, "give --node LIST or --etcd URL, not both");
+    }
+    if (o->etcd_prefix != NULL && o->etcd == NULL) {
+        return kvp_cli_usage_error(cmd, "--etcd-prefix needs --etcd URL");
+    }
+    if (o->node == NULL && o->etcd == NULL) {
+        return kvp_cli_usage_error(cmd, "which nodes? give --node HOST:PORT[,HOST:PORT...] or "
+                                        "--etcd URL");
+    }
+    if (o->timeout_ms > UINT32_MAX) { /* the client's deadline is 32 bits: never wrap it */
+        return kvp_cli_usage_error(cmd, "--timeout-ms must be at most %u", UINT32_MAX);
+    }
+    return o->node != NULL ? kvp_cli_node_list_check(cmd, o->node) : 0;
+}
+
 int kvp_cli_sess_peers(const char *cmd, kvp_cli_sess_opts_t *o)
 {
     static char  peers[KVP_CLUSTER_MAX_NODES * KVP_ETCD_ADDR_MAX];
     char        *got;
     kvp_status_t s;
+    int          rc = kvp_cli_sess_check(cmd, o);
 
-    if (o->etcd == NULL) {
-        if (o->etcd_prefix != NULL) {
-            fprintf(stderr, "kvpack %s: --etcd-prefix needs --etcd URL\n", cmd);
-            return 2;
-        }
-        return 0;
-    }
-    if (o->node != NULL) {
-        fprintf(stderr, "kvpack %s: give --node LIST or --etcd URL, not both\n", cmd);
-        return 2;
+    if (rc != 0 || o->etcd == NULL) {
+        return rc;
     }
     s = kvp_cluster_peers_etcd(o->etcd, o->etcd_prefix, &got, NULL);
     if (s != KVP_OK) {
@@ -79,17 +91,14 @@ int kvp_cli_open(const char *cmd, const kvp_cli_sess_opts_t *o,
     kvp_status_t         s;
 
     if (o->replicas > nodes) {
-        fprintf(stderr, "kvpack %s: --replicas %llu needs at least %llu nodes; --node lists %u\n",
-                cmd, (unsigned long long)o->replicas, (unsigned long long)o->replicas, nodes);
-        return 2;
-    }
-    if (o->timeout_ms > UINT32_MAX) { /* the client's deadline is 32 bits: never wrap it */
-        fprintf(stderr, "kvpack %s: --timeout-ms must be at most %u\n", cmd, UINT32_MAX);
-        return 2;
+        return kvp_cli_usage_error(cmd, "--replicas %llu needs at least %llu nodes; %s %u",
+                                   (unsigned long long)o->replicas,
+                                   (unsigned long long)o->replicas,
+                                   o->etcd ? "etcd lists" : "--node lists", nodes);
     }
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.timeout_ms = o->timeout_ms ? (uint32_t)o->timeout_ms : 10000u;
+    cp.timeout_ms = o->timeout_ms ? (uint32_t)o->timeout_ms : KVP_CLI_TIMEOUT_MS;
     memset(&p, 0, sizeof(p));
     p.field_mask  = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_REPLICAS |
                     KVP_CLUSTER_PARAM_CLIENT | KVP_CLUSTER_PARAM_PROGRESS;
@@ -113,24 +122,12 @@ int kvp_cli_per_node_open(const char *cmd, int argc, char **argv, uint64_t timeo
     memset(o, 0, sizeof(*o));
     o->timeout_ms = timeout_ms;
     for (int i = 1; i < argc; i++) {
-        if (kvp_opt_str(argc, argv, &i, "--node", &o->node) ||
-            kvp_opt_str(argc, argv, &i, "--etcd", &o->etcd) ||
-            kvp_opt_str(argc, argv, &i, "--etcd-prefix", &o->etcd_prefix) ||
-            kvp_opt_count(argc, argv, &i, "--timeout-ms", &o->timeout_ms)) {
-            continue;
+        if (!kvp_cli_sess_opt(argc, argv, &i, 0, o)) {
+            return kvp_opt_unknown(cmd, argv[i]);
         }
-        if (kvp_opt_flag(argv, i, "--json")) {
-            o->json = true;
-            continue;
-        }
-        return kvp_opt_unknown(cmd, argv[i]);
     }
     if ((rc = kvp_cli_sess_peers(cmd, o)) != 0) {
         return rc;
-    }
-    if (o->node == NULL) {
-        usage(stderr);
-        return 2;
     }
     return (rc = kvp_cli_open(cmd, o, NULL, cl_p)) != 0 ? rc : -1;
 }
@@ -320,6 +317,8 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
 
 /* ---- kvpack ls ---- */
 
+#define LS_PAGE_MAX 4096u /* --page: sessions one LIST request asks for */
+
 static void ls_usage(FILE *out)
 {
     fprintf(out,
@@ -330,13 +329,15 @@ static void ls_usage(FILE *out)
             "nodes: the union (each session once, the first listed node's entry) and the nodes\n"
             "holding it; a node that does not answer is named on stderr and the rest are listed.\n"
             KVP_CLI_NODES_HELP
-            "  --page N        sessions per LIST request (default: as many as fit one reply)\n"
+            "  --page N        sessions per LIST request, at most %u (default: as many as fit\n"
+            "                  one reply)\n"
             "  --max N         stop after N sessions; the output then says truncated\n"
             "  --deleted       also list rm tombstones the nodes keep (kvpackd --tombstone-ttl)\n"
             "                  of sessions no node holds: WHERE deleted, JSON deleted: true\n"
             "A copy whose node lost a page of it (the page failed its CRC32C when read, or is\n"
             "missing on disk) is WHERE damaged (JSON damaged: true, damaged_on: its nodes): that\n"
-            "node answers ERR_CORRUPT for it until it is put again; kvpack repair does that.\n");
+            "node answers ERR_CORRUPT for it until it is put again; kvpack repair does that.\n",
+            LS_PAGE_MAX);
 }
 
 static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_list_t *l,
@@ -448,7 +449,8 @@ int kvp_cmd_ls(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (kvp_cli_sess_opt(argc, argv, &i, &o) || kvp_opt_count(argc, argv, &i, "--page", &page) ||
+        if (kvp_cli_sess_opt(argc, argv, &i, 0, &o) ||
+            kvp_opt_count(argc, argv, &i, "--page", &page) ||
             kvp_opt_count(argc, argv, &i, "--max", &max)) {
             continue;
         }
@@ -458,13 +460,16 @@ int kvp_cmd_ls(int argc, char **argv)
         }
         return kvp_opt_unknown("ls", argv[i]);
     }
+    if (page > LS_PAGE_MAX) {
+        return kvp_cli_usage_error("ls", "--page %llu is over %u sessions per request",
+                                   (unsigned long long)page, LS_PAGE_MAX);
+    }
+    if (max > UINT32_MAX) {
+        return kvp_cli_usage_error("ls", "--max %llu is over %u", (unsigned long long)max,
+                                   UINT32_MAX);
+    }
     if ((rc = kvp_cli_sess_peers("ls", &o)) != 0) { /* --etcd: the nodes from etcd */
         return rc;
-    }
-    if (o.node == NULL || o.session != NULL || o.ns_hex != NULL || page > 4096 ||
-        max > UINT32_MAX) {
-        ls_usage(stderr);
-        return 2;
     }
     rc = kvp_cli_open("ls", &o, NULL, &cl);
     if (rc != 0) {
@@ -497,7 +502,8 @@ static void rm_usage(FILE *out)
             "does not bring it back). Pages other sessions share stay. Without --ns the session id\n"
             "must name one session on the nodes (kvpack ls shows the namespaces). Unknown session,\n"
             "or one of the session's first --replicas nodes unreachable (it may keep a copy): exit 1.\n"
-            KVP_CLI_NODES_HELP);
+            KVP_CLI_NODES_HELP
+            KVP_CLI_REPLICAS_HELP);
 }
 
 int kvp_cmd_rm(int argc, char **argv)
@@ -516,16 +522,17 @@ int kvp_cmd_rm(int argc, char **argv)
         return 0;
     }
     for (int i = 1; i < argc; i++) {
-        if (!kvp_cli_sess_opt(argc, argv, &i, &o)) {
+        if (!kvp_cli_sess_opt(argc, argv, &i,
+                              KVP_CLI_TAKES_SESSION | KVP_CLI_TAKES_NS | KVP_CLI_TAKES_REPLICAS,
+                              &o)) {
             return kvp_opt_unknown("rm", argv[i]);
         }
     }
+    if (o.session == NULL) {
+        return kvp_cli_usage_error("rm", "--session SID is required");
+    }
     if ((rc = kvp_cli_sess_peers("rm", &o)) != 0) { /* --etcd: the nodes from etcd */
         return rc;
-    }
-    if (o.node == NULL || o.session == NULL) {
-        rm_usage(stderr);
-        return 2;
     }
     rc = kvp_cli_open("rm", &o, NULL, &cl);
     if (rc != 0) {

@@ -56,15 +56,36 @@ static void usage(FILE *out)
     }
 }
 
-static int run_table(const cli_cmd_t *table, size_t n, int argc, char **argv)
+/* "a|b|c": the names of table (buf of cap bytes). */
+static const char *table_names(const cli_cmd_t *table, size_t n, char *buf, size_t cap)
 {
-    for (size_t i = 0; i < n; i++) {
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && len < cap; i++) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? "|" : "", table[i].name);
+    }
+    return buf;
+}
+
+/* Run argv[0] of table; what names the kind of thing the table holds, prog the words before it
+ * in an error ("kvpack", "kvpack bench"). An unknown or missing name is a one-line usage error. */
+static int run_table(const cli_cmd_t *table, size_t n, const char *prog, const char *what,
+                     int argc, char **argv)
+{
+    char names[256];
+
+    for (size_t i = 0; argc > 0 && i < n; i++) {
         if (strcmp(argv[0], table[i].name) == 0) {
             return table[i].main(argc, argv);
         }
     }
-    fprintf(stderr, "kvpack: unknown command '%s'\n", argv[0]);
-    usage(stderr);
+    table_names(table, n, names, sizeof(names));
+    if (argc == 0) {
+        fprintf(stderr, "%s: which %s? (%s)\n", prog, what, names);
+    } else {
+        fprintf(stderr, "%s: unknown %s '%s' (%s)\n", prog, what, argv[0], names);
+    }
     return 2;
 }
 
@@ -86,16 +107,18 @@ int main(int argc, char **argv)
                KVP_WIRE_VERSION);
         return 0;
     }
-    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stdout);
+        return 0;
     }
-    if (strcmp(argv[1], "bench") == 0) {
-        if (argc < 3 || strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0) {
-            usage(argc < 3 ? stderr : stdout);
-            return argc < 3 ? 2 : 0;
+    if (argc >= 2 && strcmp(argv[1], "bench") == 0) {
+        if (argc >= 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
+            usage(stdout);
+            return 0;
         }
-        return output_checked(run_table(bench_commands, NCMD(bench_commands), argc - 2, argv + 2));
+        return output_checked(run_table(bench_commands, NCMD(bench_commands), "kvpack bench",
+                                        "benchmark", argc - 2, argv + 2));
     }
-    return output_checked(run_table(commands, NCMD(commands) - 1, argc - 1, argv + 1));
+    return output_checked(run_table(commands, NCMD(commands), "kvpack", "command", argc - 1,
+                                    argv + 1)); /* "bench" (no main) was taken above */
 }

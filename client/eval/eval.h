@@ -42,7 +42,14 @@ kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32
 void         kvp_kv_free(kvp_kv_t *kv); /* zeroes the struct; NULL arrays are fine */
 kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
                               uint32_t head_dim, uint64_t seed);
-kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv);
+/* Read a .kvd into kv (allocated; freed by kvp_kv_free). Prints nothing: on failure why (when
+ * not NULL; why_cap bytes, KVP_KVD_WHY_MAX is enough) says what is wrong in one phrase that names
+ * the file ("cannot open PATH: No such file or directory", "PATH: shorter than the 24-byte kvd
+ * header", ...), for the caller's own error line. KVP_ERR_IO: it cannot be opened or read;
+ * KVP_ERR_BAD_PAGE: not a regular file, or not a well-formed .kvd v1 (header or size); else an
+ * allocation's status. */
+#define KVP_KVD_WHY_MAX 1024
+kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv, char *why, size_t why_cap);
 /* Written through a new file beside path (path.XXXXXX by mkstemp: a file the user has there is
  * never overwritten), synced, then renamed over path: a failed write leaves path as it was and no
  * partial file. */

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +157,22 @@ kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, ui
 
 /* ---- .kvd ---- */
 
-kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
+/* The reason a read failed into why (why_cap bytes; NULL: dropped); returns s. */
+static kvp_status_t kvd_fail(kvp_status_t s, char *why, size_t why_cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static kvp_status_t kvd_fail(kvp_status_t s, char *why, size_t why_cap, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (why != NULL && why_cap > 0) {
+        va_start(ap, fmt);
+        vsnprintf(why, why_cap, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv, char *why, size_t why_cap)
 {
     uint8_t      hdr[KVD_HDR];
     FILE        *f = kvp_file_open(path, "rb");
@@ -167,52 +183,52 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv)
 
     memset(kv, 0, sizeof(*kv));
     if (f == NULL) {
-        KVP_LOG_ERROR("eval", "cannot open %s: %s", path, strerror(errno));
-        return KVP_ERR_IO;
+        return kvd_fail(KVP_ERR_IO, why, why_cap, "cannot open %s: %s", path, strerror(errno));
     }
     if (fstat(fileno(f), &stt) != 0 || !S_ISREG(stt.st_mode)) {
-        KVP_LOG_ERROR("eval", "%s: not a regular file", path);
         fclose(f);
-        return KVP_ERR_BAD_PAGE;
+        return kvd_fail(KVP_ERR_BAD_PAGE, why, why_cap, "%s: not a regular file", path);
     }
     if (fread(hdr, 1, KVD_HDR, f) != KVD_HDR) {
-        KVP_LOG_ERROR("eval", "%s: shorter than the 24-byte kvd header", path);
         fclose(f);
-        return KVP_ERR_BAD_PAGE;
+        return kvd_fail(KVP_ERR_BAD_PAGE, why, why_cap,
+                        "%s: not a .kvd: shorter than the 24-byte kvd header", path);
     }
     if (kvp_ld32(hdr) != KVD_MAGIC || kvp_ld32(hdr + 4) != KVD_VERSION) {
-        KVP_LOG_ERROR("eval", "%s: not a kvd v1 file (magic 0x%08x version %u)", path, kvp_ld32(hdr),
-                      kvp_ld32(hdr + 4));
         fclose(f);
-        return KVP_ERR_BAD_PAGE;
+        return kvd_fail(KVP_ERR_BAD_PAGE, why, why_cap,
+                        "%s: not a .kvd v1 file (magic 0x%08x, want 0x%08x \"KVD1\"; version %u)",
+                        path, kvp_ld32(hdr), KVD_MAGIC, kvp_ld32(hdr + 4));
     }
     L = kvp_ld32(hdr + 8), T = kvp_ld32(hdr + 12), H = kvp_ld32(hdr + 16), D = kvp_ld32(hdr + 20);
     n = kv_elems(L, T, H, D);
     if (n == 0 || L > KVP_LAYERS_MAX || T > (1u << 24) || H > 4096 || D > 65536) {
-        KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u is out of bounds (each at least 1; at "
-                      "most %u layers (a page's 16-bit layer index), 2^24 tokens, 4096 heads, "
-                      "head_dim 65536, 2^32 elements per tensor)", path, L, T, H, D,
-                      KVP_LAYERS_MAX);
         fclose(f);
-        return KVP_ERR_BAD_PAGE;
+        return kvd_fail(KVP_ERR_BAD_PAGE, why, why_cap,
+                        "%s: .kvd header %u x %u x %u x %u is out of bounds (each at least 1; at "
+                        "most %u layers (a page's 16-bit layer index), 2^24 tokens, 4096 heads, "
+                        "head_dim 65536, 2^32 elements per tensor)", path, L, T, H, D,
+                        KVP_LAYERS_MAX);
     }
     if ((uint64_t)stt.st_size != KVD_HDR + 8 * n) {
-        KVP_LOG_ERROR("eval", "%s: header %u x %u x %u x %u needs %llu bytes, the file has %lld",
-                      path, L, T, H, D, (unsigned long long)(KVD_HDR + 8 * n),
-                      (long long)stt.st_size);
         fclose(f);
-        return KVP_ERR_BAD_PAGE;
+        return kvd_fail(KVP_ERR_BAD_PAGE, why, why_cap,
+                        "%s: .kvd header %u x %u x %u x %u needs %llu bytes, the file has %lld "
+                        "(truncated or padded)", path, L, T, H, D,
+                        (unsigned long long)(KVD_HDR + 8 * n), (long long)stt.st_size);
     }
     st = kvp_kv_alloc(kv, L, T, H, D);
     if (st != KVP_OK) {
         fclose(f);
-        return st;
+        return kvd_fail(st, why, why_cap, "%s: %u x %u x %u x %u: %s", path, L, T, H, D,
+                        kvp_status_str(st));
     }
     if (fread(kv->k, sizeof(float), n, f) != n || fread(kv->v, sizeof(float), n, f) != n) {
-        KVP_LOG_ERROR("eval", "%s: short read", path);
+        st = kvd_fail(KVP_ERR_IO, why, why_cap, "%s: read failed: %s", path,
+                      ferror(f) ? strerror(errno) : "the file got shorter while it was read");
         kvp_kv_free(kv);
         fclose(f);
-        return KVP_ERR_IO;
+        return st;
     }
     fclose(f);
     return KVP_OK;

@@ -6,7 +6,8 @@ that is primary for the most sessions: every session still gets byte-identical f
 unknown session says a node is unreachable, a put skips the dead node, stat names it (exit 1) and
 reports the others, an rm of a session it holds is exit 1 (it may keep a copy); restart it on its
 port and data dir: it lists its sessions again (warm rejoin), serves the gets it is primary for, the
-rm completes; rm removes a session from both replicas; --replicas 4 of 3 is refused.
+rm completes; rm removes a session from both replicas; --replicas 4 of 3 is refused, and so is a
+node listed twice (one line, exit 2).
 usage: check_cluster_cli.py KVPACK KVPACKD"""
 import json
 import os
@@ -182,7 +183,8 @@ try:
     check(rc == 2 and "--replicas 4" in err, f"--replicas 4 of 3 nodes: exit {rc} {err!r}")
     check(all("r4" not in held_by(a) for a in addrs), "--replicas 4 stored something")
     rc, _, err = kv("put", f"{addrs[0]},{addrs[0]}", "--session", "dup", "--kvd", p("a.kvd"))
-    check(rc == 1 and err.strip() != "", f"a peer listed twice: exit {rc}")
+    check(rc == 2 and err.count("\n") == 1 and "listed twice" not in err and
+          f"--node lists {addrs[0]} twice" in err, f"a peer listed twice: exit {rc} {err!r}")
 finally:
     for proc in procs.values():
         if proc.poll() is None:

@@ -6,7 +6,7 @@ the node back: before any get, `kvpack scrub --json` finds exactly that page (ba
 `kvpack ls` then lists s1 damaged and s2 not, a second pass finds nothing more (exit 0); text
 output; the Python binding's Client.scrub on the same node; a node without a data dir answers
 UNSUPPORTED and an unreachable one is named (exit 1 both); Cluster.scrub over both nodes (a result
-and the KvpError) and of one; --help, and no node (exit 2).
+and the KvpError) and of one; --help, and no node (one line, exit 2).
 usage: check_scrub_cli.py KVPACK KVPACKD LIBKVPACK"""
 import array
 import glob
@@ -60,7 +60,7 @@ try:
     rc, out, _ = cli("scrub", "--help")
     check(rc == 0 and "usage: kvpack scrub" in out and "--timeout-ms" in out, f"--help: {rc}")
     rc, _, err = cli("scrub")
-    check(rc == 2 and "usage: kvpack scrub" in err, f"no node: exit {rc}")
+    check(rc == 2 and err.count("\n") == 1 and "which nodes?" in err, f"no node: exit {rc} {err!r}")
 
     a = start("a")
     L, T, H, D = 2, 300, 2, 64

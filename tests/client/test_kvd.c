@@ -4,7 +4,9 @@
  * allocated; and so are headers whose element count wraps 64 bits (each dimension within its
  * bound, the wrapped count matching the file: a sparse file of 32 GiB + 24 bytes), which the
  * reader once accepted and sized its buffers by the wrapped count; 65536 layers (no page can name
- * the last) are refused up front. A write that fails part-way leaves the old file as it was. */
+ * the last) are refused up front. Each refusal comes with its reason (the file named, what is wrong
+ * with it: the line put and eval print), a missing file or a directory too. A write that fails
+ * part-way leaves the old file as it was. */
 #include "check.h"
 #include "eval.h"
 #include "kvpack/bytes.h"
@@ -38,13 +40,25 @@ static void write_hdr(const char *path, uint32_t magic, uint32_t version, const 
     close(fd);
 }
 
-static void expect_bad(const char *path, const char *what)
+/* path is refused with status want, nothing allocated, and a reason that names the file and
+ * says what is wrong (holds because); nothing is printed (the caller prints the reason). */
+static void expect_refused(const char *path, kvp_status_t want, const char *because,
+                           const char *what)
 {
     kvp_kv_t kv;
+    char     why[KVP_KVD_WHY_MAX] = "";
 
-    EXPECT(kvp_kvd_read(path, &kv) == KVP_ERR_BAD_PAGE, "%s: not refused as a bad file", what);
+    EXPECT(kvp_kvd_read(path, &kv, why, sizeof(why)) == want, "%s: not refused as it should be",
+           what);
     EXPECT(kv.k == NULL && kv.v == NULL && kv.layers == 0, "%s: something was allocated", what);
+    EXPECT(strstr(why, path) != NULL && strstr(why, because) != NULL,
+           "%s: the reason \"%s\" does not name %s and say \"%s\"", what, why, path, because);
     kvp_kv_free(&kv);
+}
+
+static void expect_bad(const char *path, const char *because, const char *what)
+{
+    expect_refused(path, KVP_ERR_BAD_PAGE, because, what);
 }
 
 int main(void)
@@ -61,7 +75,7 @@ int main(void)
     /* round trip */
     CHECK_OK(kvp_kv_synthetic(&kv, 2, 37, 3, 16, 7));
     CHECK_OK(kvp_kvd_write(path, &kv));
-    CHECK_OK(kvp_kvd_read(path, &back));
+    CHECK_OK(kvp_kvd_read(path, &back, NULL, 0));
     EXPECT(back.layers == 2 && back.tokens == 37 && back.heads == 3 && back.head_dim == 16,
            "geometry %u x %u x %u x %u read back", back.layers, back.tokens, back.heads,
            back.head_dim);
@@ -93,7 +107,7 @@ int main(void)
         EXPECT(kvp_kvd_write(path, &big) == KVP_ERR_IO, "a write past the size limit succeeded");
         CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
         kvp_kv_free(&big);
-        CHECK_OK(kvp_kvd_read(path, &back));
+        CHECK_OK(kvp_kvd_read(path, &back, NULL, 0));
         EXPECT(back.tokens == 37, "the file a failed write replaced holds %u tokens", back.tokens);
         kvp_kv_free(&back);
         d = opendir(dir);
@@ -115,27 +129,31 @@ int main(void)
         const uint32_t layers[4] = {65536, 1, 1, 1}; /* a page's layer index stops at 65534 */
 
         write_hdr(bad, 0x3144564Bu ^ 1, 1, ok, (uint64_t)good_size);
-        expect_bad(bad, "wrong magic");
+        expect_bad(bad, "not a .kvd v1 file (magic 0x3144564a", "wrong magic");
         write_hdr(bad, 0x3144564Bu, 2, ok, (uint64_t)good_size);
-        expect_bad(bad, "wrong version");
+        expect_bad(bad, "version 2", "wrong version");
         write_hdr(bad, 0x3144564Bu, 1, ok, 20);
-        expect_bad(bad, "short header");
+        expect_bad(bad, "shorter than the 24-byte kvd header", "short header");
         write_hdr(bad, 0x3144564Bu, 1, ok, (uint64_t)good_size - 4);
-        expect_bad(bad, "one float short");
+        expect_bad(bad, "the file has", "one float short");
         write_hdr(bad, 0x3144564Bu, 1, ok, (uint64_t)good_size + 1);
-        expect_bad(bad, "one byte long");
+        expect_bad(bad, "the file has", "one byte long");
         write_hdr(bad, 0x3144564Bu, 1, zero, 24);
-        expect_bad(bad, "a zero dimension");
+        expect_bad(bad, "out of bounds", "a zero dimension");
         write_hdr(bad, 0x3144564Bu, 1, big_heads, 24 + 8 * 4097);
-        expect_bad(bad, "4097 heads");
+        expect_bad(bad, "out of bounds", "4097 heads");
         write_hdr(bad, 0x3144564Bu, 1, wrap32, 24 + 8 * (1ull << 32));
-        expect_bad(bad, "an element count that wraps to 2^32");
+        expect_bad(bad, "out of bounds", "an element count that wraps to 2^32");
         write_hdr(bad, 0x3144564Bu, 1, wrap0, 24);
-        expect_bad(bad, "an element count that wraps to 0");
+        expect_bad(bad, "out of bounds", "an element count that wraps to 0");
         write_hdr(bad, 0x3144564Bu, 1, layers, 24 + 8 * 65536);
-        expect_bad(bad, "65536 layers");
+        expect_bad(bad, "out of bounds", "65536 layers");
     }
+    /* a file that is not there, and a directory: the reason says so */
     unlink(bad);
+    expect_refused(bad, KVP_ERR_IO, "cannot open", "a missing file");
+    expect_refused(bad, KVP_ERR_IO, "No such file or directory", "a missing file");
+    expect_refused(dir, KVP_ERR_IO, "Is a directory", "a directory");
     unlink(path);
     rmdir(dir);
     return kvp_test_result("test_kvd");

@@ -81,7 +81,7 @@ static void check_kvd(const char *name, const char *path, uint32_t P, uint32_t t
                                             KVP_CODEC_KVARN};
     kvp_kv_t kv;
 
-    CHECK_OK(kvp_kvd_read(path, &kv));
+    CHECK_OK(kvp_kvd_read(path, &kv, NULL, 0));
     printf("%s: %u layers x %u tokens x %u KV heads x %u, P %u, tail %u\n", name, kv.layers,
            kv.tokens, kv.heads, kv.head_dim, P, tail);
     printf("  %-8s %10s %10s %12s\n", "codec", "fused_err", "eval_err", "fused_vs_dec");

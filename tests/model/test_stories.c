@@ -239,7 +239,7 @@ static void test_kvd(const kvp_model_t *m, const uint32_t *ids)
     snprintf(path, sizeof(path), "/tmp/kvp_test_stories_%d.kvd", (int)getpid());
     memset(&kv, 0, sizeof(kv));
     EXPECT(kvp_run_dump_kvd(m, ids, n, path) == KVP_OK, "dump");
-    EXPECT(kvp_kvd_read(path, &kv) == KVP_OK, "read back");
+    EXPECT(kvp_kvd_read(path, &kv, NULL, 0) == KVP_OK, "read back");
     EXPECT(kv.layers == m->cfg.layers && kv.tokens == n && kv.heads == m->cfg.kv_heads &&
           kv.head_dim == m->cfg.head_dim, "kvd header");
     if (kv.k != NULL && kvp_run_create(m, &ref, 1, 1, n, 0, &f) == KVP_OK) {

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""check_cli_usage.py - the CLI's errors before any node is asked anything (no node runs here):
+a usage error is ONE line on stderr naming what is wrong (the missing, conflicting, unknown or
+out-of-range option, with at most a "see kvpack CMD --help" hint), nothing on stdout, exit 2 --
+never the whole help; a .kvd that cannot be read is one line under the command's own name with the
+reason (missing file, short header, truncated), exit 1; every --node item is HOST:PORT with a port
+in 1..65535, checked while the options are read; an unknown codec is refused with the codec names
+by every command that takes --codec; `kvpack bench` names its benchmarks. And the help texts say
+what the commands do: put/get/ls/rm/repair explain --timeout-ms and its default (as the README's
+CLI reference rows do), get and ls do not offer --replicas, nodes says a down node prints `down`,
+and .ci/quickstart --help prints its header comment only.
+usage: check_cli_usage.py KVPACK KVPACKD"""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvptest  # noqa: E402
+
+KVPACK, KVPACKD = sys.argv[1], sys.argv[2]
+check = kvptest.check
+tmp = tempfile.mkdtemp(prefix="kvp_usage_")
+env = dict(os.environ, KVP_PROGRESS="0")
+NODE = "127.0.0.1:1"  # nothing listens there; none of these commands gets as far as asking it
+CODECS = "(fp16|kivi|kivi128|oscar|kvarn|naive2"
+
+
+def run(argv):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr
+
+
+def one_line(argv, rc_want, *words):
+    """argv exits rc_want with exactly one line on stderr holding every word, nothing on stdout."""
+    rc, out, err = run(argv)
+    lines = err.splitlines()
+    ok = rc == rc_want and len(lines) == 1 and out == "" and all(w in err for w in words)
+    check(ok, f"{' '.join(argv[1:])}: want exit {rc_want} and one line with {words}; got exit "
+              f"{rc}, {len(lines)} lines: {err[:300]!r}")
+    return err
+
+
+def usage_error(cmd, args, *words):
+    """`kvpack CMD ARGS` is a usage error: one line, exit 2, the hint to CMD's --help."""
+    return one_line([KVPACK, *cmd.split(), *args], 2, f"kvpack {cmd}: ",
+                    f"(see kvpack {cmd} --help)", *words)
+
+
+# 1. an unknown codec: the codec names, the one message of every command taking --codec; the
+#    other put checks each say which argument is wrong (they used to share one line)
+one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", "a.kvd", "--codec", "frob"], 2,
+         "kvpack put: unknown codec 'frob' " + CODECS + ")")
+for cmd, extra in [("get", ["--node", NODE, "--session", "x", "--out", os.path.join(tmp, "o.kvd")]),
+                   ("demo", []), ("loadtest", []),
+                   ("bench stream", []), ("bench transfer", [])]:
+    one_line([KVPACK, *cmd.split(), *extra, "--codec", "frob"], 2,
+             f"kvpack {cmd}: unknown codec 'frob' " + CODECS + ")")
+for cmd, extra in [("eval", ["--synthetic"]), ("bench codec", []), ("bench attn", []),
+                   ("plan", ["--model", "llama-3.1-8b", "--tokens", "100"])]:
+    one_line([KVPACK, *cmd.split(), *extra, "--codec", "frob"], 2,
+             f"kvpack {cmd}: unknown codec 'frob' " + CODECS + "|all)")
+put = ["--node", NODE, "--session", "x", "--kvd", "a.kvd"]
+usage_error("put", [*put, "--page-tokens", "5000"], "--page-tokens wants 1..4096, got 5000")
+usage_error("put", ["--node", NODE, "--session", "s" * 200, "--kvd", "a.kvd"],
+            "--session wants 1..127 bytes, got 200")
+
+# 2. --timeout-ms explained, with its default, in the help and in the README's CLI reference
+readme = open(os.path.join(kvptest.REPO, "README.md")).read().splitlines()
+for cmd in ["put", "get", "ls", "rm", "repair"]:
+    rc, out, _ = run([KVPACK, cmd, "--help"])
+    check(rc == 0 and "--timeout-ms MS per-node request deadline (default 10000)" in out,
+          f"kvpack {cmd} --help does not explain --timeout-ms")
+    row = [line for line in readme if line.startswith(f"| `kvpack {cmd} ")]
+    check(len(row) == 1 and "[--timeout-ms 10000]" in row[0] and "request deadline" in row[0],
+          f"README's row of kvpack {cmd} does not give --timeout-ms and its default")
+
+# 3. get and ls take no --replicas (they ignored it) and do not offer it
+for cmd, args in [("get", ["--session", "x", "--out", os.path.join(tmp, "o.kvd")]), ("ls", [])]:
+    usage_error(cmd, ["--node", NODE, *args, "--replicas", "1"], "unknown option '--replicas'")
+    rc, out, _ = run([KVPACK, cmd, "--help"])
+    check(rc == 0 and "--replicas N" not in out, f"kvpack {cmd} --help offers --replicas")
+for cmd in ["put", "rm"]:
+    rc, out, _ = run([KVPACK, cmd, "--help"])
+    check(rc == 0 and "--replicas N" in out, f"kvpack {cmd} --help lost --replicas")
+
+# 4. what is wrong, in one line, never the whole help
+usage_error("put", ["--node", NODE, "--session", "x"], "--kvd FILE.kvd is required")
+usage_error("put", ["--node", NODE, "--kvd", "a.kvd"], "--session SID is required")
+usage_error("put", ["--session", "x", "--kvd", "a.kvd"], "which nodes?", "--node", "--etcd")
+usage_error("put", [*put, "--etcd", "127.0.0.1:2379"], "--node LIST or --etcd URL, not both")
+usage_error("put", [*put, "--ns", "1"], "unknown option '--ns'")
+usage_error("get", ["--node", NODE, "--session", "x"], "--out FILE.kvd is required")
+usage_error("ls", ["--node", NODE, "--session", "x"], "unknown option '--session'")
+usage_error("ls", ["--node", NODE, "--page", "5000"], "--page 5000 is over 4096")
+usage_error("ls", ["--etcd-prefix", "/p/"], "--etcd-prefix needs --etcd URL")
+usage_error("rm", ["--node", NODE], "--session SID is required")
+usage_error("rm", ["--node", NODE, "--session", "x", "--replicas", "2"],
+            "--replicas 2 needs at least 2 nodes")
+usage_error("repair", ["--node", NODE], "--replicas N is required")
+usage_error("repair", ["--replicas", "1"], "which nodes?")
+usage_error("repair", ["--node", NODE, "--replicas", "1", "--session", "x"],
+            "unknown option '--session'")
+usage_error("repair", ["--node", NODE, "--etcd", "127.0.0.1:2379", "--replicas", "1", "--watch"],
+            "not both")
+usage_error("nodes", [], "--etcd URL is required")
+usage_error("nodes", ["--etcd", "127.0.0.1:2379", "--timeout-ms", "700000"],
+            "--timeout-ms wants 1..600000")
+for cmd in ["stat", "scrub"]:
+    usage_error(cmd, [], "which nodes?")
+    usage_error(cmd, ["--node", NODE, "--session", "x"], "unknown option '--session'")
+usage_error("eval", [], "give exactly one of --synthetic or --input")
+usage_error("model", [], "needs --model")
+for cmd in ["put", "ls", "stat", "bench codec", "bench attn"]:
+    usage_error(cmd, ["--no-such-option"], "unknown option '--no-such-option'")
+for daemon in [[KVPACKD], [KVPACK, "serve"]]:
+    name = " ".join(["kvpackd"] if len(daemon) == 1 else ["kvpack", "serve"])
+    one_line([*daemon, "--bogus"], 2, f"{name}: unknown option '--bogus' (see {name} --help)")
+
+# 5. a .kvd that cannot be read: one line under the command's name with the reason
+missing = os.path.join(tmp, "missing.kvd")
+one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", missing], 1,
+         f"kvpack put: cannot open {missing}: No such file or directory; nothing was sent")
+garbage = os.path.join(tmp, "garbage.kvd")
+open(garbage, "wb").write(b"garbage")
+one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", garbage], 1,
+         f"kvpack put: {garbage}: ", "shorter than the 24-byte kvd header", "nothing was sent")
+one_line([KVPACK, "eval", "--input", garbage], 1, f"kvpack eval: {garbage}: ",
+         "shorter than the 24-byte kvd header")
+short = os.path.join(tmp, "short.kvd")  # a good header, the data cut short
+open(short, "wb").write(struct.pack("<6I", 0x3144564B, 1, 1, 4, 2, 8) + bytes(100))
+one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", short], 1,
+         f"kvpack put: {short}: ", "needs 536 bytes, the file has 124", "nothing was sent")
+one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", tmp], 1,
+         f"kvpack put: cannot open {tmp}: Is a directory")
+
+# 6. every --node item HOST:PORT, port 1..65535, checked with the options
+for bad, why in [("127.0.0.1", "it has no :PORT"), ("127.0.0.1:0", "1..65535"),
+                 ("127.0.0.1:70000", "1..65535"), ("127.0.0.1:8x", "1..65535"),
+                 (":80", "it has no HOST")]:
+    for cmd, args in [("put", ["--session", "x", "--kvd", missing]),
+                      ("get", ["--session", "x", "--out", os.path.join(tmp, "o.kvd")]),
+                      ("ls", []), ("rm", ["--session", "x"]), ("repair", ["--replicas", "1"]),
+                      ("stat", []), ("scrub", [])]:
+        usage_error(cmd, ["--node", bad, *args], f"--node '{bad}' is not HOST:PORT", why)
+usage_error("ls", ["--node", f"{NODE},127.0.0.1"], "--node '127.0.0.1' is not HOST:PORT")
+usage_error("ls", ["--node", f"{NODE},,127.0.0.1:2"], "has an empty item")
+usage_error("ls", ["--node", f"{NODE}, {NODE}"], f"--node lists {NODE} twice")
+usage_error("loadtest", ["--node", "127.0.0.1"], "--node '127.0.0.1' is not HOST:PORT")
+
+# 8. bench: which benchmarks there are
+bench = "(codec|store|node|transfer|stream|attn)"
+one_line([KVPACK, "bench", "frob"], 2, f"kvpack bench: unknown benchmark 'frob' {bench}")
+one_line([KVPACK, "bench"], 2, f"kvpack bench: which benchmark? {bench}")
+one_line([KVPACK, "frob"], 2, "kvpack: unknown command 'frob' (demo|", "|bench)")
+one_line([KVPACK], 2, "kvpack: which command? (demo|")
+
+# 9. quickstart --help: the header comment, not the first line of code after it
+rc, out, _ = run(["bash", os.path.join(kvptest.REPO, ".ci", "quickstart"), "--help"])
+check(rc == 0 and out.startswith("quickstart - ") and "set -e" not in out and
+      out.rstrip().endswith("ctest over the whole suite"), f".ci/quickstart --help: {out!r}")
+
+# 10. nodes --help says what a dead node's line says: down
+rc, out, _ = run([KVPACK, "nodes", "--help"])
+check(rc == 0 and "says down" in out and "says unreachable" not in out,
+      "kvpack nodes --help does not say a killed node prints down")
+
+if kvptest.FAILS:
+    print(f"check_cli_usage: {len(kvptest.FAILS)} checks failed")
+    sys.exit(1)
+print("check_cli_usage: all checks passed")
