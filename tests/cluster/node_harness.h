@@ -359,17 +359,24 @@ static inline void test_raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h
     kvp_xfer_msg_release(msg);
 }
 
-static inline void test_raw_open(test_raw_t *r, uint16_t port)
+/* A transport of the test's own with recv_cb(arg, ...), connected to the node at port. */
+static inline void test_xfer_open(uint16_t port, kvp_xfer_recv_cb_t recv_cb, void *arg,
+                                  kvp_xfer_h *x_p, kvp_xfer_conn_h *conn_p)
 {
     kvp_xfer_params_t p;
 
-    memset(r, 0, sizeof(*r));
     memset(&p, 0, sizeof(p));
     p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
-    p.recv_cb    = test_raw_recv;
-    p.cb_arg     = r;
-    CHECK_ST(kvp_xfer_create(&p, &r->x), KVP_OK);
-    CHECK_ST(kvp_xfer_connect(r->x, "127.0.0.1", port, &r->conn), KVP_OK);
+    p.recv_cb    = recv_cb;
+    p.cb_arg     = arg;
+    CHECK_ST(kvp_xfer_create(&p, x_p), KVP_OK);
+    CHECK_ST(kvp_xfer_connect(*x_p, "127.0.0.1", port, conn_p), KVP_OK);
+}
+
+static inline void test_raw_open(test_raw_t *r, uint16_t port)
+{
+    memset(r, 0, sizeof(*r));
+    test_xfer_open(port, test_raw_recv, r, &r->x, &r->conn);
 }
 
 /* Send a raw header + data, wait (up to 20 s) for the node's reply in r->rep. */

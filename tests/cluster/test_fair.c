@@ -93,15 +93,8 @@ static void victim_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
 
 static void victim_open(victim_t *v, uint16_t port)
 {
-    kvp_xfer_params_t p;
-
     memset(v, 0, sizeof(*v));
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
-    p.recv_cb    = victim_recv;
-    p.cb_arg     = v;
-    CHECK_OK(kvp_xfer_create(&p, &v->x));
-    CHECK_OK(kvp_xfer_connect(v->x, "127.0.0.1", port, &v->conn));
+    test_xfer_open(port, victim_recv, v, &v->x, &v->conn);
 }
 
 /* Two STATs back to back on the victim's connection, both answers awaited; *first and *second:
