@@ -1184,8 +1184,8 @@ err_xfer:
     node_store_shutdown(&n, &all);
     left = kvp_xfer_drain(n.x, NODE_STOP_DRAIN_MS); /* replies not taken yet still reach them */
     if (left > 0) {
-        KVP_LOG_WARN(MOD, "%zu replies not taken by their clients within %u ms of the stop: "
-                     "dropped", left, NODE_STOP_DRAIN_MS);
+        KVP_LOG_WARN(MOD, "%zu replies (or connections' last bytes) not taken by their clients "
+                     "within %u ms of the stop: dropped", left, NODE_STOP_DRAIN_MS);
     }
     kvp_xfer_destroy(n.x);
 err_store:

@@ -147,6 +147,7 @@ struct kvp_xfer {
     unsigned              n_server;      /* server connections open (in conns) */
     unsigned              n_server_failed; /* ... of them failed, until report_dead unlinks them */
     int                   delivering;
+    unsigned              flushing;  /* kvp_xfer_drain's endpoint flushes not completed yet */
     void                 *buf_free[BUF_KEEP]; /* bulk buffers kept for reuse, see buf_get */
     size_t                buf_free_cap[BUF_KEEP];
     unsigned              n_buf_free;
@@ -1525,6 +1526,35 @@ static size_t sends_live(kvp_xfer_h x)
     return n;
 }
 
+static void flush_done_cb(void *request, ucs_status_t st, void *user_data)
+{
+    kvp_xfer_h x = user_data;
+
+    (void)st;
+    x->flushing--;
+    ucp_request_free(request);
+}
+
+/* Flush every open connection (x->flushing counts those under way; one still under way when the
+ * connection is force-closed completes then): a send UCX completed may still sit in its copy
+ * buffers, not yet written to the socket, and a force close drops it. */
+static void flush_open(kvp_xfer_h x)
+{
+    ucp_request_param_t prm;
+
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send      = flush_done_cb;
+    prm.user_data    = x;
+    for (kvp_xfer_conn_h c = x->conns; c != NULL; c = c->next) {
+        if (c->status == KVP_OK && c->ep != NULL) {
+            void *req = ucp_ep_flush_nbx(c->ep, &prm);
+
+            x->flushing += UCS_PTR_IS_PTR(req);
+        }
+    }
+}
+
 size_t kvp_xfer_drain(kvp_xfer_h x, int timeout_ms)
 {
     uint64_t end = kvp_time_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
@@ -1532,6 +1562,13 @@ size_t kvp_xfer_drain(kvp_xfer_h x, int timeout_ms)
 
     while ((n = sends_live(x)) > 0 && kvp_time_ns() < end) {
         kvp_xfer_wait(x, 10);
+    }
+    if (n == 0) { /* completed sends: now out of UCX's buffers too */
+        flush_open(x);
+        while (x->flushing > 0 && kvp_time_ns() < end) {
+            kvp_xfer_wait(x, 10);
+        }
+        n = x->flushing;
     }
     return n;
 }

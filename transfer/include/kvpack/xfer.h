@@ -167,9 +167,11 @@ void        *kvp_xfer_conn_user(kvp_xfer_conn_h conn);
 /* Bytes of the connection's sends still in flight (started, not completed): replies a peer has
  * not taken yet stay here (a rendezvous send until the peer pulls it). */
 size_t       kvp_xfer_conn_unsent(kvp_xfer_conn_h conn);
-/* Progress (kvp_xfer_wait, callbacks run) until no send is in flight on an open connection or
- * timeout_ms passed; returns those still in flight. For a server's stop: replies its clients have not taken yet
- * (a rendezvous one waits for its receiver to pull it) still reach them before the close. */
+/* Progress (kvp_xfer_wait, callbacks run) until no send is in flight on an open connection and
+ * every open connection is flushed (what UCX completed but still holds in its copy buffers is
+ * written out), or timeout_ms passed; returns the sends or flushes still under way. For a
+ * server's stop: replies its clients have not taken yet (a rendezvous one waits for its receiver
+ * to pull it) still reach them before the close. */
 size_t       kvp_xfer_drain(kvp_xfer_h x, int timeout_ms);
 /* Server connections open now, and connection requests rejected past max_conns since create
  * (either pointer may be NULL). */
