@@ -785,8 +785,8 @@ static int lt_nodes_end(lt_engine_t *e, const kvp_lt_workload_t *w, kvp_lt_resul
         if (kvp_lt_reference(w, e->p->page_tokens, primary, holders, hits) != 0) {
             goto out;
         }
-        for (uint32_t i = 0; i < w->n; i++) {
-            *(pass ? &res->ref_single : &res->ref_placed) += hits[i];
+        for (uint32_t i = 0; i < w->n; i++) { /* the requests that ran, as the hits count */
+            *(pass ? &res->ref_single : &res->ref_placed) += res->samples[i].done ? hits[i] : 0;
         }
     }
     rc = 0;
