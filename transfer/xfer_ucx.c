@@ -640,18 +640,22 @@ static void send_done_cb(void *request, ucs_status_t st, void *user_data)
 #define KVP_XFER_RNDV_THRESH "1m"
 #define KVP_XFER_EAGER_MAX   (1u << 20)
 
-/* Eager messages (up to the rendezvous threshold) go as copies in 64 KiB segments, never
- * zero-copy. UCX 1.13 aborts the process (uct_iface.h "Assertion `comp->count > 0' failed",
- * status ENDPOINT_TIMEOUT) when a peer dies while eager zero-copy fragments to it are in flight:
- * a node died with a client that was killed mid-GET (cluster.fair's flooder: 3 of 146 runs on 2
- * busy cores; 0 of 596 with eager copies). Copies in UCX's default 8 KiB segments halved
- * `kvpack bench node` gets (~1,500 -> ~900 sessions/s); in 64 KiB segments (the receive side's
- * default already) they are on par (3 alternated runs each: 1,507 zero-copy, 1,506 copy
- * sessions/s). Rendezvous (larger messages) keeps zero-copy. Set in the environment, as UCX
- * reads it, so every kvpack process agrees (a peer's 64 KiB segments fit the receiver's);
- * UCX_ZCOPY_THRESH and UCX_TCP_TX_SEG_SIZE, when set, win. */
-static void env_eager_copy(void)
+/* UCX settings kvpack needs, set in the environment (UCX reads them there) unless already set,
+ * so every kvpack process agrees with its peers:
+ * - UCX_TCP_CM_REUSEADDR=y: a restarted node must rebind its port while old sockets sit in
+ *   TIME_WAIT.
+ * - UCX_ZCOPY_THRESH=inf, UCX_TCP_TX_SEG_SIZE=64k: eager messages (up to the rendezvous
+ *   threshold) go as copies in 64 KiB segments, never zero-copy. UCX 1.13 aborts the process
+ *   (uct_iface.h "Assertion `comp->count > 0' failed", status ENDPOINT_TIMEOUT) when a peer dies
+ *   while eager zero-copy fragments to it are in flight: a node died with a client that was
+ *   killed mid-GET (cluster.fair's flooder: 3 of 146 runs on 2 busy cores; 0 of 596 with eager
+ *   copies). Copies in UCX's default 8 KiB segments halved `kvpack bench node` gets (~1,500 ->
+ *   ~900 sessions/s); in 64 KiB segments (the receive side's default already, so a peer's
+ *   segments fit) they are on par (3 alternated runs each: 1,507 zero-copy, 1,506 copy
+ *   sessions/s). Rendezvous (larger messages) keeps zero-copy. */
+static void env_defaults(void)
 {
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
     setenv("UCX_ZCOPY_THRESH", "inf", 0);
     setenv("UCX_TCP_TX_SEG_SIZE", "64k", 0);
 }
@@ -982,9 +986,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
         goto err_free;
     }
 
-    /* A restarted node must be able to rebind its port while old sockets sit in TIME_WAIT. */
-    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
-    env_eager_copy();
+    env_defaults();
     st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
         KVP_LOG_ERROR(MOD, "ucp_config_read: %s", ucs_status_string(st));

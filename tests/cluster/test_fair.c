@@ -10,9 +10,8 @@
  * before the victim's next request. The median over ROUNDS pairs with the flood on around them
  * (more than a turn of the flooder's requests taken just before and just after: pairs made while
  * the flooder sent nothing are not counted, up to MAX_ROUNDS made) must stay under
- * FAIR_MAX_BETWEEN. Also
- * checked: the flood is real (the flooder got ERR_BUSY answers, and ROUNDS pairs had it on), and
- * the victim's replies are all OK. */
+ * FAIR_MAX_BETWEEN. Also checked: the flood is real (the flooder got ERR_BUSY answers, and ROUNDS
+ * pairs had it on), and the victim's replies are all OK. */
 #include "node_harness.h"
 
 #define NS               0xFA1Bu
