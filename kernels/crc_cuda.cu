@@ -253,6 +253,7 @@ extern "C" kvp_status_t kvp_cuda_check_poll(kvp_cuda_check_h c, kvp_status_t *pa
         cudaError_t e = cudaEventQuery(c->done);
 
         if (e == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* "not ready" is left as the last error: not ours to keep */
             return KVP_INPROGRESS;
         }
         c->state = 0;

@@ -20,10 +20,16 @@
         }                                                                                        \
     } while (0)
 
+/* A launch first drops a stale non-sticky error, so the CUDA_TRY(cudaGetLastError()) after it
+ * reads the launch's own: cudaStreamQuery/cudaEventQuery leave cudaErrorNotReady as the thread's
+ * last error (xfer_nccl.c polls NCCL's stream, crc_cuda.cu its check's event, an engine its own),
+ * which would fail a good launch; the calls before it were checked by their returns, and a sticky
+ * error comes back from the next call anyway. */
 #ifndef KVP_LAUNCH
-#define KVP_LAUNCH(kern, grid, block, ...) kern<<<(grid), (block)>>>(__VA_ARGS__)
+#define KVP_LAUNCH(kern, grid, block, ...)                                                       \
+    ((void)cudaGetLastError(), kern<<<(grid), (block)>>>(__VA_ARGS__))
 #define KVP_LAUNCH_STREAM(kern, grid, block, stream, ...)                                        \
-    kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+    ((void)cudaGetLastError(), kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__))
 #endif
 
 #endif

@@ -413,8 +413,8 @@ static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int what_
             if (e == cudaSuccess) {
                 return KVP_OK;
             }
+            (void)cudaGetLastError(); /* "not ready" too is left as the last error (cuda_int.h) */
             if (e != cudaErrorNotReady) {
-                (void)cudaGetLastError();
                 return link_fail(link, KVP_ERR_DEVICE, "%s: cuda %s", what, cudaGetErrorString(e));
             }
         } else if (a == ncclSuccess) {
