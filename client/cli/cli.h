@@ -52,15 +52,25 @@ typedef struct {
     uint64_t    layers, heads, head_dim, tokens, page_tokens, reps;
 } kvp_opt_kv_t;
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv);
-/* Heads, head_dim and tokens a page holds, as typed (64-bit, before any cast to the 32-bit
- * fields of kvp_page_params_t, which would wrap 2^32 + 8 heads to 8): each 1..the page format's
- * limit (KVP_PAGE_MAX_HEADS, KVP_PAGE_MAX_DIM, KVP_PAGE_MAX_TOKENS). */
-bool kvp_cli_page_geometry_ok(uint64_t heads, uint64_t head_dim, uint64_t page_tokens);
 /* A usage error: "kvpack CMD: WHAT (see kvpack CMD --help)", one line on stderr; returns 2, the
  * exit status of every usage error. Say what is wrong (the option missing, in conflict or out of
- * range), never the whole usage text. */
+ * range), never the whole usage text. A number out of range goes through kvp_cli_range; a
+ * fractional one (no helper: its bounds may be open) says "OPT wants above LO and at most HI,
+ * got V" in the same words. */
 int  kvp_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Whole-number option opt of command cmd, as typed (64-bit, before any narrowing cast): true when
+ * lo <= v <= hi; else the usage error "OPT wants LO..HI, got V" ("OPT wants LO or more, got V"
+ * when hi is UINT64_MAX) and false: the caller exits 2. */
+bool kvp_cli_range(const char *cmd, const char *opt, uint64_t v, uint64_t lo, uint64_t hi);
+/* The heads, head_dim and tokens of a page, each named by the option the command takes for it
+ * (--heads or --kv-heads, --head-dim, --page-tokens or --tokens): kvp_cli_range of each against
+ * the page format's limits 1..KVP_PAGE_MAX_HEADS, 1..KVP_PAGE_MAX_DIM, 1..KVP_PAGE_MAX_TOKENS, in
+ * that order. Checked as typed: a cast to the 32-bit fields of kvp_page_params_t would wrap
+ * 2^32 + 8 heads to 8. */
+bool kvp_cli_geometry(const char *cmd, const char *heads_opt, uint64_t heads,
+                      const char *head_dim_opt, uint64_t head_dim, const char *page_tokens_opt,
+                      uint64_t page_tokens);
 /* Report an unknown option (kvp_cli_usage_error) and return exit status 2. */
 int  kvp_opt_unknown(const char *cmd, const char *arg);
 /* The codec named name into *codec_p and true; else the usage error "kvpack CMD: unknown codec
@@ -72,8 +82,7 @@ bool kvp_cli_codec(const char *cmd, const char *name, const char *also, kvp_code
 int  kvp_cli_node_list_check(const char *cmd, const char *list);
 /* An output file named by option opt can be written, checked before the work that fills it: not
  * a directory, in a directory this process can write, and (suffixes, e.g. ".svg|.html"; NULL: any)
- * ending in one of the suffixes. Else a one-line error "kvpack CMD: cannot write OPT PATH: why" and
- * -1. */
+ * ending in one of the suffixes. 0, or the usage error "cannot write OPT PATH: why" and 2. */
 int  kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
                             const char *suffixes);
 

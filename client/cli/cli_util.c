@@ -80,7 +80,8 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
 {
     const char *slash = strrchr(path, '/');
     size_t      n     = strlen(path);
-    char        dir[PATH_MAX];
+    char        dir[PATH_MAX], want[128];
+    size_t      want_len = 0;
     struct stat st;
     int         suffix_ok = suffixes == NULL;
 
@@ -90,20 +91,19 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
         suffix_ok = n > k && strncmp(path + n - k, s, k) == 0;
         s += k + (s[k] == '|');
     }
-    if (!suffix_ok) {
-        fprintf(stderr, "kvpack %s: cannot write %s %s: the file name must end in", cmd, opt, path);
-        for (const char *s = suffixes; *s != '\0';) {
+    if (!suffix_ok) { /* "SUF1 or SUF2": the message is one line, so the list is built first */
+        for (const char *s = suffixes; *s != '\0' && want_len < sizeof(want);) {
             size_t k = strcspn(s, "|");
 
-            fprintf(stderr, "%s %.*s", s == suffixes ? "" : " or", (int)k, s);
+            want_len += (size_t)snprintf(want + want_len, sizeof(want) - want_len, "%s%.*s",
+                                         s == suffixes ? "" : " or ", (int)k, s);
             s += k + (s[k] == '|');
         }
-        fputc('\n', stderr);
-        return -1;
+        return kvp_cli_usage_error(cmd, "cannot write %s %s: the file name must end in %s", opt,
+                                   path, want);
     }
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "kvpack %s: cannot write %s %s: it is a directory\n", cmd, opt, path);
-        return -1;
+        return kvp_cli_usage_error(cmd, "cannot write %s %s: it is a directory", opt, path);
     }
     if (slash == NULL) {
         snprintf(dir, sizeof(dir), ".");
@@ -111,17 +111,34 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
         snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
     }
     if (access(dir, W_OK) != 0) {
-        fprintf(stderr, "kvpack %s: cannot write %s %s: %s: %s\n", cmd, opt, path, dir,
-                strerror(errno));
-        return -1;
+        return kvp_cli_usage_error(cmd, "cannot write %s %s: %s: %s", opt, path, dir,
+                                   strerror(errno));
     }
     return 0;
 }
 
-bool kvp_cli_page_geometry_ok(uint64_t heads, uint64_t head_dim, uint64_t page_tokens)
+bool kvp_cli_range(const char *cmd, const char *opt, uint64_t v, uint64_t lo, uint64_t hi)
 {
-    return heads >= 1 && heads <= KVP_PAGE_MAX_HEADS && head_dim >= 1 &&
-           head_dim <= KVP_PAGE_MAX_DIM && page_tokens >= 1 && page_tokens <= KVP_PAGE_MAX_TOKENS;
+    if (v >= lo && v <= hi) {
+        return true;
+    }
+    if (hi == UINT64_MAX) {
+        kvp_cli_usage_error(cmd, "%s wants %llu or more, got %llu", opt, (unsigned long long)lo,
+                            (unsigned long long)v);
+    } else {
+        kvp_cli_usage_error(cmd, "%s wants %llu..%llu, got %llu", opt, (unsigned long long)lo,
+                            (unsigned long long)hi, (unsigned long long)v);
+    }
+    return false;
+}
+
+bool kvp_cli_geometry(const char *cmd, const char *heads_opt, uint64_t heads,
+                      const char *head_dim_opt, uint64_t head_dim, const char *page_tokens_opt,
+                      uint64_t page_tokens)
+{
+    return kvp_cli_range(cmd, heads_opt, heads, 1, KVP_PAGE_MAX_HEADS) &&
+           kvp_cli_range(cmd, head_dim_opt, head_dim, 1, KVP_PAGE_MAX_DIM) &&
+           kvp_cli_range(cmd, page_tokens_opt, page_tokens, 1, KVP_PAGE_MAX_TOKENS);
 }
 
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)
@@ -198,8 +215,8 @@ bool kvp_cli_codec(const char *cmd, const char *name, const char *also, kvp_code
             len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", len ? "|" : "", n);
         }
     }
-    fprintf(stderr, "kvpack %s: unknown codec '%s' (%s%s%s)\n", cmd, name, names,
-            also != NULL ? "|" : "", also != NULL ? also : "");
+    kvp_cli_usage_error(cmd, "unknown codec '%s' (%s%s%s)", name, names, also != NULL ? "|" : "",
+                        also != NULL ? also : "");
     return false;
 }
 

@@ -301,24 +301,19 @@ static void report(const bench_t *b, const char *codec, const result_t *r, int j
     kvp_json_close(j);
 }
 
-/* 1 (and the rule, named) when codec does not take b's geometry */
-static int geometry_refused(const bench_t *b, kvp_codec_id_t codec, const char *then)
+/* NULL when codec takes b's geometry, else the rule of the geometries it takes */
+static const char *geometry_refused(const bench_t *b, kvp_codec_id_t codec)
 {
     kvp_page_params_t pp = {.codec = codec, .heads = b->H, .head_dim = b->D, .page_tokens = b->P};
 
-    if (kvp_codec_check(&pp) == KVP_OK) {
-        return 0;
-    }
-    fprintf(stderr, "kvpack bench attn: %s does not support this geometry (it takes %s)%s\n",
-            kvp_codec_name(codec), kvp_codec_geometry_rule(codec), then);
-    return 1;
+    return kvp_codec_check(&pp) == KVP_OK ? NULL : kvp_codec_geometry_rule(codec);
 }
 
 int kvp_cmd_bench_attn(int argc, char **argv)
 {
     static const kvp_codec_id_t all[] = {KVP_CODEC_FP16, KVP_CODEC_KIVI, KVP_CODEC_KIVI128,
                                          KVP_CODEC_OSCAR, KVP_CODEC_KVARN};
-    const char *codec = "all", *impl = NULL;
+    const char *codec = "all", *impl = NULL, *rule;
     uint64_t    T = 32768, H = 8, Hq = 32, D = 128, P = 128, rounds = 3;
     bench_t     b;
     kvp_json_t  j;
@@ -345,24 +340,37 @@ int kvp_cmd_bench_attn(int argc, char **argv)
         }
         return kvp_opt_unknown("bench attn", argv[i]);
     }
-    if (T == 0 || T > (1u << 24) || !kvp_cli_page_geometry_ok(H, D, P) || Hq > (1u << 16) ||
-        rounds == 0 || rounds > MAX_ROUNDS || kvp_attn_scratch_bytes((uint32_t)Hq, (uint32_t)H, (uint32_t)D,
-                                                      (uint32_t)P) == 0) {
-        fprintf(stderr, "kvpack bench attn: bad shape (tokens %llu, heads %llu, q-heads %llu, "
-                        "head-dim %llu, page-tokens %llu, rounds %llu)\n",
-                (unsigned long long)T, (unsigned long long)H, (unsigned long long)Hq,
-                (unsigned long long)D, (unsigned long long)P, (unsigned long long)rounds);
+    if (!kvp_cli_range("bench attn", "--tokens", T, 1, 1u << 24) ||
+        !kvp_cli_geometry("bench attn", "--heads", H, "--head-dim", D, "--page-tokens", P) ||
+        !kvp_cli_range("bench attn", "--q-heads", Hq, 1, 1u << 16)) {
         return 2;
+    }
+    if (Hq % H != 0) {
+        return kvp_cli_usage_error("bench attn", "--q-heads %llu is not a multiple of --heads %llu",
+                                   (unsigned long long)Hq, (unsigned long long)H);
+    }
+    if (Hq / H > 1024) {
+        return kvp_cli_usage_error("bench attn", "--q-heads %llu over --heads %llu is %llu query "
+                                   "heads a KV head, at most 1024", (unsigned long long)Hq,
+                                   (unsigned long long)H, (unsigned long long)(Hq / H));
+    }
+    if (!kvp_cli_range("bench attn", "--rounds", rounds, 1, MAX_ROUNDS)) {
+        return 2;
+    }
+    /* the kernel's own rule, should it ever take less than the checks above let through */
+    if (kvp_attn_scratch_bytes((uint32_t)Hq, (uint32_t)H, (uint32_t)D, (uint32_t)P) == 0) {
+        return kvp_cli_usage_error("bench attn", "the attention kernel does not take --q-heads "
+                                   "%llu over --heads %llu x --head-dim %llu",
+                                   (unsigned long long)Hq, (unsigned long long)H,
+                                   (unsigned long long)D);
     }
     if (P > T) {
-        fprintf(stderr, "kvpack bench attn: --page-tokens %llu is more than --tokens %llu: every "
-                        "token would be in the fp16 tail, no codec page measured\n",
-                (unsigned long long)P, (unsigned long long)T);
-        return 2;
+        return kvp_cli_usage_error("bench attn", "--page-tokens %llu is more than --tokens %llu: "
+                                   "every token would be in the fp16 tail, no codec page measured",
+                                   (unsigned long long)P, (unsigned long long)T);
     }
     if (impl != NULL && kvp_attn_set_impl(impl) != KVP_OK) {
-        fprintf(stderr, "kvpack bench attn: implementation %s not available here\n", impl);
-        return 2;
+        return kvp_cli_usage_error("bench attn", "--impl %s is not available here", impl);
     }
     memset(&b, 0, sizeof(b));
     b = (bench_t){.T = (uint32_t)T, .H = (uint32_t)H, .Hq = (uint32_t)Hq, .D = (uint32_t)D,
@@ -377,8 +385,10 @@ int kvp_cmd_bench_attn(int argc, char **argv)
             return kvp_cli_usage_error("bench attn", "codec naive2 has no attention kernel "
                                                      "(fp16|kivi|kivi128|oscar|kvarn|all)");
         }
-        if (geometry_refused(&b, c, "")) {
-            return 2;
+        rule = geometry_refused(&b, c);
+        if (rule != NULL) {
+            return kvp_cli_usage_error("bench attn", "%s does not support this geometry (it takes "
+                                       "%s)", kvp_codec_name(c), rule);
         }
     }
     if (setup(&b) != 0) {
@@ -412,7 +422,10 @@ int kvp_cmd_bench_attn(int argc, char **argv)
         if (strcmp(codec, "all") != 0 && strcmp(codec, kvp_codec_name(all[c])) != 0) {
             continue;
         }
-        if (geometry_refused(&b, all[c], ", skipped")) { /* as bench codec: the others go on */
+        rule = geometry_refused(&b, all[c]);
+        if (rule != NULL) { /* as bench codec: the others go on */
+            fprintf(stderr, "kvpack bench attn: %s does not support this geometry (it takes %s), "
+                    "skipped\n", kvp_codec_name(all[c]), rule);
             continue;
         }
         rc = bench_codec(&b, all[c], &r);

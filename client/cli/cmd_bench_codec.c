@@ -274,18 +274,15 @@ int kvp_cmd_bench_codec(int argc, char **argv)
     } else {
         return 2;
     }
-    if (threads == 0 || threads > KVP_BENCH_MAX_THREADS) {
-        fprintf(stderr, "kvpack bench codec: --threads must be 1..%d (got %llu)\n",
-                KVP_BENCH_MAX_THREADS, (unsigned long long)threads);
+    if (!kvp_cli_range("bench codec", "--threads", threads, 1, KVP_BENCH_MAX_THREADS) ||
+        !kvp_cli_geometry("bench codec", "--heads", heads, "--head-dim", dim, "--page-tokens", P) ||
+        !kvp_cli_range("bench codec", "--mib", mib, 1, 16384) ||
+        !kvp_cli_range("bench codec", "--rounds", rounds, 1, 1000)) {
         return 2;
     }
-    if (!kvp_cli_page_geometry_ok(heads, dim, P) || mib == 0 || mib > 16384 || rounds == 0 ||
-        rounds > 1000 ||
-        !(window_s > 0) || window_s > 60) {
-        fprintf(stderr, "kvpack bench codec: options out of range (--rounds 1..1000, --window-s "
-                        "above 0 and at most 60, geometry within the page limits, --mib "
-                        "1..16384)\n");
-        return 2;
+    if (!(window_s > 0) || window_s > 60) {
+        return kvp_cli_usage_error("bench codec", "--window-s wants above 0 and at most 60, got %g",
+                                   window_s);
     }
     memset(&b, 0, sizeof(b));
     b.heads      = (uint32_t)heads;
@@ -310,9 +307,8 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         b.page_cap = cap > b.page_cap ? cap : b.page_cap;
     }
     if (b.page_cap == 0) {
-        fprintf(stderr, "kvpack bench codec: no codec asked for takes %u heads x %u dims with P "
-                        "%u\n", b.heads, b.dim, b.P);
-        return 2;
+        return kvp_cli_usage_error("bench codec", "no codec asked for takes --heads %u x "
+                                   "--head-dim %u with --page-tokens %u", b.heads, b.dim, b.P);
     }
     b.in    = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench in");
     b.out   = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench out");

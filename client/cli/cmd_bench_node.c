@@ -451,14 +451,19 @@ int kvp_cmd_bench_node(int argc, char **argv)
             return kvp_opt_unknown("bench node", argv[i]);
         }
     }
+    if (!kvp_cli_range("bench node", "--clients", o.clients, 1, MAX_CLIENTS) ||
+        !kvp_cli_range("bench node", "--sessions", o.sessions, 1, 1000000) ||
+        !kvp_cli_range("bench node", "--pages", o.pages, 1, 256) ||
+        !kvp_cli_range("bench node", "--page-tokens", o.page_tokens, 1, 1024)) {
+        return 2;
+    }
     payload = kvp_codec_payload_bytes(KVP_CODEC_FP16, 8, 128, (uint32_t)o.page_tokens,
                                       (uint32_t)o.page_tokens);
-    if (o.clients == 0 || o.clients > MAX_CLIENTS || o.sessions == 0 || o.sessions > 1000000 ||
-        o.pages == 0 || o.pages > 256 || o.page_tokens == 0 || o.page_tokens > 1024 ||
-        payload == 0) {
-        fprintf(stderr, "kvpack bench node: --clients 1..%d, --sessions 1..1000000, --pages "
-                        "1..256, --page-tokens 1..1024\n", MAX_CLIENTS);
-        return 2;
+    if (payload == 0) {
+        return kvp_cli_usage_error("bench node", "fp16 does not take 8 heads x 128 dims with "
+                                   "--page-tokens %llu (it takes %s)",
+                                   (unsigned long long)o.page_tokens,
+                                   kvp_codec_geometry_rule(KVP_CODEC_FP16));
     }
     r.o          = &o;
     r.page_len   = KVP_PAGE_HDR_BYTES + payload;

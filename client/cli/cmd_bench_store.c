@@ -474,18 +474,24 @@ int kvp_cmd_bench_store(int argc, char **argv)
             return kvp_opt_unknown("bench store", argv[i]);
         }
     }
-    if (o.sessions == 0 || o.sessions > 100000 || o.chunks == 0 || o.chunks > 65536 ||
-        o.layers == 0 || o.layers > 65535 || o.index_pages < 64 || o.index_pages > (1u << 26) ||
-        o.small_sessions > 1000000 || o.small_pages == 0 || o.small_pages > 65535 ||
-        o.group == 0 || o.group > 65536 || !kvp_cli_page_geometry_ok(o.heads, o.head_dim, o.tokens) ||
-        kvp_codec_payload_bytes(KVP_CODEC_FP16, (uint32_t)o.heads, (uint32_t)o.head_dim,
-                                (uint32_t)o.tokens, (uint32_t)o.tokens) == 0) {
-        fprintf(stderr, "kvpack: bench store: bad geometry or counts (--sessions 1..100000, "
-                        "--chunks 1..65536, --layers 1..65535, --index-pages 64..2^26, "
-                        "--small-sessions up to 10^6, --small-pages 1..65535, --group 1..65536, "
-                        "page geometry within %u heads x %u dims x %u tokens)\n",
-                KVP_PAGE_MAX_HEADS, KVP_PAGE_MAX_DIM, KVP_PAGE_MAX_TOKENS);
+    if (!kvp_cli_range("bench store", "--sessions", o.sessions, 1, 100000) ||
+        !kvp_cli_range("bench store", "--chunks", o.chunks, 1, 65536) ||
+        !kvp_cli_range("bench store", "--layers", o.layers, 1, 65535) ||
+        !kvp_cli_range("bench store", "--index-pages", o.index_pages, 64, 1u << 26) ||
+        !kvp_cli_range("bench store", "--small-sessions", o.small_sessions, 0, 1000000) ||
+        !kvp_cli_range("bench store", "--small-pages", o.small_pages, 1, 65535) ||
+        !kvp_cli_range("bench store", "--group", o.group, 1, 65536) ||
+        !kvp_cli_geometry("bench store", "--heads", o.heads, "--head-dim", o.head_dim, "--tokens",
+                          o.tokens)) {
         return 2;
+    }
+    if (kvp_codec_payload_bytes(KVP_CODEC_FP16, (uint32_t)o.heads, (uint32_t)o.head_dim,
+                                (uint32_t)o.tokens, (uint32_t)o.tokens) == 0) {
+        return kvp_cli_usage_error("bench store", "fp16 does not take --heads %llu x --head-dim "
+                                   "%llu with --tokens %llu (it takes %s)",
+                                   (unsigned long long)o.heads, (unsigned long long)o.head_dim,
+                                   (unsigned long long)o.tokens,
+                                   kvp_codec_geometry_rule(KVP_CODEC_FP16));
     }
     if (getenv("KVP_LOG_LEVEL") == NULL) {
         kvp_log_set_level(KVP_LOG_LVL_WARN);

@@ -484,15 +484,17 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     if (!kvp_cli_codec("bench stream", o.kv.codec, NULL, &codec)) {
         return 2;
     }
-    if (o.kv.reps < 1 ||
-        o.kv.reps > MAX_REPS || !kvp_cli_page_geometry_ok(o.kv.heads, o.kv.head_dim,
-                                                          o.kv.page_tokens) ||
-        o.kv.tokens < o.kv.page_tokens || o.kv.tokens > (1u << 24) || o.kv.layers < 2 ||
-        o.kv.layers > 1024 ||
-        o.replicas > MAX_NODES - 1 || (o.decode_node && o.replicas == 0)) {
-        fprintf(stderr, "kvpack bench stream: bad options (see --help; --replicas is 1..%d, "
-                        "--decode-node needs it)\n", MAX_NODES - 1);
+    if (!kvp_cli_range("bench stream", "--reps", o.kv.reps, 1, MAX_REPS) ||
+        !kvp_cli_geometry("bench stream", "--heads", o.kv.heads, "--head-dim", o.kv.head_dim,
+                          "--page-tokens", o.kv.page_tokens) ||
+        !kvp_cli_range("bench stream", "--tokens", o.kv.tokens, o.kv.page_tokens, 1u << 24) ||
+        !kvp_cli_range("bench stream", "--layers", o.kv.layers, 2, 1024) ||
+        (o.replicas != 0 && /* 0, as when not given: one node, no replicas */
+         !kvp_cli_range("bench stream", "--replicas", o.replicas, 1, MAX_NODES - 1))) {
         return 2;
+    }
+    if (o.decode_node && o.replicas == 0) {
+        return kvp_cli_usage_error("bench stream", "--decode-node needs --replicas R");
     }
     n_nodes = o.replicas == 0 ? 1 : (uint32_t)o.replicas + o.decode_node;
     memset(&s, 0, sizeof(s));

@@ -283,12 +283,13 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     if (!kvp_cli_codec("bench transfer", o.kv.codec, NULL, &codec)) {
         return 2;
     }
-    if (o.kv.reps < 1 || o.kv.reps > 64 ||
-        !kvp_cli_page_geometry_ok(o.kv.heads, o.kv.head_dim, o.kv.page_tokens) ||
-        o.kv.tokens < o.kv.page_tokens || o.kv.tokens > (1u << 24) ||
-        o.kv.layers < 1 || o.kv.layers > 1024 || o.inflight < 1 || o.inflight > 8 ||
-        o.batch < 4096) {
-        fprintf(stderr, "kvpack bench transfer: bad options (see --help)\n");
+    if (!kvp_cli_range("bench transfer", "--reps", o.kv.reps, 1, 64) ||
+        !kvp_cli_geometry("bench transfer", "--heads", o.kv.heads, "--head-dim", o.kv.head_dim,
+                          "--page-tokens", o.kv.page_tokens) ||
+        !kvp_cli_range("bench transfer", "--tokens", o.kv.tokens, o.kv.page_tokens, 1u << 24) ||
+        !kvp_cli_range("bench transfer", "--layers", o.kv.layers, 1, 1024) ||
+        !kvp_cli_range("bench transfer", "--inflight", o.inflight, 1, 8) ||
+        !kvp_cli_range("bench transfer", "--batch-bytes", o.batch, 4096, UINT64_MAX)) {
         return 2;
     }
     if (o.err_mode == NULL) {
@@ -296,9 +297,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         o.err_mode = (o.err_mode != NULL && o.err_mode[0] != '\0') ? o.err_mode : "peer";
     }
     if (strcmp(o.err_mode, "peer") != 0 && strcmp(o.err_mode, "none") != 0) {
-        fprintf(stderr, "kvpack bench transfer: --err-mode wants peer or none, got '%s'\n",
-                o.err_mode);
-        return 2;
+        return kvp_cli_usage_error("bench transfer", "--err-mode wants peer or none, got '%s'",
+                                   o.err_mode);
     }
     none = strcmp(o.err_mode, "none") == 0;
     setenv("KVP_UCX_ERR_MODE", o.err_mode, 1); /* the node child and the client both read it */

@@ -96,9 +96,10 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
     if (!kvp_cli_codec("demo", codec, NULL, &o->codec)) {
         return 2;
     }
-    if (o->layers == 0 || o->layers > 1024 || o->tokens == 0 || o->tokens > (1u << 22) ||
-        !kvp_cli_page_geometry_ok(o->heads, o->head_dim, o->page_tokens)) {
-        fprintf(stderr, "kvpack demo: geometry out of range\n");
+    if (!kvp_cli_range("demo", "--layers", o->layers, 1, 1024) ||
+        !kvp_cli_range("demo", "--tokens", o->tokens, 1, 1u << 22) ||
+        !kvp_cli_geometry("demo", "--heads", o->heads, "--head-dim", o->head_dim,
+                          "--page-tokens", o->page_tokens)) {
         return 2;
     }
     return 0;
@@ -742,8 +743,7 @@ int kvp_cmd_demo(int argc, char **argv)
     }
     if (o.role != NULL) {
         if (o.node == NULL || o.result_file == NULL) {
-            fprintf(stderr, "kvpack demo: --role needs --node and --result-file\n");
-            return 2;
+            return kvp_cli_usage_error("demo", "--role needs --node and --result-file");
         }
         if (strcmp(o.role, "prefill") == 0) {
             return role_prefill(&o);
@@ -751,8 +751,7 @@ int kvp_cmd_demo(int argc, char **argv)
         if (strcmp(o.role, "decode") == 0) {
             return role_decode(&o);
         }
-        fprintf(stderr, "kvpack demo: unknown role '%s'\n", o.role);
-        return 2;
+        return kvp_cli_usage_error("demo", "--role wants prefill or decode, got '%s'", o.role);
     }
     return demo_orchestrate(&o);
 }

@@ -127,14 +127,14 @@ int kvp_cmd_eval(int argc, char **argv)
         return 2;
     }
     if (dq_out != NULL && nlist != 1) {
-        fprintf(stderr, "kvpack eval: --dequant-out needs a single --codec\n");
-        return 2;
+        return kvp_cli_usage_error("eval", "--dequant-out needs a single --codec");
     }
-    if (!kvp_cli_page_geometry_ok(heads, head_dim, P) || iters > KVP_CODEC_KVARN_MAX_ITERS ||
-        queries > (1u << 20) || layers == 0 || tokens == 0 || layers > 4096 ||
-        tokens > (1u << 22)) {
-        fprintf(stderr, "kvpack eval: shape, --page-tokens, --queries (at most 2^20) or "
-                        "--kvarn-iters (at most %u) out of range\n", KVP_CODEC_KVARN_MAX_ITERS);
+    if (!kvp_cli_geometry("eval", "--heads", heads, "--head-dim", head_dim, "--page-tokens", P) ||
+        (iters != 0 && /* 0, as when not given: the codec's default */
+         !kvp_cli_range("eval", "--kvarn-iters", iters, 1, KVP_CODEC_KVARN_MAX_ITERS)) ||
+        !kvp_cli_range("eval", "--queries", queries, 1, 1u << 20) ||
+        !kvp_cli_range("eval", "--layers", layers, 1, 4096) ||
+        !kvp_cli_range("eval", "--tokens", tokens, 1, 1u << 22)) {
         return 2;
     }
     st = synthetic ? kvp_kv_synthetic(&kv, (uint32_t)layers, (uint32_t)tokens, (uint32_t)heads,

@@ -111,28 +111,29 @@ static int lt_parse_nodes(const lt_opts_t *o, bool local_given)
     uint64_t n = o->local_nodes;
 
     if ((o->node != NULL) + (o->etcd != NULL) + local_given > 1) {
-        fprintf(stderr, "kvpack loadtest: give one of --node, --etcd and --local-nodes\n");
-        return 2;
+        return kvp_cli_usage_error("loadtest", "give one of --node, --etcd and --local-nodes");
     }
-    if (o->node != NULL) {
+    if (o->node != NULL) { /* at most KVP_CLUSTER_MAX_NODES (= KVP_LT_MAX_NODES) items */
         if (kvp_cli_node_list_check("loadtest", o->node) != 0) {
             return 2;
         }
         n = kvp_cli_list_len(o->node);
     }
-    if (o->local_nodes == 0 || o->local_nodes > KVP_LT_MAX_NODES || n > KVP_LT_MAX_NODES) {
-        fprintf(stderr, "kvpack loadtest: --local-nodes / --node: 1..%u nodes\n", KVP_LT_MAX_NODES);
+    if (!kvp_cli_range("loadtest", "--local-nodes", o->local_nodes, 1, KVP_LT_MAX_NODES) ||
+        !kvp_cli_range("loadtest", "--replicas", o->replicas, 1, UINT64_MAX)) {
         return 2;
     }
-    if (o->replicas == 0 || (o->etcd == NULL && o->replicas > n)) {
-        fprintf(stderr, "kvpack loadtest: --replicas %llu: must be 1..%llu (the number of nodes)\n",
-                (unsigned long long)o->replicas, (unsigned long long)n);
-        return 2;
+    if (o->etcd == NULL && o->replicas > n) {
+        return kvp_cli_usage_error("loadtest", "--replicas %llu needs at least %llu nodes; %s %llu",
+                                   (unsigned long long)o->replicas,
+                                   (unsigned long long)o->replicas,
+                                   o->node != NULL ? "--node lists" : "--local-nodes is",
+                                   (unsigned long long)n);
     }
     if (o->keep_sessions && o->node == NULL && o->etcd == NULL) {
-        fprintf(stderr, "kvpack loadtest: --keep-sessions applies to --node / --etcd only (local "
-                        "nodes' data directories are removed; --keep-dir keeps them)\n");
-        return 2;
+        return kvp_cli_usage_error("loadtest", "--keep-sessions applies to --node / --etcd only "
+                                   "(local nodes' data directories are removed; --keep-dir keeps "
+                                   "them)");
     }
     return 0;
 }
@@ -154,15 +155,13 @@ static int lt_parse_scope(const lt_opts_t *o)
             continue;
         }
         if (k < LT_LOCAL_ONLY && (o->node != NULL || o->etcd != NULL)) {
-            fprintf(stderr, "kvpack loadtest: %s applies to local nodes only, not with %s\n",
-                    lt_scoped[k], o->node != NULL ? "--node" : "--etcd");
-            return 2;
+            return kvp_cli_usage_error("loadtest", "%s applies to local nodes only, not with %s",
+                                       lt_scoped[k], o->node != NULL ? "--node" : "--etcd");
         }
         if (k >= LT_LOCAL_ONLY && synthetic) {
-            fprintf(stderr, "kvpack loadtest: %s applies to a trace only, not with --users/"
-                            "--rounds/--turn-tokens (one window per round, no timestamps)\n",
-                    lt_scoped[k]);
-            return 2;
+            return kvp_cli_usage_error("loadtest", "%s applies to a trace only, not with --users/"
+                                       "--rounds/--turn-tokens (one window per round, no "
+                                       "timestamps)", lt_scoped[k]);
         }
     }
     return 0;
@@ -173,6 +172,46 @@ static int lt_parse_scope(const lt_opts_t *o)
 static uint64_t lt_synthetic_tokens(const lt_opts_t *o)
 {
     return o->users * o->rounds * ((o->rounds + 1) * o->turn_tokens) / 2;
+}
+
+/* The synthetic workload's options together: all three or none, not with --trace, and within
+ * 2^24 requests (users x rounds), 2^24 tokens a session (rounds x turn) and 2^32 prompt tokens
+ * over all requests. 0 or 2. */
+static int lt_parse_synthetic(const lt_opts_t *o)
+{
+    const struct { const char *name; uint64_t v; } need[] = {
+        {"--users", o->users}, {"--rounds", o->rounds}, {"--turn-tokens", o->turn_tokens}};
+
+    if (!o->users && !o->rounds && !o->turn_tokens) {
+        return 0; /* a trace */
+    }
+    if (o->trace != NULL) {
+        return kvp_cli_usage_error("loadtest", "--trace and --users/--rounds/--turn-tokens "
+                                   "exclude each other: give one workload");
+    }
+    for (size_t k = 0; k < LT_N(need); k++) {
+        if (need[k].v == 0) {
+            return kvp_cli_usage_error("loadtest", "synthetic mode needs --users, --rounds and "
+                                       "--turn-tokens, each above 0: %s is missing or 0",
+                                       need[k].name);
+        }
+    }
+    if (o->users > (1u << 24) / o->rounds) {
+        return kvp_cli_usage_error("loadtest", "--users %llu x --rounds %llu is over 2^24 "
+                                   "requests", (unsigned long long)o->users,
+                                   (unsigned long long)o->rounds);
+    }
+    if (o->turn_tokens > (1u << 24) / o->rounds) {
+        return kvp_cli_usage_error("loadtest", "--rounds %llu x --turn-tokens %llu is over 2^24 "
+                                   "tokens a session", (unsigned long long)o->rounds,
+                                   (unsigned long long)o->turn_tokens);
+    }
+    if (lt_synthetic_tokens(o) > LT_SYNTHETIC_TOKENS_MAX) {
+        return kvp_cli_usage_error("loadtest", "--users x --rounds x --turn-tokens: %llu prompt "
+                                   "tokens over all requests, at most 2^32 (each request holds "
+                                   "its block ids)", (unsigned long long)lt_synthetic_tokens(o));
+    }
+    return 0;
 }
 
 static int lt_parse(int argc, char **argv, lt_opts_t *o)
@@ -229,37 +268,30 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
     if (!kvp_cli_codec("loadtest", codec, NULL, &o->codec)) {
         return 2;
     }
-    if (o->layers == 0 || o->layers > 1024 ||
-        !kvp_cli_page_geometry_ok(o->heads, o->head_dim, o->page_tokens) ||
-        o->page_tokens > KVP_LT_BLOCK_TOKENS || KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) {
-        fprintf(stderr, "kvpack loadtest: geometry out of range (P must divide 512)\n");
+    if (!kvp_cli_range("loadtest", "--layers", o->layers, 1, 1024) ||
+        !kvp_cli_geometry("loadtest", "--heads", o->heads, "--head-dim", o->head_dim,
+                          "--page-tokens", o->page_tokens)) {
         return 2;
     }
-    if ((o->users || o->rounds || o->turn_tokens) &&
-        (o->users == 0 || o->rounds == 0 || o->turn_tokens == 0 || o->trace != NULL ||
-         o->users > (1u << 24) / o->rounds || o->turn_tokens > (1u << 24) / o->rounds)) {
-        fprintf(stderr, "kvpack loadtest: synthetic mode needs --users, --rounds and "
-                        "--turn-tokens (> 0, at most 2^24 requests and tokens), and no --trace\n");
+    if (KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) { /* a trace block is whole pages */
+        return kvp_cli_usage_error("loadtest", "--page-tokens %llu does not divide %u, the tokens "
+                                   "of a trace block", (unsigned long long)o->page_tokens,
+                                   KVP_LT_BLOCK_TOKENS);
+    }
+    if (lt_parse_synthetic(o) != 0) {
         return 2;
     }
-    if (o->users > 0 && lt_synthetic_tokens(o) > LT_SYNTHETIC_TOKENS_MAX) {
-        fprintf(stderr, "kvpack loadtest: --users x --rounds x --turn-tokens: %llu prompt tokens "
-                        "over all requests, at most 2^32 (each request holds its block ids)\n",
-                (unsigned long long)lt_synthetic_tokens(o));
+    if (!kvp_cli_range("loadtest", "--windows", o->windows, 1, KVP_LT_MAX_WINDOWS)) {
         return 2;
     }
-    if (o->windows == 0 || o->windows > KVP_LT_MAX_WINDOWS || o->time_scale < 0 ||
-        o->max_requests > UINT32_MAX || o->timeout_ms == 0 || o->timeout_ms > UINT32_MAX) {
-        fprintf(stderr, "kvpack loadtest: --windows 1..%u, --time-scale >= 0, --timeout-ms > 0\n",
-                KVP_LT_MAX_WINDOWS);
-        return 2;
+    if (o->time_scale < 0) {
+        return kvp_cli_usage_error("loadtest", "--time-scale wants 0 or more, got %g",
+                                   o->time_scale);
     }
-    if (o->clients == 0 || o->clients > KVP_LT_MAX_CLIENTS) {
-        fprintf(stderr, "kvpack loadtest: --clients must be 1..%u\n", KVP_LT_MAX_CLIENTS);
-        return 2;
-    }
-    if (o->node_workers == 0 || o->node_workers > 64) {
-        fprintf(stderr, "kvpack loadtest: --node-workers must be 1..64\n");
+    if (!kvp_cli_range("loadtest", "--max-requests", o->max_requests, 0, UINT32_MAX) ||
+        !kvp_cli_range("loadtest", "--timeout-ms", o->timeout_ms, 1, UINT32_MAX) ||
+        !kvp_cli_range("loadtest", "--clients", o->clients, 1, KVP_LT_MAX_CLIENTS) ||
+        !kvp_cli_range("loadtest", "--node-workers", o->node_workers, 1, 64)) {
         return 2;
     }
     if (o->report != NULL &&
@@ -383,9 +415,9 @@ static int lt_peers(const lt_opts_t *o, lt_node_t *nodes, uint32_t *n_up, char *
             return 1;
         }
         if (o->replicas > n) {
-            fprintf(stderr, "kvpack loadtest: --replicas %llu: etcd lists %u nodes\n",
-                    (unsigned long long)o->replicas, n);
-            return 2;
+            return kvp_cli_usage_error("loadtest", "--replicas %llu needs at least %llu nodes; "
+                                       "etcd lists %u", (unsigned long long)o->replicas,
+                                       (unsigned long long)o->replicas, n);
         }
         return 0;
     }

@@ -99,14 +99,20 @@ static int parse_regions(const char *spec, kvp_codec_id_t codec, uint32_t P,
                             : kind == 'e' ? &r->evict : kind == 'v' ? &r->v_residual : NULL;
 
         if (f == NULL || end == p || v > (1ul << 20)) {
-            fprintf(stderr, "kvpack model: bad region spec '%s' (ref, bare, a codec name, or "
-                    "sN rR eE vR items such as s1r128)\n", spec);
+            kvp_cli_usage_error("model", "bad region spec '%s' (ref, bare, a codec name, or sN rR "
+                                "eE vR items such as s1r128)", spec);
             return -1;
         }
         *f = (uint32_t)v;
         p  = end;
     }
-    return kvp_kvc_regions_check(r, P) == KVP_OK ? 0 : -1;
+    /* kvp_kvc_regions_check's rule, said here as a usage error (the cache checks it again) */
+    if (r->evict % P != 0) {
+        kvp_cli_usage_error("model", "region spec '%s': e%u is not a multiple of --page-tokens %u",
+                            spec, r->evict, P);
+        return -1;
+    }
+    return 0;
 }
 
 /* Add a lane unless that codec with that region spec already has one. */
@@ -121,11 +127,13 @@ static int add_lane(opts_t *o, kvp_codec_id_t c, const char *spec)
         }
     }
     if (o->n_lanes == KVP_RUN_MAX_LANES) {
-        fprintf(stderr, "kvpack model: too many codecs\n");
+        kvp_cli_usage_error("model", "--codec names more codecs than the %u lanes of a run "
+                            "(the --ref lane is one of them)", (unsigned)KVP_RUN_MAX_LANES);
         return -1;
     }
     if (strlen(spec) >= sizeof(o->spec[0])) {
-        fprintf(stderr, "kvpack model: region spec '%s' is too long\n", spec);
+        kvp_cli_usage_error("model", "region spec '%s' is longer than %zu characters", spec,
+                            sizeof(o->spec[0]) - 1);
         return -1;
     }
     snprintf(o->spec[o->n_lanes], sizeof(o->spec[0]), "%s", spec);
@@ -148,9 +156,8 @@ static int node_regions(const opts_t *o, uint32_t *sink_pages_p)
         return 2;
     }
     if (r.residual || r.v_residual || (r.evict && r.evict != o->page_tokens)) {
-        fprintf(stderr, "kvpack model: --node takes bare regions or a sink only (e.g. s1), not "
-                "'%s'\n", spec);
-        return 2;
+        return kvp_cli_usage_error("model", "--node takes bare regions or a sink only (e.g. s1), "
+                                   "not '%s'", spec);
     }
     *sink_pages_p = r.sink_pages;
     return 0;
@@ -191,10 +198,9 @@ static int check_fused(const opts_t *o)
         }
         lane_label(o, l, label, sizeof(label));
         if (!kvp_fwd_fused_codec_ok(o->lanes[l])) {
-            fprintf(stderr, "kvpack model: --attn fused: lane %s has no fused attention "
-                    "(kvp_attn_compute does not read %s pages); drop it or use --attn decode\n",
-                    label, kvp_codec_name(o->lanes[l]));
-            return 2;
+            return kvp_cli_usage_error("model", "--attn fused: lane %s has no fused attention "
+                                       "(kvp_attn_compute does not read %s pages); drop it or use "
+                                       "--attn decode", label, kvp_codec_name(o->lanes[l]));
         }
         memset(&r, 0, sizeof(r));
         if (o->lanes[l] != KVP_CODEC_FP16 && o->spec[l][0] != '\0' &&
@@ -202,17 +208,15 @@ static int check_fused(const opts_t *o)
             return 2;
         }
         if (r.v_residual != 0) {
-            fprintf(stderr, "kvpack model: --attn fused: lane %s keeps a V window (regions vR); "
-                    "use NAME@bare or a spec without vR\n", label);
-            return 2;
+            return kvp_cli_usage_error("model", "--attn fused: lane %s keeps a V window (regions "
+                                       "vR); use NAME@bare or a spec without vR", label);
         }
         open = kvp_kvc_open_max(&r, P);
         if (open > KVP_PAGE_MAX_TOKENS) {
-            fprintf(stderr, "kvpack model: --attn fused: lane %s holds up to %u open rows "
-                    "(residual %u + eviction batch %u), more than the fp16 tail page they are "
-                    "read from takes (%u)\n", label, open, r.residual, r.evict ? r.evict : P,
-                    KVP_PAGE_MAX_TOKENS);
-            return 2;
+            return kvp_cli_usage_error("model", "--attn fused: lane %s holds up to %u open rows "
+                                       "(residual %u + eviction batch %u), more than the fp16 tail "
+                                       "page they are read from takes (%u)", label, open,
+                                       r.residual, r.evict ? r.evict : P, KVP_PAGE_MAX_TOKENS);
         }
     }
     return 0;
@@ -250,8 +254,7 @@ static int parse_codecs(opts_t *o, const kvp_model_t *m)
     } else if (strcmp(o->ref, "fp16") == 0) {
         ref = KVP_CODEC_FP16;
     } else {
-        fprintf(stderr, "kvpack model: --ref must be fp16 or fp32\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--ref wants fp16 or fp32, got '%s'", o->ref);
     }
     o->lanes[0]   = ref;
     o->spec[0][0] = '\0';
@@ -576,59 +579,52 @@ int kvp_cmd_model(int argc, char **argv)
     }
     /* one mode per run: cmd_ppl and cmd_generate would each silently ignore the others */
     if ((o.text != NULL) + (o.prompt != NULL) + (o.sample != 0) > 1) {
-        fprintf(stderr, "kvpack model: --text, --sample and --generate exclude each other: give "
-                "one\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--text, --sample and --generate exclude each other: "
+                                   "give one");
+    }
+    /* one node: the prefill side puts to it and the decode side fetches from it, no placement */
+    if (o.node != NULL && strchr(o.node, ',') != NULL) {
+        return kvp_cli_usage_error("model", "--node takes one HOST:PORT, not the list '%s'",
+                                   o.node);
     }
     if (o.node != NULL && kvp_cli_node_list_check("model", o.node) != 0) {
         return 2;
     }
     if (o.session != NULL && o.node == NULL) {
-        fprintf(stderr, "kvpack model: --decode-session needs --node HOST:PORT (it is the decode "
-                "role of a --node round trip)\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--decode-session needs --node HOST:PORT (it is the "
+                                   "decode role of a --node round trip)");
     }
     if (o.keep_session && (o.node == NULL || o.session != NULL)) {
-        fprintf(stderr, "kvpack model: --keep-session needs --node (the prefill side of the "
-                "round trip)\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--keep-session needs --node (the prefill side of "
+                                   "the round trip)");
     }
     if (o.node != NULL && o.prompt == NULL) {
-        fprintf(stderr, "kvpack model: --node needs --generate PROMPT\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--node needs --generate PROMPT");
     }
     /* only the scored text's KV is dumped (cmd_ppl); the generate and node paths never wrote it */
     if (o.dump != NULL && o.prompt != NULL) {
-        fprintf(stderr, "kvpack model: --dump-kv needs --text or --sample (it dumps the scored "
-                "tokens' KV), not --generate or --node\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--dump-kv needs --text or --sample (it dumps the "
+                                   "scored tokens' KV), not --generate or --node");
     }
-    if (o.page_tokens == 0 || o.page_tokens > KVP_PAGE_MAX_TOKENS || o.tokens < 2 ||
-        o.tokens > (1u << 20) || o.steps == 0 || o.steps > (1u << 20)) {
-        fprintf(stderr, "kvpack model: --page-tokens 1..%u, --tokens 2..%u, --steps 1..%u\n",
-                KVP_PAGE_MAX_TOKENS, 1u << 20, 1u << 20);
-        return 2;
-    }
-    if (o.sample == 1 || o.sample > (1u << 20)) {
-        fprintf(stderr, "kvpack model: --sample takes 2..%u tokens (BOS and at least one sampled "
-                "token to score)\n", 1u << 20);
+    /* --sample: 0 is "not given"; else BOS and at least one sampled token to score */
+    if (!kvp_cli_range("model", "--page-tokens", o.page_tokens, 1, KVP_PAGE_MAX_TOKENS) ||
+        !kvp_cli_range("model", "--tokens", o.tokens, 2, 1u << 20) ||
+        !kvp_cli_range("model", "--steps", o.steps, 1, 1u << 20) ||
+        (o.sample != 0 && !kvp_cli_range("model", "--sample", o.sample, 2, 1u << 20))) {
         return 2;
     }
     /* sampling divides by the temperature as a float: below FLT_MIN it is 0 (or a denormal that
      * overflows the logits) and every pick becomes the last vocabulary id */
     if (!(o.temp >= FLT_MIN && o.temp <= FLT_MAX)) {
-        fprintf(stderr, "kvpack model: --temp takes %g..%g\n", (double)FLT_MIN,
-                (double)FLT_MAX);
-        return 2;
+        return kvp_cli_usage_error("model", "--temp wants %g..%g, got %g", (double)FLT_MIN,
+                                   (double)FLT_MAX, o.temp);
     }
     o.fused = strcmp(o.attn, "fused") == 0;
     if (!o.fused && strcmp(o.attn, "decode") != 0) {
-        fprintf(stderr, "kvpack model: --attn takes decode or fused, not %s\n", o.attn);
-        return 2;
+        return kvp_cli_usage_error("model", "--attn wants decode or fused, got '%s'", o.attn);
     }
     if (o.fused && (o.node != NULL || o.session != NULL)) {
-        fprintf(stderr, "kvpack model: --attn fused is not available with --node\n");
-        return 2;
+        return kvp_cli_usage_error("model", "--attn fused is not available with --node");
     }
     if (o.dump != NULL && kvp_cli_out_path_check("model", "--dump-kv", o.dump, NULL) != 0) {
         return 2;
@@ -645,8 +641,7 @@ int kvp_cmd_model(int argc, char **argv)
     if (rc == 0) {
         if ((o.node != NULL || o.session != NULL) && (strchr(o.codec, ',') != NULL ||
             strcmp(o.codec, "all") == 0)) {
-            fprintf(stderr, "kvpack model: --node takes one codec (--codec NAME)\n");
-            rc = 2;
+            rc = kvp_cli_usage_error("model", "--node takes one codec (--codec NAME)");
         } else if (o.node != NULL || o.session != NULL) {
             kvp_model_node_params_t np = {
                 .model = o.model, .tokenizer = o.tokenizer, .node = o.node,

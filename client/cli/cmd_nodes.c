@@ -167,9 +167,8 @@ int kvp_cmd_nodes(int argc, char **argv)
     if (etcd == NULL) {
         return kvp_cli_usage_error("nodes", "--etcd URL is required");
     }
-    if (timeout == 0 || timeout > 600000) {
-        return kvp_cli_usage_error("nodes", "--timeout-ms wants 1..600000, got %llu",
-                                   (unsigned long long)timeout);
+    if (!kvp_cli_range("nodes", "--timeout-ms", timeout, 1, 600000)) {
+        return 2;
     }
     s = kvp_etcd_create(etcd, 0, &e);
     if (s == KVP_OK) {

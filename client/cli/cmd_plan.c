@@ -37,12 +37,6 @@ static const struct {
 static const kvp_codec_id_t plan_all[] = {KVP_CODEC_FP16, KVP_CODEC_KIVI, KVP_CODEC_KIVI128,
                                           KVP_CODEC_OSCAR, KVP_CODEC_KVARN};
 
-static int plan_bad(const char *msg, const char *arg)
-{
-    fprintf(stderr, "kvpack plan: %s%s%s\n", msg, arg != NULL ? " " : "", arg != NULL ? arg : "");
-    return 2;
-}
-
 static int plan_codecs(kvp_plan_opts_t *o, const char *arg)
 {
     if (strcmp(arg, "all") == 0) {
@@ -67,7 +61,8 @@ static int plan_model(kvp_plan_opts_t *o)
             return 0;
         }
     }
-    return plan_bad("unknown model (llama-3.1-8b, qwen3-8b, smollm2-135m):", o->model);
+    return kvp_cli_usage_error("plan", "unknown model '%s' (llama-3.1-8b|qwen3-8b|smollm2-135m)",
+                               o->model);
 }
 
 /* Ranges and cross-checks of the options; the codecs' own geometry checks come in plan_check. */
@@ -76,48 +71,71 @@ static int plan_validate(kvp_plan_opts_t *o)
     if (o->model != NULL && plan_model(o) != 0) {
         return 2;
     }
-    if (o->layers == 0 || o->heads == 0 || o->head_dim == 0) {
-        return plan_bad("give --model or --layers, --kv-heads and --head-dim (all > 0)", NULL);
+    if (o->layers == 0 || o->heads == 0 || o->head_dim == 0) { /* 0: not given, no preset */
+        return kvp_cli_usage_error("plan", "give --model NAME or all of --layers, --kv-heads and "
+                                   "--head-dim (each above 0)");
     }
-    if (o->layers > PLAN_MAX_LAYER) {
-        return plan_bad("--layers is at most 1024", NULL);
-    }
-    if (o->page_tokens == 0 || o->page_tokens > KVP_PAGE_MAX_TOKENS) {
-        return plan_bad("--page-tokens must be 1..4096", NULL);
-    }
-    if (!kvp_cli_page_geometry_ok(o->heads, o->head_dim, o->page_tokens)) {
-        return plan_bad("--kv-heads is at most 256 and --head-dim at most 1024 (the page format)",
-                        NULL);
+    if (!kvp_cli_range("plan", "--layers", o->layers, 1, PLAN_MAX_LAYER) ||
+        !kvp_cli_geometry("plan", "--kv-heads", o->heads, "--head-dim", o->head_dim,
+                          "--page-tokens", o->page_tokens)) {
+        return 2;
     }
     if (o->sink_tokens % o->page_tokens != 0) {
-        return plan_bad("--sink-tokens must be a multiple of --page-tokens", NULL);
+        return kvp_cli_usage_error("plan", "--sink-tokens %llu is not a multiple of --page-tokens "
+                                   "%llu", (unsigned long long)o->sink_tokens,
+                                   (unsigned long long)o->page_tokens);
     }
-    if (o->trace == NULL && (o->tokens == 0 || o->tokens >= PLAN_MAX_TOK)) {
-        return plan_bad("give --tokens T (1..2^32-1) or --trace FILE", NULL);
+    if (o->trace == NULL && o->tokens == 0) {
+        return kvp_cli_usage_error("plan", "give --tokens T or --trace FILE");
     }
-    if (o->tokens >= PLAN_MAX_TOK) {
-        return plan_bad("--tokens must be below 2^32", NULL);
+    if (o->tokens != 0 && !kvp_cli_range("plan", "--tokens", o->tokens, 1, PLAN_MAX_TOK - 1)) {
+        return 2;
     }
     if (o->sessions != 0 && (o->rate > 0 || o->ttl > 0)) {
-        return plan_bad("give --sessions or --rate with --ttl, not both", NULL);
+        return kvp_cli_usage_error("plan", "give --sessions or --rate with --ttl, not both");
     }
-    if ((o->rate > 0) != (o->ttl > 0) || o->rate < 0 || o->ttl < 0 || o->rate * o->ttl > 1e15) {
-        return plan_bad("--rate and --ttl go together, each > 0 (and R x S <= 1e15)", NULL);
+    if (o->rate < 0) {
+        return kvp_cli_usage_error("plan", "--rate wants above 0, got %g", o->rate);
     }
-    if (!(o->dram_gb > 0 && o->dram_gb < 1e9) || !(o->ssd_gb >= 0 && o->ssd_gb < 1e9)) {
-        return plan_bad("--dram must be > 0 and --ssd >= 0 GB (below 1e9)", NULL);
+    if (o->ttl < 0) {
+        return kvp_cli_usage_error("plan", "--ttl wants above 0, got %g", o->ttl);
     }
-    if (!(o->fill > 0 && o->fill <= 1) || !(o->link_gbps >= 1e-3 && o->link_gbps < 1e9)) {
-        return plan_bad("--fill must be in (0, 1] and --link-gbps in [0.001, 1e9)", NULL);
+    if ((o->rate > 0) != (o->ttl > 0)) {
+        return kvp_cli_usage_error("plan", "%s needs %s: --rate and --ttl go together",
+                                   o->rate > 0 ? "--rate" : "--ttl",
+                                   o->rate > 0 ? "--ttl" : "--rate");
+    }
+    if (o->rate * o->ttl > 1e15) {
+        return kvp_cli_usage_error("plan", "--rate x --ttl is %g live sessions, at most 1e15",
+                                   o->rate * o->ttl);
+    }
+    if (!(o->dram_gb > 0 && o->dram_gb < 1e9)) {
+        return kvp_cli_usage_error("plan", "--dram wants above 0 and below 1e9 GB, got %g",
+                                   o->dram_gb);
+    }
+    if (!(o->ssd_gb >= 0 && o->ssd_gb < 1e9)) {
+        return kvp_cli_usage_error("plan", "--ssd wants 0 or more and below 1e9 GB, got %g",
+                                   o->ssd_gb);
+    }
+    if (!(o->fill > 0 && o->fill <= 1)) {
+        return kvp_cli_usage_error("plan", "--fill wants above 0 and at most 1, got %g", o->fill);
+    }
+    if (!(o->link_gbps >= 1e-3 && o->link_gbps < 1e9)) {
+        return kvp_cli_usage_error("plan", "--link-gbps wants 0.001 or more and below 1e9, got %g",
+                                   o->link_gbps);
     }
     if (!(o->compact_ratio > 0 && o->compact_ratio < 1)) {
-        return plan_bad("--compact-ratio must be in (0, 1)", NULL);
+        return kvp_cli_usage_error("plan", "--compact-ratio wants above 0 and below 1, got %g",
+                                   o->compact_ratio);
     }
     if (o->trace != NULL && (o->sessions != 0 || o->rate > 0)) {
-        return plan_bad("--trace is the workload: no --sessions or --rate with it", NULL);
+        return kvp_cli_usage_error("plan", "--trace is the workload: no --sessions or --rate with "
+                                   "it");
     }
     if (o->trace != NULL && KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) {
-        return plan_bad("--trace needs --page-tokens dividing 512 (chunks inside blocks)", NULL);
+        return kvp_cli_usage_error("plan", "--trace needs --page-tokens dividing %u (chunks inside "
+                                   "blocks), got %llu", KVP_LT_BLOCK_TOKENS,
+                                   (unsigned long long)o->page_tokens);
     }
     return 0;
 }
@@ -194,11 +212,10 @@ static int plan_check(const kvp_plan_opts_t *o, kvp_codec_id_t codec)
     kvp_status_t      s = kvp_codec_check(&p);
 
     if (s != KVP_OK) {
-        fprintf(stderr, "kvpack plan: codec %s cannot take %" PRIu64 " KV heads x head_dim %" PRIu64
-                " with %" PRIu64 "-token pages (%s): it takes %s\n", kvp_codec_name(codec),
-                o->heads, o->head_dim, o->page_tokens, kvp_status_str(s),
-                kvp_codec_geometry_rule(codec));
-        return 2;
+        return kvp_cli_usage_error("plan", "codec %s cannot take %" PRIu64 " KV heads x head_dim "
+                                   "%" PRIu64 " with %" PRIu64 "-token pages (%s): it takes %s",
+                                   kvp_codec_name(codec), o->heads, o->head_dim, o->page_tokens,
+                                   kvp_status_str(s), kvp_codec_geometry_rule(codec));
     }
     return 0;
 }

@@ -458,9 +458,9 @@ static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_
         return kvp_cli_usage_error("repair", "--replicas N is required (copies beyond a "
                                              "session's first N nodes are deleted)");
     }
-    if (w->on && (w->every_s == 0 || w->every_s > 31536000 || w->settle_s > 31536000)) {
-        return kvp_cli_usage_error("repair", "--every takes 1 .. 31536000 seconds, --settle 0 "
-                                             ".. 31536000");
+    if (w->on && (!kvp_cli_range("repair", "--every", w->every_s, 1, 31536000) ||
+                  !kvp_cli_range("repair", "--settle", w->settle_s, 0, 31536000))) {
+        return 2; /* seconds, a year at most */
     }
     return kvp_cli_sess_check("repair", o); /* --watch reads etcd itself, not once */
 }

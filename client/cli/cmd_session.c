@@ -45,8 +45,9 @@ int kvp_cli_sess_check(const char *cmd, const kvp_cli_sess_opts_t *o)
         return kvp_cli_usage_error(cmd, "which nodes? give --node HOST:PORT[,HOST:PORT...] or "
                                         "--etcd URL");
     }
-    if (o->timeout_ms > UINT32_MAX) { /* the client's deadline is 32 bits: never wrap it */
-        return kvp_cli_usage_error(cmd, "--timeout-ms must be at most %u", UINT32_MAX);
+    /* the client's deadline is 32 bits: never wrap it (0: not given, the default) */
+    if (o->timeout_ms != 0 && !kvp_cli_range(cmd, "--timeout-ms", o->timeout_ms, 1, UINT32_MAX)) {
+        return 2;
     }
     return o->node != NULL ? kvp_cli_node_list_check(cmd, o->node) : 0;
 }
@@ -460,13 +461,10 @@ int kvp_cmd_ls(int argc, char **argv)
         }
         return kvp_opt_unknown("ls", argv[i]);
     }
-    if (page > LS_PAGE_MAX) {
-        return kvp_cli_usage_error("ls", "--page %llu is over %u sessions per request",
-                                   (unsigned long long)page, LS_PAGE_MAX);
-    }
-    if (max > UINT32_MAX) {
-        return kvp_cli_usage_error("ls", "--max %llu is over %u", (unsigned long long)max,
-                                   UINT32_MAX);
+    /* 0: not given (kvp_opt_count refuses a 0 typed) */
+    if ((page != 0 && !kvp_cli_range("ls", "--page", page, 1, LS_PAGE_MAX)) ||
+        (max != 0 && !kvp_cli_range("ls", "--max", max, 1, UINT32_MAX))) {
+        return 2;
     }
     if ((rc = kvp_cli_sess_peers("ls", &o)) != 0) { /* --etcd: the nodes from etcd */
         return rc;

@@ -40,21 +40,20 @@ static uint64_t kv_elems(uint32_t layers, uint32_t tokens, uint32_t heads, uint3
     return n;
 }
 
-kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
-                          uint32_t head_dim)
+/* kvp_kv_alloc without its log line: for kvp_kvd_read, which prints nothing and says why in its
+ * own words (the CLI's one error line would otherwise follow a second one from here). */
+static kvp_status_t kv_alloc_quiet(kvp_kv_t *kv, uint32_t layers, uint32_t tokens,
+                                   uint32_t heads, uint32_t head_dim)
 {
     uint64_t n = kv_elems(layers, tokens, heads, head_dim);
 
     memset(kv, 0, sizeof(*kv));
     if (n == 0) {
-        KVP_LOG_ERROR("eval", "kv of %u x %u x %u x %u elements is empty or too large", layers,
-                      tokens, heads, head_dim);
         return KVP_ERR_INVALID;
     }
     kv->k = kvp_malloc(n * sizeof(float), "eval kv");
     kv->v = kvp_malloc(n * sizeof(float), "eval kv");
     if (kv->k == NULL || kv->v == NULL) {
-        KVP_LOG_ERROR("eval", "out of memory for kv of %llu elements", (unsigned long long)n);
         kvp_kv_free(kv);
         return KVP_ERR_NO_MEMORY;
     }
@@ -63,6 +62,21 @@ kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32
     kv->heads    = heads;
     kv->head_dim = head_dim;
     return KVP_OK;
+}
+
+kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32_t heads,
+                          uint32_t head_dim)
+{
+    kvp_status_t st = kv_alloc_quiet(kv, layers, tokens, heads, head_dim);
+
+    if (st == KVP_ERR_INVALID) {
+        KVP_LOG_ERROR("eval", "kv of %u x %u x %u x %u elements is empty or too large", layers,
+                      tokens, heads, head_dim);
+    } else if (st != KVP_OK) {
+        KVP_LOG_ERROR("eval", "out of memory for kv of %llu elements",
+                      (unsigned long long)kv_elems(layers, tokens, heads, head_dim));
+    }
+    return st;
 }
 
 void kvp_kv_free(kvp_kv_t *kv)
@@ -217,7 +231,7 @@ kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv, char *why, size_t why_
                         "(truncated or padded)", path, L, T, H, D,
                         (unsigned long long)(KVD_HDR + 8 * n), (long long)stt.st_size);
     }
-    st = kvp_kv_alloc(kv, L, T, H, D);
+    st = kv_alloc_quiet(kv, L, T, H, D);
     if (st != KVP_OK) {
         fclose(f);
         return kvd_fail(st, why, why_cap, "%s: %u x %u x %u x %u: %s", path, L, T, H, D,

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """check_cli_usage.py - the CLI's errors before any node is asked anything (no node runs here):
 a usage error is ONE line on stderr naming what is wrong (the missing, conflicting, unknown or
-out-of-range option, with at most a "see kvpack CMD --help" hint), nothing on stdout, exit 2 --
-never the whole help; a .kvd that cannot be read is one line under the command's own name with the
-reason (missing file, short header, truncated), exit 1; every --node item is HOST:PORT with a port
+out-of-range option: "OPT wants LO..HI, got V"), ending in the hint "(see kvpack CMD --help)",
+nothing on stdout, exit 2 -- never the whole help, never several options lumped in one line; a
+.kvd that cannot be read is one line under the command's own name with the reason (missing file,
+short header, truncated), exit 1; every --node item is HOST:PORT with a port
 in 1..65535, checked while the options are read; an unknown codec is refused with the codec names
 by every command that takes --codec; `kvpack bench` names its benchmarks. And the help texts say
 what the commands do: put/get/ls/rm/repair explain --timeout-ms and its default (as the README's
@@ -52,17 +53,17 @@ def usage_error(cmd, args, *words):
 
 # 1. an unknown codec: the codec names, the one message of every command taking --codec; the
 #    other put checks each say which argument is wrong (they used to share one line)
-one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", "a.kvd", "--codec", "frob"], 2,
-         "kvpack put: unknown codec 'frob' " + CODECS + ")")
+usage_error("put", ["--node", NODE, "--session", "x", "--kvd", "a.kvd", "--codec", "frob"],
+            "kvpack put: unknown codec 'frob' " + CODECS + ")")
 for cmd, extra in [("get", ["--node", NODE, "--session", "x", "--out", os.path.join(tmp, "o.kvd")]),
                    ("demo", []), ("loadtest", []),
                    ("bench stream", []), ("bench transfer", [])]:
-    one_line([KVPACK, *cmd.split(), *extra, "--codec", "frob"], 2,
-             f"kvpack {cmd}: unknown codec 'frob' " + CODECS + ")")
+    usage_error(cmd, [*extra, "--codec", "frob"],
+                f"kvpack {cmd}: unknown codec 'frob' " + CODECS + ")")
 for cmd, extra in [("eval", ["--synthetic"]), ("bench codec", []), ("bench attn", []),
                    ("plan", ["--model", "llama-3.1-8b", "--tokens", "100"])]:
-    one_line([KVPACK, *cmd.split(), *extra, "--codec", "frob"], 2,
-             f"kvpack {cmd}: unknown codec 'frob' " + CODECS + "|all)")
+    usage_error(cmd, [*extra, "--codec", "frob"],
+                f"kvpack {cmd}: unknown codec 'frob' " + CODECS + "|all)")
 put = ["--node", NODE, "--session", "x", "--kvd", "a.kvd"]
 usage_error("put", [*put, "--page-tokens", "5000"], "--page-tokens wants 1..4096, got 5000")
 usage_error("put", ["--node", NODE, "--session", "s" * 200, "--kvd", "a.kvd"],
@@ -95,7 +96,7 @@ usage_error("put", [*put, "--etcd", "127.0.0.1:2379"], "--node LIST or --etcd UR
 usage_error("put", [*put, "--ns", "1"], "unknown option '--ns'")
 usage_error("get", ["--node", NODE, "--session", "x"], "--out FILE.kvd is required")
 usage_error("ls", ["--node", NODE, "--session", "x"], "unknown option '--session'")
-usage_error("ls", ["--node", NODE, "--page", "5000"], "--page 5000 is over 4096")
+usage_error("ls", ["--node", NODE, "--page", "5000"], "--page wants 1..4096, got 5000")
 usage_error("ls", ["--etcd-prefix", "/p/"], "--etcd-prefix needs --etcd URL")
 usage_error("rm", ["--node", NODE], "--session SID is required")
 usage_error("rm", ["--node", NODE, "--session", "x", "--replicas", "2"],
@@ -119,6 +120,64 @@ for cmd in ["put", "ls", "stat", "bench codec", "bench attn"]:
 for daemon in [[KVPACKD], [KVPACK, "serve"]]:
     name = " ".join(["kvpackd"] if len(daemon) == 1 else ["kvpack", "serve"])
     one_line([*daemon, "--bogus"], 2, f"{name}: unknown option '--bogus' (see {name} --help)")
+
+# 4b. each range or conflict check names its own option, with the allowed range and the value
+#     given (they used to share lines such as "bad options (see --help)" or "geometry out of
+#     range", or blame --replicas for a bad --tokens)
+model = ["--model", os.path.join(tmp, "absent.bin")]  # never loaded: the options fail first
+plan = ["--model", "qwen3-8b", "--tokens", "10"]
+for cmd, args, want in [
+        ("demo", ["--heads", "0"], "--heads wants 1..256, got 0"),
+        ("demo", ["--head-dim", "2000"], "--head-dim wants 1..1024, got 2000"),
+        ("demo", ["--layers", "0"], "--layers wants 1..1024, got 0"),
+        ("bench stream", ["--tokens", "0"], "--tokens wants 128..16777216, got 0"),
+        ("bench stream", ["--replicas", "5"], "--replicas wants 1..4, got 5"),
+        ("bench stream", ["--decode-node"], "--decode-node needs --replicas"),
+        ("bench transfer", ["--heads", "0"], "--heads wants 1..256, got 0"),
+        ("bench transfer", ["--batch-bytes", "100"], "--batch-bytes wants 4096 or more, got 100"),
+        ("bench transfer", ["--err-mode", "x"], "--err-mode wants peer or none, got 'x'"),
+        ("eval", ["--synthetic", "--kvarn-iters", "65"], "--kvarn-iters wants 1..64, got 65"),
+        ("eval", ["--synthetic", "--heads", "0"], "--heads wants 1..256, got 0"),
+        ("eval", ["--synthetic", "--dequant-out", os.path.join(tmp, "d.kvd")],
+         "--dequant-out needs a single --codec"),
+        ("bench codec", ["--rounds", "0"], "--rounds wants 1..1000, got 0"),
+        ("bench codec", ["--threads", "65"], "--threads wants 1..64, got 65"),
+        ("bench codec", ["--window-s", "0"], "--window-s wants above 0 and at most 60, got 0"),
+        ("bench attn", ["--q-heads", "0"], "--q-heads wants 1..65536, got 0"),
+        ("bench attn", ["--q-heads", "12"], "--q-heads 12 is not a multiple of --heads 8"),
+        ("bench attn", ["--rounds", "65"], "--rounds wants 1..64, got 65"),
+        ("bench attn", ["--codec", "oscar", "--head-dim", "100"],
+         "oscar does not support this geometry"),
+        ("bench store", ["--heads", "0"], "--heads wants 1..256, got 0"),
+        ("bench store", ["--tokens", "5000"], "--tokens wants 1..4096, got 5000"),
+        ("bench store", ["--index-pages", "10"], "--index-pages wants 64..67108864, got 10"),
+        ("bench node", ["--clients", "0"], "--clients wants 1..64, got 0"),
+        ("bench node", ["--page-tokens", "2000"], "--page-tokens wants 1..1024, got 2000"),
+        ("loadtest", ["--heads", "0"], "--heads wants 1..256, got 0"),
+        ("loadtest", ["--page-tokens", "100"], "--page-tokens 100 does not divide 512"),
+        ("loadtest", ["--users", "2"], "--rounds is missing"),
+        ("loadtest", ["--clients", "65"], "--clients wants 1..64, got 65"),
+        ("loadtest", ["--replicas", "2"], "--replicas 2 needs at least 2 nodes"),
+        ("model", [*model, "--generate", "x", "--node", f"{NODE},127.0.0.1:2"],
+         "--node takes one HOST:PORT"),
+        ("model", [*model, "--sample", "50", "--temp", "1e-46"], ("--temp wants ", "got 1e-46")),
+        ("model", [*model, "--sample", "1"], "--sample wants 2..1048576, got 1"),
+        ("model", [*model, "--text", "t", "--tokens", "1"], "--tokens wants 2..1048576, got 1"),
+        ("model", [*model, "--text", "t", "--attn", "fast"], "--attn wants decode or fused"),
+        ("plan", ["--layers", "2", "--kv-heads", "300", "--head-dim", "128", "--tokens", "10"],
+         "--kv-heads wants 1..256, got 300"),
+        ("plan", [*plan, "--page-tokens", "8192"], "--page-tokens wants 1..4096, got 8192"),
+        ("plan", [*plan, "--fill", "1.5"], "--fill wants above 0 and at most 1, got 1.5"),
+        ("plan", [*plan, "--sink-tokens", "100"],
+         "--sink-tokens 100 is not a multiple of --page-tokens 128"),
+        ("plan", ["--model", "gpt-9", "--tokens", "10"], "unknown model 'gpt-9'"),
+        ("get", ["--node", NODE, "--session", "x", "--out", tmp],
+         f"cannot write --out {tmp}: it is a directory"),
+        ("repair", ["--node", NODE, "--replicas", "1", "--watch", "--every", "0"],
+         "--every wants 1..31536000, got 0"),
+        ("stat", ["--node", NODE, "--timeout-ms", "5000000000"],
+         "--timeout-ms wants 1..4294967295, got 5000000000")]:
+    usage_error(cmd, args, *([want] if isinstance(want, str) else want))
 
 # 5. a .kvd that cannot be read: one line under the command's name with the reason
 missing = os.path.join(tmp, "missing.kvd")

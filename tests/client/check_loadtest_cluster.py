@@ -335,7 +335,7 @@ def case_errors():
                        (["--local-nodes", "2", "--replicas", "3"], "--replicas 3"),
                        (["--node", "127.0.0.1:1,127.0.0.1:2", "--replicas", "3"], "--replicas 3"),
                        (["--local-nodes", "0"], "--local-nodes"),
-                       (["--replicas", "0"], "--replicas 0"),
+                       (["--replicas", "0"], "--replicas wants 1 or more, got 0"),
                        (["--keep-sessions"], "--keep-sessions applies to --node / --etcd")):
         rc, r, err = loadtest(["--users", "2", "--rounds", "2", "--turn-tokens", "600", *args])
         check(rc == 2 and want in err and len(err.strip().splitlines()) == 1,

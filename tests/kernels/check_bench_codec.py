@@ -54,10 +54,10 @@ def main():
     run(kvpack, 1, 1)
     run(kvpack, 2, 3)
     run(kvpack, 3, 3)
-    refused(kvpack, "--threads", "0", "--threads must be 1..64")
-    refused(kvpack, "--threads", "65", "--threads must be 1..64")
-    refused(kvpack, "--rounds", "0", "--rounds 1..1000")
-    refused(kvpack, "--window-s", "0", "--window-s above 0 and at most 60")
+    refused(kvpack, "--threads", "0", "--threads wants 1..64, got 0")
+    refused(kvpack, "--threads", "65", "--threads wants 1..64, got 65")
+    refused(kvpack, "--rounds", "0", "--rounds wants 1..1000, got 0")
+    refused(kvpack, "--window-s", "0", "--window-s wants above 0 and at most 60, got 0")
     # 1-token pages: a 2-bit page (a group's fp16 scale and min per channel) is larger than the
     # fp16 page, which the page slots used to be sized by: every codec runs, none is cut short
     cmd = [kvpack, "bench", "codec", "--codec", "all", "--page-tokens", "1", "--mib", "1",

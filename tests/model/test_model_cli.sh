@@ -48,11 +48,11 @@ expect 2 "--decode-session needs --node" --codec oscar --decode-session x --gene
 expect 2 "--node needs --generate" --codec oscar --node 127.0.0.1:1 --text "$R/emma.txt"
 expect 2 "--keep-session needs --node" --codec oscar --generate Once --keep-session
 # --sample 1 used to blame the text ("the text gives fewer than 2 tokens")
-expect 2 "--sample takes 2\\.\\." --codec fp16 --sample 1
+expect 2 "--sample wants 2\\.\\." --codec fp16 --sample 1
 
 # a temperature that is 0 as a float used to sample the last vocabulary id every time
-expect 2 "--temp takes" --codec fp32 --sample 50 --temp 1e-46
-expect 2 "--temp takes" --codec fp32 --sample 50 --temp 1e39
+expect 2 "--temp wants" --codec fp32 --sample 50 --temp 1e-46
+expect 2 "--temp wants" --codec fp32 --sample 50 --temp 1e39
 expect 0 "" --codec fp32 --sample 50 --temp 1e-30 --json
 # near-greedy sampling from the model itself: a low perplexity (the bug gave 8.2e9)
 ppl=$(sed -n 's/.*"ppl_fp16":\([^,]*\),.*/\1/p' "$TMP/out")
