@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -171,6 +172,15 @@ def write_kvd(path, L, T, H, D, values):
     with open(path, "wb") as f:
         f.write(data)
     return data
+
+
+def write_token_ids(path, T, first):
+    """T uint32 LE token ids first, first+1, ... for `kvpack put --tokens`: sessions that put one
+    dump with ids of their own share no page (without --tokens the keys follow the KV, and one
+    dump put as many sessions is stored once); returns path."""
+    with open(path, "wb") as f:
+        f.write(struct.pack(f"<{T}I", *range(first, first + T)))
+    return path
 
 
 def etcd_or_skip():

@@ -3,8 +3,10 @@
  * (kvp_page_encode), the last < P tokens become one fp16 tail page per layer; then
  * kvp_cluster_put_session ships the pages chunk by chunk (all layers of a chunk per PUT_PAGES
  * batch) and the record to each node. Chunk keys chain over the token ids of --tokens (uint32 LE,
- * one per token of the dump), or else over ids derived from the session id: then no two sessions
- * share a prefix page. Namespace: kvp_ns_fingerprint(model id, L, H, D, P, codec). */
+ * one per token of the dump), or else over ids derived from the dump's KV: a key names what its
+ * page holds (the store keeps the first page put under a key), so two dumps share a prefix page
+ * exactly when their KV agrees up to that chunk's end. Namespace: kvp_ns_fingerprint(model id,
+ * L, H, D, P, codec). */
 #include "cli.h"
 
 #include "eval/eval.h"
@@ -13,6 +15,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <xxhash.h>
 
 typedef struct {
     kvp_cli_sess_opts_t o;
@@ -47,16 +50,46 @@ static void put_usage(FILE *out)
             "  --page-tokens P    tokens per page (default 128)\n"
             "  --model-id ID      model id of the namespace fingerprint (default \"kvd\")\n"
             "  --tokens FILE      token ids (uint32 little-endian, one per token of the dump) the\n"
-            "                     chunk keys chain over; without it ids are derived from the\n"
-            "                     session id, so sessions never share prefix pages\n"
+            "                     chunk keys chain over; without it ids are hashes of each\n"
+            "                     token's K and V, so dumps share prefix pages only where\n"
+            "                     their KV agrees, and a session put again with other KV\n"
+            "                     gets pages of its own\n"
             "Prints pages, bytes, fp16 bytes, the compression ratio and the namespace (hex).\n");
 }
 
-/* Token ids: --tokens, or a deterministic stream seeded by the session id (FNV-1a). */
-static kvp_status_t put_token_ids(const put_opts_t *p, uint32_t T, uint32_t **ids_p)
+/* Without --tokens, token t's id is XXH3-64 of its K and V rows over every layer (the bits as
+ * stored: the pages are a function of them), cut to 32 bits: a chunk key chains over P such ids
+ * and every key before it, so keys match only where the KV up to the chunk's end does (a 32-bit
+ * id alone may collide; 128 of them and the chain do not). The session id played this part
+ * before, and a session put again with other KV named its new pages with the old keys: the store
+ * kept the old pages and served them with the new tail, no error. */
+static kvp_status_t put_kv_ids(const kvp_kv_t *kv, uint32_t *ids)
 {
+    XXH3_state_t *h   = XXH3_createState();
+    size_t        row = (size_t)kv->heads * kv->head_dim;
+
+    if (h == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint32_t t = 0; t < kv->tokens; t++) {
+        (void)XXH3_64bits_reset(h);
+        for (uint32_t l = 0; l < kv->layers; l++) {
+            size_t off = ((size_t)l * kv->tokens + t) * row;
+
+            (void)XXH3_64bits_update(h, kv->k + off, row * sizeof(float));
+            (void)XXH3_64bits_update(h, kv->v + off, row * sizeof(float));
+        }
+        ids[t] = (uint32_t)XXH3_64bits_digest(h);
+    }
+    XXH3_freeState(h);
+    return KVP_OK;
+}
+
+/* Token ids: --tokens, or derived from the dump's KV (put_kv_ids). */
+static kvp_status_t put_token_ids(const put_opts_t *p, const kvp_kv_t *kv, uint32_t **ids_p)
+{
+    uint32_t  T   = kv->tokens;
     uint32_t *ids = kvp_malloc((size_t)T * sizeof(*ids) + 1, "put ids");
-    uint64_t  h   = 0xcbf29ce484222325ull;
     FILE     *f;
     long      size;
 
@@ -65,16 +98,7 @@ static kvp_status_t put_token_ids(const put_opts_t *p, uint32_t T, uint32_t **id
     }
     *ids_p = ids;
     if (p->tokens == NULL) {
-        for (const char *c = p->o.session; *c != '\0'; c++) {
-            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
-        }
-        for (uint32_t t = 0; t < T; t++) {
-            uint64_t z = h + (t + 1ull) * 0x9E3779B97F4A7C15ull;
-
-            z      = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            ids[t] = (uint32_t)((z ^ (z >> 27)) >> 32);
-        }
-        return KVP_OK;
+        return put_kv_ids(kv, ids);
     }
     f = kvp_file_open(p->tokens, "rb");
     if (f == NULL) {
@@ -261,7 +285,7 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
                        kv->heads, kv->head_dim);
     kvp_json_int(&j, "chunks", st->n_chunks);
     kvp_json_int(&j, "tail_tokens", st->tail_tokens);
-    kvp_json_str(&j, "token_ids", p->tokens ? "file" : "derived from the session id");
+    kvp_json_str(&j, "token_ids", p->tokens ? "file" : "derived from the KV");
     kvp_json_int(&j, "pages", st->pages);
     kvp_json_int(&j, "bytes", (int64_t)bytes);
     kvp_json_int(&j, "tail_bytes", (int64_t)st->tail_bytes);
@@ -304,7 +328,7 @@ static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
     st.n_chunks    = kv->tokens / (uint32_t)p->P;
     st.tail_tokens = kv->tokens % (uint32_t)p->P;
     st.keys        = kvp_calloc(st.n_chunks + 1u, sizeof(*st.keys), "put keys");
-    s = st.keys ? put_token_ids(p, kv->tokens, &ids) : KVP_ERR_NO_MEMORY;
+    s = st.keys ? put_token_ids(p, kv, &ids) : KVP_ERR_NO_MEMORY;
     if (s == KVP_OK) {
         s = put_chunks(p, kv, ids, &st);
     }
@@ -364,9 +388,8 @@ int kvp_cmd_put(int argc, char **argv)
     if (!kvp_cli_codec("put", codec, NULL, &p.codec)) {
         return 2;
     }
-    if (p.P == 0 || p.P > KVP_PAGE_MAX_TOKENS) {
-        return kvp_cli_usage_error("put", "--page-tokens wants 1..%u, got %llu",
-                                   KVP_PAGE_MAX_TOKENS, (unsigned long long)p.P);
+    if (!kvp_cli_range("put", "--page-tokens", p.P, 1, KVP_PAGE_MAX_TOKENS)) {
+        return 2;
     }
     if ((rc = kvp_cli_sess_peers("put", &p.o)) != 0) { /* --etcd: the nodes from etcd */
         return rc;

@@ -57,8 +57,10 @@ try:
     kvd = os.path.join(tmp, "a.kvd")
     kvptest.write_kvd(kvd, L, T, H, D, vals)
     sids = [f"s{i:02d}" for i in range(N)]
-    for sid in sids:  # ids derived from the session id: no page is shared
-        check(kv("put", "--session", sid, "--kvd", kvd, "--codec", "kivi") == 0, f"put {sid}")
+    for i, sid in enumerate(sids):  # one dump, token ids of each session's own: no page shared
+        ids = kvptest.write_token_ids(os.path.join(tmp, f"{sid}.ids"), T, i * T)
+        check(kv("put", "--session", sid, "--kvd", kvd, "--codec", "kivi", "--tokens", ids) == 0,
+              f"put {sid}")
     bytes_full, live_full = metric("kvpack_disk_bytes"), metric("kvpack_disk_live_bytes")
     live_per = live_full / N
     check(live_full > 0 and bytes_full >= live_full, f"disk after the puts: {bytes_full} {live_full}")

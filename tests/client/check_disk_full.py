@@ -71,8 +71,11 @@ kvptest.write_kvd(KVD, L, T, H, D, array.array(
 def put(sid):
     """page-tokens 32 gives 3 KiB pages (kept inline in the index), 128 gives 12 KiB ones
     (segment files): sessions alternate by the parity of their number"""
-    pt = "32" if int(sid.lstrip("abcdefghijklmnopqrstuvwxyz") or 0) % 2 == 0 else "128"
-    return node.kv("put", "--session", sid, "--kvd", KVD, "--codec", "kivi", "--page-tokens", pt)
+    n = int(sid.lstrip("abcdefghijklmnopqrstuvwxyz") or 0)
+    pt = "32" if n % 2 == 0 else "128"
+    ids = kvptest.write_token_ids(os.path.join(TMP, "ids"), T, (ord(sid[0]) % 8 * 2000 + n) * T)
+    return node.kv("put", "--session", sid, "--kvd", KVD, "--codec", "kivi", "--page-tokens", pt,
+                   "--tokens", ids)
 
 
 def get(sid):

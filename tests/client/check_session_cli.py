@@ -177,6 +177,29 @@ try:
     rc, _, _ = kv("get", "--session", "sh2", "--out", p("sh2_after.kvd"))
     check(rc == 0 and open(p("sh2_before.kvd"), "rb").read() ==
           open(p("sh2_after.kvd"), "rb").read(), "rm sh1 damaged sh2's shared pages")
+    # without --tokens the chunk keys follow the dump's KV: a session put again with other KV
+    # reads back as the new dump (its keys were the session id's, so the store kept the first
+    # put's pages under them and served them with the second put's tail, no error); the same KV
+    # under another session id shares the pages (no new page in DRAM)
+    write_kvd(p("r1.kvd"), L, 300, H, D, 11)
+    write_kvd(p("r2.kvd"), L, 300, H, D, 12)
+    for sid, f in (("re", "r1.kvd"), ("re", "r2.kvd"), ("re_ref", "r2.kvd")):
+        rc, _, _ = kv("put", "--session", sid, "--kvd", p(f), "--codec", "kivi")
+        check(rc == 0, f"put {sid} {f} failed")
+    rc, _, _ = kv("get", "--session", "re", "--out", p("re_back.kvd"))
+    rc2, _, _ = kv("get", "--session", "re_ref", "--out", p("re_ref.kvd"))
+    check(rc == 0 and rc2 == 0 and
+          open(p("re_back.kvd"), "rb").read() == open(p("re_ref.kvd"), "rb").read(),
+          "a session put again with other KV does not read back as the new dump")
+    rc, out, _ = kv("stat", "--json")
+    before = json.loads(out)["dram_pages"] if rc == 0 else -1
+    rc, _, _ = kv("put", "--session", "re_twin", "--kvd", p("r2.kvd"), "--codec", "kivi")
+    rc2, out, _ = kv("stat", "--json")
+    after = json.loads(out)["dram_pages"] if rc2 == 0 else -2
+    check(rc == 0 and after == before, f"the same KV under another id made pages: {before} -> {after}")
+    for sid in ("re", "re_ref", "re_twin"):
+        kv("rm", "--session", sid)
+
     # a session id that is not UTF-8 (ids are any bytes): --json output stays valid JSON text,
     # well-formed UTF-8 as it is, other bytes as \u00XX (they used to be copied raw)
     odd = b"caf\xc3\xa9-\xff"
