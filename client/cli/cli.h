@@ -35,6 +35,9 @@ int kvp_cmd_plan(int argc, char **argv);
 int kvp_cmd_nodes(int argc, char **argv);
 
 /* ---- option helpers: "--name value" or "--name=value" ---- */
+/* The command the option helpers name in their usage errors (kvpack.c sets it before running
+ * one: "put", "bench codec"). */
+void kvp_cli_set_cmd(const char *cmd);
 /* If argv[*i] is --name, store its value (advancing *i) and return true. Missing value: exits 2. */
 bool kvp_opt_str(int argc, char **argv, int *i, const char *name, const char **val_p);
 bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_p);

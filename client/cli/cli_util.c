@@ -15,6 +15,15 @@
 
 /* ---- options ---- */
 
+/* The command being run ("put", "bench codec"), for the option helpers' usage errors: they exit
+ * from deep in a command's option loop, which would otherwise have to pass its name to each. */
+static char cli_cmd[64] = "?";
+
+void kvp_cli_set_cmd(const char *cmd)
+{
+    snprintf(cli_cmd, sizeof(cli_cmd), "%s", cmd);
+}
+
 static const char *opt_match(int argc, char **argv, int *i, const char *name)
 {
     const char *a = argv[*i];
@@ -30,8 +39,7 @@ static const char *opt_match(int argc, char **argv, int *i, const char *name)
         return NULL;
     }
     if (*i + 1 >= argc) {
-        fprintf(stderr, "kvpack: option %s needs a value\n", name);
-        exit(2);
+        exit(kvp_cli_usage_error(cli_cmd, "%s needs a value", name));
     }
     (*i)++;
     return argv[*i];
@@ -56,9 +64,8 @@ bool kvp_opt_u64(int argc, char **argv, int *i, const char *name, uint64_t *val_
         return false;
     }
     if (kvp_num_parse_u64(v, val_p) != 0) {
-        fprintf(stderr, "kvpack: option %s expects a whole number (decimal or 0x hex, no sign; "
-                "k/M/G suffixes allowed), got '%s'\n", name, v);
-        exit(2);
+        exit(kvp_cli_usage_error(cli_cmd, "%s expects a whole number (decimal or 0x hex, no "
+                                 "sign; k/M/G suffixes allowed), got '%s'", name, v));
     }
     return true;
 }
@@ -69,8 +76,7 @@ bool kvp_opt_count(int argc, char **argv, int *i, const char *name, uint64_t *va
         return false;
     }
     if (*val_p == 0) {
-        fprintf(stderr, "kvpack: option %s wants 1 or more, got 0\n", name);
-        exit(2);
+        exit(kvp_cli_usage_error(cli_cmd, "%s wants 1 or more, got 0", name));
     }
     return true;
 }
@@ -162,8 +168,7 @@ bool kvp_opt_f64(int argc, char **argv, int *i, const char *name, double *val_p)
     }
     *val_p = strtod(v, &end);
     if (end == v || *end != '\0' || !isfinite(*val_p)) {
-        fprintf(stderr, "kvpack: option %s expects a finite number, got '%s'\n", name, v);
-        exit(2);
+        exit(kvp_cli_usage_error(cli_cmd, "%s expects a finite number, got '%s'", name, v));
     }
     return true;
 }

@@ -33,13 +33,31 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, unsigned takes, kvp_cli_ses
     return false;
 }
 
+/* Parse a namespace given as hex (an optional 0x, up to 16 digits). */
+static bool ns_parse(const char *hex, uint64_t *ns_p)
+{
+    char *end;
+
+    if (hex == NULL || hex[0] == '\0' || hex[0] == '-' || strlen(hex) > 18) {
+        return false;
+    }
+    *ns_p = strtoull(hex, &end, 16);
+    return *end == '\0';
+}
+
 int kvp_cli_sess_check(const char *cmd, const kvp_cli_sess_opts_t *o)
 {
+    uint64_t ns;
+
     if (o->node != NULL && o->etcd != NULL) {
         return kvp_cli_usage_error(cmd, "give --node LIST or --etcd URL, not both");
     }
     if (o->etcd_prefix != NULL && o->etcd == NULL) {
         return kvp_cli_usage_error(cmd, "--etcd-prefix needs --etcd URL");
+    }
+    if (o->ns_hex != NULL && !ns_parse(o->ns_hex, &ns)) { /* checked before any node is asked */
+        return kvp_cli_usage_error(cmd, "--ns wants a hex namespace (as kvpack ls prints it), "
+                                        "got '%s'", o->ns_hex);
     }
     if (o->node == NULL && o->etcd == NULL) {
         return kvp_cli_usage_error(cmd, "which nodes? give --node HOST:PORT[,HOST:PORT...] or "
@@ -233,17 +251,6 @@ void kvp_cli_json_shape(kvp_json_t *j, const char *codec, uint32_t P, uint32_t L
     kvp_json_int(j, "head_dim", D);
 }
 
-/* Parse a namespace given as hex (an optional 0x, up to 16 digits). */
-static bool ns_parse(const char *hex, uint64_t *ns_p)
-{
-    char *end;
-
-    if (hex == NULL || hex[0] == '\0' || hex[0] == '-' || strlen(hex) > 18) {
-        return false;
-    }
-    *ns_p = strtoull(hex, &end, 16);
-    return *end == '\0';
-}
 
 kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli_sess_opts_t *o,
                                 const char *model_id, kvp_codec_id_t codec, uint64_t *ns_p)
@@ -255,12 +262,7 @@ kvp_status_t kvp_cli_session_ns(const char *cmd, kvp_cluster_h cl, const kvp_cli
     uint64_t             second = 0;
 
     if (o->ns_hex != NULL) {
-        if (!ns_parse(o->ns_hex, ns_p)) {
-            fprintf(stderr, "kvpack %s: --ns wants a hex namespace (as kvpack ls prints it), "
-                            "not '%s'\n", cmd, o->ns_hex);
-            return KVP_ERR_INVALID;
-        }
-        return KVP_OK;
+        return ns_parse(o->ns_hex, ns_p) ? KVP_OK : KVP_ERR_INVALID; /* kvp_cli_sess_check */
     }
     s = kvp_cluster_list_sessions(cl, 0, 0, &l, &rep);
     if (s != KVP_OK) {

@@ -179,6 +179,16 @@ for cmd, args, want in [
          "--timeout-ms wants 1..4294967295, got 5000000000")]:
     usage_error(cmd, args, *([want] if isinstance(want, str) else want))
 
+# 4b. the option helpers' own errors name the command too (they said "kvpack: option ..."), and
+#     a bad --ns is a usage error before any node is asked (it was exit 1 after connecting)
+usage_error("put", ["--node"], "--node needs a value")
+usage_error("bench codec", ["--mib", "x"], "--mib expects a whole number", "got 'x'")
+usage_error("eval", ["--synthetic", "--queries", "0"], "--queries wants 1 or more, got 0")
+usage_error("bench codec", ["--window-s", "nan"], "--window-s expects a finite number")
+usage_error("get", ["--node", NODE, "--session", "x", "--ns", "zz", "--out",
+                    os.path.join(tmp, "o.kvd")], "--ns wants a hex namespace", "got 'zz'")
+usage_error("rm", ["--node", NODE, "--session", "x", "--ns", "-1"], "--ns wants a hex namespace")
+
 # 5. a .kvd that cannot be read: one line under the command's name with the reason
 missing = os.path.join(tmp, "missing.kvd")
 one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", missing], 1,
