@@ -77,10 +77,11 @@ static int run_table(const cli_cmd_t *table, size_t n, const char *prog, const c
 
     for (size_t i = 0; argc > 0 && i < n; i++) {
         if (strcmp(argv[0], table[i].name) == 0) {
-            char cmd[64];
+            const char *group = strchr(prog, ' '); /* "kvpack bench": " bench" */
+            char        cmd[64];
 
-            snprintf(cmd, sizeof(cmd), "%s%s%s", strcmp(prog, "kvpack") == 0 ? "" : prog + 7,
-                     strcmp(prog, "kvpack") == 0 ? "" : " ", table[i].name);
+            snprintf(cmd, sizeof(cmd), "%s%s%s", group ? group + 1 : "", group ? " " : "",
+                     table[i].name);
             kvp_cli_set_cmd(cmd);
             return table[i].main(argc, argv);
         }
