@@ -39,14 +39,21 @@
 #define NODE_CONN_QUEUE_MAX 256u
 /* Replies a connection has not taken yet (its sends in flight: a client that stops reading, or
  * reads slowly): past this its next request waits (its strand is parked) until they drain, so a
- * client cannot make the node hold unbounded reply memory with small requests. 8 GET_PAGES of
- * the client's default 4 MiB batches stay well under it. */
+ * client cannot make the node hold unbounded reply memory with small requests (nor with
+ * refusals: NODE_CONN_UNSENT_CLOSE). 8 GET_PAGES of the client's default 4 MiB batches stay well
+ * under it. */
 #define NODE_CONN_UNSENT_MAX (64u << 20)
 #define NODE_SEND_TIMEOUT_S  30u /* --send-timeout default */
 #define NODE_STOP_DRAIN_MS   5000u /* a stop waits this long for replies not taken yet */
 /* The most page bytes one reply carries whatever the request asks (at least one page): the
  * client asks again for the rest, as for any short reply. */
 #define NODE_REPLY_MAX (64u << 20)
+/* Replies not taken past which a connection sent a refusal (past NODE_CONN_QUEUE_MAX) is closed
+ * instead (the transport's conn_unsent_max): its strand parks at NODE_CONN_UNSENT_MAX and the
+ * reply running then adds at most NODE_REPLY_MAX and a header, so past those only ERR_BUSY answers
+ * pile up, 2 MiB of them (tens of thousands) at most. A libkvpack client (8 in flight) is never
+ * refused, so never closed this way. */
+#define NODE_CONN_UNSENT_CLOSE ((size_t)NODE_CONN_UNSENT_MAX + NODE_REPLY_MAX + (2u << 20))
 
 typedef struct {
     kvp_xfer_h  x;
@@ -1089,9 +1096,10 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_node_obs_set_store(&n.obs, n.store);
     memset(&xp, 0, sizeof(xp));
     xp.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CONN_CB | KVP_XFER_PARAM_CB_ARG |
-                    KVP_XFER_PARAM_CONN_MSGS_MAX;
+                    KVP_XFER_PARAM_CONN_MSGS_MAX | KVP_XFER_PARAM_CONN_UNSENT_MAX;
     xp.recv_cb    = node_recv;
-    xp.conn_msgs_max = NODE_CONN_QUEUE_MAX;
+    xp.conn_msgs_max   = NODE_CONN_QUEUE_MAX;
+    xp.conn_unsent_max = NODE_CONN_UNSENT_CLOSE;
     xp.conn_cb    = node_conn_failed;
     xp.cb_arg     = &n;
     if (fm & KVP_NODE_PARAM_MAX_MSG) {

@@ -134,7 +134,8 @@ static void usage(const char *prog, FILE *out)
             "                          192 for 1024; kvpack_connections* in /metrics)\n"
             "  --workers N             request worker threads, 1..64 (default 4): a request that\n"
             "                          waits on the disk holds up only its own connection (which\n"
-            "                          holds at most 256 requests: more get ERR_BUSY at once)\n"
+            "                          holds at most 256 requests: more get ERR_BUSY at once;\n"
+            "                          one that also leaves 130 MiB of replies untaken is closed)\n"
             "  --log-level LEVEL       error | warn | info | debug | trace (default warn)\n"
             "  --version               print the version and exit\n"
             "  -h, --help              this text\n",

@@ -135,6 +135,7 @@ struct kvp_xfer {
     uint64_t              send_timeout_ns; /* 0: sends wait as long as their connection lives */
     uint64_t              send_check_ns;   /* next look at the sends' deadlines */
     unsigned              conn_msgs_max; /* conn->held at most (0: no limit); more are refused */
+    size_t                conn_unsent_max; /* refused while this much is unsent: closed */
     struct send_req      *sends;     /* sends UCX has not completed yet */
     kvp_list_t            turns;     /* connections with ready messages, next turn first */
     ucp_conn_request_h   *accept_q;  /* conn requests to accept, grown as a burst needs */
@@ -510,10 +511,19 @@ static ucs_status_t eager_refuse(kvp_xfer_conn_h conn, const void *header, size_
 
 /* conn already holds conn_msgs_max messages: this one is refused. A rendezvous one is not
  * received (its sender's send fails KVP_ERR_BUSY); an eager one goes to eager_refuse with
- * KVP_ERR_BUSY. */
+ * KVP_ERR_BUSY. A peer that leaves conn_unsent_max of what it is sent untaken is closed instead:
+ * each answer would wait behind those, so a flood it never reads would hold memory (refused
+ * messages held until answered, and the answers) without bound. */
 static ucs_status_t msg_refuse(kvp_xfer_conn_h conn, const void *header, size_t header_length,
                                size_t length, int rndv)
 {
+    if (conn->x->conn_unsent_max != 0 && conn->unsent >= conn->x->conn_unsent_max) {
+        KVP_LOG_WARN(MOD, "%s sends past the %u messages it may hold while it takes none of the "
+                     "answers (%u held, %zu bytes sent to it not taken): connection closed",
+                     conn->peer, conn->x->conn_msgs_max, conn->held, conn->unsent);
+        conn_fail(conn, KVP_ERR_BUSY);
+        return rndv ? UCS_ERR_BUSY : UCS_OK;
+    }
     if (!conn->busy_warned) {
         KVP_LOG_WARN(MOD, "%s holds %u messages not handled yet: more are refused (ERR_BUSY)",
                      conn->peer, conn->held);
@@ -967,6 +977,8 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
     x->conn_msgs_max = (fm & KVP_XFER_PARAM_CONN_MSGS_MAX) ? params->conn_msgs_max : 0;
+    x->conn_unsent_max =
+        (fm & KVP_XFER_PARAM_CONN_UNSENT_MAX) ? params->conn_unsent_max : 0;
     x->max_conns     = (fm & KVP_XFER_PARAM_MAX_CONNS) ? params->max_conns : 0;
     x->send_timeout_ns =
         1000000ull * ((fm & KVP_XFER_PARAM_SEND_TIMEOUT) ? params->send_timeout_ms : 0u);

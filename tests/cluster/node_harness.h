@@ -336,6 +336,7 @@ typedef struct {
     kvp_status_t    unpack; /* how it unpacked */
     int             got;    /* replies since test_raw_call (or open) */
     int             n_ok;   /* replies that unpacked with status OK, since open */
+    int             n_busy; /* ... with status KVP_ERR_BUSY, since open */
     uint64_t        pages;  /* pages those carried */
     size_t          data;   /* and their data bytes */
 } test_raw_t;
@@ -355,6 +356,7 @@ static inline void test_raw_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h
         r->pages += r->rep.n_pages;
         r->data += dl;
     }
+    r->n_busy += r->unpack == KVP_OK && r->rep.status == KVP_ERR_BUSY;
     r->got++;
     kvp_xfer_msg_release(msg);
 }

@@ -5,7 +5,10 @@
  * stays bounded (it grew by ~250 MiB per request before); another client is served meanwhile;
  * once the first one reads, every request is answered. And a client that starts large puts and
  * stops sending their data: the node closes its connection after --recv-timeout, so the receive
- * budget it held serves the other clients again (whose large puts waited for it meanwhile). */
+ * budget it held serves the other clients again (whose large puts waited for it meanwhile). And a
+ * client that, besides not reading, floods small requests past the 256 the node holds for it: the
+ * node closes its connection rather than queue an ERR_BUSY answer for each behind the replies it
+ * does not take (before, every one was answered: memory without bound). */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -15,6 +18,7 @@
 #define NS      0xBAC1u
 #define NREQ    4
 #define PAGE_T  128u
+#define QUEUE_MAX 256 /* the node's NODE_CONN_QUEUE_MAX */
 
 /* One raw PUT_PAGES of n bytes (garbage: a rendezvous message the node takes, then refuses as a
  * bad page), without waiting for anything */
@@ -31,6 +35,88 @@ static void raw_put(test_raw_t *r, uint64_t req_id, const uint8_t *data, uint32_
     req.n_pages   = 1;
     req.page_lens = plen;
     test_raw_send(r, &req, data, n, sent);
+}
+
+/* Send GET_PAGES asking for nkeys copies of key with the largest byte budget, reply not waited */
+static void raw_get_big(test_raw_t *r, uint64_t req_id, kvp_key128_t *keys, uint32_t nkeys)
+{
+    kvp_wire_req_t req;
+
+    memset(&req, 0, sizeof(req));
+    req.op        = KVP_WIRE_OP_GET_PAGES;
+    req.req_id    = req_id;
+    req.ns        = NS;
+    req.n_keys    = nkeys;
+    req.keys      = keys;
+    req.layers    = 1;
+    req.max_bytes = UINT32_MAX;
+    test_raw_send(r, &req, NULL, 0, NULL);
+}
+
+/* The raw client leaves NREQ big replies untaken (the node parks its strand at 64 MiB of them),
+ * then floods STATs without reading: 256 are held, the rest answered ERR_BUSY until 2 MiB of
+ * answers wait behind the untaken replies, and the next refusal closes the connection (the
+ * node's memory falls back). The
+ * client's sends then fail, and when it reads, its connection has failed; the node serves others
+ * all along. Before, every refusal was answered and the connection stayed: memory grew with the
+ * flood. */
+#define N_FLOOD 2000000
+static void flooding_reader(kvp_key128_t *keys, uint32_t nkeys, const void **pages, size_t *len)
+{
+    test_node_t    node;
+    test_raw_t     raw;
+    kvp_wire_req_t req;
+    kvp_client_h   c;
+    uint8_t       *hdr;
+    size_t         hl;
+    int            sent = 0;
+    long           rss0, rss1;
+    double         end;
+
+    test_node_mkdir(&node);
+    test_node_start(&node, "--workers=1");
+    c = test_client(node.addr, 20000);
+    CHECK_OK(kvp_client_put_pages(c, NS, pages, len, 1));
+    test_raw_open_up(&raw, node.port);
+    for (int r = 0; r < NREQ; r++) {
+        raw_get_big(&raw, 100 + (uint64_t)r, keys, nkeys);
+    }
+    usleep(500000); /* the node packs its replies and parks the strand */
+    rss0 = test_node_rss_mib(node.pid);
+    memset(&req, 0, sizeof(req));
+    req.op = KVP_WIRE_OP_STAT;
+    CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
+    for (; sent < N_FLOOD; sent++) { /* a send fails once the transport saw the close */
+        kvp_xfer_iov_t none = {NULL, 0};
+        kvp_status_t   s    = kvp_xfer_send(raw.conn, hdr, hl, &none, 0, NULL, NULL);
+
+        if (s != KVP_OK && s != KVP_INPROGRESS) {
+            break;
+        }
+    }
+    kvp_free(hdr);
+    usleep(500000);
+    rss1 = test_node_rss_mib(node.pid);
+    CHECK_OK(kvp_client_put_pages(c, NS, pages, len, 1)); /* others are served */
+    end = kvp_time_s() + 60;
+    while (kvp_xfer_conn_status(raw.conn) == KVP_OK && raw.got < 1 + NREQ + sent &&
+           kvp_time_s() < end) {
+        kvp_xfer_wait(raw.x, 50);
+    }
+    printf("flooding reader: connection %s, %d replies (%d ERR_BUSY) after %d STATs sent; "
+           "node RSS %ld MiB before the flood, %ld after\n",
+           kvp_status_name(kvp_xfer_conn_status(raw.conn)), raw.got, raw.n_busy, sent, rss0, rss1);
+    EXPECT(kvp_xfer_conn_status(raw.conn) != KVP_OK, "a client flooding without reading kept "
+           "its connection (%d replies)", raw.got);
+    EXPECT(raw.n_busy < sent - QUEUE_MAX, "every refusal answered (%d)", raw.n_busy);
+    /* what it had queued goes with the connection (before: 155 -> 737 MiB over 2M STATs, all
+     * answered) */
+    EXPECT(rss1 < rss0 + 64, "node RSS %ld MiB after the flood, %ld before", rss1, rss0);
+    test_raw_close(&raw);
+    CHECK_OK(kvp_client_put_pages(c, NS, pages, len, 1));
+    kvp_client_destroy(c);
+    EXPECT(test_node_stop(&node, SIGTERM) == 0, "node exit");
+    test_node_rmdir(&node);
 }
 
 /* A client process that starts four rendezvous puts of 7.5 MiB (the whole receive budget of a
@@ -111,7 +197,6 @@ int main(void)
 {
     test_node_t       node;
     test_raw_t        raw;
-    kvp_wire_req_t    req;
     kvp_client_h      c;
     kvp_key128_t      key = {0x1234, 0x5678}, *keys;
     size_t            len;
@@ -141,15 +226,7 @@ int main(void)
     }
     raw.got = 0;
     for (int r = 0; r < NREQ; r++) {
-        memset(&req, 0, sizeof(req));
-        req.op        = KVP_WIRE_OP_GET_PAGES;
-        req.req_id    = 100 + (uint64_t)r;
-        req.ns        = NS;
-        req.n_keys    = nkeys;
-        req.keys      = keys;
-        req.layers    = 1;
-        req.max_bytes = UINT32_MAX;
-        test_raw_send(&raw, &req, NULL, 0, NULL);
+        raw_get_big(&raw, 100 + (uint64_t)r, keys, nkeys);
     }
     /* the raw client does not progress now: its replies are not taken. Another client is
      * served meanwhile (the requests above have been handled or held back by now). */
@@ -177,6 +254,7 @@ int main(void)
     EXPECT(test_node_stop(&node, SIGTERM) == 0, "node exit");
     test_node_rmdir(&node);
     stalled_sender();
+    flooding_reader(keys, nkeys, pages, &len);
     kvp_free(keys);
     kvp_free(page);
     return kvp_test_result("test_backlog");

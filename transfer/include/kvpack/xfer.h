@@ -52,6 +52,7 @@ enum kvp_xfer_params_field {
     KVP_XFER_PARAM_CONN_MSGS_MAX = KVP_BIT(6),
     KVP_XFER_PARAM_SEND_TIMEOUT = KVP_BIT(7),
     KVP_XFER_PARAM_MAX_CONNS    = KVP_BIT(8),
+    KVP_XFER_PARAM_CONN_UNSENT_MAX = KVP_BIT(9),
 };
 
 typedef struct kvp_xfer_params {
@@ -110,6 +111,14 @@ typedef struct kvp_xfer_params {
                                          logged once per 10 s with the count: clients past it
                                          cannot run the process out of file descriptors.
                                          Default 0: no limit */
+    size_t             conn_unsent_max; /* a connection that sends a message past
+                                         conn_msgs_max while this many bytes of sends to it are
+                                         in flight (it does not take what it is sent) is closed
+                                         (KVP_ERR_BUSY, reported to conn_cb) instead of being
+                                         answered: each refusal's answer would wait behind the
+                                         others, so a peer that floods and never reads could
+                                         make the process hold answers without bound. Default
+                                         0: no limit */
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
