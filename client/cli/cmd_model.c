@@ -244,19 +244,24 @@ static kvp_status_t apply_regions(const opts_t *o, kvp_run_t *run)
     return KVP_OK;
 }
 
-static int parse_codecs(opts_t *o, const kvp_model_t *m)
+/* --ref: lane 0, checked before the model loads (a typo costs no load) */
+static int parse_ref(opts_t *o)
 {
-    kvp_codec_id_t ref;
-    char           buf[256], *save = NULL, *tok;
-
     if (strcmp(o->ref, "fp32") == 0) {
-        ref = KVP_KVC_FP32;
+        o->lanes[0] = KVP_KVC_FP32;
     } else if (strcmp(o->ref, "fp16") == 0) {
-        ref = KVP_CODEC_FP16;
+        o->lanes[0] = KVP_CODEC_FP16;
     } else {
         return kvp_cli_usage_error("model", "--ref wants fp16 or fp32, got '%s'", o->ref);
     }
-    o->lanes[0]   = ref;
+    return 0;
+}
+
+/* The lanes after parse_ref's: --codec's list (its geometry checks need the model's) */
+static int parse_codecs(opts_t *o, const kvp_model_t *m)
+{
+    char buf[256], *save = NULL, *tok;
+
     o->spec[0][0] = '\0';
     o->n_lanes    = 1;
     snprintf(buf, sizeof(buf), "%s", o->codec);
@@ -629,6 +634,13 @@ int kvp_cmd_model(int argc, char **argv)
     if (o.dump != NULL && kvp_cli_out_path_check("model", "--dump-kv", o.dump, NULL) != 0) {
         return 2;
     }
+    if ((o.node != NULL || o.session != NULL) &&
+        (strchr(o.codec, ',') != NULL || strcmp(o.codec, "all") == 0)) {
+        return kvp_cli_usage_error("model", "--node takes one codec (--codec NAME)");
+    }
+    if (parse_ref(&o) != 0) {
+        return 2;
+    }
     status = kvp_model_load(o.model, o.tokenizer, &m);
     if (status != KVP_OK) {
         fprintf(stderr, "kvpack model: cannot load %s: %s\n", o.model, kvp_status_str(status));
@@ -639,10 +651,7 @@ int kvp_cmd_model(int argc, char **argv)
         rc = check_fused(&o);
     }
     if (rc == 0) {
-        if ((o.node != NULL || o.session != NULL) && (strchr(o.codec, ',') != NULL ||
-            strcmp(o.codec, "all") == 0)) {
-            rc = kvp_cli_usage_error("model", "--node takes one codec (--codec NAME)");
-        } else if (o.node != NULL || o.session != NULL) {
+        if (o.node != NULL || o.session != NULL) {
             kvp_model_node_params_t np = {
                 .model = o.model, .tokenizer = o.tokenizer, .node = o.node,
                 .session = o.session, .prompt = o.prompt, .codec = o.lanes[o.n_lanes - 1],

@@ -35,20 +35,15 @@ static uint8_t *request_pack(const char *op, const load_opts_t *o, uint64_t req_
     kvp_key128_t   keys[KVP_WIRE_MAX_KEYS];
     uint8_t       *hdr;
 
-    memset(&req, 0, sizeof(req));
-    req.req_id = req_id;
     if (strcmp(op, "get") == 0) {
-        req.op        = KVP_WIRE_OP_GET_PAGES;
-        req.ns        = NS;
         for (unsigned i = 0; i < o->keys; i++) {
             keys[i] = o->key;
         }
-        req.n_keys    = o->keys;
-        req.keys      = keys;
-        req.layers    = 1;
-        req.max_bytes = 64u << 20;
+        test_get_req(&req, req_id, NS, keys, o->keys, 64u << 20);
     } else {
-        req.op = KVP_WIRE_OP_STAT;
+        memset(&req, 0, sizeof(req));
+        req.req_id = req_id;
+        req.op     = KVP_WIRE_OP_STAT;
     }
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, hl));
     return hdr;

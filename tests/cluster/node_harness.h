@@ -415,6 +415,20 @@ static inline void test_raw_open_up(test_raw_t *r, uint16_t port)
     kvp_free(hdr);
 }
 
+/* A GET_PAGES request of keys[0..n_keys) in ns, layer 0, replies of up to max_bytes of pages */
+static inline void test_get_req(kvp_wire_req_t *req, uint64_t req_id, uint64_t ns,
+                                kvp_key128_t *keys, uint32_t n_keys, uint32_t max_bytes)
+{
+    memset(req, 0, sizeof(*req));
+    req->op        = KVP_WIRE_OP_GET_PAGES;
+    req->req_id    = req_id;
+    req->ns        = ns;
+    req->n_keys    = n_keys;
+    req->keys      = keys;
+    req->layers    = 1;
+    req->max_bytes = max_bytes;
+}
+
 static inline void test_raw_send_status(void *arg, kvp_status_t status)
 {
     *(kvp_status_t *)arg = status;

@@ -42,14 +42,7 @@ static void raw_get_big(test_raw_t *r, uint64_t req_id, kvp_key128_t *keys, uint
 {
     kvp_wire_req_t req;
 
-    memset(&req, 0, sizeof(req));
-    req.op        = KVP_WIRE_OP_GET_PAGES;
-    req.req_id    = req_id;
-    req.ns        = NS;
-    req.n_keys    = nkeys;
-    req.keys      = keys;
-    req.layers    = 1;
-    req.max_bytes = UINT32_MAX;
+    test_get_req(&req, req_id, NS, keys, nkeys, UINT32_MAX);
     test_raw_send(r, &req, NULL, 0, NULL);
 }
 

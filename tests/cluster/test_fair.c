@@ -44,14 +44,7 @@ static void flood_main(uint16_t port, kvp_key128_t key, int busy_fd)
     int            told = 0;
 
     test_raw_open_up(&r, port);
-    memset(&req, 0, sizeof(req));
-    req.op        = KVP_WIRE_OP_GET_PAGES;
-    req.req_id    = 7;
-    req.ns        = NS;
-    req.n_keys    = 1;
-    req.keys      = &key;
-    req.layers    = 1;
-    req.max_bytes = 1u << 20;
+    test_get_req(&req, 7, NS, &key, 1, 1u << 20);
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl));
     for (;;) {
         for (int i = 0; i < 64; i++) {

@@ -90,15 +90,8 @@ static void reply_in_flight(void)
     for (int i = 0; i < 8; i++) {
         keys[i] = key;
     }
-    memset(&req, 0, sizeof(req));
-    req.op        = KVP_WIRE_OP_GET_PAGES;
-    req.req_id    = 2;
-    req.ns        = NS;
-    req.n_keys    = 8;
-    req.keys      = keys;
-    req.layers    = 1;
-    req.max_bytes = UINT32_MAX;
-    raw.got       = 0;
+    test_get_req(&req, 2, NS, keys, 8, UINT32_MAX);
+    raw.got = 0;
     test_raw_send(&raw, &req, NULL, 0, NULL); /* not progressed: the reply is not taken */
     usleep(300000);                           /* the node answered (not a check) */
     CHECK(kill(n.pid, SIGTERM) == 0);
