@@ -74,6 +74,12 @@ bool kvp_cli_range(const char *cmd, const char *opt, uint64_t v, uint64_t lo, ui
 bool kvp_cli_geometry(const char *cmd, const char *heads_opt, uint64_t heads,
                       const char *head_dim_opt, uint64_t head_dim, const char *page_tokens_opt,
                       uint64_t page_tokens);
+/* codec takes pages of heads x head_dim x page_tokens (already within kvp_cli_geometry's ranges:
+ * kvp_codec_check): true; else the usage error "CODEC does not take pages of heads H, head_dim D,
+ * P tokens: it takes RULE" (kvp_codec_geometry_rule) and false: the caller exits 2, before
+ * any work (a demo used to fail in its prefill child, a bench after its set-up). */
+bool kvp_cli_codec_fits(const char *cmd, kvp_codec_id_t codec, uint64_t heads, uint64_t head_dim,
+                        uint64_t page_tokens);
 /* Report an unknown option (kvp_cli_usage_error) and return exit status 2. */
 int  kvp_opt_unknown(const char *cmd, const char *arg);
 /* The codec named name into *codec_p and true; else the usage error "kvpack CMD: unknown codec

@@ -147,6 +147,26 @@ bool kvp_cli_geometry(const char *cmd, const char *heads_opt, uint64_t heads,
            kvp_cli_range(cmd, page_tokens_opt, page_tokens, 1, KVP_PAGE_MAX_TOKENS);
 }
 
+bool kvp_cli_codec_fits(const char *cmd, kvp_codec_id_t codec, uint64_t heads, uint64_t head_dim,
+                        uint64_t page_tokens)
+{
+    kvp_page_params_t pp;
+
+    memset(&pp, 0, sizeof(pp));
+    pp.codec       = codec;
+    pp.heads       = (uint32_t)heads;
+    pp.head_dim    = (uint32_t)head_dim;
+    pp.page_tokens = (uint32_t)page_tokens;
+    if (kvp_codec_check(&pp) == KVP_OK) {
+        return true;
+    }
+    kvp_cli_usage_error(cmd, "%s does not take pages of heads %llu, head_dim %llu, %llu tokens: "
+                        "it takes %s", kvp_codec_name(codec), (unsigned long long)heads,
+                        (unsigned long long)head_dim, (unsigned long long)page_tokens,
+                        kvp_codec_geometry_rule(codec));
+    return false;
+}
+
 bool kvp_opt_kv(int argc, char **argv, int *i, kvp_opt_kv_t *kv)
 {
     return kvp_opt_str(argc, argv, i, "--codec", &kv->codec) ||

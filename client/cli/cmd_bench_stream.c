@@ -487,6 +487,7 @@ int kvp_cmd_bench_stream(int argc, char **argv)
     if (!kvp_cli_range("bench stream", "--reps", o.kv.reps, 1, MAX_REPS) ||
         !kvp_cli_geometry("bench stream", "--heads", o.kv.heads, "--head-dim", o.kv.head_dim,
                           "--page-tokens", o.kv.page_tokens) ||
+        !kvp_cli_codec_fits("bench stream", codec, o.kv.heads, o.kv.head_dim, o.kv.page_tokens) ||
         !kvp_cli_range("bench stream", "--tokens", o.kv.tokens, o.kv.page_tokens, 1u << 24) ||
         !kvp_cli_range("bench stream", "--layers", o.kv.layers, 2, 1024) ||
         (o.replicas != 0 && /* 0, as when not given: one node, no replicas */

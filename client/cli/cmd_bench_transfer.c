@@ -257,6 +257,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     double               t_q = 0, t_f = 0, t_get = 0, pt = NAN, pt_shm = NAN, fp16_equiv;
     double               cpu_c = NAN, cpu_n = NAN, pt_same;
     bool                 none;
+    const char          *err_from = "--err-mode";
     pid_t                node = -1;
     uint16_t             port;
     kvp_status_t         s;
@@ -286,6 +287,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     if (!kvp_cli_range("bench transfer", "--reps", o.kv.reps, 1, 64) ||
         !kvp_cli_geometry("bench transfer", "--heads", o.kv.heads, "--head-dim", o.kv.head_dim,
                           "--page-tokens", o.kv.page_tokens) ||
+        !kvp_cli_codec_fits("bench transfer", codec, o.kv.heads, o.kv.head_dim,
+                            o.kv.page_tokens) ||
         !kvp_cli_range("bench transfer", "--tokens", o.kv.tokens, o.kv.page_tokens, 1u << 24) ||
         !kvp_cli_range("bench transfer", "--layers", o.kv.layers, 1, 1024) ||
         !kvp_cli_range("bench transfer", "--inflight", o.inflight, 1, 8) ||
@@ -293,11 +296,13 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         return 2;
     }
     if (o.err_mode == NULL) {
-        o.err_mode = getenv("KVP_UCX_ERR_MODE");
-        o.err_mode = (o.err_mode != NULL && o.err_mode[0] != '\0') ? o.err_mode : "peer";
+        const char *env = getenv("KVP_UCX_ERR_MODE");
+
+        err_from = "KVP_UCX_ERR_MODE"; /* the error names where the bad value came from */
+        o.err_mode = (env != NULL && env[0] != '\0') ? env : "peer";
     }
     if (strcmp(o.err_mode, "peer") != 0 && strcmp(o.err_mode, "none") != 0) {
-        return kvp_cli_usage_error("bench transfer", "--err-mode wants peer or none, got '%s'",
+        return kvp_cli_usage_error("bench transfer", "%s wants peer or none, got '%s'", err_from,
                                    o.err_mode);
     }
     none = strcmp(o.err_mode, "none") == 0;

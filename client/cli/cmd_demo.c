@@ -99,7 +99,8 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
     if (!kvp_cli_range("demo", "--layers", o->layers, 1, 1024) ||
         !kvp_cli_range("demo", "--tokens", o->tokens, 1, 1u << 22) ||
         !kvp_cli_geometry("demo", "--heads", o->heads, "--head-dim", o->head_dim,
-                          "--page-tokens", o->page_tokens)) {
+                          "--page-tokens", o->page_tokens) ||
+        !kvp_cli_codec_fits("demo", o->codec, o->heads, o->head_dim, o->page_tokens)) {
         return 2;
     }
     return 0;

@@ -155,6 +155,12 @@ int kvp_cmd_eval(int argc, char **argv)
         kvp_kv_free(&kv);
         return 1;
     }
+    /* one codec named that cannot take this geometry (of the options or of the file): its error
+     * alone; 'all' reports each codec it cannot run and goes on with the others */
+    if (nlist == 1 && !kvp_cli_codec_fits("eval", list[0], kv.heads, kv.head_dim, P)) {
+        kvp_kv_free(&kv);
+        return 2;
+    }
     for (int c = 0; c < nlist; c++) {
         kvp_eval_params_t ep = {list[c], (uint32_t)P, prerot ? KVP_PAGE_F_V_PREROT : 0,
                                 (uint32_t)iters, (uint32_t)queries, seed};

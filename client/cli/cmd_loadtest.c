@@ -270,7 +270,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
     }
     if (!kvp_cli_range("loadtest", "--layers", o->layers, 1, 1024) ||
         !kvp_cli_geometry("loadtest", "--heads", o->heads, "--head-dim", o->head_dim,
-                          "--page-tokens", o->page_tokens)) {
+                          "--page-tokens", o->page_tokens) ||
+        !kvp_cli_codec_fits("loadtest", o->codec, o->heads, o->head_dim, o->page_tokens)) {
         return 2;
     }
     if (KVP_LT_BLOCK_TOKENS % o->page_tokens != 0) { /* a trace block is whole pages */

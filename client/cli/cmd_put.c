@@ -297,7 +297,6 @@ static void put_report(const put_opts_t *p, const kvp_kv_t *kv, const put_state_
 /* Check the dump against the codec, encode and ship it; returns the exit status. */
 static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
 {
-    kvp_page_params_t    pp = put_params(p, kv, p->codec, 0);
     kvp_cluster_report_t rep;
     put_state_t          st;
     uint32_t            *ids = NULL;
@@ -306,19 +305,11 @@ static int put_run(const put_opts_t *p, const kvp_kv_t *kv)
     int                  rc;
 
     memset(&st, 0, sizeof(st));
-    for (int fp16 = 0; fp16 < 2; fp16++) { /* the codec's pages, and fp16 sink and tail pages */
-        kvp_codec_id_t codec = fp16 ? KVP_CODEC_FP16 : p->codec;
-
-        pp.codec = codec;
-        s        = kvp_codec_check(&pp);
-        if (s != KVP_OK) {
-            fprintf(stderr, "kvpack put: codec %s cannot encode %u heads x %u dims with P %llu "
-                            "(%s): it takes %s\n", kvp_codec_name(codec), kv->heads, kv->head_dim,
-                    (unsigned long long)p->P, kvp_status_str(s), kvp_codec_geometry_rule(codec));
-            return 1;
-        }
+    /* the codec's pages, and fp16 sink and tail pages, of the dump's geometry */
+    if (!kvp_cli_codec_fits("put", p->codec, kv->heads, kv->head_dim, p->P) ||
+        !kvp_cli_codec_fits("put", KVP_CODEC_FP16, kv->heads, kv->head_dim, p->P)) {
+        return 2;
     }
-    pp.codec = p->codec;
     rc = kvp_cli_open("put", &p->o, put_progress, &cl);
     if (rc != 0) {
         return rc;

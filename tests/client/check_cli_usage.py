@@ -191,6 +191,10 @@ usage_error("bench codec", ["--window-s", "nan"], "--window-s expects a finite n
 usage_error("get", ["--node", NODE, "--session", "x", "--ns", "zz", "--out",
                     os.path.join(tmp, "o.kvd")], "--ns wants a hex namespace", "got 'zz'")
 usage_error("rm", ["--node", NODE, "--session", "x", "--ns", "-1"], "--ns wants a hex namespace")
+# a bad error mode from the environment names the variable, not an option never given
+env["KVP_UCX_ERR_MODE"] = "bogus"
+usage_error("bench transfer", [], "KVP_UCX_ERR_MODE wants peer or none, got 'bogus'")
+del env["KVP_UCX_ERR_MODE"]
 
 # 5. a .kvd that cannot be read: one line under the command's name with the reason
 missing = os.path.join(tmp, "missing.kvd")
@@ -208,6 +212,23 @@ one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", short], 1,
          f"kvpack put: {short}: ", "needs 536 bytes, the file has 124", "nothing was sent")
 one_line([KVPACK, "put", "--node", NODE, "--session", "x", "--kvd", tmp], 1,
          f"kvpack put: cannot open {tmp}: Is a directory")
+
+# 5b. a codec that cannot take the geometry: the usage error with the codec's rule, before any
+#     work (demo failed in its prefill child after starting a node, the benches after set-up,
+#     eval with a log line and a second one)
+rule = "it takes head_dim below 32 or a multiple of 32"
+odd = "kivi does not take pages of heads 8, head_dim 100, 128 tokens"
+for cmd, extra in [("demo", []), ("bench transfer", []), ("bench stream", []),
+                   ("eval", ["--synthetic"]),
+                   ("loadtest", ["--local-nodes", "1", "--users", "1", "--rounds", "1",
+                                 "--turn-tokens", "64", "--heads", "8"])]:
+    usage_error(cmd, [*extra, "--codec", "kivi", "--head-dim", "100"], odd, rule)
+dump100 = os.path.join(tmp, "d100.kvd")  # a dump of head_dim 100: the file names the geometry
+kvptest.write_kvd(dump100, 1, 4, 1, 100, [0.5] * (2 * 4 * 100))
+usage_error("put", ["--node", NODE, "--session", "x", "--kvd", dump100, "--codec", "kivi"],
+            "kivi does not take pages of heads 1, head_dim 100, 128 tokens", rule)
+usage_error("eval", ["--input", dump100, "--codec", "oscar"],
+            "oscar does not take pages of heads 1, head_dim 100, 128 tokens")
 
 # 6. every --node item HOST:PORT, port 1..65535, checked with the options
 for bad, why in [("127.0.0.1", "it has no :PORT"), ("127.0.0.1:0", "1..65535"),
