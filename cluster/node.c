@@ -37,11 +37,11 @@
  * transport's conn_msgs_max, so it counts them all. More are answered KVP_ERR_BUSY at once (a
  * large one's send fails KVP_ERR_BUSY). libkvpack keeps at most 8 in flight per connection. */
 #define NODE_CONN_QUEUE_MAX 256u
-/* Replies a connection has not taken yet (its sends in flight: a client that stops reading, or
- * reads slowly): past this its next request waits (its strand is parked) until they drain, so a
- * client cannot make the node hold unbounded reply memory with small requests (nor with
- * refusals: NODE_CONN_UNSENT_CLOSE). 8 GET_PAGES of the client's default 4 MiB batches stay well
- * under it. */
+/* Replies a connection has not taken yet (its sends in flight, each counted 1 KiB more for its
+ * bookkeeping: a client that stops reading, or reads slowly): past this its next request waits
+ * (its strand is parked) until they drain, so a client cannot make the node hold unbounded reply
+ * memory with small requests (nor with refusals: NODE_CONN_UNSENT_CLOSE). 8 GET_PAGES of the
+ * client's default 4 MiB batches stay well under it. */
 #define NODE_CONN_UNSENT_MAX (64u << 20)
 #define NODE_SEND_TIMEOUT_S  30u /* --send-timeout default */
 #define NODE_STOP_DRAIN_MS   5000u /* a stop waits this long for replies not taken yet */
@@ -49,10 +49,11 @@
  * client asks again for the rest, as for any short reply. */
 #define NODE_REPLY_MAX (64u << 20)
 /* Replies not taken past which a connection sent a refusal (past NODE_CONN_QUEUE_MAX) is closed
- * instead (the transport's conn_unsent_max): its strand parks at NODE_CONN_UNSENT_MAX and the
- * reply running then adds at most NODE_REPLY_MAX and a header, so past those only ERR_BUSY answers
- * pile up, 2 MiB of them (tens of thousands) at most. A libkvpack client (8 in flight) is never
- * refused, so never closed this way. */
+ * instead (the transport's conn_unsent_max): its strand parks at NODE_CONN_UNSENT_MAX, and the
+ * reply running then adds at most NODE_REPLY_MAX, so past those only the refusals' answers pile
+ * up behind the rest, 2 MiB of them at most (each counted 1 KiB more: ~2,000 answers). A client
+ * that takes its replies, even slowly, stays under it; a libkvpack client (8 in flight) is never
+ * refused at all. */
 #define NODE_CONN_UNSENT_CLOSE ((size_t)NODE_CONN_UNSENT_MAX + NODE_REPLY_MAX + (2u << 20))
 
 typedef struct {

@@ -91,7 +91,8 @@ struct kvp_xfer_conn {
     char                  peer[64];
     struct kvp_xfer_conn *dead_next;
     void                 *user;      /* kvp_xfer_conn_set_user */
-    size_t                unsent;    /* bytes of its sends UCX has not completed */
+    size_t                unsent;    /* bytes of its sends UCX has not completed, each counted
+                                      * XFER_SEND_COST more (kvp_xfer_conn_unsent) */
     uint64_t              sends_moved_ns; /* its last send completion, or a send made while
                                            * none was in flight: send_deadlines' clock */
     kvp_list_t            rx_order;  /* its messages not handed to recv_cb yet, arrival order */
@@ -165,9 +166,15 @@ typedef struct send_req {
     void              *stage;     /* contiguous copy of a multi-iov payload (bulk buffer) */
     size_t             stage_cap;
     ucp_dt_iov_t      *iov;       /* an eager multi-iov payload, packed by UCX from its pieces */
-    size_t             bytes;     /* header and payload, counted in conn->unsent */
+    size_t             bytes;     /* header, payload and XFER_SEND_COST: in conn->unsent */
     uint64_t           made_ns;   /* when it was made (send_deadlines) */
 } send_req_t;
+
+/* What a send in flight holds besides its header and payload (this record, the header copy,
+ * UCX's request, the user's reply context: ~300-600 B measured), counted in conn->unsent with
+ * them, so a peer that takes none of many tiny replies reaches the same limits (the user's,
+ * conn_unsent_max) as one that leaves large ones, before their memory does. */
+#define XFER_SEND_COST 1024u
 
 /* ---- private: bulk buffers ----
  * Rendezvous receive buffers and send staging buffers are reused instead of malloc'd per
@@ -552,6 +559,11 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         count_logged(&x->rej_stray, "from unknown or failed endpoints", "message", "dropped");
         return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
     }
+    /* Past its held messages first, so that no refusal (also of a message over a limit, below)
+     * escapes the cap and msg_refuse's close */
+    if (x->conn_msgs_max != 0 && conn->held >= x->conn_msgs_max) {
+        return msg_refuse(conn, header, header_length, length, rndv);
+    }
     /* Over a limit: a rendezvous message's send fails KVP_ERR_TOO_LARGE; an eager one (also a
      * large one sent before its connection's wireup completed) is answered the same way through
      * recv_cb, as its sender's send has already completed. */
@@ -566,9 +578,6 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
                      length, conn->peer, x->max_msg);
         return rndv ? UCS_ERR_EXCEEDS_LIMIT
                     : eager_refuse(conn, header, header_length, length, KVP_ERR_TOO_LARGE);
-    }
-    if (x->conn_msgs_max != 0 && conn->held >= x->conn_msgs_max) {
-        return msg_refuse(conn, header, header_length, length, rndv);
     }
     m = msg_new(conn, header, header_length, length);
     if (m == NULL) {
@@ -1391,7 +1400,7 @@ kvp_status_t kvp_xfer_send(kvp_xfer_conn_h conn, const void *hdr, size_t hdr_len
         }
         return status;
     }
-    s->bytes   = hdr_len + total;
+    s->bytes   = hdr_len + total + XFER_SEND_COST;
     s->made_ns = kvp_time_ns();
     if (conn->unsent == 0) {
         conn->sends_moved_ns = s->made_ns; /* nothing was waiting for the peer before */

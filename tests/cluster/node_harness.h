@@ -140,22 +140,29 @@ static inline uint8_t *test_big_page(uint32_t ntok, kvp_key128_t key, uint32_t c
     return page;
 }
 
-/* resident memory of process pid in MiB (/proc/PID/status VmRSS) */
-static inline long test_node_rss_mib(pid_t pid)
+/* A memory figure of process pid in MiB: field is "VmRSS" (resident now) or "VmHWM" (the most
+ * it was resident), from /proc/PID/status */
+static inline long test_node_mem_mib(pid_t pid, const char *field)
 {
-    char  path[64], line[256];
-    long  kb = -1;
-    FILE *f;
+    char   path[64], line[256];
+    long   kb = -1;
+    size_t fl = strlen(field);
+    FILE  *f;
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     f = fopen(path, "r");
     CHECK(f != NULL);
-    while (fgets(line, sizeof(line), f) != NULL && sscanf(line, "VmRSS: %ld", &kb) != 1) {
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, field, fl) == 0 && line[fl] == ':' && sscanf(line + fl + 1, "%ld", &kb) == 1) {
+            break;
+        }
     }
     fclose(f);
     CHECK(kb >= 0);
     return kb / 1024;
 }
+
+static inline long test_node_rss_mib(pid_t pid) { return test_node_mem_mib(pid, "VmRSS"); }
 
 static inline void test_node_rmdir(test_node_t *n)
 {

@@ -173,8 +173,9 @@ void         kvp_xfer_wake(kvp_xfer_h x);
  * it. It lives as long as the connection handle, which a received message keeps alive. */
 void         kvp_xfer_conn_set_user(kvp_xfer_conn_h conn, void *user);
 void        *kvp_xfer_conn_user(kvp_xfer_conn_h conn);
-/* Bytes of the connection's sends still in flight (started, not completed): replies a peer has
- * not taken yet stay here (a rendezvous send until the peer pulls it). */
+/* Bytes of the connection's sends still in flight (started, not completed), each counted 1 KiB
+ * more for what it holds besides its bytes: replies a peer has not taken yet stay here (a
+ * rendezvous send until the peer pulls it). */
 size_t       kvp_xfer_conn_unsent(kvp_xfer_conn_h conn);
 /* Progress (kvp_xfer_wait, callbacks run) until no send is in flight on an open connection and
  * every open connection is flushed (what UCX completed but still holds in its copy buffers is
