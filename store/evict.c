@@ -25,9 +25,10 @@ static kvp_tier_mode_t write_mode(kvp_store_h st, bool sync)
 /* Add a session to a WriteBatch: its record, every page of it not on disk yet and not in the
  * batch already (segment pages are referenced, not copied: they stay pinned by the hot session
  * until the commit returns) and its namespace profile unless already saved (*gen_p, for
- * sess_written). Pages added are marked batched: sess_batch_unmark before the lock is dropped. */
+ * sess_written). Pages added are marked batched: sess_batch_unmark before the lock is dropped;
+ * and they get the batch's seq (batch_seq_next), by which sess_written knows them. */
 static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
-                                   uint32_t *gen_p)
+                                   uint32_t seq, uint32_t *gen_p)
 {
     uint8_t     *blob;
     size_t       blen, n = kvp_store_sess_page_count(s);
@@ -48,11 +49,23 @@ static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch
             kvp_tier_batch_put_page(st->tier, b, &pk, p->slot.ptr, p->len);
             p->batched = true;
         }
+        if (p->batched) {
+            p->batch_seq = seq;
+        }
     }
     kvp_tier_batch_put_session(st->tier, b, s->key.ns, s->key.sid, blob, blen);
     kvp_store_ns_batch_add(st, s->key.ns, b, gen_p);
     kvp_free(blob);
     return KVP_OK;
+}
+
+/* The seq of a session write batch about to be built: never 0, which no page carries yet */
+static uint32_t batch_seq_next(kvp_store_h st)
+{
+    if (++st->batch_seq == 0) {
+        st->batch_seq = 1;
+    }
+    return st->batch_seq;
 }
 
 static void sess_batch_unmark(kvp_sess_t *s)
@@ -64,7 +77,7 @@ static void sess_batch_unmark(kvp_sess_t *s)
 
 /* The session's own WriteBatch (sess_batch_add). */
 static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t **b_p,
-                                     uint32_t *gen_p)
+                                     uint32_t *seq_p, uint32_t *gen_p)
 {
     kvp_tier_batch_t *b = kvp_tier_batch_create();
     kvp_status_t      status;
@@ -73,7 +86,8 @@ static kvp_status_t sess_batch_build(kvp_store_h st, kvp_sess_t *s, kvp_tier_bat
         KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->key.sid);
         return KVP_ERR_NO_MEMORY;
     }
-    status = sess_batch_add(st, s, b, gen_p);
+    *seq_p = batch_seq_next(st);
+    status = sess_batch_add(st, s, b, *seq_p, gen_p);
     sess_batch_unmark(s);
     if (status != KVP_OK) {
         kvp_tier_batch_destroy(b);
@@ -109,9 +123,16 @@ static void sess_unsynced(kvp_store_h st, kvp_sess_t *s)
     kvp_list_push_tail(&st->unsynced, &s->unsynced_link);
 }
 
-/* A commit naming the session returned OK: its record and pages are on disk. */
-static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, uint32_t gen)
+/* A commit naming the session returned OK: its record and the pages batch seq carried are on
+ * disk. Not every page with bytes now: one with none when the batch was built (its copy found
+ * bad) may have been put again while a group's commit ran without the lock; marked on disk, its
+ * only copy would have been dropped as the session went cold. Such a page leaves the session
+ * dirty (and hot: sess_spilled), for the next spill to write. */
+static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, uint32_t seq,
+                         uint32_t gen)
 {
+    bool left = false;
+
     kvp_store_ns_batch_done(st, s->key.ns, gen);
     if (mode == KVP_TIER_SYNC) {
         kvp_store_sess_synced(st, s);
@@ -119,18 +140,21 @@ static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, ui
         sess_unsynced(st, s);
     }
     for (size_t i = 0; i < kvp_store_sess_page_count(s); i++) {
-        s->pages[i]->on_disk = s->pages[i]->on_disk || s->pages[i]->slot.ptr != NULL;
+        kvp_page_t *p = s->pages[i];
+
+        p->on_disk = p->on_disk || (p->slot.ptr != NULL && p->batch_seq == seq);
+        left       = left || (p->slot.ptr != NULL && !p->on_disk);
     }
     s->on_disk = true;
-    s->dirty   = false;
+    s->dirty   = left;
     kvp_store_sess_orphans_let_go(st, s); /* the older record they belonged to is replaced */
 }
 
 static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
-                            kvp_tier_mode_t mode, uint32_t gen, kvp_status_t status)
+                            kvp_tier_mode_t mode, uint32_t seq, uint32_t gen, kvp_status_t status)
 {
     if (status == KVP_OK) {
-        sess_written(st, s, mode, gen);
+        sess_written(st, s, mode, seq, gen);
         st->stats.spill_bytes += kvp_tier_batch_bytes(b);
     } else {
         st->stats.disk_errors++;
@@ -141,15 +165,15 @@ static void sess_write_done(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch_t *b,
 kvp_status_t kvp_store_sess_write(kvp_store_h st, kvp_sess_t *s, bool sync)
 {
     kvp_tier_batch_t *b;
-    uint32_t          gen;
+    uint32_t          gen, seq;
     kvp_tier_mode_t   mode   = write_mode(st, sync);
-    kvp_status_t      status = sess_batch_build(st, s, &b, &gen);
+    kvp_status_t      status = sess_batch_build(st, s, &b, &seq, &gen);
 
     if (status != KVP_OK) {
         return status;
     }
     status = kvp_store_commit(st, b, mode);
-    sess_write_done(st, s, b, mode, gen, status);
+    sess_write_done(st, s, b, mode, seq, gen, status);
     return status;
 }
 
@@ -185,10 +209,11 @@ static void time_record(uint64_t *sum_ns, uint64_t *hist, uint64_t t0)
     hist[kvp_hist_bucket(d)]++;
 }
 
-/* The end of both spills (begun at t0): on success the session goes cold. */
+/* The end of both spills (begun at t0): on success the session goes cold, unless sess_written
+ * left it dirty (a page of it put again during the commit: the next spill writes it). */
 static kvp_status_t sess_spilled(kvp_store_h st, kvp_sess_t *s, kvp_status_t status, uint64_t t0)
 {
-    if (status != KVP_OK) {
+    if (status != KVP_OK || s->dirty) {
         return status;
     }
     st->stats.spills++;
@@ -247,16 +272,18 @@ typedef struct {
     uint32_t gen;
 } group_member_t;
 
-/* Build the group's one WriteBatch (*b_p, NULL when no member writes) from the hot, idle ones of
- * v[0..n), compacted to the front; returns how many. A member whose part cannot be built ends
- * the group before it (a later round meets it first); *status_p is its error if it was first. */
+/* Build the group's one WriteBatch (*b_p, NULL when no member writes; its seq *seq_p) from the
+ * hot, idle ones of v[0..n), compacted to the front; returns how many. A member whose part
+ * cannot be built ends the group before it (a later round meets it first); *status_p is its
+ * error if it was first. */
 static size_t group_build(kvp_store_h st, kvp_sess_t **v, size_t n, group_member_t *g,
-                          kvp_tier_batch_t **b_p, kvp_status_t *status_p)
+                          kvp_tier_batch_t **b_p, uint32_t *seq_p, kvp_status_t *status_p)
 {
     size_t       m      = 0;
     kvp_status_t status = KVP_OK;
 
-    *b_p = NULL;
+    *b_p   = NULL;
+    *seq_p = batch_seq_next(st);
     for (size_t i = 0; i < n && status == KVP_OK; i++) {
         kvp_sess_t *s = v[i];
 
@@ -269,7 +296,7 @@ static size_t group_build(kvp_store_h st, kvp_sess_t **v, size_t n, group_member
             KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->key.sid);
             status = KVP_ERR_NO_MEMORY;
         } else if (g[m].write) {
-            status = sess_batch_add(st, s, *b_p, &g[m].gen);
+            status = sess_batch_add(st, s, *b_p, *seq_p, &g[m].gen);
         }
         if (status == KVP_OK) {
             v[m++] = s;
@@ -289,13 +316,14 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
     uint64_t          t0 = kvp_time_ns();
     kvp_status_t      status;
     bool              io = false;
+    uint32_t          seq;
     size_t            m;
 
     if (g == NULL) {
         KVP_LOG_ERROR(MOD, "no memory to spill %zu sessions", n);
         return KVP_ERR_NO_MEMORY;
     }
-    m = group_build(st, v, n, g, &b, &status);
+    m = group_build(st, v, n, g, &b, &seq, &status);
     for (size_t i = 0; i < m; i++) {
         io = io || g[i].write || v[i]->unsynced;
     }
@@ -312,7 +340,7 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
         for (size_t i = 0; i < m; i++) {
             v[i]->busy = false;
             if (status == KVP_OK && g[i].write) {
-                sess_written(st, v[i], KVP_TIER_SYNC, g[i].gen);
+                sess_written(st, v[i], KVP_TIER_SYNC, seq, g[i].gen);
             } else if (status == KVP_OK) {
                 kvp_store_sess_synced(st, v[i]);
             }

@@ -839,7 +839,6 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
     kvp_page_t     *p;
     kvp_nsprof_t   *prof;
     kvp_status_t    status;
-    bool            created = false;
 
     if (st == NULL || page == NULL) {
         KVP_LOG_ERROR(MOD, "page put with a NULL %s", st == NULL ? "store" : "page");
@@ -885,9 +884,14 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
             store_leave(st);
             return KVP_ERR_NO_MEMORY;
         }
-        created = true;
     }
+    /* pinned across the fill: making room can spill a session whose orphans' let-go drops the
+     * last reference to this entry (one such names it while it has no bytes anywhere: its disk
+     * copy found bad), which freed it under us */
+    p->pins++;
     status = page_fill(st, p, page, len, NULL);
+    p->pins--;
+    page_idle_update(st, p);
     if (status == KVP_OK) {
         page_put_counted(p);
         p->codec = (uint8_t)info.codec;
@@ -901,9 +905,7 @@ kvp_status_t kvp_store_page_put(kvp_store_h st, uint64_t ns, const void *page, s
         }
     }
     if (status != KVP_OK) {
-        if (created) {
-            page_maybe_free(st, p);
-        }
+        page_maybe_free(st, p); /* new, or no longer named while it waited for room */
         store_leave(st);
         return status;
     }

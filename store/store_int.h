@@ -71,6 +71,8 @@ typedef struct kvp_page_ref {
     bool                 deleting; /* in a delete batch being built (evict.c) */
     bool                 batched;  /* in a write batch being built (evict.c; cleared before the
                                     * lock is dropped): a group writes a shared page once */
+    uint32_t             batch_seq; /* the last write batch built with its bytes (evict.c): a
+                                     * commit marks it on disk only if it carried them */
     bool                 swept;    /* seen on disk by the open-time sweep */
     uint16_t             put_pending; /* page puts no record has named it for yet (saturating):
                                        * while > 0 and the last put is within the grace, it
@@ -277,6 +279,7 @@ struct kvp_store {
     uint64_t           scrub_rate;  /* bytes a second; 0 = off */
     struct kvp_scrub_cursor *scrub_cursor; /* the scrubber thread's place */
     uint64_t           write_gen;   /* bumped by every commit without an fsync that succeeded */
+    uint32_t           batch_seq;   /* the last session write batch built (evict.c), never 0 */
     uint64_t           synced_gen;  /* write_gen the last interval sync covered */
     kvp_list_t         unsynced;    /* unsynced sessions, oldest write_gen first */
     kvp_pool_t         pool;

@@ -1476,16 +1476,21 @@ unsigned kvp_xfer_progress(kvp_xfer_h x)
     return n;
 }
 
-/* Take a kvp_xfer_wake: clear the flag and the eventfd; 1 if there was one. */
-static int wake_take(kvp_xfer_h x)
+static void wake_drain(kvp_xfer_h x)
 {
     uint64_t v;
 
+    while (read(x->wake_fd, &v, sizeof(v)) > 0) {
+    }
+}
+
+/* Take a kvp_xfer_wake: clear the flag and the eventfd; 1 if there was one. */
+static int wake_take(kvp_xfer_h x)
+{
     if (!atomic_exchange_explicit(&x->woken, 0, memory_order_acq_rel)) {
         return 0;
     }
-    while (read(x->wake_fd, &v, sizeof(v)) > 0) {
-    }
+    wake_drain(x);
     return 1;
 }
 
@@ -1512,6 +1517,11 @@ void kvp_xfer_wait(kvp_xfer_h x, int timeout_ms)
     pfd[1].events  = POLLIN;
     pfd[1].revents = 0;
     (void)poll(pfd, 2, timeout_ms);
+    if (pfd[1].revents & POLLIN) {
+        /* also a wake's write that landed after wake_take had cleared its flag and drained:
+         * left there, every poll would return at once and this thread spin while idle */
+        wake_drain(x);
+    }
     (void)wake_take(x);
     kvp_xfer_progress(x);
 }

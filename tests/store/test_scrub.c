@@ -4,7 +4,8 @@
  * every page on disk once. The background thread finds the same at a rate of 1 MiB/s.
  * Six sessions of 4 chunks x 4 layers, 8 KiB pages. Pages of 4 KiB or less live inline in
  * RocksDB: a byte flipped in the SST that holds one is found by the same pass. A bad copy the
- * page's key no longer names (it was put again meanwhile) is left alone. */
+ * page's key no longer names (it was put again meanwhile) is left alone. A dropped page put again
+ * into a full pool while only an older version of its session named it is stored. */
 #include "store_int.h"
 #include "store_test_util.h"
 
@@ -264,11 +265,53 @@ static void case_stale_copy(const char *dir)
     }
 }
 
+/* A page the scrub dropped (its only copy, on disk, was bad) that an update of its session no
+ * longer names, put again into a full pool: making room spills the update, and letting go of
+ * the older version's pages drops this entry's last name while the put fills it. The entry must
+ * outlive the put (it was freed under it: the acknowledged page was not in the store, and the
+ * put wrote into freed memory). */
+static void case_reput_orphan(const char *dir)
+{
+    kvp_session_desc_t d[SESS], upd;
+    kvp_store_h        st;
+    kvp_page_ref_h     ref;
+    uint8_t           *page;
+    const void        *got;
+    size_t             len, glen, slot;
+
+    setup(dir, d);
+    page = t_page(&G, d[2].chunk_keys[1], 3, 1 * G.page_tokens, G.page_tokens, 0, &len);
+    slot = kvp_pool_slot_size(len);
+    /* room for the update's 16 pages and no more; the spiller stays out of it (high mark 1) */
+    st = t_open_store(dir, 16 * slot + slot / 2, KVP_DURABILITY_SPILL, 1.0, 0.9);
+    /* make_room in the put itself, as when the spiller's round ends short of room (with it, the
+     * put waits for the round and looks the entry up again) */
+    kvp_store_spiller_stop(st);
+    t_session(&G, 99, 0, 99, 4, 0, &upd);
+    CHECK_OK(t_put_session(st, NS, "s2", &G, &upd)); /* hot, not on disk: s2's pages orphans */
+    CHECK_OK(kvp_store_scrub(st, NULL));             /* the bad copy goes: no bytes anywhere */
+    CHECK(t_stats(st).crc_failures == 1);
+    CHECK_OK(kvp_store_page_put(st, NS, page, len)); /* the pool is full: the update spills */
+    CHECK(t_stats(st).spills >= 1);
+    CHECK_OK(kvp_store_page_get(st, NS, d[2].chunk_keys[1], 3, &ref));
+    got = kvp_page_ref_data(ref, &glen);
+    CHECK(got != NULL && glen == len && memcmp(got, page, len) == 0);
+    kvp_page_ref_release(ref);
+    CHECK_OK(t_check_session(st, NS, "s2", &G, &upd));
+    kvp_store_close(st);
+    kvp_free(page);
+    kvp_session_desc_clear(&upd);
+    for (int i = 0; i < SESS; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"pass", case_pass}, {"background", case_background},
                                      {"dram_copy", case_dram_copy}, {"inline", case_inline},
-                                     {"stale_copy", case_stale_copy}, {NULL, NULL}};
+                                     {"stale_copy", case_stale_copy},
+                                     {"reput_orphan", case_reput_orphan}, {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "scrub");
 }
