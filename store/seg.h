@@ -77,6 +77,12 @@ void kvp_segs_set_rfd_max(kvp_segs_t *segs, size_t max);
 /* fdatasync the active segment if anything was appended since its last one (a roll syncs the
  * segment it leaves, so this covers every byte appended so far). */
 kvp_status_t kvp_segs_sync(kvp_segs_t *segs);
+/* fsync every segment file in db_path/seg (none there: OK), before RocksDB opens: replaying its
+ * WAL flushes the records into a synced table, so a process killed before its interval sync
+ * would otherwise leave locators durable ahead of the bytes they name (those files are not
+ * open yet: kvp_segs_open comes after the db's). One that cannot be synced is logged and left
+ * (the open does not fail for it: its pages fail their checks later if its bytes are bad). */
+void kvp_segs_sync_files(const char *db_path);
 /* The same fdatasync without the tier's lock: begin (locked) returns a duplicate of the active
  * segment's fd and in *gen_p the appends it will cover, or -1 when nothing needs a sync (-2: no
  * fd; an error is logged); run (unlocked) fdatasyncs and closes that fd; end (locked, after run

@@ -434,6 +434,12 @@ static kvp_status_t db_reopen(kvp_tier_t *t, uint64_t gen, const char *why, bool
         KVP_LOG_WARN(MOD, "db %s: %s: %s", t->path, why,
                      rebuild ? "rebuilding the index from every record that reads"
                              : "opening it again");
+        /* the bytes first: the open replays the WAL into a synced table (and a rebuild copies
+         * the records back), making durable, under interval, locators whose bytes no sync has
+         * covered yet. Failed: logged; the reopen goes on (writes are stopped until it does) */
+        pthread_mutex_lock(&t->mu);
+        (void)kvp_segs_sync(t->segs);
+        pthread_mutex_unlock(&t->mu);
         tier_db_close(t);
         status = tier_db_open(t, !rebuild);
         if (t->db == NULL) { /* it was open a moment ago: nothing sensible is left to do */
@@ -551,6 +557,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
                              "cannot be opened on this full disk (a new write-ahead log, and the old "
                              "one replayed into a table file); free some space and start again");
     if (status == KVP_OK) {
+        kvp_segs_sync_files(params->path);
         status = tier_db_open(t, false);
     }
     if (status == KVP_OK) {
