@@ -1263,7 +1263,8 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
     s->last_ns = kvp_time_ns();
     kvp_list_push_tail(&st->hot_lru, &s->lru);
     tomb = kvp_tomb_find(&st->tombs, ns, sid); /* older than version: this put supersedes it */
-    if (tomb != NULL && kvp_store_tomb_clear(st, tomb) != KVP_OK) {
+    if (tomb != NULL &&
+        kvp_store_tomb_clear(st, tomb, st->durability != KVP_DURABILITY_SPILL) != KVP_OK) {
         KVP_LOG_WARN(MOD, "session %s: its older tombstone could not be cleared on disk; the "
                      "next open drops it", sid);
     }

@@ -235,7 +235,10 @@ kvp_status_t kvp_store_tomb_record(struct kvp_store *st, uint64_t ns, const char
                                    uint64_t version);
 void         kvp_store_tomb_batch_put(struct kvp_store *st, kvp_tier_batch_t *b, uint64_t ns,
                                       const char *sid, uint64_t version, uint64_t at_ns);
-kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e); /* disk, then table */
+/* Off the table, and first off the disk when disk (a put that supersedes it: not under spill
+ * durability, where that put is not on disk yet; the next open drops it once a newer record is
+ * there, and keeps it, still refusing older copies, when the put was lost) */
+kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e, bool disk);
 kvp_status_t kvp_store_tomb_load(struct kvp_store *st); /* open, after the sessions */
 void         kvp_store_tomb_expire(struct kvp_store *st); /* at most once a second */
 /* DRAM the tombstones take (kvpack_tombstone_bytes): their allocations, each counted as a

@@ -212,9 +212,9 @@ kvp_status_t kvp_store_tomb_record(kvp_store_h st, uint64_t ns, const char *sid,
     return status == KVP_OK ? kvp_store_tomb_staged_done(st, &pend) : status;
 }
 
-kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e)
+kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e, bool disk)
 {
-    if (st->tier != NULL) {
+    if (st->tier != NULL && disk) {
         char              key[KVP_TOMB_KEY_MAX];
         kvp_tier_batch_t *b = kvp_tier_batch_create();
         kvp_status_t      status;
@@ -328,7 +328,7 @@ void kvp_store_tomb_expire(kvp_store_h st)
 
         if (now > e->at_ns && now - e->at_ns >= st->tomb_ttl_ns) {
             KVP_LOG_DEBUG(MOD, "tombstone of session %s past its ttl; dropped", e->key.sid);
-            if (kvp_store_tomb_clear(st, e) != KVP_OK) {
+            if (kvp_store_tomb_clear(st, e, true) != KVP_OK) {
                 return;
             }
             st->stats.tombstones_expired++;

@@ -12,7 +12,9 @@
  *   ids (a DRAM-only store) at most 128 B each, one cleared takes its share off, the count is the
  *   same after a reopen; not under a sanitizer, the resident memory they add stays within 160 B
  *   each and within the gauge + 25 % (a fixed 128-byte id made them about 230 B each).
- * append: an append to a versioned session keeps its version. */
+ * append: an append to a versioned session keeps its version.
+ * spill_lost_put: under spill durability a put that supersedes a tombstone and is lost with a
+ *   failed stop-time spill leaves the tombstone standing after the restart. */
 #include "store_test_util.h"
 
 #include "kvpack/log.h"
@@ -176,6 +178,44 @@ static void case_failed_delete(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
+/* Under spill durability a put that supersedes a tombstone is in DRAM only until it spills: a
+ * stop whose spill fails loses it, and the tombstone must still stand after the restart (it was
+ * cleared on disk at the put: a stale copy older than the delete then went in). A put that
+ * spilled replaces it for good. */
+static void case_spill_lost_put(const char *dir)
+{
+    kvp_session_desc_t       d;
+    kvp_store_session_info_t e;
+    kvp_store_params_t       p = {0};
+    kvp_store_h              st;
+
+    p.field_mask = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY;
+    p.db_path    = dir;
+    p.durability = KVP_DURABILITY_SPILL;
+    t_session(&G, 8, 0, 8, 1, 0, &d);
+    CHECK_OK(kvp_store_open(&p, &st));
+    CHECK_OK(put_v(st, "t", &d, 100));
+    CHECK_OK(kvp_store_session_spill(st, NS, "t"));
+    CHECK_OK(kvp_store_session_delete_version(st, NS, "t", 200)); /* tombstone on disk */
+    CHECK_OK(put_v(st, "t", &d, 300));                            /* DRAM only */
+    CHECK(t_stats(st).tombstones == 0);
+    kvp_store_inject_disk_fail(st, 1000, KVP_ERR_IO); /* the stop's spill fails: 300 is lost */
+    kvp_store_close(st);
+
+    CHECK_OK(kvp_store_open(&p, &st));
+    CHECK(listed(st, "t", 1, &e) && e.deleted == 1 && e.version == 200);
+    CHECK(put_v(st, "t", &d, 150) == KVP_ERR_STALE); /* a stale replica's copy stays out */
+    CHECK_OK(put_v(st, "t", &d, 400));
+    kvp_store_close(st); /* spilled at the stop */
+
+    CHECK_OK(kvp_store_open(&p, &st));
+    CHECK(listed(st, "t", 1, &e) && e.deleted == 0 && e.version == 400);
+    CHECK(t_stats(st).tombstones == 0); /* the older tombstone was swept at the open */
+    CHECK(put_v(st, "t", &d, 350) == KVP_ERR_STALE);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
 static void case_ttl(const char *dir)
 {
     kvp_session_desc_t       d;
@@ -304,7 +344,8 @@ int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
                                      {"failed_delete", case_failed_delete}, {"ttl", case_ttl},
-                                     {"append", case_append}, {"bytes", case_bytes}, {NULL, NULL}};
+                                     {"append", case_append}, {"bytes", case_bytes},
+                                     {"spill_lost_put", case_spill_lost_put}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     return t_run_case(argc, argv, cases, "tomb");
