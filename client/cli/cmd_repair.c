@@ -7,13 +7,16 @@
  * dropped (no tombstone) only after every target holds it and answered just before.
  * --watch (cmd_repair_watch.c) runs passes as an agent.
  * Flow: kvp_cmd_repair -> kvp_repair_pass | kvp_repair_watch -> kvp_repair_pass -> repair_plan ->
- * repair_session (copy_all, drop_surplus). Test hook: KVP_REPAIR_STOP_AFTER=N stops the process
- * (SIGSTOP) after N sessions. */
+ * repair_session (copy_all, drop_surplus). Test hooks: KVP_REPAIR_STOP_AFTER=N stops the process
+ * (SIGSTOP) after N sessions; KVP_REPAIR_PAUSE_FILE=PATH, before the first drop of surplus
+ * copies, creates PATH and waits (up to 120 s) until it is removed. */
 #include "cmd_repair.h"
+#include "kvpack/alloc.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     uint32_t sessions, already_ok, repaired, failed, unverifiable;
@@ -33,6 +36,10 @@ typedef struct {
     bool          dry_run, json;
     kvp_json_t    j;      /* the "actions" array while json */
     repair_sum_t  sum;
+    uint64_t      boot_ms[KVP_CLUSTER_MAX_NODES]; /* each listed node's start (wall ms less its
+                                                   * uptime) as the pass began; 0: not known */
+    uint64_t      boot_err_ms[KVP_CLUSTER_MAX_NODES]; /* how far off that can be: the STAT's
+                                                       * round trip */
     uint32_t      pass;   /* --watch: the pass number (1, 2, ...); 0 for a single run */
     const char   *trigger; /* --watch: why this pass runs: start, membership, interval */
 } repair_t;
@@ -300,18 +307,59 @@ static kvp_status_t delete_copies(repair_t *rp, repair_plan_t *pl)
     return s;
 }
 
+/* KVP_REPAIR_PAUSE_FILE (tests: a node restarted between the list and a drop), once a process */
+static void pause_hook(void)
+{
+    static int  done;
+    const char *path = getenv("KVP_REPAIR_PAUSE_FILE");
+    FILE       *f;
+
+    if (done || path == NULL || (f = fopen(path, "w")) == NULL) {
+        return;
+    }
+    done = 1;
+    fclose(f);
+    for (int i = 0; i < 6000 && access(path, F_OK) == 0; i++) {
+        usleep(20000);
+    }
+}
+
+/* When node k started (wall-clock ms, from its uptime; 0: its STAT failed), give or take
+ * *err_ms (the STAT's round trip, and a millisecond of each clock's reading) */
+static uint64_t node_boot_ms(repair_t *rp, uint32_t k, kvp_node_stat_t *st, uint64_t *err_ms)
+{
+    uint64_t t0 = kvp_time_ns();
+
+    if (kvp_cluster_stat(rp->cl, k, st) != KVP_OK) {
+        return 0;
+    }
+    *err_ms = (kvp_time_ns() - t0) / 1000000u + 2;
+    return kvp_version_now() / 1000000u - st->uptime_ms;
+}
+
 /* Delete the copies outside the target set, once every target that was only listed as a holder
- * answers now (the ones just copied to answered the put). A delete that fails leaves a copy. */
+ * answers now (the ones just copied to answered the put) and has not restarted since the list
+ * (a copy only in its DRAM, --durability spill, would be gone). A delete that fails leaves a
+ * copy. */
 static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
 {
     kvp_status_t s = KVP_OK;
 
+    pause_hook();
     for (uint32_t k = 0; k < rp->n && s == KVP_OK; k++) {
         kvp_node_stat_t st;
+        uint64_t        boot = 0, err = 0;
 
         if ((pl->targets & ~pl->copy_to) & BIT(k)) {
             s = (rp->alive & BIT(k)) ? kvp_cluster_stat(rp->cl, k, &st) : KVP_ERR_PEER_UNREACHABLE;
             s = s == KVP_OK ? s : node_fail(rp, pl, k, "target check before deleting surplus", s);
+            boot = s == KVP_OK ? node_boot_ms(rp, k, &st, &err) : 0;
+            if (s == KVP_OK && (rp->boot_ms[k] == 0 || boot == 0 ||
+                                boot > rp->boot_ms[k] + rp->boot_err_ms[k] + err)) {
+                s = node_fail(rp, pl, k, "target check before deleting surplus: it restarted since "
+                              "this pass listed it (or its start is not known), so its copy is not "
+                              "known to be there; the next pass lists it again", KVP_ERR_NODE_SUSPECT);
+            }
         }
     }
     if (s != KVP_OK || pl->targets == 0) { /* never the last copy */
@@ -498,6 +546,13 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
         rp.listed |= rep.tried[i].status == KVP_OK ? BIT(rep.tried[i].node) : 0;
     }
     rp.alive       = rp.listed;
+    for (uint32_t k = 0; k < rp.n; k++) { /* when each started: a restart meanwhile is seen */
+        kvp_node_stat_t st;
+
+        if (rp.listed & BIT(k)) {
+            rp.boot_ms[k] = node_boot_ms(&rp, k, &st, &rp.boot_err_ms[k]);
+        }
+    }
     for (uint32_t i = 0; i < l->n; i++) { /* sessions some node holds (not only tombstones) */
         rp.sum.sessions += l->holders[i] != 0;
     }

@@ -7,7 +7,9 @@ within seconds; `kvpack get --node B` fails (exit 1, no file), a get over both n
 served byte-identical (from A), `kvpack repair --replicas 2` puts s1
 on B again (replaced_damaged 1), and B then serves it byte-identical and lists it healthy. Then the
 damaged copy is the newest one (s2 at v2 on C only, v1 on D): repair drops it at its own version
-and copies v1 there, so the session converges instead of every repair failing ERR_STALE.
+and copies v1 there, so the session converges instead of every repair failing ERR_STALE. Last,
+a target killed and restarted (spill durability: its copy gone) while repair waits before dropping
+the surplus copy: the surplus stays (exit 1), and the next pass copies it back to the target.
 usage: check_repair_damaged.py KVPACK KVPACKD"""
 import array
 import json
@@ -140,6 +142,53 @@ try:
           f"s2 after the repair: {info}")
     stop("c")
     stop("d")
+
+    # a target that restarts between the list and the drop of the surplus copy: s3 on E and F
+    # (--durability spill: in DRAM only), repair to one copy; while it waits before the drop
+    # (KVP_REPAIR_PAUSE_FILE) the target is SIGKILLed and comes back without s3. Its STAT
+    # answers (the client reconnects), but its start moved: the surplus copy must stay (it was
+    # dropped: s3 then lived nowhere), and the next pass copies it back to the target.
+    def start_spill(name):
+        return nodes.start(name, ["--data-dir", os.path.join(TMP, name), "--dram-budget", "64M",
+                                  "--durability", "spill"])
+
+    e, f_ = start_spill("e"), start_spill("f")
+    ef = f"{e},{f_}"
+    rc, _ = cli("put", "--node", ef, "--replicas", "2", "--session", "s3", "--kvd", kvd,
+                "--codec", "kivi")
+    check(rc == 0, f"put of s3: exit {rc}")
+    rc, out = cli("repair", "--node", ef, "--replicas", "1", "--dry-run", "--json")
+    plan = (json.loads(out).get("actions") or [{}])[0] if out.strip() else {}
+    surplus = plan.get("delete_from") or []
+    check(len(surplus) == 1, f"the dry run's plan for s3: {plan}")
+    target = "e" if surplus == [f_] else "f"
+    pause = os.path.join(TMP, "pause")
+    rp = subprocess.Popen([KVPACK, "repair", "--node", ef, "--replicas", "1", "--json"],
+                          stdout=subprocess.PIPE, text=True,
+                          env=dict(ENV, KVP_REPAIR_PAUSE_FILE=pause))
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pause) and rp.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    check(os.path.exists(pause), "repair did not reach the drop")
+    nodes.procs[target].kill()
+    nodes.procs[target].wait()
+    start_spill(target)
+    os.unlink(pause)
+    out, _ = rp.communicate(timeout=120)
+    rep = json.loads(out) if out.strip() else {}
+    print("repair over a restarted target:", {k: rep.get(k) for k in ("failed", "deleted_surplus")})
+    check(rp.returncode == 1 and rep.get("deleted_surplus") == 0,
+          f"repair dropped the surplus copy of a restarted target: exit {rp.returncode} {rep}")
+    rc, got = get(ef, os.path.join(TMP, "s3.kvd"), "s3")
+    check(rc == 0 and got == ref, "s3 is lost")
+    rc, out = cli("repair", "--node", ef, "--replicas", "1", "--json")
+    rep = json.loads(out) if out.strip() else {}
+    check(rc == 0 and rep.get("copied") == 1 and rep.get("deleted_surplus") == 1,
+          f"the next pass: exit {rc} {rep}")
+    rc, got = get(ef, os.path.join(TMP, "s3b.kvd"), "s3")
+    check(rc == 0 and got == ref, "s3 after the second pass")
+    stop("e")
+    stop("f")
 finally:
     nodes.kill_all()
     shutil.rmtree(TMP, ignore_errors=True)
