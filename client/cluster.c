@@ -14,9 +14,11 @@
 #include "kvpack/placement.h"
 #include "kvpack/xfer.h"
 
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define MOD          "cluster"
 #define DOWN_SKIP_NS (5000ull * 1000000ull) /* a node that failed is skipped this long */
@@ -42,9 +44,65 @@ int kvp_cluster_addr_ok(const char *addr, const char *what)
     return 1;
 }
 
-/* Split the list at commas into c->node; each must be HOST:PORT and appear once. */
+/* The addresses host resolves to with port (NULL: none), for kvp_cluster_addr_dup */
+static struct addrinfo *addr_resolve(const char *addr)
+{
+    char             host[256], port_s[8];
+    uint16_t         port;
+    struct addrinfo  hints, *res = NULL;
+
+    if (kvp_xfer_parse_addr(addr, host, sizeof(host), &port) != KVP_OK) {
+        return NULL;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = AI_NUMERICSERV;
+    snprintf(port_s, sizeof(port_s), "%u", (unsigned)port);
+    return getaddrinfo(host, port_s, &hints, &res) == 0 ? res : NULL;
+}
+
+static int addr_lists_meet(const struct addrinfo *ra, const struct addrinfo *rb)
+{
+    for (const struct addrinfo *x = ra; x != NULL; x = x->ai_next) {
+        for (const struct addrinfo *y = rb; y != NULL; y = y->ai_next) {
+            if (x->ai_addrlen == y->ai_addrlen && memcmp(x->ai_addr, y->ai_addr, x->ai_addrlen) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int kvp_cluster_addr_dup(const char *const *addrs, uint32_t n, uint32_t *i_p, uint32_t *j_p)
+{
+    struct addrinfo *res[KVP_CLUSTER_MAX_NODES] = {NULL};
+    int              dup = 0;
+
+    n = n < KVP_CLUSTER_MAX_NODES ? n : KVP_CLUSTER_MAX_NODES;
+    for (uint32_t j = 0; j < n && !dup; j++) {
+        res[j] = addr_resolve(addrs[j]);
+        for (uint32_t i = 0; i < j && !dup; i++) {
+            dup = strcmp(addrs[i], addrs[j]) == 0 || addr_lists_meet(res[i], res[j]);
+            if (dup) {
+                *i_p = i;
+                *j_p = j;
+            }
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        if (res[j] != NULL) {
+            freeaddrinfo(res[j]);
+        }
+    }
+    return dup;
+}
+
+/* Split the list at commas into c->node; each must be HOST:PORT and name a node once. */
 static kvp_status_t peers_split(kvp_cluster_h c, char *list)
 {
+    uint32_t i, j;
+
     for (char *p; (p = kvp_list_item_next(&list)) != NULL;) {
         if (c->n == KVP_CLUSTER_MAX_NODES) {
             KVP_LOG_ERROR(MOD, "more than %u peers", KVP_CLUSTER_MAX_NODES);
@@ -53,15 +111,13 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *list)
         if (!kvp_cluster_addr_ok(p, "peer")) {
             return KVP_ERR_INVALID;
         }
-        for (uint32_t i = 0; i < c->n; i++) {
-            if (strcmp(c->peer[i], p) == 0) {
-                KVP_LOG_ERROR(MOD, "peer %s listed twice", p);
-                return KVP_ERR_INVALID;
-            }
-        }
         snprintf(c->node[c->n].addr, sizeof(c->node[0].addr), "%s", p);
         c->peer[c->n] = c->node[c->n].addr;
         c->n++;
+    }
+    if (kvp_cluster_addr_dup((const char *const *)c->peer, c->n, &i, &j)) {
+        KVP_LOG_ERROR(MOD, "peers %s and %s are one node, listed twice", c->peer[i], c->peer[j]);
+        return KVP_ERR_INVALID;
     }
     return KVP_OK;
 }

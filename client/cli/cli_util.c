@@ -273,7 +273,7 @@ int kvp_cli_node_list_check(const char *cmd, const char *list)
     char        copy[KVP_CLUSTER_MAX_NODES * KVP_ETCD_ADDR_MAX];
     char       *rest = copy, *item;
     const char *seen[KVP_CLUSTER_MAX_NODES];
-    uint32_t    n = 0;
+    uint32_t    n = 0, i, j;
 
     if (strlen(list) >= sizeof(copy)) {
         return kvp_cli_usage_error(cmd, "--node: more than %u nodes", KVP_CLUSTER_MAX_NODES);
@@ -297,6 +297,10 @@ int kvp_cli_node_list_check(const char *cmd, const char *list)
             }
         }
         seen[n++] = item;
+    }
+    if (kvp_cluster_addr_dup(seen, n, &i, &j)) {
+        return kvp_cli_usage_error(cmd, "--node lists %s and %s: one node (the same port and "
+                                   "address) twice", seen[i], seen[j]);
     }
     return 0;
 }

@@ -938,8 +938,8 @@ class Cluster(_Handle):
         else:
             params.field_mask |= _CLUSTER_PARAM_PEERS
             params.peers = peers.encode()
-            what = (f"Cluster(peers={peers!r}): want HOST:PORT[,HOST:PORT...], each once, at "
-                    f"most {CLUSTER_MAX_NODES}")
+            what = (f"Cluster(peers={peers!r}): want HOST:PORT[,HOST:PORT...], each once (also "
+                    f"under another name of the host), at most {CLUSTER_MAX_NODES}")
         h = ctypes.c_void_p()
         s = _L().kvp_cluster_create(ctypes.byref(params), ctypes.byref(h))
         if s != 0:

@@ -242,6 +242,9 @@ for bad, why in [("127.0.0.1", "it has no :PORT"), ("127.0.0.1:0", "1..65535"),
 usage_error("ls", ["--node", f"{NODE},127.0.0.1"], "--node '127.0.0.1' is not HOST:PORT")
 usage_error("ls", ["--node", f"{NODE},,127.0.0.1:2"], "has an empty item")
 usage_error("ls", ["--node", f"{NODE}, {NODE}"], f"--node lists {NODE} twice")
+# one node under two names: it would count as two copies (and repair drop one as surplus)
+usage_error("ls", ["--node", "127.0.0.1:1,localhost:1"],
+            "--node lists 127.0.0.1:1 and localhost:1: one node (the same port and address) twice")
 usage_error("loadtest", ["--node", "127.0.0.1"], "--node '127.0.0.1' is not HOST:PORT")
 
 # 8. bench: which benchmarks there are

@@ -304,7 +304,10 @@ def check_bad_args(addrs):
                      (dict(peers=peers, replicas=4), "replicas=4"),
                      (dict(peers=peers, replicas=0), "replicas"),
                      (dict(peers="garbage, not a peer"), "HOST:PORT"),
-                     (dict(peers=f"{addrs[0]},{addrs[0]}"), "each once")):
+                     (dict(peers=f"{addrs[0]},{addrs[0]}"), "each once"),
+                     # one node under two names (the library resolves them)
+                     (dict(peers=f"{addrs[0]},{addrs[0].replace('127.0.0.1', 'localhost')}"),
+                      "each once")):
         e = raises(lambda: kvpack.Cluster(**kw), {"ERR_INVALID"})
         check(e is not None and want in str(e), f"Cluster({kw}): {e}")
     try:

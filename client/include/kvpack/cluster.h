@@ -93,6 +93,13 @@ typedef struct {
  * keeping the last members meanwhile). More than KVP_CLUSTER_MAX_NODES registered: the first 64
  * by address, with a warning. */
 kvp_status_t kvp_cluster_create(const kvp_cluster_params_t *params, kvp_cluster_h *cluster_p);
+/* 1 when two of the HOST:PORT items addrs[0..n) name one node, *i_p < *j_p the first such pair:
+ * the same text, or the same port and an address their hosts both resolve to (127.0.0.1:7070
+ * and localhost:7070; each host resolved once; one that does not resolve matches only its own
+ * text, and its connect reports it). A static list naming one node twice is refused
+ * (kvp_cluster_create: KVP_ERR_INVALID): it would count as two copies, and repair would drop
+ * one as surplus. */
+int kvp_cluster_addr_dup(const char *const *addrs, uint32_t n, uint32_t *i_p, uint32_t *j_p);
 /* Stops the watch (promptly, also while etcd is down) and closes every client. NULL: no-op. */
 void         kvp_cluster_destroy(kvp_cluster_h cluster);
 
