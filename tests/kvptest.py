@@ -26,23 +26,41 @@ def check(cond, what):
         print("FAIL:", what)
 
 
+def _fixed_port(args):
+    """The port of args' --listen HOST:PORT when it is not 0 (a node coming back on its port)."""
+    for i, a in enumerate(args[:-1]):
+        if a == "--listen" and not args[i + 1].endswith(":0"):
+            return args[i + 1].rsplit(":", 1)[1]
+    return None
+
+
 def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", timeout_s=30):
     """kvpackd ARGS --ready-file READY (a stale READY removed first); once it listens returns
-    (proc, "127.0.0.1:PORT"). The test exits when the node dies or is not up in timeout_s."""
-    if os.path.exists(ready):
-        os.unlink(ready)
-    proc = subprocess.Popen([kvpackd, *args, "--ready-file", ready], stdout=subprocess.DEVNULL,
-                            stderr=stderr, env=env)
-    deadline = time.monotonic() + timeout_s
-    while proc.poll() is None and time.monotonic() < deadline:
-        port = open(ready).read().strip() if os.path.exists(ready) else ""
-        if port:
-            return proc, "127.0.0.1:" + port
-        time.sleep(0.02)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    sys.exit(f"{what} did not start")
+    (proc, "127.0.0.1:PORT"). The test exits when the node dies or is not up in timeout_s. A node
+    coming back on a fixed port that exits at once is started again for up to 10 s: meanwhile
+    another test's client may hold that port as the local end of a connection (tests run two at a
+    time), and the node then fails 'address already in use' until it closes."""
+    retry_until = time.monotonic() + (10 if _fixed_port(args) else 0)
+    while True:
+        if os.path.exists(ready):
+            os.unlink(ready)
+        proc = subprocess.Popen([kvpackd, *args, "--ready-file", ready], stdout=subprocess.DEVNULL,
+                                stderr=stderr, env=env)
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            port = open(ready).read().strip() if os.path.exists(ready) else ""
+            if port:
+                return proc, "127.0.0.1:" + port
+            time.sleep(0.02)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        elif time.monotonic() < retry_until:
+            print(f"{what} exited at start on port {_fixed_port(args)}: started again",
+                  file=sys.stderr)
+            time.sleep(0.5)
+            continue
+        sys.exit(f"{what} did not start")
 
 
 def start_kvpackd_http(kvpackd, tmp, args, env=None):
