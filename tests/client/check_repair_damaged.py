@@ -60,6 +60,12 @@ def ls(nodes):
     return {s["session"]: s for s in json.loads(out)["sessions"]} if rc == 0 else {}
 
 
+def repair(nodes, replicas, *extra):
+    """`kvpack repair --json` over nodes: (exit status, its JSON report or {})."""
+    rc, out = cli("repair", "--node", nodes, "--replicas", str(replicas), *extra, "--json")
+    return rc, json.loads(out) if out.strip() else {}
+
+
 try:
     a, b = start("a"), start("b")
     both = f"{a},{b}"
@@ -90,8 +96,7 @@ try:
     rc, got = get(both, os.path.join(TMP, "both.kvd"))
     check(rc == 0 and got == ref, "a get over both nodes is not served byte-identical")
 
-    rc, out = cli("repair", "--node", both, "--replicas", "2", "--json")
-    rep = json.loads(out) if out.strip() else {}
+    rc, rep = repair(both, 2)
     print("repair:", {k: rep.get(k) for k in ("sessions", "repaired", "failed", "copied",
                                               "replaced_damaged")})
     check(rc == 0 and rep.get("replaced_damaged") == 1 and rep.get("copied") == 1 and
@@ -100,8 +105,7 @@ try:
     check(rc == 0 and got == ref, "B does not serve s1 byte-identical after the repair")
     info = ls(both).get("s1", {})
     check(info.get("damaged") is False and info.get("damaged_on") == [], f"still damaged: {info}")
-    rc, out = cli("repair", "--node", both, "--replicas", "2", "--json")
-    rep = json.loads(out) if out.strip() else {}
+    rc, rep = repair(both, 2)
     check(rc == 0 and rep.get("already_ok") == 1 and rep.get("copied") == 0,
           f"a second repair is not a no-op: {rep}")
     stop("a")
@@ -131,8 +135,7 @@ try:
     while time.monotonic() < deadline and not ls(cd).get("s2", {}).get("damaged"):
         time.sleep(0.2)
     check(ls(cd).get("s2", {}).get("damaged_on") == [c], f"s2 not damaged on C: {ls(cd)}")
-    rc, out = cli("repair", "--node", cd, "--replicas", "2", "--json")
-    rep = json.loads(out) if out.strip() else {}
+    rc, rep = repair(cd, 2)
     check(rc == 0 and rep.get("failed") == 0 and rep.get("replaced_damaged") == 1,
           f"repair over a newer damaged copy: exit {rc} {rep}")
     rc, got = get(c, os.path.join(TMP, "c2.kvd"), "s2")
@@ -157,8 +160,8 @@ try:
     rc, _ = cli("put", "--node", ef, "--replicas", "2", "--session", "s3", "--kvd", kvd,
                 "--codec", "kivi")
     check(rc == 0, f"put of s3: exit {rc}")
-    rc, out = cli("repair", "--node", ef, "--replicas", "1", "--dry-run", "--json")
-    plan = (json.loads(out).get("actions") or [{}])[0] if out.strip() else {}
+    rc, dry = repair(ef, 1, "--dry-run")
+    plan = (dry.get("actions") or [{}])[0]
     surplus = plan.get("delete_from") or []
     check(len(surplus) == 1, f"the dry run's plan for s3: {plan}")
     target = "e" if surplus == [f_] else "f"
@@ -175,14 +178,13 @@ try:
     start_spill(target)
     os.unlink(pause)
     out, _ = rp.communicate(timeout=120)
-    rep = json.loads(out) if out.strip() else {}
+    rep = json.loads(out) if out.strip() else {}  # the paused run's report
     print("repair over a restarted target:", {k: rep.get(k) for k in ("failed", "deleted_surplus")})
     check(rp.returncode == 1 and rep.get("deleted_surplus") == 0,
           f"repair dropped the surplus copy of a restarted target: exit {rp.returncode} {rep}")
     rc, got = get(ef, os.path.join(TMP, "s3.kvd"), "s3")
     check(rc == 0 and got == ref, "s3 is lost")
-    rc, out = cli("repair", "--node", ef, "--replicas", "1", "--json")
-    rep = json.loads(out) if out.strip() else {}
+    rc, rep = repair(ef, 1)
     check(rc == 0 and rep.get("copied") == 1 and rep.get("deleted_surplus") == 1,
           f"the next pass: exit {rc} {rep}")
     rc, got = get(ef, os.path.join(TMP, "s3b.kvd"), "s3")
