@@ -291,18 +291,16 @@ int kvp_cli_node_list_check(const char *cmd, const char *list)
         if (n == KVP_CLUSTER_MAX_NODES) {
             return kvp_cli_usage_error(cmd, "--node: more than %u nodes", KVP_CLUSTER_MAX_NODES);
         }
-        for (uint32_t k = 0; k < n; k++) {
-            if (strcmp(seen[k], item) == 0) {
-                return kvp_cli_usage_error(cmd, "--node lists %s twice", item);
-            }
-        }
         seen[n++] = item;
     }
-    if (kvp_cluster_addr_dup(seen, n, &i, &j)) {
-        return kvp_cli_usage_error(cmd, "--node lists %s and %s: one node (the same port and "
-                                   "address) twice", seen[i], seen[j]);
+    if (!kvp_cluster_addr_dup(seen, n, &i, &j)) {
+        return 0;
     }
-    return 0;
+    if (strcmp(seen[i], seen[j]) == 0) {
+        return kvp_cli_usage_error(cmd, "--node lists %s twice", seen[i]);
+    }
+    return kvp_cli_usage_error(cmd, "--node lists %s and %s: one node (the same port and address) "
+                               "twice", seen[i], seen[j]);
 }
 
 /* ---- JSON ---- */

@@ -324,17 +324,19 @@ static void pause_hook(void)
     }
 }
 
-/* When node k started (wall-clock ms, from its uptime; 0: its STAT failed), give or take
- * *err_ms (the STAT's round trip, and a millisecond of each clock's reading) */
-static uint64_t node_boot_ms(repair_t *rp, uint32_t k, kvp_node_stat_t *st, uint64_t *err_ms)
+/* STAT node k: when it started into *boot_ms (wall-clock ms less its uptime), give or take
+ * *err_ms (the STAT's round trip, and a millisecond of each clock's reading). The STAT's status */
+static kvp_status_t node_boot_ms(repair_t *rp, uint32_t k, uint64_t *boot_ms, uint64_t *err_ms)
 {
-    uint64_t t0 = kvp_time_ns();
+    kvp_node_stat_t st;
+    uint64_t        t0 = kvp_time_ns();
+    kvp_status_t    s  = kvp_cluster_stat(rp->cl, k, &st);
 
-    if (kvp_cluster_stat(rp->cl, k, st) != KVP_OK) {
-        return 0;
+    if (s == KVP_OK) {
+        *err_ms  = (kvp_time_ns() - t0) / 1000000u + 2;
+        *boot_ms = kvp_version_now() / 1000000u - st.uptime_ms;
     }
-    *err_ms = (kvp_time_ns() - t0) / 1000000u + 2;
-    return kvp_version_now() / 1000000u - st->uptime_ms;
+    return s;
 }
 
 /* Delete the copies outside the target set, once every target that was only listed as a holder
@@ -347,15 +349,13 @@ static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
 
     pause_hook();
     for (uint32_t k = 0; k < rp->n && s == KVP_OK; k++) {
-        kvp_node_stat_t st;
-        uint64_t        boot = 0, err = 0;
+        uint64_t boot = 0, err = 0;
 
         if ((pl->targets & ~pl->copy_to) & BIT(k)) {
-            s = (rp->alive & BIT(k)) ? kvp_cluster_stat(rp->cl, k, &st) : KVP_ERR_PEER_UNREACHABLE;
+            s = (rp->alive & BIT(k)) ? node_boot_ms(rp, k, &boot, &err) : KVP_ERR_PEER_UNREACHABLE;
             s = s == KVP_OK ? s : node_fail(rp, pl, k, "target check before deleting surplus", s);
-            boot = s == KVP_OK ? node_boot_ms(rp, k, &st, &err) : 0;
-            if (s == KVP_OK && (rp->boot_ms[k] == 0 || boot == 0 ||
-                                boot > rp->boot_ms[k] + rp->boot_err_ms[k] + err)) {
+            if (s == KVP_OK &&
+                (rp->boot_ms[k] == 0 || boot > rp->boot_ms[k] + rp->boot_err_ms[k] + err)) {
                 s = node_fail(rp, pl, k, "target check before deleting surplus: it restarted since "
                               "this pass listed it (or its start is not known), so its copy is not "
                               "known to be there; the next pass lists it again", KVP_ERR_NODE_SUSPECT);
@@ -547,10 +547,8 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
     }
     rp.alive       = rp.listed;
     for (uint32_t k = 0; k < rp.n; k++) { /* when each started: a restart meanwhile is seen */
-        kvp_node_stat_t st;
-
         if (rp.listed & BIT(k)) {
-            rp.boot_ms[k] = node_boot_ms(&rp, k, &st, &rp.boot_err_ms[k]);
+            (void)node_boot_ms(&rp, k, &rp.boot_ms[k], &rp.boot_err_ms[k]); /* failed: 0 */
         }
     }
     for (uint32_t i = 0; i < l->n; i++) { /* sessions some node holds (not only tombstones) */
