@@ -676,10 +676,10 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
 }
 
 /* APPEND; with has_chunks the session must exist holding chunks chunks (a replica's append),
- * else it must hold a->first_pos tokens; version 0: kept */
+ * else it must hold a->first_pos tokens; version 0: kept; base 0: not checked */
 static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *sid,
                                 const kvp_append_t *a, int has_chunks, uint32_t chunks,
-                                uint64_t version, uint32_t *sealed_p)
+                                uint64_t version, uint64_t base, uint32_t *sealed_p)
 {
     kvp_wire_req_t     req;
     kvp_xfer_iov_t    *iov;
@@ -716,7 +716,7 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
                                      a->head_dim, a->page_tokens, (uint32_t)a->dtype, a->ntok,
                                      a->n_ids, (uint32_t *)a->ids, version, chunks,
                                      (uint8_t)(has_chunks != 0), (uint8_t)(has_chunks == 0),
-                                     a->first_pos};
+                                     a->first_pos, base};
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = kvp_client_call_start(client, &req, iov, 2, &call);
     s = s == KVP_OK ? kvp_client_call_wait(client, call) : s;
@@ -732,14 +732,14 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
 kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
                                const kvp_append_t *a, uint32_t *sealed_p)
 {
-    return append_call(client, ns, sid, a, 0, 0, 0, sealed_p);
+    return append_call(client, ns, sid, a, 0, 0, 0, 0, sealed_p);
 }
 
 kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
                                   const kvp_append_t *a, uint32_t chunks, uint64_t version,
-                                  uint32_t *sealed_p)
+                                  uint64_t base, uint32_t *sealed_p)
 {
-    return append_call(client, ns, sid, a, 1, chunks, version, sealed_p);
+    return append_call(client, ns, sid, a, 1, chunks, version, base, sealed_p);
 }
 
 kvp_status_t kvp_client_spill(kvp_client_h client, uint64_t ns, const char *sid)
@@ -766,6 +766,26 @@ kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const cha
 
 /* ---- list: LIST pages after a (ns, sid) cursor ---- */
 
+static void session_info_from_wire(const kvp_wire_session_t *w, kvp_session_info_t *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->ns = w->ns;
+    memcpy(e->sid, w->sid, sizeof(e->sid));
+    e->layers      = w->layers;
+    e->page_tokens = w->page_tokens;
+    e->n_chunks    = w->n_chunks;
+    e->tail_tokens = w->tail_tokens;
+    e->codec       = (kvp_codec_id_t)w->codec;
+    e->heads       = w->heads;
+    e->head_dim    = w->head_dim;
+    e->where       = ((w->where & KVP_WIRE_WHERE_DRAM) ? KVP_SESSION_IN_DRAM : 0u) |
+                     ((w->where & KVP_WIRE_WHERE_DISK) ? KVP_SESSION_ON_DISK : 0u);
+    e->bytes       = w->bytes;
+    e->version     = w->version;
+    e->deleted     = w->deleted;
+    e->damaged     = w->damaged;
+}
+
 /* Append one LIST reply's entries; each must come strictly after the previous one. */
 static kvp_status_t list_take(kvp_session_list_t *l, size_t *cap, const kvp_wire_rep_t *rep)
 {
@@ -784,25 +804,45 @@ static kvp_status_t list_take(kvp_session_list_t *l, size_t *cap, const kvp_wire
             return KVP_ERR_NO_MEMORY;
         }
         l->sessions = e;
-        e           = &l->sessions[l->n++];
-        memset(e, 0, sizeof(*e));
-        e->ns = w->ns;
-        memcpy(e->sid, w->sid, sizeof(e->sid));
-        e->layers      = w->layers;
-        e->page_tokens = w->page_tokens;
-        e->n_chunks    = w->n_chunks;
-        e->tail_tokens = w->tail_tokens;
-        e->codec       = (kvp_codec_id_t)w->codec;
-        e->heads       = w->heads;
-        e->head_dim    = w->head_dim;
-        e->where       = ((w->where & KVP_WIRE_WHERE_DRAM) ? KVP_SESSION_IN_DRAM : 0u) |
-                         ((w->where & KVP_WIRE_WHERE_DISK) ? KVP_SESSION_ON_DISK : 0u);
-        e->bytes       = w->bytes;
-        e->version     = w->version;
-        e->deleted     = w->deleted;
-        e->damaged     = w->damaged;
+        session_info_from_wire(w, &l->sessions[l->n++]);
     }
     return KVP_OK;
+}
+
+kvp_status_t kvp_client_session_info(kvp_client_h client, uint64_t ns, const char *sid,
+                                     kvp_session_info_t *out)
+{
+    kvp_wire_req_t     req;
+    kvp_client_call_t *call;
+    kvp_status_t       s = kvp_client_sid_check(sid);
+
+    kvp_client_call_begin(client);
+    if (s != KVP_OK || out == NULL) {
+        return s != KVP_OK ? s : KVP_ERR_INVALID;
+    }
+    memset(&req, 0, sizeof(req));
+    req.op        = KVP_WIRE_OP_LIST;
+    req.ns        = ns;
+    req.deleted   = 1;
+    req.inclusive = 1;
+    req.limit     = 1;
+    snprintf(req.sid, sizeof(req.sid), "%s", sid);
+    s = kvp_client_call_simple(client, &req, &call);
+    if (s == KVP_OK && call->rep.n_sessions > 1) {
+        KVP_LOG_ERROR(MOD, "session info reply with %u sessions for 1 asked",
+                      call->rep.n_sessions);
+        s = KVP_ERR_PROTOCOL;
+    }
+    if (s == KVP_OK) { /* the first session at or after (ns, sid): it, or the node has none */
+        const kvp_wire_session_t *w = call->rep.n_sessions ? &call->rep.sessions[0] : NULL;
+
+        s = (w != NULL && w->ns == ns && strcmp(w->sid, sid) == 0) ? KVP_OK : KVP_ERR_NOT_FOUND;
+        if (s == KVP_OK) {
+            session_info_from_wire(w, out);
+        }
+    }
+    kvp_client_call_release(call);
+    return s;
 }
 
 kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, uint32_t max,

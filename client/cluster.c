@@ -532,21 +532,80 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
 }
 
+/* Before a replicated append: each node's record or tombstone version for (ns, sid), in rank
+ * order (kvp_client_session_info), until r copies hold the newest version seen or every node
+ * answered. held[k]: rank k's record version (0: none there, or it did not answer); *newest_p:
+ * the newest record version, 0 when no node holds one or a tombstone at or above it says the
+ * session was deleted. Nodes without a record, or that failed, are in the report. */
+static void append_probe(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                         kvp_cluster_route_t *rt, uint64_t *held, uint64_t *newest_p)
+{
+    uint64_t rec = 0, tomb = 0;
+    uint32_t at_rec = 0; /* copies probed at version rec */
+
+    for (uint32_t k = 0; k < cluster->n && (rec <= tomb || at_rec < cluster->replicas); k++) {
+        kvp_client_h       cl;
+        kvp_session_info_t info;
+        kvp_status_t       ps = kvp_cluster_node_open(cluster, rt->order[k], rt->r, &cl);
+
+        if (ps != KVP_OK) {
+            route_fail(rt, ps); /* node_open reported it */
+            continue;
+        }
+        ps = kvp_client_session_info(cl, ns, sid, &info);
+        if (ps == KVP_OK && info.deleted) {
+            tomb = info.version > tomb ? info.version : tomb;
+            ps   = KVP_ERR_NOT_FOUND;
+        }
+        if (ps != KVP_OK) {
+            kvp_cluster_report_add(cluster, rt->r, rt->order[k], ps, "probe");
+            route_fail(rt, ps);
+            continue;
+        }
+        held[k] = info.version != 0 ? info.version : 1; /* a record from before versions: 1 */
+        at_rec  = held[k] > rec ? 1 : at_rec + (held[k] == rec);
+        rec     = held[k] > rec ? held[k] : rec;
+    }
+    if (rec != 0 && rec <= tomb) {
+        KVP_LOG_WARN(MOD, "append to %s: a copy at version %llu outlived an rm at %llu; not "
+                     "appended (kvpack repair removes it)", sid, (unsigned long long)rec,
+                     (unsigned long long)tomb);
+    }
+    *newest_p = rec > tomb ? rec : 0;
+}
+
 kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                 const kvp_append_t *append, uint32_t chunks, uint32_t *sealed_p,
                                 kvp_cluster_report_t *report)
 {
     kvp_cluster_route_t rt;
     uint64_t            version = kvp_version_now(); /* one version for every copy */
-    kvp_status_t        s       = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
+    uint64_t            held[KVP_CLUSTER_MAX_NODES] = {0}, base = 0; /* past the probe: 0 */
+    kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
-    for (uint32_t k = 0; s == KVP_OK && k < cluster->n && rt.r->n_ok < cluster->replicas; k++) {
+    if (s == KVP_OK) {
+        append_probe(cluster, ns, sid, &rt, held, &base);
+    }
+    /* only the copies at the newest version, each on that version (a copy that moved meanwhile
+     * refuses), so every copy that takes the append holds the same bytes after it */
+    for (uint32_t k = 0; s == KVP_OK && base != 0 && k < cluster->n; k++) {
         kvp_client_h cl;
         uint32_t     sealed = 0;
-        kvp_status_t as     = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
+        kvp_status_t as     = KVP_ERR_INVALID;
 
-        if (as == KVP_OK) {
-            as = kvp_client_append_at(cl, ns, sid, append, chunks, version, &sealed);
+        if (held[k] == 0) {
+            continue; /* no copy there (reported by the probe), or not probed */
+        }
+        if (held[k] != base) {
+            KVP_LOG_WARN(MOD, "append to %s: the copy on %s is at version %llu, behind %llu; "
+                         "not appended (kvpack repair replaces it)", sid,
+                         cluster->peer[rt.order[k]], (unsigned long long)held[k],
+                         (unsigned long long)base);
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], as, "append");
+        } else if ((as = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl)) == KVP_OK) {
+            as = kvp_client_append_at(cl, ns, sid, append, chunks, version,
+                                      base == 1 ? 0 : base, /* version 0 has no check */
+                                      &sealed);
             kvp_cluster_report_add(cluster, rt.r, rt.order[k], as, "append");
         }
         if (as == KVP_OK && rt.r->n_ok++ == 0 && sealed_p != NULL) {
@@ -555,7 +614,7 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
         route_fail(&rt, as);
         if (as != KVP_ERR_INVALID && as != KVP_ERR_STALE && kvp_cluster_put_stops(as)) {
             break; /* bad input: every copy would refuse it (INVALID and STALE may be this
-                    * copy's own: its chunk count, a newer version) */
+                    * copy's own: its chunk count or version, a newer version) */
         }
     }
     if (s != KVP_OK || rt.r->n_ok > 0) {

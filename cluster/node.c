@@ -458,7 +458,8 @@ static void handle_scrub(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     reply_status(job, rep, s, s == KVP_ERR_UNSUPPORTED ? "the node has no data dir" : "scrub");
 }
 
-/* One page of the session listing: at most min(limit, max_list) entries after the cursor. */
+/* One page of the session listing: at most min(limit, max_list) entries after the cursor (at or
+ * after it, inclusive). */
 static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                         kvp_wire_rep_t *rep)
 {
@@ -470,8 +471,9 @@ static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
     rep->sessions = kvp_calloc(max, sizeof(*rep->sessions), "node list reply");
     if (info != NULL && rep->sessions != NULL) {
         s = kvp_store_session_list_ex(n->store, req->ns, req->sid[0] ? req->sid : NULL,
-                                      req->deleted ? KVP_STORE_LIST_DELETED : 0, info, max, &got,
-                                      &more);
+                                      (req->deleted ? KVP_STORE_LIST_DELETED : 0) |
+                                          (req->inclusive ? KVP_STORE_LIST_INCLUSIVE : 0),
+                                      info, max, &got, &more);
     }
     for (uint32_t i = 0; s == KVP_OK && i < got; i++) {
         kvp_wire_session_t *w = &rep->sessions[i];
@@ -538,9 +540,11 @@ static void handle_append(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
         ap.version        = a->version;
         ap.chunks         = a->chunks;
         ap.first_pos      = a->first_pos;
+        ap.base           = a->base;
         ap.field_mask     = (a->version != 0 ? KVP_STORE_APPEND_VERSION : 0) |
                         (a->has_chunks ? KVP_STORE_APPEND_CHUNKS : 0) |
-                        (a->has_first_pos ? KVP_STORE_APPEND_FIRST_POS : 0);
+                        (a->has_first_pos ? KVP_STORE_APPEND_FIRST_POS : 0) |
+                        (a->base != 0 ? KVP_STORE_APPEND_BASE : 0);
         pthread_mutex_lock(&append_mu);
         s = kvp_store_session_append(n->store, req->ns, req->sid, &ap, &rep->sealed);
         pthread_mutex_unlock(&append_mu);

@@ -212,8 +212,10 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
             ls.after_sid    = (char *)req->sid;
         }
         ls.limit       = req->limit;
-        ls.has_deleted = req->deleted != 0;
-        ls.deleted     = req->deleted != 0;
+        ls.has_deleted   = req->deleted != 0;
+        ls.deleted       = req->deleted != 0;
+        ls.has_inclusive = req->inclusive != 0;
+        ls.inclusive     = req->inclusive != 0;
         r.body_case = KVP__REQUEST__BODY_LIST;
         r.list      = &ls;
         break;
@@ -275,6 +277,8 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         ap.chunks      = req->append.chunks;
         ap.has_first_pos = req->append.has_first_pos;
         ap.first_pos     = req->append.first_pos;
+        ap.has_base_version = req->append.base != 0;
+        ap.base_version     = req->append.base;
         r.body_case    = KVP__REQUEST__BODY_APPEND;
         r.append       = &ap;
         break;
@@ -322,7 +326,8 @@ static kvp_status_t append_from_pb(const Kvp__AppendReq *a, uint64_t data_len,
                                       a->page_tokens, a->dtype, a->ntok, (uint32_t)a->n_ids,
                                       NULL, a->has_version ? a->version : 0, a->chunks,
                                       (uint8_t)(a->has_chunks != 0),
-                                      (uint8_t)(a->has_first_pos != 0), a->first_pos};
+                                      (uint8_t)(a->has_first_pos != 0), a->first_pos,
+                                      a->has_base_version ? a->base_version : 0};
     return lens_copy(a->ids, req->append.n_ids, &req->append.ids);
 }
 
@@ -427,7 +432,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
             return req_bad(req, "bad limit or data");
         }
         if ((l->after_sid != NULL) != (l->has_after_ns != 0) ||
-            (l->after_sid != NULL && !sid_ok(l->after_sid))) {
+            (l->after_sid != NULL && !sid_ok(l->after_sid)) ||
+            (l->has_inclusive && l->inclusive && l->after_sid == NULL)) {
             return req_bad(req, "bad cursor");
         }
         if (l->after_sid != NULL) {
@@ -435,7 +441,8 @@ static kvp_status_t req_from_pb(const Kvp__Request *r, uint64_t data_len, kvp_wi
             strcpy(req->sid, l->after_sid);
         }
         req->limit   = l->limit;
-        req->deleted = l->has_deleted && l->deleted;
+        req->deleted   = l->has_deleted && l->deleted;
+        req->inclusive = l->has_inclusive && l->inclusive;
         return KVP_OK;
     }
     case KVP__REQUEST__BODY_APPEND:

@@ -122,7 +122,8 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     P      = a->page_tokens;
     row    = (size_t)a->heads * a->head_dim;
     status = kvp_store_session_get_info(st, ns, sid, &cur, &got);
-    if (status == KVP_ERR_NOT_FOUND && (a->field_mask & KVP_STORE_APPEND_CHUNKS)) {
+    if (status == KVP_ERR_NOT_FOUND &&
+        (a->field_mask & (KVP_STORE_APPEND_CHUNKS | KVP_STORE_APPEND_BASE))) {
         return status; /* a replicated append goes only to copies that exist */
     }
     if (status == KVP_ERR_NOT_FOUND) {
@@ -153,6 +154,13 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     if ((a->field_mask & KVP_STORE_APPEND_CHUNKS) && cur.n_chunks != a->chunks) {
         KVP_LOG_ERROR(MOD, "append to session %s: it holds %u chunks, the append expects %u (this "
                       "copy is behind or ahead of the others)", sid, cur.n_chunks, a->chunks);
+        kvp_session_desc_clear(&cur);
+        return KVP_ERR_INVALID;
+    }
+    if ((a->field_mask & KVP_STORE_APPEND_BASE) && got.version != a->base) {
+        KVP_LOG_ERROR(MOD, "append to session %s on version %llu: this copy is at %llu (it missed "
+                      "a write, or another writer's came first)", sid,
+                      (unsigned long long)a->base, (unsigned long long)got.version);
         kvp_session_desc_clear(&cur);
         return KVP_ERR_INVALID;
     }

@@ -107,12 +107,18 @@ static int sid_after(const void *key, const kvp_tnode_t *n)
     return kvp_sid_cmp(p->ns, p->sid, k->ns, k->sid);
 }
 
-void kvp_sid_index_seek(const kvp_sid_index_t *ix, kvp_otree_iter_t *it, uint64_t ns,
-                        const char *sid)
+static int sid_at_or_after(const void *key, const kvp_tnode_t *n)
+{
+    return sid_after(key, n) <= 0 ? -1 : 1; /* the key's own entry counts as after it */
+}
+
+void kvp_sid_index_seek(const kvp_sid_index_t *ix, kvp_otree_iter_t *it, int inclusive,
+                        uint64_t ns, const char *sid)
 {
     sid_probe_t p = {ns, sid};
 
-    kvp_otree_seek(&ix->in_order, it, sid != NULL ? &p : NULL, sid_after);
+    kvp_otree_seek(&ix->in_order, it, sid != NULL ? &p : NULL,
+                   inclusive ? sid_at_or_after : sid_after);
 }
 
 kvp_sid_key_t *kvp_sid_index_next(kvp_otree_iter_t *it)

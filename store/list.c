@@ -87,11 +87,13 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
         return KVP_ERR_INVALID;
     }
     pthread_mutex_lock(&st->lock);
-    kvp_sid_index_seek(&st->sessions, &si, after_ns, after_sid);
+    kvp_sid_index_seek(&st->sessions, &si, (flags & KVP_STORE_LIST_INCLUSIVE) != 0, after_ns,
+                       after_sid);
     sk = kvp_sid_index_next(&si);
     tk = NULL;
     if (flags & KVP_STORE_LIST_DELETED) { /* tombstones join the same order */
-        kvp_sid_index_seek(&st->tombs, &ti, after_ns, after_sid);
+        kvp_sid_index_seek(&st->tombs, &ti, (flags & KVP_STORE_LIST_INCLUSIVE) != 0, after_ns,
+                           after_sid);
         tk = kvp_sid_index_next(&ti);
     }
     for (; kept < max && (sk != NULL || tk != NULL); kept++) { /* merge the two orders */

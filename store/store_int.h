@@ -114,10 +114,11 @@ kvp_sid_key_t *kvp_sid_index_find(const kvp_sid_index_t *ix, uint64_t ns, const 
  * logged, k not linked) only when the hash table has no buckets and cannot get them. */
 kvp_status_t   kvp_sid_index_insert(kvp_sid_index_t *ix, kvp_sid_key_t *k);
 void           kvp_sid_index_remove(kvp_sid_index_t *ix, kvp_sid_key_t *k);
-/* A walk in (ns, sid) order from the first entry after (ns, sid), or from the first of all when
- * sid is NULL; kvp_sid_index_next gives its entries, NULL at the end. */
-void           kvp_sid_index_seek(const kvp_sid_index_t *ix, kvp_otree_iter_t *it, uint64_t ns,
-                                  const char *sid);
+/* A walk in (ns, sid) order from the first entry after (ns, sid) (inclusive: at or after it),
+ * or from the first of all when sid is NULL; kvp_sid_index_next gives its entries, NULL at the
+ * end. */
+void           kvp_sid_index_seek(const kvp_sid_index_t *ix, kvp_otree_iter_t *it, int inclusive,
+                                  uint64_t ns, const char *sid);
 kvp_sid_key_t *kvp_sid_index_next(kvp_otree_iter_t *it);
 
 /* A session (ns, sid). chunk keys and page pointers are always in memory; the tail is in a pool

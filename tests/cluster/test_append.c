@@ -11,8 +11,8 @@
  * clients appending to one session at once: the node serialises them, so the second finds a
  * longer tail than its ids name and is refused (INVALID) instead of overwriting the first.
  * kvp_cluster_append over 3 nodes, r = 2 (cluster_case): both copies grow alike at one new
- * version; a copy that missed one refuses the next (its chunk count) and is left older, and
- * kvpack repair then makes it whole. */
+ * version; a copy that missed an append, a put or an rm is left alone (older) and kvpack repair
+ * then makes it whole or removes it. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -209,7 +209,7 @@ static void raw_bad(const test_node_t *n, kvp_client_h c)
     req.ns     = fp;
     snprintf(req.sid, sizeof(req.sid), "s");
     req.append = (kvp_wire_append_t){KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, 4, 4 + 2 * P,
-                                     ids, 0, 0, 0, 0, 0};
+                                     ids, 0, 0, 0, 0, 0, 0};
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl)); /* ids: more than the tail can hold */
     test_raw_call(&r, hdr, hl, data, 2 * one);
     CHECK(r.rep.req_id == 91 && r.rep.status == KVP_ERR_PROTOCOL);
@@ -288,22 +288,62 @@ static kvp_status_t cl_append(kvp_cluster_h cl, uint32_t tail0, uint32_t t0, uin
     return s;
 }
 
-/* Replicated appends (kvp_cluster_append) over 3 nodes, r = 2: the session made on its two
- * ranked nodes by a first (single-node) append each; a cluster append seals a chunk on both,
- * which then hold the same pages and tail at one new version; with the second copy's node
- * stopped, an append goes to the first alone (the third, which never held it, answers
- * NOT_FOUND); back, the second copy is behind: the next append (chunk count 2) is refused there
- * (INVALID) and taken by the first, whose version is now above the stale copy's, so kvpack
- * repair replaces the stale one (both then byte-identical); a session nobody holds is
- * NOT_FOUND; a chunk count no copy has, INVALID everywhere. */
+/* What node said in rep (its last entry), or 1 when it is not there. */
+static kvp_status_t tried(const kvp_cluster_report_t *rep, uint32_t node)
+{
+    kvp_status_t s = (kvp_status_t)1;
+
+    for (uint32_t i = 0; i < rep->n_tried; i++) {
+        s = rep->tried[i].node == node ? rep->tried[i].status : s;
+    }
+    return s;
+}
+
+/* kvpack repair over peers, r = 2: every session ends with its newest version on its first two
+ * ranked nodes (or, deleted, nowhere). */
+static void repair(const char *peers)
+{
+    char cmd[1024], exe[512];
+
+    snprintf(exe, sizeof(exe), "%s", KVPACKD_PATH);
+    exe[strlen(exe) - 1] = '\0'; /* .../kvpackd -> .../kvpack */
+    snprintf(cmd, sizeof(cmd), "KVP_PROGRESS=0 %s repair --node %s --replicas 2 > /dev/null",
+             exe, peers);
+    CHECK(system(cmd) == 0);
+}
+
+/* Stop nd (its client c closed), run what, start it again on its port: it missed what. */
+#define WHILE_DOWN(nd, c, what)                                                               \
+    do {                                                                                      \
+        kvp_client_destroy(c);                                                                \
+        CHECK(test_node_stop(&(nd), SIGTERM) == 0);                                           \
+        what;                                                                                 \
+        test_node_start_at(&(nd), (nd).port, "--durability=write-through");                   \
+        (c) = test_client((nd).addr, 5000);                                                   \
+    } while (0)
+
+/* Replicated appends (kvp_cluster_append) over 3 nodes, r = 2: the session made on its first
+ * ranked node by a (single-node) append and copied to the second by kvpack repair; a cluster
+ * append seals a chunk on both, which then hold the same pages and tail at one new version.
+ * With the second copy's node stopped, an append goes to the first alone (the third, which never
+ * held it, answers NOT_FOUND); back, the second copy is behind: the next append leaves it alone
+ * (INVALID) and goes to the first, whose version is now above the stale copy's, so kvpack repair
+ * replaces the stale one. A copy that missed a put of the same length (its node down; the third
+ * node stood in) has the chunk count the append names, but not the newest version: it is left
+ * alone and the append goes to the two newest copies (it used to take the append on top of its
+ * older bytes, at the same version as the others). A copy that outlived an rm (down meanwhile)
+ * does not bring the session back: NOT_FOUND, nothing appended, and repair removes it. A
+ * session nobody holds is NOT_FOUND; a chunk count no copy has, INVALID. */
 static void cluster_case(void)
 {
     test_node_t          nd[3];
     char                 peers[256];
     uint32_t             order[3], sealed = 99;
+    uint64_t             v_old;
     kvp_cluster_h        cl;
     kvp_cluster_report_t rep;
     kvp_client_h         c[3];
+    kvp_session_pages_t *sp = NULL;
 
     for (int i = 0; i < 3; i++) {
         test_node_mkdir(&nd[i]);
@@ -316,8 +356,9 @@ static void cluster_case(void)
         c[i] = test_client(nd[order[i]].addr, 5000); /* c[i]: the i-th ranked node */
     }
     CHECK_OK(append(c[0], "c", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
-    CHECK_OK(append(c[1], "c", 0, 0, 20, KVP_CODEC_KIVI, &sealed));
     CHECK(version_of(c[0], "c") > 0); /* a first append stamps the record with the node's clock */
+    repair(peers); /* the second copy, at the same version */
+    CHECK(version_of(c[1], "c") == version_of(c[0], "c"));
 
     CHECK_OK(cl_append(cl, 0, 20, 30, 0, &sealed, &rep)); /* 50: one chunk, 18 in the tail */
     CHECK(sealed == 1 && rep.n_ok == 2);
@@ -325,35 +366,25 @@ static void cluster_case(void)
     check_session(c[1], "c", 1, 50);
     CHECK(version_of(c[0], "c") == version_of(c[1], "c"));
 
-    kvp_client_destroy(c[1]); /* the second copy misses the next append (it seals one more) */
-    CHECK(test_node_stop(&nd[order[1]], SIGTERM) == 0);
-    CHECK_OK(cl_append(cl, 32, 50, 20, 1, &sealed, &rep)); /* 70: two chunks, 6 in the tail */
-    CHECK(sealed == 1 && rep.n_ok == 1);
-    CHECK(rep.n_tried == 3 && rep.tried[0].status == KVP_OK &&
-          rep.tried[2].node == order[2] && rep.tried[2].status == KVP_ERR_NOT_FOUND);
+    WHILE_DOWN(nd[order[1]], c[1], { /* the second copy misses the next append */
+        CHECK_OK(cl_append(cl, 32, 50, 20, 1, &sealed, &rep)); /* 70: two chunks, 6 in tail */
+        CHECK(sealed == 1 && rep.n_ok == 1 && rep.n_tried == 3);
+        CHECK(tried(&rep, order[0]) == KVP_OK && tried(&rep, order[2]) == KVP_ERR_NOT_FOUND &&
+              tried(&rep, order[1]) != KVP_OK);
+    });
     check_session(c[0], "c", 2, 70);
-    test_node_start_at(&nd[order[1]], nd[order[1]].port, "--durability=write-through");
-    c[1] = test_client(nd[order[1]].addr, 5000);
     check_session(c[1], "c", 1, 50); /* behind */
-    sleep(6); /* the handle skips a node that failed for 5 s (the append above) */
+    kvp_cluster_destroy(cl); /* a new handle: the old one skips a node that failed for 5 s */
+    cl = test_cluster_open(peers, 2, KVP_OK);
     CHECK_OK(cl_append(cl, 64, 70, 10, 2, &sealed, &rep));
-    CHECK(rep.n_ok == 1 && rep.n_tried == 3 && rep.tried[0].status == KVP_OK &&
-          rep.tried[1].node == order[1] && rep.tried[1].status == KVP_ERR_INVALID &&
-          rep.tried[2].status == KVP_ERR_NOT_FOUND);
+    CHECK(rep.n_ok == 1 && rep.n_tried == 3 && tried(&rep, order[0]) == KVP_OK &&
+          tried(&rep, order[1]) == KVP_ERR_INVALID && tried(&rep, order[2]) == KVP_ERR_NOT_FOUND);
     check_session(c[0], "c", 2, 80);
-    check_session(c[1], "c", 1, 50); /* refused: untouched */
+    check_session(c[1], "c", 1, 50); /* left alone */
     CHECK(version_of(c[0], "c") > version_of(c[1], "c"));
-    { /* the older copy is what kvpack repair replaces: both copies then whole and alike */
-        char cmd[1024], exe[512];
-
-        snprintf(exe, sizeof(exe), "%s", KVPACKD_PATH);
-        exe[strlen(exe) - 1] = '\0'; /* .../kvpackd -> .../kvpack */
-        snprintf(cmd, sizeof(cmd), "KVP_PROGRESS=0 %s repair --node %s --replicas 2 > /dev/null",
-                 exe, peers);
-        CHECK(system(cmd) == 0);
-        check_session(c[1], "c", 2, 80);
-        CHECK(version_of(c[0], "c") == version_of(c[1], "c"));
-    }
+    repair(peers); /* the older copy is what repair replaces: both then whole and alike */
+    check_session(c[1], "c", 2, 80);
+    CHECK(version_of(c[0], "c") == version_of(c[1], "c"));
 
     CHECK_ST(cl_append(cl, 64, 80, 4, 7, &sealed, &rep), KVP_ERR_INVALID); /* no copy has 7 */
     check_session(c[0], "c", 2, 80);
@@ -366,10 +397,44 @@ static void cluster_case(void)
         kvp_free(k);
         kvp_free(v);
     }
+
+    /* a put the second copy misses: the third node stands in for it */
+    v_old = version_of(c[1], "c");
+    CHECK_OK(kvp_client_get_session(c[0], fp, "c", &sp));
+    WHILE_DOWN(nd[order[1]], c[1], {
+        CHECK_OK(kvp_cluster_put_session(cl, fp, "c", (const void *const *)sp->pages,
+                                         sp->page_lens, sp->n_pages, &sp->desc, &rep));
+        CHECK(rep.n_ok == 2);
+    });
+    kvp_session_pages_free(sp);
+    CHECK(version_of(c[2], "c") == version_of(c[0], "c") && version_of(c[0], "c") > v_old);
+    kvp_cluster_destroy(cl);
+    cl = test_cluster_open(peers, 2, KVP_OK);
+    CHECK_OK(cl_append(cl, 64, 80, 10, 2, &sealed, &rep)); /* 2 chunks on all three */
+    CHECK(rep.n_ok == 2 && tried(&rep, order[0]) == KVP_OK && tried(&rep, order[2]) == KVP_OK &&
+          tried(&rep, order[1]) == KVP_ERR_INVALID);
+    check_session(c[0], "c", 2, 90);
+    check_session(c[2], "c", 2, 90);
+    check_session(c[1], "c", 2, 80); /* left alone, at its own version */
+    CHECK(version_of(c[1], "c") == v_old && version_of(c[2], "c") == version_of(c[0], "c"));
+
+    /* an rm the second copy misses: its copy must not come back through an append */
+    WHILE_DOWN(nd[order[1]], c[1], { /* deleted on the others; PEER_UNREACHABLE names the miss */
+        CHECK_ST(kvp_cluster_delete_session(cl, fp, "c", &rep), KVP_ERR_PEER_UNREACHABLE);
+        CHECK(rep.n_ok == 2);
+    });
+    kvp_cluster_destroy(cl);
+    cl = test_cluster_open(peers, 2, KVP_OK);
+    CHECK_ST(cl_append(cl, 64, 80, 10, 2, &sealed, &rep), KVP_ERR_NOT_FOUND);
+    CHECK(rep.n_ok == 0);
+    check_session(c[1], "c", 2, 80); /* untouched */
+    CHECK(version_of(c[1], "c") == v_old);
+    repair(peers); /* the rm wins */
+    CHECK_ST(kvp_client_get_session(c[1], fp, "c", &sp), KVP_ERR_NOT_FOUND);
     for (int i = 0; i < 3; i++) {
         kvp_client_destroy(c[i]);
-        CHECK(test_node_stop(&nd[i], SIGTERM) == 0);
-        test_node_rmdir(&nd[i]);
+        CHECK(test_node_stop(&nd[order[i]], SIGTERM) == 0);
+        test_node_rmdir(&nd[order[i]]);
     }
     kvp_cluster_destroy(cl);
 }

@@ -151,13 +151,16 @@ static inline kvp_status_t t_put_session(kvp_store_h st, uint64_t ns, const char
 
 /* Append n tokens of f32 K/V ([layers][n][heads][head_dim]) of geometry g with codec; ids holds
  * the session's current tail ids followed by the n new ones (n_ids of them). */
-static inline kvp_status_t t_append_f32(kvp_store_h st, uint64_t ns, const char *sid,
-                                        const tgeom_t *g, kvp_codec_id_t codec, const float *k,
-                                        const float *v, uint32_t n, const uint32_t *ids,
-                                        uint32_t n_ids, uint32_t *sealed)
+/* As t_append_f32, a replicated append's: the record must be at version base (0: unchecked). */
+static inline kvp_status_t t_append_f32_on(kvp_store_h st, uint64_t ns, const char *sid,
+                                           const tgeom_t *g, kvp_codec_id_t codec, const float *k,
+                                           const float *v, uint32_t n, const uint32_t *ids,
+                                           uint32_t n_ids, uint64_t base, uint32_t *sealed)
 {
     kvp_store_append_t a = {0};
 
+    a.field_mask     = base != 0 ? KVP_STORE_APPEND_BASE : 0;
+    a.base           = base;
     a.codec          = codec;
     a.ns_fingerprint = t_fingerprint(g);
     a.layers         = g->layers;
@@ -171,6 +174,14 @@ static inline kvp_status_t t_append_f32(kvp_store_h st, uint64_t ns, const char 
     a.ids            = ids;
     a.n_ids          = n_ids;
     return kvp_store_session_append(st, ns, sid, &a, sealed);
+}
+
+static inline kvp_status_t t_append_f32(kvp_store_h st, uint64_t ns, const char *sid,
+                                        const tgeom_t *g, kvp_codec_id_t codec, const float *k,
+                                        const float *v, uint32_t n, const uint32_t *ids,
+                                        uint32_t n_ids, uint32_t *sealed)
+{
+    return t_append_f32_on(st, ns, sid, g, codec, k, v, n, ids, n_ids, 0, sealed);
 }
 
 /* Get the session and every page; compare with the expected record and regenerated pages.

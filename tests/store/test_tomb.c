@@ -13,6 +13,8 @@
  *   same after a reopen; not under a sanitizer, the resident memory they add stays within 160 B
  *   each and within the gauge + 25 % (a fixed 128-byte id made them about 230 B each).
  * append: an append to a versioned session keeps its version.
+ * append_base: a replicated append refuses a copy at another version than the one it names; the
+ *   inclusive listing that probes one session sees its record or tombstone, never the next one.
  * spill_lost_put: under spill durability a put that supersedes a tombstone and is lost with a
  *   failed stop-time spill leaves the tombstone standing after the restart. */
 #include "store_test_util.h"
@@ -299,8 +301,8 @@ static void case_bytes(const char *dir)
 }
 
 /* Append tokens [from, from + n) (fp16, values from the token index) to sid in namespace ns. */
-static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const uint32_t *ids,
-                             uint32_t tail, uint32_t from, uint32_t n)
+static kvp_status_t append_on(kvp_store_h st, uint64_t ns, const char *sid, const uint32_t *ids,
+                              uint32_t tail, uint32_t from, uint32_t n, uint64_t base)
 {
     size_t             cnt = (size_t)G.layers * n * G.heads * G.head_dim;
     float             *k   = kvp_malloc(cnt * sizeof(float), "test k");
@@ -310,9 +312,16 @@ static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const
     for (size_t i = 0; i < cnt; i++) {
         k[i] = (float)((from * 31 + i) % 97) / 16.0f;
     }
-    s = t_append_f32(st, ns, sid, &G, KVP_CODEC_FP16, k, k, n, ids + from - tail, tail + n, NULL);
+    s = t_append_f32_on(st, ns, sid, &G, KVP_CODEC_FP16, k, k, n, ids + from - tail, tail + n,
+                        base, NULL);
     kvp_free(k);
     return s;
+}
+
+static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const uint32_t *ids,
+                             uint32_t tail, uint32_t from, uint32_t n)
+{
+    return append_on(st, ns, sid, ids, tail, from, n, 0);
 }
 
 /* An append keeps the session's version (it is not a new write that could lose to itself). */
@@ -340,11 +349,64 @@ static void case_append(const char *dir)
     kvp_store_close(st);
 }
 
+/* The entry a probe of one session gets (KVP_STORE_LIST_INCLUSIVE, tombstones too, max 1):
+ * 1 when it is sid's own (into *out), 0 when the first at or after it is another or none. */
+static int probed(kvp_store_h st, uint64_t ns, const char *sid, kvp_store_session_info_t *out)
+{
+    uint32_t n = 9;
+
+    CHECK_OK(kvp_store_session_list_ex(st, ns, sid,
+                                       KVP_STORE_LIST_DELETED | KVP_STORE_LIST_INCLUSIVE, out, 1,
+                                       &n, NULL));
+    CHECK(n <= 1);
+    return n == 1 && out->ns == ns && strcmp(out->sid, sid) == 0;
+}
+
+/* A replicated append names the version every copy taking it holds (KVP_STORE_APPEND_BASE): a
+ * copy at another version refuses it (INVALID) and is unchanged, one at it takes it; a missing
+ * session is NOT_FOUND (not created). The probe that finds that version sees a record, a
+ * tombstone (an rm) or neither, and never the next session in order. */
+static void case_append_base(const char *dir)
+{
+    uint32_t                 ids[64];
+    kvp_store_session_info_t e;
+    kvp_store_h              st = open_ttl(dir, 0);
+    uint64_t                 ns = NS + 2, v;
+
+    for (uint32_t i = 0; i < 64; i++) {
+        ids[i] = 2000 + i * 3;
+    }
+    CHECK_OK(append_n(st, ns, "b", ids, 0, 0, 5)); /* b: 5 tokens at the store's clock, v */
+    CHECK_OK(append_n(st, ns, "c", ids, 0, 0, 3));
+    CHECK(probed(st, ns, "b", &e) && e.deleted == 0 && e.tail_tokens == 5 && e.version > 0);
+    v = e.version;
+    CHECK(!probed(st, ns, "a", &e) && strcmp(e.sid, "b") == 0); /* the next one is not a */
+    CHECK(!probed(st, ns, "bb", &e) && strcmp(e.sid, "c") == 0);
+
+    CHECK(append_on(st, ns, "b", ids, 5, 5, 4, v - 1) == KVP_ERR_INVALID); /* behind */
+    CHECK(append_on(st, ns, "b", ids, 5, 5, 4, v + 1) == KVP_ERR_INVALID); /* ahead */
+    CHECK(probed(st, ns, "b", &e) && e.version == v && e.tail_tokens == 5); /* unchanged */
+    CHECK_OK(append_on(st, ns, "b", ids, 5, 5, 4, v));
+    CHECK(probed(st, ns, "b", &e) && e.version == v && e.tail_tokens == 9);
+    CHECK(append_on(st, ns, "nope", ids, 0, 0, 4, v) == KVP_ERR_NOT_FOUND);
+    CHECK(!probed(st, ns, "nope", &e));
+
+    CHECK_OK(kvp_store_session_delete_version(st, ns, "b", v + 1000));
+    CHECK(probed(st, ns, "b", &e) && e.deleted == 1 && e.version == v + 1000);
+    CHECK(append_on(st, ns, "b", ids, 0, 0, 4, v) == KVP_ERR_NOT_FOUND);
+    kvp_store_close(st);
+    st = open_ttl(dir, 0); /* the same after a reopen */
+    CHECK(probed(st, ns, "b", &e) && e.deleted == 1 && e.version == v + 1000);
+    CHECK(probed(st, ns, "c", &e) && e.deleted == 0 && e.tail_tokens == 3);
+    kvp_store_close(st);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
                                      {"failed_delete", case_failed_delete}, {"ttl", case_ttl},
-                                     {"append", case_append}, {"bytes", case_bytes},
+                                     {"append", case_append}, {"append_base", case_append_base},
+                                     {"bytes", case_bytes},
                                      {"spill_lost_put", case_spill_lost_put}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);

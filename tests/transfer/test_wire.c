@@ -80,6 +80,13 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         strcpy(r->sid, "after-this");
         r->limit = 100;
         return 1;
+    case 15: /* LIST probing one session: at the cursor itself, tombstones too */
+        r->op = KVP_WIRE_OP_LIST;
+        strcpy(r->sid, "this-one");
+        r->limit     = 1;
+        r->deleted   = 1;
+        r->inclusive = 1;
+        return 1;
     case 9: /* LIST from the start: no cursor */
         r->op    = KVP_WIRE_OP_LIST;
         r->ns    = 0;
@@ -100,18 +107,18 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         r->max_bytes = 1 << 20;
         return 1;
     case 12: /* APPEND: 5 fp16 tokens of 2 layers x 4 heads x 64 onto a tail of 3, replicated
-              * (a version and the chunk count the copy must hold) */
+              * (a version, the chunk count and the version the copy must hold) */
         r->op = KVP_WIRE_OP_APPEND;
         strcpy(r->sid, "appended");
         r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids,
-                                        0x1234567890ull, 7, 1, 0, 0};
+                                        0x1234567890ull, 7, 1, 0, 0, 0x1234500000ull};
         *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
         return 1;
     case 14: /* APPEND of one node's client: at the position the session must be at */
         r->op = KVP_WIRE_OP_APPEND;
         strcpy(r->sid, "appended");
         r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids, 0, 0, 0, 1,
-                                        (1ull << 40) + 3};
+                                        (1ull << 40) + 3, 0};
         *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
         return 1;
     case 13: /* SCRUB: no body fields, no data */
@@ -129,6 +136,7 @@ static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
     CHECK(a->n_pages == b->n_pages && a->record_len == b->record_len);
     CHECK(a->n_keys == b->n_keys && a->layers == b->layers && a->start == b->start);
     CHECK(a->max_bytes == b->max_bytes && a->limit == b->limit);
+    CHECK(a->deleted == b->deleted && a->inclusive == b->inclusive);
     for (uint32_t i = 0; i < a->n_pages; i++) {
         CHECK(a->page_lens[i] == b->page_lens[i]);
     }
@@ -143,7 +151,7 @@ static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
           a->append.version == b->append.version && a->append.chunks == b->append.chunks &&
           a->append.has_chunks == b->append.has_chunks &&
           a->append.has_first_pos == b->append.has_first_pos &&
-          a->append.first_pos == b->append.first_pos);
+          a->append.first_pos == b->append.first_pos && a->append.base == b->append.base);
     for (uint32_t i = 0; i < a->append.n_ids; i++) {
         CHECK(a->append.ids[i] == b->append.ids[i]);
     }
@@ -244,10 +252,11 @@ static void test_req_invalid(void)
     /* zero keys cannot even be packed */
     r.n_keys = 0;
     CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_ERR_INVALID);
-    /* LIST asking for no sessions, or more than a reply may carry */
-    make_req(8, &r, &dl);
-    for (int k = 0; k < 2; k++) {
-        r.limit = k ? KVP_WIRE_MAX_LIST + 1 : 0;
+    /* LIST asking for no sessions, or more than a reply may carry, or at a cursor it lacks */
+    for (int k = 0; k < 3; k++) {
+        make_req(k < 2 ? 8 : 15, &r, &dl);
+        r.limit  = k == 0 ? 0 : k == 1 ? KVP_WIRE_MAX_LIST + 1 : r.limit;
+        r.sid[0] = k == 2 ? '\0' : r.sid[0];
         CHECK(kvp_wire_req_pack(&r, &buf, &len) == KVP_OK);
         CHECK(kvp_wire_req_unpack(buf, len, 0, &u) == KVP_ERR_PROTOCOL);
         CHECK(u.req_id == r.req_id);

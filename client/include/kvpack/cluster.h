@@ -136,15 +136,18 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
                                      const void *const *pages, const size_t *lens, size_t n,
                                      const kvp_session_desc_t *desc,
                                      kvp_cluster_report_t *report);
-/* Append tokens to a session on every copy of it (kvp_client_append_at on each node of its rank
- * until r copies took it; nodes that do not hold it answer NOT_FOUND and are passed over), all
- * at one new version (the writer's clock), so a copy that missed it is older and repair replaces
- * it. chunks: the sealed chunks the session holds as the caller knows it (its record's n_chunks):
- * a copy that holds another count refuses (KVP_ERR_INVALID, in the report) instead of sealing
- * tokens at the wrong place. The session must exist (put it first: the prefill's put); KVP_OK
- * when at least one copy took it (report->n_ok copies; *sealed_p from the first), else the first
- * refusal (NOT_FOUND when no node holds it). Invalid input every node would refuse stops at the
- * first. */
+/* Append tokens to a session on every copy of it at the newest version, all at one new version
+ * (the writer's clock), so a copy that missed it is older and repair replaces it. The session's
+ * nodes are probed in rank order (kvp_client_session_info) until r copies at the newest version
+ * seen answered, or every node; each of those gets kvp_client_append_at naming that version (a
+ * copy that moved meanwhile refuses). Older copies are left alone (KVP_ERR_INVALID in the report,
+ * nothing sent); a tombstone at least as new as every copy (an rm) means KVP_ERR_NOT_FOUND.
+ * chunks: the sealed chunks the session holds as the caller knows it (its record's n_chunks): a
+ * copy that holds another count refuses (KVP_ERR_INVALID) instead of sealing tokens at the wrong
+ * place. The session must exist (put it first: the prefill's put); KVP_OK when at least one copy
+ * took it (report->n_ok copies; *sealed_p from the first), else the first refusal (NOT_FOUND
+ * when no node holds it). Invalid input every node would refuse stops at the first. The report
+ * lists nodes as their outcome is known: the probe's misses first, then the appends. */
 kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                 const kvp_append_t *append, uint32_t chunks, uint32_t *sealed_p,
                                 kvp_cluster_report_t *report);

@@ -195,12 +195,13 @@ typedef struct {
 kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
                                const kvp_append_t *append, uint32_t *sealed_p);
 /* One copy's part of a replicated append (kvp_cluster_append): as kvp_client_append, but the
- * session must exist (KVP_ERR_NOT_FOUND) holding exactly chunks sealed chunks (KVP_ERR_INVALID:
- * this copy missed an append, or has one the caller has not seen), and its record takes version
- * (above its own, else KVP_ERR_STALE; 0: kept), so repair can tell a copy that missed it. */
+ * session must exist (KVP_ERR_NOT_FOUND) holding exactly chunks sealed chunks and, unless base is
+ * 0, its record must be at version base (KVP_ERR_INVALID: this copy missed a write, or has one
+ * the caller has not seen), and its record takes version (above its own, else KVP_ERR_STALE; 0:
+ * kept), so repair can tell a copy that missed it. */
 kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
                                   const kvp_append_t *append, uint32_t chunks, uint64_t version,
-                                  uint32_t *sealed_p);
+                                  uint64_t base, uint32_t *sealed_p);
 /* How many leading chunks of keys[0..n) the node holds on all layers. */
 kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,
                                uint32_t n, uint32_t layers, uint32_t *hit_chunks_p);
@@ -281,6 +282,12 @@ kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, u
 void         kvp_session_list_free(kvp_session_list_t *list); /* NULL is a no-op */
 
 #define KVP_LIST_DELETED KVP_BIT(0) /* also list delete tombstones (deleted = 1) */
+/* The node's entry for one session (one LIST at the session itself): its record, or its delete
+ * tombstone (deleted = 1, only ns, sid and version set); KVP_ERR_NOT_FOUND when it has neither.
+ * A node older than this call ignores the request's inclusive flag and lists the session after
+ * it, so every session looks absent there. */
+kvp_status_t kvp_client_session_info(kvp_client_h client, uint64_t ns, const char *sid,
+                                     kvp_session_info_t *out);
 /* As kvp_client_list_sessions, with flags (KVP_LIST_DELETED). */
 kvp_status_t kvp_client_list_sessions_ex(kvp_client_h client, uint32_t page_size, uint32_t max,
                                          uint64_t flags, kvp_session_list_t **out_p);

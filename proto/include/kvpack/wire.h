@@ -60,6 +60,7 @@ typedef struct {
     uint8_t   has_chunks;
     uint8_t   has_first_pos;
     uint64_t  first_pos;   /* with has_first_pos: the tokens the session holds before it */
+    uint64_t  base;        /* optional: the version the session's record must be at (0: absent) */
 } kvp_wire_append_t;
 
 /* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and
@@ -85,6 +86,7 @@ typedef struct {
     uint64_t      version;            /* PUT_SESSION, DELETE: the write's version; 0 = absent
                                        * (the node uses its own clock) */
     uint32_t      deleted;            /* LIST: also list tombstones */
+    uint32_t      inclusive;          /* LIST: start at the cursor's own session (needs one) */
     uint32_t      drop;               /* DELETE: drop a replica (version = the newest it may
                                        * have), no tombstone */
     kvp_wire_append_t append;         /* APPEND (with ns, sid) */

@@ -271,7 +271,9 @@ typedef struct {
                                       * until it is put again (kvpack repair does that) */
 } kvp_store_session_info_t;
 
-#define KVP_STORE_LIST_DELETED KVP_BIT(0) /* kvp_store_session_list_ex: tombstones too */
+#define KVP_STORE_LIST_DELETED   KVP_BIT(0) /* kvp_store_session_list_ex: tombstones too */
+#define KVP_STORE_LIST_INCLUSIVE KVP_BIT(1) /* start at the cursor's own key, not after it (a
+                                             * probe of one session: max 1, then compare sid) */
 
 /* Up to max sessions (hot or cold) that come strictly after (after_ns, after_sid) in (ns, then
  * sid byte) order, or from the first one when after_sid is NULL, into out[0..*n_p). *more_p (may
@@ -280,7 +282,8 @@ typedef struct {
 kvp_status_t kvp_store_session_list(kvp_store_h store, uint64_t after_ns, const char *after_sid,
                                     kvp_store_session_info_t *out, uint32_t max, uint32_t *n_p,
                                     int *more_p);
-/* As kvp_store_session_list; flags KVP_STORE_LIST_DELETED merges tombstones into the order. */
+/* As kvp_store_session_list; flags KVP_STORE_LIST_DELETED merges tombstones into the order,
+ * KVP_STORE_LIST_INCLUSIVE starts at (after_ns, after_sid) itself. */
 kvp_status_t kvp_store_session_list_ex(kvp_store_h store, uint64_t after_ns, const char *after_sid,
                                        uint64_t flags, kvp_store_session_info_t *out, uint32_t max,
                                        uint32_t *n_p, int *more_p);
@@ -351,6 +354,7 @@ enum kvp_store_append_field {
     KVP_STORE_APPEND_VERSION = KVP_BIT(0), /* the record takes version */
     KVP_STORE_APPEND_CHUNKS  = KVP_BIT(1), /* the session must exist and hold chunks chunks */
     KVP_STORE_APPEND_FIRST_POS = KVP_BIT(2), /* the session must hold first_pos tokens */
+    KVP_STORE_APPEND_BASE    = KVP_BIT(3), /* the session's record must be at base */
 };
 
 typedef struct kvp_store_append {
@@ -377,6 +381,11 @@ typedef struct kvp_store_append {
                                      * KVP_ERR_INVALID (a retried append that went through, or
                                      * another writer's first), or KVP_ERR_NOT_FOUND when it is
                                      * gone; a retry can then never seal tokens twice */
+    uint64_t        base;           /* BASE: a replicated append's other condition: the record is
+                                     * at exactly this version, the one every copy taking the
+                                     * append holds (else KVP_ERR_INVALID: this copy missed a put,
+                                     * an append or an rm, or another writer's came first), so the
+                                     * copies that take it hold the same bytes after it */
 } kvp_store_append_t;
 
 /* Append (and seal full chunks). *sealed_p (may be NULL) gets the number of chunks sealed.
