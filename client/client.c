@@ -676,10 +676,10 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
 }
 
 /* APPEND; with has_chunks the session must exist holding chunks chunks (a replica's append),
- * else it must hold a->first_pos tokens; version 0: kept; base 0: not checked */
+ * else it must hold a->first_pos tokens; version 0: kept; base NULL: not checked */
 static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *sid,
                                 const kvp_append_t *a, int has_chunks, uint32_t chunks,
-                                uint64_t version, uint64_t base, uint32_t *sealed_p)
+                                uint64_t version, const uint64_t *base, uint32_t *sealed_p)
 {
     kvp_wire_req_t     req;
     kvp_xfer_iov_t    *iov;
@@ -716,7 +716,8 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
                                      a->head_dim, a->page_tokens, (uint32_t)a->dtype, a->ntok,
                                      a->n_ids, (uint32_t *)a->ids, version, chunks,
                                      (uint8_t)(has_chunks != 0), (uint8_t)(has_chunks == 0),
-                                     a->first_pos, base};
+                                     a->first_pos, base != NULL ? *base : 0,
+                                     (uint8_t)(base != NULL)};
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = kvp_client_call_start(client, &req, iov, 2, &call);
     s = s == KVP_OK ? kvp_client_call_wait(client, call) : s;
@@ -732,12 +733,12 @@ static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *si
 kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid,
                                const kvp_append_t *a, uint32_t *sealed_p)
 {
-    return append_call(client, ns, sid, a, 0, 0, 0, 0, sealed_p);
+    return append_call(client, ns, sid, a, 0, 0, 0, NULL, sealed_p);
 }
 
 kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
                                   const kvp_append_t *a, uint32_t chunks, uint64_t version,
-                                  uint64_t base, uint32_t *sealed_p)
+                                  const uint64_t *base, uint32_t *sealed_p)
 {
     return append_call(client, ns, sid, a, 1, chunks, version, base, sealed_p);
 }
@@ -809,25 +810,46 @@ static kvp_status_t list_take(kvp_session_list_t *l, size_t *cap, const kvp_wire
     return KVP_OK;
 }
 
-kvp_status_t kvp_client_session_info(kvp_client_h client, uint64_t ns, const char *sid,
-                                     kvp_session_info_t *out)
+/* A LIST at (ns, sid) itself, one entry, tombstones included: the probe of one session. */
+static void session_info_req(kvp_wire_req_t *req, uint64_t ns, const char *sid)
 {
-    kvp_wire_req_t     req;
-    kvp_client_call_t *call;
-    kvp_status_t       s = kvp_client_sid_check(sid);
+    memset(req, 0, sizeof(*req));
+    req->op        = KVP_WIRE_OP_LIST;
+    req->ns        = ns;
+    req->deleted   = 1;
+    req->inclusive = 1;
+    req->limit     = 1;
+    snprintf(req->sid, sizeof(req->sid), "%s", sid);
+}
 
-    kvp_client_call_begin(client);
-    if (s != KVP_OK || out == NULL) {
-        return s != KVP_OK ? s : KVP_ERR_INVALID;
+kvp_status_t kvp_client_session_info_start(kvp_client_h c, uint64_t ns, const char *sid,
+                                           kvp_client_call_t **call_p)
+{
+    kvp_wire_req_t req;
+    kvp_status_t   s = kvp_client_sid_check(sid);
+
+    kvp_client_call_begin(c);
+    *call_p = NULL;
+    if (s != KVP_OK) {
+        return s;
     }
-    memset(&req, 0, sizeof(req));
-    req.op        = KVP_WIRE_OP_LIST;
-    req.ns        = ns;
-    req.deleted   = 1;
-    req.inclusive = 1;
-    req.limit     = 1;
-    snprintf(req.sid, sizeof(req.sid), "%s", sid);
-    s = kvp_client_call_simple(client, &req, &call);
+    session_info_req(&req, ns, sid);
+    return kvp_client_call_start(c, &req, NULL, 0, call_p);
+}
+
+kvp_status_t kvp_client_session_info_finish(kvp_client_h c, kvp_client_call_t *call,
+                                            kvp_status_t started, uint64_t ns, const char *sid,
+                                            kvp_session_info_t *out)
+{
+    kvp_status_t s = started == KVP_OK ? kvp_client_call_wait(c, call) : started;
+
+    if (s == KVP_ERR_PEER_GONE && call != NULL) { /* the node restarted: once more, as reads are */
+        kvp_wire_req_t req;
+
+        kvp_client_call_release(call);
+        session_info_req(&req, ns, sid);
+        s = kvp_client_call_simple(c, &req, &call);
+    }
     if (s == KVP_OK && call->rep.n_sessions > 1) {
         KVP_LOG_ERROR(MOD, "session info reply with %u sessions for 1 asked",
                       call->rep.n_sessions);
@@ -843,6 +865,20 @@ kvp_status_t kvp_client_session_info(kvp_client_h client, uint64_t ns, const cha
     }
     kvp_client_call_release(call);
     return s;
+}
+
+kvp_status_t kvp_client_session_info(kvp_client_h client, uint64_t ns, const char *sid,
+                                     kvp_session_info_t *out)
+{
+    kvp_client_call_t *call;
+    kvp_status_t       s;
+
+    if (out == NULL) {
+        KVP_LOG_ERROR(MOD, "session info without an output pointer");
+        return KVP_ERR_INVALID;
+    }
+    s = kvp_client_session_info_start(client, ns, sid, &call);
+    return kvp_client_session_info_finish(client, call, s, ns, sid, out);
 }
 
 kvp_status_t kvp_client_list_sessions(kvp_client_h client, uint32_t page_size, uint32_t max,

@@ -73,6 +73,15 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call);
 /* The caller spent ns away from the transport (a get's page callback): the deadlines of the calls
  * in flight move by as much, so its time is not charged to the node. */
 void kvp_client_calls_defer(kvp_client_h c, uint64_t ns);
+/* kvp_client_session_info in two halves, so that a caller can probe several nodes at once:
+ * start sends the LIST (*call_p: its call, or NULL when none could be started), finish takes
+ * start's status, waits (a PEER_GONE is asked once more on a fresh connection, as reads are),
+ * fills *out and releases the call. */
+kvp_status_t kvp_client_session_info_start(kvp_client_h c, uint64_t ns, const char *sid,
+                                           kvp_client_call_t **call_p);
+kvp_status_t kvp_client_session_info_finish(kvp_client_h c, kvp_client_call_t *call,
+                                            kvp_status_t started, uint64_t ns, const char *sid,
+                                            kvp_session_info_t *out);
 /* One request without bulk data, waited for (a read is tried once more on a fresh connection
  * after PEER_GONE). The caller releases *call_p. */
 kvp_status_t kvp_client_call_simple(kvp_client_h c, kvp_wire_req_t *req,

@@ -8,6 +8,7 @@
  * Main flow: kvp_cluster_put_session -> cluster_adopt -> kvp_cluster_node_open ->
  * kvp_cluster_put_one (pages, record). */
 #include "cluster_int.h"
+#include "client_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 #include "kvpack/num.h"
@@ -532,46 +533,62 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
 }
 
-/* Before a replicated append: each node's record or tombstone version for (ns, sid), in rank
- * order (kvp_client_session_info), until r copies hold the newest version seen or every node
- * answered. held[k]: rank k's record version (0: none there, or it did not answer); *newest_p:
- * the newest record version, 0 when no node holds one or a tombstone at or above it says the
- * session was deleted. Nodes without a record, or that failed, are in the report. */
-static void append_probe(kvp_cluster_h cluster, uint64_t ns, const char *sid,
-                         kvp_cluster_route_t *rt, uint64_t *held, uint64_t *newest_p)
+/* Before a replicated append: every node's record or tombstone for (ns, sid), asked of all at
+ * once (kvp_client_session_info_start on each, then finish on each). held[k]: rank k holds a
+ * record, at version ver[k]. 1 with *base_p the newest record version when some node holds one
+ * and no tombstone is as new (deletes win ties); else 0, *deleted_p telling whether a tombstone
+ * was the newest. Nodes without a record, or that failed, are in the report. */
+static int append_probe(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                        kvp_cluster_route_t *rt, uint8_t *held, uint64_t *ver, uint64_t *base_p,
+                        int *deleted_p)
 {
-    uint64_t rec = 0, tomb = 0;
-    uint32_t at_rec = 0; /* copies probed at version rec */
+    kvp_client_h       cl[KVP_CLUSTER_MAX_NODES];
+    kvp_client_call_t *call[KVP_CLUSTER_MAX_NODES];
+    kvp_status_t       st[KVP_CLUSTER_MAX_NODES];
+    uint64_t           rec = 0, tomb = 0;
+    int                any_rec = 0, any_tomb = 0;
 
-    for (uint32_t k = 0; k < cluster->n && (rec <= tomb || at_rec < cluster->replicas); k++) {
-        kvp_client_h       cl;
-        kvp_session_info_t info;
-        kvp_status_t       ps = kvp_cluster_node_open(cluster, rt->order[k], rt->r, &cl);
-
-        if (ps != KVP_OK) {
-            route_fail(rt, ps); /* node_open reported it */
-            continue;
+    for (uint32_t k = 0; k < cluster->n; k++) {
+        call[k] = NULL;
+        st[k]   = kvp_cluster_node_open(cluster, rt->order[k], rt->r, &cl[k]);
+        if (st[k] == KVP_OK) {
+            st[k] = kvp_client_session_info_start(cl[k], ns, sid, &call[k]);
+        } else {
+            cl[k] = NULL; /* node_open reported it */
         }
-        ps = kvp_client_session_info(cl, ns, sid, &info);
-        if (ps == KVP_OK && info.deleted) {
-            tomb = info.version > tomb ? info.version : tomb;
-            ps   = KVP_ERR_NOT_FOUND;
-        }
-        if (ps != KVP_OK) {
-            kvp_cluster_report_add(cluster, rt->r, rt->order[k], ps, "probe");
-            route_fail(rt, ps);
-            continue;
-        }
-        held[k] = info.version != 0 ? info.version : 1; /* a record from before versions: 1 */
-        at_rec  = held[k] > rec ? 1 : at_rec + (held[k] == rec);
-        rec     = held[k] > rec ? held[k] : rec;
     }
-    if (rec != 0 && rec <= tomb) {
+    for (uint32_t k = 0; k < cluster->n; k++) {
+        kvp_session_info_t info;
+        kvp_status_t       ps = st[k];
+
+        held[k] = 0;
+        if (cl[k] != NULL) {
+            ps = kvp_client_session_info_finish(cl[k], call[k], st[k], ns, sid, &info);
+            if (ps == KVP_OK && info.deleted) {
+                tomb     = !any_tomb || info.version > tomb ? info.version : tomb;
+                any_tomb = 1;
+                ps       = KVP_ERR_NOT_FOUND;
+            }
+            if (ps != KVP_OK) {
+                kvp_cluster_report_add(cluster, rt->r, rt->order[k], ps, "probe");
+            }
+        }
+        route_fail(rt, ps);
+        if (ps == KVP_OK) {
+            held[k] = 1;
+            ver[k]  = info.version;
+            rec     = !any_rec || info.version > rec ? info.version : rec;
+            any_rec = 1;
+        }
+    }
+    *deleted_p = any_tomb && (!any_rec || tomb >= rec);
+    if (any_rec && *deleted_p) {
         KVP_LOG_WARN(MOD, "append to %s: a copy at version %llu outlived an rm at %llu; not "
                      "appended (kvpack repair removes it)", sid, (unsigned long long)rec,
                      (unsigned long long)tomb);
     }
-    *newest_p = rec > tomb ? rec : 0;
+    *base_p = rec;
+    return any_rec && !*deleted_p;
 }
 
 kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *sid,
@@ -580,32 +597,35 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
 {
     kvp_cluster_route_t rt;
     uint64_t            version = kvp_version_now(); /* one version for every copy */
-    uint64_t            held[KVP_CLUSTER_MAX_NODES] = {0}, base = 0; /* past the probe: 0 */
+    uint64_t            ver[KVP_CLUSTER_MAX_NODES], base = 0;
+    uint8_t             held[KVP_CLUSTER_MAX_NODES];
+    int                 deleted = 0, found = 0;
     kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     if (s == KVP_OK) {
-        append_probe(cluster, ns, sid, &rt, held, &base);
+        found = append_probe(cluster, ns, sid, &rt, held, ver, &base, &deleted);
     }
     /* only the copies at the newest version, each on that version (a copy that moved meanwhile
      * refuses), so every copy that takes the append holds the same bytes after it */
-    for (uint32_t k = 0; s == KVP_OK && base != 0 && k < cluster->n; k++) {
+    for (uint32_t k = 0; found && k < cluster->n; k++) {
         kvp_client_h cl;
         uint32_t     sealed = 0;
-        kvp_status_t as     = KVP_ERR_INVALID;
+        kvp_status_t as;
 
-        if (held[k] == 0) {
-            continue; /* no copy there (reported by the probe), or not probed */
+        if (!held[k]) {
+            continue; /* no copy there, or no answer (in the report) */
         }
-        if (held[k] != base) {
+        if (ver[k] != base) {
             KVP_LOG_WARN(MOD, "append to %s: the copy on %s is at version %llu, behind %llu; "
                          "not appended (kvpack repair replaces it)", sid,
-                         cluster->peer[rt.order[k]], (unsigned long long)held[k],
+                         cluster->peer[rt.order[k]], (unsigned long long)ver[k],
                          (unsigned long long)base);
-            kvp_cluster_report_add(cluster, rt.r, rt.order[k], as, "append");
-        } else if ((as = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl)) == KVP_OK) {
-            as = kvp_client_append_at(cl, ns, sid, append, chunks, version,
-                                      base == 1 ? 0 : base, /* version 0 has no check */
-                                      &sealed);
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], KVP_ERR_INVALID, "append");
+            continue;
+        }
+        as = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
+        if (as == KVP_OK) {
+            as = kvp_client_append_at(cl, ns, sid, append, chunks, version, &base, &sealed);
             kvp_cluster_report_add(cluster, rt.r, rt.order[k], as, "append");
         }
         if (as == KVP_OK && rt.r->n_ok++ == 0 && sealed_p != NULL) {
@@ -619,6 +639,9 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
     }
     if (s != KVP_OK || rt.r->n_ok > 0) {
         return s;
+    }
+    if (deleted) {
+        return KVP_ERR_NOT_FOUND; /* an rm is the newest write */
     }
     return rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
 }

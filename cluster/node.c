@@ -544,7 +544,7 @@ static void handle_append(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
         ap.field_mask     = (a->version != 0 ? KVP_STORE_APPEND_VERSION : 0) |
                         (a->has_chunks ? KVP_STORE_APPEND_CHUNKS : 0) |
                         (a->has_first_pos ? KVP_STORE_APPEND_FIRST_POS : 0) |
-                        (a->base != 0 ? KVP_STORE_APPEND_BASE : 0);
+                        (a->has_base ? KVP_STORE_APPEND_BASE : 0);
         pthread_mutex_lock(&append_mu);
         s = kvp_store_session_append(n->store, req->ns, req->sid, &ap, &rep->sealed);
         pthread_mutex_unlock(&append_mu);

@@ -277,7 +277,7 @@ kvp_status_t kvp_wire_req_pack(const kvp_wire_req_t *req, uint8_t **buf_p, size_
         ap.chunks      = req->append.chunks;
         ap.has_first_pos = req->append.has_first_pos;
         ap.first_pos     = req->append.first_pos;
-        ap.has_base_version = req->append.base != 0;
+        ap.has_base_version = req->append.has_base;
         ap.base_version     = req->append.base;
         r.body_case    = KVP__REQUEST__BODY_APPEND;
         r.append       = &ap;
@@ -327,7 +327,8 @@ static kvp_status_t append_from_pb(const Kvp__AppendReq *a, uint64_t data_len,
                                       NULL, a->has_version ? a->version : 0, a->chunks,
                                       (uint8_t)(a->has_chunks != 0),
                                       (uint8_t)(a->has_first_pos != 0), a->first_pos,
-                                      a->has_base_version ? a->base_version : 0};
+                                      a->has_base_version ? a->base_version : 0,
+                                      (uint8_t)(a->has_base_version != 0)};
     return lens_copy(a->ids, req->append.n_ids, &req->append.ids);
 }
 

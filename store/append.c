@@ -3,9 +3,11 @@
  * chained chunk keys, re-encode the rest as the new fp16 tail, and put the new record. Built on
  * the public store calls (session_get/page_put/session_put), so durability and eviction are theirs.
  * Main flow: check -> current record -> per layer: tail + new tokens -> sealed pages + new tail
- * page -> kvp_store_session_put (at the session's version: an append does not change it, unless
- * it brings one: a replicated append, kvp_cluster_append, checks the chunk count and moves every
- * copy to its writer's version, so repair can tell a copy that missed it). */
+ * page -> kvp_store_session_put_expect (at the session's version: an append does not change it,
+ * unless it brings one: a replicated append, kvp_cluster_append, checks the chunk count and the
+ * version it was based on and moves every copy to its writer's version, so repair can tell a copy
+ * that missed it; and only if the record is still the one read, so a put or delete landing
+ * while the append encodes is never overwritten by a record computed from the older one). */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
@@ -256,8 +258,10 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         uint64_t version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
                            : exists                                  ? got.version
                                                                      : kvp_store_wall_ns();
+        /* on what was read: a put, delete or append that landed since is not overwritten */
+        kvp_sess_expect_t read = {exists, got.version};
 
-        status = kvp_store_session_put_version(st, ns, sid, &nd, version);
+        status = kvp_store_session_put_expect(st, ns, sid, &nd, version, &read);
     }
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "append of %u tokens to session %s failed: %s", a->ntok, sid,

@@ -97,8 +97,14 @@ kvp_status_t kvp_store_session_list_ex(kvp_store_h st, uint64_t after_ns, const 
         tk = kvp_sid_index_next(&ti);
     }
     for (; kept < max && (sk != NULL || tk != NULL); kept++) { /* merge the two orders */
-        /* a key is never both: a put newer than a tombstone clears it, a delete the record */
-        if (tk == NULL || (sk != NULL && kvp_sid_cmp(sk->ns, sk->sid, tk->ns, tk->sid) < 0)) {
+        int c = (sk != NULL && tk != NULL) ? kvp_sid_cmp(sk->ns, sk->sid, tk->ns, tk->sid) : 0;
+
+        /* a put newer than a tombstone clears it, a delete the record; both are there only when
+         * that clear failed on disk, and then the record is the newer: it is listed, not both */
+        if (sk != NULL && tk != NULL && c == 0) {
+            tk = kvp_sid_index_next(&ti);
+        }
+        if (tk == NULL || (sk != NULL && c <= 0)) {
             sess_info(st, KVP_CONTAINER_OF(sk, kvp_sess_t, key), &out[kept]);
             sk = kvp_sid_index_next(&si);
         } else {

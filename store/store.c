@@ -1132,8 +1132,31 @@ static kvp_status_t version_check(kvp_store_h st, uint64_t ns, const char *sid, 
     return KVP_OK;
 }
 
+/* Under the store lock: the record (ns, sid) is still what the caller read (expect; NULL: no
+ * condition), else KVP_ERR_NOT_FOUND (deleted since) or KVP_ERR_INVALID (another write since). */
+static kvp_status_t expect_check(kvp_store_h st, uint64_t ns, const char *sid,
+                                 const kvp_sess_expect_t *expect)
+{
+    const kvp_sess_t *cur = expect != NULL ? kvp_index_sess_find(&st->sessions, ns, sid) : NULL;
+
+    if (expect == NULL || (expect->exists ? cur != NULL && cur->version == expect->version
+                                          : cur == NULL)) {
+        return KVP_OK;
+    }
+    KVP_LOG_ERROR(MOD, "session %s changed while an append to it ran (%s): the append is refused",
+                  sid, cur == NULL ? "deleted" : "another writer's put or append came first");
+    return expect->exists && cur == NULL ? KVP_ERR_NOT_FOUND : KVP_ERR_INVALID;
+}
+
 kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const char *sid,
                                            const kvp_session_desc_t *desc, uint64_t version)
+{
+    return kvp_store_session_put_expect(st, ns, sid, desc, version, NULL);
+}
+
+kvp_status_t kvp_store_session_put_expect(kvp_store_h st, uint64_t ns, const char *sid,
+                                          const kvp_session_desc_t *desc, uint64_t version,
+                                          const kvp_sess_expect_t *expect)
 {
     kvp_sess_t     *s, *old;
     kvp_tomb_t     *tomb;
@@ -1162,6 +1185,9 @@ kvp_status_t kvp_store_session_put_version(kvp_store_h st, uint64_t ns, const ch
         }
     }
     status = version_check(st, ns, sid, version, false);
+    if (status == KVP_OK) {
+        status = expect_check(st, ns, sid, expect);
+    }
     if (status != KVP_OK) {
         goto out;
     }

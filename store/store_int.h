@@ -402,6 +402,22 @@ void kvp_store_unnamed_expire(struct kvp_store *st);
  * in their put grace wait on store->unnamed; then every one is unpinned. A failed disk delete
  * leaves those on disk (the next open's sweep). */
 void         kvp_store_pages_let_go(struct kvp_store *st, kvp_page_t **pages, size_t n);
+/* What an append read of its session, for kvp_store_session_put_expect: its record at version,
+ * or (exists false) no record. */
+typedef struct {
+    bool     exists;
+    uint64_t version;
+} kvp_sess_expect_t;
+
+/* kvp_store_session_put_version, on the condition (checked under the store lock with the
+ * version, expect NULL: none) that the record is still what the caller read: else
+ * KVP_ERR_NOT_FOUND (deleted since) or KVP_ERR_INVALID (put or appended since), nothing
+ * changed. An append computes its record from what it read, so a write landing in between
+ * must not be overwritten by it. */
+kvp_status_t kvp_store_session_put_expect(struct kvp_store *st, uint64_t ns, const char *sid,
+                                          const kvp_session_desc_t *desc, uint64_t version,
+                                          const kvp_sess_expect_t *expect);
+
 /* Evict until the pool has room for need more bytes at or below the low watermark: the
  * synchronous path (spills under the lock). Never drops the lock. */
 kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);

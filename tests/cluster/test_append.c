@@ -209,7 +209,7 @@ static void raw_bad(const test_node_t *n, kvp_client_h c)
     req.ns     = fp;
     snprintf(req.sid, sizeof(req.sid), "s");
     req.append = (kvp_wire_append_t){KVP_CODEC_KIVI, fp, L, H, D, P, KVP_DTYPE_F16, 4, 4 + 2 * P,
-                                     ids, 0, 0, 0, 0, 0, 0};
+                                     ids, 0, 0, 0, 0, 0, 0, 0};
     CHECK_OK(kvp_wire_req_pack(&req, &hdr, &hl)); /* ids: more than the tail can hold */
     test_raw_call(&r, hdr, hl, data, 2 * one);
     CHECK(r.rep.req_id == 91 && r.rep.status == KVP_ERR_PROTOCOL);
@@ -331,7 +331,9 @@ static void repair(const char *peers)
  * replaces the stale one. A copy that missed a put of the same length (its node down; the third
  * node stood in) has the chunk count the append names, but not the newest version: it is left
  * alone and the append goes to the two newest copies (it used to take the append on top of its
- * older bytes, at the same version as the others). A copy that outlived an rm (down meanwhile)
+ * older bytes, at the same version as the others). A put both first copies missed, taken by the
+ * third alone, makes the third the only newest copy: the append goes there only. A copy that
+ * outlived an rm (down meanwhile)
  * does not bring the session back: NOT_FOUND, nothing appended, and repair removes it. A
  * session nobody holds is NOT_FOUND; a chunk count no copy has, INVALID. */
 static void cluster_case(void)
@@ -339,7 +341,7 @@ static void cluster_case(void)
     test_node_t          nd[3];
     char                 peers[256];
     uint32_t             order[3], sealed = 99;
-    uint64_t             v_old;
+    uint64_t             v_old, v_new;
     kvp_cluster_h        cl;
     kvp_cluster_report_t rep;
     kvp_client_h         c[3];
@@ -417,6 +419,25 @@ static void cluster_case(void)
     check_session(c[2], "c", 2, 90);
     check_session(c[1], "c", 2, 80); /* left alone, at its own version */
     CHECK(version_of(c[1], "c") == v_old && version_of(c[2], "c") == version_of(c[0], "c"));
+
+    /* a put both first copies miss lands on the third alone: its copy is the newest, though the
+     * first two ranked nodes answer first (a probe that stopped at r copies missed it) */
+    v_new = version_of(c[0], "c");
+    CHECK_OK(kvp_client_get_session(c[0], fp, "c", &sp));
+    WHILE_DOWN(nd[order[0]], c[0], WHILE_DOWN(nd[order[1]], c[1], {
+        CHECK_OK(kvp_cluster_put_session(cl, fp, "c", (const void *const *)sp->pages,
+                                         sp->page_lens, sp->n_pages, &sp->desc, &rep));
+        CHECK(rep.n_ok == 1);
+    }));
+    kvp_session_pages_free(sp);
+    kvp_cluster_destroy(cl);
+    cl = test_cluster_open(peers, 2, KVP_OK);
+    CHECK_OK(cl_append(cl, 64, 90, 10, 2, &sealed, &rep)); /* 100: a third chunk */
+    CHECK(sealed == 1 && rep.n_ok == 1 && tried(&rep, order[2]) == KVP_OK &&
+          tried(&rep, order[0]) == KVP_ERR_INVALID && tried(&rep, order[1]) == KVP_ERR_INVALID);
+    check_session(c[2], "c", 3, 100);
+    check_session(c[0], "c", 2, 90); /* left alone */
+    CHECK(version_of(c[0], "c") == v_new && version_of(c[1], "c") == v_old);
 
     /* an rm the second copy misses: its copy must not come back through an append */
     WHILE_DOWN(nd[order[1]], c[1], { /* deleted on the others; PEER_UNREACHABLE names the miss */

@@ -18,6 +18,7 @@
  * spill_lost_put: under spill durability a put that supersedes a tombstone and is lost with a
  *   failed stop-time spill leaves the tombstone standing after the restart. */
 #include "store_test_util.h"
+#include "../../store/store_int.h" /* kvp_store_session_put_expect */
 
 #include "kvpack/log.h"
 
@@ -391,6 +392,20 @@ static void case_append_base(const char *dir)
     CHECK(append_on(st, ns, "nope", ids, 0, 0, 4, v) == KVP_ERR_NOT_FOUND);
     CHECK(!probed(st, ns, "nope", &e));
 
+    { /* the append's write: only on the record it read (a put or rm meanwhile wins) */
+        kvp_session_desc_t d;
+        kvp_sess_expect_t  read = {true, v}, older = {true, v - 1}, none = {false, 0};
+
+        CHECK_OK(kvp_store_session_get(st, ns, "b", &d));
+        CHECK(kvp_store_session_put_expect(st, ns, "b", &d, v + 5, &older) == KVP_ERR_INVALID);
+        CHECK(kvp_store_session_put_expect(st, ns, "b", &d, v + 5, &none) == KVP_ERR_INVALID);
+        CHECK(probed(st, ns, "b", &e) && e.version == v); /* unchanged */
+        CHECK(kvp_store_session_put_expect(st, ns, "nope", &d, v + 5, &read) ==
+              KVP_ERR_NOT_FOUND);
+        CHECK(!probed(st, ns, "nope", &e));
+        CHECK_OK(kvp_store_session_put_expect(st, ns, "b", &d, v, &read));
+        kvp_session_desc_clear(&d);
+    }
     CHECK_OK(kvp_store_session_delete_version(st, ns, "b", v + 1000));
     CHECK(probed(st, ns, "b", &e) && e.deleted == 1 && e.version == v + 1000);
     CHECK(append_on(st, ns, "b", ids, 0, 0, 4, v) == KVP_ERR_NOT_FOUND);

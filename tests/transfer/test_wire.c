@@ -111,14 +111,14 @@ static int make_req(int i, kvp_wire_req_t *r, uint64_t *data_len)
         r->op = KVP_WIRE_OP_APPEND;
         strcpy(r->sid, "appended");
         r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids,
-                                        0x1234567890ull, 7, 1, 0, 0, 0x1234500000ull};
+                                        0x1234567890ull, 7, 1, 0, 0, 0x1234500000ull, 1};
         *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
         return 1;
     case 14: /* APPEND of one node's client: at the position the session must be at */
         r->op = KVP_WIRE_OP_APPEND;
         strcpy(r->sid, "appended");
         r->append = (kvp_wire_append_t){2, 0x5EED, 2, 4, 64, 128, 1, 5, 8, append_ids, 0, 0, 0, 1,
-                                        (1ull << 40) + 3, 0};
+                                        (1ull << 40) + 3, 0, 0};
         *data_len = 2ull * 2 * 5 * 4 * 64 * 2;
         return 1;
     case 13: /* SCRUB: no body fields, no data */
@@ -151,7 +151,8 @@ static void check_req_equal(const kvp_wire_req_t *a, const kvp_wire_req_t *b)
           a->append.version == b->append.version && a->append.chunks == b->append.chunks &&
           a->append.has_chunks == b->append.has_chunks &&
           a->append.has_first_pos == b->append.has_first_pos &&
-          a->append.first_pos == b->append.first_pos && a->append.base == b->append.base);
+          a->append.first_pos == b->append.first_pos && a->append.base == b->append.base &&
+          a->append.has_base == b->append.has_base);
     for (uint32_t i = 0; i < a->append.n_ids; i++) {
         CHECK(a->append.ids[i] == b->append.ids[i]);
     }

@@ -196,12 +196,12 @@ kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid
                                const kvp_append_t *append, uint32_t *sealed_p);
 /* One copy's part of a replicated append (kvp_cluster_append): as kvp_client_append, but the
  * session must exist (KVP_ERR_NOT_FOUND) holding exactly chunks sealed chunks and, unless base is
- * 0, its record must be at version base (KVP_ERR_INVALID: this copy missed a write, or has one
- * the caller has not seen), and its record takes version (above its own, else KVP_ERR_STALE; 0:
- * kept), so repair can tell a copy that missed it. */
+ * NULL, its record must be at version *base (KVP_ERR_INVALID: this copy missed a write, or has
+ * one the caller has not seen), and its record takes version (above its own, else
+ * KVP_ERR_STALE; 0: kept), so repair can tell a copy that missed it. */
 kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
                                   const kvp_append_t *append, uint32_t chunks, uint64_t version,
-                                  uint64_t base, uint32_t *sealed_p);
+                                  const uint64_t *base, uint32_t *sealed_p);
 /* How many leading chunks of keys[0..n) the node holds on all layers. */
 kvp_status_t kvp_client_lookup(kvp_client_h client, uint64_t ns, const kvp_key128_t *keys,
                                uint32_t n, uint32_t layers, uint32_t *hit_chunks_p);

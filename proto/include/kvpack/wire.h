@@ -60,7 +60,8 @@ typedef struct {
     uint8_t   has_chunks;
     uint8_t   has_first_pos;
     uint64_t  first_pos;   /* with has_first_pos: the tokens the session holds before it */
-    uint64_t  base;        /* optional: the version the session's record must be at (0: absent) */
+    uint64_t  base;        /* with has_base: the version the session's record must be at (0 too) */
+    uint8_t   has_base;
 } kvp_wire_append_t;
 
 /* A request. Arrays are borrowed when packing; after unpack they are owned by the struct and

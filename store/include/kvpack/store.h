@@ -349,7 +349,11 @@ kvp_status_t kvp_store_scrub(kvp_store_h store, kvp_store_scrub_t *out);
  * with (once the namespace has a profile, another one is refused with KVP_ERR_WRONG_CODEC). The store keeps K/V, not token ids, so ids holds
  * the ids of the session's current tail tokens followed by the ntok new ones. The first append
  * creates the session. Tail tokens are held as fp16 (f32 input is rounded once, on append).
- * Appends to one session must not run concurrently with each other or with a put of it. */
+ * An append writes its record only if the session's record is still the one it read (checked
+ * under the store lock): a put, delete or other append of the session that lands while it encodes
+ * makes it fail (KVP_ERR_INVALID; KVP_ERR_NOT_FOUND when deleted) and change nothing, so callers
+ * need not serialise appends against puts (kvpackd serialises appends among themselves, so they
+ * queue instead of failing). */
 enum kvp_store_append_field {
     KVP_STORE_APPEND_VERSION = KVP_BIT(0), /* the record takes version */
     KVP_STORE_APPEND_CHUNKS  = KVP_BIT(1), /* the session must exist and hold chunks chunks */
