@@ -75,6 +75,13 @@ static int addr_lists_meet(const struct addrinfo *ra, const struct addrinfo *rb)
     return 0;
 }
 
+/* One node under two names: the same text, or a port and an address in common. */
+static int addr_same(const char *a, const struct addrinfo *ra, const char *b,
+                     const struct addrinfo *rb)
+{
+    return strcmp(a, b) == 0 || addr_lists_meet(ra, rb);
+}
+
 int kvp_cluster_addr_dup(const char *const *addrs, uint32_t n, uint32_t *i_p, uint32_t *j_p)
 {
     struct addrinfo *res[KVP_CLUSTER_MAX_NODES] = {NULL};
@@ -84,7 +91,7 @@ int kvp_cluster_addr_dup(const char *const *addrs, uint32_t n, uint32_t *i_p, ui
     for (uint32_t j = 0; j < n && !dup; j++) {
         res[j] = addr_resolve(addrs[j]);
         for (uint32_t i = 0; i < j && !dup; i++) {
-            dup = strcmp(addrs[i], addrs[j]) == 0 || addr_lists_meet(res[i], res[j]);
+            dup = addr_same(addrs[i], res[i], addrs[j], res[j]);
             if (dup) {
                 *i_p = i;
                 *j_p = j;
@@ -123,10 +130,52 @@ static kvp_status_t peers_split(kvp_cluster_h c, char *list)
     return KVP_OK;
 }
 
-/* How many of n members registered under where (sorted by address) a cluster takes: all, or past
- * KVP_CLUSTER_MAX_NODES the first ones, with a warning. For the watch and the one-shot read. */
-static uint32_t members_cap(uint32_t n, const char *where)
+/* Drop from m[0..n) (order kept) each member that is a node listed under another name too (a
+ * node restarted with another --advertise while its old key's lease runs out): the one
+ * registered last stays, with a warning naming both. Returns the count left. */
+static uint32_t members_one_per_node(kvp_etcd_member_t *m, uint32_t n, const char *where)
 {
+    struct addrinfo **res  = kvp_calloc(n ? n : 1, sizeof(*res), "cluster.members");
+    uint8_t          *drop = kvp_calloc(n ? n : 1, 1, "cluster.members");
+    uint32_t          kept = 0;
+
+    if (res == NULL || drop == NULL) { /* keep them all: the node then counts twice */
+        kvp_free(res);
+        kvp_free(drop);
+        return n;
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        res[j] = addr_resolve(m[j].addr);
+        for (uint32_t i = 0; i < j && !drop[j]; i++) {
+            if (!drop[i] && addr_same(m[i].addr, res[i], m[j].addr, res[j])) {
+                uint32_t old = m[j].since > m[i].since ? i : j; /* a tie: the first stays */
+
+                KVP_LOG_WARN(MOD, "%s lists one node twice, as %s and %s: using %s (registered "
+                             "last; the other key goes when its lease runs out)", where,
+                             m[i].addr, m[j].addr, m[old == i ? j : i].addr);
+                drop[old] = 1;
+            }
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        if (res[j] != NULL) {
+            freeaddrinfo(res[j]);
+        }
+        if (!drop[j]) {
+            m[kept++] = m[j];
+        }
+    }
+    kvp_free(res);
+    kvp_free(drop);
+    return kept;
+}
+
+/* How many of n members registered under where (sorted by address) a cluster takes: each node
+ * once (members_one_per_node), then all, or past KVP_CLUSTER_MAX_NODES the first ones, with a
+ * warning. For the watch and the one-shot read. */
+static uint32_t members_take(kvp_etcd_member_t *m, uint32_t n, const char *where)
+{
+    n = members_one_per_node(m, n, where);
     if (n > KVP_CLUSTER_MAX_NODES) {
         KVP_LOG_WARN(MOD, "%u nodes registered under %s: using the first %u by address", n,
                      where, KVP_CLUSTER_MAX_NODES);
@@ -158,7 +207,7 @@ static kvp_status_t cluster_adopt(kvp_cluster_h c)
         kvp_free(m);
         return KVP_ERR_NO_MEMORY;
     }
-    n = members_cap(n, c->where);
+    n = members_take(m, n, c->where);
     for (uint32_t i = 0; i < n; i++) {
         snprintf(next[i].addr, sizeof(next[i].addr), "%s", m[i].addr);
     }
@@ -836,7 +885,7 @@ kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char *
         KVP_LOG_ERROR(MOD, "no kvpack nodes registered under %s", where);
         s = KVP_ERR_NOT_FOUND;
     }
-    n = members_cap(n, where);
+    n = members_take(m, n, where);
     if (s != KVP_OK) {
         kvp_free(m);
         return s;

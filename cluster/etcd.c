@@ -392,7 +392,7 @@ kvp_status_t kvp_etcd_member_from_kv(const char *prefix, const char *key, const 
     uint16_t port;
 
     if (strncmp(key, prefix, plen) != 0 ||
-        kvp_xfer_parse_addr(key + plen, host, sizeof(host), &port) != KVP_OK || port == 0) {
+        kvp_xfer_split_addr(key + plen, host, sizeof(host), &port) != KVP_OK || port == 0) {
         return KVP_ERR_PROTOCOL;
     }
     return kvp_etcd_member_parse(key + plen, value, len, m);

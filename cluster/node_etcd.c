@@ -2,7 +2,8 @@
  * lease alive on a background thread (node_etcd.h). The thread owns its own etcd handle; the
  * start and stop calls use another, so no handle is shared between threads (stop only cancels the
  * thread's call in progress: kvp_etcd_cancel).
- * Main flow: kvp_node_etcd_start -> reg_put -> keepalive_main (every ttl/3) -> kvp_node_etcd_stop. */
+ * Main flow: kvp_node_etcd_start -> reg_put -> keepalive_main (every ttl/3: keepalive, then the
+ * key is checked and put back if deleted) -> kvp_node_etcd_stop. */
 #include "node_etcd.h"
 #include "kvpack/alloc.h"
 #include "kvpack/etcd.h"
@@ -60,6 +61,26 @@ static kvp_status_t reg_put(kvp_node_etcd_h r, kvp_etcd_h e)
     return s;
 }
 
+/* After a keepalive: the key itself is still there (an operator's `etcdctl del`, or a cleanup of
+ * the prefix, removes it while its lease lives, and the lease alone would keep the node out of
+ * every list for good); put it back under the same lease when it is gone. */
+static kvp_status_t reg_key_check(kvp_node_etcd_h r, kvp_etcd_h e)
+{
+    kvp_etcd_kvs_t *kvs = NULL;
+    kvp_status_t    s   = kvp_etcd_range_prefix(e, r->key, &kvs);
+    int             found = 0;
+
+    for (uint32_t i = 0; s == KVP_OK && i < kvs->n; i++) {
+        found |= strcmp(kvs->kv[i].key, r->key) == 0;
+    }
+    kvp_etcd_kvs_free(kvs);
+    if (s == KVP_OK && !found) {
+        KVP_LOG_WARN(MOD, "key %s was deleted while its lease lives; putting it back", r->key);
+        s = kvp_etcd_put(e, r->key, r->value, r->lease);
+    }
+    return s;
+}
+
 static void *keepalive_main(void *arg)
 {
     kvp_node_etcd_h r = arg;
@@ -85,6 +106,9 @@ static void *keepalive_main(void *arg)
         }
         pthread_mutex_unlock(&r->mu); /* no HTTP under the lock: stop must not wait on it */
         s = kvp_etcd_lease_keepalive(r->bg, r->lease, &ttl);
+        if (s == KVP_OK) {
+            s = reg_key_check(r, r->bg);
+        }
         if (s == KVP_ERR_NOT_FOUND) {
             KVP_LOG_WARN(MOD, "lease of %s lost (expired while etcd was out of reach?); "
                          "registering again", r->key);

@@ -26,6 +26,7 @@
 #include <ucp/api/ucp.h>
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -1621,7 +1622,7 @@ size_t kvp_xfer_max_hdr(kvp_xfer_h x)
     return x->max_hdr;
 }
 
-kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p)
+kvp_status_t kvp_xfer_split_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p)
 {
     const char   *colon;
     char         *end;
@@ -1629,7 +1630,6 @@ kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, 
     size_t        hlen;
 
     if (addr == NULL || (colon = strrchr(addr, ':')) == NULL) {
-        KVP_LOG_ERROR(MOD, "address '%s' is not host:port", addr ? addr : "(null)");
         return KVP_ERR_INVALID;
     }
     hlen = (size_t)(colon - addr);
@@ -1640,11 +1640,25 @@ kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, 
     port = strtoul(colon + 1, &end, 10);
     if (hlen == 0 || hlen >= host_cap || *end != '\0' || colon[1] < '0' || colon[1] > '9' ||
         port > 65535) { /* digits only: strtoul would take " 80", "+80" and "-0" */
-        KVP_LOG_ERROR(MOD, "address '%s' is not host:port", addr);
         return KVP_ERR_INVALID;
+    }
+    for (size_t i = 0; i < hlen; i++) { /* a list separator or a blank: never part of a name */
+        if (addr[i] == ',' || isspace((unsigned char)addr[i])) {
+            return KVP_ERR_INVALID;
+        }
     }
     memcpy(host, addr, hlen);
     host[hlen] = '\0';
     *port_p    = (uint16_t)port;
     return KVP_OK;
+}
+
+kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p)
+{
+    kvp_status_t s = kvp_xfer_split_addr(addr, host, host_cap, port_p);
+
+    if (s != KVP_OK) {
+        KVP_LOG_ERROR(MOD, "address '%s' is not host:port", addr ? addr : "(null)");
+    }
+    return s;
 }

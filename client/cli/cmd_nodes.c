@@ -28,56 +28,27 @@ static void usage(FILE *out)
             "Exit 1 when etcd cannot be read.\n");
 }
 
-/* STAT members [0, n) (at most KVP_CLUSTER_MAX_NODES) over one kvp_cluster of their addresses;
- * a node that fails is recorded. done and total count the progress over all batches. */
-static kvp_status_t probe_batch(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
-                                node_probe_t *pr, uint32_t done, uint32_t total)
+/* STAT every member over a client of its own (not a cluster: a node listed twice under two
+ * names, its old key not yet expired, is shown twice, which is what an operator looks for here). */
+static void probe_all(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
+                      node_probe_t *pr)
 {
-    kvp_client_params_t  cp;
-    kvp_cluster_params_t p;
-    kvp_cluster_h        cl;
-    char                *peers = kvp_malloc((size_t)n * KVP_ETCD_ADDR_MAX, "cli.nodes");
-    size_t               len = 0;
-    kvp_status_t         s;
-
-    if (peers == NULL) {
-        return KVP_ERR_NO_MEMORY;
-    }
     for (uint32_t i = 0; i < n; i++) {
-        len += (size_t)sprintf(peers + len, "%s%s", i ? "," : "", m[i].addr);
-    }
-    memset(&cp, 0, sizeof(cp));
-    cp.field_mask = KVP_CLIENT_PARAM_TIMEOUT_MS;
-    cp.timeout_ms = timeout_ms;
-    memset(&p, 0, sizeof(p));
-    p.field_mask = KVP_CLUSTER_PARAM_PEERS | KVP_CLUSTER_PARAM_CLIENT;
-    p.peers      = peers;
-    p.client     = &cp;
-    s            = kvp_cluster_create(&p, &cl);
-    kvp_free(peers);
-    for (uint32_t i = 0; s == KVP_OK && i < n; i++) {
-        kvp_progress("stat", done + i, total);
-        pr[i].status = kvp_cluster_stat(cl, i, &pr[i].st);
-    }
-    if (s == KVP_OK) {
-        kvp_cluster_destroy(cl);
-    }
-    return s;
-}
+        kvp_client_params_t cp;
+        kvp_client_h        c;
 
-/* STAT every member, KVP_CLUSTER_MAX_NODES at a time (one cluster handle holds no more). */
-static kvp_status_t probe_all(const kvp_etcd_member_t *m, uint32_t n, uint32_t timeout_ms,
-                              node_probe_t *pr)
-{
-    kvp_status_t s = KVP_OK;
-
-    for (uint32_t i = 0; s == KVP_OK && i < n; i += KVP_CLUSTER_MAX_NODES) {
-        uint32_t k = n - i < KVP_CLUSTER_MAX_NODES ? n - i : KVP_CLUSTER_MAX_NODES;
-
-        s = probe_batch(m + i, k, timeout_ms, pr + i, i, n);
+        kvp_progress("stat", i, n);
+        memset(&cp, 0, sizeof(cp));
+        cp.field_mask = KVP_CLIENT_PARAM_SERVER | KVP_CLIENT_PARAM_TIMEOUT_MS;
+        cp.server     = m[i].addr;
+        cp.timeout_ms = timeout_ms;
+        pr[i].status  = kvp_client_create(&cp, &c);
+        if (pr[i].status == KVP_OK) {
+            pr[i].status = kvp_client_stat(c, &pr[i].st);
+            kvp_client_destroy(c);
+        }
     }
     kvp_progress_done();
-    return s;
 }
 
 static void print_json(const char *etcd, const char *prefix, const kvp_etcd_member_t *m,
@@ -186,13 +157,7 @@ int kvp_cmd_nodes(int argc, char **argv)
         fprintf(stderr, "kvpack nodes: out of memory\n");
         return 1;
     }
-    s = (n > 0) ? probe_all(m, n, (uint32_t)timeout, pr) : KVP_OK;
-    if (s != KVP_OK) {
-        fprintf(stderr, "kvpack nodes: %s (%s)\n", kvp_status_str(s), kvp_status_name(s));
-        kvp_free(pr);
-        kvp_free(m);
-        return 1;
-    }
+    probe_all(m, n, (uint32_t)timeout, pr);
     if (json) {
         print_json(etcd, prefix, m, pr, n);
     } else {

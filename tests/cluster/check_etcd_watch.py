@@ -48,12 +48,12 @@ check = kvptest.check
 nodes = {}  # k -> (Popen, addr)
 
 
-def start_node(k):
+def start_node(k, url=None):
     ready = os.path.join(tmp, f"ready{k}")
     nodes[k] = kvptest.start_kvpackd(
         kvpackd, ready, ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, f"n{k}"),
-                         "--durability", "write-through", "--dram-budget", "32M", "--etcd", URL,
-                         "--etcd-ttl", "2"], env=env, what=f"kvpackd {k}")
+                         "--durability", "write-through", "--dram-budget", "32M", "--etcd",
+                         url or URL, "--etcd-ttl", "2"], env=env, what=f"kvpackd {k}")
     return nodes[k][1]
 
 
@@ -135,13 +135,17 @@ def etcd_kv(op, key):
 
 def loadtest_join():
     """kvpack loadtest --etcd, SIGSTOPped once it has put something, a node joins and another
-    leaves the member list (its key deleted; it runs on), SIGCONT: the run's handles follow, and
-    the sessions the run put are deleted at its end from the node that left too (they used to
-    stay there while the report said every session was deleted)."""
+    leaves the member list while it runs on (cut off from etcd: its etcd endpoint, a relay,
+    hangs, and its key is deleted, as its lease would run out), SIGCONT: the run's handles
+    follow, and the sessions the run put are deleted at its end from the node that left too
+    (they used to stay there while the report said every session was deleted)."""
+    leaver_k = next(iter(nodes))
+    relay = Relay(cport)  # the leaver's way to etcd, to cut
+    nodes[leaver_k][0].send_signal(signal.SIGTERM)
+    nodes[leaver_k][0].wait(timeout=60)
+    leaver = start_node(leaver_k, url=relay.url)
     live = [a for _, a in nodes.values()]
     before = sessions_on(live)
-    leaver_k = next(iter(nodes))
-    leaver = nodes[leaver_k][1]
     leaver_key = "/kvpack/nodes/" + leaver
     leaver_before = sessions_on([leaver])
     lt = subprocess.Popen([kvpack_exe, "loadtest", "--etcd", URL, "--users", "60", "--rounds", "5",
@@ -155,6 +159,7 @@ def loadtest_join():
         lt.send_signal(signal.SIGSTOP)
         joined = start_node(5)
         leaver_value = etcd_kv("range", leaver_key)
+        relay.hang()  # else its keepalive would put the key back
         etcd_kv("deleterange", leaver_key)
         lt.send_signal(signal.SIGCONT)
         out, err = lt.communicate(timeout=120)

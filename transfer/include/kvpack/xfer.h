@@ -189,8 +189,11 @@ void         kvp_xfer_conn_counts(kvp_xfer_h x, unsigned *open_p, uint64_t *capp
 /* Largest header kvp_xfer_send accepts. */
 size_t       kvp_xfer_max_hdr(kvp_xfer_h x);
 
-/* Split "host:port" into host (NUL-terminated, at most host_cap bytes) and port. */
+/* Split "host:port" (or "[v6]:port") into host (NUL-terminated, at most host_cap bytes) and
+ * port: digits only, <= 65535; a host holds no comma or white space. KVP_ERR_INVALID, logged. */
 kvp_status_t kvp_xfer_parse_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p);
+/* As kvp_xfer_parse_addr, not logged: for input that is skipped, not refused (etcd keys). */
+kvp_status_t kvp_xfer_split_addr(const char *addr, char *host, size_t host_cap, uint16_t *port_p);
 
 #ifdef __cplusplus
 }
