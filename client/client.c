@@ -547,6 +547,7 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
     uint8_t           *blob;
     size_t             len, tail, head;
     kvp_client_call_t *call;
+    int                node_refused = 0;
     kvp_status_t       s = kvp_client_sid_check(sid);
 
     kvp_client_call_begin(client);
@@ -596,10 +597,11 @@ kvp_status_t kvp_client_put_session_pages(kvp_client_h client, uint64_t ns, cons
         if (s != KVP_OK && tail > 0 && call->rep.message[0] != '\0') {
             KVP_LOG_INFO(MOD, "put_session %s: %s", sid, call->rep.message);
         }
+        node_refused = call->rep.status == KVP_ERR_PROTOCOL; /* not a reply this side misread */
         kvp_client_call_release(call);
     }
     kvp_free(blob);
-    if (s == KVP_ERR_PROTOCOL && tail > 0 && !client->pages_apart) {
+    if (node_refused && tail > 0 && !client->pages_apart) {
         /* a node older than pages with the record refuses the message whole (it stored
          * nothing): send them apart from now on, to this node */
         KVP_LOG_INFO(MOD, "node %s:%u takes no pages with a session record: sending them apart",

@@ -113,12 +113,15 @@ static kvp_status_t dst_open(kvp_cluster_stream_h s, dst_t *d, const char *addr)
 
 /* Give d's stream back to the handle for the next session when it carried this one through
  * (keep), else close it (its connection may be gone, or pages of an unfinished session may be
- * queued on it). A slot holding another namespace's stream keeps that one. */
+ * queued on it). A slot holding another namespace's stream keeps that one. Only an also node's
+ * stream may take a free also slot: a ranked node that left the list meanwhile (etcd) is closed,
+ * not parked there for the handle's life. */
 static void dst_release(kvp_cluster_stream_h s, dst_t *d, int keep)
 {
+    int               also = d >= s->also && d < s->also + KVP_CLUSTER_STREAM_ALSO_MAX;
     uint64_t         *ns;
     kvp_put_stream_h *slot = keep && d->st != NULL && d->status == KVP_OK
-                                 ? kept_slot(s->cluster, d->addr, 1, &ns) : NULL;
+                                 ? kept_slot(s->cluster, d->addr, also, &ns) : NULL;
 
     if (slot != NULL && *slot == NULL) {
         *slot = d->st;
@@ -362,6 +365,7 @@ kvp_status_t kvp_cluster_stream_push(kvp_cluster_stream_h s, const void *const *
     }
     st = n > 0 ? keep_pages(s, pages, lens, n) : KVP_OK;
     if (st != KVP_OK) {
+        s->stop = st; /* a layer missing on every node: finish must not put the record */
         return st;
     }
     for (uint32_t i = 0; i < s->n_ranked + s->n_also; i++) {

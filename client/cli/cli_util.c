@@ -84,8 +84,8 @@ bool kvp_opt_count(int argc, char **argv, int *i, const char *name, uint64_t *va
 int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
                            const char *suffixes)
 {
-    const char *slash = strrchr(path, '/');
-    size_t      n     = strlen(path);
+    const char *slash;
+    size_t      n = strlen(path);
     char        dir[PATH_MAX], want[128];
     size_t      want_len = 0;
     struct stat st;
@@ -108,13 +108,29 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
         return kvp_cli_usage_error(cmd, "cannot write %s %s: the file name must end in %s", opt,
                                    path, want);
     }
+    if (n == 0) {
+        return kvp_cli_usage_error(cmd, "%s wants a file name", opt);
+    }
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         return kvp_cli_usage_error(cmd, "cannot write %s %s: it is a directory", opt, path);
     }
-    if (slash == NULL) {
-        snprintf(dir, sizeof(dir), ".");
-    } else { /* "/x.svg": the root */
-        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* /dev/stdout, a FIFO: written in place */
+        return access(path, W_OK) == 0 ? 0
+                                       : kvp_cli_usage_error(cmd, "cannot write %s %s: %s", opt,
+                                                             path, strerror(errno));
+    }
+    { /* the new file goes beside the file itself: through a symlink, beside its target */
+        char       *real   = realpath(path, NULL); /* NULL: not there yet */
+        const char *target = real != NULL ? real : path;
+
+        slash = strrchr(target, '/');
+        if (slash == NULL) {
+            snprintf(dir, sizeof(dir), ".");
+        } else { /* "/x.svg": the root */
+            snprintf(dir, sizeof(dir), "%.*s", slash == target ? 1 : (int)(slash - target),
+                     target);
+        }
+        free(real);
     }
     if (access(dir, W_OK) != 0) {
         return kvp_cli_usage_error(cmd, "cannot write %s %s: %s: %s", opt, path, dir,

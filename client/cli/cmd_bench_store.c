@@ -493,6 +493,9 @@ int kvp_cmd_bench_store(int argc, char **argv)
                                    (unsigned long long)o.tokens,
                                    kvp_codec_geometry_rule(KVP_CODEC_FP16));
     }
+    if (o.dir != NULL && o.dir[0] == '\0') { /* "" would put the store under / */
+        return kvp_cli_usage_error("bench store", "--dir wants a directory, got ''");
+    }
     if (getenv("KVP_LOG_LEVEL") == NULL) {
         kvp_log_set_level(KVP_LOG_LVL_WARN);
     }

@@ -112,6 +112,9 @@ int kvp_cmd_eval(int argc, char **argv)
     if (synthetic == (input != NULL)) {
         return kvp_cli_usage_error("eval", "give exactly one of --synthetic or --input FILE.kvd");
     }
+    if (impl != NULL && strcmp(impl, "ref") != 0 && strcmp(impl, "avx2") != 0) {
+        return kvp_cli_usage_error("eval", "--impl wants ref or avx2, got '%s'", impl);
+    }
     if (strcmp(codec_s, "all") == 0) {
         const kvp_codec_id_t all[] = {KVP_CODEC_FP16,  KVP_CODEC_KIVI,  KVP_CODEC_KIVI128,
                                       KVP_CODEC_OSCAR, KVP_CODEC_KVARN, KVP_CODEC_NAIVE2};

@@ -11,6 +11,7 @@
 
 #include "kvpack/alloc.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,8 +293,12 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
     if (!kvp_cli_range("loadtest", "--max-requests", o->max_requests, 0, UINT32_MAX) ||
         !kvp_cli_range("loadtest", "--timeout-ms", o->timeout_ms, 1, UINT32_MAX) ||
         !kvp_cli_range("loadtest", "--clients", o->clients, 1, KVP_LT_MAX_CLIENTS) ||
-        !kvp_cli_range("loadtest", "--node-workers", o->node_workers, 1, 64)) {
+        !kvp_cli_range("loadtest", "--node-workers", o->node_workers, 1, 64) ||
+        !kvp_cli_range("loadtest", "--dram-budget", o->dram_budget, 1, UINT64_MAX)) {
         return 2;
+    }
+    if (o->kvpackd != NULL && access(o->kvpackd, X_OK) != 0) { /* before a node is started */
+        return kvp_cli_usage_error("loadtest", "--kvpackd '%s': %s", o->kvpackd, strerror(errno));
     }
     if (o->report != NULL &&
         kvp_cli_out_path_check("loadtest", "--report", o->report, ".svg|.html") != 0) {

@@ -91,6 +91,10 @@ static int plan_validate(kvp_plan_opts_t *o)
     if (o->tokens != 0 && !kvp_cli_range("plan", "--tokens", o->tokens, 1, PLAN_MAX_TOK - 1)) {
         return 2;
     }
+    if (o->sessions > 1000000000000000ull) { /* the cap --rate x --ttl has; UINT64_MAX is "none" */
+        return kvp_cli_usage_error("plan", "--sessions wants at most 1e15, got %llu",
+                                   (unsigned long long)o->sessions);
+    }
     if (o->sessions != 0 && (o->rate > 0 || o->ttl > 0)) {
         return kvp_cli_usage_error("plan", "give --sessions or --rate with --ttl, not both");
     }

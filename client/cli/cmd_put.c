@@ -369,10 +369,6 @@ int kvp_cmd_put(int argc, char **argv)
     if (p.o.session == NULL) {
         return kvp_cli_usage_error("put", "--session SID is required");
     }
-    if (p.o.session[0] == '\0' || strlen(p.o.session) >= KVP_SID_MAX) {
-        return kvp_cli_usage_error("put", "--session wants 1..%d bytes, got %zu", KVP_SID_MAX - 1,
-                                   strlen(p.o.session));
-    }
     if (p.kvd == NULL) {
         return kvp_cli_usage_error("put", "--kvd FILE.kvd is required");
     }

@@ -33,16 +33,22 @@ bool kvp_cli_sess_opt(int argc, char **argv, int *i, unsigned takes, kvp_cli_ses
     return false;
 }
 
-/* Parse a namespace given as hex (an optional 0x, up to 16 digits). */
+/* Parse a namespace given as hex (an optional 0x, then 1..16 hex digits, nothing else: strtoull
+ * alone takes a blank, a sign and 17 or more digits, wrapped). */
 static bool ns_parse(const char *hex, uint64_t *ns_p)
 {
-    char *end;
+    size_t digits;
 
-    if (hex == NULL || hex[0] == '\0' || hex[0] == '-' || strlen(hex) > 18) {
+    if (hex == NULL) {
         return false;
     }
-    *ns_p = strtoull(hex, &end, 16);
-    return *end == '\0';
+    hex += (hex[0] == '0' && (hex[1] == 'x' || hex[1] == 'X')) ? 2 : 0;
+    digits = strspn(hex, "0123456789abcdefABCDEF");
+    if (digits == 0 || digits > 16 || hex[digits] != '\0') {
+        return false;
+    }
+    *ns_p = strtoull(hex, NULL, 16);
+    return true;
 }
 
 int kvp_cli_sess_check(const char *cmd, const kvp_cli_sess_opts_t *o)
@@ -54,6 +60,10 @@ int kvp_cli_sess_check(const char *cmd, const kvp_cli_sess_opts_t *o)
     }
     if (o->etcd_prefix != NULL && o->etcd == NULL) {
         return kvp_cli_usage_error(cmd, "--etcd-prefix needs --etcd URL");
+    }
+    if (o->session != NULL && (o->session[0] == '\0' || strlen(o->session) >= KVP_SID_MAX)) {
+        return kvp_cli_usage_error(cmd, "--session wants 1..%d bytes, got %zu", KVP_SID_MAX - 1,
+                                   strlen(o->session));
     }
     if (o->ns_hex != NULL && !ns_parse(o->ns_hex, &ns)) { /* checked before any node is asked */
         return kvp_cli_usage_error(cmd, "--ns wants a hex namespace (as kvpack ls prints it), "

@@ -52,7 +52,8 @@ kvp_status_t kvp_kv_synthetic(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, ui
 kvp_status_t kvp_kvd_read(const char *path, kvp_kv_t *kv, char *why, size_t why_cap);
 /* Written through a new file beside path (path.XXXXXX by mkstemp: a file the user has there is
  * never overwritten), synced, then renamed over path: a failed write leaves path as it was and no
- * partial file. */
+ * partial file. A symlink's target is what is replaced (the link stays); a path that is not a
+ * regular file (/dev/stdout, a FIFO) is written in place, never replaced. */
 kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv);
 /* Find the first element no codec can store (NaN, Inf or |x| > 65504: every codec keeps fp16
  * values or fp16 scales), K before V; 1 with "K[layer l][token t][head h][dim d] = x" in where,

@@ -286,18 +286,43 @@ static bool kvd_put(FILE *f, const kvp_kv_t *kv)
     kvp_st32(hdr + 16, kv->heads);
     kvp_st32(hdr + 20, kv->head_dim);
     return fwrite(hdr, 1, KVD_HDR, f) == KVD_HDR && fwrite(kv->k, sizeof(float), n, f) == n &&
-           fwrite(kv->v, sizeof(float), n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+           fwrite(kv->v, sizeof(float), n, f) == n && fflush(f) == 0;
+}
+
+/* Not a regular file (a device such as /dev/stdout, a FIFO): written in place, as a shell
+ * redirection would, never replaced by a file. */
+static kvp_status_t kvd_write_in_place(const char *path, const kvp_kv_t *kv)
+{
+    FILE *f  = fopen(path, "wb");
+    bool  ok = f != NULL && kvd_put(f, kv);
+
+    ok = f != NULL && fclose(f) == 0 && ok;
+    if (!ok) {
+        KVP_LOG_ERROR("eval", "write %s failed: %s", path, strerror(errno));
+        return KVP_ERR_IO;
+    }
+    return KVP_OK;
 }
 
 kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
 {
-    char  *tmp = kvp_malloc(strlen(path) + 8, "kvd tmp path");
-    FILE  *f   = NULL;
-    int    fd  = -1;
-    bool   ok;
-    mode_t um;
+    char        *real = NULL, *tmp;
+    FILE        *f    = NULL;
+    int          fd   = -1;
+    bool         ok;
+    mode_t       um;
+    struct stat  st;
+    kvp_status_t s;
 
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        return kvd_write_in_place(path, kv);
+    }
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (real = realpath(path, NULL)) != NULL) {
+        path = real; /* through a symlink: its target is replaced, the link stays */
+    }
+    tmp = kvp_malloc(strlen(path) + 8, "kvd tmp path");
     if (tmp == NULL) {
+        free(real);
         return KVP_ERR_NO_MEMORY;
     }
     sprintf(tmp, "%s.XXXXXX", path);
@@ -309,19 +334,21 @@ kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
             remove(tmp);
         }
         kvp_free(tmp);
+        free(real);
         return KVP_ERR_IO;
     }
     um = umask(0); /* the mode a plain create would give, not mkstemp's 0600 */
     umask(um);
     (void)fchmod(fd, 0666 & ~um);
-    ok = kvd_put(f, kv);
+    ok = kvd_put(f, kv) && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
+    s  = KVP_OK;
     if (!ok || rename(tmp, path) != 0) {
         KVP_LOG_ERROR("eval", "write %s failed: %s (it is as it was)", path, strerror(errno));
         remove(tmp);
-        kvp_free(tmp);
-        return KVP_ERR_IO;
+        s = KVP_ERR_IO;
     }
     kvp_free(tmp);
-    return KVP_OK;
+    free(real);
+    return s;
 }

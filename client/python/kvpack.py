@@ -554,6 +554,8 @@ def page_decode(page, dtype="f32", frame=FRAME_ORIGINAL):
     """Verify and decode a page: (k, v, info), k and v [valid][heads][head_dim] as array('f')
     (f32) or array('H') of IEEE half bits (f16); info as page_parse returns it."""
     dt = _dtype(dtype, "B", "dtype")
+    if frame not in (FRAME_ORIGINAL, FRAME_ROTATED):  # ctypes would wrap 2**40 to 0
+        raise ValueError(f"frame must be FRAME_ORIGINAL or FRAME_ROTATED, got {frame!r}")
     pb, pn, _ = _buf(page, "page")
     info = _PageInfo()
     _check(_L().kvp_page_parse(pb, pn, ctypes.byref(info)), "page_decode")
@@ -641,10 +643,12 @@ def _info_py(s, cls=None, **extra):
                                 **extra)
 
 
-def _with_pages_cb(on_pages, out, call):
+def _with_pages_cb(owner, on_pages, out, call):
     """call(cb) with cb a C pages callback that hands on_pages(first, [bytes]) each run; an
     exception in on_pages stops the hand-over (the get completes) and is raised here, freeing
-    what the get returned. Returns call's status."""
+    what the get returned. Returns call's status. While it runs, owner (the Client or Cluster
+    making the get) refuses its own methods from inside on_pages (RuntimeError, raised here):
+    the C handle is in the middle of this call, and a close there freed it under the get."""
     raised = []
 
     def run(_arg, first, n, pages, lens):
@@ -655,7 +659,11 @@ def _with_pages_cb(on_pages, out, call):
         except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
             raised.append(e)
 
-    status = call(_PAGES_CB(run))
+    owner._guard[0] = True
+    try:
+        status = call(_PAGES_CB(run))
+    finally:
+        owner._guard[0] = False
     if raised:
         if status == 0:
             _L().kvp_session_pages_free(out)
@@ -670,6 +678,9 @@ def _serial(method):
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         with self._lock:
+            if self._guard[0]:  # this thread, inside its own get's on_pages (others wait)
+                raise RuntimeError(f"kvpack: {method.__name__}() from inside on_pages of a get "
+                                   "on the same handle")
             return method(self, *args, **kwargs)
     return run
 
@@ -683,6 +694,7 @@ class _Handle:
     def __new__(cls, *args, **kwargs):
         obj = super().__new__(cls)
         obj._lock = threading.RLock()
+        obj._guard = [False]  # [inside a get's on_pages]: shared, as the lock, with its streams
         return obj
 
     @_serial
@@ -725,7 +737,7 @@ class Client(_Handle):
 
     def __init__(self, server, timeout_ms=10000):
         self._h = None
-        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, _text(server, "server"),
                                _u(timeout_ms, "timeout_ms"), 0, 0)
         h = ctypes.c_void_p()
         self._check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
@@ -768,7 +780,7 @@ class Client(_Handle):
             self._check(_L().kvp_client_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid),
                                                     ctypes.byref(out)), f"get_session '{sid}'")
             return _pages_take(out)
-        status = _with_pages_cb(on_pages, out, lambda cb: _L().kvp_client_get_session_cb(
+        status = _with_pages_cb(self, on_pages, out, lambda cb: _L().kvp_client_get_session_cb(
             self._handle(), _u(ns, "ns", 64), _sid(sid), None, cb, None, ctypes.byref(out)))
         self._check(status, f"get_session '{sid}'")
         return _pages_take(out)
@@ -856,7 +868,7 @@ class PutStream(_Handle):
         self._h = None
         self._ns = _u(ns, "ns", 64)
         self._keep = []
-        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, server.encode(),
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, _text(server, "server"),
                                _u(timeout_ms, "timeout_ms"), 0, 0)
         h = ctypes.c_void_p()
         _check(_L().kvp_put_stream_open(ctypes.byref(params), self._ns, ctypes.byref(h)),
@@ -932,12 +944,12 @@ class Cluster(_Handle):
                                 ctypes.pointer(cp), None, None)
         if etcd is not None:
             params.field_mask |= _CLUSTER_PARAM_ETCD
-            params.etcd = etcd.encode()
-            params.etcd_prefix = etcd_prefix.encode() if etcd_prefix else None
+            params.etcd = _text(etcd, "etcd")
+            params.etcd_prefix = _text(etcd_prefix, "etcd_prefix") if etcd_prefix else None
             what = f"Cluster: the nodes under {etcd_prefix or '/kvpack/nodes/'} at etcd {etcd}"
         else:
             params.field_mask |= _CLUSTER_PARAM_PEERS
-            params.peers = peers.encode()
+            params.peers = _text(peers, "peers")
             what = (f"Cluster(peers={peers!r}): want HOST:PORT[,HOST:PORT...], each once (also "
                     f"under another name of the host), at most {CLUSTER_MAX_NODES}")
         h = ctypes.c_void_p()
@@ -1030,7 +1042,7 @@ class Cluster(_Handle):
             s = _L().kvp_cluster_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid), ex,
                                              ctypes.byref(out), ctypes.byref(rep))
         else:
-            s = _with_pages_cb(on_pages, out, lambda cb: _L().kvp_cluster_get_session_cb(
+            s = _with_pages_cb(self, on_pages, out, lambda cb: _L().kvp_cluster_get_session_cb(
                 self._handle(), _u(ns, "ns", 64), _sid(sid), ex, cb, None, ctypes.byref(out),
                 ctypes.byref(rep)))
         self._call(s, rep, f"get_session '{sid}'")
@@ -1157,6 +1169,7 @@ class ClusterPutStream(_Handle):
     def __init__(self, cluster, ns, sid, also=None):
         self._h = None
         self._lock = cluster._lock  # it uses the cluster's handle: one lock for both
+        self._guard = cluster._guard
         self._cluster, self._sid = cluster, sid
         self._keep = []
         if also is not None and not isinstance(also, str):
@@ -1167,7 +1180,7 @@ class ClusterPutStream(_Handle):
         h = ctypes.c_void_p()
         with self._lock:
             s = _L().kvp_cluster_stream_open(cluster._handle(), _u(ns, "ns", 64), _sid(sid),
-                                             also.encode() if also else None, ctypes.byref(h))
+                                             _text(also, "also") if also else None, ctypes.byref(h))
             if s != 0:
                 raise _cluster_error(s, f"put_stream '{sid}'" +
                                      (f" (also {also})" if also else ""))
@@ -1195,7 +1208,9 @@ class ClusterPutStream(_Handle):
                                                ctypes.byref(rep), also)
         finally:
             self._keep = []  # finish returned: no shipper holds them now
-        self.also_status = {a: status_name(also[i]) for i, a in enumerate(self._also)}
+        if not getattr(self, "_finished", False):  # a second finish is refused: keep the first's
+            self.also_status = {a: status_name(also[i]) for i, a in enumerate(self._also)}
+            self._finished = True
         return self._cluster._call(s, rep, f"put_stream '{self._sid}' finish")
 
     @_serial

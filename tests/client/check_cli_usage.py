@@ -247,6 +247,55 @@ usage_error("ls", ["--node", "127.0.0.1:1,localhost:1"],
             "--node lists 127.0.0.1:1 and localhost:1: one node (the same port and address) twice")
 usage_error("loadtest", ["--node", "127.0.0.1"], "--node '127.0.0.1' is not HOST:PORT")
 
+# 7. odd values refused before any work: a session id out of 1..127 bytes (get and rm used to ask
+#    the nodes and say "no session"), --ns that is not 1..16 hex digits (a sign, a blank, an
+#    overflow were taken), an empty output path (it failed after the work), --impl by name,
+#    --sessions past the 1e15 cap, bench store's empty --dir, loadtest's budget and node binary
+long_sid = "a" * 128
+for cmd, args in [("get", ["--out", os.path.join(tmp, "o.kvd")]), ("rm", []),
+                  ("put", ["--kvd", missing])]:
+    for sid in ("", long_sid):
+        usage_error(cmd, ["--node", NODE, "--session", sid, *args],
+                    f"--session wants 1..127 bytes, got {len(sid)}")
+for ns in ("ffffffffffffffffff", " a76ffc62625455ed", "+a76ffc62625455ed", "0x", "12g"):
+    usage_error("get", ["--node", NODE, "--session", "x", "--ns", ns, "--out",
+                        os.path.join(tmp, "o.kvd")], f"--ns wants a hex namespace", f"'{ns}'")
+usage_error("get", ["--node", NODE, "--session", "x", "--out", ""], "--out wants a file name")
+usage_error("eval", ["--synthetic", "--codec", "fp16", "--dequant-out", ""],
+            "--dequant-out wants a file name")
+usage_error("eval", ["--synthetic", "--impl", "nope"], "--impl wants ref or avx2, got 'nope'")
+usage_error("plan", ["--layers", "2", "--kv-heads", "2", "--head-dim", "64", "--tokens", "1000", "--sessions",
+                     "18446744073709551615"], "--sessions wants at most 1e15")
+usage_error("bench store", ["--dir", ""], "--dir wants a directory")
+usage_error("loadtest", ["--users", "1", "--rounds", "1", "--turn-tokens", "128",
+                         "--dram-budget", "0"], "--dram-budget wants 1 or more, got 0")
+usage_error("loadtest", ["--users", "1", "--rounds", "1", "--turn-tokens", "128", "--kvpackd",
+                         os.path.join(tmp, "nope")], "--kvpackd", "No such file or directory")
+
+# 7b. where a .kvd is written (eval --dequant-out, as get --out and model --dump-kv): through a
+#     symlink its target is replaced and the link stays; a device is written in place (a device
+#     used to be replaced by a regular file, /dev/full included)
+small = ["eval", "--synthetic", "--codec", "kivi", "--layers", "1", "--tokens", "256",
+         "--heads", "2", "--head-dim", "64", "--queries", "4", "--dequant-out"]
+target, link = os.path.join(tmp, "target.kvd"), os.path.join(tmp, "link.kvd")
+open(target, "wb").write(b"old")
+os.symlink(target, link)
+rc, _, err = run([KVPACK, *small, link])
+check(rc == 0 and os.path.islink(link) and os.path.getsize(target) == 24 + 2 * 256 * 2 * 64 * 4,
+      f"--dequant-out through a symlink: {rc} {err!r}, link kept {os.path.islink(link)}")
+rc, _, err = run([KVPACK, *small, "/dev/null"])
+check(rc == 0 and os.path.exists("/dev/null") and not os.path.isfile("/dev/null"),
+      f"--dequant-out /dev/null: {rc} {err!r}")
+fifo = os.path.join(tmp, "pipe.kvd")
+os.mkfifo(fifo)
+with open(os.path.join(tmp, "from_pipe"), "wb") as sink:  # a file: a pipe back here would fill
+    reader = subprocess.Popen(["cat", fifo], stdout=sink)
+    rc, _, err = run([KVPACK, *small, fifo])
+    reader.wait(timeout=60)
+got = open(os.path.join(tmp, "from_pipe"), "rb").read()
+check(rc == 0 and len(got) == 24 + 2 * 256 * 2 * 64 * 4 and got[:4] == b"KVD1",
+      f"--dequant-out to a FIFO: {rc} {err!r}, {len(got)} bytes read")
+
 # 8. bench: which benchmarks there are
 bench = "(codec|store|node|transfer|stream|attn)"
 one_line([KVPACK, "bench", "frob"], 2, f"kvpack bench: unknown benchmark 'frob' {bench}")

@@ -332,6 +332,13 @@ def run_node():
                 raise RuntimeError("engine failed")
             check(isinstance(raises(lambda: c.get_session(ns, "py-1", on_pages=boom), RuntimeError),
                              RuntimeError), "an on_pages exception was not raised")
+            # the handle itself from inside its own get's on_pages: refused, never run (a close
+            # there freed the C handle under the get: SIGSEGV), and the handle works after it
+            for inner in (c.close, lambda: c.stat(), lambda: c.get_session(ns, "py-1")):
+                e = raises(lambda: c.get_session(ns, "py-1", on_pages=lambda f, pp: inner()),
+                           RuntimeError)
+                check(e is not None and "inside on_pages" in str(e), f"re-entry from on_pages: {e!r}")
+            check(c.get_session(ns, "py-1").pages == pages, "the handle after a refused re-entry")
 
             # a corrupt page: KvpError CORRUPT from the node, and nothing lost
             bad = bytearray(pages[0])
