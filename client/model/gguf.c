@@ -10,6 +10,7 @@
 #include "kvpack/log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GGUF_MAGIC     0x46554747u /* "GGUF" */
@@ -279,8 +280,76 @@ static kvp_status_t bad(const char *what)
     return KVP_ERR_INVALID;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that is there twice among names[0..n) (sorted in place), or NULL. */
+static const char *name_twice(const char **names, uint64_t n)
+{
+    qsort(names, n, sizeof(*names), name_cmp);
+    for (uint64_t i = 1; i < n; i++) {
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            return names[i];
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    uint64_t off, end;
+    const char *name;
+} span_t;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Tensor names each once, data spans that do not overlap (a file whose tensors share bytes or
+ * whose second copy of a name is ignored loads and runs something else, exit 0). */
+static kvp_status_t tensors_distinct(const kvp_gguf_t *g, const uint64_t *offs)
+{
+    const char **names = kvp_malloc((g->n_tensors ? g->n_tensors : 1) * sizeof(*names), "gguf");
+    span_t      *sp    = kvp_malloc((g->n_tensors ? g->n_tensors : 1) * sizeof(*sp), "gguf");
+    uint64_t     ns    = 0;
+    const char  *twice;
+    kvp_status_t s     = KVP_OK;
+
+    if (names == NULL || sp == NULL) {
+        kvp_free(names);
+        kvp_free(sp);
+        return KVP_ERR_NO_MEMORY;
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        names[i] = g->tensors[i].name;
+        if (g->tensors[i].data != NULL) { /* a supported type: its span is known */
+            sp[ns++] = (span_t){offs[i], offs[i] + g->tensors[i].nbytes, g->tensors[i].name};
+        }
+    }
+    if ((twice = name_twice(names, g->n_tensors)) != NULL) {
+        KVP_LOG_ERROR("model", "malformed gguf: tensor %s is listed twice", twice);
+        s = KVP_ERR_INVALID;
+    }
+    qsort(sp, ns, sizeof(*sp), span_cmp);
+    for (uint64_t i = 1; s == KVP_OK && i < ns; i++) {
+        if (sp[i].off < sp[i - 1].end) {
+            KVP_LOG_ERROR("model", "malformed gguf: tensors %s and %s share data bytes",
+                          sp[i - 1].name, sp[i].name);
+            s = KVP_ERR_INVALID;
+        }
+    }
+    kvp_free(names);
+    kvp_free(sp);
+    return s;
+}
+
 static kvp_status_t gguf_parse_tensors(kvp_gguf_t *g, cur_t *c, uint32_t align)
 {
+    kvp_status_t s;
     size_t   data_off;
     uint64_t *offs;
 
@@ -334,6 +403,12 @@ static kvp_status_t gguf_parse_tensors(kvp_gguf_t *g, cur_t *c, uint32_t align)
         kvp_gguf_tensor_t *t = &g->tensors[i];
         ggml_traits_t      tr;
 
+        if (offs[i] % align != 0) {
+            KVP_LOG_ERROR("model", "malformed gguf: tensor %s data offset %llu is not a multiple "
+                          "of the alignment %u", t->name, (unsigned long long)offs[i], align);
+            kvp_free(offs);
+            return KVP_ERR_INVALID;
+        }
         if (ggml_traits(t->type, &tr) != 0) {
             continue; /* listed; reading it reports the unsupported type */
         }
@@ -355,8 +430,9 @@ static kvp_status_t gguf_parse_tensors(kvp_gguf_t *g, cur_t *c, uint32_t align)
         }
         t->data = g->buf + data_off + offs[i];
     }
+    s = tensors_distinct(g, offs);
     kvp_free(offs);
-    return KVP_OK;
+    return s;
 }
 
 static kvp_status_t gguf_parse(kvp_gguf_t *g)
@@ -403,8 +479,27 @@ static kvp_status_t gguf_parse(kvp_gguf_t *g)
             return KVP_ERR_INVALID;
         }
     }
-    if (kvp_gguf_get_u32(g, "general.alignment", &align) == KVP_OK &&
-        (align == 0 || (align & (align - 1)) != 0)) {
+    {
+        const char **keys = kvp_malloc((g->n_kv ? g->n_kv : 1) * sizeof(*keys), "gguf keys");
+        const char  *twice;
+
+        if (keys == NULL) {
+            return KVP_ERR_NO_MEMORY;
+        }
+        for (uint64_t i = 0; i < g->n_kv; i++) {
+            keys[i] = g->kv[i].key;
+        }
+        twice = name_twice(keys, g->n_kv);
+        kvp_free(keys);
+        if (twice != NULL) { /* the first would win, silently */
+            KVP_LOG_ERROR("model", "malformed gguf: metadata key %s is there twice", twice);
+            return KVP_ERR_INVALID;
+        }
+    }
+    if (kvp_gguf_opt_u32(g, "general.alignment", align, &align) != KVP_OK) {
+        return bad("general.alignment is not an unsigned integer");
+    }
+    if (align == 0 || (align & (align - 1)) != 0) {
         return bad("general.alignment is not a power of two");
     }
     return gguf_parse_tensors(g, &c, align);
@@ -566,6 +661,31 @@ kvp_status_t kvp_gguf_get_f32(const kvp_gguf_t *g, const char *key, float *v_p)
         return KVP_ERR_INVALID;
     }
     return KVP_OK;
+}
+
+kvp_status_t kvp_gguf_opt_u32(const kvp_gguf_t *g, const char *key, uint32_t dflt,
+                              uint32_t *v_p)
+{
+    kvp_status_t s = kvp_gguf_get_u32(g, key, v_p);
+
+    *v_p = s == KVP_ERR_NOT_FOUND ? dflt : *v_p;
+    return s == KVP_ERR_NOT_FOUND ? KVP_OK : s;
+}
+
+kvp_status_t kvp_gguf_opt_bool(const kvp_gguf_t *g, const char *key, int dflt, int *v_p)
+{
+    kvp_status_t s = kvp_gguf_get_bool(g, key, v_p);
+
+    *v_p = s == KVP_ERR_NOT_FOUND ? dflt : *v_p;
+    return s == KVP_ERR_NOT_FOUND ? KVP_OK : s;
+}
+
+kvp_status_t kvp_gguf_opt_f32(const kvp_gguf_t *g, const char *key, float dflt, float *v_p)
+{
+    kvp_status_t s = kvp_gguf_get_f32(g, key, v_p);
+
+    *v_p = s == KVP_ERR_NOT_FOUND ? dflt : *v_p;
+    return s == KVP_ERR_NOT_FOUND ? KVP_OK : s;
 }
 
 kvp_status_t kvp_gguf_get_str(const kvp_gguf_t *g, const char *key, const char **s_p,

@@ -52,6 +52,12 @@ void         kvp_gguf_close(kvp_gguf_t *g); /* NULL is a no-op */
 kvp_status_t kvp_gguf_get_u32(const kvp_gguf_t *g, const char *key, uint32_t *v_p);
 kvp_status_t kvp_gguf_get_bool(const kvp_gguf_t *g, const char *key, int *v_p);
 kvp_status_t kvp_gguf_get_f32(const kvp_gguf_t *g, const char *key, float *v_p);
+/* The same for an optional key: absent, *v_p = dflt and KVP_OK; present but of a wrong type or
+ * out of range, the getter's error (a malformed file is refused, not run with the default). */
+kvp_status_t kvp_gguf_opt_u32(const kvp_gguf_t *g, const char *key, uint32_t dflt,
+                              uint32_t *v_p);
+kvp_status_t kvp_gguf_opt_bool(const kvp_gguf_t *g, const char *key, int dflt, int *v_p);
+kvp_status_t kvp_gguf_opt_f32(const kvp_gguf_t *g, const char *key, float dflt, float *v_p);
 /* String value (borrowed, not NUL-terminated) and its length. */
 kvp_status_t kvp_gguf_get_str(const kvp_gguf_t *g, const char *key, const char **s_p,
                               size_t *len_p);

@@ -67,16 +67,34 @@ static kvp_status_t check_config(const kvp_model_config_t *c, const char *path)
 
 /* ---- llama2.c ---- */
 
+/* Every value finite, else the tensor and the first bad element named: a NaN weight (or a NaN
+ * block scale, dequantized) would run as a model with ppl nan, blamed on nothing. */
+static kvp_status_t weights_finite(const float *w, size_t n, const char *name, const char *path)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(w[i])) {
+            KVP_LOG_ERROR("model", "%s: malformed model: %s element %zu is %g", path, name, i,
+                          (double)w[i]);
+            return KVP_ERR_INVALID;
+        }
+    }
+    return KVP_OK;
+}
+
+/* n floats; -1 on a short read, 1 when one is not finite (a malformed model: NaN logits) */
 static int read_f32(FILE *f, float *dst, size_t n)
 {
-    return fread(dst, sizeof(float), n, f) == n ? 0 : -1;
+    if (fread(dst, sizeof(float), n, f) != n) {
+        return -1;
+    }
+    return weights_finite(dst, n, "a weight", "llama2.c model") == KVP_OK ? 0 : 1;
 }
 
 static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long fsize)
 {
     kvp_model_config_t *c = &m->cfg;
     int32_t             h[7];
-    int                 tied;
+    int                 tied, rr = 0;
     size_t              qd, kd, need;
     kvp_status_t        status;
 
@@ -97,7 +115,7 @@ static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long
     c->layers    = (uint32_t)h[2];
     c->heads     = (uint32_t)h[3];
     c->kv_heads  = (uint32_t)h[4];
-    c->vocab     = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
+    c->vocab     = h[5] > 0 ? (uint32_t)h[5] : 0u - (uint32_t)h[5]; /* -INT32_MIN overflows */
     c->seq_len   = (uint32_t)h[6];
     c->head_dim  = c->heads ? c->dim / c->heads : 0;
     c->rope_theta = 10000.0f;
@@ -128,11 +146,11 @@ static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long
      * rms_final, legacy rope block, classifier */
 #define RD(field, n)                                                  \
     for (uint32_t l = 0; l < c->layers; l++) {                        \
-        if (read_f32(f, m->layer[l].field, (n)) != 0) {               \
+        if ((rr = read_f32(f, m->layer[l].field, (n))) != 0) {        \
             goto short_read;                                          \
         }                                                             \
     }
-    if (read_f32(f, m->tok_emb, (size_t)c->vocab * c->dim) != 0) {
+    if ((rr = read_f32(f, m->tok_emb, (size_t)c->vocab * c->dim)) != 0) {
         goto short_read;
     }
     RD(att_norm, c->dim)
@@ -145,23 +163,29 @@ static kvp_status_t load_llama2c(kvp_model_t *m, const char *path, FILE *f, long
     RD(w2, (size_t)c->hidden * c->dim)
     RD(w3, (size_t)c->hidden * c->dim)
 #undef RD
-    if (read_f32(f, m->final_norm, c->dim) != 0 ||
-        fseek(f, (long)c->seq_len * c->head_dim * 4, SEEK_CUR) != 0 ||
-        (!tied && read_f32(f, m->cls, (size_t)c->vocab * c->dim) != 0)) {
+    if ((rr = read_f32(f, m->final_norm, c->dim)) != 0 ||
+        (rr = -(fseek(f, (long)c->seq_len * c->head_dim * 4, SEEK_CUR) != 0)) != 0 ||
+        (!tied && (rr = read_f32(f, m->cls, (size_t)c->vocab * c->dim)) != 0)) {
         goto short_read;
     }
     m->format = "llama2c";
     return KVP_OK;
 short_read:
+    if (rr > 0) {
+        return KVP_ERR_INVALID; /* a value that is not finite: said by read_f32 */
+    }
     KVP_LOG_ERROR("model", "%s: short read", path);
     return KVP_ERR_IO;
 }
 
 /* ---- GGUF ---- */
 
+/* Tensor name, of shape ne0 x ne1, as f32 into dst (NULL: its presence and shape only). */
 static kvp_status_t gguf_tensor(const kvp_gguf_t *g, const char *name, uint64_t ne0, uint64_t ne1,
                                 float *dst)
 {
+    kvp_status_t s;
+
     const kvp_gguf_tensor_t *t = kvp_gguf_find(g, name);
 
     if (t == NULL) {
@@ -174,7 +198,11 @@ static kvp_status_t gguf_tensor(const kvp_gguf_t *g, const char *name, uint64_t 
                       (unsigned long long)ne0, (unsigned long long)ne1);
         return KVP_ERR_INVALID;
     }
-    return kvp_gguf_tensor_f32(t, dst, ne0 * ne1);
+    if (dst == NULL) {
+        return KVP_OK;
+    }
+    s = kvp_gguf_tensor_f32(t, dst, ne0 * ne1);
+    return s == KVP_OK ? weights_finite(dst, ne0 * ne1, name, "gguf") : s;
 }
 
 static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, const char *path)
@@ -195,17 +223,17 @@ static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, cons
         KVP_LOG_ERROR("model", "%s: missing llama.* shape metadata", path);
         return KVP_ERR_INVALID;
     }
-    if (kvp_gguf_get_u32(g, "llama.attention.head_count_kv", &c->kv_heads) != KVP_OK) {
-        c->kv_heads = c->heads;
-    }
-    if (kvp_gguf_get_u32(g, "llama.context_length", &c->seq_len) != KVP_OK) {
-        c->seq_len = 2048;
-    }
-    if (kvp_gguf_get_f32(g, "llama.rope.freq_base", &c->rope_theta) != KVP_OK) {
-        c->rope_theta = 10000.0f;
-    }
-    if (kvp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &c->norm_eps) != KVP_OK) {
-        c->norm_eps = 1e-5f;
+    /* optional keys: absent, the default; present but malformed, refused (not run with the
+     * default: that was a model that computed something else, exit 0) */
+    if (kvp_gguf_opt_u32(g, "llama.attention.head_count_kv", c->heads, &c->kv_heads) != KVP_OK ||
+        kvp_gguf_opt_u32(g, "llama.context_length", 2048, &c->seq_len) != KVP_OK ||
+        kvp_gguf_opt_f32(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta) != KVP_OK ||
+        kvp_gguf_opt_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps) !=
+            KVP_OK ||
+        kvp_gguf_opt_u32(g, "llama.rope.dimension_count", 0, &rope_dims) != KVP_OK) {
+        KVP_LOG_ERROR("model", "%s: malformed gguf: optional llama.* metadata of a wrong type",
+                      path);
+        return KVP_ERR_INVALID;
     }
     /* RoPE takes theta^(-2i/D) and RMSNorm 1/sqrt(mean + eps): a theta <= 0 or an eps < 0 (or
      * either NaN/Inf) turns every logit into NaN, which would pass as a run with ppl nan or be
@@ -226,8 +254,7 @@ static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, cons
                       c->heads);
         return KVP_ERR_INVALID;
     }
-    if (kvp_gguf_get_u32(g, "llama.rope.dimension_count", &rope_dims) == KVP_OK &&
-        rope_dims != c->head_dim) {
+    if (rope_dims != 0 && rope_dims != c->head_dim) {
         KVP_LOG_ERROR("model", "%s: partial rope (%u of %u dims) is not supported", path,
                       rope_dims, c->head_dim);
         return KVP_ERR_UNSUPPORTED;
@@ -247,14 +274,61 @@ static void qmat_set(kvp_qmat_t *q, const kvp_gguf_tensor_t *t)
     q->row_bytes = (size_t)(t->nbytes / t->ne[1]);
 }
 
+/* Every weight tensor of the model (the classifier when has_out): with check_only, its presence
+ * and shape (before anything is allocated for it); else loaded as f32 into m's weights, checked
+ * finite, and the quantized twins pointed at their blocks. */
+static kvp_status_t gguf_weights(kvp_model_t *m, const kvp_gguf_t *g, int has_out, int check_only)
+{
+    const kvp_model_config_t *c  = &m->cfg;
+    size_t                    qd = (size_t)c->heads * c->head_dim;
+    size_t                    kd = (size_t)c->kv_heads * c->head_dim;
+    char                      name[96];
+    kvp_status_t              status;
+
+    status = gguf_tensor(g, "token_embd.weight", c->dim, c->vocab, check_only ? NULL : m->tok_emb);
+    if (status == KVP_OK && has_out) {
+        status = gguf_tensor(g, "output.weight", c->dim, c->vocab, check_only ? NULL : m->cls);
+    }
+    if (status == KVP_OK) {
+        status = gguf_tensor(g, "output_norm.weight", c->dim, 1,
+                             check_only ? NULL : m->final_norm);
+    }
+    for (uint32_t l = 0; l < c->layers && status == KVP_OK; l++) {
+        kvp_model_layer_t *w = check_only ? NULL : &m->layer[l];
+        struct {
+            const char *n;
+            uint64_t    ne0, ne1;
+            float      *dst;
+            kvp_qmat_t *q;
+        } t[] = {
+            {"attn_norm", c->dim, 1, w ? w->att_norm : NULL, NULL},
+            {"ffn_norm", c->dim, 1, w ? w->ffn_norm : NULL, NULL},
+            {"attn_q", c->dim, qd, w ? w->wq : NULL, w ? &w->qwq : NULL},
+            {"attn_k", c->dim, kd, w ? w->wk : NULL, w ? &w->qwk : NULL},
+            {"attn_v", c->dim, kd, w ? w->wv : NULL, w ? &w->qwv : NULL},
+            {"attn_output", qd, c->dim, w ? w->wo : NULL, w ? &w->qwo : NULL},
+            {"ffn_gate", c->dim, c->hidden, w ? w->w1 : NULL, w ? &w->qw1 : NULL},
+            {"ffn_up", c->dim, c->hidden, w ? w->w3 : NULL, w ? &w->qw3 : NULL},
+            {"ffn_down", c->hidden, c->dim, w ? w->w2 : NULL, w ? &w->qw2 : NULL},
+        };
+
+        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]) && status == KVP_OK; i++) {
+            snprintf(name, sizeof(name), "blk.%u.%s.weight", l, t[i].n);
+            status = gguf_tensor(g, name, t[i].ne0, t[i].ne1, t[i].dst);
+            if (status == KVP_OK && t[i].q != NULL) {
+                qmat_set(t[i].q, kvp_gguf_find(g, name));
+            }
+        }
+    }
+    return status;
+}
+
 static kvp_status_t load_gguf(kvp_model_t *m, const char *path)
 {
     kvp_model_config_t      *c = &m->cfg;
     kvp_gguf_t              *g;
     const kvp_gguf_tensor_t *emb, *out;
     kvp_status_t             status;
-    char                     name[96];
-    size_t                   qd, kd;
 
     status = kvp_gguf_open(path, &g);
     if (status != KVP_OK) {
@@ -286,43 +360,12 @@ static kvp_status_t load_gguf(kvp_model_t *m, const char *path)
         goto out;
     }
     out    = kvp_gguf_find(g, "output.weight");
-    status = model_alloc(m, out == NULL);
-    if (status != KVP_OK) {
-        goto out;
-    }
-    qd     = (size_t)c->heads * c->head_dim;
-    kd     = (size_t)c->kv_heads * c->head_dim;
-    status = gguf_tensor(g, "token_embd.weight", c->dim, c->vocab, m->tok_emb);
-    if (status == KVP_OK && out != NULL) {
-        status = gguf_tensor(g, "output.weight", c->dim, c->vocab, m->cls);
+    status = gguf_weights(m, g, out != NULL, 1); /* every tensor there, of its shape, first: */
+    if (status == KVP_OK) {                      /* the shape metadata sizes the allocation */
+        status = model_alloc(m, out == NULL);
     }
     if (status == KVP_OK) {
-        status = gguf_tensor(g, "output_norm.weight", c->dim, 1, m->final_norm);
-    }
-    for (uint32_t l = 0; l < c->layers && status == KVP_OK; l++) {
-        kvp_model_layer_t *w = &m->layer[l];
-        struct {
-            const char *n;
-            uint64_t    ne0, ne1;
-            float      *dst;
-        } t[] = {
-            {"attn_norm", c->dim, 1, w->att_norm},       {"ffn_norm", c->dim, 1, w->ffn_norm},
-            {"attn_q", c->dim, qd, w->wq},               {"attn_k", c->dim, kd, w->wk},
-            {"attn_v", c->dim, kd, w->wv},               {"attn_output", qd, c->dim, w->wo},
-            {"ffn_gate", c->dim, c->hidden, w->w1},      {"ffn_up", c->dim, c->hidden, w->w3},
-            {"ffn_down", c->hidden, c->dim, w->w2},
-        };
-
-        kvp_qmat_t *qm[] = {NULL, NULL, &w->qwq, &w->qwk, &w->qwv, &w->qwo, &w->qw1, &w->qw3,
-                            &w->qw2};
-
-        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]) && status == KVP_OK; i++) {
-            snprintf(name, sizeof(name), "blk.%u.%s.weight", l, t[i].n);
-            status = gguf_tensor(g, name, t[i].ne0, t[i].ne1, t[i].dst);
-            if (status == KVP_OK && qm[i] != NULL) {
-                qmat_set(qm[i], kvp_gguf_find(g, name));
-            }
-        }
+        status = gguf_weights(m, g, out != NULL, 0);
     }
     if (status == KVP_OK) {
         qmat_set(&m->qcls, out != NULL ? out : emb);

@@ -255,9 +255,14 @@ kvp_status_t kvp_tok_bpe_init(kvp_tok_t *tok, const kvp_gguf_t *g)
     if (status != KVP_OK) {
         return status;
     }
-    if (kvp_gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &unk) != KVP_OK || unk >= tok->n) {
-        unk = 0;
+    if (kvp_gguf_opt_u32(g, "tokenizer.ggml.unknown_token_id", 0, &unk) != KVP_OK ||
+        kvp_gguf_opt_u32(g, "tokenizer.ggml.bos_token_id", 1, &tok->bos) != KVP_OK ||
+        kvp_gguf_opt_u32(g, "tokenizer.ggml.eos_token_id", 2, &tok->eos) != KVP_OK ||
+        kvp_gguf_opt_bool(g, "tokenizer.ggml.add_bos_token", 0, &tok->add_bos) != KVP_OK) {
+        KVP_LOG_ERROR("model", "malformed gguf: tokenizer.ggml.* token ids of a wrong type");
+        return KVP_ERR_INVALID;
     }
+    unk = unk < tok->n ? unk : 0; /* as before: an id past the vocabulary names nothing */
     /* Vocabularies may lack tokens for bytes that never occur in valid UTF-8 text (0xC0, 0xF5..)
      * or for rare control characters: those bytes encode as the unknown token. */
     for (uint32_t b = 0; b < 256; b++) {
@@ -267,15 +272,6 @@ kvp_status_t kvp_tok_bpe_init(kvp_tok_t *tok, const kvp_gguf_t *g)
         if (!kvp_tok_map_get(tok, u, ul, &tok->byte_id[b])) {
             tok->byte_id[b] = unk;
         }
-    }
-    if (kvp_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &tok->bos) != KVP_OK) {
-        tok->bos = 1;
-    }
-    if (kvp_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &tok->eos) != KVP_OK) {
-        tok->eos = 2;
-    }
-    if (kvp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos) != KVP_OK) {
-        tok->add_bos = 0;
     }
     if (tok->bos >= tok->n || tok->eos >= tok->n) {
         KVP_LOG_ERROR("model", "gguf bos/eos ids %u/%u are outside the vocabulary", tok->bos,

@@ -4,8 +4,9 @@
  * directly equals the fp32 copy bit for bit; a text read in part gives exactly the first tokens
  * of the whole text (kvp_run_text_tokens); malformed files (bad magic, bad
  * version, truncation at every byte, a string or tensor past the end, too many dims, an
- * unsupported tensor type, a shape mismatch, a rope theta <= 0 or an rms epsilon < 0 or NaN)
- * fail with a clear status and never crash. */
+ * unsupported tensor type, a shape mismatch, a rope theta <= 0 or an rms epsilon < 0 or NaN; an
+ * optional key of a wrong type, a NaN weight, a tensor name or metadata key twice, overlapping or
+ * misaligned tensor data) fail with a clear status and never crash. */
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/run.h"
@@ -310,6 +311,68 @@ static void expect_fail(const buf_t *b, const char *tag, kvp_status_t want)
     unlink(path);
 }
 
+/* Offset of the first s in the image at or after from (the test fails when there is none). */
+static size_t find_at(const buf_t *b, const char *s, size_t from)
+{
+    size_t n = strlen(s);
+
+    for (size_t at = from; at + n <= b->n; at++) {
+        if (memcmp(b->p + at, s, n) == 0) {
+            return at;
+        }
+    }
+    CHECK(!"pattern in the image");
+    return 0;
+}
+
+/* Files that parse but are not what they say: loaded, they used to run another model, exit 0
+ * (review findings): an optional key of a wrong type (the default was used), a NaN weight
+ * (ppl nan), a tensor name twice (the second ignored), two tensors on the same bytes, a
+ * misaligned tensor, a metadata key twice (the first won). Each is INVALID at load now. */
+static void test_not_what_they_say(const buf_t *good)
+{
+    buf_t    b  = {malloc(good->n), good->n, good->n};
+    uint32_t u4 = 4, f6 = 6; /* gguf types u32 and f32 */
+    /* a tensor's info: name (u64 length + bytes), n_dims u32, 2 x u64 ne, type u32, offset u64 */
+    size_t   k_name = find_at(good, "blk.0.attn_k.weight", 0);
+    size_t   v_name = find_at(good, "blk.0.attn_v.weight", 0);
+    size_t   k_off = k_name + 19 + 4 + 16 + 4, v_off = v_name + 19 + 4 + 16 + 4;
+
+    memcpy(b.p, good->p, good->n); /* rope theta as u32 (its type follows the key) */
+    memcpy(b.p + find_at(good, "llama.rope.freq_base", 0) + 20, &u4, 4);
+    expect_fail(&b, "opt_type_f", KVP_ERR_INVALID);
+    memcpy(b.p, good->p, good->n); /* context length as f32 */
+    memcpy(b.p + find_at(good, "llama.context_length", 0) + 20, &f6, 4);
+    expect_fail(&b, "opt_type_u", KVP_ERR_INVALID);
+
+    memcpy(b.p, good->p, good->n); /* a NaN in blk.0.attn_k.weight (f16) */
+    {
+        uint8_t    *img = kvp_malloc(good->n, "t");
+        kvp_gguf_t *g   = NULL;
+        uint16_t    nan16 = 0x7E00;
+
+        memcpy(img, good->p, good->n);
+        CHECK_OK(kvp_gguf_parse(img, good->n, &g));
+        memcpy(b.p + (kvp_gguf_find(g, "blk.0.attn_k.weight")->data - img) + 10, &nan16, 2);
+        kvp_gguf_close(g);
+    }
+    expect_fail(&b, "nan_weight", KVP_ERR_INVALID);
+
+    memcpy(b.p, good->p, good->n); /* attn_v renamed attn_k: one name twice */
+    memcpy(b.p + v_name, "blk.0.attn_k.weight", 19);
+    expect_fail(&b, "name_twice", KVP_ERR_INVALID);
+    memcpy(b.p, good->p, good->n); /* attn_v on attn_k's bytes */
+    memcpy(b.p + v_off, good->p + k_off, 8);
+    expect_fail(&b, "overlap", KVP_ERR_INVALID);
+    memcpy(b.p, good->p, good->n); /* attn_v one byte off its alignment */
+    b.p[v_off] += 1;
+    expect_fail(&b, "misaligned", KVP_ERR_INVALID);
+    memcpy(b.p, good->p, good->n); /* tokenizer.ggml.model renamed llama.context_length */
+    memcpy(b.p + find_at(good, "tokenizer.ggml.model", 0), "llama.context_length", 20);
+    expect_fail(&b, "key_twice", KVP_ERR_INVALID);
+    free(b.p);
+}
+
 static void test_malformed(void)
 {
     buf_t    good = {0}, b;
@@ -385,6 +448,7 @@ static void test_malformed(void)
             expect_fail(&b, tag, KVP_ERR_INVALID);
         }
     }
+    test_not_what_they_say(&good);
     /* every truncation of the header and tables fails cleanly through the parser */
     kvp_log_level_current = -1; /* thousands of expected error lines: silence them */
     for (size_t cut = 0; cut < good.n; cut += (cut < 8192 ? 1 : 97)) {
