@@ -434,12 +434,12 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
     if (rot) {
         CUDA_TRY(cudaMalloc((void **)&dpast, sizeof(int)));
         CUDA_TRY(cudaMemcpy(dpast, &past, sizeof(int), cudaMemcpyHostToDevice));
-        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D,
-                   params->codec == KVP_CODEC_KVARN, dpast);
+        KVP_LAUNCH_TRY(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D,
+                       params->codec == KVP_CODEC_KVARN, dpast);
         if (vrot) {
-            KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 1, dpast);
+            KVP_LAUNCH_TRY(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 1,
+                           dpast);
         }
-        CUDA_TRY(cudaGetLastError());
         CUDA_TRY(cudaMemcpy(&past, dpast, sizeof(int), cudaMemcpyDeviceToHost));
         if (past) {
             KVP_LOG_ERROR("codec", "%s: layer %u: K or V after the Hadamard rotation passes the "
@@ -450,21 +450,22 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
         }
     }
     if (params->codec == KVP_CODEC_KVARN) {
-        KVP_LAUNCH(k_kvarn, dim3(H, 2), 256, dk, dv, T, H, D, iters, dw, wsz, dp, l.kv.rec, l.kv.v_codes);
+        KVP_LAUNCH_TRY(k_kvarn, dim3(H, 2), 256, dk, dv, T, H, D, iters, dw, wsz, dp, l.kv.rec,
+                       l.kv.v_codes);
     } else {
         int rule = params->codec == KVP_CODEC_OSCAR ? RULE_OSCAR : RULE_KIVI;
 
         if (params->codec == KVP_CODEC_OSCAR) {
-            KVP_LAUNCH(k_oscar_norm, nblk(T, 128), 128, dk, T, H * D, dn);
+            KVP_LAUNCH_TRY(k_oscar_norm, nblk(T, 128), 128, dk, T, H * D, dn);
             CUDA_TRY(cudaMemcpy(dp, dn, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
         }
-        KVP_LAUNCH(k_chan_encode, dim3(l.q.ngk, H), D < 256 ? D : 256, dk, T, H, D, l.G, rule,
-                   dp + l.q.k_codes, dp + l.q.k_scale, dp + l.q.k_zero);
-        KVP_LAUNCH(k_tok_encode, nblk((size_t)T * H * (D / l.q.gv), 128), 128, dv, (size_t)T * H, D,
-                   l.q.gv, rule, dp + l.q.v_codes, dp + l.q.v_scale, dp + l.q.v_zero);
+        KVP_LAUNCH_TRY(k_chan_encode, dim3(l.q.ngk, H), D < 256 ? D : 256, dk, T, H, D, l.G,
+                       rule, dp + l.q.k_codes, dp + l.q.k_scale, dp + l.q.k_zero);
+        KVP_LAUNCH_TRY(k_tok_encode, nblk((size_t)T * H * (D / l.q.gv), 128), 128, dv,
+                       (size_t)T * H, D, l.q.gv, rule, dp + l.q.v_codes, dp + l.q.v_scale,
+                       dp + l.q.v_zero);
     }
-    CUDA_TRY(cudaGetLastError());
-    CUDA_TRY(cudaMemcpy((uint8_t *)out + KVP_PAGE_HDR_BYTES, dp, l.total, cudaMemcpyDeviceToHost));
+        CUDA_TRY(cudaMemcpy((uint8_t *)out + KVP_PAGE_HDR_BYTES, dp, l.total, cudaMemcpyDeviceToHost));
 
     memset(&info, 0, sizeof(info));
     info.codec       = params->codec;
@@ -529,24 +530,26 @@ extern "C" kvp_status_t kvp_cuda_page_decode(const void *page, size_t len, kvp_f
     CUDA_TRY(cudaMemcpy(dp, (const uint8_t *)page + KVP_PAGE_HDR_BYTES, l.total,
                         cudaMemcpyHostToDevice));
     if (info.codec == KVP_CODEC_KVARN) {
-        KVP_LAUNCH(k_kvarn_deq, nblk(2 * n, 256), 256, dp, l.kv.rec, l.kv.v_codes, T, H, D, dk, dv);
+        KVP_LAUNCH_TRY(k_kvarn_deq, nblk(2 * n, 256), 256, dp, l.kv.rec, l.kv.v_codes, T, H, D,
+                       dk, dv);
     } else {
-        KVP_LAUNCH(k_chan_decode, dim3(l.q.ngk, H), D < 256 ? D : 256, dp + l.q.k_codes,
-                   dp + l.q.k_scale, dp + l.q.k_zero, T, H, D, l.G, dk);
-        KVP_LAUNCH(k_tok_decode, nblk(n, 256), 256, dp + l.q.v_codes, dp + l.q.v_scale,
-                   dp + l.q.v_zero, (size_t)T * H, D, l.q.gv, dv);
+        KVP_LAUNCH_TRY(k_chan_decode, dim3(l.q.ngk, H), D < 256 ? D : 256, dp + l.q.k_codes,
+                       dp + l.q.k_scale, dp + l.q.k_zero, T, H, D, l.G, dk);
+        KVP_LAUNCH_TRY(k_tok_decode, nblk(n, 256), 256, dp + l.q.v_codes, dp + l.q.v_scale,
+                       dp + l.q.v_zero, (size_t)T * H, D, l.q.gv, dv);
         if (info.codec == KVP_CODEC_OSCAR && frame == KVP_FRAME_ORIGINAL) {
             CUDA_TRY(cudaMemcpy(dn, dp, 4 * (size_t)T, cudaMemcpyDeviceToDevice));
-            KVP_LAUNCH(k_scale_rows, nblk(n, 256), 256, dk, T, H * D, dn);
+            KVP_LAUNCH_TRY(k_scale_rows, nblk(n, 256), 256, dk, T, H * D, dn);
         }
     }
     if (frame == KVP_FRAME_ORIGINAL && (info.flags & KVP_PAGE_F_K_ROTATED)) {
-        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D, 0, (int *)NULL);
+        KVP_LAUNCH_TRY(k_rot_rows, nblk((size_t)T * H, 128), 128, dk, (size_t)T * H, D, 0,
+                       (int *)NULL);
     }
     if (frame == KVP_FRAME_ORIGINAL && (info.flags & KVP_PAGE_F_V_ROTATED)) {
-        KVP_LAUNCH(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 0, (int *)NULL);
+        KVP_LAUNCH_TRY(k_rot_rows, nblk((size_t)T * H, 128), 128, dv, (size_t)T * H, D, 0,
+                       (int *)NULL);
     }
-    CUDA_TRY(cudaGetLastError());
     if (k_out != NULL) {
         CUDA_TRY(cudaMemcpy(k_out, dk, n * sizeof(float), cudaMemcpyDeviceToHost));
     }

@@ -31,5 +31,13 @@
 #define KVP_LAUNCH_STREAM(kern, grid, block, stream, ...)                                        \
     ((void)cudaGetLastError(), kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__))
 #endif
+/* A launch and its check, one statement: launch errors are not sticky, so a check after several
+ * launches sees only the last one's (a failed earlier launch left its output as cudaMalloc gave
+ * it, and the page was sealed anyway). */
+#define KVP_LAUNCH_TRY(kern, grid, block, ...)                                                   \
+    do {                                                                                         \
+        KVP_LAUNCH(kern, grid, block, __VA_ARGS__);                                              \
+        CUDA_TRY(cudaGetLastError());                                                            \
+    } while (0)
 
 #endif

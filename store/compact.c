@@ -129,6 +129,9 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
         }
     } while (status == KVP_OK && nids > 0 && moved.segments > before &&
              !__atomic_load_n(&st->compactor.stop, __ATOMIC_RELAXED));
+    /* files whose last bytes died meanwhile, their deletes not yet synced (every page a move
+     * took was deleted: no move synced the WAL), go now rather than at the next tick */
+    (void)kvp_tier_sync_if_dead(st->tier);
     pthread_mutex_unlock(&st->compact_mu);
     if (total == 0) {
         return KVP_OK;
@@ -157,6 +160,7 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
 static void compactor_tick(kvp_store_h st)
 {
     pthread_mutex_unlock(&st->lock);
+    (void)kvp_tier_sync_if_dead(st->tier); /* deleted pages' files go once their rm is synced */
     (void)kvp_store_compact(st, st->compact_ratio);
     (void)kvp_tier_reclaim(st->tier); /* a full disk's deleted index records */
     pthread_mutex_lock(&st->lock);

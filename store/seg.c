@@ -41,7 +41,10 @@ typedef struct {
     bool     rdirect;
     uint64_t rused; /* the read tick of its last read plan (kvp_segs.rtick): the LRU order */
     uint32_t pending; /* reservations not ended yet: the file stays (no unlink, no compaction) */
+    uint32_t unsynced; /* bytes of it whose death is not yet durable in the WAL
+                        * (kvp_segs_dead_later): the file stays, it may be compacted */
 } seg_file_t;
+
 
 struct kvp_segs {
     char       *dir;
@@ -64,6 +67,12 @@ struct kvp_segs {
     size_t      rfd_max;    /* at most that many (kvp_segs_set_rfd_max; RFD_MAX) */
     uint64_t    rtick;      /* read plans so far */
 };
+
+/* Nothing names the file's bytes, and nothing may: it can be unlinked. */
+static bool seg_may_go(const kvp_segs_t *s, const seg_file_t *f)
+{
+    return f->live <= 0 && f->id != s->active && f->pending == 0 && f->unsynced == 0;
+}
 
 /* Read fds to cache: a quarter of the open files limit (kvpackd raises its soft limit to the
  * hard one at start), at least RFD_MAX and at most RFD_CAP, so a node whose segment files fit
@@ -120,7 +129,7 @@ static seg_file_t *seg_add(kvp_segs_t *s, uint64_t id, uint64_t size)
         return NULL;
     }
     s->files = f;
-    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false, 0, 0};
+    s->files[s->nfiles] = (seg_file_t){id, size, 0, -1, false, 0, 0, 0};
     return &s->files[s->nfiles++];
 }
 
@@ -489,7 +498,7 @@ static kvp_status_t seg_roll(kvp_segs_t *s)
     s->wfd      = fd;
     s->sync_gen = s->app_gen;
     s->active = id;
-    if (old != NULL && old->live <= 0 && old->pending == 0) {
+    if (old != NULL && seg_may_go(s, old)) {
         seg_unlink(s, old);
     }
     return KVP_OK;
@@ -630,7 +639,7 @@ kvp_status_t kvp_segs_resv_end(kvp_segs_t *s, kvp_seg_resv_t *r, bool written, b
     r->fd = -1;
     /* written: the caller names the bytes next (same lock hold), so the file must stay; if that
      * fails, the open-time sweep reaps a file nothing names */
-    if (!written && f->pending == 0 && f->live <= 0 && f->id != s->active) {
+    if (!written && seg_may_go(s, f)) {
         seg_unlink(s, f);
     }
     return status;
@@ -961,7 +970,28 @@ uint64_t kvp_segs_live_add(kvp_segs_t *s, uint64_t seg, int64_t bytes)
         return 0;
     }
     f->live += bytes;
-    return f->live <= 0 && f->id != s->active && f->pending == 0 ? seg_unlink(s, f) : 0;
+    return seg_may_go(s, f) ? seg_unlink(s, f) : 0;
+}
+
+void kvp_segs_dead_later(kvp_segs_t *s, uint64_t seg, int64_t bytes)
+{
+    seg_file_t *f = seg_find(s, seg);
+
+    if (f != NULL) {
+        f->live -= bytes;
+        f->unsynced++;
+    }
+}
+
+uint64_t kvp_segs_dead_synced(kvp_segs_t *s, uint64_t seg)
+{
+    seg_file_t *f = seg_find(s, seg);
+
+    if (f == NULL || f->unsynced == 0) {
+        return 0;
+    }
+    f->unsynced--;
+    return seg_may_go(s, f) ? seg_unlink(s, f) : 0;
 }
 
 bool kvp_segs_holds(kvp_segs_t *s, uint64_t seg, uint64_t off, uint32_t len)
@@ -1033,7 +1063,7 @@ size_t kvp_segs_victims(kvp_segs_t *s, double dead_ratio, uint64_t *ids, size_t 
 void kvp_segs_reap(kvp_segs_t *s)
 {
     for (size_t i = 0; i < s->nfiles;) {
-        if (s->files[i].live <= 0 && s->files[i].id != s->active) {
+        if (seg_may_go(s, &s->files[i])) {
             seg_unlink(s, &s->files[i]);
         } else {
             i++;

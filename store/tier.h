@@ -75,6 +75,9 @@ bool         kvp_tier_batch_empty(const kvp_tier_batch_t *batch); /* no operatio
 kvp_status_t kvp_tier_batch_commit(kvp_tier_t *tier, kvp_tier_batch_t *batch, kvp_tier_mode_t mode);
 /* Make everything committed so far durable (segment fdatasync + WAL fsync). */
 kvp_status_t kvp_tier_sync(kvp_tier_t *tier);
+/* kvp_tier_sync when a commit's old places wait for a WAL fsync to die (their files to go):
+ * under write-through or spill no commit syncs the WAL, so the compactor's tick does this. */
+kvp_status_t kvp_tier_sync_if_dead(kvp_tier_t *tier);
 
 /* Bytes a buffer must hold to receive a page of len bytes from kvp_tier_pages_read. */
 static inline size_t kvp_tier_span(size_t len)

@@ -366,13 +366,17 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (m > 0 && status == KVP_OK) {
         rocksdb_write(t->db, t->wo_wal, wb, &err);
         status = tier_map_err("compaction write", &err);
+        /* the locators are written: the new places live now, the old ones die with the WAL's
+         * next fsync (step 3's, or any later one: whatever fails below, neither the new file is
+         * left uncounted, to be unlinked under them, nor the old ones counted live forever) */
+        for (size_t j = 0; j < m && status == KVP_OK; j++) {
+            kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
+            tier_dead_defer(t, from[which[j]].seg, from[which[j]].len);
+            moved->bytes += ext[j].len;
+        }
         if (status == KVP_OK) { /* these copies are synced; earlier commits' bytes may not be */
             status = tier_memtables_turn(t, false, 1, 1);
         }
-    }
-    for (size_t j = 0; j < m && status == KVP_OK; j++) {
-        kvp_segs_live_add(t->segs, ext[j].seg, (int64_t)kvp_seg_span(ext[j].len));
-        moved->bytes += ext[j].len;
     }
     /* when no copy got named (every page went meanwhile, or the write failed) and the file they
      * were written to is no longer the active one, nothing names that file: it goes now, not at
@@ -385,8 +389,8 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     }
     /* (3) the new locators durable before an old file can go, and the bytes every locator the
      * WAL sync makes durable names before them (other commits' writes to the active file since
-     * its last sync); then the old places die (a failed sync leaves them counted live: the
-     * files stay) */
+     * its last sync); then the old places die (a failed sync leaves them waiting for the next
+     * WAL fsync: tier_dead_defer) */
     pthread_mutex_lock(&t->mu);
     t0     = kvp_time_ns();
     status = kvp_segs_sync(t->segs);
@@ -397,14 +401,8 @@ kvp_status_t kvp_tier_pages_move(kvp_tier_t *t, size_t n, const kvp_tier_loc_t *
     if (status == KVP_OK) {
         /* a reader that located a page before this and finds its segment gone locates again */
         __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);
-        for (size_t j = 0; j < m; j++) {
-            const kvp_tier_loc_t *f     = &from[which[j]];
-            uint64_t              freed = kvp_segs_live_add(t->segs, f->seg,
-                                                            -(int64_t)kvp_seg_span(f->len));
-
-            moved->segments += freed > 0;
-            moved->freed_bytes += freed;
-        }
+        /* these moves' old places (and any other commit's waiting for a WAL fsync) die now */
+        tier_wal_synced(t, &moved->segments, &moved->freed_bytes);
         moved->pages += m;
     }
     held += lock_hold(moved, t0);

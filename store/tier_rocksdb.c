@@ -615,6 +615,7 @@ void kvp_tier_close(kvp_tier_t *t)
     rocksdb_block_based_options_destroy(t->bbt);
     rocksdb_options_destroy(t->db_opts);
     kvp_segs_close(t->segs);
+    kvp_free(t->dead); /* not applied: the next open counts live bytes from the index */
     pthread_mutex_destroy(&t->mu);
     pthread_rwlock_destroy(&t->dbl);
     kvp_free(t->path);
@@ -917,10 +918,13 @@ static kvp_status_t commit_records(kvp_tier_t *t, kvp_tier_batch_t *b, kvp_tier_
             kvp_segs_live_add(t->segs, b->puts[i].ext.seg,
                               (int64_t)kvp_seg_span(b->puts[i].ext.len));
         }
-        for (size_t i = 0; i < nold; i++) {
+        for (size_t i = 0; i < nold; i++) { /* the old places die once this record is durable */
             if (old[i].found) {
-                kvp_segs_live_add(t->segs, old[i].seg, -(int64_t)kvp_seg_span(old[i].len));
+                tier_dead_defer(t, old[i].seg, old[i].len);
             }
+        }
+        if (mode == KVP_TIER_SYNC) { /* it is: the WAL was fsynced with it */
+            tier_wal_synced(t, NULL, NULL);
         }
     }
     kvp_free(old);
@@ -1049,6 +1053,33 @@ static bool cf_prop(kvp_tier_t *t, size_t i, const char *prop, uint64_t *v)
     return rocksdb_property_int_cf(t->db, t->cfs[i], prop, v) == 0;
 }
 
+void tier_dead_defer(kvp_tier_t *t, uint64_t seg, uint32_t len)
+{
+    uint64_t *d = kvp_array_room(t->dead, &t->dead_cap, t->ndead, sizeof(*d), 64,
+                                 "tier dead places");
+
+    if (d != NULL) {
+        t->dead             = d;
+        t->dead[t->ndead++] = seg;
+        kvp_segs_dead_later(t->segs, seg, (int64_t)kvp_seg_span(len));
+    }
+}
+
+void tier_wal_synced(kvp_tier_t *t, uint64_t *files_p, uint64_t *bytes_p)
+{
+    for (size_t i = 0; i < t->ndead; i++) {
+        uint64_t freed = kvp_segs_dead_synced(t->segs, t->dead[i]);
+
+        if (freed > 0 && files_p != NULL) {
+            (*files_p)++;
+        }
+        if (bytes_p != NULL) {
+            *bytes_p += freed;
+        }
+    }
+    t->ndead = 0;
+}
+
 kvp_status_t tier_memtables_turn(kvp_tier_t *t, bool synced, unsigned num, unsigned den)
 {
     char        *err    = NULL;
@@ -1072,6 +1103,9 @@ kvp_status_t tier_memtables_turn(kvp_tier_t *t, bool synced, unsigned num, unsig
         if (status == KVP_OK) {
             rocksdb_flush_wal(t->db, 1, &err);
             status = tier_map_err("flush wal", &err);
+        }
+        if (status == KVP_OK) {
+            tier_wal_synced(t, NULL, NULL);
         }
     }
     /* every non-empty memtable: none keeps an old WAL alive (that would grow the WALs until
@@ -1117,6 +1151,9 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
             rocksdb_flush_wal(t->db, 1, &err);
             status = tier_map_err("flush wal", &err);
         }
+        if (status == KVP_OK) {
+            tier_wal_synced(t, NULL, NULL);
+        }
         /* every record so far names synced bytes: a memtable past half its flush size switches
          * now (the commit path would at the full size, with a sync of its own). The sync stands
          * if the flush request fails: the next tick or commit asks again. */
@@ -1127,6 +1164,16 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
         tier_db_release(t);
     }
     return status;
+}
+
+kvp_status_t kvp_tier_sync_if_dead(kvp_tier_t *t)
+{
+    size_t n;
+
+    pthread_mutex_lock(&t->mu);
+    n = t->ndead;
+    pthread_mutex_unlock(&t->mu);
+    return n > 0 ? kvp_tier_sync(t) : KVP_OK;
 }
 
 /* kvp_tier_pages_locate with the db held */

@@ -56,6 +56,16 @@ def gateway(path, body):
         return json.loads(r.read())
 
 
+def key_lease(key):
+    """The lease key (base64) is under once it is there again, waiting up to TTL + 8 s; None."""
+    for _ in range(int((TTL + 8) / 0.25)):
+        kvs = gateway("/v3/kv/range", {"key": key}).get("kvs", [])
+        if kvs:
+            return kvs[0]["lease"]
+        time.sleep(0.25)
+    return None
+
+
 def start_etcd(cport, pport):
     return kvptest.start_etcd(ETCD, os.path.join(tmp, "etcd"), cport, pport)
 
@@ -299,25 +309,13 @@ try:
     key = base64.b64encode(f"/kvpack/nodes/{addrs[1]}".encode()).decode()
     lease = gateway("/v3/kv/range", {"key": key})["kvs"][0]["lease"]
     gateway("/v3/lease/revoke", {"ID": lease})
-    back = None
-    for _ in range(int((TTL + 8) / 0.25)):
-        kvs = gateway("/v3/kv/range", {"key": key}).get("kvs", [])
-        if kvs:
-            back = kvs[0]["lease"]
-            break
-        time.sleep(0.25)
+    back = key_lease(key)
     check(back is not None and back != lease, f"node did not register again (lease {back})")
     check(sorted(members()) == sorted(addrs), "re-registered node not listed")
 
     # its key deleted behind its back, the lease alive (`etcdctl del`): put back under that lease
     gateway("/v3/kv/deleterange", {"key": key})
-    again = None
-    for _ in range(int((TTL + 8) / 0.25)):
-        kvs = gateway("/v3/kv/range", {"key": key}).get("kvs", [])
-        if kvs:
-            again = kvs[0]["lease"]
-            break
-        time.sleep(0.25)
+    again = key_lease(key)
     check(again == back, f"deleted key not put back under its lease ({again} vs {back})")
     check(sorted(members()) == sorted(addrs), "node whose key was deleted not listed")
 
