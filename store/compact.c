@@ -160,7 +160,8 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
 static void compactor_tick(kvp_store_h st)
 {
     pthread_mutex_unlock(&st->lock);
-    (void)kvp_tier_sync_if_dead(st->tier); /* deleted pages' files go once their rm is synced */
+    (void)kvp_tier_sync_if_dead(st->tier); /* deleted pages' files go once their rm is synced
+                                            * (also with compaction off) */
     (void)kvp_store_compact(st, st->compact_ratio);
     (void)kvp_tier_reclaim(st->tier); /* a full disk's deleted index records */
     pthread_mutex_lock(&st->lock);

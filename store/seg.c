@@ -1042,7 +1042,8 @@ size_t kvp_segs_victims(kvp_segs_t *s, double dead_ratio, uint64_t *ids, size_t 
         size_t            pos;
 
         if (f->id == s->active || f->pending > 0 || f->size == 0 || dead == 0 ||
-            (double)dead < dead_ratio * (double)f->size) {
+            (double)dead < dead_ratio * (double)f->size ||
+            (f->live <= 0 && f->unsynced > 0)) { /* no page to move: it goes at the WAL sync */
             continue;
         }
         /* insert, deadest first, keeping the max deadest */
