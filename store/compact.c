@@ -109,7 +109,7 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
     size_t           nids, total = 0;
     kvp_tier_moved_t moved = {0, 0, 0, 0, 0};
     kvp_status_t     status = KVP_OK;
-    uint64_t         t0 = kvp_time_ns(), before;
+    uint64_t         t0 = kvp_time_ns(), before, pages_before;
 
     if (st == NULL || !(dead_ratio > 0.0 && dead_ratio <= 1.0)) {
         return KVP_ERR_INVALID;
@@ -118,16 +118,19 @@ kvp_status_t kvp_store_compact(kvp_store_h st, double dead_ratio)
         return KVP_ERR_UNSUPPORTED;
     }
     pthread_mutex_lock(&st->compact_mu);
-    /* batches of victims until none is left, or one removed nothing (its pages could not all be
-     * moved: it would be picked again) */
+    /* batches of victims until none is left, or one moved and removed nothing (its pages could
+     * not all be moved: it would be picked again; a batch that moved pages counts even when its
+     * files went at a WAL sync other than its own, uncounted here) */
     do {
         nids = kvp_tier_compact_victims(st->tier, dead_ratio, ids, MAX_VICTIMS);
-        before = moved.segments;
+        before       = moved.segments;
+        pages_before = moved.pages;
         total += nids;
         if (nids > 0) {
             status = compact_segs(st, ids, nids, &st->compactor.stop, &moved);
         }
-    } while (status == KVP_OK && nids > 0 && moved.segments > before &&
+    } while (status == KVP_OK && nids > 0 &&
+             (moved.segments > before || moved.pages > pages_before) &&
              !__atomic_load_n(&st->compactor.stop, __ATOMIC_RELAXED));
     /* files whose last bytes died meanwhile, their deletes not yet synced (every page a move
      * took was deleted: no move synced the WAL), go now rather than at the next tick */
@@ -162,7 +165,9 @@ static void compactor_tick(kvp_store_h st)
     pthread_mutex_unlock(&st->lock);
     (void)kvp_tier_sync_if_dead(st->tier); /* deleted pages' files go once their rm is synced
                                             * (also with compaction off) */
-    (void)kvp_store_compact(st, st->compact_ratio);
+    if (st->compact_ratio > 0.0) {
+        (void)kvp_store_compact(st, st->compact_ratio);
+    }
     (void)kvp_tier_reclaim(st->tier); /* a full disk's deleted index records */
     pthread_mutex_lock(&st->lock);
 }

@@ -701,7 +701,8 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         if (status == KVP_OK && dur == KVP_DURABILITY_INTERVAL) {
             status = kvp_store_syncer_start(st);
         }
-        if (status == KVP_OK && compact > 0.0) {
+        if (status == KVP_OK) { /* also with compaction off: its tick syncs the WAL when a
+                                 * file emptied by deletes waits for it (tier_dead_defer) */
             status = kvp_store_compactor_start(st);
         }
         if (status == KVP_OK && scrub > 0) {

@@ -1067,9 +1067,12 @@ void tier_dead_defer(kvp_tier_t *t, uint64_t seg, uint32_t len)
 
 void tier_wal_synced(kvp_tier_t *t, uint64_t *files_p, uint64_t *bytes_p)
 {
+    bool gone = false;
+
     for (size_t i = 0; i < t->ndead; i++) {
         uint64_t freed = kvp_segs_dead_synced(t->segs, t->dead[i]);
 
+        gone |= freed > 0;
         if (freed > 0 && files_p != NULL) {
             (*files_p)++;
         }
@@ -1078,6 +1081,10 @@ void tier_wal_synced(kvp_tier_t *t, uint64_t *files_p, uint64_t *bytes_p)
         }
     }
     t->ndead = 0;
+    if (gone) { /* a reader that located a page in a file gone now (a compaction's old place:
+                 * its page lives on elsewhere) must locate it again, not drop it as missing */
+        __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);
+    }
 }
 
 kvp_status_t tier_memtables_turn(kvp_tier_t *t, bool synced, unsigned num, unsigned den)
