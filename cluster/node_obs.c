@@ -270,10 +270,11 @@ static void request_families(kvp_node_obs_t *obs, kvp_http_reply_t *r)
     /* the histograms before answered[]: a request's answered[] is bumped before its histogram
      * (release there, acquire here), so _count may trail requests_total but never lead it */
     for (uint32_t op = 0; op < KVP_NODE_OBS_OPS; op++) {
-        busy[op] = load(&obs->busy_ns[op]);
         for (uint32_t b = 0; b <= KVP_HIST_BUCKETS; b++) {
             hists[op][b] = atomic_load_explicit(&obs->busy_hist[op][b], memory_order_acquire);
         }
+        busy[op] = load(&obs->busy_ns[op]); /* after the buckets: added before them, so _sum
+                                             * covers every request _count does */
     }
 
     family(r, "kvpack_requests_total", "counter",
@@ -376,6 +377,10 @@ void kvp_node_obs_reply(kvp_node_obs_t *obs, uint32_t op, kvp_status_t status, u
 {
     uint32_t slot = (status <= 0 && status > -100) ? (uint32_t)(-(int)status) : 100u;
 
+    if (slot < 100 && strcmp(kvp_status_name(status), "UNKNOWN") == 0) {
+        slot = 100u; /* "other": two unnamed statuses would print one label set twice, and
+                      * Prometheus refuses a scrape with a repeated series */
+    }
     op = (op < KVP_NODE_OBS_OPS) ? op : 0;
     atomic_fetch_add_explicit(&obs->answered[op][slot], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&obs->rep_bytes[op], bytes, memory_order_relaxed);

@@ -201,6 +201,10 @@ static void *bumper(void *arg)
         kvp_node_obs_request(obs, KVP_WIRE_OP_PUT_PAGES, 100, 10);
     }
     kvp_node_obs_reply(obs, 999, KVP_ERR_PROTOCOL, 5); /* an op the node could not decode */
+    /* two statuses without a name: one "other" series, not "unknown" twice (a repeated series
+     * makes Prometheus refuse the whole scrape) */
+    kvp_node_obs_reply(obs, KVP_WIRE_OP_GET_PAGES, (kvp_status_t)-20, 0);
+    kvp_node_obs_reply(obs, KVP_WIRE_OP_GET_PAGES, (kvp_status_t)-21, 0);
     return NULL;
 }
 
@@ -268,6 +272,8 @@ static void test_life_cycle(void)
              "kvpack_requests_total{op=\"put_pages\",result=\"err_corrupt\"} %u\n", BUMPS / 4);
     CHECK(strstr(body, want) != NULL);
     CHECK(strstr(body, "kvpack_requests_total{op=\"unknown\",result=\"err_protocol\"} 1\n"));
+    CHECK(strstr(body, "kvpack_requests_total{op=\"get_pages\",result=\"other\"} 2\n"));
+    CHECK(strstr(body, "result=\"unknown\"") == NULL);
     snprintf(want, sizeof(want), "kvpack_request_bytes_total{op=\"put_pages\"} %u\n", BUMPS * 100);
     CHECK(strstr(body, want) != NULL);
     snprintf(want, sizeof(want), "kvpack_reply_bytes_total{op=\"unknown\"} 5\n");
