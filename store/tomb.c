@@ -64,6 +64,11 @@ kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t vers
     return KVP_OK;
 }
 
+uint64_t kvp_store_record_ssd_bytes(uint64_t len)
+{
+    return len + REC_HDR;
+}
+
 kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
                                      uint64_t *version_p)
 {

@@ -272,10 +272,15 @@ static uint64_t plan_sealed(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uint
 }
 
 /* What a session of T tokens holds of its own (no prefix shares it), in space sp: its tail pages
- * and its record (not in DRAM: the pool holds pages only, and the DRAM budget counts the pool). */
+ * and its record (not in DRAM: the pool holds pages only, and the DRAM budget counts the pool;
+ * on SSD in the versioned envelope a node writes). */
 static uint64_t plan_own(const kvp_plan_opts_t *o, uint64_t T, plan_space_t sp)
 {
-    return plan_tail(o, T, sp) + (sp == PLAN_DRAM ? 0 : plan_record(T / o->page_tokens));
+    uint64_t rec = plan_record(T / o->page_tokens);
+
+    return plan_tail(o, T, sp) + (sp == PLAN_DRAM ? 0
+                                  : sp == PLAN_SSD ? kvp_store_record_ssd_bytes(rec)
+                                                   : rec);
 }
 
 /* One session in space sp. */
@@ -414,14 +419,18 @@ static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64
         bool fits = plan_session(o, r->codec, t->tokens_max, PLAN_DRAM) <= (uint64_t)dram;
 
         plan_trace_bytes(o, t, r);
-        /* a node holds dram / unique_dram of the workload in DRAM and ssd / unique_ssd on SSD */
+        /* with SSD spill the workload lives on SSD and DRAM caches it: a session read back
+         * keeps its disk copy, and under write-through every put has one (it used to add the
+         * two, promising more than fits) */
+        uint64_t on_ssd = div_up(r->trace_unique_ssd, (uint64_t)ssd);
+
         r->nodes_dram  = fits ? div_up(r->trace_unique_dram, (uint64_t)dram) : UINT64_MAX;
-        r->nodes_spill = fits ? (uint64_t)ceil(1.0 / (dram / (double)r->trace_unique_dram +
-                                                      ssd / (double)r->trace_unique_ssd))
-                              : UINT64_MAX;
+        r->nodes_spill = fits ? (on_ssd < r->nodes_dram ? on_ssd : r->nodes_dram) : UINT64_MAX;
     } else {
+        uint64_t per = r->per_node_ssd > r->per_node_dram ? r->per_node_ssd : r->per_node_dram;
+
         r->nodes_dram  = plan_nodes(live, r->per_node_dram, r->per_node_dram);
-        r->nodes_spill = plan_nodes(live, r->per_node_dram + r->per_node_ssd, r->per_node_dram);
+        r->nodes_spill = plan_nodes(live, per, r->per_node_dram);
     }
 }
 int kvp_cmd_plan(int argc, char **argv)
@@ -448,10 +457,22 @@ int kvp_cmd_plan(int argc, char **argv)
         if (rc != 0) {
             return rc;
         }
+        if ((long double)trace.tokens_sum * o.layers * o.heads * o.head_dim * 4.0L > 9.0e18L) {
+            plan_trace_free(&trace);
+            return kvp_cli_usage_error("plan", "the trace's %llu tokens at this geometry are past "
+                                       "9e18 bytes of fp16 KV: more than the plan counts",
+                                       (unsigned long long)trace.tokens_sum);
+        }
         o.tokens = o.tokens ? o.tokens : trace.tokens_sum / trace.w.n;
         o.tokens = o.tokens ? o.tokens : 1;
     }
-    live = o.sessions ? o.sessions : (uint64_t)ceil(o.rate * o.ttl);
+    if (o.sessions != 0) {
+        live = o.sessions;
+    } else { /* 0.07 x 100 is 7.000000000000001: not 8 sessions */
+        double x = o.rate * o.ttl, r = nearbyint(x);
+
+        live = (uint64_t)(fabs(x - r) <= 1e-9 * x ? r : ceil(x));
+    }
     fp16.codec = KVP_CODEC_FP16;
     plan_row(&o, o.trace != NULL ? &trace : NULL, live, &fp16);
     for (int i = 0; i < o.n_codecs; i++) {

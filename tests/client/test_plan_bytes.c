@@ -12,6 +12,7 @@
 
 #include "kvpack/alloc.h"
 #include "kvpack/store.h"
+#include "../../store/store_int.h" /* kvp_store_record_pack: the record as the store writes it */
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -109,9 +110,12 @@ static void real_session(const geom_t *g, kvp_codec_id_t codec, uint32_t T, uint
     CHECK_OK(kvp_session_desc_pack(&d, &blob, &len));
     *pages_p   = pages;
     *session_p = sealed + len;
-    node_p->ssd_index += len; /* the record, tail included */
+    kvp_free(blob);
+    /* the record, tail included, as a node writes it: with its version (an envelope) */
+    CHECK_OK(kvp_store_record_pack(&d, 1, &blob, &len));
+    node_p->ssd_index += len;
     snprintf(sid, sizeof(sid), "plan-%" PRIu64, ns);
-    CHECK_OK(kvp_store_session_put(store, ns, sid, &d));
+    CHECK_OK(kvp_store_session_put_version(store, ns, sid, &d, 1));
     kvp_store_stats(store, &after);
     node_p->dram     = after.dram_bytes - before.dram_bytes;
     node_p->seg_live = after.disk_live_bytes - before.disk_live_bytes;

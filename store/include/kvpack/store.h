@@ -301,6 +301,9 @@ void kvp_store_stats(kvp_store_h store, kvp_store_stats_t *stats);
  * to back) and live in its record on disk. */
 uint64_t kvp_store_page_dram_bytes(uint64_t len);
 uint64_t kvp_store_page_ssd_bytes(uint64_t len);
+/* What a session record of len bytes (kvp_session_desc_pack, its tail pages included) takes in
+ * a node's index: a node writes every record with its version, in a 24-byte envelope. */
+uint64_t kvp_store_record_ssd_bytes(uint64_t len);
 
 /* File descriptors a store with a db_path may hold at most under the open files limit now: its
  * segment read cache (a quarter of the limit, 256..65536) plus 256 for RocksDB's files, the
