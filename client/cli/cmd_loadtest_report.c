@@ -165,8 +165,8 @@ static const char *hit_note(const kvp_lt_info_t *info, const kvp_lt_workload_t *
                "where an id-level (unbounded) count says hit";
     }
     if (t->hit_blocks == t->ref_hit) {
-        return "equal to what an unbounded cache hits over these requests: with the SSD tier "
-               "nothing was lost (the trace README's 36.6 % is over all 12,031 requests)";
+        return "equal to what an unbounded cache hits over these requests: nothing was lost to "
+               "eviction (the trace README's 36.6 % is over all 12,031 requests)";
     }
     if (info->params->clients > 1) {
         return "below the unbounded-cache count because of concurrency: two requests sharing a "
@@ -258,8 +258,13 @@ static void text_cleanup(const kvp_lt_info_t *info, const kvp_lt_result_t *res)
     printf("sessions         %u put, ", res->sessions_put);
     if (!info->params->delete_sessions) {
         printf("kept on the nodes (--keep-sessions) under the namespace above\n");
-    } else if (res->sessions_left == 0 && res->departed_unreachable == 0) {
+    } else if (res->sessions_left == 0 && res->departed_unreachable == 0 &&
+               res->sessions_absent == 0) {
         printf("deleted from the nodes when the run ended\n");
+    } else if (res->sessions_left == 0 && res->departed_unreachable == 0) {
+        printf("%u deleted from the nodes when the run ended, %u were on no node (evicted from "
+               "a node without an SSD tier, or their put failed)\n", res->sessions_deleted,
+               res->sessions_absent);
     } else if (res->sessions_left == 0) {
         printf("deleted when the run ended, but not from %u node(s) that left the cluster and "
                "did not answer: their copies stay\n", res->departed_unreachable);
@@ -494,18 +499,38 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
 
 /* ---- chart ---- */
 
+/* Bytes of the well-formed UTF-8 sequence at s (2..4), 0 when it is not one. */
+static int utf8_seq(const unsigned char *s)
+{
+    int n = s[0] > 0xF4 ? 0 : s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/* Text as XML character data: markup escaped, and what XML 1.0 cannot hold (control characters,
+ * bytes that are not UTF-8: a trace path may have them) as '?', so the report always parses. */
 static void xml_text(FILE *f, const char *s)
 {
-    for (; *s; s++) {
-        if (*s == '<') {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = *p >= 0x80 ? utf8_seq(p) : 1;
+
+        if (*p == '<') {
             fputs("&lt;", f);
-        } else if (*s == '>') {
+        } else if (*p == '>') {
             fputs("&gt;", f);
-        } else if (*s == '&') {
+        } else if (*p == '&') {
             fputs("&amp;", f);
+        } else if (n == 0 || (*p < 0x20 && *p != '\t' && *p != '\n')) {
+            fputc('?', f);
         } else {
-            fputc(*s, f);
+            fwrite(p, 1, (size_t)n, f);
         }
+        p += n > 0 ? n : 1;
     }
 }
 

@@ -397,7 +397,15 @@ static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kv
     }
     memset(part, 0, sizeof(*part));
     part->hit_chunks = hit;
-    return lt_put(e, c, r, hit, version, s, res, part, tail_len_p, what_p);
+    st = lt_put(e, c, r, hit, version, s, res, part, tail_len_p, what_p);
+    if (st == KVP_ERR_NOT_FOUND && hit > 0) {
+        /* the pages the lookup found were evicted before the record named them (a node under
+         * DRAM pressure, no SSD tier): the whole session again, as an engine would (the run
+         * used to stop here); those chunks count as misses */
+        memset(part, 0, sizeof(*part));
+        st = lt_put(e, c, r, 0, version, s, res, part, tail_len_p, what_p);
+    }
+    return st;
 }
 
 static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_result_t *res)
@@ -571,8 +579,15 @@ static int lt_complete(lt_engine_t *e, uint32_t i)
     }
     while (st == KVP_OK && sh->next_win < sh->w->n_windows &&
            res->windows[sh->next_win].end <= sh->prefix) {
-        k  = sh->next_win++;
-        st = lt_stat(e, &res->windows[k].stat_end);
+        kvp_node_stat_t got;
+
+        k  = sh->next_win;
+        st = lt_stat(e, &got);
+        if (st == KVP_OK) { /* a window whose stat failed stays not taken (it showed zeros and
+                             * negative spills) */
+            res->windows[k].stat_end = got;
+            sh->next_win++;
+        }
     }
     sh->last_ns = kvp_time_ns();
     pthread_mutex_unlock(&sh->mu);
@@ -856,7 +871,8 @@ static void lt_delete(lt_engine_t *e, const uint8_t *sent, uint32_t n_sessions,
                 (unsigned long long)e->p->salt);
     }
     if (res->sessions_absent > 0) {
-        fprintf(stderr, "; %u were on no node (their put failed)", res->sessions_absent);
+        fprintf(stderr, "; %u were on no node (evicted from a node without an SSD tier, or "
+                        "their put failed)", res->sessions_absent);
     }
     fputc('\n', stderr);
 }
