@@ -849,11 +849,6 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             kvp_page_t *p = KVP_CONTAINER_OF(e, kvp_page_t, idle);
 
             next = e->next;
-            if (st->tier == NULL && kvp_store_page_waiting(st, p, kvp_time_ns())) {
-                continue; /* put for a record on its way: dropped, the record would be refused
-                           * NOT_FOUND after the put was acknowledged; short of room the put
-                           * that needs it is refused ERR_NO_SPACE instead */
-            }
             freed += kvp_pool_slot_size(p->len);
             if (st->tier != NULL) {
                 p->on_disk = true;

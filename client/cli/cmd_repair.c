@@ -291,9 +291,12 @@ static kvp_status_t delete_copies(repair_t *rp, repair_plan_t *pl)
             continue;
         }
         ds = (rp->alive & BIT(k)) ? kvp_cluster_client(rp->cl, k, &c) : KVP_ERR_PEER_UNREACHABLE;
-        if (ds == KVP_OK) {
+        if (ds == KVP_OK) { /* a damaged copy newer than the tombstone (a put after the rm that
+                             * lost a page) goes at its own version: at the tombstone's the
+                             * node refused it, ERR_STALE, on every pass */
             ds = pl->tombstoned
-                     ? kvp_client_delete_session_version(c, pl->e->ns, pl->e->sid, pl->version)
+                     ? kvp_client_delete_session_version(c, pl->e->ns, pl->e->sid,
+                                                         drop_version(pl, k))
                      : kvp_client_drop_session(c, pl->e->ns, pl->e->sid, drop_version(pl, k));
         }
         if (ds == KVP_OK || ds == KVP_ERR_NOT_FOUND) {
@@ -339,10 +342,9 @@ static kvp_status_t node_boot_ms(repair_t *rp, uint32_t k, uint64_t *boot_ms, ui
     return s;
 }
 
-/* Delete the copies outside the target set, once every target that was only listed as a holder
- * answers now (the ones just copied to answered the put) and has not restarted since the list
- * (a copy only in its DRAM, --durability spill, would be gone). A delete that fails leaves a
- * copy. */
+/* Delete the copies outside the target set, once every target answers now and has not restarted
+ * since the pass began (a copy only in its DRAM, --durability spill, would be gone: also one
+ * just copied to it, whose put acknowledged only DRAM). A delete that fails leaves a copy. */
 static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
 {
     kvp_status_t s = KVP_OK;
@@ -351,7 +353,7 @@ static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
     for (uint32_t k = 0; k < rp->n && s == KVP_OK; k++) {
         uint64_t boot = 0, err = 0;
 
-        if ((pl->targets & ~pl->copy_to) & BIT(k)) {
+        if (pl->targets & BIT(k)) { /* just copied to, too: a put under spill is DRAM only */
             s = (rp->alive & BIT(k)) ? node_boot_ms(rp, k, &boot, &err) : KVP_ERR_PEER_UNREACHABLE;
             s = s == KVP_OK ? s : node_fail(rp, pl, k, "target check before deleting surplus", s);
             if (s == KVP_OK &&
@@ -535,7 +537,13 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
     rp.n    = kvp_cluster_size(rp.cl);
     rp.r    = kvp_cluster_replicas(rp.cl);
     rp.json = o->json;
-    s       = kvp_cluster_list_sessions_ex(rp.cl, 0, 0, KVP_LIST_DELETED, &l, &rep);
+    /* when each node started, before the list: a node that restarts after this, also while the
+     * other nodes are listed, is seen before any copy elsewhere is dropped (taken after the list,
+     * the new process was the baseline, and its lost DRAM copy went unnoticed) */
+    for (uint32_t k = 0; k < rp.n; k++) {
+        (void)node_boot_ms(&rp, k, &rp.boot_ms[k], &rp.boot_err_ms[k]); /* failed: 0 */
+    }
+    s = kvp_cluster_list_sessions_ex(rp.cl, 0, 0, KVP_LIST_DELETED, &l, &rep);
     kvp_cli_report_fail("repair", rp.cl, &rep, "list", "list"); /* the nodes that did not answer */
     if (s != KVP_OK) {
         fprintf(stderr, "kvpack repair: no node answered; nothing done\n");
@@ -546,11 +554,6 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
         rp.listed |= rep.tried[i].status == KVP_OK ? BIT(rep.tried[i].node) : 0;
     }
     rp.alive       = rp.listed;
-    for (uint32_t k = 0; k < rp.n; k++) { /* when each started: a restart meanwhile is seen */
-        if (rp.listed & BIT(k)) {
-            (void)node_boot_ms(&rp, k, &rp.boot_ms[k], &rp.boot_err_ms[k]); /* failed: 0 */
-        }
-    }
     for (uint32_t i = 0; i < l->n; i++) { /* sessions some node holds (not only tombstones) */
         rp.sum.sessions += l->holders[i] != 0;
     }
@@ -579,7 +582,10 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
     kvp_progress_done();
     repair_summary(&rp, o->node);
     fflush(stdout);
-    rc = rp.sum.failed != 0 || rp.alive != ALL_NODES(rp.n) ? 1 : 0;
+    rc = rp.sum.failed != 0 || rp.alive != ALL_NODES(rp.n) ||
+                 (rp.dry_run && rp.sum.already_ok != rp.sum.sessions) /* work to do */
+             ? 1
+             : 0;
     kvp_cluster_list_free(l);
     kvp_cluster_destroy(rp.cl);
     return rc;

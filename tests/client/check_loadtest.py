@@ -406,8 +406,7 @@ def case_dram_only(trace, kvpackd):
     """A node without an SSD tier under DRAM pressure evicts pages a lookup just found before the
     record names them: the put is refused NOT_FOUND, and loadtest puts the whole session again
     (the run used to stop at request 96, its cleanup calling every acked session a failed put;
-    request 97, of 120,633 tokens, does not fit this node at all: ERR_NO_SPACE, no longer a
-    NOT_FOUND after its own pages were dropped under it). The trace is named through a path with a control character and a byte that is not
+    request 97, of 120,633 tokens, does not fit this node at all). The trace is named through a path with a control character and a byte that is not
     UTF-8, which the SVG report prints: it must still parse."""
     d = tempfile.mkdtemp(prefix="kvp_lt_dram_")
     ready = os.path.join(d, "ready")

@@ -158,6 +158,11 @@ try:
     # tombstone), its old copy of the re-put one replaced, stand-in copies go
     x.start()
     expect(holdings([x]).get(gone) == {x.addr}, f"{x.addr} did not come back with {gone}")
+    # every node answers, but there is work: a dry run says so with exit 1 (it exited 0, so a
+    # health check built on it always passed)
+    rc, plan = repair(peers, "--dry-run")
+    expect(rc == 1 and plan.get("unreachable") == [] and plan.get("already_ok", 0) < 9,
+           f"dry run with work to do: exit {rc}, {plan}")
     rc, res = repair(peers)
     stand_ins = len(had_x) - 1  # each session X held (but the rm'ed one) has a stand-in copy
     acts = {a["session"]: a for a in res.get("actions", [])}
@@ -180,6 +185,8 @@ try:
            res.get("deleted_tombstoned") == 0 and res.get("replaced_stale") == 0 and
            res.get("already_ok") == 9 and res.get("actions") == [],
            f"second repair is not a no-op: exit {rc}, {res}")
+    rc, plan = repair(peers, "--dry-run")
+    expect(rc == 0 and plan.get("already_ok") == 9, f"dry run with nothing to do: exit {rc}")
     # the --watch agent on the static list: its start pass is the same no-op (it used to repair to
     # 1 copy, the list's nodes uncounted, and delete every second copy as surplus)
     p = subprocess.Popen([KVPACK, "repair", "--node", peers, "--replicas", "2", "--watch",

@@ -655,42 +655,6 @@ static void case_dram_only(void)
     kvp_store_close(st);
 }
 
-/* Without a tier, pages put for a record still on its way (within the put grace) are not dropped
- * to make room: B's pages are put (its record comes later), then C's pages fill the budget. C's
- * page that finds no room is refused ERR_NO_SPACE, and B's record then finds every page and is
- * taken (B's pages used to be dropped as loose ones, and its record, after acknowledged page
- * puts, was refused NOT_FOUND). */
-static void case_dram_only_waiting(void)
-{
-    kvp_store_h        st = open_store(NULL, 1u << 20, KVP_DURABILITY_SPILL);
-    kvp_session_desc_t b, c;
-    kvp_status_t       s = KVP_OK;
-    uint32_t           refused = 0;
-
-    t_session(&G, 400, 0, 400, 12, 0, &b);
-    t_session(&G, 500, 0, 500, 16, 0, &c);
-    CHECK_OK(t_put_pages(st, NS, &G, &b));
-    for (uint32_t ch = 0; ch < c.n_chunks; ch++) { /* C's pages, one at a time, past the budget */
-        for (uint32_t l = 0; l < G.layers; l++) {
-            size_t   len;
-            uint8_t *pg = t_page(&G, c.chunk_keys[ch], l, (uint64_t)ch * G.page_tokens,
-                                 G.page_tokens, 0, &len);
-
-            s = kvp_store_page_put(st, NS, pg, len);
-            refused += s == KVP_ERR_NO_SPACE;
-            CHECK(s == KVP_OK || s == KVP_ERR_NO_SPACE);
-            kvp_free(pg);
-        }
-    }
-    CHECK(refused > 0);
-    CHECK_OK(kvp_store_session_put(st, NS, "b", &b)); /* (then evicted at once: C's waiting pages
-                                                        * fill the pool, and without a tier a
-                                                        * session is a cache entry) */
-    kvp_session_desc_clear(&b);
-    kvp_session_desc_clear(&c);
-    kvp_store_close(st);
-}
-
 /* Random K/V for n tokens of every layer, [layers][n][H][D] f32, finite and fp16-representable
  * after rounding; ids random. */
 static float *t_kv(uint32_t n, uint64_t seed)
@@ -1196,7 +1160,6 @@ static const tcase_t cases[] = {
     {"disk_full", case_disk_full},
     {"big_session", case_big_session},
     {"dram_only", case_dram_only},
-    {"dram_only_waiting", case_dram_only_waiting},
     {"dram_only_oom", case_dram_only_oom},
     {"tail_append", case_tail_append},
     {"garbage", case_garbage},
