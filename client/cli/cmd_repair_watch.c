@@ -78,8 +78,9 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
         }
         if (pending && (pass == 0 || now - changed >= w->settle_s * s_ns)) {
             why = pass == 0 ? "start" : "membership";
-        } else if (pass > 0 && now - last >= w->every_s * s_ns) {
-            why = "interval";
+        } else if (pass > 0 && !pending && now - last >= w->every_s * s_ns) {
+            why = "interval"; /* not while a change settles: that pass would copy a restarting
+                               * node's sessions elsewhere before --settle, and skip its own */
         }
         if (why != NULL && cl != NULL) {
             n = kvp_cluster_size(cl);
