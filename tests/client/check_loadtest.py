@@ -344,18 +344,22 @@ def case_clients(trace):
         check(rc == 2 and out == "" and err.strip() != "", f"--clients {bad}: exit {rc}, want 2")
 
 
+def start_node(kvpackd, d, *args):
+    """A kvpackd on a free loopback port (its ready file in d): (the process, its port)."""
+    ready = os.path.join(d, "ready")
+    node = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", *args, "--ready-file", ready],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(1500):
+        if os.path.exists(ready) and open(ready).read().endswith("\n"):
+            break
+        time.sleep(0.02)
+    return node, int(open(ready).read())
+
+
 def case_dead_node(kvpackd, clients=1):
     d = tempfile.mkdtemp(prefix="kvp_lt_dead_")
-    ready = os.path.join(d, "ready")
-    node = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, "data"),
-                             "--ready-file", ready], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    node, port = start_node(kvpackd, d, "--data-dir", os.path.join(d, "data"))
     try:
-        for _ in range(1500):
-            if os.path.exists(ready) and open(ready).read().endswith("\n"):
-                break
-            time.sleep(0.02)
-        port = int(open(ready).read())
         env = dict(os.environ, KVP_PROGRESS="1")
         lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", f"127.0.0.1:{port}",
                                "--users", "4", "--rounds", "400", "--turn-tokens", "256",
@@ -406,19 +410,12 @@ def case_dram_only(trace, kvpackd):
     """A node without an SSD tier under DRAM pressure evicts pages a lookup just found before the
     record names them: the put is refused NOT_FOUND, and loadtest puts the whole session again
     (the run used to stop at request 96, its cleanup calling every acked session a failed put;
-    request 97, of 120,633 tokens, does not fit this node at all). The trace is named through a path with a control character and a byte that is not
-    UTF-8, which the SVG report prints: it must still parse."""
+    request 97, of 120,633 tokens, does not fit this node at all). The trace is named through a
+    path with a control character and a byte that is not UTF-8, which the SVG report prints: it
+    must still parse."""
     d = tempfile.mkdtemp(prefix="kvp_lt_dram_")
-    ready = os.path.join(d, "ready")
-    node = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", "--dram-budget", "33554432",
-                             "--ready-file", ready], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    node, port = start_node(kvpackd, d, "--dram-budget", "33554432")
     try:
-        for _ in range(1500):
-            if os.path.exists(ready) and open(ready).read().endswith("\n"):
-                break
-            time.sleep(0.02)
-        port = int(open(ready).read())
         odd = os.path.join(os.fsencode(d), b"t\x01\xff.jsonl")
         os.symlink(trace, odd)
         svg = os.path.join(d, "lt.svg")

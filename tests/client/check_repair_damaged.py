@@ -60,6 +60,25 @@ def ls(nodes):
     return {s["session"]: s for s in json.loads(out)["sessions"]} if rc == 0 else {}
 
 
+def repair_restarting(nodes_s, pause, name, restart):
+    """`kvpack repair --replicas 1` over nodes_s, paused before its first drop
+    (KVP_REPAIR_PAUSE_FILE) while node `name` is SIGKILLed and restart(name) brings it back;
+    (the process, its JSON report or {})."""
+    rp = subprocess.Popen([KVPACK, "repair", "--node", nodes_s, "--replicas", "1", "--json"],
+                          stdout=subprocess.PIPE, text=True,
+                          env=dict(ENV, KVP_REPAIR_PAUSE_FILE=pause))
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pause) and rp.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    check(os.path.exists(pause), "repair did not reach the drop")
+    nodes.procs[name].kill()
+    nodes.procs[name].wait()
+    restart(name)
+    os.unlink(pause)
+    out, _ = rp.communicate(timeout=120)
+    return rp, json.loads(out) if out.strip() else {}
+
+
 def repair(nodes, replicas, *extra):
     """`kvpack repair --json` over nodes: (exit status, its JSON report or {})."""
     rc, out = cli("repair", "--node", nodes, "--replicas", str(replicas), *extra, "--json")
@@ -166,19 +185,7 @@ try:
     check(len(surplus) == 1, f"the dry run's plan for s3: {plan}")
     target = "e" if surplus == [f_] else "f"
     pause = os.path.join(TMP, "pause")
-    rp = subprocess.Popen([KVPACK, "repair", "--node", ef, "--replicas", "1", "--json"],
-                          stdout=subprocess.PIPE, text=True,
-                          env=dict(ENV, KVP_REPAIR_PAUSE_FILE=pause))
-    deadline = time.monotonic() + 60
-    while not os.path.exists(pause) and rp.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    check(os.path.exists(pause), "repair did not reach the drop")
-    nodes.procs[target].kill()
-    nodes.procs[target].wait()
-    start_spill(target)
-    os.unlink(pause)
-    out, _ = rp.communicate(timeout=120)
-    rep = json.loads(out) if out.strip() else {}  # the paused run's report
+    rp, rep = repair_restarting(ef, pause, target, start_spill)  # the paused run's report
     print("repair over a restarted target:", {k: rep.get(k) for k in ("failed", "deleted_surplus")})
     check(rp.returncode == 1 and rep.get("deleted_surplus") == 0,
           f"repair dropped the surplus copy of a restarted target: exit {rp.returncode} {rep}")
@@ -205,19 +212,7 @@ try:
     check(plan and plan[0].get("copy_to") == [f_], f"no session that F is the target of: {plan}")
     if os.path.exists(pause):
         os.unlink(pause)
-    rp = subprocess.Popen([KVPACK, "repair", "--node", ef, "--replicas", "1", "--json"],
-                          stdout=subprocess.PIPE, text=True,
-                          env=dict(ENV, KVP_REPAIR_PAUSE_FILE=pause))
-    deadline = time.monotonic() + 60
-    while not os.path.exists(pause) and rp.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    check(os.path.exists(pause), "repair did not reach the drop")
-    nodes.procs["f"].kill()
-    nodes.procs["f"].wait()
-    start_spill("f")
-    os.unlink(pause)
-    out, _ = rp.communicate(timeout=120)
-    rep = json.loads(out) if out.strip() else {}
+    rp, rep = repair_restarting(ef, pause, "f", start_spill)
     check(rp.returncode == 1 and rep.get("deleted_surplus") == 0,
           f"repair dropped the only copy after copying to a target that restarted: exit "
           f"{rp.returncode} {rep}")
