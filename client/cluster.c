@@ -885,11 +885,11 @@ kvp_status_t kvp_cluster_peers_etcd(const char *etcd, const char *prefix, char *
         KVP_LOG_ERROR(MOD, "no kvpack nodes registered under %s", where);
         s = KVP_ERR_NOT_FOUND;
     }
-    n = members_take(m, n, where);
     if (s != KVP_OK) {
         kvp_free(m);
         return s;
     }
+    n = members_take(m, n, where);
     peers = kvp_malloc((size_t)n * KVP_ETCD_ADDR_MAX, "cluster.peers");
     if (peers == NULL) {
         kvp_free(m);

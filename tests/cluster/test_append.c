@@ -448,6 +448,17 @@ static void cluster_case(void)
     cl = test_cluster_open(peers, 2, KVP_OK);
     CHECK_ST(cl_append(cl, 64, 80, 10, 2, &sealed, &rep), KVP_ERR_NOT_FOUND);
     CHECK(rep.n_ok == 0);
+    { /* what the probe saw, one node at a time (kvp_client_session_info): the stale record on
+       * the second, the rm's tombstone on the first, nothing for an unknown session */
+        kvp_session_info_t info;
+
+        CHECK_OK(kvp_client_session_info(c[1], fp, "c", &info));
+        CHECK(info.deleted == 0 && info.version == v_old && info.n_chunks == 2 &&
+              strcmp(info.sid, "c") == 0);
+        CHECK_OK(kvp_client_session_info(c[0], fp, "c", &info));
+        CHECK(info.deleted == 1 && info.version > v_new);
+        CHECK_ST(kvp_client_session_info(c[0], fp, "b", &info), KVP_ERR_NOT_FOUND);
+    }
     check_session(c[1], "c", 2, 80); /* untouched */
     CHECK(version_of(c[1], "c") == v_old);
     repair(peers); /* the rm wins */
