@@ -66,6 +66,7 @@ struct kvp_segs {
     size_t      nrfd;       /* read fds open (files[i].rfd >= 0) */
     size_t      rfd_max;    /* at most that many (kvp_segs_set_rfd_max; RFD_MAX) */
     uint64_t    rtick;      /* read plans so far */
+    uint64_t    unsynced;   /* deaths not yet durable in the WAL, all files (kvp_segs_dead_later) */
 };
 
 /* Nothing names the file's bytes, and nothing may: it can be unlinked. */
@@ -980,18 +981,36 @@ void kvp_segs_dead_later(kvp_segs_t *s, uint64_t seg, int64_t bytes)
     if (f != NULL) {
         f->live -= bytes;
         f->unsynced++;
+        s->unsynced++;
     }
 }
 
-uint64_t kvp_segs_dead_synced(kvp_segs_t *s, uint64_t seg)
+bool kvp_segs_dead_waiting(const kvp_segs_t *s)
 {
-    seg_file_t *f = seg_find(s, seg);
+    return s->unsynced > 0;
+}
 
-    if (f == NULL || f->unsynced == 0) {
-        return 0;
+uint64_t kvp_segs_dead_synced(kvp_segs_t *s, uint64_t *files_p)
+{
+    uint64_t freed = 0;
+
+    for (size_t i = 0; s->unsynced > 0 && i < s->nfiles;) {
+        seg_file_t *f = &s->files[i];
+        bool        had = f->unsynced > 0;
+
+        s->unsynced -= f->unsynced;
+        f->unsynced = 0;
+        if (had && seg_may_go(s, f)) { /* the table shifts down: the same i is the next file */
+            freed += seg_unlink(s, f);
+            if (files_p != NULL) {
+                (*files_p)++;
+            }
+        } else {
+            i++;
+        }
     }
-    f->unsynced--;
-    return seg_may_go(s, f) ? seg_unlink(s, f) : 0;
+    s->unsynced = 0;
+    return freed;
 }
 
 bool kvp_segs_holds(kvp_segs_t *s, uint64_t seg, uint64_t off, uint32_t len)

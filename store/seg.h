@@ -99,9 +99,12 @@ uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
 /* -bytes now (accounting, compaction's choice), but the file stays until kvp_segs_dead_synced:
  * the WAL record of the delete or replace that kills those bytes is not durable yet, and a file
  * unlinked before it is would leave, after a power loss, the older locator naming bytes that are
- * gone. dead_synced returns what unlinking gave back, as live_add. */
+ * gone. dead_waiting: some file waits so. dead_synced (right after a WAL fsync): every such
+ * death is durable now; the files nothing names any more go (counted into *files_p, may be
+ * NULL); returns the file bytes that gave back, as live_add. */
 void     kvp_segs_dead_later(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
-uint64_t kvp_segs_dead_synced(kvp_segs_t *segs, uint64_t seg);
+bool     kvp_segs_dead_waiting(const kvp_segs_t *segs);
+uint64_t kvp_segs_dead_synced(kvp_segs_t *segs, uint64_t *files_p);
 /* Whether segment seg is in the table and its file holds bytes [off, off + len): a locator that
  * fails this names bytes that are not there (its file lost or cut short). */
 bool kvp_segs_holds(kvp_segs_t *segs, uint64_t seg, uint64_t off, uint32_t len);

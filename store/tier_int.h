@@ -67,10 +67,6 @@ struct kvp_tier {
     uint64_t                         full_refusals;    /* commits refused for space (atomic) */
     uint64_t                         reserve_releases; /* reserve file removed (atomic) */
     uint64_t                         moves;      /* compaction moves committed (written under mu) */
-    uint64_t                        *dead;       /* segments of old places whose death is in
-                                                  * the WAL, not yet synced: each file stays
-                                                  * until the next WAL fsync (under mu) */
-    size_t                           ndead, dead_cap;
     uint64_t                         logical;    /* bytes of committed batches (kvp_tier_disk_t) */
     struct {
         void (*fn)(void *arg);
@@ -126,9 +122,8 @@ void tier_unlock(kvp_tier_t *t);
 kvp_status_t tier_memtables_turn(kvp_tier_t *t, bool synced, unsigned num, unsigned den);
 /* Under t->mu: the old place (seg, len) of a page whose locator a commit just replaced or deleted
  * in the WAL without a sync. Its bytes count dead at once, but its file stays until
- * tier_wal_synced: a file unlinked before the WAL record that frees it is durable would, after a
- * power loss, leave the older record naming bytes that are gone. Without memory the bytes stay
- * live (a leak until the next open, never a loss). */
+ * tier_wal_synced (kvp_segs_dead_later): a file unlinked before the WAL record that frees it is
+ * durable would, after a power loss, leave the older record naming bytes that are gone. */
 void         tier_dead_defer(kvp_tier_t *t, uint64_t seg, uint32_t len);
 /* Under t->mu, right after a WAL fsync succeeded: the deferred old places die; the files that go
  * with them are added to *files_p and their bytes to *bytes_p (either may be NULL). */

@@ -615,7 +615,6 @@ void kvp_tier_close(kvp_tier_t *t)
     rocksdb_block_based_options_destroy(t->bbt);
     rocksdb_options_destroy(t->db_opts);
     kvp_segs_close(t->segs);
-    kvp_free(t->dead); /* not applied: the next open counts live bytes from the index */
     pthread_mutex_destroy(&t->mu);
     pthread_rwlock_destroy(&t->dbl);
     kvp_free(t->path);
@@ -1055,33 +1054,20 @@ static bool cf_prop(kvp_tier_t *t, size_t i, const char *prop, uint64_t *v)
 
 void tier_dead_defer(kvp_tier_t *t, uint64_t seg, uint32_t len)
 {
-    uint64_t *d = kvp_array_room(t->dead, &t->dead_cap, t->ndead, sizeof(*d), 64,
-                                 "tier dead places");
-
-    if (d != NULL) {
-        t->dead             = d;
-        t->dead[t->ndead++] = seg;
-        kvp_segs_dead_later(t->segs, seg, (int64_t)kvp_seg_span(len));
-    }
+    kvp_segs_dead_later(t->segs, seg, (int64_t)kvp_seg_span(len));
 }
 
 void tier_wal_synced(kvp_tier_t *t, uint64_t *files_p, uint64_t *bytes_p)
 {
-    bool gone = false;
+    uint64_t files = 0, freed = kvp_segs_dead_synced(t->segs, &files);
 
-    for (size_t i = 0; i < t->ndead; i++) {
-        uint64_t freed = kvp_segs_dead_synced(t->segs, t->dead[i]);
-
-        gone |= freed > 0;
-        if (freed > 0 && files_p != NULL) {
-            (*files_p)++;
-        }
-        if (bytes_p != NULL) {
-            *bytes_p += freed;
-        }
+    if (files_p != NULL) {
+        *files_p += files;
     }
-    t->ndead = 0;
-    if (gone) { /* a reader that located a page in a file gone now (a compaction's old place:
+    if (bytes_p != NULL) {
+        *bytes_p += freed;
+    }
+    if (files > 0) { /* a reader that located a page in a file gone now (a compaction's old place:
                  * its page lives on elsewhere) must locate it again, not drop it as missing */
         __atomic_store_n(&t->moves, t->moves + 1, __ATOMIC_RELEASE);
     }
@@ -1175,12 +1161,12 @@ kvp_status_t kvp_tier_sync(kvp_tier_t *t)
 
 kvp_status_t kvp_tier_sync_if_dead(kvp_tier_t *t)
 {
-    size_t n;
+    bool waiting;
 
     pthread_mutex_lock(&t->mu);
-    n = t->ndead;
+    waiting = kvp_segs_dead_waiting(t->segs);
     pthread_mutex_unlock(&t->mu);
-    return n > 0 ? kvp_tier_sync(t) : KVP_OK;
+    return waiting ? kvp_tier_sync(t) : KVP_OK;
 }
 
 /* kvp_tier_pages_locate with the db held */
