@@ -737,7 +737,8 @@ class Client(_Handle):
 
     def __init__(self, server, timeout_ms=10000):
         self._h = None
-        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, _text(server, "server"),
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS,
+                               _text(server, "server"),
                                _u(timeout_ms, "timeout_ms"), 0, 0)
         h = ctypes.c_void_p()
         self._check(_L().kvp_client_create(ctypes.byref(params), ctypes.byref(h)),
@@ -868,7 +869,8 @@ class PutStream(_Handle):
         self._h = None
         self._ns = _u(ns, "ns", 64)
         self._keep = []
-        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS, _text(server, "server"),
+        params = _ClientParams(_CLIENT_PARAM_SERVER | _CLIENT_PARAM_TIMEOUT_MS,
+                               _text(server, "server"),
                                _u(timeout_ms, "timeout_ms"), 0, 0)
         h = ctypes.c_void_p()
         _check(_L().kvp_put_stream_open(ctypes.byref(params), self._ns, ctypes.byref(h)),
@@ -1170,6 +1172,7 @@ class ClusterPutStream(_Handle):
         self._h = None
         self._lock = cluster._lock  # it uses the cluster's handle: one lock for both
         self._guard = cluster._guard
+        self._finished = False
         self._cluster, self._sid = cluster, sid
         self._keep = []
         if also is not None and not isinstance(also, str):
@@ -1208,7 +1211,7 @@ class ClusterPutStream(_Handle):
                                                ctypes.byref(rep), also)
         finally:
             self._keep = []  # finish returned: no shipper holds them now
-        if not getattr(self, "_finished", False):  # a second finish is refused: keep the first's
+        if not self._finished:  # a second finish is refused by C: keep the first's outcome
             self.also_status = {a: status_name(also[i]) for i, a in enumerate(self._also)}
             self._finished = True
         return self._cluster._call(s, rep, f"put_stream '{self._sid}' finish")
