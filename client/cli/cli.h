@@ -94,6 +94,11 @@ int  kvp_cli_node_list_check(const char *cmd, const char *list);
  * ending in one of the suffixes. 0, or the usage error "cannot write OPT PATH: why" and 2. */
 int  kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
                             const char *suffixes);
+/* The path to write an output file named path to (after kvp_cli_out_path_check). Where it is this
+ * process's stdout (--out /dev/stdout into a pipe), the file gets that stream alone: what the
+ * command prints on stdout goes to stderr from here on, and the file is written through a kept
+ * descriptor (the returned "/dev/fd/N"). Else path itself. */
+const char *kvp_cli_out_claim_stdout(const char *path);
 
 /* ---- JSON writer (one object tree to a FILE, commas handled) ---- */
 typedef struct {
@@ -199,6 +204,11 @@ const char  *kvp_cli_report_ok(kvp_cluster_h cl, const kvp_cluster_report_t *r, 
 /* A namespace as put/get/ls/rm print it: 16 hex digits (buf holds KVP_CLI_NS_HEX bytes). */
 #define KVP_CLI_NS_HEX 24
 const char  *kvp_cli_ns_hex(uint64_t ns, char *buf);
+/* A session id as text output prints it (ls, repair): a control byte or backslash as \xNN or
+ * \\, so an id a node holds cannot fake a row or reach the terminal as an escape sequence (buf
+ * holds KVP_CLI_ID_TEXT bytes; JSON output escapes ids itself). */
+#define KVP_CLI_ID_TEXT (4 * 127 + 1)
+const char  *kvp_cli_id_text(const char *sid, char *buf);
 /* Begin a JSON report with "node", "session" (when set) and "ns". */
 void         kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns);
 /* The session's shape as put and get report it: codec, page_tokens, layers, tokens, heads,

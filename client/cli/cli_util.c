@@ -1,9 +1,11 @@
 /* cli_util.c - option parsing, JSON writer and progress line shared by all subcommands. */
 #include "cli.h"
 #include "kvpack/etcd.h"
+#include "kvpack/file.h"
 #include "kvpack/num.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -120,7 +122,7 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
                                                              path, strerror(errno));
     }
     { /* the new file goes beside the file itself: through a symlink, beside its target */
-        char       *real   = realpath(path, NULL); /* NULL: not there yet */
+        char       *real   = kvp_file_link_target(path); /* NULL: no memory, a link loop */
         const char *target = real != NULL ? real : path;
 
         slash = strrchr(target, '/');
@@ -137,6 +139,25 @@ int kvp_cli_out_path_check(const char *cmd, const char *opt, const char *path,
                                    strerror(errno));
     }
     return 0;
+}
+
+const char *kvp_cli_out_claim_stdout(const char *path)
+{
+    static char fd_path[32];
+    struct stat st, out;
+    int         keep;
+
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || fstat(STDOUT_FILENO, &out) != 0 ||
+        st.st_dev != out.st_dev || st.st_ino != out.st_ino) {
+        return path;
+    }
+    fflush(stdout);
+    keep = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (keep < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        return path; /* no descriptor left: the report stays mixed in, as before */
+    }
+    snprintf(fd_path, sizeof(fd_path), "/dev/fd/%d", keep);
+    return fd_path;
 }
 
 bool kvp_cli_range(const char *cmd, const char *opt, uint64_t v, uint64_t lo, uint64_t hi)

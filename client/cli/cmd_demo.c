@@ -7,7 +7,9 @@
  *   decode:  get the session, verify every page CRC, decode, measure K/V and attention error
  *            against the original, and re-encode the original to check the bytes are identical.
  * Then it spills the session to RocksDB, restarts the node on the same directory, and runs decode
- * again: the resumed session must be byte-identical. Exit 0 only if every check passed.
+ * again: the resumed session must be byte-identical. Exit 0 only if every check passed. A SIGINT
+ * or SIGTERM stops the node and the client process, removes the directory (unless --keep-dir)
+ * and exits 128 + the signal.
  * Main flow: kvp_cmd_demo -> demo_orchestrate -> role_prefill / role_decode (child processes). */
 #include "cli.h"
 #include "proc.h"
@@ -19,6 +21,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +46,7 @@ static void demo_usage(FILE *out)
     fprintf(out,
             "usage: kvpack demo [options]\n\n"
             "Starts a kvpackd on a free loopback port with a temporary data directory, runs a prefill\n"
-            "client process (synthetic KV -> 2-bit pages -> node) and a decode client process (fetch,\n"
+            "client process (synthetic KV -> codec pages -> node) and a decode client process (fetch,\n"
             "verify CRCs, decode, measure error), spills the session to RocksDB, restarts the node and\n"
             "resumes the session from disk. Exit status 0 only if every check passed.\n\n"
             "options:\n"
@@ -100,8 +103,13 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
         !kvp_cli_range("demo", "--tokens", o->tokens, 1, 1u << 22) ||
         !kvp_cli_geometry("demo", "--heads", o->heads, "--head-dim", o->head_dim,
                           "--page-tokens", o->page_tokens) ||
-        !kvp_cli_codec_fits("demo", o->codec, o->heads, o->head_dim, o->page_tokens)) {
-        return 2;
+        !kvp_cli_codec_fits("demo", o->codec, o->heads, o->head_dim, o->page_tokens) ||
+        !kvp_cli_codec_fits("demo", KVP_CODEC_FP16, o->heads, o->head_dim, o->page_tokens)) {
+        return 2; /* the tail pages are fp16: refused before a node starts */
+    }
+    if (o->role == NULL && (o->node != NULL || o->result_file != NULL)) {
+        return kvp_cli_usage_error("demo", "--node and --result-file go with --role only (the "
+                                           "demo starts its own node)");
     }
     return 0;
 }
@@ -467,6 +475,27 @@ typedef struct {
     pid_t node_pid;
 } demo_env_t;
 
+/* The processes a SIGINT/SIGTERM stops at once (the waits below then fail), and the signal. */
+static volatile sig_atomic_t demo_node_pid, demo_role_pid, demo_signal;
+
+static void demo_on_signal(int sig)
+{
+    demo_signal = sig;
+    if (demo_role_pid > 0) {
+        kill((pid_t)demo_role_pid, SIGTERM);
+    }
+    if (demo_node_pid > 0) {
+        kill((pid_t)demo_node_pid, SIGTERM);
+    }
+}
+
+static void demo_rm_dir(const char *dir)
+{
+    char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
+
+    kvp_proc_wait(kvp_proc_spawn(argv, NULL), 30000);
+}
+
 static int node_start(demo_env_t *e, int round)
 {
     char  ready[PATH_MAX + 32], log[PATH_MAX + 32], buf[64];
@@ -482,15 +511,24 @@ static int node_start(demo_env_t *e, int round)
     argv[a++] = e->data;
     argv[a++] = "--ready-file";
     argv[a++] = ready;
+    /* no reserve file (at least 3 index memtables, 192 MiB): the demo writes a few MiB into a
+     * temporary directory that goes when it ends */
+    argv[a++] = "--disk-reserve-mib";
+    argv[a++] = "0";
     argv[a]   = NULL;
     e->node_pid = kvp_proc_spawn(argv, log);
     if (e->node_pid < 0) {
         return -1;
     }
+    demo_node_pid = e->node_pid;
+    if (demo_signal != 0) { /* came before the pid was known */
+        kill(e->node_pid, SIGTERM);
+    }
     if (kvp_proc_wait_file(ready, e->node_pid, 30000, buf, sizeof(buf)) != 0) {
         fprintf(stderr, "kvpack demo: kvpackd did not become ready (log: %s)\n", log);
         kvp_proc_stop(e->node_pid, 2000);
-        e->node_pid = -1;
+        e->node_pid   = -1;
+        demo_node_pid = 0;
         return -1;
     }
     snprintf(e->node, sizeof(e->node), "127.0.0.1:%d", atoi(buf));
@@ -538,7 +576,12 @@ static int run_role(demo_env_t *e, const demo_opts_t *o, const char *role, const
     if (pid < 0) {
         return -1;
     }
-    rc = kvp_proc_wait(pid, 300000);
+    demo_role_pid = pid;
+    if (demo_signal != 0) {
+        kill(pid, SIGTERM);
+    }
+    rc            = kvp_proc_wait(pid, 300000);
+    demo_role_pid = 0;
     if (rc != 0) {
         fprintf(stderr, "kvpack demo: %s process failed (status %d)\n", role, rc);
         if (rc == -2) {
@@ -614,6 +657,15 @@ static int demo_orchestrate(const demo_opts_t *o)
         perror("kvpack demo: mkdtemp");
         return 1;
     }
+    {
+        struct sigaction sa;
+
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = demo_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     snprintf(e.data, sizeof(e.data), "%s/data", e.dir);
     snprintf(r_put, sizeof(r_put), "%s/prefill.txt", e.dir);
     snprintf(r_get, sizeof(r_get), "%s/decode.txt", e.dir);
@@ -643,7 +695,8 @@ static int demo_orchestrate(const demo_opts_t *o)
         goto out;
     }
     kvp_proc_stop(e.node_pid, 10000);
-    e.node_pid = -1;
+    e.node_pid    = -1;
+    demo_node_pid = 0;
     say(o, "[4/5] session spilled to RocksDB, node stopped\n");
     if (node_start(&e, 2) != 0 || run_role(&e, o, "decode", r_resume) != 0) {
         ok = false;
@@ -654,6 +707,16 @@ static int demo_orchestrate(const demo_opts_t *o)
 out:
     if (e.node_pid > 0) {
         kvp_proc_stop(e.node_pid, 10000);
+    }
+    demo_node_pid = 0;
+    if (demo_signal != 0) {
+        if (o->keep_dir) {
+            fprintf(stderr, "kvpack demo: interrupted (files kept in %s)\n", e.dir);
+        } else {
+            demo_rm_dir(e.dir);
+            fprintf(stderr, "kvpack demo: interrupted; removed %s\n", e.dir);
+        }
+        return 128 + demo_signal;
     }
     if (!ok) {
         fprintf(stderr, "kvpack demo: FAILED (files kept in %s)\n", e.dir);
@@ -721,8 +784,7 @@ out:
         printf("%s\n", ok ? "demo: all checks passed" : "demo: CHECKS FAILED");
     }
     if (ok && !o->keep_dir) {
-        char *argv[] = {"/bin/rm", "-rf", e.dir, NULL};
-        kvp_proc_wait(kvp_proc_spawn(argv, NULL), 30000);
+        demo_rm_dir(e.dir);
     } else {
         fprintf(stderr, "kvpack demo: files kept in %s\n", e.dir);
     }

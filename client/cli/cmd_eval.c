@@ -69,6 +69,7 @@ static void compare(kvp_json_t *j, FILE *out, const char *name, const row_t *a, 
 int kvp_cmd_eval(int argc, char **argv)
 {
     const char       *codec_s = "all", *input = NULL, *dq_out = NULL, *impl = NULL;
+    const char       *dq_file = NULL; /* where dq_out is written (kvp_cli_out_claim_stdout) */
     uint64_t          layers = 4, tokens = 1024, heads = 8, head_dim = 128, seed = 1, P = 128;
     uint64_t          queries = 128, iters = 0;
     bool              synthetic = false, json = false, prerot = false;
@@ -140,6 +141,9 @@ int kvp_cmd_eval(int argc, char **argv)
         !kvp_cli_range("eval", "--tokens", tokens, 1, 1u << 22)) {
         return 2;
     }
+    if (dq_out != NULL) {
+        dq_file = kvp_cli_out_claim_stdout(dq_out);
+    }
     st = synthetic ? kvp_kv_synthetic(&kv, (uint32_t)layers, (uint32_t)tokens, (uint32_t)heads,
                                       (uint32_t)head_dim, seed)
                    : kvp_kvd_read(input, &kv, why, sizeof(why));
@@ -186,7 +190,7 @@ int kvp_cmd_eval(int argc, char **argv)
             continue;
         }
         rows[nrows++].codec = list[c];
-        if (dq_out != NULL && kvp_kvd_write(dq_out, &hat) != KVP_OK) {
+        if (dq_out != NULL && kvp_kvd_write(dq_file, &hat) != KVP_OK) {
             fprintf(stderr, "kvpack eval: cannot write %s\n", dq_out);
             rc = 1;
         }

@@ -14,6 +14,7 @@
 typedef struct {
     kvp_cli_sess_opts_t o;
     const char         *out, *model_id;
+    const char         *out_file; /* where out is written: out, or stdout's kept descriptor */
     kvp_codec_id_t      codec; /* 0: any */
 } get_opts_t;
 
@@ -190,7 +191,7 @@ static int get_run(const get_opts_t *g)
         s = get_decode_all(g, sp, &kv, &codec);
     }
     if (s == KVP_OK) {
-        s = kvp_kvd_write(g->out, &kv); /* beside it, then renamed: nothing half-written */
+        s = kvp_kvd_write(g->out_file, &kv); /* beside it, then renamed: nothing half-written */
         if (s != KVP_OK) {
             fprintf(stderr, "kvpack get: cannot write %s: %s\n", g->out, kvp_status_str(s));
         }
@@ -238,5 +239,6 @@ int kvp_cmd_get(int argc, char **argv)
     if ((rc = kvp_cli_sess_peers("get", &g.o)) != 0) { /* --etcd: the nodes from etcd */
         return rc;
     }
+    g.out_file = kvp_cli_out_claim_stdout(g.out);
     return get_run(&g);
 }

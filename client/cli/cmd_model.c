@@ -20,6 +20,7 @@
 
 typedef struct {
     const char    *model, *tokenizer, *codec, *ref, *text, *prompt, *dump, *node, *session;
+    const char    *dump_file; /* where dump is written (kvp_cli_out_claim_stdout) */
     const char    *regions;       /* default region spec for lanes without @SPEC */
     const char    *attn;          /* --attn decode|fused */
     int            fused;
@@ -421,7 +422,7 @@ static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
         goto out;
     }
     if (o->dump != NULL) {
-        status = kvp_run_dump_kvd(m, ids, n, o->dump);
+        status = kvp_run_dump_kvd(m, ids, n, o->dump_file);
         if (status != KVP_OK) {
             goto out;
         }
@@ -640,6 +641,9 @@ int kvp_cmd_model(int argc, char **argv)
     }
     if (parse_ref(&o) != 0) {
         return 2;
+    }
+    if (o.dump != NULL) {
+        o.dump_file = kvp_cli_out_claim_stdout(o.dump);
     }
     status = kvp_model_load(o.model, o.tokenizer, &m);
     if (status != KVP_OK) {

@@ -105,11 +105,19 @@ static kvp_status_t put_token_ids(const put_opts_t *p, const kvp_kv_t *kv, uint3
         fprintf(stderr, "kvpack put: cannot open %s: %s\n", p->tokens, strerror(errno));
         return KVP_ERR_IO;
     }
-    size = (fseek(f, 0, SEEK_END) == 0) ? ftell(f) : -1;
-    if (size != (long)T * 4 || fseek(f, 0, SEEK_SET) != 0 || fread(ids, 4, T, f) != T) {
-        fprintf(stderr, "kvpack put: %s holds %ld bytes; the dump has %u tokens, so it must hold "
-                        "%u uint32 ids (%llu bytes)\n", p->tokens, size, T, T,
-                (unsigned long long)T * 4);
+    /* read, not seek: a pipe (--tokens /dev/stdin) has no size to ask for; one byte past T ids
+     * tells a longer file */
+    size = (long)fread(ids, 1, (size_t)T * 4 + 1, f);
+    if (ferror(f)) {
+        fprintf(stderr, "kvpack put: cannot read %s: %s\n", p->tokens, strerror(errno));
+        fclose(f);
+        return KVP_ERR_IO;
+    }
+    if (size != (long)T * 4) {
+        fprintf(stderr, "kvpack put: %s holds %s%ld bytes; the dump has %u tokens, so it must "
+                        "hold %u uint32 ids (%llu bytes)\n", p->tokens,
+                size > (long)T * 4 ? "more than " : "", size > (long)T * 4 ? (long)T * 4 : size,
+                T, T, (unsigned long long)T * 4);
         fclose(f);
         return KVP_ERR_BAD_INPUT_DATA;
     }

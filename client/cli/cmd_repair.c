@@ -375,6 +375,7 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
 {
     kvp_status_t s = KVP_OK;
     char         a[1024], b[1024], c[1024], d[1024], e[1024], nsh[KVP_CLI_NS_HEX];
+    char         idt[KVP_CLI_ID_TEXT];
     bool         work = (pl->copy_to | pl->delete_from) != 0;
 
     if (!work) {
@@ -419,13 +420,13 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
     }
     if (pl->tombstoned) {
         printf("%s %-24s %s deleted (a tombstone is the newest entry): delete on %s%s\n",
-               kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
+               kvp_cli_ns_hex(pl->e->ns, nsh), kvp_cli_id_text(pl->e->sid, idt),
                rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
                kvp_cli_nodes_str(rp->cl, pl->delete_from, c, sizeof(c)),
                s != KVP_OK && pl->error ? " (see above)" : "");
         return;
     }
-    printf("%s %-24s %s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), pl->e->sid,
+    printf("%s %-24s %s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", kvp_cli_ns_hex(pl->e->ns, nsh), kvp_cli_id_text(pl->e->sid, idt),
            rp->dry_run ? "plan:" : s == KVP_OK ? "repaired:" : "FAILED:",
            pl->copy_to ? " copy to " : "", pl->copy_to ? kvp_cli_nodes_str(rp->cl, pl->copy_to, a, sizeof(a)) : "",
            pl->copy_to ? " from " : "", pl->copy_to ? kvp_cli_nodes_str(rp->cl, BIT(pl->src), b, sizeof(b)) : "",

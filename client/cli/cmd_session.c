@@ -235,6 +235,27 @@ const char *kvp_cli_ns_hex(uint64_t ns, char *buf)
     return buf;
 }
 
+const char *kvp_cli_id_text(const char *sid, char *buf)
+{
+    size_t n = 0;
+
+    for (const unsigned char *c = (const unsigned char *)sid; *c != 0; c++) {
+        if (n + 5 > KVP_CLI_ID_TEXT) { /* an id longer than the protocol's 127 bytes */
+            break;
+        }
+        if (*c < 0x20 || *c == 0x7f) {
+            n += (size_t)snprintf(buf + n, KVP_CLI_ID_TEXT - n, "\\x%02x", *c);
+        } else if (*c == '\\') {
+            buf[n++] = '\\';
+            buf[n++] = '\\';
+        } else {
+            buf[n++] = (char)*c;
+        }
+    }
+    buf[n] = 0;
+    return buf;
+}
+
 void kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns)
 {
     char hex[KVP_CLI_NS_HEX];
@@ -425,13 +446,15 @@ static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
            "CODEC", "WHERE", "BYTES", many ? "  NODES" : "");
     for (uint32_t i = 0; i < l->n; i++) {
         const kvp_session_info_t *e = &l->sessions[i];
+        char        idt[KVP_CLI_ID_TEXT];
         const char *where = l->holders[i] == 0 ? "deleted"
                             : l->damaged[i] != 0 ? "damaged"
                             : (e->where & KVP_SESSION_IN_DRAM)
                                 ? ((e->where & KVP_SESSION_ON_DISK) ? "dram+disk" : "dram")
                                 : ((e->where & KVP_SESSION_ON_DISK) ? "disk" : "-");
 
-        printf("%016llx  %-24s %9llu %6u %-8s %-9s %12llu", (unsigned long long)e->ns, e->sid,
+        printf("%016llx  %-24s %9llu %6u %-8s %-9s %12llu", (unsigned long long)e->ns,
+               kvp_cli_id_text(e->sid, idt),
                (unsigned long long)e->n_chunks * e->page_tokens + e->tail_tokens, e->layers,
                e->codec ? kvp_codec_name(e->codec) : "-", where, (unsigned long long)e->bytes);
         for (uint32_t k = 0, first = 1; many && k < kvp_cluster_size(cl); k++) {

@@ -152,12 +152,17 @@ int kvp_cmd_stat(int argc, char **argv)
             }
         }
     }
-    if (n == 1 && answered == 1 && o.json) { /* one node: its object, as before several */
+    if (n == 1 && o.json) { /* one node: its object, as before several; also when it failed */
         kvp_json_t j;
 
         kvp_json_begin(&j, stdout);
         kvp_json_str(&j, "node", kvp_cluster_peer(cl, 0));
-        json_fields(&j, &st[0], false);
+        kvp_json_bool(&j, "ok", s[0] == KVP_OK);
+        if (s[0] == KVP_OK) {
+            json_fields(&j, &st[0], false);
+        } else {
+            kvp_json_str(&j, "error", kvp_status_str(s[0]));
+        }
         kvp_json_end(&j);
     } else if (n == 1 && answered == 1) {
         print_one(kvp_cluster_peer(cl, 0), &st[0]);

@@ -7,7 +7,9 @@
 #include "kvpack/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -304,51 +306,114 @@ static kvp_status_t kvd_write_in_place(const char *path, const kvp_kv_t *kv)
     return KVP_OK;
 }
 
+/* The file being written beside the target, removed if a signal ends the process first, so an
+ * interrupted get or dump leaves no full-size stray file (only signals left at their default,
+ * which would end the process anyway, are taken; the handler then ends it the same way). */
+static char                  kvd_tmp_path[PATH_MAX + 8];
+static volatile sig_atomic_t kvd_tmp_live;
+static const int             kvd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+static void kvd_on_signal(int sig)
+{
+    if (kvd_tmp_live) {
+        unlink(kvd_tmp_path);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void kvd_signals_take(struct sigaction *old, bool *taken)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = kvd_on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t k = 0; k < sizeof(kvd_signals) / sizeof(kvd_signals[0]); k++) {
+        taken[k] = sigaction(kvd_signals[k], NULL, &old[k]) == 0 && old[k].sa_handler == SIG_DFL &&
+                   !(old[k].sa_flags & SA_SIGINFO) && sigaction(kvd_signals[k], &sa, NULL) == 0;
+    }
+}
+
+static void kvd_signals_give_back(const struct sigaction *old, const bool *taken)
+{
+    for (size_t k = 0; k < sizeof(kvd_signals) / sizeof(kvd_signals[0]); k++) {
+        if (taken[k]) {
+            sigaction(kvd_signals[k], &old[k], NULL);
+        }
+    }
+}
+
+/* Write kv to the new file fd (named tmp) with the mode a plain create gives, or the mode and
+ * owner of the file it replaces (old, when there is one). */
+static bool kvd_write_new(int fd, const struct stat *old, const kvp_kv_t *kv)
+{
+    FILE  *f = fdopen(fd, "wb");
+    mode_t um;
+    bool   ok;
+
+    if (f == NULL) {
+        close(fd);
+        return false;
+    }
+    if (old != NULL) {
+        (void)fchown(fd, old->st_uid, old->st_gid); /* only root may give it away: best effort */
+        (void)fchmod(fd, old->st_mode & 07777);
+    } else {
+        um = umask(0); /* the mode a plain create would give, not mkstemp's 0600 */
+        umask(um);
+        (void)fchmod(fd, 0666 & ~um);
+    }
+    ok = kvd_put(f, kv) && fsync(fileno(f)) == 0;
+    return fclose(f) == 0 && ok;
+}
+
 kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
 {
-    char        *real = NULL, *tmp;
-    FILE        *f    = NULL;
-    int          fd   = -1;
-    bool         ok;
-    mode_t       um;
-    struct stat  st;
-    kvp_status_t s;
+    struct sigaction old_sa[sizeof(kvd_signals) / sizeof(kvd_signals[0])];
+    bool             taken[sizeof(kvd_signals) / sizeof(kvd_signals[0])];
+    char            *target, *tmp;
+    int              fd, err;
+    bool             ok, had_old;
+    struct stat      st;
+    kvp_status_t     s = KVP_OK;
 
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         return kvd_write_in_place(path, kv);
     }
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (real = realpath(path, NULL)) != NULL) {
-        path = real; /* through a symlink: its target is replaced, the link stays */
-    }
-    tmp = kvp_malloc(strlen(path) + 8, "kvd tmp path");
-    if (tmp == NULL) {
-        free(real);
-        return KVP_ERR_NO_MEMORY;
-    }
-    sprintf(tmp, "%s.XXXXXX", path);
-    fd = mkstemp(tmp);
-    if (fd < 0 || (f = fdopen(fd, "wb")) == NULL) {
-        KVP_LOG_ERROR("eval", "cannot create a file beside %s: %s", path, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            remove(tmp);
-        }
-        kvp_free(tmp);
-        free(real);
+    target = kvp_file_link_target(path); /* through a symlink: its target replaced, link kept */
+    if (target == NULL) {
+        KVP_LOG_ERROR("eval", "cannot follow %s: %s", path, strerror(errno));
         return KVP_ERR_IO;
     }
-    um = umask(0); /* the mode a plain create would give, not mkstemp's 0600 */
-    umask(um);
-    (void)fchmod(fd, 0666 & ~um);
-    ok = kvd_put(f, kv) && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    s  = KVP_OK;
-    if (!ok || rename(tmp, path) != 0) {
-        KVP_LOG_ERROR("eval", "write %s failed: %s (it is as it was)", path, strerror(errno));
-        remove(tmp);
-        s = KVP_ERR_IO;
+    had_old = stat(target, &st) == 0;
+    tmp     = kvp_malloc(strlen(target) + 8, "kvd tmp path");
+    if (tmp == NULL) {
+        free(target);
+        return KVP_ERR_NO_MEMORY;
     }
+    sprintf(tmp, "%s.XXXXXX", target);
+    kvd_signals_take(old_sa, taken);
+    fd = mkstemp(tmp);
+    if (fd < 0) {
+        KVP_LOG_ERROR("eval", "cannot create a file beside %s: %s", target, strerror(errno));
+        s = KVP_ERR_IO;
+    } else {
+        if (strlen(tmp) < sizeof(kvd_tmp_path)) {
+            memcpy(kvd_tmp_path, tmp, strlen(tmp) + 1);
+            kvd_tmp_live = 1;
+        }
+        ok  = kvd_write_new(fd, had_old ? &st : NULL, kv) && rename(tmp, target) == 0;
+        err = errno;
+        if (!ok) {
+            KVP_LOG_ERROR("eval", "write %s failed: %s (it is as it was)", target, strerror(err));
+            remove(tmp);
+            s = KVP_ERR_IO;
+        }
+        kvd_tmp_live = 0;
+    }
+    kvd_signals_give_back(old_sa, taken);
     kvp_free(tmp);
-    free(real);
+    free(target);
     return s;
 }

@@ -9,8 +9,11 @@ a malformed .kvd, a .kvd holding a value no codec stores (named by its place), a
 as a file, a wrong --codec and a dead node each give exit 1 and lose nothing (an output file that
 cannot be written: exit 2 before any work); a node of
 the default --durability spill keeps its DRAM-only sessions across a SIGTERM (spilled as it stops),
-not across a SIGKILL.
-usage: check_session_cli.py KVPACK KVPACKD"""
+not across a SIGKILL. `get --out /dev/stdout` into a pipe carries the .kvd alone; get keeps an
+existing file's mode, follows a dangling symlink, and a get ended by SIGTERM while it writes
+(held in its fsync by gate_preload.so) leaves the old file and no stray file. ls prints a control
+byte in a session id escaped; put --tokens reads a pipe; stat --json of a dead node is an object.
+usage: check_session_cli.py KVPACK KVPACKD GATE_PRELOAD_SO"""
 import json
 import math
 import os
@@ -20,12 +23,13 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvptest  # noqa: E402
 
-kvpack, kvpackd = sys.argv[1], sys.argv[2]
+kvpack, kvpackd, gate_so = sys.argv[1], sys.argv[2], sys.argv[3]
 tmp = tempfile.mkdtemp(prefix="kvp_cli_")
 env = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
@@ -97,6 +101,47 @@ try:
     rc, _, _ = kv("get", "--session", "f16", "--out", p("a_back.kvd"))
     check(rc == 0 and open(p("a.kvd"), "rb").read() == open(p("a_back.kvd"), "rb").read(),
           "fp16 put -> get is not bit-exact")
+
+    # --out /dev/stdout into a pipe: the stream holds the .kvd alone, the report goes to stderr
+    for extra in ([], ["--json"]):
+        pr = subprocess.run([kvpack, "get", "--node", node["addr"], "--session", "f16", "--out",
+                             "/dev/stdout", *extra], capture_output=True, env=env, timeout=120)
+        check(pr.returncode == 0 and pr.stdout == open(p("a.kvd"), "rb").read() and
+              b"f16" in pr.stderr, f"get {extra} --out /dev/stdout: exit {pr.returncode}, "
+              f"{len(pr.stdout)} bytes on stdout, stderr {pr.stderr[-200:]!r}")
+    # an existing file keeps its mode; a dangling symlink gets its target created, the link stays
+    with open(p("priv.kvd"), "wb") as f:
+        f.write(b"old")
+    os.chmod(p("priv.kvd"), 0o600)
+    os.symlink("made_by_get.kvd", p("dangling.kvd"))
+    rc, _, _ = kv("get", "--session", "f16", "--out", p("priv.kvd"))
+    rc2, _, _ = kv("get", "--session", "f16", "--out", p("dangling.kvd"))
+    check(rc == 0 and os.stat(p("priv.kvd")).st_mode & 0o777 == 0o600 and
+          open(p("priv.kvd"), "rb").read() == open(p("a.kvd"), "rb").read(),
+          f"get over a 0600 file: exit {rc}, mode {oct(os.stat(p('priv.kvd')).st_mode)}")
+    check(rc2 == 0 and os.path.islink(p("dangling.kvd")) and
+          open(p("made_by_get.kvd"), "rb").read() == open(p("a.kvd"), "rb").read(),
+          f"get through a dangling symlink: exit {rc2}, link kept {os.path.islink(p('dangling.kvd'))}")
+    # a get interrupted while it writes leaves the old file and no stray file beside it
+    gate = p("fsync_gate")
+    with open(p("priv.kvd"), "wb") as f:
+        f.write(b"the old file")
+    slow = subprocess.Popen([kvpack, "get", "--node", node["addr"], "--session", "f16", "--out",
+                             p("priv.kvd")],
+                            env=dict(env, LD_PRELOAD=gate_so, KVP_TEST_FSYNC_GATE=gate),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(1200):  # until it waits in the fsync of its file beside the target
+        if [n for n in os.listdir(tmp) if n.startswith("fsync_gate.waiting")] or \
+                slow.poll() is not None:
+            break
+        time.sleep(0.05)
+    stray = [n for n in os.listdir(tmp) if n.startswith("priv.kvd.")]
+    slow.terminate()
+    slow.wait(timeout=60)
+    check(len(stray) == 1 and slow.returncode == -15 and
+          not [n for n in os.listdir(tmp) if n.startswith("priv.kvd.")]
+          and open(p("priv.kvd"), "rb").read() == b"the old file",
+          f"get ended by SIGTERM mid-write: {slow.returncode}, held {stray}, left {os.listdir(tmp)}")
 
     # kivi, T a multiple of P: exactly what eval dequantizes; with a tail: kivi's error + exact tail
     write_kvd(p("k.kvd"), L, 2 * P, H, D, 2)
@@ -177,6 +222,20 @@ try:
     rc, _, _ = kv("get", "--session", "sh2", "--out", p("sh2_after.kvd"))
     check(rc == 0 and open(p("sh2_before.kvd"), "rb").read() ==
           open(p("sh2_after.kvd"), "rb").read(), "rm sh1 damaged sh2's shared pages")
+    # --tokens from a pipe (no size to seek to): the same ids share sh2's pages; a control byte in
+    # a session id is escaped in ls's text, so it cannot fake a row
+    before = json.loads(kv("stat", "--json")[1])["dram_pages"]
+    pr = subprocess.run([kvpack, "put", "--node", node["addr"], "--session", "evil\n0000 fake",
+                         "--kvd", p("a.kvd"), "--codec", "kivi", "--tokens", "/dev/stdin"],
+                        input=open(p("ids.bin"), "rb").read(), capture_output=True, env=env,
+                        timeout=120)
+    after = json.loads(kv("stat", "--json")[1])["dram_pages"]
+    check(pr.returncode == 0 and after == before,
+          f"put --tokens /dev/stdin: exit {pr.returncode} {pr.stderr[-200:]!r}, pages {before} -> {after}")
+    rc, out, _ = kv("ls")
+    check(rc == 0 and "evil\\x0a0000 fake" in out and not any(
+        line.startswith("0000 fake") for line in out.splitlines()), f"ls text: {out!r}")
+    check(kv("rm", "--session", "evil\n0000 fake")[0] == 0, "rm of the id with a newline")
     # without --tokens the chunk keys follow the dump's KV: a session put again with other KV
     # reads back as the new dump (its keys were the session id's, so the store kept the first
     # put's pages under them and served them with the second put's tail, no error); the same KV
@@ -301,6 +360,10 @@ try:
         rc, _, err = kv(cmd, "--timeout-ms", "2000", *args, node_addr=addr)
         check(rc == 1 and err.strip() != "", f"{cmd} to a dead node: exit {rc}")
     check(not os.path.exists(p("dead.kvd")), "get from a dead node wrote a file")
+    rc, out, _ = kv("stat", "--json", "--timeout-ms", "2000", node_addr=addr)
+    st = json.loads(out) if out.strip() else {}
+    check(rc == 1 and st.get("ok") is False and st.get("node") == addr and st.get("error"),
+          f"stat --json of a dead node: exit {rc}, {out!r}")
 
     # --durability spill (the default): a put lives only in DRAM, a SIGTERM spills it before the
     # node exits (a restart finds it byte-identical), a SIGKILL loses it

@@ -2,8 +2,10 @@
  * exist yet, reads of kvpackd's segment files (*.seg, the SSD tier's page bytes) wait for it, so
  * a test can hold a cold session's restore on the disk for as long as it likes without timing.
  * Likewise $KVP_TEST_OPEN_GATE holds the store open's listing of its segment directory (opendir
- * of .../seg), so a test can hold a node inside its open, and $KVP_TEST_WRITE_GATE holds writes
- * of segment files (pwritev: a spill), so a test can hold a node inside its stop-time spill.
+ * of .../seg), so a test can hold a node inside its open, $KVP_TEST_WRITE_GATE holds writes
+ * of segment files (pwritev: a spill), so a test can hold a node inside its stop-time spill, and
+ * $KVP_TEST_FSYNC_GATE holds every fsync, so a test can hold `kvpack get` between writing its
+ * file beside the target and renaming it.
  * Each thread that waits creates "$KVP_TEST_GATE.waiting.<tid>" (the test counts these: how many
  * restores are inside their disk read at once). Without the variable it only forwards.
  * Test-only: never linked into kvpack. */
@@ -56,6 +58,7 @@ static void gate_wait(int fd)
 static ssize_t (*next_preadv)(int, const struct iovec *, int, off_t);
 static ssize_t (*next_pwritev)(int, const struct iovec *, int, off_t);
 static DIR *(*next_opendir)(const char *);
+static int (*next_fsync)(int);
 static ssize_t (*next_pread)(int, void *, size_t, off_t);
 
 /* Looked up once, before any thread of the program runs. */
@@ -65,6 +68,7 @@ __attribute__((constructor)) static void gate_init(void)
     next_pwritev = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
     next_pread  = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
     next_opendir = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
+    next_fsync   = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
 }
 
 DIR *opendir(const char *name)
@@ -98,4 +102,10 @@ ssize_t pread(int fd, void *buf, size_t len, off_t off)
 {
     gate_wait(fd);
     return next_pread(fd, buf, len, off);
+}
+
+int fsync(int fd)
+{
+    gate_hold(getenv("KVP_TEST_FSYNC_GATE"));
+    return next_fsync(fd);
 }
