@@ -48,12 +48,14 @@ static inline kvp_q2_par8_t kvp_q2_par8(kvp_q2_rule_t rule, __m256 mn, __m256 mx
     } else {
         __m256 eq  = _mm256_cmp_ps(mn, mx, _CMP_EQ_OQ);
         __m256 z0  = _mm256_and_ps(eq, _mm256_cmp_ps(mn, zero, _CMP_EQ_OQ));
-        __m256 cst = _mm256_andnot_ps(z0, eq);
         __m256 lo  = _mm256_blendv_ps(mn, _mm256_set1_ps(-1.0f), z0);
         __m256 hi  = _mm256_blendv_ps(mx, _mm256_set1_ps(1.0f), z0);
         __m256 rg  = _mm256_sub_ps(hi, lo);
         __m256 s   = _mm256_div_ps(rg, three);
         __m256 inv = _mm256_div_ps(three, rg);
+        /* constant, or a range whose 3/range overflows (kvp_hd_oscar_params) */
+        __m256 cst = _mm256_or_ps(_mm256_andnot_ps(z0, eq),
+                                  _mm256_cmp_ps(inv, _mm256_set1_ps(3.40282347e38f), _CMP_GT_OQ));
         __m256 neg = _mm256_set1_ps(-0.0f); /* unary minus as in C: flip the sign bit */
         __m256 zq  = kvp_rint8(_mm256_div_ps(_mm256_xor_ps(lo, neg), s));
         __m256 zd  = _mm256_mul_ps(_mm256_xor_ps(zq, neg), s);

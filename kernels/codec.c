@@ -54,8 +54,10 @@ size_t kvp_codec_payload_bytes(kvp_codec_id_t codec, uint32_t heads, uint32_t he
     const kvp_codec_ops_t *ops = codec_ops(codec);
     kvp_codec_geom_t       g   = {heads, head_dim, capacity, valid};
 
-    if (ops == NULL || ops->check(&g) != KVP_OK) {
-        return 0;
+    if (ops == NULL || heads == 0 || heads > KVP_PAGE_MAX_HEADS || head_dim == 0 ||
+        head_dim > KVP_PAGE_MAX_DIM || capacity == 0 || capacity > KVP_PAGE_MAX_TOKENS ||
+        valid > capacity || ops->check(&g) != KVP_OK) {
+        return 0; /* the codecs' own checks assume the page limits (kivi divides by head_dim) */
     }
     return ops->payload_bytes(&g);
 }

@@ -2,7 +2,10 @@
  * sums and sums of squares: a row block's stds set its new row scales, and the same rows, still
  * in L1, add their terms to the column sums), the per-row RTN with reciprocal products, and the
  * fp16 tile builders. Differs from q2_ref.c by rounding only (documented tolerance); the
- * selection rule (best imbalance, later ties win) and every clamp are the reference's. */
+ * selection rule (best imbalance, later ties win) and every clamp are the reference's. A std
+ * from sums loses its bits where the mean dwarfs the spread (s2 - s1^2/n cancels: a row or
+ * column of 1000 + 0.01·noise got a std of 0 and 2-bit errors of 16 where the reference's
+ * two-pass std gives 0.03), so such a tile is handed to the reference whole (ill8). */
 #include "codec_ops.h"
 #include "q2_int.h"
 #include "q2h_int.h"
@@ -32,6 +35,18 @@ static inline __m256 std8(__m256 s1, __m256 s2, uint32_t n)
     v = _mm256_div_ps(_mm256_sub_ps(s2, _mm256_div_ps(_mm256_mul_ps(s1, s1), _mm256_set1_ps((float)n))),
                       _mm256_set1_ps((float)(n - 1)));
     return _mm256_sqrt_ps(_mm256_max_ps(v, _mm256_setzero_ps()));
+}
+
+/* lanes whose sums s1, s2 of n values leave (n-1)·var under 2^-14 of s2 (a mean over ~128
+ * stds): past that, fp32's s2 - s1^2/n keeps fewer than ~7 good bits of the variance (its
+ * error is about sqrt(n)·eps·s2); 0 when none. VarN itself can drive a row there (one offset
+ * row over quiet data: the column scales flatten it to mean/std ~ 60, which stays here). */
+static inline int ill8(__m256 s1, __m256 s2, __m256 inv_n)
+{
+    __m256 d = _mm256_sub_ps(s2, _mm256_mul_ps(_mm256_mul_ps(s1, s1), inv_n));
+
+    return _mm256_movemask_ps(_mm256_cmp_ps(d, _mm256_mul_ps(s2, _mm256_set1_ps(0x1p-14f)),
+                                            _CMP_LT_OQ));
 }
 
 static inline __m256 estep8(__m256 e, __m256 sd, float e_lo, float e_hi)
@@ -213,6 +228,7 @@ KVP_AI void row4x4(const float *const *xa, const float *xb, size_t ld, const flo
  * times the column reciprocals), per column the sums S1/S2 of the last column part */
 typedef struct {
     float *Er, *ir, *rowstd, *raw, *S1, *S2;
+    int   *ill; /* set when a row's std lost its bits to cancellation (ill8) */
 } varn_rows_t;
 
 /* One pass over X's rows in 16-row blocks: the row part (raw std of X_rc * ic_c per row, kept in
@@ -266,6 +282,9 @@ KVP_AI int pass_impl(const float *X, uint32_t R, uint32_t C, const float *ic, co
         }
         raw0 = row_raw(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n, inv_n1);
         raw1 = row_raw(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n, inv_n1);
+        *v->ill |= (ill8(_mm256_set_m128(s1, s0), _mm256_set_m128(q1, q0), inv_n) |
+                    ill8(_mm256_set_m128(s3, s2), _mm256_set_m128(q3, q2), inv_n) << 8) &
+                   (R - r0 >= 16 ? 0xffff : (1 << (R - r0)) - 1); /* rows past R repeat one */
         _mm256_storeu_ps(v->raw + r0, raw0);
         _mm256_storeu_ps(v->raw + r0 + 8, raw1);
         wp0 = row_scale(raw0, v->Er, v->ir, v->rowstd, r0, R, upd, e_lo, e_hi, &moved);
@@ -404,7 +423,8 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
     float      *Ec = work, *ic = Ec + C, *colstd = ic + C;
     varn_rows_t v;
     float       best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
-    int         rows_moved = 1;
+    int         rows_moved = 1, ill = 0;
+    __m256      inv_r = _mm256_set1_ps(1.0f / (float)R);
     next_cursor_t nc;
 
     if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 4 * (size_t)Rp) {
@@ -412,7 +432,7 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
         return 0;
     }
     v.S1 = colstd + C, v.S2 = v.S1 + C, v.Er = v.S2 + C, v.ir = v.Er + Rp;
-    v.rowstd = v.ir + Rp, v.raw = v.rowstd + Rp;
+    v.rowstd = v.ir + Rp, v.raw = v.rowstd + Rp, v.ill = &ill;
     next_cursor_init(&nc, next, (iters + 1) * (Rp / 16)); /* one step per row block */
     for (uint32_t c = 0; c < C; c += 8) { /* C % 8 == 0, Rp % 16 == 0 */
         _mm256_storeu_ps(Ec + c, _mm256_set1_ps(1.0f));
@@ -428,7 +448,14 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
     }
     (void)fused_pass(X, R, C, ic, &v, 0, 1, e_lo, e_hi, &nc);
     for (uint32_t c = 0; c < C; c += 8) {
-        _mm256_storeu_ps(colstd + c, std8(_mm256_loadu_ps(v.S1 + c), _mm256_loadu_ps(v.S2 + c), R));
+        __m256 s1 = _mm256_loadu_ps(v.S1 + c), s2 = _mm256_loadu_ps(v.S2 + c);
+
+        ill |= R > 1 ? ill8(s1, s2, inv_r) : 0; /* one row: no column spread to lose */
+        _mm256_storeu_ps(colstd + c, std8(s1, s2, R));
+    }
+    if (ill) {
+        kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work, next);
+        return 0;
     }
     best = imb_v(colstd, C, v.rowstd, R);
     for (uint32_t it = 0; it < iters; it++) {
@@ -469,9 +496,14 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
         }
         rows_moved = moved;
         for (uint32_t c = 0; c < C; c += 8) {
-            __m256 sd = std8(_mm256_loadu_ps(v.S1 + c), _mm256_loadu_ps(v.S2 + c), R);
+            __m256 s1 = _mm256_loadu_ps(v.S1 + c), s2 = _mm256_loadu_ps(v.S2 + c);
 
-            _mm256_storeu_ps(colstd + c, _mm256_mul_ps(sd, _mm256_loadu_ps(ic + c)));
+            ill |= R > 1 ? ill8(s1, s2, inv_r) : 0;
+            _mm256_storeu_ps(colstd + c, _mm256_mul_ps(std8(s1, s2, R), _mm256_loadu_ps(ic + c)));
+        }
+        if (ill) { /* the scales so far came from bad stds: the reference from the start */
+            kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work, next);
+            return 0;
         }
         imb = imb_v(colstd, C, v.rowstd, R);
         if (imb <= best) { /* later ties win */

@@ -295,7 +295,9 @@ KVP_HD kvp_hd_oscar_t kvp_hd_oscar_params(float mn, float mx)
 {
     kvp_hd_oscar_t p;
 
-    if (mn == mx && mn != 0.0f) {
+    /* a range so small (subnormal, under ~8.8e-39) that 3/range overflows is a constant group
+     * too: x * Inf would be NaN for x = 0, and NaN to an integer is undefined */
+    if ((mn == mx && mn != 0.0f) || (mn != mx && KVP_Q2_MAX / (mx - mn) > 3.40282347e38f)) {
         p.s   = 0.0f;
         p.inv = 0.0f;
         p.zq  = 0.0f;

@@ -2,7 +2,8 @@
  * UndefinedBehaviorSanitizer against a sanitized copy of the kernels (kvp_kernels_asan): random
  * codec, H 1..8, D 8..256, P 1..300, partial pages, fp16/fp32, V_PREROT, VarN iterations,
  * every implementation; data Gaussian, constant, extreme (+-65504, subnormal-small, mixed
- * signs), zero, one-hot. Unsupported geometries must be refused cleanly; supported ones must
+ * signs), zero, one-hot, fp32 subnormal (groups whose range is so small that 3/range overflows:
+ * OScaR's codes were NaN converted to an integer there). Unsupported geometries must be refused cleanly; supported ones must
  * decode to finite values with bounded error (constant groups exact for the non-rotating
  * codecs), and a corrupted copy must be rejected. Deterministic (seed in argv[1], default 1). */
 #include "tk.h"
@@ -18,9 +19,40 @@ static void fill(tk_rng_t *r, int kind, float *x, size_t n)
         case 2: x[i] = (tk_next(r) & 1 ? 65504.0f : -65504.0f) * (float)tk_unif(r); break;
         case 3: x[i] = (float)(tk_gauss(r) * 1e-6); break;
         case 4: x[i] = 0.0f; break;
+        case 6: x[i] = i & 1 ? 1e-39f : 0.0f; break;
         default: x[i] = i % 61 == 0 ? 30000.0f : 0.0f; break;
         }
     }
+}
+
+/* OScaR, pre-rotated fp32 V whose groups span under 8.8e-39 (3/range overflows): every impl
+ * encodes (no NaN code under UBSan), and decodes within the range of the input */
+static void oscar_subnormal_range(void)
+{
+    kvp_page_params_t p = tk_params(KVP_CODEC_OSCAR, 1, 32, 4);
+    float             k[128], v[128], ko[128], vo[128];
+    const char       *impls[4];
+    size_t            ni = kvp_codec_impls(KVP_CODEC_OSCAR, impls, 4), cap, len = 0;
+    uint8_t          *page;
+
+    p.flags = KVP_PAGE_F_V_PREROT;
+    cap     = kvp_page_max_bytes(&p);
+    page    = malloc(cap);
+    for (int i = 0; i < 128; i++) {
+        k[i] = 1.0f + (float)(i % 7);
+        v[i] = i & 1 ? 1e-39f : 0.0f;
+    }
+    for (size_t ii = 0; ii < ni; ii++) {
+        kvp_codec_set_impl(KVP_CODEC_OSCAR, impls[ii]);
+        EXPECT(kvp_page_encode(&p, KVP_DTYPE_F32, k, v, 4, page, cap, &len) == KVP_OK &&
+               kvp_page_decode(page, len, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, ko, vo, NULL) ==
+                   KVP_OK, "oscar/%s: subnormal-range V not taken", impls[ii]);
+        for (int i = 0; i < 128; i++) {
+            EXPECT(vo[i] >= 0.0f && vo[i] <= 1e-39f, "oscar/%s: V[%d] decodes to %g", impls[ii], i,
+                   vo[i]);
+        }
+    }
+    free(page);
 }
 
 int main(int argc, char **argv)
@@ -28,11 +60,19 @@ int main(int argc, char **argv)
     tk_rng_t rng = {argc > 1 ? strtoull(argv[1], NULL, 0) : 1};
     int      iters = argc > 2 ? atoi(argv[2]) : 400, done = 0, refused = 0;
 
+    for (int c = KVP_CODEC_FP16; c < KVP_CODEC_MAX; c++) { /* no size for a geometry it refuses */
+        EXPECT(kvp_codec_payload_bytes((kvp_codec_id_t)c, 8, 0, 128, 128) == 0 &&
+               kvp_codec_payload_bytes((kvp_codec_id_t)c, 0, 128, 128, 128) == 0 &&
+               kvp_codec_payload_bytes((kvp_codec_id_t)c, 8, 128, 0, 0) == 0 &&
+               kvp_codec_payload_bytes((kvp_codec_id_t)c, 8, 128, 64, 65) == 0,
+               "%s: a size for a bad geometry", kvp_codec_name((kvp_codec_id_t)c));
+    }
+
     for (int it = 0; it < iters; it++) {
         kvp_codec_id_t    c = (kvp_codec_id_t)tk_range(&rng, KVP_CODEC_FP16, KVP_CODEC_MAX - 1);
         uint32_t          H = tk_range(&rng, 1, 8), D = tk_range(&rng, 8, 256);
         uint32_t          P = tk_range(&rng, 1, 300), T = tk_range(&rng, 1, P);
-        int               kind = (int)tk_range(&rng, 0, 5), f16 = (int)(tk_next(&rng) & 1), vkind;
+        int               kind = (int)tk_range(&rng, 0, 6), f16 = (int)(tk_next(&rng) & 1), vkind;
         kvp_page_params_t p;
         const char       *impls[4];
         size_t            ni, n, cap, len = 0;
@@ -55,7 +95,7 @@ int main(int argc, char **argv)
         k   = malloc(n * 4), v = malloc(n * 4), kh = malloc(n * 4), vh = malloc(n * 4);
         k16 = malloc(n * 2), v16 = malloc(n * 2);
         fill(&rng, kind, k, n);
-        vkind = (int)tk_range(&rng, 0, 5);
+        vkind = (int)tk_range(&rng, 0, 6);
         fill(&rng, vkind, v, n);
         for (size_t i = 0; i < n; i++) {
             k16[i] = kvp_f32_to_f16(k[i]);
@@ -113,6 +153,7 @@ int main(int argc, char **argv)
         }
         free(k); free(v); free(kh); free(vh); free(k16); free(v16); free(page);
     }
+    oscar_subnormal_range();
     printf("%d round trips, %d geometries refused\n", done, refused);
     return kvp_test_result("test_fuzz");
 }
