@@ -954,16 +954,17 @@ static kvp_status_t etcd_start(const kvp_node_params_t *params, const char *host
 /* ---- API ---- */
 
 typedef struct {
-    kvp_store_h store;
-    kvp_xfer_h  x;
-    atomic_int  done;
+    kvp_store_h  store;
+    kvp_xfer_h   x;
+    atomic_int   done;
+    kvp_status_t status; /* kvp_store_shutdown's: not OK when sessions only in DRAM are lost */
 } store_stop_t;
 
 static void *store_stop_run(void *arg)
 {
     store_stop_t *ss = arg;
 
-    kvp_store_shutdown(ss->store);
+    ss->status = kvp_store_shutdown(ss->store);
     atomic_store(&ss->done, 1);
     kvp_xfer_wake(ss->x);
     return NULL;
@@ -973,8 +974,8 @@ static void *store_stop_run(void *arg)
  * on a thread of its own while this one keeps the transport moving, so requests that arrive
  * meanwhile are answered KVP_ERR_SHUTTING_DOWN at once and their clients go to a replica (the
  * transport stood still for the spill, and they waited for their deadlines). all: the signal
- * mask for new threads. */
-static void node_store_shutdown(node_t *n, const sigset_t *all)
+ * mask for new threads. Returns its status: not OK when sessions only in DRAM were lost. */
+static kvp_status_t node_store_shutdown(node_t *n, const sigset_t *all)
 {
     store_stop_t ss = {.store = n->store, .x = n->x};
     sigset_t     old_mask;
@@ -988,13 +989,13 @@ static void node_store_shutdown(node_t *n, const sigset_t *all)
     if (rc != 0) {
         KVP_LOG_WARN(MOD, "no thread for the store's shutdown (%s): requests wait for it",
                      strerror(rc));
-        kvp_store_shutdown(n->store);
-        return;
+        return kvp_store_shutdown(n->store);
     }
     while (!atomic_load(&ss.done)) {
         kvp_xfer_wait(n->x, 100);
     }
     pthread_join(t, NULL);
+    return ss.status;
 }
 
 uint32_t kvp_node_max_conns_default(void)
@@ -1018,6 +1019,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     kvp_node_work_params_t wp;
     sigset_t           all, old_mask;
     size_t             left;
+    kvp_status_t       lost;
     node_t             n;
     kvp_http_h         http;
     kvp_node_etcd_h    reg = NULL;
@@ -1185,6 +1187,7 @@ err_xfer:
     kvp_node_obs_set_state(&n.obs, KVP_NODE_STOPPING);
     kvp_node_etcd_stop(reg); /* revoke first: clients stop picking this node at once */
     n.stopping = 1;          /* running requests are answered, the others refused at once */
+    kvp_store_scrub_cancel(n.store); /* a SCRUB's whole pass would hold the stop for minutes */
     while (n.work != NULL && n.outstanding > 0) {
         kvp_xfer_wait(n.x, 10);
         node_take_done(&n);
@@ -1194,7 +1197,12 @@ err_xfer:
     /* the store durable before the transport goes: UCX 1.13 can crash inside the listener's
      * teardown when a client connects meanwhile (openucx/ucx#11087), and the sessions only in
      * DRAM (--durability spill) must not depend on that */
-    node_store_shutdown(&n, &all);
+    lost = node_store_shutdown(&n, &all);
+    if (lost != KVP_OK && s == KVP_OK) { /* acked sessions gone: a supervisor must see it */
+        KVP_LOG_ERROR(MOD, "stopping: sessions only in DRAM could not be saved (%s): the node "
+                      "exits with an error", kvp_status_str(lost));
+        s = lost;
+    }
     left = kvp_xfer_drain(n.x, NODE_STOP_DRAIN_MS); /* replies not taken yet still reach them */
     if (left > 0) {
         KVP_LOG_WARN(MOD, "%zu replies (or connections' last bytes) not taken by their clients "

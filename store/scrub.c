@@ -124,6 +124,11 @@ static kvp_status_t scrub_run(kvp_store_h st, scrub_cursor_t *c, uint64_t budget
     while (status == KVP_OK && (budget == 0 || done < budget) && !*passed) {
         size_t j, bytes = 0;
 
+        if (__atomic_load_n(&st->scrub_cancel, __ATOMIC_RELAXED)) {
+            status = KVP_ERR_SHUTTING_DOWN; /* the process stops: the pass must not hold it */
+            break;
+        }
+
         if (c->next == c->n) { /* on to the next segment file, or run of inline pages */
             status = cursor_next_list(st, c, run / 4096 > 0 ? run / 4096 : 1, passed);
             continue;
@@ -182,6 +187,13 @@ kvp_status_t kvp_store_scrub(kvp_store_h st, kvp_store_scrub_t *out)
     return status;
 }
 
+void kvp_store_scrub_cancel(kvp_store_h st)
+{
+    if (st != NULL) {
+        __atomic_store_n(&st->scrub_cancel, true, __ATOMIC_RELAXED);
+    }
+}
+
 static void scrub_tick(kvp_store_h st)
 {
     uint64_t     bytes = 0, bad = 0;
@@ -191,7 +203,9 @@ static void scrub_tick(kvp_store_h st)
     pthread_mutex_unlock(&st->lock);
     status = scrub_run(st, st->scrub_cursor, st->scrub_rate, &passed, &bytes, &bad);
     if (status != KVP_OK) {
-        KVP_LOG_WARN(MOD, "scrub: %s; it starts over at the next tick", kvp_status_str(status));
+        if (status != KVP_ERR_SHUTTING_DOWN) {
+            KVP_LOG_WARN(MOD, "scrub: %s; it starts over at the next tick", kvp_status_str(status));
+        }
         cursor_restart(st->scrub_cursor);
     }
     scrub_count(st, bytes, bad, passed);

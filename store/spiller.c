@@ -217,7 +217,7 @@ static size_t unsaved_pick(kvp_store_h st, kvp_sess_t **v, size_t max, uint64_t 
     return n;
 }
 
-void kvp_store_spill_at_close(kvp_store_h st)
+kvp_status_t kvp_store_spill_at_close(kvp_store_h st)
 {
     kvp_status_t status = KVP_OK;
     kvp_sess_t  *one, **v = kvp_malloc(st->spill_group_max * sizeof(*v), "spill group");
@@ -226,7 +226,7 @@ void kvp_store_spill_at_close(kvp_store_h st)
 
     if (st->tier == NULL || st->durability != KVP_DURABILITY_SPILL) {
         kvp_free(v);
-        return; /* nothing is only in DRAM: written through (and synced by the syncer's stop) */
+        return KVP_OK; /* nothing only in DRAM: written through (synced by the syncer's stop) */
     }
     v = v != NULL ? v : &one;
     kvp_tier_last_writes(st->tier); /* what the stop saves may use the disk reserve */
@@ -264,4 +264,5 @@ void kvp_store_spill_at_close(kvp_store_h st)
     if (v != &one) {
         kvp_free(v);
     }
+    return status;
 }

@@ -577,6 +577,8 @@ static void sweep_missing(kvp_store_h st)
     }
 }
 
+static void store_sweep(kvp_store_h st);
+
 kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store_p)
 {
     kvp_store_h  st;
@@ -713,7 +715,12 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         }
     }
     st->last_sweep_ns = kvp_time_ns();
-    *store_p          = st;
+    status = kvp_ticker_start(&st->sweeper, st, "expiry sweeper", 1000000000ull, false,
+                              store_sweep);
+    if (status != KVP_OK) {
+        goto err_close;
+    }
+    *store_p = st;
     return KVP_OK;
 
 err_close:
@@ -730,18 +737,23 @@ err_free:
     return status;
 }
 
-void kvp_store_shutdown(kvp_store_h st)
+kvp_status_t kvp_store_shutdown(kvp_store_h st)
 {
+    kvp_status_t status;
+
     if (st == NULL) {
-        return;
+        return KVP_OK;
     }
     /* each step is a no-op the second time: the threads are gone, and the spill finds only what
-     * was written since (nothing, for kvpackd: it drops requests from here on) */
+     * was written since (nothing, for kvpackd: it drops requests from here on) or what a failed
+     * spill left, which it tries once more */
+    kvp_ticker_stop(&st->sweeper); /* nothing expires under the stop-time spill */
     kvp_store_scrubber_stop(st);  /* finishes its tick */
     kvp_store_compactor_stop(st); /* stops between moves: what moved is committed */
     kvp_store_spiller_stop(st); /* before anything it could touch goes */
-    kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
+    status = kvp_store_spill_at_close(st); /* what lives only in DRAM, so a restart finds it */
     kvp_store_syncer_stop(st);  /* then one last sync of what the spill left written through */
+    return status;
 }
 
 void kvp_store_close(kvp_store_h st)
@@ -752,7 +764,8 @@ void kvp_store_close(kvp_store_h st)
     if (st == NULL) {
         return;
     }
-    kvp_store_shutdown(st); /* a caller that shut it down already: nothing is left to do */
+    (void)kvp_store_shutdown(st); /* shut down already: nothing is left to do (a failed spill's
+                                   * sessions are tried once more, and logged again if lost) */
     while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
         kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, key.hlink);
 
@@ -791,9 +804,11 @@ void kvp_store_close(kvp_store_h st)
 
 /* ---- pages ---- */
 
-static void store_enter(kvp_store_h st)
+/* The sweeps of what outlived its time (idle sessions, tombstones, loose pages): each at most once
+ * a millisecond or second, run as requests arrive and by the sweeper thread once a second, so a
+ * node nobody asks anything still lets them go. Store lock held. */
+static void store_sweep(kvp_store_h st)
 {
-    pthread_mutex_lock(&st->lock);
     if (st->ttl_ns != 0) {
         kvp_store_expire_idle(st);
     }
@@ -803,6 +818,12 @@ static void store_enter(kvp_store_h st)
     if (!kvp_list_empty(&st->unnamed)) {
         kvp_store_unnamed_expire(st);
     }
+}
+
+static void store_enter(kvp_store_h st)
+{
+    pthread_mutex_lock(&st->lock);
+    store_sweep(st);
 }
 
 static void store_leave(kvp_store_h st)

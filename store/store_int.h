@@ -282,6 +282,8 @@ struct kvp_store {
     kvp_ticker_t       scrubber;    /* scrubbing (scrub.c); with a tier and scrub_rate > 0 */
     uint64_t           scrub_rate;  /* bytes a second; 0 = off */
     struct kvp_scrub_cursor *scrub_cursor; /* the scrubber thread's place */
+    bool               scrub_cancel; /* kvp_store_scrub_cancel: passes end (atomic access) */
+    kvp_ticker_t       sweeper;     /* idle sessions, tombstones, loose pages: once a second */
     uint64_t           write_gen;   /* bumped by every commit without an fsync that succeeded */
     uint32_t           batch_seq;   /* the last session write batch built (evict.c), never 0 */
     uint64_t           synced_gen;  /* write_gen the last interval sync covered */
@@ -467,8 +469,9 @@ kvp_status_t kvp_store_spiller_start(struct kvp_store *st); /* open, once the ti
 void         kvp_store_spiller_stop(struct kvp_store *st);  /* close: waits for a spill in flight */
 void         kvp_store_spiller_kick(struct kvp_store *st);  /* ask for a round */
 /* Close, spill durability: every session only in DRAM (or changed since its spill) spilled in
- * groups, with progress lines; stops at a failed group (logged). Takes the store lock. */
-void         kvp_store_spill_at_close(struct kvp_store *st);
+ * groups, with progress lines; stops at a failed group (logged with the count left): that
+ * group's status, else KVP_OK. Takes the store lock. */
+kvp_status_t kvp_store_spill_at_close(struct kvp_store *st);
 /* Backpressure: while used + need would pass the budget and the spiller is (or, asked now, will
  * be) working, wait for it with the lock dropped. Returns true if it waited, i.e. the caller
  * must re-read any state it looked at before; call it only where nothing is assumed across it. */

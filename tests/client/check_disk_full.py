@@ -19,7 +19,9 @@ anything. Checked here:
 5. a restart keeps exactly the acked, not removed sessions, byte-identical; 6. a --durability
    spill node whose sessions are only in DRAM when the disk fills spills them as it stops into the
    reserve's room (only the next start's room is kept), and they come back byte-identical;
-   --disk-reserve-mib 0 removes the file; a bad value is refused (exit 2).
+   7. the same with no reserve (--disk-reserve-mib 0, the file removed): the stop cannot save
+   them, and the node exits 1 saying so (it exited 0, so a supervisor saw a clean stop while
+   acked sessions were gone); a bad value is refused (exit 2).
 usage: check_disk_full.py KVPACK KVPACKD"""
 import array
 import json
@@ -230,9 +232,23 @@ try:
     check(rc == 0 and again == ref["h1"], f"h1 after the stop on a full disk: {err}")
     kept += hot
     node.stop()
-    node.start([*ARGS[:-2], "--disk-reserve-mib", "0"])
+    node.start([*spill_args[:-2], "--disk-reserve-mib", "0"])
     check(not os.path.exists(RESERVE) and node.metric("kvpack_disk_reserve_bytes") == 0,
           "--disk-reserve-mib 0 kept the file")
+    # 7. no reserve to spill into: sessions only in DRAM cannot be saved at the stop: exit 1
+    lost = [f"x{i}" for i in range(1, 33, 2)]  # past what the open segment file has room for
+    for sid in lost:
+        rc, err = put(sid)
+        check(rc == 0, f"put {sid} to the spill node without a reserve: {err}")
+    fill()
+    node.proc.terminate()
+    stop_rc = node.proc.wait(timeout=60)
+    os.unlink(os.path.join(DATA, "filler"))
+    check(stop_rc == 1, f"a stop that lost sessions only in DRAM exited {stop_rc}, not 1")
+    node.start(ARGS)
+    now = held() or []
+    check(set(kept) <= set(now) and not set(lost) <= set(now),
+          f"after the stop that could not spill (a group that fit may be kept): {now}")
     node.stop()
 finally:
     node.kill()

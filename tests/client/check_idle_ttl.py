@@ -2,8 +2,10 @@
 """check_idle_ttl.py - `kvpackd --idle-ttl S` against a real node (write-through, so sessions are
 also on disk): a session nobody put or fetched for longer than S is gone (get: exit 1, "no session";
 `kvpack_expired_sessions_total` 1 in /metrics), one used within S is served, and after a warm
-restart on the same data directory the expired one stays gone while the other comes back.
-Bad values are refused with exit 2. The TTL is 3 s and the margins 1.5 s either side.
+restart on the same data directory the expired one stays gone while the other comes back. A node
+asked nothing but STAT and LIST still lets an idle session go (its sweeper runs once a second;
+the sweep used to run only as data requests arrived, so `ls`, `stat` and /metrics kept showing
+it). Bad values are refused with exit 2. The TTL is 3 s and the margins 1.5 s either side.
 usage: check_idle_ttl.py KVPACK KVPACKD"""
 import os
 import shutil
@@ -57,6 +59,14 @@ try:
     check(rc == 1, "expired session came back after a restart")
     rc, _ = kv("get", "--session", "young", "--out", os.path.join(tmp, "young2.kvd"))
     check(rc == 0, "young session lost across the restart")
+    time.sleep(6.0)  # young idle past the TTL (+ the 1 s sweep); only ls and stat from here
+    p = subprocess.run([kvpack, "ls", "--node", node.addr], capture_output=True, text=True,
+                       timeout=60, env=env)
+    rc, _ = kv("stat")
+    check(p.returncode == 0 and "young" not in p.stdout and "0 sessions" in p.stdout and
+          metric("kvpack_expired_sessions_total") == 1.0,
+          f"an idle node kept its expired session: ls {p.stdout!r}, expired "
+          f"{metric('kvpack_expired_sessions_total')}")
     stop_node()
 finally:
     node.kill()

@@ -6,8 +6,11 @@ the node back: before any get, `kvpack scrub --json` finds exactly that page (ba
 `kvpack ls` then lists s1 damaged and s2 not, a second pass finds nothing more (exit 0); text
 output; the Python binding's Client.scrub on the same node; a node without a data dir answers
 UNSUPPORTED and an unreachable one is named (exit 1 both); Cluster.scrub over both nodes (a result
-and the KvpError) and of one; --help, and no node (one line, exit 2).
-usage: check_scrub_cli.py KVPACK KVPACKD LIBKVPACK"""
+and the KvpError) and of one; --help, and no node (one line, exit 2). A node stopped (SIGTERM) while
+a pass over 24 MiB of pages is in its first read (held there by gate_preload.so) ends the pass
+after that read (the client gets "shutting down") and exits 0: a pass over a large disk held the
+stop, and so the stop-time spill, for as long as it took.
+usage: check_scrub_cli.py KVPACK KVPACKD LIBKVPACK GATE_PRELOAD_SO"""
 import array
 import glob
 import json
@@ -16,12 +19,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvptest  # noqa: E402
 
-KVPACK, KVPACKD, LIB = sys.argv[1], sys.argv[2], sys.argv[3]
+KVPACK, KVPACKD, LIB, GATE_SO = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 TMP = tempfile.mkdtemp(prefix="kvp_scrub_")
 ENV = dict(os.environ, KVP_PROGRESS="0")
 fails = kvptest.FAILS  # kvptest.check keeps failed checks here
@@ -114,6 +118,42 @@ try:
               "Cluster.stat after the refactor")
     stop("a")
     stop("dram")
+
+    # SIGTERM during a pass: the pass ends after its current read, the node exits 0 at once
+    big = os.path.join(TMP, "big.kvd")
+    rc, _, err = cli("eval", "--synthetic", "--layers", "2", "--tokens", "3072", "--heads", "8",
+                     "--head-dim", "128", "--codec", "fp16", "--dequant-out", big)
+    check(rc == 0, f"eval --dequant-out big.kvd: exit {rc} {err[-300:]}")
+    gate = os.path.join(TMP, "read_gate")
+    open(gate, "w").close()  # open while the session is put
+    proc, g = kvptest.start_kvpackd(
+        KVPACKD, os.path.join(TMP, "g.ready"),
+        ["--listen", "127.0.0.1:0", "--dram-budget", "64M", "--scrub-mib-s", "0", "--data-dir",
+         os.path.join(TMP, "g"), "--durability", "write-through"],
+        env=dict(ENV, LD_PRELOAD=GATE_SO, KVP_TEST_GATE=gate))
+    rc, _, err = cli("put", "--node", g, "--session", "big", "--kvd", big, "--codec", "fp16")
+    check(rc == 0, f"put big: exit {rc} {err[-300:]}")
+    os.unlink(gate)  # segment reads wait from here
+    sc = subprocess.Popen([KVPACK, "scrub", "--node", g, "--json", "--timeout-ms", "60000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    waiting = []
+    for _ in range(600):
+        waiting = glob.glob(gate + ".waiting.*")
+        if waiting or sc.poll() is not None:
+            break
+        time.sleep(0.05)
+    check(waiting, "the pass never read a segment file")
+    proc.terminate()
+    time.sleep(0.3)  # the node is stopping and has cancelled the pass
+    open(gate, "w").close()
+    out, err = sc.communicate(timeout=120)
+    node_rc = proc.wait(timeout=60)
+    rep = json.loads(out) if out.strip() else {}
+    got = (rep.get("nodes") or [{}])[0]
+    print(f"scrub during the stop: exit {sc.returncode} {out.strip()} {err.strip()[-300:]}")
+    check(sc.returncode == 1 and got.get("ok") is False and "shutting down" in
+          str(got.get("error", "")) + err and node_rc == 0,
+          f"scrub during SIGTERM: exit {sc.returncode}, node exit {node_rc}, {rep} {err[-300:]}")
 finally:
     nodes.kill_all()
     shutil.rmtree(TMP, ignore_errors=True)

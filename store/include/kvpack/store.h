@@ -181,9 +181,12 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
  * before it (kvpackd: the transport, which can crash): stops the background threads and, under
  * KVP_DURABILITY_SPILL, spills every session only in DRAM (as kvp_store_close does), then the
  * interval syncer's last sync. Reads still work afterwards; a later write is kept only in DRAM
- * until kvp_store_close spills it. Idempotent: kvp_store_close repeats none of the work done.
- * Not concurrently with itself or kvp_store_close. NULL: no-op. */
-void         kvp_store_shutdown(kvp_store_h store);
+ * until kvp_store_close spills it. kvp_store_close repeats none of the work done (it tries again
+ * only what is still only in DRAM: written since, or left by a failed spill). KVP_OK, or the
+ * failed spill's status when sessions only in DRAM could not be saved (logged with their count:
+ * they are lost at close), so a process can say so in its exit status. Not concurrently with
+ * itself or kvp_store_close. NULL: no-op (KVP_OK). */
+kvp_status_t kvp_store_shutdown(kvp_store_h store);
 /* Stops the background threads; under KVP_DURABILITY_SPILL spills every session only in DRAM
  * first (progress lines; a failed spill stops that and logs how many are lost); all of this is
  * kvp_store_shutdown, skipped where it was done. NULL: no-op. */
@@ -341,6 +344,10 @@ typedef struct {
  * scrub_passes; *out (may be NULL) gets this pass's figures. KVP_ERR_UNSUPPORTED without a
  * db_path. */
 kvp_status_t kvp_store_scrub(kvp_store_h store, kvp_store_scrub_t *out);
+/* A process that is stopping: a kvp_store_scrub running now, or called later, ends after its
+ * current run of reads (at most 8 MiB) with KVP_ERR_SHUTTING_DOWN, so it does not hold the stop
+ * (and the stop-time spill) for a whole pass over the disk. Any thread; NULL: no-op. */
+void         kvp_store_scrub_cancel(kvp_store_h store);
 
 /* ---- tail append and sealing (append.c) ----
  * A session's last < P tokens live in its fp16 tail (one KVP_PAGE_F_TAIL page per layer). An
