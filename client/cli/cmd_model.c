@@ -258,13 +258,28 @@ static int parse_ref(opts_t *o)
     return 0;
 }
 
+/* A run longer than the model's trained context (seq_len) is run, with a warning: positions past
+ * it measure extrapolation, and a 2-bit lane's ppl can then come out below the reference's. */
+static void context_warn(const kvp_model_t *m, uint64_t tokens)
+{
+    if (m->cfg.seq_len != 0 && tokens > m->cfg.seq_len) {
+        fprintf(stderr, "kvpack model: warning: %llu tokens run past %s's trained context of %u; "
+                        "figures past position %u measure extrapolation\n",
+                (unsigned long long)tokens, m->name, m->cfg.seq_len, m->cfg.seq_len);
+    }
+}
+
 /* The lanes after parse_ref's: --codec's list (its geometry checks need the model's) */
 static int parse_codecs(opts_t *o, const kvp_model_t *m)
 {
-    char buf[256], *save = NULL, *tok;
+    char buf[1024], *save = NULL, *tok;
 
     o->spec[0][0] = '\0';
     o->n_lanes    = 1;
+    if (strlen(o->codec) >= sizeof(buf)) { /* it was cut at 255, inside a lane's regions */
+        return kvp_cli_usage_error("model", "--codec list of %zu characters (at most %zu)",
+                                   strlen(o->codec), sizeof(buf) - 1);
+    }
     snprintf(buf, sizeof(buf), "%s", o->codec);
     for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         kvp_codec_id_t    c;
@@ -337,7 +352,10 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
         kvp_json_int(&j, "tokens", n);
         kvp_json_int(&j, "page_tokens", (int64_t)o->page_tokens);
         kvp_json_str(&j, "reference", ref->name);
-        kvp_json_num(&j, "ppl_fp16", ref->ppl);
+        kvp_json_num(&j, "ppl_ref", ref->ppl);
+        if (strcmp(ref->name, "fp16") == 0) { /* the older name, true only for an fp16 ref */
+            kvp_json_num(&j, "ppl_fp16", ref->ppl);
+        }
         kvp_json_str(&j, "matmul", kvp_mm_impl());
         kvp_json_str(&j, "attn", o->attn);
         kvp_json_str(&j, "weights", weights_kind(m));
@@ -349,7 +367,10 @@ static void print_table(const opts_t *o, const kvp_model_t *m, const kvp_run_t *
             kvp_json_obj(&j, NULL);
             kvp_json_str(&j, "codec", s->name);
             kvp_json_num(&j, "ppl", s->ppl);
-            kvp_json_num(&j, "ppl_fp16", ref->ppl);
+            kvp_json_num(&j, "ppl_ref", ref->ppl);
+            if (strcmp(ref->name, "fp16") == 0) {
+                kvp_json_num(&j, "ppl_fp16", ref->ppl);
+            }
             kvp_json_num(&j, "kl_mean", s->kl_mean);
             kvp_json_num(&j, "top1_agree", s->top1_agree);
             kvp_json_num(&j, "bits_per_elem", s->bits_per_elem);
@@ -428,6 +449,7 @@ static int cmd_ppl(const opts_t *o, const kvp_model_t *m)
         }
         fprintf(stderr, "kvpack model: wrote %u tokens of fp32 KV to %s\n", n, o->dump);
     }
+    context_warn(m, n);
     status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, n, o->fused,
                             &run);
     if (status == KVP_OK) {
@@ -470,6 +492,7 @@ static int cmd_generate(const opts_t *o, const kvp_model_t *m)
         status = KVP_ERR_NO_MEMORY;
         goto done;
     }
+    context_warn(m, (uint64_t)np + steps);
     status = kvp_run_create(m, o->lanes, o->n_lanes, (uint32_t)o->page_tokens, np + steps,
                             o->fused, &run);
     if (status == KVP_OK) {

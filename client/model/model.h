@@ -51,7 +51,10 @@ typedef struct {
 
 typedef struct {
     kvp_model_config_t cfg;
-    char               name[64];   /* model id for namespace fingerprints (file base name) */
+    char               name[64];   /* the file's base name, as reports show it */
+    char               id[96];     /* namespace fingerprints: name@CRC32C of the whole file, so
+                                    * another model under the same file name (a fine-tune, another
+                                    * quantization) never shares a namespace, chunk keys or pages */
     const char        *format;     /* "llama2c" or "gguf" */
     float             *tok_emb;    /* [vocab][dim] */
     float             *cls;        /* [vocab][dim]; == tok_emb when tied */

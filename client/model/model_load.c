@@ -8,7 +8,9 @@
 #include "kvpack/alloc.h"
 #include "kvpack/file.h"
 #include "kvpack/log.h"
+#include "kvpack/page.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -205,6 +207,41 @@ static kvp_status_t gguf_tensor(const kvp_gguf_t *g, const char *name, uint64_t 
     return s == KVP_OK ? weights_finite(dst, ne0 * ne1, name, "gguf") : s;
 }
 
+/* What this runner does not do, refused rather than run wrongly (a model that loaded and
+ * reported perplexities of another computation): RoPE scaling (llama.rope.scaling.*, the
+ * rope_freqs.weight frequency factors of Llama 3.1), a key length other than dim / heads, and a
+ * pre-tokenizer other than SmolLM's (tokenizer.ggml.pre; absent: taken as this one). */
+static kvp_status_t gguf_unsupported(const kvp_gguf_t *g, const char *path, uint32_t head_dim)
+{
+    const char *v;
+    size_t      len;
+    uint32_t    key_len = head_dim;
+
+    if (kvp_gguf_get_str(g, "llama.rope.scaling.type", &v, &len) == KVP_OK &&
+        !(len == 4 && memcmp(v, "none", 4) == 0)) {
+        KVP_LOG_ERROR("model", "%s: RoPE scaling \"%.*s\" is not supported", path, (int)len, v);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_find(g, "rope_freqs.weight") != NULL) {
+        KVP_LOG_ERROR("model", "%s: RoPE frequency factors (rope_freqs.weight) are not supported",
+                      path);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_opt_u32(g, "llama.attention.key_length", head_dim, &key_len) != KVP_OK ||
+        key_len != head_dim) {
+        KVP_LOG_ERROR("model", "%s: llama.attention.key_length %u is not dim / heads (%u): not "
+                      "supported", path, key_len, head_dim);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_get_str(g, "tokenizer.ggml.pre", &v, &len) == KVP_OK &&
+        !(len == 6 && memcmp(v, "smollm", 6) == 0)) {
+        KVP_LOG_ERROR("model", "%s: pre-tokenizer \"%.*s\" is not supported (only SmolLM's: "
+                      "its digits, word and space rules)", path, (int)len, v);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    return KVP_OK;
+}
+
 static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, const char *path)
 {
     const char *arch;
@@ -259,7 +296,7 @@ static kvp_status_t gguf_config(kvp_model_config_t *c, const kvp_gguf_t *g, cons
                       rope_dims, c->head_dim);
         return KVP_ERR_UNSUPPORTED;
     }
-    return KVP_OK;
+    return gguf_unsupported(g, path, c->head_dim);
 }
 
 /* Point q at a tensor's blocks when the matmul can read them directly (shape already checked). */
@@ -380,6 +417,39 @@ out:
 
 /* ---- front door ---- */
 
+/* m->id: the base name and the CRC32C of every byte of the file (read again: the loaders keep
+ * only what they converted), so KV put by one model is never served to another of that name. */
+static kvp_status_t model_id(kvp_model_t *m, const char *path)
+{
+    enum { CHUNK = 4 << 20 };
+    FILE    *f   = kvp_file_open(path, "rb");
+    uint8_t *buf = kvp_malloc(CHUNK, "model id buffer");
+    uint32_t crc = 0;
+    size_t   n;
+
+    if (f == NULL || buf == NULL) {
+        KVP_LOG_ERROR("model", "%s: cannot read it again for its id: %s", path,
+                      buf == NULL ? "no memory" : strerror(errno));
+        if (f != NULL) {
+            fclose(f);
+        }
+        kvp_free(buf);
+        return buf == NULL ? KVP_ERR_NO_MEMORY : KVP_ERR_IO;
+    }
+    while ((n = fread(buf, 1, CHUNK, f)) > 0) {
+        crc = kvp_crc32c(crc, buf, n);
+    }
+    n = (size_t)ferror(f);
+    fclose(f);
+    kvp_free(buf);
+    if (n != 0) {
+        KVP_LOG_ERROR("model", "%s: read error while taking its id", path);
+        return KVP_ERR_IO;
+    }
+    snprintf(m->id, sizeof(m->id), "%s@%08x", m->name, crc);
+    return KVP_OK;
+}
+
 kvp_status_t kvp_model_load(const char *path, const char *tokenizer_path, kvp_model_t **m_p)
 {
     kvp_model_t *m;
@@ -421,6 +491,9 @@ kvp_status_t kvp_model_load(const char *path, const char *tokenizer_path, kvp_mo
                 status = kvp_tok_load_llama2c(tokenizer_path, m->cfg.vocab, &m->tok);
             }
         }
+    }
+    if (status == KVP_OK) {
+        status = model_id(m, path);
     }
     if (status != KVP_OK) {
         goto err;

@@ -15,7 +15,7 @@
 
 uint64_t kvp_run_ns(const kvp_model_t *m, kvp_codec_id_t codec, uint32_t page_tokens)
 {
-    return kvp_ns_fingerprint(m->name, m->cfg.layers, m->cfg.kv_heads, m->cfg.head_dim,
+    return kvp_ns_fingerprint(m->id, m->cfg.layers, m->cfg.kv_heads, m->cfg.head_dim,
                               page_tokens, codec);
 }
 

@@ -85,7 +85,8 @@ static int cp_class(uint32_t cp)
         cp == 0x205F || cp == 0x3000) {
         return CL_SPACE;
     }
-    if (cp >= '0' && cp <= '9') {
+    if ((cp >= '0' && cp <= '9') || cp == 0xB2 || cp == 0xB3 || cp == 0xB9 ||
+        (cp >= 0xBC && cp <= 0xBE)) { /* Latin-1's numbers too (superscripts, fractions): \p{N} */
         return CL_DIGIT;
     }
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == 0xAA || cp == 0xB5 ||

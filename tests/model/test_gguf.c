@@ -328,7 +328,9 @@ static size_t find_at(const buf_t *b, const char *s, size_t from)
 /* Files that parse but are not what they say: loaded, they used to run another model, exit 0
  * (review findings): an optional key of a wrong type (the default was used), a NaN weight
  * (ppl nan), a tensor name twice (the second ignored), two tensors on the same bytes, a
- * misaligned tensor, a metadata key twice (the first won). Each is INVALID at load now. */
+ * misaligned tensor, a metadata key twice (the first won). Each is INVALID at load now. And
+ * models this runner would compute wrongly: another pre-tokenizer, RoPE frequency factors
+ * (UNSUPPORTED). */
 static void test_not_what_they_say(const buf_t *good)
 {
     buf_t    b  = {malloc(good->n), good->n, good->n};
@@ -370,6 +372,14 @@ static void test_not_what_they_say(const buf_t *good)
     memcpy(b.p, good->p, good->n); /* tokenizer.ggml.model renamed llama.context_length */
     memcpy(b.p + find_at(good, "tokenizer.ggml.model", 0), "llama.context_length", 20);
     expect_fail(&b, "key_twice", KVP_ERR_INVALID);
+
+    /* what the runner does not compute, refused (they loaded and ran with SmolLM's rules) */
+    memcpy(b.p, good->p, good->n); /* another pre-tokenizer */
+    memcpy(b.p + find_at(good, "smollm", 0), "falcon", 6);
+    expect_fail(&b, "pre_falcon", KVP_ERR_UNSUPPORTED);
+    memcpy(b.p, good->p, good->n); /* Llama 3.1's RoPE frequency factors */
+    memcpy(b.p + find_at(good, "token_embd.weight", 0), "rope_freqs.weight", 17);
+    expect_fail(&b, "rope_freqs", KVP_ERR_UNSUPPORTED);
     free(b.p);
 }
 

@@ -3,7 +3,9 @@
 # options the chosen mode would ignore or cannot honour are usage errors (exit 2) with a message
 # that names them, before any work: --dump-kv without a scored text, --text/--sample/--generate
 # together, --decode-session without --node, --sample 1, a --temp below the float range, and
-# --attn fused on a lane it cannot read (naive2, a V window, open rows over one tail page).
+# --attn fused on a lane it cannot read (naive2, a V window, open rows over one tail page), a
+# --codec list past 1023 characters (it was cut at 255, inside a lane's regions). A run past the
+# trained context (512) warns; --ref fp32 reports ppl_ref and no ppl_fp16 (it was mislabelled).
 # Usage: test_model_cli.sh KVPACK REALDATA_DIR. Exit 77 when the real data is absent.
 set -u
 K=$1
@@ -74,6 +76,15 @@ expect 0 "" --codec oscar@r4080 --page-tokens 16 $T --attn fused
 expect 0 "leaves out naive2" --codec all --regions bare $T --attn fused --json
 if ! grep -q '"codec":"oscar@bare"' "$TMP/out" || grep -q '"codec":"naive2' "$TMP/out"; then
     echo "FAIL: --codec all --attn fused lanes:"; cat "$TMP/out"; rc=1
+fi
+
+LONG=$(python3 -c 'print(",".join(["kivi@s1r120e128v128"] * 60))')
+expect 2 "codec list of 1199 characters" --codec "$LONG" $T
+expect 0 "run past stories260K.bin's trained context of 512" --codec kivi --text "$R/emma.txt" \
+    --tokens 520
+expect 0 "" --codec kivi --ref fp32 $T --json
+if ! grep -q '"reference":"fp32","ppl_ref":' "$TMP/out" || grep -q '"ppl_fp16"' "$TMP/out"; then
+    echo "FAIL: --ref fp32 --json:"; cat "$TMP/out"; rc=1
 fi
 
 [ $rc -eq 0 ] && echo "test_model_cli: all checks passed"

@@ -4,7 +4,9 @@
 # several pushes for the 3-chunk oscar@s1 case), decode in a second process that
 # fetches them, and require the fetched decode to equal the in-process one (for two codecs, and
 # for oscar behind an fp16 sink chunk); each round trip deletes its session from the node unless
-# --keep-session, which names the session and leaves it there to decode again.
+# --keep-session, which names the session and leaves it there to decode again. Another model under
+# the same file name (one weight bit apart) does not get that session (its namespace is the
+# file's CRC32C too: it used to decode the first model's KV as its own).
 # Usage: test_model_node.sh BIN_DIR REALDATA_DIR. Exit 77 when the real data is absent.
 set -u
 BIN=$1
@@ -84,5 +86,27 @@ else
         >"$TMP/want"
     head -c "$(wc -c <"$TMP/want")" "$TMP/out" | cmp -s - "$TMP/want" ||
         { echo "FAIL: the kept session decodes to another text"; cat "$TMP/out" "$TMP/out2"; rc=1; }
+fi
+# two models named m.bin, one bit apart in their last weight: B does not get A's session
+mkdir "$TMP/a" "$TMP/b"
+cp "$R/stories260K.bin" "$TMP/a/m.bin"
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-4] ^= 1; open(sys.argv[2], "wb").write(b)' \
+    "$TMP/a/m.bin" "$TMP/b/m.bin"
+if ! "$BIN/kvpack" model --model "$TMP/a/m.bin" --tokenizer "$R/tok512.bin" --codec kivi \
+        --page-tokens 32 --steps 4 --node "127.0.0.1:$PORT" --keep-session --generate "$PROMPT" \
+        >"$TMP/out" 2>"$TMP/err"; then
+    echo "FAIL: model A --keep-session"; cat "$TMP/out" "$TMP/err"; rc=1
+fi
+SID=$(sed -n 's/^session \(model-[0-9-]*\) kept on the node$/\1/p' "$TMP/out")
+if [ -z "$SID" ]; then
+    echo "FAIL: model A kept no session"; rc=1
+elif "$BIN/kvpack" model --model "$TMP/b/m.bin" --tokenizer "$R/tok512.bin" --codec kivi \
+        --page-tokens 32 --steps 4 --node "127.0.0.1:$PORT" --decode-session "$SID" \
+        --generate "$PROMPT" >"$TMP/out2" 2>"$TMP/err"; then
+    echo "FAIL: model B decoded model A's session $SID as its own"; cat "$TMP/out2"; rc=1
+elif ! "$BIN/kvpack" model --model "$TMP/a/m.bin" --tokenizer "$R/tok512.bin" --codec kivi \
+        --page-tokens 32 --steps 4 --node "127.0.0.1:$PORT" --decode-session "$SID" \
+        --generate "$PROMPT" >"$TMP/out2" 2>"$TMP/err"; then
+    echo "FAIL: model A does not decode its own session $SID"; cat "$TMP/err"; rc=1
 fi
 exit $rc

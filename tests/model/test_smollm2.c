@@ -64,6 +64,17 @@ static void test_tokenizer(const kvp_model_t *m, const char *emma)
     kvp_free(ids);
     EXPECT(kvp_tok_encode(m->tok, "2024", 4, 0, &ids, &n) == KVP_OK && n == 4, "digits: %zu", n);
     kvp_free(ids);
+    /* Latin-1's numbers split like digits (HF tokenizers 0.23 from this GGUF: 16738 216 28151
+     * 17161); as punctuation the space joined the fraction: 16738 3351 137 17161 */
+    {
+        static const char frac[] = "\xC2\xBD \xC2\xBC fractions"; /* "½ ¼ fractions" */
+        static const uint32_t want[] = {16738, 216, 28151, 17161};
+
+        EXPECT(kvp_tok_encode(m->tok, frac, strlen(frac), 0, &ids, &n) == KVP_OK && n == 4 &&
+                   memcmp(ids, want, sizeof(want)) == 0,
+               "\"%s\": %zu tokens, first %u %u", frac, n, n > 0 ? ids[0] : 0, n > 1 ? ids[1] : 0);
+        kvp_free(ids);
+    }
     /* special tokens written literally become their own id */
     EXPECT(kvp_tok_encode(m->tok, "<|im_start|>user", 16, 0, &ids, &n) == KVP_OK && n >= 2 &&
           ids[0] == kvp_tok_bos(m->tok), "special token");

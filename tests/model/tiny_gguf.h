@@ -148,7 +148,7 @@ static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
     put_u32(b, 0x46554747u);
     put_u32(b, 3);
     put_u64(b, nt);
-    put_u64(b, 14);
+    put_u64(b, 15);
     kv_str(b, "general.architecture", "llama");
     kv_u32(b, "llama.embedding_length", 32);
     kv_u32(b, "llama.feed_forward_length", 32);
@@ -159,6 +159,7 @@ static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
     kv_f32(b, "llama.rope.freq_base", 10000.0f);
     kv_f32(b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     kv_str(b, "tokenizer.ggml.model", "gpt2");
+    kv_str(b, "tokenizer.ggml.pre", "smollm");
     kv_strs(b, "tokenizer.ggml.tokens", toks, TV);
     kv_i32s(b, "tokenizer.ggml.token_type", types, TV);
     kv_strs(b, "tokenizer.ggml.merges", merges, 5);
