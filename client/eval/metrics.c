@@ -163,15 +163,17 @@ static double attn_err(const float *k, const float *v, const float *k_hat, const
     for (uint32_t h = 0; h < heads; h++) {
         uint32_t npages = accum ? (tokens + page_tokens - 1) / page_tokens : 1;
         uint32_t per = accum ? (n_queries + npages - 1) / npages : n_queries;
+        uint32_t qn  = 0; /* queries so far: even ones random, odd ones real keys, also when a
+                           * page gets one query (qi & 1 was then always 0: only random ones) */
 
         for (uint32_t p = 0; p < npages; p++) {
-            for (uint32_t qi = 0; qi < per; qi++) {
+            for (uint32_t qi = 0; qi < per; qi++, qn++) {
                 uint32_t lo = accum ? p * page_tokens : 0;
                 uint32_t hi = accum && (p + 1) * page_tokens < tokens ? (p + 1) * page_tokens : tokens;
                 uint32_t pos = lo + (uint32_t)(q_next(&r) % (hi - lo));
                 uint32_t ctx = accum ? pos + 1 : tokens;
 
-                make_query(&r, qi & 1, k, ctx, heads, h, D, pos, q, logit);
+                make_query(&r, qn & 1, k, ctx, heads, h, D, pos, q, logit);
                 attend(q, k, v, k, v, 0, ctx, heads, h, D, logit, o);
                 attend(q, k_hat, v_hat, k16, v16, accum ? lo : tokens, ctx, heads, h, D, logit, oh);
                 for (uint32_t d = 0; d < D; d++) {
