@@ -6,6 +6,7 @@ writing off, so nothing lands in the source tree."""
 import glob
 import json
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -34,12 +35,36 @@ def _fixed_port(args):
     return None
 
 
+def _below_ephemeral(args):
+    """args with a loopback --listen 127.0.0.1:0 given a free port below the kernel's ephemeral
+    range (ip_local_port_range starts at 32768 here), and whether it was: a node is often started
+    again on the port it got first, and an ephemeral one can meanwhile be the local end of any
+    process's outgoing connection (seen: 'address already in use' for over 10 s)."""
+    args = list(args)
+    for i, a in enumerate(args[:-1]):
+        if a == "--listen" and args[i + 1] == "127.0.0.1:0":
+            for _ in range(100):
+                port = random.randrange(20000, 32768)
+                with socket.socket() as s:
+                    try:
+                        s.bind(("127.0.0.1", port))
+                    except OSError:
+                        continue
+                args[i + 1] = f"127.0.0.1:{port}"
+                return args, True
+    return args, False
+
+
 def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", timeout_s=30):
     """kvpackd ARGS --ready-file READY (a stale READY removed first); once it listens returns
-    (proc, "127.0.0.1:PORT"). The test exits when the node dies or is not up in timeout_s. A node
+    (proc, "127.0.0.1:PORT"). The test exits when the node dies or is not up in timeout_s. A
+    --listen 127.0.0.1:0 gets a free port below the ephemeral range (_below_ephemeral), another
+    one when the node exits at once (a test running beside this one took it meanwhile). A node
     coming back on a fixed port that exits at once is started again for up to 10 s: meanwhile
     another test's client may hold that port as the local end of a connection (tests run two at a
     time), and the node then fails 'address already in use' until it closes."""
+    asked = args
+    args, picked = _below_ephemeral(asked)
     retry_until = time.monotonic() + (10 if _fixed_port(args) else 0)
     while True:
         if os.path.exists(ready):
@@ -55,6 +80,9 @@ def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", t
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        elif picked and time.monotonic() < retry_until:
+            args, picked = _below_ephemeral(asked)  # another port, not the same one again
+            continue
         elif time.monotonic() < retry_until:
             print(f"{what} exited at start on port {_fixed_port(args)}: started again",
                   file=sys.stderr)

@@ -258,6 +258,13 @@ static int setup(bench_t *b)
         fprintf(stderr, "kvpack bench attn: out of memory for %u tokens\n", b->T);
         return 1;
     }
+    /* written once, untimed: calloc'd memory never written maps every page to the kernel's one
+     * zero page, so reading it flushed nothing (a review measured a hot 8 MiB set as hot after
+     * it); and the decode buffers' first-touch page faults out of round 0's decode-then-attend
+     * (it was 3x the later rounds, so --rounds 1 or 2 inflated fused_vs_decode) */
+    memset(b->evict, 0x5a, EVICT_BYTES);
+    memset(b->kd, 0, n * 2);
+    memset(b->vd, 0, n * 2);
     b->out_d             = b->out_f + (size_t)b->Hq * b->D;
     b->out_h             = b->out_d + (size_t)b->Hq * b->D;
     b->prm.field_mask    = KVP_ATTN_PARAM_SCRATCH;

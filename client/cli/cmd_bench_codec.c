@@ -310,6 +310,21 @@ int kvp_cmd_bench_codec(int argc, char **argv)
         return kvp_cli_usage_error("bench codec", "no codec asked for takes --heads %u x "
                                    "--head-dim %u with --page-tokens %u", b.heads, b.dim, b.P);
     }
+    for (int c = 0; c < nlist; c++) { /* implementations to run, for the progress line */
+        const char       *impls[4];
+        size_t            ni = kvp_codec_impls(list[c], impls, 4);
+        kvp_page_params_t pp = {.codec = list[c], .heads = b.heads, .head_dim = b.dim,
+                                .page_tokens = b.P};
+
+        for (size_t ii = 0; ii < ni && kvp_codec_check(&pp) == KVP_OK; ii++) {
+            total_impls += impl_s == NULL || strcmp(impl_s, impls[ii]) == 0;
+        }
+    }
+    if (total_impls == 0) { /* --impl foo (or avx2 on a CPU without it) ran nothing, exit 0 */
+        fprintf(stderr, "kvpack bench codec: no codec asked for has an implementation '%s' on "
+                        "this CPU (ref, and avx2 where the CPU has AVX2)\n", impl_s ? impl_s : "any");
+        return impl_s != NULL && strcmp(impl_s, "ref") != 0 && strcmp(impl_s, "avx2") != 0 ? 2 : 1;
+    }
     b.in    = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench in");
     b.out   = kvp_malloc((size_t)b.npages * b.page_elems * 4, "bench out");
     b.pages = kvp_malloc((size_t)b.npages * b.page_cap, "bench pages");
@@ -344,16 +359,6 @@ int kvp_cmd_bench_codec(int argc, char **argv)
                b.dim, b.P, b.threads, b.threads == 1 ? "" : "s", mc);
         printf("%-8s %-5s %10s %10s %11s %10s %19s %19s\n", "codec", "impl", "enc_GB/s",
                "dec_GB/s", "decrot_GB/s", "mcpy_GB/s", "enc/mcpy [range]", "dec/mcpy [range]");
-    }
-    for (int c = 0; c < nlist; c++) { /* implementations to run, for the progress line */
-        const char       *impls[4];
-        size_t            ni = kvp_codec_impls(list[c], impls, 4);
-        kvp_page_params_t pp = {.codec = list[c], .heads = b.heads, .head_dim = b.dim,
-                                .page_tokens = b.P};
-
-        for (size_t ii = 0; ii < ni && kvp_codec_check(&pp) == KVP_OK; ii++) {
-            total_impls += impl_s == NULL || strcmp(impl_s, impls[ii]) == 0;
-        }
     }
     for (int c = 0; c < nlist && !err; c++) {
         const char       *impls[4];

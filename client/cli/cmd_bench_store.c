@@ -98,6 +98,24 @@ static void drop_cache_dir(const char *dir)
     closedir(dp);
 }
 
+/* The run's directory, removed at exit however the run ends (a failed step used to leave it,
+ * with a raw file as large as the run's data); empty with --keep or once removed. */
+static char bs_dir[PATH_MAX];
+
+static void bs_dir_remove(void)
+{
+    char cmd[PATH_MAX + 16];
+
+    if (bs_dir[0] == '\0') {
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", bs_dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "kvpack: could not remove %s\n", bs_dir);
+    }
+    bs_dir[0] = '\0';
+}
+
 /* Raw sequential write then read of bytes to path: GB/s of each. */
 static int raw_io(const char *path, uint64_t bytes, double *wr_gbs, double *rd_gbs, bool *direct_p)
 {
@@ -128,9 +146,12 @@ static int raw_io(const char *path, uint64_t bytes, double *wr_gbs, double *rd_g
     }
     t0 = kvp_time_s();
     for (done = 0; done < bytes; done += RAW_BLK) {
+        ssize_t w;
+
         buf[0] = (uint8_t)done; /* every block distinct */
-        if (write(fd, buf, RAW_BLK) != (ssize_t)RAW_BLK) {
-            fprintf(stderr, "kvpack: write to %s failed: %s\n", path, strerror(errno));
+        if ((w = write(fd, buf, RAW_BLK)) != (ssize_t)RAW_BLK) { /* short: no errno set */
+            fprintf(stderr, "kvpack: write to %s failed: %s\n", path,
+                    w < 0 ? strerror(errno) : "short write (the disk is full?)");
             close(fd);
             kvp_free(buf);
             return -1;
@@ -505,6 +526,10 @@ int kvp_cmd_bench_store(int argc, char **argv)
         fprintf(stderr, "kvpack: cannot create a directory under %s: %s\n", base, strerror(errno));
         return 1;
     }
+    if (!o.keep) {
+        snprintf(bs_dir, sizeof(bs_dir), "%s", dir);
+        atexit(bs_dir_remove);
+    }
     snprintf(db, sizeof(db), "%s/db", dir);
     snprintf(raw, sizeof(raw), "%s/raw.bin", dir);
     page = kvp_malloc(KVP_PAGE_HDR_BYTES + 2 * o.heads * o.head_dim * o.tokens * 2 + 64,
@@ -627,14 +652,7 @@ int kvp_cmd_bench_store(int argc, char **argv)
         fprintf(stderr, "kvpack: bench store: index benchmark failed\n");
         return 1;
     }
-    if (!o.keep) {
-        char cmd[700];
-
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "kvpack: could not remove %s\n", dir);
-        }
-    }
+    bs_dir_remove(); /* --keep: nothing to do */
     {
         double spill_gbs   = (double)total / t_spill / 1e9;
         double restore_gbs = (double)total / t_restore / 1e9;
