@@ -1082,6 +1082,11 @@ err_free:
     return status;
 }
 
+int kvp_xfer_peer_errors(kvp_xfer_h x)
+{
+    return x->peer_errors;
+}
+
 void kvp_xfer_destroy(kvp_xfer_h x)
 {
     if (x == NULL) {

@@ -9,7 +9,10 @@
  * KVP_POWER_SEG_WRITE_SLEEP_MS=N after each segment write, so a stream of commits spans several
  * syncs.
  * A file unlinked (or renamed over) takes its held writes with it, as a power loss would: its
- * inode may be reused by the next file. Loaded into test_crash's child only. */
+ * inode may be reused by the next file. $KVP_POWER_MARK names a file the shim creates when it first
+ * holds a write back, so a test can tell the model was in effect (a shim that failed to load, or a
+ * store writing through a call it does not take, left every check trivially true).
+ * Loaded into test_crash's child only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -114,7 +117,13 @@ static void hold(int k, const struct stat *sb, off_t off, const struct iovec *io
         pp = &(*pp)->next;
     }
     *pp = h;
-    nheld++;
+    if (nheld++ == 0 && getenv("KVP_POWER_MARK") != NULL) { /* the model is in effect */
+        int fd = open(getenv("KVP_POWER_MARK"), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
     pthread_mutex_unlock(&mu);
     if (k == SEGMENT) {
         nap("KVP_POWER_SEG_WRITE_SLEEP_MS");

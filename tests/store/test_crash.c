@@ -210,7 +210,7 @@ static bool power_naps(void)
 int main(int argc, char **argv)
 {
     int      rounds = argc > 2 ? atoi(argv[2]) : 24;
-    char     dir[256];
+    char     dir[256], mark[300];
     uint64_t acked_total = 0, killed_early = 0;
     const char *mode, *shim = argc > 5 ? argv[5] : NULL;
     bool        interval;
@@ -229,6 +229,8 @@ int main(int argc, char **argv)
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     t_tmpdir(dir, sizeof(dir), "crash");
+    snprintf(mark, sizeof(mark), "%s.power_mark", dir); /* beside dir: rounds reopen dir */
+    unlink(mark);
     for (int r = 0; r < rounds; r++) {
         int      in[2], out[2], status;
         pid_t    pid;
@@ -247,7 +249,9 @@ int main(int argc, char **argv)
             dup2(out[1], 1);
             close(in[1]);
             close(out[0]);
-            if (shim != NULL && (setenv("LD_PRELOAD", shim, 1) != 0 || (interval && !power_naps()))) {
+            if (shim != NULL && (setenv("LD_PRELOAD", shim, 1) != 0 ||
+                                 setenv("KVP_POWER_MARK", mark, 1) != 0 ||
+                                 (interval && !power_naps()))) {
                 _exit(126);
             }
             execl(argv[1], argv[1], dir, mode, (char *)NULL);
@@ -310,6 +314,9 @@ int main(int argc, char **argv)
             (unsigned long long)deletes_total, (unsigned long long)compact_reports, (unsigned long long)killed_early, nsids);
     CHECK(!spill_mode || spilled_total > 0);
     CHECK(!compact_mode || (deletes_total > 0 && compact_reports > 0));
+    CHECK(acked_total > 0); /* a child that died at start would make every round vacuous */
+    CHECK(shim == NULL || access(mark, F_OK) == 0); /* the power model held writes back */
     t_rmrf(dir);
+    unlink(mark);
     return 0;
 }

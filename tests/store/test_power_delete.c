@@ -68,7 +68,7 @@ int main(int argc, char **argv)
         return 2;
     }
     for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
-        char               dir[512], mode_s[8];
+        char               dir[512], mode_s[8], mark[600];
         pid_t              pid;
         int                wst;
         kvp_store_h        st;
@@ -77,16 +77,20 @@ int main(int argc, char **argv)
 
         t_tmpdir(dir, sizeof(dir), "powerdel");
         snprintf(mode_s, sizeof(mode_s), "%d", (int)modes[m].mode);
+        snprintf(mark, sizeof(mark), "%s.power_mark", dir);
+        unlink(mark);
         pid = fork();
         CHECK(pid >= 0);
         if (pid == 0) {
-            if (setenv("LD_PRELOAD", argv[1], 1) == 0) {
+            if (setenv("LD_PRELOAD", argv[1], 1) == 0 && setenv("KVP_POWER_MARK", mark, 1) == 0) {
                 execl("/proc/self/exe", argv[0], "child", dir, mode_s, (char *)NULL);
             }
             _exit(127);
         }
         CHECK(waitpid(pid, &wst, 0) == pid);
         CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+        CHECK(access(mark, F_OK) == 0); /* the shim held writes back: the model was in effect */
+        unlink(mark);
         st = open_st(dir, modes[m].mode);
         t_session(&G, 500, 0, 500, 4, 0, &d0);
         t_session(&G, 501, 0, 501, 4, 0, &d1);

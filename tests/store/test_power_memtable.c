@@ -61,7 +61,7 @@ int main(int argc, char **argv)
     int                wst, whole = 0, absent = 0, bad = 0;
     kvp_store_h        st;
     kvp_session_desc_t d;
-    char               sid[32];
+    char               sid[32], mark[600];
 
     if (argc == 3 && strcmp(argv[1], "put") == 0) {
         put_and_die(argv[2]);
@@ -72,10 +72,12 @@ int main(int argc, char **argv)
         return 2;
     }
     t_tmpdir(dir, sizeof(dir), "powermem");
+    snprintf(mark, sizeof(mark), "%s.power_mark", dir);
+    unlink(mark);
     pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
-        if (setenv("LD_PRELOAD", argv[1], 1) == 0) {
+        if (setenv("LD_PRELOAD", argv[1], 1) == 0 && setenv("KVP_POWER_MARK", mark, 1) == 0) {
             execl("/proc/self/exe", argv[0], "put", dir, (char *)NULL);
         }
         _exit(127);
@@ -106,6 +108,8 @@ int main(int argc, char **argv)
            bad);
     CHECK(bad == 0);
     CHECK(whole > 0);
+    CHECK(access(mark, F_OK) == 0); /* the shim held writes back: the model was in effect */
+    unlink(mark);
     t_rmrf(dir);
     printf("PASS\n");
     return 0;

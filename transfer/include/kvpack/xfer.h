@@ -122,6 +122,8 @@ typedef struct kvp_xfer_params {
 } kvp_xfer_params_t;
 
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
+/* The UCX error mode its endpoints use: 1 peer, 0 none (the param, else KVP_UCX_ERR_MODE). */
+int          kvp_xfer_peer_errors(kvp_xfer_h x);
 /* Force-closes every connection and releases everything; every send not completed yet completes
  * (its callback runs) before this returns. NULL is a no-op. */
 void         kvp_xfer_destroy(kvp_xfer_h x);
