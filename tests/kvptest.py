@@ -65,7 +65,8 @@ def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", t
     time), and the node then fails 'address already in use' until it closes."""
     asked = args
     args, picked = _below_ephemeral(asked)
-    retry_until = time.monotonic() + (10 if _fixed_port(args) else 0)
+    retry_until = time.monotonic() + (10 if _fixed_port(asked) else 0)
+    repicks = 3  # a port taken between the check and the node's bind: up to 3 others
     while True:
         if os.path.exists(ready):
             os.unlink(ready)
@@ -80,8 +81,12 @@ def start_kvpackd(kvpackd, ready, args, env=None, stderr=None, what="kvpackd", t
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        elif picked and time.monotonic() < retry_until:
-            args, picked = _below_ephemeral(asked)  # another port, not the same one again
+        elif picked and proc.returncode == 1 and repicks > 0:
+            # exit 1 is how a node refuses a taken port (a crash is a signal: not retried)
+            repicks -= 1
+            print(f"{what} exited 1 at start on port {_fixed_port(args)}: another port",
+                  file=sys.stderr)
+            args, picked = _below_ephemeral(asked)
             continue
         elif time.monotonic() < retry_until:
             print(f"{what} exited at start on port {_fixed_port(args)}: started again",

@@ -19,6 +19,7 @@
 #include "kvpack/codec.h"
 #include "kvpack/kvpack.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -104,8 +105,9 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
         !kvp_cli_geometry("demo", "--heads", o->heads, "--head-dim", o->head_dim,
                           "--page-tokens", o->page_tokens) ||
         !kvp_cli_codec_fits("demo", o->codec, o->heads, o->head_dim, o->page_tokens) ||
-        !kvp_cli_codec_fits("demo", KVP_CODEC_FP16, o->heads, o->head_dim, o->page_tokens)) {
-        return 2; /* the tail pages are fp16: refused before a node starts */
+        (o->tokens % o->page_tokens != 0 &&
+         !kvp_cli_codec_fits("demo", KVP_CODEC_FP16, o->heads, o->head_dim, o->page_tokens))) {
+        return 2; /* the tail pages (tokens % P) are fp16: refused before a node starts */
     }
     if (o->role == NULL && (o->node != NULL || o->result_file != NULL)) {
         return kvp_cli_usage_error("demo", "--node and --result-file go with --role only (the "
@@ -480,6 +482,8 @@ static volatile sig_atomic_t demo_node_pid, demo_role_pid, demo_signal;
 
 static void demo_on_signal(int sig)
 {
+    int saved = errno;
+
     demo_signal = sig;
     if (demo_role_pid > 0) {
         kill((pid_t)demo_role_pid, SIGTERM);
@@ -487,6 +491,7 @@ static void demo_on_signal(int sig)
     if (demo_node_pid > 0) {
         kill((pid_t)demo_node_pid, SIGTERM);
     }
+    errno = saved;
 }
 
 static void demo_rm_dir(const char *dir)
@@ -526,9 +531,9 @@ static int node_start(demo_env_t *e, int round)
     }
     if (kvp_proc_wait_file(ready, e->node_pid, 30000, buf, sizeof(buf)) != 0) {
         fprintf(stderr, "kvpack demo: kvpackd did not become ready (log: %s)\n", log);
+        demo_node_pid = 0; /* it may be reaped already: its pid is not ours to signal */
         kvp_proc_stop(e->node_pid, 2000);
-        e->node_pid   = -1;
-        demo_node_pid = 0;
+        e->node_pid = -1;
         return -1;
     }
     snprintf(e->node, sizeof(e->node), "127.0.0.1:%d", atoi(buf));
@@ -662,6 +667,7 @@ static int demo_orchestrate(const demo_opts_t *o)
 
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = demo_on_signal;
+        sa.sa_flags   = SA_RESTART; /* a say() to a pipe is not cut short */
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
@@ -709,6 +715,8 @@ out:
         kvp_proc_stop(e.node_pid, 10000);
     }
     demo_node_pid = 0;
+    signal(SIGINT, SIG_DFL); /* from here a signal ends the demo as it would any program */
+    signal(SIGTERM, SIG_DFL);
     if (demo_signal != 0) {
         if (o->keep_dir) {
             fprintf(stderr, "kvpack demo: interrupted (files kept in %s)\n", e.dir);

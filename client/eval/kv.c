@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -401,6 +402,7 @@ kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
     } else {
         if (strlen(tmp) < sizeof(kvd_tmp_path)) {
             memcpy(kvd_tmp_path, tmp, strlen(tmp) + 1);
+            atomic_signal_fence(memory_order_seq_cst); /* the path whole before the flag */
             kvd_tmp_live = 1;
         }
         ok  = kvd_write_new(fd, had_old ? &st : NULL, kv) && rename(tmp, target) == 0;
