@@ -7,6 +7,7 @@
 #include "codec_ops.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static const char *const codec_names[KVP_CODEC_MAX] = {
@@ -48,16 +49,22 @@ const char *kvp_codec_impl_name(kvp_codec_id_t codec)
     return ops != NULL ? ops->impl : "none";
 }
 
+/* The page format's limits, which every codec's own check assumes (kivi divides by head_dim). */
+static bool geom_in_limits(uint32_t heads, uint32_t head_dim, uint32_t capacity)
+{
+    return heads != 0 && heads <= KVP_PAGE_MAX_HEADS && head_dim != 0 &&
+           head_dim <= KVP_PAGE_MAX_DIM && capacity != 0 && capacity <= KVP_PAGE_MAX_TOKENS;
+}
+
 size_t kvp_codec_payload_bytes(kvp_codec_id_t codec, uint32_t heads, uint32_t head_dim,
                                uint32_t capacity, uint32_t valid)
 {
     const kvp_codec_ops_t *ops = codec_ops(codec);
     kvp_codec_geom_t       g   = {heads, head_dim, capacity, valid};
 
-    if (ops == NULL || heads == 0 || heads > KVP_PAGE_MAX_HEADS || head_dim == 0 ||
-        head_dim > KVP_PAGE_MAX_DIM || capacity == 0 || capacity > KVP_PAGE_MAX_TOKENS ||
-        valid > capacity || ops->check(&g) != KVP_OK) {
-        return 0; /* the codecs' own checks assume the page limits (kivi divides by head_dim) */
+    if (ops == NULL || !geom_in_limits(heads, head_dim, capacity) || valid > capacity ||
+        ops->check(&g) != KVP_OK) {
+        return 0;
     }
     return ops->payload_bytes(&g);
 }
@@ -71,9 +78,7 @@ kvp_status_t kvp_codec_check(const kvp_page_params_t *params)
     if (ops == NULL) {
         return KVP_ERR_UNSUPPORTED;
     }
-    if (params->heads == 0 || params->heads > KVP_PAGE_MAX_HEADS || params->head_dim == 0 ||
-        params->head_dim > KVP_PAGE_MAX_DIM || params->page_tokens == 0 ||
-        params->page_tokens > KVP_PAGE_MAX_TOKENS) {
+    if (!geom_in_limits(params->heads, params->head_dim, params->page_tokens)) {
         return KVP_ERR_INVALID;
     }
     status = ops->check(&g);

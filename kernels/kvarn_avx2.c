@@ -404,6 +404,23 @@ static float imb_v(const float *colstd, uint32_t C, const float *rowstd, uint32_
     return kvp_hd_ratio(cmx, cmn) + kvp_hd_ratio(rmx, rmn);
 }
 
+/* the column stds from the column sums S1/S2 of R rows (times ic, the column reciprocals, when
+ * not NULL) into colstd; returns the ill8 lanes (0 for one row: no column spread to lose) */
+static int col_stds(const varn_rows_t *v, uint32_t R, uint32_t C, const float *ic, float *colstd)
+{
+    __m256 inv_r = _mm256_set1_ps(1.0f / (float)R);
+    int    ill   = 0;
+
+    for (uint32_t c = 0; c < C; c += 8) {
+        __m256 s1 = _mm256_loadu_ps(v->S1 + c), s2 = _mm256_loadu_ps(v->S2 + c);
+        __m256 sd = std8(s1, s2, R);
+
+        ill |= R > 1 ? ill8(s1, s2, inv_r) : 0;
+        _mm256_storeu_ps(colstd + c, ic != NULL ? _mm256_mul_ps(sd, _mm256_loadu_ps(ic + c)) : sd);
+    }
+    return ill;
+}
+
 /* work: 5*C + 4*Rp floats, Rp = R rounded up to 16 (the kernel contract gives R*C + 4*(R+C);
  * tiles too small for that take the reference).
  * Skipped parts (exact, not an early stop): every iteration runs, but a part whose inputs did not
@@ -424,7 +441,6 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
     varn_rows_t v;
     float       best, e_lo = expf(KVP_VARN_LOG_LO), e_hi = expf(KVP_VARN_LOG_HI);
     int         rows_moved = 1, ill = 0;
-    __m256      inv_r = _mm256_set1_ps(1.0f / (float)R);
     next_cursor_t nc;
 
     if (C % 8 != 0 || (size_t)R * C + 4 * (size_t)(R + C) < 5 * (size_t)C + 4 * (size_t)Rp) {
@@ -447,12 +463,7 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
         Sr[r] = 1.0f;
     }
     (void)fused_pass(X, R, C, ic, &v, 0, 1, e_lo, e_hi, &nc);
-    for (uint32_t c = 0; c < C; c += 8) {
-        __m256 s1 = _mm256_loadu_ps(v.S1 + c), s2 = _mm256_loadu_ps(v.S2 + c);
-
-        ill |= R > 1 ? ill8(s1, s2, inv_r) : 0; /* one row: no column spread to lose */
-        _mm256_storeu_ps(colstd + c, std8(s1, s2, R));
-    }
+    ill |= col_stds(&v, R, C, NULL, colstd);
     if (ill) {
         kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work, next);
         return 0;
@@ -495,12 +506,7 @@ static int varn_tile(const float *X, uint32_t R, uint32_t C, uint32_t iters, flo
             }
         }
         rows_moved = moved;
-        for (uint32_t c = 0; c < C; c += 8) {
-            __m256 s1 = _mm256_loadu_ps(v.S1 + c), s2 = _mm256_loadu_ps(v.S2 + c);
-
-            ill |= R > 1 ? ill8(s1, s2, inv_r) : 0;
-            _mm256_storeu_ps(colstd + c, _mm256_mul_ps(std8(s1, s2, R), _mm256_loadu_ps(ic + c)));
-        }
+        ill |= col_stds(&v, R, C, ic, colstd);
         if (ill) { /* the scales so far came from bad stds: the reference from the start */
             kvp_q2_ref_varn(X, R, C, iters, Sc, Sr, work, next);
             return 0;

@@ -10,6 +10,7 @@
  * segment compaction against a raw read + write of the bytes it moved. Never asserts on speed. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "cli.h"
+#include "proc.h"
 
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -104,13 +105,10 @@ static char bs_dir[PATH_MAX];
 
 static void bs_dir_remove(void)
 {
-    char cmd[PATH_MAX + 16];
-
     if (bs_dir[0] == '\0') {
         return;
     }
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", bs_dir);
-    if (system(cmd) != 0) {
+    if (kvp_proc_rm_rf(bs_dir, 60000) != 0) {
         fprintf(stderr, "kvpack: could not remove %s\n", bs_dir);
     }
     bs_dir[0] = '\0';

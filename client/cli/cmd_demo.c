@@ -494,13 +494,6 @@ static void demo_on_signal(int sig)
     errno = saved;
 }
 
-static void demo_rm_dir(const char *dir)
-{
-    char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
-
-    kvp_proc_wait(kvp_proc_spawn(argv, NULL), 30000);
-}
-
 static int node_start(demo_env_t *e, int round)
 {
     char  ready[PATH_MAX + 32], log[PATH_MAX + 32], buf[64];
@@ -721,7 +714,7 @@ out:
         if (o->keep_dir) {
             fprintf(stderr, "kvpack demo: interrupted (files kept in %s)\n", e.dir);
         } else {
-            demo_rm_dir(e.dir);
+            kvp_proc_rm_rf(e.dir, 30000);
             fprintf(stderr, "kvpack demo: interrupted; removed %s\n", e.dir);
         }
         return 128 + demo_signal;
@@ -792,7 +785,7 @@ out:
         printf("%s\n", ok ? "demo: all checks passed" : "demo: CHECKS FAILED");
     }
     if (ok && !o->keep_dir) {
-        demo_rm_dir(e.dir);
+        kvp_proc_rm_rf(e.dir, 30000);
     } else {
         fprintf(stderr, "kvpack demo: files kept in %s\n", e.dir);
     }

@@ -394,9 +394,7 @@ static void node_down(const lt_opts_t *o, lt_node_t *n, bool ok)
         return;
     }
     if (ok && !o->keep_dir) {
-        char *argv[] = {"/bin/rm", "-rf", n->dir, NULL};
-
-        kvp_proc_wait(kvp_proc_spawn(argv, NULL), 60000);
+        kvp_proc_rm_rf(n->dir, 60000);
     } else {
         fprintf(stderr, "kvpack loadtest: node files kept in %s\n", n->dir);
     }

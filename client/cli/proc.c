@@ -97,6 +97,13 @@ int kvp_proc_stop(pid_t pid, unsigned timeout_ms)
     return rc;
 }
 
+int kvp_proc_rm_rf(const char *dir, unsigned timeout_ms)
+{
+    char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
+
+    return kvp_proc_wait(kvp_proc_spawn(argv, NULL), timeout_ms);
+}
+
 int kvp_proc_sibling(const char *name, char *out, size_t out_len)
 {
     char    self[PATH_MAX];

@@ -19,6 +19,8 @@ pid_t kvp_proc_spawn(char *const argv[], const char *log_path);
 int   kvp_proc_wait(pid_t pid, unsigned timeout_ms);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. Returns the exit status as kvp_proc_wait. */
 int   kvp_proc_stop(pid_t pid, unsigned timeout_ms);
+/* rm -rf dir (a run's own temporary directory), waited for up to timeout_ms: 0 when it went. */
+int   kvp_proc_rm_rf(const char *dir, unsigned timeout_ms);
 /* Path of a binary next to the running executable (e.g. "kvpackd"); 0 when it exists. */
 int   kvp_proc_sibling(const char *name, char *out, size_t out_len);
 /* Wait until path holds a complete line (ends in '\n'); copy it to buf. -1 if pid exits first,
