@@ -15,7 +15,7 @@ import threading
 import weakref
 
 __all__ = ["KvpError", "load", "Key128", "PageParams", "SessionDesc", "SessionPages", "NodeStat",
-           "SessionInfo", "SessionList", "Client", "PutStream", "Cluster", "ClusterSessionInfo",
+           "SessionInfo", "SessionList", "Client", "PutStream", "Cluster", "ClusterPutStream", "ClusterSessionInfo",
            "ClusterSessionList", "page_encode", "page_decode", "page_parse",
            "page_max_bytes", "codec_name", "codec_from_name", "ns_fingerprint", "chunk_key",
            "status_name", "status_str", "version"]
@@ -32,6 +32,7 @@ _CLUSTER_PARAM_PEERS, _CLUSTER_PARAM_REPLICAS, _CLUSTER_PARAM_CLIENT = 1, 2, 4
 _CLUSTER_PARAM_ETCD = 16
 CLUSTER_MAX_NODES = 64                       # KVP_CLUSTER_MAX_NODES
 ERR_INVALID, ERR_NOT_FOUND = -2, -3          # kvp_status_t values Cluster raises itself
+ERR_PEER_UNREACHABLE = -40
 
 
 class KvpError(Exception):
@@ -42,8 +43,12 @@ class KvpError(Exception):
     ok_nodes = ()
 
     def __init__(self, status, name, message, what=""):
-        self.status, self.name, self.message = status, name, message
+        self.status, self.name, self.message, self.what = status, name, message, what
         super().__init__(f"{what + ': ' if what else ''}{name} ({status}): {message}")
+
+    def __reduce__(self):  # pickles (multiprocessing): its arguments, then failed and ok_nodes
+        return (type(self), (self.status, self.name, self.message, self.what),
+                {"failed": list(self.failed), "ok_nodes": list(self.ok_nodes)})
 
 
 # ---- C types (layouts of kvpack.h, codec.h, page.h) ----
@@ -391,11 +396,13 @@ def version():
 
 
 def status_name(status):
-    return _L().kvp_status_name(status).decode()
+    n = _i32(status, "status")
+    return _L().kvp_status_name(n).decode()
 
 
 def status_str(status):
-    return _L().kvp_status_str(status).decode()
+    n = _i32(status, "status")
+    return _L().kvp_status_str(n).decode()
 
 
 def _check(status, what=""):
@@ -406,12 +413,25 @@ def _check(status, what=""):
 # ---- argument checks (before C is called) ----
 def _u(value, what, bits=32):
     """value as an int in 0..2^bits-1 (any integer type, numpy's too; not bool or float)."""
-    try:
-        n = operator.index(value) if not isinstance(value, bool) else None
-    except TypeError:
-        n = None
+    n = _int(value, what)
     if n is None or not 0 <= n < (1 << bits):
         raise ValueError(f"{what} must be an integer in 0..2^{bits}-1, got {value!r}")
+    return n
+
+
+def _int(value, what):
+    """value as an int (any integer type, numpy's too; not bool or float), else None."""
+    try:
+        return operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        return None
+
+
+def _i32(value, what):
+    """value as an int in -2^31..2^31-1 (a C int: ctypes would wrap a larger one silently)."""
+    n = _int(value, what)
+    if n is None or not -(1 << 31) <= n < (1 << 31):
+        raise ValueError(f"{what} must be an integer in -2^31..2^31-1, got {value!r}")
     return n
 
 
@@ -437,7 +457,8 @@ def _codec_id(codec):
 
 
 def _buf(obj, what):
-    """(ctypes char array over obj's bytes, nbytes, memoryview format); copies read-only input."""
+    """(C buffer over obj's bytes, nbytes, memoryview format): bytes as they are (immutable, C
+    only reads them), a writable buffer in place, another read-only one copied."""
     try:
         mv = memoryview(obj)
     except TypeError:
@@ -447,6 +468,8 @@ def _buf(obj, what):
     n, fmt = mv.nbytes, mv.format.lstrip("@=<")
     if n == 0:
         return (ctypes.c_char * 1)(), 0, fmt
+    if type(obj) is bytes:
+        return obj, n, fmt
     if mv.readonly:
         return (ctypes.c_char * n).from_buffer_copy(mv), n, fmt
     return (ctypes.c_char * n).from_buffer(mv), n, fmt
@@ -473,7 +496,8 @@ def _dtype(dtype, fmt, what):
 
 # ---- codecs and pages ----
 def codec_name(codec_id):
-    return _L().kvp_codec_name(codec_id).decode()
+    n = _i32(codec_id, "codec_id")
+    return _L().kvp_codec_name(n).decode()
 
 
 def codec_from_name(name):
@@ -553,6 +577,8 @@ def page_parse(page):
 def page_decode(page, dtype="f32", frame=FRAME_ORIGINAL):
     """Verify and decode a page: (k, v, info), k and v [valid][heads][head_dim] as array('f')
     (f32) or array('H') of IEEE half bits (f16); info as page_parse returns it."""
+    if dtype not in ("f32", "f16", DTYPE_F32, DTYPE_F16) or isinstance(dtype, bool):
+        raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")
     dt = _dtype(dtype, "B", "dtype")
     if frame not in (FRAME_ORIGINAL, FRAME_ROTATED):  # ctypes would wrap 2**40 to 0
         raise ValueError(f"frame must be FRAME_ORIGINAL or FRAME_ROTATED, got {frame!r}")
@@ -598,7 +624,7 @@ def _page_array(pages):
     """(ptr array, len array, n, keep-alive) over a list of page buffers."""
     bufs = [_buf(p, f"page {i}") for i, p in enumerate(pages)]
     n = len(bufs)
-    ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(b[0]) for b in bufs])
+    ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.cast(b[0], ctypes.c_void_p).value for b in bufs])
     lens = (ctypes.c_size_t * max(n, 1))(*[b[1] for b in bufs])
     return ptrs, lens, n, bufs
 
@@ -664,6 +690,7 @@ def _with_pages_cb(owner, on_pages, out, call):
         status = call(_PAGES_CB(run))
     finally:
         owner._guard[0] = False
+        owner._close_parked()
     if raised:
         if status == 0:
             _L().kvp_session_pages_free(out)
@@ -695,7 +722,13 @@ class _Handle:
         obj = super().__new__(cls)
         obj._lock = threading.RLock()
         obj._guard = [False]  # [inside a get's on_pages]: shared, as the lock, with its streams
+        obj._parked = []      # (destroy, handle, kept buffers) of streams dropped in on_pages
         return obj
+
+    def __copy__(self):  # a copy would share the C handle and destroy it twice
+        raise TypeError(f"kvpack {type(self).__name__} cannot be copied: it owns a C handle")
+
+    __deepcopy__ = __reduce__ = lambda self, *a: self.__copy__()  # noqa: E731
 
     @_serial
     def close(self):
@@ -712,9 +745,22 @@ class _Handle:
 
     def __del__(self):
         try:
+            if self._h is not None and self._guard[0]:
+                # dropped inside on_pages of a get on the handle it shares: that get holds the
+                # handle, so its close waits for the get to return (_close_parked); its buffers
+                # stay alive until then, since its shipping threads still read them
+                self._parked.append((self._destroy, self._h, getattr(self, "_keep", None)))
+                self._h = None
+                return
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn ctypes down
             pass
+
+    def _close_parked(self):
+        """Close the streams dropped inside an on_pages of this handle's get (see __del__)."""
+        while self._parked:
+            destroy, h, _keep = self._parked.pop(0)
+            getattr(_L(), destroy)(h)
 
     def _handle(self):
         if self._h is None:
@@ -928,10 +974,11 @@ class Cluster(_Handle):
         self._streams = weakref.WeakSet()  # its open put streams: closed before it is
         if (peers is None) == (etcd is None):
             raise _cluster_error(ERR_INVALID, "Cluster: give exactly one of peers= and etcd=")
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or \
-                not 1 <= replicas <= CLUSTER_MAX_NODES:
+        r = _int(replicas, "replicas")
+        if r is None or not 1 <= r <= CLUSTER_MAX_NODES:
             raise _cluster_error(ERR_INVALID, f"Cluster: replicas must be 1..{CLUSTER_MAX_NODES}, "
                                  f"got {replicas!r}")
+        replicas = r
         if etcd is None and etcd_prefix is not None:
             raise _cluster_error(ERR_INVALID, "Cluster: etcd_prefix needs etcd=")
         if peers is not None and not isinstance(peers, str):
@@ -1001,9 +1048,10 @@ class Cluster(_Handle):
             if node not in self.peers:
                 raise ValueError(f"{node!r} is not in the peer list {self.peers}")
             return self.peers.index(node)
-        if not isinstance(node, int) or not 0 <= node < len(self.peers):
+        k = _int(node, "node")
+        if k is None or not 0 <= k < len(self.peers):
             raise ValueError(f"node must be 0..{len(self.peers) - 1} or an address, got {node!r}")
-        return node
+        return k
 
     @_serial
     def rank(self, ns, sid):
@@ -1109,6 +1157,7 @@ class Cluster(_Handle):
         """Close its put streams (they use the cluster's handle), then the cluster, once."""
         for st in list(getattr(self, "_streams", ())):
             st.close()
+        self._close_parked()
         super().close()
 
     def _per_node(self, what, fn, arg, node):
@@ -1128,6 +1177,8 @@ class Cluster(_Handle):
                 res[a] = self._per_node(what, fn, arg, a)
             except KvpError as e:
                 res[a] = e
+        if not res:  # etcd may list no node at all
+            raise _cluster_error(ERR_PEER_UNREACHABLE, f"{what}: no node registered")
         errs = [e for e in res.values() if isinstance(e, KvpError)]
         if len(errs) == len(res):
             raise _cluster_error(errs[0].status, f"{what}: no node answered",
@@ -1172,6 +1223,7 @@ class ClusterPutStream(_Handle):
         self._h = None
         self._lock = cluster._lock  # it uses the cluster's handle: one lock for both
         self._guard = cluster._guard
+        self._parked = cluster._parked
         self._finished = False
         self._cluster, self._sid = cluster, sid
         self._keep = []

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -145,8 +146,14 @@ def run_codec():
         raises(lambda: kvpack.page_encode(kivi_pp, wrong, wrong, dtype="f32"), ValueError)
     # numbers out of their C type's range: ValueError, not a wrapped value
     for bad in ({"layer": -1}, {"layer": 1 << 16}, {"first_pos": 1 << 64}, {"flags": 1 << 32},
-                {"heads": 2 ** 32 + H}, {"kvarn_iters": -1}):
+                {"kvarn_iters": -1}):
         raises(lambda: kvpack.page_encode(dataclasses.replace(kivi_pp, **bad), k, v), ValueError)
+    # heads past uint32 (page_encode's size check would refuse it first: ask the params alone)
+    raises(lambda: kvpack.page_max_bytes(dataclasses.replace(kivi_pp, heads=2 ** 32 + H)),
+           ValueError)
+    for fn, bad in ((kvpack.codec_name, 2 ** 32 + 2), (kvpack.status_name, 2 ** 32 - 3),
+                    (kvpack.status_str, -(2 ** 31) - 1), (kvpack.codec_name, True)):
+        raises(lambda: fn(bad), ValueError)  # ctypes would wrap them to kivi / ERR_NOT_FOUND
     raises(lambda: kvpack.Key128(-1, 0), ValueError)
     raises(lambda: kvpack.Key128(0, 1 << 64), ValueError)
     raises(lambda: kvpack.ns_fingerprint("llama\0-8b", 1, H, D, P, "kivi"), ValueError)
@@ -158,6 +165,19 @@ def run_codec():
 
     # malformed pages: KvpError from the library's own checks
     e = raises(lambda: kvpack.page_decode(kivi[:-1]), kvpack.KvpError, {"ERR_BAD_PAGE"})
+    # a KvpError crosses processes (multiprocessing pickles it) with all it said
+    for err in (e, kvpack._cluster_error(-40, "get", [("a:1", "ERR_PEER_UNREACHABLE", "get")],
+                                         ["b:2"])):
+        got = pickle.loads(pickle.dumps(err)) if err is not None else None
+        check(got is not None and type(got) is kvpack.KvpError and str(got) == str(err) and
+              (got.status, got.name, got.message, got.failed, got.ok_nodes) ==
+              (err.status, err.name, err.message, list(err.failed), list(err.ok_nodes)),
+              f"KvpError through pickle: {got!r} for {err!r}")
+    de = raises(lambda: kvpack.page_decode(kivi, dtype=None), ValueError)
+    check(de is not None and "dtype must be 'f32' or 'f16'" in str(de),
+          f"page_decode(dtype=None): {de}")
+    # a bytes page goes to C as it is (immutable, C only reads it), not as a copy
+    check(kvpack._buf(kivi, "page")[0] is kivi, "a bytes page was copied")
     check(e is not None and e.status == -81 and e.message == "malformed page", f"truncated: {e}")
     flipped = bytearray(kivi)
     flipped[200] ^= 0x10

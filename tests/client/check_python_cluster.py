@@ -13,6 +13,9 @@ Cluster (its watch: sync() within a deadline, then ranked over 3 as Cluster(peer
 (else that part is skipped with a note).
 usage: check_python_cluster.py LIBKVPACK KVPACK KVPACKD CLUSTER_LAYOUT README"""
 import array
+import copy
+import functools
+import gc
 import json
 import os
 import random
@@ -53,13 +56,27 @@ def raises(fn, names):
     return None
 
 
+class Spy:
+    """Stands in for the loaded library (kvpack._lib): the functions in over as given (each
+    gets the real one first), every other one the real one."""
+    def __init__(self, real, **over):
+        self.real, self.over = real, over
+
+    def __getattr__(self, name):
+        fn = getattr(self.real, name)
+        return functools.partial(self.over[name], fn) if name in self.over else fn
+
+
 def check_layouts():
     c = json.loads(subprocess.run([layout_exe], capture_output=True, text=True,
                                   check=True).stdout)
     py = {"kvp_cluster_params_t": kvpack._ClusterParams, "kvp_cluster_try_t": kvpack._ClusterTry,
           "kvp_cluster_report_t": kvpack._ClusterReport, "kvp_cluster_list_t": kvpack._ClusterList,
           "kvp_session_info_t": kvpack._SessionInfo, "kvp_client_params_t": kvpack._ClientParams,
-          "kvp_append_t": kvpack._Append}
+          "kvp_append_t": kvpack._Append, "kvp_session_desc_t": kvpack._SessionDesc,
+          "kvp_session_pages_t": kvpack._SessionPages, "kvp_node_stat_t": kvpack._NodeStat,
+          "kvp_scrub_result_t": kvpack._ScrubResult, "kvp_page_params_t": kvpack._PageParams,
+          "kvp_page_info_t": kvpack._PageInfo}
     for name, cls in py.items():
         got = {"size": kvpack.ctypes.sizeof(cls)}
         got.update({f: getattr(cls, f).offset for f in c[name] if f != "size"})
@@ -252,6 +269,35 @@ def run_cluster():
         flat = [p for _, ps in sorted(runs, key=lambda r: r[0]) for p in ps]
         check(got.pages == sp[1] and flat == sp[1] and got.served_by != dead and runs[0][0] == 0,
               f"streamed get over the cluster: {len(runs)} runs from {got.served_by}")
+        # a stream whose last reference goes inside on_pages of a get on its cluster is closed
+        # when the get returns, its pushed buffers kept until then (its close used to be refused
+        # there and swallowed: the stream never closed, its buffers freed under its shipper)
+        closes, real_lib, holder = [], kvpack._lib, [cl.put_stream(sp[0], "dropped")]
+        holder[0].push([bytearray(p) for p in sp[1]])
+        kvpack._lib = Spy(real_lib, kvp_cluster_stream_close=lambda fn, h: (closes.append(h),
+                                                                            fn(h)))
+        try:
+            cl.get_session(sp[0], "late-st", on_pages=lambda first, pages: (holder.clear(),
+                                                                            gc.collect()))
+            check(len(closes) == 1 and not cl._parked,
+                  f"a stream dropped inside on_pages: closed {len(closes)} times at the get's end")
+        finally:
+            kvpack._lib = real_lib
+        # no node listed (etcd may list none): KvpError, not IndexError
+        kvpack._lib = Spy(real_lib, kvp_cluster_size=lambda fn, h: 0)
+        try:
+            for call in (cl.stat, cl.scrub):
+                e = raises(call, {"ERR_PEER_UNREACHABLE"})
+                check(e is not None and "no node" in str(e), f"{call.__name__} of no nodes: {e}")
+        finally:
+            kvpack._lib = real_lib
+        # a handle cannot be copied (both copies would destroy it), nor pickled
+        for how in (copy.copy, copy.deepcopy, __import__("pickle").dumps):
+            try:
+                how(cl)
+                check(False, f"{how.__name__} of a Cluster did not raise")
+            except TypeError:
+                pass
         with cl.put_stream(sp[0], "late-st2", also="127.0.0.1:1") as ps:
             ps.push(sp[1])
             took = ps.finish(sp[2])
@@ -310,6 +356,23 @@ def check_bad_args(addrs):
                       "each once")):
         e = raises(lambda: kvpack.Cluster(**kw), {"ERR_INVALID"})
         check(e is not None and want in str(e), f"Cluster({kw}): {e}")
+    # integers of any integer type (numpy's too), bool refused
+    class Index:
+        def __init__(self, n):
+            self.n = n
+
+        def __index__(self):
+            return self.n
+    with kvpack.Cluster(peers=peers, replicas=Index(2)) as c:
+        check(c.replicas == 2 and c.rank(1, "x") == c.rank(1, "x"), "replicas=Index(2)")
+        check(isinstance(c.stat(Index(0)), kvpack.NodeStat), "stat(node=Index(0))")
+        for bad in (True, 1.0, len(addrs)):
+            try:
+                c.stat(bad)
+                check(False, f"stat(node={bad!r}) did not raise")
+            except ValueError:
+                pass
+    raises(lambda: kvpack.Cluster(peers=peers, replicas=True), {"ERR_INVALID"})
     try:
         kvpack.Cluster(peers=peers).close()
         c = kvpack.Cluster(peers=peers)
