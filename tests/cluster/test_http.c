@@ -5,7 +5,9 @@
  * several writes, HTTP/1.0, bare-LF lines and empty lines before the request line; 431 for
  * headers past 8 KiB; 500 for reply headers past their buffer; the idle deadline (408); a full
  * table of silent connections with a far deadline does not keep /health waiting (the oldest gets
- * 408); the kvpack_request_duration_seconds histogram of known handling
+ * 408); /health says "stalled" when the main loop has not run for KVP_NODE_STALL_MS; the
+ * kvpack_disk_* families only with an SSD tier, kvpack_disk_free_bytes left out when the
+ * filesystem cannot be asked; the kvpack_request_duration_seconds histogram of known handling
  * times (cumulative buckets that hold exactly the times <= their le, +Inf = _count, _sum = the
  * recorded sum); the store's spill and restore histograms are whole families while a store is
  * open; no leaks. */
@@ -20,6 +22,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -244,6 +247,9 @@ static void test_life_cycle(void)
     kvp_node_obs_set_store(&obs, store);
     kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
     CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(strstr(body, "\nkvpack_dram_bytes ") != NULL);
+    CHECK(strstr(body, "kvpack_disk_") == NULL); /* DRAM only: no disk to alert on */
 
     CHECK(pthread_create(&th, NULL, bumper, &obs) == 0);
     for (int i = 0; i < 20; i++) {
@@ -424,6 +430,71 @@ static void test_full_table(void)
     kvp_node_obs_cleanup(&obs);
 }
 
+/* A main loop that has not run for more than KVP_NODE_STALL_MS (its last wake-up set back, as if
+ * it had stopped then): /health 503 "stalled", kvpack_serving 0; ok again once it runs. */
+static void test_stall(void)
+{
+    static char    body[1 << 20];
+    kvp_node_obs_t obs;
+    kvp_http_h     h;
+    uint16_t       port;
+
+    h = obs_serve(&obs, &port);
+    kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    atomic_store(&obs.loop_ns, kvp_time_ns() - (KVP_NODE_STALL_MS + 1000ull) * 1000000ull);
+    CHECK(get(port, "/health", body, sizeof(body)) == 503);
+    CHECK(strncmp(body, "stalled: main loop last ran ", 28) == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(strstr(body, "\nkvpack_serving 0\n") != NULL);
+    kvp_node_obs_loop(&obs);
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
+/* A store with an SSD tier: the kvpack_disk_* families are there, the free space > 0; with its
+ * directory moved away (the free space cannot be asked) kvpack_disk_free_bytes is left out, not
+ * 0, and the other disk families stay. */
+static void test_disk_families(void)
+{
+    static char        body[1 << 20];
+    char               dir[] = "/tmp/kvp_http_XXXXXX", moved[64], cmd[96];
+    kvp_node_obs_t     obs;
+    kvp_http_h         h;
+    kvp_store_h        store;
+    kvp_store_params_t sp;
+    uint16_t           port;
+    const char        *free_at;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(moved, sizeof(moved), "%s.moved", dir);
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask   = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                      KVP_STORE_PARAM_DISK_RESERVE;
+    sp.dram_budget  = 1 << 20;
+    sp.db_path      = dir;
+    sp.disk_reserve = 0;
+    CHECK_OK(kvp_store_open(&sp, &store));
+    h = obs_serve(&obs, &port);
+    kvp_node_obs_set_store(&obs, store);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    free_at = strstr(body, "\nkvpack_disk_free_bytes ");
+    CHECK(free_at != NULL && strtoull(free_at + 24, NULL, 10) > 0);
+    CHECK(strstr(body, "\nkvpack_disk_errors_total 0\n") != NULL);
+    CHECK(rename(dir, moved) == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(rename(moved, dir) == 0);
+    CHECK(strstr(body, "kvpack_disk_free_bytes") == NULL);
+    CHECK(strstr(body, "\nkvpack_disk_bytes ") != NULL);
+    kvp_node_obs_set_store(&obs, NULL);
+    kvp_store_close(store);
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     int64_t live = kvp_alloc_live_count();
@@ -432,6 +503,8 @@ int main(void)
     test_requests();
     test_blank_lines();
     test_full_table();
+    test_stall();
+    test_disk_families();
     test_histogram();
     CHECK(kvp_alloc_live_count() == live);
     printf("http: all checks passed\n");
