@@ -280,7 +280,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
         } else if ((v = opt(argc, argv, &i, "--dram-budget", &missing)) != NULL) {
             p.field_mask |= KVP_NODE_PARAM_DRAM_BUDGET;
             if (parse_bytes(v, &p.dram_budget) != 0) {
-                fprintf(stderr, "%s: bad --dram-budget '%s'\n", prog, v);
+                fprintf(stderr, "%s: --dram-budget wants bytes >= 1, suffixes K M G allowed "
+                        "(e.g. 512M), got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--max-msg", &missing)) != NULL) {
@@ -327,7 +328,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 }
             }
             if (lvl < 0) {
-                fprintf(stderr, "%s: --log-level wants error|warn|info|debug|trace\n", prog);
+                fprintf(stderr, "%s: --log-level wants error|warn|info|debug|trace, got '%s'\n",
+                        prog, v);
                 return 2;
             }
             kvp_log_set_level((kvp_log_level_t)lvl);
