@@ -1,8 +1,9 @@
 /* etcd.c - kvpack's etcd client (kvpack/etcd.h): POSTs to the v3 HTTP JSON gateway over one
  * libcurl easy handle (keep-alive), moving to the next endpoint when one cannot be reached or
  * cannot serve (5xx, not JSON, no quorum: kvp_etcd_reply_check); lease grant / keepalive /
- * revoke, put, prefix range, and the member list built from a range. kvp_etcd_cancel (any
- * thread) ends a call in progress through curl's progress callback, which curl runs while it waits.
+ * revoke, a put only while the key is absent or holds a given value (a txn), prefix range, and
+ * the member list built from a range. kvp_etcd_cancel (any thread) ends a call in progress
+ * through curl's progress callback, which curl runs while it waits.
  * Main flow: a call -> etcd_post (body in, reply body out, error body -> status) -> etcd_json.c. */
 #include "kvpack/etcd.h"
 #include "kvpack/alloc.h"
@@ -307,23 +308,50 @@ kvp_status_t kvp_etcd_lease_revoke(kvp_etcd_h e, int64_t lease)
     return lease_post(e, "/v3/lease/revoke", lease);
 }
 
-kvp_status_t kvp_etcd_put(kvp_etcd_h e, const char *key, const char *value, int64_t lease)
+kvp_status_t kvp_etcd_put_if(kvp_etcd_h e, const char *key, const char *value, int64_t lease,
+                             const char *if_value, int *put_p, char **held_p)
 {
-    char        *k = b64_dup(key, strlen(key)), *v = b64_dup(value, strlen(value));
-    char        *body = NULL;
-    size_t       cap;
-    kvp_status_t s = KVP_ERR_NO_MEMORY;
+    char           *k = b64_dup(key, strlen(key)), *v = b64_dup(value, strlen(value));
+    char           *c = if_value ? b64_dup(if_value, strlen(if_value)) : NULL;
+    char           *cmp = NULL, *body = NULL;
+    size_t          cap;
+    kvp_etcd_kvs_t *kvs = NULL;
+    kvp_status_t    s = KVP_ERR_NO_MEMORY;
 
-    if (k != NULL && v != NULL) {
-        cap  = strlen(k) + strlen(v) + 96;
-        body = kvp_malloc(cap, "etcd.put");
+    *put_p = 0;
+    if (held_p != NULL) {
+        *held_p = NULL;
     }
-    if (body != NULL) {
-        snprintf(body, cap, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}", k, v,
-                 (long long)lease);
-        s = etcd_post(e, "/v3/kv/put", body);
+    if (k != NULL && v != NULL && (if_value == NULL || c != NULL)) {
+        cap  = 3 * strlen(k) + strlen(v) + (c ? strlen(c) : 0) + 256;
+        cmp  = kvp_malloc(cap, "etcd.txn");
+        body = kvp_malloc(cap, "etcd.txn");
     }
+    if (cmp != NULL && body != NULL) {
+        if (c != NULL) {
+            snprintf(cmp, cap, "\"target\":\"VALUE\",\"value\":\"%s\"", c);
+        } else {
+            snprintf(cmp, cap, "\"target\":\"CREATE\",\"create_revision\":\"0\"");
+        }
+        snprintf(body, cap,
+                 "{\"compare\":[{\"key\":\"%s\",\"result\":\"EQUAL\",%s}],"
+                 "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+                 "\"lease\":\"%lld\"}}],"
+                 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+                 k, cmp, k, v, (long long)lease, k);
+        s = etcd_post(e, "/v3/kv/txn", body);
+    }
+    if (s == KVP_OK) {
+        s = kvp_etcd_parse_txn(e->reply, e->reply_len, put_p, &kvs);
+    }
+    if (s == KVP_OK && kvs != NULL && kvs->n > 0 && held_p != NULL) {
+        *held_p = kvp_strdup(kvs->kv[0].value, "etcd.held");
+        s       = *held_p ? KVP_OK : KVP_ERR_NO_MEMORY;
+    }
+    kvp_etcd_kvs_free(kvs);
     kvp_free(body);
+    kvp_free(cmp);
+    kvp_free(c);
     kvp_free(k);
     kvp_free(v);
     return s;

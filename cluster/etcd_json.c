@@ -248,14 +248,14 @@ static kvp_status_t field_b64(const json_t *obj, const char *key, char **out_p, 
     return KVP_OK;
 }
 
-kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t **kvs_p)
+/* The keys of a range reply object (a whole reply, or a txn's response_range). */
+static kvp_status_t range_obj(const json_t *root, kvp_etcd_kvs_t **kvs_p)
 {
-    json_t         *root = body_load(body, len);
     json_t         *arr;
     kvp_etcd_kvs_t *kvs;
     kvp_status_t    s = KVP_OK;
 
-    if (root == NULL) {
+    if (!json_is_object(root)) {
         return KVP_ERR_PROTOCOL;
     }
     arr = json_object_get(root, "kvs");
@@ -291,13 +291,46 @@ kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t *
         }
     }
 out:
-    json_decref(root);
     if (s != KVP_OK) {
         kvp_etcd_kvs_free(kvs);
         return s;
     }
     *kvs_p = kvs;
     return KVP_OK;
+}
+
+kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t **kvs_p)
+{
+    json_t      *root = body_load(body, len);
+    kvp_status_t s    = root ? range_obj(root, kvs_p) : KVP_ERR_PROTOCOL;
+
+    json_decref(root);
+    return s;
+}
+
+kvp_status_t kvp_etcd_parse_txn(const char *body, size_t len, int *succeeded_p,
+                                kvp_etcd_kvs_t **kvs_p)
+{
+    json_t      *root = body_load(body, len);
+    json_t      *ok, *resp;
+    kvp_status_t s = KVP_OK;
+
+    *kvs_p = NULL;
+    if (root == NULL) {
+        return KVP_ERR_PROTOCOL;
+    }
+    ok = json_object_get(root, "succeeded"); /* proto3 JSON leaves out false */
+    if (ok != NULL && !json_is_boolean(ok)) {
+        s = KVP_ERR_PROTOCOL;
+    }
+    *succeeded_p = json_is_true(ok);
+    if (s == KVP_OK && !*succeeded_p) {
+        resp = json_object_get(root, "responses");
+        resp = json_is_array(resp) ? json_array_get(resp, 0) : NULL;
+        s    = range_obj(json_object_get(resp, "response_range"), kvs_p);
+    }
+    json_decref(root);
+    return s;
 }
 
 /* ---- a member's value ---- */

@@ -1,7 +1,9 @@
 /* http.c - the HTTP/1.1 server behind kvpackd --http (see http.h): one thread polls the listening
  * socket and up to max_conns non-blocking connections. A connection reads its request line and
  * headers into a fixed buffer, gets one reply (route callback, or 400/405/431 from here), then
- * lingers (reads and drops) until the client closes so the reply is not lost to a reset.
+ * lingers (reads and drops) until the client closes so the reply is not lost to a reset. A new
+ * client that finds every slot taken closes the oldest connection still sending its request
+ * (408), so silent clients cannot keep /health waiting for their deadlines.
  * Deliberately not here: keep-alive, request bodies, chunked encoding, TLS. */
 #define _GNU_SOURCE /* accept4, pipe2 */
 #include "http.h"
@@ -33,6 +35,7 @@ typedef struct {
     int          fd;
     conn_state_t state;
     uint64_t     deadline_ns;           /* close (READ: after a best-effort 408) past this */
+    uint64_t     seq;                   /* accept order: a full table closes its oldest reader */
     size_t       in_len;
     char         in[KVP_HTTP_MAX_REQ];  /* request line + headers */
     char        *out;                   /* status line, headers and body being sent */
@@ -51,6 +54,7 @@ struct kvp_http {
     uint64_t            accept_rest_ns; /* do not accept before this (after an error) */
     uint64_t            accept_warn_ns; /* when accept errors were last logged */
     uint64_t            accept_quiet;   /* accept errors since, not logged */
+    uint64_t            accepts;        /* connections accepted so far (conn_t.seq) */
     conn_t             *conns;          /* max_conns slots */
     struct pollfd      *pfd;            /* 2 + max_conns */
     conn_t            **pconn;          /* pfd[i] -> its connection (NULL for the two fds) */
@@ -103,7 +107,10 @@ static void conn_write(kvp_http_h h, conn_t *c)
     c->deadline_ns = kvp_time_ns() + (h->idle_ns < LINGER_NS ? h->idle_ns : LINGER_NS);
 }
 
-/* Queue a complete response (headers; body unless head_only) and start sending it. */
+static void conn_error(kvp_http_h h, conn_t *c, int code, int head_only);
+
+/* Queue a complete response (headers; body unless head_only) and start sending it; a 500 when the
+ * headers do not fit (a route's over-long content type). */
 static void conn_respond(kvp_http_h h, conn_t *c, int code, const char *type, const char *body,
                          size_t len, int head_only)
 {
@@ -115,6 +122,16 @@ static void conn_respond(kvp_http_h h, conn_t *c, int code, const char *type, co
                          code == 405 ? "Allow: GET, HEAD\r\n" : "");
     size_t blen = head_only ? 0 : len;
 
+    if (hl < 0 || (size_t)hl >= sizeof(hdr)) {
+        KVP_LOG_ERROR(MOD, "reply headers past %zu bytes (content type '%.64s...'): answering 500",
+                      sizeof(hdr), type);
+        if (code != 500) {
+            conn_error(h, c, 500, head_only);
+        } else {
+            conn_close(c);
+        }
+        return;
+    }
     c->out = kvp_malloc((size_t)hl + blen, "http reply");
     if (c->out == NULL) {
         conn_close(c);
@@ -199,12 +216,23 @@ static size_t headers_end(const char *buf, size_t len, size_t from)
 int kvp_http_request_parse(const char *buf, size_t len, size_t cap, int *head_p, char *path,
                            size_t path_cap)
 {
-    const char *nl = memchr(buf, '\n', len);
-    size_t      ll;
+    const char *nl;
+    size_t      ll, skip = 0;
     int         code;
 
-    if (nl == NULL) { /* a line of KVP_HTTP_MAX_LINE may still get its "\r\n" */
-        return len > KVP_HTTP_MAX_LINE + 1 ? 400 : 0;
+    while (skip < len && (buf[skip] == '\r' || buf[skip] == '\n')) {
+        skip++; /* empty lines before the request line are ignored (RFC 9112 section 2.2) */
+    }
+    if (skip == len) {
+        return len >= cap ? 400 : 0;
+    }
+    buf += skip;
+    len -= skip;
+    cap -= skip;
+    nl = memchr(buf, '\n', len);
+    if (nl == NULL) { /* a line of KVP_HTTP_MAX_LINE may still get its "\r\n" (in a buffer
+                       * that empty lines have not filled) */
+        return (len > KVP_HTTP_MAX_LINE + 1 || len >= cap) ? 400 : 0;
     }
     ll = (size_t)(nl - buf);
     if (ll > 0 && buf[ll - 1] == '\r') {
@@ -288,14 +316,36 @@ static void conn_expire(conn_t *c)
 
 /* ---- private: the server thread ---- */
 
-static void accept_all(kvp_http_h h)
+/* The slot for the next connection: a free one, else the oldest connection still sending its
+ * request that was accepted before this round (seq <= before: one accepted now has had no chance
+ * to send); NULL when there is neither (the others wait in the backlog). */
+static conn_t *conn_slot(kvp_http_h h, uint64_t before)
 {
+    conn_t *oldest = NULL;
+
     for (uint32_t i = 0; i < h->max_conns; i++) {
         conn_t *c = &h->conns[i];
+
+        if (c->state == CONN_FREE) {
+            return c;
+        }
+        if (c->state == CONN_READ && c->seq <= before && (oldest == NULL || c->seq < oldest->seq)) {
+            oldest = c;
+        }
+    }
+    return oldest;
+}
+
+static void accept_all(kvp_http_h h)
+{
+    uint64_t before = h->accepts;
+
+    for (;;) {
+        conn_t *c = conn_slot(h, before);
         int     fd;
 
-        if (c->state != CONN_FREE) {
-            continue;
+        if (c == NULL) {
+            return;
         }
         fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -316,9 +366,15 @@ static void accept_all(kvp_http_h h)
             }
             return;
         }
+        if (c->state != CONN_FREE) { /* the table is full: a silent client gives way */
+            KVP_LOG_DEBUG(MOD, "%u connections open: closing the oldest one still sending its "
+                          "request", h->max_conns);
+            conn_expire(c);
+        }
         c->fd          = fd;
         c->state       = CONN_READ;
         c->in_len      = 0;
+        c->seq         = ++h->accepts;
         c->deadline_ns = kvp_time_ns() + h->idle_ns;
     }
 }
@@ -339,6 +395,7 @@ static nfds_t poll_set(kvp_http_h h, uint64_t now, int *ms_p)
             room = 1;
             continue;
         }
+        room |= c->state == CONN_READ; /* a new client may take its slot (conn_slot) */
         h->pfd[n]     = (struct pollfd){.fd = c->fd,
                                         .events = c->state == CONN_WRITE ? POLLOUT : POLLIN};
         h->pconn[n++] = c;

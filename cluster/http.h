@@ -1,7 +1,8 @@
 /* http.h - a small HTTP/1.1 server for kvpackd's /health and /metrics (cluster-internal).
  * One thread, plain POSIX sockets, non-blocking connections multiplexed with poll(2): GET and
  * HEAD only, one request per connection (Connection: close), a bounded request size and a
- * per-connection deadline, so a silent or slow client holds one slot, never the thread.
+ * per-connection deadline, so a silent or slow client holds one slot, never the thread, and
+ * gives its slot up to a new client when every slot is taken.
  * Main flow: kvp_http_start -> http_main (poll loop) -> conn_readable -> kvp_http_request_parse ->
  *            route callback -> conn_write -> linger until the client closes -> close. */
 #ifndef KVPACK_CLUSTER_HTTP_H
@@ -38,8 +39,9 @@ typedef struct {
     void               *arg;       /* passed to route */
     uint32_t            idle_ms;   /* a connection that has not sent its request, or does not take
                                     * its reply, within this is closed; 0 = 5000 */
-    uint32_t            max_conns; /* connections served at once; 0 = 64 (others wait in the
-                                    * listen backlog) */
+    uint32_t            max_conns; /* connections served at once; 0 = 64. One more closes the
+                                    * oldest one still sending its request (408); while every
+                                    * one is being answered, others wait in the listen backlog */
 } kvp_http_params_t;
 
 /* Bind, listen and start the server thread; *port_p (may be NULL) gets the bound port.
@@ -49,7 +51,8 @@ kvp_status_t kvp_http_start(const kvp_http_params_t *params, kvp_http_h *http_p,
 void         kvp_http_stop(kvp_http_h http);
 
 /* What the first len bytes of a request buffer of cap bytes ask for (the server's parser, pure,
- * for tests): 0 while incomplete; 200 for a complete GET or HEAD, *head_p and path (the target
+ * for tests), after any CR and LF bytes before the request line (RFC 9112 section 2.2; a buffer
+ * full of them is 400): 0 while incomplete; 200 for a complete GET or HEAD, *head_p and path (the target
  * up to its query string, shorter than path_cap) filled; else the status to answer: 400 (a
  * malformed or over-long request line), 405 (a method other than GET or HEAD) or 431 (the
  * headers filled all cap bytes). */

@@ -424,7 +424,7 @@ static void handle_stat(node_t *n, node_job_t *job, kvp_wire_rep_t *rep)
     rep->stat.disk_live_bytes  = st.disk_live_bytes;
     rep->stat.index_rebuilds    = st.index_rebuilds;
     rep->stat.wal_dropped_bytes = st.wal_dropped_bytes;
-    rep->stat.disk_free_bytes    = st.disk_free_bytes;
+    rep->stat.disk_free_bytes    = st.disk_free_bytes == UINT64_MAX ? 0 : st.disk_free_bytes;
     rep->stat.disk_full_refusals = st.disk_full_refusals;
     rep->stat.connections          = atomic_load(&n->obs.conns);
     rep->stat.connections_max      = atomic_load(&n->obs.max_conns);
@@ -1175,6 +1175,7 @@ kvp_status_t kvp_node_run(const kvp_node_params_t *params, volatile sig_atomic_t
     }
     while (!*stop) {
         kvp_xfer_wait(n.x, n.parked != NULL ? 10 : 100); /* parked: see their replies drain */
+        kvp_node_obs_loop(&n.obs);                       /* /health: not stalled */
         node_take_done(&n);
         node_resume_parked(&n);
         node_conns_publish(&n);

@@ -1,9 +1,12 @@
 /* node_etcd.c - kvpackd --etcd: the node registers PREFIX<advertise> under a lease and keeps the
- * lease alive on a background thread (node_etcd.h). The thread owns its own etcd handle; the
- * start and stop calls use another, so no handle is shared between threads (stop only cancels the
- * thread's call in progress: kvp_etcd_cancel).
+ * lease alive on a background thread (node_etcd.h). The key is only ever written while it is
+ * absent or holds this process's own value (etcd txns: reg_claim), so a second process
+ * advertising the same address cannot take over a live node's key. The thread owns its own etcd
+ * handle; the start and stop calls use another, so no handle is shared between threads (stop only
+ * cancels the thread's call in progress: kvp_etcd_cancel).
  * Main flow: kvp_node_etcd_start -> reg_put -> keepalive_main (every ttl/3: keepalive, then the
- * key is checked and put back if deleted) -> kvp_node_etcd_stop. */
+ * key is checked: put back if deleted, left alone if another process holds it) ->
+ * kvp_node_etcd_stop. */
 #include "node_etcd.h"
 #include "kvpack/alloc.h"
 #include "kvpack/etcd.h"
@@ -30,6 +33,7 @@ struct kvp_node_etcd {
     kvp_etcd_h        etcd;       /* start / stop */
     kvp_etcd_h        bg;         /* the keepalive thread's */
     char              key[512];
+    char              addr[320];  /* advertise: the key's suffix */
     char              value[1024];
     uint32_t          ttl_s;
     int64_t           lease;      /* written by start, then by the thread only; read by stop
@@ -38,19 +42,77 @@ struct kvp_node_etcd {
     atomic_int        dummy;
     pthread_t         thread;
     int               thread_started;
+    int               held;       /* another process holds the key (logged once while it does) */
     pthread_mutex_t   mu;
     pthread_cond_t    cv;
     int               stop;
 };
 
-/* Grant a lease and put the key under it. */
+/* Another process's value holds the key: say who (once while it lasts), never overwrite it. */
+static void reg_held_log(kvp_node_etcd_h r, kvp_etcd_h e, const char *held)
+{
+    kvp_etcd_member_t m;
+    char              who[512];
+
+    if (r->held) {
+        return;
+    }
+    r->held = 1;
+    if (kvp_etcd_member_parse(r->addr, held, strlen(held), &m) == KVP_OK) {
+        snprintf(who, sizeof(who), "pid %lld, registered %lld s ago, data dir '%s'",
+                 (long long)m.pid, (long long)(time(NULL) - m.since), m.data_dir);
+    } else {
+        snprintf(who, sizeof(who), "value '%.200s'", held);
+    }
+    KVP_LOG_ERROR(MOD, "cannot register %s: etcd key %s is held by another process (%s); is "
+                  "another kvpackd advertising %s? Not taking it over (a killed node's key goes "
+                  "when its lease runs out)%s", r->addr, r->key, who, r->addr,
+                  e == r->bg ? "; still serving, unregistered, checking again every TTL/3"
+                             : "; not starting");
+}
+
+/* Write the key under lease unless another process holds it: one txn writes it while it is absent
+ * (create_revision 0), another while it holds this node's own value (only with rewrite: for a new
+ * lease; else nothing is written). *put_p: 1 when written. KVP_ERR_EXISTS when another value holds
+ * it (logged: reg_held_log); KVP_ERR_BUSY when it changed under every try. */
+static kvp_status_t reg_claim(kvp_node_etcd_h r, kvp_etcd_h e, int64_t lease, int rewrite,
+                              int *put_p)
+{
+    const char *if_value = NULL; /* what the key is believed to hold: NULL, absent */
+
+    for (int tries = 0; tries < 3; tries++) { /* it may change between two txns */
+        char        *held;
+        kvp_status_t s = kvp_etcd_put_if(e, r->key, r->value, lease, if_value, put_p, &held);
+
+        if (s == KVP_OK && held != NULL && strcmp(held, r->value) != 0) {
+            reg_held_log(r, e, held);
+            kvp_free(held);
+            return KVP_ERR_EXISTS;
+        }
+        if (s != KVP_OK || *put_p || (held != NULL && !rewrite)) {
+            if (s == KVP_OK && r->held) {
+                KVP_LOG_WARN(MOD, "etcd key %s is this node's again", r->key);
+                r->held = 0;
+            }
+            kvp_free(held);
+            return s;
+        }
+        if_value = held ? r->value : NULL;
+        kvp_free(held);
+    }
+    KVP_LOG_WARN(MOD, "etcd key %s kept changing while this node registered", r->key);
+    return KVP_ERR_BUSY;
+}
+
+/* Grant a lease and put the key under it (reg_claim). */
 static kvp_status_t reg_put(kvp_node_etcd_h r, kvp_etcd_h e)
 {
     int64_t      lease;
+    int          put;
     kvp_status_t s = kvp_etcd_lease_grant(e, r->ttl_s, &lease);
 
     if (s == KVP_OK) {
-        s = kvp_etcd_put(e, r->key, r->value, lease);
+        s = reg_claim(r, e, lease, 1, &put);
         if (s != KVP_OK) {
             kvp_etcd_lease_revoke(e, lease);
         }
@@ -63,20 +125,15 @@ static kvp_status_t reg_put(kvp_node_etcd_h r, kvp_etcd_h e)
 
 /* After a keepalive: the key itself is still there (an operator's `etcdctl del`, or a cleanup of
  * the prefix, removes it while its lease lives, and the lease alone would keep the node out of
- * every list for good); put it back under the same lease when it is gone. */
+ * every list for good) and holds this node's value (pid and start time): put back under the same
+ * lease when it is gone, left alone (KVP_ERR_EXISTS, logged) when another process holds it. */
 static kvp_status_t reg_key_check(kvp_node_etcd_h r, kvp_etcd_h e)
 {
-    kvp_etcd_kvs_t *kvs = NULL;
-    kvp_status_t    s   = kvp_etcd_range_prefix(e, r->key, &kvs);
-    int             found = 0;
+    int          put;
+    kvp_status_t s = reg_claim(r, e, r->lease, 0, &put);
 
-    for (uint32_t i = 0; s == KVP_OK && i < kvs->n; i++) {
-        found |= strcmp(kvs->kv[i].key, r->key) == 0;
-    }
-    kvp_etcd_kvs_free(kvs);
-    if (s == KVP_OK && !found) {
-        KVP_LOG_WARN(MOD, "key %s was deleted while its lease lives; putting it back", r->key);
-        s = kvp_etcd_put(e, r->key, r->value, r->lease);
+    if (s == KVP_OK && put) {
+        KVP_LOG_WARN(MOD, "key %s was deleted while its lease lives; put it back", r->key);
     }
     return s;
 }
@@ -117,7 +174,8 @@ static void *keepalive_main(void *arg)
                 KVP_LOG_WARN(MOD, "registered %s again at %s", r->key, kvp_etcd_endpoint(r->bg));
             }
         }
-        if (s != KVP_OK && s != KVP_ERR_CANCELED) { /* canceled: stop is under way */
+        if (s != KVP_OK && s != KVP_ERR_CANCELED && s != KVP_ERR_EXISTS) {
+            /* canceled: stop is under way; exists: reg_held_log said so */
             KVP_LOG_WARN(MOD, "keepalive of %s failed: %s; still serving, retrying in %llu ms",
                          r->key, kvp_status_str(s), (unsigned long long)period_ms);
         }
@@ -145,6 +203,7 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
     }
     memset(&m, 0, sizeof(m));
     snprintf(m.addr, sizeof(m.addr), "%s", advertise);
+    snprintf(r->addr, sizeof(r->addr), "%s", advertise);
     snprintf(m.data_dir, sizeof(m.data_dir), "%s", data_dir ? data_dir : "");
     m.pid        = (int64_t)getpid();
     m.since      = (int64_t)time(NULL);
@@ -173,8 +232,10 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
     }
     s = reg_put(r, r->etcd);
     if (s != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "cannot register %s with etcd %s: %s", r->key, endpoints,
-                      kvp_status_str(s));
+        if (s != KVP_ERR_EXISTS) { /* reg_held_log named the holder */
+            KVP_LOG_ERROR(MOD, "cannot register %s with etcd %s: %s", r->key, endpoints,
+                          kvp_status_str(s));
+        }
         goto err;
     }
     atomic_store(r->registered, 1);

@@ -80,10 +80,11 @@ static void usage(const char *prog, FILE *out)
             "  --http HOST:PORT        serve GET /health and /metrics (Prometheus text) over\n"
             "                          HTTP on HOST:PORT (port 0 picks a free port; default off)\n"
             "  --http-ready-file FILE  write the bound HTTP port to FILE once listening\n"
-"  --etcd URL[,URL]        register in etcd (v3 HTTP gateway, e.g. http://127.0.0.1:2379)\n"
+            "  --etcd URL[,URL]        register in etcd (v3 HTTP gateway, e.g. http://127.0.0.1:2379)\n"
             "                          once listening: key PREFIX<advertise> under a lease kept\n"
-            "                          alive every TTL/3, revoked on SIGTERM (at most 2 s);\n"
-            "                          each request waits at most 3 s; unreachable: exit 1\n"
+            "                          alive every TTL/3, revoked on SIGTERM; a hung etcd holds up a\n"
+            "                          start at most 3 s per endpoint and a stop about 3 s in all;\n"
+            "                          unreachable, or the key held by another process: exit 1\n"
             "  --etcd-prefix P         key prefix (default /kvpack/nodes/)\n"
             "  --etcd-ttl S            lease TTL in seconds, 2..3600 (default 10)\n"
             "  --advertise HOST:PORT   address registered in etcd (default: the listen host and\n"
@@ -279,7 +280,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
         } else if ((v = opt(argc, argv, &i, "--dram-budget", &missing)) != NULL) {
             p.field_mask |= KVP_NODE_PARAM_DRAM_BUDGET;
             if (parse_bytes(v, &p.dram_budget) != 0) {
-                fprintf(stderr, "%s: bad --dram-budget '%s'\n", prog, v);
+                fprintf(stderr, "%s: --dram-budget wants bytes >= 1, suffixes K M G allowed "
+                        "(e.g. 512M), got '%s'\n", prog, v);
                 return 2;
             }
         } else if ((v = opt(argc, argv, &i, "--max-msg", &missing)) != NULL) {
@@ -326,7 +328,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
                 }
             }
             if (lvl < 0) {
-                fprintf(stderr, "%s: --log-level wants error|warn|info|debug|trace\n", prog);
+                fprintf(stderr, "%s: --log-level wants error|warn|info|debug|trace, got '%s'\n",
+                        prog, v);
                 return 2;
             }
             kvp_log_set_level((kvp_log_level_t)lvl);

@@ -1,7 +1,8 @@
 /* node_obs.c - a node's counters and its /health and /metrics pages (see node_obs.h). /metrics is
  * Prometheus text exposition 0.0.4: every family has # HELP and # TYPE, names are kvpack_* with
  * their unit (_bytes, _seconds, _total for counters). Store figures come from one
- * kvp_store_stats snapshot per scrape and are left out while the store is not open.
+ * kvp_store_stats snapshot per scrape and are left out while the store is not open; the
+ * kvpack_disk_* ones also without an SSD tier.
  * Main flow: kvp_node_obs_route -> /health | /metrics (node_families, store_samples,
  * request_families -> duration_family; both histogram kinds render through hist_series). */
 #include "node_obs.h"
@@ -15,107 +16,110 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Store statistics exported as they are: every field of kvp_store_stats_t is a uint64_t. */
+/* Store statistics exported as they are: every field of kvp_store_stats_t is a uint64_t. disk:
+ * only with an SSD tier (a DRAM-only node has no disk to fill, so no disk-full alert); a value of
+ * UINT64_MAX is unknown (the free space when the query failed) and left out. */
 static const struct {
     const char *name;
     const char *type;
     const char *help;
     size_t      off;
+    int         disk;
 } store_families[] = {
     {"kvpack_dram_bytes", "gauge", "Bytes of DRAM pool slots holding pages",
-     offsetof(kvp_store_stats_t, dram_bytes)},
+     offsetof(kvp_store_stats_t, dram_bytes), 0},
     {"kvpack_dram_pages", "gauge", "Pages resident in the DRAM pool",
-     offsetof(kvp_store_stats_t, dram_pages)},
+     offsetof(kvp_store_stats_t, dram_pages), 0},
     {"kvpack_dram_budget_bytes", "gauge", "DRAM page budget",
-     offsetof(kvp_store_stats_t, dram_budget)},
+     offsetof(kvp_store_stats_t, dram_budget), 0},
     {"kvpack_sessions", "gauge", "Sessions known to the node, in DRAM or on disk",
-     offsetof(kvp_store_stats_t, sessions)},
+     offsetof(kvp_store_stats_t, sessions), 0},
     {"kvpack_sessions_in_dram", "gauge", "Sessions whose pages and tail are in DRAM",
-     offsetof(kvp_store_stats_t, sessions_in_dram)},
+     offsetof(kvp_store_stats_t, sessions_in_dram), 0},
     {"kvpack_sessions_on_disk", "gauge", "Sessions with a record in the SSD tier",
-     offsetof(kvp_store_stats_t, sessions_on_disk)},
+     offsetof(kvp_store_stats_t, sessions_on_disk), 0},
     {"kvpack_spills_total", "counter", "Sessions written to disk by eviction or request",
-     offsetof(kvp_store_stats_t, spills)},
+     offsetof(kvp_store_stats_t, spills), 0},
     {"kvpack_spill_bytes_total", "counter", "Page bytes written to disk by spills",
-     offsetof(kvp_store_stats_t, spill_bytes)},
+     offsetof(kvp_store_stats_t, spill_bytes), 0},
     {"kvpack_restores_total", "counter", "Sessions read back from disk",
-     offsetof(kvp_store_stats_t, restores)},
+     offsetof(kvp_store_stats_t, restores), 0},
     {"kvpack_restore_bytes_total", "counter", "Page bytes read back from disk by restores",
-     offsetof(kvp_store_stats_t, restore_bytes)},
+     offsetof(kvp_store_stats_t, restore_bytes), 0},
     {"kvpack_spill_waits_total", "counter",
      "Requests that waited for the background spiller at the DRAM budget",
-     offsetof(kvp_store_stats_t, spill_waits)},
+     offsetof(kvp_store_stats_t, spill_waits), 0},
     {"kvpack_spill_syncs_total", "counter",
      "Segment fdatasync + WAL fsync pairs of spills: one per spiller group, one per other spill",
-     offsetof(kvp_store_stats_t, spill_syncs)},
+     offsetof(kvp_store_stats_t, spill_syncs), 0},
     {"kvpack_interval_syncs_total", "counter",
      "Segment fdatasync + WAL fsync pairs of --durability interval (none while nothing was written)",
-     offsetof(kvp_store_stats_t, interval_syncs)},
+     offsetof(kvp_store_stats_t, interval_syncs), 0},
     {"kvpack_crc_failures_total", "counter", "Pages dropped because they failed their CRC on read",
-     offsetof(kvp_store_stats_t, crc_failures)},
+     offsetof(kvp_store_stats_t, crc_failures), 0},
     {"kvpack_disk_errors_total", "counter", "I/O or disk-full errors from the SSD tier",
-     offsetof(kvp_store_stats_t, disk_errors)},
+     offsetof(kvp_store_stats_t, disk_errors), 1},
     {"kvpack_expired_sessions_total", "counter", "Sessions removed by the idle TTL",
-     offsetof(kvp_store_stats_t, expired)},
+     offsetof(kvp_store_stats_t, expired), 0},
     {"kvpack_dropped_sessions_total", "counter",
      "Sessions evicted without an SSD tier (gone, not spilled)",
-     offsetof(kvp_store_stats_t, dropped)},
+     offsetof(kvp_store_stats_t, dropped), 0},
     {"kvpack_disk_segment_files", "gauge", "Segment files holding page bytes on disk",
-     offsetof(kvp_store_stats_t, disk_files)},
+     offsetof(kvp_store_stats_t, disk_files), 1},
     {"kvpack_disk_bytes", "gauge", "Size of the segment files",
-     offsetof(kvp_store_stats_t, disk_bytes)},
+     offsetof(kvp_store_stats_t, disk_bytes), 1},
     {"kvpack_disk_live_bytes", "gauge", "Bytes of the segment files that pages on disk still use",
-     offsetof(kvp_store_stats_t, disk_live_bytes)},
+     offsetof(kvp_store_stats_t, disk_live_bytes), 1},
     {"kvpack_disk_logical_bytes_total", "counter",
      "Page and record bytes the store committed to its SSD tier (spills, write-through puts)",
-     offsetof(kvp_store_stats_t, disk_logical_bytes)},
+     offsetof(kvp_store_stats_t, disk_logical_bytes), 1},
     {"kvpack_disk_segment_write_bytes_total", "counter",
      "Bytes appended to segment files (4 KiB page spans, compaction copies included)",
-     offsetof(kvp_store_stats_t, disk_segment_write_bytes)},
+     offsetof(kvp_store_stats_t, disk_segment_write_bytes), 1},
     {"kvpack_compact_segments_total", "counter",
      "Segment files compaction emptied and removed (--compact-ratio)",
-     offsetof(kvp_store_stats_t, compact_segments)},
+     offsetof(kvp_store_stats_t, compact_segments), 0},
     {"kvpack_compact_moved_bytes_total", "counter",
      "Live page bytes compaction copied out of mostly dead segment files",
-     offsetof(kvp_store_stats_t, compact_moved_bytes)},
+     offsetof(kvp_store_stats_t, compact_moved_bytes), 0},
     {"kvpack_compact_freed_bytes_total", "counter",
      "Disk bytes given back by the segment files compaction removed",
-     offsetof(kvp_store_stats_t, compact_freed_bytes)},
+     offsetof(kvp_store_stats_t, compact_freed_bytes), 0},
     {"kvpack_scrub_bytes_total", "counter",
      "Page bytes scrubbing read back from disk and checked (--scrub-mib-s)",
-     offsetof(kvp_store_stats_t, scrub_bytes)},
+     offsetof(kvp_store_stats_t, scrub_bytes), 0},
     {"kvpack_scrub_passes_total", "counter", "Complete scrubbing passes over every page on disk",
-     offsetof(kvp_store_stats_t, scrub_passes)},
+     offsetof(kvp_store_stats_t, scrub_passes), 0},
     {"kvpack_index_rebuilds_total", "counter",
      "RocksDB index rebuilds after a damaged block was found (since the node started)",
-     offsetof(kvp_store_stats_t, index_rebuilds)},
+     offsetof(kvp_store_stats_t, index_rebuilds), 0},
     {"kvpack_index_lost_total", "counter",
      "Runs of index records a rebuild lost to damage no read got past",
-     offsetof(kvp_store_stats_t, index_lost)},
+     offsetof(kvp_store_stats_t, index_lost), 0},
     {"kvpack_wal_dropped_bytes_total", "counter",
      "Bytes of damaged write-ahead log records dropped at the node's start (their writes lost)",
-     offsetof(kvp_store_stats_t, wal_dropped_bytes)},
+     offsetof(kvp_store_stats_t, wal_dropped_bytes), 0},
     {"kvpack_disk_free_bytes", "gauge", "Free space of the data dir's filesystem",
-     offsetof(kvp_store_stats_t, disk_free_bytes)},
+     offsetof(kvp_store_stats_t, disk_free_bytes), 1},
     {"kvpack_disk_reserve_bytes", "gauge",
      "Bytes held in the disk reserve file (0 while released after the disk filled)",
-     offsetof(kvp_store_stats_t, disk_reserve_bytes)},
+     offsetof(kvp_store_stats_t, disk_reserve_bytes), 1},
     {"kvpack_disk_full_refusals_total", "counter",
      "Disk writes refused with ERR_NO_SPACE: they would have left less than the reserve free",
-     offsetof(kvp_store_stats_t, disk_full_refusals)},
+     offsetof(kvp_store_stats_t, disk_full_refusals), 1},
     {"kvpack_disk_reserve_releases_total", "counter",
      "Disk reserve file removed because a write failed for space",
-     offsetof(kvp_store_stats_t, disk_reserve_releases)},
+     offsetof(kvp_store_stats_t, disk_reserve_releases), 1},
     {"kvpack_tombstones", "gauge", "Delete tombstones held (kept --tombstone-ttl after an rm)",
-     offsetof(kvp_store_stats_t, tombstones)},
+     offsetof(kvp_store_stats_t, tombstones), 0},
     {"kvpack_tombstone_bytes", "gauge",
      "DRAM the delete tombstones take, outside --dram-budget (about 100-130 B each)",
-     offsetof(kvp_store_stats_t, tombstone_bytes)},
+     offsetof(kvp_store_stats_t, tombstone_bytes), 0},
     {"kvpack_tombstones_expired_total", "counter", "Tombstones dropped after --tombstone-ttl",
-     offsetof(kvp_store_stats_t, tombstones_expired)},
+     offsetof(kvp_store_stats_t, tombstones_expired), 0},
     {"kvpack_stale_refused_total", "counter",
      "Puts and deletes refused as older than the record or tombstone held (ERR_STALE)",
-     offsetof(kvp_store_stats_t, stale_refused)},
+     offsetof(kvp_store_stats_t, stale_refused), 0},
 };
 
 /* ---- private: rendering ---- */
@@ -182,7 +186,8 @@ static void node_families(kvp_node_obs_t *obs, kvp_http_reply_t *r, int serving)
     family(r, "kvpack_build_info", "gauge", "Version, codecs and wire version of this kvpackd");
     kvp_http_reply_printf(r, "kvpack_build_info{version=\"%s\",codecs=\"%s\",wire=\"%u\"} 1\n",
                           kvp_version(), codecs, KVP_WIRE_VERSION);
-    family(r, "kvpack_serving", "gauge", "1 while the store is open and the UCX listener is up");
+    family(r, "kvpack_serving", "gauge",
+           "1 while /health says ok: store open, UCX listener up, main loop running");
     kvp_http_reply_printf(r, "kvpack_serving %d\n", serving);
     family(r, "kvpack_uptime_seconds", "gauge", "Seconds since the node started");
     kvp_http_reply_printf(r, "kvpack_uptime_seconds %.3f\n",
@@ -232,6 +237,9 @@ static void store_samples(kvp_node_obs_t *obs, kvp_http_reply_t *r)
         uint64_t v;
 
         memcpy(&v, (const char *)&st + store_families[i].off, sizeof(v));
+        if ((store_families[i].disk && !st.disk_tier) || v == UINT64_MAX) {
+            continue;
+        }
         family(r, store_families[i].name, store_families[i].type, store_families[i].help);
         kvp_http_reply_printf(r, "%s %llu\n", store_families[i].name, (unsigned long long)v);
     }
@@ -353,7 +361,15 @@ void kvp_node_obs_conns(kvp_node_obs_t *obs, uint64_t open, uint64_t rejected)
 
 void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state)
 {
+    if (state == KVP_NODE_SERVING) {
+        kvp_node_obs_loop(obs);
+    }
     atomic_store(&obs->state, (int)state);
+}
+
+void kvp_node_obs_loop(kvp_node_obs_t *obs)
+{
+    atomic_store_explicit(&obs->loop_ns, kvp_time_ns(), memory_order_relaxed);
 }
 
 void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store)
@@ -390,15 +406,24 @@ void kvp_node_obs_route(void *arg, const char *path, kvp_http_reply_t *r)
 {
     kvp_node_obs_t *obs   = arg;
     int             state = atomic_load(&obs->state);
+    uint64_t        now = kvp_time_ns(), last = load(&obs->loop_ns);
+    uint64_t        ago_ms = (state == KVP_NODE_SERVING && now > last) ? (now - last) / 1000000u
+                                                                       : 0;
+    int             ok     = state == KVP_NODE_SERVING && ago_ms <= KVP_NODE_STALL_MS;
 
     if (strcmp(path, "/health") == 0) {
-        r->code = (state == KVP_NODE_SERVING) ? 200 : 503;
-        kvp_http_reply_printf(r, "%s\n", state == KVP_NODE_SERVING  ? "ok"
-                                         : state == KVP_NODE_STARTING ? "starting"
-                                                                      : "shutting down");
+        r->code = ok ? 200 : 503;
+        if (state == KVP_NODE_SERVING && !ok) {
+            kvp_http_reply_printf(r, "stalled: main loop last ran %llu ms ago\n",
+                                  (unsigned long long)ago_ms);
+        } else {
+            kvp_http_reply_printf(r, "%s\n", ok                           ? "ok"
+                                             : state == KVP_NODE_STARTING ? "starting"
+                                                                          : "shutting down");
+        }
     } else if (strcmp(path, "/metrics") == 0) {
         r->content_type = "text/plain; version=0.0.4; charset=utf-8";
-        node_families(obs, r, state == KVP_NODE_SERVING);
+        node_families(obs, r, ok);
         store_samples(obs, r);
         request_families(obs, r);
     } else {

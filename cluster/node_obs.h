@@ -21,6 +21,9 @@
 #define KVP_NODE_OBS_OPS     KVP_WIRE_OP_MAX /* slot 0: an op the node could not decode */
 #define KVP_NODE_OBS_RESULTS 101u            /* slot -status for 0..-99, slot 100 anything else */
 #define KVP_NODE_OBS_BUCKETS KVP_HIST_BUCKETS /* finite bounds 50 us .. 10 s (kvpack/hist.h) */
+/* A serving node whose main loop (it wakes at least every 100 ms) has not run for longer than
+ * this is stuck: /health answers 503 "stalled: ...", so its probe takes it out of service. */
+#define KVP_NODE_STALL_MS    5000u
 
 typedef enum {
     KVP_NODE_STARTING = 0, /* opening the store, not yet listening over UCX */
@@ -31,6 +34,7 @@ typedef enum {
 typedef struct {
     atomic_int       state;                                         /* kvp_node_state_t */
     uint64_t         start_ns;                                      /* set before any reader */
+    atomic_uint_fast64_t loop_ns;    /* kvp_time_ns of the main loop's last wake-up */
     pthread_mutex_t  store_mu;                                      /* guards store (see above) */
     kvp_store_h      store;                                         /* NULL: not open / closing */
     atomic_uint_fast64_t answered[KVP_NODE_OBS_OPS][KVP_NODE_OBS_RESULTS]; /* replies sent */
@@ -48,7 +52,10 @@ typedef struct {
 
 void kvp_node_obs_init(kvp_node_obs_t *obs);
 void kvp_node_obs_cleanup(kvp_node_obs_t *obs);
+/* KVP_NODE_SERVING also counts as the main loop's first wake-up. */
 void kvp_node_obs_set_state(kvp_node_obs_t *obs, kvp_node_state_t state);
+/* Transport thread: the main loop woke up (each turn; /health's stall check). */
+void kvp_node_obs_loop(kvp_node_obs_t *obs);
 /* Publish the open store (or NULL before closing it); waits for a scrape that is reading it. */
 void kvp_node_obs_set_store(kvp_node_obs_t *obs, kvp_store_h store);
 
@@ -63,7 +70,8 @@ void kvp_node_obs_parked(kvp_node_obs_t *obs);
 /* Transport thread: client connections open now, requests rejected at the cap since start. */
 void kvp_node_obs_conns(kvp_node_obs_t *obs, uint64_t open, uint64_t rejected);
 
-/* kvp_http_route_cb_t with arg = the kvp_node_obs_t: GET /health, GET /metrics, else 404. */
+/* kvp_http_route_cb_t with arg = the kvp_node_obs_t: GET /health (200 "ok"; 503 "starting",
+ * "shutting down", or "stalled: ..." past KVP_NODE_STALL_MS), GET /metrics, else 404. */
 void kvp_node_obs_route(void *obs, const char *path, kvp_http_reply_t *reply);
 
 #endif

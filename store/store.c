@@ -1493,6 +1493,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         unsynced += s->unsynced;
     }
     *stats                  = st->stats;
+    stats->disk_free_bytes  = UINT64_MAX;
     if (st->tier != NULL) {
         kvp_tier_disk_t d;
 
@@ -1505,7 +1506,8 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
         stats->index_rebuilds           = d.index_rebuilds;
         stats->index_lost               = d.index_lost;
         stats->wal_dropped_bytes        = d.wal_dropped;
-        stats->disk_free_bytes          = d.free_bytes == UINT64_MAX ? 0 : d.free_bytes;
+        stats->disk_tier                = 1;
+        stats->disk_free_bytes          = d.free_bytes; /* UINT64_MAX: unknown */
         stats->disk_reserve_bytes       = d.reserve_bytes;
         stats->disk_full_refusals       = d.full_refusals;
         stats->disk_reserve_releases    = d.reserve_releases;

@@ -57,6 +57,9 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
                 s = kvp_cluster_create(&p, &cl);
             }
         }
+        if (cl != NULL) {
+            kvp_cluster_sync(cl, &seen); /* a change is one after this, not the list found now */
+        }
     } else {
         snprintf(peers, sizeof(peers), "%s", o->node);
         n_static = kvp_cli_list_len(peers);
@@ -74,7 +77,8 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             seen    = gen;
             changed = now;
             pending = true;
-            fprintf(stderr, "kvpack repair: members changed: %u nodes\n", kvp_cluster_size(cl));
+            fprintf(stderr, "kvpack repair: members changed: %u node%s\n", kvp_cluster_size(cl),
+                    kvp_cluster_size(cl) == 1 ? "" : "s");
         }
         if (pending && (pass == 0 || now - changed >= w->settle_s * s_ns)) {
             why = pass == 0 ? "start" : "membership";
@@ -97,7 +101,8 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             po.node    = peers;
             po.replicas = o->replicas < n ? o->replicas : n; /* fewer nodes than r: all of them */
             if (po.replicas < o->replicas) {
-                fprintf(stderr, "kvpack repair: only %u nodes: repairing to %u copies\n", n, n);
+                fprintf(stderr, "kvpack repair: only %u node%s: repairing to %u cop%s\n", n,
+                        n == 1 ? "" : "s", n, n == 1 ? "y" : "ies");
             }
             kvp_repair_pass(&po, dry_run, ++pass, why);
             pending = false;

@@ -8,8 +8,9 @@ is put again with other contents. Restart the node on its port and data dir: a p
 of the rm'ed session (deleted_tombstoned), replaces its old copy of the re-put one with the new version
 (replaced_stale, byte-identical) and removes the stand-in copies (each session exactly on its rank's
 first 2 nodes again). A 4th node joins: a
-pass moves the sessions it now ranks among its first 2 onto it. That node restarted within its lease
-TTL (same key, another pid) is a membership change too: a pass follows. SIGTERM: the agent stops at once,
+pass moves the sessions it now ranks among its first 2 onto it. That node restarted at once after a
+SIGKILL (same key, another pid) is a membership change too: a pass follows. The start reports no
+membership change (it used to say "members changed" for the list it started with). SIGTERM: the agent stops at once,
 exit 0; a one-shot `repair --etcd` then finds nothing to do. One JSON object per pass (--json),
 numbered, with its trigger. Exit 77 without etcd.
 usage: check_repair_watch.py KVPACK KVPACKD LIBKVPACK"""
@@ -133,6 +134,9 @@ try:
     check(rep is not None and rep["pass"] == 1 and rep["trigger"] == "start" and
           rep["sessions"] == 10 and rep["already_ok"] == 10 and rep["copied"] == 0 and
           rep["unreachable"] == [], f"start pass: {rep}")
+    agent.err.seek(0)  # the members it started with are no change (it said "changed" at start)
+    said = agent.err.read()
+    check("members changed" not in said, f"a change reported at start: {said!r}")
 
     # SIGKILL the node holding the most sessions: after the TTL + settle, a membership pass
     before = placement(addrs)
@@ -194,9 +198,10 @@ try:
     now = placement(four)
     check(all(now[s] == want.get(s) for s in sids), f"not at the 4-node targets: {now} vs {want}")
 
-    # a node restarted before its lease (TTL 2 s) ran out: its key never leaves etcd, but it is
-    # another process (pid, since), which may have missed writes: a membership pass follows (it
-    # used to count as no change, leaving its stale copies until --every)
+    # a node restarted at once after a SIGKILL: another process (pid, since), which may have
+    # missed writes; it starts once the old key's lease (TTL 2 s) runs out (a live key is never
+    # taken over: start_kvpackd starts it again meanwhile), and a membership pass follows (a
+    # restart used to count as no change, leaving its stale copies until --every)
     k_quick = next(k for k in nodes if nodes[k][1] == new)
     nodes[k_quick][0].kill()
     nodes[k_quick][0].wait()

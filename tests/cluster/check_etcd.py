@@ -6,7 +6,10 @@ SIGTERM a node: gone from `kvpack nodes` at once (lease revoked), restarted: bac
 still listed (down) until its TTL runs out, then gone, and get --etcd serves every session from a
 surviving replica; restarted: listed again. etcd killed while serving: the nodes keep serving,
 /metrics says kvpack_etcd_registered 0, and 1 again (listed) once etcd is back. A garbage entry under the prefix is skipped with a
-warning; a lease revoked behind a node's back is granted again and the key put again;
+warning; a lease revoked behind a node's back is granted again and the key put again; a second
+kvpackd advertising a live node's address exits 1 naming it and the holder's pid, the key
+untouched; another value put under a node's key is left alone (an error logged, /metrics
+unregistered) and the node's own put back once that key is deleted;
 kvpackd with an unreachable --etcd exits 1 with a clear message; put --etcd with
 etcd down exits 1; --node with --etcd is refused (2). Endpoint lists: "127.0.0.1:1, URL" (a
 space after the comma) and "503-server,URL" (a proxy in front of a dead member) fail over to URL.
@@ -198,6 +201,70 @@ def clock_step():
     check(stop_node(7, signal.SIGTERM) == 0, "SIGTERM of the clock-stepped node")
 
 
+def key_value(key):
+    """The member value (decoded JSON) under key (base64), or None."""
+    kvs = gateway("/v3/kv/range", {"key": key}).get("kvs", [])
+    return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+
+def advertise_taken(k):
+    """A second kvpackd with node k's address as --advertise refuses to start (exit 1, naming the
+    address and k's pid) and leaves k's key alone: it used to put its own value over it, and its
+    SIGTERM then deleted the key of the live node k. Then a node whose key another value takes
+    over behind its back (pid 1, no lease): it logs an error and leaves the key alone (it used to
+    check only that the key was there), /metrics says unregistered; once that key is deleted, the
+    node puts its own value back and is registered again."""
+    addr, pid = nodes[k][1], nodes[k][0].pid
+    key = gateway_b64(f"/kvpack/nodes/{addr}")
+    second = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", "--etcd", URL, "--etcd-ttl",
+                               str(TTL), "--advertise", addr], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = second.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it took the key and serves
+        second.terminate()
+        out, err = second.communicate()
+    check(second.returncode == 1 and addr in err and f"pid {pid}," in err and
+          "listening" not in out, f"second kvpackd advertising {addr}: exit {second.returncode} "
+          f"{err!r}")
+    check((key_value(key) or {}).get("pid") == pid, f"{addr}'s key now {key_value(key)}")
+    check(members().get(addr, {}).get("up"), f"{addr} not listed up after the second kvpackd")
+
+    log_path, port_path = os.path.join(tmp, "held.log"), os.path.join(tmp, "held.http")
+    with open(log_path, "w") as log:
+        proc, addr = kvptest.start_kvpackd(
+            kvpackd, os.path.join(tmp, "held.ready"),
+            ["--listen", "127.0.0.1:0", "--etcd", URL, "--etcd-ttl", str(TTL), "--http",
+             "127.0.0.1:0", "--http-ready-file", port_path], env=env, stderr=log,
+            what="kvpackd (key taken over)")
+    hport = open(port_path).read().strip()
+    key = gateway_b64(f"/kvpack/nodes/{addr}")
+    other = {"addr": addr, "pid": 1, "since": int(time.time())}
+    gateway("/v3/kv/put", {"key": key, "value": gateway_b64(json.dumps(other))})
+    said = False
+    for _ in range(int((TTL + 8) / 0.25)):  # a keepalive round (every TTL/3) sees it
+        said = "held by another process (pid 1," in open(log_path).read()
+        if said and kvptest.metric(hport, "kvpack_etcd_registered") == 0:
+            break
+        time.sleep(0.25)
+    check(said and kvptest.metric(hport, "kvpack_etcd_registered") == 0,
+          f"key taken over: no error, or still registered: {open(log_path).read()!r}")
+    check(key_value(key) == other, f"the node overwrote another process's key: {key_value(key)}")
+    gateway("/v3/kv/deleterange", {"key": key})
+    back = None
+    for _ in range(int((TTL + 8) / 0.25)):
+        back = key_value(key)
+        if back and back.get("pid") == proc.pid and \
+                kvptest.metric(hport, "kvpack_etcd_registered") == 1:
+            break
+        time.sleep(0.25)
+    check(back and back.get("pid") == proc.pid and
+          kvptest.metric(hport, "kvpack_etcd_registered") == 1,
+          f"the node's own key not back after the other was deleted: {back}")
+    proc.send_signal(signal.SIGTERM)
+    check(proc.wait(timeout=30) == 0 and key_value(key) is None, "stop after a taken-over key")
+
+
 def hung_etcd():
     """etcd hung (it accepts TCP, answers nothing). --etcd-ttl 60: a start exits 1 well within
     10 s (each request ends within 3 s; it used to be TTL/3 = 20 s). --etcd-ttl 9 (a keepalive
@@ -331,6 +398,8 @@ try:
           err.count("skipping") == 3 and "error" not in err, f"garbage entries: {rc} {out!r} {err!r}")
     rc, out, err = run("ls", "--etcd", URL, "--json")
     check(rc == 0 and json.loads(out)["count"] == len(sids), f"ls --etcd with garbage: {rc} {err!r}")
+
+    advertise_taken(2)
 
     # one node listed twice (restarted under another --advertise while its old key's lease runs
     # out): `kvpack nodes` shows both, up; the other --etcd commands use the later one, warned

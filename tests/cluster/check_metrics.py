@@ -15,7 +15,8 @@ _count equals its kvpack_requests_total and its _sum the handling-seconds counte
 spill and the restore, kvpack_spill/restore_duration_seconds _count equals kvpack_spills_total /
 kvpack_restores_total with a _sum > 0 that never goes back. kvpack_interval_syncs_total stays 0
 on that (spill) node; a --durability interval --sync-ms 20 node counts none before its first put
-and at least one after it; bad --sync-ms values and --sync-ms without interval exit 2. That node's
+and at least one after it; bad --sync-ms values and --sync-ms without interval exit 2; a bad
+--dram-budget or --log-level exits 2 saying what it wants and what it got. That node's
 MANIFEST damaged: restarted, it repairs its db, STAT, /metrics and `kvpack stat` count one index
 rebuild, and the session reads back byte-identical. A SIGTERM while the store opens (held there
 by gate_preload.so) closes it and exits 0 without listening or writing the ready file.
@@ -383,6 +384,12 @@ try:
         check(rc == 2 and "--max-msg wants 1 byte to 16G" in err, f"--max-msg {bad}: {rc} {err}")
     rc, err = node_error("--sync-ms", "50")
     check(rc == 2 and "needs --durability interval" in err, f"--sync-ms alone: {rc} {err}")
+    rc, err = node_error("--dram-budget", "lots")  # what is expected, and what it got
+    check(rc == 2 and "--dram-budget wants bytes" in err and "'lots'" in err,
+          f"--dram-budget lots: {rc} {err}")
+    rc, err = node_error("--log-level", "loud")
+    check(rc == 2 and "--log-level wants error|warn" in err and "'loud'" in err,
+          f"--log-level loud: {rc} {err}")
     # a start that fails after the HTTP port is up leaves no ready file naming it (it used to;
     # and one a killed run left is removed at start, not read as this run's port)
     open(os.path.join(tmp, "plainfile"), "w").close()

@@ -1,7 +1,8 @@
 /* test_etcd_json.c - the etcd gateway's JSON as cluster/etcd_json.c reads it, on canned bodies
  * shaped like etcd 3.4.23's replies (no etcd needed): base64 both ways (padding, bad input),
  * lease grant and keepalive replies with int64 fields as strings, an expired lease's keepalive,
- * range replies (values decoded, empty result), error bodies mapped to statuses, truncated and
+ * range replies (values decoded, empty result), txn replies (succeeded; failed with the key's
+ * value, or with the key absent), error bodies mapped to statuses, truncated and
  * non-JSON bodies refused, which replies move a call on to the next endpoint (5xx, not JSON, no
  * quorum) and which are answers, and a member's value written then parsed back (garbage
  * refused). */
@@ -98,6 +99,40 @@ static void test_range(void)
              KVP_ERR_PROTOCOL);
 }
 
+/* A put-if txn's replies, as etcd 3.4.23 sent them: succeeded (the put), failed with the range
+ * of the key ("succeeded" left out), failed with the key absent (no kvs). */
+static void test_txn(void)
+{
+    kvp_etcd_kvs_t *kvs = NULL;
+    int             ok  = -1;
+
+    CHECK_OK(kvp_etcd_parse_txn(BODY("{\"header\":{\"cluster_id\":\"15118495548433857066\","
+                                     "\"revision\":\"2\",\"raft_term\":\"2\"},\"succeeded\":true,"
+                                     "\"responses\":[{\"response_put\":{\"header\":"
+                                     "{\"revision\":\"2\"}}}]}"), &ok, &kvs));
+    CHECK(ok == 1 && kvs == NULL);
+    CHECK_OK(kvp_etcd_parse_txn(BODY("{\"header\":{\"revision\":\"2\"},\"responses\":["
+                                     "{\"response_range\":{\"header\":{\"revision\":\"2\"},"
+                                     "\"kvs\":[{\"key\":\"L2svYQ==\",\"create_revision\":\"2\","
+                                     "\"mod_revision\":\"2\",\"version\":\"1\","
+                                     "\"value\":\"djE=\"}],\"count\":\"1\"}}]}"), &ok, &kvs));
+    CHECK(ok == 0 && kvs != NULL && kvs->n == 1);
+    if (kvs != NULL && kvs->n == 1) {
+        CHECK(strcmp(kvs->kv[0].key, "/k/a") == 0 && strcmp(kvs->kv[0].value, "v1") == 0);
+    }
+    kvp_etcd_kvs_free(kvs);
+    CHECK_OK(kvp_etcd_parse_txn(BODY("{\"header\":{\"revision\":\"3\"},\"responses\":["
+                                     "{\"response_range\":{\"header\":{\"revision\":\"3\"}}}]}"),
+                                &ok, &kvs));
+    CHECK(ok == 0 && kvs != NULL && kvs->n == 0);
+    kvp_etcd_kvs_free(kvs);
+    CHECK_ST(kvp_etcd_parse_txn(BODY("{\"succeeded\":\"yes\"}"), &ok, &kvs), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_txn(BODY("{\"header\":{}}"), &ok, &kvs), KVP_ERR_PROTOCOL);
+    CHECK_ST(kvp_etcd_parse_txn(BODY("{\"responses\":[{\"response_range\":{\"kvs\":[{\"key"),
+                                &ok, &kvs), KVP_ERR_PROTOCOL);
+    CHECK(kvs == NULL);
+}
+
 /* Replies as a leaderless member, a proxy before a dead one and a healthy member send them. */
 static void test_reply_check(void)
 {
@@ -181,6 +216,7 @@ int main(void)
     test_b64();
     test_lease();
     test_range();
+    test_txn();
     test_reply_check();
     test_member();
     return kvp_test_result("test_etcd_json");

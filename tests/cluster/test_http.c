@@ -2,11 +2,15 @@
  * UCX: /health follows the life-cycle (503 "starting", 200 "ok", 503 "shutting down") and
  * /metrics leaves out store figures while no store is open; counters bumped by a thread during
  * scrapes add up exactly (run it under -fsanitize=thread for the races); requests split over
- * several writes, HTTP/1.0 and bare-LF lines; 431 for headers past 8 KiB; the idle deadline
- * (408) and a full connection table (a waiting client is served once a slot frees); the
- * kvpack_request_duration_seconds histogram of known handling times (cumulative buckets that
- * hold exactly the times <= their le, +Inf = _count, _sum = the recorded sum); the store's
- * spill and restore histograms are whole families while a store is open; no leaks. */
+ * several writes, HTTP/1.0, bare-LF lines and empty lines before the request line; 431 for
+ * headers past 8 KiB; 500 for reply headers past their buffer; the idle deadline (408); a full
+ * table of silent connections with a far deadline does not keep /health waiting (the oldest gets
+ * 408); /health says "stalled" when the main loop has not run for KVP_NODE_STALL_MS; the
+ * kvpack_disk_* families only with an SSD tier, kvpack_disk_free_bytes left out when the
+ * filesystem cannot be asked; the kvpack_request_duration_seconds histogram of known handling
+ * times (cumulative buckets that hold exactly the times <= their le, +Inf = _count, _sum = the
+ * recorded sum); the store's spill and restore histograms are whole families while a store is
+ * open; no leaks. */
 #include "http.h"
 #include "node_obs.h"
 
@@ -15,8 +19,10 @@
 #include "check.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -241,6 +247,9 @@ static void test_life_cycle(void)
     kvp_node_obs_set_store(&obs, store);
     kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
     CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(strstr(body, "\nkvpack_dram_bytes ") != NULL);
+    CHECK(strstr(body, "kvpack_disk_") == NULL); /* DRAM only: no disk to alert on */
 
     CHECK(pthread_create(&th, NULL, bumper, &obs) == 0);
     for (int i = 0; i < 20; i++) {
@@ -294,10 +303,17 @@ static void test_life_cycle(void)
     kvp_node_obs_cleanup(&obs);
 }
 
-/* A route that echoes the path it was given. */
+/* A route that echoes the path it was given; /long-type answers with a content type too long
+ * for the reply's header buffer. */
 static void echo_route(void *arg, const char *path, kvp_http_reply_t *r)
 {
+    static char long_type[300];
+
     (void)arg;
+    if (strcmp(path, "/long-type") == 0) {
+        memset(long_type, 'x', sizeof(long_type) - 1);
+        r->content_type = long_type;
+    }
     kvp_http_reply_printf(r, "%s", path);
 }
 
@@ -331,6 +347,14 @@ static void test_requests(void)
     CHECK(request(port, "GET  /z HTTP/1.1\r\n\r\n", body, sizeof(body)) == 400);
     CHECK(request(port, "GET z HTTP/1.1\r\n\r\n", body, sizeof(body)) == 400);
     CHECK(request(port, "DELETE /z HTTP/1.1\r\n\r\n", body, sizeof(body)) == 405);
+    /* empty lines before the request line are skipped (RFC 9112 section 2.2) */
+    CHECK(request(port, "\r\n\r\nGET /crlf HTTP/1.1\r\n\r\n", body, sizeof(body)) == 200);
+    CHECK(strcmp(body, "/crlf") == 0);
+    CHECK(request(port, "\nGET /lf HTTP/1.0\n\n", body, sizeof(body)) == 200);
+    CHECK(strcmp(body, "/lf") == 0);
+    /* reply headers that do not fit their buffer: 500, not bytes past it */
+    CHECK(request(port, "GET /long-type HTTP/1.1\r\n\r\n", body, sizeof(body)) == 500);
+    CHECK(strcmp(body, "Internal Server Error\n") == 0);
 
     /* headers past the limit */
     snprintf(big, sizeof(big), "GET /z HTTP/1.1\r\nX: ");
@@ -342,8 +366,8 @@ static void test_requests(void)
     big[sizeof(big) - 1] = '\0';
     CHECK(request(port, big, body, sizeof(body)) == 431 && body[0] == '\0'); /* HEAD: no body */
 
-    /* two silent clients fill the table; a third waits in the backlog until the idle deadline
-     * frees a slot (408 to the silent ones), then is served */
+    /* two silent clients fill the table; a third takes the older one's slot (408 to it) and is
+     * served; the other gets 408 at the idle deadline */
     quiet[0] = connect_to(port);
     quiet[1] = connect_to(port);
     usleep(50000); /* both accepted */
@@ -353,12 +377,134 @@ static void test_requests(void)
     kvp_http_stop(h);
 }
 
+/* The parser on empty lines alone: it waits for the request line, and a buffer full of them is
+ * 400 (not a wait that never ends). */
+static void test_blank_lines(void)
+{
+    static const char req[] = "HEAD /h HTTP/1.1\r\n\r\n";
+    static char       buf[KVP_HTTP_MAX_REQ];
+    char              path[KVP_HTTP_MAX_LINE];
+    int               head = -1;
+
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        buf[i] = (i % 2) ? '\n' : '\r';
+    }
+    CHECK(kvp_http_request_parse(buf, 64, sizeof(buf), &head, path, sizeof(path)) == 0);
+    CHECK(kvp_http_request_parse(buf, sizeof(buf), sizeof(buf), &head, path, sizeof(path)) == 400);
+    memcpy(buf + 64, req, sizeof(req) - 1);
+    CHECK(kvp_http_request_parse(buf, 64 + sizeof(req) - 1, sizeof(buf), &head, path,
+                                 sizeof(path)) == 200);
+    CHECK(head == 1 && strcmp(path, "/h") == 0);
+}
+
+/* Every slot taken by a silent client whose deadline is far past the test's timeout: /health is
+ * answered all the same (it used to wait for a deadline), the oldest silent client gets 408 for
+ * its slot, the newest is still open. */
+static void test_full_table(void)
+{
+    char              body[256];
+    int               quiet[64];
+    kvp_node_obs_t    obs;
+    kvp_http_params_t hp;
+    kvp_http_h        h;
+    uint16_t          port;
+
+    kvp_node_obs_init(&obs);
+    memset(&hp, 0, sizeof(hp));
+    hp.host    = "127.0.0.1";
+    hp.route   = kvp_node_obs_route;
+    hp.arg     = &obs;
+    hp.idle_ms = 600000; /* the default table of 64 */
+    CHECK_OK(kvp_http_start(&hp, &h, &port));
+    kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
+    for (int i = 0; i < 64; i++) {
+        quiet[i] = connect_to(port);
+    }
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    CHECK(read_reply(quiet[0], body, sizeof(body)) == 408);
+    CHECK(recv(quiet[63], body, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+    for (int i = 1; i < 64; i++) {
+        close(quiet[i]);
+    }
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
+/* A main loop that has not run for more than KVP_NODE_STALL_MS (its last wake-up set back, as if
+ * it had stopped then): /health 503 "stalled", kvpack_serving 0; ok again once it runs. */
+static void test_stall(void)
+{
+    static char    body[1 << 20];
+    kvp_node_obs_t obs;
+    kvp_http_h     h;
+    uint16_t       port;
+
+    h = obs_serve(&obs, &port);
+    kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    atomic_store(&obs.loop_ns, kvp_time_ns() - (KVP_NODE_STALL_MS + 1000ull) * 1000000ull);
+    CHECK(get(port, "/health", body, sizeof(body)) == 503);
+    CHECK(strncmp(body, "stalled: main loop last ran ", 28) == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(strstr(body, "\nkvpack_serving 0\n") != NULL);
+    kvp_node_obs_loop(&obs);
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
+/* A store with an SSD tier: the kvpack_disk_* families are there, the free space > 0; with its
+ * directory moved away (the free space cannot be asked) kvpack_disk_free_bytes is left out, not
+ * 0, and the other disk families stay. */
+static void test_disk_families(void)
+{
+    static char        body[1 << 20];
+    char               dir[] = "/tmp/kvp_http_XXXXXX", moved[64], cmd[96];
+    kvp_node_obs_t     obs;
+    kvp_http_h         h;
+    kvp_store_h        store;
+    kvp_store_params_t sp;
+    uint16_t           port;
+    const char        *free_at;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(moved, sizeof(moved), "%s.moved", dir);
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask   = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DB_PATH |
+                      KVP_STORE_PARAM_DISK_RESERVE;
+    sp.dram_budget  = 1 << 20;
+    sp.db_path      = dir;
+    sp.disk_reserve = 0;
+    CHECK_OK(kvp_store_open(&sp, &store));
+    h = obs_serve(&obs, &port);
+    kvp_node_obs_set_store(&obs, store);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    free_at = strstr(body, "\nkvpack_disk_free_bytes ");
+    CHECK(free_at != NULL && strtoull(free_at + 24, NULL, 10) > 0);
+    CHECK(strstr(body, "\nkvpack_disk_errors_total 0\n") != NULL);
+    CHECK(rename(dir, moved) == 0);
+    CHECK(get(port, "/metrics", body, sizeof(body)) == 200);
+    CHECK(rename(moved, dir) == 0);
+    CHECK(strstr(body, "kvpack_disk_free_bytes") == NULL);
+    CHECK(strstr(body, "\nkvpack_disk_bytes ") != NULL);
+    kvp_node_obs_set_store(&obs, NULL);
+    kvp_store_close(store);
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     int64_t live = kvp_alloc_live_count();
 
     test_life_cycle();
     test_requests();
+    test_blank_lines();
+    test_full_table();
+    test_stall();
+    test_disk_families();
     test_histogram();
     CHECK(kvp_alloc_live_count() == live);
     printf("http: all checks passed\n");

@@ -1,8 +1,9 @@
-/* fuzz_etcd.c - the etcd gateway's JSON as kvpack parses it (cluster/etcd_json.c): lease, range,
- * error and watch bodies, a member's value, base64, and the watch stream splitter fed in two
- * cuts. Input: byte 0 picks the parser (and the cut), the rest is the body. Properties: never a
- * crash or a leak; base64 that decodes encodes back to the same length class; a range's keys
- * and values are NUL-terminated within their stated lengths. */
+/* fuzz_etcd.c - the etcd gateway's JSON as kvpack parses it (cluster/etcd_json.c): lease, range
+ * (and txn: the same bytes), error and watch bodies, a member's value, base64, and the watch
+ * stream splitter fed in two cuts. Input: byte 0 picks the parser (and the cut), the rest is the
+ * body. Properties: never a crash or a leak; base64 that decodes encodes back to the same length
+ * class; a range's keys and values are NUL-terminated within their stated lengths; a txn that
+ * failed comes with its range, one that succeeded without. */
 #include "fuzz.h"
 #include "kvpack/alloc.h"
 #include "kvpack/etcd.h"
@@ -47,12 +48,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 1: {
         kvp_etcd_kvs_t *kvs = NULL;
 
+        int             ok;
+
         if (kvp_etcd_parse_range(body, len, &kvs) == KVP_OK) {
             for (size_t i = 0; i < kvs->n; i++) {
                 if (strlen(kvs->kv[i].value) > kvs->kv[i].value_len) {
                     FUZZ_FAIL("range value %zu longer than its length", i);
                 }
             }
+        }
+        kvp_etcd_kvs_free(kvs);
+        kvs = NULL;
+        if (kvp_etcd_parse_txn(body, len, &ok, &kvs) == KVP_OK && ok == (kvs != NULL)) {
+            FUZZ_FAIL("txn succeeded %d with%s a range", ok, kvs ? "" : "out");
         }
         kvp_etcd_kvs_free(kvs);
         break;

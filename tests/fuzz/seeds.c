@@ -325,6 +325,7 @@ static void http_seeds(void)
         "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", /* 405 */
         "GET /a b HTTP/1.1\r\n\r\n",                              /* 400 */
         "GET /health HTTP/1.1\r\nHost: x\r\n",                    /* waits for the blank line */
+        "\r\n\r\nGET /health HTTP/1.1\r\n\r\n",                      /* empty lines first: 200 */
     };
     char *b = malloc(KVP_HTTP_MAX_REQ + 1);
     size_t n;

@@ -74,8 +74,12 @@ kvp_status_t kvp_etcd_lease_grant(kvp_etcd_h etcd, int64_t ttl_s, int64_t *lease
  * KVP_ERR_NOT_FOUND. */
 kvp_status_t kvp_etcd_lease_keepalive(kvp_etcd_h etcd, int64_t lease, int64_t *ttl_p);
 kvp_status_t kvp_etcd_lease_revoke(kvp_etcd_h etcd, int64_t lease);
-/* key -> value (strings), attached to lease (0: none). */
-kvp_status_t kvp_etcd_put(kvp_etcd_h etcd, const char *key, const char *value, int64_t lease);
+/* key -> value (strings), attached to lease (0: none), only if key is absent (if_value NULL: its
+ * create_revision is 0) or holds if_value: one txn (POST /v3/kv/txn), which otherwise reads the
+ * key. *put_p: 1 when written; else 0 and *held_p (may be NULL) what key holds (NULL when it is
+ * absent; kvp_free it). */
+kvp_status_t kvp_etcd_put_if(kvp_etcd_h etcd, const char *key, const char *value, int64_t lease,
+                             const char *if_value, int *put_p, char **held_p);
 /* Every key that starts with prefix, in key order. Free with kvp_etcd_kvs_free. */
 kvp_status_t kvp_etcd_range_prefix(kvp_etcd_h etcd, const char *prefix, kvp_etcd_kvs_t **kvs_p);
 void         kvp_etcd_kvs_free(kvp_etcd_kvs_t *kvs); /* NULL is a no-op */
@@ -140,6 +144,10 @@ kvp_status_t kvp_etcd_member_parse(const char *addr, const char *value, size_t l
 kvp_status_t kvp_etcd_parse_lease(const char *body, size_t len, int64_t *lease_p, int64_t *ttl_p);
 /* A range reply; "kvs" absent is an empty list. */
 kvp_status_t kvp_etcd_parse_range(const char *body, size_t len, kvp_etcd_kvs_t **kvs_p);
+/* A txn reply whose failure branch is one range: *succeeded_p ("succeeded", absent when false);
+ * when it failed, *kvs_p the range's keys (free with kvp_etcd_kvs_free), else NULL. */
+kvp_status_t kvp_etcd_parse_txn(const char *body, size_t len, int *succeeded_p,
+                                kvp_etcd_kvs_t **kvs_p);
 /* KVP_OK for a body without "error"; else the status above (message copied to msg, cap bytes). */
 kvp_status_t kvp_etcd_parse_error(const char *body, size_t len, char *msg, size_t cap);
 /* A whole reply (HTTP status http, body): its status as kvp_etcd_parse_error's, a 5xx without an

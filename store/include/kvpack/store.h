@@ -168,7 +168,9 @@ typedef struct {
     uint64_t wal_dropped_bytes;   /* bytes of damaged write-ahead log records the open's recovery
                                    * dropped (the writes in them, and the rest of their 32 KiB log
                                    * block, are lost); 0 after a clean stop or crash */
-    uint64_t disk_free_bytes;     /* free space of the SSD tier's filesystem now (0 without one) */
+    uint64_t disk_tier;           /* 1 with an SSD tier (a db_path), 0 DRAM only */
+    uint64_t disk_free_bytes;     /* free space of the SSD tier's filesystem now; UINT64_MAX when
+                                   * unknown (no SSD tier, or the query failed) */
     uint64_t disk_reserve_bytes;  /* bytes held in its reserve file now (disk_reserve, or 0 while
                                    * released) */
     uint64_t disk_full_refusals;  /* disk writes refused: they would have left less than the
