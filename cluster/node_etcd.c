@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -71,6 +72,24 @@ static void reg_held_log(kvp_node_etcd_h r, kvp_etcd_h e, const char *held)
                              : "; not starting");
 }
 
+/* A value left by a process of this host that no longer runs (this node restarted at once after
+ * a crash, its old lease not yet run out): safe to take over. A value from another host, from a
+ * node that did not say its host, or naming a live pid is not: 0. */
+static int reg_held_stale(kvp_node_etcd_h r, const char *held)
+{
+    kvp_etcd_member_t mine, them;
+
+    if (kvp_etcd_member_parse(r->addr, r->value, strlen(r->value), &mine) != KVP_OK ||
+        kvp_etcd_member_parse(r->addr, held, strlen(held), &them) != KVP_OK ||
+        mine.host[0] == '\0' || strcmp(mine.host, them.host) != 0 || them.pid <= 0 ||
+        them.pid == mine.pid || kill((pid_t)them.pid, 0) == 0 || errno != ESRCH) {
+        return 0;
+    }
+    KVP_LOG_WARN(MOD, "etcd key %s names pid %lld of this host, which no longer runs (a crash; "
+                 "its lease has not run out yet): taking it over", r->key, (long long)them.pid);
+    return 1;
+}
+
 /* Write the key under lease unless another process holds it: one txn writes it while it is absent
  * (create_revision 0), another while it holds this node's own value (only with rewrite: for a new
  * lease; else nothing is written). *put_p: 1 when written. KVP_ERR_EXISTS when another value holds
@@ -79,12 +98,19 @@ static kvp_status_t reg_claim(kvp_node_etcd_h r, kvp_etcd_h e, int64_t lease, in
                               int *put_p)
 {
     const char *if_value = NULL; /* what the key is believed to hold: NULL, absent */
+    char        stale[sizeof(r->value)];
 
     for (int tries = 0; tries < 3; tries++) { /* it may change between two txns */
         char        *held;
         kvp_status_t s = kvp_etcd_put_if(e, r->key, r->value, lease, if_value, put_p, &held);
 
         if (s == KVP_OK && held != NULL && strcmp(held, r->value) != 0) {
+            if (rewrite && strlen(held) < sizeof(stale) && reg_held_stale(r, held)) {
+                snprintf(stale, sizeof(stale), "%s", held); /* replaced only if still that */
+                if_value = stale;
+                kvp_free(held);
+                continue;
+            }
             reg_held_log(r, e, held);
             kvp_free(held);
             return KVP_ERR_EXISTS;
@@ -205,6 +231,9 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
     snprintf(m.addr, sizeof(m.addr), "%s", advertise);
     snprintf(r->addr, sizeof(r->addr), "%s", advertise);
     snprintf(m.data_dir, sizeof(m.data_dir), "%s", data_dir ? data_dir : "");
+    if (gethostname(m.host, sizeof(m.host) - 1) != 0) {
+        m.host[0] = '\0'; /* then its key is never taken over as stale (reg_held_stale) */
+    }
     m.pid        = (int64_t)getpid();
     m.since      = (int64_t)time(NULL);
     r->ttl_s     = ttl_s;

@@ -371,6 +371,19 @@ try:
     check(start_node(dead, int(dead_port)) == addrs[dead], "restart the killed node")
     check(sorted(members()) == sorted(addrs), "killed node not listed after its restart")
 
+    # killed and restarted at once on its address, as a supervisor does, its old lease (60 s)
+    # still running: the key names a pid of this host that no longer runs, so the new process
+    # takes it over (it used to exit 1 until the lease ran out, past the harness's 10 s of retries)
+    crash_port = kvptest.free_port()
+    crash_addr = start_node(8, crash_port, ttl=60)
+    stop_node(8, signal.SIGKILL)
+    check(start_node(8, crash_port, ttl=60) == crash_addr, "restart at once after a SIGKILL")
+    val = key_value(gateway_b64(f"/kvpack/nodes/{crash_addr}")) or {}
+    check(val.get("pid") == nodes[8][0].pid and val.get("host") == socket.gethostname(),
+          f"the restarted node's key: {val}, its pid {nodes[8][0].pid}")
+    check(stop_node(8, signal.SIGTERM) == 0 and crash_addr not in members(),
+          "SIGTERM of the node restarted after a crash")
+
     # a lost lease (revoked behind the node's back): the keepalive sees it, grants a new one and
     # puts the key again, while the node keeps serving
     key = base64.b64encode(f"/kvpack/nodes/{addrs[1]}".encode()).decode()

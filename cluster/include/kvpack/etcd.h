@@ -42,6 +42,7 @@ typedef struct {
     int64_t pid;
     int64_t since;                   /* unix seconds the node registered */
     char    data_dir[256];           /* "" for a DRAM-only node */
+    char    host[256];               /* the node's hostname ("" from a node before it was kept) */
 } kvp_etcd_member_t;
 
 /* ---- gateway client ---- */
