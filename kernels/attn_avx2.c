@@ -327,7 +327,9 @@ static inline __m256 exp8(__m256 x)
     __m256i      e;
 
     /* operands in this order keep a NaN (max/min return the second operand when either is
-     * NaN): a score past float range must reach the result as NaN, as expf's does */
+     * NaN): a score past float range must reach the result as NaN, as expf's does. Below -87
+     * the weight is ~1.6e-38, not the reference's 0 (-inf included): negligible beside the
+     * running max's weight of 1, and documented as a twin difference */
     x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
     n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

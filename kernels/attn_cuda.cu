@@ -139,7 +139,9 @@ __global__ void k_attn(const uint8_t *blob, const dpage_t *tab, uint32_t n, uint
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        kvp_hd_fwht(qr, D); /* for pages whose K is rotated */
+        if ((D & (D - 1)) == 0) {
+            kvp_hd_fwht(qr, D); /* for pages whose K is rotated (those have D a power of two) */
+        }
         m = -INFINITY;
         l = 0.0f;
     }

@@ -39,7 +39,8 @@ typedef struct {
 
 /* Scratch bytes a call needs for Hq query heads over pages of H KV heads x D, capacity P
  * (any codec; fp16 pages and the tail of any capacity are read in slices). 0 when the
- * shape is out of range (Hq % H != 0, a zero, or beyond the page format's limits). */
+ * shape is out of range (Hq % H != 0, a zero, more than 1024 query heads per KV head, or beyond
+ * the page format's limits). */
 size_t kvp_attn_scratch_bytes(uint32_t q_heads, uint32_t heads, uint32_t head_dim,
                               uint32_t page_tokens);
 
