@@ -209,6 +209,8 @@ const char  *kvp_cli_ns_hex(uint64_t ns, char *buf);
  * holds KVP_CLI_ID_TEXT bytes; JSON output escapes ids itself). */
 #define KVP_CLI_ID_TEXT (4 * 127 + 1)
 const char  *kvp_cli_id_text(const char *sid, char *buf);
+/* n bytes for a person: "512 B", "48.3 KiB", "1.5 MiB", "2.0 GiB" (the largest unit it reaches) */
+void         kvp_cli_fmt_bytes(uint64_t n, char *buf, size_t cap);
 /* Begin a JSON report with "node", "session" (when set) and "ns". */
 void         kvp_cli_json_head(kvp_json_t *j, const kvp_cli_sess_opts_t *o, uint64_t ns);
 /* The session's shape as put and get report it: codec, page_tokens, layers, tokens, heads,

@@ -605,3 +605,20 @@ double kvp_median_sorted(const double *v, size_t n)
 {
     return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+void kvp_cli_fmt_bytes(uint64_t n, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    double                   v      = (double)n;
+    int                      u      = -1;
+
+    while (v >= 1024.0 && u < 3) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u < 0) {
+        snprintf(buf, cap, "%llu B", (unsigned long long)n);
+    } else {
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+    }
+}

@@ -1,9 +1,11 @@
 /* cmd_scrub.c - "kvpack scrub --node LIST | --etcd URL [--json]": ask each node for one whole
  * scrubbing pass now (SCRUB): every page on its disk read back and checked, then every block of
  * its RocksDB index. Nodes are done one after another (a progress line names the one running);
- * per node: bytes checked, bad pages found, whether the index was rebuilt, how long it took. Exit
- * 0 when every node answered and found nothing; 3 when a node found damage (its sessions list as
- * damaged until `kvpack repair` copies them back); 1 when a node did not answer or failed. */
+ * per node: bytes checked, bad pages found, whether the index was rebuilt, how long it took, and
+ * the sessions it lists as damaged now (found by this pass or before it: the background scrubber,
+ * a get). Exit 0 when every node answered, found nothing and lists nothing damaged; 3 when a node
+ * found damage or lists damaged sessions (until `kvpack repair` copies them back); 1 when a node
+ * did not answer or failed. */
 #include "cli.h"
 
 #include "kvpack/cluster.h"
@@ -24,15 +26,49 @@ static void usage(FILE *out)
             "its sessions then list as damaged until `kvpack repair` copies them back from a\n"
             "replica. A damaged index block makes the node rebuild its index. The background\n"
             "scrubber (kvpackd --scrub-mib-s) does the same slowly; this is the pass at once.\n"
-            "Exit 0: every node answered and found nothing; 3: damage found (and dealt with as\n"
-            "above); 1: a node did not answer or failed (named on stderr).\n"
+            "Each node's line also counts the sessions it lists as damaged now, found by this\n"
+            "pass or earlier (the background scrubber, a get): a page is found bad once.\n"
+            "Exit 0: every node answered, found nothing and lists nothing damaged; 3: damage\n"
+            "found or listed (dealt with as above); 1: a node did not answer or failed (named\n"
+            "on stderr).\n"
             "  --node LIST     HOST:PORT, or a comma-separated list of nodes\n"
             "  --etcd URL[,URL] in place of --node: the nodes registered in etcd (kvpackd --etcd)\n"
             "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
             "  --json          one JSON object: {nodes: [{node, ok, error | bytes, bad_pages,\n"
-            "                  index_rebuilt, elapsed_ms}], bad_pages, index_rebuilds, failed}\n"
+            "                  index_rebuilt, elapsed_ms, damaged_sessions}], bad_pages,\n"
+            "                  index_rebuilds, damaged_sessions, failed}\n"
             "  --timeout-ms MS per-node deadline (default %u: a pass reads the whole disk)\n",
             SCRUB_TIMEOUT_MS);
+}
+
+/* dmg[k]: the sessions node k lists as damaged now (-1: its list did not come). A pass reports a
+ * bad page once; one the background scrubber or a get found earlier is only in this list. */
+static void damaged_sessions(kvp_cluster_h cl, uint32_t n, const kvp_status_t *s, int64_t *dmg)
+{
+    kvp_cluster_list_t  *l = NULL;
+    kvp_cluster_report_t rep;
+
+    for (uint32_t k = 0; k < n; k++) {
+        dmg[k] = -1;
+    }
+    memset(&rep, 0, sizeof(rep));
+    if (kvp_cluster_list_sessions(cl, 0, 0, &l, &rep) != KVP_OK) {
+        return;
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        dmg[k] = s[k] == KVP_OK ? 0 : -1;
+    }
+    for (uint32_t t = 0; t < rep.n_tried; t++) {
+        if (rep.tried[t].status != KVP_OK && rep.tried[t].node < n) {
+            dmg[rep.tried[t].node] = -1;
+        }
+    }
+    for (uint32_t i = 0; i < l->n; i++) {
+        for (uint32_t k = 0; k < n; k++) {
+            dmg[k] += dmg[k] >= 0 && ((l->damaged[i] >> k) & 1u);
+        }
+    }
+    kvp_cluster_list_free(l);
 }
 
 int kvp_cmd_scrub(int argc, char **argv)
@@ -41,7 +77,8 @@ int kvp_cmd_scrub(int argc, char **argv)
     kvp_cluster_h       cl;
     kvp_scrub_result_t  r[KVP_CLUSTER_MAX_NODES];
     kvp_status_t        s[KVP_CLUSTER_MAX_NODES];
-    uint64_t            bad = 0, rebuilt = 0;
+    int64_t             dmg[KVP_CLUSTER_MAX_NODES];
+    uint64_t            bad = 0, rebuilt = 0, damaged = 0;
     uint32_t            n, failed = 0;
     int                 rc;
 
@@ -66,6 +103,10 @@ int kvp_cmd_scrub(int argc, char **argv)
         rebuilt += r[k].index_rebuilt;
     }
     kvp_progress_done();
+    damaged_sessions(cl, n, s, dmg);
+    for (uint32_t k = 0; k < n; k++) {
+        damaged += dmg[k] > 0 ? (uint64_t)dmg[k] : 0;
+    }
     if (o.json) {
         kvp_json_t j;
 
@@ -77,24 +118,35 @@ int kvp_cmd_scrub(int argc, char **argv)
                 kvp_json_int(&j, "bad_pages", (int64_t)r[k].bad_pages);
                 kvp_json_bool(&j, "index_rebuilt", r[k].index_rebuilt != 0);
                 kvp_json_int(&j, "elapsed_ms", (int64_t)r[k].elapsed_ms);
+                kvp_json_int(&j, "damaged_sessions", dmg[k]);
             }
             kvp_json_close(&j);
         }
         kvp_json_close(&j);
         kvp_json_int(&j, "bad_pages", (int64_t)bad);
         kvp_json_int(&j, "index_rebuilds", (int64_t)rebuilt);
+        kvp_json_int(&j, "damaged_sessions", (int64_t)damaged);
         kvp_json_int(&j, "failed", failed);
         kvp_json_end(&j);
     } else {
         for (uint32_t k = 0; k < n; k++) {
             if (s[k] == KVP_OK) {
-                printf("%-22s %.1f MiB of pages checked in %.1f s: %llu bad%s\n",
-                       kvp_cluster_peer(cl, k), (double)r[k].bytes / 1048576.0,
-                       (double)r[k].elapsed_ms / 1000.0, (unsigned long long)r[k].bad_pages,
-                       r[k].index_rebuilt ? "; a damaged index block: index rebuilt" : "");
+                char size[32], now[96] = "";
+
+                kvp_cli_fmt_bytes(r[k].bytes, size, sizeof(size));
+                if (dmg[k] > 0) {
+                    snprintf(now, sizeof(now), "; %lld session%s listed damaged (kvpack repair)",
+                             (long long)dmg[k], dmg[k] == 1 ? "" : "s");
+                } else if (dmg[k] < 0) {
+                    snprintf(now, sizeof(now), "; its session list did not come");
+                }
+                printf("%-22s %s of pages checked in %.1f s: %llu bad%s%s\n",
+                       kvp_cluster_peer(cl, k), size, (double)r[k].elapsed_ms / 1000.0,
+                       (unsigned long long)r[k].bad_pages,
+                       r[k].index_rebuilt ? "; a damaged index block: index rebuilt" : "", now);
             }
         }
     }
     kvp_cluster_destroy(cl);
-    return failed > 0 ? 1 : (bad > 0 || rebuilt > 0) ? 3 : 0;
+    return failed > 0 ? 1 : (bad > 0 || rebuilt > 0 || damaged > 0) ? 3 : 0;
 }
