@@ -443,8 +443,9 @@ static void repair_session(repair_t *rp, repair_plan_t *pl)
 
 static void repair_summary(repair_t *rp, const char *node)
 {
-    char           un[1024];
+    char           un[1024], tg[64];
     const uint64_t down = ALL_NODES(rp->n) & ~rp->alive;
+    uint32_t       live;
 
     if (rp->json) {
         kvp_json_close(&rp->j); /* actions */
@@ -473,13 +474,24 @@ static void repair_summary(repair_t *rp, const char *node)
     if (rp->pass != 0) {
         printf("pass %u (%s): ", rp->pass, rp->trigger);
     }
-    printf("%s%u sessions: %u already at their %u target nodes, %u %s, %u failed; %u %s, %u "
-           "surplus %s, %llu bytes moved\n", rp->dry_run ? "dry run: " : "", rp->sum.sessions,
-           rp->sum.already_ok, rp->r, rp->dry_run ? rp->sum.sessions - rp->sum.already_ok
-                                                  : rp->sum.repaired,
+    live = (uint32_t)__builtin_popcountll(rp->alive);
+    if (live < rp->r) { /* the targets are the first r that answered: fewer when fewer did */
+        snprintf(tg, sizeof(tg), "targets (N = %u, %u node%s live)", rp->r, live,
+                 live == 1 ? "" : "s");
+    } else {
+        snprintf(tg, sizeof(tg), "%u target node%s", rp->r, rp->r == 1 ? "" : "s");
+    }
+    printf("%s%u session%s: %u already at their %s, %u %s, %u failed; %u %s, %u surplus %s, "
+           "%llu bytes moved\n", rp->dry_run ? "dry run: " : "", rp->sum.sessions,
+           rp->sum.sessions == 1 ? "" : "s", rp->sum.already_ok, tg,
+           rp->dry_run ? rp->sum.sessions - rp->sum.already_ok : rp->sum.repaired,
            rp->dry_run ? "to repair" : "repaired", rp->sum.failed, rp->sum.copied,
-           rp->dry_run ? "copies planned" : "copies made", rp->sum.deleted,
-           rp->dry_run ? "deletes planned" : "copies deleted", (unsigned long long)rp->sum.bytes);
+           rp->dry_run ? (rp->sum.copied == 1 ? "copy planned" : "copies planned")
+                       : (rp->sum.copied == 1 ? "copy made" : "copies made"),
+           rp->sum.deleted,
+           rp->dry_run ? (rp->sum.deleted == 1 ? "delete planned" : "deletes planned")
+                       : (rp->sum.deleted == 1 ? "copy deleted" : "copies deleted"),
+           (unsigned long long)rp->sum.bytes);
     if (down != 0) {
         printf("unreachable: %s (what it holds was not checked; %u sessions have it among "
                "their first %u nodes)\n",

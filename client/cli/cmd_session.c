@@ -440,7 +440,8 @@ static void ls_print_json(const char *node, kvp_cluster_h cl, const kvp_cluster_
 
 static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
 {
-    bool many = kvp_cluster_size(cl) > 1;
+    bool     many  = kvp_cluster_size(cl) > 1;
+    uint32_t tombs = 0;
 
     printf("%-16s  %-24s %9s %6s %-8s %-9s %12s%s\n", "NAMESPACE", "SESSION", "TOKENS", "LAYERS",
            "CODEC", "WHERE", "BYTES", many ? "  NODES" : "");
@@ -465,8 +466,14 @@ static void ls_print_text(kvp_cluster_h cl, const kvp_cluster_list_t *l)
         }
         printf("\n");
     }
-    printf("%u session%s%s\n", l->n, l->n == 1 ? "" : "s",
-           l->truncated ? " (truncated: --max reached, the node holds more)" : "");
+    for (uint32_t i = 0; i < l->n; i++) {
+        tombs += l->holders[i] == 0; /* --deleted: a tombstone no node holds a record of */
+    }
+    printf("%u session%s", l->n - tombs, l->n - tombs == 1 ? "" : "s");
+    if (tombs != 0) {
+        printf(", %u tombstone%s", tombs, tombs == 1 ? "" : "s");
+    }
+    printf("%s\n", l->truncated ? " (truncated: --max reached, the node holds more)" : "");
 }
 
 int kvp_cmd_ls(int argc, char **argv)

@@ -127,6 +127,12 @@ try:
            and plan.get("deleted_surplus") == 0 and plan.get("already_ok") == 10 - len(had_x),
            f"dry run with {x.addr} dead: exit {rc}, {plan}")
     expect(all(a["status"] == "planned" for a in plan.get("actions", [])), "dry run did not plan")
+    # the text names the targets as they are: r = 3 with 2 nodes live is 2 targets, not "their 3"
+    rc, out = cli("repair", "--node", peers, "--replicas", "3", "--dry-run")
+    expect(rc == 1 and "already at their targets (N = 3, 2 nodes live)" in out,
+           f"dry run, r = 3 with {x.addr} dead: exit {rc} {out!r}")
+    rc, out = cli("repair", "--node", peers, "--replicas", "2", "--dry-run")
+    expect(rc == 1 and "already at their 2 target nodes" in out, f"dry run text: {rc} {out!r}")
     expect(holdings(live) == {s: first2[s] - {x.addr} for s in sids}, "--dry-run changed something")
     gone = had_x[0]  # rm while a replica is down: X keeps its copy (exit 1 says so)
     rc, _ = cli("rm", "--node", peers, "--replicas", "2", "--session", gone)
@@ -180,6 +186,9 @@ try:
     dels = [s for s in json.loads(out)["sessions"] if s.get("deleted")] if rc == 0 else []
     expect(rc == 0 and [s["session"] for s in dels] == [gone],
            f"ls --deleted does not show the tombstone of {gone}: {rc} {dels}")
+    rc, out = cli("ls", "--node", peers, "--deleted")
+    expect(rc == 0 and out.rstrip().endswith("\n9 sessions, 1 tombstone"),
+           f"ls --deleted text counts the tombstone apart: {rc} {out[-200:]!r}")
     rc, res = repair(peers)
     expect(rc == 0 and res.get("copied") == 0 and res.get("deleted_surplus") == 0 and
            res.get("deleted_tombstoned") == 0 and res.get("replaced_stale") == 0 and
