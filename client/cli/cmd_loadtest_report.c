@@ -328,6 +328,7 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     }
     kvp_json_int(&j, "sessions_fetched", t.get.n);
     kvp_json_int(&j, "resumes", res->resumes);
+    kvp_json_int(&j, "resumes_lost", res->resumes_lost);
     kvp_json_int(&j, "pages_put", (int64_t)t.pages_put);
     kvp_json_int(&j, "bytes_put", (int64_t)res->bytes_put);
     kvp_json_int(&j, "bytes_put_fp16_equiv", (int64_t)res->bytes_put_fp16);
@@ -429,8 +430,12 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     printf("namespace        %016llx (run salt %016llx: no earlier run's pages are hit)\n",
            (unsigned long long)res->ns, (unsigned long long)info->params->salt);
     text_cleanup(info, res);
-    printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn\n", t.reqs,
+    printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn", t.reqs,
            res->wall_s, t.reqs / res->wall_s, res->resumes);
+    if (res->resumes_lost > 0) {
+        printf(", %u resumes lost (no node holding the previous turn answered)", res->resumes_lost);
+    }
+    printf("\n");
     if (info->params->clients > 1) {
         printf("clients          %u concurrent, requests", info->params->clients);
         for (uint32_t c = 0; c < info->params->clients; c++) {

@@ -314,6 +314,13 @@ static int lt_resume(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_s
         res->resumes++;
     }
     kvp_session_pages_free(sp);
+    if (st != KVP_OK && kvp_cluster_size(e->cl) > 1 && kvp_cluster_status_unreachable(st)) {
+        /* every node that held the previous turn is gone (one replica, its node died): a lost
+         * resume, as an engine would recompute it; the request's lookup misses and its put sends
+         * the pages again (the run used to stop here) */
+        res->resumes_lost++;
+        return 0;
+    }
     return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
 }
 
@@ -706,6 +713,7 @@ static void lt_watch(lt_shared_t *sh)
 static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
 {
     res->resumes += part->resumes;
+    res->resumes_lost += part->resumes_lost;
     res->bytes_put += part->bytes_put;
     res->bytes_put_fp16 += part->bytes_put_fp16;
     res->bytes_fetched += part->bytes_fetched;

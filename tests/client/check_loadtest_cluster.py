@@ -8,7 +8,8 @@ hits, each node holds exactly the sessions its rank names
 (the references count only the requests that ran); kill: 3 nodes started here and warmed up (spills, restores), one
 SIGKILLed mid-run: the run finishes every request from the other replica, names the dead node's
 failures, exits 3, and no node counter goes negative (the dead node counts with its last
-statistics); rerun: the same run twice against one node, the second hits only what the first did
+statistics); kill_r1: the same with --replicas 1: a resume whose only copy died is counted
+lost and the run goes on (exit 3); rerun: the same run twice against one node, the second hits only what the first did
 (each run's namespace is salted), and each leaves the node as it found it (no session, no DRAM
 byte), as does one interrupted mid-run; with --keep-sessions the node keeps exactly the run's
 sessions, under the namespace its report names; versions: 2 nodes, --replicas 2
@@ -132,7 +133,11 @@ def sessions_of(url):
     return 0
 
 
-def case_kill():
+def case_kill(replicas=2):
+    """replicas 2: every request is served by the other copy. replicas 1: a session whose only
+    copy was on the dead node cannot be resumed; that resume is counted lost (resumes_lost), the
+    request's put sends its pages again, and the run goes on (it used to stop every client with
+    "resume (get of the previous turn) failed: peer unreachable", exit 1)."""
     d = tempfile.mkdtemp(prefix="kvp_ltc_kill_")
     nodes = [start_node(d, k, http=k == 1, budget="16M") for k in range(3)]
     try:
@@ -149,9 +154,9 @@ def case_kill():
         before = sessions_of(metrics)
         # 12 users (one session each): with 4, the ports' rendezvous ranks could leave node 1 out
         # of every session's two copies, and the kill never came (2 runs of 25; 0 of 25 now)
-        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", peers, "--replicas", "2",
-                               "--users", "12", "--rounds", "20", "--turn-tokens", "256",
-                               "--timeout-ms", "3000"],
+        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", peers, "--replicas",
+                               str(replicas), "--users", "12", "--rounds", "20", "--turn-tokens",
+                               "256", "--timeout-ms", "3000"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # once node 1 holds a session the run is under way: freeze the load generator, kill the
         # node, let the run go on (so the kill always lands mid-run, however fast or loaded the
@@ -184,6 +189,13 @@ def case_kill():
               "failures on a live node")
         check(r["node_stats"]["crc_failures"] == 0, "CRC failures")
         check(nodes[1][1] in err and "skips it" in err, "no line naming the dead node")
+        # 12 users x 19 later rounds resume the previous one: each is done or counted lost; with
+        # one copy, node 1 held a session when it died, so its user's next resume is lost
+        lost = r.get("resumes_lost")
+        print(f"resumes {r['resumes']}, lost {lost}")
+        check(lost is not None and r["resumes"] + lost == 12 * 19 and
+              (lost > 0 if replicas == 1 else lost == 0),
+              f"replicas {replicas}: resumes {r['resumes']} + lost {lost}, want 228")
         counters = [(k, r["node_stats"][k]) for k in ("spills", "restores", "crc_failures",
                                                       "disk_errors")]
         wins = [(w["spills"], w["restores"]) for w in r["windows"]]
@@ -343,6 +355,7 @@ def case_errors():
 
 
 {"synthetic": case_synthetic, "replay": lambda: case_replay(sys.argv[4]), "kill": case_kill,
+ "kill_r1": lambda: case_kill(1),
  "errors": case_errors, "rerun": case_rerun, "versions": case_versions}[case]()
 print("FAILED" if fails else f"check_loadtest_cluster {case}: all checks passed")
 sys.exit(1 if fails else 0)
