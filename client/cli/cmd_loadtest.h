@@ -129,8 +129,8 @@ typedef struct {
     uint64_t          membership_changes;  /* --etcd: changes the first client's watch saw */
     uint64_t          ref_single, ref_placed; /* kvp_lt_reference block hits: one node, placed */
     /* the run's sessions: put (a put was sent for them), then with params.delete_sessions:
-     * deleted from the nodes, absent (no node held one: its put failed) and left (a node did not
-     * answer, or the delete was stopped) */
+     * deleted from the nodes, absent (no node held one: its put failed) and left (a node a put of
+     * it was sent to did not delete it, or the delete was stopped) */
     uint32_t          sessions_put, sessions_deleted, sessions_absent, sessions_left;
     uint32_t          departed_nodes;       /* took puts, no member at the end (left etcd) */
     uint32_t          departed_deleted;     /* copies deleted on those directly */

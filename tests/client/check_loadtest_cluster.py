@@ -9,7 +9,8 @@ hits, each node holds exactly the sessions its rank names
 SIGKILLed mid-run: the run finishes every request from the other replica, names the dead node's
 failures, exits 3, and no node counter goes negative (the dead node counts with its last
 statistics); kill_r1: the same with --replicas 1: a resume whose only copy died is counted
-lost and the run goes on (exit 3); rerun: the same run twice against one node, the second hits only what the first did
+lost and the run goes on (exit 3); dead_peer: a --node that is down from the start holds none of
+the run's sessions, so its failed deletes leave none behind (cleanup.left 0); rerun: the same run twice against one node, the second hits only what the first did
 (each run's namespace is salted), and each leaves the node as it found it (no session, no DRAM
 byte), as does one interrupted mid-run; with --keep-sessions the node keeps exactly the run's
 sessions, under the namespace its report names; versions: 2 nodes, --replicas 2
@@ -20,6 +21,7 @@ usage: check_loadtest_cluster.py CASE KVPACK KVPACKD [TRACE]"""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -213,6 +215,43 @@ def case_kill(replicas=2):
         subprocess.run(["rm", "-rf", d])
 
 
+def case_dead_peer():
+    """--node lists a node that is down from the start (it never takes a put): the run skips it
+    (exit 3), and its cleanup deletes every session from the live nodes. The delete of a session
+    ranked first on the dead node reports it unreachable; that session used to count as left
+    ("could not be deleted", cleanup.left) though no copy of it stays anywhere."""
+    d = tempfile.mkdtemp(prefix="kvp_ltc_peer_")
+    nodes = [start_node(d, k) for k in range(2)]
+    try:
+        with socket.socket() as sk:  # a port nothing listens on
+            sk.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{sk.getsockname()[1]}"
+        peers = ",".join([nodes[0][1], dead, nodes[1][1]])
+        rc, r, err = loadtest(["--node", peers, "--users", "12", "--rounds", "3", "--turn-tokens",
+                               "700", "--timeout-ms", "3000"])
+        print("\n".join(err.strip().splitlines()[-3:]))
+        check(rc == 3 and r is not None and r["ok"] and r["requests"] == 36,
+              f"exit {rc} (want 3, every request done): {err[-300:]!r}")
+        if r is None:
+            return
+        dn = [n for n in r["nodes"] if n["node"] == dead]
+        check(len(dn) == 1 and dn[0]["failures"] > 0 and dn[0]["expected_sessions"] > 0,
+              f"the dead node ranked no session first, or no failure counted: {dn}")
+        c = r["cleanup"]
+        check(c["deleted"] == c["sessions"] == 12 and c["left"] == 0,
+              f"every session deleted from the live nodes, none left: {c}")
+        check("deleted 12 of its 12 sessions from the nodes, 0 could not be" in err,
+              f"stderr summary: {err[-300:]!r}")
+        for _, addr in nodes:
+            sessions, _, ns = node_holds(addr)
+            check(sessions == 0 and r["namespace"] not in ns, f"{addr} kept the run's sessions")
+    finally:
+        for p, _ in nodes:
+            p.kill()
+            p.wait()
+        subprocess.run(["rm", "-rf", d])
+
+
 def node_holds(addr):
     """(sessions, dram_bytes) from `kvpack stat`, and the namespaces `kvpack ls` lists."""
     st = json.loads(subprocess.run([KVPACK, "stat", "--node", addr, "--json"], capture_output=True,
@@ -355,7 +394,7 @@ def case_errors():
 
 
 {"synthetic": case_synthetic, "replay": lambda: case_replay(sys.argv[4]), "kill": case_kill,
- "kill_r1": lambda: case_kill(1),
+ "kill_r1": lambda: case_kill(1), "dead_peer": case_dead_peer,
  "errors": case_errors, "rerun": case_rerun, "versions": case_versions}[case]()
 print("FAILED" if fails else f"check_loadtest_cluster {case}: all checks passed")
 sys.exit(1 if fails else 0)
