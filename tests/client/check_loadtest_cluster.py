@@ -81,6 +81,9 @@ def case_synthetic():
     check(r["reference"]["placed_hit_blocks"] == r["reference"]["single_cache_hit_blocks"],
           "users share nothing: placement cannot cost a hit")
     check(r["hit_blocks"] > 0, "no hits")
+    # --dram-budget is per node; the total is named so (dram_budget was the sum over the nodes)
+    check(r["dram_budget"] == 256 << 20 and r["dram_budget_total"] == 3 * (256 << 20),
+          f"dram_budget {r['dram_budget']}, total {r.get('dram_budget_total')}")
 
 
 def case_replay(trace):
@@ -245,6 +248,15 @@ def case_dead_peer():
         for _, addr in nodes:
             sessions, _, ns = node_holds(addr)
             check(sessions == 0 and r["namespace"] not in ns, f"{addr} kept the run's sessions")
+        # the text report has no figures for the dead node (it printed "0 sessions ... dram 0")
+        p = subprocess.run([KVPACK, "loadtest", "--node", peers, "--users", "2", "--rounds", "1",
+                            "--turn-tokens", "700", "--timeout-ms", "3000"], capture_output=True,
+                           text=True, timeout=120)
+        line = [l for l in p.stdout.splitlines() if l.strip().startswith(f"node {dead}")]
+        print(line)
+        check(p.returncode == 3 and len(line) == 1 and "unreachable" in line[0] and
+              "sessions (" not in line[0] and "dram" not in line[0],
+              f"text line of the dead node: exit {p.returncode}, {line}")
     finally:
         for p, _ in nodes:
             p.kill()
