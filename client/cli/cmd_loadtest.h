@@ -111,6 +111,8 @@ typedef struct {
     uint32_t          done;           /* requests completed, all clients */
     uint32_t          client_requests[KVP_LT_MAX_CLIENTS]; /* requests assigned to each client */
     uint32_t          resumes;
+    uint32_t          resumes_lost;   /* several nodes: no node that held the previous turn was
+                                       * reachable (then the request goes on without it) */
     uint64_t          bytes_put, bytes_put_fp16, bytes_fetched, bytes_fetched_fp16;
     uint64_t          bytes_resumed;
     double            encode_s, wall_s, behind_max_ms; /* encode_s: summed over clients */
@@ -127,8 +129,8 @@ typedef struct {
     uint64_t          membership_changes;  /* --etcd: changes the first client's watch saw */
     uint64_t          ref_single, ref_placed; /* kvp_lt_reference block hits: one node, placed */
     /* the run's sessions: put (a put was sent for them), then with params.delete_sessions:
-     * deleted from the nodes, absent (no node held one: its put failed) and left (a node did not
-     * answer, or the delete was stopped) */
+     * deleted from the nodes, absent (no node held one: its put failed) and left (a node a put of
+     * it was sent to did not delete it, or the delete was stopped) */
     uint32_t          sessions_put, sessions_deleted, sessions_absent, sessions_left;
     uint32_t          departed_nodes;       /* took puts, no member at the end (left etcd) */
     uint32_t          departed_deleted;     /* copies deleted on those directly */
@@ -151,8 +153,10 @@ void kvp_lt_took(kvp_lt_sample_t *s, kvp_lt_result_t *res, const kvp_lt_req_t *r
  * order. Each request goes to the first p->replicas live nodes of its session's rank (lookup,
  * missing pages, record on each); get and resume from the first in rank that has it. With several
  * nodes, a node found unreachable is counted in res->nodes[].failures and skipped by that client
- * for the rest of the run. The first other failure (or a request no node took) stops every client
- * and is reported once, naming the request; res->done says how many requests completed. Then,
+ * for the rest of the run, and a resume that finds no reachable node holding the previous turn
+ * is counted in res->resumes_lost (the request goes on). The first other failure (or a request
+ * no node took) stops every client and is reported once, naming the request; res->done says how
+ * many requests completed. Then,
  * with p->delete_sessions, the sessions it put are deleted from the nodes, also after a failure
  * or an interrupt (res->sessions_*; a progress line and a one-line summary on stderr).
  * Returns 0 or -1. */

@@ -159,14 +159,23 @@ static const char *hit_note(const kvp_lt_info_t *info, const kvp_lt_workload_t *
                "with no SSD tier to restore them from, or on a node that failed), or, with "
                "--clients > 1, two requests in flight sharing a prefix both missed it";
     }
-    if (w->synthetic) {
+    if (w->synthetic && t->hit_blocks < t->ref_hit && w->turn_tokens % KVP_LT_BLOCK_TOKENS != 0) {
+        /* a round of T tokens ends inside a 512-token block (whatever P: at T = P the block holds
+         * one chunk in a round and two in the next) */
         return "a block hits when all its sealed P-token chunks are found; a round's partial last "
                "block was sealed only up to its last full chunk, so it misses the next round, "
                "where an id-level (unbounded) count says hit";
     }
     if (t->hit_blocks == t->ref_hit) {
-        return "equal to what an unbounded cache hits over these requests: nothing was lost to "
-               "eviction (the trace README's 36.6 % is over all 12,031 requests)";
+        return w->synthetic ? "equal to what an unbounded cache hits over these requests: nothing "
+                              "was lost to eviction"
+                            : "equal to what an unbounded cache hits over these requests: nothing "
+                              "was lost to eviction (the trace README's 36.6 % is over all "
+                              "12,031 requests)";
+    }
+    if (w->synthetic) { /* users share nothing, and a user's turns stay on one client */
+        return "below the unbounded-cache count: pages were not there when asked for (evicted "
+               "with no SSD tier to restore them from, or on a node that failed)";
     }
     if (info->params->clients > 1) {
         return "below the unbounded-cache count because of concurrency: two requests sharing a "
@@ -224,6 +233,27 @@ static void json_pct(kvp_json_t *j, const char *key, const lt_pct_t *p)
     kvp_json_num(j, "p99", p->p99);
     kvp_json_num(j, "max", p->max);
     kvp_json_close(j);
+}
+
+/* A node's DRAM budget: --dram-budget for local nodes, else what the nodes report when they
+ * all report one (-1: they differ, or none answered at the end; each is in "nodes"). The node
+ * statistics, "dram_budget_total" among them, are summed over the nodes. */
+static int64_t dram_budget_per_node(const kvp_lt_info_t *info, const kvp_lt_result_t *res)
+{
+    int64_t b = -1;
+
+    if (info->local_node || res->n_nodes <= 1) {
+        return info->local_node ? (int64_t)info->dram_budget : (int64_t)res->stat_end.dram_budget;
+    }
+    for (uint32_t k = 0; k < res->n_nodes; k++) {
+        int64_t x = (int64_t)res->nodes[k].stat_end.dram_budget;
+
+        if (res->nodes[k].stat_ok && b != -1 && x != b) {
+            return -1;
+        }
+        b = res->nodes[k].stat_ok ? x : b;
+    }
+    return b;
 }
 
 /* What became of the run's sessions: "delete" (existing nodes: deleted when it ended; left: those
@@ -291,7 +321,8 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     kvp_json_str(&j, "node", info->node);
     kvp_json_bool(&j, "local_node", info->local_node);
     kvp_json_int(&j, "node_workers", info->local_node ? (int64_t)info->node_workers : -1);
-    kvp_json_int(&j, "dram_budget", (int64_t)res->stat_end.dram_budget);
+    kvp_json_int(&j, "dram_budget", dram_budget_per_node(info, res));
+    kvp_json_int(&j, "dram_budget_total", (int64_t)res->stat_end.dram_budget);
     kvp_json_str(&j, "codec", kvp_codec_name(p->codec));
     kvp_json_str(&j, "codec_impl", kvp_codec_impl_name(p->codec));
     kvp_json_int(&j, "layers", p->layers);
@@ -328,6 +359,7 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     }
     kvp_json_int(&j, "sessions_fetched", t.get.n);
     kvp_json_int(&j, "resumes", res->resumes);
+    kvp_json_int(&j, "resumes_lost", res->resumes_lost);
     kvp_json_int(&j, "pages_put", (int64_t)t.pages_put);
     kvp_json_int(&j, "bytes_put", (int64_t)res->bytes_put);
     kvp_json_int(&j, "bytes_put_fp16_equiv", (int64_t)res->bytes_put_fp16);
@@ -429,8 +461,12 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     printf("namespace        %016llx (run salt %016llx: no earlier run's pages are hit)\n",
            (unsigned long long)res->ns, (unsigned long long)info->params->salt);
     text_cleanup(info, res);
-    printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn\n", t.reqs,
+    printf("requests         %u in %.2f s (%.1f/s), %u resumed a previous turn", t.reqs,
            res->wall_s, t.reqs / res->wall_s, res->resumes);
+    if (res->resumes_lost > 0) {
+        printf(", %u resumes lost (no node holding the previous turn answered)", res->resumes_lost);
+    }
+    printf("\n");
     if (info->params->clients > 1) {
         printf("clients          %u concurrent, requests", info->params->clients);
         for (uint32_t c = 0; c < info->params->clients; c++) {
@@ -451,10 +487,14 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
         for (uint32_t k = 0; k < res->n_nodes; k++) {
             const kvp_lt_node_t *n = &res->nodes[k];
 
-            printf("  node %-15s %llu sessions (rank says %u), dram %llu bytes, %u failures%s\n",
+            if (!n->stat_ok) { /* no figures: JSON says -1 */
+                printf("  node %-15s unreachable at the end (rank says %u sessions), %u "
+                       "failures\n", n->addr, n->expected_sessions, n->failures);
+                continue;
+            }
+            printf("  node %-15s %llu sessions (rank says %u), dram %llu bytes, %u failures\n",
                    n->addr, (unsigned long long)n->stat_end.sessions, n->expected_sessions,
-                   (unsigned long long)n->stat_end.dram_bytes, n->failures,
-                   n->stat_ok ? "" : ", unreachable at the end");
+                   (unsigned long long)n->stat_end.dram_bytes, n->failures);
         }
     }
     printf("chunk hits       %llu / %llu = %.2f %%\n", (unsigned long long)t.hit_chunks,
@@ -469,8 +509,8 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     text_pct("put", &t.put);
     text_pct("get", &t.get);
     text_pct("resume", &t.resume);
-    printf("node             spills %llu, restores %llu, crc failures %llu, dram %llu / %llu bytes, "
-           "%llu sessions (%llu on disk)\n",
+    printf("node%s spills %llu, restores %llu, crc failures %llu, dram %llu / %llu bytes, "
+           "%llu sessions (%llu on disk)\n", res->n_nodes > 1 ? "s (summed)  " : "            ",
            (unsigned long long)(e->spills - b->spills),
            (unsigned long long)(e->restores - b->restores),
            (unsigned long long)(e->crc_failures - b->crc_failures),

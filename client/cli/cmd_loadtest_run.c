@@ -38,6 +38,10 @@ typedef struct {
     kvp_lt_result_t         *res;
     uint8_t                 *owner;    /* client of each request */
     uint8_t                 *sent;     /* sessions a put was sent for (set by their client) */
+    uint64_t                *held;     /* per session: the nodes a put of it was sent to, which
+                                        * may hold a copy (bits of held_addr; set by its client) */
+    char                     held_addr[KVP_LT_MAX_NODES][KVP_LT_ADDR_MAX]; /* more share the last */
+    uint32_t                 n_held_addr;
     uint32_t                 prefix;   /* requests [0, prefix) have all finished */
     uint32_t                 next_win; /* first window whose end statistics are not taken yet */
     uint32_t                 running;  /* client threads that have not returned */
@@ -260,6 +264,26 @@ static lt_peer_t *lt_peer(lt_engine_t *e, uint32_t node)
     return &e->peer[i < LT_MAX_PEERS ? i : LT_MAX_PEERS - 1];
 }
 
+/* The bit of the node at addr in lt_shared_t.held: with add, a put is being sent there (its
+ * address is added when new); without (after the run), 0 for a node no put was sent to. */
+static uint64_t lt_held_bit(lt_shared_t *sh, const char *addr, bool add)
+{
+    uint64_t bit = 0;
+    uint32_t i;
+
+    pthread_mutex_lock(&sh->mu);
+    for (i = 0; i < sh->n_held_addr && strcmp(sh->held_addr[i], addr) != 0; i++) {
+    }
+    if (i == sh->n_held_addr && i < KVP_LT_MAX_NODES && add) {
+        snprintf(sh->held_addr[sh->n_held_addr++], KVP_LT_ADDR_MAX, "%s", addr);
+    }
+    if (i < sh->n_held_addr || i == KVP_LT_MAX_NODES) { /* a full table: the last bit */
+        bit = 1ull << (i < KVP_LT_MAX_NODES ? i : KVP_LT_MAX_NODES - 1);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return bit;
+}
+
 /* A node a call found unreachable: count it, say so once per client, skip it from now on. */
 static void node_failed(lt_engine_t *e, uint32_t node, kvp_status_t st, bool locked)
 {
@@ -314,15 +338,23 @@ static int lt_resume(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_s
         res->resumes++;
     }
     kvp_session_pages_free(sp);
+    if (st != KVP_OK && kvp_cluster_size(e->cl) > 1 && kvp_cluster_status_unreachable(st)) {
+        /* every node that held the previous turn is gone (one replica, its node died): a lost
+         * resume, as an engine would recompute it; the request's lookup misses and its put sends
+         * the pages again (the run used to stop here) */
+        res->resumes_lost++;
+        return 0;
+    }
     return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
 }
 
-/* Encode and put the chunks [hit, nc) and the record, at version, on one node; part gets what
- * was sent, *tail_len_p the tail bytes, *what_p the step that failed. Times add up over the nodes
- * of a request (the pages and bytes count once the put is acked: kvp_lt_took). */
-static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r, uint32_t hit,
-                           uint64_t version, kvp_lt_sample_t *s, kvp_lt_result_t *res,
-                           kvp_lt_part_t *part, size_t *tail_len_p, const char **what_p)
+/* Encode and put the chunks [hit, nc) and the record, at version, on node (its client c); part
+ * gets what was sent, *tail_len_p the tail bytes, *what_p the step that failed. Times add up over
+ * the nodes of a request (the pages and bytes count once the put is acked: kvp_lt_took). */
+static kvp_status_t lt_put(lt_engine_t *e, uint32_t node, kvp_client_h c, const kvp_lt_req_t *r,
+                           uint32_t hit, uint64_t version, kvp_lt_sample_t *s,
+                           kvp_lt_result_t *res, kvp_lt_part_t *part, size_t *tail_len_p,
+                           const char **what_p)
 {
     uint32_t           L = e->p->layers, P = e->p->page_tokens, nc = r->input_len / P;
     uint32_t           rem = r->input_len % P, n = 0;
@@ -361,6 +393,7 @@ static kvp_status_t lt_put(lt_engine_t *e, kvp_client_h c, const kvp_lt_req_t *r
     desc.tail        = rem ? e->tail : NULL;
     snprintf(sid, sizeof(sid), "lt-%u", r->session);
     e->sh->sent[r->session] = 1; /* from now on the node may hold some of it */
+    e->sh->held[r->session] |= lt_held_bit(e->sh, kvp_cluster_peer(e->cl, node), true);
     t0 = kvp_time_ns();
     st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n, version);
     s->put_ms    = (isnan(s->put_ms) ? 0 : s->put_ms) + ms_since(t0);
@@ -397,13 +430,13 @@ static kvp_status_t lt_place(lt_engine_t *e, uint32_t node, bool first, const kv
     }
     memset(part, 0, sizeof(*part));
     part->hit_chunks = hit;
-    st = lt_put(e, c, r, hit, version, s, res, part, tail_len_p, what_p);
+    st = lt_put(e, node, c, r, hit, version, s, res, part, tail_len_p, what_p);
     if (st == KVP_ERR_NOT_FOUND && hit > 0) {
         /* the pages the lookup found were evicted before the record named them (a node under
          * DRAM pressure, no SSD tier): the whole session again, as an engine would (the run
          * used to stop here); those chunks count as misses */
         memset(part, 0, sizeof(*part));
-        st = lt_put(e, c, r, 0, version, s, res, part, tail_len_p, what_p);
+        st = lt_put(e, node, c, r, 0, version, s, res, part, tail_len_p, what_p);
     }
     return st;
 }
@@ -706,6 +739,7 @@ static void lt_watch(lt_shared_t *sh)
 static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
 {
     res->resumes += part->resumes;
+    res->resumes_lost += part->resumes_lost;
     res->bytes_put += part->bytes_put;
     res->bytes_put_fp16 += part->bytes_put_fp16;
     res->bytes_fetched += part->bytes_fetched;
@@ -823,12 +857,33 @@ static bool lt_none_answered(const kvp_cluster_report_t *rep)
     return true;
 }
 
+/* The first failure, in delete report rep, of a node that may hold a copy of the session (a put
+ * of it was sent there: held, lt_held_bit); KVP_OK when none failed. A node that never took a
+ * put of it (one dead from the start) holds no copy, whatever its delete said. */
+static kvp_status_t lt_delete_missed(lt_engine_t *e, const kvp_cluster_report_t *rep,
+                                     uint64_t held)
+{
+    for (uint32_t k = 0; k < rep->n_tried; k++) {
+        kvp_status_t st = rep->tried[k].status;
+        uint32_t     node = rep->tried[k].node;
+
+        if (st != KVP_OK && st != KVP_ERR_NOT_FOUND &&
+            (node >= kvp_cluster_size(e->cl) || /* left an etcd list meanwhile: may hold one */
+             (held & lt_held_bit(e->sh, kvp_cluster_peer(e->cl, node), false)) != 0)) {
+            return st;
+        }
+    }
+    return KVP_OK;
+}
+
 /* The end of a run against existing nodes: delete each session a put was sent for from every
  * node (kvp_cluster_delete_session: its record and the pages no other session names). Also after
  * a failure or an interrupt; it stops when no node answers, or at one more SIGINT/SIGTERM (the
- * rest are left). A progress line while it runs, then one line: deleted, and left. */
-static void lt_delete(lt_engine_t *e, const uint8_t *sent, uint32_t n_sessions,
-                      kvp_lt_result_t *res)
+ * rest are left). A session is left when a node a put of it was sent to did not delete it (a
+ * node that never took one may fail: it holds none); else deleted, or absent when no node held
+ * it. A progress line while it runs, then one line: deleted, and left. */
+static void lt_delete(lt_engine_t *e, const uint8_t *sent, const uint64_t *held,
+                      uint32_t n_sessions, kvp_lt_result_t *res)
 {
     sig_atomic_t signals = kvp_lt_interrupted;
     kvp_status_t first = KVP_OK;
@@ -837,18 +892,19 @@ static void lt_delete(lt_engine_t *e, const uint8_t *sent, uint32_t n_sessions,
 
     for (uint32_t s = 0, done = 0; s < n_sessions && stopped == NULL; s++) {
         kvp_cluster_report_t rep;
-        kvp_status_t         st;
+        kvp_status_t         st, missed;
 
         if (!sent[s]) {
             continue;
         }
         snprintf(sid, sizeof(sid), "lt-%u", s);
-        st = kvp_cluster_delete_session(e->cl, e->ns, sid, &rep);
-        res->sessions_deleted += st == KVP_OK;
-        res->sessions_absent += st == KVP_ERR_NOT_FOUND;
-        if (st != KVP_OK && st != KVP_ERR_NOT_FOUND && first == KVP_OK) {
-            first = st;
-            snprintf(why, sizeof(why), "%s: %s", sid, kvp_status_str(st));
+        st     = kvp_cluster_delete_session(e->cl, e->ns, sid, &rep);
+        missed = lt_delete_missed(e, &rep, held[s]);
+        res->sessions_deleted += missed == KVP_OK && rep.n_ok > 0;
+        res->sessions_absent += missed == KVP_OK && rep.n_ok == 0;
+        if (missed != KVP_OK && first == KVP_OK) {
+            first = missed;
+            snprintf(why, sizeof(why), "%s: %s", sid, kvp_status_str(missed));
         }
         if (kvp_cluster_status_unreachable(st) && lt_none_answered(&rep)) {
             stopped = "no node answered";
@@ -955,8 +1011,9 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
     res->samples = kvp_calloc(w->n, sizeof(*res->samples), "loadtest samples");
     sh.owner     = kvp_calloc(w->n, 1, "loadtest clients");
     sh.sent      = kvp_calloc(w->n_sessions + 1, 1, "loadtest sessions");
+    sh.held      = kvp_calloc(w->n_sessions + 1, sizeof(*sh.held), "loadtest sessions");
     if (eng == NULL || res->samples == NULL || sh.owner == NULL || sh.sent == NULL ||
-        lt_plan(&sh) != 0) {
+        sh.held == NULL || lt_plan(&sh) != 0) {
         fprintf(stderr, "kvpack loadtest: out of memory for %u requests\n", w->n);
         goto out;
     }
@@ -1008,7 +1065,7 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
         res->sessions_put += sh.sent[s];
     }
     if (p->delete_sessions) {
-        lt_delete(&eng[0], sh.sent, w->n_sessions, res);
+        lt_delete(&eng[0], sh.sent, sh.held, w->n_sessions, res);
         lt_delete_departed(&eng[0], &sh, sh.sent, w->n_sessions, timeout_ms, res);
     }
 out:
@@ -1018,6 +1075,7 @@ out:
     kvp_free(eng);
     kvp_free(sh.owner);
     kvp_free(sh.sent);
+    kvp_free(sh.held);
     pthread_mutex_destroy(&sh.mu);
     return rc;
 }

@@ -398,8 +398,9 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
             has_ids = true;
         } else if (strcmp(key, "input_length") == 0 || strcmp(key, "timestamp") == 0) {
             err = take_number(&p, &v);
-            if (err == NULL && (v < 0 || v > 1e15 || (key[0] == 'i' && (v < 1 || v > (1 << 24))))) {
-                err = key[0] == 'i' ? "input_length must be 1..16777216 tokens"
+            if (err == NULL && (v < 0 || v > 1e15 ||
+                                (key[0] == 'i' && (v < 1 || v > (1 << 24) || v != floor(v))))) {
+                err = key[0] == 'i' ? "input_length must be a whole number of tokens, 1..16777216"
                                     : "timestamp must be a non-negative number of ms";
             }
             if (err == NULL && key[0] == 'i') { /* in range: the conversion is defined */

@@ -9,6 +9,7 @@
 #include "cmd_plan.h"
 
 #include "kvpack/alloc.h"
+#include "kvpack/placement.h"
 #include "kvpack/store.h"
 
 #include <inttypes.h>
@@ -292,14 +293,9 @@ static uint64_t plan_session(const kvp_plan_opts_t *o, kvp_codec_id_t codec, uin
 
 /* ---- trace ---- */
 
-typedef struct {
-    uint64_t id;  /* hash id of the chunk's 512-token block */
-    uint64_t pos; /* chunk index in the sequence */
-} plan_chunk_t;
-
 static int chunk_cmp(const void *a, const void *b)
 {
-    const plan_chunk_t *x = a, *y = b;
+    const kvp_plan_chunk_t *x = a, *y = b;
 
     if (x->id != y->id) {
         return x->id < y->id ? -1 : 1;
@@ -307,10 +303,18 @@ static int chunk_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
+static void plan_trace_free(kvp_plan_trace_t *t)
+{
+    kvp_free(t->chunks);
+    kvp_free(t->own_dram);
+    kvp_free(t->own_ssd);
+    kvp_lt_workload_free(&t->w);
+}
+
 static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
 {
-    uint64_t      per_block = KVP_LT_BLOCK_TOKENS / o->page_tokens, n = 0;
-    plan_chunk_t *c;
+    uint64_t          per_block = KVP_LT_BLOCK_TOKENS / o->page_tokens, n = 0;
+    kvp_plan_chunk_t *c;
 
     memset(t, 0, sizeof(*t));
     if (kvp_lt_trace_load("plan", o->trace, 0, 1, &t->w) != 0) {
@@ -322,22 +326,26 @@ static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
                                                                  : t->w.reqs[i].input_len;
         t->chunks_total += t->w.reqs[i].input_len / o->page_tokens;
     }
-    c        = kvp_calloc(t->chunks_total + 1, sizeof(*c), "plan chunks");
-    t->tails = kvp_calloc(t->w.n, sizeof(*t->tails), "plan tails");
-    if (c == NULL || t->tails == NULL) {
-        kvp_free(c);
+    c           = kvp_calloc(t->chunks_total + 1, sizeof(*c), "plan chunks");
+    t->own_dram = kvp_calloc(t->w.n, sizeof(*t->own_dram), "plan requests");
+    t->own_ssd  = kvp_calloc(t->w.n, sizeof(*t->own_ssd), "plan requests");
+    t->chunks   = c;
+    if (c == NULL || t->own_dram == NULL || t->own_ssd == NULL) {
         fprintf(stderr, "kvpack plan: out of memory for the trace's chunks\n");
+        plan_trace_free(t);
         return 1;
     }
     for (uint32_t i = 0; i < t->w.n; i++) {
         const kvp_lt_req_t *r = &t->w.reqs[i];
 
-        for (uint64_t j = 0; j < r->input_len / o->page_tokens; j++) {
+        for (uint32_t j = 0; j < r->input_len / o->page_tokens; j++) {
             c[n].id  = r->ids[j / per_block];
             c[n].pos = j;
+            c[n].req = i;
             n++;
         }
-        t->tails[i] = r->input_len % o->page_tokens;
+        t->own_dram[i] = plan_own(o, r->input_len, PLAN_DRAM);
+        t->own_ssd[i]  = plan_own(o, r->input_len, PLAN_SSD);
     }
     qsort(c, n, sizeof(*c), chunk_cmp);
     for (uint64_t k = 0; k < n; k++) {
@@ -346,14 +354,7 @@ static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
             t->chunks_unique_sink += c[k].pos < o->sink_tokens / o->page_tokens;
         }
     }
-    kvp_free(c);
     return 0;
-}
-
-static void plan_trace_free(kvp_plan_trace_t *t)
-{
-    kvp_free(t->tails);
-    kvp_lt_workload_free(&t->w);
 }
 
 /* The trace's bytes in space sp after chunk sharing: every request's own record and tail, and
@@ -390,10 +391,141 @@ static uint64_t div_up(uint64_t a, uint64_t b)
     return b == 0 ? UINT64_MAX : a / b + (a % b != 0);
 }
 
-/* Nodes for `need` units when one node holds `per` of them (UINT64_MAX: never fits). */
+/* Nodes for `need` units when one node holds `per` of them (KVP_PLAN_NO_FIT: never fits). */
 static uint64_t plan_nodes(uint64_t need, uint64_t per, uint64_t dram_per)
 {
-    return dram_per == 0 ? UINT64_MAX : div_up(need, per);
+    return dram_per == 0 ? KVP_PLAN_NO_FIT : div_up(need, per);
+}
+
+/* ---- placement ----
+ * Sessions are placed as the cluster places them with one replica (kvpack/placement.h): session
+ * s, named "lt-<s>" as loadtest names its sessions (a trace's request index; or the s-th of the
+ * live sessions), goes to the node of the highest kvp_placement_score, ties to the lower index:
+ * kvp_placement_rank's first. The nodes are node0..node<N-1> and the namespace is
+ * kvp_ns_fingerprint(--model or "custom", the geometry, the codec); a cluster's own addresses and
+ * namespace place the sessions otherwise, which moves the figure by a few nodes (fp16 for 10,000
+ * 8K-token Llama sessions: 54 to 60 over six other address sets, 56 here). Each node
+ * holds its sessions' own bytes and, with a trace, each full chunk its sessions name once. */
+
+typedef struct {
+    const kvp_plan_opts_t  *o;
+    const kvp_plan_trace_t *t;    /* NULL: live sessions of one size */
+    const kvp_plan_row_t   *r;
+    uint64_t                ns, n_sess;
+    char                  (*sid)[24]; /* session s's id */
+    uint64_t               *best; /* session s's highest score over the nodes so far */
+    uint8_t                *node; /* the node that gave it: the first of s's rank */
+} plan_place_t;
+
+/* Node k joins nodes 0..k-1: it takes the sessions it scores highest (a tie stays with the lower
+ * index, as kvp_placement_rank orders them). */
+static void plan_add_node(plan_place_t *pl, uint32_t k)
+{
+    char name[16];
+
+    snprintf(name, sizeof(name), "node%u", k);
+    for (uint64_t s = 0; s < pl->n_sess; s++) {
+        uint64_t score = kvp_placement_score(name, pl->ns, pl->sid[s]);
+
+        if (k == 0 || score > pl->best[s]) {
+            pl->best[s] = score;
+            pl->node[s] = (uint8_t)k;
+        }
+    }
+}
+
+/* The fullest node's bytes in DRAM and on SSD with the sessions placed over n nodes. */
+static void plan_fullest(const plan_place_t *pl, uint32_t n, uint64_t *dram_p, uint64_t *ssd_p)
+{
+    const kvp_plan_opts_t  *o = pl->o;
+    const kvp_plan_trace_t *t = pl->t;
+    uint64_t dram[KVP_PLAN_MAX_NODES] = {0}, ssd[KVP_PLAN_MAX_NODES] = {0};
+    uint64_t seen[KVP_PLAN_MAX_NODES] = {0}, g = 0, P = o->page_tokens;
+    uint64_t fp16 = plan_page(o, KVP_CODEC_FP16, P), page = plan_page(o, pl->r->codec, P);
+    uint64_t in_dram[2] = {o->layers * plan_in(PLAN_DRAM, page),
+                           o->layers * plan_in(PLAN_DRAM, fp16)}; /* [1]: a sink page */
+    uint64_t on_ssd[2]  = {o->layers * plan_in(PLAN_SSD, page), o->layers * plan_in(PLAN_SSD, fp16)};
+
+    for (uint64_t s = 0; s < pl->n_sess; s++) { /* each session's own bytes (live: all of it) */
+        dram[pl->node[s]] += t != NULL ? t->own_dram[s] : pl->r->dram_bytes;
+        ssd[pl->node[s]] += t != NULL ? t->own_ssd[s] : pl->r->ssd_bytes;
+    }
+    for (uint64_t c = 0; t != NULL && c < t->chunks_total; c++) { /* a chunk once a node */
+        const kvp_plan_chunk_t *x = &t->chunks[c];
+        uint8_t                 k = pl->node[x->req];
+        int                     sink = x->pos < o->sink_tokens / P; /* an fp16 sink page */
+
+        g += c == 0 || chunk_cmp(x, x - 1) != 0;
+        if (seen[k] != g) {
+            seen[k] = g;
+            dram[k] += in_dram[sink];
+            ssd[k] += on_ssd[sink];
+        }
+    }
+    *dram_p = *ssd_p = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        *dram_p = dram[k] > *dram_p ? dram[k] : *dram_p;
+        *ssd_p  = ssd[k] > *ssd_p ? ssd[k] : *ssd_p;
+    }
+}
+
+/* r's nodes_dram and nodes_spill from its lower bounds up: the fewest nodes whose fullest node
+ * holds its share in DRAM, and in DRAM or on SSD (KVP_PLAN_OVER past KVP_PLAN_MAX_NODES,
+ * KVP_PLAN_UNPLACED for more sessions than KVP_PLAN_MAX_PLACED). */
+static void plan_place(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64_t live,
+                       uint64_t dram, uint64_t ssd, kvp_plan_row_t *r)
+{
+    plan_place_t pl = {o, t, r, 0, t != NULL ? t->w.n : live, NULL, NULL, NULL};
+    bool         want_d, want_s;
+
+    r->nodes_dram  = r->nodes_dram_lb == KVP_PLAN_NO_FIT ? KVP_PLAN_NO_FIT : KVP_PLAN_OVER;
+    r->nodes_spill = r->nodes_spill_lb == KVP_PLAN_NO_FIT ? KVP_PLAN_NO_FIT : KVP_PLAN_OVER;
+    if (r->nodes_spill_lb > KVP_PLAN_MAX_NODES) { /* nodes_dram_lb is no less */
+        return;
+    }
+    if (pl.n_sess > KVP_PLAN_MAX_PLACED) {
+        r->nodes_dram  = r->nodes_dram_lb <= KVP_PLAN_MAX_NODES ? KVP_PLAN_UNPLACED : r->nodes_dram;
+        r->nodes_spill = KVP_PLAN_UNPLACED;
+        return;
+    }
+    pl.ns   = kvp_ns_fingerprint(o->model != NULL ? o->model : "custom", (uint32_t)o->layers,
+                                 (uint32_t)o->heads, (uint32_t)o->head_dim,
+                                 (uint32_t)o->page_tokens, r->codec);
+    pl.sid  = kvp_malloc(pl.n_sess * sizeof(*pl.sid), "plan placement");
+    pl.best = kvp_malloc(pl.n_sess * sizeof(*pl.best), "plan placement");
+    pl.node = kvp_malloc(pl.n_sess, "plan placement");
+    if (pl.sid == NULL || pl.best == NULL || pl.node == NULL) {
+        fprintf(stderr, "kvpack plan: out of memory for the placement: nodes not counted\n");
+        r->nodes_dram = r->nodes_spill = KVP_PLAN_UNPLACED;
+        pl.n_sess     = 0;
+    }
+    for (uint64_t s = 0; s < pl.n_sess; s++) {
+        snprintf(pl.sid[s], sizeof(pl.sid[s]), "lt-%" PRIu64, s);
+    }
+    /* nodes join one by one (a session's node among n is the first of its rank); from the lower
+     * bound up, the first n whose fullest node holds its share */
+    want_d = r->nodes_dram_lb <= KVP_PLAN_MAX_NODES && pl.n_sess > 0;
+    want_s = r->nodes_spill == KVP_PLAN_OVER && pl.n_sess > 0;
+    for (uint32_t n = 1; n <= KVP_PLAN_MAX_NODES && (want_d || want_s); n++) {
+        uint64_t fd, fs;
+
+        plan_add_node(&pl, n - 1);
+        if (n < r->nodes_spill_lb) { /* below the bound no node count fits */
+            continue;
+        }
+        plan_fullest(&pl, n, &fd, &fs);
+        if (want_d && n >= r->nodes_dram_lb && fd <= dram) {
+            r->nodes_dram = n;
+            want_d        = false;
+        }
+        if (want_s && (fs <= ssd || fd <= dram)) {
+            r->nodes_spill = n; /* sessions on SSD with DRAM their cache, or all in DRAM */
+            want_s         = false;
+        }
+    }
+    kvp_free(pl.sid);
+    kvp_free(pl.best);
+    kvp_free(pl.node);
 }
 
 static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64_t live, kvp_plan_row_t *r)
@@ -424,15 +556,22 @@ static void plan_row(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64
          * two, promising more than fits) */
         uint64_t on_ssd = div_up(r->trace_unique_ssd, (uint64_t)ssd);
 
-        r->nodes_dram  = fits ? div_up(r->trace_unique_dram, (uint64_t)dram) : UINT64_MAX;
-        r->nodes_spill = fits ? (on_ssd < r->nodes_dram ? on_ssd : r->nodes_dram) : UINT64_MAX;
+        r->nodes_dram_lb  = fits ? div_up(r->trace_unique_dram, (uint64_t)dram) : KVP_PLAN_NO_FIT;
+        r->nodes_spill_lb = fits ? (on_ssd < r->nodes_dram_lb ? on_ssd : r->nodes_dram_lb)
+                                 : KVP_PLAN_NO_FIT;
     } else {
         uint64_t per = r->per_node_ssd > r->per_node_dram ? r->per_node_ssd : r->per_node_dram;
 
-        r->nodes_dram  = plan_nodes(live, r->per_node_dram, r->per_node_dram);
-        r->nodes_spill = plan_nodes(live, per, r->per_node_dram);
+        r->nodes_dram_lb  = plan_nodes(live, r->per_node_dram, r->per_node_dram);
+        r->nodes_spill_lb = plan_nodes(live, per, r->per_node_dram);
+    }
+    r->nodes_dram  = r->nodes_dram_lb; /* no workload: 0, not shown */
+    r->nodes_spill = r->nodes_spill_lb;
+    if (t != NULL || live != 0) {
+        plan_place(o, t, live, (uint64_t)dram, (uint64_t)ssd, r);
     }
 }
+
 int kvp_cmd_plan(int argc, char **argv)
 {
     kvp_plan_opts_t  o;

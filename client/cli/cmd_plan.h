@@ -19,17 +19,33 @@ typedef struct {
     bool           json;
 } kvp_plan_opts_t;
 
-/* What one codec costs for the workload. Bytes are exact; sessions and nodes are whole numbers
- * (UINT64_MAX: the workload cannot be placed, e.g. a session larger than a node's DRAM). */
+/* A node count, or why there is none: */
+#define KVP_PLAN_NO_FIT   UINT64_MAX       /* a session is larger than a node's DRAM */
+#define KVP_PLAN_OVER     (UINT64_MAX - 1) /* more than a cluster takes (KVP_PLAN_MAX_NODES) */
+#define KVP_PLAN_UNPLACED (UINT64_MAX - 2) /* more live sessions than the plan places one by one */
+#define KVP_PLAN_MAX_NODES   KVP_CLUSTER_MAX_NODES
+#define KVP_PLAN_MAX_PLACED  250000u /* sessions placed one by one, at most (~1 s) */
+
+/* What one codec costs for the workload. Bytes are exact; sessions and nodes are whole numbers.
+ * nodes_*: the fewest nodes whose fullest node holds its share when every session is placed by
+ * the cluster's rendezvous rank; nodes_*_lb: the lower bound of perfect balance (and, with a
+ * trace, of each unique chunk stored once in the whole cluster), which placement cannot reach. */
 typedef struct {
     kvp_codec_id_t codec;
     uint64_t       full_page, page_bytes, record_bytes, session_bytes, fp16_raw;
     uint64_t       dram_bytes, ssd_bytes;       /* one session in a node's DRAM pool, on its SSD */
     uint64_t       per_node_dram, per_node_ssd, nodes_dram, nodes_spill;
+    uint64_t       nodes_dram_lb, nodes_spill_lb;
     uint64_t       trace_bytes, trace_unique;   /* --trace only */
     uint64_t       trace_unique_dram, trace_unique_ssd;
     double         ship_s;
 } kvp_plan_row_t;
+
+/* One full chunk of a trace request: the id of its 512-token block, its index in the request. */
+typedef struct {
+    uint64_t id;
+    uint32_t pos, req;
+} kvp_plan_chunk_t;
 
 /* Trace workload: each request is a session of input_len tokens; full chunks are shared between
  * requests whose 512-token block ids match at the same position (Mooncake hash ids are chained). */
@@ -37,7 +53,8 @@ typedef struct {
     kvp_lt_workload_t w;
     uint64_t          tokens_sum, tokens_max;
     uint64_t          chunks_total, chunks_unique, chunks_unique_sink;
-    uint64_t         *tails;   /* per request: T mod P */
+    kvp_plan_chunk_t *chunks;            /* chunks_total, equal (id, pos) next to each other */
+    uint64_t         *own_dram, *own_ssd; /* per request: its tail pages and record in a node */
 } kvp_plan_trace_t;
 
 void kvp_plan_usage(FILE *out);

@@ -5,6 +5,11 @@
 #include <inttypes.h>
 #include <math.h>
 
+#define PLAN_PLACEMENT "one replica by rendezvous rank (kvp_placement_rank) of sessions lt-0, " \
+                       "lt-1, ... over nodes node0..node<N-1>, namespace " \
+                       "kvp_ns_fingerprint(model, geometry, codec); a cluster's own addresses " \
+                       "and namespace place them otherwise: a few nodes more or fewer"
+
 void kvp_plan_usage(FILE *out)
 {
     fprintf(out,
@@ -52,12 +57,27 @@ void kvp_plan_usage(FILE *out)
         "  ratio_vs_fp16       fp16_raw_bytes / session_bytes\n"
         "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_dram_bytes); SSD:\n"
         "                      GB x 1e9 x F x (1 - R) (compaction headroom) / session_ssd_bytes\n"
-        "  nodes_dram          nodes to keep every live session in DRAM\n"
-        "  nodes_spill         nodes when sessions live on SSD with DRAM as their cache (a session\n"
-        "                      read back keeps its disk copy; under write-through every put has\n"
-        "                      one): live / the larger of a node's DRAM and SSD sessions; a\n"
+        "  nodes_dram          nodes to keep every live session in DRAM: the fewest, from the\n"
+        "                      lower bound up, whose fullest node holds its share with each\n"
+        "                      session placed as the cluster places it (one replica, rendezvous\n"
+        "                      rank; sessions lt-0, lt-1, ... as loadtest names them, over nodes\n"
+        "                      node0..node<N-1>, namespace of the model, geometry and codec: a\n"
+        "                      cluster's own addresses and namespace move it by a few nodes).\n"
+        "                      --trace: a node holds every full chunk its sessions name, so a\n"
+        "                      prefix shared by sessions on several nodes is stored on each.\n"
+        "                      At most 64 (a cluster's peers): more is null (text: >64); over\n"
+        "                      250000 sessions (live, or trace requests) are not placed one by\n"
+        "                      one (null; text: unplaced)\n"
+        "  nodes_spill         the same when sessions live on SSD with DRAM as their cache (a\n"
+        "                      session read back keeps its disk copy; under write-through every\n"
+        "                      put has one): each node's share fits its SSD or its DRAM; a\n"
         "                      session is served from DRAM, so it must also fit one node's DRAM\n"
-        "                      (--trace: the fewer of unique DRAM / DRAM and unique SSD / SSD)\n"
+        "  nodes_dram_lower_bound / nodes_spill_lower_bound   (text: lb) the same as if every\n"
+        "                      node held an equal share: live / sessions per node in DRAM, or in\n"
+        "                      the larger of DRAM and SSD (--trace: unique DRAM / DRAM, and the\n"
+        "                      fewer of that and unique SSD / SSD, as if each unique chunk were\n"
+        "                      stored once in the cluster): placing by session seldom reaches it\n"
+        "  max_nodes, placement   the most nodes counted, and how sessions are placed\n"
         "  ship_ms, fp16_ship_ms, speedup_vs_fp16   session_bytes x 8 / link, vs the fp16 codec\n"
         "  trace_bytes, trace_unique_bytes  --trace: all sessions, and after prefix sharing\n"
         "  trace_unique_dram_bytes / _ssd_bytes  the shared bytes as the node holds them\n"
@@ -66,8 +86,9 @@ void kvp_plan_usage(FILE *out)
 
 static void json_count(kvp_json_t *j, const char *key, uint64_t v, bool have)
 {
-    if (!have || v == UINT64_MAX) {
-        kvp_json_num(j, key, NAN); /* null: no workload given, or it cannot be placed */
+    if (!have || v >= KVP_PLAN_UNPLACED) { /* null: no workload given, or no count (no fit, over
+                                            * a cluster's nodes, not placed) */
+        kvp_json_num(j, key, NAN);
     } else {
         kvp_json_u64(j, key, v);
     }
@@ -95,6 +116,8 @@ void kvp_plan_report_json(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
     kvp_json_num(&j, "fill", o->fill);
     kvp_json_num(&j, "compact_ratio", o->compact_ratio);
     kvp_json_num(&j, "link_gbps", o->link_gbps);
+    kvp_json_int(&j, "max_nodes", KVP_PLAN_MAX_NODES);
+    kvp_json_str(&j, "placement", PLAN_PLACEMENT);
     if (t != NULL) {
         kvp_json_obj(&j, "trace");
         kvp_json_str(&j, "path", o->trace);
@@ -124,6 +147,8 @@ void kvp_plan_report_json(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
         kvp_json_int(&j, "sessions_per_node_ssd", (int64_t)r->per_node_ssd);
         json_count(&j, "nodes_dram", r->nodes_dram, have);
         json_count(&j, "nodes_spill", r->nodes_spill, have);
+        json_count(&j, "nodes_dram_lower_bound", r->nodes_dram_lb, have);
+        json_count(&j, "nodes_spill_lower_bound", r->nodes_spill_lb, have);
         kvp_json_num(&j, "ship_ms", r->ship_s * 1e3);
         kvp_json_num(&j, "fp16_ship_ms", fp16->ship_s * 1e3);
         kvp_json_num(&j, "speedup_vs_fp16", fp16->ship_s / r->ship_s);
@@ -139,14 +164,18 @@ void kvp_plan_report_json(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
     kvp_json_end(&j);
 }
 
-static void text_count(uint64_t v, bool have)
+static void text_count(int width, uint64_t v, bool have)
 {
+    char over[16];
+
+    snprintf(over, sizeof(over), ">%u", KVP_PLAN_MAX_NODES);
     if (!have) {
-        printf(" %9s", "-");
-    } else if (v == UINT64_MAX) {
-        printf(" %9s", "no fit");
+        printf(" %*s", width, "-");
+    } else if (v >= KVP_PLAN_UNPLACED) {
+        printf(" %*s", width, v == KVP_PLAN_NO_FIT ? "no fit" : v == KVP_PLAN_OVER ? over
+                                                                                  : "unplaced");
     } else {
-        printf(" %9" PRIu64, v);
+        printf(" %*" PRIu64, width, v);
     }
 }
 
@@ -169,9 +198,9 @@ void kvp_plan_report_text(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
                " full chunks unique", o->trace, t->w.n, t->tokens_sum, t->chunks_unique,
                t->chunks_total);
     }
-    printf("\n%-8s %12s %12s %10s %9s %7s %9s %9s %9s %9s %10s %8s",
+    printf("\n%-8s %12s %12s %10s %9s %7s %9s %9s %9s %9s %6s %6s %10s %8s",
            "codec", "session B", "in DRAM B", "B/token", "bits/el", "x fp16", "DRAM ses",
-           "SSD ses", "nodes mem", "nodes ssd", "ship ms", "vs fp16");
+           "SSD ses", "nodes mem", "nodes ssd", "lb mem", "lb ssd", "ship ms", "vs fp16");
     printf(t != NULL ? " %14s %14s\n" : "\n", "trace B", "unique B");
     for (int i = 0; i < o->n_codecs; i++) {
         const kvp_plan_row_t *r = &rows[i];
@@ -181,12 +210,33 @@ void kvp_plan_report_text(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
                (double)r->session_bytes / (double)o->tokens,
                (double)r->session_bytes * 8.0 / (double)(r->fp16_raw / 2),
                (double)r->fp16_raw / (double)r->session_bytes, r->per_node_dram, r->per_node_ssd);
-        text_count(r->nodes_dram, have);
-        text_count(r->nodes_spill, have);
+        text_count(9, r->nodes_dram, have);
+        text_count(9, r->nodes_spill, have);
+        text_count(6, r->nodes_dram_lb, have);
+        text_count(6, r->nodes_spill_lb, have);
         printf(" %10.3f %7.2fx", r->ship_s * 1e3, fp16->ship_s / r->ship_s);
         if (t != NULL) {
             printf(" %14" PRIu64 " %14" PRIu64, r->trace_bytes, r->trace_unique);
         }
         printf("\n");
+    }
+    if (have) {
+        printf("nodes: the fewest whose fullest node holds its share, each session placed by "
+               "rendezvous rank over node0..node<N-1>\n(a cluster's own addresses move it by a "
+               "few nodes); lb: as if every node held an equal share%s\n",
+               t != NULL ? " and each unique chunk were stored once" : "");
+    }
+    for (int i = 0; have && i < o->n_codecs; i++) {
+        if (rows[i].nodes_dram == KVP_PLAN_OVER || rows[i].nodes_spill == KVP_PLAN_OVER) {
+            printf(">%u: more nodes than a cluster takes\n", KVP_PLAN_MAX_NODES);
+            break;
+        }
+    }
+    for (int i = 0; have && i < o->n_codecs; i++) {
+        if (rows[i].nodes_dram == KVP_PLAN_UNPLACED || rows[i].nodes_spill == KVP_PLAN_UNPLACED) {
+            printf("unplaced: over %u sessions are not placed one by one; see lb\n",
+                   KVP_PLAN_MAX_PLACED);
+            break;
+        }
     }
 }

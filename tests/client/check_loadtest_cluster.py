@@ -8,7 +8,9 @@ hits, each node holds exactly the sessions its rank names
 (the references count only the requests that ran); kill: 3 nodes started here and warmed up (spills, restores), one
 SIGKILLed mid-run: the run finishes every request from the other replica, names the dead node's
 failures, exits 3, and no node counter goes negative (the dead node counts with its last
-statistics); rerun: the same run twice against one node, the second hits only what the first did
+statistics); kill_r1: the same with --replicas 1: a resume whose only copy died is counted
+lost and the run goes on (exit 3); dead_peer: a --node that is down from the start holds none of
+the run's sessions, so its failed deletes leave none behind (cleanup.left 0); rerun: the same run twice against one node, the second hits only what the first did
 (each run's namespace is salted), and each leaves the node as it found it (no session, no DRAM
 byte), as does one interrupted mid-run; with --keep-sessions the node keeps exactly the run's
 sessions, under the namespace its report names; versions: 2 nodes, --replicas 2
@@ -19,6 +21,7 @@ usage: check_loadtest_cluster.py CASE KVPACK KVPACKD [TRACE]"""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -78,6 +81,9 @@ def case_synthetic():
     check(r["reference"]["placed_hit_blocks"] == r["reference"]["single_cache_hit_blocks"],
           "users share nothing: placement cannot cost a hit")
     check(r["hit_blocks"] > 0, "no hits")
+    # --dram-budget is per node; the total is named so (dram_budget was the sum over the nodes)
+    check(r["dram_budget"] == 256 << 20 and r["dram_budget_total"] == 3 * (256 << 20),
+          f"dram_budget {r['dram_budget']}, total {r.get('dram_budget_total')}")
 
 
 def case_replay(trace):
@@ -132,7 +138,11 @@ def sessions_of(url):
     return 0
 
 
-def case_kill():
+def case_kill(replicas=2):
+    """replicas 2: every request is served by the other copy. replicas 1: a session whose only
+    copy was on the dead node cannot be resumed; that resume is counted lost (resumes_lost), the
+    request's put sends its pages again, and the run goes on (it used to stop every client with
+    "resume (get of the previous turn) failed: peer unreachable", exit 1)."""
     d = tempfile.mkdtemp(prefix="kvp_ltc_kill_")
     nodes = [start_node(d, k, http=k == 1, budget="16M") for k in range(3)]
     try:
@@ -149,9 +159,9 @@ def case_kill():
         before = sessions_of(metrics)
         # 12 users (one session each): with 4, the ports' rendezvous ranks could leave node 1 out
         # of every session's two copies, and the kill never came (2 runs of 25; 0 of 25 now)
-        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", peers, "--replicas", "2",
-                               "--users", "12", "--rounds", "20", "--turn-tokens", "256",
-                               "--timeout-ms", "3000"],
+        lt = subprocess.Popen([KVPACK, "loadtest", "--json", "--node", peers, "--replicas",
+                               str(replicas), "--users", "12", "--rounds", "20", "--turn-tokens",
+                               "256", "--timeout-ms", "3000"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # once node 1 holds a session the run is under way: freeze the load generator, kill the
         # node, let the run go on (so the kill always lands mid-run, however fast or loaded the
@@ -184,6 +194,13 @@ def case_kill():
               "failures on a live node")
         check(r["node_stats"]["crc_failures"] == 0, "CRC failures")
         check(nodes[1][1] in err and "skips it" in err, "no line naming the dead node")
+        # 12 users x 19 later rounds resume the previous one: each is done or counted lost; with
+        # one copy, node 1 held a session when it died, so its user's next resume is lost
+        lost = r.get("resumes_lost")
+        print(f"resumes {r['resumes']}, lost {lost}")
+        check(lost is not None and r["resumes"] + lost == 12 * 19 and
+              (lost > 0 if replicas == 1 else lost == 0),
+              f"replicas {replicas}: resumes {r['resumes']} + lost {lost}, want 228")
         counters = [(k, r["node_stats"][k]) for k in ("spills", "restores", "crc_failures",
                                                       "disk_errors")]
         wins = [(w["spills"], w["restores"]) for w in r["windows"]]
@@ -198,6 +215,52 @@ def case_kill():
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        subprocess.run(["rm", "-rf", d])
+
+
+def case_dead_peer():
+    """--node lists a node that is down from the start (it never takes a put): the run skips it
+    (exit 3), and its cleanup deletes every session from the live nodes. The delete of a session
+    ranked first on the dead node reports it unreachable; that session used to count as left
+    ("could not be deleted", cleanup.left) though no copy of it stays anywhere."""
+    d = tempfile.mkdtemp(prefix="kvp_ltc_peer_")
+    nodes = [start_node(d, k) for k in range(2)]
+    try:
+        with socket.socket() as sk:  # a port nothing listens on
+            sk.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{sk.getsockname()[1]}"
+        peers = ",".join([nodes[0][1], dead, nodes[1][1]])
+        rc, r, err = loadtest(["--node", peers, "--users", "12", "--rounds", "3", "--turn-tokens",
+                               "700", "--timeout-ms", "3000"])
+        print("\n".join(err.strip().splitlines()[-3:]))
+        check(rc == 3 and r is not None and r["ok"] and r["requests"] == 36,
+              f"exit {rc} (want 3, every request done): {err[-300:]!r}")
+        if r is None:
+            return
+        dn = [n for n in r["nodes"] if n["node"] == dead]
+        check(len(dn) == 1 and dn[0]["failures"] > 0 and dn[0]["expected_sessions"] > 0,
+              f"the dead node ranked no session first, or no failure counted: {dn}")
+        c = r["cleanup"]
+        check(c["deleted"] == c["sessions"] == 12 and c["left"] == 0,
+              f"every session deleted from the live nodes, none left: {c}")
+        check("deleted 12 of its 12 sessions from the nodes, 0 could not be" in err,
+              f"stderr summary: {err[-300:]!r}")
+        for _, addr in nodes:
+            sessions, _, ns = node_holds(addr)
+            check(sessions == 0 and r["namespace"] not in ns, f"{addr} kept the run's sessions")
+        # the text report has no figures for the dead node (it printed "0 sessions ... dram 0")
+        p = subprocess.run([KVPACK, "loadtest", "--node", peers, "--users", "2", "--rounds", "1",
+                            "--turn-tokens", "700", "--timeout-ms", "3000"], capture_output=True,
+                           text=True, timeout=120)
+        line = [l for l in p.stdout.splitlines() if l.strip().startswith(f"node {dead}")]
+        print(line)
+        check(p.returncode == 3 and len(line) == 1 and "unreachable" in line[0] and
+              "sessions (" not in line[0] and "dram" not in line[0],
+              f"text line of the dead node: exit {p.returncode}, {line}")
+    finally:
+        for p, _ in nodes:
+            p.kill()
+            p.wait()
         subprocess.run(["rm", "-rf", d])
 
 
@@ -343,6 +406,7 @@ def case_errors():
 
 
 {"synthetic": case_synthetic, "replay": lambda: case_replay(sys.argv[4]), "kill": case_kill,
+ "kill_r1": lambda: case_kill(1), "dead_peer": case_dead_peer,
  "errors": case_errors, "rerun": case_rerun, "versions": case_versions}[case]()
 print("FAILED" if fails else f"check_loadtest_cluster {case}: all checks passed")
 sys.exit(1 if fails else 0)

@@ -5,13 +5,19 @@ here in a few lines from the JSON's session bytes; fp16 sizes recomputed from th
 a node (a DRAM slot per page rounded up to 64 B, or 4 KiB above 4 KiB, the tail pages one slot
 together; on SSD a 4 KiB extent per page above 4 KiB, the record with its tail); the model presets'
 geometry; trace prefix sharing against an independent count on a small written trace (and the
-Mooncake trace when present); bad input gives one line and exit 2 (options) or 1 (files);
---help documents every JSON field. Usage: check_plan.py KVPACK [MOONCAKE_TRACE]"""
+Mooncake trace when present); node counts placed here from the cluster's rendezvous rank
+(plan_rank prints kvp_placement_rank's order of each session): each node holds its sessions and,
+with a trace, each chunk they name once, and the count is the fewest nodes, from the lower bound
+up, whose fullest node holds its share; bad input gives one line and exit 2 (options) or 1
+(files); --help documents every JSON field. Usage: check_plan.py KVPACK PLAN_RANK [TRACE]"""
 import json, math, os, shutil, subprocess, sys, tempfile
+from collections import Counter
 
-KVPACK = sys.argv[1]
-TRACE = sys.argv[2] if len(sys.argv) > 2 else ""
+KVPACK, PLAN_RANK = sys.argv[1], sys.argv[2]
+TRACE = sys.argv[3] if len(sys.argv) > 3 else ""
+MAX_NODES = 64  # a cluster's peers at most: more is null
 fails = []
+placed_above_bound = []  # (what, placed, bound) where placement needed more than the bound
 
 
 def plan(*args):
@@ -49,6 +55,30 @@ def extent(n):
 ENVELOPE = 24  # a node writes every record with its version, in a 24-byte envelope
 
 
+def ranks(j, codec, n):
+    """kvp_placement_rank of sessions lt-0..lt-<n-1> over node0..node63, in plan's namespace."""
+    out = subprocess.run([PLAN_RANK, j["model"], str(j["layers"]), str(j["kv_heads"]),
+                          str(j["head_dim"]), str(j["page_tokens"]), codec, str(n)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return [[int(k) for k in line.split()] for line in out.splitlines()]
+
+
+def node_of(rank, n):
+    """A session's node among node0..node<n-1>: the first of its rank there."""
+    return next(k for k in rank if k < n)
+
+
+def placed(lb, fullest, what):
+    """The fewest nodes from the lower bound lb up whose fullest node holds its share (fullest(n)
+    says whether it does); None without a bound or past MAX_NODES."""
+    for n in range(lb, MAX_NODES + 1) if lb is not None else ():
+        if fullest(n):
+            if n > lb:
+                placed_above_bound.append((what, n, lb))
+            return n
+    return None
+
+
 def fp16_session(L, H, D, P, T):
     """Independent fp16 session size from the documented formats: pages, record, DRAM, SSD."""
     full, r = divmod(T, P)
@@ -72,9 +102,16 @@ def check_arith(j, live):
         expect(c["sessions_per_node_dram"] == dram // sd, f"{name}: sessions per node DRAM")
         expect(c["sessions_per_node_ssd"] == ssd // ss, f"{name}: sessions per node SSD")
         pd, ps = dram // sd, ssd // ss
-        want_d = math.ceil(live / pd) if pd else None
+        lb_d = math.ceil(live / pd) if pd else None
         # with spill the sessions live on SSD, DRAM caches them: not the sum of the two
-        want_s = math.ceil(live / max(pd, ps)) if pd else None
+        lb_s = math.ceil(live / max(pd, ps)) if pd else None
+        expect(c["nodes_dram_lower_bound"] == lb_d and c["nodes_spill_lower_bound"] == lb_s,
+               f"{name}: lower bounds {c['nodes_dram_lower_bound']} / "
+               f"{c['nodes_spill_lower_bound']} want {lb_d} / {lb_s}")
+        rk = ranks(j, name, live) if pd and lb_s <= MAX_NODES else []
+        fullest = lambda n: max(Counter(node_of(r, n) for r in rk).values())
+        want_d = placed(lb_d, lambda n: fullest(n) <= pd, f"{name} dram")
+        want_s = placed(lb_s, lambda n: fullest(n) <= max(pd, ps), f"{name} spill")
         expect(c["nodes_dram"] == want_d, f"{name}: nodes_dram {c['nodes_dram']} want {want_d}")
         expect(c["nodes_spill"] == want_s, f"{name}: nodes_spill {c['nodes_spill']} want {want_s}")
         expect(close(c["bytes_per_token"], sb / T), f"{name}: bytes per token")
@@ -173,10 +210,34 @@ def trace_check(path, args, P=128, S=0):
                f"{path} {c['codec']}: unique in a node {c['trace_unique_dram_bytes']} / "
                f"{c['trace_unique_ssd_bytes']} want {uniq_d} / {uniq_s}")
         fits = session_dram(max(per_req)) <= dram  # the longest session must fit one node's DRAM
-        want_d = math.ceil(uniq_d / dram) if fits else None
-        want_s = min(math.ceil(uniq_d / dram), math.ceil(uniq_s / ssd)) if fits else None
-        expect(c["nodes_dram"] == want_d, f"{path} {c['codec']}: trace nodes_dram {c['nodes_dram']}")
-        expect(c["nodes_spill"] == want_s, f"{path} {c['codec']}: trace nodes_spill")
+        lb_d = math.ceil(uniq_d / dram) if fits else None
+        lb_s = min(math.ceil(uniq_d / dram), math.ceil(uniq_s / ssd)) if fits else None
+        expect(c["nodes_dram_lower_bound"] == lb_d and c["nodes_spill_lower_bound"] == lb_s,
+               f"{path} {c['codec']}: trace lower bounds {c['nodes_dram_lower_bound']} / "
+               f"{c['nodes_spill_lower_bound']} want {lb_d} / {lb_s}")
+        rk = ranks(j, c["codec"], len(reqs)) if fits and lb_s <= MAX_NODES else []
+
+        def fullest(n):
+            """The fullest node's (DRAM, SSD) bytes over n nodes: each request's own tail and
+            record on its node, each chunk once on every node whose requests name it."""
+            d, s, held = Counter(), Counter(), set()
+            for i, r in enumerate(reqs):
+                k, m = node_of(rk[i], n), r["input_length"]
+                d[k] += slot(tail(m)) if tail(m) else 0
+                s[k] += tail(m) + 44 + 16 * (m // P) + ENVELOPE
+                for ch in range(m // P):
+                    held.add((k, r["hash_ids"][ch * P // 512], ch))
+            for k, _, pos in held:
+                page = fp16_full if pos < S // P else full
+                d[k], s[k] = d[k] + L * slot(page), s[k] + L * extent(page)
+            return max(d.values()), max(s.values())
+        want_d = placed(lb_d, lambda n: fullest(n)[0] <= dram, f"{path} {c['codec']} dram")
+        want_s = placed(lb_s, lambda n: fullest(n)[0] <= dram or fullest(n)[1] <= ssd,
+                        f"{path} {c['codec']} spill")
+        expect(c["nodes_dram"] == want_d,
+               f"{path} {c['codec']}: trace nodes_dram {c['nodes_dram']} want {want_d}")
+        expect(c["nodes_spill"] == want_s,
+               f"{path} {c['codec']}: trace nodes_spill {c['nodes_spill']} want {want_s}")
         checked_fit.add(fits)
 
 
@@ -191,10 +252,40 @@ with open(small, "w") as f:  # two conversations; the second turn repeats the fi
 trace_check(small, ["--dram", "0.001", "--ssd", "0.01"])
 trace_check(small, ["--dram", "0.001"], P=64, S=128)
 expect(checked_fit == {True, False}, "trace cases cover a fit and a no-fit codec")
+# 60 conversations under one 3-block system prompt: each node stores the prompt once for its
+# sessions, so the cluster holds it once per node, not once (the count used to assume once)
+shared = os.path.join(tmp, "shared.jsonl")
+with open(shared, "w") as f:
+    for i in range(60):
+        f.write(json.dumps({"timestamp": i, "input_length": 2048 - i, "output_length": 1,
+                            "hash_ids": [1, 2, 3, 100 + i]}) + "\n")
+trace_check(shared, ["--dram", "0.004", "--ssd", "0.01"])
+trace_check(shared, ["--dram", "0.002", "--ssd", "0.05"], P=64, S=64)
 if os.path.exists(TRACE):
-    trace_check(TRACE, ["--dram", "64", "--codec", "kivi"])
+    trace_check(TRACE, ["--dram", "8", "--codec", "kivi"])  # 4 nodes at best, placed 5
 else:
     print(f"check_plan: Mooncake trace {TRACE or '(not given)'} absent, full-trace check skipped")
+
+# the node counts above needed more nodes than the lower bound somewhere, or they test nothing
+print(f"placed above the lower bound: {placed_above_bound[:6]}")
+expect(any("fp16 dram" == w for w, _, _ in placed_above_bound) and
+       any(w.startswith(shared) for w, _, _ in placed_above_bound),
+       "no case where placement needs more nodes than the lower bound")
+# no count past a cluster's 64 nodes (null, ">64" in the text); past 250,000 sessions none at all
+# (null, "unplaced"), the lower bounds still given
+j = plan_json("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "100000", "--codec",
+              "fp16")
+c = j["codecs"][0]
+expect(c["nodes_dram"] is None and c["nodes_dram_lower_bound"] == 472 and j["max_nodes"] == 64,
+       f"past 64 nodes: {c['nodes_dram']} / {c['nodes_dram_lower_bound']}")
+rc, out, _ = plan("--model", "llama-3.1-8b", "--tokens", "8192", "--sessions", "100000", "--codec",
+                  "fp16")
+expect(rc == 0 and ">64" in out, "text: >64")
+j = plan_json("--model", "smollm2-135m", "--tokens", "128", "--sessions", "250001", "--dram", "30",
+              "--codec", "kivi")
+c = j["codecs"][0]
+expect(c["nodes_dram"] is None and c["nodes_dram_lower_bound"] == 6,
+       f"past 250000 sessions: {c['nodes_dram']} / {c['nodes_dram_lower_bound']}")
 
 # ---- (4) bad input: one line on stderr, nothing on stdout, exit 2 (options) or 1 (files) ----
 bad = os.path.join(tmp, "bad.jsonl")
