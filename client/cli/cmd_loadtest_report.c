@@ -492,7 +492,8 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
                        "failures\n", n->addr, n->expected_sessions, n->failures);
                 continue;
             }
-            printf("  node %-15s %llu sessions (rank says %u), dram %llu bytes, %u failures\n",
+            printf("  node %-15s %llu sessions held, every namespace (the run's by rank: %u), "
+                   "dram %llu bytes, %u failures\n",
                    n->addr, (unsigned long long)n->stat_end.sessions, n->expected_sessions,
                    (unsigned long long)n->stat_end.dram_bytes, n->failures);
         }
