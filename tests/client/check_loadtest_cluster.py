@@ -126,6 +126,15 @@ def start_node(d, k, http=False, budget="256M"):
                                  what=f"kvpackd {k}")
 
 
+def stop_nodes(nodes, d):
+    """Kill the nodes still running (start_node's (proc, addr) pairs), remove their dir d."""
+    for p, _ in nodes:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    subprocess.run(["rm", "-rf", d])
+
+
 def sessions_of(url):
     """kvpack_sessions from a node's /metrics (a plain HTTP GET: no UCX set-up per poll)."""
     try:
@@ -211,11 +220,7 @@ def case_kill(replicas=2):
               sum(b for _, b in wins) == r["node_stats"]["restores"],
               "window spills/restores do not add up to the run's")
     finally:
-        for p, _ in nodes:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        subprocess.run(["rm", "-rf", d])
+        stop_nodes(nodes, d)
 
 
 def case_dead_peer():
@@ -258,10 +263,7 @@ def case_dead_peer():
               "sessions (" not in line[0] and "dram" not in line[0],
               f"text line of the dead node: exit {p.returncode}, {line}")
     finally:
-        for p, _ in nodes:
-            p.kill()
-            p.wait()
-        subprocess.run(["rm", "-rf", d])
+        stop_nodes(nodes, d)
 
 
 def node_holds(addr):
@@ -387,10 +389,7 @@ def case_versions():
                                             "bytes_moved": 0},
               f"repair --dry-run after the run: exit {p.returncode}, {got}: {p.stderr[-300:]}")
     finally:
-        for p, _ in nodes:
-            p.kill()
-            p.wait()
-        subprocess.run(["rm", "-rf", d])
+        stop_nodes(nodes, d)
 
 
 def case_errors():
