@@ -256,6 +256,13 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
     while (!call->done || call->sending) {
         uint64_t now = kvp_time_ns();
 
+        if (call->done && c->conn != NULL && kvp_xfer_conn_status(c->conn) != KVP_OK) {
+            /* its connection failed: a send to the dead peer may never complete (UCX 1.13 in
+             * error mode none), so it is closed now, as at the deadline, which ends the sends
+             * (the caller's data is no longer read) instead of waiting the deadline out */
+            conn_reset(c, kvp_xfer_conn_status(c->conn));
+            break;
+        }
         if (now >= call->deadline_ns) {
             /* a reply that is here already is not late: progress until the transport is idle
              * (one progress is only a few UCX rounds; bounded, a flood would not end) */
