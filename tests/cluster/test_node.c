@@ -310,7 +310,8 @@ static void test_stopped_sending(test_node_t *n, kvp_client_h quick)
     kvp_free(big);
 }
 
-/* A client with the largest timeout (UINT32_MAX ms, as `--timeout-ms` allows) is served; a put
+/* A client with the largest timeout (UINT32_MAX ms, as `--timeout-ms` allows; its wait's poll
+ * slice once wrapped to 0 ms, a busy spin, or past 2^31 ms to a negative poll) is served; a put
  * whose data is still being sent when its node dies returns the failure, not after 49 days: in
  * error mode none (integ.node_err_none) UCX 1.13 never completes that send, and the call waited
  * for it until its deadline. Restarts n and leaves it killed. */
