@@ -342,7 +342,11 @@ static void sockaddr_str(const struct sockaddr_storage *ss, char *out, size_t ca
     snprintf(out, cap, "%s:%d", host, port);
 }
 
-/* Blocking progress until a request completes, or the time limit passes. */
+/* Blocking progress until a request completes, or the time limit passes: then UCS_ERR_TIMED_OUT,
+ * and the request is freed all the same (UCX releases it once it completes; ucp_request_cancel
+ * cancels only tag receives, so it did not end an endpoint close, and the wait went on without
+ * bound, holding up every connection of the thread). The caller must not touch what the request
+ * was for afterwards. */
 static ucs_status_t wait_request(kvp_xfer_h x, void *req, uint64_t limit_ns)
 {
     uint64_t     end = kvp_time_ns() + limit_ns;
@@ -357,14 +361,8 @@ static ucs_status_t wait_request(kvp_xfer_h x, void *req, uint64_t limit_ns)
     while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && kvp_time_ns() < end) {
         ucp_worker_progress(x->worker);
     }
-    if (st == UCS_INPROGRESS) {
-        ucp_request_cancel(x->worker, req);
-        while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-            ucp_worker_progress(x->worker);
-        }
-    }
     ucp_request_free(req);
-    return st;
+    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
 }
 
 static void ep_close(kvp_xfer_conn_h conn)
@@ -385,7 +383,7 @@ static void ep_close(kvp_xfer_conn_h conn)
         st != UCS_ERR_ENDPOINT_TIMEOUT && st != UCS_ERR_NOT_CONNECTED) {
         KVP_LOG_DEBUG(MOD, "close of %s: %s", conn->peer, ucs_status_string(st));
     }
-    conn->ep = NULL;
+    conn->ep = NULL; /* UCX's from here, also a close not done within CLOSE_WAIT_NS (timed out) */
 }
 
 /* ---- UCX callbacks (run inside ucp_worker_progress) ---- */
