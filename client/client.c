@@ -255,7 +255,15 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
 {
     while (!call->done || call->sending) {
         uint64_t now = kvp_time_ns();
+        uint64_t left_ms;
 
+        if (call->done && c->conn != NULL && kvp_xfer_conn_status(c->conn) != KVP_OK) {
+            /* its connection failed: a send to the dead peer may never complete (UCX 1.13 in
+             * error mode none), so it is closed now, as at the deadline, which ends the sends
+             * (the caller's data is no longer read) instead of waiting the deadline out */
+            conn_reset(c, kvp_xfer_conn_status(c->conn));
+            break;
+        }
         if (now >= call->deadline_ns) {
             /* a reply that is here already is not late: progress until the transport is idle
              * (one progress is only a few UCX rounds; bounded, a flood would not end) */
@@ -272,9 +280,8 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
             conn_reset(c, KVP_ERR_TIMEOUT);
             break;
         }
-        kvp_xfer_wait(c->x, (int)((call->deadline_ns - now) / 1000000u) + 1 > 100
-                                ? 100
-                                : (int)((call->deadline_ns - now) / 1000000u) + 1);
+        left_ms = (call->deadline_ns - now) / 1000000u + 1; /* up to 2^32 ms: no int */
+        kvp_xfer_wait(c->x, (int)(left_ms < 100 ? left_ms : 100));
     }
     if (call->status == KVP_ERR_PEER_GONE || call->status == KVP_ERR_PEER_UNREACHABLE ||
         call->status == KVP_ERR_SHUTTING_DOWN) {

@@ -280,7 +280,7 @@ static kvp_status_t take_pages(get_ctx_t *g, uint32_t first, uint32_t k, const u
 
         g->cb(g->cb_arg, first, took, (const void *const *)&sp->pub.pages[first],
               &sp->pub.page_lens[first]);
-        kvp_client_calls_defer(g->c, kvp_time_ns() - t0); /* the caller's time, not the node's */
+        kvp_client_calls_defer(g->c, kvp_time_ns() - t0); /* the calls' deadlines only */
     }
     return s;
 }

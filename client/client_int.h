@@ -71,7 +71,10 @@ kvp_status_t kvp_client_conn_ensure(kvp_client_h c);
  * connection is reset: KVP_ERR_TIMEOUT). */
 kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call);
 /* The caller spent ns away from the transport (a get's page callback): the deadlines of the calls
- * in flight move by as much, so its time is not charged to the node. */
+ * in flight move by as much, so its time is not charged to the node's reply. Only the calls': the
+ * transport's own deadline for a reply whose data is being received (its receive timeout, 30 s
+ * from the receive's start plus 1 s per 10 MB) does not move, so a callback that keeps the thread
+ * past it fails the connection (KVP_ERR_TIMEOUT). */
 void kvp_client_calls_defer(kvp_client_h c, uint64_t ns);
 /* kvp_client_session_info in two halves, so that a caller can probe several nodes at once:
  * start sends the LIST (*call_p: its call, or NULL when none could be started), finish takes

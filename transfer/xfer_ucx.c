@@ -72,7 +72,8 @@ struct kvp_xfer_msg {
     void                *desc;       /* UCX descriptor to release (eager) or receive (rndv) */
     int                  own_data;   /* data was kvp_malloc'd (buf_cap 0) or is a bulk buffer */
     size_t               buf_cap;    /* capacity of a bulk buffer from buf_get */
-    size_t               reserved;   /* bytes counted in x->rx_reserved (from its receive's start) */
+    size_t               reserved;   /* its buffer's capacity, counted in x->rx_reserved (from its
+                                      * receive's start) */
     msg_state_t          state;
     kvp_status_t         status;
     uint64_t             deadline_ns; /* MSG_RECVING: its connection fails past this */
@@ -118,8 +119,9 @@ struct kvp_xfer {
     int                   wake_fd;   /* eventfd of kvp_xfer_wake */
     atomic_int            woken;     /* set by kvp_xfer_wake, taken by kvp_xfer_wait */
     size_t                max_msg;
-    size_t                max_rx;    /* rendezvous data bytes being received or received and not
-                                      * released yet, at most (more waits in pending) */
+    size_t                max_rx;    /* bytes of the buffers of rendezvous data being received or
+                                      * received and not released yet, at most (more waits in
+                                      * pending) */
     size_t                rx_reserved;
     size_t                max_hdr;
     size_t                eager_max; /* payloads below this go eager (KVP_XFER_RNDV_THRESH; 0
@@ -342,7 +344,11 @@ static void sockaddr_str(const struct sockaddr_storage *ss, char *out, size_t ca
     snprintf(out, cap, "%s:%d", host, port);
 }
 
-/* Blocking progress until a request completes, or the time limit passes. */
+/* Blocking progress until a request completes, or the time limit passes: then UCS_ERR_TIMED_OUT,
+ * and the request is freed all the same (UCX releases it once it completes; ucp_request_cancel
+ * cancels only tag receives, so it did not end an endpoint close, and the wait went on without
+ * bound, holding up every connection of the thread). The caller must not touch what the request
+ * was for afterwards. */
 static ucs_status_t wait_request(kvp_xfer_h x, void *req, uint64_t limit_ns)
 {
     uint64_t     end = kvp_time_ns() + limit_ns;
@@ -357,14 +363,8 @@ static ucs_status_t wait_request(kvp_xfer_h x, void *req, uint64_t limit_ns)
     while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && kvp_time_ns() < end) {
         ucp_worker_progress(x->worker);
     }
-    if (st == UCS_INPROGRESS) {
-        ucp_request_cancel(x->worker, req);
-        while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-            ucp_worker_progress(x->worker);
-        }
-    }
     ucp_request_free(req);
-    return st;
+    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
 }
 
 static void ep_close(kvp_xfer_conn_h conn)
@@ -385,7 +385,7 @@ static void ep_close(kvp_xfer_conn_h conn)
         st != UCS_ERR_ENDPOINT_TIMEOUT && st != UCS_ERR_NOT_CONNECTED) {
         KVP_LOG_DEBUG(MOD, "close of %s: %s", conn->peer, ucs_status_string(st));
     }
-    conn->ep = NULL;
+    conn->ep = NULL; /* UCX's from here, also a close not done within CLOSE_WAIT_NS (timed out) */
 }
 
 /* ---- UCX callbacks (run inside ucp_worker_progress) ---- */
@@ -758,7 +758,8 @@ static unsigned accept_pending(kvp_xfer_h x)
     return (unsigned)n;
 }
 
-/* Start m's receive (it fits the budget): its bytes count in x->rx_reserved from now until
+/* Start m's receive (it fits the budget): its buffer's capacity (buf_class of its length: the
+ * memory it holds, up to twice the length) counts in x->rx_reserved from now until
  * kvp_xfer_msg_release, and its --recv-timeout clock starts now: the time it waited for the
  * budget was no stall of its sender's. */
 static void rndv_recv(kvp_xfer_h x, struct kvp_xfer_msg *m)
@@ -766,9 +767,9 @@ static void rndv_recv(kvp_xfer_h x, struct kvp_xfer_msg *m)
     ucp_request_param_t prm;
     void               *req;
 
-    m->reserved     = m->data_len;
-    x->rx_reserved += m->data_len;
-    m->data = buf_get(x, m->data_len, &m->buf_cap);
+    m->data         = buf_get(x, m->data_len, &m->buf_cap);
+    m->reserved     = m->buf_cap;
+    x->rx_reserved += m->reserved;
     if (m->data == NULL) {
         ucp_am_data_release(x->worker, m->desc);
         m->desc   = NULL;
@@ -820,7 +821,7 @@ static unsigned rndv_start(kvp_xfer_h x)
         if (m->conn->status != KVP_OK) {
             pending_drop(x, m);
             n++;
-        } else if (!full && x->rx_reserved + m->data_len <= x->max_rx) {
+        } else if (!full && x->rx_reserved + buf_class(m->data_len) <= x->max_rx) {
             kvp_list_del(e);
             rndv_recv(x, m);
             n++;
@@ -981,6 +982,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     }
     x->max_msg     = (fm & KVP_XFER_PARAM_MAX_MSG) ? params->max_msg_bytes : (256u << 20);
     x->max_rx      = x->max_msg > SIZE_MAX / 4 ? SIZE_MAX : 4 * x->max_msg; /* never wraps */
+    x->max_rx      = x->max_rx < BUF_MIN ? BUF_MIN : x->max_rx; /* a message fits alone */
     kvp_list_init(&x->pending);
     kvp_list_init(&x->recving);
     kvp_list_init(&x->turns);

@@ -346,6 +346,69 @@ static inline kvp_cluster_h test_cluster_open(const char *peers, uint32_t replic
     return cl;
 }
 
+/* ---- stub node: a listener of the test's own answering every request with one status ---- */
+
+static inline void test_stub_recv(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    kvp_wire_req_t req;
+    kvp_wire_rep_t rep;
+    size_t         hl, rl;
+    const void    *h = kvp_xfer_msg_hdr(msg, &hl);
+    uint8_t       *out;
+
+    memset(&req, 0, sizeof(req));
+    kvp_wire_req_unpack(h, hl, kvp_xfer_msg_sent_len(msg), &req); /* for op and req_id */
+    memset(&rep, 0, sizeof(rep));
+    rep.op     = req.op;
+    rep.req_id = req.req_id;
+    rep.status = *(const kvp_status_t *)arg;
+    snprintf(rep.message, sizeof(rep.message), "stub node: %s", kvp_status_str(rep.status));
+    if (kvp_wire_rep_pack(&rep, &out, &rl) == KVP_OK) {
+        kvp_xfer_send(conn, out, rl, NULL, 0, NULL, NULL); /* the header is copied */
+        kvp_free(out);
+    }
+    kvp_wire_req_clear(&req);
+    kvp_xfer_msg_release(msg);
+}
+
+/* A forked child listening on a loopback port 0 that answers every request with status and
+ * stores nothing: a node that refuses everything (e.g. out of memory). Before this process makes
+ * a transport of its own. Stop it with test_node_stop (it has no directory). */
+static inline void test_stub_start(test_node_t *n, kvp_status_t status)
+{
+    int   fds[2];
+    pid_t parent = getpid();
+
+    memset(n, 0, sizeof(*n));
+    CHECK(pipe(fds) == 0);
+    n->pid = fork();
+    CHECK(n->pid >= 0);
+    if (n->pid == 0) {
+        kvp_xfer_params_t p;
+        kvp_xfer_h        x;
+        uint16_t          port = 0;
+
+        kvp_test_child_of(parent);
+        close(fds[0]);
+        memset(&p, 0, sizeof(p));
+        p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+        p.recv_cb    = test_stub_recv;
+        p.cb_arg     = &status;
+        if (kvp_xfer_create(&p, &x) != KVP_OK ||
+            kvp_xfer_listen(x, "127.0.0.1", 0, &port) != KVP_OK ||
+            write(fds[1], &port, sizeof(port)) != sizeof(port)) {
+            _exit(3);
+        }
+        for (;;) {
+            kvp_xfer_wait(x, 100);
+        }
+    }
+    close(fds[1]);
+    CHECK(read(fds[0], &n->port, sizeof(n->port)) == sizeof(n->port));
+    close(fds[0]);
+    snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%u", n->port);
+}
+
 /* ---- raw transport connection: hand-made (possibly bad) requests, replies unpacked ---- */
 
 typedef struct {

@@ -4,7 +4,7 @@
  * skipped), get is served by the first live one and byte-identical; unknown session: NOT_FOUND
  * when every node answered, an unreachable status when one did not; list merges (each session
  * once, its holders); delete everywhere, and a dead first-r replica makes it say so; a bad record
- * stops a put at once. */
+ * stops a put at once; a node out of memory first in the rank does not (the next one takes it). */
 #include "node_harness.h"
 
 #include "kvpack/cluster.h"
@@ -62,8 +62,8 @@ static int node_has(const char *addr, const char *sid)
 
 int main(void)
 {
-    test_node_t          n[3];
-    char                 peers[256], live[160];
+    test_node_t          n[3], oom;
+    char                 peers[256], live[160], sid[16];
     kvp_cluster_report_t rep;
     kvp_cluster_list_t  *l;
     kvp_session_pages_t *sp = NULL;
@@ -78,6 +78,7 @@ int main(void)
         test_node_start(&n[i], "--durability=spill");
     }
     CHECK(test_node_stop(&n[2], SIGKILL) == 128 + SIGKILL); /* its port: nobody listens */
+    test_stub_start(&oom, KVP_ERR_NO_MEMORY);
     snprintf(peers, sizeof(peers), "%s,%s,%s", n[0].addr, n[1].addr, n[2].addr);
     snprintf(live, sizeof(live), "%s,%s", n[0].addr, n[1].addr);
     test_validation(n[0].addr);
@@ -149,6 +150,25 @@ int main(void)
     cl = test_cluster_open(live, 2, KVP_OK);
     CHECK_ST(kvp_cluster_delete_session(cl, NS, "s", &rep), KVP_ERR_NOT_FOUND);
     kvp_cluster_destroy(cl);
+
+    /* r = 1, a node that answers ERR_NO_MEMORY first in the rank: that node failed, the next
+     * takes the session (it stopped there, as if every node would refuse it) */
+    snprintf(live, sizeof(live), "%s,%s", oom.addr, n[0].addr);
+    cl = test_cluster_open(live, 1, KVP_OK);
+    k = 0;
+    do { /* a session the stub ranks first for */
+        CHECK(k < 64);
+        snprintf(sid, sizeof(sid), "oom%u", k++);
+        CHECK_OK(kvp_cluster_rank(cl, NS, sid, order));
+    } while (order[0] != 0);
+    CHECK_OK(kvp_cluster_put_session(cl, NS, sid, (const void *const *)ts.pages, ts.lens,
+                                     ts.n_pages, &ts.desc, &rep));
+    CHECK(rep.n_ok == 1 && rep.n_tried == 2 && rep.tried[0].node == 0 &&
+          rep.tried[0].status == KVP_ERR_NO_MEMORY && rep.tried[1].node == 1 &&
+          rep.tried[1].status == KVP_OK);
+    CHECK(node_has(n[0].addr, sid));
+    kvp_cluster_destroy(cl);
+    CHECK(test_node_stop(&oom, SIGKILL) == 128 + SIGKILL);
 
     test_session_free(&ts);
     for (int i = 0; i < 3; i++) {

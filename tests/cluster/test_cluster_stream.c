@@ -6,6 +6,8 @@
  *   - an also node nobody listens on: the put still succeeds, also_status says why; a malformed
  *     also list or a missing session id is refused at open;
  *   - a corrupt page: no node (and not D) ends with a record;
+ *   - a node out of memory first in the rank (a stub answering ERR_NO_MEMORY), r = 1: the next
+ *     node takes its place at finish;
  *   - a ranked node killed mid-stream: finish puts the whole session on the next node of the
  *     rank ("replacement"), so r copies exist; the report names the dead node;
  *   - kvp_cluster_get_session_cb with that node dead: served by the next, every item handed
@@ -133,6 +135,36 @@ static kvp_status_t finish_last(kvp_cluster_stream_h st, const test_session_t *t
     return kvp_cluster_stream_finish(st, &ts->desc, lm->pp + (L - 1) * ts->n_chunks,
                                      lm->ll + (L - 1) * ts->n_chunks, ts->n_chunks, rep,
                                      also_status);
+}
+
+/* r = 1 over stub, a node that answers every request ERR_NO_MEMORY, and x, the stub first in the
+ * rank: that is the stub's failure, not one every node would give, so finish puts the session on
+ * x in its place (it stopped the stream, and the session landed nowhere). */
+static void oom_first(const char *stub, const char *x, const test_session_t *ts,
+                      const layers_t *lm)
+{
+    char                 peers[160], sid[16];
+    kvp_cluster_h        cl;
+    kvp_cluster_stream_h st;
+    kvp_cluster_report_t rep;
+    uint32_t             order[2], k = 0;
+
+    snprintf(peers, sizeof(peers), "%s,%s", stub, x);
+    cl = test_cluster_open(peers, 1, KVP_OK);
+    do { /* a session the stub ranks first for */
+        CHECK(k < 64);
+        snprintf(sid, sizeof(sid), "oom%u", k++);
+        CHECK_OK(kvp_cluster_rank(cl, NS, sid, order));
+    } while (order[0] != 0);
+    CHECK_OK(kvp_cluster_stream_open(cl, NS, sid, NULL, &st));
+    push_layers(st, ts, lm, 0, ts->layers - 1, KVP_OK);
+    CHECK_OK(finish_last(st, ts, lm, &rep, NULL));
+    kvp_cluster_stream_close(st);
+    CHECK(rep.n_ok == 1 && rep.n_tried == 2 && rep.tried[0].node == 0 &&
+          rep.tried[0].status == KVP_ERR_NO_MEMORY && rep.tried[1].node == 1 &&
+          rep.tried[1].status == KVP_OK && strcmp(rep.tried[1].stage, "replacement") == 0);
+    node_holds(x, sid, ts, 0);
+    kvp_cluster_destroy(cl);
 }
 
 /* Stop the node with SIGTERM and start it again on its port and data dir. */
@@ -314,7 +346,7 @@ static void restart_mid_stream(test_node_t *a, test_node_t *b)
 
 int main(void)
 {
-    test_node_t          n[4]; /* X, Y, Z: the cluster; n[3]: D, the decode node */
+    test_node_t          n[4], oom; /* X, Y, Z: the cluster; n[3]: D, the decode node */
     char                 peers[256], also[160];
     kvp_cluster_h        cl;
     kvp_cluster_stream_h st;
@@ -332,6 +364,7 @@ int main(void)
         test_node_mkdir(&n[i]);
         test_node_start(&n[i], "--durability=spill");
     }
+    test_stub_start(&oom, KVP_ERR_NO_MEMORY);
     D = n[3].addr;
     snprintf(peers, sizeof(peers), "%s,%s,%s", n[0].addr, n[1].addr, n[2].addr);
     test_session_make(&ts, 4, 3, 5, 7);
@@ -401,6 +434,8 @@ int main(void)
     }
     lm.pp[1] = ts.pages[1 * ts.layers + 0];
     kvp_free(bad);
+    oom_first(oom.addr, D, &ts, &lm);
+    CHECK(test_node_stop(&oom, SIGKILL) == 128 + SIGKILL);
 
     /* the kept streams: another namespace gets streams of its own; an abandoned session (closed
      * without finish) leaves no record, and the next one through the same handle is whole */

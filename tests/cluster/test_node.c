@@ -4,7 +4,8 @@
  * corrupt page failing the finish), lookup, unknown session -> NOT_FOUND, a bad-CRC page ->
  * CORRUPT from the node, malformed and truncated requests -> PROTOCOL while the node keeps
  * serving, a client killed mid-put, a stopped node -> TIMEOUT at the deadline (also for a request
- * still being sent), and a node killed while the client waits -> PEER_GONE before the deadline. */
+ * still being sent), a node killed while the client waits -> PEER_GONE before the deadline, and
+ * a client with the largest timeout: served, and told at once when a put's node dies mid-send. */
 #include "node_harness.h"
 
 #include "kvpack/log.h"
@@ -309,6 +310,46 @@ static void test_stopped_sending(test_node_t *n, kvp_client_h quick)
     kvp_free(big);
 }
 
+/* A client with the largest timeout (UINT32_MAX ms, as `--timeout-ms` allows; its wait's poll
+ * slice once wrapped to 0 ms, a busy spin, or past 2^31 ms to a negative poll) is served; a put
+ * whose data is still being sent when its node dies returns the failure, not after 49 days: in
+ * error mode none (integ.node_err_none) UCX 1.13 never completes that send, and the call waited
+ * for it until its deadline. Restarts n and leaves it killed. */
+static void test_patient(test_node_t *n)
+{
+    kvp_key128_t    key = {0x9a, 0x71};
+    kvp_node_stat_t st;
+    kvp_client_h    patient;
+    uint8_t        *big;
+    size_t          len;
+    const void     *pp[1];
+    pid_t           killer;
+    kvp_status_t    s;
+
+    test_node_start(n, "--durability=spill");
+    patient = test_client(n->addr, UINT32_MAX);
+    CHECK_ST(kvp_client_stat(patient, &st), KVP_OK);
+    big   = test_big_page(1024, key, 1, &len);
+    pp[0] = big;
+    CHECK(len > 4u << 20); /* rendezvous: its data waits for the stopped node to take it */
+    CHECK(kill(n->pid, SIGSTOP) == 0);
+    killer = fork();
+    CHECK(killer >= 0);
+    if (killer == 0) {
+        usleep(300000);
+        kill(n->pid, SIGKILL);
+        _exit(0);
+    }
+    s = kvp_client_put_pages(patient, NS, pp, &len, 1);
+    kvp_free(big); /* the call returned: its data is the caller's again */
+    CHECK(s == KVP_ERR_PEER_GONE || s == KVP_ERR_PEER_UNREACHABLE);
+    CHECK(waitpid(killer, NULL, 0) == killer);
+    CHECK(test_node_stop(n, SIGKILL) == 128 + SIGKILL);
+    s = kvp_client_stat(patient, &st); /* and a node already gone */
+    CHECK(s == KVP_ERR_PEER_GONE || s == KVP_ERR_PEER_UNREACHABLE);
+    kvp_client_destroy(patient);
+}
+
 int main(void)
 {
     test_node_t          n;
@@ -439,6 +480,7 @@ int main(void)
     CHECK(test_node_stop(&n, SIGKILL) == 128 + SIGKILL);
     /* and a call to a node that is not there at all */
     CHECK(kvp_client_stat(c, &st) != KVP_OK);
+    test_patient(&n);
 
     kvp_client_destroy(c);
     test_session_free(&ts);

@@ -129,7 +129,8 @@ kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client
  * chunk-major, desc->layers per chunk) go one chunk per kvp_client_put_pages, then the record,
  * every replica at the same version (kvp_version_now() once per call; a node holding a newer
  * record or tombstone answers KVP_ERR_STALE, which stops the put: a newer write won).
- * A node that fails is skipped and the next in rank takes its place; a data error every node
+ * A node that fails (also out of memory) is skipped and the next in rank takes its place; a
+ * data error every node
  * would give (bad page, wrong codec, bad argument, too large) stops at once. KVP_OK when at least
  * one node took it (report->n_ok says how many); else the first node's status. */
 kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,

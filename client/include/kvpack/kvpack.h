@@ -157,7 +157,9 @@ kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, con
  * the call fails they are void (nothing is returned). Mapping an item to its layer needs only the
  * model's layer count. The transport does not move while cb runs: a cb that keeps this thread
  * longer than the node's --send-timeout (default 30 s) lets the node take the client for hung
- * and close the connection (the call fails, the pages so far are void). */
+ * and close the connection (the call fails, the pages so far are void), and one that keeps it
+ * past 30 s (plus 1 s per 10 MB) from the start of a large reply's receive fails that receive
+ * (KVP_ERR_TIMEOUT). The time cb takes does not count against the client's timeout. */
 typedef void (*kvp_client_pages_cb_t)(void *cb_arg, uint32_t first, uint32_t n,
                                       const void *const *pages, const size_t *lens);
 kvp_status_t kvp_client_get_session_cb(kvp_client_h client, uint64_t ns, const char *sid,

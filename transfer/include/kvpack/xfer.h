@@ -62,10 +62,14 @@ typedef struct kvp_xfer_params {
                                          send fails KVP_ERR_TOO_LARGE, an eager one (its
                                          send completed) reaches recv_cb at once with status
                                          KVP_ERR_TOO_LARGE and no data, to be answered.
-                                         At most 4x this much rendezvous data may be received
-                                         or held (unreleased) at once; a message past that
-                                         waits, its sender's send in flight, until released
-                                         ones make room (oldest first; never refused BUSY).
+                                         Rendezvous data received or held (unreleased) takes
+                                         at most 4x this much memory at once (at least 64 KiB),
+                                         counted as its receive buffers: each the next power
+                                         of two of its length, from 64 KiB, so a message just
+                                         past one counts nearly twice its length. A message
+                                         past that waits, its sender's send in flight, until
+                                         released ones make room (oldest first; never refused
+                                         BUSY).
                                          Eager messages (under 1 MiB) are not counted: UCX
                                          has them before the callback runs; conn_msgs_max
                                          bounds them per connection. One connection's
