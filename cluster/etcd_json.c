@@ -337,8 +337,9 @@ kvp_status_t kvp_etcd_parse_txn(const char *body, size_t len, int *succeeded_p,
 
 kvp_status_t kvp_etcd_member_json(const kvp_etcd_member_t *m, char *buf, size_t cap)
 {
-    json_t *o = json_pack("{s:s, s:I, s:I, s:s, s:s}", "addr", m->addr, "pid", (json_int_t)m->pid,
-                          "since", (json_int_t)m->since, "data_dir", m->data_dir, "host", m->host);
+    json_t *o = json_pack("{s:s, s:I, s:I, s:s, s:s, s:s}", "addr", m->addr, "pid",
+                          (json_int_t)m->pid, "since", (json_int_t)m->since, "data_dir",
+                          m->data_dir, "host", m->host, "pid_ns", m->pid_ns);
     char   *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
     size_t  len = txt ? strlen(txt) : 0;
 
@@ -360,18 +361,20 @@ kvp_status_t kvp_etcd_member_parse(const char *addr, const char *value, size_t l
 {
     json_error_t err;
     json_t      *o = json_loadb(value, len, 0, &err);
-    const char  *a = NULL, *dir = "", *host = "";
+    const char  *a = NULL, *dir = "", *host = "", *pid_ns = "";
     json_int_t   pid = 0, since = 0;
     int          bad;
 
-    bad = o == NULL || json_unpack(o, "{s:s, s?I, s?I, s?s, s?s}", "addr", &a, "pid", &pid,
-                                   "since", &since, "data_dir", &dir, "host", &host) != 0;
+    bad = o == NULL || json_unpack(o, "{s:s, s?I, s?I, s?s, s?s, s?s}", "addr", &a, "pid", &pid,
+                                   "since", &since, "data_dir", &dir, "host", &host, "pid_ns",
+                                   &pid_ns) != 0;
     bad = bad || strcmp(a, addr) != 0 || strlen(a) >= sizeof(m->addr) || pid < 0 || since < 0;
     if (!bad) {
         memset(m, 0, sizeof(*m));
         snprintf(m->addr, sizeof(m->addr), "%s", a);
         snprintf(m->data_dir, sizeof(m->data_dir), "%s", dir);
         snprintf(m->host, sizeof(m->host), "%s", host);
+        snprintf(m->pid_ns, sizeof(m->pid_ns), "%s", pid_ns);
         m->pid   = pid;
         m->since = since;
     }

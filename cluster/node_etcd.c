@@ -43,25 +43,32 @@ struct kvp_node_etcd {
     atomic_int        dummy;
     pthread_t         thread;
     int               thread_started;
-    int               held;       /* another process holds the key (logged once while it does) */
+    uint64_t          held;       /* hash of another process's value holding the key, logged once
+                                   * per value (0: none) */
     pthread_mutex_t   mu;
     pthread_cond_t    cv;
     int               stop;
 };
 
-/* Another process's value holds the key: say who (once while it lasts), never overwrite it. */
+/* Another process's value holds the key: say who (once per holder while it lasts), never
+ * overwrite it. */
 static void reg_held_log(kvp_node_etcd_h r, kvp_etcd_h e, const char *held)
 {
     kvp_etcd_member_t m;
-    char              who[512];
+    char              who[1024];
+    uint64_t          h = 1469598103934665603ull; /* FNV-1a */
 
-    if (r->held) {
+    for (const char *c = held; *c != '\0'; c++) {
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    }
+    h |= 1; /* never 0, "none" */
+    if (r->held == h) {
         return;
     }
-    r->held = 1;
+    r->held = h;
     if (kvp_etcd_member_parse(r->addr, held, strlen(held), &m) == KVP_OK) {
-        snprintf(who, sizeof(who), "pid %lld, registered %lld s ago, data dir '%s'",
-                 (long long)m.pid, (long long)(time(NULL) - m.since), m.data_dir);
+        snprintf(who, sizeof(who), "pid %lld on host '%s', registered %lld s ago, data dir '%s'",
+                 (long long)m.pid, m.host, (long long)(time(NULL) - m.since), m.data_dir);
     } else {
         snprintf(who, sizeof(who), "value '%.200s'", held);
     }
@@ -72,22 +79,50 @@ static void reg_held_log(kvp_node_etcd_h r, kvp_etcd_h e, const char *held)
                              : "; not starting");
 }
 
-/* A value left by a process of this host that no longer runs (this node restarted at once after
- * a crash, its old lease not yet run out): safe to take over. A value from another host, from a
- * node that did not say its host, or naming a live pid is not: 0. */
+/* A value left by an earlier process of this node that no longer runs (restarted at once after a
+ * crash, its old lease not yet run out): safe to take over. Its pid means a process only within
+ * one boot and PID namespace (pid_ns), so the value must name this host and this pid_ns; then the
+ * pid is gone (kill: ESRCH), or it is this process's own pid in another value (a container's
+ * pid 1 restarted in the same namespace). Anything else (another host, namespace or boot, a value
+ * that does not say, a live pid) is not: 0. */
 static int reg_held_stale(kvp_node_etcd_h r, const char *held)
 {
     kvp_etcd_member_t mine, them;
 
     if (kvp_etcd_member_parse(r->addr, r->value, strlen(r->value), &mine) != KVP_OK ||
         kvp_etcd_member_parse(r->addr, held, strlen(held), &them) != KVP_OK ||
-        mine.host[0] == '\0' || strcmp(mine.host, them.host) != 0 || them.pid <= 0 ||
-        them.pid == mine.pid || kill((pid_t)them.pid, 0) == 0 || errno != ESRCH) {
+        mine.host[0] == '\0' || mine.pid_ns[0] == '\0' || strcmp(mine.host, them.host) != 0 ||
+        strcmp(mine.pid_ns, them.pid_ns) != 0 || them.pid <= 0 ||
+        (them.pid != mine.pid && (kill((pid_t)them.pid, 0) == 0 || errno != ESRCH))) {
         return 0;
     }
-    KVP_LOG_WARN(MOD, "etcd key %s names pid %lld of this host, which no longer runs (a crash; "
-                 "its lease has not run out yet): taking it over", r->key, (long long)them.pid);
+    KVP_LOG_WARN(MOD, "etcd key %s names pid %lld of this host and PID namespace, %s (a crash; "
+                 "its lease has not run out yet): taking it over", r->key, (long long)them.pid,
+                 them.pid == mine.pid ? "now this process's: an earlier run of it"
+                                      : "which no longer runs");
     return 1;
+}
+
+/* "BOOT_ID/PIDNS_INODE" of this process into buf, or "" when either cannot be read. */
+static void reg_pid_ns(char *buf, size_t cap)
+{
+    char  boot[64] = "", ns[64] = "";
+    FILE *f        = fopen("/proc/sys/kernel/random/boot_id", "r");
+    ssize_t n;
+
+    buf[0] = '\0';
+    if (f != NULL) {
+        if (fgets(boot, sizeof(boot), f) == NULL) {
+            boot[0] = '\0';
+        }
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+    if (boot[0] != '\0' && n > 0) {
+        ns[n] = '\0';
+        snprintf(buf, cap, "%s/%s", boot, ns);
+    }
 }
 
 /* Write the key under lease unless another process holds it: one txn writes it while it is absent
@@ -234,6 +269,7 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
     if (gethostname(m.host, sizeof(m.host) - 1) != 0) {
         m.host[0] = '\0'; /* then its key is never taken over as stale (reg_held_stale) */
     }
+    reg_pid_ns(m.pid_ns, sizeof(m.pid_ns));
     m.pid        = (int64_t)getpid();
     m.since      = (int64_t)time(NULL);
     r->ttl_s     = ttl_s;

@@ -36,7 +36,9 @@ static void usage(FILE *out)
             "  --etcd-prefix P their key prefix (default /kvpack/nodes/)\n"
             "  --json          one JSON object: {nodes: [{node, ok, error | bytes, bad_pages,\n"
             "                  index_rebuilt, elapsed_ms, damaged_sessions}], bad_pages,\n"
-            "                  index_rebuilds, damaged_sessions, failed}\n"
+            "                  index_rebuilds, damaged_sessions, failed}; a node whose session\n"
+            "                  list did not come after its pass has no damaged_sessions and\n"
+            "                  counts in failed (exit 1)\n"
             "  --timeout-ms MS per-node deadline (default %u: a pass reads the whole disk)\n",
             SCRUB_TIMEOUT_MS);
 }
@@ -106,6 +108,11 @@ int kvp_cmd_scrub(int argc, char **argv)
     damaged_sessions(cl, n, s, dmg);
     for (uint32_t k = 0; k < n; k++) {
         damaged += dmg[k] > 0 ? (uint64_t)dmg[k] : 0;
+        if (s[k] == KVP_OK && dmg[k] < 0) { /* its damage uncounted: not clean */
+            fprintf(stderr, "kvpack scrub: %s: its session list did not come, so its damaged "
+                    "sessions are not counted\n", kvp_cluster_peer(cl, k));
+            failed++;
+        }
     }
     if (o.json) {
         kvp_json_t j;
@@ -118,7 +125,9 @@ int kvp_cmd_scrub(int argc, char **argv)
                 kvp_json_int(&j, "bad_pages", (int64_t)r[k].bad_pages);
                 kvp_json_bool(&j, "index_rebuilt", r[k].index_rebuilt != 0);
                 kvp_json_int(&j, "elapsed_ms", (int64_t)r[k].elapsed_ms);
-                kvp_json_int(&j, "damaged_sessions", dmg[k]);
+                if (dmg[k] >= 0) { /* else left out: the list did not come (counted failed) */
+                    kvp_json_int(&j, "damaged_sessions", dmg[k]);
+                }
             }
             kvp_json_close(&j);
         }
@@ -138,7 +147,7 @@ int kvp_cmd_scrub(int argc, char **argv)
                     snprintf(now, sizeof(now), "; %lld session%s listed damaged (kvpack repair)",
                              (long long)dmg[k], dmg[k] == 1 ? "" : "s");
                 } else if (dmg[k] < 0) {
-                    snprintf(now, sizeof(now), "; its session list did not come");
+                    snprintf(now, sizeof(now), "; damaged sessions not counted (no list)");
                 }
                 printf("%-22s %s of pages checked in %.1f s: %llu bad%s%s\n",
                        kvp_cluster_peer(cl, k), size, (double)r[k].elapsed_ms / 1000.0,

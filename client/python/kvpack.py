@@ -685,11 +685,11 @@ def _with_pages_cb(owner, on_pages, out, call):
         except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
             raised.append(e)
 
-    owner._guard[0] = True
+    owner._guard[0] = threading.get_ident()  # the thread inside on_pages (others wait on the lock)
     try:
         status = call(_PAGES_CB(run))
     finally:
-        owner._guard[0] = False
+        owner._guard[0] = None
         owner._close_parked()
     if raised:
         if status == 0:
@@ -705,7 +705,7 @@ def _serial(method):
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         with self._lock:
-            if self._guard[0]:  # this thread, inside its own get's on_pages (others wait)
+            if self._guard[0] == threading.get_ident():  # inside its own get's on_pages
                 raise RuntimeError(f"kvpack: {method.__name__}() from inside on_pages of a get "
                                    "on the same handle")
             return method(self, *args, **kwargs)
@@ -721,7 +721,8 @@ class _Handle:
     def __new__(cls, *args, **kwargs):
         obj = super().__new__(cls)
         obj._lock = threading.RLock()
-        obj._guard = [False]  # [inside a get's on_pages]: shared, as the lock, with its streams
+        obj._guard = [None]  # [the thread inside a get's on_pages]: shared, as the lock, with
+        #                      its streams
         obj._parked = []      # (destroy, handle, kept buffers) of streams dropped in on_pages
         return obj
 
@@ -745,10 +746,11 @@ class _Handle:
 
     def __del__(self):
         try:
-            if self._h is not None and self._guard[0]:
+            if self._h is not None and self._guard[0] == threading.get_ident():
                 # dropped inside on_pages of a get on the handle it shares: that get holds the
                 # handle, so its close waits for the get to return (_close_parked); its buffers
-                # stay alive until then, since its shipping threads still read them
+                # stay alive until then, since its shipping threads still read them. Another
+                # thread's close just waits on the lock for the get to end.
                 self._parked.append((self._destroy, self._h, getattr(self, "_keep", None)))
                 self._h = None
                 return

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -139,8 +141,10 @@ try:
     proc, g = kvptest.start_kvpackd(
         KVPACKD, os.path.join(TMP, "g.ready"),
         ["--listen", "127.0.0.1:0", "--dram-budget", "64M", "--scrub-mib-s", "0", "--data-dir",
-         os.path.join(TMP, "g"), "--durability", "write-through"],
+         os.path.join(TMP, "g"), "--durability", "write-through", "--http", "127.0.0.1:0",
+         "--http-ready-file", os.path.join(TMP, "g.http")],
         env=dict(ENV, LD_PRELOAD=GATE_SO, KVP_TEST_GATE=gate))
+    health = f"http://127.0.0.1:{open(os.path.join(TMP, 'g.http')).read().strip()}/health"
     rc, _, err = cli("put", "--node", g, "--session", "big", "--kvd", big, "--codec", "fp16")
     check(rc == 0, f"put big: exit {rc} {err[-300:]}")
     os.unlink(gate)  # segment reads wait from here
@@ -154,7 +158,18 @@ try:
         time.sleep(0.05)
     check(waiting, "the pass never read a segment file")
     proc.terminate()
-    time.sleep(0.3)  # the node is stopping and has cancelled the pass
+    # the gate opens once the node says it is shutting down: it cancels the pass right after
+    # (a fixed 0.3 s used to be too short on a loaded machine, and the pass then ran to its end)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(health, timeout=5).close()
+        except urllib.error.HTTPError as e:
+            if e.code == 503:
+                break
+        except OSError:
+            break  # no answer: past the HTTP server too
+        time.sleep(0.05)
+    time.sleep(0.1)
     open(gate, "w").close()
     out, err = sc.communicate(timeout=120)
     node_rc = proc.wait(timeout=60)

@@ -224,11 +224,30 @@ def advertise_taken(k):
     except subprocess.TimeoutExpired:  # it took the key and serves
         second.terminate()
         out, err = second.communicate()
-    check(second.returncode == 1 and addr in err and f"pid {pid}," in err and
+    check(second.returncode == 1 and addr in err and f"pid {pid} on host" in err and
           "listening" not in out, f"second kvpackd advertising {addr}: exit {second.returncode} "
           f"{err!r}")
     check((key_value(key) or {}).get("pid") == pid, f"{addr}'s key now {key_value(key)}")
     check(members().get(addr, {}).get("up"), f"{addr} not listed up after the second kvpackd")
+    # the same from another PID namespace of this host (a container on the host network): there
+    # the live node's pid does not exist (kill: ESRCH), and it used to be taken for a crashed one's
+    if subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"],
+                      capture_output=True).returncode == 0:
+        third = subprocess.Popen(["unshare", "-p", "-f", "--mount-proc", kvpackd, "--listen",
+                                  "127.0.0.1:0", "--etcd", URL, "--etcd-ttl", str(TTL),
+                                  "--advertise", addr], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            out, err = third.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # it took the key and serves
+            third.terminate()
+            out, err = third.communicate()
+        check(third.returncode == 1 and f"pid {pid} on host" in err,
+              f"kvpackd in another PID namespace advertising {addr}: exit {third.returncode} "
+              f"{err!r}")
+        check((key_value(key) or {}).get("pid") == pid, f"{addr}'s key now {key_value(key)}")
+    else:
+        print("note: unshare -p is not permitted here; the other-PID-namespace case is skipped")
 
     log_path, port_path = os.path.join(tmp, "held.log"), os.path.join(tmp, "held.http")
     with open(log_path, "w") as log:
@@ -243,7 +262,7 @@ def advertise_taken(k):
     gateway("/v3/kv/put", {"key": key, "value": gateway_b64(json.dumps(other))})
     said = False
     for _ in range(int((TTL + 8) / 0.25)):  # a keepalive round (every TTL/3) sees it
-        said = "held by another process (pid 1," in open(log_path).read()
+        said = "held by another process (pid 1 on host" in open(log_path).read()
         if said and kvptest.metric(hport, "kvpack_etcd_registered") == 0:
             break
         time.sleep(0.25)
@@ -379,7 +398,8 @@ try:
     stop_node(8, signal.SIGKILL)
     check(start_node(8, crash_port, ttl=60) == crash_addr, "restart at once after a SIGKILL")
     val = key_value(gateway_b64(f"/kvpack/nodes/{crash_addr}")) or {}
-    check(val.get("pid") == nodes[8][0].pid and val.get("host") == socket.gethostname(),
+    check(val.get("pid") == nodes[8][0].pid and val.get("host") == socket.gethostname() and
+          val.get("pid_ns", "").endswith(os.readlink("/proc/self/ns/pid")),
           f"the restarted node's key: {val}, its pid {nodes[8][0].pid}")
     check(stop_node(8, signal.SIGTERM) == 0 and crash_addr not in members(),
           "SIGTERM of the node restarted after a crash")

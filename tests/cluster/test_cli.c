@@ -82,7 +82,8 @@ int main(void)
                                                          "17179869184G", "1.5G", NULL};
          *bad; bad++) {
         snprintf(cmd, sizeof(cmd), "%s --dram-budget '%s' 2>&1", KVPACKD_PATH, *bad);
-        CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "bad --dram-budget") != NULL);
+        CHECK(run(cmd, out, sizeof(out)) == 2 && strstr(out, "--dram-budget wants bytes") != NULL &&
+              strstr(out, *bad) != NULL);
     }
     for (const char *const *bad = (const char *const[]){"-1", "99999999999999999999", NULL};
          *bad; bad++) {

@@ -423,7 +423,7 @@ static void test_full_table(void)
     CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
     CHECK(read_reply(quiet[0], body, sizeof(body)) == 408);
     CHECK(recv(quiet[63], body, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
-    for (int i = 1; i < 64; i++) {
+    for (int i = 1; i < 64; i++) { /* read_reply closed quiet[0] */
         close(quiet[i]);
     }
     kvp_http_stop(h);

@@ -43,6 +43,8 @@ typedef struct {
     int64_t since;                   /* unix seconds the node registered */
     char    data_dir[256];           /* "" for a DRAM-only node */
     char    host[256];               /* the node's hostname ("" from a node before it was kept) */
+    char    pid_ns[96];              /* "BOOT_ID/PIDNS_INODE": the boot and PID namespace its pid
+                                      * is in ("" unknown); a pid means a process only in it */
 } kvp_etcd_member_t;
 
 /* ---- gateway client ---- */
