@@ -259,8 +259,10 @@ kvp_status_t kvp_client_call_wait(kvp_client_h c, kvp_client_call_t *call)
 
         if (call->done && c->conn != NULL && kvp_xfer_conn_status(c->conn) != KVP_OK) {
             /* its connection failed: a send to the dead peer may never complete (UCX 1.13 in
-             * error mode none), so it is closed now, as at the deadline, which ends the sends
-             * (the caller's data is no longer read) instead of waiting the deadline out */
+             * error mode none), so it is closed now, as at the deadline, instead of waiting the
+             * deadline out. The close ends the sends, except one UCX keeps queued in error
+             * mode none or one a close not done in 3 s had not ended (kvp_xfer_conn_close):
+             * that one may still read the caller's data (README, Limits) */
             conn_reset(c, kvp_xfer_conn_status(c->conn));
             break;
         }

@@ -114,7 +114,7 @@ static void usage(const char *prog, FILE *out)
             "                          (0 = off; default 4x the index memtable: DRAM budget / 2,\n"
             "                          16..256)\n"
             "  --max-msg BYTES         largest request accepted, up to 16G (default 256M); request\n"
-            "                          data takes 4x that of memory at once at most (being\n"
+            "                          data takes 4x that (at least 64K) of memory at once at most (being\n"
             "                          received, or queued behind its connection's earlier\n"
             "                          requests; each in a buffer of the next power of two): a\n"
             "                          request past that waits for room, it is not refused\n"

@@ -239,9 +239,11 @@ static void failures(const uint8_t *h, const uint32_t *lens, size_t total)
     st = batch(&p, &d, h, lens, NPAGES, total, NPAGES, &secs);
     kvp_nccl_emu_stall(0);
     EXPECT(d.st == KVP_ERR_TIMEOUT, "recv %s", kvp_status_name(d.st));
-    EXPECT(d.secs >= 1.4 && d.secs < 3.5, "recv took %.1f s", d.secs);
+    /* its own 1.5 s deadline, not the sender's 60 s (bounds far from either: a loaded machine
+     * is slow, never 20x) */
+    EXPECT(d.secs >= 1.4 && d.secs < 30, "recv took %.1f s", d.secs);
     EXPECT(st == KVP_ERR_PEER_GONE, "send %s", kvp_status_name(st));
-    EXPECT(secs < 5, "send took %.1f s", secs);
+    EXPECT(secs < 30, "send took %.1f s", secs);
     EXPECT(kvp_nccl_link_status(d.link) == KVP_ERR_TIMEOUT, "receiver link still usable");
     EXPECT(kvp_nccl_link_status(p.link) == KVP_ERR_PEER_GONE, "sender link still usable");
     CHECK_ST(batch(&p, &d, h, lens, 1, total, NPAGES, NULL), KVP_ERR_PEER_GONE); /* at once */
@@ -254,7 +256,8 @@ static void failures(const uint8_t *h, const uint32_t *lens, size_t total)
     CHECK_OK(p.st);
     d.destroy_after_ms = 300;
     st = batch(&p, &d, h, lens, NPAGES, total, NPAGES, &secs);
-    EXPECT(st == KVP_ERR_PEER_GONE && secs < 5, "send %s after %.1f s", kvp_status_name(st), secs);
+    EXPECT(st == KVP_ERR_PEER_GONE && secs < 9, "send %s after %.1f s (its deadline: 10 s)",
+           kvp_status_name(st), secs);
     kvp_nccl_link_destroy(p.link);
 }
 
@@ -427,9 +430,13 @@ static void slow_check(const uint8_t *h, const uint32_t *lens, size_t total)
         kvp_cuda_emu_event_stall(0);
         EXPECT(d.st == KVP_ERR_TIMEOUT, "%s shorter: recv %s", shorter ? "sender" : "receiver",
                kvp_status_name(d.st));
-        EXPECT(shorter ? d.secs < 1.45 : d.secs >= 1.4 && d.secs < 3.5, "%s shorter: recv "
-               "took %.2f s", shorter ? "sender" : "receiver", d.secs);
-        EXPECT(st == KVP_ERR_PEER_GONE && secs < d.secs + 1, "%s shorter: send %s after %.2f s",
+        /* which deadline ended it, not how fast: the other side's is 60 s, so anything under
+         * 30 s is the 1.5 s one on any machine however loaded (it used to bound the time to
+         * within 0.05-2 s, and failed on a loaded machine: 3.77 s); a timeout cannot come
+         * before its own deadline, so the receiver's 1.5 s is also a lower bound */
+        EXPECT(d.secs < 30 && (shorter || d.secs >= 1.4), "%s shorter: recv took %.2f s",
+               shorter ? "sender" : "receiver", d.secs);
+        EXPECT(st == KVP_ERR_PEER_GONE && secs < 30, "%s shorter: send %s after %.2f s",
                shorter ? "sender" : "receiver", kvp_status_name(st), secs);
         kvp_nccl_link_destroy(d.link);
         kvp_nccl_link_destroy(p.link);

@@ -140,7 +140,9 @@ kvp_status_t kvp_xfer_connect(kvp_xfer_h x, const char *host, uint16_t port,
                               kvp_xfer_conn_h *conn_p);
 /* Force-close a connection: outstanding sends complete with KVP_ERR_CANCELED before this
  * returns (in error mode none UCX 1.13 may keep a send to a dead peer queued: it then completes
- * KVP_ERR_CANCELED at kvp_xfer_destroy). NULL is a no-op. */
+ * KVP_ERR_CANCELED at kvp_xfer_destroy). A close UCX has not finished within 3 s is left to it
+ * and this returns: a send it had not ended may still read its buffer until it completes (at
+ * the latest at kvp_xfer_destroy). NULL is a no-op. */
 void         kvp_xfer_conn_close(kvp_xfer_conn_h conn);
 kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn); /* KVP_OK while usable */
 const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
