@@ -207,6 +207,20 @@ def key_value(key):
     return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
 
 
+def advertising(addr, wrap=()):
+    """(exit status, stdout, stderr) of a kvpackd advertising addr (run under wrap, e.g. unshare),
+    stopped after 30 s if it took the key and serves."""
+    p = subprocess.Popen([*wrap, kvpackd, "--listen", "127.0.0.1:0", "--etcd", URL, "--etcd-ttl",
+                          str(TTL), "--advertise", addr], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        out, err = p.communicate()
+    return p.returncode, out, err
+
+
 def advertise_taken(k):
     """A second kvpackd with node k's address as --advertise refuses to start (exit 1, naming the
     address and k's pid) and leaves k's key alone: it used to put its own value over it, and its
@@ -216,35 +230,18 @@ def advertise_taken(k):
     node puts its own value back and is registered again."""
     addr, pid = nodes[k][1], nodes[k][0].pid
     key = gateway_b64(f"/kvpack/nodes/{addr}")
-    second = subprocess.Popen([kvpackd, "--listen", "127.0.0.1:0", "--etcd", URL, "--etcd-ttl",
-                               str(TTL), "--advertise", addr], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        out, err = second.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # it took the key and serves
-        second.terminate()
-        out, err = second.communicate()
-    check(second.returncode == 1 and addr in err and f"pid {pid} on host" in err and
-          "listening" not in out, f"second kvpackd advertising {addr}: exit {second.returncode} "
-          f"{err!r}")
+    rc, out, err = advertising(addr)
+    check(rc == 1 and addr in err and f"pid {pid} on host" in err and "listening" not in out,
+          f"second kvpackd advertising {addr}: exit {rc} {err!r}")
     check((key_value(key) or {}).get("pid") == pid, f"{addr}'s key now {key_value(key)}")
     check(members().get(addr, {}).get("up"), f"{addr} not listed up after the second kvpackd")
     # the same from another PID namespace of this host (a container on the host network): there
     # the live node's pid does not exist (kill: ESRCH), and it used to be taken for a crashed one's
     if subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"],
                       capture_output=True).returncode == 0:
-        third = subprocess.Popen(["unshare", "-p", "-f", "--mount-proc", kvpackd, "--listen",
-                                  "127.0.0.1:0", "--etcd", URL, "--etcd-ttl", str(TTL),
-                                  "--advertise", addr], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            out, err = third.communicate(timeout=30)
-        except subprocess.TimeoutExpired:  # it took the key and serves
-            third.terminate()
-            out, err = third.communicate()
-        check(third.returncode == 1 and f"pid {pid} on host" in err,
-              f"kvpackd in another PID namespace advertising {addr}: exit {third.returncode} "
-              f"{err!r}")
+        rc, out, err = advertising(addr, ["unshare", "-p", "-f", "--mount-proc"])
+        check(rc == 1 and f"pid {pid} on host" in err,
+              f"kvpackd in another PID namespace advertising {addr}: exit {rc} {err!r}")
         check((key_value(key) or {}).get("pid") == pid, f"{addr}'s key now {key_value(key)}")
     else:
         print("note: unshare -p is not permitted here; the other-PID-namespace case is skipped")
