@@ -43,34 +43,26 @@ static void usage(FILE *out)
             SCRUB_TIMEOUT_MS);
 }
 
-/* dmg[k]: the sessions node k lists as damaged now (-1: its list did not come). A pass reports a
- * bad page once; one the background scrubber or a get found earlier is only in this list. */
+/* dmg[k]: the sessions node k lists as damaged now (-1: its list did not come, or its pass
+ * failed: such a node is not asked again, it may be stopping). A pass reports a bad page once; one
+ * the background scrubber or a get found earlier is only in this list. */
 static void damaged_sessions(kvp_cluster_h cl, uint32_t n, const kvp_status_t *s, int64_t *dmg)
 {
-    kvp_cluster_list_t  *l = NULL;
-    kvp_cluster_report_t rep;
+    for (uint32_t k = 0; k < n; k++) {
+        kvp_client_h        c;
+        kvp_session_list_t *l = NULL;
 
-    for (uint32_t k = 0; k < n; k++) {
         dmg[k] = -1;
-    }
-    memset(&rep, 0, sizeof(rep));
-    if (kvp_cluster_list_sessions(cl, 0, 0, &l, &rep) != KVP_OK) {
-        return;
-    }
-    for (uint32_t k = 0; k < n; k++) {
-        dmg[k] = s[k] == KVP_OK ? 0 : -1;
-    }
-    for (uint32_t t = 0; t < rep.n_tried; t++) {
-        if (rep.tried[t].status != KVP_OK && rep.tried[t].node < n) {
-            dmg[rep.tried[t].node] = -1;
+        if (s[k] != KVP_OK || kvp_cluster_client(cl, k, &c) != KVP_OK ||
+            kvp_client_list_sessions(c, 0, 0, &l) != KVP_OK) {
+            continue;
         }
-    }
-    for (uint32_t i = 0; i < l->n; i++) {
-        for (uint32_t k = 0; k < n; k++) {
-            dmg[k] += dmg[k] >= 0 && ((l->damaged[i] >> k) & 1u);
+        dmg[k] = 0;
+        for (uint32_t i = 0; i < l->n; i++) {
+            dmg[k] += l->sessions[i].damaged != 0;
         }
+        kvp_session_list_free(l);
     }
-    kvp_cluster_list_free(l);
 }
 
 int kvp_cmd_scrub(int argc, char **argv)
