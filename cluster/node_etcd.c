@@ -43,8 +43,9 @@ struct kvp_node_etcd {
     atomic_int        dummy;
     pthread_t         thread;
     int               thread_started;
-    uint64_t          held;       /* hash of another process's value holding the key, logged once
-                                   * per value (0: none) */
+    kvp_etcd_member_t me;         /* what value says */
+    char              held[1024]; /* another process's value holding the key, logged once per
+                                   * value ("": none) */
     pthread_mutex_t   mu;
     pthread_cond_t    cv;
     int               stop;
@@ -56,16 +57,11 @@ static void reg_held_log(kvp_node_etcd_h r, kvp_etcd_h e, const char *held)
 {
     kvp_etcd_member_t m;
     char              who[1024];
-    uint64_t          h = 1469598103934665603ull; /* FNV-1a */
 
-    for (const char *c = held; *c != '\0'; c++) {
-        h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    }
-    h |= 1; /* never 0, "none" */
-    if (r->held == h) {
+    if (strncmp(r->held, held, sizeof(r->held) - 1) == 0) {
         return;
     }
-    r->held = h;
+    snprintf(r->held, sizeof(r->held), "%s", held);
     if (kvp_etcd_member_parse(r->addr, held, strlen(held), &m) == KVP_OK) {
         snprintf(who, sizeof(who), "pid %lld on host '%s', registered %lld s ago, data dir '%s'",
                  (long long)m.pid, m.host, (long long)(time(NULL) - m.since), m.data_dir);
@@ -87,18 +83,18 @@ static void reg_held_log(kvp_node_etcd_h r, kvp_etcd_h e, const char *held)
  * that does not say, a live pid) is not: 0. */
 static int reg_held_stale(kvp_node_etcd_h r, const char *held)
 {
-    kvp_etcd_member_t mine, them;
+    const kvp_etcd_member_t *mine = &r->me;
+    kvp_etcd_member_t        them;
 
-    if (kvp_etcd_member_parse(r->addr, r->value, strlen(r->value), &mine) != KVP_OK ||
-        kvp_etcd_member_parse(r->addr, held, strlen(held), &them) != KVP_OK ||
-        mine.host[0] == '\0' || mine.pid_ns[0] == '\0' || strcmp(mine.host, them.host) != 0 ||
-        strcmp(mine.pid_ns, them.pid_ns) != 0 || them.pid <= 0 ||
-        (them.pid != mine.pid && (kill((pid_t)them.pid, 0) == 0 || errno != ESRCH))) {
+    if (kvp_etcd_member_parse(r->addr, held, strlen(held), &them) != KVP_OK ||
+        mine->host[0] == '\0' || mine->pid_ns[0] == '\0' || strcmp(mine->host, them.host) != 0 ||
+        strcmp(mine->pid_ns, them.pid_ns) != 0 || them.pid <= 0 ||
+        (them.pid != mine->pid && (kill((pid_t)them.pid, 0) == 0 || errno != ESRCH))) {
         return 0;
     }
     KVP_LOG_WARN(MOD, "etcd key %s names pid %lld of this host and PID namespace, %s (a crash; "
                  "its lease has not run out yet): taking it over", r->key, (long long)them.pid,
-                 them.pid == mine.pid ? "now this process's: an earlier run of it"
+                 them.pid == mine->pid ? "now this process's: an earlier run of it"
                                       : "which no longer runs");
     return 1;
 }
@@ -151,9 +147,9 @@ static kvp_status_t reg_claim(kvp_node_etcd_h r, kvp_etcd_h e, int64_t lease, in
             return KVP_ERR_EXISTS;
         }
         if (s != KVP_OK || *put_p || (held != NULL && !rewrite)) {
-            if (s == KVP_OK && r->held) {
+            if (s == KVP_OK && r->held[0] != '\0') {
                 KVP_LOG_WARN(MOD, "etcd key %s is this node's again", r->key);
-                r->held = 0;
+                r->held[0] = '\0';
             }
             kvp_free(held);
             return s;
@@ -285,7 +281,8 @@ kvp_status_t kvp_node_etcd_start(const char *endpoints, const char *prefix, cons
         s = KVP_ERR_INVALID;
         goto err;
     }
-    s = kvp_etcd_member_json(&m, r->value, sizeof(r->value));
+    r->me = m;
+    s     = kvp_etcd_member_json(&m, r->value, sizeof(r->value));
     if (s == KVP_OK) {
         s = kvp_etcd_create(endpoints, tmo, &r->etcd);
     }

@@ -37,9 +37,9 @@ typedef struct {
     const kvp_lt_workload_t *w;
     kvp_lt_result_t         *res;
     uint8_t                 *owner;    /* client of each request */
-    uint8_t                 *sent;     /* sessions a put was sent for (set by their client) */
     uint64_t                *held;     /* per session: the nodes a put of it was sent to, which
-                                        * may hold a copy (bits of held_addr; set by its client) */
+                                        * may hold a copy (bits of held_addr; set by its client;
+                                        * 0: no put of it was sent) */
     char                     held_addr[KVP_LT_MAX_NODES][KVP_LT_ADDR_MAX]; /* more share the last */
     uint32_t                 n_held_addr;
     uint32_t                 prefix;   /* requests [0, prefix) have all finished */
@@ -392,7 +392,7 @@ static kvp_status_t lt_put(lt_engine_t *e, uint32_t node, kvp_client_h c, const 
     desc.tail_len    = tail_len;
     desc.tail        = rem ? e->tail : NULL;
     snprintf(sid, sizeof(sid), "lt-%u", r->session);
-    e->sh->sent[r->session] = 1; /* from now on the node may hold some of it */
+    /* from now on the node may hold some of it */
     e->sh->held[r->session] |= lt_held_bit(e->sh, kvp_cluster_peer(e->cl, node), true);
     t0 = kvp_time_ns();
     st = kvp_client_put_session_pages(c, e->ns, sid, &desc, e->ptrs, e->lens, n, version);
@@ -882,8 +882,8 @@ static kvp_status_t lt_delete_missed(lt_engine_t *e, const kvp_cluster_report_t 
  * rest are left). A session is left when a node a put of it was sent to did not delete it (a
  * node that never took one may fail: it holds none); else deleted, or absent when no node held
  * it. A progress line while it runs, then one line: deleted, and left. */
-static void lt_delete(lt_engine_t *e, const uint8_t *sent, const uint64_t *held,
-                      uint32_t n_sessions, kvp_lt_result_t *res)
+static void lt_delete(lt_engine_t *e, const uint64_t *held, uint32_t n_sessions,
+                      kvp_lt_result_t *res)
 {
     sig_atomic_t signals = kvp_lt_interrupted;
     kvp_status_t first = KVP_OK;
@@ -894,7 +894,7 @@ static void lt_delete(lt_engine_t *e, const uint8_t *sent, const uint64_t *held,
         kvp_cluster_report_t rep;
         kvp_status_t         st, missed;
 
-        if (!sent[s]) {
+        if (held[s] == 0) {
             continue;
         }
         snprintf(sid, sizeof(sid), "lt-%u", s);
@@ -948,8 +948,8 @@ static int lt_member(lt_engine_t *e, const char *addr)
  * still holds its copies, which the cluster's delete does not reach; each such node is asked
  * directly. res gets the copies deleted there and the nodes that did not answer (their copies
  * stay; the summary says so). */
-static void lt_delete_departed(lt_engine_t *e, const lt_shared_t *sh, const uint8_t *sent,
-                               uint32_t n_sessions, uint32_t timeout_ms, kvp_lt_result_t *res)
+static void lt_delete_departed(lt_engine_t *e, const lt_shared_t *sh, uint32_t n_sessions,
+                               uint32_t timeout_ms, kvp_lt_result_t *res)
 {
     (void)kvp_cluster_sync(e->cl, NULL);
     for (uint32_t i = 0; i < sh->n_last; i++) {
@@ -969,7 +969,7 @@ static void lt_delete_departed(lt_engine_t *e, const lt_shared_t *sh, const uint
         for (uint32_t s = 0; s < n_sessions && st == KVP_OK; s++) {
             kvp_status_t ds;
 
-            if (!sent[s]) {
+            if (sh->held[s] == 0) {
                 continue;
             }
             snprintf(sid, sizeof(sid), "lt-%u", s);
@@ -1010,10 +1010,8 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
     sh.res       = res;
     res->samples = kvp_calloc(w->n, sizeof(*res->samples), "loadtest samples");
     sh.owner     = kvp_calloc(w->n, 1, "loadtest clients");
-    sh.sent      = kvp_calloc(w->n_sessions + 1, 1, "loadtest sessions");
     sh.held      = kvp_calloc(w->n_sessions + 1, sizeof(*sh.held), "loadtest sessions");
-    if (eng == NULL || res->samples == NULL || sh.owner == NULL || sh.sent == NULL ||
-        sh.held == NULL || lt_plan(&sh) != 0) {
+    if (eng == NULL || res->samples == NULL || sh.owner == NULL || sh.held == NULL || lt_plan(&sh) != 0) {
         fprintf(stderr, "kvpack loadtest: out of memory for %u requests\n", w->n);
         goto out;
     }
@@ -1062,11 +1060,11 @@ int kvp_lt_run(const char *peers, uint32_t timeout_ms, const kvp_lt_params_t *p,
         rc = -1;
     }
     for (uint32_t s = 0; s < w->n_sessions; s++) {
-        res->sessions_put += sh.sent[s];
+        res->sessions_put += sh.held[s] != 0;
     }
     if (p->delete_sessions) {
-        lt_delete(&eng[0], sh.sent, sh.held, w->n_sessions, res);
-        lt_delete_departed(&eng[0], &sh, sh.sent, w->n_sessions, timeout_ms, res);
+        lt_delete(&eng[0], sh.held, w->n_sessions, res);
+        lt_delete_departed(&eng[0], &sh, w->n_sessions, timeout_ms, res);
     }
 out:
     for (uint32_t c = 0; c < ready; c++) {
@@ -1074,7 +1072,6 @@ out:
     }
     kvp_free(eng);
     kvp_free(sh.owner);
-    kvp_free(sh.sent);
     kvp_free(sh.held);
     pthread_mutex_destroy(&sh.mu);
     return rc;

@@ -413,13 +413,13 @@ def _check(status, what=""):
 # ---- argument checks (before C is called) ----
 def _u(value, what, bits=32):
     """value as an int in 0..2^bits-1 (any integer type, numpy's too; not bool or float)."""
-    n = _int(value, what)
+    n = _int(value)
     if n is None or not 0 <= n < (1 << bits):
         raise ValueError(f"{what} must be an integer in 0..2^{bits}-1, got {value!r}")
     return n
 
 
-def _int(value, what):
+def _int(value):
     """value as an int (any integer type, numpy's too; not bool or float), else None."""
     try:
         return operator.index(value) if not isinstance(value, bool) else None
@@ -429,7 +429,7 @@ def _int(value, what):
 
 def _i32(value, what):
     """value as an int in -2^31..2^31-1 (a C int: ctypes would wrap a larger one silently)."""
-    n = _int(value, what)
+    n = _int(value)
     if n is None or not -(1 << 31) <= n < (1 << 31):
         raise ValueError(f"{what} must be an integer in -2^31..2^31-1, got {value!r}")
     return n
@@ -976,7 +976,7 @@ class Cluster(_Handle):
         self._streams = weakref.WeakSet()  # its open put streams: closed before it is
         if (peers is None) == (etcd is None):
             raise _cluster_error(ERR_INVALID, "Cluster: give exactly one of peers= and etcd=")
-        r = _int(replicas, "replicas")
+        r = _int(replicas)
         if r is None or not 1 <= r <= CLUSTER_MAX_NODES:
             raise _cluster_error(ERR_INVALID, f"Cluster: replicas must be 1..{CLUSTER_MAX_NODES}, "
                                  f"got {replicas!r}")
@@ -1050,7 +1050,7 @@ class Cluster(_Handle):
             if node not in self.peers:
                 raise ValueError(f"{node!r} is not in the peer list {self.peers}")
             return self.peers.index(node)
-        k = _int(node, "node")
+        k = _int(node)
         if k is None or not 0 <= k < len(self.peers):
             raise ValueError(f"node must be 0..{len(self.peers) - 1} or an address, got {node!r}")
         return k
