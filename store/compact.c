@@ -71,6 +71,10 @@ static kvp_status_t compact_segs(kvp_store_h st, const uint64_t *ids, size_t nid
 
     KVP_LOG_DEBUG(MOD, "compaction: %zu live pages in %zu segments (locator walk %.1f ms)", n,
                   nids, (double)(kvp_time_ns() - t0) / 1e6);
+    if (status == KVP_OK) {
+        (void)kvp_tier_victims_unnamed(st->tier, ids, nids, locs, n); /* such files go at the
+                                                                        * sync after this */
+    }
     for (size_t i = 0; status == KVP_OK && i < n; i++) {
         big = kvp_tier_span(locs[i].len) > big ? kvp_tier_span(locs[i].len) : big;
     }

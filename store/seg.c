@@ -985,6 +985,19 @@ void kvp_segs_dead_later(kvp_segs_t *s, uint64_t seg, int64_t bytes)
     }
 }
 
+int64_t kvp_segs_unnamed_dead(kvp_segs_t *s, uint64_t seg)
+{
+    seg_file_t *f = seg_find(s, seg);
+    int64_t     live;
+
+    if (f == NULL || f->id == s->active || f->pending > 0 || f->live <= 0) {
+        return 0;
+    }
+    live = f->live;
+    kvp_segs_dead_later(s, seg, live);
+    return live;
+}
+
 bool kvp_segs_dead_waiting(const kvp_segs_t *s)
 {
     return s->unsynced > 0;

@@ -105,6 +105,12 @@ uint64_t kvp_segs_live_add(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
 void     kvp_segs_dead_later(kvp_segs_t *segs, uint64_t seg, int64_t bytes);
 bool     kvp_segs_dead_waiting(const kvp_segs_t *segs);
 uint64_t kvp_segs_dead_synced(kvp_segs_t *segs, uint64_t *files_p);
+/* A compaction victim's bytes still counted live when a walk of every locator found none naming
+ * it (an old place a commit could not look up for want of memory: a leak that kept the file a
+ * victim forever): counted dead as dead_later does, the file going at the next WAL sync. Only a
+ * segment that is not the active one and has no reservation or hold, so no locator can name it
+ * later than the walk; returns the bytes (0: none, or not such a segment). */
+int64_t kvp_segs_unnamed_dead(kvp_segs_t *segs, uint64_t seg);
 /* Whether segment seg is in the table and its file holds bytes [off, off + len): a locator that
  * fails this names bytes that are not there (its file lost or cut short). */
 bool kvp_segs_holds(kvp_segs_t *segs, uint64_t seg, uint64_t off, uint32_t len);

@@ -133,6 +133,13 @@ size_t kvp_tier_compact_victims(kvp_tier_t *tier, double dead_ratio, uint64_t *i
  * when none). */
 kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *tier, const uint64_t *ids, size_t nids,
                                     kvp_tier_loc_t **locs_p, size_t *n_p);
+/* After kvp_tier_pages_in_segs of compaction victims (kvp_tier_compact_victims: not the active
+ * segment, no reservation): a victim none of locs[0..n) is in holds no live page, so bytes still
+ * counted live in it are named by nothing (a commit that could not look up the old place it
+ * replaced); they are counted dead and the file goes at the next WAL sync, where it would
+ * otherwise be picked again at every compaction, moving nothing. Returns the victims so fixed. */
+size_t kvp_tier_victims_unnamed(kvp_tier_t *tier, const uint64_t *ids, size_t nids,
+                                const kvp_tier_loc_t *locs, size_t n);
 /* Scrubbing the pages kept inline (4 KiB or less, their bytes in RocksDB): the next ones in key
  * order after *after (NULL: from the first), at most max_pages of them (0: no limit), as located
  * pages (status KVP_OK, inline_buf set; *locs_p kvp_malloc'd, kvp_tier_locs_clear then kvp_free).

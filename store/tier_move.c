@@ -2,7 +2,8 @@
  * tier_rocksdb.c, whose helpers it shares through tier_int.h): the open-time sweep of pages no
  * session holds (kvp_tier_pages_sweep), the scrubber's batches of inline pages
  * (kvp_tier_pages_inline), and compaction: the segments worth compacting
- * (kvp_tier_compact_victims), the pages they hold (kvp_tier_pages_in_segs), and the move of those
+ * (kvp_tier_compact_victims), the pages they hold (kvp_tier_pages_in_segs; a victim holding none
+ * whose bytes still count live is counted dead, kvp_tier_victims_unnamed), and the move of those
  * still current into the active segment (kvp_tier_pages_move, in three short holds of the tier
  * lock). Every walk holds the db shared, as every tier operation does.
  * Main flow: kvp_tier_compact_victims -> kvp_tier_pages_in_segs -> (the store reads and checks
@@ -12,6 +13,7 @@
 #include "kvpack/bytes.h"
 #include "kvpack/log.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,6 +249,30 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
     *locs_p = locs;
     *n_p    = n;
     return KVP_OK;
+}
+
+size_t kvp_tier_victims_unnamed(kvp_tier_t *t, const uint64_t *ids, size_t nids,
+                                const kvp_tier_loc_t *locs, size_t n)
+{
+    size_t fixed = 0;
+
+    pthread_mutex_lock(&t->mu);
+    for (size_t j = 0; j < nids; j++) {
+        size_t  i = 0;
+        int64_t bytes;
+
+        while (i < n && locs[i].seg != ids[j]) {
+            i++;
+        }
+        if (i == n && (bytes = kvp_segs_unnamed_dead(t->segs, ids[j])) > 0) {
+            KVP_LOG_WARN(MOD, "db %s: segment %" PRIu64 ": %" PRId64 " bytes counted live but no "
+                         "page names them (an earlier commit short of memory); counted dead, the "
+                         "file goes", t->path, ids[j], bytes);
+            fixed++;
+        }
+    }
+    tier_unlock(t);
+    return fixed;
 }
 
 /* which[j] for j < m: the pages (of from) whose locator still names where they were read from

@@ -12,7 +12,8 @@
  *      then flushed;
  *   4. SALVAGE is removed, then the side db.
  * A stop before 2 leaves the index as it was (the next open removes the side db); after 2, the
- * next open runs 3 and 4 again (tier_salvage_resume). Damage to a block's structure can stop even
+ * next open runs 3 and 4 again (tier_salvage_resume), and fails, keeping the mark and the side
+ * db, while the side db does not open (the stopped run may have dropped the index already). Damage to a block's structure can stop even
  * an unchecked walk: the walk goes on from the first key of the next SST file of that column
  * family, and the records between are lost (counted in rebuild_lost, logged).
  * Main flow: kvp_tier_open / tier_reopen_rebuild (tier_rocksdb.c) -> tier_index_check -> tier_index_rebuild
@@ -281,8 +282,22 @@ static kvp_status_t copy_back(kvp_tier_t *t)
     bool                            dropped = false;
     char                            buf[4096], *err = NULL;
 
-    if (side == NULL) { /* nothing dropped yet: the index stays as it is, the mark must go (a
-                         * later open would otherwise drop whatever is written after this) */
+    if (side == NULL && !t->opened) {
+        /* resuming at open: the stopped run may have dropped the column families already, so
+         * the copy is the only whole index. Going on without it would lose every session and,
+         * at the sweep, every segment file; the open fails, keeping both, and the next tries
+         * again (another process holding the copy's LOCK, no fds or space for the moment) */
+        KVP_LOG_ERROR(MOD, "db %s: an index rebuild a stop interrupted cannot finish: its copy "
+                      "%s/%s does not open (why: above). Nothing was removed; start again once "
+                      "that is fixed. Only if that copy is lost for good: remove %s/%s and %s/%s "
+                      "to start with the index as it is (sessions it lacks are reported missing, "
+                      "their segment files removed)", t->path, t->path, SIDE_DIR, t->path,
+                      MARK_FILE, t->path, SIDE_DIR);
+        return KVP_ERR_IO;
+    }
+    if (side == NULL) { /* in a running rebuild, nothing dropped yet: the index stays as it is,
+                         * the mark must go (a later open would otherwise drop whatever is
+                         * written after this) */
         KVP_LOG_ERROR(MOD, "db %s: the index rebuild's copy does not open: the index is used as "
                       "it is", t->path);
         if (unlink(join(buf, sizeof(buf), t->path, MARK_FILE)) != 0 || sync_dir(t->path) != KVP_OK) {
@@ -290,7 +305,7 @@ static kvp_status_t copy_back(kvp_tier_t *t)
             abort();
         }
         side_remove(t);
-        return t->opened ? KVP_ERR_IO : KVP_OK; /* at open: go on with the index as it is */
+        return KVP_ERR_IO;
     }
     ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_fill_cache(ro, 0);

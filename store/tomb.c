@@ -241,6 +241,12 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e, bool disk)
     return KVP_OK;
 }
 
+/* A tombstone value that reads: its length and crc32c */
+static bool tomb_val_ok(const uint8_t *val, size_t vlen)
+{
+    return vlen == TOMB_VAL_BYTES && kvp_ld32(val + 16) == kvp_crc32c(0, val, 16);
+}
+
 static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8_t *val,
                             size_t vlen)
 {
@@ -250,10 +256,10 @@ static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8
     size_t             pre = sizeof(TOMB_PREFIX) - 1;
     kvp_sess_t        *s;
 
-    if (klen <= pre + 17 || klen - pre - 17 >= KVP_SID_MAX || vlen != TOMB_VAL_BYTES ||
-        kvp_ld32(val + 16) != kvp_crc32c(0, val, 16) ||
+    if (klen <= pre + 17 || klen - pre - 17 >= KVP_SID_MAX || !tomb_val_ok(val, vlen) ||
         sscanf(key + pre, "%16llx", &ns) != 1 || key[pre + 16] != '/') {
-        KVP_LOG_ERROR(MOD, "unreadable tombstone in the meta column family; skipped");
+        KVP_LOG_ERROR(MOD, "unreadable tombstone %.*s in the meta column family: not used, kept "
+                      "on disk as it is", (int)(klen < 200 ? klen : 200), key);
         st->stats.crc_failures++;
         return KVP_OK;
     }
@@ -266,7 +272,8 @@ static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8
     return tomb_set(st, ns, sid, kvp_ld64(val), kvp_ld64(val + 8));
 }
 
-/* Tombstones a put cleared on disk too late (a crash between): the meta keys the table lacks. */
+/* Tombstones a put cleared on disk too late (a crash between): the meta keys the table lacks,
+ * of those that read (a damaged one is left as it is, not taken for a cleared one). */
 static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint8_t *val,
                              size_t vlen)
 {
@@ -277,9 +284,7 @@ static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint
     unsigned long long ns;
     size_t             pre = sizeof(TOMB_PREFIX) - 1;
 
-    (void)val;
-    (void)vlen;
-    if (klen > pre + 17 && klen - pre - 17 < KVP_SID_MAX &&
+    if (klen > pre + 17 && klen - pre - 17 < KVP_SID_MAX && tomb_val_ok(val, vlen) &&
         sscanf(key + pre, "%16llx", &ns) == 1) {
         char k[KVP_TOMB_KEY_MAX];
 

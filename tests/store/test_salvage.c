@@ -22,6 +22,9 @@
  *   crash: a child process stops dead in the middle of a rebuild (the `pages` column family
  *     dropped and empty); the next open finishes it from the side db and nothing is lost.
  *   crash_nocopy: the same with the side db then lost: the open goes on with the index as it is.
+ *   side_locked: the same with the side db there but held by another process: the open fails
+ *     and keeps the side db and its mark (it used to go on without them and lose everything),
+ *     and once the holder is gone the next open finishes the rebuild.
  *   full_disk: a real 48 MiB tmpfs in a private mount namespace (exit 77 where none can be
  *     made), the reserve off. The damage stops writes while there is room, then another file
  *     fills the disk: the rebuild's reopen is put off while less is free than an open and a copy
@@ -39,7 +42,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -573,6 +578,59 @@ static void case_crash_nocopy(const char *dir)
     clear_all(d, 5);
 }
 
+/* The same stop, then the side db there but not opening at the next start (another process
+ * holds its LOCK): the open fails and keeps the mark and the copy, the only whole index then (it
+ * used to go on without them: every session lost, and every segment file removed at the sweep);
+ * once the holder is gone the open finishes the rebuild and every session reads. */
+static void case_side_locked(const char *dir)
+{
+    kvp_session_desc_t d[NSESS];
+    kvp_store_params_t p = {0};
+    kvp_store_h        st = NULL;
+    char               side[512], lockp[600], mark[600];
+    int                pfd[2];
+    pid_t              holder;
+    struct stat        sb;
+    char               c;
+
+    crash_mid_rebuild(dir, d);
+    snprintf(side, sizeof(side), "%s/salvage.db", dir);
+    snprintf(lockp, sizeof(lockp), "%s/LOCK", side);
+    snprintf(mark, sizeof(mark), "%s/SALVAGE", dir);
+    CHECK(stat(side, &sb) == 0 && stat(mark, &sb) == 0);
+    CHECK(pipe(pfd) == 0);
+    fflush(NULL);
+    holder = fork();
+    CHECK(holder >= 0);
+    if (holder == 0) { /* RocksDB locks LOCK with fcntl: a lock of this process's own */
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        int          fd = open(lockp, O_RDWR);
+
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || fd < 0 || fcntl(fd, F_SETLK, &fl) != 0 || write(pfd[1], "x", 1) != 1) {
+            _exit(3);
+        }
+        pause();
+        _exit(0);
+    }
+    CHECK(read(pfd[0], &c, 1) == 1);
+    p.field_mask  = KVP_STORE_PARAM_DRAM_BUDGET | KVP_STORE_PARAM_DURABILITY |
+                    KVP_STORE_PARAM_DB_PATH;
+    p.dram_budget = 64u << 20;
+    p.durability  = KVP_DURABILITY_WRITE_THROUGH;
+    p.db_path     = dir;
+    CHECK_ST(kvp_store_open(&p, &st), KVP_ERR_IO);
+    CHECK(stat(side, &sb) == 0 && stat(mark, &sb) == 0);
+    CHECK(kill(holder, SIGKILL) == 0 && waitpid(holder, NULL, 0) == holder);
+    close(pfd[0]);
+    close(pfd[1]);
+    st = open_wt(dir); /* finishes the rebuild from the side db */
+    CHECK(t_stats(st).index_rebuilds == 1 && t_stats(st).index_lost == 0);
+    check_all(st, d, 4, true);
+    check_clean(dir);
+    kvp_store_close(st);
+    clear_all(d, 4);
+}
+
 /* dir becomes a size-byte tmpfs of this process's own mount namespace; false where that is not
  * allowed (not root, no CAP_SYS_ADMIN, a container that refuses it) */
 static bool private_tmpfs(const char *dir, const char *size)
@@ -677,7 +735,8 @@ int main(int argc, char **argv)
                                      {"concurrent", case_concurrent}, {"record", case_record},
                                      {"manifest", case_manifest}, {"wal", case_wal},
                                      {"structure", case_structure}, {"crash_nocopy", case_crash_nocopy},
-                                     {"full_disk", case_full_disk}, {NULL, NULL}};
+                                     {"full_disk", case_full_disk},
+                                     {"side_locked", case_side_locked}, {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "salvage");
 }

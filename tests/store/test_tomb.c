@@ -16,7 +16,8 @@
  * append_base: a replicated append refuses a copy at another version than the one it names; the
  *   inclusive listing that probes one session sees its record or tombstone, never the next one.
  * spill_lost_put: under spill durability a put that supersedes a tombstone and is lost with a
- *   failed stop-time spill leaves the tombstone standing after the restart. */
+ *   failed stop-time spill leaves the tombstone standing after the restart.
+ * damaged: a tombstone whose value fails its crc32c is not used, and stays on disk as it is. */
 #include "store_test_util.h"
 #include "../../store/store_int.h" /* kvp_store_session_put_expect */
 
@@ -416,13 +417,60 @@ static void case_append_base(const char *dir)
     kvp_store_close(st);
 }
 
+/* meta scan: the first tombstone key into arg (char[256]), counting them in its byte 255 */
+static kvp_status_t tomb_key_cb(void *arg, const char *key, size_t klen, const uint8_t *val,
+                                size_t vlen)
+{
+    char *out = arg;
+
+    (void)val;
+    (void)vlen;
+    if (out[255]++ == 0) {
+        snprintf(out, 255, "%.*s", (int)klen, key);
+    }
+    return KVP_OK;
+}
+
+/* A tombstone whose value no longer reads (its crc32c): not used, and kept on disk as it is at
+ * every open (it used to be logged "skipped", then deleted as a stray). */
+static void case_damaged(const char *dir)
+{
+    kvp_session_desc_t d;
+    kvp_store_h        st = open_ttl(dir, 0);
+    kvp_tier_batch_t  *b;
+    char               key[256] = {0};
+    uint8_t            bad[20]  = {1, 2, 3};
+
+    t_session(&G, 4, 0, 4, 2, 1, &d);
+    CHECK_OK(put_v(st, "x", &d, 100));
+    CHECK_OK(kvp_store_session_delete_version(st, NS, "x", 300));
+    CHECK_OK(kvp_tier_meta_scan(st->tier, "tomb/", tomb_key_cb, key));
+    CHECK(key[255] == 1 && strstr(key, "/x") != NULL);
+    b = kvp_tier_batch_create();
+    CHECK(b != NULL);
+    kvp_tier_batch_put_meta(st->tier, b, key, bad, sizeof(bad)); /* its crc32c is wrong */
+    CHECK_OK(kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC));
+    kvp_tier_batch_destroy(b);
+    kvp_store_close(st);
+    for (int i = 0; i < 2; i++) {
+        st = open_ttl(dir, 0);
+        CHECK(t_stats(st).tombstones == 0 && t_stats(st).crc_failures == 1);
+        memset(key, 0, sizeof(key));
+        CHECK_OK(kvp_tier_meta_scan(st->tier, "tomb/", tomb_key_cb, key));
+        CHECK(key[255] == 1 && strstr(key, "/x") != NULL);
+        kvp_store_close(st);
+    }
+    kvp_session_desc_clear(&d);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
                                      {"failed_delete", case_failed_delete}, {"ttl", case_ttl},
                                      {"append", case_append}, {"append_base", case_append_base},
                                      {"bytes", case_bytes},
-                                     {"spill_lost_put", case_spill_lost_put}, {NULL, NULL}};
+                                     {"spill_lost_put", case_spill_lost_put},
+                                     {"damaged", case_damaged}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     return t_run_case(argc, argv, cases, "tomb");

@@ -17,7 +17,8 @@
  * pages in one segment append, all their locators and records in one WriteBatch, one segment
  * fdatasync and one WAL fsync; only then does any of them leave DRAM, and a failed write leaves
  * all of them in DRAM (one disk error, retried by a later round). Disk writes
- * of write-through/sync puts and of evictions forced by a failed allocation run under the lock.
+ * of write-through/sync puts, of evictions forced by a failed allocation, and the synced rewrite
+ * (or the drop) of a disk copy scrubbing or compaction found damaged run under the lock.
  * Under KVP_DURABILITY_INTERVAL a syncer thread makes every write older than its tick durable
  * (one segment fdatasync + WAL fsync, the store lock dropped) every sync_interval_ms, and only
  * when something was written since the last one.
