@@ -426,6 +426,7 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     /* batch_bytes in flight, split over max_inflight requests: the same footprint as one batch
      * (measured: 4 x 1 MiB beats 4 x 4 MiB on the shared VM, cache-bound), latency hidden */
     g.req_bytes = client->batch_bytes / client->max_inflight;
+    g.req_bytes = g.req_bytes > 0 ? g.req_bytes : 1; /* 0 is malformed; the node sends one page */
     memset(&req, 0, sizeof(req));
     req.op        = KVP_WIRE_OP_GET_SESSION;
     req.ns        = ns;
@@ -463,6 +464,8 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     }
     n_pages = (uint64_t)sp->pub.desc.n_chunks * sp->pub.desc.layers;
     if (s == KVP_OK && n_pages > UINT32_MAX / 2) {
+        KVP_LOG_ERROR(MOD, "session %s names %u chunks x %u layers: over %u pages", sid,
+                      sp->pub.desc.n_chunks, sp->pub.desc.layers, UINT32_MAX / 2);
         s = KVP_ERR_TOO_LARGE;
     }
     if (s == KVP_OK && n_pages > 0) {

@@ -308,12 +308,13 @@ static void route_fail(kvp_cluster_route_t *rt, kvp_status_t s)
     }
 }
 
-/* NO_MEMORY is not one: a node's (its store, or its transport refusing the message) is that
- * node's state, not the put's, and another node may well take it; one of this process's own
- * fails again at once on the next node, so walking on costs nothing. */
+/* NO_MEMORY and TOO_LARGE are not: a node's (its store, its transport refusing the message, a
+ * message over its own --max-msg) is that node's state or setting, not the put's, and another
+ * node may well take it; one of this process's own fails again at once on the next node, so
+ * walking on costs nothing. */
 int kvp_cluster_put_stops(kvp_status_t s)
 {
-    return s == KVP_ERR_INVALID || s == KVP_ERR_TOO_LARGE || s == KVP_ERR_BAD_PAGE ||
+    return s == KVP_ERR_INVALID || s == KVP_ERR_BAD_PAGE ||
            s == KVP_ERR_WRONG_CODEC || s == KVP_ERR_BAD_INPUT_DATA || s == KVP_ERR_STALE;
 }
 

@@ -406,6 +406,18 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
     }
     s->finished = true;
     c = s->cluster;
+    if (s->stop != KVP_OK) { /* a push failed on every node: no record goes anywhere */
+        KVP_LOG_ERROR(MOD, "stream finish: session %s not written: a push failed (%s)", s->sid,
+                      kvp_status_str(s->stop));
+        (void)kvp_cluster_route_begin(c, 0, s->ns, NULL, report, &rt); /* an empty report */
+        for (uint32_t i = 0; i < s->n_ranked + s->n_also; i++) {
+            dst_release(s, i < s->n_ranked ? &s->ranked[i] : &s->also[i - s->n_ranked], 0);
+        }
+        for (uint32_t j = 0; also_status != NULL && j < s->n_also; j++) {
+            also_status[j] = s->stop;
+        }
+        return s->stop;
+    }
     for (uint32_t i = 0; i < s->n_ranked + s->n_also; i++) {
         dst_t *d = i < s->n_ranked ? &s->ranked[i] : &s->also[i - s->n_ranked];
 

@@ -352,9 +352,9 @@ kvp_status_t kvp_put_stream_finish(kvp_put_stream_h s, const char *sid,
         return st;
     }
     st = kvp_client_put_session_pages(s->c, s->ns, sid, desc, pages, lens, n, version);
-    /* refused once it went on a new connection: the pushed pages may be the old process's */
-    st = st != KVP_OK && st != KVP_ERR_SHUTTING_DOWN && s->c->conn_gen != s->gen ? KVP_ERR_PEER_GONE
-                                                                                : st;
+    /* a page the record names missing once it went on a new connection: the pushed pages may
+     * have been the old process's (a restarted node). Any other refusal is the record's own. */
+    st = st == KVP_ERR_NOT_FOUND && s->c->conn_gen != s->gen ? KVP_ERR_PEER_GONE : st;
     sent_drop(s);
     return st;
 }

@@ -179,8 +179,12 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     }
     total = cur.tail_tokens + a->ntok;
     if (a->n_ids != total || total < a->ntok) {
-        KVP_LOG_ERROR(MOD, "append to session %s needs %u token ids (tail %u + new %u), got %u",
-                      sid, cur.tail_tokens + a->ntok, cur.tail_tokens, a->ntok, a->n_ids);
+        KVP_LOG_ERROR(MOD, "append to session %s needs %u token ids (tail %u + new %u), got %u%s",
+                      sid, cur.tail_tokens + a->ntok, cur.tail_tokens, a->ntok, a->n_ids,
+                      a->n_ids >= a->ntok ? ": the caller's tail is not this copy's (an append "
+                                            "retried after it went through, or another "
+                                            "writer's came first)"
+                                          : "");
         kvp_session_desc_clear(&cur);
         return KVP_ERR_INVALID;
     }

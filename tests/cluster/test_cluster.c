@@ -78,7 +78,6 @@ int main(void)
         test_node_start(&n[i], "--durability=spill");
     }
     CHECK(test_node_stop(&n[2], SIGKILL) == 128 + SIGKILL); /* its port: nobody listens */
-    test_stub_start(&oom, KVP_ERR_NO_MEMORY);
     snprintf(peers, sizeof(peers), "%s,%s,%s", n[0].addr, n[1].addr, n[2].addr);
     snprintf(live, sizeof(live), "%s,%s", n[0].addr, n[1].addr);
     test_validation(n[0].addr);
@@ -151,24 +150,30 @@ int main(void)
     CHECK_ST(kvp_cluster_delete_session(cl, NS, "s", &rep), KVP_ERR_NOT_FOUND);
     kvp_cluster_destroy(cl);
 
-    /* r = 1, a node that answers ERR_NO_MEMORY first in the rank: that node failed, the next
-     * takes the session (it stopped there, as if every node would refuse it) */
-    snprintf(live, sizeof(live), "%s,%s", oom.addr, n[0].addr);
-    cl = test_cluster_open(live, 1, KVP_OK);
-    k = 0;
-    do { /* a session the stub ranks first for */
-        CHECK(k < 64);
-        snprintf(sid, sizeof(sid), "oom%u", k++);
-        CHECK_OK(kvp_cluster_rank(cl, NS, sid, order));
-    } while (order[0] != 0);
-    CHECK_OK(kvp_cluster_put_session(cl, NS, sid, (const void *const *)ts.pages, ts.lens,
-                                     ts.n_pages, &ts.desc, &rep));
-    CHECK(rep.n_ok == 1 && rep.n_tried == 2 && rep.tried[0].node == 0 &&
-          rep.tried[0].status == KVP_ERR_NO_MEMORY && rep.tried[1].node == 1 &&
-          rep.tried[1].status == KVP_OK);
-    CHECK(node_has(n[0].addr, sid));
-    kvp_cluster_destroy(cl);
-    CHECK(test_node_stop(&oom, SIGKILL) == 128 + SIGKILL);
+    /* r = 1, a node that answers ERR_NO_MEMORY (its store full), then one that answers
+     * ERR_TOO_LARGE (a message over its own --max-msg), first in the rank: that node failed, the
+     * next takes the session (it stopped there, as if every node would refuse it) */
+    for (int t = 0; t < 2; t++) {
+        kvp_status_t want_st = t == 0 ? KVP_ERR_NO_MEMORY : KVP_ERR_TOO_LARGE;
+
+        test_stub_start(&oom, want_st);
+        snprintf(live, sizeof(live), "%s,%s", oom.addr, n[0].addr);
+        cl = test_cluster_open(live, 1, KVP_OK);
+        k = 0;
+        do { /* a session the stub ranks first for */
+            CHECK(k < 64);
+            snprintf(sid, sizeof(sid), "oom%d.%u", t, k++);
+            CHECK_OK(kvp_cluster_rank(cl, NS, sid, order));
+        } while (order[0] != 0);
+        CHECK_OK(kvp_cluster_put_session(cl, NS, sid, (const void *const *)ts.pages, ts.lens,
+                                         ts.n_pages, &ts.desc, &rep));
+        CHECK(rep.n_ok == 1 && rep.n_tried == 2 && rep.tried[0].node == 0 &&
+              rep.tried[0].status == want_st && rep.tried[1].node == 1 &&
+              rep.tried[1].status == KVP_OK);
+        CHECK(node_has(n[0].addr, sid));
+        kvp_cluster_destroy(cl);
+        CHECK(test_node_stop(&oom, SIGKILL) == 128 + SIGKILL);
+    }
 
     test_session_free(&ts);
     for (int i = 0; i < 3; i++) {

@@ -7,7 +7,8 @@
  *     also list or a missing session id is refused at open;
  *   - a corrupt page: no node (and not D) ends with a record;
  *   - a node out of memory first in the rank (a stub answering ERR_NO_MEMORY), r = 1: the next
- *     node takes its place at finish;
+ *     node takes its place at finish; the same for one refusing the message as over its own
+ *     --max-msg (ERR_TOO_LARGE);
  *   - a ranked node killed mid-stream: finish puts the whole session on the next node of the
  *     rank ("replacement"), so r copies exist; the report names the dead node;
  *   - kvp_cluster_get_session_cb with that node dead: served by the next, every item handed
@@ -23,7 +24,9 @@
  *   - a node restarted mid-stream, after layer 0 landed on it: a plain kvp_put_stream puts the
  *     pages shipped before again on its new connection and the session is written there (not
  *     ERR_NOT_FOUND after shipping the rest, nor ERR_PEER_GONE), and a cluster stream over two
- *     nodes with r = 2 leaves the session on both, the restarted one by its own stream. */
+ *     nodes with r = 2 leaves the session on both, the restarted one by its own stream; when a
+ *     newer write of that session reached the restarted node meanwhile, finish answers
+ *     ERR_STALE, not ERR_PEER_GONE. */
 #include "node_harness.h"
 
 #include "kvpack/cluster.h"
@@ -137,11 +140,12 @@ static kvp_status_t finish_last(kvp_cluster_stream_h st, const test_session_t *t
                                      also_status);
 }
 
-/* r = 1 over stub, a node that answers every request ERR_NO_MEMORY, and x, the stub first in the
- * rank: that is the stub's failure, not one every node would give, so finish puts the session on
- * x in its place (it stopped the stream, and the session landed nowhere). */
-static void oom_first(const char *stub, const char *x, const test_session_t *ts,
-                      const layers_t *lm)
+/* r = 1 over stub, a node that answers every request with status (ERR_NO_MEMORY: its store is
+ * full; ERR_TOO_LARGE: a message over its own --max-msg), and x, the stub first in the rank: that
+ * is the stub's failure, not one every node would give, so finish puts the session on x in its
+ * place (it stopped the stream, and the session landed nowhere). */
+static void oom_first(const char *stub, kvp_status_t status, const char *x,
+                      const test_session_t *ts, const layers_t *lm)
 {
     char                 peers[160], sid[16];
     kvp_cluster_h        cl;
@@ -161,7 +165,7 @@ static void oom_first(const char *stub, const char *x, const test_session_t *ts,
     CHECK_OK(finish_last(st, ts, lm, &rep, NULL));
     kvp_cluster_stream_close(st);
     CHECK(rep.n_ok == 1 && rep.n_tried == 2 && rep.tried[0].node == 0 &&
-          rep.tried[0].status == KVP_ERR_NO_MEMORY && rep.tried[1].node == 1 &&
+          rep.tried[0].status == status && rep.tried[1].node == 1 &&
           rep.tried[1].status == KVP_OK && strcmp(rep.tried[1].stage, "replacement") == 0);
     node_holds(x, sid, ts, 0);
     kvp_cluster_destroy(cl);
@@ -267,6 +271,21 @@ static void conn_drop(test_node_t *a)
     CHECK(a->pid == pid && kill(pid, 0) == 0); /* the node lives on, with layer 0's pages */
 }
 
+/* The node restarted, then another writer puts "newer" at a version far ahead of any clock */
+static void restart_then_newer(test_node_t *a)
+{
+    test_session_t ts;
+    kvp_client_h   c;
+
+    node_restart(a);
+    test_session_make(&ts, 4, 1, 0, 23); /* the namespace's geometry */
+    c = test_client(a->addr, 3000);
+    CHECK_OK(kvp_client_put_pages(c, NS, (const void *const *)ts.pages, ts.lens, ts.n_pages));
+    CHECK_OK(kvp_client_put_session_version(c, NS, "newer", &ts.desc, UINT64_MAX / 2));
+    kvp_client_destroy(c);
+    test_session_free(&ts);
+}
+
 /* A plain stream's connection dropped mid-session while its node lives on: the stream connects
  * anew, puts the pages shipped before again, and the session is written (it failed
  * ERR_PEER_GONE when every new connection was taken for a restart). */
@@ -309,6 +328,20 @@ static void restart_mid_stream(test_node_t *a, test_node_t *b)
     L  = ts.layers;
     CHECK_OK(plain_stream_across(a, &ts, &lm, "mid", node_restart));
     node_holds(a->addr, "mid", &ts, 0);
+    /* the same (pages no node holds yet), but the record loses to a newer write: ERR_STALE, the
+     * node's own answer (it was reported as ERR_PEER_GONE once the stream had reconnected: a
+     * retry that cannot succeed) */
+    {
+        test_session_t ts2;
+        layers_t       lm2;
+
+        test_session_make(&ts2, 4, 3, 5, 19);
+        lm2 = layer_major(&ts2);
+        CHECK_ST(plain_stream_across(a, &ts2, &lm2, "newer", restart_then_newer), KVP_ERR_STALE);
+        test_session_free(&ts2);
+        kvp_free(lm2.pp);
+        kvp_free(lm2.ll);
+    }
 
     snprintf(peers, sizeof(peers), "%s,%s", a->addr, b->addr);
     cl = test_cluster_open(peers, 2, KVP_OK);
@@ -346,7 +379,7 @@ static void restart_mid_stream(test_node_t *a, test_node_t *b)
 
 int main(void)
 {
-    test_node_t          n[4], oom; /* X, Y, Z: the cluster; n[3]: D, the decode node */
+    test_node_t          n[4], oom, big; /* X, Y, Z: the cluster; n[3]: D, the decode node */
     char                 peers[256], also[160];
     kvp_cluster_h        cl;
     kvp_cluster_stream_h st;
@@ -365,6 +398,7 @@ int main(void)
         test_node_start(&n[i], "--durability=spill");
     }
     test_stub_start(&oom, KVP_ERR_NO_MEMORY);
+    test_stub_start(&big, KVP_ERR_TOO_LARGE);
     D = n[3].addr;
     snprintf(peers, sizeof(peers), "%s,%s,%s", n[0].addr, n[1].addr, n[2].addr);
     test_session_make(&ts, 4, 3, 5, 7);
@@ -434,8 +468,10 @@ int main(void)
     }
     lm.pp[1] = ts.pages[1 * ts.layers + 0];
     kvp_free(bad);
-    oom_first(oom.addr, D, &ts, &lm);
+    oom_first(oom.addr, KVP_ERR_NO_MEMORY, D, &ts, &lm);
+    oom_first(big.addr, KVP_ERR_TOO_LARGE, D, &ts, &lm);
     CHECK(test_node_stop(&oom, SIGKILL) == 128 + SIGKILL);
+    CHECK(test_node_stop(&big, SIGKILL) == 128 + SIGKILL);
 
     /* the kept streams: another namespace gets streams of its own; an abandoned session (closed
      * without finish) leaves no record, and the next one through the same handle is whole */
