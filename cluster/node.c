@@ -15,7 +15,9 @@
 #include "node_obs.h"
 #include "node_work.h"
 #include "kvpack/alloc.h"
+#include "kvpack/bytes.h"
 #include "kvpack/log.h"
+#include "kvpack/page.h"
 #include "kvpack/wire.h"
 #include "kvpack/xfer.h"
 
@@ -502,15 +504,38 @@ static void handle_list(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
     rep->sessions = NULL;
 }
 
+/* One of APPEND_LOCKS locks per (ns, session id): appends to one session run one at a time,
+ * appends to others (but one in APPEND_LOCKS) at once, so a large append holds up neither the
+ * other sessions' appends nor, through the worker threads they would occupy, other clients. */
+#define APPEND_LOCKS 64u
+static pthread_mutex_t append_mu[APPEND_LOCKS];
+static pthread_once_t  append_once = PTHREAD_ONCE_INIT;
+
+static void append_mu_init(void)
+{
+    for (uint32_t i = 0; i < APPEND_LOCKS; i++) {
+        pthread_mutex_init(&append_mu[i], NULL);
+    }
+}
+
+static pthread_mutex_t *append_lock_of(uint64_t ns, const char *sid)
+{
+    uint8_t b[8];
+
+    (void)pthread_once(&append_once, append_mu_init);
+    kvp_st64(b, ns);
+    return &append_mu[kvp_crc32c(kvp_crc32c(0, b, 8), sid, strlen(sid)) % APPEND_LOCKS];
+}
+
 /* Tokens' K/V onto a session's tail (kvp_store_session_append: full chunks sealed with the
- * given codec). An append reads the record, then writes the new one, so appends are serialised
- * here (two clients appending to one session at once would otherwise lose one's tokens). The
- * data is K then V; copied to an aligned buffer when the transport's is not aligned for the
- * dtype. */
+ * given codec). An append reads the record, then writes the new one, so appends to one session
+ * are serialised here (two clients appending to one session at once would otherwise have one
+ * refused). The data is K then V; copied to an aligned buffer when the transport's is not
+ * aligned for the dtype. */
 static void handle_append(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                           const uint8_t *data, size_t dl, kvp_wire_rep_t *rep)
 {
-    static pthread_mutex_t   append_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_t         *mu  = append_lock_of(req->ns, req->sid);
     const kvp_wire_append_t *a   = &req->append;
     kvp_store_append_t       ap  = {0};
     void                    *own = NULL;
@@ -545,9 +570,9 @@ static void handle_append(node_t *n, node_job_t *job, const kvp_wire_req_t *req,
                         (a->has_chunks ? KVP_STORE_APPEND_CHUNKS : 0) |
                         (a->has_first_pos ? KVP_STORE_APPEND_FIRST_POS : 0) |
                         (a->has_base ? KVP_STORE_APPEND_BASE : 0);
-        pthread_mutex_lock(&append_mu);
+        pthread_mutex_lock(mu);
         s = kvp_store_session_append(n->store, req->ns, req->sid, &ap, &rep->sealed);
-        pthread_mutex_unlock(&append_mu);
+        pthread_mutex_unlock(mu);
     }
     kvp_free(own);
     reply_status(job, rep, s, req->sid);
@@ -573,6 +598,8 @@ static void job_handle(node_t *n, node_job_t *job)
     if (job->bad != KVP_OK) {
         reply_status(job, &rep, job->bad,
                      job->bad == KVP_ERR_BUSY ? "requests queued on this connection"
+                     : job->bad == KVP_ERR_TOO_LARGE
+                         ? "request over this node's --max-msg (lower the client's batch_bytes)"
                      : kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data"
                                                                : "malformed request");
         return;

@@ -6,6 +6,8 @@
  * Backpressure: a rendezvous message whose data would pass the receive budget (max_rx) is not
  * refused; it waits, descriptor held, in x->pending and its receive starts when the budget
  * allows, in arrival order (the sender's request simply stays in flight, under its own deadline).
+ * Eager data held counts in the budget too, and an eager message over 1 MiB (kvpack's senders
+ * send such as rendezvous) is refused with KVP_ERR_BUSY while the budget is full.
  * Each connection's messages reach recv_cb in their arrival order (conn->rx_order). What one
  * connection holds (received, not released) is bounded by conn_msgs_max: past it an eager message
  * is handed over at once with KVP_ERR_BUSY and no data, a rendezvous one is refused to its sender.
@@ -122,7 +124,7 @@ struct kvp_xfer {
     size_t                max_rx;    /* bytes of the buffers of rendezvous data being received or
                                       * received and not released yet, at most (more waits in
                                       * pending) */
-    size_t                rx_reserved;
+    size_t                rx_reserved; /* those buffers, and the eager data held (not released) */
     size_t                max_hdr;
     size_t                eager_max; /* payloads below this go eager (KVP_XFER_RNDV_THRESH; 0
                                       * when UCX_RNDV_THRESH is set: not known here) */
@@ -148,6 +150,7 @@ struct kvp_xfer {
     reject_log_t          rej_oom;       /* connection requests rejected out of memory */
     reject_log_t          rej_capped;    /* ... past max_conns */
     reject_log_t          rej_stray;     /* messages from unknown or failed endpoints dropped */
+    reject_log_t          rej_eager;     /* eager messages over 1 MiB refused, the budget full */
     unsigned              max_conns;     /* server connections at most (0: no limit) */
     unsigned              n_server;      /* server connections open (in conns) */
     unsigned              n_server_failed; /* ... of them failed, until report_dead unlinks them */
@@ -543,6 +546,8 @@ static ucs_status_t msg_refuse(kvp_xfer_conn_h conn, const void *header, size_t 
     return eager_refuse(conn, header, header_length, length, KVP_ERR_BUSY);
 }
 
+#define KVP_XFER_EAGER_MAX (1u << 20) /* kvpack's own senders: larger payloads go rendezvous */
+
 static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
                                size_t length, const ucp_am_recv_param_t *param)
 {
@@ -580,6 +585,15 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         return rndv ? UCS_ERR_EXCEEDS_LIMIT
                     : eager_refuse(conn, header, header_length, length, KVP_ERR_TOO_LARGE);
     }
+    /* An eager message past kvpack's own eager size (a sender with UCX_RNDV_THRESH raised) is
+     * refused while the receive budget is full: what eager data is held counts in it too, so
+     * 256 such messages a connection cannot hold 256 x --max-msg (UCX has assembled each one in
+     * memory before this sees it; that much is outside kvpack's control) */
+    if (!rndv && length > KVP_XFER_EAGER_MAX && x->rx_reserved + length > x->max_rx) {
+        count_logged(&x->rej_eager, "eager and over 1 MiB while the receive budget is full",
+                     "message", "refused ERR_BUSY");
+        return eager_refuse(conn, header, header_length, length, KVP_ERR_BUSY);
+    }
     m = msg_new(conn, header, header_length, length);
     if (m == NULL) {
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
@@ -592,8 +606,10 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         return UCS_INPROGRESS;
     }
     if (length > 0 && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
-        m->desc = data;
-        m->data = data;
+        m->desc         = data;
+        m->data         = data;
+        m->reserved     = length; /* held until kvp_xfer_msg_release */
+        x->rx_reserved += length;
         msg_done(m);
         return UCS_INPROGRESS;
     }
@@ -603,7 +619,9 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
             m->status = KVP_ERR_NO_MEMORY;
         } else {
             memcpy(m->data, data, length);
-            m->own_data = 1;
+            m->own_data     = 1;
+            m->reserved     = length;
+            x->rx_reserved += length;
         }
     }
     msg_done(m);
@@ -658,7 +676,6 @@ static void send_done_cb(void *request, ucs_status_t st, void *user_data)
 }
 
 #define KVP_XFER_RNDV_THRESH "1m"
-#define KVP_XFER_EAGER_MAX   (1u << 20)
 
 /* UCX settings kvpack needs, set in the environment (UCX reads them there) unless already set,
  * so every kvpack process agrees with its peers:

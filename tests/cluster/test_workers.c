@@ -8,6 +8,8 @@
  * it are answered in that order, and the STAT not before the gate opens, while a STAT on a second
  * connection is answered meanwhile; a connection holds at most 256 requests, more are refused at
  * once with ERR_BUSY and the queued ones still answered in order.
+ * Appends: one held in its restore (an append to a cold session reads it first) does not hold up
+ * another session's append on another connection.
  * No timing is asserted: a held restore cannot finish before the test opens the gate. */
 #include "node_harness.h"
 
@@ -301,12 +303,101 @@ static void run_order(void)
     test_node_rmdir(&n);
 }
 
+/* ---- appends: one held does not hold up another session's ---- */
+
+typedef struct {
+    const char  *addr, *sid;
+    uint64_t     ns;
+    kvp_status_t status;
+} append_job_t;
+
+/* An append of 4 fp16 tokens (2 heads x 64, P 16, kivi) to sid, the session's first */
+static kvp_status_t append4(const char *addr, uint64_t ns, const char *sid, uint32_t timeout_ms)
+{
+    static uint16_t k[4 * 2 * 64], v[4 * 2 * 64];
+    static uint32_t ids[4] = {1, 2, 3, 4};
+    kvp_append_t    a;
+    kvp_client_h    c = test_client(addr, timeout_ms);
+    kvp_status_t    s;
+
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+        k[i] = v[i] = 0x3C00; /* 1.0 */
+    }
+    memset(&a, 0, sizeof(a));
+    a.codec       = KVP_CODEC_KIVI;
+    a.layers      = 1;
+    a.heads       = 2;
+    a.head_dim    = 64;
+    a.page_tokens = 16;
+    a.dtype       = KVP_DTYPE_F16;
+    a.k           = k;
+    a.v           = v;
+    a.ntok        = 4;
+    a.ids         = ids;
+    a.n_ids       = 4;
+    s             = kvp_client_append(c, ns, sid, &a, NULL);
+    kvp_client_destroy(c);
+    return s;
+}
+
+static void *append_main(void *arg)
+{
+    append_job_t *j = arg;
+
+    j->status = append4(j->addr, j->ns, j->sid, 60000);
+    return NULL;
+}
+
+/* An append to a cold session is held in its restore (the append reads the session first) at
+ * the gate; an append to another session on another connection is answered meanwhile (a node-wide
+ * append lock held it until the gate opened: its deadline passed). */
+static void run_append(void)
+{
+    test_node_t    n;
+    test_session_t cold;
+    char           gate[300];
+    kvp_client_h   c;
+    append_job_t   held = {0};
+    pthread_t      tid;
+
+    memset(&n, 0, sizeof(n));
+    test_node_mkdir(&n);
+    snprintf(gate, sizeof(gate), "%s/gate", n.dir);
+    CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
+    CHECK(setenv("KVP_TEST_GATE", gate, 1) == 0);
+    test_node_start(&n, "--workers=4");
+    node_pid = n.pid;
+    CHECK(unsetenv("LD_PRELOAD") == 0);
+    test_session_make(&cold, 3, 4, 0, 21);
+    c = test_client(n.addr, 60000);
+    CHECK_ST(test_session_put(c, NS, "cold", &cold), KVP_OK);
+    CHECK_ST(kvp_client_spill(c, NS, "cold"), KVP_OK);
+    kvp_client_destroy(c);
+
+    held.addr = n.addr;
+    held.sid  = "cold";
+    held.ns   = NS;
+    CHECK(pthread_create(&tid, NULL, append_main, &held) == 0);
+    wait_for_waiters(n.dir, 1, NULL); /* inside its restore, held */
+    CHECK_ST(append4(n.addr, NS + 1, "other", 20000), KVP_OK);
+    printf("append: one held in its restore, another session's append answered meanwhile\n");
+    touch(gate);
+    CHECK(pthread_join(tid, NULL) == 0);
+    CHECK(held.status != KVP_ERR_TIMEOUT); /* answered (the geometry is not cold's: refused) */
+    CHECK(unsetenv("KVP_TEST_GATE") == 0);
+    CHECK(test_node_stop(&n, SIGTERM) == 0);
+    node_pid = 0;
+    test_session_free(&cold);
+    test_node_rmdir(&n);
+}
+
 int main(void)
 {
     atexit(kill_node);
     run(4);
     run(1);
     run_order();
+    run_append();
     printf("ok\n");
     return 0;
 }

@@ -8,7 +8,9 @@
  * (a 16 MB receive budget) that holds what it gets, and ten 3 MB messages sent right after
  * connect: it never holds more than the budget in receive buffers (4 MiB each: three; the rest
  * wait for releases), and all ten then arrive intact, in order. Before, all ten came eager and
- * were held at once (30 MB), and later five, counted by their length (20 MiB of buffers). Both
+ * were held at once (30 MB), and later five, counted by their length (20 MiB of buffers). The
+ * same ten from a sender that sends all eager (UCX_RNDV_THRESH=inf): the eager data held counts
+ * in the budget, five are held and the rest refused ERR_BUSY (all ten were held before). Both
  * ends live in this process. */
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
@@ -17,6 +19,7 @@
 #include "check.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SMALL_MAX (64u << 10)
@@ -263,6 +266,77 @@ static void flood_cold(uint8_t *const *data)
     kvp_xfer_destroy(rx);
 }
 
+/* eager_flood's receiver: holds what arrives whole, counts (and releases) what is refused */
+static void rx_hold_or_count(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg)
+{
+    rx_t  *r = arg;
+    size_t dl;
+
+    (void)conn;
+    (void)kvp_xfer_msg_data(msg, &dl);
+    if (kvp_xfer_msg_status(msg) != KVP_OK) {
+        r->last = kvp_xfer_msg_status(msg);
+        r->sent++; /* here: messages refused */
+        kvp_xfer_msg_release(msg);
+        return;
+    }
+    CHECK(r->n_held < FLOOD_N);
+    r->got++;
+    r->held[r->n_held++] = msg;
+    r->held_bytes += dl;
+    r->max_held = r->held_bytes > r->max_held ? r->held_bytes : r->max_held;
+}
+
+/* The same ten 3 MB messages from a sender that sends everything eager (UCX_RNDV_THRESH=inf, as
+ * a client of another build could): the eager data the receiver holds counts in its 16 MB budget,
+ * so five are held and the rest refused ERR_BUSY. Before, all ten were held (30 MB: eager data
+ * was counted nowhere, so one connection could hold 256 x max_msg). */
+static void eager_flood(uint8_t *const *data)
+{
+    kvp_xfer_params_t p;
+    kvp_xfer_h        rx, tx;
+    kvp_xfer_conn_h   conn;
+    rx_t              r;
+    uint16_t          port;
+    int               sent[2] = {0, 0};
+    double            end;
+
+    CHECK(setenv("UCX_RNDV_THRESH", "inf", 1) == 0); /* read as each context is made */
+    memset(&r, 0, sizeof(r));
+    memset(&p, 0, sizeof(p));
+    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
+    p.max_msg_bytes = FLOOD_MAX;
+    p.recv_cb       = rx_hold_or_count;
+    p.cb_arg        = &r;
+    CHECK_OK(kvp_xfer_create(&p, &rx));
+    CHECK_OK(kvp_xfer_listen(rx, "127.0.0.1", 0, &port));
+    CHECK_OK(kvp_xfer_create(NULL, &tx));
+    CHECK_OK(kvp_xfer_connect(tx, "127.0.0.1", port, &conn));
+    for (int i = 0; i < FLOOD_N; i++) {
+        uint8_t        seq = (uint8_t)i;
+        kvp_xfer_iov_t iov = {data[i], FLOOD_LEN};
+
+        CHECK_ST(kvp_xfer_send(conn, &seq, 1, &iov, 1, sent_count, sent), KVP_INPROGRESS);
+    }
+    end = kvp_time_s() + 30; /* a bound for a hang, not a timing check */
+    while (r.got + (int)r.sent < FLOOD_N && kvp_time_s() < end) {
+        kvp_xfer_progress(rx);
+        kvp_xfer_progress(tx);
+    }
+    printf("%d x %u bytes sent eager, budget %u: %d held (%zu bytes at most), %zu refused %s\n",
+           FLOOD_N, FLOOD_LEN, 4 * FLOOD_MAX, r.got, r.max_held, r.sent,
+           r.sent ? kvp_status_name(r.last) : "-");
+    EXPECT(r.got + (int)r.sent == FLOOD_N, "%d held + %zu refused of %d", r.got, r.sent, FLOOD_N);
+    EXPECT(r.max_held <= 4 * FLOOD_MAX && r.sent > 0 && r.last == KVP_ERR_BUSY,
+           "eager data held at once: %zu bytes against the %u budget, %zu refused (want some, "
+           "ERR_BUSY)", r.max_held, 4 * FLOOD_MAX, r.sent);
+    release_held(&r);
+    kvp_xfer_conn_close(conn);
+    kvp_xfer_destroy(tx);
+    kvp_xfer_destroy(rx);
+    CHECK(unsetenv("UCX_RNDV_THRESH") == 0);
+}
+
 int main(void)
 {
     uint8_t *data[FLOOD_N];
@@ -276,6 +350,7 @@ int main(void)
     too_large_cold(data[0], 2 * SMALL_MAX); /* eager */
     too_large_cold(data[0], FLOOD_LEN);     /* eager before wireup, else rendezvous */
     flood_cold(data);
+    eager_flood(data);
     for (int i = 0; i < FLOOD_N; i++) {
         kvp_free(data[i]);
     }
