@@ -10,7 +10,8 @@
  *      0     4  magic        "KVPG" = 0x4750564B
  *      4     2  version      1
  *      6     1  codec        kvp_codec_id_t
- *      7     1  flags        KVP_PAGE_F_* (K rotated, V rotated, partial, tail)
+ *      7     1  flags        KVP_PAGE_F_* (K rotated, V rotated, partial, tail, V pre-rotated,
+ *                              sink)
  *      8     1  bits_k       bits per K code (2 for the 2-bit codecs, 16 for fp16)
  *      9     1  bits_v       bits per V code
  *     10     2  group_k      K group length in tokens (per-channel groups)
