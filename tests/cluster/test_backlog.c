@@ -12,6 +12,14 @@
  * the flood's own small STAT replies. */
 #include "node_harness.h"
 
+/* Resident memory under a sanitizer (the node is built the same way) measures its quarantine and
+ * shadow, not kvpackd: the RSS bounds are checked only without one. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_CHECKED 0
+#else
+#define RSS_CHECKED 1
+#endif
+
 #include "kvpack/log.h"
 #include "kvpack/wire.h"
 #include "kvpack/xfer.h"
@@ -111,8 +119,10 @@ static void flooding_reader(int big, kvp_key128_t *keys, uint32_t nkeys, const v
     EXPECT(raw.n_busy < sent - QUEUE_MAX, "every refusal answered (%d)", raw.n_busy);
     /* the big replies' buffers go with the connection (the small sends' heap is kept by malloc,
      * so RSS only shows their peak) */
-    EXPECT(!big || rss1 < rss0 + 64, "node RSS %ld MiB after the flood, %ld before", rss1, rss0);
-    EXPECT(peak < rss0 + 160, "node RSS %ld MiB at the peak, %ld before the flood", peak, rss0);
+    EXPECT(!RSS_CHECKED || !big || rss1 < rss0 + 64, "node RSS %ld MiB after the flood, %ld "
+           "before", rss1, rss0);
+    EXPECT(!RSS_CHECKED || peak < rss0 + 160, "node RSS %ld MiB at the peak, %ld before the flood",
+           peak, rss0);
     test_raw_close(&raw);
     CHECK_OK(kvp_client_put_pages(c, NS, pages, len, 1));
     kvp_client_destroy(c);
