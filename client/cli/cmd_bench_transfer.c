@@ -5,7 +5,8 @@
  * CPU seconds per byte of client and node are reported too: on a shared machine they move far
  * less than wall-clock GB/s. Never asserts on speed.
  * Flow: encode pages -> fork a node (kvp_node_main, same code as kvpackd) -> put kivi / fp16 pages
- * per repetition (fresh namespace each) -> get the session back -> ucx_perftest pair -> JSON. */
+ * per repetition (fresh namespace each) -> get the session back -> ucx_perftest pair (each the
+ * median of 3 runs) -> JSON. */
 #include "cli.h"
 #include "proc.h"
 
@@ -58,7 +59,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvpack bench transfer [options]\n"
             "Ship a session of 2-bit pages to a local node over UCX; compare with fp16 pages and\n"
-            "with ucx_perftest ucp_am_bw at the same message size. Prints JSON with --json.\n\n"
+            "with ucx_perftest ucp_am_bw at the same message size (median of 3 runs). Prints JSON\n"
+            "with --json.\n\n"
             "  --codec NAME        2-bit codec to ship (default kivi)\n"
             "  --layers N          (default 8)     --heads N       (default 8)\n"
             "  --head-dim N        (default 128)   --tokens N      (default 4096)\n"
@@ -143,6 +145,8 @@ static void bt_free(bt_set_t *set)
     kvp_session_desc_clear(&set->desc);
 }
 
+#define BT_PERFTEST_RUNS 3
+
 /* ucx_perftest ucp_am_bw server + client on loopback; returns GB/s (1e9 B/s) or NaN. */
 static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
 {
@@ -197,6 +201,30 @@ static double bt_perftest(size_t msg, unsigned iters, bool err_mode)
     kill(srv, SIGTERM);
     waitpid(srv, NULL, 0);
     return mbs * 1048576.0 / 1e9; /* perftest's MB is 2^20 bytes */
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median of BT_PERFTEST_RUNS runs (each into runs[], NaN where one gave no result): one short
+ * run moved 3x between runs on a shared host, more than the bench it is the baseline of. */
+static double bt_perftest_median(size_t msg, unsigned iters, bool err_mode, double *runs)
+{
+    double ok[BT_PERFTEST_RUNS];
+    int    n = 0;
+
+    for (int i = 0; i < BT_PERFTEST_RUNS; i++) {
+        runs[i] = bt_perftest(msg, iters, err_mode);
+        if (!isnan(runs[i])) {
+            ok[n++] = runs[i];
+        }
+    }
+    qsort(ok, (size_t)n, sizeof(ok[0]), dbl_cmp);
+    return n == 0 ? NAN : ok[(n - 1) / 2];
 }
 
 /* CPU seconds (user + system) used so far by this process, or by process pid (from /proc). */
@@ -260,6 +288,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     char                 dir[] = "/tmp/kvp_bench_xfer_XXXXXX", addr[64];
     double               t_q = 0, t_f = 0, t_get = 0, pt = NAN, pt_shm = NAN, fp16_equiv;
     double               cpu_c = NAN, cpu_n = NAN, pt_same;
+    double               pt_runs[BT_PERFTEST_RUNS], pt_shm_runs[BT_PERFTEST_RUNS];
     bool                 none;
     const char          *err_from = "--err-mode";
     pid_t                node = -1;
@@ -381,8 +410,8 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
     if (o.perftest) {
         unsigned iters = (unsigned)(q.bytes * o.kv.reps / o.batch) + 50;
 
-        pt     = bt_perftest(o.batch, iters, true);   /* peer error handling: tcp only */
-        pt_shm = bt_perftest(o.batch, iters, false);  /* no error handling: shm allowed */
+        pt     = bt_perftest_median(o.batch, iters, true, pt_runs); /* peer errors: tcp only */
+        pt_shm = bt_perftest_median(o.batch, iters, false, pt_shm_runs); /* shm allowed */
     }
     pt_same = none ? pt_shm : pt;
     if (o.json) {
@@ -417,8 +446,18 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         kvp_json_obj(&j, "perftest");
         kvp_json_str(&j, "test", "ucp_am_bw");
         kvp_json_int(&j, "msg_bytes", (int64_t)o.batch);
-        kvp_json_num(&j, "gbps_peer_err", pt);
+        kvp_json_num(&j, "gbps_peer_err", pt); /* medians of the runs below */
         kvp_json_num(&j, "gbps_no_err", pt_shm);
+        kvp_json_arr(&j, "gbps_peer_err_runs");
+        for (int i = 0; o.perftest && i < BT_PERFTEST_RUNS; i++) {
+            kvp_json_num(&j, NULL, pt_runs[i]);
+        }
+        kvp_json_close(&j);
+        kvp_json_arr(&j, "gbps_no_err_runs");
+        for (int i = 0; o.perftest && i < BT_PERFTEST_RUNS; i++) {
+            kvp_json_num(&j, NULL, pt_shm_runs[i]);
+        }
+        kvp_json_close(&j);
         if (!o.perftest || isnan(pt) || isnan(pt_shm)) { /* a null baseline says why */
             kvp_json_str(&j, "skipped", !o.perftest ? "--no-perftest"
                                         : "ucx_perftest not found, or its run gave no result");
@@ -447,8 +486,9 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
                q.bytes / t_get / 1e9, fp16_equiv / t_get / 1e9);
         printf("put cpu:         %.2f ns/B client, %.2f ns/B node (err_mode %s)\n", cpu_c,
                cpu_n, o.err_mode);
-        printf("ucx_perftest ucp_am_bw %llu B: %.2f GB/s with -e, %.2f GB/s without\n",
-               (unsigned long long)o.batch, pt, pt_shm);
+        printf("ucx_perftest ucp_am_bw %llu B: %.2f GB/s with -e, %.2f GB/s without (medians "
+               "of %d runs)\n",
+               (unsigned long long)o.batch, pt, pt_shm, BT_PERFTEST_RUNS);
     }
 out:
     if (node > 0) {
