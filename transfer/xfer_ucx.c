@@ -6,8 +6,8 @@
  * Backpressure: a rendezvous message whose data would pass the receive budget (max_rx) is not
  * refused; it waits, descriptor held, in x->pending and its receive starts when the budget
  * allows, in arrival order (the sender's request simply stays in flight, under its own deadline).
- * Eager data held counts in the budget too, and an eager message over 1 MiB (kvpack's senders
- * send such as rendezvous) is refused with KVP_ERR_BUSY while the budget is full.
+ * Eager messages over 1 MiB (kvpack's senders send such as rendezvous) hold at most max_rx of
+ * data at once, counted apart; more are refused with KVP_ERR_BUSY.
  * Each connection's messages reach recv_cb in their arrival order (conn->rx_order). What one
  * connection holds (received, not released) is bounded by conn_msgs_max: past it an eager message
  * is handed over at once with KVP_ERR_BUSY and no data, a rendezvous one is refused to its sender.
@@ -76,6 +76,7 @@ struct kvp_xfer_msg {
     size_t               buf_cap;    /* capacity of a bulk buffer from buf_get */
     size_t               reserved;   /* its buffer's capacity, counted in x->rx_reserved (from its
                                       * receive's start) */
+    size_t               eager_bytes; /* eager data over 1 MiB, counted in x->eager_held */
     msg_state_t          state;
     kvp_status_t         status;
     uint64_t             deadline_ns; /* MSG_RECVING: its connection fails past this */
@@ -124,7 +125,10 @@ struct kvp_xfer {
     size_t                max_rx;    /* bytes of the buffers of rendezvous data being received or
                                       * received and not released yet, at most (more waits in
                                       * pending) */
-    size_t                rx_reserved; /* those buffers, and the eager data held (not released) */
+    size_t                rx_reserved;
+    size_t                eager_held; /* data of eager messages over 1 MiB held (not released):
+                                       * at most max_rx, apart from rx_reserved so that such a
+                                       * message held behind a waiting one never keeps it waiting */
     size_t                max_hdr;
     size_t                eager_max; /* payloads below this go eager (KVP_XFER_RNDV_THRESH; 0
                                       * when UCX_RNDV_THRESH is set: not known here) */
@@ -548,6 +552,16 @@ static ucs_status_t msg_refuse(kvp_xfer_conn_h conn, const void *header, size_t 
 
 #define KVP_XFER_EAGER_MAX (1u << 20) /* kvpack's own senders: larger payloads go rendezvous */
 
+/* An eager message's data held: one over KVP_XFER_EAGER_MAX counts in x->eager_held until
+ * kvp_xfer_msg_release */
+static void eager_count(struct kvp_xfer_msg *m, size_t length)
+{
+    if (length > KVP_XFER_EAGER_MAX) {
+        m->eager_bytes = length;
+        m->x->eager_held += length;
+    }
+}
+
 static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
                                size_t length, const ucp_am_recv_param_t *param)
 {
@@ -585,12 +599,13 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         return rndv ? UCS_ERR_EXCEEDS_LIMIT
                     : eager_refuse(conn, header, header_length, length, KVP_ERR_TOO_LARGE);
     }
-    /* An eager message past kvpack's own eager size (a sender with UCX_RNDV_THRESH raised) is
-     * refused while the receive budget is full: what eager data is held counts in it too, so
-     * 256 such messages a connection cannot hold 256 x --max-msg (UCX has assembled each one in
-     * memory before this sees it; that much is outside kvpack's control) */
-    if (!rndv && length > KVP_XFER_EAGER_MAX && x->rx_reserved + length > x->max_rx) {
-        count_logged(&x->rej_eager, "eager and over 1 MiB while the receive budget is full",
+    /* Eager messages past kvpack's own eager size (from a sender with UCX_RNDV_THRESH raised)
+     * hold at most max_rx of data at once, more are refused ERR_BUSY, so 256 such messages a
+     * connection cannot hold 256 x --max-msg. Counted apart from the rendezvous budget: one held
+     * behind its connection's waiting rendezvous message must not keep that one waiting. (UCX
+     * has assembled each one in memory before this sees it: that much is outside kvpack.) */
+    if (!rndv && length > KVP_XFER_EAGER_MAX && x->eager_held + length > x->max_rx) {
+        count_logged(&x->rej_eager, "eager messages over 1 MiB past the receive budget",
                      "message", "refused ERR_BUSY");
         return eager_refuse(conn, header, header_length, length, KVP_ERR_BUSY);
     }
@@ -606,10 +621,9 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
         return UCS_INPROGRESS;
     }
     if (length > 0 && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
-        m->desc         = data;
-        m->data         = data;
-        m->reserved     = length; /* held until kvp_xfer_msg_release */
-        x->rx_reserved += length;
+        m->desc = data;
+        m->data = data;
+        eager_count(m, length);
         msg_done(m);
         return UCS_INPROGRESS;
     }
@@ -619,9 +633,8 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
             m->status = KVP_ERR_NO_MEMORY;
         } else {
             memcpy(m->data, data, length);
-            m->own_data     = 1;
-            m->reserved     = length;
-            x->rx_reserved += length;
+            m->own_data = 1;
+            eager_count(m, length);
         }
     }
     msg_done(m);
@@ -1476,6 +1489,7 @@ void kvp_xfer_msg_release(kvp_xfer_msg_h msg)
         kvp_free(msg->data);
     }
     msg->x->rx_reserved -= msg->reserved;
+    msg->x->eager_held -= msg->eager_bytes;
     msg->conn->held--;
     if (kvp_list_linked(&msg->order)) { /* dropped undelivered: the ones after it may go */
         kvp_list_del(&msg->order);

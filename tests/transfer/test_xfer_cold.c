@@ -9,9 +9,9 @@
  * connect: it never holds more than the budget in receive buffers (4 MiB each: three; the rest
  * wait for releases), and all ten then arrive intact, in order. Before, all ten came eager and
  * were held at once (30 MB), and later five, counted by their length (20 MiB of buffers). The
- * same ten from a sender that sends all eager (UCX_RNDV_THRESH=inf): the eager data held counts
- * in the budget, five are held and the rest refused ERR_BUSY (all ten were held before). Both
- * ends live in this process. */
+ * same ten from a sender that sends all eager (UCX_RNDV_THRESH=inf): eager messages over 1 MiB
+ * hold at most the budget's worth of data, five are held and the rest refused ERR_BUSY (all ten
+ * were held before). Both ends live in this process. */
 #include "kvpack/xfer.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -118,7 +118,7 @@ static void tx_sent(void *arg, kvp_status_t status)
     ((tx_t *)arg)->sent = status;
 }
 
-static kvp_xfer_h receiver(rx_t *r, size_t max_msg, uint16_t *port_p)
+static kvp_xfer_h receiver(rx_t *r, size_t max_msg, kvp_xfer_recv_cb_t cb, uint16_t *port_p)
 {
     kvp_xfer_params_t p;
     kvp_xfer_h        x;
@@ -126,7 +126,7 @@ static kvp_xfer_h receiver(rx_t *r, size_t max_msg, uint16_t *port_p)
     memset(&p, 0, sizeof(p));
     p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
     p.max_msg_bytes = max_msg;
-    p.recv_cb       = rx_recv;
+    p.recv_cb       = cb;
     p.cb_arg        = r;
     CHECK_OK(kvp_xfer_create(&p, &x));
     CHECK_OK(kvp_xfer_listen(x, "127.0.0.1", 0, port_p));
@@ -168,7 +168,7 @@ static void too_large_cold(const uint8_t *data, size_t len)
     kvp_status_t      got;
 
     memset(&r, 0, sizeof(r));
-    rx = receiver(&r, SMALL_MAX, &port);
+    rx = receiver(&r, SMALL_MAX, rx_recv, &port);
     memset(&p, 0, sizeof(p));
     p.field_mask = KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
     p.recv_cb    = tx_recv;
@@ -212,6 +212,24 @@ static void sent_count(void *arg, kvp_status_t status)
     n[status == KVP_OK ? 0 : 1]++;
 }
 
+/* A sender *tx_p connected to port that sends the FLOOD_N messages of data at once, counting their
+ * sends' outcomes in sent (OK, failed); returns the connection. */
+static kvp_xfer_conn_h flood_send(kvp_xfer_h *tx_p, uint16_t port, uint8_t *const *data,
+                                  int *sent)
+{
+    kvp_xfer_conn_h conn;
+
+    CHECK_OK(kvp_xfer_create(NULL, tx_p));
+    CHECK_OK(kvp_xfer_connect(*tx_p, "127.0.0.1", port, &conn));
+    for (int i = 0; i < FLOOD_N; i++) {
+        uint8_t        seq = (uint8_t)i;
+        kvp_xfer_iov_t iov = {data[i], FLOOD_LEN};
+
+        CHECK_ST(kvp_xfer_send(conn, &seq, 1, &iov, 1, sent_count, sent), KVP_INPROGRESS);
+    }
+    return conn;
+}
+
 /* Ten 3 MB messages right after connect, against a 16 MB budget the receiver fills by holding
  * them: their buffers never take more than that, and once it releases, all ten arrive in order. */
 static void flood_cold(uint8_t *const *data)
@@ -225,16 +243,9 @@ static void flood_cold(uint8_t *const *data)
 
     memset(&r, 0, sizeof(r));
     r.hold = 1;
-    rx = receiver(&r, FLOOD_MAX, &port);
-    CHECK_OK(kvp_xfer_create(NULL, &tx));
-    CHECK_OK(kvp_xfer_connect(tx, "127.0.0.1", port, &conn));
-    for (int i = 0; i < FLOOD_N; i++) {
-        uint8_t        seq = (uint8_t)i;
-        kvp_xfer_iov_t iov = {data[i], FLOOD_LEN};
-
-        CHECK_ST(kvp_xfer_send(conn, &seq, 1, &iov, 1, sent_count, sent), KVP_INPROGRESS);
-    }
-    end = kvp_time_s() + 20; /* bounds for a hang, not timing checks */
+    rx   = receiver(&r, FLOOD_MAX, rx_recv, &port);
+    conn = flood_send(&tx, port, data, sent);
+    end  = kvp_time_s() + 20; /* bounds for a hang, not timing checks */
     while (r.got < (int)FLOOD_FIT && sent[1] == 0 && kvp_time_s() < end) {
         kvp_xfer_progress(rx);
         kvp_xfer_progress(tx);
@@ -288,12 +299,11 @@ static void rx_hold_or_count(void *arg, kvp_xfer_conn_h conn, kvp_xfer_msg_h msg
 }
 
 /* The same ten 3 MB messages from a sender that sends everything eager (UCX_RNDV_THRESH=inf, as
- * a client of another build could): the eager data the receiver holds counts in its 16 MB budget,
- * so five are held and the rest refused ERR_BUSY. Before, all ten were held (30 MB: eager data
- * was counted nowhere, so one connection could hold 256 x max_msg). */
+ * a client of another build could): eager messages over 1 MiB hold at most 16 MB (the budget) at
+ * once, so five are held and the rest refused ERR_BUSY. Before, all ten were held (30 MB: eager
+ * data was counted nowhere, so one connection could hold 256 x max_msg). */
 static void eager_flood(uint8_t *const *data)
 {
-    kvp_xfer_params_t p;
     kvp_xfer_h        rx, tx;
     kvp_xfer_conn_h   conn;
     rx_t              r;
@@ -303,22 +313,9 @@ static void eager_flood(uint8_t *const *data)
 
     CHECK(setenv("UCX_RNDV_THRESH", "inf", 1) == 0); /* read as each context is made */
     memset(&r, 0, sizeof(r));
-    memset(&p, 0, sizeof(p));
-    p.field_mask    = KVP_XFER_PARAM_MAX_MSG | KVP_XFER_PARAM_RECV_CB | KVP_XFER_PARAM_CB_ARG;
-    p.max_msg_bytes = FLOOD_MAX;
-    p.recv_cb       = rx_hold_or_count;
-    p.cb_arg        = &r;
-    CHECK_OK(kvp_xfer_create(&p, &rx));
-    CHECK_OK(kvp_xfer_listen(rx, "127.0.0.1", 0, &port));
-    CHECK_OK(kvp_xfer_create(NULL, &tx));
-    CHECK_OK(kvp_xfer_connect(tx, "127.0.0.1", port, &conn));
-    for (int i = 0; i < FLOOD_N; i++) {
-        uint8_t        seq = (uint8_t)i;
-        kvp_xfer_iov_t iov = {data[i], FLOOD_LEN};
-
-        CHECK_ST(kvp_xfer_send(conn, &seq, 1, &iov, 1, sent_count, sent), KVP_INPROGRESS);
-    }
-    end = kvp_time_s() + 30; /* a bound for a hang, not a timing check */
+    rx   = receiver(&r, FLOOD_MAX, rx_hold_or_count, &port);
+    conn = flood_send(&tx, port, data, sent);
+    end  = kvp_time_s() + 30; /* a bound for a hang, not a timing check */
     while (r.got + (int)r.sent < FLOOD_N && kvp_time_s() < end) {
         kvp_xfer_progress(rx);
         kvp_xfer_progress(tx);
