@@ -56,6 +56,8 @@ struct kvp_nccl_link {
     ncclComm_t      comm;
     cudaStream_t    stream;
     int             have_stream;
+    cudaEvent_t     after_default; /* orders the link's stream after the default stream */
+    int             have_event;
     kvp_cuda_check_h check;     /* the receiver's GPU page check: scratch made at set-up */
     uint64_t        batch_id;   /* the last batch this side sent */
     kvp_status_t    said;       /* the last control message's send: INPROGRESS until done */
@@ -439,6 +441,25 @@ static kvp_status_t link_poll(kvp_nccl_link_h link, uint64_t deadline, int what_
     }
 }
 
+/* The link's stream is non-blocking: it would not wait for the legacy default stream, where a
+ * caller's cudaMemcpy from pageable memory may not have landed yet when it returns, or a kernel
+ * of its may still write (send) or read (recv) the pages. So each batch's NCCL calls wait for
+ * what was queued there before them (on the GPU; the host does not block). */
+static kvp_status_t after_default_stream(kvp_nccl_link_h link, const char *what)
+{
+    cudaError_t e = cudaEventRecord(link->after_default, cudaStreamLegacy);
+
+    if (e == cudaSuccess) {
+        e = cudaStreamWaitEvent(link->stream, link->after_default, 0);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return link_fail(link, KVP_ERR_DEVICE, "%s: ordering after the default stream: %s", what,
+                         cudaGetErrorString(e));
+    }
+    return KVP_OK;
+}
+
 static kvp_status_t comm_init(kvp_nccl_link_h link, int rank, uint64_t deadline)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -452,6 +473,10 @@ static kvp_status_t comm_init(kvp_nccl_link_h link, int rank, uint64_t deadline)
     if (e == cudaSuccess) {
         e = cudaStreamCreateWithFlags(&link->stream, cudaStreamNonBlocking);
         link->have_stream = e == cudaSuccess;
+    }
+    if (e == cudaSuccess) {
+        e = cudaEventCreateWithFlags(&link->after_default, cudaEventDisableTiming);
+        link->have_event = e == cudaSuccess;
     }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -520,6 +545,9 @@ void kvp_nccl_link_destroy(kvp_nccl_link_h link)
         ncclCommDestroy(link->comm);
     }
     kvp_cuda_check_destroy(link->check); /* a check still queued: waited for (a finite kernel) */
+    if (link->have_event) {
+        cudaEventDestroy(link->after_default);
+    }
     if (link->have_stream) {
         cudaStreamDestroy(link->stream);
     }
@@ -811,6 +839,9 @@ kvp_status_t kvp_nccl_link_send(kvp_nccl_link_h link, const void *const *pages,
     if (st != KVP_OK) {
         return st; /* nothing moved: the link goes on */
     }
+    if (after_default_stream(link, "sending pages") != KVP_OK) {
+        return link->broken;
+    }
     ncclGroupStart();
     for (uint32_t i = 0; i < n; i++) {
         r = ncclSend(pages[i], lens[i], ncclUint8, 1 - link->rank, link->comm, link->stream);
@@ -915,6 +946,13 @@ kvp_status_t kvp_nccl_link_recv(kvp_nccl_link_h link, void *buf, size_t cap, uin
     if (pst == NULL) {
         kvp_wire_link_clear(&b);
         return link_fail(link, KVP_ERR_NO_MEMORY, "receiving a batch");
+    }
+    if (after_default_stream(link, "receiving pages") != KVP_OK) {
+        if (pst != page_status) {
+            kvp_free(pst);
+        }
+        kvp_wire_link_clear(&b);
+        return link->broken;
     }
     ncclGroupStart();
     r = ncclSuccess;

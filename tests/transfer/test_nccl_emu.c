@@ -18,7 +18,9 @@
  *     unusable; a receiver destroyed before it answers is PEER_GONE on the sender; a GPU check
  *     that never finishes is TIMEOUT on the receiver within the shorter of its deadline and the
  *     sender's budget, PEER_GONE on the sender
- *   no communicator or allocation left behind. */
+ *   no communicator or allocation left behind; every ncclSend/ncclRecv on a stream ordered after
+ *     the default stream (cudaStreamWaitEvent), so a caller's cudaMemcpy or kernel there is done
+ *     with the pages first. */
 #include "kvpack/xfer_nccl.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
@@ -475,6 +477,9 @@ int main(void)
     failures(h, lens, total);
     slow_check(h, lens, total);
     EXPECT(kvp_nccl_emu_live() == 0, "%d communicators left", kvp_nccl_emu_live());
+    EXPECT(kvp_nccl_emu_unordered() == 0, "%d NCCL operations on a stream not ordered after the "
+           "default stream (a caller's copy or kernel there could still be writing or reading "
+           "the pages)", kvp_nccl_emu_unordered());
     EXPECT(kvp_alloc_live_count() == live0, "%lld allocations left",
            (long long)(kvp_alloc_live_count() - live0));
     free(h);

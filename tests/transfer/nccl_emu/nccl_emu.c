@@ -17,7 +17,14 @@
 
 struct kvp_emu_stream {
     int pending; /* operations posted on it, not yet copied */
+    int ordered; /* it waited for an event recorded on the default stream */
 };
+
+struct kvp_emu_event {
+    int on_default; /* last recorded on cudaStreamLegacy */
+};
+
+static int unordered; /* NCCL operations posted on a stream not ordered after the default one */
 
 typedef struct op {
     int                    send;
@@ -130,6 +137,44 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     free(s);
     return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    *e = calloc(1, sizeof(**e));
+    return *e != NULL ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    e->on_default = s == cudaStreamLegacy;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    s->ordered = s->ordered || e->on_default;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+int kvp_nccl_emu_unordered(void)
+{
+    int n;
+
+    pthread_mutex_lock(&mu);
+    n = unordered;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 /* ---- NCCL ---- */
@@ -292,6 +337,7 @@ static ncclResult_t post(int send, void *buf, size_t n, ncclDataType_t type, int
     }
     *tail = o;
     stream->pending++;
+    unordered += !stream->ordered;
     match(p, 0);
     match(p, 1);
     pthread_mutex_unlock(&mu);

@@ -9,7 +9,10 @@
  * prefill, 1 decode) under the deadline.
  * A batch: the sender names the pages' lengths, the receiver posts its receives (or refuses a
  * batch that does not fit its buffer: KVP_ERR_TOO_LARGE on both sides, nothing moved), the
- * bytes go by ncclSend/ncclRecv on the link's stream, the receiver checks every page's CRC32C
+ * bytes go by ncclSend/ncclRecv on the link's stream (ordered after the work queued on the legacy
+ * default stream before the call, so a caller's cudaMemcpy or kernel there is done with the pages
+ * first; work on the caller's own other streams must be finished or ordered by the caller), the
+ * receiver checks every page's CRC32C
  * on its GPU (kvpack/crc_cuda.h) and acks each page's status: a page that failed is
  * KVP_ERR_CORRUPT on both sides, never returned as good. Either side may send and receive, one
  * batch at a time (both sending at once is KVP_ERR_PROTOCOL).
