@@ -113,6 +113,9 @@ typedef struct {
     uint32_t          resumes;
     uint32_t          resumes_lost;   /* several nodes: no node that held the previous turn was
                                        * reachable (then the request goes on without it) */
+    uint32_t          fetches_lost;   /* several nodes: the get right after the request's put
+                                       * found none of the nodes it went to (they died between);
+                                       * the request goes on, its session counted as put */
     uint64_t          bytes_put, bytes_put_fp16, bytes_fetched, bytes_fetched_fp16;
     uint64_t          bytes_resumed;
     double            encode_s, wall_s, behind_max_ms; /* encode_s: summed over clients */
@@ -154,7 +157,8 @@ void kvp_lt_took(kvp_lt_sample_t *s, kvp_lt_result_t *res, const kvp_lt_req_t *r
  * missing pages, record on each); get and resume from the first in rank that has it. With several
  * nodes, a node found unreachable is counted in res->nodes[].failures and skipped by that client
  * for the rest of the run, and a resume that finds no reachable node holding the previous turn
- * is counted in res->resumes_lost (the request goes on). The first other failure (or a request
+ * is counted in res->resumes_lost (the request goes on), as is in res->fetches_lost the get
+ * after a put whose every node died in between. The first other failure (or a request
  * no node took) stops every client and is reported once, naming the request; res->done says how
  * many requests completed. Then,
  * with p->delete_sessions, the sessions it put are deleted from the nodes, also after a failure

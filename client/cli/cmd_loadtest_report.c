@@ -360,6 +360,7 @@ void kvp_lt_report_json(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
     kvp_json_int(&j, "sessions_fetched", t.get.n);
     kvp_json_int(&j, "resumes", res->resumes);
     kvp_json_int(&j, "resumes_lost", res->resumes_lost);
+    kvp_json_int(&j, "fetches_lost", res->fetches_lost);
     kvp_json_int(&j, "pages_put", (int64_t)t.pages_put);
     kvp_json_int(&j, "bytes_put", (int64_t)res->bytes_put);
     kvp_json_int(&j, "bytes_put_fp16_equiv", (int64_t)res->bytes_put_fp16);
@@ -465,6 +466,10 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
            res->wall_s, t.reqs / res->wall_s, res->resumes);
     if (res->resumes_lost > 0) {
         printf(", %u resumes lost (no node holding the previous turn answered)", res->resumes_lost);
+    }
+    if (res->fetches_lost > 0) {
+        printf(", %u gets lost (the nodes that took the put died before the get)",
+               res->fetches_lost);
     }
     printf("\n");
     if (info->params->clients > 1) {

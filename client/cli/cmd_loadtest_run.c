@@ -498,6 +498,15 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
     t0 = kvp_time_ns();
     st = cluster_get(e, sid, &sp);
     s->get_ms = ms_since(t0);
+    if (st != KVP_OK && n > 1 && kvp_cluster_status_unreachable(st)) {
+        /* the nodes that just took the session died since (one replica, its node killed between
+         * the put and this get): the session stays counted as put there, so the next turn's
+         * resume finds it lost; the run goes on (it used to stop here) */
+        kvp_session_pages_free(sp);
+        res->fetches_lost++;
+        e->sess_chunks[r->session] = nc;
+        return 0;
+    }
     if (st != KVP_OK) {
         return fail(e, r, i, "get", st);
     }
@@ -740,6 +749,7 @@ static void lt_merge(kvp_lt_result_t *res, const kvp_lt_result_t *part)
 {
     res->resumes += part->resumes;
     res->resumes_lost += part->resumes_lost;
+    res->fetches_lost += part->fetches_lost;
     res->bytes_put += part->bytes_put;
     res->bytes_put_fp16 += part->bytes_put_fp16;
     res->bytes_fetched += part->bytes_fetched;
