@@ -224,30 +224,39 @@ static void order_send(kvp_xfer_conn_h conn, kvp_wire_op_t op, uint64_t id, cons
     kvp_free(hdr);
 }
 
+/* A node (4 workers) whose segment reads wait at gate (a file in its dir, made by touch), holding
+ * one cold session "cold" (put, then spilled: its pages only on disk). */
+static void gated_node_with_cold(test_node_t *n, char *gate, size_t gate_len,
+                                 test_session_t *cold)
+{
+    kvp_client_h c;
+
+    memset(n, 0, sizeof(*n));
+    test_node_mkdir(n);
+    snprintf(gate, gate_len, "%s/gate", n->dir);
+    CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
+    CHECK(setenv("KVP_TEST_GATE", gate, 1) == 0);
+    test_node_start(n, "--workers=4");
+    node_pid = n->pid;
+    CHECK(unsetenv("LD_PRELOAD") == 0);
+    test_session_make(cold, 3, 4, 0, 21);
+    c = test_client(n->addr, 60000);
+    CHECK_ST(test_session_put(c, NS, "cold", cold), KVP_OK);
+    CHECK_ST(kvp_client_spill(c, NS, "cold"), KVP_OK);
+    kvp_client_destroy(c);
+}
+
 static void run_order(void)
 {
     test_node_t       n;
     test_session_t    cold;
     char              gate[300];
-    kvp_client_h      c;
     kvp_xfer_params_t xp;
     kvp_xfer_h        x;
     order_t           o;
     double            end;
 
-    memset(&n, 0, sizeof(n));
-    test_node_mkdir(&n);
-    snprintf(gate, sizeof(gate), "%s/gate", n.dir);
-    CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
-    CHECK(setenv("KVP_TEST_GATE", gate, 1) == 0);
-    test_node_start(&n, "--workers=4");
-    node_pid = n.pid;
-    CHECK(unsetenv("LD_PRELOAD") == 0);
-    test_session_make(&cold, 3, 4, 0, 21);
-    c = test_client(n.addr, 60000);
-    CHECK_ST(test_session_put(c, NS, "cold", &cold), KVP_OK);
-    CHECK_ST(kvp_client_spill(c, NS, "cold"), KVP_OK);
-    kvp_client_destroy(c);
+    gated_node_with_cold(&n, gate, sizeof(gate), &cold);
 
     memset(&o, 0, sizeof(o));
     memset(&xp, 0, sizeof(xp));
@@ -356,23 +365,10 @@ static void run_append(void)
     test_node_t    n;
     test_session_t cold;
     char           gate[300];
-    kvp_client_h   c;
     append_job_t   held = {0};
     pthread_t      tid;
 
-    memset(&n, 0, sizeof(n));
-    test_node_mkdir(&n);
-    snprintf(gate, sizeof(gate), "%s/gate", n.dir);
-    CHECK(setenv("LD_PRELOAD", GATE_PRELOAD_PATH, 1) == 0);
-    CHECK(setenv("KVP_TEST_GATE", gate, 1) == 0);
-    test_node_start(&n, "--workers=4");
-    node_pid = n.pid;
-    CHECK(unsetenv("LD_PRELOAD") == 0);
-    test_session_make(&cold, 3, 4, 0, 21);
-    c = test_client(n.addr, 60000);
-    CHECK_ST(test_session_put(c, NS, "cold", &cold), KVP_OK);
-    CHECK_ST(kvp_client_spill(c, NS, "cold"), KVP_OK);
-    kvp_client_destroy(c);
+    gated_node_with_cold(&n, gate, sizeof(gate), &cold);
 
     held.addr = n.addr;
     held.sid  = "cold";
