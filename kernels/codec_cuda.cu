@@ -368,9 +368,19 @@ extern "C" int kvp_cuda_available(void)
     cudaFuncAttributes  fa;
 
     /* a device, and code for it in this build: a GPU older than the architectures built for
-     * (CMAKE_CUDA_ARCHITECTURES, 90 by default) has none, and every launch would fail */
+     * (CMAKE_CUDA_ARCHITECTURES, 90 by default) has none, and every launch would fail. Asking
+     * for every kernel's attributes also loads them now, not lazily at a first launch that could
+     * wait behind another library's kernels (NCCL's) for the context */
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
-        cudaFuncGetAttributes(&fa, k_rot_rows) != cudaSuccess) {
+        cudaFuncGetAttributes(&fa, k_rot_rows) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_chan_encode) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_chan_decode) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_tok_encode) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_tok_decode) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_oscar_norm) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_scale_rows) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_kvarn) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, k_kvarn_deq) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }

@@ -164,6 +164,14 @@ extern "C" kvp_status_t kvp_cuda_check_create(uint32_t max_pages, kvp_cuda_check
     }
     c->cap = max_pages;
     cap    = max_pages;
+    /* the kernel loaded now (CUDA loads kernels lazily, on first launch, by default since 12.2):
+     * a first launch from the link's first receive would load it under the context lock and
+     * wait for the device to drain, behind another communicator's NCCL kernel in flight */
+    {
+        cudaFuncAttributes fa;
+
+        CUDA_TRY(cudaFuncGetAttributes(&fa, k_crc32c));
+    }
     CUDA_TRY(cudaMalloc((void **)&c->scratch,
                         cap * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(int32_t))));
     CUDA_TRY(cudaMallocHost((void **)&c->pinned,
