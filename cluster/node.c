@@ -597,9 +597,12 @@ static void job_handle(node_t *n, node_job_t *job)
     }
     if (job->bad != KVP_OK) {
         reply_status(job, &rep, job->bad,
-                     job->bad == KVP_ERR_BUSY ? "requests queued on this connection"
+                     job->bad == KVP_ERR_BUSY
+                         ? "requests queued on this connection, or eager data over this node's "
+                           "budget"
                      : job->bad == KVP_ERR_TOO_LARGE
-                         ? "request over this node's --max-msg (lower the client's batch_bytes)"
+                         ? "request over this node's --max-msg (lower the client's batch_bytes), "
+                           "or a header over 64 KiB"
                      : kvp_xfer_msg_status(job->msg) != KVP_OK ? "request data"
                                                                : "malformed request");
         return;

@@ -254,24 +254,30 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
 size_t kvp_tier_victims_unnamed(kvp_tier_t *t, const uint64_t *ids, size_t nids,
                                 const kvp_tier_loc_t *locs, size_t n)
 {
-    size_t fixed = 0;
+    size_t   fixed = 0;
+    uint64_t named = 0; /* bit j: a page names ids[j] (locs sorted by segment: one pass) */
 
-    pthread_mutex_lock(&t->mu);
-    for (size_t j = 0; j < nids; j++) {
-        size_t  i = 0;
-        int64_t bytes;
-
-        while (i < n && locs[i].seg != ids[j]) {
-            i++;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < nids && j < 64; j++) {
+            named |= (uint64_t)(locs[i].seg == ids[j]) << j;
         }
-        if (i == n && (bytes = kvp_segs_unnamed_dead(t->segs, ids[j])) > 0) {
-            KVP_LOG_WARN(MOD, "db %s: segment %" PRIu64 ": %" PRId64 " bytes counted live but no "
-                         "page names them (an earlier commit short of memory); counted dead, the "
-                         "file goes", t->path, ids[j], bytes);
+    }
+    for (size_t j = 0; j < nids && j < 64; j++) {
+        int64_t bytes = 0;
+
+        if (named & (1ull << j)) {
+            continue;
+        }
+        pthread_mutex_lock(&t->mu);
+        bytes = kvp_segs_unnamed_dead(t->segs, ids[j]);
+        tier_unlock(t);
+        if (bytes > 0) {
+            KVP_LOG_WARN(MOD, "db %s: segment %016" PRIx64 ": %" PRId64 " bytes counted live but "
+                         "no page names them (an earlier commit short of memory); counted dead, "
+                         "the file goes", t->path, ids[j], bytes);
             fixed++;
         }
     }
-    tier_unlock(t);
     return fixed;
 }
 

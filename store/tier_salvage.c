@@ -13,9 +13,10 @@
  *   4. SALVAGE is removed, then the side db.
  * A stop before 2 leaves the index as it was (the next open removes the side db); after 2, the
  * next open runs 3 and 4 again (tier_salvage_resume), and fails, keeping the mark and the side
- * db, while the side db does not open (the stopped run may have dropped the index already). Damage to a block's structure can stop even
- * an unchecked walk: the walk goes on from the first key of the next SST file of that column
- * family, and the records between are lost (counted in rebuild_lost, logged).
+ * db, while the side db does not open (the stopped run may have dropped the index already).
+ * Damage to a block's structure can stop even an unchecked walk: the walk goes on from the first
+ * key of the next SST file of that column family, and the records between are lost (counted in
+ * rebuild_lost, logged).
  * Main flow: kvp_tier_open / tier_reopen_rebuild (tier_rocksdb.c) -> tier_index_check -> tier_index_rebuild
  * (copy_out, mark, copy_back). */
 #include "tier_int.h"
@@ -272,7 +273,7 @@ static kvp_status_t flush_all(rocksdb_t *db, rocksdb_column_family_handle_t **cf
  * column family was dropped, a failure leaves the index partial: at open the open fails (the mark
  * stays, the next open tries again); in a running process, which must not serve from it nor take
  * writes a later copy back would drop, the process stops. */
-static kvp_status_t copy_back(kvp_tier_t *t)
+static kvp_status_t copy_back(kvp_tier_t *t, bool resuming)
 {
     rocksdb_column_family_handle_t *scf[t->ncfs];
     rocksdb_t                      *side = side_open(t, scf, false);
@@ -282,7 +283,7 @@ static kvp_status_t copy_back(kvp_tier_t *t)
     bool                            dropped = false;
     char                            buf[4096], *err = NULL;
 
-    if (side == NULL && !t->opened) {
+    if (side == NULL && resuming) {
         /* resuming at open: the stopped run may have dropped the column families already, so
          * the copy is the only whole index. Going on without it would lose every session and,
          * at the sweep, every segment file; the open fails, keeping both, and the next tries
@@ -295,9 +296,9 @@ static kvp_status_t copy_back(kvp_tier_t *t)
                       MARK_FILE, t->path, SIDE_DIR);
         return KVP_ERR_IO;
     }
-    if (side == NULL) { /* in a running rebuild, nothing dropped yet: the index stays as it is,
-                         * the mark must go (a later open would otherwise drop whatever is
-                         * written after this) */
+    if (side == NULL) { /* a rebuild of this process (at open or running), nothing dropped yet:
+                         * the index stays as it is, the mark must go (a later open would
+                         * otherwise drop whatever is written after this) */
         KVP_LOG_ERROR(MOD, "db %s: the index rebuild's copy does not open: the index is used as "
                       "it is", t->path);
         if (unlink(join(buf, sizeof(buf), t->path, MARK_FILE)) != 0 || sync_dir(t->path) != KVP_OK) {
@@ -305,7 +306,7 @@ static kvp_status_t copy_back(kvp_tier_t *t)
             abort();
         }
         side_remove(t);
-        return KVP_ERR_IO;
+        return t->opened ? KVP_ERR_IO : KVP_OK; /* at open: go on with the index as it is */
     }
     ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_fill_cache(ro, 0);
@@ -400,7 +401,7 @@ kvp_status_t tier_index_rebuild(kvp_tier_t *t)
     close(fd);
     status = sync_dir(t->path);
     /* 3 and 4 */
-    return status == KVP_OK ? copy_back(t) : status;
+    return status == KVP_OK ? copy_back(t, false) : status;
 }
 
 kvp_status_t tier_salvage_resume(kvp_tier_t *t)
@@ -410,13 +411,13 @@ kvp_status_t tier_salvage_resume(kvp_tier_t *t)
 
     if (stat(join(buf, sizeof(buf), t->path, MARK_FILE), &sb) == 0) {
         KVP_LOG_WARN(MOD, "db %s: finishing an index rebuild a stop interrupted", t->path);
-        if (stat(join(buf, sizeof(buf), t->path, SIDE_DIR), &sb) != 0) {
+        if (stat(join(buf, sizeof(buf), t->path, SIDE_DIR), &sb) != 0 && errno == ENOENT) {
             KVP_LOG_ERROR(MOD, "db %s: the rebuild's copy %s is gone: the index is used as it is "
                           "(sessions it lacks are reported missing)", t->path, buf);
             join(buf, sizeof(buf), t->path, MARK_FILE);
             return unlink(buf) == 0 ? sync_dir(t->path) : KVP_ERR_IO;
         }
-        return copy_back(t);
+        return copy_back(t, true); /* a copy there that does not open fails the open */
     }
     if (stat(join(buf, sizeof(buf), t->path, SIDE_DIR), &sb) == 0) {
         KVP_LOG_INFO(MOD, "db %s: removing an index rebuild's copy a stop left unfinished (the "

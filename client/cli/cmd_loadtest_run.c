@@ -503,6 +503,7 @@ static int lt_request(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_
          * the put and this get): the session stays counted as put there, so the next turn's
          * resume finds it lost; the run goes on (it used to stop here) */
         kvp_session_pages_free(sp);
+        s->get_ms = NAN; /* not a fetch: out of sessions_fetched and the get percentiles */
         res->fetches_lost++;
         e->sess_chunks[r->session] = nc;
         return 0;

@@ -14,7 +14,12 @@
 
 /* Resident memory under a sanitizer (the node is built the same way) measures its quarantine and
  * shadow, not kvpackd: the RSS bounds are checked only without one. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KVP_TEST_SANITIZED 1 /* clang */
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(KVP_TEST_SANITIZED)
 #define RSS_CHECKED 0
 #else
 #define RSS_CHECKED 1

@@ -606,7 +606,8 @@ static void case_side_locked(const char *dir)
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
         int          fd = open(lockp, O_RDWR);
 
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || fd < 0 || fcntl(fd, F_SETLK, &fl) != 0 || write(pfd[1], "x", 1) != 1) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || fd < 0 || fcntl(fd, F_SETLK, &fl) != 0 ||
+            write(pfd[1], "x", 1) != 1) {
             _exit(3);
         }
         pause();

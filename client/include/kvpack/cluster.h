@@ -182,7 +182,9 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
  * from open; a node that left an etcd list meanwhile is reported as index kvp_cluster_size);
  * else the first ranked failure. The also nodes never decide the status: also_status[i] (may be
  * NULL; one per also node) gets each one's (an also node that is also ranked: the ranked
- * stream's). One session per stream, used by one thread (the cluster handle's): a push or finish
+ * stream's). After a push returned such an error, finish writes no record anywhere: it returns
+ * that status, the report empty and every also_status that status. One session per stream,
+ * used by one thread (the cluster handle's): a push or finish
  * after its finish is KVP_ERR_INVALID. */
 #define KVP_CLUSTER_STREAM_ALSO_MAX 8u
 typedef struct kvp_cluster_stream *kvp_cluster_stream_h;

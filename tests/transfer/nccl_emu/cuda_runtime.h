@@ -1,7 +1,8 @@
 /* cuda_runtime.h (test stand-in, C) - the few CUDA runtime calls transfer/xfer_nccl.c makes, so
  * transfer.nccl_emu can run that file on a CPU: a device count the test sets (or "no driver"),
  * device properties, streams that know how many NCCL operations (nccl_emu.c) they still
- * wait for, and events that only record whether a stream was ordered after the default stream. Device memory is host memory. Every name is mapped to kvp_emu_* so nothing here can
+ * wait for, and events that only record whether a stream was ordered after the default
+ * stream. Device memory is host memory. Every name is mapped to kvp_emu_* so nothing here can
  * meet the real runtime at link time. This checks kvpack's logic, not CUDA. */
 #ifndef KVP_NCCL_EMU_CUDA_RUNTIME_H
 #define KVP_NCCL_EMU_CUDA_RUNTIME_H

@@ -65,9 +65,9 @@ void kvp_nccl_emu_stall(int on);                  /* 1: posted sends never move 
 void kvp_nccl_emu_corrupt(unsigned skip, size_t byte); /* after skip more transfers, the next one
                                                         * arrives with byte (clamped) flipped */
 int  kvp_nccl_emu_live(void);                     /* communicators not yet destroyed/aborted */
-int  kvp_nccl_emu_unordered(void);  /* NCCL operations posted on a stream that never waited for
+int  kvp_nccl_emu_unordered(void);  /* NCCL operations posted on a stream that did not wait for
                                      * the default stream (cudaStreamWaitEvent on an event
-                                     * recorded on cudaStreamLegacy) */
+                                     * recorded on cudaStreamLegacy) since its last group */
 void kvp_nccl_emu_init_lag(int rank, unsigned ms); /* rank's non-blocking init stays in progress
                                                     * ms after both ranks joined (default 0) */
 

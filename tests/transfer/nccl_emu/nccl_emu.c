@@ -25,6 +25,7 @@ struct kvp_emu_event {
 };
 
 static int unordered; /* NCCL operations posted on a stream not ordered after the default one */
+static __thread struct kvp_emu_stream *group_stream; /* the stream of this thread's group */
 
 typedef struct op {
     int                    send;
@@ -295,7 +296,18 @@ static void comm_free(ncclComm_t comm)
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return comm_free(comm), ncclSuccess; }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { return comm_free(comm), ncclSuccess; }
 ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+
+/* a group's stream must wait for the default stream again before the next group's operations */
+ncclResult_t ncclGroupEnd(void)
+{
+    if (group_stream != NULL) {
+        pthread_mutex_lock(&mu);
+        group_stream->ordered = 0;
+        pthread_mutex_unlock(&mu);
+        group_stream = NULL;
+    }
+    return ncclSuccess;
+}
 
 /* Copy every send of rank r that its peer has a receive for, in order (under mu). */
 static void match(pair_t *p, int r)
@@ -338,6 +350,7 @@ static ncclResult_t post(int send, void *buf, size_t n, ncclDataType_t type, int
     *tail = o;
     stream->pending++;
     unordered += !stream->ordered;
+    group_stream = stream;
     match(p, 0);
     match(p, 1);
     pthread_mutex_unlock(&mu);
