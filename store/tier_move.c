@@ -255,7 +255,7 @@ size_t kvp_tier_victims_unnamed(kvp_tier_t *t, const uint64_t *ids, size_t nids,
                                 const kvp_tier_loc_t *locs, size_t n)
 {
     size_t   fixed = 0;
-    uint64_t named = 0; /* bit j: a page names ids[j] (locs sorted by segment: one pass) */
+    uint64_t named = 0; /* bit j: a page names ids[j] (ids past 64 are left as they are) */
 
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < nids && j < 64; j++) {
