@@ -132,6 +132,17 @@ static void dst_release(kvp_cluster_stream_h s, dst_t *d, int keep)
     d->st = NULL;
 }
 
+/* Close every destination's stream, none kept (a stream not finished, or stopped). */
+static void dsts_release_all(kvp_cluster_stream_h s)
+{
+    for (uint32_t i = 0; i < s->n_ranked; i++) {
+        dst_release(s, &s->ranked[i], 0);
+    }
+    for (uint32_t j = 0; j < s->n_also; j++) {
+        dst_release(s, &s->also[j], 0);
+    }
+}
+
 /* Remember the pushed pointers (for a replacement at finish). */
 static kvp_status_t keep_pages(kvp_cluster_stream_h s, const void *const *pages, const size_t *lens,
                                size_t n)
@@ -410,9 +421,7 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
         KVP_LOG_ERROR(MOD, "stream finish: session %s not written: a push failed (%s)", s->sid,
                       kvp_status_str(s->stop));
         (void)kvp_cluster_route_begin(c, 0, s->ns, NULL, report, &rt); /* an empty report */
-        for (uint32_t i = 0; i < s->n_ranked + s->n_also; i++) {
-            dst_release(s, i < s->n_ranked ? &s->ranked[i] : &s->also[i - s->n_ranked], 0);
-        }
+        dsts_release_all(s);
         for (uint32_t j = 0; also_status != NULL && j < s->n_also; j++) {
             also_status[j] = s->stop;
         }
@@ -472,12 +481,7 @@ void kvp_cluster_stream_close(kvp_cluster_stream_h s)
     if (s == NULL) {
         return;
     }
-    for (uint32_t i = 0; i < s->n_ranked; i++) {
-        dst_release(s, &s->ranked[i], 0); /* not finished: nothing of it is kept */
-    }
-    for (uint32_t j = 0; j < s->n_also; j++) {
-        dst_release(s, &s->also[j], 0);
-    }
+    dsts_release_all(s); /* not finished: nothing of it is kept (after finish: no-ops) */
     kvp_free(s->pages);
     kvp_free(s->lens);
     kvp_free(s);

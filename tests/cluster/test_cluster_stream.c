@@ -468,6 +468,34 @@ int main(void)
     }
     lm.pp[1] = ts.pages[1 * ts.layers + 0];
     kvp_free(bad);
+
+    /* a page cut short: a refusal every node shares (BAD_PAGE) stops the stream once a push sees
+     * it; finish then writes the record nowhere and says so for the also node too */
+    {
+        size_t       keep = lm.ll[1];
+        kvp_status_t ps   = KVP_OK;
+
+        lm.ll[1] = keep - 8; /* the node, not the client, finds it short */
+        CHECK_OK(kvp_cluster_stream_open(cl, NS, "cut", D, &st));
+        push_layers(st, &ts, &lm, 0, 1, KVP_OK);
+        for (int k = 0; k < 2000 && ps == KVP_OK; k++) { /* the refusal comes back on its own */
+            ps = kvp_cluster_stream_push(st, NULL, NULL, 0);
+            if (ps == KVP_OK) {
+                usleep(5000);
+            }
+        }
+        CHECK_ST(ps, KVP_ERR_BAD_PAGE);
+        CHECK_ST(kvp_cluster_stream_push(st, lm.pp, lm.ll, 1), KVP_ERR_BAD_PAGE); /* stays */
+        as[0] = KVP_OK;
+        CHECK_ST(finish_last(st, &ts, &lm, &rep, as), KVP_ERR_BAD_PAGE);
+        CHECK(rep.n_ok == 0 && rep.n_tried == 0 && as[0] == KVP_ERR_BAD_PAGE);
+        CHECK_ST(finish_last(st, &ts, &lm, &rep, as), KVP_ERR_INVALID); /* one finish only */
+        kvp_cluster_stream_close(st);
+        for (int i = 0; i < 4; i++) {
+            CHECK(node_lacks(n[i].addr, "cut"));
+        }
+        lm.ll[1] = keep;
+    }
     oom_first(oom.addr, KVP_ERR_NO_MEMORY, D, &ts, &lm);
     oom_first(big.addr, KVP_ERR_TOO_LARGE, D, &ts, &lm);
     CHECK(test_node_stop(&oom, SIGKILL) == 128 + SIGKILL);
