@@ -385,13 +385,14 @@ static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_
     out->sessions = kvp_calloc(total + 1u, sizeof(*out->sessions), "cluster list");
     out->holders  = kvp_calloc(total + 1u, sizeof(*out->holders), "cluster holders");
     out->damaged  = kvp_calloc(total + 1u, sizeof(*out->damaged), "cluster damaged");
+    out->on_disk  = kvp_calloc(total + 1u, sizeof(*out->on_disk), "cluster on disk");
     if (vers) {
         out->versions = kvp_calloc((size_t)(total + 1u) * out->stride, sizeof(uint64_t),
                                    "cluster versions");
         out->deleted  = kvp_calloc(total + 1u, sizeof(*out->deleted), "cluster tombstones");
     }
     if (all == NULL || out->sessions == NULL || out->holders == NULL || out->damaged == NULL ||
-        (vers && (out->versions == NULL || out->deleted == NULL))) {
+        out->on_disk == NULL || (vers && (out->versions == NULL || out->deleted == NULL))) {
         kvp_free(all);
         return KVP_ERR_NO_MEMORY;
     }
@@ -421,6 +422,7 @@ static kvp_status_t list_merge(kvp_cluster_h c, kvp_session_list_t **ls, uint32_
         } else {
             out->holders[out->n - 1] |= bit;
             out->damaged[out->n - 1] |= all[j].info.damaged ? bit : 0;
+            out->on_disk[out->n - 1] |= (all[j].info.where & KVP_SESSION_ON_DISK) ? bit : 0;
         }
         if (vers) {
             out->versions[(size_t)(out->n - 1) * out->stride + all[j].node] = all[j].info.version;
@@ -842,6 +844,7 @@ void kvp_cluster_list_free(kvp_cluster_list_t *list)
         kvp_free(list->sessions);
         kvp_free(list->holders);
         kvp_free(list->damaged);
+        kvp_free(list->on_disk);
         kvp_free(list->versions);
         kvp_free(list->deleted);
         kvp_free(list);

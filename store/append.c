@@ -256,12 +256,14 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         nd.n_tail      = rem ? a->layers : 0;
         nd.tail_len    = rem ? w.tail_len : 0;
         nd.tail        = rem ? w.tail : NULL;
-        /* an append keeps the record's version; one that creates the session stamps it with the
-         * node's clock, as a put without a version does (version 0 would lose to any put or
-         * delete, and could not follow a tombstone) */
+        /* an append without a version stamps the record with the node's clock, as a put
+         * without one does, and above the version it appends to: it is a write, and a copy
+         * elsewhere without it must not look the same to repair (it kept the version, and
+         * repair dropped the longer copy as a duplicate of the shorter one) */
+        uint64_t wall    = kvp_store_wall_ns();
         uint64_t version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
-                           : exists                                  ? got.version
-                                                                     : kvp_store_wall_ns();
+                           : exists && got.version >= wall           ? got.version + 1
+                                                                     : wall;
         /* on what was read: a put, delete or append that landed since is not overwritten */
         kvp_sess_expect_t read = {exists, got.version};
 

@@ -4,7 +4,8 @@
  * nodes decides (last writer wins; a tombstone wins a tie): a tombstone deletes every copy; else a
  * target without the newest version gets it (fetched from a holder of it, pages CRC-checked, put
  * at that same version: an older copy there is replaced), and copies outside the targets are
- * dropped (no tombstone) only after every target holds it and answered just before.
+ * dropped (no tombstone) only after every target passed target_check just before: not
+ * restarted, on disk where a surplus copy was, and read back whole at that version or newer.
  * --watch (cmd_repair_watch.c) runs passes as an agent.
  * Flow: kvp_cmd_repair -> kvp_repair_pass | kvp_repair_watch -> kvp_repair_pass -> repair_plan ->
  * repair_session (copy_all, drop_surplus). Test hooks: KVP_REPAIR_STOP_AFTER=N stops the process
@@ -51,6 +52,7 @@ typedef struct {
     const kvp_session_info_t *e;
     uint64_t                  holders, targets, copy_to, delete_from;
     uint64_t                  damaged;    /* holders whose copy lost a page: not holders above */
+    uint64_t                  on_disk;    /* holders whose current record was on disk (listed) */
     uint64_t                  fresh;      /* holders of the newest version */
     uint64_t                  tombs;      /* nodes holding a tombstone */
     uint64_t                  version;    /* the newest version over every node */
@@ -78,10 +80,12 @@ static void repair_usage(FILE *out)
             "(fetched from a holder of it, every page CRC-checked, then put to that node at the\n"
             "same version: pages and record, fp16 tail included, byte-identical); once every\n"
             "target holds it, copies on other nodes (stand-ins from while a node was down) are\n"
-            "deleted. The last copy is never deleted, and nothing is deleted before the target\n"
-            "copies succeeded. A damaged copy (its node lost a page of it: it fails its CRC\n"
-            "there, so that node never serves it) counts as no copy: put again on a target,\n"
-            "deleted elsewhere.\n"
+            "deleted. The last copy is never deleted, and nothing is deleted before every\n"
+            "target, just before, read back whole (CRC-checked) at that version or newer and,\n"
+            "where a surplus copy was on disk, holds it on disk (spilled there first; a target\n"
+            "without --data-dir keeps the surplus: exit 1). A damaged copy (its node lost a\n"
+            "page of it: it fails its CRC there, so that node never serves it) counts as no\n"
+            "copy: put again on a target, deleted elsewhere.\n"
             "A node that does not answer is named and skipped. Exit 0 when every node answered\n"
             "and every session is at its target set, 1 otherwise, 2 for a usage error.\n"
             "  --node LIST     the static peer list, HOST:PORT,HOST:PORT,... (as put used it)\n"
@@ -154,8 +158,8 @@ static void repair_newest(repair_t *rp, repair_plan_t *pl, const uint64_t *versi
  * (its node lost a page of it: never served there) counts as no copy: it is put again where it
  * is a target, deleted where it is not. */
 static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint64_t holders,
-                                uint64_t damaged, uint64_t tombs, const uint64_t *versions,
-                                repair_plan_t *pl)
+                                uint64_t damaged, uint64_t on_disk, uint64_t tombs,
+                                const uint64_t *versions, repair_plan_t *pl)
 {
     uint32_t     got = 0;
     kvp_status_t s;
@@ -165,6 +169,7 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
     pl->versions = versions;
     pl->damaged = holders & damaged;
     pl->holders = holders & ~damaged;
+    pl->on_disk = on_disk & pl->holders;
     pl->tombs   = tombs;
     repair_newest(rp, pl, versions);
     s           = kvp_cluster_rank(rp->cl, e->ns, e->sid, pl->order);
@@ -193,7 +198,9 @@ static kvp_status_t repair_plan(repair_t *rp, const kvp_session_info_t *e, uint6
 }
 
 /* Fetch the session from the first holder of the newest version in rank order that serves it
- * (CRC-checked; its version comes with it). */
+ * (CRC-checked; its version comes with it), at that version or newer: a holder that serves an
+ * older one (it restarted and lost a put held in DRAM) is passed over, else that older copy
+ * would stand in for the newest at the drops. */
 static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t **sp_p)
 {
     kvp_status_t s = KVP_ERR_NOT_FOUND;
@@ -207,9 +214,16 @@ static kvp_status_t fetch(repair_t *rp, repair_plan_t *pl, kvp_session_pages_t *
         }
         s = kvp_cluster_client(rp->cl, k, &c);
         s = s == KVP_OK ? kvp_client_get_session(c, pl->e->ns, pl->e->sid, sp_p) : s;
-        if (s == KVP_OK) {
+        if (s == KVP_OK && (*sp_p)->version >= pl->version) {
             pl->src = k;
             return KVP_OK;
+        }
+        if (s == KVP_OK) {
+            kvp_session_pages_free(*sp_p);
+            *sp_p = NULL;
+            s     = KVP_ERR_STALE;
+            node_fail(rp, pl, k, "get (to copy from): it served an older version than it listed", s);
+            continue;
         }
         node_fail(rp, pl, k, "get (to copy from)", s);
     }
@@ -342,27 +356,63 @@ static kvp_status_t node_boot_ms(repair_t *rp, uint32_t k, uint64_t *boot_ms, ui
     return s;
 }
 
-/* Delete the copies outside the target set, once every target answers now and has not restarted
- * since the pass began (a copy only in its DRAM, --durability spill, would be gone: also one
- * just copied to it, whose put acknowledged only DRAM). A delete that fails leaves a copy. */
+/* Whether target k's copy can stand in for the surplus copies about to be deleted; KVP_OK or
+ * the failure (printed). It must answer and not have restarted since the pass began (a copy only
+ * in its DRAM would be gone); be on its disk when a surplus copy was (spilled now when only in
+ * its DRAM: a put under --durability spill, this pass's copy too, is acknowledged from DRAM; a
+ * node without --data-dir cannot, and the surplus stays); and serve the planned version or a
+ * newer one, whole, every page CRC-checked (a bad page not found yet, or a copy evicted or
+ * replaced by an older one since the list, keeps the surplus). */
+static kvp_status_t target_check(repair_t *rp, repair_plan_t *pl, uint32_t k)
+{
+    const char          *what = "target check before deleting surplus";
+    const bool           disk = (pl->on_disk & pl->delete_from) != 0;
+    kvp_session_info_t   info;
+    kvp_session_pages_t *sp = NULL;
+    kvp_client_h         c;
+    uint64_t             boot = 0, err = 0;
+    kvp_status_t         s = (rp->alive & BIT(k)) ? node_boot_ms(rp, k, &boot, &err)
+                                                  : KVP_ERR_PEER_UNREACHABLE;
+
+    if (s == KVP_OK && (rp->boot_ms[k] == 0 || boot > rp->boot_ms[k] + rp->boot_err_ms[k] + err)) {
+        return node_fail(rp, pl, k, "target check before deleting surplus: it restarted since "
+                         "this pass listed it (or its start is not known), so its copy is not "
+                         "known to be there; the next pass lists it again", KVP_ERR_NODE_SUSPECT);
+    }
+    s = s == KVP_OK ? kvp_cluster_client(rp->cl, k, &c) : s;
+    s = s == KVP_OK ? kvp_client_session_info(c, pl->e->ns, pl->e->sid, &info) : s;
+    if (s == KVP_OK && (info.deleted || info.damaged || info.version < pl->version)) {
+        return node_fail(rp, pl, k, info.deleted ? "target check: its copy was deleted meanwhile"
+                                    : info.damaged ? "target check: its copy is damaged"
+                                                   : "target check: it holds an older version now",
+                         info.damaged ? KVP_ERR_CORRUPT : KVP_ERR_STALE);
+    }
+    if (s == KVP_OK && disk && !(info.where & KVP_SESSION_ON_DISK)) {
+        s = kvp_client_spill(c, pl->e->ns, pl->e->sid);
+        if (s == KVP_ERR_UNSUPPORTED) {
+            return node_fail(rp, pl, k, "target check: it holds sessions in DRAM only (no "
+                             "--data-dir) while a surplus copy is on disk: the surplus stays", s);
+        }
+        what = "target check: spill of its copy (a surplus copy is on disk)";
+    }
+    if (s == KVP_OK) {
+        what = "target check: read back of its copy";
+        s    = kvp_client_get_session(c, pl->e->ns, pl->e->sid, &sp);
+        s    = s == KVP_OK && sp->version < pl->version ? KVP_ERR_STALE : s;
+        kvp_session_pages_free(sp);
+    }
+    return s == KVP_OK ? s : node_fail(rp, pl, k, what, s);
+}
+
+/* Delete the copies outside the target set, once every target passes target_check. A delete that
+ * fails leaves a copy. */
 static kvp_status_t drop_surplus(repair_t *rp, repair_plan_t *pl)
 {
     kvp_status_t s = KVP_OK;
 
     pause_hook();
     for (uint32_t k = 0; k < rp->n && s == KVP_OK; k++) {
-        uint64_t boot = 0, err = 0;
-
-        if (pl->targets & BIT(k)) { /* just copied to, too: a put under spill is DRAM only */
-            s = (rp->alive & BIT(k)) ? node_boot_ms(rp, k, &boot, &err) : KVP_ERR_PEER_UNREACHABLE;
-            s = s == KVP_OK ? s : node_fail(rp, pl, k, "target check before deleting surplus", s);
-            if (s == KVP_OK &&
-                (rp->boot_ms[k] == 0 || boot > rp->boot_ms[k] + rp->boot_err_ms[k] + err)) {
-                s = node_fail(rp, pl, k, "target check before deleting surplus: it restarted since "
-                              "this pass listed it (or its start is not known), so its copy is not "
-                              "known to be there; the next pass lists it again", KVP_ERR_NODE_SUSPECT);
-            }
-        }
+        s = (pl->targets & BIT(k)) ? target_check(rp, pl, k) : KVP_OK;
     }
     if (s != KVP_OK || pl->targets == 0) { /* never the last copy */
         return s != KVP_OK ? s : KVP_ERR_INVALID;
@@ -580,8 +630,8 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
         if (l->holders[i] == 0) {
             continue; /* a tombstone with no copy anywhere: nothing to do */
         }
-        if (repair_plan(&rp, &l->sessions[i], l->holders[i], l->damaged[i], l->deleted[i],
-                        &l->versions[(size_t)i * l->stride], &pl) != KVP_OK) {
+        if (repair_plan(&rp, &l->sessions[i], l->holders[i], l->damaged[i], l->on_disk[i],
+                        l->deleted[i], &l->versions[(size_t)i * l->stride], &pl) != KVP_OK) {
             rp.sum.failed++;
             continue;
         }

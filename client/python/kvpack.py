@@ -182,7 +182,8 @@ class _ClusterList(ctypes.Structure):
                 ("damaged", ctypes.POINTER(ctypes.c_uint64)), ("truncated", ctypes.c_int),
                 ("requests", ctypes.c_uint32), ("stride", ctypes.c_uint32),
                 ("versions", ctypes.POINTER(ctypes.c_uint64)),
-                ("deleted", ctypes.POINTER(ctypes.c_uint64))]
+                ("deleted", ctypes.POINTER(ctypes.c_uint64)),
+                ("on_disk", ctypes.POINTER(ctypes.c_uint64))]
 
 
 # ---- Python-side values ----

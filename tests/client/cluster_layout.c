@@ -33,6 +33,7 @@ int main(void)
     F(kvp_cluster_list_t, n); F(kvp_cluster_list_t, sessions); F(kvp_cluster_list_t, holders);
     F(kvp_cluster_list_t, truncated); F(kvp_cluster_list_t, requests);
     F(kvp_cluster_list_t, stride); F(kvp_cluster_list_t, versions); F(kvp_cluster_list_t, deleted);
+    F(kvp_cluster_list_t, damaged); F(kvp_cluster_list_t, on_disk);
     printf("}");
     S(kvp_session_info_t);
     F(kvp_session_info_t, ns); F(kvp_session_info_t, sid); F(kvp_session_info_t, where);

@@ -67,7 +67,8 @@ typedef struct {
 
 /* The union of the nodes' session lists: each (ns, sid) once, in (ns, sid) order; the info is the
  * lowest-indexed holder's, holders[i] has bit k set when node k listed sessions[i], damaged[i]
- * when node k's copy is damaged (kvp_session_info_t.damaged; also in holders). */
+ * when node k's copy is damaged (kvp_session_info_t.damaged; also in holders), on_disk[i] when
+ * node k's current record of it is on its disk (KVP_SESSION_ON_DISK; also in holders). */
 typedef struct {
     uint32_t            n;
     kvp_session_info_t *sessions;
@@ -82,6 +83,8 @@ typedef struct {
     uint64_t           *deleted;   /* bit k: node k holds a tombstone of sessions[i] (then not
                                     * in holders[i]); sessions[i] is a tombstone entry
                                     * (deleted = 1) only when no node holds a record */
+    uint64_t           *on_disk;   /* (with or without the flag) bit k: node k holds its current
+                                    * record on disk (KVP_SESSION_ON_DISK; also in holders[i]) */
 } kvp_cluster_list_t;
 
 /* Exactly one of PEERS and ETCD. KVP_ERR_INVALID (logged) for an empty, malformed, duplicate or

@@ -173,8 +173,9 @@ void         kvp_session_pages_free(kvp_session_pages_t *sp); /* NULL is a no-op
  * ids). k, v: [layers][ntok][heads][head_dim] of dtype; ids: the ids of the session's current
  * tail tokens, then the ntok new ones (n_ids = tail_tokens + ntok); first_pos: the position of
  * the first new token, i.e. the tokens the session holds before it (sealed + tail; 0 for the
- * first append, which creates the session, stamped with the node's clock as a put without a
- * version is; a later append keeps the record's version). *sealed_p (may be NULL): chunks sealed.
+ * first append, which creates the session). The record is stamped with the node's clock as a
+ * put without a version is, above its previous version (a copy elsewhere without the append is
+ * then older, and repair replaces it). *sealed_p (may be NULL): chunks sealed.
  * KVP_ERR_INVALID for a geometry that differs from the session's, a wrong ids count, or a session
  * that holds another number of tokens than first_pos (an append retried after it went through,
  * or another writer's that came first: nothing is sealed twice), KVP_ERR_NOT_FOUND when
@@ -244,7 +245,8 @@ kvp_status_t kvp_client_drop_session(kvp_client_h client, uint64_t ns, const cha
 /* One session a node holds (DRAM or disk), as listed by kvp_client_list_sessions. */
 enum kvp_session_where {
     KVP_SESSION_IN_DRAM = KVP_BIT(0), /* hot: pages and tail in the node's DRAM pool */
-    KVP_SESSION_ON_DISK = KVP_BIT(1)  /* its record is in the node's SSD tier */
+    KVP_SESSION_ON_DISK = KVP_BIT(1)  /* its current record is in the node's SSD tier (not when
+                                       * only an older one is: a put under spill not spilled yet) */
 };
 
 typedef struct {

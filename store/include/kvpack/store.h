@@ -259,7 +259,9 @@ kvp_status_t kvp_store_session_get_info(kvp_store_h store, uint64_t ns, const ch
 /* ---- listing (list.c) ---- */
 enum kvp_store_where {
     KVP_STORE_IN_DRAM = KVP_BIT(0), /* hot: its pages and tail are in the DRAM pool */
-    KVP_STORE_ON_DISK = KVP_BIT(1), /* its record is in the sessions column family */
+    KVP_STORE_ON_DISK = KVP_BIT(1), /* its current record is in the sessions column family (not
+                                     * when only an older one is: a put or append under spill
+                                     * durability not spilled yet) */
 };
 
 typedef struct {
@@ -389,7 +391,9 @@ typedef struct kvp_store_append {
     const uint32_t *ids;            /* tail_tokens + ntok token ids (see above) */
     uint32_t        n_ids;
     uint64_t        version;        /* VERSION: the new record's version, above the session's (else
-                                     * KVP_ERR_STALE); without it the record keeps its version */
+                                     * KVP_ERR_STALE); without it the node's clock, above the
+                                     * session's version (an append is a write: a copy without it
+                                     * must be older) */
     uint32_t        chunks;         /* CHUNKS: a replicated append's condition: the session exists
                                      * (else KVP_ERR_NOT_FOUND) holding exactly this many chunks
                                      * (else KVP_ERR_INVALID: this copy is behind or ahead) */
