@@ -111,6 +111,7 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     size_t             row, tail_off = 0;
     kvp_key128_t       tail_key = {0, 0};
     kvp_store_get_info_t got     = {0, 0, 0}; /* got.version: the session's; an append keeps it */
+    uint64_t             version;                /* the new record's */
     bool                 exists  = true;
 
     if (st == NULL || sid == NULL || a == NULL) {
@@ -173,6 +174,18 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         return KVP_ERR_STALE;
     }
     status = kvp_store_ns_check_append(st, ns, sid, a);
+    if (status != KVP_OK) {
+        kvp_session_desc_clear(&cur);
+        return status;
+    }
+    /* an append keeps the record's version; one that creates the session stamps it with the
+     * node's clock, as a put without a version does (version 0 would lose to any put or delete,
+     * and could not follow a tombstone). Checked now: a tombstone as new refuses the record, and
+     * the chunks sealed for it would be left loose. */
+    version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
+              : exists                                  ? got.version
+                                                        : kvp_store_wall_ns();
+    status  = kvp_store_version_check(st, ns, sid, version);
     if (status != KVP_OK) {
         kvp_session_desc_clear(&cur);
         return status;
@@ -256,12 +269,6 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         nd.n_tail      = rem ? a->layers : 0;
         nd.tail_len    = rem ? w.tail_len : 0;
         nd.tail        = rem ? w.tail : NULL;
-        /* an append keeps the record's version; one that creates the session stamps it with the
-         * node's clock, as a put without a version does (version 0 would lose to any put or
-         * delete, and could not follow a tombstone) */
-        uint64_t version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
-                           : exists                                  ? got.version
-                                                                     : kvp_store_wall_ns();
         /* on what was read: a put, delete or append that landed since is not overwritten */
         kvp_sess_expect_t read = {exists, got.version};
 
