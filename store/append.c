@@ -110,7 +110,8 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
     uint32_t           total, nseal, rem, P;
     size_t             row, tail_off = 0;
     kvp_key128_t       tail_key = {0, 0};
-    kvp_store_get_info_t got     = {0, 0, 0}; /* got.version: the session's; an append keeps it */
+    kvp_store_get_info_t got     = {0, 0, 0}; /* got.version: the session's */
+    uint64_t             version, wall;          /* the new record's; the node's clock */
     bool                 exists  = true;
 
     if (st == NULL || sid == NULL || a == NULL) {
@@ -173,6 +174,21 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         return KVP_ERR_STALE;
     }
     status = kvp_store_ns_check_append(st, ns, sid, a);
+    if (status != KVP_OK) {
+        kvp_session_desc_clear(&cur);
+        return status;
+    }
+    /* an append without a version stamps the record with the node's clock, as a put without one
+     * does (version 0 would lose to any put or delete, and could not follow a tombstone), and
+     * above the version it appends to: it is a write, and a copy elsewhere without it must not
+     * look the same to repair (it kept the version, and repair dropped the longer copy as a
+     * duplicate of the shorter one). Checked now: a tombstone as new refuses the record, and
+     * the chunks sealed for it would be left loose. */
+    wall    = kvp_store_wall_ns();
+    version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
+              : exists && got.version >= wall           ? got.version + 1
+                                                        : wall;
+    status  = kvp_store_version_check(st, ns, sid, version);
     if (status != KVP_OK) {
         kvp_session_desc_clear(&cur);
         return status;
@@ -256,14 +272,6 @@ kvp_status_t kvp_store_session_append(kvp_store_h st, uint64_t ns, const char *s
         nd.n_tail      = rem ? a->layers : 0;
         nd.tail_len    = rem ? w.tail_len : 0;
         nd.tail        = rem ? w.tail : NULL;
-        /* an append without a version stamps the record with the node's clock, as a put
-         * without one does, and above the version it appends to: it is a write, and a copy
-         * elsewhere without it must not look the same to repair (it kept the version, and
-         * repair dropped the longer copy as a duplicate of the shorter one) */
-        uint64_t wall    = kvp_store_wall_ns();
-        uint64_t version = (a->field_mask & KVP_STORE_APPEND_VERSION) ? a->version
-                           : exists && got.version >= wall           ? got.version + 1
-                                                                     : wall;
         /* on what was read: a put, delete or append that landed since is not overwritten */
         kvp_sess_expect_t read = {exists, got.version};
 

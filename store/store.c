@@ -456,12 +456,35 @@ static kvp_status_t sess_alloc(uint64_t ns, const char *sid, kvp_sess_t **sess_p
     return KVP_OK;
 }
 
+/* KVP_ERR_NOT_FOUND (logged) unless every (chunk, layer) page s names is in the store. */
+static kvp_status_t sess_pages_present(kvp_store_h st, const kvp_sess_t *s)
+{
+    for (uint32_t c = 0; c < s->desc.n_chunks; c++) {
+        for (uint32_t l = 0; l < s->desc.layers; l++) {
+            kvp_page_t *p = kvp_index_page_find(&st->pages, s->key.ns, s->desc.chunk_keys[c], l);
+
+            if (p == NULL || !page_present(p)) {
+                KVP_LOG_ERROR(MOD, "session %s names chunk %u layer %u, which is not in the "
+                              "store", s->key.sid, c, l);
+                return KVP_ERR_NOT_FOUND;
+            }
+        }
+    }
+    return KVP_OK;
+}
+
 /* Point a session at its (chunk, layer) page entries; create == true makes disk-only entries for
- * missing ones (warm restart), false fails with KVP_ERR_NOT_FOUND. Each entry gains one nsess. */
+ * missing ones (warm restart), false fails with KVP_ERR_NOT_FOUND. Each entry gains one nsess.
+ * Without create the pages are looked for before the list is allocated: its size is the record's
+ * chunks x layers, which a client's record may put at 2^32 (34 GB) while naming nothing held. */
 static kvp_status_t sess_bind_pages(kvp_store_h st, kvp_sess_t *s, bool create)
 {
-    size_t n = kvp_store_sess_page_count(s);
+    size_t       n = kvp_store_sess_page_count(s);
+    kvp_status_t status;
 
+    if (!create && (status = sess_pages_present(st, s)) != KVP_OK) {
+        return status;
+    }
     s->pages = kvp_calloc(n ? n : 1, sizeof(*s->pages), "session pages");
     if (s->pages == NULL) {
         KVP_LOG_ERROR(MOD, "no memory for the page list of session %s", s->key.sid);
@@ -481,10 +504,6 @@ static kvp_status_t sess_bind_pages(kvp_store_h st, kvp_sess_t *s, bool create)
                 p->named = true; /* a record on disk names it */
             }
             if (p == NULL || !page_present(p)) {
-                if (!create) {
-                    KVP_LOG_ERROR(MOD, "session %s names chunk %u layer %u, which is not in the "
-                                  "store", s->key.sid, c, l);
-                }
                 for (size_t i = 0; i < (size_t)c * s->desc.layers + l; i++) {
                     s->pages[i]->nsess--;
                     page_maybe_free(st, s->pages[i]);
@@ -1152,6 +1171,17 @@ static kvp_status_t version_check(kvp_store_h st, uint64_t ns, const char *sid, 
         return KVP_ERR_STALE;
     }
     return KVP_OK;
+}
+
+kvp_status_t kvp_store_version_check(kvp_store_h st, uint64_t ns, const char *sid,
+                                     uint64_t version)
+{
+    kvp_status_t status;
+
+    store_enter(st);
+    status = version_check(st, ns, sid, version, false);
+    store_leave(st);
+    return status;
 }
 
 /* Under the store lock: the record (ns, sid) is still what the caller read (expect; NULL: no

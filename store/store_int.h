@@ -411,6 +411,12 @@ typedef struct {
     uint64_t version;
 } kvp_sess_expect_t;
 
+/* KVP_ERR_STALE (logged, counted) when a put of (ns, sid) at version would be refused now: the
+ * store holds a newer record or a tombstone as new. An append checks it before it seals pages,
+ * which a record refused at the end would leave loose (named by nothing, kept until the next
+ * open). Takes the store lock. */
+kvp_status_t kvp_store_version_check(struct kvp_store *st, uint64_t ns, const char *sid,
+                                     uint64_t version);
 /* kvp_store_session_put_version, on the condition (checked under the store lock with the
  * version, expect NULL: none) that the record is still what the caller read: else
  * KVP_ERR_NOT_FOUND (deleted since) or KVP_ERR_INVALID (put or appended since), nothing
