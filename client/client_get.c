@@ -393,7 +393,8 @@ static kvp_status_t take_inline(get_ctx_t *g, const kvp_client_call_t *call, con
 
 static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *sid,
                                 const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
-                                void *cb_arg, kvp_session_pages_t **out_p)
+                                void *cb_arg, uint64_t newer_than, uint64_t *deleted_p,
+                                kvp_session_pages_t **out_p)
 {
     kvp_wire_req_t     req;
     get_ctx_t          g;
@@ -433,6 +434,15 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
     req.max_bytes = (uint32_t)g.req_bytes; /* the first pages come with the record */
     snprintf(req.sid, sizeof(req.sid), "%s", sid);
     s = kvp_client_call_simple(client, &req, &call);
+    if (deleted_p != NULL) {
+        *deleted_p = s == KVP_ERR_NOT_FOUND && call != NULL ? call->rep.version : 0;
+    }
+    if (s == KVP_OK && newer_than != 0 && call->rep.version <= newer_than) {
+        KVP_LOG_INFO(MOD, "session %s: this node's copy (version %llu) is not newer than a delete "
+                     "another node holds (%llu): deleted", sid,
+                     (unsigned long long)call->rep.version, (unsigned long long)newer_than);
+        s = KVP_ERR_NOT_FOUND; /* before any page reaches cb */
+    }
     if (s != KVP_OK) {
         kvp_client_call_release(call);
         return s;
@@ -495,12 +505,21 @@ static kvp_status_t get_session(kvp_client_h client, uint64_t ns, const char *si
 kvp_status_t kvp_client_get_session(kvp_client_h client, uint64_t ns, const char *sid,
                                     kvp_session_pages_t **out_p)
 {
-    return get_session(client, ns, sid, NULL, NULL, NULL, out_p);
+    return get_session(client, ns, sid, NULL, NULL, NULL, 0, NULL, out_p);
 }
 
 kvp_status_t kvp_client_get_session_cb(kvp_client_h client, uint64_t ns, const char *sid,
                                        const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
                                        void *cb_arg, kvp_session_pages_t **out_p)
+{
+    return kvp_client_get_session_newer(client, ns, sid, expect, cb, cb_arg, 0, NULL, out_p);
+}
+
+kvp_status_t kvp_client_get_session_newer(kvp_client_h client, uint64_t ns, const char *sid,
+                                          const kvp_page_params_t *expect,
+                                          kvp_client_pages_cb_t cb, void *cb_arg,
+                                          uint64_t newer_than, uint64_t *deleted_p,
+                                          kvp_session_pages_t **out_p)
 {
     kvp_client_call_begin(client);
 
@@ -509,7 +528,7 @@ kvp_status_t kvp_client_get_session_cb(kvp_client_h client, uint64_t ns, const c
                       sid ? sid : "(null)");
         return KVP_ERR_INVALID;
     }
-    return get_session(client, ns, sid, expect, cb, cb_arg, out_p);
+    return get_session(client, ns, sid, expect, cb, cb_arg, newer_than, deleted_p, out_p);
 }
 
 kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, const char *sid,
@@ -522,7 +541,7 @@ kvp_status_t kvp_client_get_session_expect(kvp_client_h client, uint64_t ns, con
         KVP_LOG_ERROR(MOD, "get of session %s: no expected codec params", sid ? sid : "(null)");
         return KVP_ERR_INVALID;
     }
-    return get_session(client, ns, sid, expect, NULL, NULL, out_p);
+    return get_session(client, ns, sid, expect, NULL, NULL, 0, NULL, out_p);
 }
 
 void kvp_session_pages_free(kvp_session_pages_t *pub)

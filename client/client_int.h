@@ -89,6 +89,15 @@ kvp_status_t kvp_client_session_info_finish(kvp_client_h c, kvp_client_call_t *c
  * after PEER_GONE). The caller releases *call_p. */
 kvp_status_t kvp_client_call_simple(kvp_client_h c, kvp_wire_req_t *req,
                                     kvp_client_call_t **call_p);
+/* kvp_client_get_session_cb (expect and cb may be NULL) of a record newer than newer_than (0:
+ * any): an older one is KVP_ERR_NOT_FOUND before any page reaches cb (a delete another node
+ * holds is newer). *deleted_p (may be NULL): with KVP_ERR_NOT_FOUND the version of this node's
+ * delete tombstone of the session (0: none, or a node older than that reply field), else 0. */
+kvp_status_t kvp_client_get_session_newer(kvp_client_h client, uint64_t ns, const char *sid,
+                                          const kvp_page_params_t *expect,
+                                          kvp_client_pages_cb_t cb, void *cb_arg,
+                                          uint64_t newer_than, uint64_t *deleted_p,
+                                          kvp_session_pages_t **out_p);
 /* KVP_ERR_INVALID (logged) unless sid is 1..KVP_SID_MAX-1 bytes */
 kvp_status_t kvp_client_sid_check(const char *sid);
 

@@ -318,6 +318,26 @@ int kvp_cluster_put_stops(kvp_status_t s)
            s == KVP_ERR_WRONG_CODEC || s == KVP_ERR_BAD_INPUT_DATA || s == KVP_ERR_STALE;
 }
 
+void kvp_cluster_drop_older(kvp_cluster_h c, const kvp_cluster_report_t *r, uint64_t ns,
+                            const char *sid, uint64_t version)
+{
+    for (uint32_t i = 0; i < r->n_tried && version > 1; i++) {
+        kvp_status_t s = r->tried[i].status;
+        kvp_client_h cl;
+
+        if (s == KVP_OK || kvp_cluster_status_unreachable(s) || kvp_cluster_put_stops(s) ||
+            strcmp(r->tried[i].stage, "skipped") == 0 || strcmp(r->tried[i].stage, "probe") == 0 ||
+            kvp_cluster_client(c, r->tried[i].node, &cl) != KVP_OK) {
+            continue;
+        }
+        s = kvp_client_drop_session(cl, ns, sid, version - 1);
+        if (s == KVP_OK) {
+            KVP_LOG_INFO(MOD, "session %s: dropped the older copy on %s, which refused the put",
+                         sid, c->peer[r->tried[i].node]);
+        }
+    }
+}
+
 kvp_status_t kvp_cluster_put_one(kvp_cluster_h c, kvp_client_h cl, uint32_t node, uint64_t ns,
                                  const char *sid, const void *const *pages, const size_t *lens,
                                  size_t n, const kvp_session_desc_t *desc, uint64_t version,
@@ -584,7 +604,11 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
             break;
         }
     }
-    return s != KVP_OK ? s : rt.r->n_ok > 0 ? KVP_OK : first;
+    if (s == KVP_OK && rt.r->n_ok > 0) {
+        kvp_cluster_drop_older(cluster, rt.r, ns, sid, version);
+    }
+    /* STALE: a node holds a newer write, which wins every copy at the next repair */
+    return s != KVP_OK ? s : first == KVP_ERR_STALE || rt.r->n_ok == 0 ? first : KVP_OK;
 }
 
 /* Before a replicated append: every node's record or tombstone for (ns, sid), asked of all at
@@ -653,7 +677,7 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
     uint64_t            version = kvp_version_now(); /* one version for every copy */
     uint64_t            ver[KVP_CLUSTER_MAX_NODES], base = 0;
     uint8_t             held[KVP_CLUSTER_MAX_NODES];
-    int                 deleted = 0, found = 0;
+    int                 deleted = 0, found = 0, stale = 0;
     kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     if (s == KVP_OK) {
@@ -686,12 +710,17 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
             *sealed_p = sealed;
         }
         route_fail(&rt, as);
+        stale |= as == KVP_ERR_STALE;
         if (as != KVP_ERR_INVALID && as != KVP_ERR_STALE && kvp_cluster_put_stops(as)) {
             break; /* bad input: every copy would refuse it (INVALID and STALE may be this
                     * copy's own: its chunk count or version, a newer version) */
         }
     }
-    if (s != KVP_OK || rt.r->n_ok > 0) {
+    if (s == KVP_OK && rt.r->n_ok > 0) {
+        kvp_cluster_drop_older(cluster, rt.r, ns, sid, version);
+        return stale ? KVP_ERR_STALE : KVP_OK; /* a newer write wins every copy at repair */
+    }
+    if (s != KVP_OK) {
         return s;
     }
     if (deleted) {
@@ -737,17 +766,19 @@ kvp_status_t kvp_cluster_get_session_cb(kvp_cluster_h cluster, uint64_t ns, cons
                                         kvp_cluster_report_t *report)
 {
     kvp_cluster_route_t rt;
-    kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
+    uint64_t            deleted = 0; /* the newest delete a node answered with */
+    kvp_status_t        s       = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     for (uint32_t k = 0; s == KVP_OK && k < cluster->n; k++) {
         kvp_client_h cl;
+        uint64_t     d  = 0;
         kvp_status_t gs = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
 
-        if (gs == KVP_OK) {
-            gs = cb != NULL ? kvp_client_get_session_cb(cl, ns, sid, expect, cb, cb_arg, out_p)
-                 : expect   ? kvp_client_get_session_expect(cl, ns, sid, expect, out_p)
-                            : kvp_client_get_session(cl, ns, sid, out_p);
+        if (gs == KVP_OK) { /* a copy no newer than a delete seen on the way is deleted too */
+            gs = kvp_client_get_session_newer(cl, ns, sid, expect, cb, cb_arg, deleted, &d,
+                                              out_p);
             kvp_cluster_report_add(cluster, rt.r, rt.order[k], gs, "get");
+            deleted = d > deleted ? d : deleted;
         }
         if (gs == KVP_OK) {
             rt.r->n_ok      = 1;

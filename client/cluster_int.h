@@ -64,6 +64,13 @@ kvp_status_t kvp_cluster_node_open(kvp_cluster_h c, uint32_t node, kvp_cluster_r
                                    kvp_client_h *client_p);
 /* Statuses every node would give for the same put: no point trying the next. */
 int kvp_cluster_put_stops(kvp_status_t s);
+/* After a put at version landed on some node: each node in r that answered but refused it for a
+ * reason of its own (full, out of memory, a message over its --max-msg, pages evicted) may
+ * still hold an older copy, which a get ranking that node first would serve in place of the
+ * put; it is dropped (no tombstone; a newer one is kept). Entries of an append's probe and
+ * skipped nodes are not asked. Best effort: one that fails is left for kvpack repair. */
+void kvp_cluster_drop_older(kvp_cluster_h c, const kvp_cluster_report_t *r, uint64_t ns,
+                            const char *sid, uint64_t version);
 /* The whole session to one node: one chunk (layers pages) per put_pages, then the last chunk
  * with the record (one PUT_SESSION when it fits a batch); *stage_p names the step that failed,
  * and the reason the node gave for refusing it is logged as a warning. */

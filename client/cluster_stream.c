@@ -467,8 +467,9 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
         also_status[j] = s->also[j].mirror ? s->ranked[s->also[j].mirror - 1].status
                                            : s->also[j].status;
     }
-    if (rt.r->n_ok > 0) {
-        return KVP_OK;
+    if (rt.r->n_ok > 0) { /* a node that refused it may hold an older copy: not served now */
+        kvp_cluster_drop_older(c, rt.r, s->ns, s->sid, version);
+        return s->stop == KVP_ERR_STALE ? KVP_ERR_STALE : KVP_OK; /* a newer write wins */
     }
     if (s->stop != KVP_OK) { /* every node would refuse it: that, not a passed node's outage */
         return s->stop;

@@ -331,12 +331,13 @@ static void handle_get_session(node_t *n, node_job_t *job, const kvp_wire_req_t 
     kvp_session_desc_t   desc;
     reply_ctx_t         *rc;
     size_t               len;
-    kvp_store_get_info_t got;
+    kvp_store_get_info_t got = {0, 0, 0};
     uint64_t             items;
     uint32_t             want = 0;
     kvp_status_t         s = kvp_store_session_get_info(n->store, req->ns, req->sid, &desc, &got);
 
     if (s != KVP_OK) {
+        rep->version = s == KVP_ERR_NOT_FOUND ? got.version : 0; /* a delete's version, if any */
         reply_status(job, rep, s, req->sid);
         return;
     }

@@ -550,6 +550,11 @@ kvp_status_t kvp_wire_rep_pack(const kvp_wire_rep_t *rep, uint8_t **buf_p, size_
     if (rep->message[0] != '\0') {
         r.message = (char *)rep->message;
     }
+    if (rep->status == KVP_ERR_NOT_FOUND && rep->op == KVP_WIRE_OP_GET_SESSION &&
+        rep->version != 0) {
+        r.has_deleted_version = 1;
+        r.deleted_version     = rep->version;
+    }
     if (rep->status == KVP_OK) {
         switch (rep->op) {
         case KVP_WIRE_OP_PUT_PAGES:
@@ -743,6 +748,7 @@ static kvp_status_t rep_from_pb(const Kvp__Reply *r, uint64_t data_len, kvp_wire
         if (r->body_case != KVP__REPLY__BODY__NOT_SET || data_len != 0) {
             return rep_bad(rep, "error reply with a body or data");
         }
+        rep->version = r->has_deleted_version ? r->deleted_version : 0;
         return KVP_OK;
     }
     if (r->body_case != rep_body_for(rep->op)) {

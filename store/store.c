@@ -1391,6 +1391,11 @@ kvp_status_t kvp_store_session_get_info(kvp_store_h st, uint64_t ns, const char 
     store_enter(st);
     s = sess_find_idle(st, ns, sid);
     if (s == NULL) {
+        const kvp_tomb_t *t = kvp_tomb_find(&st->tombs, ns, sid);
+
+        if (info != NULL) { /* a delete's version: a copy elsewhere as old is deleted too */
+            *info = (kvp_store_get_info_t){t != NULL ? t->version : 0, 0, 0};
+        }
         store_leave(st);
         return KVP_ERR_NOT_FOUND;
     }

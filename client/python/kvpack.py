@@ -802,20 +802,24 @@ class Client(_Handle):
                     "put_pages")
 
     @_serial
-    def put_session(self, ns, sid, desc, pages=None):
+    def put_session(self, ns, sid, desc, pages=None, version=None):
         """Set (create or replace) session sid from a SessionDesc. Its pages must be on the node
         already, or given here (buffers, as put_pages): then they travel with the record (one
-        round trip when they fit a batch) and the record is written only if every page was."""
+        round trip when they fit a batch) and the record is written only if every page was.
+        version: the record's (ns since the epoch; default this process's clock): one older than
+        the node's record or tombstone is refused (KvpError ERR_STALE)."""
         sid_b = _sid(sid)
         c, _ = _desc_c(desc)
-        if pages is None:
+        if pages is None and version is None:
             self._check(_L().kvp_client_put_session(self._handle(), _u(ns, "ns", 64), sid_b,
                                                     ctypes.byref(c)), f"put_session '{sid}'")
             return
-        ptrs, lens, n, _keep = _page_array(pages)
+        ptrs, lens, n, _keep = _page_array(pages or [])
         self._check(_L().kvp_client_put_session_pages(self._handle(), _u(ns, "ns", 64), sid_b,
                                                       ctypes.byref(c), ptrs, lens, n,
-                                                      _L().kvp_version_now()),
+                                                      _u(version, "version", 64)
+                                                      if version is not None
+                                                      else _L().kvp_version_now()),
                     f"put_session '{sid}'")
 
     @_serial

@@ -135,7 +135,11 @@ kvp_status_t kvp_cluster_client(kvp_cluster_h cluster, uint32_t node, kvp_client
  * A node that fails (also out of memory) is skipped and the next in rank takes its place; a
  * data error every node
  * would give (bad page, wrong codec, bad argument, too large) stops at once. KVP_OK when at least
- * one node took it (report->n_ok says how many); else the first node's status. */
+ * one node took it (report->n_ok says how many) and none answered KVP_ERR_STALE (that status
+ * then: the next repair replaces this write with the newer one); else the first node's status.
+ * Once it landed, a node that answered but refused it for a reason of its own (full, out of
+ * memory, over its message limit) has its older copy dropped (kvp_client_drop_session at
+ * version - 1), so a get ranking that node first does not serve what this put replaced. */
 kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                      const void *const *pages, const size_t *lens, size_t n,
                                      const kvp_session_desc_t *desc,
@@ -149,8 +153,9 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
  * chunks: the sealed chunks the session holds as the caller knows it (its record's n_chunks): a
  * copy that holds another count refuses (KVP_ERR_INVALID) instead of sealing tokens at the wrong
  * place. The session must exist (put it first: the prefill's put); KVP_OK when at least one copy
- * took it (report->n_ok copies; *sealed_p from the first), else the first refusal (NOT_FOUND
- * when no node holds it). Invalid input every node would refuse stops at the first. The report
+ * took it (report->n_ok copies; *sealed_p from the first) and none answered KVP_ERR_STALE (a
+ * newer write there: that status), else the first refusal (NOT_FOUND when no node holds it); a
+ * copy that refused it for a reason of its own is dropped, as for a put. Invalid input every node would refuse stops at the first. The report
  * lists nodes as their outcome is known: the probe's misses first, then the appends. */
 kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                                 const kvp_append_t *append, uint32_t chunks, uint32_t *sealed_p,
@@ -179,7 +184,8 @@ kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t
  * same (its node died, timed out, or was down when the stream connected anew) is opened afresh
  * once to its own node, which gets every pushed page and the record in one go; a ranked stream that still failed (or failed otherwise) is replaced by the
  * next node of the rank, which gets them the same way, until r nodes hold the session or the
- * rank runs out. KVP_OK when at least one ranked node took the session (report: what each ranked
+ * rank runs out. KVP_OK when at least one ranked node took the session and none answered
+ * KVP_ERR_STALE (else that; a refusing node's older copy is dropped, as for a put) (report: what each ranked
  * node did, n_ok copies: stage "stream" for a stream's outcome, "stream (reconnected)" for its
  * fresh one, "replacement" for a node that took a failed stream's place, "connect"/"skipped"
  * from open; a node that left an etcd list meanwhile is reported as index kvp_cluster_size);
@@ -201,7 +207,9 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h stream, const kvp_se
 void         kvp_cluster_stream_close(kvp_cluster_stream_h stream); /* NULL is a no-op */
 
 /* Fetch from the first node in rank order that has it (kvp_client_get_session, or _expect when
- * expect is not NULL); any failure moves to the next. All failed: a status other than NOT_FOUND
+ * expect is not NULL); any failure moves to the next. A node without it that holds an rm
+ * tombstone says its version: a later node's copy no newer than that is deleted too
+ * (KVP_ERR_NOT_FOUND from it, before any page reaches a callback). All failed: a status other than NOT_FOUND
  * or unreachable if one came back (e.g. CORRUPT), else a node's unreachable/timeout status if any
  * node could not be reached, else KVP_ERR_NOT_FOUND. */
 kvp_status_t kvp_cluster_get_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,

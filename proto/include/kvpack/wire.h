@@ -128,7 +128,8 @@ typedef struct {
     uint32_t        accepted;       /* PUT_PAGES */
     uint32_t        first_bad;      /* PUT_PAGES */
     uint32_t        record_len;     /* GET_SESSION (data = record, then n_pages pages) */
-    uint64_t        version;        /* GET_SESSION: the record's version */
+    uint64_t        version;        /* GET_SESSION: the record's version; with KVP_ERR_NOT_FOUND
+                                     * its delete tombstone's (0: none; deleted_version) */
     uint32_t        disk_pages;     /* GET_SESSION: pages the node read from its SSD tier */
     uint64_t        disk_bytes;     /* GET_SESSION: their bytes (+ the tail's from disk) */
     uint32_t        n_pages;        /* GET_PAGES (sum of lengths = data bytes); GET_SESSION: the

@@ -248,7 +248,8 @@ kvp_status_t kvp_store_session_drop(kvp_store_h store, uint64_t ns, const char *
                                     uint64_t version);
 /* What a session get found besides the record: its version and what it read from the SSD tier. */
 typedef struct {
-    uint64_t version;    /* the record's version (0: written before versions) */
+    uint64_t version;    /* the record's version (0: written before versions); with
+                          * KVP_ERR_NOT_FOUND its delete tombstone's (0: none) */
     uint32_t disk_pages; /* pages this get read back from disk (0: every one was in DRAM) */
     uint64_t disk_bytes; /* those pages' bytes, plus the fp16 tail's when it came from disk */
 } kvp_store_get_info_t;
