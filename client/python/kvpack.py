@@ -1075,7 +1075,8 @@ class Cluster(_Handle):
         """Store a whole session (pages chunk-major, desc.layers per chunk, as Client.put_pages
         takes them, then the record) on the first replicas nodes of its rank that take it: a
         node that fails is skipped and the next takes its place. Returns the nodes that took it
-        (fewer than replicas: partial, not an error); none: KvpError."""
+        (fewer than replicas: partial, not an error); none: KvpError, and so is a node holding a
+        newer version (ERR_STALE: another writer's clock is ahead; repair keeps that one)."""
         sid_b = _sid(sid)
         c, _keep = _desc_c(desc)
         ptrs, lens, n, _bufs = _page_array(pages)
