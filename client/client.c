@@ -687,7 +687,8 @@ static kvp_status_t session_op(kvp_client_h client, kvp_wire_op_t op, uint64_t n
 }
 
 /* APPEND; with has_chunks the session must exist holding chunks chunks (a replica's append),
- * else it must hold a->first_pos tokens; version 0: kept; base NULL: not checked */
+ * else it must hold a->first_pos tokens; version 0: the node's clock, above the record's;
+ * base NULL: not checked */
 static kvp_status_t append_call(kvp_client_h client, uint64_t ns, const char *sid,
                                 const kvp_append_t *a, int has_chunks, uint32_t chunks,
                                 uint64_t version, const uint64_t *base, uint32_t *sealed_p)

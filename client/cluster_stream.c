@@ -406,6 +406,7 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
     uint64_t            version = kvp_version_now(); /* one version for every copy */
     kvp_status_t        first = KVP_OK, st;
     uint32_t            failed = 0;
+    int                 stale  = 0; /* a ranked node holds a newer write */
 
     if (s == NULL || desc == NULL) {
         KVP_LOG_ERROR(MOD, "stream finish: NULL stream or record");
@@ -444,6 +445,7 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
         report_dst(c, rt.r, d, 1);
         rt.r->n_ok += d->status == KVP_OK;
         failed += d->status != KVP_OK;
+        stale |= d->status == KVP_ERR_STALE;
         first = first == KVP_OK ? d->status : first;
         s->stop = s->stop == KVP_OK && kvp_cluster_put_stops(d->status) ? d->status : s->stop;
     }
@@ -458,6 +460,7 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
         }
         rs = replace_one(s, rt.order[k], desc, pages, lens, n, version, rt.r);
         rt.r->n_ok += rs == KVP_OK;
+        stale |= rs == KVP_ERR_STALE;
         if (kvp_cluster_put_stops(rs)) {
             s->stop = rs;
             break;
@@ -469,7 +472,7 @@ kvp_status_t kvp_cluster_stream_finish(kvp_cluster_stream_h s, const kvp_session
     }
     if (rt.r->n_ok > 0) { /* a node that refused it may hold an older copy: not served now */
         kvp_cluster_drop_older(c, rt.r, s->ns, s->sid, version);
-        return s->stop == KVP_ERR_STALE ? KVP_ERR_STALE : KVP_OK; /* a newer write wins */
+        return stale ? KVP_ERR_STALE : KVP_OK; /* a newer write wins every copy at repair */
     }
     if (s->stop != KVP_OK) { /* every node would refuse it: that, not a passed node's outage */
         return s->stop;

@@ -81,9 +81,9 @@ static void repair_usage(FILE *out)
             "same version: pages and record, fp16 tail included, byte-identical); once every\n"
             "target holds it, copies on other nodes (stand-ins from while a node was down) are\n"
             "deleted. The last copy is never deleted, and nothing is deleted before every\n"
-            "target, just before, read back whole (CRC-checked) at that version or newer and,\n"
-            "where a surplus copy was on disk, holds it on disk (spilled there first; a target\n"
-            "without --data-dir keeps the surplus: exit 1). A damaged copy (its node lost a\n"
+            "target, just before, read back whole (CRC-checked) at that version or newer and\n"
+            "holds it on disk (spilled there first; a target without --data-dir keeps a\n"
+            "surplus copy that is on disk: exit 1). A damaged copy (its node lost a\n"
             "page of it: it fails its CRC there, so that node never serves it) counts as no\n"
             "copy: put again on a target, deleted elsewhere.\n"
             "A node that does not answer is named and skipped. Exit 0 when every node answered\n"
@@ -358,11 +358,13 @@ static kvp_status_t node_boot_ms(repair_t *rp, uint32_t k, uint64_t *boot_ms, ui
 
 /* Whether target k's copy can stand in for the surplus copies about to be deleted; KVP_OK or
  * the failure (printed). It must answer and not have restarted since the pass began (a copy only
- * in its DRAM would be gone); be on its disk when a surplus copy was (spilled now when only in
- * its DRAM: a put under --durability spill, this pass's copy too, is acknowledged from DRAM; a
- * node without --data-dir cannot, and the surplus stays); and serve the planned version or a
- * newer one, whole, every page CRC-checked (a bad page not found yet, or a copy evicted or
- * replaced by an older one since the list, keeps the surplus). */
+ * in its DRAM would be gone); have its copy on its disk (spilled now when only in its DRAM: a put
+ * under --durability spill, this pass's copy too, is acknowledged from DRAM; a surplus node that
+ * lists its copy in DRAM only may still hold an older record on disk, so every target is spilled,
+ * not only when a surplus copy lists on disk); a node without --data-dir cannot, which keeps the
+ * surplus only where a copy of it is on disk; and serve the planned version or a newer one,
+ * whole, every page CRC-checked (a bad page not found yet, or a copy evicted or replaced by an
+ * older one since the list, keeps the surplus). */
 static kvp_status_t target_check(repair_t *rp, repair_plan_t *pl, uint32_t k)
 {
     const char          *what = "target check before deleting surplus";
@@ -387,13 +389,14 @@ static kvp_status_t target_check(repair_t *rp, repair_plan_t *pl, uint32_t k)
                                                    : "target check: it holds an older version now",
                          info.damaged ? KVP_ERR_CORRUPT : KVP_ERR_STALE);
     }
-    if (s == KVP_OK && disk && !(info.where & KVP_SESSION_ON_DISK)) {
+    if (s == KVP_OK && !(info.where & KVP_SESSION_ON_DISK)) {
         s = kvp_client_spill(c, pl->e->ns, pl->e->sid);
-        if (s == KVP_ERR_UNSUPPORTED) {
+        if (s == KVP_ERR_UNSUPPORTED && disk) {
             return node_fail(rp, pl, k, "target check: it holds sessions in DRAM only (no "
                              "--data-dir) while a surplus copy is on disk: the surplus stays", s);
         }
-        what = "target check: spill of its copy (a surplus copy is on disk)";
+        s    = s == KVP_ERR_UNSUPPORTED ? KVP_OK : s; /* no surplus lists its copy on disk */
+        what = "target check: spill of its copy";
     }
     if (s == KVP_OK) {
         what = "target check: read back of its copy";

@@ -5,6 +5,9 @@ repair exiting 0:
 - a target under --durability spill (the default) took the copy in DRAM only; the surplus copy
   on disk was dropped and a SIGKILL of the target lost the session. Now the target spills it
   first: after the repair and a SIGKILL of the target, the session reads back byte-identical;
+- the same when the surplus copy lists in DRAM only, its node put again under spill after an
+  older version was spilled (a review found repair then skipped the spill: the surplus node's
+  older record on disk went with the drop, and a SIGKILL of the target lost both);
 - a target without --data-dir cannot hold it on disk: the surplus copy on disk stays, repair
   exits 1 and says why;
 - a target whose copy has a bad page nobody has read yet (scrubber off) listed it healthy, and
@@ -117,6 +120,33 @@ try:
     check(get(ab, sid) == ref, f"{sid} lost after the spill target was SIGKILLed")
     nodes.stop("a")
     nodes.stop("b")
+
+    # both under spill, the surplus copy put again after its older version was spilled: it lists
+    # in DRAM only, and the target is still spilled before it goes
+    s_, t = start("s"), start("t")
+    st = f"{s_},{t}"
+    sid = sid_copied_to(st, s_, t, kvd, "w")
+    rc, out, _ = cli("ls", "--node", s_, "--json")
+    ns = [int(e["ns"], 16) for e in json.loads(out)["sessions"] if e["session"] == sid][0]
+    with kvpack_py.Client(s_) as cl:
+        cl.spill(ns, sid)
+    kvd2 = os.path.join(TMP, "in2.kvd")
+    kvptest.write_kvd(kvd2, L, T, H, D,
+                      array.array("f", (((i * 7919) % 509 - 254) / 32.0 for i in range(2 * L * T * H * D))))
+    with open(kvd2, "rb") as f:
+        ref2 = f.read()
+    put(s_, sid, kvd2)
+    rc, out, _ = cli("ls", "--node", s_, "--json")
+    where = [(e["in_dram"], e["on_disk"]) for e in json.loads(out)["sessions"] if e["session"] == sid]
+    check(where == [(True, False)], f"the re-put is not listed in DRAM only: {where}")
+    rc, rep, err = repair(st)
+    check(rc == 0 and rep.get("deleted_surplus") == 1, f"repair: exit {rc} {rep} {err}")
+    nodes.procs["t"].kill()
+    nodes.procs["t"].wait()
+    t = start("t")
+    check(get(f"{s_},{t}", sid) == ref2, f"{sid} lost: the target was not spilled")
+    nodes.stop("s")
+    nodes.stop("t")
 
     # a target without a data dir, the surplus copy on disk: it stays, exit 1, and why
     e, f_ = start("e", "nodisk"), start("f", "--durability", "write-through")

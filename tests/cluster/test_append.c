@@ -1,8 +1,8 @@
 /* test_append.c - APPEND end to end (kvp_client_append -> kvpackd -> kvp_store_session_append):
  * a decode's tokens appended to a session in pieces; every P tokens become a kivi page under
  * kvp_chunk_key(previous, fingerprint, ids), byte-identical to the page this process encodes
- * from the same tokens, and the rest stay the fp16 tail; lookup finds the sealed chunks; the
- * record's version is kept; fp16 input gives the same pages and tail; after a restart the session
+ * from the same tokens, and the rest stay the fp16 tail; lookup finds the sealed chunks; each
+ * append stamps a newer record version; fp16 input gives the same pages and tail; after a restart the session
  * comes back from disk and takes further appends, the first one sent by the same client (whose
  * connection died with the node: it must see that before sending, since a write is never sent
  * twice), and reads back through it. Bad input changes nothing: another codec (WRONG_CODEC), NaN in a

@@ -12,7 +12,7 @@
  *   ids (a DRAM-only store) at most 128 B each, one cleared takes its share off, the count is the
  *   same after a reopen; not under a sanitizer, the resident memory they add stays within 160 B
  *   each and within the gauge + 25 % (a fixed 128-byte id made them about 230 B each).
- * append: an append to a versioned session keeps its version.
+ * append: an append to a versioned session stamps a newer version (an older put is then STALE).
  * append_base: a replicated append refuses a copy at another version than the one it names; the
  *   inclusive listing that probes one session sees its record or tombstone, never the next one.
  * spill_lost_put: under spill durability a put that supersedes a tombstone and is lost with a
@@ -326,7 +326,8 @@ static kvp_status_t append_n(kvp_store_h st, uint64_t ns, const char *sid, const
     return append_on(st, ns, sid, ids, tail, from, n, 0);
 }
 
-/* An append keeps the session's version (it is not a new write that could lose to itself). */
+/* An append to a session put at a version of its own stamps a newer one: a put older than the
+ * append is refused STALE. */
 static void case_append(const char *dir)
 {
     uint32_t           ids[64];

@@ -201,7 +201,7 @@ kvp_status_t kvp_client_append(kvp_client_h client, uint64_t ns, const char *sid
  * session must exist (KVP_ERR_NOT_FOUND) holding exactly chunks sealed chunks and, unless base is
  * NULL, its record must be at version *base (KVP_ERR_INVALID: this copy missed a write, or has
  * one the caller has not seen), and its record takes version (above its own, else
- * KVP_ERR_STALE; 0: kept), so repair can tell a copy that missed it. */
+ * KVP_ERR_STALE; 0: the node's clock, above its own), so repair can tell a copy that missed it. */
 kvp_status_t kvp_client_append_at(kvp_client_h client, uint64_t ns, const char *sid,
                                   const kvp_append_t *append, uint32_t chunks, uint64_t version,
                                   const uint64_t *base, uint32_t *sealed_p);

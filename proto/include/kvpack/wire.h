@@ -55,7 +55,7 @@ typedef struct {
     uint32_t  ntok;
     uint32_t  n_ids;       /* the current tail's ids, then the ntok new ones */
     uint32_t *ids;
-    uint64_t  version;     /* optional: the record's new version (0: absent, kept) */
+    uint64_t  version;     /* optional: the record's new version (0: absent: the node's clock) */
     uint32_t  chunks;      /* with has_chunks: the session must exist with this many chunks */
     uint8_t   has_chunks;
     uint8_t   has_first_pos;
