@@ -10,6 +10,7 @@
 
 #include "kvpack/cluster.h"
 #include "kvpack/kvpack.h"
+#include "kvpack/rand.h"
 #include "kvpack/status.h"
 
 /* ---- subcommands (one cmd_*.c each) ---- */
@@ -230,7 +231,6 @@ void kvp_progress(const char *what, uint64_t done, uint64_t total);
 void kvp_progress_done(void);
 
 /* ---- benchmark data ---- */
-uint64_t kvp_cli_mix(uint64_t *state); /* splitmix64: the next of a reproducible stream */
 /* A sealed fp16 page (passes kvp_page_parse) of heads x head_dim x tokens (full) under key and
  * layer, its payload finite random halves from seed; out holds KVP_PAGE_HDR_BYTES + payload
  * bytes. Returns its length (0: not an fp16 geometry). */

@@ -556,15 +556,6 @@ static int cmp_f64(const void *a, const void *b)
 
 void kvp_sort_f64(double *v, size_t n) { qsort(v, n, sizeof(*v), cmp_f64); }
 
-uint64_t kvp_cli_mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 size_t kvp_cli_fp16_page(uint32_t heads, uint32_t head_dim, uint32_t tokens, kvp_key128_t key,
                          uint32_t layer, uint64_t seed, uint8_t *out)
 {
@@ -585,7 +576,7 @@ size_t kvp_cli_fp16_page(uint32_t heads, uint32_t head_dim, uint32_t tokens, kvp
     info.chunk_key   = key;
     info.payload_len = (uint32_t)payload;
     for (size_t i = 0; i + 8 <= payload; i += 8) {
-        uint64_t r = kvp_cli_mix(&seed) & 0x3bff3bff3bff3bffull; /* finite halves */
+        uint64_t r = kvp_splitmix64(&seed) & 0x3bff3bff3bff3bffull; /* finite halves */
 
         memcpy(out + KVP_PAGE_HDR_BYTES + i, &r, 8);
     }

@@ -92,8 +92,8 @@ static kvp_key128_t key_of(uint32_t client, uint64_t sess, uint32_t page)
     uint64_t     s = ((uint64_t)client << 40) ^ (sess << 8) ^ page ^ 0x5eedull;
     kvp_key128_t k;
 
-    k.lo = kvp_cli_mix(&s);
-    k.hi = kvp_cli_mix(&s);
+    k.lo = kvp_splitmix64(&s);
+    k.hi = kvp_splitmix64(&s);
     return k;
 }
 

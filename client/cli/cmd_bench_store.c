@@ -127,7 +127,7 @@ static int raw_io(const char *path, uint64_t bytes, double *wr_gbs, double *rd_g
         return -1;
     }
     for (size_t i = 0; i < RAW_BLK; i += 8) {
-        uint64_t r = kvp_cli_mix(&s);
+        uint64_t r = kvp_splitmix64(&s);
 
         memcpy(buf + i, &r, 8);
     }
@@ -202,8 +202,8 @@ static kvp_key128_t key_of(uint64_t sess, uint64_t chunk)
     uint64_t     s = sess * 1000003ull + chunk + 1;
     kvp_key128_t k;
 
-    k.lo = kvp_cli_mix(&s);
-    k.hi = kvp_cli_mix(&s);
+    k.lo = kvp_splitmix64(&s);
+    k.hi = kvp_splitmix64(&s);
     return k;
 }
 

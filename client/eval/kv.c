@@ -3,6 +3,7 @@
 #include "eval.h"
 #include "kvpack/alloc.h"
 #include "kvpack/bytes.h"
+#include "kvpack/rand.h"
 #include "kvpack/file.h"
 #include "kvpack/log.h"
 
@@ -98,14 +99,7 @@ typedef struct {
     uint64_t s;
 } rng_t;
 
-static uint64_t rng_next(rng_t *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(rng_t *r) { return kvp_splitmix64(&r->s); }
 
 static double rng_unif(rng_t *r) { return ((double)(rng_next(r) >> 11) + 0.5) / 9007199254740992.0; }
 

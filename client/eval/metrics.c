@@ -4,6 +4,7 @@
 #include "eval.h"
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
+#include "kvpack/rand.h"
 
 #include <math.h>
 #include <string.h>
@@ -52,14 +53,7 @@ typedef struct {
     uint64_t s;
 } qrng_t;
 
-static uint64_t q_next(qrng_t *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t q_next(qrng_t *r) { return kvp_splitmix64(&r->s); }
 
 static double q_gauss(qrng_t *r)
 {

@@ -13,6 +13,7 @@
 
 #include "kvpack/bytes.h"
 #include "kvpack/log.h"
+#include "kvpack/rand.h"
 
 #define NS      0x5ca1ab1e5ca1ab1eull /* the session put before the flood ("pre") */
 #define NS_H    0x0badc0de0badc0deull /* the flood's own writes */
@@ -57,14 +58,7 @@ typedef struct {
 
 /* ---- deterministic PRNG (splitmix64) ---- */
 
-static uint64_t rnd(flood_t *f)
-{
-    uint64_t z = (f->rng += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(flood_t *f) { return kvp_splitmix64(&f->rng); }
 
 static uint32_t rnd_below(flood_t *f, uint32_t n)
 {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kvpack/codec.h"
+#include "kvpack/rand.h"
 
 #include "check.h"
 
@@ -19,14 +20,7 @@ typedef struct {
     uint64_t s;
 } tk_rng_t;
 
-static inline uint64_t tk_next(tk_rng_t *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static inline uint64_t tk_next(tk_rng_t *r) { return kvp_splitmix64(&r->s); }
 
 static inline double tk_unif(tk_rng_t *r) { return (double)(tk_next(r) >> 11) / 9007199254740992.0; }
 

@@ -7,6 +7,7 @@
 
 #include "kvpack/alloc.h"
 #include "kvpack/codec.h"
+#include "kvpack/rand.h"
 #include "kvpack/page.h"
 #include "kvpack/store.h"
 #include "check.h"
@@ -20,15 +21,6 @@
 typedef struct {
     uint32_t layers, heads, head_dim, page_tokens;
 } tgeom_t;
-
-static inline uint64_t t_splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static inline uint64_t t_fingerprint(const tgeom_t *g)
 {
@@ -63,7 +55,7 @@ static uint8_t *t_page(const tgeom_t *g, kvp_key128_t key, uint32_t layer, uint6
     info.chunk_key   = key;
     info.payload_len = (uint32_t)payload;
     for (size_t i = 0; i < payload; i += 8) {
-        uint64_t r = t_splitmix(&s) & 0x3bff3bff3bff3bffull; /* finite halves */
+        uint64_t r = kvp_splitmix64(&s) & 0x3bff3bff3bff3bffull; /* finite halves */
 
         memcpy(p + KVP_PAGE_HDR_BYTES + i, &r, payload - i < 8 ? payload - i : 8);
     }
@@ -94,7 +86,7 @@ static inline void t_session(const tgeom_t *g, uint64_t prefix_seed, uint32_t sh
         uint64_t s = (c < shared ? prefix_seed : seed) * 1000003ull + c;
 
         for (uint32_t t = 0; t < g->page_tokens; t++) {
-            tok[t] = (uint32_t)(t_splitmix(&s) % 32000);
+            tok[t] = (uint32_t)(kvp_splitmix64(&s) % 32000);
         }
         if (c == n_chunks) {
             if (tail_tokens == 0) {

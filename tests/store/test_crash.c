@@ -59,7 +59,7 @@ static uint64_t spilled_total;
 
 static uint32_t rnd(uint32_t n)
 {
-    return (uint32_t)(t_splitmix(&rng) % n);
+    return (uint32_t)(kvp_splitmix64(&rng) % n);
 }
 
 static void sid_name(int i, char *buf, size_t n)
@@ -152,7 +152,7 @@ static void make_command(char *buf, size_t n)
         v.chunks = e->v[e->nv - 1].chunks + 1 + rnd(3);
     }
     v.tail            = rnd(G.page_tokens);
-    v.seed            = t_splitmix(&rng) >> 16;
+    v.seed            = kvp_splitmix64(&rng) >> 16;
     e->v[e->nv++]     = v;
     sid_name(i, name, sizeof(name));
     snprintf(buf, n, "put %s %llu %llu %u %u\n", name, (unsigned long long)e->pseed,

@@ -664,7 +664,7 @@ static float *t_kv(uint32_t n, uint64_t seed)
 
     CHECK(x != NULL);
     for (size_t i = 0; i < cnt; i++) {
-        x[i] = (float)((int64_t)(t_splitmix(&seed) % 2001) - 1000) / 250.0f;
+        x[i] = (float)((int64_t)(kvp_splitmix64(&seed) % 2001) - 1000) / 250.0f;
     }
     return x;
 }
@@ -775,7 +775,7 @@ static void case_tail_append(void)
     kvp_store_h st;
 
     for (uint32_t i = 0; i < total; i++) {
-        ids[i] = (uint32_t)(t_splitmix(&seed) % 32000);
+        ids[i] = (uint32_t)(kvp_splitmix64(&seed) % 32000);
     }
     t_tmpdir(dir, sizeof(dir), "append");
     st = open_store(dir, 16u << 20, KVP_DURABILITY_WRITE_THROUGH);
@@ -1046,9 +1046,9 @@ static void case_session_list_order(void)
         CHECK_OK(t_put_pages(st, NS + k * 977, &G, &d));
     }
     for (uint32_t i = 0; i < N; i++) { /* random sids, unique by the index suffix */
-        want[i].ns = NS + (t_splitmix(&seed) % 3) * 977;
+        want[i].ns = NS + (kvp_splitmix64(&seed) % 3) * 977;
         snprintf(want[i].sid, sizeof(want[i].sid), "%llx-%u",
-                 (unsigned long long)(t_splitmix(&seed) >> (t_splitmix(&seed) % 60)), i);
+                 (unsigned long long)(kvp_splitmix64(&seed) >> (kvp_splitmix64(&seed) % 60)), i);
         CHECK_OK(kvp_store_session_put(st, want[i].ns, want[i].sid, &d));
     }
     qsort(want, N, sizeof(*want), t_key_cmp);

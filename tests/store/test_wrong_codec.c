@@ -25,8 +25,8 @@ static uint8_t *enc_page(kvp_codec_id_t codec, uint32_t heads, uint32_t dim, uin
 
     CHECK(k != NULL && v != NULL && out != NULL && cap > 0);
     for (size_t i = 0; i < n; i++) {
-        k[i] = (float)((int64_t)(t_splitmix(&seed) % 2001) - 1000) / 300.0f;
-        v[i] = (float)((int64_t)(t_splitmix(&seed) % 2001) - 1000) / 300.0f;
+        k[i] = (float)((int64_t)(kvp_splitmix64(&seed) % 2001) - 1000) / 300.0f;
+        v[i] = (float)((int64_t)(kvp_splitmix64(&seed) % 2001) - 1000) / 300.0f;
     }
     CHECK_OK(kvp_page_encode(&pp, KVP_DTYPE_F32, k, v, ntok, out, cap, len_p));
     kvp_free(k);
