@@ -230,7 +230,7 @@ kvp_status_t kvp_store_sess_spill(kvp_store_h st, kvp_sess_t *s)
     if (!s->hot) {
         return KVP_OK;
     }
-    if (s->dirty || !s->on_disk) { /* durable when the spill returns */
+    if (!kvp_store_sess_on_disk_now(s)) { /* durable when the spill returns */
         status = kvp_store_sess_write(st, s, true);
     } else if (s->unsynced) {        /* written through the WAL without an fsync */
         status = kvp_tier_sync(st->tier);
@@ -290,7 +290,7 @@ static size_t group_build(kvp_store_h st, kvp_sess_t **v, size_t n, group_member
         if (!s->hot || s->busy) {
             continue;
         }
-        g[m].write = s->dirty || !s->on_disk;
+        g[m].write = !kvp_store_sess_on_disk_now(s);
         g[m].gen   = 0;
         if (g[m].write && *b_p == NULL && (*b_p = kvp_tier_batch_create()) == NULL) {
             KVP_LOG_ERROR(MOD, "no memory for the write batch of session %s", s->key.sid);

@@ -52,7 +52,7 @@ static void sess_info(const kvp_store_h st, const kvp_sess_t *s, kvp_store_sessi
         o->head_dim = prof->head_dim;
     }
     o->where = (s->hot ? KVP_STORE_IN_DRAM : 0u) |
-               (s->on_disk && !s->dirty ? KVP_STORE_ON_DISK : 0u); /* this version on disk */
+               (kvp_store_sess_on_disk_now(s) ? KVP_STORE_ON_DISK : 0u);
     o->bytes   = sess_bytes(s, prof, &lost);
     o->damaged = lost > 0;
     o->version = s->version;

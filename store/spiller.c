@@ -200,7 +200,7 @@ static size_t unsaved_pick(kvp_store_h st, kvp_sess_t **v, size_t max, uint64_t 
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
         uint64_t    b;
 
-        if (s->busy || (s->on_disk && !s->dirty)) {
+        if (s->busy || kvp_store_sess_on_disk_now(s)) {
             continue;
         }
         b = sess_page_bytes(s);

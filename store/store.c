@@ -1523,7 +1523,7 @@ void kvp_store_stats(kvp_store_h st, kvp_store_stats_t *stats)
     while ((l = kvp_htab_next(&st->sessions.by_key, &it)) != NULL) {
         const kvp_sess_t *s = KVP_CONTAINER_OF(l, kvp_sess_t, key.hlink);
 
-        on_disk += s->on_disk && !s->dirty; /* this version on disk, as listed */
+        on_disk += kvp_store_sess_on_disk_now(s); /* as listed */
         hot += s->hot;
         unsynced += s->unsynced;
     }

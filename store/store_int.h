@@ -148,6 +148,12 @@ typedef struct kvp_sess {
     char                sid[KVP_SID_MAX]; /* key.sid */
 } kvp_sess_t;
 
+/* The session's current version is on disk: a record there, and none newer in DRAM only. */
+static inline bool kvp_store_sess_on_disk_now(const kvp_sess_t *s)
+{
+    return s->on_disk && !s->dirty;
+}
+
 /* ---- page and session tables (index.c; kvpack/htab.h tables of kvp_page_t / kvp_sess_t) ---- */
 /* Both tables get their first bucket arrays here (KVP_ERR_NO_MEMORY, logged), so an insert into
  * them cannot fail. */
