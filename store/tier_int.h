@@ -90,6 +90,11 @@ static inline void tier_hook_run(kvp_tier_t *t, kvp_tier_hook_t at)
 /* A RocksDB error string (freed, *err set to NULL) logged as "rocksdb <what> failed" and mapped:
  * Corruption -> KVP_ERR_CORRUPT, NoSpace -> KVP_ERR_NO_SPACE, NotFound, else KVP_ERR_IO. */
 kvp_status_t tier_map_err(const char *what, char **err);
+/* The end of a walk over an iterator taken under tier_db_hold: the iterator's error (mapped and
+ * logged as tier_map_err's "what", when status is still OK; else dropped), the iterator
+ * destroyed, the db released. Returns status, or the iterator's error in its place. */
+kvp_status_t tier_iter_end(kvp_tier_t *t, rocksdb_iterator_t *it, kvp_status_t status,
+                           const char *what);
 /* Open t->path with every existing column family plus the required ones (t->cfs, t->cf),
  * automatic compactions off unless compactions; tier_db_close undoes it (t->db NULL after). */
 kvp_status_t tier_db_open(kvp_tier_t *t, bool compactions);

@@ -134,7 +134,6 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
     uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
     uint8_t             from[PKEY_BYTES];
     kvp_status_t        status = KVP_OK;
-    char               *err    = NULL;
 
     tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
@@ -178,10 +177,7 @@ kvp_status_t kvp_tier_pages_inline(kvp_tier_t *t, const kvp_tier_pkey_t *after, 
         n++;
     }
     *end_p = status == KVP_OK && !rocksdb_iter_valid(it);
-    rocksdb_iter_get_error(it, &err);
-    status = status != KVP_OK ? status : tier_map_err("scan pages for scrubbing", &err);
-    rocksdb_iter_destroy(it);
-    tier_db_release(t);
+    status = tier_iter_end(t, it, status, "scan pages for scrubbing");
     if (status != KVP_OK) {
         kvp_tier_locs_clear(locs, n);
         kvp_free(locs);
@@ -200,7 +196,6 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
     size_t              n     = 0, cap = 0;
     uint64_t            moves = __atomic_load_n(&t->moves, __ATOMIC_ACQUIRE);
     kvp_status_t        status;
-    char               *err = NULL;
 
     tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro_pages, t->cf[CF_PAGES]);
@@ -225,9 +220,7 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
         g = kvp_array_room(locs, &cap, n, sizeof(*g), 256, "compaction pages");
         if (g == NULL) {
             kvp_free(locs);
-            rocksdb_iter_destroy(it);
-            tier_db_release(t);
-            return KVP_ERR_NO_MEMORY;
+            return tier_iter_end(t, it, KVP_ERR_NO_MEMORY, "scan pages for compaction");
         }
         locs    = g;
         locs[n] = (kvp_tier_loc_t){.status = KVP_OK, .len = len, .seg = seg, .off = off,
@@ -235,10 +228,7 @@ kvp_status_t kvp_tier_pages_in_segs(kvp_tier_t *t, const uint64_t *ids, size_t n
         page_key_decode(k, &locs[n].pk);
         n++;
     }
-    rocksdb_iter_get_error(it, &err);
-    status = tier_map_err("scan pages for compaction", &err);
-    rocksdb_iter_destroy(it);
-    tier_db_release(t);
+    status = tier_iter_end(t, it, KVP_OK, "scan pages for compaction");
     if (status != KVP_OK) {
         kvp_free(locs);
         return status;

@@ -97,6 +97,21 @@ kvp_status_t tier_map_err(const char *what, char **err)
     return status;
 }
 
+kvp_status_t tier_iter_end(kvp_tier_t *t, rocksdb_iterator_t *it, kvp_status_t status,
+                           const char *what)
+{
+    char *err = NULL;
+
+    rocksdb_iter_get_error(it, &err);
+    if (err != NULL && status == KVP_OK) {
+        status = tier_map_err(what, &err);
+    }
+    rocksdb_free(err);
+    rocksdb_iter_destroy(it);
+    tier_db_release(t);
+    return status;
+}
+
 void tier_page_key(const kvp_tier_pkey_t *pk, uint8_t *k)
 {
     kvp_st_be64(k, pk->ns);
@@ -1439,7 +1454,6 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
 {
     rocksdb_iterator_t *it;
     kvp_status_t        status = KVP_OK;
-    char               *err = NULL;
     char                sid[KVP_SID_MAX];
 
     tier_db_hold(t);
@@ -1463,14 +1477,7 @@ kvp_status_t kvp_tier_session_scan(kvp_tier_t *t, kvp_tier_session_cb_t cb, void
             break;
         }
     }
-    rocksdb_iter_get_error(it, &err);
-    if (err != NULL && status == KVP_OK) {
-        status = tier_map_err("scan sessions", &err);
-    }
-    rocksdb_free(err);
-    rocksdb_iter_destroy(it);
-    tier_db_release(t);
-    return status;
+    return tier_iter_end(t, it, status, "scan sessions");
 }
 
 kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta_cb_t cb,
@@ -1479,7 +1486,6 @@ kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta
     rocksdb_iterator_t *it;
     size_t              plen   = strlen(prefix);
     kvp_status_t        status = KVP_OK;
-    char               *err    = NULL;
 
     tier_db_hold(t);
     it = rocksdb_create_iterator_cf(t->db, t->ro, t->cf[CF_META]);
@@ -1496,14 +1502,7 @@ kvp_status_t kvp_tier_meta_scan(kvp_tier_t *t, const char *prefix, kvp_tier_meta
             break;
         }
     }
-    rocksdb_iter_get_error(it, &err);
-    if (err != NULL && status == KVP_OK) {
-        status = tier_map_err("scan meta", &err);
-    }
-    rocksdb_free(err);
-    rocksdb_iter_destroy(it);
-    tier_db_release(t);
-    return status;
+    return tier_iter_end(t, it, status, "scan meta");
 }
 
 kvp_status_t kvp_tier_index_verify(kvp_tier_t *t, bool *rebuilt_p)
