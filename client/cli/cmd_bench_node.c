@@ -405,6 +405,25 @@ static double pct(double *v, size_t n, double q)
     return kvp_quantile_sorted(v, n, q);
 }
 
+/* A phase's figures: per second of its wall time, and its latency quantiles; NAN (JSON null,
+ * "failed" in text) when any of its operations failed, since a failed op's time is not a
+ * session moved */
+static double side_per_s(const bn_side_t *sd, int ph, double amount)
+{
+    return sd->errors[ph] > 0 ? NAN : amount / sd->secs[ph];
+}
+
+static double side_pct(const bn_side_t *sd, int ph, uint64_t n, double q)
+{
+    return sd->errors[ph] > 0 ? NAN : pct(sd->lat[ph], n, q);
+}
+
+/* kvpack's speed-up over Redis in a phase (Redis time / kvpack time); NAN if either failed */
+static double side_ratio(const bn_side_t *kv, const bn_side_t *rd, int ph)
+{
+    return kv->errors[ph] + rd->errors[ph] > 0 ? NAN : rd->secs[ph] / kv->secs[ph];
+}
+
 static void side_json(kvp_json_t *j, const char *key, const bn_side_t *sd, const bn_run_t *r)
 {
     uint64_t n = r->o->clients * r->o->sessions;
@@ -413,14 +432,29 @@ static void side_json(kvp_json_t *j, const char *key, const bn_side_t *sd, const
     for (int ph = 0; ph < 2; ph++) {
         kvp_json_obj(j, ph == 0 ? "put" : "get");
         kvp_json_num(j, "seconds", sd->secs[ph]);
-        kvp_json_num(j, "sessions_per_s", (double)n / sd->secs[ph]);
-        kvp_json_num(j, "gbs", (double)n * (double)r->sess_bytes / sd->secs[ph] / 1e9);
-        kvp_json_num(j, "p50_ms", pct(sd->lat[ph], n, 0.5));
-        kvp_json_num(j, "p99_ms", pct(sd->lat[ph], n, 0.99));
+        kvp_json_num(j, "sessions_per_s", side_per_s(sd, ph, (double)n));
+        kvp_json_num(j, "gbs", side_per_s(sd, ph, (double)n * (double)r->sess_bytes / 1e9));
+        kvp_json_num(j, "p50_ms", side_pct(sd, ph, n, 0.5));
+        kvp_json_num(j, "p99_ms", side_pct(sd, ph, n, 0.99));
         kvp_json_int(j, "errors", (int64_t)sd->errors[ph]);
         kvp_json_close(j);
     }
     kvp_json_close(j);
+}
+
+/* one side's phase in the text report */
+static void side_text(const char *name, const bn_side_t *sd, int ph, const bn_run_t *r)
+{
+    uint64_t n = r->o->clients * r->o->sessions;
+
+    if (sd->errors[ph] > 0) {
+        printf("%s failed: %llu of %llu operations", name, (unsigned long long)sd->errors[ph],
+               (unsigned long long)n);
+        return;
+    }
+    printf("%s %8.0f sessions/s %.3f GB/s p50 %.3f p99 %.3f ms", name,
+           side_per_s(sd, ph, (double)n), side_per_s(sd, ph, (double)n * (double)r->sess_bytes / 1e9),
+           side_pct(sd, ph, n, 0.5), side_pct(sd, ph, n, 0.99));
 }
 
 int kvp_cmd_bench_node(int argc, char **argv)
@@ -523,8 +557,8 @@ int kvp_cmd_bench_node(int argc, char **argv)
         side_json(&j, "kvpack", &kv, &r);
         if (rd.ran) {
             side_json(&j, "redis", &rd, &r);
-            kvp_json_num(&j, "put_vs_redis", rd.secs[0] / kv.secs[0]);
-            kvp_json_num(&j, "get_vs_redis", rd.secs[1] / kv.secs[1]);
+            kvp_json_num(&j, "put_vs_redis", side_ratio(&kv, &rd, 0));
+            kvp_json_num(&j, "get_vs_redis", side_ratio(&kv, &rd, 1));
         } else {
             kvp_json_str(&j, "redis_skipped", why ? why : "the Redis side failed");
         }
@@ -536,14 +570,14 @@ int kvp_cmd_bench_node(int argc, char **argv)
                (unsigned long long)o.clients, (unsigned long long)o.sessions,
                (unsigned long long)o.pages, r.page_len, r.sess_bytes);
         for (int p = 0; p < 2; p++) {
-            printf("  %s  kvpack %8.0f sessions/s %.3f GB/s p50 %.3f p99 %.3f ms",
-                   ph[p], (double)n / kv.secs[p],
-                   (double)n * (double)r.sess_bytes / kv.secs[p] / 1e9, pct(kv.lat[p], n, 0.5),
-                   pct(kv.lat[p], n, 0.99));
+            printf("  %s  ", ph[p]);
+            side_text("kvpack", &kv, p, &r);
             if (rd.ran) {
-                printf(" | redis %8.0f sessions/s %.3f GB/s p50 %.3f p99 %.3f ms | %.2fx",
-                       (double)n / rd.secs[p], (double)n * (double)r.sess_bytes / rd.secs[p] / 1e9,
-                       pct(rd.lat[p], n, 0.5), pct(rd.lat[p], n, 0.99), rd.secs[p] / kv.secs[p]);
+                printf(" | ");
+                side_text("redis", &rd, p, &r);
+                if (!isnan(side_ratio(&kv, &rd, p))) {
+                    printf(" | %.2fx", side_ratio(&kv, &rd, p));
+                }
             }
             printf("\n");
         }
