@@ -434,7 +434,7 @@ int kvp_cmd_bench_transfer(int argc, char **argv)
         kvp_json_str(&j, "err_mode", o.err_mode);
         kvp_json_int(&j, "codec_bytes", (int64_t)q.bytes);
         kvp_json_int(&j, "fp16_page_bytes", (int64_t)f.bytes);
-        kvp_json_num(&j, "fp16_equiv_bytes", fp16_equiv);
+        kvp_json_u64(&j, "fp16_equiv_bytes", (uint64_t)fp16_equiv); /* exact: %.6g lost digits */
         kvp_json_num(&j, "compression_ratio", (double)f.bytes / (double)q.bytes);
         kvp_json_num(&j, "put_gbps", q.bytes / t_q / 1e9);
         kvp_json_num(&j, "put_fp16_equiv_gbps", fp16_equiv / t_q / 1e9);

@@ -159,12 +159,24 @@ static const char *hit_note(const kvp_lt_info_t *info, const kvp_lt_workload_t *
                "with no SSD tier to restore them from, or on a node that failed), or, with "
                "--clients > 1, two requests in flight sharing a prefix both missed it";
     }
+    if (res->n_nodes > 1 && t->hit_blocks > res->ref_placed) {
+        /* the placed reference ranks every session over the members at the end, as if none had
+         * failed or changed: a session whose node failed went on to the next of its rank */
+        return "above reference.placed_hit_blocks and below the single-cache count: the placed "
+               "reference ranks the sessions over the members at the end as if none had failed "
+               "or changed, while in this run a node failed or membership changed (see nodes and "
+               "membership_changes), so sessions moved to the next node of their rank and their "
+               "hits with them; neither reference is this run's placement";
+    }
     if (w->synthetic && t->hit_blocks < t->ref_hit && w->turn_tokens % KVP_LT_BLOCK_TOKENS != 0) {
         /* a round of T tokens ends inside a 512-token block (whatever P: at T = P the block holds
          * one chunk in a round and two in the next) */
         return "a block hits when all its sealed P-token chunks are found; a round's partial last "
                "block was sealed only up to its last full chunk, so it misses the next round, "
                "where an id-level (unbounded) count says hit";
+    }
+    if (t->reqs == 0) {
+        return "no request finished: nothing to compare";
     }
     if (t->hit_blocks == t->ref_hit) {
         return w->synthetic ? "equal to what an unbounded cache hits over these requests: nothing "

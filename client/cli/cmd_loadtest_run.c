@@ -343,6 +343,8 @@ static int lt_resume(lt_engine_t *e, const kvp_lt_req_t *r, uint32_t i, kvp_lt_s
          * resume, as an engine would recompute it; the request's lookup misses and its put sends
          * the pages again (the run used to stop here) */
         res->resumes_lost++;
+        s->resume_ms = NAN; /* not a resume: out of the resume percentiles (a hung node's would be
+                             * a --timeout-ms sample) */
         return 0;
     }
     return st == KVP_OK ? 0 : fail(e, r, i, "resume (get of the previous turn)", st);
