@@ -11,6 +11,7 @@ import functools
 import glob
 import operator
 import os
+import sys
 import threading
 import weakref
 
@@ -411,6 +412,9 @@ def _check(status, what=""):
         raise KvpError(status, status_name(status), status_str(status), what)
 
 
+_finalizing = sys.is_finalizing  # bound at import: __del__ may run when imports no longer work
+
+
 # ---- argument checks (before C is called) ----
 def _u(value, what, bits=32):
     """value as an int in 0..2^bits-1 (any integer type, numpy's too; not bool or float)."""
@@ -485,8 +489,8 @@ def _dtype(dtype, fmt, what):
             raise ValueError(f"{what}: format '{fmt}' is not float32 or float16: convert it, "
                              f"or give raw bytes with dtype='f32' or 'f16'")
         return by_fmt[fmt]
-    if dtype not in names:
-        raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")
+    if dtype not in names or not (isinstance(dtype, str) or _int(dtype) is not None):
+        raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")  # 0.0 == 0: not an id
     if fmt in by_fmt and by_fmt[fmt] != names[dtype]:
         raise ValueError(f"{what}: format '{fmt}' does not hold {dtype}")
     if fmt not in by_fmt and fmt not in ("B", "b", "c"):  # raw bytes only: not f64, ints, '>f'
@@ -523,14 +527,17 @@ def page_encode(params, k, v, ntok=None, dtype=None):
     dt = _dtype(dtype, kf, "k")
     if _dtype(dtype, vf, "v") != dt:
         raise ValueError("k and v have different dtypes")
-    row = params.heads * params.head_dim * (4 if dt == DTYPE_F32 else 2)
+    heads, head_dim, ptok = (_u(getattr(params, f), f) for f in ("heads", "head_dim",
+                                                                   "page_tokens"))
+    row = heads * head_dim * (4 if dt == DTYPE_F32 else 2)
     if ntok is None:
         if not row or kn % row:
             raise ValueError(f"k holds {kn} bytes, not a whole number of {row}-byte tokens")
         ntok = kn // row
-    if not row or not 1 <= ntok <= params.page_tokens or kn != ntok * row or vn != ntok * row:
+    ntok = _u(ntok, "ntok")
+    if not row or not 1 <= ntok <= ptok or kn != ntok * row or vn != ntok * row:
         raise ValueError(f"k and v must be {ntok} tokens x {row} bytes each (ntok 1.."
-                         f"{params.page_tokens}), got {kn} and {vn} bytes")
+                         f"{ptok}), got {kn} and {vn} bytes")
     cap = page_max_bytes(params)
     out = ctypes.create_string_buffer(cap)
     n = ctypes.c_size_t()
@@ -581,7 +588,7 @@ def page_decode(page, dtype="f32", frame=FRAME_ORIGINAL):
     if dtype not in ("f32", "f16", DTYPE_F32, DTYPE_F16) or isinstance(dtype, bool):
         raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")
     dt = _dtype(dtype, "B", "dtype")
-    if frame not in (FRAME_ORIGINAL, FRAME_ROTATED):  # ctypes would wrap 2**40 to 0
+    if _int(frame) not in (FRAME_ORIGINAL, FRAME_ROTATED):  # ctypes: 2**40 wraps, 1.0 raises
         raise ValueError(f"frame must be FRAME_ORIGINAL or FRAME_ROTATED, got {frame!r}")
     pb, pn, _ = _buf(page, "page")
     info = _PageInfo()
@@ -725,6 +732,7 @@ class _Handle:
         obj._guard = [None]  # [the thread inside a get's on_pages]: shared, as the lock, with
         #                      its streams
         obj._parked = []      # (destroy, handle, kept buffers) of streams dropped in on_pages
+        obj._pid = os.getpid()  # a handle belongs to the process that opened it (see close)
         return obj
 
     def __copy__(self):  # a copy would share the C handle and destroy it twice
@@ -732,9 +740,17 @@ class _Handle:
 
     __deepcopy__ = __reduce__ = lambda self, *a: self.__copy__()  # noqa: E731
 
-    @_serial
     def close(self):
-        """Destroy the C handle, once; later calls are no-ops."""
+        """Destroy the C handle, once; later calls are no-ops. In a process forked after the
+        handle was opened it is only forgotten: the C handle (its UCX worker, its sockets) is
+        the parent's, and destroying it here broke the parent's connection and aborted both."""
+        if self._pid != os.getpid():
+            self._h = None
+            return
+        self._close()
+
+    @_serial
+    def _close(self):
         if self._h is not None:
             h, self._h = self._h, None
             getattr(_L(), self._destroy)(h)
@@ -747,6 +763,15 @@ class _Handle:
 
     def __del__(self):
         try:
+            if self._h is None or self._pid != os.getpid():
+                self._h = None  # closed, or the parent's (inherited over a fork): see close
+                return
+            if _finalizing():
+                # interpreter exit while a daemon thread is inside a call on this handle: that
+                # thread never returns to release the lock, so waiting for it hung the exit
+                if not self._lock.acquire(blocking=False):
+                    return
+                self._lock.release()  # close takes it again; no other thread runs meanwhile
             if self._h is not None and self._guard[0] == threading.get_ident():
                 # dropped inside on_pages of a get on the handle it shares: that get holds the
                 # handle, so its close waits for the get to return (_close_parked); its buffers
@@ -768,6 +793,9 @@ class _Handle:
     def _handle(self):
         if self._h is None:
             raise ValueError(f"kvpack {type(self).__name__.lower()} is closed")
+        if self._pid != os.getpid():
+            raise ValueError(f"kvpack {type(self).__name__.lower()} was opened by process "
+                             f"{self._pid}, before a fork: open a new one in this process")
         return self._h
 
 
@@ -1229,6 +1257,9 @@ class ClusterPutStream(_Handle):
 
     def __init__(self, cluster, ns, sid, also=None):
         self._h = None
+        if not isinstance(cluster, Cluster):  # its handle goes to C as a kvp_cluster_h
+            raise TypeError(f"ClusterPutStream needs a kvpack.Cluster, got "
+                            f"{type(cluster).__name__}")
         self._lock = cluster._lock  # it uses the cluster's handle: one lock for both
         self._guard = cluster._guard
         self._parked = cluster._parked
@@ -1242,6 +1273,9 @@ class ClusterPutStream(_Handle):
         self.also_status = {}
         h = ctypes.c_void_p()
         with self._lock:
+            if self._guard[0] == threading.get_ident():  # as _serial: the get holds the handle
+                raise RuntimeError("kvpack: ClusterPutStream() from inside on_pages of a get on "
+                                   "the same Cluster")
             s = _L().kvp_cluster_stream_open(cluster._handle(), _u(ns, "ns", 64), _sid(sid),
                                              _text(also, "also") if also else None, ctypes.byref(h))
             if s != 0:

@@ -210,6 +210,15 @@ def run_codec():
     # the C encoder refuses a layer no session can hold (the header's 16 bits, below 65535)
     raises(lambda: kvpack.page_encode(dataclasses.replace(kivi_pp, layer=65535), k, v),
            kvpack.KvpError, {"ERR_INVALID"})
+    # numbers that ctypes would take wrongly or refuse with its own ArgumentError: ValueError
+    # (a float ntok or frame was ctypes.ArgumentError; dtype 0.0 passed as f32, since 0.0 == 0)
+    for bad in (lambda: kvpack.page_encode(kivi_pp, k, v, ntok=float(P)),
+                lambda: kvpack.page_encode(kivi_pp, k, v, dtype=0.0),
+                lambda: kvpack.page_decode(kvpack.page_encode(kivi_pp, k, v), frame=1.0),
+                lambda: kvpack.page_decode(kvpack.page_encode(kivi_pp, k, v), dtype=0.0)):
+        raises(bad, ValueError)
+    check(kvpack.page_encode(dataclasses.replace(kivi_pp, heads=Index(H)), k, v) ==
+          kvpack.page_encode(kivi_pp, k, v), "PageParams with an __index__ head count")
     nan = array.array("f", k)
     nan[5] = float("nan")
     check(raises(lambda: kvpack.page_encode(kivi_pp, nan, v), kvpack.KvpError,
@@ -428,6 +437,43 @@ def run_node():
             check(not errs, f"threads sharing a client: {errs[:3]}")
             for i in range(3):
                 c.delete_session(ns, f"thr-{i}")
+
+            # a fork: the child inherits the handle but not its connection. There it is
+            # refused (ValueError) and closed without C (a destroy there used to abort the child
+            # in UCX and break the parent's connection: its next get timed out)
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    try:
+                        c.stat()
+                    except ValueError as e:
+                        code = 0 if "before a fork" in str(e) else 4
+                    c.close()
+                finally:
+                    os._exit(code)
+            _, st = os.waitpid(pid, 0)
+            check(os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0,
+                  f"a forked child's use and close of the parent's client: status {st:#x}")
+            check(c.get_session(ns, "py-1").pages == pages, "the parent's client after a fork")
+            # interpreter exit while a daemon thread is inside a call on a client (its node
+            # stopped): the exit does not wait for it (the handle's finalizer waited forever on a
+            # lock that thread never releases)
+            prog = ("import sys, threading, time; sys.path.insert(0, sys.argv[1]); import kvptest; "
+                    "kv = kvptest.load_kvpack(sys.argv[2]); c = kv.Client(sys.argv[3], timeout_ms=1500); "
+                    "threading.Thread(target=lambda: c.list_sessions(), daemon=True).start(); "
+                    "time.sleep(0.3)")
+            os.kill(node.proc.pid, signal.SIGSTOP)
+            try:
+                p = subprocess.run([sys.executable, "-c", prog, os.path.dirname(os.path.dirname(
+                    os.path.abspath(__file__))), lib, node.addr], capture_output=True, text=True,
+                    timeout=60)
+                check(p.returncode == 0, f"exit with a daemon thread in a call: {p.returncode} "
+                      f"{p.stderr[-300:]}")
+            except subprocess.TimeoutExpired:
+                check(False, "the interpreter's exit hung on a daemon thread's call")
+            finally:
+                os.kill(node.proc.pid, signal.SIGCONT)
 
             # append: a decode's tokens onto a session's fp16 tail, full chunks sealed by the node
             nsa, g, row = kvpack.ns_fingerprint("append", L, H, D, P, "fp16"), (L, H, D, P), H * D

@@ -269,6 +269,27 @@ def run_cluster():
         flat = [p for _, ps in sorted(runs, key=lambda r: r[0]) for p in ps]
         check(got.pages == sp[1] and flat == sp[1] and got.served_by != dead and runs[0][0] == 0,
               f"streamed get over the cluster: {len(runs)} runs from {got.served_by}")
+        # a stream opened inside on_pages of a get on its cluster: refused, as put_stream (the
+        # constructor skipped the check: the open could replace the client the get was using,
+        # a double free); over a Client, not a Cluster: TypeError (its handle reached C as a
+        # cluster's: SIGSEGV)
+        inner = []
+
+        def open_inside(first, pages):
+            try:
+                kvpack.ClusterPutStream(cl, sp[0], "inside").close()
+                inner.append("opened")
+            except RuntimeError as e:
+                inner.append(str(e))
+        cl.get_session(sp[0], "late-st", on_pages=open_inside)
+        check(inner and all("inside on_pages" in x for x in inner),
+              f"ClusterPutStream inside on_pages: {inner}")
+        with kvpack.Client(decode, timeout_ms=5000) as dc:
+            try:
+                kvpack.ClusterPutStream(dc, sp[0], "not-a-cluster")
+                check(False, "ClusterPutStream over a Client was accepted")
+            except TypeError:
+                pass
         # a stream whose last reference goes inside on_pages of a get on its cluster is closed
         # when the get returns, its pushed buffers kept until then (its close used to be refused
         # there and swallowed: the stream never closed, its buffers freed under its shipper)
