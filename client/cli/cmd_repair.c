@@ -42,7 +42,8 @@ typedef struct {
     uint64_t      boot_err_ms[KVP_CLUSTER_MAX_NODES]; /* how far off that can be: the STAT's
                                                        * round trip */
     uint32_t      pass;   /* --watch: the pass number (1, 2, ...); 0 for a single run */
-    const char   *trigger; /* --watch: why this pass runs: start, membership, interval */
+    const char   *trigger; /* --watch: why this pass runs: start, membership, unsettled, interval,
+                            * retry */
 } repair_t;
 
 volatile sig_atomic_t kvp_repair_stop; /* --watch: SIGTERM/SIGINT, checked between sessions */
@@ -101,11 +102,15 @@ static void repair_usage(FILE *out)
             "  --watch         keep running (until SIGTERM/SIGINT, exit 0): a pass at start, a\n"
             "                  pass once the members have not changed for --settle seconds after\n"
             "                  a change (--etcd follows etcd; a --node list never changes), and\n"
-            "                  one every --every seconds; each pass prints its summary (--json:\n"
-            "                  one object per line, with pass and trigger). With fewer nodes than\n"
-            "                  N registered a pass repairs to as many copies as there are nodes\n"
+            "                  one every --every seconds; after a failed pass another --settle\n"
+            "                  later, doubling up to --every; each pass prints its summary\n"
+            "                  (--json: one object per line, with pass and trigger: start,\n"
+            "                  membership, unsettled, interval, retry). With fewer nodes than N\n"
+            "                  registered a pass (also a one-shot --etcd one, then exit 1)\n"
+            "                  repairs to as many copies as there are nodes\n"
             "  --settle S      seconds the members must be stable before a pass (default 30: a\n"
-            "                  node that restarts within that is not copied elsewhere)\n"
+            "                  node that restarts within that is not copied elsewhere); members\n"
+            "                  that keep changing get a pass 3 x S after the first change\n"
             "  --every S       seconds between passes without a change (default 600)\n");
 }
 
@@ -657,11 +662,22 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
     return rc;
 }
 
+bool kvp_repair_clamp(kvp_cli_sess_opts_t *o, uint32_t n)
+{
+    if (o->replicas <= n || n == 0) {
+        return false;
+    }
+    fprintf(stderr, "kvpack repair: only %u node%s, --replicas %llu: repairing to %u cop%s\n", n,
+            n == 1 ? "" : "s", (unsigned long long)o->replicas, n, n == 1 ? "y" : "ies");
+    o->replicas = n;
+    return true;
+}
+
 int kvp_cmd_repair(int argc, char **argv)
 {
     kvp_cli_sess_opts_t o = {0};
     kvp_repair_watch_t      w = {0};
-    bool                dry_run = false;
+    bool                dry_run = false, cut;
     int                 rc;
 
     if (kvp_opt_help(argc, argv)) {
@@ -678,5 +694,9 @@ int kvp_cmd_repair(int argc, char **argv)
     if ((rc = kvp_cli_sess_peers("repair", &o)) != 0) { /* --etcd: the nodes from etcd, once */
         return rc;
     }
-    return kvp_repair_pass(&o, dry_run, 0, NULL);
+    /* etcd lists fewer nodes than r (some left): a runtime state, not a usage error; repair to
+     * what there is, as the agent does, and exit 1, since no session can have its r copies */
+    cut = o.etcd != NULL && kvp_repair_clamp(&o, kvp_cli_list_len(o.node));
+    rc  = kvp_repair_pass(&o, dry_run, 0, NULL);
+    return cut && rc == 0 ? 1 : rc;
 }

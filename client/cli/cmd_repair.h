@@ -23,6 +23,10 @@ extern volatile sig_atomic_t kvp_repair_stop;
  * for a single run. */
 int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass, const char *trigger);
 
+/* o->replicas, or the n nodes there are when they are fewer (said on stderr): every session then
+ * goes to all of them. Returns whether it was cut. */
+bool kvp_repair_clamp(kvp_cli_sess_opts_t *o, uint32_t n);
+
 /* The agent: runs passes until SIGTERM/SIGINT; returns 0 then, 1 when etcd cannot be read at
  * start. o->etcd (followed by a watch) or o->node (never changes). */
 int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watch_t *w);

@@ -1,8 +1,10 @@
 /* cmd_repair_watch.c - "kvpack repair --watch": the repair agent. A pass at start, one once the
  * members (etcd, followed by a watch; a --node list never changes) have been stable for --settle
- * seconds after a change, and one every --every seconds; each pass is kvp_repair_pass over a static
- * snapshot of the members, so node indices cannot move under it. SIGTERM/SIGINT stop it between
- * two sessions. Not on the data path: it moves copies the way one `kvpack repair` does. */
+ * seconds after a change (or 3 x --settle after the first of changes that never settle), one
+ * every --every seconds, and after a pass that failed another --settle later, doubling up to
+ * --every. Each pass is kvp_repair_pass over a static snapshot of the members, so node indices
+ * cannot move under it. SIGTERM/SIGINT stop it between two sessions. Not on the data path: it
+ * moves copies the way one `kvpack repair` does. */
 #include "cmd_repair.h"
 
 #include "kvpack/alloc.h"
@@ -28,11 +30,17 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
     kvp_cluster_h        cl = NULL;
     struct sigaction     sa;
     const uint64_t       s_ns = 1000000000ull;
-    uint64_t             gen = 0, seen = 0, changed = kvp_time_ns(), last = 0;
+    uint64_t             gen = 0, seen = 0, changed = kvp_time_ns(), first = changed, last = 0;
+    uint64_t             settle_ns = w->settle_s * s_ns, every_ns = w->every_s * s_ns, retry = 0;
+    /* the longest a pass waits for the members to settle: 3 x --settle, or --every if shorter,
+     * and never less than --settle */
+    uint64_t             flap_ns = 3 * settle_ns < every_ns ? 3 * settle_ns : every_ns;
+    uint64_t             retry_base = settle_ns > s_ns ? settle_ns : s_ns;
     uint32_t             pass = 0, n_static = 0;
-    bool                 pending = true, empty_said = false;
+    bool                 pending = true, empty_said = false, failed;
     kvp_status_t         s;
 
+    flap_ns = flap_ns > settle_ns ? flap_ns : settle_ns;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = repair_on_signal; /* no SA_RESTART: the sleep below ends at once */
     sigaction(SIGTERM, &sa, NULL);
@@ -76,15 +84,21 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
         if (cl != NULL && kvp_cluster_sync(cl, &gen) == KVP_OK && gen != seen) {
             seen    = gen;
             changed = now;
+            first   = pending ? first : now;
             pending = true;
             fprintf(stderr, "kvpack repair: members changed: %u node%s\n", kvp_cluster_size(cl),
                     kvp_cluster_size(cl) == 1 ? "" : "s");
         }
-        if (pending && (pass == 0 || now - changed >= w->settle_s * s_ns)) {
+        if (pending && (pass == 0 || now - changed >= settle_ns)) {
             why = pass == 0 ? "start" : "membership";
-        } else if (pass > 0 && !pending && now - last >= w->every_s * s_ns) {
-            why = "interval"; /* not while a change settles: that pass would copy a restarting
-                               * node's sessions elsewhere before --settle, and skip its own */
+        } else if (pending && now - first >= flap_ns) {
+            /* members that never stay still for --settle (a node crash-looping, churn) used to
+             * hold off every pass, so a dead node's sessions stayed at r - 1 for as long */
+            why = "unsettled";
+        } else if (pass > 0 && !pending && now - last >= (retry ? retry : every_ns)) {
+            why = retry ? "retry" : "interval"; /* not while a change settles: that pass would
+                                                 * copy a restarting node's sessions elsewhere
+                                                 * before --settle, and skip its own */
         }
         if (why != NULL && cl != NULL) {
             n = kvp_cluster_size(cl);
@@ -99,14 +113,14 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             empty_said = false;
             po.etcd    = NULL;
             po.node    = peers;
-            po.replicas = o->replicas < n ? o->replicas : n; /* fewer nodes than r: all of them */
-            if (po.replicas < o->replicas) {
-                fprintf(stderr, "kvpack repair: only %u node%s: repairing to %u cop%s\n", n,
-                        n == 1 ? "" : "s", n, n == 1 ? "y" : "ies");
-            }
-            kvp_repair_pass(&po, dry_run, ++pass, why);
+            kvp_repair_clamp(&po, n); /* fewer nodes than r: all of them */
+            failed  = kvp_repair_pass(&po, dry_run, ++pass, why) != 0;
             pending = false;
             last    = kvp_time_ns();
+            /* a node that did not answer or a session not repaired: again after --settle,
+             * doubling up to --every (it used to wait the whole --every) */
+            retry   = failed ? (retry == 0 ? retry_base : retry * 2) : 0;
+            retry   = retry > every_ns ? every_ns : retry;
         }
         nanosleep(&(struct timespec){0, 200000000}, NULL);
     }

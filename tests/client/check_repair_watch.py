@@ -14,6 +14,7 @@ membership change (it used to say "members changed" for the list it started with
 exit 0; a one-shot `repair --etcd` then finds nothing to do. One JSON object per pass (--json),
 numbered, with its trigger. Exit 77 without etcd.
 usage: check_repair_watch.py KVPACK KVPACKD LIBKVPACK"""
+import base64
 import json
 import os
 import queue
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -209,6 +211,34 @@ try:
     rep = agent.next_pass(30, "membership")
     check(rep is not None and rep["failed"] == 0, f"no pass after a quick restart: {rep}")
 
+    # members that never settle (a key that comes and goes every 0.3 s, faster than --settle 1:
+    # a crash-looping node) held off every pass; now one runs 3 x --settle after the first change
+    # (trigger "unsettled"). The flapping key names a node nobody runs: such a pass fails on it
+    # (exit status of a pass: 1), and passes go on; once it is gone for good a membership pass
+    # finds every session at its targets.
+    flap_key = base64.b64encode(b"/kvpack/nodes/127.0.0.1:1").decode()
+    flap_val = base64.b64encode(b'{"addr":"127.0.0.1:1"}').decode()
+
+    def etcd_post(path, body):
+        req = urllib.request.Request(URL + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=5).read()
+    got, end = None, time.time() + 20
+    while got is None and time.time() < end:
+        etcd_post("/v3/kv/put", {"key": flap_key, "value": flap_val})
+        time.sleep(0.15)
+        etcd_post("/v3/kv/deleterange", {"key": flap_key})
+        try:
+            while got is None:
+                rep = json.loads(agent.q.get(timeout=0.15))
+                got = rep if rep.get("trigger") == "unsettled" else None
+        except queue.Empty:
+            pass
+    check(got is not None, "no pass while the members kept changing faster than --settle")
+    rep = agent.next_pass(30, "membership")
+    check(rep is not None and rep["failed"] == 0 and rep["unreachable"] == [],
+          f"the pass once the flapping stopped: {rep}")
+
     # SIGTERM: stops at once, exit 0
     t0 = time.time()
     agent.p.send_signal(signal.SIGTERM)
@@ -221,6 +251,14 @@ try:
     one = json.loads(out) if out else {}
     check(rc == 0 and one.get("already_ok") == len(sids) and one.get("copied") == 0,
           f"one-shot repair --etcd after the agent: exit {rc}, {one}")
+    # more replicas than etcd lists nodes (some left): repaired to all of them, said, exit 1 (it
+    # used to be a usage error, exit 2, and nothing was repaired)
+    p = subprocess.run([kvpack, "repair", "--etcd", URL, "--replicas", "9", "--dry-run",
+                        "--timeout-ms", "5000"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    check(p.returncode == 1 and "repairing to 4 copies" in p.stderr and "plan:" in p.stdout,
+          f"one-shot repair --replicas 9 of 4 nodes: exit {p.returncode} {p.stdout[-200:]!r} "
+          f"{p.stderr[-300:]!r}")
     print(f"repair --watch: {len(lost)} sessions re-replicated after a kill, stand-ins removed "
           f"on return, {moved} moved to a joining node; stopped in {time.time() - t0:.2f} s")
 finally:
