@@ -618,6 +618,13 @@ int kvp_repair_pass(const kvp_cli_sess_opts_t *o, bool dry_run, uint32_t pass,
     kvp_cli_report_fail("repair", rp.cl, &rep, "list", "list"); /* the nodes that did not answer */
     if (s != KVP_OK) {
         fprintf(stderr, "kvpack repair: no node answered; nothing done\n");
+        if (rp.json) { /* the pass's object all the same (every node unreachable): --watch
+                        * readers saw a gap in the pass numbers */
+            kvp_json_begin(&rp.j, stdout);
+            kvp_json_arr(&rp.j, "actions");
+            repair_summary(&rp, o->node);
+            fflush(stdout);
+        }
         kvp_cluster_destroy(rp.cl);
         return 1;
     }
