@@ -21,6 +21,30 @@ static void repair_on_signal(int sig)
     kvp_repair_stop = 1;
 }
 
+/* Until a node registers under prefix (or SIGTERM/SIGINT): a watch of its own, polled quietly
+ * (a cluster create every 500 ms logged two errors each time). */
+static void wait_for_member(const char *etcd, const char *prefix)
+{
+    kvp_etcd_watch_h   w = NULL;
+    kvp_etcd_member_t *m;
+    uint32_t           n = 0;
+    uint64_t           gen;
+
+    while (!kvp_repair_stop && w == NULL &&
+           kvp_etcd_watch_start(etcd, prefix ? prefix : KVP_ETCD_DEFAULT_PREFIX, &w) != KVP_OK) {
+        nanosleep(&(struct timespec){1, 0}, NULL); /* etcd down: said by the watch */
+    }
+    while (!kvp_repair_stop && n == 0 && w != NULL) {
+        if (kvp_etcd_watch_members(w, &m, &n, &gen) == KVP_OK) {
+            kvp_free(m);
+        }
+        if (n == 0) {
+            nanosleep(&(struct timespec){0, 200000000}, NULL);
+        }
+    }
+    kvp_etcd_watch_stop(w);
+}
+
 /* cmd_repair.h: membership from an etcd handle (params.etcd, kept current by its watch) or the
  * static list. */
 int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watch_t *w)
@@ -61,8 +85,9 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             fprintf(stderr, "kvpack repair: etcd %s: no kvpack node registered yet; waiting\n",
                     o->etcd);
             empty_said = true;
-            for (; cl == NULL && !kvp_repair_stop; nanosleep(&(struct timespec){0, 500000000}, NULL)) {
-                s = kvp_cluster_create(&p, &cl);
+            wait_for_member(o->etcd, o->etcd_prefix);
+            while (cl == NULL && !kvp_repair_stop && kvp_cluster_create(&p, &cl) != KVP_OK) {
+                wait_for_member(o->etcd, o->etcd_prefix); /* it left again before the read */
             }
         }
         if (cl != NULL) {
