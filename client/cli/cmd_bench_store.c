@@ -45,7 +45,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: kvpack bench store [options]\n"
-            "  spill/restore GB/s of whole sessions vs raw sequential write/read of the same bytes\n"
+            "  spill/restore GB/s of whole sessions vs raw sequential write/read of as many bytes\n"
+            "  (rounded up to 16 MiB blocks)\n"
             "  on the same filesystem (O_DIRECT when possible), the background spiller on small\n"
             "  sessions, one compaction of half-dead segment files vs a raw copy of what it\n"
             "  moved, and index put/get/lookup ops/s.\n"
