@@ -139,7 +139,8 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             po.etcd    = NULL;
             po.node    = peers;
             kvp_repair_clamp(&po, n); /* fewer nodes than r: all of them */
-            failed  = kvp_repair_pass(&po, dry_run, ++pass, why) != 0;
+            failed  = kvp_repair_pass(&po, dry_run, ++pass, why) != 0 && !dry_run; /* a dry
+                                                     * run's 1 is work to do, not a failure */
             pending = false;
             last    = kvp_time_ns();
             /* a node that did not answer or a session not repaired: again after --settle,
