@@ -350,12 +350,17 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
             st->stats.spill_syncs++;
             st->stats.spill_bytes += b != NULL ? kvp_tier_batch_bytes(b) : 0;
         } else {
-            st->stats.disk_errors++; /* once for the group: every member stays hot */
+            st->stats.disk_errors++; /* once for the group: the members it had to write stay hot */
         }
     }
     kvp_tier_batch_destroy(b);
     for (size_t i = 0; i < m; i++) {
-        (void)sess_spilled(st, v[i], status, t0); /* cold only now, after the sync */
+        /* cold only now, after the sync; a member whose version is on disk and synced needs none,
+         * so it goes cold even when the commit failed: its DRAM goes with no write, and a full
+         * disk still leaves room for reads */
+        bool none = kvp_store_sess_on_disk_now(v[i]) && !v[i]->unsynced;
+
+        (void)sess_spilled(st, v[i], none ? KVP_OK : status, t0);
     }
     kvp_free(g);
     return status;
@@ -778,7 +783,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
 {
     size_t       target;
     kvp_list_t  *e, *next;
-    kvp_status_t status = KVP_OK;
+    kvp_status_t status = KVP_OK, failed = KVP_OK; /* failed: the first spill that failed */
 
     if (need > st->pool.budget) {
         KVP_LOG_ERROR(MOD, "an object of %zu bytes cannot fit a dram budget of %zu", need,
@@ -788,7 +793,9 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
     target = st->pool.budget - need < st->low_bytes ? st->pool.budget - need : st->low_bytes;
 
     kvp_store_drop_cached(st, target); /* 1. cached copies of on-disk pages */
-    /* 2. least-recently-used sessions */
+    /* 2. least-recently-used sessions, in one walk: a spill or drop unlinks only its own session
+     * (and pages), so the next one is still linked; going back to the head would meet the ones
+     * passed over again, at every step */
     for (e = st->hot_lru.next; e != &st->hot_lru && over(st, target); e = next) {
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
 
@@ -797,11 +804,17 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             continue;
         }
         if (st->tier != NULL) {
+            /* after a failed spill (a full disk) write nothing more: only sessions whose version
+             * is on disk and synced go, their DRAM let go with no write; the others keep theirs */
+            if (failed != KVP_OK && (!kvp_store_sess_on_disk_now(s) || s->unsynced)) {
+                continue;
+            }
             status = kvp_store_sess_spill(st, s);
             if (status != KVP_OK) {
-                KVP_LOG_ERROR(MOD, "eviction stopped: session %s could not be spilled (%s)",
-                              s->key.sid, kvp_status_str(status));
-                return status;
+                KVP_LOG_WARN(MOD, "eviction: session %s could not be spilled (%s); evicting only "
+                             "sessions already on disk", s->key.sid, kvp_status_str(status));
+                failed = status;
+                status = KVP_OK;
             }
         } else {
             KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->key.sid);
@@ -813,7 +826,9 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             }
             st->stats.dropped++;
         }
-        next = st->hot_lru.next; /* the spill may have unlinked its neighbours' pages, not them */
+    }
+    if (failed != KVP_OK) { /* 3. would write: no; room is what the walk found */
+        return st->pool.used + need <= st->pool.budget ? KVP_OK : failed;
     }
     /* 3. loose pages (named by no session): to disk when there is one, else dropped */
     if (over(st, target)) {

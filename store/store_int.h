@@ -364,7 +364,9 @@ kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess); /* I/
 kvp_status_t kvp_store_sess_spill_unlocked(struct kvp_store *st, kvp_sess_t *sess);
 /* Group commit of n hot, idle sessions (the spiller's): one batch holding all their records and
  * unwritten pages, one segment fdatasync + WAL fsync with the lock dropped and every one busy;
- * each goes cold only after that returned OK. On a failure all stay hot (one disk error). */
+ * each goes cold only after that returned OK. On a failure (one disk error) those that needed
+ * no I/O (their version on disk and synced) still go cold, freeing their DRAM with no write, so
+ * a full disk leaves room for reads; the others stay hot. */
 kvp_status_t kvp_store_sess_spill_group(struct kvp_store *st, kvp_sess_t **sess, size_t n);
 /* Bytes a spill of a hot session would free: its tail slot and the slots of pages only it pins. */
 size_t       kvp_store_sess_spill_gain(const kvp_sess_t *sess);
@@ -433,7 +435,10 @@ kvp_status_t kvp_store_session_put_expect(struct kvp_store *st, uint64_t ns, con
                                           const kvp_sess_expect_t *expect);
 
 /* Evict until the pool has room for need more bytes at or below the low watermark: the
- * synchronous path (spills under the lock). Never drops the lock. */
+ * synchronous path (spills under the lock), one walk over the hot sessions from the least
+ * recently used. Once a spill failed (a full disk) the walk goes on with the sessions already on
+ * disk and synced only (no write: their DRAM is let go), and the loose pages are not written; then
+ * KVP_OK if need fits the budget, else that spill's status. Never drops the lock. */
 kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);
 /* Drop DRAM copies of on-disk pages nobody pins, oldest first, until used <= target (no I/O). */
 void         kvp_store_drop_cached(struct kvp_store *st, size_t target);
