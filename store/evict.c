@@ -8,6 +8,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #define MOD "store"
@@ -187,7 +188,7 @@ static void sess_make_cold(kvp_store_h st, kvp_sess_t *s)
         kvp_store_page_unpin(st, s->pages[i]);
     }
     kvp_list_del(&s->lru);
-    kvp_list_push_tail(&st->cold_lru, &s->lru);
+    kvp_store_sess_cold_link(st, s); /* at its last use, not at the end: spills come in any order */
 }
 
 /* After the WAL sync that makes an unsynced session durable: clear the mark or count the error. */
@@ -454,7 +455,11 @@ void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
     kvp_free(s->orphans);
 
     kvp_index_sess_remove(&st->sessions, s);
-    kvp_list_del(&s->lru);
+    if (s->hot) {
+        kvp_list_del(&s->lru);
+    } else {
+        kvp_otree_remove(&st->cold_by_use, &s->cold_node);
+    }
     kvp_store_sess_synced(st, s); /* off store->unsynced */
     kvp_pool_free(&st->pool, &s->tail_slot);
     for (size_t i = 0; i < n; i++) {
@@ -634,9 +639,42 @@ void kvp_store_unnamed_expire(kvp_store_h st)
 
 void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)
 {
-    s->last_ns = kvp_time_ns();
-    kvp_list_del(&s->lru);
-    kvp_list_push_tail(s->hot ? &st->hot_lru : &st->cold_lru, &s->lru);
+    if (s->hot) {
+        s->last_ns = kvp_time_ns();
+        kvp_list_del(&s->lru);
+        kvp_list_push_tail(&st->hot_lru, &s->lru);
+    } else { /* last_ns is its key in the tree */
+        kvp_otree_remove(&st->cold_by_use, &s->cold_node);
+        s->last_ns = kvp_time_ns();
+        kvp_store_sess_cold_link(st, s);
+    }
+}
+
+int kvp_store_sess_use_cmp(const kvp_tnode_t *a, const kvp_tnode_t *b)
+{
+    const kvp_sess_t *x = KVP_CONTAINER_OF(a, kvp_sess_t, cold_node);
+    const kvp_sess_t *y = KVP_CONTAINER_OF(b, kvp_sess_t, cold_node);
+
+    if (x->last_ns != y->last_ns) {
+        return x->last_ns < y->last_ns ? -1 : 1;
+    }
+    return (uintptr_t)x < (uintptr_t)y ? -1 : (uintptr_t)x > (uintptr_t)y;
+}
+
+void kvp_store_sess_cold_link(kvp_store_h st, kvp_sess_t *s)
+{
+    (void)kvp_otree_insert(&st->cold_by_use, &s->cold_node); /* unique: the address decides ties */
+}
+
+/* The least recently used cold session, NULL when there is none. */
+static kvp_sess_t *cold_oldest(const kvp_store_h st)
+{
+    kvp_otree_iter_t it;
+    kvp_tnode_t     *n;
+
+    kvp_otree_seek(&st->cold_by_use, &it, NULL, NULL);
+    n = kvp_otree_next(&it);
+    return n != NULL ? KVP_CONTAINER_OF(n, kvp_sess_t, cold_node) : NULL;
 }
 
 /* The cold session's tail, from its record on disk (read with the store lock dropped). */
@@ -744,7 +782,7 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pag
             kvp_store_page_pin(st, s->pages[i]);
         }
         s->hot = true;
-        kvp_list_del(&s->lru);
+        kvp_otree_remove(&st->cold_by_use, &s->cold_node);
         kvp_list_push_tail(&st->hot_lru, &s->lru);
         st->stats.restores++;
         st->stats.restore_bytes += bytes;
@@ -906,13 +944,16 @@ void kvp_store_expire_idle(kvp_store_h st)
         return;
     }
     st->last_sweep_ns = now;
+    /* both in last-use order, least recent first: the hot list as touches append to it, the
+     * cold tree by its key, so the first one not expired ends each */
     for (int which = 0; which < 2; which++) {
-        kvp_list_t *h = which == 0 ? &st->hot_lru : &st->cold_lru;
+        for (;;) {
+            kvp_sess_t *s = which == 1 ? cold_oldest(st)
+                            : kvp_list_empty(&st->hot_lru)
+                                ? NULL
+                                : KVP_CONTAINER_OF(st->hot_lru.next, kvp_sess_t, lru);
 
-        while (!kvp_list_empty(h)) {
-            kvp_sess_t *s = KVP_CONTAINER_OF(h->next, kvp_sess_t, lru);
-
-            if (now - s->last_ns < st->ttl_ns || s->busy) {
+            if (s == NULL || now - s->last_ns < st->ttl_ns || s->busy) {
                 break;
             }
             KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->key.sid);

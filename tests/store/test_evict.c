@@ -1,4 +1,4 @@
-/* test_evict.c - eviction on a full disk.
+/* test_evict.c - eviction on a full disk and the idle TTL's order.
  * full_reads: --durability spill, the disk refusing every write (injected ERR_NO_SPACE), DRAM
  *   full of dirty sessions (never spilled: the least recently used) and clean ones (spilled, then
  *   read back: their version is on disk): a get of a cold session still succeeds, by letting go
@@ -8,6 +8,11 @@
  *   so the synchronous eviction (kvp_store_make_room) is the one that makes the room.
  * full_group: the spiller's group commit failing on a full disk: its member that needed no write
  *   goes cold all the same (it stayed hot, holding DRAM a read needed), the dirty one stays hot.
+ * ttl_order: cold sessions expire in the order of their last use, not in the order they went
+ *   cold: eight sessions of different ages spilled in a shuffled order, then one expiry pass at a
+ *   TTL between their ages removes exactly those idle past it (it stopped at the first cold one
+ *   not expired, so one idle past the TTL could stay up to another TTL). Ages are set on the
+ *   sessions under the store lock instead of sleeping (no clock in the assertions).
  * Run one case: test_evict <case>; ctest registers each as store.evict_<case>. */
 #include "store_int.h"
 #include "store_test_util.h"
@@ -159,12 +164,62 @@ static void case_full_group(void)
     kvp_session_desc_clear(&k);
 }
 
+#define AGED 8
+
+static void case_ttl_order(void)
+{
+    static const int order[AGED] = {3, 7, 0, 5, 1, 6, 2, 4}; /* of the spills */
+    const uint64_t   sec = 1000000000ull, ttl = 30 * sec;
+    char             dir[256], sid[32];
+    kvp_session_desc_t d[AGED];
+    kvp_store_h        st;
+
+    CHECK(kvp_time_ns() > 100 * sec); /* the ages below are behind the monotonic clock */
+    t_tmpdir(dir, sizeof(dir), "evttl");
+    st = t_open_store(dir, 8u << 20, KVP_DURABILITY_SPILL, 0.9, 0.7); /* no ttl yet */
+    /* session i last used 75 - 10 i s ago: put oldest first, so the hot list is in that order */
+    for (int i = 0; i < AGED; i++) {
+        kvp_sess_t *s;
+
+        snprintf(sid, sizeof(sid), "a%d", i);
+        t_session(&G, 400 + i, 0, 400 + i, 1, 2, &d[i]);
+        CHECK_OK(t_put_session(st, NS, sid, &G, &d[i]));
+        pthread_mutex_lock(&st->lock);
+        s = sess_of(st, sid);
+        CHECK(s != NULL && s->hot);
+        s->last_ns = kvp_time_ns() - (uint64_t)(75 - 10 * i) * sec;
+        pthread_mutex_unlock(&st->lock);
+    }
+    for (int i = 0; i < AGED; i++) { /* cold in another order than their last use */
+        snprintf(sid, sizeof(sid), "a%d", order[i]);
+        CHECK_OK(kvp_store_session_spill(st, NS, sid));
+    }
+    CHECK(t_stats(st).sessions_in_dram == 0);
+    pthread_mutex_lock(&st->lock);
+    st->ttl_ns        = ttl; /* idle past 30 s: a0..a4 (75..35 s), not a5..a7 (25..5 s) */
+    st->last_sweep_ns = 0;
+    kvp_store_expire_idle(st);
+    pthread_mutex_unlock(&st->lock);
+    fprintf(stderr, "expired %llu of %d\n", (unsigned long long)t_stats(st).expired, AGED);
+    CHECK(t_stats(st).expired == 5 && t_stats(st).sessions == 3);
+    for (int i = 0; i < AGED; i++) {
+        snprintf(sid, sizeof(sid), "a%d", i);
+        CHECK_ST(t_check_session(st, NS, sid, &G, &d[i]), i < 5 ? KVP_ERR_NOT_FOUND : KVP_OK);
+    }
+    kvp_store_close(st);
+    t_rmrf(dir);
+    for (int i = 0; i < AGED; i++) {
+        kvp_session_desc_clear(&d[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } cases[] = {{"full_reads", case_full_reads}, {"full_group", case_full_group}};
+    } cases[] = {{"full_reads", case_full_reads}, {"full_group", case_full_group},
+                 {"ttl_order", case_ttl_order}};
 
     if (getenv("KVP_LOG_LEVEL") == NULL) {
         kvp_log_set_level(KVP_LOG_LVL_ERROR);
@@ -182,6 +237,6 @@ int main(int argc, char **argv)
             return 0;
         }
     }
-    fprintf(stderr, "usage: test_evict full_reads|full_group\n");
+    fprintf(stderr, "usage: test_evict full_reads|full_group|ttl_order\n");
     return 2;
 }
