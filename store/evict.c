@@ -8,6 +8,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #define MOD "store"
@@ -187,7 +188,7 @@ static void sess_make_cold(kvp_store_h st, kvp_sess_t *s)
         kvp_store_page_unpin(st, s->pages[i]);
     }
     kvp_list_del(&s->lru);
-    kvp_list_push_tail(&st->cold_lru, &s->lru);
+    kvp_store_sess_cold_link(st, s); /* at its last use, not at the end: spills come in any order */
 }
 
 /* After the WAL sync that makes an unsynced session durable: clear the mark or count the error. */
@@ -350,12 +351,17 @@ kvp_status_t kvp_store_sess_spill_group(kvp_store_h st, kvp_sess_t **v, size_t n
             st->stats.spill_syncs++;
             st->stats.spill_bytes += b != NULL ? kvp_tier_batch_bytes(b) : 0;
         } else {
-            st->stats.disk_errors++; /* once for the group: every member stays hot */
+            st->stats.disk_errors++; /* once for the group: the members it had to write stay hot */
         }
     }
     kvp_tier_batch_destroy(b);
     for (size_t i = 0; i < m; i++) {
-        (void)sess_spilled(st, v[i], status, t0); /* cold only now, after the sync */
+        /* cold only now, after the sync; a member whose version is on disk and synced needs none,
+         * so it goes cold even when the commit failed: its DRAM goes with no write, and a full
+         * disk still leaves room for reads */
+        bool none = kvp_store_sess_on_disk_now(v[i]) && !v[i]->unsynced;
+
+        (void)sess_spilled(st, v[i], none ? KVP_OK : status, t0);
     }
     kvp_free(g);
     return status;
@@ -449,7 +455,11 @@ void kvp_store_sess_release(kvp_store_h st, kvp_sess_t *s)
     kvp_free(s->orphans);
 
     kvp_index_sess_remove(&st->sessions, s);
-    kvp_list_del(&s->lru);
+    if (s->hot) {
+        kvp_list_del(&s->lru);
+    } else {
+        kvp_otree_remove(&st->cold_by_use, &s->cold_node);
+    }
     kvp_store_sess_synced(st, s); /* off store->unsynced */
     kvp_pool_free(&st->pool, &s->tail_slot);
     for (size_t i = 0; i < n; i++) {
@@ -629,9 +639,42 @@ void kvp_store_unnamed_expire(kvp_store_h st)
 
 void kvp_store_sess_touch(kvp_store_h st, kvp_sess_t *s)
 {
-    s->last_ns = kvp_time_ns();
-    kvp_list_del(&s->lru);
-    kvp_list_push_tail(s->hot ? &st->hot_lru : &st->cold_lru, &s->lru);
+    if (s->hot) {
+        s->last_ns = kvp_time_ns();
+        kvp_list_del(&s->lru);
+        kvp_list_push_tail(&st->hot_lru, &s->lru);
+    } else { /* last_ns is its key in the tree */
+        kvp_otree_remove(&st->cold_by_use, &s->cold_node);
+        s->last_ns = kvp_time_ns();
+        kvp_store_sess_cold_link(st, s);
+    }
+}
+
+int kvp_store_sess_use_cmp(const kvp_tnode_t *a, const kvp_tnode_t *b)
+{
+    const kvp_sess_t *x = KVP_CONTAINER_OF(a, kvp_sess_t, cold_node);
+    const kvp_sess_t *y = KVP_CONTAINER_OF(b, kvp_sess_t, cold_node);
+
+    if (x->last_ns != y->last_ns) {
+        return x->last_ns < y->last_ns ? -1 : 1;
+    }
+    return (uintptr_t)x < (uintptr_t)y ? -1 : (uintptr_t)x > (uintptr_t)y;
+}
+
+void kvp_store_sess_cold_link(kvp_store_h st, kvp_sess_t *s)
+{
+    (void)kvp_otree_insert(&st->cold_by_use, &s->cold_node); /* unique: the address decides ties */
+}
+
+/* The least recently used cold session, NULL when there is none. */
+static kvp_sess_t *cold_oldest(const kvp_store_h st)
+{
+    kvp_otree_iter_t it;
+    kvp_tnode_t     *n;
+
+    kvp_otree_seek(&st->cold_by_use, &it, NULL, NULL);
+    n = kvp_otree_next(&it);
+    return n != NULL ? KVP_CONTAINER_OF(n, kvp_sess_t, cold_node) : NULL;
 }
 
 /* The cold session's tail, from its record on disk (read with the store lock dropped). */
@@ -739,7 +782,7 @@ kvp_status_t kvp_store_sess_restore(kvp_store_h st, kvp_sess_t *s, uint32_t *pag
             kvp_store_page_pin(st, s->pages[i]);
         }
         s->hot = true;
-        kvp_list_del(&s->lru);
+        kvp_otree_remove(&st->cold_by_use, &s->cold_node);
         kvp_list_push_tail(&st->hot_lru, &s->lru);
         st->stats.restores++;
         st->stats.restore_bytes += bytes;
@@ -778,7 +821,7 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
 {
     size_t       target;
     kvp_list_t  *e, *next;
-    kvp_status_t status = KVP_OK;
+    kvp_status_t status = KVP_OK, failed = KVP_OK; /* failed: the first spill that failed */
 
     if (need > st->pool.budget) {
         KVP_LOG_ERROR(MOD, "an object of %zu bytes cannot fit a dram budget of %zu", need,
@@ -788,7 +831,9 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
     target = st->pool.budget - need < st->low_bytes ? st->pool.budget - need : st->low_bytes;
 
     kvp_store_drop_cached(st, target); /* 1. cached copies of on-disk pages */
-    /* 2. least-recently-used sessions */
+    /* 2. least-recently-used sessions, in one walk: a spill or drop unlinks only its own session
+     * (and pages), so the next one is still linked; going back to the head would meet the ones
+     * passed over again, at every step */
     for (e = st->hot_lru.next; e != &st->hot_lru && over(st, target); e = next) {
         kvp_sess_t *s = KVP_CONTAINER_OF(e, kvp_sess_t, lru);
 
@@ -797,11 +842,17 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             continue;
         }
         if (st->tier != NULL) {
+            /* after a failed spill (a full disk) write nothing more: only sessions whose version
+             * is on disk and synced go, their DRAM let go with no write; the others keep theirs */
+            if (failed != KVP_OK && (!kvp_store_sess_on_disk_now(s) || s->unsynced)) {
+                continue;
+            }
             status = kvp_store_sess_spill(st, s);
             if (status != KVP_OK) {
-                KVP_LOG_ERROR(MOD, "eviction stopped: session %s could not be spilled (%s)",
-                              s->key.sid, kvp_status_str(status));
-                return status;
+                KVP_LOG_WARN(MOD, "eviction: session %s could not be spilled (%s); evicting only "
+                             "sessions already on disk", s->key.sid, kvp_status_str(status));
+                failed = status;
+                status = KVP_OK;
             }
         } else {
             KVP_LOG_DEBUG(MOD, "no ssd tier: dropping session %s", s->key.sid);
@@ -813,7 +864,9 @@ kvp_status_t kvp_store_make_room(kvp_store_h st, size_t need, const kvp_sess_t *
             }
             st->stats.dropped++;
         }
-        next = st->hot_lru.next; /* the spill may have unlinked its neighbours' pages, not them */
+    }
+    if (failed != KVP_OK) { /* 3. would write: no; room is what the walk found */
+        return st->pool.used + need <= st->pool.budget ? KVP_OK : failed;
     }
     /* 3. loose pages (named by no session): to disk when there is one, else dropped */
     if (over(st, target)) {
@@ -891,13 +944,16 @@ void kvp_store_expire_idle(kvp_store_h st)
         return;
     }
     st->last_sweep_ns = now;
+    /* both in last-use order, least recent first: the hot list as touches append to it, the
+     * cold tree by its key, so the first one not expired ends each */
     for (int which = 0; which < 2; which++) {
-        kvp_list_t *h = which == 0 ? &st->hot_lru : &st->cold_lru;
+        for (;;) {
+            kvp_sess_t *s = which == 1 ? cold_oldest(st)
+                            : kvp_list_empty(&st->hot_lru)
+                                ? NULL
+                                : KVP_CONTAINER_OF(st->hot_lru.next, kvp_sess_t, lru);
 
-        while (!kvp_list_empty(h)) {
-            kvp_sess_t *s = KVP_CONTAINER_OF(h->next, kvp_sess_t, lru);
-
-            if (now - s->last_ns < st->ttl_ns || s->busy) {
+            if (s == NULL || now - s->last_ns < st->ttl_ns || s->busy) {
                 break;
             }
             KVP_LOG_DEBUG(MOD, "session %s idle past its ttl; expired", s->key.sid);

@@ -558,7 +558,7 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
     s->on_disk = true;
     s->last_ns = kvp_time_ns();
     kvp_index_sess_insert(&st->sessions, s);
-    kvp_list_push_tail(&st->cold_lru, &s->lru);
+    kvp_store_sess_cold_link(st, s);
     return KVP_OK;
 }
 
@@ -654,7 +654,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
     st->scrub_rate    = scrub;
     kvp_pool_init(&st->pool, budget);
     kvp_list_init(&st->hot_lru);
-    kvp_list_init(&st->cold_lru);
+    kvp_otree_init(&st->cold_by_use, kvp_store_sess_use_cmp);
     kvp_list_init(&st->idle_pages);
     kvp_list_init(&st->unnamed);
     kvp_list_init(&st->unsynced);

@@ -143,8 +143,9 @@ typedef struct kvp_sess {
     bool                busy;      /* a spill or restore has the store lock dropped for its disk
                                     * I/O: not released, replaced or evicted until it clears */
     uint64_t            version;   /* the writer's version (0: written before versions) */
-    uint64_t            last_ns;   /* last access */
-    kvp_list_t          lru;       /* on store->hot_lru or store->cold_lru, oldest first */
+    uint64_t            last_ns;   /* last access; fixed while in store->cold_by_use (its key) */
+    kvp_list_t          lru;       /* on store->hot_lru while hot, oldest first */
+    kvp_tnode_t         cold_node; /* in store->cold_by_use while cold */
     char                sid[KVP_SID_MAX]; /* key.sid */
 } kvp_sess_t;
 
@@ -303,7 +304,9 @@ struct kvp_store {
     uint64_t           last_tomb_sweep_ns;
     uint64_t           tomb_alloc_bytes; /* the tombstones' allocations, as malloc holds them */
     kvp_list_t         hot_lru;     /* hot sessions, least recently used first */
-    kvp_list_t         cold_lru;    /* sessions only on disk, oldest first */
+    kvp_otree_t        cold_by_use; /* sessions only on disk, by last_ns (kvp_store_sess_use_cmp):
+                                     * the idle TTL takes the least recently used first, whenever
+                                     * and in whatever order they went cold */
     kvp_list_t         idle_pages;  /* DRAM pages with no pin, oldest first */
     kvp_list_t         unnamed;     /* pages that lost their last name within their put grace */
     uint64_t           put_grace_ns; /* kvp_store_params_t.put_grace_ms */
@@ -364,7 +367,9 @@ kvp_status_t kvp_store_sess_spill(struct kvp_store *st, kvp_sess_t *sess); /* I/
 kvp_status_t kvp_store_sess_spill_unlocked(struct kvp_store *st, kvp_sess_t *sess);
 /* Group commit of n hot, idle sessions (the spiller's): one batch holding all their records and
  * unwritten pages, one segment fdatasync + WAL fsync with the lock dropped and every one busy;
- * each goes cold only after that returned OK. On a failure all stay hot (one disk error). */
+ * each goes cold only after that returned OK. On a failure (one disk error) those that needed
+ * no I/O (their version on disk and synced) still go cold, freeing their DRAM with no write, so
+ * a full disk leaves room for reads; the others stay hot. */
 kvp_status_t kvp_store_sess_spill_group(struct kvp_store *st, kvp_sess_t **sess, size_t n);
 /* Bytes a spill of a hot session would free: its tail slot and the slots of pages only it pins. */
 size_t       kvp_store_sess_spill_gain(const kvp_sess_t *sess);
@@ -384,6 +389,10 @@ void         kvp_store_sess_orphans_let_go(struct kvp_store *st, kvp_sess_t *s);
 kvp_status_t kvp_store_sess_remove(struct kvp_store *st, kvp_sess_t *sess, uint64_t tomb_version);
 void         kvp_store_sess_release(struct kvp_store *st, kvp_sess_t *sess);
 void         kvp_store_sess_touch(struct kvp_store *st, kvp_sess_t *sess);
+/* The order of store->cold_by_use: last_ns, then the entry's address (a session is there once). */
+int          kvp_store_sess_use_cmp(const kvp_tnode_t *a, const kvp_tnode_t *b);
+/* A cold session (hot false) into store->cold_by_use, at its last_ns: O(log n). */
+void         kvp_store_sess_cold_link(struct kvp_store *st, kvp_sess_t *sess);
 /* A page no session names any more goes, unless it is waiting: a client put it for a record
  * that has not come yet (puts not matched by a record naming it), within the put grace, and
  * that record would be refused without it. A page never named is loose, not garbage (kept
@@ -433,7 +442,10 @@ kvp_status_t kvp_store_session_put_expect(struct kvp_store *st, uint64_t ns, con
                                           const kvp_sess_expect_t *expect);
 
 /* Evict until the pool has room for need more bytes at or below the low watermark: the
- * synchronous path (spills under the lock). Never drops the lock. */
+ * synchronous path (spills under the lock), one walk over the hot sessions from the least
+ * recently used. Once a spill failed (a full disk) the walk goes on with the sessions already on
+ * disk and synced only (no write: their DRAM is let go), and the loose pages are not written; then
+ * KVP_OK if need fits the budget, else that spill's status. Never drops the lock. */
 kvp_status_t kvp_store_make_room(struct kvp_store *st, size_t need, const kvp_sess_t *keep);
 /* Drop DRAM copies of on-disk pages nobody pins, oldest first, until used <= target (no I/O). */
 void         kvp_store_drop_cached(struct kvp_store *st, size_t target);
