@@ -35,7 +35,8 @@ static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch
     size_t       blen, n = kvp_store_sess_page_count(s);
     kvp_status_t status;
 
-    status = kvp_store_record_pack(&s->desc, s->version, &blob, &blen);
+    status = kvp_store_record_pack(&s->desc, s->version, s->key.ns, s->key.sid, &blob,
+                                   &blen);
     if (status != KVP_OK) {
         KVP_LOG_ERROR(MOD, "session %s: cannot pack its record: %s", s->key.sid,
                       kvp_status_str(status));
@@ -695,7 +696,7 @@ static kvp_status_t sess_tail_load(kvp_store_h st, kvp_sess_t *s, uint64_t *byte
                       kvp_status_str(status));
         return status;
     }
-    status = kvp_store_record_unpack(blob, blen, &d, &version);
+    status = kvp_store_record_unpack(blob, blen, s->key.ns, s->key.sid, &d, &version);
     kvp_free(blob);
     if (status == KVP_OK && (d.n_chunks != s->desc.n_chunks || d.tail_len != s->desc.tail_len ||
                              (d.n_chunks > 0 && /* a tail-only record has no key array */

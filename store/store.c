@@ -528,7 +528,7 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
     uint64_t           version;
     kvp_status_t       status;
 
-    status = kvp_store_record_unpack(blob, len, &desc, &version);
+    status = kvp_store_record_unpack(blob, len, ns, sid, &desc, &version);
     if (status == KVP_ERR_NO_MEMORY) { /* not the record's fault: skipping it would let the
                                         * sweep after the scan delete the pages it names */
         KVP_LOG_ERROR(MOD, "no memory to read the record of session %s at open", sid);

@@ -215,10 +215,17 @@ typedef struct kvp_tomb {
 #define KVP_TOMB_KEY_MAX (5 + 16 + 1 + KVP_SID_MAX) /* "tomb/" hex "/" sid NUL */
 
 uint64_t     kvp_store_wall_ns(void); /* CLOCK_REALTIME ns */
-/* The sessions column family value: the desc blob, behind a version header when version != 0. */
-kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t version,
-                                   uint8_t **blob_p, size_t *len_p);
-kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
+/* crc32c of (ns, sid)'s key in the sessions column family: ns (8 B big-endian), the id's bytes */
+uint32_t     kvp_store_sess_key_crc(uint64_t ns, const char *sid);
+/* The sessions column family value of (ns, sid): the desc blob behind a header holding the
+ * version and the key's crc32c (tomb.c). */
+kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t version, uint64_t ns,
+                                   const char *sid, uint8_t **blob_p, size_t *len_p);
+/* A record read under (ns, sid): KVP_ERR_CORRUPT when it fails a check, its key's among them
+ * (that one logged here: a record written for another key is never used under this one). A
+ * record of a build before key checks has none and is taken as it is. */
+kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, uint64_t ns,
+                                     const char *sid, kvp_session_desc_t *desc,
                                      uint64_t *version_p);
 /* The tombstone index (owning its kvp_tomb_t): init allocates nothing, cleanup frees the
  * tombstones too. */

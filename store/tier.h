@@ -1,9 +1,10 @@
 /* tier.h - the SSD tier as the store sees it: column families `pages` (ns | chunk key | layer ->
  * 24-byte locator into a segment file, seg.h, or the bytes inline for pages <= 4 KiB), `sessions`
- * (ns | sid -> packed record) and `meta`. Implemented in tier_rocksdb.c, tier_move.c and
- * tier_salvage.c (tier_int.h), the only files that see rocksdb_* types. Errors are logged where detected and mapped to kvp_status_t (Corruption ->
- * KVP_ERR_CORRUPT, NoSpace -> KVP_ERR_NO_SPACE, IOError -> KVP_ERR_IO). Thread-safe: commits and
- * segment I/O are serialised by the tier's own mutex, so the store may call it unlocked. */
+ * (ns | sid -> packed record) and `meta`. Implemented in tier_rocksdb.c, tier_move.c,
+ * tier_salvage.c and tier_meta.c (tier_int.h), the only files that see rocksdb_* types. Errors
+ * are logged where detected and mapped to kvp_status_t (Corruption -> KVP_ERR_CORRUPT, NoSpace ->
+ * KVP_ERR_NO_SPACE, IOError -> KVP_ERR_IO). Thread-safe: commits and segment I/O are serialised
+ * by the tier's own mutex, so the store may call it unlocked. */
 #ifndef KVPACK_STORE_TIER_H
 #define KVPACK_STORE_TIER_H
 

@@ -1,7 +1,8 @@
 /* tier_int.h - internal to the SSD tier: its struct and the calls shared by tier_rocksdb.c (the
  * tier's opening, batches, commits and reads), tier_move.c (walks of the pages column family and
- * compaction's moves), tier_salvage.c (rebuilding a damaged index; these three are the only files
- * that see rocksdb_* types) and tier_space.c (the disk reserve). */
+ * compaction's moves), tier_salvage.c (rebuilding a damaged index), tier_meta.c (the db's format
+ * version and node id; these four are the only files that see rocksdb_* types) and tier_space.c
+ * (the disk reserve). */
 #ifndef KVPACK_STORE_TIER_INT_H
 #define KVPACK_STORE_TIER_INT_H
 
@@ -166,6 +167,11 @@ kvp_status_t tier_salvage_resume(kvp_tier_t *t);
 kvp_status_t tier_index_check(kvp_tier_t *t, bool *damaged_p);
 /* Rebuild the index from every record that reads (see tier_salvage.c). */
 kvp_status_t tier_index_rebuild(kvp_tier_t *t);
+
+/* ---- tier_meta.c (at open, after any rebuild) ---- */
+/* The db's format version (KVP_ERR_UNSUPPORTED, logged, when this build does not read it) and
+ * node id, against their checked copy: written at a new db's open, damaged ones written again. */
+kvp_status_t tier_meta_check(kvp_tier_t *t, const char *node_id);
 
 /* ---- tier_space.c: the disk reserve (t->mu held, or at open) ---- */
 /* At open, before the db: the reserve (0 = off; raised to three memtables), its file found or

@@ -1,13 +1,14 @@
-/* tier_rocksdb.c - the SSD tier over the RocksDB C API (with tier_move.c and tier_salvage.c, the
- * only files that see rocksdb_* types; tier_int.h). Opens every existing column family plus
- * `pages`, `sessions`, `meta`. Page bytes larger than 4 KiB go to segment files (seg.c, O_DIRECT,
- * no copy) and the pages column family keeps a 24-byte locator; smaller pages are stored inline,
- * uncompressed. The page CRC is what judges a page read back (the store re-parses every one).
- * RocksDB error strings are logged, freed with rocksdb_free and mapped to kvp_status_t here.
- * Every operation holds the db shared (dbl); rebuilding a damaged index (tier_salvage.c) holds it
- * exclusively, so batches keep their records by column family index and become a WriteBatch only
- * at commit.
- * Main flow: kvp_tier_open (index check, rebuild if damaged) -> batch_put_* -> batch_commit
+/* tier_rocksdb.c - the SSD tier over the RocksDB C API (with tier_move.c, tier_salvage.c and
+ * tier_meta.c, the only files that see rocksdb_* types; tier_int.h). Opens every existing column
+ * family plus `pages`, `sessions`, `meta`. Page bytes larger than 4 KiB go to segment files
+ * (seg.c, O_DIRECT, no copy) and the pages column family keeps a 24-byte locator; smaller pages
+ * are stored inline, uncompressed. The page CRC is what judges a page read back (the store
+ * re-parses every one). RocksDB error strings are logged, freed with rocksdb_free and mapped to
+ * kvp_status_t here. Every operation holds the db shared (dbl); rebuilding a damaged index
+ * (tier_salvage.c) holds it exclusively, so batches keep their records by column family index
+ * and become a WriteBatch only at commit.
+ * Main flow: kvp_tier_open (index check, rebuild if damaged, meta check: tier_meta.c) ->
+ * batch_put_* -> batch_commit
  * (segments, then one WriteBatch; a write RocksDB refused after a compaction met a damaged block
  * rebuilds the index and is written again) -> kvp_tier_pages_locate (MultiGet) +
  * kvp_tier_pages_read (coalesced preadv) / session_scan; walks of the pages and compaction's
@@ -188,46 +189,6 @@ static kvp_status_t cf_markers(kvp_tier_t *t)
         }
     }
     return tier_map_err("column family marker", &err);
-}
-
-static kvp_status_t meta_check(kvp_tier_t *t, const char *node_id)
-{
-    char   *err = NULL;
-    size_t  len = 0;
-    char   *v;
-    char    buf[16];
-
-    v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_META], "format_version", 14, &len, &err);
-    if (err != NULL) {
-        return tier_map_err("get meta", &err);
-    }
-    if (v == NULL) {
-        snprintf(buf, sizeof(buf), "%u", KVP_TIER_FORMAT_VERSION);
-        rocksdb_put_cf(t->db, t->wo_sync, t->cf[CF_META], "format_version", 14, buf, strlen(buf),
-                       &err);
-        if (err == NULL) {
-            rocksdb_put_cf(t->db, t->wo_sync, t->cf[CF_META], "node_id", 7, node_id,
-                           strlen(node_id), &err);
-        }
-        return tier_map_err("put meta", &err);
-    }
-    if (len >= sizeof(buf) || (memcpy(buf, v, len), buf[len] = 0, atoi(buf)) < 1 ||
-        (unsigned)atoi(buf) > KVP_TIER_FORMAT_VERSION) {
-        KVP_LOG_ERROR(MOD, "db %s has format version %.*s, this build reads %u", t->path,
-                      (int)(len < 16 ? len : 16), v, KVP_TIER_FORMAT_VERSION);
-        rocksdb_free(v);
-        return KVP_ERR_UNSUPPORTED;
-    }
-    rocksdb_free(v);
-    v = rocksdb_get_cf(t->db, t->ro, t->cf[CF_META], "node_id", 7, &len, &err);
-    if (err != NULL) {
-        return tier_map_err("get meta", &err);
-    }
-    if (v != NULL && (len != strlen(node_id) || memcmp(v, node_id, len) != 0)) {
-        KVP_LOG_WARN(MOD, "db %s belongs to node %.*s, opened as %s", t->path, (int)len, v, node_id);
-    }
-    rocksdb_free(v);
-    return KVP_OK;
 }
 
 /* ---- API ---- */
@@ -596,7 +557,7 @@ kvp_status_t kvp_tier_open(const kvp_tier_params_t *params, kvp_tier_t **tier_p)
         status = cf_markers(t);
     }
     if (status == KVP_OK) {
-        status = meta_check(t, params->node_id);
+        status = tier_meta_check(t, params->node_id);
     }
     if (status == KVP_OK) {
         status = kvp_segs_open(params->path, params->segment_bytes, &t->segs);

@@ -14,6 +14,16 @@
  * A stop before 2 leaves the index as it was (the next open removes the side db); after 2, the
  * next open runs 3 and 4 again (tier_salvage_resume), and fails, keeping the mark and the side
  * db, while the side db does not open (the stopped run may have dropped the index already).
+ * The records of a damaged block are copied as they are, not dropped: the block is 16 KiB and
+ * one bad byte in it would cost every record around it, while every record that is used checks
+ * itself on the way out, its key included, since a bad byte may as well be in a key: a page
+ * (inline or a locator's) its CRC32C and the key and layer in its header, a session record and
+ * a tombstone their own CRC32C and that of the key they were written for (tomb.c), the format
+ * version and node id their checked copy (tier_meta.c). A record that fails is refused, logged
+ * and counted where it is read; none is served under another key. Not covered: the records and
+ * tombstones of builds before the key checks (none in them), and a namespace profile's key (its
+ * CRC32C covers only its value: moved to another namespace it can refuse that namespace's pages,
+ * KVP_ERR_WRONG_CODEC, never serve wrong bytes).
  * Damage to a block's structure can stop even an unchecked walk: the walk goes on from the first
  * key of the next SST file of that column family, and the records between are lost (counted in
  * rebuild_lost, logged).

@@ -1,17 +1,27 @@
-/* tomb.c - session versions and delete tombstones (last writer wins, no consensus).
- * A record on disk is the kvp_session_desc_pack blob, preceded when its version is not 0 by
+/* tomb.c - session versions, delete tombstones (last writer wins, no consensus) and the key
+ * checks of both. A record on disk is the kvp_session_desc_pack blob behind this envelope:
  *   offset size field
  *      0    4  magic "KVSV" = 0x5653564B
- *      4    4  reserved 0
- *      8    8  version (ns since the epoch, the writer's clock)
+ *      4    4  flags: bit 0 (REC_F_KEY_CRC) bytes 20..24 hold the key's crc32c
+ *      8    8  version (ns since the epoch, the writer's clock; 0: unversioned)
  *     16    4  crc32c of bytes [0, 16)
- *     20    4  reserved 0
- * (a record without it, written before versions, is version 0). A tombstone (ns, sid, version)
- * lives in a small hash table and in the meta column family under "tomb/<16 hex ns>/<sid>" ->
- * version (8) | recorded at (8, node CLOCK_REALTIME ns) | crc32c of those 16 (4); it expires
- * tombstone_ttl after it was recorded (swept at open and at most once a second after). In DRAM
- * a tombstone is one allocation holding only its id's own bytes: 112 B with a 21-byte id, plus
- * 8-16 B of the table's buckets (kvp_store_tomb_bytes). */
+ *     20    4  crc32c of the record's key in the sessions column family: ns (8 B big-endian) then
+ *              the session id's bytes (kvp_store_sess_key_crc)
+ * Builds before key checks wrote flags 0 and 0 at 20, and no envelope at all for version 0: both
+ * still load, unchecked. The desc blob's own crc32c does not cover the key, so without the key
+ * check a record whose key an index rebuild copied out of a damaged block (tier_salvage.c) was
+ * served under that other id; now it is refused. A tombstone (ns, sid, version) lives in a small
+ * hash table and in the meta column family under "tomb/<16 hex ns>/<sid>" ->
+ *      0    8  version
+ *      8    8  recorded at (node CLOCK_REALTIME ns)
+ *     16    4  crc32c of the meta key (all of "tomb/...")
+ *     20    4  crc32c of bytes [0, 20)
+ * (24 bytes; a 20-byte value is one of a build before key checks: version, recorded at, crc32c
+ * of those 16, read unchecked). The length tells the two apart; a build before key checks reads
+ * a 24-byte one as unreadable and leaves it on disk. It expires tombstone_ttl after it was
+ * recorded (swept at open and at most once a second after). In DRAM a tombstone is one
+ * allocation holding only its id's own bytes: 112 B with a 21-byte id, plus 8-16 B of the
+ * table's buckets (kvp_store_tomb_bytes). */
 #include "store_int.h"
 #include "kvpack/alloc.h"
 #include "kvpack/bytes.h"
@@ -24,8 +34,10 @@
 #define MOD            "store"
 #define REC_MAGIC      0x5653564Bu
 #define REC_HDR        24u
+#define REC_F_KEY_CRC  0x1u /* flags: bytes 20..24 hold the key's crc32c */
 #define TOMB_PREFIX    "tomb/"
-#define TOMB_VAL_BYTES 20u
+#define TOMB_VAL_V1    20u  /* version, at, crc32c: before key checks */
+#define TOMB_VAL_BYTES 24u  /* version, at, key crc32c, crc32c */
 
 uint64_t kvp_store_wall_ns(void)
 {
@@ -37,26 +49,35 @@ uint64_t kvp_store_wall_ns(void)
 
 /* ---- record envelope ---- */
 
-kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t version,
-                                   uint8_t **blob_p, size_t *len_p)
+uint32_t kvp_store_sess_key_crc(uint64_t ns, const char *sid)
+{
+    uint8_t k[8];
+
+    kvp_st_be64(k, ns);
+    return kvp_crc32c(kvp_crc32c(0, k, sizeof(k)), sid, strlen(sid));
+}
+
+kvp_status_t kvp_store_record_pack(const kvp_session_desc_t *desc, uint64_t version, uint64_t ns,
+                                   const char *sid, uint8_t **blob_p, size_t *len_p)
 {
     uint8_t     *inner, *b;
     size_t       ilen;
     kvp_status_t status = kvp_session_desc_pack(desc, &inner, &ilen);
 
-    if (status != KVP_OK || version == 0) {
-        *blob_p = inner;
-        *len_p  = ilen;
+    if (status != KVP_OK) {
         return status;
     }
+    /* always the envelope (version 0 too): the key check lives in it */
     b = kvp_calloc(1, REC_HDR + ilen, "session record");
     if (b == NULL) {
         kvp_free(inner);
         return KVP_ERR_NO_MEMORY;
     }
     kvp_st32(b, REC_MAGIC);
+    kvp_st32(b + 4, REC_F_KEY_CRC);
     kvp_st64(b + 8, version);
     kvp_st32(b + 16, kvp_crc32c(0, b, 16));
+    kvp_st32(b + 20, kvp_store_sess_key_crc(ns, sid));
     memcpy(b + REC_HDR, inner, ilen);
     kvp_free(inner);
     *blob_p = b;
@@ -69,13 +90,21 @@ uint64_t kvp_store_record_ssd_bytes(uint64_t len)
     return len + REC_HDR;
 }
 
-kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, kvp_session_desc_t *desc,
+kvp_status_t kvp_store_record_unpack(const uint8_t *blob, size_t len, uint64_t ns,
+                                     const char *sid, kvp_session_desc_t *desc,
                                      uint64_t *version_p)
 {
     uint64_t version = 0;
 
     if (blob != NULL && len >= REC_HDR && kvp_ld32(blob) == REC_MAGIC) {
         if (kvp_ld32(blob + 16) != kvp_crc32c(0, blob, 16)) {
+            return KVP_ERR_CORRUPT;
+        }
+        if ((kvp_ld32(blob + 4) & REC_F_KEY_CRC) &&
+            kvp_ld32(blob + 20) != kvp_store_sess_key_crc(ns, sid)) {
+            KVP_LOG_ERROR(MOD, "the record stored under session %s (namespace %016llx) was "
+                          "written for another key (a byte of its key gone bad): damaged, never "
+                          "served under this id", sid, (unsigned long long)ns);
             return KVP_ERR_CORRUPT;
         }
         version = kvp_ld64(blob + 8);
@@ -175,7 +204,8 @@ void kvp_store_tomb_batch_put(kvp_store_h st, kvp_tier_batch_t *b, uint64_t ns, 
     tomb_key(ns, sid, key);
     kvp_st64(val, version);
     kvp_st64(val + 8, at_ns);
-    kvp_st32(val + 16, kvp_crc32c(0, val, 16));
+    kvp_st32(val + 16, kvp_crc32c(0, key, strlen(key)));
+    kvp_st32(val + 20, kvp_crc32c(0, val, 20));
     kvp_tier_batch_put_meta(st->tier, b, key, val, sizeof(val));
 }
 
@@ -241,35 +271,70 @@ kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e, bool disk)
     return KVP_OK;
 }
 
-/* A tombstone value that reads: its length and crc32c */
-static bool tomb_val_ok(const uint8_t *val, size_t vlen)
+typedef enum {
+    TOMB_READS,      /* key and value read (and the key is the one the value was written for) */
+    TOMB_UNREADABLE, /* a key or value of another shape, or a value failing its crc32c */
+    TOMB_OTHER_KEY,  /* a value that reads, stored under another key than it was written for */
+} tomb_verdict_t;
+
+typedef struct {
+    uint64_t ns, version, at_ns;
+    char     sid[KVP_SID_MAX];
+} tomb_disk_t;
+
+/* A tombstone of the meta column family: its key parsed, its value checked. Its own crc32c says
+ * the value is whole, and (24-byte values) the key's says it is still under the key it was
+ * written for: an index rebuild copies the records of a damaged block as they are, and a byte
+ * gone bad in a key would otherwise move the delete to another session (which then refused its
+ * puts ERR_STALE, while the deleted one took an older copy back). */
+static tomb_verdict_t tomb_parse(const char *key, size_t klen, const uint8_t *val, size_t vlen,
+                                 tomb_disk_t *t)
 {
-    return vlen == TOMB_VAL_BYTES && kvp_ld32(val + 16) == kvp_crc32c(0, val, 16);
+    size_t             pre = sizeof(TOMB_PREFIX) - 1;
+    unsigned long long ns;
+    bool v1 = vlen == TOMB_VAL_V1 && kvp_ld32(val + 16) == kvp_crc32c(0, val, 16);
+    bool v2 = vlen == TOMB_VAL_BYTES && kvp_ld32(val + 20) == kvp_crc32c(0, val, 20);
+
+    if (klen <= pre + 17 || klen - pre - 17 >= KVP_SID_MAX || !(v1 || v2) ||
+        sscanf(key + pre, "%16llx", &ns) != 1 || key[pre + 16] != '/') {
+        return TOMB_UNREADABLE;
+    }
+    t->ns      = ns;
+    t->version = kvp_ld64(val);
+    t->at_ns   = kvp_ld64(val + 8);
+    memcpy(t->sid, key + pre + 17, klen - pre - 17);
+    t->sid[klen - pre - 17] = 0;
+    return v2 && kvp_ld32(val + 16) != kvp_crc32c(0, key, klen) ? TOMB_OTHER_KEY : TOMB_READS;
 }
 
 static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8_t *val,
                             size_t vlen)
 {
-    kvp_store_h        st = arg;
-    char               sid[KVP_SID_MAX];
-    unsigned long long ns;
-    size_t             pre = sizeof(TOMB_PREFIX) - 1;
-    kvp_sess_t        *s;
+    kvp_store_h    st = arg;
+    tomb_disk_t    t;
+    tomb_verdict_t v  = tomb_parse(key, klen, val, vlen, &t);
+    kvp_sess_t    *s;
+    int            shown = (int)(klen < 200 ? klen : 200);
 
-    if (klen <= pre + 17 || klen - pre - 17 >= KVP_SID_MAX || !tomb_val_ok(val, vlen) ||
-        sscanf(key + pre, "%16llx", &ns) != 1 || key[pre + 16] != '/') {
+    if (v == TOMB_UNREADABLE) {
         KVP_LOG_ERROR(MOD, "unreadable tombstone %.*s in the meta column family: not used, kept "
-                      "on disk as it is", (int)(klen < 200 ? klen : 200), key);
+                      "on disk as it is", shown, key);
         st->stats.crc_failures++;
         return KVP_OK;
     }
-    memcpy(sid, key + pre + 17, klen - pre - 17);
-    sid[klen - pre - 17] = 0;
-    s = kvp_index_sess_find(&st->sessions, ns, sid);
-    if (s != NULL && s->version > kvp_ld64(val)) {
+    if (v == TOMB_OTHER_KEY) { /* the session it deleted is not known: nothing can be refused */
+        KVP_LOG_ERROR(MOD, "tombstone %.*s (version %llu) was written for another key (a byte "
+                      "of its key gone bad): damaged, not used, kept on disk as it is; the "
+                      "session it deleted no longer refuses older copies", shown, key,
+                      (unsigned long long)t.version);
+        st->stats.crc_failures++;
+        return KVP_OK;
+    }
+    s = kvp_index_sess_find(&st->sessions, t.ns, t.sid);
+    if (s != NULL && s->version > t.version) {
         return KVP_OK; /* a newer put landed before its tombstone was cleared: swept below */
     }
-    return tomb_set(st, ns, sid, kvp_ld64(val), kvp_ld64(val + 8));
+    return tomb_set(st, t.ns, t.sid, t.version, t.at_ns);
 }
 
 /* Tombstones a put cleared on disk too late (a crash between): the meta keys the table lacks,
@@ -280,20 +345,14 @@ static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint
     void             **a  = arg;
     kvp_store_h        st = a[0];
     kvp_tier_batch_t  *b  = a[1];
-    char               sid[KVP_SID_MAX];
-    unsigned long long ns;
-    size_t             pre = sizeof(TOMB_PREFIX) - 1;
+    tomb_disk_t        t;
 
-    if (klen > pre + 17 && klen - pre - 17 < KVP_SID_MAX && tomb_val_ok(val, vlen) &&
-        sscanf(key + pre, "%16llx", &ns) == 1) {
+    if (tomb_parse(key, klen, val, vlen, &t) == TOMB_READS &&
+        kvp_tomb_find(&st->tombs, t.ns, t.sid) == NULL) {
         char k[KVP_TOMB_KEY_MAX];
 
-        memcpy(sid, key + pre + 17, klen - pre - 17);
-        sid[klen - pre - 17] = 0;
-        if (kvp_tomb_find(&st->tombs, ns, sid) == NULL) {
-            tomb_key(ns, sid, k);
-            kvp_tier_batch_del_meta(st->tier, b, k);
-        }
+        tomb_key(t.ns, t.sid, k);
+        kvp_tier_batch_del_meta(st->tier, b, k);
     }
     return KVP_OK;
 }

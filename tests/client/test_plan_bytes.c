@@ -111,10 +111,10 @@ static void real_session(const geom_t *g, kvp_codec_id_t codec, uint32_t T, uint
     *pages_p   = pages;
     *session_p = sealed + len;
     kvp_free(blob);
-    /* the record, tail included, as a node writes it: with its version (an envelope) */
-    CHECK_OK(kvp_store_record_pack(&d, 1, &blob, &len));
-    node_p->ssd_index += len;
+    /* the record, tail included, as a node writes it: in its envelope (version, key check) */
     snprintf(sid, sizeof(sid), "plan-%" PRIu64, ns);
+    CHECK_OK(kvp_store_record_pack(&d, 1, ns, sid, &blob, &len));
+    node_p->ssd_index += len;
     CHECK_OK(kvp_store_session_put_version(store, ns, sid, &d, 1));
     kvp_store_stats(store, &after);
     node_p->dram     = after.dram_bytes - before.dram_bytes;

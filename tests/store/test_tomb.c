@@ -1,7 +1,7 @@
 /* test_tomb.c - session versions and delete tombstones in the store (last writer wins).
  * versions: a record's version survives close/reopen; an older put is KVP_ERR_STALE and changes
  *   nothing, an equal one is accepted, a newer one replaces; a record written without a version
- *   (the previous on-disk format) opens as version 0 and a versioned put replaces it.
+ *   (unversioned) opens as version 0 and a versioned put replaces it.
  * tombstones: a versioned delete keeps a tombstone that survives reopen, refuses older (and
  *   equal) puts, is cleared by a newer put, is recorded for an unknown session too (still
  *   KVP_ERR_NOT_FOUND), is listed only with KVP_STORE_LIST_DELETED; an older delete is refused.
@@ -87,7 +87,7 @@ static void case_versions(const char *dir)
     t_session(&G, 2, 0, 2, 3, 0, &d2);
     t_session(&G, 3, 0, 3, 1, 3, &d0);
     CHECK_OK(put_v(st, "a", &d1, 100));
-    CHECK_OK(t_put_session(st, NS, "old", &G, &d0)); /* version 0: the previous record format */
+    CHECK_OK(t_put_session(st, NS, "old", &G, &d0)); /* version 0 (older formats: keycheck_*) */
     kvp_store_close(st);
 
     st = open_ttl(dir, 0);

@@ -116,7 +116,9 @@ typedef struct {
     uint64_t restores;        /* sessions read back from disk */
     uint64_t spill_bytes;
     uint64_t restore_bytes;
-    uint64_t crc_failures;    /* pages dropped because they failed their CRC on read */
+    uint64_t crc_failures;    /* pages dropped because they failed their CRC on read, and
+                               * index records refused at open as damaged (session records,
+                               * tombstones, namespace profiles: a bad CRC, or another key's) */
     uint64_t disk_errors;     /* I/O or disk-full errors from the SSD tier */
     uint64_t expired;         /* sessions removed by the idle TTL */
     uint64_t dropped;         /* sessions evicted without an SSD tier (gone, not spilled) */
