@@ -712,6 +712,8 @@ def _serial(method):
     stream take turns instead of entering it together (which aborts in UCX)."""
     @functools.wraps(method)
     def run(self, *args, **kwargs):
+        if self._pid != os.getpid():  # before the lock: the parent's thread that held it at the
+            return self._forked(method.__name__)  # fork does not run here (it hung the child)
         with self._lock:
             if self._guard[0] == threading.get_ident():  # inside its own get's on_pages
                 raise RuntimeError(f"kvpack: {method.__name__}() from inside on_pages of a get "
@@ -783,6 +785,15 @@ class _Handle:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn ctypes down
             pass
+
+    def _forked(self, name):
+        """A call in a process forked after this handle was opened (its lock may be held for
+        good by a thread of the parent's): a close only forgets the handle and what it parked
+        (the parent's, never destroyed here); anything else is refused (ValueError)."""
+        if name in ("close", "_close"):
+            self._h, self._parked = None, []
+            return None
+        return self._handle()  # raises: closed, or opened before a fork
 
     def _close_parked(self):
         """Close the streams dropped inside an on_pages of this handle's get (see __del__)."""

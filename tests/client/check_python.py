@@ -456,6 +456,43 @@ def run_node():
             check(os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0,
                   f"a forked child's use and close of the parent's client: status {st:#x}")
             check(c.get_session(ns, "py-1").pages == pages, "the parent's client after a fork")
+            # ... also forked while a thread is inside a call on it (the node stopped): the
+            # child's copy of the handle's lock stays held, so its calls and close must not take
+            # it (they hung)
+            c2 = kvpack.Client(node.addr, timeout_ms=1500)
+            os.kill(node.proc.pid, signal.SIGSTOP)
+            def stat_stopped():
+                try:
+                    c2.stat()  # ERR_TIMEOUT, or its answer once the node goes on
+                except kvpack.KvpError:
+                    pass
+            busy = threading.Thread(target=stat_stopped)
+            busy.start()
+            time.sleep(0.2)
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    try:
+                        c2.stat()
+                    except ValueError:
+                        code = 0
+                    c2.close()
+                finally:
+                    os._exit(code)
+            status, deadline = None, time.time() + 20
+            while status is None and time.time() < deadline:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                status = st if done else None
+                time.sleep(0.05 if status is None else 0)
+            if status is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.kill(node.proc.pid, signal.SIGCONT)
+            busy.join()
+            c2.close()
+            check(status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+                  f"a child forked during a call on its handle: {'hung' if status is None else hex(status)}")
             # interpreter exit while a daemon thread is inside a call on a client (its node
             # stopped): the exit does not wait for it (the handle's finalizer waited forever on a
             # lock that thread never releases)
