@@ -110,7 +110,8 @@ static void repair_usage(FILE *out)
             "                  repairs to as many copies as there are nodes\n"
             "  --settle S      seconds the members must be stable before a pass (default 30: a\n"
             "                  node that restarts within that is not copied elsewhere); members\n"
-            "                  that keep changing get a pass 3 x S after the first change\n"
+            "                  that keep changing get a pass 3 x S (or --every if shorter)\n"
+            "                  after the first change\n"
             "  --every S       seconds between passes without a change (default 600)\n");
 }
 

@@ -130,6 +130,8 @@ int kvp_repair_watch(kvp_cli_sess_opts_t *o, bool dry_run, const kvp_repair_watc
             kvp_cli_nodes_str(cl, UINT64_MAX, peers, sizeof(peers));
         }
         if (why != NULL && n == 0) {
+            first = now; /* members that come back after none settle from then: the first to
+                          * re-register got an unsettled pass at once */
             if (!empty_said) {
                 fprintf(stderr, "kvpack repair: no node registered; waiting\n");
                 empty_said = true;
