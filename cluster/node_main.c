@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "kvpack/xfer.h"
 
@@ -194,6 +195,7 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
     kvp_node_params_t        p;
     struct sigaction         sa;
+    struct stat              st;
     char                     host[256] = "127.0.0.1", http_host[256], adv_host[256];
     uint16_t                 adv_port;
     const char              *v;
@@ -359,6 +361,12 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     if ((p.field_mask & KVP_NODE_PARAM_ETCD) && p.advertise == NULL &&
         (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)) {
         fprintf(stderr, "%s: listening on %s, --etcd needs --advertise HOST:PORT\n", prog, host);
+        return 2;
+    }
+    if ((p.field_mask & KVP_NODE_PARAM_DATA_DIR) && stat(p.data_dir, &st) == 0 &&
+        !S_ISDIR(st.st_mode)) { /* (a missing one is made) RocksDB said so only after the disk
+                                 * reserve had warned of free space twice */
+        fprintf(stderr, "%s: --data-dir '%s' is not a directory\n", prog, p.data_dir);
         return 2;
     }
     nofile_raise();

@@ -162,7 +162,7 @@ void tier_space_open(kvp_tier_t *t, uint64_t reserve)
         if (free_b == UINT64_MAX) { /* statvfs failed: no figure to quote */
             KVP_LOG_WARN(MOD, "disk reserve: the free space of %s is unknown (%s); the %llu MiB "
                          "reserve file is not made", t->path, strerror(errno), MIB(reserve));
-        } else {
+        } else if (free_b < 2 * reserve) { /* else reserve_make said why it failed */
             KVP_LOG_WARN(MOD, "disk reserve: only %llu MiB free in %s; the %llu MiB reserve file "
                          "is made once twice that is free", MIB(free_b), t->path, MIB(reserve));
         }

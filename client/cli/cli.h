@@ -67,6 +67,9 @@ int  kvp_cli_usage_error(const char *cmd, const char *fmt, ...)
  * lo <= v <= hi; else the usage error "OPT wants LO..HI, got V" ("OPT wants LO or more, got V"
  * when hi is UINT64_MAX) and false: the caller exits 2. */
 bool kvp_cli_range(const char *cmd, const char *opt, uint64_t v, uint64_t lo, uint64_t hi);
+/* A program path given as option opt (NULL: not given): true when it is there and may be run;
+ * else the usage error "OPT 'PATH': why" and false, before anything was started. */
+bool kvp_cli_exe_ok(const char *cmd, const char *opt, const char *path);
 /* The heads, head_dim and tokens of a page, each named by the option the command takes for it
  * (--heads or --kv-heads, --head-dim, --page-tokens or --tokens): kvp_cli_range of each against
  * the page format's limits 1..KVP_PAGE_MAX_HEADS, 1..KVP_PAGE_MAX_DIM, 1..KVP_PAGE_MAX_TOKENS, in

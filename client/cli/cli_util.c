@@ -257,6 +257,15 @@ int kvp_cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+bool kvp_cli_exe_ok(const char *cmd, const char *opt, const char *path)
+{
+    if (path == NULL || access(path, X_OK) == 0) {
+        return true;
+    }
+    kvp_cli_usage_error(cmd, "%s '%s': %s", opt, path, strerror(errno));
+    return false;
+}
+
 int kvp_opt_unknown(const char *cmd, const char *arg)
 {
     return kvp_cli_usage_error(cmd, "unknown option '%s'", arg);

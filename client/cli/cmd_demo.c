@@ -109,6 +109,9 @@ static int demo_parse(int argc, char **argv, demo_opts_t *o)
          !kvp_cli_codec_fits("demo", KVP_CODEC_FP16, o->heads, o->head_dim, o->page_tokens))) {
         return 2; /* the tail pages (tokens % P) are fp16: refused before a node starts */
     }
+    if (!kvp_cli_exe_ok("demo", "--kvpackd", o->kvpackd)) {
+        return 2; /* before a node is started (it failed late, its directory left behind) */
+    }
     if (o->role == NULL && (o->node != NULL || o->result_file != NULL)) {
         return kvp_cli_usage_error("demo", "--node and --result-file go with --role only (the "
                                            "demo starts its own node)");

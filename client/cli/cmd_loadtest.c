@@ -31,6 +31,7 @@ typedef struct {
     kvp_codec_id_t  codec;
     bool            json, keep_dir, keep_sessions;
     uint32_t        scoped; /* bit k: lt_scoped[k] was given */
+    bool            synthetic; /* --users, --rounds or --turn-tokens was given (also as 0) */
 } lt_opts_t;
 
 static void lt_usage(FILE *out)
@@ -190,8 +191,8 @@ static int lt_parse_synthetic(const lt_opts_t *o)
     const struct { const char *name; uint64_t v; } need[] = {
         {"--users", o->users}, {"--rounds", o->rounds}, {"--turn-tokens", o->turn_tokens}};
 
-    if (!o->users && !o->rounds && !o->turn_tokens) {
-        return 0; /* a trace */
+    if (!o->synthetic) {
+        return 0; /* a trace (a given 0 is refused below: it replayed the trace, exit 0) */
     }
     if (o->trace != NULL) {
         return kvp_cli_usage_error("loadtest", "--trace and --users/--rounds/--turn-tokens "
@@ -251,6 +252,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
             bool        known;
 
             local_given |= strcmp(argv[i], "--local-nodes") == 0;
+            o->synthetic |= strcmp(argv[i], "--users") == 0 || strcmp(argv[i], "--rounds") == 0 ||
+                            strcmp(argv[i], "--turn-tokens") == 0;
             known = kvp_opt_f64(argc, argv, &i, name, &o->time_scale);
             for (size_t k = 0; k < LT_N(strs) && !known; k++) {
                 known = kvp_opt_str(argc, argv, &i, name = strs[k].name, strs[k].val);
@@ -304,8 +307,8 @@ static int lt_parse(int argc, char **argv, lt_opts_t *o)
         !kvp_cli_range("loadtest", "--dram-budget", o->dram_budget, 1, UINT64_MAX)) {
         return 2;
     }
-    if (o->kvpackd != NULL && access(o->kvpackd, X_OK) != 0) { /* before a node is started */
-        return kvp_cli_usage_error("loadtest", "--kvpackd '%s': %s", o->kvpackd, strerror(errno));
+    if (!kvp_cli_exe_ok("loadtest", "--kvpackd", o->kvpackd)) { /* before a node is started */
+        return 2;
     }
     if (o->report != NULL &&
         kvp_cli_out_path_check("loadtest", "--report", o->report, ".svg|.html") != 0) {

@@ -562,6 +562,8 @@ static void repair_summary(repair_t *rp, const char *node)
 static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_run,
                        kvp_repair_watch_t *w)
 {
+    const char *timing = NULL; /* --settle or --every, as given */
+
     w->settle_s = 30;
     w->every_s  = 600;
     for (int i = 1; i < argc; i++) {
@@ -571,7 +573,7 @@ static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_
             w->on = true;
         } else if (kvp_opt_u64(argc, argv, &i, "--settle", &w->settle_s) ||
                    kvp_opt_u64(argc, argv, &i, "--every", &w->every_s)) {
-            continue;
+            timing = argv[i - 1];
         } else if (!kvp_cli_sess_opt(argc, argv, &i, KVP_CLI_TAKES_REPLICAS, o)) {
             return kvp_opt_unknown("repair", argv[i]);
         }
@@ -579,6 +581,9 @@ static int repair_args(int argc, char **argv, kvp_cli_sess_opts_t *o, bool *dry_
     if (o->replicas == 0) {
         return kvp_cli_usage_error("repair", "--replicas N is required (copies beyond a "
                                              "session's first N nodes are deleted)");
+    }
+    if (!w->on && timing != NULL) { /* it was taken and ignored */
+        return kvp_cli_usage_error("repair", "%s goes with --watch only", timing);
     }
     if (w->on && (!kvp_cli_range("repair", "--every", w->every_s, 1, 31536000) ||
                   !kvp_cli_range("repair", "--settle", w->settle_s, 0, 31536000))) {

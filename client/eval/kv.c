@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define MOD "kvd" /* .kvd files and KV tensors: used by eval, put, get and model */
+
 #define KVD_MAGIC   0x3144564Bu /* "KVD1" */
 #define KVD_VERSION 1u
 #define KVD_HDR     24u
@@ -74,10 +76,10 @@ kvp_status_t kvp_kv_alloc(kvp_kv_t *kv, uint32_t layers, uint32_t tokens, uint32
     kvp_status_t st = kv_alloc_quiet(kv, layers, tokens, heads, head_dim);
 
     if (st == KVP_ERR_INVALID) {
-        KVP_LOG_ERROR("eval", "kv of %u x %u x %u x %u elements is empty or too large", layers,
+        KVP_LOG_ERROR(MOD, "kv of %u x %u x %u x %u elements is empty or too large", layers,
                       tokens, heads, head_dim);
     } else if (st != KVP_OK) {
-        KVP_LOG_ERROR("eval", "out of memory for kv of %llu elements",
+        KVP_LOG_ERROR(MOD, "out of memory for kv of %llu elements",
                       (unsigned long long)kv_elems(layers, tokens, heads, head_dim));
     }
     return st;
@@ -295,7 +297,7 @@ static kvp_status_t kvd_write_in_place(const char *path, const kvp_kv_t *kv)
 
     ok = f != NULL && fclose(f) == 0 && ok;
     if (!ok) {
-        KVP_LOG_ERROR("eval", "write %s failed: %s", path, strerror(errno));
+        KVP_LOG_ERROR(MOD, "write %s failed: %s", path, strerror(errno));
         return KVP_ERR_IO;
     }
     return KVP_OK;
@@ -378,7 +380,7 @@ kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
     }
     target = kvp_file_link_target(path); /* through a symlink: its target replaced, link kept */
     if (target == NULL) {
-        KVP_LOG_ERROR("eval", "cannot follow %s: %s", path, strerror(errno));
+        KVP_LOG_ERROR(MOD, "cannot follow %s: %s", path, strerror(errno));
         return KVP_ERR_IO;
     }
     had_old = stat(target, &st) == 0;
@@ -391,7 +393,7 @@ kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
     kvd_signals_take(old_sa, taken);
     fd = mkstemp(tmp);
     if (fd < 0) {
-        KVP_LOG_ERROR("eval", "cannot create a file beside %s: %s", target, strerror(errno));
+        KVP_LOG_ERROR(MOD, "cannot create a file beside %s: %s", target, strerror(errno));
         s = KVP_ERR_IO;
     } else {
         if (strlen(tmp) < sizeof(kvd_tmp_path)) {
@@ -402,7 +404,7 @@ kvp_status_t kvp_kvd_write(const char *path, const kvp_kv_t *kv)
         ok  = kvd_write_new(fd, had_old ? &st : NULL, kv) && rename(tmp, target) == 0;
         err = errno;
         if (!ok) {
-            KVP_LOG_ERROR("eval", "write %s failed: %s (it is as it was)", target, strerror(err));
+            KVP_LOG_ERROR(MOD, "write %s failed: %s (it is as it was)", target, strerror(err));
             remove(tmp);
             s = KVP_ERR_IO;
         }

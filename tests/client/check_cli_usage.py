@@ -120,6 +120,9 @@ for cmd in ["put", "ls", "stat", "bench codec", "bench attn"]:
 for daemon in [[KVPACKD], [KVPACK, "serve"]]:
     name = " ".join(["kvpackd"] if len(daemon) == 1 else ["kvpack", "serve"])
     one_line([*daemon, "--bogus"], 2, f"{name}: unknown option '--bogus' (see {name} --help)")
+    # a --data-dir that is a file: said at once (RocksDB said so after two false free-space warnings)
+    one_line([*daemon, "--data-dir", os.path.abspath(__file__)], 2,
+             f"{name}: --data-dir '{os.path.abspath(__file__)}' is not a directory")
 
 # 4b. each range or conflict check names its own option, with the allowed range and the value
 #     given (they used to share lines such as "bad options (see --help)" or "geometry out of
@@ -156,6 +159,12 @@ for cmd, args, want in [
         ("loadtest", ["--heads", "0"], "--heads wants 1..256, got 0"),
         ("loadtest", ["--page-tokens", "100"], "--page-tokens 100 does not divide 512"),
         ("loadtest", ["--users", "2"], "--rounds is missing"),
+        # a given 0 (it replayed the whole trace, exit 0), --settle without --watch (taken and
+        # ignored), a node binary that cannot run (the demo failed late, its directory left)
+        ("loadtest", ["--users", "0"], "--users is missing or 0"),
+        ("repair", ["--node", NODE, "--replicas", "1", "--every", "5"],
+         "--every goes with --watch only"),
+        ("demo", ["--kvpackd", "/nonexistent/kvpackd"], "--kvpackd '/nonexistent/kvpackd'"),
         ("loadtest", ["--clients", "65"], "--clients wants 1..64, got 65"),
         ("loadtest", ["--replicas", "2"], "--replicas 2 needs at least 2 nodes"),
         ("model", [*model, "--generate", "x", "--node", f"{NODE},127.0.0.1:2"],
