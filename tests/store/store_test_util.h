@@ -281,12 +281,12 @@ static inline void t_rmrf(const char *dir)
     }
 }
 
-/* Flip one byte (at min(100, pn/2) past the match) of the first copy of the pn bytes pat, in
- * whichever file of dir/sub whose name ends in suffix (NULL: any) holds it (sub "seg": the
- * segment files, 64-byte aligned matches; "": RocksDB's own files, at any offset, e.g. suffix
- * ".sst" its tables, ".log" its WAL). */
-static inline void t_flip_bytes(const char *dir, const char *sub, const char *suffix,
-                                const uint8_t *pat, size_t pn)
+/* Edit one byte of the first copy of the pn bytes pat, in whichever file of dir/sub whose name
+ * ends in suffix (NULL: any) holds it (sub "seg": the segment files, 64-byte aligned matches;
+ * "": RocksDB's own files, at any offset, e.g. suffix ".sst" its tables, ".log" its WAL): the
+ * byte off past the match start, which must be was (-1: any), becomes now (-1: flipped, ^ 0x40). */
+static inline void t_edit_bytes(const char *dir, const char *sub, const char *suffix,
+                                const void *pat, size_t pn, size_t off, int was, int now)
 {
     char           path[600], file[900];
     DIR           *dp;
@@ -317,9 +317,11 @@ static inline void t_flip_bytes(const char *dir, const char *sub, const char *su
         CHECK(n < 0 || fread(buf, 1, (size_t)n, f) == (size_t)n);
         for (long k = 0; k + (long)pn <= n && !done; k += step) {
             if (memcmp(buf + k, pat, pn) == 0) {
-                long    at = k + (long)(pn / 2 < 100 ? pn / 2 : 100);
-                uint8_t b  = buf[at] ^ 0x40;
+                long    at = k + (long)off;
+                uint8_t b;
 
+                CHECK(at < n && (was < 0 || buf[at] == (uint8_t)was));
+                b = now < 0 ? (uint8_t)(buf[at] ^ 0x40) : (uint8_t)now;
                 CHECK(fseek(f, at, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
                 done = 1;
             }
@@ -329,6 +331,13 @@ static inline void t_flip_bytes(const char *dir, const char *sub, const char *su
     }
     closedir(dp);
     CHECK(done);
+}
+
+/* Flip one byte (at min(100, pn/2) past the match) of the first copy of pat (t_edit_bytes). */
+static inline void t_flip_bytes(const char *dir, const char *sub, const char *suffix,
+                                const uint8_t *pat, size_t pn)
+{
+    t_edit_bytes(dir, sub, suffix, pat, pn, pn / 2 < 100 ? pn / 2 : 100, -1, -1);
 }
 
 /* the page whose first 256 payload bytes are pay, in a segment file (sub "seg") or an SST ("") */

@@ -73,41 +73,7 @@ static void settle(kvp_store_h st, const char *dir)
 static void sst_edit(const char *dir, const void *pat, size_t pn, size_t off, uint8_t was,
                      uint8_t now)
 {
-    DIR           *dp = opendir(dir);
-    struct dirent *e;
-    int            done = 0;
-
-    CHECK(dp != NULL);
-    while (!done && (e = readdir(dp)) != NULL) {
-        char     file[900];
-        size_t   nl = strlen(e->d_name);
-        FILE    *f;
-        long     n;
-        uint8_t *buf, *hit;
-
-        snprintf(file, sizeof(file), "%s/%s", dir, e->d_name);
-        if (nl < 4 || strcmp(e->d_name + nl - 4, ".sst") != 0 || (f = fopen(file, "r+b")) == NULL) {
-            continue;
-        }
-        fseek(f, 0, SEEK_END);
-        n   = ftell(f);
-        buf = kvp_malloc((size_t)n + 1, "sst");
-        CHECK(buf != NULL && n > 0);
-        fseek(f, 0, SEEK_SET);
-        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
-        hit = memmem(buf, (size_t)n, pat, pn);
-        if (hit != NULL) {
-            long at = (long)(hit - buf) + (long)off;
-
-            CHECK(at < n && buf[at] == was);
-            CHECK(fseek(f, at, SEEK_SET) == 0 && fwrite(&now, 1, 1, f) == 1);
-            done = 1;
-        }
-        kvp_free(buf);
-        fclose(f);
-    }
-    closedir(dp);
-    CHECK(done);
+    t_edit_bytes(dir, "", ".sst", pat, pn, off, was, now);
 }
 
 static int listed(kvp_store_h st, const char *sid)
