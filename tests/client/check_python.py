@@ -225,6 +225,31 @@ def run_codec():
                  {"ERR_BAD_INPUT_DATA"}) is not None, "NaN input not refused")
 
 
+def forked_use(handle, timeout_s=20):
+    """In a forked child: a call on handle must raise ValueError (opened before the fork), then
+    its close must return. The child's wait status, or None when it hung (killed)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            try:
+                handle.stat()
+            except ValueError as e:
+                code = 0 if "before a fork" in str(e) else 4
+            handle.close()
+        finally:
+            os._exit(code)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return st
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
 class Node:
     def __init__(self, name, extra=()):
         self.ready = os.path.join(tmp, name + ".ready")
@@ -441,26 +466,16 @@ def run_node():
             # a fork: the child inherits the handle but not its connection. There it is
             # refused (ValueError) and closed without C (a destroy there used to abort the child
             # in UCX and break the parent's connection: its next get timed out)
-            pid = os.fork()
-            if pid == 0:
-                code = 3
-                try:
-                    try:
-                        c.stat()
-                    except ValueError as e:
-                        code = 0 if "before a fork" in str(e) else 4
-                    c.close()
-                finally:
-                    os._exit(code)
-            _, st = os.waitpid(pid, 0)
-            check(os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0,
-                  f"a forked child's use and close of the parent's client: status {st:#x}")
+            st = forked_use(c)
+            check(st is not None and os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0,
+                  f"a forked child's use and close of the parent's client: status {st}")
             check(c.get_session(ns, "py-1").pages == pages, "the parent's client after a fork")
             # ... also forked while a thread is inside a call on it (the node stopped): the
             # child's copy of the handle's lock stays held, so its calls and close must not take
             # it (they hung)
             c2 = kvpack.Client(node.addr, timeout_ms=1500)
             os.kill(node.proc.pid, signal.SIGSTOP)
+
             def stat_stopped():
                 try:
                     c2.stat()  # ERR_TIMEOUT, or its answer once the node goes on
@@ -469,25 +484,7 @@ def run_node():
             busy = threading.Thread(target=stat_stopped)
             busy.start()
             time.sleep(0.2)
-            pid = os.fork()
-            if pid == 0:
-                code = 3
-                try:
-                    try:
-                        c2.stat()
-                    except ValueError:
-                        code = 0
-                    c2.close()
-                finally:
-                    os._exit(code)
-            status, deadline = None, time.time() + 20
-            while status is None and time.time() < deadline:
-                done, st = os.waitpid(pid, os.WNOHANG)
-                status = st if done else None
-                time.sleep(0.05 if status is None else 0)
-            if status is None:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            status = forked_use(c2)
             os.kill(node.proc.pid, signal.SIGCONT)
             busy.join()
             c2.close()
