@@ -1271,6 +1271,8 @@ class ClusterPutStream(_Handle):
         if not isinstance(cluster, Cluster):  # its handle goes to C as a kvp_cluster_h
             raise TypeError(f"ClusterPutStream needs a kvpack.Cluster, got "
                             f"{type(cluster).__name__}")
+        if cluster._pid != os.getpid():  # before its lock, as _serial: refused, never waited
+            cluster._handle()
         self._lock = cluster._lock  # it uses the cluster's handle: one lock for both
         self._guard = cluster._guard
         self._parked = cluster._parked

@@ -21,9 +21,11 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 lib, kvpack_exe, kvpackd, layout_exe, readme = sys.argv[1:6]
@@ -290,6 +292,41 @@ def run_cluster():
                 check(False, "ClusterPutStream over a Client was accepted")
             except TypeError:
                 pass
+        # opened in a child forked while a parent thread was inside a call on its cluster (the
+        # decode node stopped): refused at once, ValueError (it waited for the lock that thread
+        # held, for good)
+        with kvpack.Cluster(peers=decode, timeout_ms=1500) as dcl:
+            os.kill(procs[3].pid, signal.SIGSTOP)
+
+            def busy():
+                try:
+                    dcl.stat()
+                except kvpack.KvpError:
+                    pass
+            th = threading.Thread(target=busy)
+            th.start()
+            time.sleep(0.2)
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    kvpack.ClusterPutStream(dcl, sp[0], "forked").close()
+                except ValueError:
+                    code = 0
+                finally:
+                    os._exit(code)
+            st, end = None, time.time() + 20
+            while st is None and time.time() < end:
+                done, w = os.waitpid(pid, os.WNOHANG)
+                st = w if done else None
+                time.sleep(0.05 if st is None else 0)
+            if st is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.kill(procs[3].pid, signal.SIGCONT)
+            th.join()
+        check(st is not None and os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0,
+              f"a stream opened in a forked child: {'hung' if st is None else hex(st)}")
         # a stream whose last reference goes inside on_pages of a get on its cluster is closed
         # when the get returns, its pushed buffers kept until then (its close used to be refused
         # there and swallowed: the stream never closed, its buffers freed under its shipper)
