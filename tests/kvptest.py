@@ -146,6 +146,24 @@ class CliNode:
         return metric(self.http, name)
 
 
+def run_cli(kvpack, env, *args):
+    """`kvpack ARGS` (2 minutes at most): (exit status, stdout, stderr)."""
+    p = subprocess.run([kvpack, *args], capture_output=True, text=True, timeout=120, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def get_kvd(kvpack, env, node, sid, out):
+    """`kvpack get --node NODE --session SID --out OUT` into a fresh OUT: (its bytes, or None when
+    the get failed, stderr)."""
+    if os.path.exists(out):
+        os.unlink(out)
+    rc, _, err = run_cli(kvpack, env, "get", "--node", node, "--session", sid, "--out", out)
+    if rc != 0 or not os.path.exists(out):
+        return None, err
+    with open(out, "rb") as f:
+        return f.read(), err
+
+
 def flip_segment_byte(data_dir, offset=200):
     """Flip one byte (default: in the first page's payload) of the node's only segment file (the
     node stopped); returns the segment files found (the caller checks there is one)."""

@@ -742,17 +742,12 @@ class _Handle:
 
     __deepcopy__ = __reduce__ = lambda self, *a: self.__copy__()  # noqa: E731
 
+    @_serial
     def close(self):
         """Destroy the C handle, once; later calls are no-ops. In a process forked after the
-        handle was opened it is only forgotten: the C handle (its UCX worker, its sockets) is
-        the parent's, and destroying it here broke the parent's connection and aborted both."""
-        if self._pid != os.getpid():
-            self._h = None
-            return
-        self._close()
-
-    @_serial
-    def _close(self):
+        handle was opened it is only forgotten (_serial, _forked): the C handle (its UCX worker,
+        its sockets) is the parent's, and destroying it there broke the parent's connection and
+        aborted both."""
         if self._h is not None:
             h, self._h = self._h, None
             getattr(_L(), self._destroy)(h)
@@ -790,7 +785,7 @@ class _Handle:
         """A call in a process forked after this handle was opened (its lock may be held for
         good by a thread of the parent's): a close only forgets the handle and what it parked
         (the parent's, never destroyed here); anything else is refused (ValueError)."""
-        if name in ("close", "_close"):
+        if name == "close":
             self._h, self._parked = None, []
             return None
         return self._handle()  # raises: closed, or opened before a fork

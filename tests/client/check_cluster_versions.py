@@ -16,7 +16,6 @@ import array
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -47,8 +46,7 @@ def kvd(name, T, seed):
 
 
 def cli(*args):
-    p = subprocess.run([KVPACK, *args], capture_output=True, text=True, timeout=120, env=ENV)
-    return p.returncode, p.stdout, p.stderr
+    return kvptest.run_cli(KVPACK, ENV, *args)
 
 
 def put(peers, sid, path, replicas=1):
@@ -57,11 +55,7 @@ def put(peers, sid, path, replicas=1):
 
 
 def get(peers, sid):
-    out = os.path.join(TMP, "got.kvd")
-    if os.path.exists(out):
-        os.unlink(out)
-    rc, _, err = cli("get", "--node", peers, "--session", sid, "--out", out)
-    return (open(out, "rb").read() if rc == 0 and os.path.exists(out) else None), err
+    return kvptest.get_kvd(KVPACK, ENV, peers, sid, os.path.join(TMP, "got.kvd"))
 
 
 def sid_ranked(peers, ns, want, prefix):

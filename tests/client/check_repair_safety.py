@@ -21,7 +21,6 @@ import array
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -48,8 +47,7 @@ def start(name, *args):
 
 
 def cli(*args):
-    p = subprocess.run([KVPACK, *args], capture_output=True, text=True, timeout=120, env=ENV)
-    return p.returncode, p.stdout, p.stderr
+    return kvptest.run_cli(KVPACK, ENV, *args)
 
 
 def put(node, sid, kvd, replicas=1):
@@ -60,11 +58,7 @@ def put(node, sid, kvd, replicas=1):
 
 
 def get(node, sid):
-    out = os.path.join(TMP, "got.kvd")
-    if os.path.exists(out):
-        os.unlink(out)
-    rc, _, _ = cli("get", "--node", node, "--session", sid, "--out", out)
-    return open(out, "rb").read() if rc == 0 and os.path.exists(out) else None
+    return kvptest.get_kvd(KVPACK, ENV, node, sid, os.path.join(TMP, "got.kvd"))[0]
 
 
 def repair(pair, *extra):
