@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Carve every weight out of one fp32 block; tied classifiers share tok_emb. */
@@ -208,14 +209,17 @@ static kvp_status_t gguf_tensor(const kvp_gguf_t *g, const char *name, uint64_t 
 }
 
 /* What this runner does not do, refused rather than run wrongly (a model that loaded and
- * reported perplexities of another computation): RoPE scaling (llama.rope.scaling.*, the
- * rope_freqs.weight frequency factors of Llama 3.1), a key length other than dim / heads, and a
- * pre-tokenizer other than SmolLM's (tokenizer.ggml.pre; absent: taken as this one). */
+ * reported perplexities of another computation): RoPE scaling (llama.rope.scaling.*, the older
+ * llama.rope.scale_linear other than 1, the rope_freqs.weight frequency factors of Llama 3.1),
+ * a key or value length other than dim / heads, mixture of experts (llama.expert_count), and a
+ * pre-tokenizer other than SmolLM's (tokenizer.ggml.pre; absent: taken as this one). Tensors it
+ * does not read (attention biases, say) are refused by gguf_tensors_known. */
 static kvp_status_t gguf_unsupported(const kvp_gguf_t *g, const char *path, uint32_t head_dim)
 {
     const char *v;
     size_t      len;
-    uint32_t    key_len = head_dim;
+    uint32_t    key_len = head_dim, val_len = head_dim, experts = 0;
+    float       rope_lin = 1.0f;
 
     if (kvp_gguf_get_str(g, "llama.rope.scaling.type", &v, &len) == KVP_OK &&
         !(len == 4 && memcmp(v, "none", 4) == 0)) {
@@ -231,6 +235,23 @@ static kvp_status_t gguf_unsupported(const kvp_gguf_t *g, const char *path, uint
         key_len != head_dim) {
         KVP_LOG_ERROR("model", "%s: llama.attention.key_length %u is not dim / heads (%u): not "
                       "supported", path, key_len, head_dim);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_opt_u32(g, "llama.attention.value_length", head_dim, &val_len) != KVP_OK ||
+        val_len != head_dim) {
+        KVP_LOG_ERROR("model", "%s: llama.attention.value_length %u is not dim / heads (%u): not "
+                      "supported", path, val_len, head_dim);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_opt_f32(g, "llama.rope.scale_linear", 1.0f, &rope_lin) != KVP_OK ||
+        rope_lin != 1.0f) {
+        KVP_LOG_ERROR("model", "%s: linear RoPE scaling (llama.rope.scale_linear %g) is not "
+                      "supported", path, (double)rope_lin);
+        return KVP_ERR_UNSUPPORTED;
+    }
+    if (kvp_gguf_opt_u32(g, "llama.expert_count", 0, &experts) != KVP_OK || experts != 0) {
+        KVP_LOG_ERROR("model", "%s: mixture of experts (llama.expert_count %u) is not supported",
+                      path, experts);
         return KVP_ERR_UNSUPPORTED;
     }
     if (kvp_gguf_get_str(g, "tokenizer.ggml.pre", &v, &len) == KVP_OK &&
@@ -311,6 +332,56 @@ static void qmat_set(kvp_qmat_t *q, const kvp_gguf_tensor_t *t)
     q->row_bytes = (size_t)(t->nbytes / t->ne[1]);
 }
 
+/* A layer's weight tensors, "blk.<layer>.<name>.weight", in the order gguf_weights reads them. */
+static const char *const layer_tensor[] = {"attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v",
+                                           "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+#define LAYER_TENSORS (sizeof(layer_tensor) / sizeof(layer_tensor[0]))
+
+/* Whether the runner reads the tensor of this name. */
+static int gguf_tensor_read(const char *name, uint32_t layers, int has_out)
+{
+    char         *end;
+    unsigned long l;
+
+    if (strcmp(name, "token_embd.weight") == 0 || strcmp(name, "output_norm.weight") == 0 ||
+        (has_out && strcmp(name, "output.weight") == 0)) {
+        return 1;
+    }
+    if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9') {
+        return 0;
+    }
+    l = strtoul(name + 4, &end, 10);
+    if (l >= layers || *end != '.') {
+        return 0;
+    }
+    for (size_t i = 0; i < LAYER_TENSORS; i++) {
+        size_t n = strlen(layer_tensor[i]);
+
+        if (strncmp(end + 1, layer_tensor[i], n) == 0 && strcmp(end + 1 + n, ".weight") == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Refuse a file with a tensor the runner would not read: llama.cpp's llama arch applies some
+ * (attention biases, expert tensors), so running without them was another model, exit 0. */
+static kvp_status_t gguf_tensors_known(const kvp_gguf_t *g, const char *path, uint32_t layers,
+                                       int has_out)
+{
+    for (size_t i = 0; i < kvp_gguf_n_tensors(g); i++) {
+        const char *name = kvp_gguf_tensor(g, i)->name;
+
+        if (!gguf_tensor_read(name, layers, has_out)) {
+            KVP_LOG_ERROR("model", "%s: tensor %s is not one this runner computes with (a llama "
+                          "model without biases, experts or extra tensors): not supported",
+                          path, name);
+            return KVP_ERR_UNSUPPORTED;
+        }
+    }
+    return KVP_OK;
+}
+
 /* Every weight tensor of the model (the classifier when has_out): with check_only, its presence
  * and shape (before anything is allocated for it); else loaded as f32 into m's weights, checked
  * finite, and the quantized twins pointed at their blocks. */
@@ -332,25 +403,24 @@ static kvp_status_t gguf_weights(kvp_model_t *m, const kvp_gguf_t *g, int has_ou
     }
     for (uint32_t l = 0; l < c->layers && status == KVP_OK; l++) {
         kvp_model_layer_t *w = check_only ? NULL : &m->layer[l];
-        struct {
-            const char *n;
+        struct { /* in layer_tensor's order */
             uint64_t    ne0, ne1;
             float      *dst;
             kvp_qmat_t *q;
-        } t[] = {
-            {"attn_norm", c->dim, 1, w ? w->att_norm : NULL, NULL},
-            {"ffn_norm", c->dim, 1, w ? w->ffn_norm : NULL, NULL},
-            {"attn_q", c->dim, qd, w ? w->wq : NULL, w ? &w->qwq : NULL},
-            {"attn_k", c->dim, kd, w ? w->wk : NULL, w ? &w->qwk : NULL},
-            {"attn_v", c->dim, kd, w ? w->wv : NULL, w ? &w->qwv : NULL},
-            {"attn_output", qd, c->dim, w ? w->wo : NULL, w ? &w->qwo : NULL},
-            {"ffn_gate", c->dim, c->hidden, w ? w->w1 : NULL, w ? &w->qw1 : NULL},
-            {"ffn_up", c->dim, c->hidden, w ? w->w3 : NULL, w ? &w->qw3 : NULL},
-            {"ffn_down", c->hidden, c->dim, w ? w->w2 : NULL, w ? &w->qw2 : NULL},
+        } t[LAYER_TENSORS] = {
+            {c->dim, 1, w ? w->att_norm : NULL, NULL},
+            {c->dim, 1, w ? w->ffn_norm : NULL, NULL},
+            {c->dim, qd, w ? w->wq : NULL, w ? &w->qwq : NULL},
+            {c->dim, kd, w ? w->wk : NULL, w ? &w->qwk : NULL},
+            {c->dim, kd, w ? w->wv : NULL, w ? &w->qwv : NULL},
+            {qd, c->dim, w ? w->wo : NULL, w ? &w->qwo : NULL},
+            {c->dim, c->hidden, w ? w->w1 : NULL, w ? &w->qw1 : NULL},
+            {c->dim, c->hidden, w ? w->w3 : NULL, w ? &w->qw3 : NULL},
+            {c->hidden, c->dim, w ? w->w2 : NULL, w ? &w->qw2 : NULL},
         };
 
-        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]) && status == KVP_OK; i++) {
-            snprintf(name, sizeof(name), "blk.%u.%s.weight", l, t[i].n);
+        for (size_t i = 0; i < LAYER_TENSORS && status == KVP_OK; i++) {
+            snprintf(name, sizeof(name), "blk.%u.%s.weight", l, layer_tensor[i]);
             status = gguf_tensor(g, name, t[i].ne0, t[i].ne1, t[i].dst);
             if (status == KVP_OK && t[i].q != NULL) {
                 qmat_set(t[i].q, kvp_gguf_find(g, name));
@@ -397,8 +467,11 @@ static kvp_status_t load_gguf(kvp_model_t *m, const char *path)
         goto out;
     }
     out    = kvp_gguf_find(g, "output.weight");
-    status = gguf_weights(m, g, out != NULL, 1); /* every tensor there, of its shape, first: */
-    if (status == KVP_OK) {                      /* the shape metadata sizes the allocation */
+    status = gguf_tensors_known(g, path, c->layers, out != NULL);
+    if (status == KVP_OK) { /* every tensor there, of its shape, first: the shape metadata */
+        status = gguf_weights(m, g, out != NULL, 1); /* sizes the allocation */
+    }
+    if (status == KVP_OK) {
         status = model_alloc(m, out == NULL);
     }
     if (status == KVP_OK) {

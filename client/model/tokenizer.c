@@ -254,7 +254,7 @@ typedef struct {
     char            *buf; /* 2 * the longest piece */
 } sp_ctx_t;
 
-/* a and b merge when their concatenation is a piece, at its score; a score of -1e29 or less (or
+/* a and b merge when their concatenation is a piece, at its score; a score of -1e10 or less (or
  * NaN) never merges, as in llama2.c's scan from a best score of -1e10 */
 static int sp_pair(const void *ctx, uint32_t a, uint32_t b, double *prio, uint32_t *merged)
 {
@@ -264,7 +264,7 @@ static int sp_pair(const void *ctx, uint32_t a, uint32_t b, double *prio, uint32
 
     memcpy(c->buf, tok->piece[a], la);
     memcpy(c->buf + la, tok->piece[b], lb);
-    if (!kvp_tok_map_get(tok, c->buf, la + lb, merged) || !(tok->score[*merged] > -1e29f)) {
+    if (!kvp_tok_map_get(tok, c->buf, la + lb, merged) || !(tok->score[*merged] > -1e10f)) {
         return 0;
     }
     *prio = tok->score[*merged];

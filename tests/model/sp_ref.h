@@ -1,7 +1,8 @@
 /* sp_ref.h - llama2.c's encoder written out as llama2.c has it, for the tests to hold the
  * tokenizer's (client/model/tokenizer.c + tok_merge.c) against: dummy prefix " ", one id per
  * UTF-8 code point (bytes + 3 as fallback), then scan every adjacent pair for the best score
- * (leftmost on ties; a score at or below -1e29, or NaN, never merges), merge, memmove, repeat.
+ * (leftmost on ties; a score at or below -1e10, or NaN, never merges: llama2.c's best_score),
+ * merge, memmove, repeat.
  * Pieces are looked up by a linear search for the first id with those bytes, independent of the
  * tokenizer's hash map. O(n^2 + n * vocab): for short texts (test_tok_merge, fuzz_tok). */
 #ifndef KVPACK_TEST_SP_REF_H
@@ -74,7 +75,7 @@ static inline size_t sp_ref_encode(const kvp_tok_t *tok, const char *text, size_
     }
     for (;;) {
         size_t best = SIZE_MAX;
-        float  bs   = -1e29f;
+        float  bs   = -1e10f; /* llama2.c: float best_score = -1e10 */
 
         for (size_t i = 0; i + 1 < n; i++) {
             if (sc[i] > bs) {

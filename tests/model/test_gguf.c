@@ -6,7 +6,9 @@
  * version, truncation at every byte, a string or tensor past the end, too many dims, an
  * unsupported tensor type, a shape mismatch, a rope theta <= 0 or an rms epsilon < 0 or NaN; an
  * optional key of a wrong type, a NaN weight, a tensor name or metadata key twice, overlapping or
- * misaligned tensor data) fail with a clear status and never crash. */
+ * misaligned tensor data) fail with a clear status and never crash; what llama.cpp's llama arch
+ * computes and this runner does not (a bias tensor, linear RoPE scaling, experts, another value
+ * length) is refused as unsupported. */
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/run.h"
@@ -383,6 +385,39 @@ static void test_not_what_they_say(const buf_t *good)
     free(b.p);
 }
 
+/* What llama.cpp's llama arch computes and this runner did not, yet loaded and ran as if absent
+ * (review finding: same ppl with a 100.0 attn_q bias, exit 0): a tensor it does not read, linear
+ * RoPE scaling, experts, a value length other than dim / heads. Each is UNSUPPORTED; a
+ * scale_linear of 1 (no scaling) still loads. */
+static void test_llama_features_refused(void)
+{
+    static const struct {
+        uint32_t    extra;
+        const char *tag;
+    } cases[] = {
+        {TINY_EXTRA_Q_BIAS, "q_bias"},
+        {TINY_EXTRA_ROPE_LIN, "rope_scale_linear"},
+        {TINY_EXTRA_EXPERTS, "expert_count"},
+        {TINY_EXTRA_VALUE_LEN, "value_length"},
+    };
+    kvp_model_t *m = NULL;
+    buf_t        b = {0};
+    const char  *path;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        b.n = 0;
+        tiny_gguf_ex(&b, 0, 32, cases[i].extra);
+        expect_fail(&b, cases[i].tag, KVP_ERR_UNSUPPORTED);
+    }
+    b.n = 0;
+    tiny_gguf_ex(&b, 0, 32, TINY_EXTRA_ROPE_LIN1);
+    path = write_tmp(&b, "rope_scale_1");
+    CHECK_OK(kvp_model_load(path, NULL, &m));
+    kvp_model_free(m);
+    unlink(path);
+    free(b.p);
+}
+
 static void test_malformed(void)
 {
     buf_t    good = {0}, b;
@@ -459,6 +494,7 @@ static void test_malformed(void)
         }
     }
     test_not_what_they_say(&good);
+    test_llama_features_refused();
     /* every truncation of the header and tables fails cleanly through the parser */
     kvp_log_level_current = -1; /* thousands of expected error lines: silence them */
     for (size_t cut = 0; cut < good.n; cut += (cut < 8192 ? 1 : 97)) {

@@ -4,8 +4,9 @@
  * random pair table where most priorities tie (runs like "aaa" merge at 0 or at 1 depending on
  * the tie rule), some pairs never merge, and merged ids merge again; every length from 0 to 40,
  * then long runs. End to end, kvp_tok_encode against llama2.c's plain-scan encode (sp_ref.h): a
- * crafted llama2.c vocabulary of every 1..3-letter string over "ab c" whose scores tie, are NaN
- * or -1e30 (neither merges: the scan starts from a best score of -1e29), on random strings; and
+ * crafted llama2.c vocabulary of every 1..3-letter string over "ab c" whose scores tie, are NaN,
+ * -1e9 (merges), -1e20 or -1e30 (neither merges: llama2.c's scan starts from a best score of
+ * -1e10), on random strings; and
  * tok512 on Emma (skipped without ../shared/realdata). */
 #define _GNU_SOURCE /* mkstemp, fdopen */
 #include "sp_ref.h"
@@ -93,10 +94,10 @@ static void compare(tk_rng_t *rng, const table_t *t, kvp_tok_merger_t *m, size_t
 }
 
 /* A llama2.c tokenizer file: <unk> <s> </s>, the 256 byte tokens, then every string of 1..3
- * characters over "ab c" with scores from a small set (ties, NaN, -1e30). */
+ * characters over "ab c" with scores from a small set (ties, NaN, either side of -1e10). */
 static void crafted_vocab(tk_rng_t *rng)
 {
-    static const float scores[] = {0.0f, 0.0f, -1.0f, -2.0f, -1e30f, NAN};
+    static const float scores[] = {0.0f, 0.0f, -1.0f, -1e9f, -1e20f, -1e30f, NAN};
     const char        *alpha = "ab c";
     char               path[] = "/tmp/kvp_tok_merge_XXXXXX", piece[8], text[64];
     int                fd = mkstemp(path);
@@ -122,7 +123,7 @@ static void crafted_vocab(tk_rng_t *rng)
                 piece[i] = alpha[x % 4];
             }
             piece[len] = '\0';
-            PUT(piece, scores[tk_range(rng, 0, 5)]);
+            PUT(piece, scores[tk_range(rng, 0, 6)]);
         }
     }
 #undef PUT

@@ -110,8 +110,16 @@ static inline uint32_t byte_cp(uint32_t b)
     return 0;
 }
 
-/* Build a tiny GGUF; `bad_type` replaces the type of blk.0.attn_q (0 = keep q8_0). */
-static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
+/* tiny_gguf_ex's extras: what llama.cpp's llama arch would compute and this runner does not */
+#define TINY_EXTRA_Q_BIAS     0x1u /* a blk.0.attn_q.bias tensor */
+#define TINY_EXTRA_ROPE_LIN   0x2u /* llama.rope.scale_linear = 4 */
+#define TINY_EXTRA_EXPERTS    0x4u /* llama.expert_count = 8 */
+#define TINY_EXTRA_VALUE_LEN  0x8u /* llama.attention.value_length = 8 (head_dim is 16) */
+#define TINY_EXTRA_ROPE_LIN1 0x10u /* llama.rope.scale_linear = 1: no scaling, accepted */
+
+/* Build a tiny GGUF; `bad_type` replaces the type of blk.0.attn_q (0 = keep q8_0); `extra`: the
+ * TINY_EXTRA_* added. */
+static inline void tiny_gguf_ex(buf_t *b, uint32_t bad_type, uint64_t q_rows, uint32_t extra)
 {
     static char    tokbuf[TV][16];
     char          *toks[TV];
@@ -126,8 +134,11 @@ static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
         {"blk.0.attn_output.weight", 32, 32, KVP_GGML_F32},
         {"blk.0.ffn_gate.weight", 32, 32, KVP_GGML_F32}, {"blk.0.ffn_up.weight", 32, 32, KVP_GGML_F32},
         {"blk.0.ffn_down.weight", 32, 32, KVP_GGML_F32},
+        {"blk.0.attn_q.bias", 32, 1, KVP_GGML_F32}, /* last: only with TINY_EXTRA_Q_BIAS */
     };
-    size_t nt = sizeof(t) / sizeof(t[0]), off = 0, data_start;
+    size_t nt = sizeof(t) / sizeof(t[0]) - !(extra & TINY_EXTRA_Q_BIAS), off = 0, data_start;
+    uint64_t nkv = 15 + !!(extra & TINY_EXTRA_ROPE_LIN) + !!(extra & TINY_EXTRA_EXPERTS) +
+                   !!(extra & TINY_EXTRA_VALUE_LEN) + !!(extra & TINY_EXTRA_ROPE_LIN1);
     uint32_t seed = 12345;
 
     for (uint32_t i = 0; i < 256; i++) {
@@ -148,7 +159,7 @@ static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
     put_u32(b, 0x46554747u);
     put_u32(b, 3);
     put_u64(b, nt);
-    put_u64(b, 15);
+    put_u64(b, nkv);
     kv_str(b, "general.architecture", "llama");
     kv_u32(b, "llama.embedding_length", 32);
     kv_u32(b, "llama.feed_forward_length", 32);
@@ -164,6 +175,15 @@ static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
     kv_i32s(b, "tokenizer.ggml.token_type", types, TV);
     kv_strs(b, "tokenizer.ggml.merges", merges, 5);
     kv_u32(b, "tokenizer.ggml.bos_token_id", 259);
+    if (extra & (TINY_EXTRA_ROPE_LIN | TINY_EXTRA_ROPE_LIN1)) {
+        kv_f32(b, "llama.rope.scale_linear", extra & TINY_EXTRA_ROPE_LIN ? 4.0f : 1.0f);
+    }
+    if (extra & TINY_EXTRA_EXPERTS) {
+        kv_u32(b, "llama.expert_count", 8);
+    }
+    if (extra & TINY_EXTRA_VALUE_LEN) {
+        kv_u32(b, "llama.attention.value_length", 8);
+    }
     for (size_t i = 0; i < nt; i++) {
         uint32_t type = (i == 4 && bad_type) ? bad_type : t[i].type;
         size_t   bytes = type == KVP_GGML_F32 ? 4 * t[i].ne0 * t[i].ne1
@@ -218,6 +238,11 @@ static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
     while (b->n % 32) {
         put(b, "", 1);
     }
+}
+
+static inline void tiny_gguf(buf_t *b, uint32_t bad_type, uint64_t q_rows)
+{
+    tiny_gguf_ex(b, bad_type, q_rows, 0);
 }
 
 #endif
