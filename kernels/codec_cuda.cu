@@ -413,13 +413,13 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
     if (status != KVP_OK) {
         return status;
     }
+    if (!layout_of(params->codec, H, D, T, &l)) {
+        return KVP_ERR_UNSUPPORTED; /* before the flags: an fp16 sink page goes to the CPU too */
+    }
     if (ntok == 0 || ntok > params->page_tokens || iters > KVP_CODEC_KVARN_MAX_ITERS ||
         params->layer >= KVP_LAYERS_MAX ||
         (params->flags & ~(uint32_t)(KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL)) != 0) {
         return KVP_ERR_INVALID;
-    }
-    if (!layout_of(params->codec, H, D, T, &l)) {
-        return KVP_ERR_UNSUPPORTED;
     }
     if (out_cap < KVP_PAGE_HDR_BYTES + l.total) {
         return KVP_ERR_TOO_LARGE;
@@ -475,8 +475,14 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
                        (size_t)T * H, D, l.q.gv, rule, dp + l.q.v_codes, dp + l.q.v_scale,
                        dp + l.q.v_zero);
     }
-        CUDA_TRY(cudaMemcpy((uint8_t *)out + KVP_PAGE_HDR_BYTES, dp, l.total, cudaMemcpyDeviceToHost));
-
+    CUDA_TRY(cudaMemcpy((uint8_t *)out + KVP_PAGE_HDR_BYTES, dp, l.total, cudaMemcpyDeviceToHost));
+    /* as the CPU codecs: a stored fp16 parameter that overflowed rejects the page, before the
+     * header is written (out never holds a sealed page the status refused) */
+    if (!params_finite((const uint8_t *)out + KVP_PAGE_HDR_BYTES, params->codec, H, &l)) {
+        KVP_LOG_DEBUG("cuda", "%s: a stored fp16 parameter overflowed", kvp_codec_name(params->codec));
+        status = KVP_ERR_BAD_INPUT_DATA;
+        goto out;
+    }
     memset(&info, 0, sizeof(info));
     info.codec       = params->codec;
     info.flags       = (params->flags & (KVP_PAGE_F_V_PREROT | KVP_PAGE_F_TAIL)) |
@@ -497,12 +503,6 @@ extern "C" kvp_status_t kvp_cuda_page_encode(const kvp_page_params_t *params, co
     info.aux         = params->codec == KVP_CODEC_KVARN ? iters : 0;
     kvp_page_hdr_write(&info, out);
     kvp_page_seal(out);
-    /* as the CPU codecs: a stored fp16 parameter that overflowed rejects the page */
-    if (!params_finite((const uint8_t *)out + KVP_PAGE_HDR_BYTES, params->codec, H, &l)) {
-        KVP_LOG_DEBUG("cuda", "%s: a stored fp16 parameter overflowed", kvp_codec_name(params->codec));
-        status = KVP_ERR_BAD_INPUT_DATA;
-        goto out;
-    }
     *len_p = KVP_PAGE_HDR_BYTES + l.total;
 out:
     cudaFree(dk);

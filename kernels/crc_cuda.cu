@@ -237,7 +237,7 @@ extern "C" kvp_status_t kvp_cuda_check_start(kvp_cuda_check_h c, const void *dev
     if (n > 0) {
         status = crc_enqueue(dev, c->hoff, c->hlen, n, 1, s, doff, dlen, dcrc, dver);
         if (status != KVP_OK) {
-            return status;
+            goto out;
         }
         CUDA_TRY(cudaMemcpyAsync(c->hver, dver, (size_t)n * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, s));
@@ -245,6 +245,13 @@ extern "C" kvp_status_t kvp_cuda_check_start(kvp_cuda_check_h c, const void *dev
     CUDA_TRY(cudaEventRecord(c->done, s));
     c->state = 1;
 out:
+    if (status != KVP_OK && n > 0) {
+        /* a step failed after earlier ones were queued on s (copies from the pinned hoff/hlen
+         * among them): waited for here, as no event tracks them, so a retried start cannot
+         * overwrite what they still read and destroy cannot free it under them */
+        (void)cudaStreamSynchronize(s);
+        (void)cudaGetLastError();
+    }
     return status;
 }
 

@@ -6,6 +6,7 @@
  *                          exit status at the end of main
  *   kvp_test_child_of(parent)  in a forked child that serves the test (a node, a server): it is
  *                          killed when the test process dies
+ *   kvp_test_no_gpu(name, why) the exit status of a GPU test that found no usable GPU
  * Header-only (static state per test binary), C11 with GNU variadic comma elision. */
 #ifndef KVPACK_TEST_CHECK_H
 #define KVPACK_TEST_CHECK_H
@@ -58,6 +59,21 @@ static inline void kvp_test_child_of(pid_t parent)
     if (kvp_child_end_with_parent(parent, SIGKILL) != 0) {
         _exit(1);
     }
+}
+
+/* Exit status of a GPU test that found no usable GPU: 77 (ctest: skipped), or 1 when
+ * KVP_REQUIRE_GPU=1 (the device check: there a skip would hide a driver too old for the toolkit,
+ * which cudaGetDeviceCount reports as no device); 1 too when an EXPECT before it failed. */
+static inline int kvp_test_no_gpu(const char *name, const char *why)
+{
+    const char *req = getenv("KVP_REQUIRE_GPU");
+
+    if (req != NULL && req[0] == '1') {
+        fprintf(stderr, "FAIL %s: %s, and KVP_REQUIRE_GPU=1\n", name, why);
+        return 1;
+    }
+    printf("%s: %s: skipped\n", name, why);
+    return kvp_test_failures ? 1 : 77;
 }
 
 /* Exit status for main: 0 when no EXPECT failed; prints a one-line summary either way. */

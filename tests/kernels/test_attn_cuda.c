@@ -139,8 +139,7 @@ int main(void)
     tk_rng_t r = {41};
 
     if (!kvp_cuda_available()) {
-        printf("no usable CUDA device: skipped\n");
-        return 77;
+        return kvp_test_no_gpu("test_attn_cuda", "no usable CUDA device");
     }
     CHECK_OK(kvp_attn_set_impl("ref"));
     for (int c = 0; c < (int)(sizeof(codecs) / sizeof(codecs[0])); c++) {

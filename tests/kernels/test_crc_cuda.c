@@ -221,8 +221,7 @@ int main(void)
     host_twin();
 #ifndef KVP_CUDA_EMU
     if (!kvp_cuda_available()) {
-        printf("test_crc_cuda: no usable GPU, skipped (the host twin checks passed)\n");
-        return kvp_test_failures ? 1 : 77;
+        return kvp_test_no_gpu("test_crc_cuda", "no usable GPU (the host twin checks ran)");
     }
 #endif
     device_ranges();

@@ -47,7 +47,9 @@ static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T
     } else if (st == KVP_OK) {
         size_t cd = kvarn_codes_differ(p1, p2, H, D, T), codes = 2 * n;
 
-        EXPECT(cd * 50 <= codes, "kvarn: %zu of %zu codes differ (%zu bytes)", cd, codes, diff);
+        /* the device's expf/logf (2 ulp) move stored scales, not codes: moving the host's by
+         * 1-2 ulp changed no code over 200 tiles, so 0.5 % is a wide margin */
+        EXPECT(cd * 200 <= codes, "kvarn: %zu of %zu codes differ (%zu bytes)", cd, codes, diff);
     }
     for (int fr = 0; fr < 2; fr++) {
         EXPECT(kvp_page_decode(p1, l1, KVP_DTYPE_F32, (kvp_frame_t)fr, a, a + n, NULL) == KVP_OK, "cpu decode");
@@ -58,7 +60,7 @@ static void run(kvp_codec_id_t c, uint32_t H, uint32_t D, uint32_t P, uint32_t T
     EXPECT(kvp_page_decode(p2, l2, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, b, b + n, NULL) == KVP_OK,
           "gpu page does not decode on the cpu");
     kvp_page_decode(p1, l1, KVP_DTYPE_F32, KVP_FRAME_ORIGINAL, a, a + n, NULL);
-    EXPECT(tk_rel(b, a, 2 * n) < 0.02, "%s: gpu page dequant differs %g", kvp_codec_name(c), tk_rel(b, a, 2 * n));
+    EXPECT(tk_rel(b, a, 2 * n) < 0.005, "%s: gpu page dequant differs %g", kvp_codec_name(c), tk_rel(b, a, 2 * n));
     free(k); free(v); free(a); free(b); free(p1); free(p2);
 }
 
@@ -91,6 +93,20 @@ static void arguments(void)
                kvp_status_name(cpu), kvp_status_name(gpu));
     }
     EXPECT(kvp_cuda_page_encode(&p, NULL, v, 16, out, cap, &len) == KVP_ERR_INVALID, "NULL k");
+    {   /* an fp16 sink page: the CPU encodes it; the GPU has no fp16 twin, so UNSUPPORTED (the
+         * caller's cue to run the CPU codec), not INVALID as a flag it does not take */
+        kvp_page_params_t q = tk_params(KVP_CODEC_FP16, 2, 64, 16);
+        size_t            qcap = kvp_page_max_bytes(&q);
+        uint8_t          *qout = malloc(qcap);
+        kvp_status_t      cpu, gpu;
+
+        q.flags = KVP_PAGE_F_SINK;
+        cpu = kvp_page_encode(&q, KVP_DTYPE_F32, k, v, 16, qout, qcap, &len);
+        gpu = kvp_cuda_page_encode(&q, k, v, 16, qout, qcap, &len);
+        EXPECT(cpu == KVP_OK && gpu == KVP_ERR_UNSUPPORTED, "fp16 sink page: cpu %s, cuda %s",
+               kvp_status_name(cpu), kvp_status_name(gpu));
+        free(qout);
+    }
     {
         kvp_page_params_t q = tk_params(KVP_CODEC_FP16, 128, 256, 4096); /* a 512 MiB payload */
 
@@ -115,8 +131,7 @@ int main(void)
     tk_rng_t             rng = {31};
 
     if (!kvp_cuda_available()) {
-        printf("no usable CUDA device: skipped\n");
-        return 77;
+        return kvp_test_no_gpu("test_cuda", "no usable CUDA device");
     }
     arguments();
     for (size_t i = 0; i < 4; i++) {
