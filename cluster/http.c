@@ -1,9 +1,11 @@
 /* http.c - the HTTP/1.1 server behind kvpackd --http (see http.h): one thread polls the listening
  * socket and up to max_conns non-blocking connections. A connection reads its request line and
  * headers into a fixed buffer, gets one reply (route callback, or 400/405/431 from here), then
- * lingers (reads and drops) until the client closes so the reply is not lost to a reset. A new
- * client that finds every slot taken closes the oldest connection still sending its request
- * (408), so silent clients cannot keep /health waiting for their deadlines.
+ * lingers (reads and drops) until the client closes so the reply is not lost to a reset: at most
+ * LINGER_READ a wakeup and LINGER_DROP in all, so a client that keeps sending cannot hold the
+ * thread. A new client that finds every slot taken closes the oldest lingering connection (its
+ * reply is sent), else the oldest one still sending its request (408), so clients that connect
+ * and stay, silent or answered, cannot keep /health waiting for their deadlines.
  * Deliberately not here: keep-alive, request bodies, chunked encoding, TLS. */
 #define _GNU_SOURCE /* accept4, pipe2 */
 #include "http.h"
@@ -25,7 +27,8 @@
 #include <unistd.h>
 
 #define MOD         "http"
-#define LINGER_NS   1000000000ull /* how long a closing connection may keep sending */
+#define LINGER_READ 16384u        /* bytes a lingering connection's wakeup reads and drops */
+#define LINGER_DROP 65536u        /* ... and in all: more, and it is closed at once */
 #define ACCEPT_REST 100000000ull  /* pause accepting after an accept error (e.g. EMFILE) */
 #define ACCEPT_WARN 10000000000ull /* accept errors are logged at most this often */
 
@@ -36,7 +39,7 @@ typedef struct {
     conn_state_t state;
     uint64_t     deadline_ns;           /* close (READ: after a best-effort 408) past this */
     uint64_t     seq;                   /* accept order: a full table closes its oldest reader */
-    size_t       in_len;
+    size_t       in_len;                /* READ: bytes in `in`; LINGER: bytes dropped */
     char         in[KVP_HTTP_MAX_REQ];  /* request line + headers */
     char        *out;                   /* status line, headers and body being sent */
     size_t       out_len;
@@ -50,6 +53,7 @@ struct kvp_http {
     kvp_http_route_cb_t route;
     void               *arg;
     uint64_t            idle_ns;
+    uint64_t            linger_ns;      /* how long an answered connection may keep sending */
     uint32_t            max_conns;
     uint64_t            accept_rest_ns; /* do not accept before this (after an error) */
     uint64_t            accept_warn_ns; /* when accept errors were last logged */
@@ -104,7 +108,8 @@ static void conn_write(kvp_http_h h, conn_t *c)
     c->out = NULL;
     shutdown(c->fd, SHUT_WR);
     c->state       = CONN_LINGER;
-    c->deadline_ns = kvp_time_ns() + (h->idle_ns < LINGER_NS ? h->idle_ns : LINGER_NS);
+    c->in_len      = 0; /* from here the bytes dropped */
+    c->deadline_ns = kvp_time_ns() + (h->idle_ns < h->linger_ns ? h->idle_ns : h->linger_ns);
 }
 
 static void conn_error(kvp_http_h h, conn_t *c, int code, int head_only);
@@ -283,12 +288,17 @@ static void conn_readable(kvp_http_h h, conn_t *c)
     char    drop[512];
     ssize_t n;
 
-    if (c->state == CONN_LINGER) {
+    if (c->state == CONN_LINGER) { /* bounded: a client sending on must not hold the thread */
+        size_t got = 0;
+
         do {
             n = recv(c->fd, drop, sizeof(drop), 0);
-        } while (n > 0);
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            conn_close(c);
+            got += n > 0 ? (size_t)n : 0;
+        } while (n > 0 && got < LINGER_READ);
+        c->in_len += got;
+        if (n == 0 || c->in_len > LINGER_DROP ||
+            (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            conn_close(c); /* gone, or sending more than a request's trailing bytes */
         }
         return;
     }
@@ -316,12 +326,13 @@ static void conn_expire(conn_t *c)
 
 /* ---- private: the server thread ---- */
 
-/* The slot for the next connection: a free one, else the oldest connection still sending its
- * request that was accepted before this round (seq <= before: one accepted now has had no chance
- * to send); NULL when there is neither (the others wait in the backlog). */
+/* The slot for the next connection: a free one, else the oldest lingering connection (answered
+ * already), else the oldest connection still sending its request that was accepted before this
+ * round (seq <= before: one accepted now has had no chance to send); NULL when there is none of
+ * these (the others wait in the backlog). */
 static conn_t *conn_slot(kvp_http_h h, uint64_t before)
 {
-    conn_t *oldest = NULL;
+    conn_t *oldest = NULL, *linger = NULL;
 
     for (uint32_t i = 0; i < h->max_conns; i++) {
         conn_t *c = &h->conns[i];
@@ -329,11 +340,14 @@ static conn_t *conn_slot(kvp_http_h h, uint64_t before)
         if (c->state == CONN_FREE) {
             return c;
         }
+        if (c->state == CONN_LINGER && (linger == NULL || c->seq < linger->seq)) {
+            linger = c;
+        }
         if (c->state == CONN_READ && c->seq <= before && (oldest == NULL || c->seq < oldest->seq)) {
             oldest = c;
         }
     }
-    return oldest;
+    return linger != NULL ? linger : oldest;
 }
 
 static void accept_all(kvp_http_h h)
@@ -366,9 +380,9 @@ static void accept_all(kvp_http_h h)
             }
             return;
         }
-        if (c->state != CONN_FREE) { /* the table is full: a silent client gives way */
-            KVP_LOG_DEBUG(MOD, "%u connections open: closing the oldest one still sending its "
-                          "request", h->max_conns);
+        if (c->state != CONN_FREE) { /* the table is full: an answered or silent client gives way */
+            KVP_LOG_DEBUG(MOD, "%u connections open: closing the oldest one %s", h->max_conns,
+                          c->state == CONN_LINGER ? "already answered" : "still sending its request");
             conn_expire(c);
         }
         c->fd          = fd;
@@ -395,7 +409,8 @@ static nfds_t poll_set(kvp_http_h h, uint64_t now, int *ms_p)
             room = 1;
             continue;
         }
-        room |= c->state == CONN_READ; /* a new client may take its slot (conn_slot) */
+        room |= c->state == CONN_READ || c->state == CONN_LINGER; /* a new client may take its
+                                                                    * slot (conn_slot) */
         h->pfd[n]     = (struct pollfd){.fd = c->fd,
                                         .events = c->state == CONN_WRITE ? POLLOUT : POLLIN};
         h->pconn[n++] = c;
@@ -544,6 +559,7 @@ kvp_status_t kvp_http_start(const kvp_http_params_t *params, kvp_http_h *http_p,
     h->arg       = params->arg;
     h->idle_ns   = (uint64_t)(params->idle_ms ? params->idle_ms : 5000u) * 1000000u;
     h->max_conns = params->max_conns ? params->max_conns : 64u;
+    h->linger_ns = (uint64_t)(params->linger_ms ? params->linger_ms : 1000u) * 1000000u;
     h->conns     = kvp_calloc(h->max_conns, sizeof(*h->conns), "http conns");
     h->pfd       = kvp_calloc(h->max_conns + 2, sizeof(*h->pfd), "http pollfds");
     h->pconn     = kvp_calloc(h->max_conns + 2, sizeof(*h->pconn), "http pollconns");

@@ -40,8 +40,11 @@ typedef struct {
     uint32_t            idle_ms;   /* a connection that has not sent its request, or does not take
                                     * its reply, within this is closed; 0 = 5000 */
     uint32_t            max_conns; /* connections served at once; 0 = 64. One more closes the
-                                    * oldest one still sending its request (408); while every
-                                    * one is being answered, others wait in the listen backlog */
+                                    * oldest answered one, else the oldest one still sending its
+                                    * request (408); while every one is being answered, others
+                                    * wait in the listen backlog */
+    uint32_t            linger_ms; /* an answered connection is read (and dropped) until the
+                                    * client closes, at most this long (and idle_ms); 0 = 1000 */
 } kvp_http_params_t;
 
 /* Bind, listen and start the server thread; *port_p (may be NULL) gets the bound port.

@@ -1,6 +1,6 @@
 /* node_main.c - the node command line shared by kvpackd and `kvpack serve`: options (including
  * --http for /health and /metrics, --etcd registration), the open files limit raised to its hard
- * limit, signal handling for a clean shutdown on SIGTERM/SIGINT, then kvp_node_run. */
+ * limit, signal handling for a clean shutdown on SIGTERM/SIGINT/SIGHUP, then kvp_node_run. */
 #include "kvpack/node.h"
 #include "kvpack/log.h"
 #include "kvpack/num.h"
@@ -71,7 +71,7 @@ static void usage(const char *prog, FILE *out)
             "  --dram-budget BYTES     DRAM page budget, suffixes K M G allowed (default 1G)\n"
             "  --durability MODE       spill | write-through | sync | interval (default spill):\n"
             "                          spill writes sessions to disk when DRAM runs short and\n"
-            "                          on SIGTERM (a kill loses what is only in DRAM);\n"
+            "                          on SIGTERM/SIGHUP (a kill loses what is only in DRAM);\n"
             "                          write-through acks before an fsync (a power loss may lose\n"
             "                          any acked put), sync fsyncs before each ack, interval\n"
             "                          writes through and fsyncs every --sync-ms when anything\n"
@@ -375,6 +375,8 @@ int kvp_node_main(const char *prog, int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal: the same clean stop, not a kill that loses
+                                   * what is only in DRAM */
     signal(SIGPIPE, SIG_IGN);
     node_stop = 0;
     return (kvp_node_run(&p, &node_stop) == KVP_OK) ? 0 : 1;

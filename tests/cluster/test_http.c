@@ -5,7 +5,8 @@
  * several writes, HTTP/1.0, bare-LF lines and empty lines before the request line; 431 for
  * headers past 8 KiB; 500 for reply headers past their buffer; the idle deadline (408); a full
  * table of silent connections with a far deadline does not keep /health waiting (the oldest gets
- * 408); /health says "stalled" when the main loop has not run for KVP_NODE_STALL_MS; the
+ * 408), nor one of answered connections that stay (the oldest is closed), nor one that floods
+ * after its reply (cut after 64 KiB); /health says "stalled" when the main loop has not run for KVP_NODE_STALL_MS; the
  * kvpack_disk_* families only with an SSD tier, kvpack_disk_free_bytes left out when the
  * filesystem cannot be asked; the kvpack_request_duration_seconds histogram of known handling
  * times (cumulative buckets that hold exactly the times <= their le, +Inf = _count, _sum = the
@@ -21,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,11 @@ static int connect_to(uint16_t port)
     sa.sin_port        = htons(port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    { /* a reply that never comes fails the test, not ctest's timeout */
+        struct timeval tv = {30, 0};
+
+        CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0);
+    }
     return fd;
 }
 
@@ -430,6 +437,88 @@ static void test_full_table(void)
     kvp_node_obs_cleanup(&obs);
 }
 
+/* A server whose answered connections may linger 10 minutes, table of 4 (review findings). */
+static kvp_http_h linger_serve(kvp_node_obs_t *obs, uint16_t *port_p)
+{
+    kvp_http_params_t hp;
+    kvp_http_h        h;
+
+    kvp_node_obs_init(obs);
+    memset(&hp, 0, sizeof(hp));
+    hp.host      = "127.0.0.1";
+    hp.route     = kvp_node_obs_route;
+    hp.arg       = obs;
+    hp.idle_ms   = 600000;
+    hp.linger_ms = 600000;
+    hp.max_conns = 4;
+    CHECK_OK(kvp_http_start(&hp, &h, port_p));
+    kvp_node_obs_set_state(obs, KVP_NODE_SERVING);
+    return h;
+}
+
+/* Every slot taken by a client that got its reply and stays connected: /health is answered all
+ * the same (it waited for their linger, here 10 minutes), the oldest one is closed for it (a
+ * byte it sends is answered with a reset), the newest still lingers. */
+static void test_full_table_answered(void)
+{
+    static const char req[] = "GET /health HTTP/1.1\r\n\r\n";
+    char              body[256], buf[512];
+    int               held[4];
+    kvp_node_obs_t    obs;
+    uint16_t          port;
+    kvp_http_h        h = linger_serve(&obs, &port);
+    ssize_t           n;
+
+    for (int i = 0; i < 4; i++) {
+        held[i] = connect_to(port);
+        CHECK(write(held[i], req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1);
+        while ((n = read(held[i], buf, sizeof(buf))) > 0) { /* the reply, to the server's EOF */
+        }
+        CHECK(n == 0);
+    }
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    CHECK(send(held[0], "x", 1, MSG_NOSIGNAL) == 1); /* closed: a reset answers it (no events
+                                                      * asked: poll waits for error or hang-up) */
+    EXPECT(poll(&(struct pollfd){.fd = held[0], .events = 0}, 1, 20000) == 1,
+           "the oldest answered connection was not closed for the new one");
+    CHECK(send(held[3], "x", 1, MSG_NOSIGNAL) == 1); /* the newest lingers: read and dropped */
+    EXPECT(recv(held[3], buf, 1, MSG_DONTWAIT) == 0, "the newest one's EOF");
+    for (int i = 0; i < 4; i++) {
+        close(held[i]);
+    }
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
+/* A client that keeps sending after its reply: closed once it has sent more than a request's
+ * trailing bytes (it held the server thread in a read loop for as long as it sent: /health
+ * waited 8 s behind one), and /health is answered after. */
+static void test_linger_flood(void)
+{
+    static const char req[] = "GET /health HTTP/1.1\r\n\r\n";
+    static char       chunk[65536];
+    char              body[256], buf[512];
+    kvp_node_obs_t    obs;
+    uint16_t          port;
+    kvp_http_h        h  = linger_serve(&obs, &port);
+    int               fd = connect_to(port);
+    size_t            sent = 0;
+    ssize_t           n;
+
+    CHECK(write(fd, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1);
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    }
+    CHECK(n == 0);
+    while (sent < (256u << 20) && (n = send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL)) > 0) {
+        sent += (size_t)n;
+    }
+    EXPECT(sent < (256u << 20), "256 MiB sent after the reply, all read and dropped: never cut");
+    close(fd);
+    CHECK(get(port, "/health", body, sizeof(body)) == 200 && strcmp(body, "ok\n") == 0);
+    kvp_http_stop(h);
+    kvp_node_obs_cleanup(&obs);
+}
+
 /* A main loop that has not run for more than KVP_NODE_STALL_MS (its last wake-up set back, as if
  * it had stopped then): /health 503 "stalled", kvpack_serving 0; ok again once it runs. */
 static void test_stall(void)
@@ -503,10 +592,11 @@ int main(void)
     test_requests();
     test_blank_lines();
     test_full_table();
+    test_full_table_answered();
+    test_linger_flood();
     test_stall();
     test_disk_families();
     test_histogram();
     CHECK(kvp_alloc_live_count() == live);
-    printf("http: all checks passed\n");
-    return 0;
+    return kvp_test_result("http");
 }

@@ -1,7 +1,9 @@
 /* test_restart.c - warm restart through real processes: a session put to a kvpackd and spilled
  * to its RocksDB directory survives a SIGTERM shutdown and is served byte-identical by a new
- * kvpackd on the same --data-dir; under --durability write-through a session survives even a
- * SIGKILL of the node without any spill request. */
+ * kvpackd on the same --data-dir; one never spilled survives a SIGHUP (a closed terminal: the
+ * same clean shutdown, which spills; it used to kill the node, losing what was only in DRAM);
+ * under --durability write-through a session survives even a SIGKILL of the node without any
+ * spill request. */
 #include "../cluster/node_harness.h"
 
 #include "kvpack/log.h"
@@ -31,7 +33,7 @@ static void run(const char *durability, int sig, int spill)
     CHECK_ST(kvp_client_spill(c, NS, "never-put"), KVP_ERR_NOT_FOUND);
     kvp_client_destroy(c);
     rc = test_node_stop(&n, sig);
-    CHECK(rc == (sig == SIGTERM ? 0 : 128 + sig)); /* SIGTERM is a clean shutdown */
+    CHECK(rc == (sig == SIGTERM || sig == SIGHUP ? 0 : 128 + sig)); /* a clean shutdown */
 
     test_node_start(&n, durability);
     c = test_client(n.addr, 10000);
@@ -54,6 +56,7 @@ int main(void)
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     setenv("KVP_LOG_LEVEL", "error", 1);
     run("--durability=spill", SIGTERM, 1);
+    run("--durability=spill", SIGHUP, 0);
     run("--durability=write-through", SIGKILL, 0);
     printf("test_restart: ok\n");
     return 0;

@@ -1194,5 +1194,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown case %s\n", argv[1]);
         return 2;
     }
-    return 0;
+    return kvp_test_result("test_store"); /* the EXPECTs' count */
 }
