@@ -333,7 +333,7 @@ static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8
     s = kvp_index_sess_find(&st->sessions, t.ns, t.sid);
     if (s != NULL && s->version > t.version) {
         return KVP_OK; /* a newer put landed before its tombstone was cleared: swept below */
-    }
+    }                  /* (an older record: tomb_drop_older removes it) */
     return tomb_set(st, t.ns, t.sid, t.version, t.at_ns);
 }
 
@@ -357,6 +357,50 @@ static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint
     return KVP_OK;
 }
 
+/* Records no newer than their session's tombstone (deletes win ties), found at open: a delete
+ * removes the record and writes the tombstone in one batch, so only a damaged index rebuilt from
+ * older files (tier_salvage.c) or a store rolled back under its meta brings the two together.
+ * The record was served as if never deleted; now it is removed as the delete removed it. */
+static kvp_status_t tomb_drop_older(kvp_store_h st)
+{
+    kvp_htab_iter_t it   = KVP_HTAB_ITER_INIT;
+    kvp_hlink_t    *l;
+    kvp_sess_t    **drop = NULL;
+    size_t          n = 0, cap = 0;
+    kvp_status_t    status = KVP_OK;
+
+    while ((l = kvp_htab_next(&st->tombs.by_key, &it)) != NULL) {
+        const kvp_tomb_t *t = KVP_CONTAINER_OF(l, kvp_tomb_t, key.hlink);
+        kvp_sess_t       *s = kvp_index_sess_find(&st->sessions, t->key.ns, t->sid);
+
+        if (s == NULL || s->version > t->version) {
+            continue;
+        }
+        if (n == cap) { /* collected first: a remove changes the tables being walked */
+            kvp_sess_t **g = kvp_realloc(drop, (cap ? 2 * cap : 8) * sizeof(*g), "tomb drop");
+
+            if (g == NULL) {
+                kvp_free(drop);
+                return KVP_ERR_NO_MEMORY;
+            }
+            drop = g;
+            cap  = cap ? 2 * cap : 8;
+        }
+        drop[n++] = s;
+    }
+    for (size_t i = 0; i < n && status == KVP_OK; i++) {
+        kvp_sess_t       *s = drop[i];
+        const kvp_tomb_t *t = kvp_tomb_find(&st->tombs, s->key.ns, s->key.sid);
+
+        KVP_LOG_WARN(MOD, "session %s: its record at version %llu is no newer than its delete at "
+                     "%llu (an index rebuilt from older files): removed, not served", s->key.sid,
+                     (unsigned long long)s->version, (unsigned long long)t->version);
+        status = kvp_store_sess_remove(st, s, t->version);
+    }
+    kvp_free(drop);
+    return status;
+}
+
 kvp_status_t kvp_store_tomb_load(kvp_store_h st)
 {
     kvp_tier_batch_t *b;
@@ -377,6 +421,9 @@ kvp_status_t kvp_store_tomb_load(kvp_store_h st)
         status = tomb_commit(st, b);
     }
     kvp_tier_batch_destroy(b);
+    if (status == KVP_OK) {
+        status = tomb_drop_older(st);
+    }
     st->last_tomb_sweep_ns = 0;
     kvp_store_tomb_expire(st);
     return status;

@@ -17,7 +17,9 @@
  *   inclusive listing that probes one session sees its record or tombstone, never the next one.
  * spill_lost_put: under spill durability a put that supersedes a tombstone and is lost with a
  *   failed stop-time spill leaves the tombstone standing after the restart.
- * damaged: a tombstone whose value fails its crc32c is not used, and stays on disk as it is. */
+ * damaged: a tombstone whose value fails its crc32c is not used, and stays on disk as it is.
+ * older_record: a record no newer than its tombstone at open (an index rebuilt from older files)
+ *   is removed then, not served; a newer one stays. */
 #include "store_test_util.h"
 #include "../../store/store_int.h" /* kvp_store_session_put_expect */
 
@@ -465,6 +467,60 @@ static void case_damaged(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
+/* A record no newer than its tombstone at open (an index rebuilt from older files can bring
+ * them together; a delete removes the record in the batch that writes the tombstone): removed
+ * then, not served (it was served as if never deleted). Ties go to the delete; a record newer
+ * than its tombstone stays and the tombstone goes. */
+static void case_older_record(const char *dir)
+{
+    static const struct {
+        const char *sid;
+        uint64_t    rec, tomb;
+        int         kept;
+    } c[] = {{"x", 100, 300, 0}, {"y", 200, 200, 0}, {"z", 500, 400, 1}};
+    kvp_session_desc_t d;
+    kvp_store_h        st = open_ttl(dir, 0);
+    kvp_tier_batch_t  *b  = kvp_tier_batch_create();
+    kvp_session_desc_t got;
+
+    CHECK(b != NULL);
+    t_session(&G, 4, 0, 4, 2, 1, &d);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_OK(put_v(st, c[i].sid, &d, c[i].rec));
+        kvp_store_tomb_batch_put(st, b, NS, c[i].sid, c[i].tomb, kvp_store_wall_ns());
+    }
+    CHECK_OK(kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC)); /* behind the store's back */
+    kvp_tier_batch_destroy(b);
+    kvp_store_close(st);
+    for (int round = 0; round < 2; round++) {
+        st = open_ttl(dir, 0);
+        EXPECT(t_stats(st).sessions == 1 && t_stats(st).tombstones == 2,
+               "round %d: %llu sessions, %llu tombstones (want 1, 2)", round,
+               (unsigned long long)t_stats(st).sessions,
+               (unsigned long long)t_stats(st).tombstones);
+        for (size_t i = 0; i < 3; i++) {
+            kvp_status_t gs = kvp_store_session_get(st, NS, c[i].sid, &got);
+
+            EXPECT(gs == (c[i].kept ? KVP_OK : KVP_ERR_NOT_FOUND), "round %d: %s (record %llu, "
+                   "tombstone %llu): get %s", round, c[i].sid, (unsigned long long)c[i].rec,
+                   (unsigned long long)c[i].tomb, kvp_status_name(gs));
+            if (gs == KVP_OK) {
+                kvp_session_desc_clear(&got);
+            }
+        }
+        CHECK(version_of(st, "z") == 500);
+        CHECK_ST(put_v(st, "x", &d, 250), KVP_ERR_STALE); /* the tombstone still stands */
+        kvp_store_close(st);
+    }
+    st = open_ttl(dir, 0);
+    CHECK_OK(put_v(st, "x", &d, 350)); /* newer than the delete: in */
+    kvp_store_close(st);
+    st = open_ttl(dir, 0);
+    CHECK(version_of(st, "x") == 350 && t_stats(st).sessions == 2);
+    kvp_store_close(st);
+    kvp_session_desc_clear(&d);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
@@ -472,7 +528,8 @@ int main(int argc, char **argv)
                                      {"append", case_append}, {"append_base", case_append_base},
                                      {"bytes", case_bytes},
                                      {"spill_lost_put", case_spill_lost_put},
-                                     {"damaged", case_damaged}, {NULL, NULL}};
+                                     {"damaged", case_damaged},
+                                     {"older_record", case_older_record}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     return t_run_case(argc, argv, cases, "tomb");
