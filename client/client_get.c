@@ -308,6 +308,22 @@ static kvp_status_t get_take(get_ctx_t *g, get_req_t *r, uint32_t *took_p)
     return s;
 }
 
+/* Push [first, end) on get_pages' stack of ranges to ask again (2 * MAX_INFLIGHT entries: each
+ * request in flight leaves at most its cut and its short reply's rest); a full one is refused,
+ * not written past, should replies ever come shorter than that bound allows. */
+static kvp_status_t rem_push(uint32_t *rem_first, uint32_t *rem_end, uint32_t *nrem,
+                             uint32_t first, uint32_t end)
+{
+    if (*nrem >= 2 * MAX_INFLIGHT) {
+        KVP_LOG_ERROR(MOD, "get: more than %u page ranges left to ask again (replies shorter "
+                      "than any node sends): refused", 2 * MAX_INFLIGHT);
+        return KVP_ERR_PROTOCOL;
+    }
+    rem_first[*nrem] = first;
+    rem_end[(*nrem)++] = end;
+    return KVP_OK;
+}
+
 /* Fetch every page of the record with up to max_inflight GET_PAGES of batch_bytes/max_inflight
  * page bytes each in flight. Until the page size is known (no expectation given) one chunk is
  * fetched alone to learn it. Short replies (node header or byte limits) are asked again for the
@@ -345,8 +361,7 @@ static kvp_status_t get_pages(get_ctx_t *g)
             }
             count++;
             if (r->end < e) { /* cut to the key limit: the rest goes next */
-                rem_first[nrem] = r->end;
-                rem_end[nrem++] = e;
+                s = rem_push(rem_first, rem_end, &nrem, r->end, e);
             }
         }
         if (count == 0 || s != KVP_OK) {
@@ -360,8 +375,7 @@ static kvp_status_t get_pages(get_ctx_t *g)
             count--;
             s = get_take(g, r, &took);
             if (s == KVP_OK && r->first + took < r->end) { /* a short reply: ask for the rest */
-                rem_first[nrem] = r->first + took;
-                rem_end[nrem++] = r->end;
+                s = rem_push(rem_first, rem_end, &nrem, r->first + took, r->end);
             }
         }
     }

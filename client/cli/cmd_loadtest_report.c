@@ -81,6 +81,16 @@ static double ratio(uint64_t a, uint64_t b)
     return b > 0 ? (double)a / (double)b : NAN;
 }
 
+/* a / b as "12.34 %" in buf, or "n/a" when b is 0 (the text report; JSON says null) */
+static const char *pct_text(char buf[32], uint64_t a, uint64_t b)
+{
+    if (b == 0) {
+        return "n/a";
+    }
+    snprintf(buf, 32, "%.2f %%", 100 * ratio(a, b));
+    return buf;
+}
+
 /* Node statistics when window k began. */
 static const kvp_node_stat_t *win_begin(const kvp_lt_result_t *res, uint32_t k)
 {
@@ -458,6 +468,7 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
 {
     const kvp_node_stat_t *b = &res->stat_begin, *e = &res->stat_end;
     lt_sum_t               t;
+    char                   p1[32], p2[32];
 
     sum(w, res, 0, w->n, &t);
     if (!res->ok) {
@@ -491,16 +502,16 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
         }
         printf(", latencies merged over all\n");
     }
-    printf("block hits       %llu / %llu = %.2f %% (unbounded cache: %llu = %.2f %%)\n",
+    printf("block hits       %llu / %llu = %s (unbounded cache: %llu = %s)\n",
            (unsigned long long)t.hit_blocks, (unsigned long long)t.blocks,
-           100 * ratio(t.hit_blocks, t.blocks), (unsigned long long)t.ref_hit,
-           100 * ratio(t.ref_hit, t.blocks));
+           pct_text(p1, t.hit_blocks, t.blocks), (unsigned long long)t.ref_hit,
+           pct_text(p2, t.ref_hit, t.blocks));
     printf("                 %s\n", hit_note(info, w, res, &t));
     if (res->n_nodes > 1) {
         printf("placement        %u nodes, %u replicas; never-evicting references: one big node "
-               "%.2f %%, these nodes (sessions placed by rank) %.2f %%\n",
-               res->n_nodes, info->params->replicas, 100 * ratio(res->ref_single, t.blocks),
-               100 * ratio(res->ref_placed, t.blocks));
+               "%s, these nodes (sessions placed by rank) %s\n",
+               res->n_nodes, info->params->replicas, pct_text(p1, res->ref_single, t.blocks),
+               pct_text(p2, res->ref_placed, t.blocks));
         for (uint32_t k = 0; k < res->n_nodes; k++) {
             const kvp_lt_node_t *n = &res->nodes[k];
 
@@ -515,8 +526,8 @@ void kvp_lt_report_text(const kvp_lt_info_t *info, const kvp_lt_workload_t *w,
                    (unsigned long long)n->stat_end.dram_bytes, n->failures);
         }
     }
-    printf("chunk hits       %llu / %llu = %.2f %%\n", (unsigned long long)t.hit_chunks,
-           (unsigned long long)t.chunks, 100 * ratio(t.hit_chunks, t.chunks));
+    printf("chunk hits       %llu / %llu = %s\n", (unsigned long long)t.hit_chunks,
+           (unsigned long long)t.chunks, pct_text(p1, t.hit_chunks, t.chunks));
     printf("put              %llu pages, %llu bytes (%llu fp16-equivalent)\n",
            (unsigned long long)t.pages_put, (unsigned long long)res->bytes_put,
            (unsigned long long)res->bytes_put_fp16);
