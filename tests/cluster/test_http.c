@@ -90,19 +90,28 @@ static int get(uint16_t port, const char *path, char *body, size_t cap)
     return request(port, raw, body, cap);
 }
 
-/* A fresh obs served by an HTTP server on a free loopback port. */
-static kvp_http_h obs_serve(kvp_node_obs_t *obs, uint16_t *port_p)
+/* A fresh obs served by an HTTP server on a free loopback port; 0: the server's default. */
+static kvp_http_h obs_serve_ex(kvp_node_obs_t *obs, uint16_t *port_p, uint32_t idle_ms,
+                               uint32_t linger_ms, uint32_t max_conns)
 {
     kvp_http_params_t hp;
     kvp_http_h        h;
 
     kvp_node_obs_init(obs);
     memset(&hp, 0, sizeof(hp));
-    hp.host  = "127.0.0.1";
-    hp.route = kvp_node_obs_route;
-    hp.arg   = obs;
+    hp.host      = "127.0.0.1";
+    hp.route     = kvp_node_obs_route;
+    hp.arg       = obs;
+    hp.idle_ms   = idle_ms;
+    hp.linger_ms = linger_ms;
+    hp.max_conns = max_conns;
     CHECK_OK(kvp_http_start(&hp, &h, port_p));
     return h;
+}
+
+static kvp_http_h obs_serve(kvp_node_obs_t *obs, uint16_t *port_p)
+{
+    return obs_serve_ex(obs, port_p, 0, 0, 0);
 }
 
 /* Check op's HIST series in a /metrics body against the n handling times recorded for it: le
@@ -412,17 +421,9 @@ static void test_full_table(void)
     char              body[256];
     int               quiet[64];
     kvp_node_obs_t    obs;
-    kvp_http_params_t hp;
-    kvp_http_h        h;
     uint16_t          port;
+    kvp_http_h        h = obs_serve_ex(&obs, &port, 600000, 0, 0); /* the default table of 64 */
 
-    kvp_node_obs_init(&obs);
-    memset(&hp, 0, sizeof(hp));
-    hp.host    = "127.0.0.1";
-    hp.route   = kvp_node_obs_route;
-    hp.arg     = &obs;
-    hp.idle_ms = 600000; /* the default table of 64 */
-    CHECK_OK(kvp_http_start(&hp, &h, &port));
     kvp_node_obs_set_state(&obs, KVP_NODE_SERVING);
     for (int i = 0; i < 64; i++) {
         quiet[i] = connect_to(port);
@@ -440,18 +441,8 @@ static void test_full_table(void)
 /* A server whose answered connections may linger 10 minutes, table of 4 (review findings). */
 static kvp_http_h linger_serve(kvp_node_obs_t *obs, uint16_t *port_p)
 {
-    kvp_http_params_t hp;
-    kvp_http_h        h;
+    kvp_http_h h = obs_serve_ex(obs, port_p, 600000, 600000, 4);
 
-    kvp_node_obs_init(obs);
-    memset(&hp, 0, sizeof(hp));
-    hp.host      = "127.0.0.1";
-    hp.route     = kvp_node_obs_route;
-    hp.arg       = obs;
-    hp.idle_ms   = 600000;
-    hp.linger_ms = 600000;
-    hp.max_conns = 4;
-    CHECK_OK(kvp_http_start(&hp, &h, port_p));
     kvp_node_obs_set_state(obs, KVP_NODE_SERVING);
     return h;
 }
