@@ -29,8 +29,10 @@ static void get_usage(FILE *out)
             KVP_CLI_NODES_HELP
             "  --ns HEX        the session's namespace; without it the session id must name one\n"
             "                  session on the nodes (--model-id / --codec narrow the search)\n"
+            "  --model-id ID   the model id the put named (put --model-id): only that namespace\n"
             "  --codec NAME    refuse (exit 1, nothing written) a session of another codec (one\n"
-            "                  shorter than a page holds fp16 tail pages only: nothing to check)\n");
+            "                  shorter than a page holds fp16 tail pages only: nothing to check)\n"
+            "  --json          the report as one JSON object on stdout\n");
 }
 
 /* Bytes of the page at p (header + payload_len), if it fits in rem; 0 otherwise. */

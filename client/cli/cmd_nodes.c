@@ -25,6 +25,10 @@ static void usage(FILE *out)
             "line ends with \"stat: \" and the error's name (--json: up false, stat the name).\n"
             "Every registered node is listed, however many (the other --etcd commands take\n"
             "the first 64 by address, with a warning).\n"
+            "  --etcd URL[,URL] the etcd endpoints (http://HOST:PORT), tried in order\n"
+            "  --etcd-prefix P  the nodes' key prefix (default /kvpack/nodes/)\n"
+            "  --json           one JSON object: the nodes, each with up/stat\n"
+            "  --timeout-ms MS  each node's STAT deadline (default 2000)\n"
             "Exit 1 when etcd cannot be read.\n");
 }
 

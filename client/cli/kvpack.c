@@ -56,6 +56,16 @@ static void usage(FILE *out)
     }
 }
 
+static void bench_usage(FILE *out)
+{
+    fprintf(out, "usage: kvpack bench <benchmark> [options]   (kvpack bench <benchmark> --help for "
+                 "details)\nEach prints JSON with a baseline measured in the same run.\n\n"
+                 "benchmarks:\n");
+    for (size_t i = 0; i < NCMD(bench_commands); i++) {
+        fprintf(out, "  %-8s %s\n", bench_commands[i].name, bench_commands[i].summary);
+    }
+}
+
 /* "a|b|c": the names of table (buf of cap bytes). */
 static const char *table_names(const cli_cmd_t *table, size_t n, char *buf, size_t cap)
 {
@@ -119,7 +129,7 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "bench") == 0) {
         if (argc >= 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
-            usage(stdout);
+            bench_usage(stdout);
             return 0;
         }
         return output_checked(run_table(bench_commands, NCMD(bench_commands), "kvpack bench",

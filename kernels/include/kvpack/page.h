@@ -128,8 +128,11 @@ size_t kvp_codec_payload_bytes(kvp_codec_id_t codec, uint32_t heads, uint32_t he
  * once the CRC matches. Implemented by the codec layer (codec.c). */
 kvp_status_t kvp_codec_page_check(const kvp_page_info_t *info, const uint8_t *payload);
 
-/* Chunk keys: key[i] = XXH3-128(key[i-1] || ns_fingerprint || token ids of chunk i).
- * prev may be NULL for the first chunk. */
+/* Chunk keys: key[i] = XXH3-128(key[i-1] || ns_fingerprint || token ids of chunk i), each field
+ * little-endian (key: low 64 bits first; ids as u32), for a chunk of up to 512 tokens. A longer
+ * chunk is hashed in slices of 512 ids, each slice's hash taking key[i-1]'s place for the next:
+ * h = XXH3-128(key[i-1] || fp || ids[0, 512)), h = XXH3-128(h || fp || ids[512, 1024)), ...
+ * prev may be NULL for the first chunk (16 zero bytes). */
 kvp_key128_t kvp_chunk_key(const kvp_key128_t *prev, uint64_t ns_fingerprint,
                            const uint32_t *tokens, size_t ntokens);
 
