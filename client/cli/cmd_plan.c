@@ -469,14 +469,16 @@ static void plan_fullest(const plan_place_t *pl, uint32_t n, uint64_t *dram_p, u
     }
 }
 
-/* r's nodes_dram and nodes_spill from its lower bounds up: the fewest nodes whose fullest node
- * holds its share in DRAM, and in DRAM or on SSD (KVP_PLAN_OVER past KVP_PLAN_MAX_NODES,
- * KVP_PLAN_UNPLACED for more sessions than KVP_PLAN_MAX_PLACED). */
+/* r's nodes_dram and nodes_spill from its lower bounds up: the fewest nodes from which every
+ * larger count (up to KVP_PLAN_MAX_NODES) has its fullest node hold its share in DRAM, and in
+ * DRAM or on SSD (KVP_PLAN_OVER when KVP_PLAN_MAX_NODES does not, KVP_PLAN_UNPLACED for more
+ * sessions than KVP_PLAN_MAX_PLACED). */
 static void plan_place(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint64_t live,
                        uint64_t dram, uint64_t ssd, kvp_plan_row_t *r)
 {
     plan_place_t pl = {o, t, r, 0, t != NULL ? t->w.n : live, NULL, NULL, NULL};
     bool         want_d, want_s;
+    uint32_t     fail_d, fail_s;
 
     r->nodes_dram  = r->nodes_dram_lb == KVP_PLAN_NO_FIT ? KVP_PLAN_NO_FIT : KVP_PLAN_OVER;
     r->nodes_spill = r->nodes_spill_lb == KVP_PLAN_NO_FIT ? KVP_PLAN_NO_FIT : KVP_PLAN_OVER;
@@ -502,10 +504,14 @@ static void plan_place(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint
     for (uint64_t s = 0; s < pl.n_sess; s++) {
         snprintf(pl.sid[s], sizeof(pl.sid[s]), "lt-%" PRIu64, s);
     }
-    /* nodes join one by one (a session's node among n is the first of its rank); from the lower
-     * bound up, the first n whose fullest node holds its share */
+    /* nodes join one by one (a session's node among n is the first of its rank); the count is
+     * the smallest n from which every count up to KVP_PLAN_MAX_NODES fits (its fullest node
+     * holds its share): the first n that fits is not it, since one more node can rank more
+     * sessions first on an already full node (45 fitting, 46-50 not, in a review's run) */
     want_d = r->nodes_dram_lb <= KVP_PLAN_MAX_NODES && pl.n_sess > 0;
     want_s = r->nodes_spill == KVP_PLAN_OVER && pl.n_sess > 0;
+    fail_d = r->nodes_dram_lb > 0 ? r->nodes_dram_lb - 1 : 0; /* the largest n that does not fit */
+    fail_s = r->nodes_spill_lb > 0 ? r->nodes_spill_lb - 1 : 0;
     for (uint32_t n = 1; n <= KVP_PLAN_MAX_NODES && (want_d || want_s); n++) {
         uint64_t fd, fs;
 
@@ -514,14 +520,18 @@ static void plan_place(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, uint
             continue;
         }
         plan_fullest(&pl, n, &fd, &fs);
-        if (want_d && n >= r->nodes_dram_lb && fd <= dram) {
-            r->nodes_dram = n;
-            want_d        = false;
+        if (n >= r->nodes_dram_lb && fd > dram) {
+            fail_d = n;
         }
-        if (want_s && (fs <= ssd || fd <= dram)) {
-            r->nodes_spill = n; /* sessions on SSD with DRAM their cache, or all in DRAM */
-            want_s         = false;
+        if (fs > ssd && fd > dram) { /* sessions on SSD with DRAM their cache, or all in DRAM */
+            fail_s = n;
         }
+    }
+    if (want_d && fail_d < KVP_PLAN_MAX_NODES) {
+        r->nodes_dram = fail_d + 1;
+    }
+    if (want_s && fail_s < KVP_PLAN_MAX_NODES) {
+        r->nodes_spill = fail_s + 1;
     }
     kvp_free(pl.sid);
     kvp_free(pl.best);

@@ -58,8 +58,10 @@ void kvp_plan_usage(FILE *out)
         "  sessions_per_node_dram / _ssd   floor(GB x 1e9 x F / session_dram_bytes); SSD:\n"
         "                      GB x 1e9 x F x (1 - R) (compaction headroom) / session_ssd_bytes\n"
         "  nodes_dram          nodes to keep every live session in DRAM: the fewest, from the\n"
-        "                      lower bound up, whose fullest node holds its share with each\n"
-        "                      session placed as the cluster places it (one replica, rendezvous\n"
+        "                      lower bound up, from which every count up to 64 has its fullest\n"
+        "                      node hold its share (one more node can rank more sessions first\n"
+        "                      on a full one), each session placed as the cluster places it\n"
+        "                      (one replica, rendezvous\n"
         "                      rank; sessions lt-0, lt-1, ... as loadtest names them, over nodes\n"
         "                      node0..node<N-1>, namespace of the model, geometry and codec: a\n"
         "                      cluster's own addresses and namespace move it by a few nodes).\n"
@@ -221,9 +223,9 @@ void kvp_plan_report_text(const kvp_plan_opts_t *o, const kvp_plan_trace_t *t, u
         printf("\n");
     }
     if (have) {
-        printf("nodes: the fewest whose fullest node holds its share, each session placed by "
-               "rendezvous rank over node0..node<N-1>\n(a cluster's own addresses move it by a "
-               "few nodes); lb: as if every node held an equal share%s\n",
+        printf("nodes: the fewest from which every count up to 64 has its fullest node hold its "
+               "share, each session placed\nby rendezvous rank over node0..node<N-1> (a cluster's "
+               "own addresses move it by a few nodes); lb: as if every node held an equal share%s\n",
                t != NULL ? " and each unique chunk were stored once" : "");
     }
     for (int i = 0; have && i < o->n_codecs; i++) {
