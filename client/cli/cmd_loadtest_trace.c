@@ -393,6 +393,11 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
         }
         p++;
         skip_ws(&p);
+        if ((strcmp(key, "hash_ids") == 0 && has_ids) ||
+            (strcmp(key, "input_length") == 0 && has_len) ||
+            (strcmp(key, "timestamp") == 0 && has_ts)) {
+            return "a key given twice"; /* a second hash_ids was appended to the first */
+        }
         if (strcmp(key, "hash_ids") == 0) {
             err     = take_ids(&p, r);
             has_ids = true;
@@ -401,7 +406,7 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
             if (err == NULL && (v < 0 || v > 1e15 ||
                                 (key[0] == 'i' && (v < 1 || v > (1 << 24) || v != floor(v))))) {
                 err = key[0] == 'i' ? "input_length must be a whole number of tokens, 1..16777216"
-                                    : "timestamp must be a non-negative number of ms";
+                                    : "timestamp must be a number of ms from 0 to 1e15";
             }
             if (err == NULL && key[0] == 'i') { /* in range: the conversion is defined */
                 r->input_len = (uint32_t)v;
@@ -468,6 +473,15 @@ int kvp_lt_trace_load(const char *cmd, const char *path, uint32_t max, uint32_t 
         if (err == NULL && r->n_ids != need) {
             fprintf(stderr, "kvpack %s: %s:%u: hash_ids has %u ids, input_length %u needs %u "
                     "blocks of 512 tokens\n", cmd, path, lineno, r->n_ids, r->input_len, need);
+            err = "";
+            break;
+        }
+        if (err == NULL && w->n > 1 && r->ts_ms < w->reqs[w->n - 2].ts_ms) {
+            /* replayed in file order at (ts - the first ts) / scale: an earlier one waited
+             * behind later lines, or ran at once, and the lateness was put on the node */
+            fprintf(stderr, "kvpack %s: %s:%u: timestamp %.17g is before the previous request's "
+                    "%.17g: a trace is replayed in time order (sort it by timestamp)\n", cmd,
+                    path, lineno, r->ts_ms, w->reqs[w->n - 2].ts_ms);
             err = "";
             break;
         }

@@ -221,9 +221,17 @@ def case_errors():
         # a fractional length was truncated to 100 tokens without a word
         "fractional length": (good + '{"timestamp": 1, "input_length": 100.7, "hash_ids": [3]}\n',
                               2),
+        # out of time order: replayed in file order, it waited behind later lines or ran at once
+        "unsorted": (good + '{"timestamp": 9, "input_length": 70, "hash_ids": [3]}\n' +
+                     '{"timestamp": 4, "input_length": 70, "hash_ids": [4]}\n', 3, "time order"),
+        # a second hash_ids was appended to the first ("out of memory", or a wrong id count)
+        "ids twice": (good + '{"timestamp": 1, "input_length": 70, "hash_ids": [3], '
+                      '"hash_ids": [4]}\n', 2, "given twice"),
+        "huge timestamp": (good + '{"timestamp": 1e300, "input_length": 70, "hash_ids": [3]}\n',
+                           2, "0 to 1e15"),
     }
     with tempfile.TemporaryDirectory() as d:
-        for name, (text, line) in bad.items():
+        for name, (text, line, *says) in bad.items():
             path = os.path.join(d, name.replace(" ", "_") + ".jsonl")
             with open(path, "w") as f:
                 f.write(text)
@@ -234,6 +242,7 @@ def case_errors():
             check(f"{path}:{line}:" in err, f"{name}: error does not name line {line}")
             check(out == "", f"{name}: printed a report")
             check(len(err.strip().splitlines()) == 1, f"{name}: error is not one line")
+            check(all(x in err for x in says), f"{name}: error does not say {says}")
         rc, _, err = run(["--trace", os.path.join(d, "absent.jsonl")])
         check(rc == 1 and "cannot read trace" in err, "missing trace file not reported")
         # a --report that cannot be written is refused before the run, not after it
