@@ -25,6 +25,9 @@ extern volatile sig_atomic_t kvp_lt_interrupted;
 
 /* A 64-bit mixer (splitmix64 finalizer): token ids, KV slab picks and prefix hashes. */
 uint64_t kvp_lt_mix64(uint64_t z);
+/* The hash of a request's block ids up to block b from the hash up to b - 1 (prev; ignored for
+ * b 0): the identity of the tokens of every block up to b, which a chunk's key chains over. */
+uint64_t kvp_lt_prefix_next(uint64_t prev, uint32_t b, uint64_t id);
 
 /* One request of the workload: a prompt of input_len tokens made of 512-token blocks ids[]. */
 typedef struct {

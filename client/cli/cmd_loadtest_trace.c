@@ -132,9 +132,14 @@ static int prefix_hash(lt_prefix_t *px, const kvp_lt_req_t *r)
         px->hash_cap = r->n_ids;
     }
     for (uint32_t b = 0; b < r->n_ids; b++) {
-        px->hash[b] = kvp_lt_mix64((b ? px->hash[b - 1] : 0x4B56504Bull) ^ kvp_lt_mix64(r->ids[b] + 1));
+        px->hash[b] = kvp_lt_prefix_next(b ? px->hash[b - 1] : 0, b, r->ids[b]);
     }
     return 0;
+}
+
+uint64_t kvp_lt_prefix_next(uint64_t prev, uint32_t b, uint64_t id)
+{
+    return kvp_lt_mix64((b ? prev : 0x4B56504Bull) ^ kvp_lt_mix64(id + 1));
 }
 
 static int prefix_note(lt_prefix_t *px, kvp_lt_req_t *r, bool find_parent)

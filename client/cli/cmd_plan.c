@@ -337,9 +337,15 @@ static int plan_trace(const kvp_plan_opts_t *o, kvp_plan_trace_t *t)
     }
     for (uint32_t i = 0; i < t->w.n; i++) {
         const kvp_lt_req_t *r = &t->w.reqs[i];
+        uint64_t            prefix = 0; /* the hash of r's block ids up to chunk j's block */
 
         for (uint32_t j = 0; j < r->input_len / o->page_tokens; j++) {
-            c[n].id  = r->ids[j / per_block];
+            if (j % per_block == 0) { /* a chunk's key chains over every token before it, so
+                                       * its block's id alone is not its identity */
+                prefix = kvp_lt_prefix_next(prefix, (uint32_t)(j / per_block),
+                                            r->ids[j / per_block]);
+            }
+            c[n].id  = prefix;
             c[n].pos = j;
             c[n].req = i;
             n++;

@@ -41,7 +41,9 @@ typedef struct {
     double         ship_s;
 } kvp_plan_row_t;
 
-/* One full chunk of a trace request: the id of its 512-token block, its index in the request. */
+/* One full chunk of a trace request: the hash of its request's block ids up to its 512-token
+ * block (kvp_lt_prefix_next: the same tokens before it, as its key chains over), its index in
+ * the request. */
 typedef struct {
     uint64_t id;
     uint32_t pos, req;
