@@ -2,8 +2,8 @@
  * calls, puts and the control operations; fetching a session is client_get.c (client_int.h).
  * Requests are protobuf headers (proto/wire) with pages or records as bulk data, sent over the
  * transfer layer; replies are matched by request id. Every call has a deadline: when it passes,
- * the connection is force-closed (cancelling whatever is in flight) and the call returns
- * KVP_ERR_TIMEOUT; the next call reconnects. PUT_PAGES is batched and pipelined (bounded bytes
+ * the connection is closed (in error mode peer a force close, cancelling whatever is in flight)
+ * and the call returns KVP_ERR_TIMEOUT; the next call reconnects. PUT_PAGES is batched and pipelined (bounded bytes
  * per message and messages in flight). A put of a session that fits batch_bytes is one round
  * trip (its pages ride with the record in PUT_SESSION).
  * Main flow: kvp_client_put_session_pages -> PUT_SESSION, or kvp_client_put_pages (PUT_PAGES
@@ -102,8 +102,8 @@ typedef struct {
     uint64_t           req_id;
 } send_ticket_t;
 
-/* A send completed. One that the force close of a timed-out connection did not end (UCX 1.13: a
- * rendezvous send to a stopped peer) completes later, when its call slot may hold another call:
+/* A send completed. One that the close of a timed-out connection did not end (UCX 1.13: a
+ * rendezvous send to a stopped peer; in error mode none any send still queued) completes later, when its call slot may hold another call:
  * only the call it was sent for is touched (the slot is part of the client, which outlives the
  * transport). */
 static void on_sent(void *arg, kvp_status_t status)
@@ -135,9 +135,9 @@ void kvp_client_call_release(kvp_client_call_t *call)
 }
 
 /* Drop the connection: in-flight sends are cancelled before this returns (UCX 1.13 may keep a
- * rendezvous send to a stopped peer and complete it later: on_sent ignores that), and every
- * unfinished call ends with status. The calls are ended before the close: it cancels their
- * sends, and on_sent would otherwise end a call still being sent (a deadline passed on a stopped
+ * rendezvous send to a stopped peer and complete it later, and in error mode none the close
+ * sends what is queued first: on_sent ignores those), and every unfinished call ends with
+ * status. The calls are ended before the close: it cancels their sends, and on_sent would otherwise end a call still being sent (a deadline passed on a stopped
  * peer that never took the request) with KVP_ERR_CANCELED, not status. */
 static void conn_reset(kvp_client_h c, kvp_status_t status)
 {

@@ -26,6 +26,7 @@
 #include "kvpack/log.h"
 
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -33,6 +34,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +94,7 @@ struct kvp_xfer_conn {
     int                   refs;      /* owner + messages */
     int                   server;    /* accepted by our listener */
     int                   dead_queued;
+    int                   ep_failed; /* UCX reported its endpoint failed (ep_err_cb) */
     kvp_status_t          status;
     char                  peer[64];
     struct kvp_xfer_conn *dead_next;
@@ -160,6 +163,10 @@ struct kvp_xfer {
     unsigned              n_server_failed; /* ... of them failed, until report_dead unlinks them */
     int                   delivering;
     unsigned              flushing;  /* kvp_xfer_drain's endpoint flushes not completed yet */
+    kvp_list_t            closing;   /* error mode none: ep_flush_t of closed connections'
+                                      * endpoints, flush under way (ep_close) ... */
+    unsigned              closes_out; /* ... then close under way (close_flushed) */
+    uint64_t              close_end_ns; /* kvp_xfer_destroy waits for those until then */
     void                 *buf_free[BUF_KEEP]; /* bulk buffers kept for reuse, see buf_get */
     size_t                buf_free_cap[BUF_KEEP];
     unsigned              n_buf_free;
@@ -179,6 +186,16 @@ typedef struct send_req {
     size_t             bytes;     /* header, payload and XFER_SEND_COST: in conn->unsent */
     uint64_t           made_ns;   /* when it was made (send_deadlines) */
 } send_req_t;
+
+/* Error mode none: the endpoint of a closed connection while its flush is under way (ep_close):
+ * the flush's request points here until it completes, then closes_step closes the endpoint. */
+typedef struct ep_flush {
+    kvp_list_t link;      /* in x->closing */
+    ucp_ep_h   ep;
+    int        flushed;   /* the flush completed: closes_step closes ep */
+    int        failed;    /* ... with an error (the peer failed meanwhile) */
+    char       peer[64];
+} ep_flush_t;
 
 /* What a send in flight holds besides its header and payload (this record, the header copy,
  * UCX's request, the user's reply context: ~300-600 B measured), counted in conn->unsent with
@@ -374,32 +391,173 @@ static ucs_status_t wait_request(kvp_xfer_h x, void *req, uint64_t limit_ns)
     return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
 }
 
-static void ep_close(kvp_xfer_conn_h conn)
+static int close_status_benign(ucs_status_t st)
+{
+    return st == UCS_OK || st == UCS_ERR_CANCELED || st == UCS_ERR_CONNECTION_RESET ||
+           st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_NOT_CONNECTED;
+}
+
+/* error mode none: an endpoint close completed (the peer answered its disconnect, or failed) */
+static void close_done_cb(void *request, ucs_status_t st, void *user_data)
+{
+    kvp_xfer_h x = user_data;
+
+    if (!close_status_benign(st)) {
+        KVP_LOG_DEBUG(MOD, "close: %s", ucs_status_string(st));
+    }
+    x->closes_out--;
+    ucp_request_free(request);
+}
+
+/* error mode none: a closed connection's endpoint has nothing queued any more */
+static void close_flush_cb(void *request, ucs_status_t st, void *user_data)
+{
+    ep_flush_t *f = user_data;
+
+    f->flushed = 1;
+    f->failed  = st != UCS_OK; /* the endpoint is dead: its close completes at once */
+    ucp_request_free(request);
+}
+
+/* A close (no force) of an endpoint with nothing queued (or failed): UCX tells the peer at once
+ * (its connection fails, CONNECTION_RESET) and completes the close when the peer answers,
+ * counted in x->closes_out until then. */
+static void close_flushed(kvp_xfer_h x, const char *peer, ucp_ep_h ep)
 {
     ucp_request_param_t prm;
+    void               *req;
+
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send      = close_done_cb;
+    prm.user_data    = x;
+    req = ucp_ep_close_nbx(ep, &prm);
+    if (UCS_PTR_IS_PTR(req)) {
+        x->closes_out++;
+    } else if (!close_status_benign(UCS_PTR_STATUS(req))) {
+        KVP_LOG_DEBUG(MOD, "close of %s: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
+    }
+}
+
+/* Error mode none: an endpoint UCX reported failed goes with a close all the same (left open,
+ * each held ~330 B until kvp_xfer_destroy: 3,000 clients closing added 1.6 MB to a node, against
+ * 0.7 MB closed), and that close's flush of its failed lanes logs "error during flush" once per
+ * lane at UCX's ERROR level (3-6 lines on the node's stdout per client that left). Those lines,
+ * and only while this thread closes such an endpoint, are dropped: a log handler installed once
+ * (UCX's handler stack is not thread-safe to push and pop) that looks at a thread-local flag. */
+static _Thread_local int closing_failed_ep;
+
+static ucs_log_func_rc_t close_log_filter(const char *file, unsigned line, const char *function,
+                                          ucs_log_level_t level,
+                                          const ucs_log_component_config_t *comp_conf,
+                                          const char *message, va_list ap)
+{
+    (void)file;
+    (void)line;
+    (void)function;
+    (void)comp_conf;
+    (void)ap;
+    if (closing_failed_ep && level == UCS_LOG_LEVEL_ERROR &&
+        strstr(message, "error during flush") != NULL) {
+        return UCS_LOG_FUNC_RC_STOP;
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+static void close_log_filter_install(void)
+{
+    ucs_log_push_handler(close_log_filter);
+}
+
+/* Close the endpoints whose flush completed; the number closed. */
+static unsigned closes_step(kvp_xfer_h x)
+{
+    unsigned n = 0;
+
+    for (kvp_list_t *e = x->closing.next, *next; e != &x->closing; e = next) {
+        ep_flush_t *f = KVP_CONTAINER_OF(e, ep_flush_t, link);
+
+        next = e->next;
+        if (f->flushed) {
+            kvp_list_del(&f->link);
+            closing_failed_ep = f->failed;
+            close_flushed(x, f->peer, f->ep);
+            closing_failed_ep = 0;
+            kvp_free(f);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The endpoint goes; the connection's ep is NULL from here, whatever UCX still does with it.
+ * Error mode peer: a force close, which UCX finishes at once (a close not done within
+ * CLOSE_WAIT_NS is left to UCX: timed out). It completes the endpoint's sends with
+ * UCS_ERR_CANCELED.
+ * Error mode none: UCX 1.13 refuses a force close there (UCS_ERR_INVALID_PARAM: it requires
+ * UCP_ERR_HANDLING_MODE_PEER on both sides) and closed nothing: the peer never saw the connection
+ * go (a node's --max-conns filled up with connections its clients had closed), and a send still
+ * queued on the endpoint made ucp_worker_destroy abort ("pending request ... should have been
+ * flushed"). So the endpoint is flushed (its queued sends go first and complete as sent), then
+ * closed without force (close_flushed: the peer is told). The flush is not waited for here: to a
+ * live peer it takes a moment, to one that takes nothing (a hung node at a client's deadline, a
+ * client past a node's send timeout) it never ends, and the thread would be held. It is counted
+ * in x->closing until it completes in a later progress; kvp_xfer_destroy waits for it up to
+ * CLOSE_WAIT_NS after the last close (closes_wait). The flush and the close are two steps so
+ * that destroy can tell a close only waiting for the peer's answer (safe to destroy) from an
+ * endpoint that still queues something (UCX aborts destroying it). */
+static void ep_close(kvp_xfer_conn_h conn)
+{
+    kvp_xfer_h          x = conn->x;
+    ucp_request_param_t prm;
     ucs_status_t        st;
+    ep_flush_t         *f;
     void               *req;
 
     if (conn->ep == NULL) {
         return;
     }
     memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags        = UCP_EP_CLOSE_FLAG_FORCE;
-    req = ucp_ep_close_nbx(conn->ep, &prm);
-    st  = wait_request(conn->x, req, CLOSE_WAIT_NS);
-    if (st != UCS_OK && st != UCS_ERR_CANCELED && st != UCS_ERR_CONNECTION_RESET &&
-        st != UCS_ERR_ENDPOINT_TIMEOUT && st != UCS_ERR_NOT_CONNECTED) {
-        KVP_LOG_DEBUG(MOD, "close of %s: %s", conn->peer, ucs_status_string(st));
+    if (x->peer_errors) {
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        prm.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+        req = ucp_ep_close_nbx(conn->ep, &prm);
+        st  = wait_request(x, req, CLOSE_WAIT_NS);
+        if (!close_status_benign(st)) {
+            KVP_LOG_DEBUG(MOD, "close of %s: %s", conn->peer, ucs_status_string(st));
+        }
+        conn->ep = NULL; /* UCX's from here, also a close not done within CLOSE_WAIT_NS */
+        return;
     }
-    conn->ep = NULL; /* UCX's from here, also a close not done within CLOSE_WAIT_NS (timed out) */
+    x->close_end_ns = kvp_time_ns() + CLOSE_WAIT_NS;
+    if (conn->ep_failed) { /* its lanes failed: the close's own flush ends at once */
+        closing_failed_ep = 1;
+        close_flushed(x, conn->peer, conn->ep);
+        closing_failed_ep = 0;
+        conn->ep = NULL;
+        return;
+    }
+    f = kvp_calloc(1, sizeof(*f), "xfer closing endpoint");
+    req = NULL;
+    if (f != NULL) {
+        f->ep = conn->ep;
+        snprintf(f->peer, sizeof(f->peer), "%s", conn->peer);
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        prm.cb.send      = close_flush_cb;
+        prm.user_data    = f;
+        req = ucp_ep_flush_nbx(conn->ep, &prm);
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        kvp_list_push_tail(&x->closing, &f->link);
+    } else { /* flushed already (or dead, or no memory for the record: closed as it is) */
+        kvp_free(f);
+        close_flushed(x, conn->peer, conn->ep);
+    }
+    conn->ep = NULL; /* UCX's from here */
 }
 
 /* ---- UCX callbacks (run inside ucp_worker_progress) ---- */
 
-/* arg is the xfer, not the connection: with UCP_ERR_HANDLING_MODE_NONE, UCX 1.13 may still
- * report an error for an endpoint we already force-closed (and freed the connection of), so the
- * connection is looked up among the open ones and a report for a closed one is ignored. */
 /* The connection failed (status, unless it had failed already): queued for report_dead, which
  * tells the user and closes a server connection. */
 static void conn_fail(kvp_xfer_conn_h conn, kvp_status_t status)
@@ -416,6 +574,10 @@ static void conn_fail(kvp_xfer_conn_h conn, kvp_status_t status)
     }
 }
 
+/* arg is the xfer, not the connection: UCX 1.13 may still report an error for an endpoint we
+ * already closed (and freed the connection of; in error mode none its close may still be under
+ * way, see ep_close), so the connection is looked up among the open ones and a report for a
+ * closed one is ignored. */
 static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
     kvp_xfer_conn_h conn = conn_find(arg, ep);
@@ -431,6 +593,7 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     if (status == KVP_OK || status == KVP_INPROGRESS || status == KVP_ERR_CANCELED) {
         status = KVP_ERR_PEER_GONE;
     }
+    conn->ep_failed = 1;
     conn_fail(conn, status);
 }
 
@@ -1016,6 +1179,7 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     kvp_list_init(&x->pending);
     kvp_list_init(&x->recving);
     kvp_list_init(&x->turns);
+    kvp_list_init(&x->closing);
     x->recv_timeout_ns = 1000000ull * ((fm & KVP_XFER_PARAM_RECV_TIMEOUT) ? params->recv_timeout_ms
                                                                          : 30000u);
     x->conn_msgs_max = (fm & KVP_XFER_PARAM_CONN_MSGS_MAX) ? params->conn_msgs_max : 0;
@@ -1041,6 +1205,11 @@ kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p)
     }
 
     env_defaults();
+    if (!x->peer_errors) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+        (void)pthread_once(&once, close_log_filter_install);
+    }
     st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
         KVP_LOG_ERROR(MOD, "ucp_config_read: %s", ucs_status_string(st));
@@ -1119,8 +1288,58 @@ int kvp_xfer_peer_errors(kvp_xfer_h x)
     return x->peer_errors;
 }
 
+/* Error mode none, at kvp_xfer_destroy: progress until every closed connection's endpoint is
+ * flushed and closed (closes_step, close_done_cb), until CLOSE_WAIT_NS after the last close
+ * began at most, sleeping on the worker's fd in between. Returns how many are still not flushed:
+ * each still queues something UCX will never send (to a peer that takes nothing, or to a hung
+ * node that never completed the connection), and UCX 1.13 aborts the process when
+ * ucp_worker_destroy meets such an endpoint ("pending request ... should have been flushed"),
+ * with no way to cancel it in this mode. The worker and its context are then not destroyed but
+ * left as they are (a warning says so), holding their memory and descriptors until the process
+ * exits. A close that is flushed and only waits for its peer's answer is safe to destroy (UCX
+ * warns that its request was not returned); it is waited for all the same, so that the peer gets
+ * its answer. (Leaving the worker in that case too made UCX's async thread fail an assertion,
+ * async.c "handler->id == id", in 4 of 6 runs of integ.conncap_err_none.) */
+static unsigned closes_wait(kvp_xfer_h x)
+{
+    const char *peer = NULL;
+    unsigned    n    = 0;
+
+    for (;;) {
+        uint64_t      now = kvp_time_ns();
+        struct pollfd pfd;
+
+        closes_step(x);
+        if ((kvp_list_empty(&x->closing) && x->closes_out == 0) || now >= x->close_end_ns) {
+            break;
+        }
+        if (ucp_worker_progress(x->worker) != 0 || ucp_worker_arm(x->worker) != UCS_OK) {
+            continue; /* UCS_ERR_BUSY: more to progress */
+        }
+        pfd.fd      = x->efd;
+        pfd.events  = POLLIN;
+        pfd.revents = 0;
+        (void)poll(&pfd, 1, (int)((x->close_end_ns - now) / 1000000u) + 1);
+    }
+    for (kvp_list_t *e = x->closing.next; e != &x->closing; e = e->next) {
+        peer = KVP_CONTAINER_OF(e, ep_flush_t, link)->peer;
+        n++;
+    }
+    if (n > 0) {
+        KVP_LOG_WARN(MOD, "%u closed connection%s (to %s%s) still queue%s sends in UCX %.0f s "
+                     "on (error mode none: a peer that takes nothing, or a connection never "
+                     "completed): the UCX worker is left undestroyed, its memory and descriptors "
+                     "held until the process exits (UCX 1.13 aborts destroying such an endpoint)",
+                     n, n == 1 ? "" : "s", peer, n == 1 ? "" : ", ...", n == 1 ? "s" : "",
+                     (double)CLOSE_WAIT_NS / 1e9);
+    }
+    return n;
+}
+
 void kvp_xfer_destroy(kvp_xfer_h x)
 {
+    unsigned stuck;
+
     if (x == NULL) {
         return;
     }
@@ -1147,6 +1366,7 @@ void kvp_xfer_destroy(kvp_xfer_h x)
     x->conn_cb = NULL;
     for (int i = 0; i < 100 && ucp_worker_progress(x->worker) != 0; i++) {
     }
+    stuck = closes_wait(x);
     while (!kvp_list_empty(&x->pending)) {
         pending_drop(x, KVP_CONTAINER_OF(x->pending.next, struct kvp_xfer_msg, queue));
     }
@@ -1158,14 +1378,25 @@ void kvp_xfer_destroy(kvp_xfer_h x)
         x->dead = conn->dead_next;
         conn_unref(conn);
     }
-    ucp_worker_destroy(x->worker);
-    /* Sends UCX never completed: in error mode none a force close need not cancel them (UCX
-     * documents it as undefined), so a send to a dead peer can stay queued. With the worker gone
-     * nothing can touch them any more: each completes KVP_ERR_CANCELED here. */
+    if (stuck == 0) {
+        ucp_worker_destroy(x->worker);
+    }
+    /* Sends UCX never completed: in error mode none a close does not cancel them (it flushes),
+     * so a send to a peer that takes nothing stays queued. With the worker gone, or left as it
+     * is and never progressed again, nothing can touch them any more: each completes
+     * KVP_ERR_CANCELED here. */
     while (x->sends != NULL) {
         send_finish(x->sends, KVP_ERR_CANCELED);
     }
-    ucp_cleanup(x->ctx);
+    while (!kvp_list_empty(&x->closing)) { /* their flushes never complete now */
+        ep_flush_t *f = KVP_CONTAINER_OF(x->closing.next, ep_flush_t, link);
+
+        kvp_list_del(&f->link);
+        kvp_free(f);
+    }
+    if (stuck == 0) {
+        ucp_cleanup(x->ctx);
+    }
     for (unsigned i = 0; i < x->n_buf_free; i++) {
         kvp_free(x->buf_free[i]);
     }
@@ -1512,6 +1743,9 @@ unsigned kvp_xfer_progress(kvp_xfer_h x)
     n += send_deadlines(x);
     n += report_dead(x);
     n += deliver_ready(x);
+    if (!kvp_list_empty(&x->closing)) {
+        n += closes_step(x);
+    }
     return n;
 }
 
@@ -1608,8 +1842,8 @@ static void flush_done_cb(void *request, ucs_status_t st, void *user_data)
 }
 
 /* Flush every open connection (x->flushing counts those under way; one still under way when the
- * connection is force-closed completes then): a send UCX completed may still sit in its copy
- * buffers, not yet written to the socket, and a force close drops it. */
+ * connection is closed completes then): a send UCX completed may still sit in its copy buffers,
+ * not yet written to the socket, and a force close (error mode peer) drops it. */
 static void flush_open(kvp_xfer_h x)
 {
     ucp_request_param_t prm;

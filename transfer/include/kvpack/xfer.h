@@ -128,8 +128,12 @@ typedef struct kvp_xfer_params {
 kvp_status_t kvp_xfer_create(const kvp_xfer_params_t *params, kvp_xfer_h *x_p);
 /* The UCX error mode its endpoints use: 1 peer, 0 none (the param, else KVP_UCX_ERR_MODE). */
 int          kvp_xfer_peer_errors(kvp_xfer_h x);
-/* Force-closes every connection and releases everything; every send not completed yet completes
- * (its callback runs) before this returns. NULL is a no-op. */
+/* Closes every connection (as kvp_xfer_conn_close) and releases everything; every send not
+ * completed yet completes (its callback runs) before this returns. In error mode none it first
+ * waits, up to 3 s after the last close began, for the closes to finish; if a closed connection
+ * still has a send queued then (a peer that takes nothing), UCX's worker is not destroyed (UCX
+ * 1.13 would abort the process) but left, with what it holds, until the process exits (a
+ * warning says so). NULL is a no-op. */
 void         kvp_xfer_destroy(kvp_xfer_h x);
 
 /* Listen on host:port (port 0 picks a free one); *port_p gets the bound port. One per xfer. */
@@ -138,11 +142,13 @@ kvp_status_t kvp_xfer_listen(kvp_xfer_h x, const char *host, uint16_t port, uint
  * failure to connect surfaces as a connection error (KVP_ERR_PEER_UNREACHABLE). */
 kvp_status_t kvp_xfer_connect(kvp_xfer_h x, const char *host, uint16_t port,
                               kvp_xfer_conn_h *conn_p);
-/* Force-close a connection: outstanding sends complete with KVP_ERR_CANCELED before this
- * returns (in error mode none UCX 1.13 may keep a send to a dead peer queued: it then completes
- * KVP_ERR_CANCELED at kvp_xfer_destroy). A close UCX has not finished within 3 s is left to it
- * and this returns: a send it had not ended may still read its buffer until it completes (at
- * the latest at kvp_xfer_destroy). NULL is a no-op. */
+/* Close a connection; the peer sees it fail. Error mode peer: a force close, outstanding sends
+ * complete with KVP_ERR_CANCELED before this returns; a close UCX has not finished within 3 s
+ * is left to it and this returns: a send it had not ended may still read its buffer until it
+ * completes (at the latest at kvp_xfer_destroy). Error mode none (UCX 1.13 refuses a force
+ * close there): returns at once; in later progress the queued sends still go (they complete
+ * as sent) and then the peer is told. A send to a peer that takes nothing stays queued, reading
+ * its buffer, until kvp_xfer_destroy completes it KVP_ERR_CANCELED. NULL is a no-op. */
 void         kvp_xfer_conn_close(kvp_xfer_conn_h conn);
 kvp_status_t kvp_xfer_conn_status(kvp_xfer_conn_h conn); /* KVP_OK while usable */
 const char  *kvp_xfer_conn_peer(kvp_xfer_conn_h conn);   /* for logs */
