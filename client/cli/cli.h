@@ -78,6 +78,9 @@ bool kvp_cli_exe_ok(const char *cmd, const char *opt, const char *path);
 bool kvp_cli_geometry(const char *cmd, const char *heads_opt, uint64_t heads,
                       const char *head_dim_opt, uint64_t head_dim, const char *page_tokens_opt,
                       uint64_t page_tokens);
+/* Whether codec takes pages of heads x head_dim x page_tokens (kvp_codec_check), silently. */
+bool kvp_cli_codec_takes(kvp_codec_id_t codec, uint64_t heads, uint64_t head_dim,
+                         uint64_t page_tokens);
 /* codec takes pages of heads x head_dim x page_tokens (already within kvp_cli_geometry's ranges:
  * kvp_codec_check): true; else the usage error "CODEC does not take pages of heads H, head_dim D,
  * P tokens: it takes RULE" (kvp_codec_geometry_rule) and false: the caller exits 2, before

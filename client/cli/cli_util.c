@@ -184,8 +184,8 @@ bool kvp_cli_geometry(const char *cmd, const char *heads_opt, uint64_t heads,
            kvp_cli_range(cmd, page_tokens_opt, page_tokens, 1, KVP_PAGE_MAX_TOKENS);
 }
 
-bool kvp_cli_codec_fits(const char *cmd, kvp_codec_id_t codec, uint64_t heads, uint64_t head_dim,
-                        uint64_t page_tokens)
+bool kvp_cli_codec_takes(kvp_codec_id_t codec, uint64_t heads, uint64_t head_dim,
+                         uint64_t page_tokens)
 {
     kvp_page_params_t pp;
 
@@ -194,7 +194,13 @@ bool kvp_cli_codec_fits(const char *cmd, kvp_codec_id_t codec, uint64_t heads, u
     pp.heads       = (uint32_t)heads;
     pp.head_dim    = (uint32_t)head_dim;
     pp.page_tokens = (uint32_t)page_tokens;
-    if (kvp_codec_check(&pp) == KVP_OK) {
+    return kvp_codec_check(&pp) == KVP_OK;
+}
+
+bool kvp_cli_codec_fits(const char *cmd, kvp_codec_id_t codec, uint64_t heads, uint64_t head_dim,
+                        uint64_t page_tokens)
+{
+    if (kvp_cli_codec_takes(codec, heads, head_dim, page_tokens)) {
         return true;
     }
     kvp_cli_usage_error(cmd, "%s does not take pages of heads %llu, head_dim %llu, %llu tokens: "

@@ -163,7 +163,8 @@ int kvp_cmd_eval(int argc, char **argv)
         return 1;
     }
     /* one codec named that cannot take this geometry (of the options or of the file): its error
-     * alone; 'all' reports each codec it cannot run and goes on with the others */
+     * alone; 'all' skips each codec that cannot take it, saying so (exit 0: the report is of
+     * every codec that applies; it used to exit 1 after a full report), and goes on */
     if (nlist == 1 && !kvp_cli_codec_fits("eval", list[0], kv.heads, kv.head_dim, P)) {
         kvp_kv_free(&kv);
         return 2;
@@ -177,6 +178,12 @@ int kvp_cmd_eval(int argc, char **argv)
             fprintf(stderr, "kvpack eval: no '%s' implementation of %s on this machine\n", impl,
                     kvp_codec_name(list[c]));
             rc = 1;
+            continue;
+        }
+        if (nlist > 1 && !kvp_cli_codec_takes(list[c], kv.heads, kv.head_dim, (uint64_t)P)) {
+            fprintf(stderr, "kvpack eval: %s skipped: it does not take pages of heads %u, "
+                    "head_dim %u, %llu tokens\n", kvp_codec_name(list[c]), kv.heads, kv.head_dim,
+                    (unsigned long long)P);
             continue;
         }
         if (!json) {

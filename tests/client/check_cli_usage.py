@@ -11,6 +11,7 @@ what the commands do: put/get/ls/rm/repair explain --timeout-ms and its default 
 CLI reference rows do), get and ls do not offer --replicas, nodes says a down node prints `down`,
 and .ci/quickstart --help prints its header comment only.
 usage: check_cli_usage.py KVPACK KVPACKD"""
+import json
 import os
 import struct
 import subprocess
@@ -238,6 +239,14 @@ usage_error("put", ["--node", NODE, "--session", "x", "--kvd", dump100, "--codec
             "kivi does not take pages of heads 1, head_dim 100, 128 tokens", rule)
 usage_error("eval", ["--input", dump100, "--codec", "oscar"],
             "oscar does not take pages of heads 1, head_dim 100, 128 tokens")
+# --codec all on a geometry some codecs cannot take: those are skipped, each said on stderr, the
+# others reported, exit 0 (it exited 1 after a full report)
+rc, out, err = run([KVPACK, "eval", "--synthetic", "--layers", "1", "--tokens", "64", "--heads",
+                    "2", "--head-dim", "48", "--codec", "all", "--json"])
+got = [c["codec"] for c in json.loads(out)["codecs"]] if rc == 0 else []
+check(rc == 0 and "fp16" in got and "kivi128" in got and "oscar" not in got and
+      "kvpack eval: oscar skipped: it does not take pages of heads 2, head_dim 48" in err,
+      f"eval --codec all, head_dim 48: exit {rc}, codecs {got}, {err[-300:]!r}")
 
 # 6. every --node item HOST:PORT, port 1..65535, checked with the options
 for bad, why in [("127.0.0.1", "it has no :PORT"), ("127.0.0.1:0", "1..65535"),
