@@ -611,12 +611,12 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     return s != KVP_OK ? s : first == KVP_ERR_STALE || rt.r->n_ok == 0 ? first : KVP_OK;
 }
 
-/* Before a replicated append: every node's record or tombstone for (ns, sid), asked of all at
+/* Before a replicated append or a latest get: every node's record or tombstone for (ns, sid), asked of all at
  * once (kvp_client_session_info_start on each, then finish on each). held[k]: rank k holds a
  * record, at version ver[k]. 1 with *base_p the newest record version when some node holds one
  * and no tombstone is as new (deletes win ties); else 0, *deleted_p telling whether a tombstone
  * was the newest. Nodes without a record, or that failed, are in the report. */
-static int append_probe(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+static int version_probe(kvp_cluster_h cluster, uint64_t ns, const char *sid,
                         kvp_cluster_route_t *rt, uint8_t *held, uint64_t *ver, uint64_t *base_p,
                         int *deleted_p)
 {
@@ -681,7 +681,7 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
     kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
 
     if (s == KVP_OK) {
-        found = append_probe(cluster, ns, sid, &rt, held, ver, &base, &deleted);
+        found = version_probe(cluster, ns, sid, &rt, held, ver, &base, &deleted);
     }
     /* only the copies at the newest version, each on that version (a copy that moved meanwhile
      * refuses), so every copy that takes the append holds the same bytes after it */
@@ -788,6 +788,50 @@ kvp_status_t kvp_cluster_get_session_cb(kvp_cluster_h cluster, uint64_t ns, cons
         route_fail(&rt, gs);
     }
     return s != KVP_OK ? s : rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+}
+
+kvp_status_t kvp_cluster_get_session_latest(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                            const kvp_page_params_t *expect,
+                                            kvp_client_pages_cb_t cb, void *cb_arg,
+                                            kvp_session_pages_t **out_p,
+                                            kvp_cluster_report_t *report)
+{
+    kvp_cluster_route_t rt;
+    uint64_t            ver[KVP_CLUSTER_MAX_NODES], base = 0;
+    uint8_t             held[KVP_CLUSTER_MAX_NODES];
+    int                 deleted = 0;
+    kvp_status_t        s = kvp_cluster_route_begin(cluster, 1, ns, sid, report, &rt);
+
+    if (s != KVP_OK) {
+        return s;
+    }
+    if (!version_probe(cluster, ns, sid, &rt, held, ver, &base, &deleted)) {
+        return deleted ? KVP_ERR_NOT_FOUND /* an rm is the newest write */
+                       : rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+    }
+    /* only a copy at the newest version, in rank order: an older one is not served (a node that
+     * answered the probe and then failed leaves it to the next copy at that version) */
+    for (uint32_t k = 0; k < cluster->n; k++) {
+        kvp_client_h cl;
+        kvp_status_t gs;
+
+        if (!held[k] || ver[k] != base) {
+            continue;
+        }
+        gs = kvp_cluster_node_open(cluster, rt.order[k], rt.r, &cl);
+        if (gs == KVP_OK) { /* newer than base - 1: this version or one put since */
+            gs = kvp_client_get_session_newer(cl, ns, sid, expect, cb, cb_arg,
+                                              base > 0 ? base - 1 : 0, NULL, out_p);
+            kvp_cluster_report_add(cluster, rt.r, rt.order[k], gs, "get");
+        }
+        if (gs == KVP_OK) {
+            rt.r->n_ok      = 1;
+            rt.r->served_by = rt.order[k];
+            return KVP_OK;
+        }
+        route_fail(&rt, gs);
+    }
+    return rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
 }
 
 kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,

@@ -152,12 +152,13 @@ def run_cli(kvpack, env, *args):
     return p.returncode, p.stdout, p.stderr
 
 
-def get_kvd(kvpack, env, node, sid, out):
-    """`kvpack get --node NODE --session SID --out OUT` into a fresh OUT: (its bytes, or None when
-    the get failed, stderr)."""
+def get_kvd(kvpack, env, node, sid, out, *extra):
+    """`kvpack get --node NODE --session SID --out OUT [EXTRA...]` into a fresh OUT: (its bytes, or
+    None when the get failed, stderr)."""
     if os.path.exists(out):
         os.unlink(out)
-    rc, _, err = run_cli(kvpack, env, "get", "--node", node, "--session", sid, "--out", out)
+    rc, _, err = run_cli(kvpack, env, "get", "--node", node, "--session", sid, "--out", out,
+                         *extra)
     if rc != 0 or not os.path.exists(out):
         return None, err
     with open(out, "rb") as f:

@@ -16,13 +16,14 @@ typedef struct {
     const char         *out, *model_id;
     const char         *out_file; /* where out is written: out, or stdout's kept descriptor */
     kvp_codec_id_t      codec; /* 0: any */
+    bool                latest; /* --latest: kvp_cluster_get_session_latest */
 } get_opts_t;
 
 static void get_usage(FILE *out)
 {
     fprintf(out,
             "usage: kvpack get (--node LIST | --etcd URL) --session SID --out FILE.kvd [--ns HEX]\n"
-            "                  [--model-id ID] [--codec NAME] [--json] [--timeout-ms MS]\n"
+            "                  [--model-id ID] [--codec NAME] [--latest] [--json] [--timeout-ms MS]\n"
             "Fetch a session, decode every page and the fp16 tail, write the KV as .kvd. With\n"
             "several nodes they are tried in the session's rank order; the first that has it\n"
             "serves it (a node that does not answer or lacks it: the next).\n"
@@ -32,6 +33,10 @@ static void get_usage(FILE *out)
             "  --model-id ID   the model id the put named (put --model-id): only that namespace\n"
             "  --codec NAME    refuse (exit 1, nothing written) a session of another codec (one\n"
             "                  shorter than a page holds fp16 tail pages only: nothing to check)\n"
+            "  --latest        ask every node for its version first and fetch the newest copy of\n"
+            "                  those that answer (one that does not is named): without it, a\n"
+            "                  node first in rank that missed the latest put (it was down)\n"
+            "                  serves its older copy until kvpack repair replaces it\n"
             "  --json          the report as one JSON object on stdout\n");
 }
 
@@ -174,11 +179,21 @@ static int get_run(const get_opts_t *g)
     many = kvp_cluster_size(cl) > 1;
     s    = kvp_cli_session_ns("get", cl, &g->o, g->model_id, g->codec, &ns);
     if (s == KVP_OK) {
-        s = kvp_cluster_get_session(cl, ns, g->o.session, NULL, &sp, &rep);
+        s = g->latest ? kvp_cluster_get_session_latest(cl, ns, g->o.session, NULL, NULL, NULL,
+                                                       &sp, &rep)
+                      : kvp_cluster_get_session(cl, ns, g->o.session, NULL, &sp, &rep);
         if (s != KVP_OK) {
             kvp_cli_report_fail("get", cl, &rep, "get", g->o.session);
         } else {
             snprintf(from, sizeof(from), "%s", kvp_cluster_peer(cl, rep.served_by));
+        }
+        for (uint32_t i = 0; s == KVP_OK && g->latest && i < rep.n_tried; i++) {
+            if (kvp_cluster_status_unreachable(rep.tried[i].status)) { /* newest of the rest */
+                fprintf(stderr, "kvpack get: %s did not answer (%s): the newest copy of the "
+                        "nodes that did was served; a newer one may be there\n",
+                        kvp_cluster_peer(cl, rep.tried[i].node),
+                        kvp_status_name(rep.tried[i].status));
+            }
         }
     }
     kvp_cluster_destroy(cl);
@@ -222,6 +237,10 @@ int kvp_cmd_get(int argc, char **argv)
             kvp_opt_str(argc, argv, &i, "--out", &g.out) ||
             kvp_opt_str(argc, argv, &i, "--codec", &codec) ||
             kvp_opt_str(argc, argv, &i, "--model-id", &g.model_id)) {
+            continue;
+        }
+        if (kvp_opt_flag(argv, i, "--latest")) {
+            g.latest = true;
             continue;
         }
         return kvp_opt_unknown("get", argv[i]);

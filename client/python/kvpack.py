@@ -345,6 +345,8 @@ def _declare(lib):
                                          P(P(_SessionPages)), P(_ClusterReport)]),
         "kvp_cluster_get_session_cb": (st, [vp, u64, c.c_char_p, P(_PageParams), _PAGES_CB, vp,
                                             P(P(_SessionPages)), P(_ClusterReport)]),
+        "kvp_cluster_get_session_latest": (st, [vp, u64, c.c_char_p, P(_PageParams), _PAGES_CB,
+                                                vp, P(P(_SessionPages)), P(_ClusterReport)]),
         "kvp_cluster_delete_session": (st, [vp, u64, c.c_char_p, P(_ClusterReport)]),
         "kvp_cluster_list_sessions": (st, [vp, u32, u32, P(P(_ClusterList)),
                                            P(_ClusterReport)]),
@@ -1120,21 +1122,29 @@ class Cluster(_Handle):
         return self._call(s, rep, f"put_session '{sid}'")
 
     @_serial
-    def get_session(self, ns, sid, expect=None, on_pages=None):
+    def get_session(self, ns, sid, expect=None, on_pages=None, latest=False):
         """The session from the first node in rank order that has it, as SessionPages with
         served_by set. expect (PageParams: codec, heads, head_dim, page_tokens) refuses other
         pages with ERR_WRONG_CODEC. Nobody has it: ERR_NOT_FOUND, or the unreachable status when
         a node that may hold it did not answer. on_pages(first, pages) as Client.get_session's
         (kvp_cluster_get_session_cb): when a node fails part-way the next one's runs start again
-        at first == 0."""
+        at first == 0. latest: every node is asked for its version first and the newest copy of
+        those that answer is served (kvp_cluster_get_session_latest): without it, a first-ranked
+        node that missed the latest put serves its older copy until a repair."""
         out = ctypes.POINTER(_SessionPages)()
         rep = _ClusterReport()
         ex = ctypes.byref(expect._c()) if expect is not None else None
-        if on_pages is None:
+        if latest and on_pages is None:
+            s = _L().kvp_cluster_get_session_latest(self._handle(), _u(ns, "ns", 64), _sid(sid),
+                                                    ex, _PAGES_CB(), None, ctypes.byref(out),
+                                                    ctypes.byref(rep))  # a NULL callback
+        elif on_pages is None:
             s = _L().kvp_cluster_get_session(self._handle(), _u(ns, "ns", 64), _sid(sid), ex,
                                              ctypes.byref(out), ctypes.byref(rep))
         else:
-            s = _with_pages_cb(self, on_pages, out, lambda cb: _L().kvp_cluster_get_session_cb(
+            fn = (_L().kvp_cluster_get_session_latest if latest
+                  else _L().kvp_cluster_get_session_cb)
+            s = _with_pages_cb(self, on_pages, out, lambda cb: fn(
                 self._handle(), _u(ns, "ns", 64), _sid(sid), ex, cb, None, ctypes.byref(out),
                 ctypes.byref(rep)))
         self._call(s, rep, f"get_session '{sid}'")

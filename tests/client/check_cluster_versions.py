@@ -10,7 +10,11 @@ one a review reproduced, with no node down at the get:
   that counts as deleted;
 - a put that a replica refuses as older than what it holds (another writer whose clock is ahead)
   was acknowledged OK because another node took it, though the next repair replaces it. Now it
-  fails ERR_STALE (exit 1).
+  fails ERR_STALE (exit 1);
+- a copy the first-ranked node kept while it was down for an overwrite: a plain get serves it
+  (documented, until repair); `get --latest` asks every node first and serves the overwrite;
+  with the node holding the overwrite stopped it serves the newest copy of the nodes that answer
+  and names the one that did not.
 usage: check_cluster_versions.py KVPACK KVPACKD LIBKVPACK"""
 import array
 import json
@@ -54,8 +58,8 @@ def put(peers, sid, path, replicas=1):
                path, "--codec", "fp16", "--json")
 
 
-def get(peers, sid):
-    return kvptest.get_kvd(KVPACK, ENV, peers, sid, os.path.join(TMP, "got.kvd"))
+def get(peers, sid, *extra):
+    return kvptest.get_kvd(KVPACK, ENV, peers, sid, os.path.join(TMP, "got.kvd"), *extra)
 
 
 def sid_ranked(peers, ns, want, prefix):
@@ -119,6 +123,30 @@ try:
     rc, out, err = put(cd, sid, small, replicas=2)
     print("put under a newer version:", rc, err.strip()[-160:])
     check(rc == 1 and "older version" in err, f"a put that loses was acknowledged: {rc} {out}")
+    nodes.stop("c")
+    nodes.stop("d")
+
+    # the first-ranked node down for an overwrite, back with its older copy: --latest serves the
+    # overwrite; with the overwrite's only node stopped it fails, the older copy not served
+    e, f = start("e"), start("f")
+    ef = f"{e},{f}"
+    sid = sid_ranked(ef, ns, [e], "t")
+    rc, _, err = put(ef, sid, small, replicas=2)
+    check(rc == 0, f"v1 on e and f: {err}")
+    nodes.stop("e")
+    rc, _, err = cli("put", "--node", ef, "--replicas", "1", "--session", sid, "--kvd", other,
+                     "--codec", "fp16", "--timeout-ms", "3000")
+    check(rc in (0, 3), f"the overwrite with e stopped: exit {rc} {err}")
+    start("e")  # on its port again, with v1
+    got, err = get(ef, sid)
+    print("plain get after the overwrite:", "v1 (older copy)" if got == v1 else
+          "v3" if got == v3 else err.strip()[-120:])
+    got, err = get(ef, sid, "--latest")
+    check(got == v3, f"get --latest did not serve the overwrite ({err.strip()[-200:]})")
+    nodes.stop("f")  # the newest copy's node gone: the newest of those that answer, and a word
+    got, err = get(ef, sid, "--latest", "--timeout-ms", "3000")
+    check(got == v1 and f"{f} did not answer" in err and "a newer one may be there" in err,
+          f"get --latest with f stopped: {err.strip()[-200:]}")
 finally:
     nodes.kill_all()
     shutil.rmtree(TMP, ignore_errors=True)

@@ -173,6 +173,13 @@ def run_cluster():
             check(got.pages == data[s][1] and got.desc == data[s][2] and
                   got.served_by == rank[s][0], f"get {s}: from {got.served_by}, equal pages "
                   f"{got.pages == data[s][1]}, record {got.desc == data[s][2]}")
+            got = cl.get_session(data[s][0], s, latest=True)  # every copy at one version
+            check(got.pages == data[s][1] and got.served_by == rank[s][0], f"latest get {s}")
+        runs = []
+        got = cl.get_session(data[sids[0]][0], sids[0], latest=True,
+                             on_pages=lambda first, pages: runs.append((first, len(pages))))
+        check(got.pages == data[sids[0]][1] and runs and runs[0][0] == 0,
+              f"latest get with on_pages: runs {runs}")
         ex = kvpack.PageParams("kivi", H, D, P)
         raises(lambda: cl.get_session(data["py0"][0], "py0", expect=ex), {"ERR_WRONG_CODEC"})
         check(cl.get_session(data["py1"][0], "py1", expect=ex).pages == data["py1"][1],

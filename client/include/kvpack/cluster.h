@@ -223,6 +223,22 @@ kvp_status_t kvp_cluster_get_session_cb(kvp_cluster_h cluster, uint64_t ns, cons
                                         const kvp_page_params_t *expect, kvp_client_pages_cb_t cb,
                                         void *cb_arg, kvp_session_pages_t **out_p,
                                         kvp_cluster_report_t *report);
+/* As kvp_cluster_get_session_cb (cb may be NULL), serving only the newest copy the nodes that
+ * answer hold: every node is asked first, at once, for its record or tombstone of the session (as
+ * a replicated append asks), and the session is fetched from the first node in rank order holding
+ * the newest version. A tombstone at least as new: KVP_ERR_NOT_FOUND. kvp_cluster_get_session
+ * serves the first copy in rank order, which is an older version when that node missed the
+ * latest put (it was down or paused; `kvpack repair` replaces it later); this one does not, at
+ * the cost of a round trip to every node before the get, and of a node that does not answer (its
+ * deadline, then skipped for 5 s; it is in the report, and a newer copy may be on it). The node
+ * holding the newest version failing after it answered: the next at that version, else its
+ * status (an older copy is not served instead); none answered: unreachable; else
+ * KVP_ERR_NOT_FOUND. */
+kvp_status_t kvp_cluster_get_session_latest(kvp_cluster_h cluster, uint64_t ns, const char *sid,
+                                            const kvp_page_params_t *expect,
+                                            kvp_client_pages_cb_t cb, void *cb_arg,
+                                            kvp_session_pages_t **out_p,
+                                            kvp_cluster_report_t *report);
 /* Delete on every node (rank order), one version (kvp_version_now()) for all: each node keeps a
  * tombstone, also one that had no copy, so a copy that comes back later is refused. KVP_OK when some node deleted it and every one of the first
  * r was reached; a first-r node that was unreachable gives its status even when others deleted
