@@ -296,13 +296,50 @@ static const char *take_string(const char **p, char *out, size_t cap)
     return NULL;
 }
 
+/* Bytes of the JSON number at p (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), 0 if none:
+ * strtod alone also took hex (0x10), a leading +, inf and nan. */
+static size_t json_number_len(const char *p)
+{
+    const char *q = p;
+
+    q += *q == '-';
+    if (*q == '0') {
+        q++;
+    } else if (*q >= '1' && *q <= '9') {
+        while (isdigit((unsigned char)*q)) {
+            q++;
+        }
+    } else {
+        return 0;
+    }
+    if (*q == '.') {
+        if (!isdigit((unsigned char)*++q)) {
+            return 0;
+        }
+        while (isdigit((unsigned char)*q)) {
+            q++;
+        }
+    }
+    if (*q == 'e' || *q == 'E') {
+        q += q[1] == '+' || q[1] == '-';
+        if (!isdigit((unsigned char)*++q)) {
+            return 0;
+        }
+        while (isdigit((unsigned char)*q)) {
+            q++;
+        }
+    }
+    return (size_t)(q - p);
+}
+
 static const char *take_number(const char **p, double *v)
 {
-    char *end;
+    size_t n = json_number_len(*p);
+    char  *end;
 
-    *v = strtod(*p, &end);
-    if (end == *p || !isfinite(*v)) {
-        return "expected a number";
+    *v = n > 0 ? strtod(*p, &end) : 0.0;
+    if (n == 0 || end != *p + n || !isfinite(*v)) {
+        return "expected a JSON number";
     }
     *p = end;
     return NULL;
@@ -368,6 +405,9 @@ static const char *take_ids(const char **p, kvp_lt_req_t *r)
         if (**p == ',') {
             (*p)++;
             skip_ws(p);
+            if (**p == ']') {
+                return "a comma before ']' in hash_ids";
+            }
         } else if (**p != ']') {
             return **p == '\0' ? "truncated hash_ids array" : "expected ',' or ']' in hash_ids";
         }
@@ -430,6 +470,9 @@ static const char *parse_line(const char *p, kvp_lt_req_t *r)
         if (*p == ',') {
             p++;
             skip_ws(&p);
+            if (*p == '}') {
+                return "a comma before '}'";
+            }
         } else if (*p != '}') {
             return *p == '\0' ? "truncated object" : "expected ',' or '}'";
         }

@@ -229,6 +229,13 @@ def case_errors():
                       '"hash_ids": [4]}\n', 2, "given twice"),
         "huge timestamp": (good + '{"timestamp": 1e300, "input_length": 70, "hash_ids": [3]}\n',
                            2, "0 to 1e15"),
+        # not JSON, taken before: a hex number, a trailing comma
+        "hex id": (good + '{"timestamp": 1, "input_length": 70, "hash_ids": [0x10]}\n', 2,
+                   "non-negative integers"),
+        "hex length": (good + '{"timestamp": 1, "input_length": 0x46, "hash_ids": [3]}\n', 2,
+                       "JSON number"),
+        "trailing comma": (good + '{"timestamp": 1, "input_length": 70, "hash_ids": [3,]}\n', 2,
+                           "comma before"),
     }
     with tempfile.TemporaryDirectory() as d:
         for name, (text, line, *says) in bad.items():
