@@ -376,16 +376,14 @@ static kvp_status_t tomb_drop_older(kvp_store_h st)
         if (s == NULL || s->version > t->version) {
             continue;
         }
-        if (n == cap) { /* collected first: a remove changes the tables being walked */
-            kvp_sess_t **g = kvp_realloc(drop, (cap ? 2 * cap : 8) * sizeof(*g), "tomb drop");
+        /* collected first: a remove changes the tables being walked */
+        kvp_sess_t **g = kvp_array_room(drop, &cap, n, sizeof(*g), 8, "tomb drop");
 
-            if (g == NULL) {
-                kvp_free(drop);
-                return KVP_ERR_NO_MEMORY;
-            }
-            drop = g;
-            cap  = cap ? 2 * cap : 8;
+        if (g == NULL) {
+            kvp_free(drop);
+            return KVP_ERR_NO_MEMORY;
         }
+        drop      = g;
         drop[n++] = s;
     }
     for (size_t i = 0; i < n && status == KVP_OK; i++) {

@@ -94,7 +94,7 @@ def fullest_by_n(rk, add):
             if old is not None:
                 per_node[old] = add(i, old, -1)
             per_node[new] = add(i, new, 1)
-        out[n] = tuple(max(v[f] for v in per_node.values()) for f in range(len(next(iter(per_node.values())))))
+        out[n] = tuple(map(max, zip(*per_node.values())))  # each figure's largest
     return out
 
 
