@@ -308,6 +308,13 @@ static void route_fail(kvp_cluster_route_t *rt, kvp_status_t s)
     }
 }
 
+/* What a routed call that found no node to serve it returns: a status other than NOT_FOUND or
+ * unreachable if one came back, else an unreachable one, else KVP_ERR_NOT_FOUND. */
+static kvp_status_t route_status(const kvp_cluster_route_t *rt)
+{
+    return rt->other ? rt->other : rt->unreach ? rt->unreach : KVP_ERR_NOT_FOUND;
+}
+
 /* NO_MEMORY and TOO_LARGE are not: a node's (its store, its transport refusing the message, a
  * message over its own --max-msg) is that node's state or setting, not the put's, and another
  * node may well take it; one of this process's own fails again at once on the next node, so
@@ -611,9 +618,9 @@ kvp_status_t kvp_cluster_put_session(kvp_cluster_h cluster, uint64_t ns, const c
     return s != KVP_OK ? s : first == KVP_ERR_STALE || rt.r->n_ok == 0 ? first : KVP_OK;
 }
 
-/* Before a replicated append or a latest get: every node's record or tombstone for (ns, sid), asked of all at
- * once (kvp_client_session_info_start on each, then finish on each). held[k]: rank k holds a
- * record, at version ver[k]. 1 with *base_p the newest record version when some node holds one
+/* Before a replicated append or a latest get: every node's record or tombstone for (ns, sid),
+ * asked of all at once (kvp_client_session_info_start on each, then finish on each). held[k]:
+ * rank k holds a record, at version ver[k]. 1 with *base_p the newest record version when some node holds one
  * and no tombstone is as new (deletes win ties); else 0, *deleted_p telling whether a tombstone
  * was the newest. Nodes without a record, or that failed, are in the report. */
 static int version_probe(kvp_cluster_h cluster, uint64_t ns, const char *sid,
@@ -726,7 +733,7 @@ kvp_status_t kvp_cluster_append(kvp_cluster_h cluster, uint64_t ns, const char *
     if (deleted) {
         return KVP_ERR_NOT_FOUND; /* an rm is the newest write */
     }
-    return rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+    return route_status(&rt);
 }
 
 kvp_status_t kvp_cluster_put_node(kvp_cluster_h cluster, uint32_t node, uint64_t ns,
@@ -787,7 +794,7 @@ kvp_status_t kvp_cluster_get_session_cb(kvp_cluster_h cluster, uint64_t ns, cons
         }
         route_fail(&rt, gs);
     }
-    return s != KVP_OK ? s : rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+    return s != KVP_OK ? s : route_status(&rt);
 }
 
 kvp_status_t kvp_cluster_get_session_latest(kvp_cluster_h cluster, uint64_t ns, const char *sid,
@@ -806,8 +813,7 @@ kvp_status_t kvp_cluster_get_session_latest(kvp_cluster_h cluster, uint64_t ns, 
         return s;
     }
     if (!version_probe(cluster, ns, sid, &rt, held, ver, &base, &deleted)) {
-        return deleted ? KVP_ERR_NOT_FOUND /* an rm is the newest write */
-                       : rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+        return deleted ? KVP_ERR_NOT_FOUND : route_status(&rt); /* deleted: an rm is newest */
     }
     /* only a copy at the newest version, in rank order: an older one is not served (a node that
      * answered the probe and then failed leaves it to the next copy at that version) */
@@ -831,7 +837,7 @@ kvp_status_t kvp_cluster_get_session_latest(kvp_cluster_h cluster, uint64_t ns, 
         }
         route_fail(&rt, gs);
     }
-    return rt.other ? rt.other : rt.unreach ? rt.unreach : KVP_ERR_NOT_FOUND;
+    return route_status(&rt);
 }
 
 kvp_status_t kvp_cluster_delete_session(kvp_cluster_h cluster, uint64_t ns, const char *sid,
