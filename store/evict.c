@@ -56,6 +56,9 @@ static kvp_status_t sess_batch_add(kvp_store_h st, kvp_sess_t *s, kvp_tier_batch
         }
     }
     kvp_tier_batch_put_session(st->tier, b, s->key.ns, s->key.sid, blob, blen);
+    if (s->tomb_on_disk) { /* with the record that superseded it, never before (store_int.h) */
+        kvp_store_tomb_batch_del(st, b, s->key.ns, s->key.sid);
+    }
     kvp_store_ns_batch_add(st, s->key.ns, b, gen_p);
     kvp_free(blob);
     return KVP_OK;
@@ -147,8 +150,9 @@ static void sess_written(kvp_store_h st, kvp_sess_t *s, kvp_tier_mode_t mode, ui
         p->on_disk = p->on_disk || (p->slot.ptr != NULL && p->batch_seq == seq);
         left       = left || (p->slot.ptr != NULL && !p->on_disk);
     }
-    s->on_disk = true;
-    s->dirty   = left;
+    s->on_disk      = true;
+    s->dirty        = left;
+    s->tomb_on_disk = false; /* the batch removed it (sess_batch_add) */
     kvp_store_sess_orphans_let_go(st, s); /* the older record they belonged to is replaced */
 }
 
@@ -504,7 +508,11 @@ kvp_status_t kvp_store_sess_remove(kvp_store_h st, kvp_sess_t *s, uint64_t tomb_
             kvp_tier_batch_del_session(st->tier, b, s->key.ns, s->key.sid);
         }
         kvp_store_tomb_stage(st, b, s->key.ns, s->key.sid, tomb_version, &tomb);
-        any = any || tomb.staged;
+        if (s->tomb_on_disk && !tomb.staged) { /* an older one the record never replaced: it
+                                                * would refuse, or at open remove, a later put */
+            kvp_store_tomb_batch_del(st, b, s->key.ns, s->key.sid);
+        }
+        any = any || tomb.staged || s->tomb_on_disk;
         for (size_t i = 0; i < ngone; i++) {
             if (gone[i]->on_disk) {
                 kvp_tier_pkey_t pk = {gone[i]->ns, gone[i]->key, gone[i]->layer};

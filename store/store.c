@@ -706,6 +706,7 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         }
         if (status == KVP_OK) {
             sweep_missing(st);
+            status = kvp_store_tomb_drop_older(st);
         }
         if (status != KVP_OK) {
             goto err_close;
@@ -1308,7 +1309,8 @@ kvp_status_t kvp_store_session_put_expect(kvp_store_h st, uint64_t ns, const cha
         size_t       n     = kvp_store_sess_page_count(old);
         kvp_page_t **named = kvp_malloc((n ? n : 1) * sizeof(*named), "session put old pages");
 
-        s->on_disk = s->on_disk || old->on_disk;
+        s->on_disk      = s->on_disk || old->on_disk;
+        s->tomb_on_disk = s->tomb_on_disk || old->tomb_on_disk;
         for (size_t i = 0; named != NULL && i < n; i++) {
             named[i] = old->pages[i];
             kvp_store_page_pin(st, named[i]); /* alive across the release */
@@ -1341,10 +1343,17 @@ kvp_status_t kvp_store_session_put_expect(kvp_store_h st, uint64_t ns, const cha
     s->last_ns = kvp_time_ns();
     kvp_list_push_tail(&st->hot_lru, &s->lru);
     tomb = kvp_tomb_find(&st->tombs, ns, sid); /* older than version: this put supersedes it */
-    if (tomb != NULL &&
-        kvp_store_tomb_clear(st, tomb, st->durability != KVP_DURABILITY_SPILL) != KVP_OK) {
-        KVP_LOG_WARN(MOD, "session %s: its older tombstone could not be cleared on disk; the "
-                     "next open drops it", sid);
+    if (tomb != NULL) { /* under spill durability the record is not on disk yet: the batch that
+                         * writes it removes the tombstone on disk (tomb_on_disk) */
+        bool disk = st->durability != KVP_DURABILITY_SPILL;
+
+        s->tomb_on_disk = st->tier != NULL;
+        if (kvp_store_tomb_clear(st, tomb, disk) != KVP_OK) {
+            KVP_LOG_WARN(MOD, "session %s: its older tombstone could not be cleared on disk; the "
+                         "session's next disk write removes it", sid);
+        } else {
+            s->tomb_on_disk = s->tomb_on_disk && !disk;
+        }
     }
     kvp_store_evict_if_needed(st);
     store_leave(st);

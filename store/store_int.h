@@ -143,6 +143,10 @@ typedef struct kvp_sess {
     bool                busy;      /* a spill or restore has the store lock dropped for its disk
                                     * I/O: not released, replaced or evicted until it clears */
     uint64_t            version;   /* the writer's version (0: written before versions) */
+    bool                tomb_on_disk; /* an older tombstone of (ns, sid) may still be on disk
+                                       * (cleared in DRAM only: a put under spill durability, or
+                                       * a failed disk clear): its next record write or removal
+                                       * deletes it in the same batch (tomb.c) */
     uint64_t            last_ns;   /* last access; fixed while in store->cold_by_use (its key) */
     kvp_list_t          lru;       /* on store->hot_lru while hot, oldest first */
     kvp_tnode_t         cold_node; /* in store->cold_by_use while cold */
@@ -250,11 +254,20 @@ kvp_status_t kvp_store_tomb_record(struct kvp_store *st, uint64_t ns, const char
                                    uint64_t version);
 void         kvp_store_tomb_batch_put(struct kvp_store *st, kvp_tier_batch_t *b, uint64_t ns,
                                       const char *sid, uint64_t version, uint64_t at_ns);
+/* Stage the removal of (ns, sid)'s tombstone on disk into b */
+void         kvp_store_tomb_batch_del(struct kvp_store *st, kvp_tier_batch_t *b, uint64_t ns,
+                                      const char *sid);
 /* Off the table, and first off the disk when disk (a put that supersedes it: not under spill
- * durability, where that put is not on disk yet; the next open drops it once a newer record is
- * there, and keeps it, still refusing older copies, when the put was lost) */
+ * durability, where that put is not on disk yet; the put's session carries tomb_on_disk, so
+ * the batch that writes its record, or removes it, removes the tombstone too; a kill before
+ * keeps it, still refusing older copies) */
 kvp_status_t kvp_store_tomb_clear(struct kvp_store *st, kvp_tomb_t *e, bool disk);
-kvp_status_t kvp_store_tomb_load(struct kvp_store *st); /* open, after the sessions */
+/* Open, after the sessions: tombstones into the table, stray ones off the disk */
+kvp_status_t kvp_store_tomb_load(struct kvp_store *st);
+/* Open, after the page sweep counted the segments' live bytes: records no newer than their
+ * tombstone are removed (before the sweep, their pages were subtracted from counts still at 0,
+ * and a segment other sessions use could be unlinked) */
+kvp_status_t kvp_store_tomb_drop_older(struct kvp_store *st);
 void         kvp_store_tomb_expire(struct kvp_store *st); /* at most once a second */
 /* DRAM the tombstones take (kvpack_tombstone_bytes): their allocations, each counted as a
  * 16-byte-aligned malloc chunk with its 8-byte header, and the table's bucket array. */

@@ -247,18 +247,24 @@ kvp_status_t kvp_store_tomb_record(kvp_store_h st, uint64_t ns, const char *sid,
     return status == KVP_OK ? kvp_store_tomb_staged_done(st, &pend) : status;
 }
 
+void kvp_store_tomb_batch_del(kvp_store_h st, kvp_tier_batch_t *b, uint64_t ns, const char *sid)
+{
+    char key[KVP_TOMB_KEY_MAX];
+
+    tomb_key(ns, sid, key);
+    kvp_tier_batch_del_meta(st->tier, b, key);
+}
+
 kvp_status_t kvp_store_tomb_clear(kvp_store_h st, kvp_tomb_t *e, bool disk)
 {
     if (st->tier != NULL && disk) {
-        char              key[KVP_TOMB_KEY_MAX];
         kvp_tier_batch_t *b = kvp_tier_batch_create();
         kvp_status_t      status;
 
         if (b == NULL) {
             return KVP_ERR_NO_MEMORY;
         }
-        tomb_key(e->key.ns, e->key.sid, key);
-        kvp_tier_batch_del_meta(st->tier, b, key);
+        kvp_store_tomb_batch_del(st, b, e->key.ns, e->key.sid);
         status = tomb_commit(st, b);
         kvp_tier_batch_destroy(b);
         if (status != KVP_OK) {
@@ -333,7 +339,7 @@ static kvp_status_t load_cb(void *arg, const char *key, size_t klen, const uint8
     s = kvp_index_sess_find(&st->sessions, t.ns, t.sid);
     if (s != NULL && s->version > t.version) {
         return KVP_OK; /* a newer put landed before its tombstone was cleared: swept below */
-    }                  /* (an older record: tomb_drop_older removes it) */
+    }                  /* (an older record: kvp_store_tomb_drop_older removes it) */
     return tomb_set(st, t.ns, t.sid, t.version, t.at_ns);
 }
 
@@ -349,10 +355,7 @@ static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint
 
     if (tomb_parse(key, klen, val, vlen, &t) == TOMB_READS &&
         kvp_tomb_find(&st->tombs, t.ns, t.sid) == NULL) {
-        char k[KVP_TOMB_KEY_MAX];
-
-        tomb_key(t.ns, t.sid, k);
-        kvp_tier_batch_del_meta(st->tier, b, k);
+        kvp_store_tomb_batch_del(st, b, t.ns, t.sid);
     }
     return KVP_OK;
 }
@@ -361,7 +364,7 @@ static kvp_status_t stray_cb(void *arg, const char *key, size_t klen, const uint
  * removes the record and writes the tombstone in one batch, so only a damaged index rebuilt from
  * older files (tier_salvage.c) or a store rolled back under its meta brings the two together.
  * The record was served as if never deleted; now it is removed as the delete removed it. */
-static kvp_status_t tomb_drop_older(kvp_store_h st)
+kvp_status_t kvp_store_tomb_drop_older(kvp_store_h st)
 {
     kvp_htab_iter_t it   = KVP_HTAB_ITER_INIT;
     kvp_hlink_t    *l;
@@ -419,9 +422,6 @@ kvp_status_t kvp_store_tomb_load(kvp_store_h st)
         status = tomb_commit(st, b);
     }
     kvp_tier_batch_destroy(b);
-    if (status == KVP_OK) {
-        status = tomb_drop_older(st);
-    }
     st->last_tomb_sweep_ns = 0;
     kvp_store_tomb_expire(st);
     return status;

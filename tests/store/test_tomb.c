@@ -19,7 +19,13 @@
  *   failed stop-time spill leaves the tombstone standing after the restart.
  * damaged: a tombstone whose value fails its crc32c is not used, and stays on disk as it is.
  * older_record: a record no newer than its tombstone at open (an index rebuilt from older files)
- *   is removed then, not served; a newer one stays. */
+ *   is removed then, not served; a newer one stays.
+ * older_record_shared: that removal, of a record whose pages share a segment file with another
+ *   session's, leaves the other session whole (it ran before the sweep counted the segments'
+ *   live bytes, and unlinked the file under it).
+ * spill_unversioned: under spill durability, a versioned delete, a newer put, an unversioned
+ *   delete and an unversioned put leave the last put standing after a restart (the first
+ *   tombstone stayed on disk and the open removed the put as older than it). */
 #include "store_test_util.h"
 #include "../../store/store_int.h" /* kvp_store_session_put_expect */
 
@@ -521,6 +527,84 @@ static void case_older_record(const char *dir)
     kvp_session_desc_clear(&d);
 }
 
+static kvp_store_h open_dur(const char *dir, kvp_durability_t dur)
+{
+    kvp_store_params_t p = {0};
+    kvp_store_h        st;
+
+    p.field_mask = KVP_STORE_PARAM_DB_PATH | KVP_STORE_PARAM_DURABILITY;
+    p.db_path    = dir;
+    p.durability = dur;
+    CHECK_OK(kvp_store_open(&p, &st));
+    return st;
+}
+
+static const tgeom_t G_SEG = {4, 2, 64, 16}; /* 8 KiB pages: written to segment files */
+
+static void case_older_record_shared(const char *dir)
+{
+    kvp_session_desc_t x, y;
+    kvp_store_h        st = open_dur(dir, KVP_DURABILITY_SYNC);
+    kvp_tier_batch_t  *b  = kvp_tier_batch_create();
+
+    CHECK(b != NULL);
+    t_session(&G_SEG, 11, 0, 11, 4, 0, &x);
+    t_session(&G_SEG, 22, 0, 22, 1, 0, &y);
+    CHECK_OK(t_put_pages(st, NS, &G_SEG, &x));
+    CHECK_OK(kvp_store_session_put_version(st, NS, "x", &x, 100));
+    CHECK_OK(t_put_session(st, NS, "y", &G_SEG, &y)); /* the same segment file as x's pages */
+    kvp_store_tomb_batch_put(st, b, NS, "x", 300, kvp_store_wall_ns());
+    CHECK_OK(kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC)); /* behind the store's back */
+    kvp_tier_batch_destroy(b);
+    CHECK(t_stats(st).disk_files >= 1);
+    kvp_store_close(st);
+    for (int round = 0; round < 2; round++) {
+        st = open_dur(dir, KVP_DURABILITY_SYNC);
+        CHECK_ST(kvp_store_session_get(st, NS, "x", &x), KVP_ERR_NOT_FOUND);
+        EXPECT(t_stats(st).disk_files >= 1 && t_stats(st).disk_live_bytes > 0,
+               "round %d: %llu segment files, %llu live bytes left for session y", round,
+               (unsigned long long)t_stats(st).disk_files,
+               (unsigned long long)t_stats(st).disk_live_bytes);
+        CHECK_OK(t_check_session(st, NS, "y", &G_SEG, &y));
+        kvp_store_close(st);
+    }
+    kvp_session_desc_clear(&x);
+    kvp_session_desc_clear(&y);
+}
+
+static void case_spill_unversioned(const char *dir)
+{
+    kvp_session_desc_t x, y;
+    kvp_store_h        st = open_dur(dir, KVP_DURABILITY_SPILL);
+
+    t_session(&G_SEG, 11, 0, 11, 4, 0, &x);
+    t_session(&G_SEG, 22, 0, 22, 1, 0, &y);
+    CHECK_OK(t_put_pages(st, NS, &G_SEG, &x));
+    CHECK_OK(kvp_store_session_put_version(st, NS, "x", &x, 100));
+    CHECK_OK(kvp_store_session_spill(st, NS, "x"));
+    CHECK_OK(kvp_store_session_delete_version(st, NS, "x", 300)); /* a tombstone on disk */
+    CHECK_OK(t_put_pages(st, NS, &G_SEG, &x));
+    CHECK_OK(kvp_store_session_put_version(st, NS, "x", &x, 400)); /* DRAM only */
+    CHECK_OK(kvp_store_session_delete(st, NS, "x"));                /* unversioned */
+    CHECK_OK(t_put_session(st, NS, "x", &G_SEG, &x));              /* unversioned: version 0 */
+    CHECK_OK(kvp_store_session_spill(st, NS, "x"));
+    CHECK_OK(t_put_session(st, NS, "y", &G_SEG, &y));
+    CHECK_OK(kvp_store_session_spill(st, NS, "y"));
+    kvp_store_close(st);
+    for (int round = 0; round < 2; round++) {
+        st = open_dur(dir, KVP_DURABILITY_SPILL);
+        EXPECT(t_stats(st).sessions == 2 && t_stats(st).tombstones == 0, "round %d: %llu "
+               "sessions, %llu tombstones (want 2, 0)", round,
+               (unsigned long long)t_stats(st).sessions,
+               (unsigned long long)t_stats(st).tombstones);
+        CHECK_OK(t_check_session(st, NS, "x", &G_SEG, &x));
+        CHECK_OK(t_check_session(st, NS, "y", &G_SEG, &y));
+        kvp_store_close(st);
+    }
+    kvp_session_desc_clear(&x);
+    kvp_session_desc_clear(&y);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"versions", case_versions}, {"tombstones", case_tombstones},
@@ -529,7 +613,9 @@ int main(int argc, char **argv)
                                      {"bytes", case_bytes},
                                      {"spill_lost_put", case_spill_lost_put},
                                      {"damaged", case_damaged},
-                                     {"older_record", case_older_record}, {NULL, NULL}};
+                                     {"older_record", case_older_record},
+                                     {"older_record_shared", case_older_record_shared},
+                                     {"spill_unversioned", case_spill_unversioned}, {NULL, NULL}};
 
     kvp_log_set_level(KVP_LOG_LVL_ERROR);
     return t_run_case(argc, argv, cases, "tomb");
