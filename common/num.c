@@ -73,3 +73,22 @@ char *kvp_list_item_next(char **p_io)
     }
     return p;
 }
+
+int kvp_hex16_parse(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+
+        if (c >= '0' && c <= '9') {
+            v = v << 4 | (uint64_t)(c - '0');
+        } else if (c >= 'a' && c <= 'f') {
+            v = v << 4 | (uint64_t)(c - 'a' + 10);
+        } else {
+            return -1;
+        }
+    }
+    *out = v;
+    return 0;
+}

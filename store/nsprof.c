@@ -6,8 +6,10 @@
  * kvp_store_open loads them back without reading a page. */
 #include "store_int.h"
 #include "kvpack/bytes.h"
+#include "kvpack/num.h"
 #include "kvpack/alloc.h"
 #include "kvpack/log.h"
+#include "kvpack/num.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -161,13 +163,12 @@ void kvp_nsprof_pack(const kvp_nsprof_t *p, uint8_t *val)
 kvp_status_t kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
                              const uint8_t *val, size_t vlen)
 {
-    char               hex[17];
-    unsigned long long ns;
+    uint64_t           ns;
     kvp_page_info_t    info;
     kvp_nsprof_t      *p;
     kvp_status_t       status;
 
-    if (klen != 19 || (memcpy(hex, key + 3, 16), hex[16] = 0, sscanf(hex, "%16llx", &ns)) != 1) {
+    if (klen != 19 || kvp_hex16_parse(key + 3, &ns) != 0) {
         KVP_LOG_ERROR(MOD, "meta key %.*s is not a namespace profile; skipped",
                       (int)(klen < 40 ? klen : 40), key);
         return KVP_ERR_CORRUPT;
@@ -175,7 +176,7 @@ kvp_status_t kvp_nsprof_load(kvp_htab_t *t, const char *key, size_t klen,
     if (vlen != KVP_NSPROF_VAL_BYTES || kvp_ld32(val) != PROF_MAGIC || val[4] != PROF_VERSION ||
         kvp_ld32(val + 20) != kvp_crc32c(0, val, 20) || val[5] == 0 || val[5] >= KVP_CODEC_MAX) {
         KVP_LOG_ERROR(MOD, "profile of namespace %016llx on disk is unreadable (%zu bytes); "
-                      "its next sealed page fixes it again", ns, vlen);
+                      "its next sealed page fixes it again", (unsigned long long)ns, vlen);
         return KVP_ERR_CORRUPT;
     }
     memset(&info, 0, sizeof(info));

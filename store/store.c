@@ -535,9 +535,20 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
         return status;
     }
     if (status != KVP_OK) {
-        KVP_LOG_ERROR(MOD, "session %s record on disk is unreadable (%s); skipped", sid,
-                      kvp_status_str(status));
+        kvp_damaged_rec_t *d = kvp_array_room(st->damaged, &st->damaged_cap, st->n_damaged,
+                                              sizeof(*d), 4, "damaged records");
+
+        KVP_LOG_ERROR(MOD, "session %s record on disk is unreadable (%s): not served, kept on "
+                      "disk as it is with the pages no readable record names (deleting the "
+                      "session removes it)", sid, kvp_status_str(status));
         st->stats.crc_failures += status == KVP_ERR_CORRUPT;
+        st->unreadable_records++;
+        if (d != NULL) {
+            st->damaged = d;
+            d[st->n_damaged].ns = ns;
+            snprintf(d[st->n_damaged].sid, sizeof(d->sid), "%s", sid);
+            st->n_damaged++;
+        }
         return KVP_OK;
     }
     kvp_free(desc.tail); /* cold: the tail stays on disk until the session is used */
@@ -562,7 +573,9 @@ static kvp_status_t restart_cb(void *arg, uint64_t ns, const char *sid, const ui
     return KVP_OK;
 }
 
-/* Open-time sweep: a page on disk survives only if a session record names it. */
+/* Open-time sweep: a page on disk survives only if a session record names it, or while a record
+ * did not read (it may name the page: kept on disk, out of the index, until that record is
+ * deleted and an open finds every record readable). */
 static bool sweep_keep(void *arg, const kvp_tier_pkey_t *pk)
 {
     kvp_store_h st = arg;
@@ -570,8 +583,42 @@ static bool sweep_keep(void *arg, const kvp_tier_pkey_t *pk)
 
     if (p != NULL) {
         p->swept = true;
+    } else if (st->unreadable_records > 0) {
+        st->unnamed_kept++;
+        return true;
     }
     return p != NULL;
+}
+
+/* A delete of a session whose record did not read at open: the record leaves the disk
+ * (KVP_ERR_NOT_FOUND: none such). Store lock held. */
+static kvp_status_t damaged_record_remove(kvp_store_h st, uint64_t ns, const char *sid)
+{
+    kvp_tier_batch_t *b;
+    kvp_status_t      status;
+    size_t            i = 0;
+
+    while (i < st->n_damaged && (st->damaged[i].ns != ns || strcmp(st->damaged[i].sid, sid))) {
+        i++;
+    }
+    if (i == st->n_damaged) {
+        return KVP_ERR_NOT_FOUND;
+    }
+    b = kvp_tier_batch_create();
+    if (b == NULL) {
+        return KVP_ERR_NO_MEMORY;
+    }
+    kvp_tier_batch_del_session(st->tier, b, ns, sid);
+    status = kvp_store_commit(st, b, KVP_TIER_SYNC);
+    kvp_tier_batch_destroy(b);
+    if (status != KVP_OK) {
+        st->stats.disk_errors++;
+        return status;
+    }
+    KVP_LOG_INFO(MOD, "session %s: its unreadable record removed from disk%s", sid,
+                 st->n_damaged == 1 ? "; the pages kept for it go at the next open" : "");
+    st->damaged[i] = st->damaged[--st->n_damaged];
+    return KVP_OK;
 }
 
 /* After the sweep: pages records name but the disk does not have are not present, so lookup
@@ -711,6 +758,11 @@ kvp_status_t kvp_store_open(const kvp_store_params_t *params, kvp_store_h *store
         if (status != KVP_OK) {
             goto err_close;
         }
+        if (st->unnamed_kept > 0) {
+            KVP_LOG_ERROR(MOD, "db %s: %zu session records did not read; the %llu pages no "
+                          "readable record names stay on disk until those sessions are deleted",
+                          path, st->unreadable_records, (unsigned long long)st->unnamed_kept);
+        }
         if (st->stats.swept_pages > 0) {
             KVP_LOG_INFO(MOD, "db %s: removed %llu pages no session names", path,
                          (unsigned long long)st->stats.swept_pages);
@@ -811,6 +863,7 @@ void kvp_store_close(kvp_store_h st)
         kvp_free(p);
     }
     kvp_tier_close(st->tier);
+    kvp_free(st->damaged);
     kvp_nsprof_cleanup(&st->profiles);
     kvp_tomb_cleanup(&st->tombs);
     kvp_index_cleanup(&st->pages, &st->sessions);
@@ -1466,8 +1519,11 @@ static kvp_status_t session_remove(kvp_store_h st, uint64_t ns, const char *sid,
     if (status == KVP_OK && s != NULL) {
         status = kvp_store_sess_remove(st, s, tomb ? version : 0);
     } else if (status == KVP_OK) { /* no record: the tombstone still stops a late copy */
+        kvp_status_t gone = st->n_damaged > 0 ? damaged_record_remove(st, ns, sid)
+                                              : KVP_ERR_NOT_FOUND;
+
         status = tomb && version != 0 ? kvp_store_tomb_record(st, ns, sid, version) : KVP_OK;
-        status = status == KVP_OK ? KVP_ERR_NOT_FOUND : status;
+        status = status == KVP_OK ? gone : status;
     }
     store_leave(st);
     return status;

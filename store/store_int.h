@@ -288,6 +288,13 @@ kvp_status_t kvp_ticker_start(kvp_ticker_t *tk, struct kvp_store *st, const char
                               uint64_t period_ns, bool final_tick, void (*tick)(struct kvp_store *st));
 void         kvp_ticker_stop(kvp_ticker_t *tk); /* no-op when not started; joins */
 
+/* A session record that did not read at open (store.c): kept on disk as it is, and while any is
+ * there the open keeps the pages no readable record names (they may be its pages) */
+typedef struct {
+    uint64_t ns;
+    char     sid[KVP_SID_MAX];
+} kvp_damaged_rec_t;
+
 /* ---- the store ---- */
 struct kvp_store {
     pthread_mutex_t    lock;
@@ -332,6 +339,10 @@ struct kvp_store {
     uint64_t           put_grace_ns; /* kvp_store_params_t.put_grace_ms */
     uint64_t           last_unnamed_ns; /* the last kvp_store_unnamed_expire pass */
     kvp_tier_t        *tier;        /* NULL = DRAM only */
+    kvp_damaged_rec_t *damaged;     /* records unreadable at open, until deleted (store.c) */
+    size_t             n_damaged, damaged_cap;
+    size_t             unreadable_records; /* at this open (damaged may lack some: no memory) */
+    uint64_t           unnamed_kept; /* pages the open kept although no readable record names them */
     kvp_durability_t   durability;
     size_t             high_bytes;  /* eviction starts above this */
     size_t             low_bytes;   /* and stops at or below this */

@@ -26,6 +26,7 @@
 #include "kvpack/alloc.h"
 #include "kvpack/bytes.h"
 #include "kvpack/log.h"
+#include "kvpack/num.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -297,12 +298,12 @@ static tomb_verdict_t tomb_parse(const char *key, size_t klen, const uint8_t *va
                                  tomb_disk_t *t)
 {
     size_t             pre = sizeof(TOMB_PREFIX) - 1;
-    unsigned long long ns;
+    uint64_t           ns;
     bool v1 = vlen == TOMB_VAL_V1 && kvp_ld32(val + 16) == kvp_crc32c(0, val, 16);
     bool v2 = vlen == TOMB_VAL_BYTES && kvp_ld32(val + 20) == kvp_crc32c(0, val, 20);
 
     if (klen <= pre + 17 || klen - pre - 17 >= KVP_SID_MAX || !(v1 || v2) ||
-        sscanf(key + pre, "%16llx", &ns) != 1 || key[pre + 16] != '/') {
+        kvp_hex16_parse(key + pre, &ns) != 0 || key[pre + 16] != '/') {
         return TOMB_UNREADABLE;
     }
     t->ns      = ns;

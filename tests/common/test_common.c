@@ -1,7 +1,8 @@
 /* test_common.c - unit tests of the common base: status table ranges and strings, allocation
  * accounting and failure injection, growable arrays, the monotonic clock, the duration histogram
- * buckets, the command-line number parser (signs, octal, overflow before and after a suffix), a
- * forked child's end with its parent (child.h); plus CRC32C known vectors (kernels). */
+ * buckets, the command-line number parser (signs, octal, overflow before and after a suffix), the
+ * store keys' hex parser, a forked child's end with its parent (child.h); plus CRC32C known
+ * vectors (kernels). */
 #include "kvpack/alloc.h"
 #include "kvpack/child.h"
 #include "kvpack/hist.h"
@@ -180,6 +181,18 @@ static void test_num_parse(void)
         }
     }
     CHECK(kvp_num_parse_u64(NULL, &v) == -1);
+    /* the store's hex namespaces in keys: exactly 16 lowercase digits, nothing read past them
+     * (sscanf skipped the spaces of a damaged key and read on past its end) */
+    CHECK(kvp_hex16_parse("00000000000070b5/x", &v) == 0 && v == 0x70b5);
+    CHECK(kvp_hex16_parse("ffffffffffffffff", &v) == 0 && v == UINT64_MAX);
+    {
+        static const char *const hbad[] = {"                ", " 00000000000070b", "+000000000000070",
+                                           "0x00000000000070", "00000000000070B5", "000000000000070/"};
+        for (size_t i = 0; i < sizeof(hbad) / sizeof(hbad[0]); i++) {
+            v = 7;
+            CHECK(kvp_hex16_parse(hbad[i], &v) == -1 && v == 7);
+        }
+    }
 }
 
 /* A grandchild tied to its parent (the middle process) gets the signal when the middle process

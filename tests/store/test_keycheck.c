@@ -24,7 +24,11 @@
  *   key_moved: a record read under one id and written under another, and a tombstone value
  *     likewise: both refused at open, the rest (the original record and tombstone) as they were.
  *   legacy: records and a tombstone as builds before key checks wrote them (a record without
- *     envelope, one with an envelope without the key flag, a 20-byte tombstone) still load. */
+ *     envelope, one with an envelope without the key flag, a 20-byte tombstone) still load.
+ *   damaged_record: a's record with one bit of its checksum flipped: not served, and its six
+ *     pages stay on disk (the open's sweep took them for pages no session names, and deleted
+ *     them: one bad bit lost all of a's KV); b is whole; deleting a removes the record (OK), and
+ *     the next open lets the pages go. */
 #define _GNU_SOURCE /* memmem */
 #include "store_test_util.h"
 #include "store_int.h"
@@ -421,6 +425,46 @@ static void case_legacy(const char *dir)
     clear_all(d, 2);
 }
 
+static void case_damaged_record(const char *dir)
+{
+    static const char *const sids[] = {"a", "b"};
+    kvp_session_desc_t       d[2], got;
+    kvp_store_h              st = open_wt(dir);
+    kvp_tier_batch_t        *b  = kvp_tier_batch_create();
+    uint8_t                 *blob;
+    size_t                   len;
+
+    put_all(st, sids, 2, d); /* 3 chunks x 2 layers each */
+    CHECK_OK(kvp_tier_session_get(st->tier, NS, "a", &blob, &len));
+    CHECK(b != NULL && len > 8);
+    blob[len - 2] ^= 0x10; /* in the record's crc32c trailer */
+    kvp_tier_batch_put_session(st->tier, b, NS, "a", blob, len);
+    CHECK_OK(kvp_tier_batch_commit(st->tier, b, KVP_TIER_SYNC));
+    kvp_tier_batch_destroy(b);
+    kvp_free(blob);
+    kvp_store_close(st);
+
+    for (int round = 0; round < 2; round++) {
+        st = open_wt(dir);
+        CHECK_ST(kvp_store_session_get(st, NS, "a", &got), KVP_ERR_NOT_FOUND);
+        EXPECT(t_stats(st).swept_pages == 0, "round %d: the open deleted %llu pages of the "
+               "session whose record did not read", round,
+               (unsigned long long)t_stats(st).swept_pages);
+        CHECK(t_stats(st).crc_failures == 1);
+        CHECK_OK(t_check_session(st, NS, "b", &S, &d[1]));
+        kvp_store_close(st);
+    }
+    st = open_wt(dir);
+    CHECK_OK(kvp_store_session_delete(st, NS, "a")); /* the damaged record goes */
+    CHECK_ST(kvp_store_session_delete(st, NS, "a"), KVP_ERR_NOT_FOUND);
+    kvp_store_close(st);
+    st = open_wt(dir);
+    CHECK(t_stats(st).swept_pages == 6 && t_stats(st).crc_failures == 0);
+    CHECK_OK(t_check_session(st, NS, "b", &S, &d[1]));
+    kvp_store_close(st);
+    clear_all(d, 2);
+}
+
 int main(int argc, char **argv)
 {
     static const t_case_t cases[] = {{"record_key", case_record_key},
@@ -429,7 +473,7 @@ int main(int argc, char **argv)
                                      {"meta_value", case_meta_value},
                                      {"meta_check", case_meta_check},
                                      {"key_moved", case_key_moved}, {"legacy", case_legacy},
-                                     {NULL, NULL}};
+                                     {"damaged_record", case_damaged_record}, {NULL, NULL}};
 
     return t_run_case(argc, argv, cases, "keycheck");
 }

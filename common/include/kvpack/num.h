@@ -18,6 +18,10 @@ extern "C" {
 
 /* 0 with *out set, or -1 (out untouched) when s is not such a number. */
 int kvp_num_parse_u64(const char *s, uint64_t *out);
+/* 0 with *out set, or -1: the 16 characters at s are exactly 16 lowercase hex digits (a
+ * namespace in a key the store wrote with "%016llx"; no sign, space or "0x", nothing read past
+ * the 16th character, so s needs no terminator). */
+int kvp_hex16_parse(const char *s, uint64_t *out);
 /* The next item of a comma list at *p_io, cut out in place with the spaces and tabs around it
  * dropped ("a:1, b:2" is "a:1,b:2"); *p_io moves past it. NULL once the list is used up. */
 char *kvp_list_item_next(char **p_io);
